@@ -1,0 +1,204 @@
+// Package dryexec holds the domain of dryexec: the Action a caller proposes, the
+// StateDelta a trial returns, the Rung interface every isolation backend implements,
+// and the typed errors callers test with errors.Is / errors.As.
+//
+// It contains no OS code. Implementations live in subpackages named after what they
+// depend on: rung/linuxns (Linux namespaces + overlayfs), fsdelta (turning what a
+// sandbox wrote into FileChanges), store (trials kept on disk), guest (the supervisor
+// that runs inside every boundary).
+package dryexec
+
+import "time"
+
+// SchemaV1 is the value of StateDelta.Schema for this version of the contract.
+const SchemaV1 = "dryexec.statedelta/v1"
+
+// Action is what a caller proposes: one command, run as if on the host.
+type Action struct {
+	Argv []string `json:"argv"`
+	// Cwd is an absolute host path; the command starts there inside the sandbox.
+	Cwd string `json:"cwd"`
+	// Env is the command's whole environment. Callers build it from an allowlist,
+	// never from their own environment wholesale, because the delta records it.
+	Env       map[string]string `json:"env"`
+	TimeoutMS int64             `json:"timeout_ms"`
+}
+
+// Timeout returns the action's timeout as a Duration (0 means none).
+func (a Action) Timeout() time.Duration { return time.Duration(a.TimeoutMS) * time.Millisecond }
+
+// StateDelta is everything one trial did, as the host would see it if committed.
+// Its JSON form is the contract `dryexec.statedelta/v1` (schema/statedelta.v1.json).
+type StateDelta struct {
+	Schema     string         `json:"schema"`
+	TrialID    string         `json:"trial_id"`
+	Rung       string         `json:"rung"`
+	Action     Action         `json:"action"`
+	Process    Process        `json:"process"`
+	Files      []FileChange   `json:"files"`
+	Network    []NetworkEvent `json:"network"`
+	Memory     Memory         `json:"memory"`
+	Violations []Violation    `json:"violations"`
+	Totals     Totals         `json:"totals"`
+	Decision   Decision       `json:"decision"`
+	Receipt    Receipt        `json:"receipt"`
+}
+
+// Normalize makes the empty sections of d encode as [] rather than null, so that
+// every produced delta has the same shape, and fills Schema.
+func (d *StateDelta) Normalize() {
+	d.Schema = SchemaV1
+	if d.Files == nil {
+		d.Files = []FileChange{}
+	}
+	if d.Network == nil {
+		d.Network = []NetworkEvent{}
+	}
+	if d.Violations == nil {
+		d.Violations = []Violation{}
+	}
+	if d.Decision.Reasons == nil {
+		d.Decision.Reasons = []string{}
+	}
+	if d.Action.Env == nil {
+		d.Action.Env = map[string]string{}
+	}
+	if d.Action.Argv == nil {
+		d.Action.Argv = []string{}
+	}
+}
+
+// Process is how the command ran.
+type Process struct {
+	ExitCode        int    `json:"exit_code"`
+	Signal          string `json:"signal"`
+	TimedOut        bool   `json:"timed_out"`
+	Stdout          string `json:"stdout"`
+	Stderr          string `json:"stderr"`
+	StdoutTruncated bool   `json:"stdout_truncated"`
+	StderrTruncated bool   `json:"stderr_truncated"`
+	DurationNS      int64  `json:"duration_ns"`
+	CPUUserNS       int64  `json:"cpu_user_ns"`
+	CPUSysNS        int64  `json:"cpu_sys_ns"`
+	PeakRSSBytes    int64  `json:"peak_rss_bytes"`
+}
+
+// Op is what happened to one path.
+type Op string
+
+// The ops of a FileChange. A rename is a delete plus a create.
+const (
+	OpCreate  Op = "create"
+	OpModify  Op = "modify"
+	OpDelete  Op = "delete"
+	OpChmod   Op = "chmod"
+	OpMkdir   Op = "mkdir"
+	OpRmdir   Op = "rmdir"
+	OpSymlink Op = "symlink"
+)
+
+// Kind is the type of the path after the change (before it, for delete/rmdir).
+type Kind string
+
+// The kinds of a FileChange.
+const (
+	KindFile    Kind = "file"
+	KindDir     Kind = "dir"
+	KindSymlink Kind = "symlink"
+	KindOther   Kind = "other"
+)
+
+// FileChange is one path the trial changed. Path is absolute, as the host sees it.
+type FileChange struct {
+	Path string `json:"path"`
+	Op   Op     `json:"op"`
+	Kind Kind   `json:"kind"`
+	Size int64  `json:"size"`
+	// Mode is the octal permission string ("0644", "4755") after the change, or
+	// before it for delete/rmdir.
+	Mode string `json:"mode"`
+	// SHA256 is the new content's hash (files only; empty for delete).
+	SHA256 string `json:"sha256"`
+	// BeforeSHA256 is the host content's hash when the trial started (modify,
+	// chmod and delete of files), which commit checks for conflicts.
+	BeforeSHA256 string `json:"before_sha256"`
+	LinkTarget   string `json:"link_target"`
+	// BeforeMode is the mode the host had (chmod, modify, delete); not in the
+	// contract's example but needed to check and explain mode changes.
+	BeforeMode string `json:"before_mode,omitempty"`
+	// Diff is a unified diff, only for small text files.
+	Diff string `json:"diff"`
+}
+
+// NetworkEvent is one request that left (or tried to leave) the sandbox.
+type NetworkEvent struct {
+	Proto        string `json:"proto"`
+	Method       string `json:"method"`
+	URL          string `json:"url"`
+	Host         string `json:"host"`
+	Port         int    `json:"port"`
+	Status       int    `json:"status"`
+	Action       string `json:"action"`
+	Reason       string `json:"reason"`
+	BytesIn      int64  `json:"bytes_in"`
+	BytesOut     int64  `json:"bytes_out"`
+	SchemaBreach bool   `json:"schema_breach"`
+}
+
+// Memory is what the trial's processes wrote to memory.
+type Memory struct {
+	PeakRSSBytes int64  `json:"peak_rss_bytes"`
+	PagesWritten int64  `json:"pages_written"`
+	BytesWritten int64  `json:"bytes_written"`
+	Method       string `json:"method"`
+}
+
+// Violation is one thing the boundary refused.
+type Violation struct {
+	Kind   string `json:"kind"`
+	Detail string `json:"detail"`
+	PID    int    `json:"pid"`
+	Exe    string `json:"exe"`
+}
+
+// Totals sums Files.
+type Totals struct {
+	FilesChanged    int   `json:"files_changed"`
+	FilesCreated    int   `json:"files_created"`
+	FilesDeleted    int   `json:"files_deleted"`
+	BytesWritten    int64 `json:"bytes_written"`
+	NetworkRequests int   `json:"network_requests"`
+}
+
+// Decision is the policy's verdict on a delta.
+type Decision struct {
+	Choice    string   `json:"choice"`
+	RiskScore float64  `json:"risk_score"`
+	Reasons   []string `json:"reasons"`
+}
+
+// Receipt binds a delta to the install that produced it.
+type Receipt struct {
+	DeltaSHA256 string `json:"delta_sha256"`
+	Signature   string `json:"signature"`
+	KeyID       string `json:"key_id"`
+}
+
+// ComputeTotals fills d.Totals from d.Files and d.Network.
+func (d *StateDelta) ComputeTotals() {
+	var t Totals
+	for _, f := range d.Files {
+		t.FilesChanged++
+		switch f.Op {
+		case OpCreate, OpSymlink, OpMkdir:
+			t.FilesCreated++
+		case OpDelete, OpRmdir:
+			t.FilesDeleted++
+		}
+		if f.Op == OpCreate || f.Op == OpModify {
+			t.BytesWritten += f.Size
+		}
+	}
+	t.NetworkRequests = len(d.Network)
+	d.Totals = t
+}

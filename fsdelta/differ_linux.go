@@ -1,0 +1,474 @@
+package fsdelta
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path"
+	"slices"
+	"strings"
+	"unicode/utf8"
+
+	"github.com/aymanbagabas/go-udiff"
+	"golang.org/x/sys/unix"
+
+	"github.com/dryexec/dryexec"
+)
+
+// Mount is one overlaid host mount as the Differ sees it.
+type Mount struct {
+	// Path is the absolute host path the mount's upper dir stands for.
+	Path string
+}
+
+// Differ turns a stream of untrusted upper-dir entries into FileChanges. Use one
+// per trial, from one goroutine: Add each entry in the order WalkUpper produced
+// it, then Finish.
+type Differ struct {
+	mounts  []Mount
+	blobs   dryexec.BlobSink
+	diffMax int64
+
+	roots   []int              // O_PATH fd of each mount's host root, -1 until opened
+	noLower map[mkey]bool      // dirs below which the host has nothing to compare
+	opaque  []mkey             // opaque dirs with a host dir under them
+	seen    map[mkey]EntryKind // every upper path reported so far
+	changes []dryexec.FileChange
+}
+
+type mkey struct {
+	m int
+	p string
+}
+
+// NewDiffer returns a Differ for mounts. blobs may be nil (contents are hashed but
+// not kept). diffMax is the largest text file that gets a unified diff (<0: none).
+func NewDiffer(mounts []Mount, blobs dryexec.BlobSink, diffMax int64) *Differ {
+	d := &Differ{
+		mounts: mounts, blobs: blobs, diffMax: diffMax,
+		roots:   make([]int, len(mounts)),
+		noLower: map[mkey]bool{},
+		seen:    map[mkey]EntryKind{},
+	}
+	for i := range d.roots {
+		d.roots[i] = -1
+	}
+	return d
+}
+
+// Close releases the host fds the Differ holds.
+func (d *Differ) Close() {
+	for i, fd := range d.roots {
+		if fd >= 0 {
+			unix.Close(fd)
+			d.roots[i] = -1
+		}
+	}
+}
+
+// lower describes the host's state of one path.
+type lower struct {
+	exists bool
+	kind   dryexec.Kind
+	mode   uint32
+	size   int64
+	link   string
+}
+
+func (d *Differ) hostPath(m int, p string) string { return path.Join(d.mounts[m].Path, p) }
+
+// Add takes one entry. For EntryFile, content must yield exactly e.Size bytes.
+func (d *Differ) Add(e *Entry, content io.Reader) error {
+	if err := d.check(e); err != nil {
+		return err
+	}
+	k := mkey{e.Mount, e.Path}
+	d.seen[k] = e.Kind
+	lo, err := d.lookup(e.Mount, e.Path)
+	if err != nil {
+		return err
+	}
+	hp := d.hostPath(e.Mount, e.Path)
+	mode := modeString(e.Mode)
+	switch e.Kind {
+	case EntryWhiteout:
+		d.noLower[k] = true
+		if lo.exists {
+			return d.deleteTree(e.Mount, e.Path, lo)
+		}
+	case EntryDir:
+		switch {
+		case !lo.exists:
+			d.noLower[k] = true
+			d.add(dryexec.FileChange{Path: hp, Op: dryexec.OpMkdir, Kind: dryexec.KindDir, Mode: mode})
+		case lo.kind == dryexec.KindDir:
+			if lo.mode != e.Mode {
+				d.add(dryexec.FileChange{Path: hp, Op: dryexec.OpChmod, Kind: dryexec.KindDir, Mode: mode, BeforeMode: modeString(lo.mode)})
+			}
+			if e.Opaque {
+				d.opaque = append(d.opaque, k)
+			}
+		default:
+			if err := d.deleteTree(e.Mount, e.Path, lo); err != nil {
+				return err
+			}
+			d.noLower[k] = true
+			d.add(dryexec.FileChange{Path: hp, Op: dryexec.OpMkdir, Kind: dryexec.KindDir, Mode: mode})
+		}
+	case EntryFile:
+		return d.addFile(e, content, lo, hp, mode)
+	case EntrySymlink:
+		if lo.exists && lo.kind == dryexec.KindSymlink && lo.link == e.Link {
+			return nil
+		}
+		if lo.exists {
+			if err := d.deleteTree(e.Mount, e.Path, lo); err != nil {
+				return err
+			}
+		}
+		d.add(dryexec.FileChange{Path: hp, Op: dryexec.OpSymlink, Kind: dryexec.KindSymlink, Mode: "0777", LinkTarget: e.Link, Size: int64(len(e.Link))})
+	case EntryOther:
+		if lo.exists {
+			if lo.kind == dryexec.KindOther && lo.mode == e.Mode {
+				return nil
+			}
+			if err := d.deleteTree(e.Mount, e.Path, lo); err != nil {
+				return err
+			}
+		}
+		d.add(dryexec.FileChange{Path: hp, Op: dryexec.OpCreate, Kind: dryexec.KindOther, Mode: mode})
+	}
+	return nil
+}
+
+func (d *Differ) check(e *Entry) error {
+	bad := func(r string) error { return &ErrBadEntry{Entry: *e, Reason: r} }
+	if e.Mount < 0 || e.Mount >= len(d.mounts) {
+		return bad("unknown mount")
+	}
+	if err := CheckRelPath(e.Path); err != nil {
+		return bad(err.Error())
+	}
+	if e.Mode&^07777 != 0 {
+		return bad("mode has type bits")
+	}
+	switch e.Kind {
+	case EntryFile:
+		if e.Size < 0 {
+			return bad("negative size")
+		}
+	case EntryDir, EntryWhiteout, EntryOther:
+	case EntrySymlink:
+		if e.Link == "" || strings.ContainsRune(e.Link, 0) {
+			return bad("bad symlink target")
+		}
+	default:
+		return bad("unknown kind")
+	}
+	// Entries arrive in pre-order: a parent is reported before its children, so
+	// every parent of a path must have been seen (as a directory) already.
+	if dir := path.Dir(e.Path); dir != "." && d.seen[mkey{e.Mount, dir}] != EntryDir {
+		return bad("parent not reported first as a directory")
+	}
+	if _, dup := d.seen[mkey{e.Mount, e.Path}]; dup {
+		return bad("reported twice")
+	}
+	return nil
+}
+
+func (d *Differ) addFile(e *Entry, content io.Reader, lo lower, hp, mode string) error {
+	if content == nil {
+		content = bytes.NewReader(nil)
+	}
+	var small *bytes.Buffer
+	r := io.LimitReader(content, e.Size)
+	if d.diffMax >= 0 && e.Size <= d.diffMax {
+		small = new(bytes.Buffer)
+		r = io.TeeReader(r, small)
+	}
+	sha, n, err := d.put(r)
+	if err != nil {
+		return fmt.Errorf("storing %s: %w", hp, err)
+	}
+	if n != e.Size {
+		return &ErrBadEntry{Entry: *e, Reason: fmt.Sprintf("content is %d bytes, entry says %d", n, e.Size)}
+	}
+	fc := dryexec.FileChange{Path: hp, Op: dryexec.OpCreate, Kind: dryexec.KindFile, Mode: mode, Size: n, SHA256: sha}
+	var old []byte
+	if lo.exists {
+		if lo.kind != dryexec.KindFile {
+			if err := d.deleteTree(e.Mount, e.Path, lo); err != nil {
+				return err
+			}
+		} else {
+			beforeSHA, oldSmall, err := d.hashLower(e.Mount, e.Path, lo.size)
+			if err != nil {
+				return err
+			}
+			fc.BeforeSHA256, fc.BeforeMode = beforeSHA, modeString(lo.mode)
+			switch {
+			case beforeSHA == sha && lo.mode == e.Mode:
+				return nil // rewritten with the same bytes, or only touched
+			case beforeSHA == sha:
+				fc.Op = dryexec.OpChmod
+				d.add(fc)
+				return nil
+			}
+			fc.Op, old = dryexec.OpModify, oldSmall
+			if old == nil {
+				small = nil // the old side is too large to diff
+			}
+		}
+	}
+	if small != nil {
+		fc.Diff = unifiedDiff(hp, old, small.Bytes(), lo.exists && lo.kind == dryexec.KindFile)
+	}
+	d.add(fc)
+	return nil
+}
+
+// put stores r in the blob sink (or only hashes it) and returns its sha256.
+func (d *Differ) put(r io.Reader) (string, int64, error) {
+	if d.blobs != nil {
+		return d.blobs.PutBlob(r)
+	}
+	h := sha256.New()
+	n, err := io.Copy(h, r)
+	return hex.EncodeToString(h.Sum(nil)), n, err
+}
+
+func (d *Differ) add(fc dryexec.FileChange) { d.changes = append(d.changes, fc) }
+
+// Finish reports deletions implied by opaque dirs and returns all changes, sorted
+// by path (a path replaced by another kind lists its delete first).
+func (d *Differ) Finish() ([]dryexec.FileChange, error) {
+	for _, k := range d.opaque {
+		fd, err := d.openLower(k.m, k.p, unix.O_RDONLY|unix.O_DIRECTORY)
+		if err != nil {
+			return nil, err
+		}
+		if fd < 0 {
+			continue
+		}
+		err = d.deleteUnseen(k.m, k.p, fd)
+		unix.Close(fd)
+		if err != nil {
+			return nil, err
+		}
+	}
+	slices.SortStableFunc(d.changes, func(a, b dryexec.FileChange) int { return strings.Compare(a.Path, b.Path) })
+	out := d.changes
+	d.changes = nil
+	return out, nil
+}
+
+// deleteUnseen deletes every host entry below dir p (open as dirfd) that the upper
+// does not have: an opaque dir hides its whole host subtree.
+func (d *Differ) deleteUnseen(m int, p string, dirfd int) error {
+	names, err := readDirNames(dirfd)
+	if err != nil {
+		return fmt.Errorf("listing host dir %s: %w", d.hostPath(m, p), err)
+	}
+	for _, name := range names {
+		cp := p + "/" + name
+		if _, ok := d.seen[mkey{m, cp}]; !ok {
+			lo, err := d.lookup(m, cp)
+			if err != nil {
+				return err
+			}
+			if lo.exists {
+				if err := d.deleteTree(m, cp, lo); err != nil {
+					return err
+				}
+			}
+			continue
+		}
+		// Seen in the upper: an upper dir under an opaque dir hides the host's
+		// children too, so recurse into a host dir that is still a dir above.
+		lo, err := d.lookup(m, cp)
+		if err != nil || !lo.exists || lo.kind != dryexec.KindDir || d.noLower[mkey{m, cp}] {
+			continue
+		}
+		cfd, err := unix.Openat(dirfd, name, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+		if err != nil {
+			continue
+		}
+		err = d.deleteUnseen(m, cp, cfd)
+		unix.Close(cfd)
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// deleteTree records the deletion of host path p, which has state lo; for a dir,
+// every file and dir beneath it is listed, children first.
+func (d *Differ) deleteTree(m int, p string, lo lower) error {
+	hp := d.hostPath(m, p)
+	if lo.kind != dryexec.KindDir {
+		fc := dryexec.FileChange{Path: hp, Op: dryexec.OpDelete, Kind: lo.kind, Mode: modeString(lo.mode), Size: lo.size, LinkTarget: lo.link}
+		if lo.kind == dryexec.KindFile {
+			sha, _, err := d.hashLower(m, p, lo.size)
+			if err != nil {
+				return err
+			}
+			fc.BeforeSHA256 = sha
+		}
+		d.add(fc)
+		return nil
+	}
+	fd, err := d.openLower(m, p, unix.O_RDONLY|unix.O_DIRECTORY)
+	if err != nil {
+		return err
+	}
+	if fd >= 0 {
+		names, err := readDirNames(fd)
+		unix.Close(fd)
+		if err != nil {
+			return fmt.Errorf("listing host dir %s: %w", hp, err)
+		}
+		for _, name := range names {
+			cp := p + "/" + name
+			clo, err := d.lookup(m, cp)
+			if err != nil {
+				return err
+			}
+			if clo.exists {
+				if err := d.deleteTree(m, cp, clo); err != nil {
+					return err
+				}
+			}
+		}
+	}
+	d.add(dryexec.FileChange{Path: hp, Op: dryexec.OpRmdir, Kind: dryexec.KindDir, Mode: modeString(lo.mode)})
+	return nil
+}
+
+// lookup returns the host's state of mount m's path p, never following a symlink
+// and never leaving the mount. Paths under a dir the sandbox created or replaced
+// have no host state.
+func (d *Differ) lookup(m int, p string) (lower, error) {
+	for dir := path.Dir(p); dir != "."; dir = path.Dir(dir) {
+		if d.noLower[mkey{m, dir}] {
+			return lower{}, nil
+		}
+	}
+	fd, err := d.openLower(m, p, unix.O_PATH|unix.O_NOFOLLOW)
+	if err != nil || fd < 0 {
+		return lower{}, err
+	}
+	defer unix.Close(fd)
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		return lower{}, fmt.Errorf("stat host %s: %w", d.hostPath(m, p), err)
+	}
+	lo := lower{exists: true, mode: st.Mode & 07777, size: st.Size}
+	switch st.Mode & unix.S_IFMT {
+	case unix.S_IFREG:
+		lo.kind = dryexec.KindFile
+	case unix.S_IFDIR:
+		lo.kind, lo.size = dryexec.KindDir, 0
+	case unix.S_IFLNK:
+		lo.kind, lo.mode = dryexec.KindSymlink, 0777
+		buf := make([]byte, unix.PathMax)
+		n, err := unix.Readlinkat(fd, "", buf)
+		if err != nil {
+			return lower{}, fmt.Errorf("readlink host %s: %w", d.hostPath(m, p), err)
+		}
+		lo.link = string(buf[:n])
+	default:
+		lo.kind, lo.size = dryexec.KindOther, 0
+	}
+	return lo, nil
+}
+
+// openLower opens the host's p beneath mount m with openat2: no symlinks, no
+// magic links, no crossing into another mount. It returns -1 (and no error) when
+// the host has nothing there, or a parent on the host is a symlink or mount point.
+func (d *Differ) openLower(m int, p string, flags int) (int, error) {
+	if d.roots[m] < 0 {
+		fd, err := unix.Open(d.mounts[m].Path, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+		if err != nil {
+			return -1, fmt.Errorf("opening host mount %s: %w", d.mounts[m].Path, err)
+		}
+		d.roots[m] = fd
+	}
+	fd, err := unix.Openat2(d.roots[m], p, &unix.OpenHow{
+		Flags:   uint64(flags | unix.O_CLOEXEC),
+		Resolve: unix.RESOLVE_BENEATH | unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_NO_XDEV | unix.RESOLVE_NO_MAGICLINKS,
+	})
+	switch {
+	case err == nil:
+		return fd, nil
+	case errors.Is(err, unix.ENOENT), errors.Is(err, unix.ELOOP), errors.Is(err, unix.EXDEV), errors.Is(err, unix.ENOTDIR):
+		return -1, nil
+	default:
+		return -1, fmt.Errorf("opening host %s: %w", d.hostPath(m, p), err)
+	}
+}
+
+// hashLower returns the sha256 of the host file, and its bytes when it is small
+// enough to diff. An unreadable host file (rootless, someone else's 0600 file) has
+// an empty hash rather than failing the trial.
+func (d *Differ) hashLower(m int, p string, size int64) (string, []byte, error) {
+	fd, err := d.openLower(m, p, unix.O_RDONLY|unix.O_NOFOLLOW)
+	if err != nil {
+		if errors.Is(err, unix.EACCES) || errors.Is(err, unix.EPERM) {
+			return "", nil, nil
+		}
+		return "", nil, err
+	}
+	if fd < 0 {
+		return "", nil, nil
+	}
+	f := os.NewFile(uintptr(fd), d.hostPath(m, p))
+	defer f.Close()
+	h := sha256.New()
+	var small *bytes.Buffer
+	var w io.Writer = h
+	if d.diffMax >= 0 && size <= d.diffMax {
+		small = new(bytes.Buffer)
+		w = io.MultiWriter(h, small)
+	}
+	if _, err := io.Copy(w, f); err != nil {
+		return "", nil, fmt.Errorf("reading host %s: %w", d.hostPath(m, p), err)
+	}
+	var b []byte
+	if small != nil {
+		b = small.Bytes()
+	}
+	return hex.EncodeToString(h.Sum(nil)), b, nil
+}
+
+func readDirNames(fd int) ([]string, error) {
+	nfd, err := unix.Dup(fd)
+	if err != nil {
+		return nil, err
+	}
+	f := os.NewFile(uintptr(nfd), "")
+	defer f.Close()
+	names, err := f.Readdirnames(-1)
+	slices.Sort(names)
+	return names, err
+}
+
+func modeString(m uint32) string { return fmt.Sprintf("%04o", m&07777) }
+
+// unifiedDiff returns a unified diff of old → new when both are text, else "".
+func unifiedDiff(p string, old, new []byte, hadOld bool) string {
+	if !isText(old) || !isText(new) {
+		return ""
+	}
+	from := "a" + p
+	if !hadOld {
+		from = "/dev/null"
+	}
+	return udiff.Unified(from, "b"+p, string(old), string(new))
+}
+
+func isText(b []byte) bool { return utf8.Valid(b) && bytes.IndexByte(b, 0) < 0 }

@@ -1,0 +1,46 @@
+// Package guest is the supervisor that runs inside every isolation boundary. It is
+// started by re-executing the dryexec binary as `dryexec guest ROLE` (an internal
+// subcommand, never to be called directly) and speaks package wire to the host
+// side over an inherited file descriptor.
+//
+// Everything here runs on the sandbox side of the trust boundary: it may set up the
+// sandbox's view before the untrusted command starts, but what it reports is
+// re-checked by the host (see fsdelta.Differ).
+package guest
+
+import (
+	"fmt"
+	"os"
+)
+
+// Roles.
+const (
+	// RoleNSTrial: PID 1 of a one-shot ns trial. It builds the overlay view,
+	// runs the command, kills what is left, and streams the upper dirs back.
+	RoleNSTrial = "ns-trial"
+)
+
+// MaybeMain runs the guest and exits if args (os.Args) ask for a guest role;
+// otherwise it returns at once. Binaries that embed dryexec's rungs (the CLI, test
+// binaries) call it first thing in main / TestMain, because the rungs start the
+// guest by re-executing /proc/self/exe.
+func MaybeMain(args []string) {
+	if len(args) < 3 || args[1] != "guest" {
+		return
+	}
+	os.Exit(Main(args[2:]))
+}
+
+// Main runs the guest role named by args[0] and returns the exit code.
+func Main(args []string) int {
+	if len(args) == 0 {
+		fmt.Fprintln(os.Stderr, "dryexec guest: internal subcommand, not to be called directly")
+		return 2
+	}
+	switch args[0] {
+	case RoleNSTrial:
+		return runNSTrial()
+	}
+	fmt.Fprintf(os.Stderr, "dryexec guest: unknown role %q\n", args[0])
+	return 2
+}

@@ -1,0 +1,418 @@
+package guest
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/dryexec/dryexec/fsdelta"
+	"github.com/dryexec/dryexec/wire"
+)
+
+// scratchCandidates are where the trial's tmpfs (upper dirs, work dirs, the new
+// root) is mounted in the trial's private mount namespace before pivot_root; the
+// host never sees it. The first existing real directory wins.
+var scratchCandidates = []string{"/tmp", "/mnt", "/var/tmp", "/run"}
+
+// runNSTrial is PID 1 of a one-shot ns trial. The host started it in fresh user,
+// mount, pid, net, ipc, uts and cgroup namespaces with the descriptors in package
+// wire's *FD constants.
+func runNSTrial() int {
+	ctrl := os.NewFile(wire.CtrlFD, "ctrl")
+	conn := wire.NewConn(ctrl)
+	fail := func(code string, err error) int {
+		conn.Send(wire.KindErr, "", 0, &wire.RemoteError{Code: code, Message: err.Error()})
+		return 1
+	}
+	if err := conn.Send(wire.KindHello, "", 0, &wire.Hello{Version: wire.Version, Role: RoleNSTrial}); err != nil {
+		return 1
+	}
+	f, err := conn.Read()
+	if err != nil {
+		return 1
+	}
+	var cfg wire.TrialStart
+	if f.Verb != wire.VerbTrialStart {
+		return fail("protocol", fmt.Errorf("expected %s, got %q", wire.VerbTrialStart, f.Verb))
+	}
+	if err := f.Decode(&cfg); err != nil {
+		return fail("protocol", err)
+	}
+	// From here on the host only closes the stream (or dies); either way, PID 1
+	// exits and the kernel kills everything left in the namespace.
+	go func() {
+		for {
+			if _, err := conn.Read(); err != nil {
+				os.Exit(3)
+			}
+		}
+	}()
+
+	scratch, err := buildView(&cfg)
+	if err != nil {
+		return fail("setup", err)
+	}
+	exit := runCommand(&cfg)
+	var sfs unix.Statfs_t
+	if unix.Fstatfs(scratch, &sfs) == nil {
+		exit.UpperUsed = int64(sfs.Blocks-sfs.Bfree) * sfs.Bsize
+		exit.UpperFull = sfs.Bavail == 0 || sfs.Ffree == 0
+	}
+	if err := conn.Send(wire.KindEvent, wire.VerbTrialExit, 0, exit); err != nil {
+		return 1
+	}
+	if err := unix.Fchdir(scratch); err != nil {
+		return fail("walk", err)
+	}
+	buf := make([]byte, wire.MaxAttachment)
+	for i := range cfg.Mounts {
+		err := fsdelta.WalkUpper("u/"+strconv.Itoa(i), i, func(e *fsdelta.Entry, content *os.File) error {
+			if err := conn.Send(wire.KindEvent, wire.VerbFSEntry, 0, e); err != nil {
+				return err
+			}
+			if content == nil {
+				return nil
+			}
+			return sendContent(conn, content, e.Size, buf)
+		})
+		if err != nil {
+			return fail("walk", err)
+		}
+	}
+	if err := conn.Send(wire.KindEvent, wire.VerbTrialDone, 0, nil); err != nil {
+		return 1
+	}
+	return 0
+}
+
+// sendContent streams exactly size bytes of f as fs.data frames. A file that
+// changed size under us (it cannot: every sandbox process is dead) is an error.
+func sendContent(conn *wire.Conn, f *os.File, size int64, buf []byte) error {
+	for size > 0 {
+		n := int64(len(buf))
+		if size < n {
+			n = size
+		}
+		if _, err := io.ReadFull(f, buf[:n]); err != nil {
+			return fmt.Errorf("reading upper file: %w", err)
+		}
+		if err := conn.Send(wire.KindEvent, wire.VerbFSData, 0, nil, buf[:n]); err != nil {
+			return err
+		}
+		size -= n
+	}
+	return nil
+}
+
+// buildView makes the sandbox's filesystem: an overlay over every host mount the
+// host listed, a private /tmp, fresh /proc, a minimal /dev, read-only /sys; then
+// pivot_root into it. It returns an fd of the scratch tmpfs that holds the upper
+// dirs, which stays reachable only through that fd.
+func buildView(cfg *wire.TrialStart) (int, error) {
+	if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
+		return -1, fmt.Errorf("making mounts private: %w", err)
+	}
+	// Open every lower before anything is mounted over it; overlay gets them as
+	// /proc/self/fd/N, which also keeps odd characters out of the option string.
+	lowers := make([]int, len(cfg.Mounts))
+	for i, m := range cfg.Mounts {
+		fd, err := unix.Open(m.Path, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+		if err != nil {
+			return -1, fmt.Errorf("opening lower %s: %w", m.Path, err)
+		}
+		lowers[i] = fd
+	}
+	scratchDir := ""
+	for _, c := range scratchCandidates {
+		if st, err := os.Lstat(c); err == nil && st.IsDir() {
+			scratchDir = c
+			break
+		}
+	}
+	if scratchDir == "" {
+		return -1, errors.New("no directory to mount the scratch tmpfs on")
+	}
+	opts := "mode=0700"
+	if cfg.UpperSize > 0 {
+		opts += ",size=" + strconv.FormatInt(cfg.UpperSize, 10)
+	}
+	if err := unix.Mount("dryexec", scratchDir, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, opts); err != nil {
+		return -1, fmt.Errorf("mounting scratch tmpfs: %w", err)
+	}
+	scratch, err := unix.Open(scratchDir, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return -1, fmt.Errorf("opening scratch: %w", err)
+	}
+	root := scratchDir + "/root"
+	for _, d := range []string{"root", "u", "w"} {
+		if err := os.Mkdir(scratchDir+"/"+d, 0o755); err != nil {
+			return -1, err
+		}
+	}
+	for i, m := range cfg.Mounts {
+		u := fmt.Sprintf("%s/u/%d", scratchDir, i)
+		w := fmt.Sprintf("%s/w/%d", scratchDir, i)
+		if err := os.Mkdir(u, 0o755); err != nil {
+			return -1, err
+		}
+		if err := os.Mkdir(w, 0o755); err != nil {
+			return -1, err
+		}
+		lower := "/proc/self/fd/" + strconv.Itoa(lowers[i])
+		target := root + m.Path
+		if m.Path == "/" {
+			target = root
+		}
+		opts := "lowerdir=" + lower + ",upperdir=" + u + ",workdir=" + w
+		if cfg.Rootless {
+			opts += ",userxattr"
+		}
+		if err := unix.Mount("overlay", target, "overlay", 0, opts); err != nil {
+			return -1, fmt.Errorf("overlay over %s: %w", m.Path, err)
+		}
+	}
+	for _, fd := range lowers {
+		unix.Close(fd)
+	}
+	if err := mountProcDevSys(root); err != nil {
+		return -1, err
+	}
+	if err := unix.Chdir(root); err != nil {
+		return -1, err
+	}
+	if err := unix.PivotRoot(".", "."); err != nil {
+		return -1, fmt.Errorf("pivot_root: %w", err)
+	}
+	if err := unix.Unmount(".", unix.MNT_DETACH); err != nil {
+		return -1, fmt.Errorf("detaching old root: %w", err)
+	}
+	if err := unix.Chdir("/"); err != nil {
+		return -1, err
+	}
+	if cfg.Hostname != "" {
+		unix.Sethostname([]byte(cfg.Hostname))
+	}
+	if err := loopbackUp(); err != nil {
+		return -1, err
+	}
+	return scratch, nil
+}
+
+// mountProcDevSys mounts /proc (this pid namespace's), a minimal /dev with the
+// host's harmless device nodes bound in, and sysfs read-only when the kernel lets
+// this user namespace mount it.
+func mountProcDevSys(root string) error {
+	const noSuidDevExec = unix.MS_NOSUID | unix.MS_NODEV | unix.MS_NOEXEC
+	if err := unix.Mount("proc", root+"/proc", "proc", noSuidDevExec, ""); err != nil {
+		return fmt.Errorf("mounting /proc: %w", err)
+	}
+	dev := root + "/dev"
+	if err := unix.Mount("dev", dev, "tmpfs", unix.MS_NOSUID|unix.MS_NOEXEC, "mode=0755,size=65536"); err != nil {
+		return fmt.Errorf("mounting /dev: %w", err)
+	}
+	for _, n := range []string{"null", "zero", "full", "random", "urandom", "tty"} {
+		p := dev + "/" + n
+		if err := os.WriteFile(p, nil, 0o666); err != nil {
+			return err
+		}
+		if err := unix.Mount("/dev/"+n, p, "", unix.MS_BIND, ""); err != nil {
+			return fmt.Errorf("binding /dev/%s: %w", n, err)
+		}
+	}
+	for _, d := range []string{"pts", "shm"} {
+		if err := os.Mkdir(dev+"/"+d, 0o755); err != nil {
+			return err
+		}
+	}
+	if err := unix.Mount("devpts", dev+"/pts", "devpts", unix.MS_NOSUID|unix.MS_NOEXEC, "newinstance,ptmxmode=0666,mode=0620"); err != nil {
+		return fmt.Errorf("mounting /dev/pts: %w", err)
+	}
+	if err := unix.Mount("shm", dev+"/shm", "tmpfs", noSuidDevExec, "mode=1777"); err != nil {
+		return fmt.Errorf("mounting /dev/shm: %w", err)
+	}
+	for name, target := range map[string]string{
+		"ptmx": "pts/ptmx", "fd": "/proc/self/fd", "stdin": "/proc/self/fd/0",
+		"stdout": "/proc/self/fd/1", "stderr": "/proc/self/fd/2",
+	} {
+		if err := os.Symlink(target, dev+"/"+name); err != nil {
+			return err
+		}
+	}
+	// Best effort: without it /sys is the host root fs's empty mount point dir.
+	unix.Mount("sysfs", root+"/sys", "sysfs", noSuidDevExec|unix.MS_RDONLY, "")
+	return nil
+}
+
+func loopbackUp() error {
+	fd, err := unix.Socket(unix.AF_INET, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return fmt.Errorf("socket for lo: %w", err)
+	}
+	defer unix.Close(fd)
+	ifr, err := unix.NewIfreq("lo")
+	if err != nil {
+		return err
+	}
+	if err := unix.IoctlIfreq(fd, unix.SIOCGIFFLAGS, ifr); err != nil {
+		return fmt.Errorf("reading lo flags: %w", err)
+	}
+	ifr.SetUint16(ifr.Uint16() | unix.IFF_UP)
+	if err := unix.IoctlIfreq(fd, unix.SIOCSIFFLAGS, ifr); err != nil {
+		return fmt.Errorf("bringing lo up: %w", err)
+	}
+	return nil
+}
+
+// runCommand starts the command in its own session, waits for it, then kills and
+// reaps everything else in the pid namespace, so that nothing outlives the trial
+// and every write is in the upper dirs before they are walked.
+func runCommand(cfg *wire.TrialStart) *wire.TrialExit {
+	ex := &wire.TrialExit{}
+	env := cfg.Env
+	stdin := uintptr(wire.StdinFD)
+	if !cfg.Stdin {
+		f, err := os.Open("/dev/null")
+		if err != nil {
+			ex.ExitCode, ex.StartError = 126, "opening /dev/null: "+err.Error()
+			return ex
+		}
+		stdin = f.Fd()
+	}
+	if err := unix.Chdir(cfg.Cwd); err != nil {
+		ex.ExitCode, ex.StartError = 126, fmt.Sprintf("cwd %s: %v", cfg.Cwd, err)
+		return ex
+	}
+	bin, err := lookPath(cfg.Argv[0], envGet(env, "PATH"))
+	if err != nil {
+		ex.ExitCode, ex.StartError = 127, err.Error()
+		return ex
+	}
+	start := time.Now()
+	pid, err := syscall.ForkExec(bin, cfg.Argv, &syscall.ProcAttr{
+		Dir:   cfg.Cwd,
+		Env:   env,
+		Files: []uintptr{stdin, wire.StdoutFD, wire.StderrFD},
+		Sys:   commandAttr(cfg),
+	})
+	if err != nil {
+		ex.ExitCode, ex.StartError = 126, fmt.Sprintf("exec %s: %v", cfg.Argv[0], err)
+		if errors.Is(err, syscall.ENOENT) {
+			ex.ExitCode = 127
+		}
+		return ex
+	}
+	// Only the command may hold the output pipes now: closing ours lets the host
+	// see EOF as soon as the last sandbox process is gone.
+	unix.Close(wire.StdoutFD)
+	unix.Close(wire.StderrFD)
+	if cfg.Stdin {
+		unix.Close(wire.StdinFD)
+	}
+	timedOut := make(chan struct{})
+	if cfg.TimeoutMS > 0 {
+		t := time.AfterFunc(time.Duration(cfg.TimeoutMS)*time.Millisecond, func() {
+			close(timedOut)
+			unix.Kill(-1, unix.SIGKILL)
+		})
+		defer t.Stop()
+	}
+	var ws unix.WaitStatus
+	for {
+		wpid, err := unix.Wait4(-1, &ws, 0, nil)
+		if err == unix.EINTR {
+			continue
+		}
+		if err != nil || wpid == pid {
+			break
+		}
+	}
+	ex.DurationNS = time.Since(start).Nanoseconds()
+	// Whatever the command left running (daemons, background jobs) dies now.
+	unix.Kill(-1, unix.SIGKILL)
+	for {
+		if _, err := unix.Wait4(-1, nil, 0, nil); err == unix.ECHILD {
+			break
+		}
+	}
+	select {
+	case <-timedOut:
+		ex.TimedOut = true
+	default:
+	}
+	switch {
+	case ex.TimedOut:
+		ex.ExitCode, ex.Signal = 124, "SIGKILL"
+	case ws.Signaled():
+		ex.ExitCode, ex.Signal = 128+int(ws.Signal()), unix.SignalName(ws.Signal())
+	default:
+		ex.ExitCode = ws.ExitStatus()
+	}
+	var ru unix.Rusage
+	if unix.Getrusage(unix.RUSAGE_CHILDREN, &ru) == nil {
+		ex.CPUUserNS = ru.Utime.Nano()
+		ex.CPUSysNS = ru.Stime.Nano()
+		ex.MaxRSS = ru.Maxrss * 1024
+	}
+	return ex
+}
+
+// commandAttr starts the command in its own session (no controlling terminal to
+// push input into) and, when asked, in its own identity-mapped user namespace.
+func commandAttr(cfg *wire.TrialStart) *syscall.SysProcAttr {
+	a := &syscall.SysProcAttr{Setsid: true}
+	if cfg.CommandUserNS {
+		all := []syscall.SysProcIDMap{{ContainerID: 0, HostID: 0, Size: 1<<32 - 1}}
+		a.Cloneflags = syscall.CLONE_NEWUSER
+		a.UidMappings, a.GidMappings = all, all
+	}
+	return a
+}
+
+func envGet(env []string, k string) string {
+	for i := len(env) - 1; i >= 0; i-- {
+		if v, ok := strings.CutPrefix(env[i], k+"="); ok {
+			return v
+		}
+	}
+	return ""
+}
+
+// lookPath resolves file like a shell does, against the command's own PATH (not
+// the guest's), in the sandbox's view of the filesystem.
+func lookPath(file, pathEnv string) (string, error) {
+	if strings.Contains(file, "/") {
+		if err := executable(file); err != nil {
+			return "", fmt.Errorf("%s: %w", file, err)
+		}
+		return file, nil
+	}
+	for _, dir := range filepath.SplitList(pathEnv) {
+		if dir == "" {
+			dir = "."
+		}
+		p := filepath.Join(dir, file)
+		if executable(p) == nil {
+			return p, nil
+		}
+	}
+	return "", fmt.Errorf("%s: command not found", file)
+}
+
+func executable(p string) error {
+	st, err := os.Stat(p)
+	if err != nil {
+		return err
+	}
+	if st.IsDir() || st.Mode()&0o111 == 0 {
+		return fmt.Errorf("permission denied")
+	}
+	return nil
+}

@@ -1,0 +1,13 @@
+//go:build !linux
+
+package guest
+
+import (
+	"fmt"
+	"os"
+)
+
+func runNSTrial() int {
+	fmt.Fprintln(os.Stderr, "dryexec guest: the ns rung needs Linux")
+	return 2
+}

@@ -1,0 +1,63 @@
+package dryexec
+
+import (
+	"context"
+	"io"
+)
+
+// Rung is one isolation backend. Everything above it is rung-independent.
+type Rung interface {
+	// Name is the rung's contract name: host, ns, gvisor, vm, seatbelt.
+	Name() string
+	// Available reports nil, or an *IsolationUnavailableError naming what is missing.
+	Available(ctx context.Context) error
+	// Trial runs spec.Action behind the boundary and returns the delta. File
+	// contents the delta refers to are written to spec.Blobs before it returns.
+	Trial(ctx context.Context, spec TrialSpec) (*StateDelta, error)
+}
+
+// BlobSink stores file contents by sha256. A trial writes the new content of every
+// created or modified file into it, so that a later commit applies exactly the bytes
+// that were reviewed, whatever happens to the sandbox afterwards.
+type BlobSink interface {
+	// PutBlob stores all of r's bytes and returns their sha256 (hex) and length.
+	PutBlob(r io.Reader) (sha256hex string, n int64, err error)
+}
+
+// TrialSpec is one trial's input.
+type TrialSpec struct {
+	TrialID string
+	Action  Action
+	// Stdin, when non-nil, is passed to the command; nil means /dev/null.
+	Stdin io.Reader
+	// OutputCap bounds stdout and stderr each (the tail is kept). 0 means 1 MiB.
+	OutputCap int
+	// UpperSizeBytes bounds what the trial may write (the upper tmpfs). 0 means 2 GiB.
+	UpperSizeBytes int64
+	// DiffMaxBytes is the largest file for which a unified diff is produced.
+	// 0 means 64 KiB; negative means never.
+	DiffMaxBytes int64
+	// Blobs receives file contents; nil means contents are hashed but not kept.
+	Blobs BlobSink
+}
+
+// Defaults for TrialSpec's zero values.
+const (
+	DefaultOutputCap      = 1 << 20
+	DefaultUpperSizeBytes = 2 << 30
+	DefaultDiffMaxBytes   = 64 << 10
+)
+
+// WithDefaults returns s with zero values replaced by the defaults above.
+func (s TrialSpec) WithDefaults() TrialSpec {
+	if s.OutputCap <= 0 {
+		s.OutputCap = DefaultOutputCap
+	}
+	if s.UpperSizeBytes <= 0 {
+		s.UpperSizeBytes = DefaultUpperSizeBytes
+	}
+	if s.DiffMaxBytes == 0 {
+		s.DiffMaxBytes = DefaultDiffMaxBytes
+	}
+	return s
+}

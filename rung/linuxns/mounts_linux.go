@@ -1,0 +1,71 @@
+package linuxns
+
+import (
+	"path"
+	"slices"
+	"strings"
+
+	"github.com/moby/sys/mountinfo"
+
+	"github.com/dryexec/dryexec/wire"
+)
+
+// pseudoFS are filesystem types that hold no user data; the sandbox gets its own
+// /proc, /dev and /sys instead of overlays of them.
+var pseudoFS = map[string]bool{
+	"proc": true, "sysfs": true, "devtmpfs": true, "devpts": true, "cgroup": true,
+	"cgroup2": true, "mqueue": true, "debugfs": true, "tracefs": true, "securityfs": true,
+	"pstore": true, "bpf": true, "configfs": true, "fusectl": true, "hugetlbfs": true,
+	"autofs": true, "binfmt_misc": true, "efivarfs": true, "nsfs": true, "rpc_pipefs": true,
+	"nfsd": true, "selinuxfs": true,
+}
+
+// replacedTrees are paths the sandbox gets fresh instead of overlays.
+var replacedTrees = []string{"/proc", "/sys", "/dev"}
+
+// planMounts decides which host mounts get an overlay, from mountinfo: every mount
+// of a real filesystem, parents before children, the last mount at a path winning
+// (it is the one a path lookup sees). /tmp is overlaid like any other path: the
+// sandbox sees the host's files there, and what it writes is captured.
+func planMounts(infos []*mountinfo.Info) []wire.MountSpec {
+	last := map[string]*mountinfo.Info{}
+	var order []string
+	for _, mi := range infos {
+		if pseudoFS[mi.FSType] || under(mi.Mountpoint, replacedTrees) {
+			continue
+		}
+		if _, ok := last[mi.Mountpoint]; !ok {
+			order = append(order, mi.Mountpoint)
+		}
+		last[mi.Mountpoint] = mi
+	}
+	// A mount is only visible if no mount at one of its parents came after it;
+	// mountinfo lists mounts in mount order, so sorting by depth keeps parents first.
+	slices.SortStableFunc(order, func(a, b string) int { return depth(a) - depth(b) })
+	specs := make([]wire.MountSpec, 0, len(order))
+	for _, p := range order {
+		specs = append(specs, wire.MountSpec{Path: p})
+	}
+	if len(specs) == 0 || specs[0].Path != "/" {
+		return nil
+	}
+	return specs
+}
+
+func depth(p string) int {
+	if p == "/" {
+		return 0
+	}
+	return strings.Count(p, "/")
+}
+
+// under reports whether p is one of roots or beneath one.
+func under(p string, roots []string) bool {
+	p = path.Clean(p)
+	for _, r := range roots {
+		if p == r || strings.HasPrefix(p, r+"/") {
+			return true
+		}
+	}
+	return false
+}

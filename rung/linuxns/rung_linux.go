@@ -1,0 +1,425 @@
+package linuxns
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/base32"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/exec"
+	"sort"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/moby/sys/mountinfo"
+	"golang.org/x/sys/unix"
+
+	"github.com/dryexec/dryexec"
+	"github.com/dryexec/dryexec/fsdelta"
+	"github.com/dryexec/dryexec/guest"
+	"github.com/dryexec/dryexec/wire"
+)
+
+// Name is the rung's contract name.
+const Name = "ns"
+
+// Rung runs trials in Linux namespaces. The zero value is ready to use.
+type Rung struct {
+	// GuestExe is the binary started as the guest supervisor with
+	// `guest ns-trial`; empty means /proc/self/exe, which must then call
+	// guest.MaybeMain first thing in main (the dryexec CLI and our tests do).
+	GuestExe string
+	// Log receives debug records; nil logs nothing.
+	Log *slog.Logger
+	// WalkGrace bounds how long the guest may take to report its upper dirs after
+	// the command's own timeout; 0 means 60s.
+	WalkGrace time.Duration
+}
+
+var _ dryexec.Rung = (*Rung)(nil)
+
+// Name implements dryexec.Rung.
+func (r *Rung) Name() string { return Name }
+
+// Available checks what the rung needs from the kernel without starting anything.
+func (r *Rung) Available(ctx context.Context) error {
+	miss := func(s string) error { return &dryexec.IsolationUnavailableError{Rung: Name, Missing: s} }
+	if _, err := os.Stat("/proc/self/ns/user"); err != nil {
+		return miss("kernel without user namespaces (/proc/self/ns/user)")
+	}
+	if b, err := os.ReadFile("/proc/sys/user/max_user_namespaces"); err == nil && strings.TrimSpace(string(b)) == "0" {
+		return miss("user namespaces disabled (user.max_user_namespaces = 0)")
+	}
+	if b, err := os.ReadFile("/proc/sys/kernel/unprivileged_userns_clone"); err == nil && os.Geteuid() != 0 && strings.TrimSpace(string(b)) == "0" {
+		return miss("unprivileged user namespaces disabled (kernel.unprivileged_userns_clone = 0)")
+	}
+	if b, err := os.ReadFile("/proc/filesystems"); err != nil || !strings.Contains(string(b), "\toverlay\n") {
+		return miss("no overlayfs in /proc/filesystems (modprobe overlay)")
+	}
+	var u unix.Utsname
+	if unix.Uname(&u) == nil && !kernelAtLeast(unix.ByteSliceToString(u.Release[:]), 5, 11) {
+		return miss("kernel " + unix.ByteSliceToString(u.Release[:]) + " is older than 5.11 (overlayfs in a user namespace)")
+	}
+	return nil
+}
+
+func kernelAtLeast(release string, major, minor int) bool {
+	var ma, mi int
+	fmt.Sscanf(release, "%d.%d", &ma, &mi)
+	return ma > major || (ma == major && mi >= minor)
+}
+
+// Trial implements dryexec.Rung.
+func (r *Rung) Trial(ctx context.Context, spec dryexec.TrialSpec) (*dryexec.StateDelta, error) {
+	spec = spec.WithDefaults()
+	if err := checkAction(spec.Action); err != nil {
+		return nil, err
+	}
+	if spec.TrialID == "" {
+		spec.TrialID = NewTrialID()
+	}
+	infos, err := mountinfo.GetMounts(nil)
+	if err != nil {
+		return nil, fmt.Errorf("reading mountinfo: %w", err)
+	}
+	mounts := planMounts(infos)
+	if mounts == nil {
+		return nil, &dryexec.IsolationUnavailableError{Rung: Name, Missing: "no overlayable root filesystem in mountinfo"}
+	}
+	t, err := r.start(spec, mounts)
+	if err != nil {
+		return nil, err
+	}
+	defer t.cleanup()
+	return t.run(ctx)
+}
+
+// NewTrialID returns a fresh random trial id ("tr_" + 20 base32 characters).
+func NewTrialID() string {
+	var b [13]byte
+	rand.Read(b[:])
+	return "tr_" + strings.ToLower(base32.StdEncoding.WithPadding(base32.NoPadding).EncodeToString(b[:]))[:20]
+}
+
+func checkAction(a dryexec.Action) error {
+	bad := func(f string, args ...any) error {
+		return fmt.Errorf("%w: %s", dryexec.ErrBadAction, fmt.Sprintf(f, args...))
+	}
+	if len(a.Argv) == 0 || a.Argv[0] == "" {
+		return bad("empty argv")
+	}
+	if !strings.HasPrefix(a.Cwd, "/") {
+		return bad("cwd %q is not absolute", a.Cwd)
+	}
+	if st, err := os.Stat(a.Cwd); err != nil || !st.IsDir() {
+		return bad("cwd %q is not a directory on the host", a.Cwd)
+	}
+	for k, v := range a.Env {
+		if k == "" || strings.ContainsAny(k, "=\x00") || strings.ContainsRune(v, 0) {
+			return bad("env %q is not a valid variable", k)
+		}
+	}
+	for _, s := range a.Argv {
+		if strings.ContainsRune(s, 0) {
+			return bad("NUL in argv")
+		}
+	}
+	if a.TimeoutMS < 0 {
+		return bad("negative timeout")
+	}
+	return nil
+}
+
+// trial is one running guest and the host ends of its descriptors.
+type trial struct {
+	r      *Rung
+	spec   dryexec.TrialSpec
+	mounts []wire.MountSpec
+	cmd    *exec.Cmd
+	conn   *wire.Conn
+	ctrl   *os.File
+	out    *tailBuffer
+	errb   *tailBuffer
+	pipes  sync.WaitGroup // the stdout/stderr copiers
+	start  time.Time
+}
+
+func (r *Rung) start(spec dryexec.TrialSpec, mounts []wire.MountSpec) (*trial, error) {
+	t := &trial{r: r, spec: spec, mounts: mounts,
+		out: newTailBuffer(spec.OutputCap), errb: newTailBuffer(spec.OutputCap)}
+	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return nil, fmt.Errorf("socketpair: %w", err)
+	}
+	t.ctrl = os.NewFile(uintptr(fds[0]), "ctrl")
+	guestCtrl := os.NewFile(uintptr(fds[1]), "guest-ctrl")
+	defer guestCtrl.Close()
+	outR, outW, err := os.Pipe()
+	if err != nil {
+		t.ctrl.Close()
+		return nil, err
+	}
+	defer outW.Close()
+	errR, errW, err := os.Pipe()
+	if err != nil {
+		t.ctrl.Close()
+		outR.Close()
+		return nil, err
+	}
+	defer errW.Close()
+	extra := []*os.File{guestCtrl, outW, errW}
+	var stdinW *os.File
+	if spec.Stdin != nil {
+		var stdinR *os.File
+		if stdinR, stdinW, err = os.Pipe(); err != nil {
+			t.ctrl.Close()
+			outR.Close()
+			errR.Close()
+			return nil, err
+		}
+		defer stdinR.Close()
+		extra = append(extra, stdinR)
+	}
+
+	exe := r.GuestExe
+	if exe == "" {
+		exe = "/proc/self/exe"
+	}
+	uid, gid := os.Getuid(), os.Getgid()
+	attr := &syscall.SysProcAttr{
+		Cloneflags: syscall.CLONE_NEWNS | syscall.CLONE_NEWPID |
+			syscall.CLONE_NEWNET | syscall.CLONE_NEWIPC | syscall.CLONE_NEWUTS | syscall.CLONE_NEWCGROUP,
+		// The guest dies with us even if we are SIGKILLed; it also exits when the
+		// control stream closes.
+		Pdeathsig: syscall.SIGKILL,
+	}
+	if uid != 0 {
+		// Rootless: the guest needs a user namespace to mount anything. As root
+		// it does without one (a copied mount tree is then not locked, so one
+		// overlay covers a whole host mount), and the command instead gets a
+		// user namespace of its own (TrialStart.CommandUserNS): it keeps its
+		// identity and file ownership, but its capabilities reach nothing.
+		attr.Cloneflags |= syscall.CLONE_NEWUSER
+		attr.UidMappings = []syscall.SysProcIDMap{{ContainerID: uid, HostID: uid, Size: 1}}
+		attr.GidMappings = []syscall.SysProcIDMap{{ContainerID: gid, HostID: gid, Size: 1}}
+		attr.GidMappingsEnableSetgroups = false
+	}
+	t.cmd = &exec.Cmd{
+		Path:        exe,
+		Args:        []string{"dryexec", "guest", guest.RoleNSTrial},
+		Env:         []string{},
+		ExtraFiles:  extra,
+		SysProcAttr: attr,
+		Stderr:      nil,
+	}
+	t.start = time.Now()
+	if err := t.cmd.Start(); err != nil {
+		t.ctrl.Close()
+		outR.Close()
+		errR.Close()
+		if stdinW != nil {
+			stdinW.Close()
+		}
+		if errors.Is(err, syscall.EPERM) || errors.Is(err, syscall.EINVAL) || errors.Is(err, syscall.ENOSPC) {
+			return nil, &dryexec.IsolationUnavailableError{Rung: Name, Missing: "cannot create namespaces: " + err.Error()}
+		}
+		return nil, fmt.Errorf("starting guest: %w", err)
+	}
+	t.conn = wire.NewConn(t.ctrl)
+	t.pipes.Add(2)
+	go t.copy(t.out, outR)
+	go t.copy(t.errb, errR)
+	if stdinW != nil {
+		go func() {
+			io.Copy(stdinW, spec.Stdin)
+			stdinW.Close()
+		}()
+	}
+	return t, nil
+}
+
+func (t *trial) copy(dst io.Writer, src *os.File) {
+	defer t.pipes.Done()
+	defer src.Close()
+	io.Copy(dst, src)
+}
+
+// cleanup makes sure the guest (and so the whole pid namespace) is gone.
+func (t *trial) cleanup() {
+	t.ctrl.Close()
+	t.cmd.Process.Kill()
+	t.cmd.Wait()
+	t.pipes.Wait()
+}
+
+func (t *trial) run(ctx context.Context) (*dryexec.StateDelta, error) {
+	a := t.spec.Action
+	grace := t.r.WalkGrace
+	if grace == 0 {
+		grace = 60 * time.Second
+	}
+	if a.TimeoutMS > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, a.Timeout()+grace)
+		defer cancel()
+	}
+	// Cancelling ctx kills the guest, which breaks the stream read below.
+	stop := context.AfterFunc(ctx, func() { t.cmd.Process.Kill() })
+	defer stop()
+
+	d, err := t.converse()
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil, fmt.Errorf("trial %s: %w", t.spec.TrialID, ctx.Err())
+		}
+		// The guest's stderr is inherited from nobody; its exit status is all we have.
+		return nil, err
+	}
+	t.pipes.Wait()
+	out, otr := t.out.Bytes()
+	errb, etr := t.errb.Bytes()
+	d.Process.Stdout, d.Process.StdoutTruncated = string(out), otr
+	d.Process.Stderr, d.Process.StderrTruncated = string(errb), etr
+	return d, nil
+}
+
+// converse speaks the trial protocol with the guest and builds the delta.
+func (t *trial) converse() (*dryexec.StateDelta, error) {
+	a := t.spec.Action
+	f, err := t.conn.Read()
+	if err != nil {
+		return nil, t.guestErr("reading hello", err)
+	}
+	var hello wire.Hello
+	if f.Kind != wire.KindHello || f.Decode(&hello) != nil || hello.Version != wire.Version {
+		return nil, fmt.Errorf("%w: bad hello from guest", dryexec.ErrGuest)
+	}
+	host, _ := os.Hostname()
+	env := make([]string, 0, len(a.Env))
+	for k, v := range a.Env {
+		env = append(env, k+"="+v)
+	}
+	sort.Strings(env)
+	start := wire.TrialStart{
+		Mounts: t.mounts, Argv: a.Argv, Env: env, Cwd: a.Cwd, TimeoutMS: a.TimeoutMS,
+		Hostname: host, UpperSize: t.spec.UpperSizeBytes, Stdin: t.spec.Stdin != nil,
+		Rootless: os.Getuid() != 0, CommandUserNS: os.Getuid() == 0,
+	}
+	if err := t.conn.Send(wire.KindReq, wire.VerbTrialStart, 1, &start); err != nil {
+		return nil, t.guestErr("sending trial.start", err)
+	}
+
+	dm := make([]fsdelta.Mount, len(t.mounts))
+	for i, m := range t.mounts {
+		dm[i] = fsdelta.Mount{Path: m.Path}
+	}
+	differ := fsdelta.NewDiffer(dm, t.spec.Blobs, t.spec.DiffMaxBytes)
+	defer differ.Close()
+	d := &dryexec.StateDelta{TrialID: t.spec.TrialID, Rung: Name, Action: a}
+	var exit *wire.TrialExit
+	for {
+		f, err := t.conn.Read()
+		if err != nil {
+			return nil, t.guestErr("reading report", err)
+		}
+		if f.Kind == wire.KindErr {
+			var re wire.RemoteError
+			f.Decode(&re)
+			return nil, fmt.Errorf("%w: %w", dryexec.ErrGuest, &re)
+		}
+		switch f.Verb {
+		case wire.VerbTrialExit:
+			exit = new(wire.TrialExit)
+			if err := f.Decode(exit); err != nil {
+				return nil, t.guestErr("decoding trial.exit", err)
+			}
+		case wire.VerbFSEntry:
+			if exit == nil {
+				return nil, fmt.Errorf("%w: fs.entry before trial.exit", dryexec.ErrGuest)
+			}
+			var e fsdelta.Entry
+			if err := f.Decode(&e); err != nil {
+				return nil, t.guestErr("decoding fs.entry", err)
+			}
+			var content io.Reader
+			if e.Kind == fsdelta.EntryFile {
+				content = &dataReader{conn: t.conn, left: e.Size}
+			}
+			if err := differ.Add(&e, content); err != nil {
+				return nil, fmt.Errorf("%w: %w", dryexec.ErrGuest, err)
+			}
+			if dr, ok := content.(*dataReader); ok && dr.left != 0 {
+				return nil, fmt.Errorf("%w: short content for %q", dryexec.ErrGuest, e.Path)
+			}
+		case wire.VerbTrialDone:
+			if exit == nil {
+				return nil, fmt.Errorf("%w: trial.done before trial.exit", dryexec.ErrGuest)
+			}
+			files, err := differ.Finish()
+			if err != nil {
+				return nil, err
+			}
+			d.Files = files
+			t.fillProcess(d, exit)
+			d.Memory.Method = "none"
+			d.Memory.PeakRSSBytes = exit.MaxRSS
+			d.Normalize()
+			d.ComputeTotals()
+			return d, nil
+		default:
+			return nil, fmt.Errorf("%w: unexpected %s %q", dryexec.ErrGuest, f.Kind, f.Verb)
+		}
+	}
+}
+
+func (t *trial) fillProcess(d *dryexec.StateDelta, ex *wire.TrialExit) {
+	p := &d.Process
+	p.ExitCode, p.Signal, p.TimedOut = ex.ExitCode, ex.Signal, ex.TimedOut
+	p.DurationNS, p.CPUUserNS, p.CPUSysNS, p.PeakRSSBytes = ex.DurationNS, ex.CPUUserNS, ex.CPUSysNS, ex.MaxRSS
+	if ex.StartError != "" {
+		t.errb.Write([]byte("dryexec: " + ex.StartError + "\n"))
+	}
+	if ex.UpperFull {
+		d.Violations = append(d.Violations, dryexec.Violation{Kind: "limit",
+			Detail: fmt.Sprintf("upper storage full: the trial may write at most %d bytes (--upper-size)", t.spec.UpperSizeBytes)})
+	}
+}
+
+func (t *trial) guestErr(doing string, err error) error {
+	return fmt.Errorf("%w: %s: %w", dryexec.ErrGuest, doing, err)
+}
+
+// dataReader reads a file's content from the fs.data frames that follow its entry.
+type dataReader struct {
+	conn *wire.Conn
+	left int64
+	cur  []byte
+}
+
+func (r *dataReader) Read(p []byte) (int, error) {
+	if r.left == 0 {
+		return 0, io.EOF
+	}
+	for len(r.cur) == 0 {
+		f, err := r.conn.Read()
+		if err != nil {
+			return 0, err
+		}
+		if f.Verb != wire.VerbFSData || len(f.Bin) != 1 || len(f.Bin[0]) == 0 {
+			return 0, fmt.Errorf("%w: expected fs.data, got %s %q", wire.ErrProtocol, f.Kind, f.Verb)
+		}
+		if int64(len(f.Bin[0])) > r.left {
+			return 0, fmt.Errorf("%w: more content than announced", wire.ErrProtocol)
+		}
+		r.cur = f.Bin[0]
+	}
+	n := copy(p, r.cur)
+	r.cur = r.cur[n:]
+	r.left -= int64(n)
+	return n, nil
+}

@@ -1,0 +1,55 @@
+package linuxns
+
+import "sync"
+
+// tailBuffer keeps the last cap bytes written to it, so a chatty command costs
+// bounded memory and the user still sees how it ended.
+type tailBuffer struct {
+	mu        sync.Mutex // guards the fields below; the reader goroutine writes
+	buf       []byte     // ring of len cap once full
+	cap       int
+	start     int // index of the oldest byte once full
+	full      bool
+	truncated bool
+}
+
+func newTailBuffer(cap int) *tailBuffer { return &tailBuffer{cap: cap} }
+
+func (t *tailBuffer) Write(p []byte) (int, error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	n := len(p)
+	if len(p) >= t.cap {
+		t.truncated = t.truncated || len(p) > t.cap || len(t.buf) > 0
+		t.buf = append(t.buf[:0], p[len(p)-t.cap:]...)
+		t.start, t.full = 0, true
+		return n, nil
+	}
+	if !t.full {
+		if room := t.cap - len(t.buf); len(p) <= room {
+			t.buf = append(t.buf, p...)
+			return n, nil
+		}
+		room := t.cap - len(t.buf)
+		t.buf = append(t.buf, p[:room]...)
+		p = p[room:]
+		t.full = true
+	}
+	t.truncated = true
+	for len(p) > 0 {
+		c := copy(t.buf[t.start:], p)
+		p = p[c:]
+		t.start = (t.start + c) % t.cap
+	}
+	return n, nil
+}
+
+// Bytes returns the kept bytes in order and whether earlier ones were dropped.
+func (t *tailBuffer) Bytes() ([]byte, bool) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	out := make([]byte, 0, len(t.buf))
+	out = append(out, t.buf[t.start:]...)
+	out = append(out, t.buf[:t.start]...)
+	return out, t.truncated
+}

@@ -1,0 +1,60 @@
+package wire
+
+// Verbs of a one-shot trial (the ns rung's cold path). The host sends
+// VerbTrialStart; the guest answers with events: VerbTrialExit once the command and
+// everything it started are gone, then VerbFSEntry/VerbFSData for each upper-dir
+// entry, then VerbTrialDone. A guest-side failure is a KindErr frame.
+const (
+	VerbTrialStart = "trial.start"
+	VerbTrialExit  = "trial.exit"
+	VerbFSEntry    = "fs.entry" // body: fsdelta.Entry; a file's content follows as fs.data frames
+	VerbFSData     = "fs.data"  // one attachment of file content
+	VerbTrialDone  = "trial.done"
+)
+
+// MountSpec is one host mount the guest must overlay.
+type MountSpec struct {
+	// Path is the absolute mount point, as the host's mountinfo gives it.
+	Path string `json:"path"`
+}
+
+// TrialStart tells the guest what to run.
+type TrialStart struct {
+	Mounts    []MountSpec `json:"mounts"`
+	Argv      []string    `json:"argv"`
+	Env       []string    `json:"env"`
+	Cwd       string      `json:"cwd"`
+	TimeoutMS int64       `json:"timeout_ms"`
+	Hostname  string      `json:"hostname"`
+	UpperSize int64       `json:"upper_size"`
+	// Stdin: the command reads fd StdinFD instead of /dev/null.
+	Stdin bool `json:"stdin,omitempty"`
+	// Rootless: the guest runs in a user namespace it was created with (the host
+	// user is not root): overlays use user.* xattrs, and host mounts are locked.
+	Rootless bool `json:"rootless,omitempty"`
+	// CommandUserNS: start the command in a user namespace of its own (identity
+	// mapped), so that its capabilities reach none of the trial's other namespaces.
+	CommandUserNS bool `json:"command_userns,omitempty"`
+}
+
+// TrialExit reports how the command ended.
+type TrialExit struct {
+	ExitCode   int    `json:"exit_code"`
+	Signal     string `json:"signal,omitempty"`
+	TimedOut   bool   `json:"timed_out,omitempty"`
+	StartError string `json:"start_error,omitempty"` // the command could not be started
+	DurationNS int64  `json:"duration_ns"`
+	CPUUserNS  int64  `json:"cpu_user_ns"`
+	CPUSysNS   int64  `json:"cpu_sys_ns"`
+	MaxRSS     int64  `json:"max_rss_bytes"`
+	UpperFull  bool   `json:"upper_full,omitempty"`
+	UpperUsed  int64  `json:"upper_used,omitempty"`
+}
+
+// File descriptors the host hands the ns guest, after stdin/stdout/stderr.
+const (
+	CtrlFD   = 3 // the wire stream
+	StdoutFD = 4 // the command's stdout (a pipe the host reads)
+	StderrFD = 5
+	StdinFD  = 6 // present when TrialStart.Stdin
+)

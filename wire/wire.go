@@ -1,0 +1,212 @@
+// Package wire owns the framing spoken between the host side of dryexec and the
+// guest supervisor inside a boundary: length-prefixed frames, each a JSON header
+// followed by binary attachments, so that file contents never go through JSON.
+//
+// Frame layout on the stream:
+//
+//	u32 big-endian header length | header JSON | for each of header.nbin: u32 length | bytes
+//
+// Every size is bounded (see the limits below) and checked before anything is
+// allocated, so a hostile or broken peer can make a read fail but never make it
+// allocate without bound or hang past the underlying stream's own deadline.
+package wire
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"sync"
+)
+
+// Version is the protocol version carried in the guest's hello.
+const Version = 1
+
+// Limits. A header is small metadata; attachments carry bulk bytes in bounded
+// chunks so that neither side ever buffers a whole large file.
+const (
+	// MaxHeader bounds one JSON header. Entries with long paths and env values
+	// fit comfortably; anything larger is a broken or hostile peer.
+	MaxHeader = 1 << 20
+	// MaxAttachment bounds one attachment; senders chunk larger payloads.
+	MaxAttachment = 1 << 20
+	// MaxAttachments bounds attachments per frame.
+	MaxAttachments = 64
+)
+
+// Frame kinds.
+const (
+	KindHello = "hello" // first frame from the guest: body is Hello
+	KindReq   = "req"   // a request; the peer answers with resp or err with the same ID
+	KindResp  = "resp"
+	KindErr   = "err"   // body is RemoteError
+	KindEvent = "event" // one-way; no answer
+)
+
+// ErrProtocol marks a malformed or out-of-bounds frame: the transport is unusable.
+var ErrProtocol = errors.New("wire: protocol error")
+
+// Frame is one message.
+type Frame struct {
+	ID   uint64          `json:"id,omitempty"`
+	Kind string          `json:"kind"`
+	Verb string          `json:"verb,omitempty"`
+	Body json.RawMessage `json:"body,omitempty"`
+	NBin int             `json:"nbin,omitempty"`
+	// Bin holds the attachments; NBin is set from it when writing.
+	Bin [][]byte `json:"-"`
+}
+
+// Decode unmarshals f.Body into v, rejecting unknown fields.
+func (f *Frame) Decode(v any) error {
+	if len(f.Body) == 0 {
+		return fmt.Errorf("%w: %s %q has no body", ErrProtocol, f.Kind, f.Verb)
+	}
+	dec := json.NewDecoder(bytes.NewReader(f.Body))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		return fmt.Errorf("%w: decoding %s %q: %v", ErrProtocol, f.Kind, f.Verb, err)
+	}
+	return nil
+}
+
+// Hello is the guest's first frame.
+type Hello struct {
+	Version int    `json:"version"`
+	Role    string `json:"role"`
+}
+
+// RemoteError is an error the peer reported; the transport itself is fine.
+type RemoteError struct {
+	Code    string `json:"code"`
+	Message string `json:"message"`
+}
+
+func (e *RemoteError) Error() string { return e.Code + ": " + e.Message }
+
+// Conn reads and writes frames on one stream. Reads and writes may run
+// concurrently with each other; concurrent writers are serialised by wmu.
+type Conn struct {
+	r *bufio.Reader
+
+	wmu sync.Mutex // guards w and hdr
+	w   *bufio.Writer
+	hdr [4]byte
+}
+
+// NewConn wraps rw.
+func NewConn(rw io.ReadWriter) *Conn {
+	return &Conn{r: bufio.NewReaderSize(rw, 64<<10), w: bufio.NewWriterSize(rw, 64<<10)}
+}
+
+// Write sends f, with its attachments, and flushes.
+func (c *Conn) Write(f *Frame) error {
+	if len(f.Bin) > MaxAttachments {
+		return fmt.Errorf("%w: %d attachments (max %d)", ErrProtocol, len(f.Bin), MaxAttachments)
+	}
+	for _, b := range f.Bin {
+		if len(b) > MaxAttachment {
+			return fmt.Errorf("%w: attachment of %d bytes (max %d)", ErrProtocol, len(b), MaxAttachment)
+		}
+	}
+	f.NBin = len(f.Bin)
+	h, err := json.Marshal(f)
+	if err != nil {
+		return fmt.Errorf("wire: encoding header: %w", err)
+	}
+	if len(h) > MaxHeader {
+		return fmt.Errorf("%w: header of %d bytes (max %d)", ErrProtocol, len(h), MaxHeader)
+	}
+	c.wmu.Lock()
+	defer c.wmu.Unlock()
+	if err := c.writeChunk(h); err != nil {
+		return err
+	}
+	for _, b := range f.Bin {
+		if err := c.writeChunk(b); err != nil {
+			return err
+		}
+	}
+	return c.w.Flush()
+}
+
+func (c *Conn) writeChunk(b []byte) error {
+	binary.BigEndian.PutUint32(c.hdr[:], uint32(len(b)))
+	if _, err := c.w.Write(c.hdr[:]); err != nil {
+		return err
+	}
+	_, err := c.w.Write(b)
+	return err
+}
+
+// Send is Write of a frame whose body is v marshalled.
+func (c *Conn) Send(kind, verb string, id uint64, v any, bin ...[]byte) error {
+	var body json.RawMessage
+	if v != nil {
+		b, err := json.Marshal(v)
+		if err != nil {
+			return fmt.Errorf("wire: encoding %s body: %w", verb, err)
+		}
+		body = b
+	}
+	return c.Write(&Frame{ID: id, Kind: kind, Verb: verb, Body: body, Bin: bin})
+}
+
+// Read returns the next frame. io.EOF is returned only at a clean frame boundary;
+// a stream that ends inside a frame gives io.ErrUnexpectedEOF.
+func (c *Conn) Read() (*Frame, error) {
+	h, err := c.readChunk(MaxHeader, true)
+	if err != nil {
+		return nil, err
+	}
+	f := new(Frame)
+	if err := json.Unmarshal(h, f); err != nil {
+		return nil, fmt.Errorf("%w: header: %v", ErrProtocol, err)
+	}
+	switch f.Kind {
+	case KindHello, KindReq, KindResp, KindErr, KindEvent:
+	default:
+		return nil, fmt.Errorf("%w: unknown frame kind %q", ErrProtocol, f.Kind)
+	}
+	if f.NBin < 0 || f.NBin > MaxAttachments {
+		return nil, fmt.Errorf("%w: %d attachments (max %d)", ErrProtocol, f.NBin, MaxAttachments)
+	}
+	if f.NBin > 0 {
+		f.Bin = make([][]byte, f.NBin)
+		for i := range f.Bin {
+			if f.Bin[i], err = c.readChunk(MaxAttachment, false); err != nil {
+				return nil, err
+			}
+		}
+	}
+	return f, nil
+}
+
+func (c *Conn) readChunk(max int, first bool) ([]byte, error) {
+	var lb [4]byte
+	if _, err := io.ReadFull(c.r, lb[:]); err != nil {
+		if err == io.EOF && first {
+			return nil, io.EOF
+		}
+		return nil, unexpected(err)
+	}
+	n := binary.BigEndian.Uint32(lb[:])
+	if uint64(n) > uint64(max) {
+		return nil, fmt.Errorf("%w: chunk of %d bytes (max %d)", ErrProtocol, n, max)
+	}
+	b := make([]byte, n)
+	if _, err := io.ReadFull(c.r, b); err != nil {
+		return nil, unexpected(err)
+	}
+	return b, nil
+}
+
+func unexpected(err error) error {
+	if err == io.EOF {
+		return io.ErrUnexpectedEOF
+	}
+	return err
+}
