@@ -8,7 +8,12 @@
 // that runs inside every boundary).
 package dryexec
 
-import "time"
+import (
+	"crypto/rand"
+	"encoding/base32"
+	"strings"
+	"time"
+)
 
 // SchemaV1 is the value of StateDelta.Schema for this version of the contract.
 const SchemaV1 = "dryexec.statedelta/v1"
@@ -201,4 +206,11 @@ func (d *StateDelta) ComputeTotals() {
 	}
 	t.NetworkRequests = len(d.Network)
 	d.Totals = t
+}
+
+// NewTrialID returns a fresh random trial id: "tr_" and 20 base32 characters.
+func NewTrialID() string {
+	var b [13]byte
+	rand.Read(b[:])
+	return "tr_" + strings.ToLower(base32.StdEncoding.WithPadding(base32.NoPadding).EncodeToString(b[:]))[:20]
 }

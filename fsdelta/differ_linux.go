@@ -96,10 +96,13 @@ func (d *Differ) Add(e *Entry, content io.Reader) error {
 	mode := modeString(e.Mode)
 	switch e.Kind {
 	case EntryWhiteout:
-		d.noLower[k] = true
+		// The host's tree is listed before noLower hides it from lookups.
 		if lo.exists {
-			return d.deleteTree(e.Mount, e.Path, lo)
+			if err := d.deleteTree(e.Mount, e.Path, lo); err != nil {
+				return err
+			}
 		}
+		d.noLower[k] = true
 	case EntryDir:
 		switch {
 		case !lo.exists:

@@ -375,6 +375,10 @@ func choiceColor(choice string, c palette) string {
 	return s
 }
 
+// CommandLine quotes argv for a POSIX shell (so that what is shown can be
+// pasted) with control characters escaped.
+func CommandLine(argv []string) string { return shellJoin(argv) }
+
 // shellJoin quotes argv for a POSIX shell, so that what is shown can be pasted.
 func shellJoin(argv []string) string {
 	q := make([]string, len(argv))

@@ -81,3 +81,8 @@ func isBidi(r rune) bool {
 	return r >= 0x202a && r <= 0x202e || r >= 0x2066 && r <= 0x2069 ||
 		r == 0x200e || r == 0x200f || r == 0x061c
 }
+
+// Sanitize escapes terminal control characters (and newlines and tabs) in s, so
+// that text from a sandbox can be printed on one line without steering the
+// terminal.
+func Sanitize(s string) string { return cleanField(s) }

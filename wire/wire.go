@@ -56,13 +56,15 @@ type Frame struct {
 	Verb string          `json:"verb,omitempty"`
 	Body json.RawMessage `json:"body,omitempty"`
 	NBin int             `json:"nbin,omitempty"`
-	// Bin holds the attachments; NBin is set from it when writing.
+	// Bin holds the attachments. Write puts len(Bin) on the wire as nbin (f
+	// itself is not modified); Read sets NBin to len(Bin).
 	Bin [][]byte `json:"-"`
 }
 
-// Decode unmarshals f.Body into v, rejecting unknown fields.
+// Decode unmarshals f.Body into v, rejecting unknown fields, trailing data and
+// an absent or null body.
 func (f *Frame) Decode(v any) error {
-	if len(f.Body) == 0 {
+	if b := bytes.TrimSpace(f.Body); len(b) == 0 || string(b) == "null" {
 		return fmt.Errorf("%w: %s %q has no body", ErrProtocol, f.Kind, f.Verb)
 	}
 	dec := json.NewDecoder(bytes.NewReader(f.Body))
@@ -70,7 +72,19 @@ func (f *Frame) Decode(v any) error {
 	if err := dec.Decode(v); err != nil {
 		return fmt.Errorf("%w: decoding %s %q: %v", ErrProtocol, f.Kind, f.Verb, err)
 	}
+	if _, err := dec.Token(); err != io.EOF {
+		return fmt.Errorf("%w: decoding %s %q: trailing data after body", ErrProtocol, f.Kind, f.Verb)
+	}
 	return nil
+}
+
+// validKind reports whether k is one of the Kind constants.
+func validKind(k string) bool {
+	switch k {
+	case KindHello, KindReq, KindResp, KindErr, KindEvent:
+		return true
+	}
+	return false
 }
 
 // Hello is the guest's first frame.
@@ -102,8 +116,15 @@ func NewConn(rw io.ReadWriter) *Conn {
 	return &Conn{r: bufio.NewReaderSize(rw, 64<<10), w: bufio.NewWriterSize(rw, 64<<10)}
 }
 
-// Write sends f, with its attachments, and flushes.
+// Write sends f, with its attachments, and flushes. A frame the peer would
+// reject (unknown kind, too many or too large attachments, too large a header)
+// is refused with an ErrProtocol error before anything is written, so the
+// stream stays usable. f is only read, so one frame may be written by several
+// goroutines at once.
 func (c *Conn) Write(f *Frame) error {
+	if !validKind(f.Kind) {
+		return fmt.Errorf("%w: unknown frame kind %q", ErrProtocol, f.Kind)
+	}
 	if len(f.Bin) > MaxAttachments {
 		return fmt.Errorf("%w: %d attachments (max %d)", ErrProtocol, len(f.Bin), MaxAttachments)
 	}
@@ -112,8 +133,9 @@ func (c *Conn) Write(f *Frame) error {
 			return fmt.Errorf("%w: attachment of %d bytes (max %d)", ErrProtocol, len(b), MaxAttachment)
 		}
 	}
-	f.NBin = len(f.Bin)
-	h, err := json.Marshal(f)
+	hf := *f // not f.NBin = ...: f may be shared with other writers
+	hf.NBin = len(f.Bin)
+	h, err := json.Marshal(&hf)
 	if err != nil {
 		return fmt.Errorf("wire: encoding header: %w", err)
 	}
@@ -166,9 +188,7 @@ func (c *Conn) Read() (*Frame, error) {
 	if err := json.Unmarshal(h, f); err != nil {
 		return nil, fmt.Errorf("%w: header: %v", ErrProtocol, err)
 	}
-	switch f.Kind {
-	case KindHello, KindReq, KindResp, KindErr, KindEvent:
-	default:
+	if !validKind(f.Kind) {
 		return nil, fmt.Errorf("%w: unknown frame kind %q", ErrProtocol, f.Kind)
 	}
 	if f.NBin < 0 || f.NBin > MaxAttachments {

@@ -2,8 +2,6 @@ package linuxns
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/base32"
 	"errors"
 	"fmt"
 	"io"
@@ -81,7 +79,7 @@ func (r *Rung) Trial(ctx context.Context, spec dryexec.TrialSpec) (*dryexec.Stat
 		return nil, err
 	}
 	if spec.TrialID == "" {
-		spec.TrialID = NewTrialID()
+		spec.TrialID = dryexec.NewTrialID()
 	}
 	infos, err := mountinfo.GetMounts(nil)
 	if err != nil {
@@ -97,13 +95,6 @@ func (r *Rung) Trial(ctx context.Context, spec dryexec.TrialSpec) (*dryexec.Stat
 	}
 	defer t.cleanup()
 	return t.run(ctx)
-}
-
-// NewTrialID returns a fresh random trial id ("tr_" + 20 base32 characters).
-func NewTrialID() string {
-	var b [13]byte
-	rand.Read(b[:])
-	return "tr_" + strings.ToLower(base32.StdEncoding.WithPadding(base32.NoPadding).EncodeToString(b[:]))[:20]
 }
 
 func checkAction(a dryexec.Action) error {

@@ -1,0 +1,125 @@
+package cli
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/dryexec/dryexec"
+	"github.com/dryexec/dryexec/render"
+	"github.com/dryexec/dryexec/rung"
+)
+
+// defaultEnv is the allowlist of the caller's variables a trial sees. Everything
+// else (tokens, keys, cloud credentials) stays out unless named with --pass-env or
+// --env, because the command should not see it and the delta records the env.
+var defaultEnv = []string{"PATH", "HOME", "USER", "LOGNAME", "SHELL", "LANG", "LANGUAGE", "TERM", "TZ", "TMPDIR", "COLORTERM", "NO_COLOR",
+	"LC_ALL", "LC_CTYPE", "LC_MESSAGES", "LC_COLLATE", "LC_NUMERIC", "LC_TIME"}
+
+func runCmd(env Env, code *int) *cobra.Command {
+	var (
+		rungName  string
+		asJSON    bool
+		timeout   time.Duration
+		setEnv    []string
+		passEnv   []string
+		withStdin bool
+		outputCap int
+		upperSize int64
+		noStore   bool
+		cwd       string
+	)
+	c := &cobra.Command{
+		Use:   "run [flags] -- CMD [ARG...]",
+		Short: "Run CMD in a trial, print what it would change, change nothing",
+		Args:  cobra.MinimumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			r, err := rung.Select(rungName)
+			if err != nil {
+				return err
+			}
+			if cwd == "" {
+				if cwd, err = os.Getwd(); err != nil {
+					return err
+				}
+			}
+			cwd, err = filepath.Abs(cwd)
+			if err != nil {
+				return err
+			}
+			a := dryexec.Action{Argv: args, Cwd: cwd, Env: map[string]string{}, TimeoutMS: timeout.Milliseconds()}
+			for _, k := range defaultEnv {
+				if v := env.Getenv(k); v != "" {
+					a.Env[k] = v
+				}
+			}
+			for _, k := range passEnv {
+				if v := env.Getenv(k); v != "" {
+					a.Env[k] = v
+				}
+			}
+			for _, kv := range setEnv {
+				k, v, ok := strings.Cut(kv, "=")
+				if !ok || k == "" {
+					return usageError{fmt.Errorf("--env %q: want KEY=VALUE", kv)}
+				}
+				a.Env[k] = v
+			}
+			a.Env["PWD"] = cwd
+			spec := dryexec.TrialSpec{TrialID: dryexec.NewTrialID(), Action: a, OutputCap: outputCap, UpperSizeBytes: upperSize}
+			if withStdin {
+				spec.Stdin = env.Stdin
+			}
+			var rec interface {
+				Save(*dryexec.StateDelta) error
+				Abort()
+			}
+			if !noStore {
+				s, err := openStore(env)
+				if err != nil {
+					return err
+				}
+				t, err := s.Begin(spec.TrialID)
+				if err != nil {
+					return err
+				}
+				spec.Blobs, rec = t, t
+			}
+			d, err := r.Trial(cmd.Context(), spec)
+			if err != nil {
+				if rec != nil {
+					rec.Abort()
+				}
+				return err
+			}
+			if rec != nil {
+				if err := rec.Save(d); err != nil {
+					return err
+				}
+			}
+			if asJSON {
+				err = printJSON(env.Stdout, d)
+			} else {
+				err = render.Summary(env.Stdout, d, render.Options{Color: isTerminal(env.Stdout, env)})
+			}
+			*code = d.Process.ExitCode
+			return err
+		},
+	}
+	f := c.Flags()
+	f.StringVar(&rungName, "rung", "ns", "isolation rung: "+strings.Join(rung.Names(), ", ")+" or best")
+	f.BoolVar(&asJSON, "json", false, "print the StateDelta as JSON")
+	f.DurationVar(&timeout, "timeout", 0, "kill the command and everything it started after this long (0: none)")
+	f.StringArrayVar(&setEnv, "env", nil, "set KEY=VALUE in the command's environment (repeatable)")
+	f.StringArrayVar(&passEnv, "pass-env", nil, "pass the caller's variable KEY through (repeatable); by default only "+strings.Join(defaultEnv, ", ")+" are")
+	f.BoolVar(&withStdin, "stdin", false, "pass dryexec's standard input to the command (default: /dev/null)")
+	f.IntVar(&outputCap, "output-cap", dryexec.DefaultOutputCap, "bytes of stdout and of stderr kept (the tail)")
+	f.Int64Var(&upperSize, "upper-size", dryexec.DefaultUpperSizeBytes, "bytes the trial may write in all")
+	f.BoolVar(&noStore, "no-store", false, "do not keep the trial for a later commit")
+	f.StringVarP(&cwd, "cwd", "C", "", "run in this directory (default: the current one)")
+	return c
+}

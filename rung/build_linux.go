@@ -1,0 +1,14 @@
+package rung
+
+import (
+	"github.com/dryexec/dryexec"
+	"github.com/dryexec/dryexec/rung/linuxns"
+)
+
+func build(name string) dryexec.Rung {
+	switch name {
+	case "ns":
+		return &linuxns.Rung{}
+	}
+	return nil
+}

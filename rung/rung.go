@@ -1,0 +1,74 @@
+// Package rung owns the ladder: which isolation rungs exist, which of them this
+// host can run, and choosing one by name ("best" is the strongest available).
+package rung
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/dryexec/dryexec"
+)
+
+// Ladder lists every rung name of the contract, weakest first.
+var ladder = []string{"host", "ns", "gvisor", "vm", "seatbelt"}
+
+// Names returns the rung names of the contract, weakest first.
+func Names() []string { return append([]string(nil), ladder...) }
+
+// Status is what doctor reports for one rung.
+type Status struct {
+	Name      string `json:"name"`
+	Available bool   `json:"available"`
+	Missing   string `json:"missing,omitempty"`
+}
+
+// Select returns the rung called name on this host, or an error that is an
+// *dryexec.IsolationUnavailableError when the host cannot run it. "best" picks the
+// strongest available rung. Nothing falls back silently.
+func Select(name string) (dryexec.Rung, error) {
+	if name == "best" {
+		for i := len(ladder) - 1; i >= 0; i-- {
+			r := build(ladder[i])
+			if r != nil && r.Available(context.Background()) == nil {
+				return r, nil
+			}
+		}
+		return nil, &dryexec.IsolationUnavailableError{Rung: "best", Missing: "no rung is available on this host"}
+	}
+	known := false
+	for _, n := range ladder {
+		known = known || n == name
+	}
+	if !known {
+		return nil, fmt.Errorf("unknown rung %q (want one of %v or best)", name, ladder)
+	}
+	r := build(name)
+	if r == nil {
+		return nil, &dryexec.IsolationUnavailableError{Rung: name, Missing: "not implemented in this build yet"}
+	}
+	if err := r.Available(context.Background()); err != nil {
+		return nil, err
+	}
+	return r, nil
+}
+
+// Doctor reports every rung's availability.
+func Doctor(ctx context.Context) []Status {
+	var out []Status
+	for _, n := range ladder {
+		s := Status{Name: n}
+		r := build(n)
+		switch {
+		case r == nil:
+			s.Missing = "not implemented in this build yet"
+		default:
+			if err := r.Available(ctx); err != nil {
+				s.Missing = err.Error()
+			} else {
+				s.Available = true
+			}
+		}
+		out = append(out, s)
+	}
+	return out
+}

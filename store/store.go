@@ -1,0 +1,238 @@
+// Package store owns trials kept on disk between `dryexec run` and a later
+// `commit` or `discard`: one directory per trial under $DRYEXEC_HOME/trials,
+// holding the StateDelta (delta.json) and the new content of every created or
+// modified file, content-addressed by sha256 (blobs/). A trial directory appears
+// under its final name only once complete (written as .partial, then renamed), so
+// a crash mid-trial leaves nothing that looks like a trial.
+package store
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"regexp"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/dryexec/dryexec"
+)
+
+// Store is a directory of trials. Methods may be called from several processes at
+// once: every write goes to a temp name and is renamed into place.
+type Store struct {
+	dir string
+}
+
+// DefaultDir is $DRYEXEC_HOME, else $XDG_STATE_HOME/dryexec, else
+// ~/.local/state/dryexec.
+func DefaultDir(getenv func(string) string) (string, error) {
+	if d := getenv("DRYEXEC_HOME"); d != "" {
+		return d, nil
+	}
+	if d := getenv("XDG_STATE_HOME"); d != "" {
+		return filepath.Join(d, "dryexec"), nil
+	}
+	home := getenv("HOME")
+	if home == "" {
+		return "", errors.New("store: no DRYEXEC_HOME, XDG_STATE_HOME or HOME to keep trials in")
+	}
+	return filepath.Join(home, ".local", "state", "dryexec"), nil
+}
+
+// Open creates dir (0700) if needed and returns the store in it.
+func Open(dir string) (*Store, error) {
+	if err := os.MkdirAll(filepath.Join(dir, "trials"), 0o700); err != nil {
+		return nil, fmt.Errorf("store: creating %s: %w", dir, err)
+	}
+	return &Store{dir: dir}, nil
+}
+
+// Dir is the store's root directory.
+func (s *Store) Dir() string { return s.dir }
+
+var idRE = regexp.MustCompile(`^tr_[a-z2-7]{20}$`)
+
+// ValidID reports whether id has the shape of a trial id; anything else could
+// name a path outside the store.
+func ValidID(id string) bool { return idRE.MatchString(id) }
+
+func (s *Store) trialDir(id string) string { return filepath.Join(s.dir, "trials", id) }
+
+// Trial is a trial being recorded. It is a dryexec.BlobSink.
+type Trial struct {
+	id  string
+	dir string // the .partial directory until Save
+	s   *Store
+}
+
+var _ dryexec.BlobSink = (*Trial)(nil)
+
+// Begin starts recording trial id.
+func (s *Store) Begin(id string) (*Trial, error) {
+	if !ValidID(id) {
+		return nil, fmt.Errorf("store: invalid trial id %q", id)
+	}
+	dir := s.trialDir(id) + ".partial"
+	if err := os.MkdirAll(filepath.Join(dir, "blobs"), 0o700); err != nil {
+		return nil, fmt.Errorf("store: %w", err)
+	}
+	return &Trial{id: id, dir: dir, s: s}, nil
+}
+
+// PutBlob implements dryexec.BlobSink.
+func (t *Trial) PutBlob(r io.Reader) (string, int64, error) {
+	f, err := os.CreateTemp(filepath.Join(t.dir, "blobs"), ".tmp-*")
+	if err != nil {
+		return "", 0, fmt.Errorf("store: %w", err)
+	}
+	h := sha256.New()
+	n, err := io.Copy(io.MultiWriter(f, h), r)
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		os.Remove(f.Name())
+		return "", n, fmt.Errorf("store: writing blob: %w", err)
+	}
+	sha := hex.EncodeToString(h.Sum(nil))
+	if err := os.Rename(f.Name(), filepath.Join(t.dir, "blobs", sha)); err != nil {
+		os.Remove(f.Name())
+		return "", n, fmt.Errorf("store: %w", err)
+	}
+	return sha, n, nil
+}
+
+// Save writes the delta, drops blobs it does not refer to (identical rewrites),
+// and publishes the trial under its id.
+func (t *Trial) Save(d *dryexec.StateDelta) error {
+	keep := map[string]bool{}
+	for _, f := range d.Files {
+		if f.SHA256 != "" {
+			keep[f.SHA256] = true
+		}
+	}
+	blobs, _ := os.ReadDir(filepath.Join(t.dir, "blobs"))
+	for _, b := range blobs {
+		if !keep[b.Name()] {
+			os.Remove(filepath.Join(t.dir, "blobs", b.Name()))
+		}
+	}
+	if err := writeJSON(filepath.Join(t.dir, "delta.json"), d); err != nil {
+		return err
+	}
+	if err := os.Rename(t.dir, t.s.trialDir(t.id)); err != nil {
+		return fmt.Errorf("store: publishing trial: %w", err)
+	}
+	t.dir = t.s.trialDir(t.id)
+	return nil
+}
+
+// Abort removes a trial that will not be saved.
+func (t *Trial) Abort() { os.RemoveAll(t.dir) }
+
+func writeJSON(path string, v any) error {
+	b, err := json.MarshalIndent(v, "", "  ")
+	if err != nil {
+		return fmt.Errorf("store: encoding %s: %w", filepath.Base(path), err)
+	}
+	tmp := path + ".tmp"
+	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
+	if err != nil {
+		return fmt.Errorf("store: %w", err)
+	}
+	_, err = f.Write(append(b, '\n'))
+	if err == nil {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Rename(tmp, path)
+	}
+	if err != nil {
+		os.Remove(tmp)
+		return fmt.Errorf("store: writing %s: %w", filepath.Base(path), err)
+	}
+	return nil
+}
+
+// Load returns the stored delta of trial id.
+func (s *Store) Load(id string) (*dryexec.StateDelta, error) {
+	if !ValidID(id) {
+		return nil, fmt.Errorf("%w: %q is not a trial id", dryexec.ErrTrialNotFound, id)
+	}
+	b, err := os.ReadFile(filepath.Join(s.trialDir(id), "delta.json"))
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, fmt.Errorf("%w: %s", dryexec.ErrTrialNotFound, id)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("store: %w", err)
+	}
+	var d dryexec.StateDelta
+	if err := json.Unmarshal(b, &d); err != nil {
+		return nil, fmt.Errorf("store: trial %s is corrupt: %w", id, err)
+	}
+	return &d, nil
+}
+
+// BlobPath is where the content with hash sha of trial id is kept.
+func (s *Store) BlobPath(id, sha string) string {
+	return filepath.Join(s.trialDir(id), "blobs", sha)
+}
+
+// Discard removes trial id.
+func (s *Store) Discard(id string) error {
+	if !ValidID(id) {
+		return fmt.Errorf("%w: %q is not a trial id", dryexec.ErrTrialNotFound, id)
+	}
+	dir := s.trialDir(id)
+	if _, err := os.Stat(dir); errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("%w: %s", dryexec.ErrTrialNotFound, id)
+	}
+	// Rename first so a concurrent Load sees the trial gone at once, even if the
+	// removal of a large tree takes a while or is interrupted.
+	gone := dir + ".discarded"
+	if err := os.Rename(dir, gone); err != nil {
+		return fmt.Errorf("store: discarding %s: %w", id, err)
+	}
+	return os.RemoveAll(gone)
+}
+
+// Summary is one line of List.
+type Summary struct {
+	ID      string
+	Created time.Time
+	Delta   *dryexec.StateDelta
+}
+
+// List returns the stored trials, newest first. Unreadable trials are skipped.
+func (s *Store) List() ([]Summary, error) {
+	ents, err := os.ReadDir(filepath.Join(s.dir, "trials"))
+	if err != nil {
+		return nil, fmt.Errorf("store: %w", err)
+	}
+	var out []Summary
+	for _, e := range ents {
+		if !ValidID(e.Name()) || strings.Contains(e.Name(), ".") {
+			continue
+		}
+		d, err := s.Load(e.Name())
+		if err != nil {
+			continue
+		}
+		info, err := e.Info()
+		if err != nil {
+			continue
+		}
+		out = append(out, Summary{ID: e.Name(), Created: info.ModTime(), Delta: d})
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Created.After(out[j].Created) })
+	return out, nil
+}
