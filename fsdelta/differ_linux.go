@@ -200,6 +200,10 @@ func (d *Differ) addFile(e *Entry, content io.Reader, lo lower, hp, mode string)
 	if n != e.Size {
 		return &ErrBadEntry{Entry: *e, Reason: fmt.Sprintf("content is %d bytes, entry says %d", n, e.Size)}
 	}
+	// The LimitReader stops at Size: make sure nothing was left behind.
+	if extra, _ := io.CopyN(io.Discard, content, 1); extra != 0 {
+		return &ErrBadEntry{Entry: *e, Reason: fmt.Sprintf("content is longer than the %d bytes the entry says", e.Size)}
+	}
 	fc := dryexec.FileChange{Path: hp, Op: dryexec.OpCreate, Kind: dryexec.KindFile, Mode: mode, Size: n, SHA256: sha}
 	var old []byte
 	if lo.exists {
@@ -246,10 +250,16 @@ func (d *Differ) put(r io.Reader) (string, int64, error) {
 
 func (d *Differ) add(fc dryexec.FileChange) { d.changes = append(d.changes, fc) }
 
-// Finish reports deletions implied by opaque dirs and returns all changes, sorted
-// by path (a path replaced by another kind lists its delete first).
+// Finish reports deletions implied by opaque dirs and returns all changes in an
+// order they can be applied in (see sortChanges): by path, a dir before what it
+// holds, a deleted dir after what it held, and a path replaced by another kind
+// with its delete (or its tree's deletes) first.
 func (d *Differ) Finish() ([]dryexec.FileChange, error) {
+	done := map[mkey]bool{}
 	for _, k := range d.opaque {
+		if done[k] {
+			continue // an opaque dir below another one, already listed with it
+		}
 		fd, err := d.openLower(k.m, k.p, unix.O_RDONLY|unix.O_DIRECTORY)
 		if err != nil {
 			return nil, err
@@ -257,21 +267,69 @@ func (d *Differ) Finish() ([]dryexec.FileChange, error) {
 		if fd < 0 {
 			continue
 		}
-		err = d.deleteUnseen(k.m, k.p, fd)
+		err = d.deleteUnseen(k.m, k.p, fd, done)
 		unix.Close(fd)
 		if err != nil {
 			return nil, err
 		}
 	}
-	slices.SortStableFunc(d.changes, func(a, b dryexec.FileChange) int { return strings.Compare(a.Path, b.Path) })
 	out := d.changes
 	d.changes = nil
+	sortChanges(out)
 	return out, nil
 }
 
+// sortChanges puts changes in the order they can be applied in: by path, compared
+// component by component, each dir before what it holds, except that a removed
+// dir (rmdir) comes after everything it held, and so does whatever replaced it.
+// Changes to the same path keep the order they were made in: a path replaced by
+// another kind has its delete (or rmdir) first.
+func sortChanges(changes []dryexec.FileChange) {
+	rmdirs := map[string]bool{}
+	for _, fc := range changes {
+		if fc.Op == dryexec.OpRmdir {
+			rmdirs[fc.Path] = true
+		}
+	}
+	type keyed struct {
+		parts []string
+		post  bool // sorts after every path below it
+		fc    dryexec.FileChange
+	}
+	ks := make([]keyed, len(changes))
+	for i, fc := range changes {
+		ks[i] = keyed{strings.Split(fc.Path, "/"), rmdirs[fc.Path], fc}
+	}
+	slices.SortStableFunc(ks, func(a, b keyed) int {
+		for i := 0; i < len(a.parts) && i < len(b.parts); i++ {
+			if c := strings.Compare(a.parts[i], b.parts[i]); c != 0 {
+				return c
+			}
+		}
+		switch {
+		case len(a.parts) < len(b.parts): // a is a dir b is in
+			if a.post {
+				return 1
+			}
+			return -1
+		case len(a.parts) > len(b.parts):
+			if b.post {
+				return -1
+			}
+			return 1
+		}
+		return 0
+	})
+	for i := range ks {
+		changes[i] = ks[i].fc
+	}
+}
+
 // deleteUnseen deletes every host entry below dir p (open as dirfd) that the upper
-// does not have: an opaque dir hides its whole host subtree.
-func (d *Differ) deleteUnseen(m int, p string, dirfd int) error {
+// does not have: an opaque dir hides its whole host subtree. done holds the dirs
+// already listed, so that none is listed twice.
+func (d *Differ) deleteUnseen(m int, p string, dirfd int, done map[mkey]bool) error {
+	done[mkey{m, p}] = true
 	names, err := readDirNames(dirfd)
 	if err != nil {
 		return fmt.Errorf("listing host dir %s: %w", d.hostPath(m, p), err)
@@ -291,16 +349,21 @@ func (d *Differ) deleteUnseen(m int, p string, dirfd int) error {
 			continue
 		}
 		// Seen in the upper: an upper dir under an opaque dir hides the host's
-		// children too, so recurse into a host dir that is still a dir above.
+		// children too, so recurse into a host dir that is still a dir above. A
+		// host dir the upper replaced with a file, symlink or whiteout was listed
+		// whole when that entry was added.
+		if d.seen[mkey{m, cp}] != EntryDir || d.noLower[mkey{m, cp}] || done[mkey{m, cp}] {
+			continue
+		}
 		lo, err := d.lookup(m, cp)
-		if err != nil || !lo.exists || lo.kind != dryexec.KindDir || d.noLower[mkey{m, cp}] {
+		if err != nil || !lo.exists || lo.kind != dryexec.KindDir {
 			continue
 		}
 		cfd, err := unix.Openat(dirfd, name, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
 		if err != nil {
 			continue
 		}
-		err = d.deleteUnseen(m, cp, cfd)
+		err = d.deleteUnseen(m, cp, cfd, done)
 		unix.Close(cfd)
 		if err != nil {
 			return err
@@ -395,7 +458,12 @@ func (d *Differ) lookup(m int, p string) (lower, error) {
 // the host has nothing there, or a parent on the host is a symlink or mount point.
 func (d *Differ) openLower(m int, p string, flags int) (int, error) {
 	if d.roots[m] < 0 {
-		fd, err := unix.Open(d.mounts[m].Path, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+		// The mount's path came from the sandbox side: never follow a symlink
+		// on the way to it either.
+		fd, err := unix.Openat2(unix.AT_FDCWD, d.mounts[m].Path, &unix.OpenHow{
+			Flags:   unix.O_PATH | unix.O_DIRECTORY | unix.O_CLOEXEC,
+			Resolve: unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_NO_MAGICLINKS,
+		})
 		if err != nil {
 			return -1, fmt.Errorf("opening host mount %s: %w", d.mounts[m].Path, err)
 		}
@@ -443,7 +511,8 @@ func (d *Differ) hashLower(m int, p string, size int64) (string, []byte, error) 
 	}
 	var b []byte
 	if small != nil {
-		b = small.Bytes()
+		// Non-nil even when the file is empty: nil means "too large to diff".
+		b = append([]byte{}, small.Bytes()...)
 	}
 	return hex.EncodeToString(h.Sum(nil)), b, nil
 }

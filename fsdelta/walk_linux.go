@@ -14,6 +14,13 @@ import (
 var (
 	opaqueXattrs   = []string{"user.overlay.opaque", "trusted.overlay.opaque"}
 	whiteoutXattrs = []string{"user.overlay.whiteout", "trusted.overlay.whiteout"}
+	// An upper entry with one of these does not hold what the merged view shows:
+	// a redirected dir (redirect_dir=on) takes its children from another lower
+	// path, and a metacopy file (metacopy=on) has its data in the lower. Neither
+	// can be reported as an Entry, so the walk refuses them rather than report a
+	// renamed dir as empty or a chmod-ed file as a sparse file of zeros.
+	redirectXattrs = []string{"user.overlay.redirect", "trusted.overlay.redirect"}
+	metacopyXattrs = []string{"user.overlay.metacopy", "trusted.overlay.metacopy"}
 )
 
 // WalkUpper walks the overlay upper dir at root (pre-order, names sorted) and calls
@@ -54,6 +61,9 @@ func walkOne(abs, rel string, mount int, emit func(*Entry, *os.File) error) erro
 	e := &Entry{Mount: mount, Path: rel, Mode: st.Mode & 07777}
 	switch st.Mode & unix.S_IFMT {
 	case unix.S_IFDIR:
+		if xattrIs(abs, redirectXattrs, "") {
+			return fmt.Errorf("upper dir %q is redirected (overlay redirect_dir=on is not supported)", rel)
+		}
 		e.Kind = EntryDir
 		e.Opaque = xattrIs(abs, opaqueXattrs, "y")
 		if err := emit(e, nil); err != nil {
@@ -77,6 +87,9 @@ func walkOne(abs, rel string, mount int, emit func(*Entry, *os.File) error) erro
 		if st.Size == 0 && xattrIs(abs, whiteoutXattrs, "") {
 			e.Kind = EntryWhiteout
 			break
+		}
+		if xattrIs(abs, metacopyXattrs, "") || xattrIs(abs, redirectXattrs, "") {
+			return fmt.Errorf("upper file %q is metadata only (overlay metacopy=on is not supported)", rel)
 		}
 		e.Kind = EntryFile
 		e.Size = st.Size

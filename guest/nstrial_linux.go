@@ -11,6 +11,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/moby/sys/mountinfo"
 	"golang.org/x/sys/unix"
 
 	"github.com/dryexec/dryexec/fsdelta"
@@ -19,8 +20,9 @@ import (
 
 // scratchCandidates are where the trial's tmpfs (upper dirs, work dirs, the new
 // root) is mounted in the trial's private mount namespace before pivot_root; the
-// host never sees it. The first existing real directory wins.
-var scratchCandidates = []string{"/tmp", "/mnt", "/var/tmp", "/run"}
+// host never sees it. The first existing directory wins. /dev/shm comes first
+// because nothing beneath /dev is ever an overlay's lower.
+var scratchCandidates = []string{"/dev/shm", "/dev", "/tmp"}
 
 // runNSTrial is PID 1 of a one-shot ns trial. The host started it in fresh user,
 // mount, pid, net, ipc, uts and cgroup namespaces with the descriptors in package
@@ -56,9 +58,12 @@ func runNSTrial() int {
 		}
 	}()
 
-	scratch, err := buildView(&cfg)
+	scratch, uppers, err := buildView(&cfg)
 	if err != nil {
 		return fail("setup", err)
+	}
+	if err := conn.Send(wire.KindEvent, wire.VerbTrialMounts, 0, &wire.TrialMounts{Paths: uppers}); err != nil {
+		return 1
 	}
 	exit := runCommand(&cfg)
 	var sfs unix.Statfs_t
@@ -73,7 +78,7 @@ func runNSTrial() int {
 		return fail("walk", err)
 	}
 	buf := make([]byte, wire.MaxAttachment)
-	for i := range cfg.Mounts {
+	for i := range uppers {
 		err := fsdelta.WalkUpper("u/"+strconv.Itoa(i), i, func(e *fsdelta.Entry, content *os.File) error {
 			if err := conn.Send(wire.KindEvent, wire.VerbFSEntry, 0, e); err != nil {
 				return err
@@ -113,22 +118,26 @@ func sendContent(conn *wire.Conn, f *os.File, size int64, buf []byte) error {
 }
 
 // buildView makes the sandbox's filesystem: an overlay over every host mount the
-// host listed, a private /tmp, fresh /proc, a minimal /dev, read-only /sys; then
-// pivot_root into it. It returns an fd of the scratch tmpfs that holds the upper
-// dirs, which stays reachable only through that fd.
-func buildView(cfg *wire.TrialStart) (int, error) {
+// host listed, fresh /proc, a minimal /dev, read-only /sys; then pivot_root into
+// it. It returns an fd of the scratch tmpfs that holds the upper dirs (reachable
+// only through that fd afterwards) and the host path each upper dir stands for.
+func buildView(cfg *wire.TrialStart) (int, []string, error) {
 	if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
-		return -1, fmt.Errorf("making mounts private: %w", err)
+		return -1, nil, fmt.Errorf("making mounts private: %w", err)
 	}
-	// Open every lower before anything is mounted over it; overlay gets them as
-	// /proc/self/fd/N, which also keeps odd characters out of the option string.
-	lowers := make([]int, len(cfg.Mounts))
-	for i, m := range cfg.Mounts {
-		fd, err := unix.Open(m.Path, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	var locked map[string]bool
+	if cfg.Rootless {
+		// Every mount copied into a user namespace's mount namespace is locked
+		// to its parent, and overlayfs refuses a lower with locked mounts
+		// beneath it; such lowers are split (see overlayBuilder.dir).
+		infos, err := mountinfo.GetMounts(nil)
 		if err != nil {
-			return -1, fmt.Errorf("opening lower %s: %w", m.Path, err)
+			return -1, nil, fmt.Errorf("reading mountinfo: %w", err)
 		}
-		lowers[i] = fd
+		locked = make(map[string]bool, len(infos))
+		for _, mi := range infos {
+			locked[mi.Mountpoint] = true
+		}
 	}
 	scratchDir := ""
 	for _, c := range scratchCandidates {
@@ -138,72 +147,53 @@ func buildView(cfg *wire.TrialStart) (int, error) {
 		}
 	}
 	if scratchDir == "" {
-		return -1, errors.New("no directory to mount the scratch tmpfs on")
+		return -1, nil, errors.New("no directory to mount the scratch tmpfs on")
 	}
 	opts := "mode=0700"
 	if cfg.UpperSize > 0 {
 		opts += ",size=" + strconv.FormatInt(cfg.UpperSize, 10)
 	}
 	if err := unix.Mount("dryexec", scratchDir, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, opts); err != nil {
-		return -1, fmt.Errorf("mounting scratch tmpfs: %w", err)
+		return -1, nil, fmt.Errorf("mounting scratch tmpfs: %w", err)
 	}
 	scratch, err := unix.Open(scratchDir, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
 	if err != nil {
-		return -1, fmt.Errorf("opening scratch: %w", err)
+		return -1, nil, fmt.Errorf("opening scratch: %w", err)
+	}
+	for _, d := range []string{"root", "u", "w", "s"} {
+		if err := os.Mkdir(scratchDir+"/"+d, 0o755); err != nil {
+			return -1, nil, err
+		}
 	}
 	root := scratchDir + "/root"
-	for _, d := range []string{"root", "u", "w"} {
-		if err := os.Mkdir(scratchDir+"/"+d, 0o755); err != nil {
-			return -1, err
+	b := &overlayBuilder{scratch: scratchDir, root: root, rootless: cfg.Rootless, locked: locked}
+	for _, m := range cfg.Mounts {
+		if err := b.dir(m.Path); err != nil {
+			return -1, nil, err
 		}
-	}
-	for i, m := range cfg.Mounts {
-		u := fmt.Sprintf("%s/u/%d", scratchDir, i)
-		w := fmt.Sprintf("%s/w/%d", scratchDir, i)
-		if err := os.Mkdir(u, 0o755); err != nil {
-			return -1, err
-		}
-		if err := os.Mkdir(w, 0o755); err != nil {
-			return -1, err
-		}
-		lower := "/proc/self/fd/" + strconv.Itoa(lowers[i])
-		target := root + m.Path
-		if m.Path == "/" {
-			target = root
-		}
-		opts := "lowerdir=" + lower + ",upperdir=" + u + ",workdir=" + w
-		if cfg.Rootless {
-			opts += ",userxattr"
-		}
-		if err := unix.Mount("overlay", target, "overlay", 0, opts); err != nil {
-			return -1, fmt.Errorf("overlay over %s: %w", m.Path, err)
-		}
-	}
-	for _, fd := range lowers {
-		unix.Close(fd)
 	}
 	if err := mountProcDevSys(root); err != nil {
-		return -1, err
+		return -1, nil, err
 	}
 	if err := unix.Chdir(root); err != nil {
-		return -1, err
+		return -1, nil, err
 	}
 	if err := unix.PivotRoot(".", "."); err != nil {
-		return -1, fmt.Errorf("pivot_root: %w", err)
+		return -1, nil, fmt.Errorf("pivot_root: %w", err)
 	}
 	if err := unix.Unmount(".", unix.MNT_DETACH); err != nil {
-		return -1, fmt.Errorf("detaching old root: %w", err)
+		return -1, nil, fmt.Errorf("detaching old root: %w", err)
 	}
 	if err := unix.Chdir("/"); err != nil {
-		return -1, err
+		return -1, nil, err
 	}
 	if cfg.Hostname != "" {
 		unix.Sethostname([]byte(cfg.Hostname))
 	}
 	if err := loopbackUp(); err != nil {
-		return -1, err
+		return -1, nil, err
 	}
-	return scratch, nil
+	return scratch, b.uppers, nil
 }
 
 // mountProcDevSys mounts /proc (this pid namespace's), a minimal /dev with the
@@ -368,7 +358,13 @@ func runCommand(cfg *wire.TrialStart) *wire.TrialExit {
 // push input into) and, when asked, in its own identity-mapped user namespace.
 func commandAttr(cfg *wire.TrialStart) *syscall.SysProcAttr {
 	a := &syscall.SysProcAttr{Setsid: true}
-	if cfg.CommandUserNS {
+	switch {
+	case cfg.CommandUserNS && cfg.Rootless:
+		a.Cloneflags = syscall.CLONE_NEWUSER
+		a.UidMappings = []syscall.SysProcIDMap{{ContainerID: cfg.CommandUID, HostID: 0, Size: 1}}
+		a.GidMappings = []syscall.SysProcIDMap{{ContainerID: cfg.CommandGID, HostID: 0, Size: 1}}
+		a.GidMappingsEnableSetgroups = false
+	case cfg.CommandUserNS:
 		all := []syscall.SysProcIDMap{{ContainerID: 0, HostID: 0, Size: 1<<32 - 1}}
 		a.Cloneflags = syscall.CLONE_NEWUSER
 		a.UidMappings, a.GidMappings = all, all

@@ -5,11 +5,12 @@ package wire
 // everything it started are gone, then VerbFSEntry/VerbFSData for each upper-dir
 // entry, then VerbTrialDone. A guest-side failure is a KindErr frame.
 const (
-	VerbTrialStart = "trial.start"
-	VerbTrialExit  = "trial.exit"
-	VerbFSEntry    = "fs.entry" // body: fsdelta.Entry; a file's content follows as fs.data frames
-	VerbFSData     = "fs.data"  // one attachment of file content
-	VerbTrialDone  = "trial.done"
+	VerbTrialStart  = "trial.start"
+	VerbTrialMounts = "trial.mounts" // body: TrialMounts, before the command starts
+	VerbTrialExit   = "trial.exit"
+	VerbFSEntry     = "fs.entry" // body: fsdelta.Entry; a file's content follows as fs.data frames
+	VerbFSData      = "fs.data"  // one attachment of file content
+	VerbTrialDone   = "trial.done"
 )
 
 // MountSpec is one host mount the guest must overlay.
@@ -32,9 +33,21 @@ type TrialStart struct {
 	// Rootless: the guest runs in a user namespace it was created with (the host
 	// user is not root): overlays use user.* xattrs, and host mounts are locked.
 	Rootless bool `json:"rootless,omitempty"`
-	// CommandUserNS: start the command in a user namespace of its own (identity
-	// mapped), so that its capabilities reach none of the trial's other namespaces.
+	// CommandUserNS: start the command in a user namespace of its own, so that
+	// its capabilities reach none of the trial's other namespaces. As root the
+	// map is the identity; rootless, the guest is root of its own namespace and
+	// the command's namespace maps CommandUID/GID (the caller's ids) to it.
 	CommandUserNS bool `json:"command_userns,omitempty"`
+	CommandUID    int  `json:"command_uid,omitempty"`
+	CommandGID    int  `json:"command_gid,omitempty"`
+}
+
+// TrialMounts lists the host path each upper dir stands for; fs.entry's mount
+// index points into it. A host mount is one upper dir, unless the guest had to
+// split it (rootless: a lower with locked mounts beneath it), when each part is
+// one. The host checks every path lies within a mount it asked for.
+type TrialMounts struct {
+	Paths []string `json:"paths"`
 }
 
 // TrialExit reports how the command ended.

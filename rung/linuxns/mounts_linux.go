@@ -63,7 +63,7 @@ func depth(p string) int {
 func under(p string, roots []string) bool {
 	p = path.Clean(p)
 	for _, r := range roots {
-		if p == r || strings.HasPrefix(p, r+"/") {
+		if p == r || r == "/" || strings.HasPrefix(p, r+"/") {
 			return true
 		}
 	}

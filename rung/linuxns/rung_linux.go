@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"os"
 	"os/exec"
+	"path"
 	"sort"
 	"strings"
 	"sync"
@@ -196,8 +197,11 @@ func (r *Rung) start(spec dryexec.TrialSpec, mounts []wire.MountSpec) (*trial, e
 		// user namespace of its own (TrialStart.CommandUserNS): it keeps its
 		// identity and file ownership, but its capabilities reach nothing.
 		attr.Cloneflags |= syscall.CLONE_NEWUSER
-		attr.UidMappings = []syscall.SysProcIDMap{{ContainerID: uid, HostID: uid, Size: 1}}
-		attr.GidMappings = []syscall.SysProcIDMap{{ContainerID: gid, HostID: gid, Size: 1}}
+		// The guest must be root of its namespace: a non-root uid loses every
+		// capability at execve. The command gets the caller's ids back in a
+		// namespace of its own (TrialStart.CommandUID/GID).
+		attr.UidMappings = []syscall.SysProcIDMap{{ContainerID: 0, HostID: uid, Size: 1}}
+		attr.GidMappings = []syscall.SysProcIDMap{{ContainerID: 0, HostID: gid, Size: 1}}
 		attr.GidMappingsEnableSetgroups = false
 	}
 	t.cmd = &exec.Cmd{
@@ -299,18 +303,18 @@ func (t *trial) converse() (*dryexec.StateDelta, error) {
 	start := wire.TrialStart{
 		Mounts: t.mounts, Argv: a.Argv, Env: env, Cwd: a.Cwd, TimeoutMS: a.TimeoutMS,
 		Hostname: host, UpperSize: t.spec.UpperSizeBytes, Stdin: t.spec.Stdin != nil,
-		Rootless: os.Getuid() != 0, CommandUserNS: os.Getuid() == 0,
+		Rootless: os.Getuid() != 0, CommandUserNS: true, CommandUID: os.Getuid(), CommandGID: os.Getgid(),
 	}
 	if err := t.conn.Send(wire.KindReq, wire.VerbTrialStart, 1, &start); err != nil {
 		return nil, t.guestErr("sending trial.start", err)
 	}
 
-	dm := make([]fsdelta.Mount, len(t.mounts))
-	for i, m := range t.mounts {
-		dm[i] = fsdelta.Mount{Path: m.Path}
-	}
-	differ := fsdelta.NewDiffer(dm, t.spec.Blobs, t.spec.DiffMaxBytes)
-	defer differ.Close()
+	var differ *fsdelta.Differ
+	defer func() {
+		if differ != nil {
+			differ.Close()
+		}
+	}()
 	d := &dryexec.StateDelta{TrialID: t.spec.TrialID, Rung: Name, Action: a}
 	var exit *wire.TrialExit
 	for {
@@ -324,14 +328,27 @@ func (t *trial) converse() (*dryexec.StateDelta, error) {
 			return nil, fmt.Errorf("%w: %w", dryexec.ErrGuest, &re)
 		}
 		switch f.Verb {
+		case wire.VerbTrialMounts:
+			var tm wire.TrialMounts
+			if err := f.Decode(&tm); err != nil {
+				return nil, t.guestErr("decoding trial.mounts", err)
+			}
+			if differ != nil {
+				return nil, fmt.Errorf("%w: trial.mounts twice", dryexec.ErrGuest)
+			}
+			dm, err := t.checkUppers(tm.Paths)
+			if err != nil {
+				return nil, err
+			}
+			differ = fsdelta.NewDiffer(dm, t.spec.Blobs, t.spec.DiffMaxBytes)
 		case wire.VerbTrialExit:
 			exit = new(wire.TrialExit)
 			if err := f.Decode(exit); err != nil {
 				return nil, t.guestErr("decoding trial.exit", err)
 			}
 		case wire.VerbFSEntry:
-			if exit == nil {
-				return nil, fmt.Errorf("%w: fs.entry before trial.exit", dryexec.ErrGuest)
+			if exit == nil || differ == nil {
+				return nil, fmt.Errorf("%w: fs.entry before trial.mounts and trial.exit", dryexec.ErrGuest)
 			}
 			var e fsdelta.Entry
 			if err := f.Decode(&e); err != nil {
@@ -348,8 +365,8 @@ func (t *trial) converse() (*dryexec.StateDelta, error) {
 				return nil, fmt.Errorf("%w: short content for %q", dryexec.ErrGuest, e.Path)
 			}
 		case wire.VerbTrialDone:
-			if exit == nil {
-				return nil, fmt.Errorf("%w: trial.done before trial.exit", dryexec.ErrGuest)
+			if exit == nil || differ == nil {
+				return nil, fmt.Errorf("%w: trial.done before trial.mounts and trial.exit", dryexec.ErrGuest)
 			}
 			files, err := differ.Finish()
 			if err != nil {
@@ -367,6 +384,30 @@ func (t *trial) converse() (*dryexec.StateDelta, error) {
 		}
 	}
 }
+
+// checkUppers validates the guest's list of upper dirs: each must be a clean
+// absolute path within a mount the host asked it to overlay.
+func (t *trial) checkUppers(paths []string) ([]fsdelta.Mount, error) {
+	if len(paths) == 0 || len(paths) > maxUppers {
+		return nil, fmt.Errorf("%w: %d upper dirs", dryexec.ErrGuest, len(paths))
+	}
+	planned := make([]string, len(t.mounts))
+	for i, m := range t.mounts {
+		planned[i] = m.Path
+	}
+	dm := make([]fsdelta.Mount, len(paths))
+	for i, p := range paths {
+		if !strings.HasPrefix(p, "/") || path.Clean(p) != p || !under(p, planned) {
+			return nil, fmt.Errorf("%w: upper dir for %q is outside the planned mounts", dryexec.ErrGuest, p)
+		}
+		dm[i] = fsdelta.Mount{Path: p}
+	}
+	return dm, nil
+}
+
+// maxUppers bounds the guest's upper dirs: one per mount, more only where a
+// rootless lower had to be split directory by directory.
+const maxUppers = 4096
 
 func (t *trial) fillProcess(d *dryexec.StateDelta, ex *wire.TrialExit) {
 	p := &d.Process

@@ -1,0 +1,167 @@
+package guest
+
+import (
+	"fmt"
+	"io"
+	"os"
+	"path"
+	"strconv"
+	"strings"
+
+	"golang.org/x/sys/unix"
+)
+
+// overlayBuilder mounts the overlays of one trial's view under root.
+type overlayBuilder struct {
+	scratch  string          // the scratch tmpfs: u/N upper, w/N work, s/N skeleton dirs
+	root     string          // where the new root is assembled
+	rootless bool            // overlays must use user.* xattrs
+	locked   map[string]bool // mount points that may not be inside a lower (rootless)
+	uppers   []string        // host path of each upper dir, by index
+	skel     int
+}
+
+// maxSkeletonCopy bounds the files copied into a split overlay's skeleton; a
+// larger file at that level is bound read-only instead.
+const maxSkeletonCopy = 1 << 20
+
+// dir overlays host directory p at root+p. Where p has a locked mount somewhere
+// beneath it, p cannot be a lower: p is overlaid over a skeleton of itself (its
+// entries, with empty directories for subdirectories and mount points), and each
+// subdirectory gets an overlay of its own, split again where needed. Writes at
+// p's own level are still captured, in p's upper dir.
+func (b *overlayBuilder) dir(p string) error {
+	target := b.root + p
+	if p == "/" {
+		target = b.root
+	}
+	if !b.hasLockedBeneath(p) {
+		return b.overlay(p, p, target)
+	}
+	skel := b.scratch + "/s/" + strconv.Itoa(b.skel)
+	b.skel++
+	var st unix.Stat_t
+	if err := unix.Stat(p, &st); err != nil {
+		return fmt.Errorf("stat %s: %w", p, err)
+	}
+	if err := os.Mkdir(skel, os.FileMode(st.Mode&0o777)); err != nil {
+		return err
+	}
+	d, err := os.Open(p)
+	if err != nil {
+		return fmt.Errorf("listing %s: %w", p, err)
+	}
+	names, err := d.Readdirnames(-1)
+	d.Close()
+	if err != nil {
+		return fmt.Errorf("listing %s: %w", p, err)
+	}
+	var subdirs, binds []string
+	for _, n := range names {
+		hp := path.Join(p, n)
+		var cst unix.Stat_t
+		if err := unix.Lstat(hp, &cst); err != nil {
+			continue
+		}
+		sp := skel + "/" + n
+		mode := os.FileMode(cst.Mode & 0o777)
+		switch cst.Mode & unix.S_IFMT {
+		case unix.S_IFDIR:
+			if err := os.Mkdir(sp, mode); err != nil {
+				return err
+			}
+			if !b.locked[hp] {
+				subdirs = append(subdirs, n)
+			}
+		case unix.S_IFLNK:
+			t, err := os.Readlink(hp)
+			if err == nil {
+				err = os.Symlink(t, sp)
+			}
+			if err != nil {
+				return fmt.Errorf("copying symlink %s: %w", hp, err)
+			}
+		case unix.S_IFREG:
+			if cst.Size > maxSkeletonCopy || b.locked[hp] {
+				if err := os.WriteFile(sp, nil, mode); err != nil {
+					return err
+				}
+				binds = append(binds, n)
+			} else if err := copyFile(hp, sp, mode); err != nil {
+				return err
+			}
+		}
+	}
+	if err := b.overlay(p, skel, target); err != nil {
+		return err
+	}
+	for _, n := range binds {
+		if err := unix.Mount(path.Join(p, n), target+"/"+n, "", unix.MS_BIND, ""); err != nil {
+			return fmt.Errorf("binding %s: %w", path.Join(p, n), err)
+		}
+	}
+	for _, n := range subdirs {
+		if err := b.dir(path.Join(p, n)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (b *overlayBuilder) hasLockedBeneath(p string) bool {
+	prefix := strings.TrimSuffix(p, "/") + "/"
+	for mp := range b.locked {
+		if strings.HasPrefix(mp, prefix) {
+			return true
+		}
+	}
+	return false
+}
+
+// overlay mounts an overlay at target whose lower is lowerPath and whose upper
+// dir stands for host path hostPath.
+func (b *overlayBuilder) overlay(hostPath, lowerPath, target string) error {
+	i := strconv.Itoa(len(b.uppers))
+	u, w := b.scratch+"/u/"+i, b.scratch+"/w/"+i
+	if err := os.Mkdir(u, 0o755); err != nil {
+		return err
+	}
+	if err := os.Mkdir(w, 0o755); err != nil {
+		return err
+	}
+	// The lower goes in as /proc/self/fd/N: the option string then never holds
+	// a host path, whose commas or colons would change its meaning.
+	fd, err := unix.Open(lowerPath, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return fmt.Errorf("opening lower %s: %w", lowerPath, err)
+	}
+	defer unix.Close(fd)
+	opts := "lowerdir=/proc/self/fd/" + strconv.Itoa(fd) + ",upperdir=" + u + ",workdir=" + w
+	if b.rootless {
+		opts += ",userxattr"
+	}
+	if err := unix.Mount("overlay", target, "overlay", 0, opts); err != nil {
+		return fmt.Errorf("overlay over %s: %w", hostPath, err)
+	}
+	b.uppers = append(b.uppers, hostPath)
+	return nil
+}
+
+func copyFile(src, dst string, mode os.FileMode) error {
+	in, err := os.Open(src)
+	if err != nil {
+		// Unreadable (rootless, someone else's file): the sandbox could not
+		// read it either; an empty placeholder keeps the name visible.
+		return os.WriteFile(dst, nil, mode)
+	}
+	defer in.Close()
+	out, err := os.OpenFile(dst, os.O_WRONLY|os.O_CREATE|os.O_EXCL, mode)
+	if err != nil {
+		return err
+	}
+	_, err = io.Copy(out, in)
+	if cerr := out.Close(); err == nil {
+		err = cerr
+	}
+	return err
+}
