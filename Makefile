@@ -1,0 +1,47 @@
+# dryexec — see README.md. `make test` sets up a fresh Debian machine (idempotent)
+# and runs every check CI runs.
+
+GO            ?= go
+STATICCHECK   := honnef.co/go/tools/cmd/staticcheck@v0.8.2
+GOBIN         := $(shell $(GO) env GOPATH)/bin
+# Debian packages the tests and benchmarks use: bwrap is the benchmark baseline,
+# setpriv (util-linux) runs the rootless tests.
+APT_PACKAGES  := bubblewrap util-linux
+# Static build: dryexec re-executes itself as the guest on every trial, and a
+# dynamically linked binary starts measurably slower.
+export CGO_ENABLED ?= 0
+
+.PHONY: all build deps test lint unit bench clean
+
+all: build
+
+build:
+	$(GO) build -o bin/dryexec ./cmd/dryexec
+
+deps:
+	@missing=""; for p in $(APT_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
+	if [ -n "$$missing" ]; then \
+		echo "installing:$$missing"; \
+		SUDO=""; [ "$$(id -u)" = 0 ] || SUDO=sudo; \
+		$$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq $$missing; \
+	fi
+	@test -x $(GOBIN)/staticcheck || $(GO) install $(STATICCHECK)
+
+lint: deps
+	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
+	if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
+	$(GO) vet ./...
+	GOOS=darwin $(GO) vet ./...
+	$(GOBIN)/staticcheck ./...
+
+# The race detector needs cgo.
+unit:
+	CGO_ENABLED=1 $(GO) test -race -count=1 ./...
+
+test: deps lint unit
+
+bench: deps
+	$(GO) run ./bench/cmd/trialbench -out bench/results
+
+clean:
+	rm -rf bin

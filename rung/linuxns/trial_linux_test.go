@@ -1,0 +1,377 @@
+package linuxns
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/dryexec/dryexec"
+	"github.com/dryexec/dryexec/schema"
+)
+
+func requireNS(t *testing.T) {
+	t.Helper()
+	if err := (&Rung{}).Available(context.Background()); err != nil {
+		t.Skipf("ns rung unavailable here: %v", err)
+	}
+}
+
+var testPath = map[string]string{"PATH": "/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin"}
+
+// runTrial runs argv in dir and checks the delta against the JSON schema.
+func runTrial(t *testing.T, dir string, spec dryexec.TrialSpec, argv ...string) *dryexec.StateDelta {
+	t.Helper()
+	spec.Action.Argv, spec.Action.Cwd = argv, dir
+	if spec.Action.Env == nil {
+		spec.Action.Env = testPath
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	d, err := (&Rung{}).Trial(ctx, spec)
+	if err != nil {
+		t.Fatalf("trial %q: %v", argv, err)
+	}
+	validate(t, d)
+	return d
+}
+
+func validate(t *testing.T, d *dryexec.StateDelta) {
+	t.Helper()
+	v, err := schema.NewValidator()
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := json.Marshal(d)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := v.Validate(b); err != nil {
+		t.Fatalf("delta does not validate: %v\n%s", err, b)
+	}
+}
+
+// snapshot records every path under root with its mode and content, to prove a
+// trial left the host exactly as it was.
+func snapshot(t *testing.T, root string) map[string]string {
+	t.Helper()
+	m := map[string]string{}
+	filepath.WalkDir(root, func(p string, de fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		info, err := de.Info()
+		if err != nil {
+			return err
+		}
+		v := info.Mode().String()
+		switch {
+		case info.Mode().IsRegular():
+			b, _ := os.ReadFile(p)
+			v += " " + string(b)
+		case info.Mode()&fs.ModeSymlink != 0:
+			l, _ := os.Readlink(p)
+			v += " -> " + l
+		}
+		m[p] = v
+		return nil
+	})
+	return m
+}
+
+func sameSnapshot(t *testing.T, before, after map[string]string) {
+	t.Helper()
+	for p, v := range before {
+		if after[p] != v {
+			t.Errorf("host changed: %s was %q, now %q", p, v, after[p])
+		}
+	}
+	for p, v := range after {
+		if _, ok := before[p]; !ok {
+			t.Errorf("host changed: %s appeared (%q)", p, v)
+		}
+	}
+}
+
+type opPath struct{ Op, Path string }
+
+func opPaths(d *dryexec.StateDelta, strip string) []opPath {
+	var out []opPath
+	for _, f := range d.Files {
+		p := f.Path
+		if strip != "" {
+			p = strings.TrimPrefix(p, strip)
+		}
+		out = append(out, opPath{string(f.Op), p})
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Path+out[i].Op < out[j].Path+out[j].Op })
+	return out
+}
+
+// acceptanceScript is the core issue's acceptance command.
+const acceptanceScript = `echo new > a.txt; echo more >> keep.txt; rm gone.txt; chmod 755 s.sh; mkdir d; rm -r sub; echo t > /tmp/probe.$$; touch -m keep.txt`
+
+func makeAcceptanceDir(t *testing.T, dir string) {
+	t.Helper()
+	for name, content := range map[string]string{"keep.txt": "keep\n", "gone.txt": "gone\n", "s.sh": "echo hi\n", "sub/x": "x\n"} {
+		p := filepath.Join(dir, name)
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, []byte(content), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// checkAcceptance asserts the exact delta of acceptanceScript run in dir.
+func checkAcceptance(t *testing.T, d *dryexec.StateDelta, dir string) {
+	t.Helper()
+	var probe string
+	for _, f := range d.Files {
+		if strings.HasPrefix(f.Path, "/tmp/probe.") {
+			probe = f.Path
+		}
+	}
+	if probe == "" {
+		t.Fatalf("no /tmp/probe.* in delta: %+v", d.Files)
+	}
+	want := []opPath{
+		{"create", probe},
+		{"create", dir + "/a.txt"},
+		{"mkdir", dir + "/d"},
+		{"delete", dir + "/gone.txt"},
+		{"modify", dir + "/keep.txt"},
+		{"chmod", dir + "/s.sh"},
+		{"rmdir", dir + "/sub"},
+		{"delete", dir + "/sub/x"},
+	}
+	sort.Slice(want, func(i, j int) bool { return want[i].Path+want[i].Op < want[j].Path+want[j].Op })
+	got := opPaths(d, "")
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("delta files:\n got %v\nwant %v", got, want)
+	}
+	if _, err := os.Stat(probe); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("%s exists on the host", probe)
+	}
+	for _, f := range d.Files {
+		switch f.Path {
+		case dir + "/keep.txt":
+			if !strings.Contains(f.Diff, "+more") || f.BeforeSHA256 == "" || f.SHA256 == f.BeforeSHA256 {
+				t.Errorf("keep.txt change lacks diff or hashes: %+v", f)
+			}
+		case dir + "/s.sh":
+			if f.Mode != "0755" || f.BeforeMode != "0644" {
+				t.Errorf("s.sh chmod: %+v", f)
+			}
+		}
+	}
+	if d.Totals.FilesChanged != 8 || d.Totals.FilesDeleted != 3 {
+		t.Errorf("totals: %+v", d.Totals)
+	}
+}
+
+func TestAcceptanceDelta(t *testing.T) {
+	requireNS(t)
+	dir := t.TempDir()
+	makeAcceptanceDir(t, dir)
+	before := snapshot(t, dir)
+	d := runTrial(t, dir, dryexec.TrialSpec{}, "sh", "-c", acceptanceScript)
+	if d.Process.ExitCode != 0 {
+		t.Fatalf("exit %d: %s", d.Process.ExitCode, d.Process.Stderr)
+	}
+	checkAcceptance(t, d, dir)
+	sameSnapshot(t, before, snapshot(t, dir))
+}
+
+func TestWritesToOtherMountsAreCaptured(t *testing.T) {
+	requireNS(t)
+	home, err := os.UserHomeDir()
+	if err != nil {
+		t.Skip("no home dir")
+	}
+	name := "dryexec-test-" + strings.TrimPrefix(dryexec.NewTrialID(), "tr_")
+	etc, inHome := "/etc/"+name, filepath.Join(home, "."+name)
+	d := runTrial(t, t.TempDir(), dryexec.TrialSpec{}, "sh", "-c", "echo a > "+etc+"; echo b > "+inHome+"; rm -f /etc/hostname")
+	got := map[string]dryexec.Op{}
+	for _, f := range d.Files {
+		got[f.Path] = f.Op
+	}
+	if got[etc] != dryexec.OpCreate || got[inHome] != dryexec.OpCreate {
+		t.Fatalf("writes not captured: %v (stderr %q)", got, d.Process.Stderr)
+	}
+	if _, err := os.Stat("/etc/hostname"); err == nil && got["/etc/hostname"] != dryexec.OpDelete {
+		t.Errorf("rm /etc/hostname not captured: %v", got)
+	}
+	for _, p := range []string{etc, inHome} {
+		if _, err := os.Stat(p); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("%s was written on the host", p)
+		}
+	}
+}
+
+func TestProcessCapture(t *testing.T) {
+	requireNS(t)
+	dir := t.TempDir()
+	tests := []struct {
+		name     string
+		spec     dryexec.TrialSpec
+		argv     []string
+		exit     int
+		signal   string
+		stdout   string
+		stderr   string
+		truncOut bool
+	}{
+		{name: "exit code", argv: []string{"sh", "-c", "exit 3"}, exit: 3},
+		{name: "streams apart", argv: []string{"sh", "-c", "echo out; echo err >&2"}, stdout: "out\n", stderr: "err\n"},
+		{name: "signal", argv: []string{"sh", "-c", "kill -TERM $$"}, exit: 128 + 15, signal: "SIGTERM"},
+		{name: "not found", argv: []string{"no-such-command-dryexec"}, exit: 127, stderr: "dryexec: no-such-command-dryexec: command not found\n"},
+		{name: "stdin", spec: dryexec.TrialSpec{Stdin: strings.NewReader("piped\n")}, argv: []string{"cat"}, stdout: "piped\n"},
+		{name: "stdin default is /dev/null", argv: []string{"cat"}, stdout: ""},
+		{name: "output tail kept", spec: dryexec.TrialSpec{OutputCap: 10}, argv: []string{"sh", "-c", "printf 0123456789abcdef"}, stdout: "6789abcdef", truncOut: true},
+		{name: "same uid and cwd", argv: []string{"sh", "-c", `echo "$(id -u) $PWD"`}, stdout: fmt.Sprintf("%d %s\n", os.Getuid(), dir)},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			spec := tt.spec
+			spec.Action.Env = map[string]string{"PATH": testPath["PATH"], "PWD": dir}
+			d := runTrial(t, dir, spec, tt.argv...)
+			p := d.Process
+			if p.ExitCode != tt.exit || p.Signal != tt.signal || p.Stdout != tt.stdout || p.Stderr != tt.stderr || p.StdoutTruncated != tt.truncOut {
+				t.Fatalf("got exit=%d signal=%q stdout=%q stderr=%q trunc=%v", p.ExitCode, p.Signal, p.Stdout, p.Stderr, p.StdoutTruncated)
+			}
+		})
+	}
+}
+
+func TestBadActions(t *testing.T) {
+	requireNS(t)
+	tests := []struct {
+		name string
+		a    dryexec.Action
+	}{
+		{"empty argv", dryexec.Action{Cwd: "/"}},
+		{"relative cwd", dryexec.Action{Argv: []string{"true"}, Cwd: "tmp"}},
+		{"missing cwd", dryexec.Action{Argv: []string{"true"}, Cwd: "/no/such/dir/dryexec"}},
+		{"NUL in argv", dryexec.Action{Argv: []string{"true\x00"}, Cwd: "/"}},
+		{"bad env", dryexec.Action{Argv: []string{"true"}, Cwd: "/", Env: map[string]string{"A=B": "c"}}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := (&Rung{}).Trial(context.Background(), dryexec.TrialSpec{Action: tt.a})
+			if !errors.Is(err, dryexec.ErrBadAction) {
+				t.Fatalf("got %v, want ErrBadAction", err)
+			}
+		})
+	}
+}
+
+func TestTimeoutKillsEverything(t *testing.T) {
+	requireNS(t)
+	dir := t.TempDir()
+	marker := "dryexec-sleeper-" + strings.TrimPrefix(dryexec.NewTrialID(), "tr_")
+	// A background job, a daemon in its own session, and a foreground sleep: all
+	// must die, and what they wrote before dying must be in the delta.
+	script := fmt.Sprintf(`cp /bin/sleep ./%[1]s; ./%[1]s 100 & setsid sh -c 'echo early > early.txt; exec ./%[1]s 100' & sleep 0.3; exec ./%[1]s 100`, marker)
+	d := runTrial(t, dir, dryexec.TrialSpec{Action: dryexec.Action{TimeoutMS: 1000}}, "sh", "-c", script)
+	if !d.Process.TimedOut || d.Process.ExitCode != 124 {
+		t.Fatalf("process: %+v", d.Process)
+	}
+	found := false
+	for _, f := range d.Files {
+		found = found || f.Path == dir+"/early.txt"
+	}
+	if !found {
+		t.Errorf("the daemon's write is not in the delta: %v", opPaths(d, dir))
+	}
+	if pids := processesNamed(t, marker); len(pids) > 0 {
+		t.Fatalf("processes outlived the trial: %v", pids)
+	}
+}
+
+func TestDaemonKilledWhenCommandExits(t *testing.T) {
+	requireNS(t)
+	dir := t.TempDir()
+	marker := "dryexec-daemon-" + strings.TrimPrefix(dryexec.NewTrialID(), "tr_")
+	script := fmt.Sprintf(`cp /bin/sleep ./%[1]s; setsid ./%[1]s 100 </dev/null >/dev/null 2>&1 & echo started`, marker)
+	d := runTrial(t, dir, dryexec.TrialSpec{}, "sh", "-c", script)
+	if d.Process.ExitCode != 0 || d.Process.Stdout != "started\n" {
+		t.Fatalf("process: %+v", d.Process)
+	}
+	if pids := processesNamed(t, marker); len(pids) > 0 {
+		t.Fatalf("processes outlived the trial: %v", pids)
+	}
+}
+
+// processesNamed lists host pids whose command name is name.
+func processesNamed(t *testing.T, name string) []string {
+	t.Helper()
+	ents, _ := os.ReadDir("/proc")
+	var out []string
+	for _, e := range ents {
+		b, err := os.ReadFile("/proc/" + e.Name() + "/comm")
+		if err == nil && strings.TrimSpace(string(b)) == name[:min(len(name), 15)] {
+			out = append(out, e.Name())
+		}
+	}
+	return out
+}
+
+func TestUpperFullIsALimitViolation(t *testing.T) {
+	requireNS(t)
+	dir := t.TempDir()
+	d := runTrial(t, dir, dryexec.TrialSpec{UpperSizeBytes: 1 << 20}, "sh", "-c", "head -c 4000000 /dev/zero > big; echo rc=$?")
+	if len(d.Violations) != 1 || d.Violations[0].Kind != "limit" {
+		t.Fatalf("violations: %+v (stdout %q stderr %q)", d.Violations, d.Process.Stdout, d.Process.Stderr)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "big")); !errors.Is(err, os.ErrNotExist) {
+		t.Fatal("big was written on the host")
+	}
+}
+
+func TestLargeFileRoundTripsThroughBlobs(t *testing.T) {
+	requireNS(t)
+	dir := t.TempDir()
+	sink := &memSink{}
+	d := runTrial(t, dir, dryexec.TrialSpec{Blobs: sink}, "sh", "-c", "head -c 3000000 /dev/urandom > r.bin; cp r.bin copy.bin")
+	if len(d.Files) != 2 {
+		t.Fatalf("files: %v", opPaths(d, dir))
+	}
+	for _, f := range d.Files {
+		if f.Size != 3000000 || f.Diff != "" {
+			t.Errorf("%s: size %d diff %d bytes", f.Path, f.Size, len(f.Diff))
+		}
+		if b := sink.blobs[f.SHA256]; len(b) != 3000000 {
+			t.Errorf("%s: blob of %d bytes", f.Path, len(b))
+		}
+	}
+	if d.Files[0].SHA256 != d.Files[1].SHA256 {
+		t.Error("copies have different hashes")
+	}
+}
+
+type memSink struct{ blobs map[string][]byte }
+
+func (m *memSink) PutBlob(r io.Reader) (string, int64, error) {
+	var b bytes.Buffer
+	n, err := b.ReadFrom(r)
+	if err != nil {
+		return "", n, err
+	}
+	sum := sha256hex(b.Bytes())
+	if m.blobs == nil {
+		m.blobs = map[string][]byte{}
+	}
+	m.blobs[sum] = b.Bytes()
+	return sum, n, nil
+}
