@@ -43,6 +43,7 @@ func Run(ctx context.Context, args []string, env Env) int {
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
+	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
 	root.SetArgs(args)
 	root.SetIn(env.Stdin)
 	root.SetOut(env.Stdout)
@@ -51,18 +52,26 @@ func Run(ctx context.Context, args []string, env Env) int {
 	if err := root.ExecuteContext(ctx); err != nil {
 		fmt.Fprintln(env.Stderr, "dryexec:", err)
 		var ue usageError
-		switch {
-		case errors.As(err, &ue) || strings.Contains(err.Error(), "unknown flag") ||
-			strings.Contains(err.Error(), "unknown command") || strings.Contains(err.Error(), "accepts"):
+		if errors.As(err, &ue) || strings.HasPrefix(err.Error(), "unknown command") {
 			return ExitUsage
-		default:
-			return ExitInternal
 		}
+		return ExitInternal
 	}
 	return code
 }
 
+// usageError marks a mistake in how dryexec was called (exit 2).
 type usageError struct{ error }
+
+// usage wraps a cobra argument check so that its failures are usage errors.
+func usage(check cobra.PositionalArgs) cobra.PositionalArgs {
+	return func(cmd *cobra.Command, args []string) error {
+		if err := check(cmd, args); err != nil {
+			return usageError{err}
+		}
+		return nil
+	}
+}
 
 func openStore(env Env) (*store.Store, error) {
 	dir, err := store.DefaultDir(env.Getenv)
@@ -88,7 +97,7 @@ func showCmd(env Env) *cobra.Command {
 	c := &cobra.Command{
 		Use:   "show ID",
 		Short: "Print a stored trial",
-		Args:  cobra.ExactArgs(1),
+		Args:  usage(cobra.ExactArgs(1)),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			s, err := openStore(env)
 			if err != nil {
@@ -112,7 +121,7 @@ func lsCmd(env Env) *cobra.Command {
 	return &cobra.Command{
 		Use:   "ls",
 		Short: "List stored trials, newest first",
-		Args:  cobra.NoArgs,
+		Args:  usage(cobra.NoArgs),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			s, err := openStore(env)
 			if err != nil {
@@ -138,7 +147,7 @@ func discardCmd(env Env) *cobra.Command {
 	return &cobra.Command{
 		Use:   "discard ID",
 		Short: "Drop a stored trial without changing the host",
-		Args:  cobra.ExactArgs(1),
+		Args:  usage(cobra.ExactArgs(1)),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			s, err := openStore(env)
 			if err != nil {

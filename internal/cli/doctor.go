@@ -13,7 +13,7 @@ func doctorCmd(env Env, code *int) *cobra.Command {
 	c := &cobra.Command{
 		Use:   "doctor",
 		Short: "Say which rungs this host can run, and what is missing for the others",
-		Args:  cobra.NoArgs,
+		Args:  usage(cobra.NoArgs),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			st := rung.Doctor(cmd.Context())
 			if asJSON {

@@ -36,7 +36,7 @@ func runCmd(env Env, code *int) *cobra.Command {
 	c := &cobra.Command{
 		Use:   "run [flags] -- CMD [ARG...]",
 		Short: "Run CMD in a trial, print what it would change, change nothing",
-		Args:  cobra.MinimumNArgs(1),
+		Args:  usage(cobra.MinimumNArgs(1)),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			r, err := rung.Select(rungName)
 			if err != nil {

@@ -10,12 +10,12 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
-	"sort"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/dryexec/dryexec"
+	"github.com/dryexec/dryexec/internal/acceptance"
 	"github.com/dryexec/dryexec/schema"
 )
 
@@ -102,94 +102,28 @@ func sameSnapshot(t *testing.T, before, after map[string]string) {
 	}
 }
 
-type opPath struct{ Op, Path string }
-
-func opPaths(d *dryexec.StateDelta, strip string) []opPath {
-	var out []opPath
-	for _, f := range d.Files {
-		p := f.Path
-		if strip != "" {
-			p = strings.TrimPrefix(p, strip)
-		}
-		out = append(out, opPath{string(f.Op), p})
+func opPaths(d *dryexec.StateDelta, strip string) []acceptance.OpPath {
+	out := acceptance.OpPaths(d)
+	for i := range out {
+		out[i].Path = strings.TrimPrefix(out[i].Path, strip)
 	}
-	sort.Slice(out, func(i, j int) bool { return out[i].Path+out[i].Op < out[j].Path+out[j].Op })
 	return out
-}
-
-// acceptanceScript is the core issue's acceptance command.
-const acceptanceScript = `echo new > a.txt; echo more >> keep.txt; rm gone.txt; chmod 755 s.sh; mkdir d; rm -r sub; echo t > /tmp/probe.$$; touch -m keep.txt`
-
-func makeAcceptanceDir(t *testing.T, dir string) {
-	t.Helper()
-	for name, content := range map[string]string{"keep.txt": "keep\n", "gone.txt": "gone\n", "s.sh": "echo hi\n", "sub/x": "x\n"} {
-		p := filepath.Join(dir, name)
-		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(p, []byte(content), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-}
-
-// checkAcceptance asserts the exact delta of acceptanceScript run in dir.
-func checkAcceptance(t *testing.T, d *dryexec.StateDelta, dir string) {
-	t.Helper()
-	var probe string
-	for _, f := range d.Files {
-		if strings.HasPrefix(f.Path, "/tmp/probe.") {
-			probe = f.Path
-		}
-	}
-	if probe == "" {
-		t.Fatalf("no /tmp/probe.* in delta: %+v", d.Files)
-	}
-	want := []opPath{
-		{"create", probe},
-		{"create", dir + "/a.txt"},
-		{"mkdir", dir + "/d"},
-		{"delete", dir + "/gone.txt"},
-		{"modify", dir + "/keep.txt"},
-		{"chmod", dir + "/s.sh"},
-		{"rmdir", dir + "/sub"},
-		{"delete", dir + "/sub/x"},
-	}
-	sort.Slice(want, func(i, j int) bool { return want[i].Path+want[i].Op < want[j].Path+want[j].Op })
-	got := opPaths(d, "")
-	if fmt.Sprint(got) != fmt.Sprint(want) {
-		t.Fatalf("delta files:\n got %v\nwant %v", got, want)
-	}
-	if _, err := os.Stat(probe); !errors.Is(err, os.ErrNotExist) {
-		t.Errorf("%s exists on the host", probe)
-	}
-	for _, f := range d.Files {
-		switch f.Path {
-		case dir + "/keep.txt":
-			if !strings.Contains(f.Diff, "+more") || f.BeforeSHA256 == "" || f.SHA256 == f.BeforeSHA256 {
-				t.Errorf("keep.txt change lacks diff or hashes: %+v", f)
-			}
-		case dir + "/s.sh":
-			if f.Mode != "0755" || f.BeforeMode != "0644" {
-				t.Errorf("s.sh chmod: %+v", f)
-			}
-		}
-	}
-	if d.Totals.FilesChanged != 8 || d.Totals.FilesDeleted != 3 {
-		t.Errorf("totals: %+v", d.Totals)
-	}
 }
 
 func TestAcceptanceDelta(t *testing.T) {
 	requireNS(t)
 	dir := t.TempDir()
-	makeAcceptanceDir(t, dir)
+	if err := acceptance.MakeDir(dir); err != nil {
+		t.Fatal(err)
+	}
 	before := snapshot(t, dir)
-	d := runTrial(t, dir, dryexec.TrialSpec{}, "sh", "-c", acceptanceScript)
+	d := runTrial(t, dir, dryexec.TrialSpec{}, "sh", "-c", acceptance.Script)
 	if d.Process.ExitCode != 0 {
 		t.Fatalf("exit %d: %s", d.Process.ExitCode, d.Process.Stderr)
 	}
-	checkAcceptance(t, d, dir)
+	if err := acceptance.Check(d, dir); err != nil {
+		t.Fatal(err)
+	}
 	sameSnapshot(t, before, snapshot(t, dir))
 }
 

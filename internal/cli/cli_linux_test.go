@@ -1,0 +1,207 @@
+package cli
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"testing"
+
+	"github.com/dryexec/dryexec"
+	"github.com/dryexec/dryexec/internal/acceptance"
+	"github.com/dryexec/dryexec/rung/linuxns"
+)
+
+func requireNS(t *testing.T) {
+	t.Helper()
+	if err := (&linuxns.Rung{}).Available(context.Background()); err != nil {
+		t.Skipf("ns rung unavailable: %v", err)
+	}
+}
+
+// cli runs the CLI in-process with a private DRYEXEC_HOME.
+func cli(t *testing.T, home string, args ...string) (code int, stdout, stderr string) {
+	t.Helper()
+	var out, errb bytes.Buffer
+	env := map[string]string{"DRYEXEC_HOME": home, "PATH": "/usr/local/bin:/usr/bin:/bin", "SECRET_TOKEN": "hunter2", "NO_COLOR": "1"}
+	code = Run(context.Background(), args, Env{Stdin: strings.NewReader(""), Stdout: &out, Stderr: &errb,
+		Getenv: func(k string) string { return env[k] }})
+	return code, out.String(), errb.String()
+}
+
+func decode(t *testing.T, s string) *dryexec.StateDelta {
+	t.Helper()
+	var d dryexec.StateDelta
+	if err := json.Unmarshal([]byte(s), &d); err != nil {
+		t.Fatalf("not a delta: %v\n%s", err, s)
+	}
+	return &d
+}
+
+func TestRunAcceptanceJSON(t *testing.T) {
+	requireNS(t)
+	dir, home := t.TempDir(), t.TempDir()
+	if err := acceptance.MakeDir(dir); err != nil {
+		t.Fatal(err)
+	}
+	code, out, errs := cli(t, home, "run", "--json", "-C", dir, "--", "sh", "-c", acceptance.Script)
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errs)
+	}
+	d := decode(t, out)
+	if err := acceptance.Check(d, dir); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := d.Action.Env["SECRET_TOKEN"]; ok {
+		t.Error("a variable outside the allowlist reached the trial")
+	}
+}
+
+func TestStoreLifecycle(t *testing.T) {
+	requireNS(t)
+	dir, home := t.TempDir(), t.TempDir()
+	code, out, errs := cli(t, home, "run", "--json", "-C", dir, "--", "sh", "-c", "echo hi > x.txt")
+	if code != 0 {
+		t.Fatalf("run: %d %s", code, errs)
+	}
+	d := decode(t, out)
+	blob := filepath.Join(home, "trials", d.TrialID, "blobs", d.Files[0].SHA256)
+	if b, err := os.ReadFile(blob); err != nil || string(b) != "hi\n" {
+		t.Fatalf("blob %s: %q %v", blob, b, err)
+	}
+	if code, out, _ := cli(t, home, "ls"); code != 0 || !strings.Contains(out, d.TrialID) {
+		t.Fatalf("ls: %d %s", code, out)
+	}
+	code, out, _ = cli(t, home, "show", "--json", d.TrialID)
+	if code != 0 || decode(t, out).Files[0].SHA256 != d.Files[0].SHA256 {
+		t.Fatalf("show: %d %s", code, out)
+	}
+	if code, out, _ := cli(t, home, "show", d.TrialID); code != 0 || !strings.Contains(out, "x.txt") {
+		t.Fatalf("show (human): %d %s", code, out)
+	}
+	if code, _, errs := cli(t, home, "discard", d.TrialID); code != 0 {
+		t.Fatalf("discard: %d %s", code, errs)
+	}
+	for _, args := range [][]string{{"show", d.TrialID}, {"discard", d.TrialID}, {"show", "../../etc"}} {
+		code, _, errs := cli(t, home, args...)
+		if code != ExitInternal || !strings.Contains(errs, "trial not found") {
+			t.Errorf("%v after discard: %d %q", args, code, errs)
+		}
+	}
+	if _, err := os.Stat(filepath.Join(dir, "x.txt")); err == nil {
+		t.Error("run changed the host")
+	}
+}
+
+func TestRunExitCodes(t *testing.T) {
+	requireNS(t)
+	home := t.TempDir()
+	tests := []struct {
+		name string
+		args []string
+		code int
+		err  string
+	}{
+		{"command's code", []string{"run", "--no-store", "--", "sh", "-c", "exit 3"}, 3, ""},
+		{"not found", []string{"run", "--no-store", "--", "no-such-cmd-dryexec"}, 127, ""},
+		{"timeout", []string{"run", "--no-store", "--timeout", "200ms", "--", "sleep", "5"}, 124, ""},
+		{"unknown rung", []string{"run", "--rung", "nope", "--", "true"}, ExitInternal, "unknown rung"},
+		{"unbuilt rung", []string{"run", "--rung", "gvisor", "--", "true"}, ExitInternal, "unavailable"},
+		{"bad cwd", []string{"run", "-C", "/no/such/dir", "--", "true"}, ExitInternal, "bad action"},
+		{"bad env", []string{"run", "--env", "NOEQUALS", "--", "true"}, ExitUsage, "KEY=VALUE"},
+		{"no command", []string{"run"}, ExitUsage, ""},
+		{"unknown flag", []string{"run", "--frobnicate", "--", "true"}, ExitUsage, "unknown flag"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			code, _, errs := cli(t, home, tt.args...)
+			if code != tt.code || !strings.Contains(errs, tt.err) {
+				t.Fatalf("code %d (want %d), stderr %q (want %q)", code, tt.code, errs, tt.err)
+			}
+		})
+	}
+}
+
+func TestDoctor(t *testing.T) {
+	requireNS(t)
+	code, out, _ := cli(t, t.TempDir(), "doctor", "--json")
+	var st []struct {
+		Name      string
+		Available bool
+		Missing   string
+	}
+	if code != 0 || json.Unmarshal([]byte(out), &st) != nil || len(st) != 5 {
+		t.Fatalf("doctor: %d %s", code, out)
+	}
+	for _, s := range st {
+		if s.Available != (s.Name == "ns") || (!s.Available && s.Missing == "") {
+			t.Errorf("doctor row %+v", s)
+		}
+	}
+}
+
+// TestRootlessSameDelta runs the acceptance scenario as an unprivileged user
+// (nobody) with the real binary, and expects the same delta as root gets.
+func TestRootlessSameDelta(t *testing.T) {
+	requireNS(t)
+	if os.Getuid() != 0 {
+		t.Skip("needs root to switch to an unprivileged user")
+	}
+	setpriv, err := exec.LookPath("setpriv")
+	if err != nil {
+		t.Skip("no setpriv (util-linux)")
+	}
+	base, err := os.MkdirTemp("", "dryexec-rootless-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(base) })
+	os.Chmod(base, 0o755)
+	bin := filepath.Join(base, "dryexec")
+	build := exec.Command(filepath.Join(runtime.GOROOT(), "bin", "go"), "build", "-o", bin, "../../cmd/dryexec")
+	build.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("building dryexec: %v\n%s", err, out)
+	}
+	work, home := filepath.Join(base, "work"), filepath.Join(base, "home")
+	for _, d := range []string{work, home} {
+		if err := os.Mkdir(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := acceptance.MakeDir(work); err != nil {
+		t.Fatal(err)
+	}
+	filepath.Walk(base, func(p string, _ os.FileInfo, _ error) error { return os.Lchown(p, 65534, 65534) })
+	cmd := exec.Command(setpriv, "--reuid=65534", "--regid=65534", "--clear-groups",
+		bin, "run", "--json", "--", "sh", "-c", acceptance.Script)
+	cmd.Dir = work
+	cmd.Env = []string{"PATH=/usr/bin:/bin", "HOME=" + home, "DRYEXEC_HOME=" + home + "/state"}
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("rootless run: %v\n%s", err, stderr.String())
+	}
+	d := decode(t, string(out))
+	if err := acceptance.Check(d, work); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(d.Process.Stdout, "") || d.Process.ExitCode != 0 {
+		t.Fatalf("process: %+v", d.Process)
+	}
+	// The command ran as nobody, not as root of some namespace.
+	cmd = exec.Command(setpriv, "--reuid=65534", "--regid=65534", "--clear-groups", bin, "run", "--json", "--no-store", "--", "id", "-u")
+	cmd.Dir, cmd.Env = work, []string{"PATH=/usr/bin:/bin", "HOME=" + home}
+	out, err = cmd.Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := decode(t, string(out)); d.Process.Stdout != "65534\n" {
+		t.Fatalf("uid inside: %q", d.Process.Stdout)
+	}
+}

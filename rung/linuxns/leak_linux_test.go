@@ -1,0 +1,98 @@
+package linuxns
+
+import (
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"testing"
+
+	"github.com/dryexec/dryexec"
+)
+
+// hostState is what a trial could leak: mounts (overlays, tmpfs), namespaces still
+// held by a process, processes, and our own open fds.
+type hostState struct {
+	mounts     []string
+	namespaces map[string]bool
+	procs      map[string]string
+	fds        int
+}
+
+func captureHost(t *testing.T) hostState {
+	t.Helper()
+	mi, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mounts []string
+	for _, l := range strings.Split(strings.TrimSpace(string(mi)), "\n") {
+		f := strings.Fields(l)
+		mounts = append(mounts, strings.Join(f[4:], " "))
+	}
+	sort.Strings(mounts)
+	st := hostState{mounts: mounts, namespaces: map[string]bool{}, procs: map[string]string{}}
+	ents, _ := os.ReadDir("/proc")
+	for _, e := range ents {
+		if e.Name()[0] < '0' || e.Name()[0] > '9' {
+			continue
+		}
+		cmd, err := os.ReadFile("/proc/" + e.Name() + "/cmdline")
+		if err != nil {
+			continue
+		}
+		st.procs[e.Name()] = strings.ReplaceAll(string(cmd), "\x00", " ")
+		for _, ns := range []string{"mnt", "pid", "net", "ipc", "uts", "user", "cgroup"} {
+			if l, err := os.Readlink(filepath.Join("/proc", e.Name(), "ns", ns)); err == nil {
+				st.namespaces[l] = true
+			}
+		}
+	}
+	fds, _ := os.ReadDir("/proc/self/fd")
+	st.fds = len(fds)
+	return st
+}
+
+func TestNoLeaksAfterManyTrials(t *testing.T) {
+	requireNS(t)
+	n := 200
+	if testing.Short() {
+		n = 20
+	}
+	dir := t.TempDir()
+	runTrial(t, dir, dryexec.TrialSpec{}, "true") // warm up lazily opened fds
+	before := captureHost(t)
+	for i := 0; i < n; i++ {
+		spec := dryexec.TrialSpec{}
+		if i%10 == 0 {
+			spec.Action.TimeoutMS = 50 // some trials end by timeout, with a survivor
+			runTrial(t, dir, spec, "sh", "-c", "sleep 10 & echo x > f; sleep 10")
+			continue
+		}
+		runTrial(t, dir, spec, "sh", "-c", "echo x > f; mkdir -p d/e; rm -rf /tmp/nothing")
+	}
+	after := captureHost(t)
+	if strings.Join(before.mounts, "\n") != strings.Join(after.mounts, "\n") {
+		t.Errorf("mounts changed:\nbefore %v\nafter  %v", before.mounts, after.mounts)
+	}
+	for ns := range after.namespaces {
+		if !before.namespaces[ns] {
+			t.Errorf("namespace left behind: %s", ns)
+		}
+	}
+	for pid, cmd := range after.procs {
+		if _, ok := before.procs[pid]; !ok && !strings.Contains(cmd, "/proc/self") && pid != "self" {
+			// Anything new that is still alive after the loop came from a trial,
+			// unless it is unrelated machine activity; trials run "sleep 10".
+			if strings.Contains(cmd, "sleep 10") || strings.Contains(cmd, "guest ns-trial") {
+				t.Errorf("process left behind: %s %s", pid, cmd)
+			}
+		}
+	}
+	if after.fds > before.fds {
+		t.Errorf("fds: %d before, %d after", before.fds, after.fds)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "f")); err == nil {
+		t.Error("a trial wrote to the host")
+	}
+}
