@@ -38,6 +38,17 @@ type Rung struct {
 	// WalkGrace bounds how long the guest may take to report its upper dirs after
 	// the command's own timeout; 0 means 60s.
 	WalkGrace time.Duration
+	// Trace, when set, is called as a trial passes each phase ("start": guest
+	// process started, "hello": guest runtime up, "view": overlays mounted,
+	// "exit": command and its descendants gone, "done": delta built), to see
+	// where a trial's time goes. Nil costs nothing.
+	Trace func(phase string)
+}
+
+func (r *Rung) trace(phase string) {
+	if r.Trace != nil {
+		r.Trace(phase)
+	}
 }
 
 var _ dryexec.Rung = (*Rung)(nil)
@@ -138,7 +149,6 @@ type trial struct {
 	out    *tailBuffer
 	errb   *tailBuffer
 	pipes  sync.WaitGroup // the stdout/stderr copiers
-	start  time.Time
 }
 
 func (r *Rung) start(spec dryexec.TrialSpec, mounts []wire.MountSpec) (*trial, error) {
@@ -212,7 +222,6 @@ func (r *Rung) start(spec dryexec.TrialSpec, mounts []wire.MountSpec) (*trial, e
 		SysProcAttr: attr,
 		Stderr:      nil,
 	}
-	t.start = time.Now()
 	if err := t.cmd.Start(); err != nil {
 		t.ctrl.Close()
 		outR.Close()
@@ -225,6 +234,7 @@ func (r *Rung) start(spec dryexec.TrialSpec, mounts []wire.MountSpec) (*trial, e
 		}
 		return nil, fmt.Errorf("starting guest: %w", err)
 	}
+	r.trace("start")
 	t.conn = wire.NewConn(t.ctrl)
 	t.pipes.Add(2)
 	go t.copy(t.out, outR)
@@ -294,6 +304,7 @@ func (t *trial) converse() (*dryexec.StateDelta, error) {
 	if f.Kind != wire.KindHello || f.Decode(&hello) != nil || hello.Version != wire.Version {
 		return nil, fmt.Errorf("%w: bad hello from guest", dryexec.ErrGuest)
 	}
+	t.r.trace("hello")
 	host, _ := os.Hostname()
 	env := make([]string, 0, len(a.Env))
 	for k, v := range a.Env {
@@ -341,11 +352,13 @@ func (t *trial) converse() (*dryexec.StateDelta, error) {
 				return nil, err
 			}
 			differ = fsdelta.NewDiffer(dm, t.spec.Blobs, t.spec.DiffMaxBytes)
+			t.r.trace("view")
 		case wire.VerbTrialExit:
 			exit = new(wire.TrialExit)
 			if err := f.Decode(exit); err != nil {
 				return nil, t.guestErr("decoding trial.exit", err)
 			}
+			t.r.trace("exit")
 		case wire.VerbFSEntry:
 			if exit == nil || differ == nil {
 				return nil, fmt.Errorf("%w: fs.entry before trial.mounts and trial.exit", dryexec.ErrGuest)
@@ -378,6 +391,7 @@ func (t *trial) converse() (*dryexec.StateDelta, error) {
 			d.Memory.PeakRSSBytes = exit.MaxRSS
 			d.Normalize()
 			d.ComputeTotals()
+			t.r.trace("done")
 			return d, nil
 		default:
 			return nil, fmt.Errorf("%w: unexpected %s %q", dryexec.ErrGuest, f.Kind, f.Verb)
