@@ -1,0 +1,852 @@
+package fsdelta
+
+import (
+	"bytes"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/dryexec/dryexec"
+)
+
+// fsops runs ordinary file operations in an overlay's merged dir.
+type fsops struct {
+	t *testing.T
+	m string
+}
+
+func (f fsops) p(rel string) string { return filepath.Join(f.m, rel) }
+func (f fsops) write(rel, content string) {
+	f.t.Helper()
+	must(f.t, os.WriteFile(f.p(rel), []byte(content), 0o644))
+}
+func (f fsops) remove(rel string) { f.t.Helper(); must(f.t, os.Remove(f.p(rel))) }
+func (f fsops) removeAll(rel string) {
+	f.t.Helper()
+	if _, err := os.Lstat(f.p(rel)); err != nil {
+		f.t.Fatalf("removeAll of a missing path: %v", err)
+	}
+	must(f.t, os.RemoveAll(f.p(rel)))
+}
+func (f fsops) rename(a, b string)         { f.t.Helper(); must(f.t, os.Rename(f.p(a), f.p(b))) }
+func (f fsops) chmod(rel string, m uint32) { f.t.Helper(); must(f.t, unix.Chmod(f.p(rel), m)) }
+func (f fsops) symlink(target, rel string) { f.t.Helper(); must(f.t, os.Symlink(target, f.p(rel))) }
+func (f fsops) mkdir(rel string)           { f.t.Helper(); must(f.t, os.Mkdir(f.p(rel), 0o755)) }
+func (f fsops) mkdirAll(rel string)        { f.t.Helper(); must(f.t, os.MkdirAll(f.p(rel), 0o755)) }
+func (f fsops) touch(rel string) {
+	f.t.Helper()
+	ts := time.Date(2001, 2, 3, 4, 5, 6, 0, time.UTC)
+	must(f.t, os.Chtimes(f.p(rel), ts, ts))
+}
+
+type ovCase struct {
+	name    string
+	lower   []node
+	outside []node // built in a dir outside the lower; "$OUT" in link targets is its path
+	do      func(f fsops)
+	want    []wc // "$OUT" in link is the outside dir's path
+	extra   func(t *testing.T, lower, outside string, got []dryexec.FileChange)
+}
+
+// The lower most cases start from.
+var baseLower = []node{
+	file("a.txt", "one\ntwo\n", 0o644),
+	dir("d", 0o755),
+	file("d/b.txt", "bee\n", 0o644),
+}
+
+func with(extra ...node) []node {
+	return append(append([]node{}, baseLower...), extra...)
+}
+
+func bigText(lines int, tag string) string {
+	var b strings.Builder
+	for i := range lines {
+		fmt.Fprintf(&b, "%s line %06d of a large text file\n", tag, i)
+	}
+	return b.String()
+}
+
+const diffMax = 64 << 10
+
+func overlayCases() []ovCase {
+	big := bigText(3000, "old") // ~100 KiB, above diffMax
+	bigNew := big + "one more line\n"
+	big2 := bigText(2500, "new")
+	return []ovCase{
+		{
+			name:  "create file",
+			lower: baseLower,
+			do:    func(f fsops) { f.write("new.txt", "hello\n") },
+			want:  []wc{wCreate("new.txt", "hello\n", "0644", "--- /dev/null", "+hello")},
+		},
+		{
+			name:  "create file in a host dir",
+			lower: baseLower,
+			do:    func(f fsops) { f.write("d/new.txt", "hi\n") },
+			want:  []wc{wCreate("d/new.txt", "hi\n", "0644", "+hi")},
+		},
+		{
+			name:  "modify file",
+			lower: baseLower,
+			do:    func(f fsops) { f.write("a.txt", "one\nthree\n") },
+			want: []wc{wModify("a.txt", "one\ntwo\n", "one\nthree\n", "0644", "0644",
+				"--- a", "+++ b", " one", "-two", "+three")},
+		},
+		{
+			name:  "modify empty file",
+			lower: with(file("empty", "", 0o644)),
+			do:    func(f fsops) { f.write("empty", "now\n") },
+			want:  []wc{wModify("empty", "", "now\n", "0644", "0644", "+now")},
+		},
+		{
+			name:  "truncate file",
+			lower: baseLower,
+			do:    func(f fsops) { f.write("a.txt", "") },
+			want:  []wc{wModify("a.txt", "one\ntwo\n", "", "0644", "0644", "-one", "-two")},
+		},
+		{
+			name:  "identical rewrite is no change",
+			lower: baseLower,
+			do: func(f fsops) {
+				f.write("a.txt", "one\ntwo\n")
+				f.write("d/b.txt", "bee\n")
+			},
+		},
+		{
+			name:  "touch only is no change",
+			lower: baseLower,
+			do: func(f fsops) {
+				f.touch("a.txt")
+				f.touch("d/b.txt")
+				f.touch("d")
+			},
+		},
+		{
+			name:  "chmod only",
+			lower: baseLower,
+			do:    func(f fsops) { f.chmod("a.txt", 0o600) },
+			want:  []wc{wChmod("a.txt", "one\ntwo\n", "0644", "0600")},
+		},
+		{
+			name:  "chmod back to the same mode is no change",
+			lower: baseLower,
+			do: func(f fsops) {
+				f.chmod("a.txt", 0o600)
+				f.chmod("a.txt", 0o644)
+			},
+		},
+		{
+			name:  "chmod dir",
+			lower: baseLower,
+			do:    func(f fsops) { f.chmod("d", 0o700) },
+			want:  []wc{wChmodDir("d", "0755", "0700")},
+		},
+		{
+			name:  "modify and chmod",
+			lower: baseLower,
+			do: func(f fsops) {
+				f.write("a.txt", "one\ntwo\nthree\n")
+				f.chmod("a.txt", 0o755)
+			},
+			want: []wc{wModify("a.txt", "one\ntwo\n", "one\ntwo\nthree\n", "0644", "0755", "+three")},
+		},
+		{
+			name:  "delete file",
+			lower: baseLower,
+			do:    func(f fsops) { f.remove("d/b.txt") },
+			want:  []wc{wDelete("d/b.txt", "bee\n", "0644")},
+		},
+		{
+			name: "rm -r of a dir tree",
+			lower: with(
+				dir("t", 0o755),
+				file("t/a", "A\n", 0o644),
+				file("t/b", "B\n", 0o600),
+				dir("t/empty", 0o700),
+				link("t/link", "a"),
+				dir("t/sub", 0o750),
+				file("t/sub/c", "C\n", 0o644),
+				dir("t/sub/deep", 0o711),
+				file("t/sub/deep/e", "E\n", 0o640),
+			),
+			do: func(f fsops) { f.removeAll("t") },
+			want: []wc{
+				wDelete("t/a", "A\n", "0644"),
+				wDelete("t/b", "B\n", "0600"),
+				wRmdir("t/empty", "0700"),
+				wDeleteLink("t/link", "a"),
+				wDelete("t/sub/c", "C\n", "0644"),
+				wDelete("t/sub/deep/e", "E\n", "0640"),
+				wRmdir("t/sub/deep", "0711"),
+				wRmdir("t/sub", "0750"),
+				wRmdir("t", "0755"),
+			},
+		},
+		{
+			name:  "rename file",
+			lower: baseLower,
+			do:    func(f fsops) { f.rename("a.txt", "renamed.txt") },
+			want: []wc{
+				wDelete("a.txt", "one\ntwo\n", "0644"),
+				wCreate("renamed.txt", "one\ntwo\n", "0644", "+one", "+two"),
+			},
+		},
+		{
+			name:  "rename file into a dir",
+			lower: baseLower,
+			do:    func(f fsops) { f.rename("a.txt", "d/a.txt") },
+			want: []wc{
+				wDelete("a.txt", "one\ntwo\n", "0644"),
+				wCreate("d/a.txt", "one\ntwo\n", "0644", "+one"),
+			},
+		},
+		{
+			name:  "create then delete is nothing",
+			lower: baseLower,
+			do: func(f fsops) {
+				f.write("tmp.txt", "temp\n")
+				f.remove("tmp.txt")
+				f.mkdirAll("scratch/x/y")
+				f.write("scratch/x/y/z", "z\n")
+				f.removeAll("scratch")
+				f.write("d/tmp", "t\n")
+				f.remove("d/tmp")
+			},
+		},
+		{
+			name:  "mkdir",
+			lower: baseLower,
+			do: func(f fsops) {
+				f.mkdir("nd")
+				f.chmod("nd", 0o750)
+			},
+			want: []wc{wMkdir("nd", "0750")},
+		},
+		{
+			name:  "mkdir -p nested with files",
+			lower: baseLower,
+			do: func(f fsops) {
+				f.mkdirAll("x/y/z")
+				f.write("x/g", "g\n")
+				f.write("x/y/f", "f\n")
+				f.mkdirAll("d/deeper/still")
+			},
+			want: []wc{
+				wMkdir("d/deeper", "0755"),
+				wMkdir("d/deeper/still", "0755"),
+				wMkdir("x", "0755"),
+				wCreate("x/g", "g\n", "0644", "+g"),
+				wMkdir("x/y", "0755"),
+				wCreate("x/y/f", "f\n", "0644", "+f"),
+				wMkdir("x/y/z", "0755"),
+			},
+		},
+		{
+			name:  "rmdir empty dir",
+			lower: with(dir("em", 0o700)),
+			do:    func(f fsops) { f.remove("em") },
+			want:  []wc{wRmdir("em", "0700")},
+		},
+		{
+			name: "dir replaced by file",
+			lower: with(
+				dir("t", 0o755),
+				file("t/a", "A\n", 0o644),
+				dir("t/s", 0o755),
+				file("t/s/b", "B\n", 0o644),
+			),
+			do: func(f fsops) {
+				f.removeAll("t")
+				f.write("t", "now a file\n")
+			},
+			want: []wc{
+				wDelete("t/a", "A\n", "0644"),
+				wDelete("t/s/b", "B\n", "0644"),
+				wRmdir("t/s", "0755"),
+				wRmdir("t", "0755"),
+				wCreate("t", "now a file\n", "0644", "+now a file"),
+			},
+		},
+		{
+			name:  "file replaced by dir",
+			lower: baseLower,
+			do: func(f fsops) {
+				f.remove("a.txt")
+				f.mkdir("a.txt")
+				f.write("a.txt/in", "in\n")
+			},
+			want: []wc{
+				wDelete("a.txt", "one\ntwo\n", "0644"),
+				wMkdir("a.txt", "0755"),
+				wCreate("a.txt/in", "in\n", "0644", "+in"),
+			},
+		},
+		{
+			name:  "file replaced by symlink",
+			lower: baseLower,
+			do: func(f fsops) {
+				f.remove("a.txt")
+				f.symlink("d/b.txt", "a.txt")
+			},
+			want: []wc{
+				wDelete("a.txt", "one\ntwo\n", "0644"),
+				wSymlink("a.txt", "d/b.txt"),
+			},
+		},
+		{
+			name:  "dir replaced by symlink",
+			lower: baseLower,
+			do: func(f fsops) {
+				f.removeAll("d")
+				f.symlink("a.txt", "d")
+			},
+			want: []wc{
+				wDelete("d/b.txt", "bee\n", "0644"),
+				wRmdir("d", "0755"),
+				wSymlink("d", "a.txt"),
+			},
+		},
+		{
+			name:  "symlink created",
+			lower: baseLower,
+			do:    func(f fsops) { f.symlink("a.txt", "ln") },
+			want:  []wc{wSymlink("ln", "a.txt")},
+		},
+		{
+			name:  "dangling symlink created",
+			lower: baseLower,
+			do:    func(f fsops) { f.symlink("/nonexistent/target", "d/dangling") },
+			want:  []wc{wSymlink("d/dangling", "/nonexistent/target")},
+		},
+		{
+			name:  "symlink retargeted",
+			lower: with(link("ln", "a.txt")),
+			do: func(f fsops) {
+				f.remove("ln")
+				f.symlink("d", "ln")
+			},
+			want: []wc{wDeleteLink("ln", "a.txt"), wSymlink("ln", "d")},
+		},
+		{
+			name:  "symlink recreated with the same target is no change",
+			lower: with(link("ln", "a.txt")),
+			do: func(f fsops) {
+				f.remove("ln")
+				f.symlink("a.txt", "ln")
+			},
+		},
+		{
+			name:  "symlink replaced by file",
+			lower: with(link("ln", "a.txt")),
+			do: func(f fsops) {
+				f.remove("ln")
+				f.write("ln", "plain\n")
+			},
+			want: []wc{wDeleteLink("ln", "a.txt"), wCreate("ln", "plain\n", "0644", "+plain")},
+		},
+		{
+			name:  "symlink deleted",
+			lower: with(link("ln", "a.txt")),
+			do:    func(f fsops) { f.remove("ln") },
+			want:  []wc{wDeleteLink("ln", "a.txt")},
+		},
+		{
+			name:  "write through a host symlink modifies its target",
+			lower: with(link("ln", "a.txt")),
+			do:    func(f fsops) { f.write("ln", "via link\n") },
+			want:  []wc{wModify("a.txt", "one\ntwo\n", "via link\n", "0644", "0644", "+via link")},
+		},
+		{
+			name: "dir deleted and recreated (opaque)",
+			lower: with(
+				dir("o", 0o755),
+				file("o/keep", "same\n", 0o644),
+				file("o/gone", "bye\n", 0o644),
+				file("o/changed", "old\n", 0o644),
+				dir("o/sub", 0o755),
+				file("o/sub/x", "x\n", 0o644),
+			),
+			do: func(f fsops) {
+				f.removeAll("o")
+				f.mkdir("o")
+				f.write("o/keep", "same\n")
+				f.write("o/changed", "new\n")
+				f.write("o/new", "new\n")
+			},
+			want: []wc{
+				wModify("o/changed", "old\n", "new\n", "0644", "0644", "-old", "+new"),
+				wDelete("o/gone", "bye\n", "0644"),
+				wCreate("o/new", "new\n", "0644", "+new"),
+				wDelete("o/sub/x", "x\n", "0644"),
+				wRmdir("o/sub", "0755"),
+			},
+		},
+		{
+			name: "dir recreated empty with another mode",
+			lower: with(
+				dir("o", 0o755),
+				file("o/f", "f\n", 0o644),
+			),
+			do: func(f fsops) {
+				f.removeAll("o")
+				f.mkdir("o")
+				f.chmod("o", 0o700)
+			},
+			want: []wc{wChmodDir("o", "0755", "0700"), wDelete("o/f", "f\n", "0644")},
+		},
+		{
+			name: "dir recreated with a subdir partly recreated",
+			lower: with(
+				dir("o", 0o755),
+				dir("o/sub", 0o755),
+				file("o/sub/x", "x\n", 0o644),
+				file("o/sub/y", "y\n", 0o644),
+				dir("o/sub/deep", 0o755),
+				file("o/sub/deep/z", "z\n", 0o644),
+				file("o/z", "z\n", 0o644),
+			),
+			do: func(f fsops) {
+				f.removeAll("o")
+				f.mkdirAll("o/sub")
+				f.write("o/sub/x", "x\n")
+			},
+			want: []wc{
+				wDelete("o/sub/deep/z", "z\n", "0644"),
+				wRmdir("o/sub/deep", "0755"),
+				wDelete("o/sub/y", "y\n", "0644"),
+				wDelete("o/z", "z\n", "0644"),
+			},
+		},
+		{
+			name: "dir recreated with a subdir replaced by a file",
+			lower: with(
+				dir("o", 0o755),
+				dir("o/sub", 0o755),
+				file("o/sub/x", "x\n", 0o644),
+				dir("o/sub/deep", 0o755),
+				file("o/sub/deep/y", "y\n", 0o644),
+			),
+			do: func(f fsops) {
+				f.removeAll("o")
+				f.mkdir("o")
+				f.write("o/sub", "file now\n")
+			},
+			want: []wc{
+				wDelete("o/sub/deep/y", "y\n", "0644"),
+				wRmdir("o/sub/deep", "0755"),
+				wDelete("o/sub/x", "x\n", "0644"),
+				wRmdir("o/sub", "0755"),
+				wCreate("o/sub", "file now\n", "0644", "+file now"),
+			},
+		},
+		{
+			name: "dir recreated with a subdir replaced by a symlink",
+			lower: with(
+				dir("o", 0o755),
+				dir("o/sub", 0o755),
+				file("o/sub/x", "x\n", 0o644),
+			),
+			do: func(f fsops) {
+				f.removeAll("o")
+				f.mkdir("o")
+				f.symlink("/elsewhere", "o/sub")
+			},
+			want: []wc{
+				wDelete("o/sub/x", "x\n", "0644"),
+				wRmdir("o/sub", "0755"),
+				wSymlink("o/sub", "/elsewhere"),
+			},
+		},
+		{
+			name:  "binary file",
+			lower: with(file("bin.dat", "\x00\x01old\xff", 0o644)),
+			do: func(f fsops) {
+				f.write("bin.dat", "\x00\x02new\xfe")
+				f.write("bin2.dat", "\x7fELF\x00\x00")
+				f.write("latin1.txt", "caf\xe9\n")
+			},
+			want: []wc{
+				wModify("bin.dat", "\x00\x01old\xff", "\x00\x02new\xfe", "0644", "0644"),
+				wCreate("bin2.dat", "\x7fELF\x00\x00", "0644"),
+				wCreate("latin1.txt", "caf\xe9\n", "0644"),
+			},
+		},
+		{
+			name:  "text file becomes binary",
+			lower: baseLower,
+			do:    func(f fsops) { f.write("a.txt", "one\x00two\n") },
+			want:  []wc{wModify("a.txt", "one\ntwo\n", "one\x00two\n", "0644", "0644")},
+		},
+		{
+			name:  "large text file above diffMax",
+			lower: with(file("big.txt", big, 0o644)),
+			do: func(f fsops) {
+				f.write("big.txt", bigNew)
+				f.write("big2.txt", big2)
+			},
+			want: []wc{
+				wModify("big.txt", big, bigNew, "0644", "0644"),
+				wCreate("big2.txt", big2, "0644"),
+			},
+		},
+		{
+			name:  "large text file shrunk below diffMax",
+			lower: with(file("big.txt", big, 0o644)),
+			do:    func(f fsops) { f.write("big.txt", "small\n") },
+			// the old side is too large to diff
+			want: []wc{wModify("big.txt", big, "small\n", "0644", "0644")},
+		},
+		{
+			name:  "setuid, setgid and sticky modes",
+			lower: with(file("tool", "#!/bin/sh\n", 0o755)),
+			do: func(f fsops) {
+				f.chmod("tool", 0o4755)
+				f.write("newtool", "#!/bin/sh\necho\n")
+				f.chmod("newtool", 0o2755)
+				f.mkdir("shared")
+				f.chmod("shared", 0o1777)
+			},
+			want: []wc{
+				wCreate("newtool", "#!/bin/sh\necho\n", "2755", "+echo"),
+				wMkdir("shared", "1777"),
+				wChmod("tool", "#!/bin/sh\n", "0755", "4755"),
+			},
+		},
+		{
+			name:  "fifo created",
+			lower: baseLower,
+			do: func(f fsops) {
+				must(f.t, unix.Mkfifo(f.p("d/fifo"), 0o640))
+			},
+			want: []wc{{path: "d/fifo", op: dryexec.OpCreate, kind: dryexec.KindOther, mode: "0640"}},
+		},
+		{
+			name:    "host symlink to outside replaced by a dir",
+			lower:   with(link("esc", "$OUT")),
+			outside: []node{file("secret", "S\n", 0o644), file("other", "O\n", 0o644)},
+			do: func(f fsops) {
+				f.remove("esc")
+				f.mkdir("esc")
+				f.write("esc/secret", "S\n")
+			},
+			want: []wc{
+				wDeleteLink("esc", "$OUT"),
+				wMkdir("esc", "0755"),
+				// a create (no before_sha256), not "no change": the host's esc/secret
+				// is the outside file, which must not have been read
+				wCreate("esc/secret", "S\n", "0644", "+S"),
+			},
+			extra: noOutside,
+		},
+		{
+			name: "opaque dir holding a host symlink to outside",
+			lower: with(
+				dir("o", 0o755),
+				link("o/esc", "$OUT"),
+				file("o/f", "f\n", 0o644),
+			),
+			outside: []node{file("secret", "S\n", 0o644), file("other", "O\n", 0o644)},
+			do: func(f fsops) {
+				f.removeAll("o")
+				f.mkdirAll("o/esc")
+				f.write("o/esc/secret", "S\n")
+			},
+			want: []wc{
+				wDeleteLink("o/esc", "$OUT"),
+				wMkdir("o/esc", "0755"),
+				wCreate("o/esc/secret", "S\n", "0644", "+S"),
+				wDelete("o/f", "f\n", "0644"),
+			},
+			extra: noOutside,
+		},
+		{
+			name:    "opaque dir whose host symlink to outside is not in the upper",
+			lower:   with(dir("o", 0o755), link("o/esc", "$OUT")),
+			outside: []node{file("secret", "S\n", 0o644)},
+			do: func(f fsops) {
+				f.removeAll("o")
+				f.mkdir("o")
+			},
+			want:  []wc{wDeleteLink("o/esc", "$OUT")},
+			extra: noOutside,
+		},
+		{
+			name: "several changes at once",
+			lower: with(
+				dir("t", 0o755),
+				file("t/x", "x\n", 0o644),
+				file("zz", "zz\n", 0o644),
+			),
+			do: func(f fsops) {
+				f.write("zz", "ZZ\n")
+				f.removeAll("t")
+				f.write("t", "t\n")
+				f.remove("d/b.txt")
+				f.write("d/c.txt", "see\n")
+				f.write("a-b", "dash\n")
+				f.mkdir("a")
+				f.write("a/b", "slash\n")
+			},
+			// component order: "a" < "a-b" < "a.txt" < "d" < "t" < "zz"
+			want: []wc{
+				wMkdir("a", "0755"),
+				wCreate("a/b", "slash\n", "0644", "+slash"),
+				wCreate("a-b", "dash\n", "0644", "+dash"),
+				wDelete("d/b.txt", "bee\n", "0644"),
+				wCreate("d/c.txt", "see\n", "0644", "+see"),
+				wDelete("t/x", "x\n", "0644"),
+				wRmdir("t", "0755"),
+				wCreate("t", "t\n", "0644", "+t"),
+				wModify("zz", "zz\n", "ZZ\n", "0644", "0644", "-zz", "+ZZ"),
+			},
+		},
+	}
+}
+
+// noOutside checks that nothing of the outside dir made it into the changes.
+func noOutside(t *testing.T, lower, outside string, got []dryexec.FileChange) {
+	for _, c := range got {
+		if strings.HasPrefix(c.Path, outside) || strings.HasSuffix(c.Path, "/other") {
+			t.Errorf("change reports an outside file: %+v", c)
+		}
+		if strings.HasSuffix(c.Path, "/secret") && c.BeforeSHA256 != "" {
+			t.Errorf("the outside secret was read: %+v", c)
+		}
+	}
+}
+
+// overlayModes are the two ways the product mounts overlays: as root (trusted.*
+// xattrs) and rootless (userxattr: user.* xattrs).
+var overlayModes = []struct{ name, opts string }{
+	{"trusted", "redirect_dir=off,metacopy=off"},
+	{"userxattr", "userxattr"},
+}
+
+func TestOverlayDelta(t *testing.T) {
+	rootOrSkip(t)
+	for _, mode := range overlayModes {
+		t.Run(mode.name, func(t *testing.T) {
+			for _, c := range overlayCases() {
+				t.Run(c.name, func(t *testing.T) { runOverlayCase(t, c, mode.opts) })
+			}
+		})
+	}
+}
+
+func runOverlayCase(t *testing.T, c ovCase, opts string) {
+	base := tempDir(t)
+	lower, outside := base+"/lower", base+"/outside"
+	must(t, os.Mkdir(lower, 0o755))
+	must(t, os.Mkdir(outside, 0o755))
+	buildTree(t, outside, c.outside)
+	nodes := append([]node{}, c.lower...)
+	for i := range nodes {
+		nodes[i].link = strings.ReplaceAll(nodes[i].link, "$OUT", outside)
+	}
+	buildTree(t, lower, nodes)
+	lowerBefore, outsideBefore := snapshot(t, lower), snapshot(t, outside)
+
+	o := mountOverlay(t, lower, opts)
+	c.do(fsops{t, o.merged})
+	view := contentTree(t, o.merged)
+	o.unmount()
+
+	got := diffUpper(t, o.upper, lower, diffMax)
+	want := append([]wc{}, c.want...)
+	for i := range want {
+		want[i].link = strings.ReplaceAll(want[i].link, "$OUT", outside)
+	}
+	checkChanges(t, lower, got, want)
+	if c.extra != nil {
+		c.extra(t, lower, outside, got)
+	}
+	checkSameSnapshot(t, "lower", lowerBefore, snapshot(t, lower))
+	checkSameSnapshot(t, "outside", outsideBefore, snapshot(t, outside))
+
+	// The delta, applied in order to a copy of the lower, gives the merged view.
+	cp := base + "/applied"
+	copyTree(t, lower, cp)
+	applyChanges(t, lower, cp, o.upper, got)
+	if t.Failed() {
+		return
+	}
+	applied := contentTree(t, cp)
+	checkSameSnapshot(t, "applied delta vs merged view", view, applied)
+}
+
+// contentTree describes what is below root, relative to it, without times.
+func contentTree(t testing.TB, root string) map[string]string {
+	t.Helper()
+	out := map[string]string{}
+	err := filepath.WalkDir(root, func(p string, de fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel(root, p)
+		var st unix.Stat_t
+		if err := unix.Lstat(p, &st); err != nil {
+			return err
+		}
+		desc := fmt.Sprintf("fmt=%o perm=%04o", st.Mode&unix.S_IFMT, st.Mode&07777)
+		switch st.Mode & unix.S_IFMT {
+		case unix.S_IFREG:
+			b, err := os.ReadFile(p)
+			if err != nil {
+				return err
+			}
+			desc += " sha=" + sha(string(b))
+		case unix.S_IFLNK:
+			l, _ := os.Readlink(p)
+			desc += " link=" + l
+			desc = strings.Replace(desc, "perm=0777", "", 1)
+		}
+		out[rel] = desc
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// copyTree copies src to dst (which must not exist), never following symlinks.
+func copyTree(t testing.TB, src, dst string) {
+	t.Helper()
+	err := filepath.WalkDir(src, func(p string, de fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel(src, p)
+		to := filepath.Join(dst, rel)
+		var st unix.Stat_t
+		if err := unix.Lstat(p, &st); err != nil {
+			return err
+		}
+		switch st.Mode & unix.S_IFMT {
+		case unix.S_IFDIR:
+			if err := os.Mkdir(to, 0o700); err != nil {
+				return err
+			}
+		case unix.S_IFREG:
+			b, err := os.ReadFile(p)
+			if err != nil {
+				return err
+			}
+			if err := os.WriteFile(to, b, 0o600); err != nil {
+				return err
+			}
+		case unix.S_IFLNK:
+			l, err := os.Readlink(p)
+			if err != nil {
+				return err
+			}
+			return os.Symlink(l, to)
+		default:
+			return fmt.Errorf("copyTree: unexpected file type of %s", p)
+		}
+		return unix.Chmod(to, st.Mode&07777)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// applyChanges applies changes, in order, to dst, a copy of the host dir lower,
+// taking new file contents from upper. Every change must apply exactly: a delete
+// finds a file (with its before_sha256), an rmdir an empty dir, a create nothing.
+func applyChanges(t testing.TB, lower, dst, upper string, changes []dryexec.FileChange) {
+	t.Helper()
+	for _, c := range changes {
+		rel, ok := strings.CutPrefix(c.Path, lower+"/")
+		if !ok {
+			t.Errorf("change outside the lower: %+v", c)
+			continue
+		}
+		p := filepath.Join(dst, rel)
+		var mode uint32
+		fmt.Sscanf(c.Mode, "%o", &mode)
+		checkBefore := func() {
+			b, err := os.ReadFile(p)
+			if err != nil {
+				t.Errorf("%s %s: %v", c.Op, rel, err)
+			} else if sha(string(b)) != c.BeforeSHA256 {
+				t.Errorf("%s %s: before_sha256 %s is not the host's", c.Op, rel, c.BeforeSHA256)
+			}
+		}
+		newContent := func() []byte {
+			b, err := os.ReadFile(filepath.Join(upper, rel))
+			if err != nil {
+				t.Errorf("%s %s: reading upper: %v", c.Op, rel, err)
+			}
+			if sha(string(b)) != c.SHA256 || int64(len(b)) != c.Size {
+				t.Errorf("%s %s: sha256/size do not match the upper's content", c.Op, rel)
+			}
+			return b
+		}
+		var err error
+		switch c.Op {
+		case dryexec.OpDelete:
+			if c.Kind == dryexec.KindFile {
+				checkBefore()
+			}
+			err = unix.Unlink(p)
+		case dryexec.OpRmdir:
+			err = unix.Rmdir(p)
+		case dryexec.OpMkdir:
+			if err = unix.Mkdir(p, 0o700); err == nil {
+				err = unix.Chmod(p, mode)
+			}
+		case dryexec.OpSymlink:
+			err = unix.Symlink(c.LinkTarget, p)
+		case dryexec.OpCreate:
+			if c.Kind == dryexec.KindOther {
+				err = unix.Mkfifo(p, mode)
+				break
+			}
+			var f *os.File
+			f, err = os.OpenFile(p, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+			if err == nil {
+				_, err = f.Write(newContent())
+				f.Close()
+			}
+		case dryexec.OpModify:
+			checkBefore()
+			var st os.FileInfo
+			if st, err = os.Lstat(p); err == nil && !st.Mode().IsRegular() {
+				err = fmt.Errorf("not a regular file")
+			}
+			if err == nil {
+				err = os.WriteFile(p, newContent(), 0)
+			}
+		case dryexec.OpChmod:
+			if c.Kind == dryexec.KindFile {
+				checkBefore()
+				if !bytes.Equal(newContent(), mustRead(t, p)) {
+					t.Errorf("chmod %s: content differs", rel)
+				}
+			}
+			_, err = os.Lstat(p)
+		}
+		if err == nil && c.Op != dryexec.OpDelete && c.Op != dryexec.OpRmdir && c.Op != dryexec.OpSymlink {
+			err = unix.Chmod(p, mode)
+		}
+		if err != nil {
+			t.Errorf("applying %s %s: %v", c.Op, rel, err)
+		}
+	}
+}
+
+func mustRead(t testing.TB, p string) []byte {
+	b, err := os.ReadFile(p)
+	if err != nil {
+		t.Error(err)
+	}
+	return b
+}

@@ -1,0 +1,219 @@
+package fsdelta
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"testing"
+
+	"golang.org/x/sys/unix"
+)
+
+type walked struct {
+	Entry
+	content string
+}
+
+func walkAll(t testing.TB, root string, mount int) ([]walked, error) {
+	t.Helper()
+	var out []walked
+	err := WalkUpper(root, mount, func(e *Entry, content *os.File) error {
+		w := walked{Entry: *e}
+		if (content != nil) != (e.Kind == EntryFile) {
+			t.Errorf("%s: kind %s with content %v", e.Path, e.Kind, content != nil)
+		}
+		if content != nil {
+			b, err := io.ReadAll(content)
+			if err != nil {
+				return err
+			}
+			w.content = string(b)
+		}
+		out = append(out, w)
+		return nil
+	})
+	return out, err
+}
+
+func setxattr(t testing.TB, p, name, value string) {
+	t.Helper()
+	if err := unix.Lsetxattr(p, name, []byte(value), 0); err != nil {
+		if errors.Is(err, unix.ENOTSUP) || errors.Is(err, unix.EPERM) {
+			t.Skipf("cannot set %s here: %v", name, err)
+		}
+		t.Fatalf("setxattr %s on %s: %v", name, p, err)
+	}
+}
+
+// An upper dir made by hand holds every kind of entry overlay (or a rootless
+// overlay, with user.* xattrs) can leave in it.
+func TestWalkUpperKinds(t *testing.T) {
+	rootOrSkip(t) // trusted.* xattrs, mknod
+	up := t.TempDir()
+	buildTree(t, up, []node{
+		dir("a", 0o755),
+		file("a/f", "hello\n", 0o644),
+		dir("b-opaque-trusted", 0o700),
+		file("b-opaque-trusted/in", "in", 0o600),
+		dir("c-opaque-user", 0o755),
+		dir("c-x-not-opaque", 0o755),
+		file("empty", "", 0o644),
+		link("ln", "../target"),
+		file("suid", "#!\n", 0o4755),
+		file("xw-trusted", "", 0o644),
+		file("xw-user", "", 0o644),
+		file("xw-user-nonempty", "data", 0o644),
+	})
+	must(t, unix.Mknod(up+"/a/wh", unix.S_IFCHR|0o000, 0))
+	must(t, unix.Mknod(up+"/null", unix.S_IFCHR|0o666, int(unix.Mkdev(1, 3))))
+	must(t, unix.Chmod(up+"/null", 0o666))
+	must(t, unix.Mkfifo(up+"/fifo", 0o640))
+	setxattr(t, up+"/b-opaque-trusted", "trusted.overlay.opaque", "y")
+	setxattr(t, up+"/c-opaque-user", "user.overlay.opaque", "y")
+	setxattr(t, up+"/c-x-not-opaque", "trusted.overlay.opaque", "x")
+	setxattr(t, up+"/xw-trusted", "trusted.overlay.whiteout", "")
+	setxattr(t, up+"/xw-user", "user.overlay.whiteout", "")
+	setxattr(t, up+"/xw-user-nonempty", "user.overlay.whiteout", "")
+
+	got, err := walkAll(t, up, 3)
+	must(t, err)
+	want := []walked{
+		{Entry: Entry{Path: "a", Kind: EntryDir, Mode: 0o755}},
+		{Entry: Entry{Path: "a/f", Kind: EntryFile, Mode: 0o644, Size: 6}, content: "hello\n"},
+		{Entry: Entry{Path: "a/wh", Kind: EntryWhiteout}},
+		{Entry: Entry{Path: "b-opaque-trusted", Kind: EntryDir, Mode: 0o700, Opaque: true}},
+		{Entry: Entry{Path: "b-opaque-trusted/in", Kind: EntryFile, Mode: 0o600, Size: 2}, content: "in"},
+		{Entry: Entry{Path: "c-opaque-user", Kind: EntryDir, Mode: 0o755, Opaque: true}},
+		{Entry: Entry{Path: "c-x-not-opaque", Kind: EntryDir, Mode: 0o755}},
+		{Entry: Entry{Path: "empty", Kind: EntryFile, Mode: 0o644}},
+		{Entry: Entry{Path: "fifo", Kind: EntryOther, Mode: 0o640}},
+		{Entry: Entry{Path: "ln", Kind: EntrySymlink, Mode: 0o777, Link: "../target"}},
+		{Entry: Entry{Path: "null", Kind: EntryOther, Mode: 0o666}},
+		{Entry: Entry{Path: "suid", Kind: EntryFile, Mode: 0o4755, Size: 3}, content: "#!\n"},
+		{Entry: Entry{Path: "xw-trusted", Kind: EntryWhiteout, Mode: 0o644}},
+		{Entry: Entry{Path: "xw-user", Kind: EntryWhiteout, Mode: 0o644}},
+		{Entry: Entry{Path: "xw-user-nonempty", Kind: EntryFile, Mode: 0o644, Size: 4}, content: "data"},
+	}
+	for i := range want {
+		want[i].Mount = 3
+	}
+	if len(got) != len(want) {
+		t.Fatalf("got %d entries, want %d:\n%+v", len(got), len(want), got)
+	}
+	for i := range want {
+		if got[i] != want[i] {
+			t.Errorf("entry %d:\n got %+v\nwant %+v", i, got[i], want[i])
+		}
+	}
+}
+
+func TestWalkUpperEmptyAndErrors(t *testing.T) {
+	up := t.TempDir()
+	got, err := walkAll(t, up, 0)
+	if err != nil || len(got) != 0 {
+		t.Fatalf("empty upper: %v %v", got, err)
+	}
+	if _, err := walkAll(t, up+"/missing", 0); err == nil {
+		t.Fatal("walking a missing dir succeeded")
+	}
+	buildTree(t, up, []node{dir("a", 0o755), file("a/b", "b", 0o644), file("c", "c", 0o644)})
+	stop := errors.New("stop")
+	var n int
+	err = WalkUpper(up, 0, func(e *Entry, _ *os.File) error {
+		n++
+		if e.Path == "a/b" {
+			return stop
+		}
+		return nil
+	})
+	if !errors.Is(err, stop) || n != 2 {
+		t.Fatalf("emit's error: got %v after %d entries", err, n)
+	}
+}
+
+// The xattr forms of whiteout and opaque dir, fed to the Differ, delete the host's
+// files as the char-device form does.
+func TestXattrWhiteoutAndOpaqueDiff(t *testing.T) {
+	rootOrSkip(t)
+	for _, ns := range []string{"user", "trusted"} {
+		t.Run(ns, func(t *testing.T) {
+			base := t.TempDir()
+			lower, up := base+"/lower", base+"/upper"
+			must(t, os.Mkdir(lower, 0o755))
+			must(t, os.Mkdir(up, 0o755))
+			buildTree(t, lower, with(dir("o", 0o755), file("o/x", "x\n", 0o644), file("o/keep", "k\n", 0o644)))
+			buildTree(t, up, []node{
+				file("a.txt", "", 0o644),
+				dir("o", 0o755),
+				file("o/keep", "k\n", 0o644),
+			})
+			setxattr(t, up+"/a.txt", ns+".overlay.whiteout", "")
+			setxattr(t, up+"/o", ns+".overlay.opaque", "y")
+			before := snapshot(t, lower)
+			got := diffUpper(t, up, lower, diffMax)
+			checkChanges(t, lower, got, []wc{
+				wDelete("a.txt", "one\ntwo\n", "0644"),
+				wDelete("o/x", "x\n", "0644"),
+			})
+			checkSameSnapshot(t, "lower", before, snapshot(t, lower))
+		})
+	}
+}
+
+// Overlay features that leave an upper which does not hold what the merged view
+// shows are refused by the walk rather than misreported.
+func TestWalkRefusesRedirectAndMetacopy(t *testing.T) {
+	rootOrSkip(t)
+	t.Run("redirect xattr by hand", func(t *testing.T) {
+		for _, x := range []string{"trusted.overlay.redirect", "user.overlay.redirect"} {
+			up := t.TempDir()
+			buildTree(t, up, []node{dir("moved", 0o755)})
+			setxattr(t, up+"/moved", x, "/orig")
+			if _, err := walkAll(t, up, 0); err == nil || !strings.Contains(err.Error(), "redirect") {
+				t.Errorf("%s: walk error %v", x, err)
+			}
+		}
+	})
+	t.Run("metacopy xattr by hand", func(t *testing.T) {
+		for _, x := range []string{"trusted.overlay.metacopy", "user.overlay.metacopy"} {
+			up := t.TempDir()
+			buildTree(t, up, []node{file("f", "\x00\x00\x00", 0o600)})
+			setxattr(t, up+"/f", x, "")
+			if _, err := walkAll(t, up, 0); err == nil || !strings.Contains(err.Error(), "metacopy") {
+				t.Errorf("%s: walk error %v", x, err)
+			}
+		}
+	})
+	try := func(t *testing.T, opts string, do func(m string) error, wantErr string) {
+		lower := tempDir(t)
+		buildTree(t, lower, baseLower)
+		base := tempDir(t)
+		o := &overlay{lower: lower, upper: base + "/u", work: base + "/w", merged: base + "/m"}
+		for _, d := range []string{o.upper, o.work, o.merged} {
+			must(t, os.Mkdir(d, 0o755))
+		}
+		err := unix.Mount("overlay", o.merged, "overlay", 0,
+			fmt.Sprintf("lowerdir=%s,upperdir=%s,workdir=%s,%s", lower, o.upper, o.work, opts))
+		if err != nil {
+			t.Skipf("mount with %s: %v", opts, err)
+		}
+		o.mounted = true
+		t.Cleanup(o.unmount)
+		if err := do(o.merged); err != nil {
+			t.Skipf("%s: %v", opts, err)
+		}
+		o.unmount()
+		_, err = walkAll(t, o.upper, 0)
+		if err == nil || !strings.Contains(err.Error(), wantErr) {
+			t.Fatalf("walk of a %s upper: error %v, want one about %s", opts, err, wantErr)
+		}
+	}
+	t.Run("redirect_dir=on rename", func(t *testing.T) {
+		try(t, "redirect_dir=on", func(m string) error { return os.Rename(m+"/d", m+"/moved") }, "redirect")
+	})
+	t.Run("metacopy=on chmod", func(t *testing.T) {
+		try(t, "redirect_dir=on,metacopy=on", func(m string) error { return os.Chmod(m+"/a.txt", 0o600) }, "metacopy")
+	})
+}
