@@ -128,6 +128,10 @@ type FileChange struct {
 	// chmod and delete of files), which commit checks for conflicts.
 	BeforeSHA256 string `json:"before_sha256"`
 	LinkTarget   string `json:"link_target"`
+	// UID and GID own the path after the change (before it, for delete/rmdir).
+	// Commit applies them when it runs as root.
+	UID int `json:"uid"`
+	GID int `json:"gid"`
 	// BeforeMode is the mode the host had (chmod, modify, delete); not in the
 	// contract's example but needed to check and explain mode changes.
 	BeforeMode string `json:"before_mode,omitempty"`

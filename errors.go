@@ -3,6 +3,7 @@ package dryexec
 import (
 	"errors"
 	"fmt"
+	"strings"
 )
 
 // Sentinel errors. Typed errors below match them with errors.Is.
@@ -15,8 +16,15 @@ var (
 	ErrBadAction = errors.New("bad action")
 	// ErrTrialNotFound: no stored trial has that id.
 	ErrTrialNotFound = errors.New("trial not found")
-	// ErrUpperFull: the trial wrote more than its upper tmpfs holds.
-	ErrUpperFull = errors.New("trial upper storage full")
+	// ErrAlreadyCommitted: the trial was committed before; a trial commits once.
+	ErrAlreadyCommitted = errors.New("trial already committed")
+	// ErrDiscarded: the trial was discarded.
+	ErrDiscarded = errors.New("trial was discarded")
+	// ErrCommitConflict: the host changed since the trial; see *CommitConflictError.
+	ErrCommitConflict = errors.New("commit conflict")
+	// ErrUnsafePath: a host path leads through a symlink (or out of its tree);
+	// commit refuses to write through it.
+	ErrUnsafePath = errors.New("unsafe host path")
 	// ErrGuest: the guest supervisor broke its protocol or died.
 	ErrGuest = errors.New("guest supervisor failed")
 )
@@ -33,3 +41,27 @@ func (e *IsolationUnavailableError) Error() string {
 
 // Is makes errors.Is(err, ErrIsolationUnavailable) true.
 func (e *IsolationUnavailableError) Is(target error) bool { return target == ErrIsolationUnavailable }
+
+// Conflict is one path whose host state is not what the trial started from.
+type Conflict struct {
+	Path   string `json:"path"`
+	Reason string `json:"reason"`
+}
+
+// CommitConflictError lists every conflicting path. Commit changed nothing.
+type CommitConflictError struct {
+	TrialID   string
+	Conflicts []Conflict
+}
+
+func (e *CommitConflictError) Error() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "commit conflict: the host changed since trial %s; nothing was changed", e.TrialID)
+	for _, c := range e.Conflicts {
+		fmt.Fprintf(&b, "\n  %s: %s", c.Path, c.Reason)
+	}
+	return b.String()
+}
+
+// Is makes errors.Is(err, ErrCommitConflict) true.
+func (e *CommitConflictError) Is(target error) bool { return target == ErrCommitConflict }

@@ -24,10 +24,15 @@ import (
 )
 
 // Store is a directory of trials. Methods may be called from several processes at
-// once: every write goes to a temp name and is renamed into place.
+// once: every write goes to a temp name and is renamed into place, and commits
+// are serialised by a lock file.
 type Store struct {
 	dir string
+	ttl time.Duration
 }
+
+// DefaultTTL is how long a trial is kept when nothing says otherwise.
+const DefaultTTL = 24 * time.Hour
 
 // DefaultDir is $DRYEXEC_HOME, else $XDG_STATE_HOME/dryexec, else
 // ~/.local/state/dryexec.
@@ -45,12 +50,16 @@ func DefaultDir(getenv func(string) string) (string, error) {
 	return filepath.Join(home, ".local", "state", "dryexec"), nil
 }
 
-// Open creates dir (0700) if needed and returns the store in it.
-func Open(dir string) (*Store, error) {
+// Open creates dir (0700) if needed and returns the store in it. Trials older
+// than ttl (0: DefaultTTL) count as expired and are removed by Sweep.
+func Open(dir string, ttl time.Duration) (*Store, error) {
 	if err := os.MkdirAll(filepath.Join(dir, "trials"), 0o700); err != nil {
 		return nil, fmt.Errorf("store: creating %s: %w", dir, err)
 	}
-	return &Store{dir: dir}, nil
+	if ttl <= 0 {
+		ttl = DefaultTTL
+	}
+	return &Store{dir: dir, ttl: ttl}, nil
 }
 
 // Dir is the store's root directory.
@@ -66,9 +75,10 @@ func (s *Store) trialDir(id string) string { return filepath.Join(s.dir, "trials
 
 // Trial is a trial being recorded. It is a dryexec.BlobSink.
 type Trial struct {
-	id  string
-	dir string // the .partial directory until Save
-	s   *Store
+	id   string
+	dir  string // the .partial directory until Save
+	s    *Store
+	lock *os.File // flocked while recording: Sweep leaves a locked .partial alone
 }
 
 var _ dryexec.BlobSink = (*Trial)(nil)
@@ -82,7 +92,12 @@ func (s *Store) Begin(id string) (*Trial, error) {
 	if err := os.MkdirAll(filepath.Join(dir, "blobs"), 0o700); err != nil {
 		return nil, fmt.Errorf("store: %w", err)
 	}
-	return &Trial{id: id, dir: dir, s: s}, nil
+	lock, err := lockFile(filepath.Join(dir, "lock"), false)
+	if err != nil {
+		os.RemoveAll(dir)
+		return nil, err
+	}
+	return &Trial{id: id, dir: dir, s: s, lock: lock}, nil
 }
 
 // PutBlob implements dryexec.BlobSink.
@@ -126,15 +141,20 @@ func (t *Trial) Save(d *dryexec.StateDelta) error {
 	if err := writeJSON(filepath.Join(t.dir, "delta.json"), d); err != nil {
 		return err
 	}
+	os.Remove(filepath.Join(t.dir, "lock"))
 	if err := os.Rename(t.dir, t.s.trialDir(t.id)); err != nil {
 		return fmt.Errorf("store: publishing trial: %w", err)
 	}
 	t.dir = t.s.trialDir(t.id)
+	t.lock.Close()
 	return nil
 }
 
 // Abort removes a trial that will not be saved.
-func (t *Trial) Abort() { os.RemoveAll(t.dir) }
+func (t *Trial) Abort() {
+	os.RemoveAll(t.dir)
+	t.lock.Close()
+}
 
 func writeJSON(path string, v any) error {
 	b, err := json.MarshalIndent(v, "", "  ")
@@ -187,29 +207,12 @@ func (s *Store) BlobPath(id, sha string) string {
 	return filepath.Join(s.trialDir(id), "blobs", sha)
 }
 
-// Discard removes trial id.
-func (s *Store) Discard(id string) error {
-	if !ValidID(id) {
-		return fmt.Errorf("%w: %q is not a trial id", dryexec.ErrTrialNotFound, id)
-	}
-	dir := s.trialDir(id)
-	if _, err := os.Stat(dir); errors.Is(err, os.ErrNotExist) {
-		return fmt.Errorf("%w: %s", dryexec.ErrTrialNotFound, id)
-	}
-	// Rename first so a concurrent Load sees the trial gone at once, even if the
-	// removal of a large tree takes a while or is interrupted.
-	gone := dir + ".discarded"
-	if err := os.Rename(dir, gone); err != nil {
-		return fmt.Errorf("store: discarding %s: %w", id, err)
-	}
-	return os.RemoveAll(gone)
-}
-
 // Summary is one line of List.
 type Summary struct {
 	ID      string
 	Created time.Time
 	Delta   *dryexec.StateDelta
+	State   State
 }
 
 // List returns the stored trials, newest first. Unreadable trials are skipped.
@@ -231,7 +234,7 @@ func (s *Store) List() ([]Summary, error) {
 		if err != nil {
 			continue
 		}
-		out = append(out, Summary{ID: e.Name(), Created: info.ModTime(), Delta: d})
+		out = append(out, Summary{ID: e.Name(), Created: info.ModTime(), Delta: d, State: s.readState(e.Name())})
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Created.After(out[j].Created) })
 	return out, nil

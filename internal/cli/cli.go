@@ -15,12 +15,14 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/dryexec/dryexec"
 	"github.com/dryexec/dryexec/render"
 	"github.com/dryexec/dryexec/store"
 )
 
 // Exit codes of dryexec itself. `run` otherwise exits with the command's own code.
 const (
+	ExitRefused  = 1   // commit/discard/show refused: unknown trial, conflict, already done
 	ExitUsage    = 2   // bad flags or arguments
 	ExitInternal = 125 // dryexec failed (not the command): like docker and podman
 	ExitNotFound = 127 // `run`: the command does not exist in the sandbox
@@ -48,12 +50,17 @@ func Run(ctx context.Context, args []string, env Env) int {
 	root.SetIn(env.Stdin)
 	root.SetOut(env.Stdout)
 	root.SetErr(env.Stderr)
-	root.AddCommand(runCmd(env, &code), showCmd(env), lsCmd(env), discardCmd(env), doctorCmd(env, &code))
+	root.AddCommand(runCmd(env, &code), showCmd(env), lsCmd(env), commitCmd(env), discardCmd(env), doctorCmd(env, &code))
 	if err := root.ExecuteContext(ctx); err != nil {
 		fmt.Fprintln(env.Stderr, "dryexec:", err)
 		var ue usageError
-		if errors.As(err, &ue) || strings.HasPrefix(err.Error(), "unknown command") {
+		switch {
+		case errors.As(err, &ue) || strings.HasPrefix(err.Error(), "unknown command"):
 			return ExitUsage
+		case errors.Is(err, dryexec.ErrTrialNotFound), errors.Is(err, dryexec.ErrAlreadyCommitted),
+			errors.Is(err, dryexec.ErrDiscarded), errors.Is(err, dryexec.ErrCommitConflict),
+			errors.Is(err, dryexec.ErrUnsafePath):
+			return ExitRefused
 		}
 		return ExitInternal
 	}
@@ -73,12 +80,39 @@ func usage(check cobra.PositionalArgs) cobra.PositionalArgs {
 	}
 }
 
+// openStore opens the trial store and, first, finishes or rolls back any commit
+// a crash interrupted and removes expired or half-recorded trials, so that every
+// command starts from a clean state.
 func openStore(env Env) (*store.Store, error) {
 	dir, err := store.DefaultDir(env.Getenv)
 	if err != nil {
 		return nil, err
 	}
-	return store.Open(dir)
+	var ttl time.Duration
+	if v := env.Getenv("DRYEXEC_TRIAL_TTL"); v != "" {
+		if ttl, err = time.ParseDuration(v); err != nil || ttl <= 0 {
+			return nil, usageError{fmt.Errorf("DRYEXEC_TRIAL_TTL=%q: want a positive duration like 24h", v)}
+		}
+	}
+	s, err := store.Open(dir, ttl)
+	if err != nil {
+		return nil, err
+	}
+	rec, err := s.Recover()
+	for _, r := range rec {
+		if r.Committed {
+			fmt.Fprintf(env.Stderr, "dryexec: finished the interrupted commit of %s\n", r.Trial)
+		} else {
+			fmt.Fprintf(env.Stderr, "dryexec: rolled back the interrupted commit of %s; the host is as it was\n", r.Trial)
+		}
+	}
+	if err != nil {
+		return nil, err
+	}
+	if _, err := s.Sweep(); err != nil {
+		return nil, err
+	}
+	return s, nil
 }
 
 func isTerminal(w io.Writer, env Env) bool {
@@ -110,7 +144,15 @@ func showCmd(env Env) *cobra.Command {
 			if asJSON {
 				return printJSON(env.Stdout, d)
 			}
-			return render.Summary(env.Stdout, d, render.Options{Color: isTerminal(env.Stdout, env)})
+			if err := render.Summary(env.Stdout, d, render.Options{Color: isTerminal(env.Stdout, env)}); err != nil {
+				return err
+			}
+			st, err := s.StateOf(args[0])
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(env.Stdout, "status: %s\n", describeState(st))
+			return nil
 		},
 	}
 	c.Flags().BoolVar(&asJSON, "json", false, "print the StateDelta as JSON")
@@ -132,11 +174,11 @@ func lsCmd(env Env) *cobra.Command {
 				return err
 			}
 			tw := tabwriter.NewWriter(env.Stdout, 0, 4, 2, ' ', 0)
-			fmt.Fprintln(tw, "ID\tAGE\tEXIT\tFILES\tCOMMAND")
+			fmt.Fprintln(tw, "ID\tAGE\tSTATUS\tEXIT\tFILES\tCOMMAND")
 			for _, t := range list {
 				d := t.Delta
-				fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%s\n", t.ID, time.Since(t.Created).Round(time.Second),
-					d.Process.ExitCode, d.Totals.FilesChanged, render.CommandLine(d.Action.Argv))
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%s\n", t.ID, time.Since(t.Created).Round(time.Second),
+					t.State.Status, d.Process.ExitCode, d.Totals.FilesChanged, render.CommandLine(d.Action.Argv))
 			}
 			return tw.Flush()
 		},
@@ -160,4 +202,18 @@ func discardCmd(env Env) *cobra.Command {
 			return nil
 		},
 	}
+}
+
+func describeState(st store.State) string {
+	switch st.Status {
+	case store.StatusCommitted:
+		s := "committed " + st.At.Local().Format(time.DateTime)
+		if len(st.Paths) > 0 {
+			s += " (only " + strings.Join(st.Paths, ", ") + ")"
+		}
+		return s
+	case store.StatusDiscarded:
+		return "discarded " + st.At.Local().Format(time.DateTime)
+	}
+	return "pending (dryexec commit ID | dryexec discard ID)"
 }

@@ -86,10 +86,27 @@ func TestStoreLifecycle(t *testing.T) {
 	if code, _, errs := cli(t, home, "discard", d.TrialID); code != 0 {
 		t.Fatalf("discard: %d %s", code, errs)
 	}
-	for _, args := range [][]string{{"show", d.TrialID}, {"discard", d.TrialID}, {"show", "../../etc"}} {
-		code, _, errs := cli(t, home, args...)
-		if code != ExitInternal || !strings.Contains(errs, "trial not found") {
-			t.Errorf("%v after discard: %d %q", args, code, errs)
+	if _, err := os.Stat(blob); err == nil {
+		t.Error("discard kept the trial's contents")
+	}
+	if code, out, _ := cli(t, home, "show", d.TrialID); code != 0 || !strings.Contains(out, "status: discarded") {
+		t.Errorf("show after discard: %d %q", code, out)
+	}
+	if code, out, _ := cli(t, home, "ls"); code != 0 || !strings.Contains(out, "discarded") {
+		t.Errorf("ls after discard: %d %q", code, out)
+	}
+	for _, tc := range []struct {
+		args []string
+		err  string
+	}{
+		{[]string{"discard", d.TrialID}, "was discarded"},
+		{[]string{"commit", d.TrialID}, "was discarded"},
+		{[]string{"show", "../../etc"}, "trial not found"},
+		{[]string{"commit", "tr_aaaaaaaaaaaaaaaaaaaa"}, "trial not found"},
+	} {
+		code, _, errs := cli(t, home, tc.args...)
+		if code != ExitRefused || !strings.Contains(errs, tc.err) {
+			t.Errorf("%v: %d %q, want %q", tc.args, code, errs, tc.err)
 		}
 	}
 	if _, err := os.Stat(filepath.Join(dir, "x.txt")); err == nil {

@@ -12,6 +12,7 @@ import (
 	"github.com/dryexec/dryexec"
 	"github.com/dryexec/dryexec/render"
 	"github.com/dryexec/dryexec/rung"
+	"github.com/dryexec/dryexec/store"
 )
 
 // defaultEnv is the allowlist of the caller's variables a trial sees. Everything
@@ -32,6 +33,8 @@ func runCmd(env Env, code *int) *cobra.Command {
 		upperSize int64
 		noStore   bool
 		cwd       string
+		// --commit, -i and --force
+		doCommitFlag, interactive, force bool
 	)
 	c := &cobra.Command{
 		Use:   "run [flags] -- CMD [ARG...]",
@@ -74,16 +77,19 @@ func runCmd(env Env, code *int) *cobra.Command {
 			if withStdin {
 				spec.Stdin = env.Stdin
 			}
+			if noStore && (doCommitFlag || interactive) {
+				return usageError{fmt.Errorf("--commit and -i need the trial stored; drop --no-store")}
+			}
 			var rec interface {
 				Save(*dryexec.StateDelta) error
 				Abort()
 			}
+			var st *store.Store
 			if !noStore {
-				s, err := openStore(env)
-				if err != nil {
+				if st, err = openStore(env); err != nil {
 					return err
 				}
-				t, err := s.Begin(spec.TrialID)
+				t, err := st.Begin(spec.TrialID)
 				if err != nil {
 					return err
 				}
@@ -107,7 +113,23 @@ func runCmd(env Env, code *int) *cobra.Command {
 				err = render.Summary(env.Stdout, d, render.Options{Color: isTerminal(env.Stdout, env)})
 			}
 			*code = d.Process.ExitCode
-			return err
+			if err != nil || (!doCommitFlag && !interactive) {
+				return err
+			}
+			if interactive {
+				all, paths, err := askCommit(env, d)
+				if err != nil || (!all && len(paths) == 0) {
+					return err
+				}
+				return doCommit(cmd.Context(), env, st, d.TrialID, store.CommitOptions{Paths: paths})
+			}
+			// Until the decision engine decides, --commit applies only a trial
+			// that succeeded cleanly, unless --force says otherwise.
+			if !force && (d.Process.ExitCode != 0 || len(d.Violations) > 0) {
+				fmt.Fprintf(env.Stderr, "dryexec: not committing %s: the command failed or hit a limit (use --force to commit anyway)\n", d.TrialID)
+				return nil
+			}
+			return doCommit(cmd.Context(), env, st, d.TrialID, store.CommitOptions{})
 		},
 	}
 	f := c.Flags()
@@ -121,5 +143,8 @@ func runCmd(env Env, code *int) *cobra.Command {
 	f.Int64Var(&upperSize, "upper-size", dryexec.DefaultUpperSizeBytes, "bytes the trial may write in all")
 	f.BoolVar(&noStore, "no-store", false, "do not keep the trial for a later commit")
 	f.StringVarP(&cwd, "cwd", "C", "", "run in this directory (default: the current one)")
+	f.BoolVar(&doCommitFlag, "commit", false, "commit the changes right after the run, if the command exited 0 within its limits")
+	f.BoolVarP(&interactive, "interactive", "i", false, "show the summary, then ask what to commit")
+	f.BoolVar(&force, "force", false, "with --commit: commit even if the command failed")
 	return c
 }

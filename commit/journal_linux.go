@@ -1,0 +1,131 @@
+package commit
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+)
+
+const (
+	statePlanned = "planned"
+	stateStaged  = "staged"
+	stateApplied = "applied"
+)
+
+type journal struct {
+	Trial string `json:"trial"`
+	State string `json:"state"`
+	Steps []step `json:"steps"`
+}
+
+func journalPath(dir, trial string) string { return filepath.Join(dir, trial+".json") }
+
+// writeJournal replaces the journal durably: temp file, fsync, rename, fsync dir.
+func writeJournal(dir string, j *journal) error {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return fmt.Errorf("commit: journal dir: %w", err)
+	}
+	b, err := json.Marshal(j)
+	if err != nil {
+		return fmt.Errorf("commit: encoding journal: %w", err)
+	}
+	p := journalPath(dir, j.Trial)
+	tmp := p + ".tmp"
+	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
+	if err != nil {
+		return fmt.Errorf("commit: journal: %w", err)
+	}
+	_, err = f.Write(b)
+	if err == nil {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Rename(tmp, p)
+	}
+	if err == nil {
+		err = syncDir(dir)
+	}
+	if err != nil {
+		os.Remove(tmp)
+		return fmt.Errorf("commit: writing journal: %w", err)
+	}
+	return nil
+}
+
+func removeJournal(dir, trial string) error {
+	if err := os.Remove(journalPath(dir, trial)); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return err
+	}
+	return syncDir(dir)
+}
+
+func syncDir(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	return d.Sync()
+}
+
+// Recovered says what Recover did with one journal.
+type Recovered struct {
+	Trial string
+	// Committed: the commit had applied every step and was finished; false: it
+	// was rolled back and the host is as it was before it.
+	Committed bool
+}
+
+// Recover finishes or rolls back every commit a crash left in dir. The caller
+// must hold the lock that keeps commits out while it runs.
+func Recover(dir string) ([]Recovered, error) {
+	ents, err := os.ReadDir(dir)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("commit: reading journals: %w", err)
+	}
+	var out []Recovered
+	var errs []error
+	for _, e := range ents {
+		name := e.Name()
+		if strings.HasSuffix(name, ".json.tmp") {
+			os.Remove(filepath.Join(dir, name)) // never renamed into place: nothing was touched after it
+			continue
+		}
+		if !strings.HasSuffix(name, ".json") {
+			continue
+		}
+		b, err := os.ReadFile(filepath.Join(dir, name))
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		var j journal
+		if err := json.Unmarshal(b, &j); err != nil || j.Trial+".json" != name {
+			errs = append(errs, fmt.Errorf("commit: journal %s is unreadable; left in place: %v", name, err))
+			continue
+		}
+		r := Recovered{Trial: j.Trial}
+		if j.State == stateApplied {
+			finish(&j)
+			r.Committed = true
+		} else if err := undo(&j); err != nil {
+			errs = append(errs, fmt.Errorf("commit: rolling back %s: %w", j.Trial, err))
+			continue
+		}
+		if err := removeJournal(dir, j.Trial); err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		out = append(out, r)
+	}
+	return out, errors.Join(errs...)
+}

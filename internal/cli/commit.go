@@ -1,0 +1,142 @@
+package cli
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/spf13/cobra"
+
+	"github.com/dryexec/dryexec"
+	"github.com/dryexec/dryexec/store"
+)
+
+func commitCmd(env Env) *cobra.Command {
+	var force bool
+	var forcePaths []string
+	c := &cobra.Command{
+		Use:   "commit ID [PATH...]",
+		Short: "Apply a stored trial's changes to the host (all, or only PATHs and what is under them)",
+		Args:  usage(cobra.MinimumNArgs(1)),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			s, err := openStore(env)
+			if err != nil {
+				return err
+			}
+			paths, err := absPaths(args[1:])
+			if err != nil {
+				return err
+			}
+			fps, err := absPaths(forcePaths)
+			if err != nil {
+				return err
+			}
+			return doCommit(cmd.Context(), env, s, args[0], store.CommitOptions{Paths: paths, Force: force, ForcePaths: fps})
+		},
+	}
+	c.Flags().BoolVar(&force, "force", false, "commit even where the host changed since the trial (never through a symlink)")
+	c.Flags().StringArrayVar(&forcePaths, "force-path", nil, "like --force, only at and under this path (repeatable)")
+	return c
+}
+
+func doCommit(ctx context.Context, env Env, s *store.Store, id string, opt store.CommitOptions) error {
+	opt.Hook = crashHook(env)
+	applied, err := s.Commit(ctx, id, opt)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(env.Stdout, "committed %s: %d change%s applied\n", id, len(applied), plural(len(applied)))
+	return nil
+}
+
+func plural(n int) string {
+	if n == 1 {
+		return ""
+	}
+	return "s"
+}
+
+// absPaths resolves command-line paths against the working directory.
+func absPaths(ps []string) ([]string, error) {
+	out := make([]string, len(ps))
+	for i, p := range ps {
+		a, err := filepath.Abs(p)
+		if err != nil {
+			return nil, err
+		}
+		out[i] = a
+	}
+	return out, nil
+}
+
+// crashHook exists for the crash-safety tests only: DRYEXEC_TEST_CRASH_AT=N makes
+// the process SIGKILL itself at commit point N, as a power cut or OOM kill would.
+func crashHook(env Env) func(int) {
+	v := env.Getenv("DRYEXEC_TEST_CRASH_AT")
+	if v == "" {
+		return nil
+	}
+	var at int
+	fmt.Sscanf(v, "%d", &at)
+	return func(point int) {
+		if point == at {
+			p, _ := os.FindProcess(os.Getpid())
+			p.Kill()
+			select {}
+		}
+	}
+}
+
+// askCommit is `run -i`: it shows nothing itself (the summary was printed) and
+// asks whether to commit all, nothing, or a choice of paths.
+func askCommit(env Env, d *dryexec.StateDelta) (all bool, paths []string, err error) {
+	in := bufio.NewReader(env.Stdin)
+	ask := func(q string) (string, error) {
+		fmt.Fprint(env.Stdout, q)
+		line, err := in.ReadString('\n')
+		if err != nil && line == "" {
+			return "", fmt.Errorf("no answer on standard input: %w", err)
+		}
+		return strings.ToLower(strings.TrimSpace(line)), nil
+	}
+	if len(d.Files) == 0 {
+		return false, nil, nil
+	}
+	a, err := ask(fmt.Sprintf("Commit %d change%s to the host? [y]es, [n]o, [s]elect: ", len(d.Files), plural(len(d.Files))))
+	if err != nil {
+		return false, nil, err
+	}
+	switch a {
+	case "y", "yes":
+		return true, nil, nil
+	case "s", "select":
+	default:
+		return false, nil, nil
+	}
+	// One question per top-most changed path: a directory answers for all
+	// beneath it, as `dryexec commit ID DIR` would.
+	var asked []string
+	for _, f := range d.Files {
+		covered := false
+		for _, p := range asked {
+			covered = covered || strings.HasPrefix(f.Path, p+"/")
+		}
+		if covered {
+			continue
+		}
+		a, err := ask(fmt.Sprintf("  %s %s? [y/N] ", f.Op, f.Path))
+		if err != nil {
+			return false, nil, err
+		}
+		if f.Kind == dryexec.KindDir {
+			asked = append(asked, f.Path)
+		}
+		if a == "y" || a == "yes" {
+			paths = append(paths, f.Path)
+		}
+	}
+	return false, paths, nil
+}

@@ -1,0 +1,194 @@
+package store
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/dryexec/dryexec"
+	"github.com/dryexec/dryexec/commit"
+)
+
+// State is where a stored trial is in its life.
+type State struct {
+	// Status is "pending", "committed" or "discarded".
+	Status string    `json:"status"`
+	At     time.Time `json:"at,omitzero"`
+	// Paths are what a selective commit applied (empty: everything).
+	Paths []string `json:"paths,omitempty"`
+}
+
+// Trial statuses.
+const (
+	StatusPending   = "pending"
+	StatusCommitted = "committed"
+	StatusDiscarded = "discarded"
+)
+
+// StateOf returns trial id's state.
+func (s *Store) StateOf(id string) (State, error) {
+	if _, err := s.Load(id); err != nil {
+		return State{}, err
+	}
+	return s.readState(id), nil
+}
+
+func (s *Store) readState(id string) State {
+	b, err := os.ReadFile(filepath.Join(s.trialDir(id), "state.json"))
+	if err != nil {
+		return State{Status: StatusPending}
+	}
+	var st State
+	if json.Unmarshal(b, &st) != nil || st.Status == "" {
+		return State{Status: StatusPending}
+	}
+	return st
+}
+
+func (s *Store) writeState(id string, st State) error {
+	return writeJSON(filepath.Join(s.trialDir(id), "state.json"), st)
+}
+
+// JournalDir is where in-flight commits keep their journals.
+func (s *Store) JournalDir() string { return filepath.Join(s.dir, "journal") }
+
+// lock takes the store's exclusive lock, which commits and recovery hold.
+func (s *Store) lock() (*os.File, error) { return lockFile(filepath.Join(s.dir, "lock"), true) }
+
+// CommitOptions selects what to commit and how.
+type CommitOptions struct {
+	Paths      []string
+	Force      bool
+	ForcePaths []string
+	// Hook is passed to commit.Options.Hook (crash tests).
+	Hook func(point int)
+}
+
+// Commit applies trial id's changes to the host (see package commit) and marks
+// the trial committed. A trial commits once.
+func (s *Store) Commit(ctx context.Context, id string, opt CommitOptions) ([]dryexec.FileChange, error) {
+	l, err := s.lock()
+	if err != nil {
+		return nil, err
+	}
+	defer l.Close()
+	if _, err := s.recoverLocked(); err != nil {
+		return nil, err
+	}
+	d, err := s.Load(id)
+	if err != nil {
+		return nil, err
+	}
+	switch st := s.readState(id); st.Status {
+	case StatusCommitted:
+		return nil, fmt.Errorf("%w: %s (at %s)", dryexec.ErrAlreadyCommitted, id, st.At.Format(time.RFC3339))
+	case StatusDiscarded:
+		return nil, fmt.Errorf("%w: %s", dryexec.ErrDiscarded, id)
+	}
+	applied, err := commit.Apply(ctx, d, commit.Options{
+		Paths: opt.Paths, Force: opt.Force, ForcePaths: opt.ForcePaths, Hook: opt.Hook,
+		JournalDir: s.JournalDir(),
+		OpenBlob: func(sha string) (io.ReadCloser, error) {
+			if len(sha) != 64 || strings.ContainsAny(sha, "/.") {
+				return nil, fmt.Errorf("bad content hash %q", sha)
+			}
+			return os.Open(s.BlobPath(id, sha))
+		},
+	})
+	if err != nil {
+		return nil, err
+	}
+	if err := s.writeState(id, State{Status: StatusCommitted, At: time.Now().UTC(), Paths: opt.Paths}); err != nil {
+		return applied, fmt.Errorf("store: the changes are on the host, but marking %s committed failed: %w", id, err)
+	}
+	return applied, nil
+}
+
+// Recover finishes or rolls back commits a crash interrupted, and removes trials
+// a crash left half-recorded. Call it before using the store.
+func (s *Store) Recover() ([]commit.Recovered, error) {
+	l, err := s.lock()
+	if err != nil {
+		return nil, err
+	}
+	defer l.Close()
+	return s.recoverLocked()
+}
+
+func (s *Store) recoverLocked() ([]commit.Recovered, error) {
+	rec, err := commit.Recover(s.JournalDir())
+	for _, r := range rec {
+		if r.Committed && s.readState(r.Trial).Status != StatusCommitted {
+			s.writeState(r.Trial, State{Status: StatusCommitted, At: time.Now().UTC()})
+		}
+	}
+	return rec, err
+}
+
+// Sweep removes expired trials, trials a killed `run` left half-recorded, and
+// leftovers of interrupted discards. It returns how many it removed.
+func (s *Store) Sweep() (int, error) {
+	ents, err := os.ReadDir(filepath.Join(s.dir, "trials"))
+	if err != nil {
+		return 0, fmt.Errorf("store: %w", err)
+	}
+	n := 0
+	now := time.Now()
+	for _, e := range ents {
+		name := e.Name()
+		p := filepath.Join(s.dir, "trials", name)
+		id, suffix, _ := strings.Cut(name, ".")
+		if !ValidID(id) {
+			continue
+		}
+		switch suffix {
+		case "partial":
+			// Still being recorded if its lock is held.
+			l, err := lockFile(filepath.Join(p, "lock"), false)
+			if err != nil {
+				continue
+			}
+			os.RemoveAll(p)
+			l.Close()
+			n++
+		case "discarded":
+			os.RemoveAll(p)
+			n++
+		case "":
+			info, err := os.Stat(filepath.Join(p, "delta.json"))
+			if err != nil || now.Sub(info.ModTime()) > s.ttl {
+				os.RemoveAll(p)
+				n++
+			}
+		}
+	}
+	return n, nil
+}
+
+// Discard drops trial id's contents and remembers that it was discarded (until
+// it expires), so that a later commit or discard says so clearly.
+func (s *Store) Discard(id string) error {
+	l, err := s.lock()
+	if err != nil {
+		return err
+	}
+	defer l.Close()
+	if _, err := s.Load(id); err != nil {
+		return err
+	}
+	switch st := s.readState(id); st.Status {
+	case StatusCommitted:
+		return fmt.Errorf("%w: %s", dryexec.ErrAlreadyCommitted, id)
+	case StatusDiscarded:
+		return fmt.Errorf("%w: %s", dryexec.ErrDiscarded, id)
+	}
+	if err := s.writeState(id, State{Status: StatusDiscarded, At: time.Now().UTC()}); err != nil {
+		return err
+	}
+	return os.RemoveAll(filepath.Join(s.trialDir(id), "blobs"))
+}

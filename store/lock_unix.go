@@ -1,0 +1,29 @@
+//go:build unix
+
+package store
+
+import (
+	"fmt"
+	"os"
+
+	"golang.org/x/sys/unix"
+)
+
+// lockFile opens (creating) p and takes an exclusive flock on it, waiting if
+// wait, else failing at once when another process holds it. Closing the file
+// releases the lock, and so does the death of the process that holds it.
+func lockFile(p string, wait bool) (*os.File, error) {
+	f, err := os.OpenFile(p, os.O_RDWR|os.O_CREATE, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("store: lock: %w", err)
+	}
+	how := unix.LOCK_EX
+	if !wait {
+		how |= unix.LOCK_NB
+	}
+	if err := unix.Flock(int(f.Fd()), how); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("store: lock %s: %w", p, err)
+	}
+	return f, nil
+}
