@@ -279,3 +279,48 @@ func dryexecFiles(t *testing.T, dir string) []string {
 	sort.Strings(out)
 	return out
 }
+
+func TestRunCommitAndInteractive(t *testing.T) {
+	requireNS(t)
+	home := t.TempDir()
+	run := func(stdin string, args ...string) (int, string, string) {
+		var out, errb strings.Builder
+		env := map[string]string{"DRYEXEC_HOME": home, "PATH": "/usr/bin:/bin"}
+		code := Run(t.Context(), args, Env{Stdin: strings.NewReader(stdin), Stdout: &out, Stderr: &errb,
+			Getenv: func(k string) string { return env[k] }})
+		return code, out.String(), errb.String()
+	}
+	tests := []struct {
+		name  string
+		stdin string
+		args  []string
+		want  []string // files on the host afterwards
+	}{
+		{"--commit applies", "", []string{"run", "--commit", "--", "sh", "-c", "echo a > a; echo b > b"}, []string{"a", "b"}},
+		{"--commit refuses a failed command", "", []string{"run", "--commit", "--", "sh", "-c", "echo a > a; exit 1"}, nil},
+		{"--commit --force applies a failed command", "", []string{"run", "--commit", "--force", "--", "sh", "-c", "echo a > a; exit 1"}, []string{"a"}},
+		{"-i yes", "y\n", []string{"run", "-i", "--", "sh", "-c", "echo a > a; echo b > b"}, []string{"a", "b"}},
+		{"-i no", "n\n", []string{"run", "-i", "--", "sh", "-c", "echo a > a"}, nil},
+		{"-i select", "s\nn\ny\n", []string{"run", "-i", "--", "sh", "-c", "echo a > a; echo b > b"}, []string{"b"}},
+		{"-i select a dir answers for its contents", "s\ny\n", []string{"run", "-i", "--", "sh", "-c", "mkdir d; echo x > d/x; echo y > d/y"}, []string{"d", "d/x", "d/y"}},
+		{"-i with no answer commits nothing", "", []string{"run", "-i", "--", "sh", "-c", "echo a > a"}, nil},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			dir := t.TempDir()
+			args := append([]string{tt.args[0], "-C", dir}, tt.args[1:]...)
+			run(tt.stdin, args...)
+			var got []string
+			filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+				if err == nil && p != dir {
+					rel, _ := filepath.Rel(dir, p)
+					got = append(got, rel)
+				}
+				return nil
+			})
+			if fmt.Sprint(got) != fmt.Sprint(tt.want) {
+				t.Fatalf("host has %v, want %v", got, tt.want)
+			}
+		})
+	}
+}
