@@ -21,7 +21,7 @@ func benchDiffer(b *testing.B, lower string, wantChanges int) {
 	b.ReportAllocs()
 	b.ResetTimer()
 	for b.Loop() {
-		if got := diffUpper(b, up, lower, diffMax); len(got) != wantChanges {
+		if got := diffUpper(b, up, lower, false, diffMax); len(got) != wantChanges {
 			b.Fatalf("got %d changes, want %d: %+v", len(got), wantChanges, got)
 		}
 	}

@@ -38,6 +38,9 @@ type Differ struct {
 	opaque  []mkey             // opaque dirs with a host dir under them
 	seen    map[mkey]EntryKind // every upper path reported so far
 	changes []dryexec.FileChange
+
+	forceOwner         bool // SetOwner was called
+	ownerUID, ownerGID int
 }
 
 type mkey struct {
@@ -60,6 +63,24 @@ func NewDiffer(mounts []Mount, blobs dryexec.BlobSink, diffMax int64) *Differ {
 	return d
 }
 
+// SetOwner makes uid and gid the owner of every new or changed path (create,
+// modify, chmod, mkdir, symlink), whatever owner the entries report; deletes keep
+// the host's owner. For a guest whose ids are not host ids: a rootless guest sees
+// those of its own user namespace (what the command created shows as 0 there,
+// what it cannot map as the overflow id), so the host puts the caller's in their
+// place. Call it before the first Add.
+func (d *Differ) SetOwner(uid, gid int) {
+	d.forceOwner, d.ownerUID, d.ownerGID = true, uid, gid
+}
+
+// owner returns the owner a change made from e gets.
+func (d *Differ) owner(e *Entry) (int, int) {
+	if d.forceOwner {
+		return d.ownerUID, d.ownerGID
+	}
+	return e.UID, e.GID
+}
+
 // Close releases the host fds the Differ holds.
 func (d *Differ) Close() {
 	for i, fd := range d.roots {
@@ -77,6 +98,8 @@ type lower struct {
 	mode   uint32
 	size   int64
 	link   string
+	uid    int
+	gid    int
 }
 
 func (d *Differ) hostPath(m int, p string) string { return path.Join(d.mounts[m].Path, p) }
@@ -94,6 +117,7 @@ func (d *Differ) Add(e *Entry, content io.Reader) error {
 	}
 	hp := d.hostPath(e.Mount, e.Path)
 	mode := modeString(e.Mode)
+	uid, gid := d.owner(e)
 	switch e.Kind {
 	case EntryWhiteout:
 		// The host's tree is listed before noLower hides it from lookups.
@@ -107,10 +131,10 @@ func (d *Differ) Add(e *Entry, content io.Reader) error {
 		switch {
 		case !lo.exists:
 			d.noLower[k] = true
-			d.add(dryexec.FileChange{Path: hp, Op: dryexec.OpMkdir, Kind: dryexec.KindDir, Mode: mode})
+			d.add(dryexec.FileChange{Path: hp, Op: dryexec.OpMkdir, Kind: dryexec.KindDir, Mode: mode, UID: uid, GID: gid})
 		case lo.kind == dryexec.KindDir:
 			if lo.mode != e.Mode {
-				d.add(dryexec.FileChange{Path: hp, Op: dryexec.OpChmod, Kind: dryexec.KindDir, Mode: mode, BeforeMode: modeString(lo.mode)})
+				d.add(dryexec.FileChange{Path: hp, Op: dryexec.OpChmod, Kind: dryexec.KindDir, Mode: mode, BeforeMode: modeString(lo.mode), UID: uid, GID: gid})
 			}
 			if e.Opaque {
 				d.opaque = append(d.opaque, k)
@@ -120,10 +144,10 @@ func (d *Differ) Add(e *Entry, content io.Reader) error {
 				return err
 			}
 			d.noLower[k] = true
-			d.add(dryexec.FileChange{Path: hp, Op: dryexec.OpMkdir, Kind: dryexec.KindDir, Mode: mode})
+			d.add(dryexec.FileChange{Path: hp, Op: dryexec.OpMkdir, Kind: dryexec.KindDir, Mode: mode, UID: uid, GID: gid})
 		}
 	case EntryFile:
-		return d.addFile(e, content, lo, hp, mode)
+		return d.addFile(e, content, lo, hp, mode, uid, gid)
 	case EntrySymlink:
 		if lo.exists && lo.kind == dryexec.KindSymlink && lo.link == e.Link {
 			return nil
@@ -133,7 +157,7 @@ func (d *Differ) Add(e *Entry, content io.Reader) error {
 				return err
 			}
 		}
-		d.add(dryexec.FileChange{Path: hp, Op: dryexec.OpSymlink, Kind: dryexec.KindSymlink, Mode: "0777", LinkTarget: e.Link, Size: int64(len(e.Link))})
+		d.add(dryexec.FileChange{Path: hp, Op: dryexec.OpSymlink, Kind: dryexec.KindSymlink, Mode: "0777", LinkTarget: e.Link, Size: int64(len(e.Link)), UID: uid, GID: gid})
 	case EntryOther:
 		if lo.exists {
 			if lo.kind == dryexec.KindOther && lo.mode == e.Mode {
@@ -143,7 +167,7 @@ func (d *Differ) Add(e *Entry, content io.Reader) error {
 				return err
 			}
 		}
-		d.add(dryexec.FileChange{Path: hp, Op: dryexec.OpCreate, Kind: dryexec.KindOther, Mode: mode})
+		d.add(dryexec.FileChange{Path: hp, Op: dryexec.OpCreate, Kind: dryexec.KindOther, Mode: mode, UID: uid, GID: gid})
 	}
 	return nil
 }
@@ -158,6 +182,11 @@ func (d *Differ) check(e *Entry) error {
 	}
 	if e.Mode&^07777 != 0 {
 		return bad("mode has type bits")
+	}
+	// Even as root, where they are host ids, the guest's ids are its report of
+	// what the sandbox made: never a negative (or -1, "unchanged") id.
+	if e.UID < 0 || e.GID < 0 {
+		return bad("negative owner id")
 	}
 	switch e.Kind {
 	case EntryFile:
@@ -183,7 +212,7 @@ func (d *Differ) check(e *Entry) error {
 	return nil
 }
 
-func (d *Differ) addFile(e *Entry, content io.Reader, lo lower, hp, mode string) error {
+func (d *Differ) addFile(e *Entry, content io.Reader, lo lower, hp, mode string, uid, gid int) error {
 	if content == nil {
 		content = bytes.NewReader(nil)
 	}
@@ -204,7 +233,7 @@ func (d *Differ) addFile(e *Entry, content io.Reader, lo lower, hp, mode string)
 	if extra, _ := io.CopyN(io.Discard, content, 1); extra != 0 {
 		return &ErrBadEntry{Entry: *e, Reason: fmt.Sprintf("content is longer than the %d bytes the entry says", e.Size)}
 	}
-	fc := dryexec.FileChange{Path: hp, Op: dryexec.OpCreate, Kind: dryexec.KindFile, Mode: mode, Size: n, SHA256: sha}
+	fc := dryexec.FileChange{Path: hp, Op: dryexec.OpCreate, Kind: dryexec.KindFile, Mode: mode, Size: n, SHA256: sha, UID: uid, GID: gid}
 	var old []byte
 	if lo.exists {
 		if lo.kind != dryexec.KindFile {
@@ -377,7 +406,8 @@ func (d *Differ) deleteUnseen(m int, p string, dirfd int, done map[mkey]bool) er
 func (d *Differ) deleteTree(m int, p string, lo lower) error {
 	hp := d.hostPath(m, p)
 	if lo.kind != dryexec.KindDir {
-		fc := dryexec.FileChange{Path: hp, Op: dryexec.OpDelete, Kind: lo.kind, Mode: modeString(lo.mode), Size: lo.size, LinkTarget: lo.link}
+		fc := dryexec.FileChange{Path: hp, Op: dryexec.OpDelete, Kind: lo.kind, Mode: modeString(lo.mode), Size: lo.size, LinkTarget: lo.link,
+			UID: lo.uid, GID: lo.gid}
 		if lo.kind == dryexec.KindFile {
 			sha, _, err := d.hashLower(m, p, lo.size)
 			if err != nil {
@@ -411,7 +441,7 @@ func (d *Differ) deleteTree(m int, p string, lo lower) error {
 			}
 		}
 	}
-	d.add(dryexec.FileChange{Path: hp, Op: dryexec.OpRmdir, Kind: dryexec.KindDir, Mode: modeString(lo.mode)})
+	d.add(dryexec.FileChange{Path: hp, Op: dryexec.OpRmdir, Kind: dryexec.KindDir, Mode: modeString(lo.mode), UID: lo.uid, GID: lo.gid})
 	return nil
 }
 
@@ -433,7 +463,7 @@ func (d *Differ) lookup(m int, p string) (lower, error) {
 	if err := unix.Fstat(fd, &st); err != nil {
 		return lower{}, fmt.Errorf("stat host %s: %w", d.hostPath(m, p), err)
 	}
-	lo := lower{exists: true, mode: st.Mode & 07777, size: st.Size}
+	lo := lower{exists: true, mode: st.Mode & 07777, size: st.Size, uid: int(st.Uid), gid: int(st.Gid)}
 	switch st.Mode & unix.S_IFMT {
 	case unix.S_IFREG:
 		lo.kind = dryexec.KindFile

@@ -5,7 +5,8 @@
 //   - the guest half (WalkUpper) walks an overlayfs upper directory inside the
 //     sandbox and reports each entry it holds: files, directories, symlinks,
 //     whiteouts (both the 0/0 character-device form and the xattr form) and
-//     opaque directories. Its cost is O(what was written), never O(the tree).
+//     opaque directories, reading overlay xattrs only in the namespace the
+//     overlay was mounted with. Its cost is O(what was written), never O(the tree).
 //   - the host half (Differ) receives those entries, which it does not trust,
 //     checks every path, compares each entry with the host's own state (read with
 //     openat2 and RESOLVE_NO_SYMLINKS, so a symlink on the host is never followed),
@@ -41,6 +42,10 @@ type Entry struct {
 	Opaque bool      `json:"opaque,omitempty"`
 	Size   int64     `json:"size,omitempty"`
 	Link   string    `json:"link,omitempty"`
+	// UID and GID own the entry, as the guest sees them. The host trusts them
+	// only as far as they are real host ids (see Differ.SetOwner).
+	UID int `json:"uid"`
+	GID int `json:"gid"`
 }
 
 // ErrBadEntry marks an entry the host refuses (bad path, unknown kind, …).

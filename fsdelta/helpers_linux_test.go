@@ -37,6 +37,15 @@ type node struct {
 	content string
 	mode    os.FileMode // permission bits incl. setuid etc. (unix form, 07777)
 	link    string
+	chown   bool // owned by uid:gid, not by the test's user
+	uid     int
+	gid     int
+}
+
+// ownedBy returns n owned by uid:gid (set with lchown, so the test needs root).
+func ownedBy(uid, gid int, n node) node {
+	n.chown, n.uid, n.gid = true, uid, gid
+	return n
 }
 
 func file(p, content string, mode os.FileMode) node {
@@ -60,6 +69,12 @@ func buildTree(t testing.TB, root string, nodes []node) {
 			must(t, os.Symlink(n.link, p))
 		default:
 			t.Fatalf("bad node kind %q", n.kind)
+		}
+		if n.chown {
+			must(t, os.Lchown(p, n.uid, n.gid))
+			if n.kind != 'l' {
+				must(t, unix.Chmod(p, uint32(n.mode))) // chown clears setuid/setgid
+			}
 		}
 	}
 }
@@ -184,12 +199,13 @@ func (o *overlay) unmount() {
 	}
 }
 
-// diffUpper walks the upper dir and feeds every entry to a fresh Differ for lower.
-func diffUpper(t testing.TB, upper, lower string, diffMax int64) []dryexec.FileChange {
+// diffUpper walks the upper dir (of an overlay mounted with userxattr or not) and
+// feeds every entry to a fresh Differ for lower.
+func diffUpper(t testing.TB, upper, lower string, userXattr bool, diffMax int64) []dryexec.FileChange {
 	t.Helper()
 	d := NewDiffer([]Mount{{Path: lower}}, nil, diffMax)
 	defer d.Close()
-	err := WalkUpper(upper, 0, func(e *Entry, content *os.File) error {
+	err := WalkUpper(upper, 0, userXattr, func(e *Entry, content *os.File) error {
 		var r io.Reader
 		if content != nil {
 			r = content
@@ -218,6 +234,15 @@ type wc struct {
 	link       string
 	size       int64    // for kinds other than files and symlinks
 	diffHas    []string // the diff must hold each; nil: the diff must be empty
+	owned      bool     // uid:gid below own the path, not the test's user
+	uid, gid   int
+}
+
+// by returns w with the path owned by uid:gid (after the change; before it, for
+// delete and rmdir).
+func (w wc) by(uid, gid int) wc {
+	w.owned, w.uid, w.gid = true, uid, gid
+	return w
 }
 
 func str(s string) *string { return &s }
@@ -255,7 +280,10 @@ func wSymlink(p, target string) wc {
 // expected turns w into the FileChange the Differ must produce (Diff aside).
 func (w wc) expected(lower string) dryexec.FileChange {
 	fc := dryexec.FileChange{Path: lower + "/" + w.path, Op: w.op, Kind: w.kind, Mode: w.mode,
-		BeforeMode: w.beforeMode, LinkTarget: w.link, Size: w.size}
+		BeforeMode: w.beforeMode, LinkTarget: w.link, Size: w.size, UID: os.Geteuid(), GID: os.Getegid()}
+	if w.owned {
+		fc.UID, fc.GID = w.uid, w.gid
+	}
 	if w.kind == dryexec.KindSymlink {
 		fc.Size = int64(len(w.link))
 	}
@@ -274,7 +302,7 @@ func (w wc) expected(lower string) dryexec.FileChange {
 func showChanges(lower string, cs []dryexec.FileChange) string {
 	var b strings.Builder
 	for _, c := range cs {
-		fmt.Fprintf(&b, "\n\t%-7s %-7s %s %s", c.Op, c.Kind, c.Mode, strings.TrimPrefix(c.Path, lower+"/"))
+		fmt.Fprintf(&b, "\n\t%-7s %-7s %s %d:%d %s", c.Op, c.Kind, c.Mode, c.UID, c.GID, strings.TrimPrefix(c.Path, lower+"/"))
 	}
 	return b.String()
 }

@@ -28,14 +28,22 @@ func (a add) reader() io.Reader {
 	return nil
 }
 
+// The entries below are owned by the test's user, as if it had made them.
 func fEntry(p, content string) add {
-	return add{e: Entry{Path: p, Kind: EntryFile, Mode: 0o644, Size: int64(len(content))}, data: str(content)}
+	return mine(add{e: Entry{Path: p, Kind: EntryFile, Mode: 0o644, Size: int64(len(content))}, data: str(content)})
 }
-func dEntry(p string) add { return add{e: Entry{Path: p, Kind: EntryDir, Mode: 0o755}} }
-func oEntry(p string) add { return add{e: Entry{Path: p, Kind: EntryDir, Mode: 0o755, Opaque: true}} }
-func wEntry(p string) add { return add{e: Entry{Path: p, Kind: EntryWhiteout}} }
+func dEntry(p string) add { return mine(add{e: Entry{Path: p, Kind: EntryDir, Mode: 0o755}}) }
+func oEntry(p string) add {
+	return mine(add{e: Entry{Path: p, Kind: EntryDir, Mode: 0o755, Opaque: true}})
+}
+func wEntry(p string) add { return mine(add{e: Entry{Path: p, Kind: EntryWhiteout}}) }
 func lEntry(p, target string) add {
-	return add{e: Entry{Path: p, Kind: EntrySymlink, Mode: 0o777, Link: target}}
+	return mine(add{e: Entry{Path: p, Kind: EntrySymlink, Mode: 0o777, Link: target}})
+}
+
+func mine(a add) add {
+	a.e.UID, a.e.GID = os.Geteuid(), os.Getegid()
+	return a
 }
 
 // hostileDirs makes a lower (with a symlink esc to a sibling dir outside) and the
@@ -111,6 +119,12 @@ func TestDifferRejectsHostileEntries(t *testing.T) {
 			bad: add{e: Entry{Path: "n", Kind: EntryFile, Mode: 0o644, Size: 5},
 				r: io.MultiReader(strings.NewReader("ab"), iotest.ErrReader(errors.New("boom")))}},
 		{name: "symlink with empty target", bad: lEntry("ln", ""), badEntry: true},
+		{name: "negative uid", bad: add{e: Entry{Path: "n", Kind: EntryDir, Mode: 0o755, UID: -1}}, badEntry: true},
+		{name: "negative gid", bad: add{e: Entry{Path: "n", Kind: EntryDir, Mode: 0o755, GID: -1}}, badEntry: true},
+		{name: "negative uid of a file",
+			bad:      add{e: Entry{Path: "a.txt", Kind: EntryFile, Mode: 0o644, Size: 1, UID: -5}, data: str("x")},
+			badEntry: true},
+		{name: "negative gid of a whiteout", bad: add{e: Entry{Path: "a.txt", Kind: EntryWhiteout, GID: -2}}, badEntry: true},
 		{name: "symlink with NUL in target", bad: lEntry("ln", "/etc\x00passwd"), badEntry: true},
 	}
 	for _, c := range cases {

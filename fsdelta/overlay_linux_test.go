@@ -39,6 +39,10 @@ func (f fsops) chmod(rel string, m uint32) { f.t.Helper(); must(f.t, unix.Chmod(
 func (f fsops) symlink(target, rel string) { f.t.Helper(); must(f.t, os.Symlink(target, f.p(rel))) }
 func (f fsops) mkdir(rel string)           { f.t.Helper(); must(f.t, os.Mkdir(f.p(rel), 0o755)) }
 func (f fsops) mkdirAll(rel string)        { f.t.Helper(); must(f.t, os.MkdirAll(f.p(rel), 0o755)) }
+func (f fsops) chown(rel string, uid, gid int) {
+	f.t.Helper()
+	must(f.t, os.Lchown(f.p(rel), uid, gid))
+}
 func (f fsops) touch(rel string) {
 	f.t.Helper()
 	ts := time.Date(2001, 2, 3, 4, 5, 6, 0, time.UTC)
@@ -577,6 +581,118 @@ func overlayCases() []ovCase {
 			want:  []wc{wDeleteLink("o/esc", "$OUT")},
 			extra: noOutside,
 		},
+		// Owners: a change carries the path's owner after it (the upper's), a
+		// delete or rmdir the host's. A chown alone is not reported.
+		{
+			name:  "chown only is no change",
+			lower: baseLower,
+			do: func(f fsops) {
+				f.chown("a.txt", 1234, 5678)
+				f.chown("d", 1234, 5678)
+			},
+		},
+		{
+			name:  "chown and chmod",
+			lower: baseLower,
+			do: func(f fsops) {
+				f.chown("a.txt", 1234, 5678)
+				f.chmod("a.txt", 0o600)
+				f.chown("d", 4321, 8765)
+				f.chmod("d", 0o750)
+			},
+			want: []wc{
+				wChmod("a.txt", "one\ntwo\n", "0644", "0600").by(1234, 5678),
+				wChmodDir("d", "0755", "0750").by(4321, 8765),
+			},
+		},
+		{
+			name:  "chown and modify",
+			lower: baseLower,
+			do: func(f fsops) {
+				f.write("a.txt", "new\n")
+				f.chown("a.txt", 1234, 5678)
+			},
+			want: []wc{wModify("a.txt", "one\ntwo\n", "new\n", "0644", "0644", "+new").by(1234, 5678)},
+		},
+		{
+			name: "changes to another user's paths keep their owner",
+			lower: with(
+				ownedBy(1234, 5678, file("theirs", "t\n", 0o644)),
+				ownedBy(4321, 8765, dir("tdir", 0o755)),
+				ownedBy(1111, 2222, file("tdir/f", "f\n", 0o644)),
+			),
+			do: func(f fsops) {
+				f.chmod("theirs", 0o600)
+				f.chmod("tdir", 0o700)
+				f.write("tdir/f", "F\n")
+			},
+			want: []wc{
+				wChmodDir("tdir", "0755", "0700").by(4321, 8765),
+				wModify("tdir/f", "f\n", "F\n", "0644", "0644", "+F").by(1111, 2222),
+				wChmod("theirs", "t\n", "0644", "0600").by(1234, 5678),
+			},
+		},
+		{
+			name:  "new paths with owners",
+			lower: baseLower,
+			do: func(f fsops) {
+				f.write("new", "n\n")
+				f.chown("new", 1234, 5678)
+				f.mkdir("nd")
+				f.chown("nd", 2000, 3000)
+				f.symlink("a.txt", "ln")
+				f.chown("ln", 3000, 4000)
+				must(f.t, unix.Mkfifo(f.p("fifo"), 0o640))
+				f.chown("fifo", 5, 6)
+				f.chmod("fifo", 0o640)
+			},
+			want: []wc{
+				{path: "fifo", op: dryexec.OpCreate, kind: dryexec.KindOther, mode: "0640", owned: true, uid: 5, gid: 6},
+				wSymlink("ln", "a.txt").by(3000, 4000),
+				wMkdir("nd", "0755").by(2000, 3000),
+				wCreate("new", "n\n", "0644", "+n").by(1234, 5678),
+			},
+		},
+		{
+			name: "deletes carry the host's owners",
+			lower: with(
+				ownedBy(1234, 5678, dir("t", 0o755)),
+				ownedBy(1111, 2222, file("t/f", "f\n", 0o644)),
+				ownedBy(3333, 4444, link("t/ln", "f")),
+				ownedBy(5555, 6666, file("gone", "g\n", 0o600)),
+			),
+			do: func(f fsops) {
+				f.removeAll("t")
+				f.remove("gone")
+			},
+			want: []wc{
+				wDelete("gone", "g\n", "0600").by(5555, 6666),
+				wDelete("t/f", "f\n", "0644").by(1111, 2222),
+				wDeleteLink("t/ln", "f").by(3333, 4444),
+				wRmdir("t", "0755").by(1234, 5678),
+			},
+		},
+		{
+			name: "opaque dir: deletes carry the host's owners",
+			lower: with(
+				ownedBy(1234, 5678, dir("o", 0o755)),
+				ownedBy(1111, 2222, file("o/x", "x\n", 0o644)),
+			),
+			do: func(f fsops) {
+				f.removeAll("o")
+				f.mkdir("o")
+			},
+			want: []wc{wDelete("o/x", "x\n", "0644").by(1111, 2222)},
+		},
+		{
+			name:  "another user's file replaced by a dir",
+			lower: with(ownedBy(1234, 5678, file("r", "r\n", 0o644))),
+			do: func(f fsops) {
+				f.remove("r")
+				f.mkdir("r")
+			},
+			want: []wc{wDelete("r", "r\n", "0644").by(1234, 5678), wMkdir("r", "0755")},
+		},
 		{
 			name: "several changes at once",
 			lower: with(
@@ -622,11 +738,15 @@ func noOutside(t *testing.T, lower, outside string, got []dryexec.FileChange) {
 	}
 }
 
-// overlayModes are the two ways the product mounts overlays: as root (trusted.*
-// xattrs) and rootless (userxattr: user.* xattrs).
-var overlayModes = []struct{ name, opts string }{
-	{"trusted", "redirect_dir=off,metacopy=off"},
-	{"userxattr", "userxattr"},
+// overlayModes are the two ways the product mounts overlays (guest/overlay_linux.go):
+// as root (trusted.* xattrs) and rootless (userxattr: user.* xattrs).
+var overlayModes = []struct {
+	name      string
+	opts      string
+	userXattr bool
+}{
+	{"trusted", "redirect_dir=nofollow,metacopy=off,index=off", false},
+	{"userxattr", "redirect_dir=nofollow,metacopy=off,index=off,userxattr", true},
 }
 
 func TestOverlayDelta(t *testing.T) {
@@ -634,13 +754,13 @@ func TestOverlayDelta(t *testing.T) {
 	for _, mode := range overlayModes {
 		t.Run(mode.name, func(t *testing.T) {
 			for _, c := range overlayCases() {
-				t.Run(c.name, func(t *testing.T) { runOverlayCase(t, c, mode.opts) })
+				t.Run(c.name, func(t *testing.T) { runOverlayCase(t, c, mode.opts, mode.userXattr) })
 			}
 		})
 	}
 }
 
-func runOverlayCase(t *testing.T, c ovCase, opts string) {
+func runOverlayCase(t *testing.T, c ovCase, opts string, userXattr bool) {
 	base := tempDir(t)
 	lower, outside := base+"/lower", base+"/outside"
 	must(t, os.Mkdir(lower, 0o755))
@@ -658,7 +778,7 @@ func runOverlayCase(t *testing.T, c ovCase, opts string) {
 	view := contentTree(t, o.merged)
 	o.unmount()
 
-	got := diffUpper(t, o.upper, lower, diffMax)
+	got := diffUpper(t, o.upper, lower, userXattr, diffMax)
 	want := append([]wc{}, c.want...)
 	for i := range want {
 		want[i].link = strings.ReplaceAll(want[i].link, "$OUT", outside)

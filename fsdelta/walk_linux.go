@@ -9,28 +9,56 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// Overlay marks its state with xattrs in the trusted.* namespace, or user.* when
-// mounted with userxattr (always, inside a user namespace).
-var (
-	opaqueXattrs   = []string{"user.overlay.opaque", "trusted.overlay.opaque"}
-	whiteoutXattrs = []string{"user.overlay.whiteout", "trusted.overlay.whiteout"}
+// overlayXattrs are the names overlayfs marks its state with in one namespace:
+// trusted.overlay.* by default, user.overlay.* when mounted with userxattr
+// (always, inside a user namespace).
+type overlayXattrs struct {
+	opaque, whiteout string
 	// An upper entry with one of these does not hold what the merged view shows:
 	// a redirected dir (redirect_dir=on) takes its children from another lower
 	// path, and a metacopy file (metacopy=on) has its data in the lower. Neither
 	// can be reported as an Entry, so the walk refuses them rather than report a
 	// renamed dir as empty or a chmod-ed file as a sparse file of zeros.
-	redirectXattrs = []string{"user.overlay.redirect", "trusted.overlay.redirect"}
-	metacopyXattrs = []string{"user.overlay.metacopy", "trusted.overlay.metacopy"}
+	redirect, metacopy string
+}
+
+func xattrsFor(prefix string) overlayXattrs {
+	return overlayXattrs{
+		opaque: prefix + "opaque", whiteout: prefix + "whiteout",
+		redirect: prefix + "redirect", metacopy: prefix + "metacopy",
+	}
+}
+
+var (
+	trustedXattrs = xattrsFor("trusted.overlay.")
+	userXattrs    = xattrsFor("user.overlay.")
 )
 
 // WalkUpper walks the overlay upper dir at root (pre-order, names sorted) and calls
 // emit for each entry. For files, content is open for reading and positioned at 0;
 // emit must not keep it past its return. The root itself is not reported.
-func WalkUpper(root string, mount int, emit func(e *Entry, content *os.File) error) error {
-	return walkDir(root, "", mount, emit)
+//
+// userXattr must say which xattr namespace the overlay was mounted with: false for
+// trusted.overlay.* (the default), true for user.overlay.* (the userxattr option).
+// Only that namespace is read. The other one is ordinary data the sandbox may set
+// on its own files (nothing guards user.* on a trusted.* overlay), so reading it
+// would let a command forge whiteouts and opaque dirs: deletions of host files it
+// never deleted.
+func WalkUpper(root string, mount int, userXattr bool, emit func(e *Entry, content *os.File) error) error {
+	w := &walker{mount: mount, x: trustedXattrs, emit: emit}
+	if userXattr {
+		w.x = userXattrs
+	}
+	return w.dir(root, "")
 }
 
-func walkDir(abs, rel string, mount int, emit func(*Entry, *os.File) error) error {
+type walker struct {
+	mount int
+	x     overlayXattrs
+	emit  func(*Entry, *os.File) error
+}
+
+func (w *walker) dir(abs, rel string) error {
 	d, err := os.Open(abs)
 	if err != nil {
 		return fmt.Errorf("opening upper dir: %w", err)
@@ -46,30 +74,30 @@ func walkDir(abs, rel string, mount int, emit func(*Entry, *os.File) error) erro
 		if rel != "" {
 			r = rel + "/" + name
 		}
-		if err := walkOne(a, r, mount, emit); err != nil {
+		if err := w.one(a, r); err != nil {
 			return err
 		}
 	}
 	return nil
 }
 
-func walkOne(abs, rel string, mount int, emit func(*Entry, *os.File) error) error {
+func (w *walker) one(abs, rel string) error {
 	var st unix.Stat_t
 	if err := unix.Lstat(abs, &st); err != nil {
 		return fmt.Errorf("stat %q: %w", rel, err)
 	}
-	e := &Entry{Mount: mount, Path: rel, Mode: st.Mode & 07777}
+	e := &Entry{Mount: w.mount, Path: rel, Mode: st.Mode & 07777, UID: int(st.Uid), GID: int(st.Gid)}
 	switch st.Mode & unix.S_IFMT {
 	case unix.S_IFDIR:
-		if xattrIs(abs, redirectXattrs, "") {
+		if xattrIs(abs, w.x.redirect, "") {
 			return fmt.Errorf("upper dir %q is redirected (overlay redirect_dir=on is not supported)", rel)
 		}
 		e.Kind = EntryDir
-		e.Opaque = xattrIs(abs, opaqueXattrs, "y")
-		if err := emit(e, nil); err != nil {
+		e.Opaque = xattrIs(abs, w.x.opaque, "y")
+		if err := w.emit(e, nil); err != nil {
 			return err
 		}
-		return walkDir(abs, rel, mount, emit)
+		return w.dir(abs, rel)
 	case unix.S_IFCHR:
 		if st.Rdev == 0 {
 			e.Kind = EntryWhiteout
@@ -84,11 +112,11 @@ func walkOne(abs, rel string, mount int, emit func(*Entry, *os.File) error) erro
 		}
 		e.Link = l
 	case unix.S_IFREG:
-		if st.Size == 0 && xattrIs(abs, whiteoutXattrs, "") {
+		if st.Size == 0 && xattrIs(abs, w.x.whiteout, "") {
 			e.Kind = EntryWhiteout
 			break
 		}
-		if xattrIs(abs, metacopyXattrs, "") || xattrIs(abs, redirectXattrs, "") {
+		if xattrIs(abs, w.x.metacopy, "") || xattrIs(abs, w.x.redirect, "") {
 			return fmt.Errorf("upper file %q is metadata only (overlay metacopy=on is not supported)", rel)
 		}
 		e.Kind = EntryFile
@@ -98,28 +126,20 @@ func walkOne(abs, rel string, mount int, emit func(*Entry, *os.File) error) erro
 			return fmt.Errorf("opening %q: %w", rel, err)
 		}
 		defer f.Close()
-		return emit(e, f)
+		return w.emit(e, f)
 	default:
 		e.Kind = EntryOther
 	}
-	return emit(e, nil)
+	return w.emit(e, nil)
 }
 
-// xattrIs reports whether one of names is set on p (with value want, unless want
-// is empty, which accepts any value).
-func xattrIs(p string, names []string, want string) bool {
+// xattrIs reports whether xattr name is set on p (with value want, unless want is
+// empty, which accepts any value).
+func xattrIs(p, name, want string) bool {
 	var buf [8]byte
-	for _, n := range names {
-		sz, err := unix.Lgetxattr(p, n, buf[:])
-		if err != nil {
-			if errors.Is(err, unix.ERANGE) && want == "" {
-				return true
-			}
-			continue
-		}
-		if want == "" || string(buf[:sz]) == want {
-			return true
-		}
+	sz, err := unix.Lgetxattr(p, name, buf[:])
+	if err != nil {
+		return errors.Is(err, unix.ERANGE) && want == ""
 	}
-	return false
+	return want == "" || string(buf[:sz]) == want
 }

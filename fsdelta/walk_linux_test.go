@@ -16,10 +16,10 @@ type walked struct {
 	content string
 }
 
-func walkAll(t testing.TB, root string, mount int) ([]walked, error) {
+func walkAll(t testing.TB, root string, mount int, userXattr bool) ([]walked, error) {
 	t.Helper()
 	var out []walked
-	err := WalkUpper(root, mount, func(e *Entry, content *os.File) error {
+	err := WalkUpper(root, mount, userXattr, func(e *Entry, content *os.File) error {
 		w := walked{Entry: *e}
 		if (content != nil) != (e.Kind == EntryFile) {
 			t.Errorf("%s: kind %s with content %v", e.Path, e.Kind, content != nil)
@@ -47,10 +47,12 @@ func setxattr(t testing.TB, p, name, value string) {
 	}
 }
 
-// An upper dir made by hand holds every kind of entry overlay (or a rootless
-// overlay, with user.* xattrs) can leave in it.
+// An upper dir made by hand holds every kind of entry overlay can leave in it,
+// with markers of both xattr namespaces. Each walk reads only the namespace its
+// overlay uses (trusted.* as root, user.* with userxattr): the other one's
+// markers are ordinary xattrs of ordinary files and dirs.
 func TestWalkUpperKinds(t *testing.T) {
-	rootOrSkip(t) // trusted.* xattrs, mknod
+	rootOrSkip(t) // trusted.* xattrs, mknod, chown
 	up := t.TempDir()
 	buildTree(t, up, []node{
 		dir("a", 0o755),
@@ -61,6 +63,8 @@ func TestWalkUpperKinds(t *testing.T) {
 		dir("c-x-not-opaque", 0o755),
 		file("empty", "", 0o644),
 		link("ln", "../target"),
+		ownedBy(1234, 5678, file("owned", "o", 0o640)),
+		ownedBy(4321, 8765, link("owned-ln", "owned")),
 		file("suid", "#!\n", 0o4755),
 		file("xw-trusted", "", 0o644),
 		file("xw-user", "", 0o644),
@@ -77,51 +81,65 @@ func TestWalkUpperKinds(t *testing.T) {
 	setxattr(t, up+"/xw-user", "user.overlay.whiteout", "")
 	setxattr(t, up+"/xw-user-nonempty", "user.overlay.whiteout", "")
 
-	got, err := walkAll(t, up, 3)
-	must(t, err)
-	want := []walked{
-		{Entry: Entry{Path: "a", Kind: EntryDir, Mode: 0o755}},
-		{Entry: Entry{Path: "a/f", Kind: EntryFile, Mode: 0o644, Size: 6}, content: "hello\n"},
-		{Entry: Entry{Path: "a/wh", Kind: EntryWhiteout}},
-		{Entry: Entry{Path: "b-opaque-trusted", Kind: EntryDir, Mode: 0o700, Opaque: true}},
-		{Entry: Entry{Path: "b-opaque-trusted/in", Kind: EntryFile, Mode: 0o600, Size: 2}, content: "in"},
-		{Entry: Entry{Path: "c-opaque-user", Kind: EntryDir, Mode: 0o755, Opaque: true}},
-		{Entry: Entry{Path: "c-x-not-opaque", Kind: EntryDir, Mode: 0o755}},
-		{Entry: Entry{Path: "empty", Kind: EntryFile, Mode: 0o644}},
-		{Entry: Entry{Path: "fifo", Kind: EntryOther, Mode: 0o640}},
-		{Entry: Entry{Path: "ln", Kind: EntrySymlink, Mode: 0o777, Link: "../target"}},
-		{Entry: Entry{Path: "null", Kind: EntryOther, Mode: 0o666}},
-		{Entry: Entry{Path: "suid", Kind: EntryFile, Mode: 0o4755, Size: 3}, content: "#!\n"},
-		{Entry: Entry{Path: "xw-trusted", Kind: EntryWhiteout, Mode: 0o644}},
-		{Entry: Entry{Path: "xw-user", Kind: EntryWhiteout, Mode: 0o644}},
-		{Entry: Entry{Path: "xw-user-nonempty", Kind: EntryFile, Mode: 0o644, Size: 4}, content: "data"},
-	}
-	for i := range want {
-		want[i].Mount = 3
-	}
-	if len(got) != len(want) {
-		t.Fatalf("got %d entries, want %d:\n%+v", len(got), len(want), got)
-	}
-	for i := range want {
-		if got[i] != want[i] {
-			t.Errorf("entry %d:\n got %+v\nwant %+v", i, got[i], want[i])
-		}
+	for _, userXattr := range []bool{false, true} {
+		t.Run(fmt.Sprintf("userxattr=%v", userXattr), func(t *testing.T) {
+			// kind is k when the marker is in the walk's namespace, else other.
+			trusted, user := !userXattr, userXattr
+			kind := func(mine bool, k, other EntryKind) EntryKind {
+				if mine {
+					return k
+				}
+				return other
+			}
+			want := []walked{
+				{Entry: Entry{Path: "a", Kind: EntryDir, Mode: 0o755}},
+				{Entry: Entry{Path: "a/f", Kind: EntryFile, Mode: 0o644, Size: 6}, content: "hello\n"},
+				{Entry: Entry{Path: "a/wh", Kind: EntryWhiteout}},
+				{Entry: Entry{Path: "b-opaque-trusted", Kind: EntryDir, Mode: 0o700, Opaque: trusted}},
+				{Entry: Entry{Path: "b-opaque-trusted/in", Kind: EntryFile, Mode: 0o600, Size: 2}, content: "in"},
+				{Entry: Entry{Path: "c-opaque-user", Kind: EntryDir, Mode: 0o755, Opaque: user}},
+				{Entry: Entry{Path: "c-x-not-opaque", Kind: EntryDir, Mode: 0o755}},
+				{Entry: Entry{Path: "empty", Kind: EntryFile, Mode: 0o644}},
+				{Entry: Entry{Path: "fifo", Kind: EntryOther, Mode: 0o640}},
+				{Entry: Entry{Path: "ln", Kind: EntrySymlink, Mode: 0o777, Link: "../target"}},
+				{Entry: Entry{Path: "null", Kind: EntryOther, Mode: 0o666}},
+				{Entry: Entry{Path: "owned", Kind: EntryFile, Mode: 0o640, Size: 1, UID: 1234, GID: 5678}, content: "o"},
+				{Entry: Entry{Path: "owned-ln", Kind: EntrySymlink, Mode: 0o777, Link: "owned", UID: 4321, GID: 8765}},
+				{Entry: Entry{Path: "suid", Kind: EntryFile, Mode: 0o4755, Size: 3}, content: "#!\n"},
+				{Entry: Entry{Path: "xw-trusted", Kind: kind(trusted, EntryWhiteout, EntryFile), Mode: 0o644}},
+				{Entry: Entry{Path: "xw-user", Kind: kind(user, EntryWhiteout, EntryFile), Mode: 0o644}},
+				{Entry: Entry{Path: "xw-user-nonempty", Kind: EntryFile, Mode: 0o644, Size: 4}, content: "data"},
+			}
+			for i := range want {
+				want[i].Mount = 3
+			}
+			got, err := walkAll(t, up, 3, userXattr)
+			must(t, err)
+			if len(got) != len(want) {
+				t.Fatalf("got %d entries, want %d:\n%+v", len(got), len(want), got)
+			}
+			for i := range want {
+				if got[i] != want[i] {
+					t.Errorf("entry %d:\n got %+v\nwant %+v", i, got[i], want[i])
+				}
+			}
+		})
 	}
 }
 
 func TestWalkUpperEmptyAndErrors(t *testing.T) {
 	up := t.TempDir()
-	got, err := walkAll(t, up, 0)
+	got, err := walkAll(t, up, 0, false)
 	if err != nil || len(got) != 0 {
 		t.Fatalf("empty upper: %v %v", got, err)
 	}
-	if _, err := walkAll(t, up+"/missing", 0); err == nil {
+	if _, err := walkAll(t, up+"/missing", 0, false); err == nil {
 		t.Fatal("walking a missing dir succeeded")
 	}
 	buildTree(t, up, []node{dir("a", 0o755), file("a/b", "b", 0o644), file("c", "c", 0o644)})
 	stop := errors.New("stop")
 	var n int
-	err = WalkUpper(up, 0, func(e *Entry, _ *os.File) error {
+	err = WalkUpper(up, 0, false, func(e *Entry, _ *os.File) error {
 		n++
 		if e.Path == "a/b" {
 			return stop
@@ -134,31 +152,40 @@ func TestWalkUpperEmptyAndErrors(t *testing.T) {
 }
 
 // The xattr forms of whiteout and opaque dir, fed to the Differ, delete the host's
-// files as the char-device form does.
+// files as the char-device form does, when they are in the namespace the overlay
+// uses; in the other namespace they are nobody's markers and delete nothing.
 func TestXattrWhiteoutAndOpaqueDiff(t *testing.T) {
 	rootOrSkip(t)
 	for _, ns := range []string{"user", "trusted"} {
-		t.Run(ns, func(t *testing.T) {
-			base := t.TempDir()
-			lower, up := base+"/lower", base+"/upper"
-			must(t, os.Mkdir(lower, 0o755))
-			must(t, os.Mkdir(up, 0o755))
-			buildTree(t, lower, with(dir("o", 0o755), file("o/x", "x\n", 0o644), file("o/keep", "k\n", 0o644)))
-			buildTree(t, up, []node{
-				file("a.txt", "", 0o644),
-				dir("o", 0o755),
-				file("o/keep", "k\n", 0o644),
+		for _, userXattr := range []bool{false, true} {
+			t.Run(fmt.Sprintf("%s.overlay.* userxattr=%v", ns, userXattr), func(t *testing.T) {
+				base := t.TempDir()
+				lower, up := base+"/lower", base+"/upper"
+				must(t, os.Mkdir(lower, 0o755))
+				must(t, os.Mkdir(up, 0o755))
+				buildTree(t, lower, with(dir("o", 0o755), file("o/x", "x\n", 0o644), file("o/keep", "k\n", 0o644)))
+				buildTree(t, up, []node{
+					file("a.txt", "", 0o644),
+					dir("o", 0o755),
+					file("o/keep", "k\n", 0o644),
+				})
+				setxattr(t, up+"/a.txt", ns+".overlay.whiteout", "")
+				setxattr(t, up+"/o", ns+".overlay.opaque", "y")
+				before := snapshot(t, lower)
+				got := diffUpper(t, up, lower, userXattr, diffMax)
+				if (ns == "user") == userXattr {
+					checkChanges(t, lower, got, []wc{
+						wDelete("a.txt", "one\ntwo\n", "0644"),
+						wDelete("o/x", "x\n", "0644"),
+					})
+				} else {
+					checkChanges(t, lower, got, []wc{
+						wModify("a.txt", "one\ntwo\n", "", "0644", "0644", "-one"),
+					})
+				}
+				checkSameSnapshot(t, "lower", before, snapshot(t, lower))
 			})
-			setxattr(t, up+"/a.txt", ns+".overlay.whiteout", "")
-			setxattr(t, up+"/o", ns+".overlay.opaque", "y")
-			before := snapshot(t, lower)
-			got := diffUpper(t, up, lower, diffMax)
-			checkChanges(t, lower, got, []wc{
-				wDelete("a.txt", "one\ntwo\n", "0644"),
-				wDelete("o/x", "x\n", "0644"),
-			})
-			checkSameSnapshot(t, "lower", before, snapshot(t, lower))
-		})
+		}
 	}
 }
 
@@ -171,8 +198,13 @@ func TestWalkRefusesRedirectAndMetacopy(t *testing.T) {
 			up := t.TempDir()
 			buildTree(t, up, []node{dir("moved", 0o755)})
 			setxattr(t, up+"/moved", x, "/orig")
-			if _, err := walkAll(t, up, 0); err == nil || !strings.Contains(err.Error(), "redirect") {
+			userXattr := strings.HasPrefix(x, "user.")
+			if _, err := walkAll(t, up, 0, userXattr); err == nil || !strings.Contains(err.Error(), "redirect") {
 				t.Errorf("%s: walk error %v", x, err)
+			}
+			// The other namespace's walk sees an ordinary dir.
+			if got, err := walkAll(t, up, 0, !userXattr); err != nil || len(got) != 1 || got[0].Kind != EntryDir {
+				t.Errorf("%s, userxattr=%v: %+v, %v", x, !userXattr, got, err)
 			}
 		}
 	})
@@ -181,8 +213,12 @@ func TestWalkRefusesRedirectAndMetacopy(t *testing.T) {
 			up := t.TempDir()
 			buildTree(t, up, []node{file("f", "\x00\x00\x00", 0o600)})
 			setxattr(t, up+"/f", x, "")
-			if _, err := walkAll(t, up, 0); err == nil || !strings.Contains(err.Error(), "metacopy") {
+			userXattr := strings.HasPrefix(x, "user.")
+			if _, err := walkAll(t, up, 0, userXattr); err == nil || !strings.Contains(err.Error(), "metacopy") {
 				t.Errorf("%s: walk error %v", x, err)
+			}
+			if got, err := walkAll(t, up, 0, !userXattr); err != nil || len(got) != 1 || got[0].Kind != EntryFile {
+				t.Errorf("%s, userxattr=%v: %+v, %v", x, !userXattr, got, err)
 			}
 		}
 	})
@@ -205,7 +241,7 @@ func TestWalkRefusesRedirectAndMetacopy(t *testing.T) {
 			t.Skipf("%s: %v", opts, err)
 		}
 		o.unmount()
-		_, err = walkAll(t, o.upper, 0)
+		_, err = walkAll(t, o.upper, 0, false)
 		if err == nil || !strings.Contains(err.Error(), wantErr) {
 			t.Fatalf("walk of a %s upper: error %v, want one about %s", opts, err, wantErr)
 		}

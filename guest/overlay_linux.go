@@ -1,6 +1,7 @@
 package guest
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -20,6 +21,12 @@ type overlayBuilder struct {
 	uppers   []string        // host path of each upper dir, by index
 	skel     int
 }
+
+// errVanished: a directory to overlay is gone. Host mounts come and go (other
+// containers, automounts, other programs' scratch mounts): one listed in the
+// plan may have been unmounted and its mount point removed before the guest got
+// to it. Its parent's overlay already covers the path, so it is skipped.
+var errVanished = errors.New("vanished")
 
 // maxSkeletonCopy bounds the files copied into a split overlay's skeleton; a
 // larger file at that level is bound read-only instead.
@@ -42,6 +49,9 @@ func (b *overlayBuilder) dir(p string) error {
 	b.skel++
 	var st unix.Stat_t
 	if err := unix.Stat(p, &st); err != nil {
+		if errors.Is(err, unix.ENOENT) {
+			return errVanished
+		}
 		return fmt.Errorf("stat %s: %w", p, err)
 	}
 	if err := os.Mkdir(skel, os.FileMode(st.Mode&0o777)); err != nil {
@@ -49,6 +59,9 @@ func (b *overlayBuilder) dir(p string) error {
 	}
 	d, err := os.Open(p)
 	if err != nil {
+		if errors.Is(err, os.ErrNotExist) {
+			return errVanished
+		}
 		return fmt.Errorf("listing %s: %w", p, err)
 	}
 	names, err := d.Readdirnames(-1)
@@ -101,7 +114,7 @@ func (b *overlayBuilder) dir(p string) error {
 		}
 	}
 	for _, n := range subdirs {
-		if err := b.dir(path.Join(p, n)); err != nil {
+		if err := b.dir(path.Join(p, n)); err != nil && !errors.Is(err, errVanished) {
 			return err
 		}
 	}
@@ -121,6 +134,16 @@ func (b *overlayBuilder) hasLockedBeneath(p string) bool {
 // overlay mounts an overlay at target whose lower is lowerPath and whose upper
 // dir stands for host path hostPath.
 func (b *overlayBuilder) overlay(hostPath, lowerPath, target string) error {
+	// The lower goes in as /proc/self/fd/N: the option string then never holds
+	// a host path, whose commas or colons would change its meaning.
+	fd, err := unix.Open(lowerPath, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		if errors.Is(err, unix.ENOENT) && hostPath != "/" {
+			return errVanished
+		}
+		return fmt.Errorf("opening lower %s: %w", lowerPath, err)
+	}
+	defer unix.Close(fd)
 	i := strconv.Itoa(len(b.uppers))
 	u, w := b.scratch+"/u/"+i, b.scratch+"/w/"+i
 	if err := os.Mkdir(u, 0o755); err != nil {
@@ -129,18 +152,27 @@ func (b *overlayBuilder) overlay(hostPath, lowerPath, target string) error {
 	if err := os.Mkdir(w, 0o755); err != nil {
 		return err
 	}
-	// The lower goes in as /proc/self/fd/N: the option string then never holds
-	// a host path, whose commas or colons would change its meaning.
-	fd, err := unix.Open(lowerPath, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
-	if err != nil {
-		return fmt.Errorf("opening lower %s: %w", lowerPath, err)
-	}
-	defer unix.Close(fd)
-	opts := "lowerdir=/proc/self/fd/" + strconv.Itoa(fd) + ",upperdir=" + u + ",workdir=" + w
+	// Redirects, metacopy and the index are off whatever the kernel's defaults
+	// (CONFIG_OVERLAY_FS_*, module parameters): a redirected dir or a metacopy
+	// file in an upper does not hold what the merged view shows, and the walk
+	// refuses such uppers (fsdelta.WalkUpper); the index only serves those and
+	// nfs_export. redirect_dir=nofollow, not off: "off" means "follow" where the
+	// module's redirect_always_follow is set (the usual default), and userxattr
+	// refuses any explicit redirect_dir but nofollow.
+	opts := "lowerdir=/proc/self/fd/" + strconv.Itoa(fd) + ",upperdir=" + u + ",workdir=" + w +
+		",redirect_dir=nofollow,metacopy=off,index=off"
 	if b.rootless {
 		opts += ",userxattr"
 	}
 	if err := unix.Mount("overlay", target, "overlay", 0, opts); err != nil {
+		if errors.Is(err, unix.ENOENT) && hostPath != "/" {
+			// The lower is held open; what is missing is the mount point, which
+			// went from the host (so from the parent overlay's view) meanwhile.
+			// Index i is free again for the next overlay.
+			os.Remove(u)
+			os.RemoveAll(w) // overlay may have left its work/ in it
+			return errVanished
+		}
 		return fmt.Errorf("overlay over %s: %w", hostPath, err)
 	}
 	b.uppers = append(b.uppers, hostPath)

@@ -352,6 +352,11 @@ func (t *trial) converse() (*dryexec.StateDelta, error) {
 				return nil, err
 			}
 			differ = fsdelta.NewDiffer(dm, t.spec.Blobs, t.spec.DiffMaxBytes)
+			if start.Rootless {
+				// The guest sees the ids of its own user namespace (what the
+				// command made shows as 0 there): the caller owns what it wrote.
+				differ.SetOwner(start.CommandUID, start.CommandGID)
+			}
 			t.r.trace("view")
 		case wire.VerbTrialExit:
 			exit = new(wire.TrialExit)

@@ -1,3 +1,5 @@
+//go:build linux
+
 // Command trialbench measures a trial's wall time against baselines, interleaved
 // in the same run (each round runs every candidate once, in turn), so that the
 // machine's drift and noise hit all of them alike. It writes a Markdown table.

@@ -1,0 +1,98 @@
+package fsdelta
+
+import (
+	"errors"
+	"os"
+	"testing"
+
+	"github.com/dryexec/dryexec"
+)
+
+// ownerAdds are entries with owners a guest might report: its own ids, ids of
+// other users, and the overflow id a user namespace shows for unmapped ones.
+func ownerAdds() []add {
+	owned := func(a add, uid, gid int) add {
+		a.e.UID, a.e.GID = uid, gid
+		return a
+	}
+	chmodD := add{e: Entry{Path: "d", Kind: EntryDir, Mode: 0o700}}
+	chmodB := add{e: Entry{Path: "d/b.txt", Kind: EntryFile, Mode: 0o600, Size: 4}, data: str("bee\n")}
+	fifo := add{e: Entry{Path: "fifo", Kind: EntryOther, Mode: 0o640}}
+	return []add{
+		owned(fEntry("a.txt", "changed\n"), 0, 0),
+		owned(chmodD, 65534, 65534),
+		owned(chmodB, 1234, 5678),
+		owned(fifo, 7, 8),
+		owned(wEntry("gone"), 0, 0),
+		owned(lEntry("ln", "a.txt"), 0, 65534),
+		owned(dEntry("nd"), 1234, 0),
+		owned(fEntry("new", "n\n"), 65534, 65534),
+	}
+}
+
+// ownerChanges is what ownerAdds give, each new or changed path owned by
+// owner(its entry's uid, gid); the delete has the host file's owner (the test's
+// user, who made it).
+func ownerChanges(owner func(uid, gid int) (int, int)) []wc {
+	by := func(w wc, uid, gid int) wc { return w.by(owner(uid, gid)) }
+	return []wc{
+		by(wModify("a.txt", "one\ntwo\n", "changed\n", "0644", "0644", "+changed"), 0, 0),
+		by(wChmodDir("d", "0755", "0700"), 65534, 65534),
+		by(wChmod("d/b.txt", "bee\n", "0644", "0600"), 1234, 5678),
+		by(wc{path: "fifo", op: dryexec.OpCreate, kind: dryexec.KindOther, mode: "0640"}, 7, 8),
+		wDelete("gone", "g\n", "0600"),
+		by(wSymlink("ln", "a.txt"), 0, 65534),
+		by(wMkdir("nd", "0755"), 1234, 0),
+		by(wCreate("new", "n\n", "0644", "+n"), 65534, 65534),
+	}
+}
+
+func ownerDiff(t *testing.T, setOwner bool) (string, []dryexec.FileChange) {
+	lower := t.TempDir()
+	buildTree(t, lower, with(file("gone", "g\n", 0o600)))
+	d := NewDiffer([]Mount{{Path: lower}}, nil, diffMax)
+	defer d.Close()
+	if setOwner {
+		d.SetOwner(4242, 4343)
+	}
+	for _, a := range ownerAdds() {
+		if err := d.Add(&a.e, a.reader()); err != nil {
+			t.Fatalf("entry %q: %v", a.e.Path, err)
+		}
+	}
+	got, err := d.Finish()
+	must(t, err)
+	return lower, got
+}
+
+// Without SetOwner (as root: the guest's ids are host ids) each change carries
+// its entry's owner.
+func TestDifferEntryOwners(t *testing.T) {
+	lower, got := ownerDiff(t, false)
+	checkChanges(t, lower, got, ownerChanges(func(uid, gid int) (int, int) { return uid, gid }))
+}
+
+// With SetOwner (rootless: the guest's ids are its namespace's) every new or
+// changed path is the given owner's, whatever the entry said; a delete keeps the
+// host's owner.
+func TestDifferSetOwner(t *testing.T) {
+	lower, got := ownerDiff(t, true)
+	checkChanges(t, lower, got, ownerChanges(func(int, int) (int, int) { return 4242, 4343 }))
+}
+
+// SetOwner does not make a malformed entry acceptable.
+func TestDifferSetOwnerStillRefusesNegativeIDs(t *testing.T) {
+	lower := t.TempDir()
+	d := NewDiffer([]Mount{{Path: lower}}, nil, diffMax)
+	defer d.Close()
+	d.SetOwner(os.Getuid(), os.Getgid())
+	for _, e := range []Entry{
+		{Path: "a", Kind: EntryDir, Mode: 0o755, UID: -1},
+		{Path: "b", Kind: EntryDir, Mode: 0o755, GID: -1},
+	} {
+		var be *ErrBadEntry
+		if err := d.Add(&e, nil); !errors.As(err, &be) {
+			t.Errorf("entry %+v: %v, want an *ErrBadEntry", e, err)
+		}
+	}
+}
