@@ -309,3 +309,13 @@ func (m *memSink) PutBlob(r io.Reader) (string, int64, error) {
 	m.blobs[sum] = b.Bytes()
 	return sum, n, nil
 }
+
+func TestDevIsMinimalAndWorks(t *testing.T) {
+	requireNS(t)
+	d := runTrial(t, t.TempDir(), dryexec.TrialSpec{}, "sh", "-c",
+		`echo x > /dev/null && head -c 3 /dev/zero | od -An -tx1 && head -c 8 /dev/urandom | wc -c && ls -A /dev | tr '\n' ' ' && ! echo x > /dev/full`)
+	want := " 00 00 00\n8\nfd full null ptmx pts random shm stderr stdin stdout tty urandom zero "
+	if d.Process.ExitCode != 0 || d.Process.Stdout != want {
+		t.Fatalf("exit %d stdout %q stderr %q\nwant %q", d.Process.ExitCode, d.Process.Stdout, d.Process.Stderr, want)
+	}
+}
