@@ -1,6 +1,7 @@
 package commit
 
 import (
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -25,7 +26,12 @@ type Options struct {
 	// everything beneath it. Empty commits every change.
 	Paths []string
 	// Force commits over conflicts at every path; ForcePaths only at and beneath
-	// the paths named. A path that leads through a symlink is never forced.
+	// the paths named. Forcing reaches the trial's state from the host's: the
+	// removal of something already gone is skipped, a modify of a deleted file
+	// creates it, a create over a host's new file or symlink replaces it, a
+	// mkdir over a host's new dir keeps that dir. A path whose kind changed
+	// (a file where the trial had a dir, or the reverse) is never forced, nor
+	// one that leads through a symlink.
 	Force      bool
 	ForcePaths []string
 	// OpenBlob opens the stored content whose sha256 is sha.
@@ -54,7 +60,8 @@ func Apply(ctx context.Context, d *dryexec.StateDelta, opt Options) ([]dryexec.F
 	if err := pl.check(d.TrialID, opt); err != nil {
 		return nil, err
 	}
-	a := &applier{opt: opt, j: &journal{Trial: d.TrialID, State: statePlanned, Steps: pl.steps}, dirs: map[string]int{}}
+	a := &applier{opt: opt, j: &journal{Trial: d.TrialID, State: statePlanned, Steps: pl.steps}, dirs: map[string]int{},
+		touched: map[*step]bool{}}
 	defer a.closeDirs()
 	if err := a.run(ctx); err != nil {
 		if rerr := a.rollback(); rerr != nil {
@@ -66,7 +73,9 @@ func Apply(ctx context.Context, d *dryexec.StateDelta, opt Options) ([]dryexec.F
 }
 
 // check compares the host with what the trial started from, before anything is
-// touched, and collects every conflict.
+// touched, and collects every conflict. A forced conflict adapts the plan to
+// the host as it is now, so that the commit reaches the trial's state from
+// there; a few cannot be forced and stay conflicts.
 func (pl *plan) check(trialID string, opt Options) error {
 	var conflicts []dryexec.Conflict
 	forced := func(p string) bool {
@@ -80,99 +89,209 @@ func (pl *plan) check(trialID string, opt Options) error {
 		}
 		return false
 	}
-	paths := make([]string, 0, len(pl.first))
-	for p := range pl.first {
-		paths = append(paths, p)
-	}
-	sort.Strings(paths)
 	dirs := map[string]int{}
 	defer func() {
 		for _, fd := range dirs {
 			unix.Close(fd)
 		}
 	}()
-	for _, p := range paths {
-		reason, unsafe, err := pl.checkOne(p, dirs)
+	// A forced mkdir where the host has a directory now keeps that directory;
+	// what the trial made in it is then checked against the host like any
+	// other path. Shallowest first, so a kept dir's new subdirs are seen.
+	var mkdirs []string
+	for p := range pl.created {
+		if pl.first[p].Op == dryexec.OpMkdir && forced(p) {
+			mkdirs = append(mkdirs, p)
+		}
+	}
+	slices.SortFunc(mkdirs, func(a, b string) int { return cmp.Or(depth(a)-depth(b), strings.Compare(a, b)) })
+	fixes := map[string]verdict{}    // forced conflicts, by path
+	hostModes := map[string]uint32{} // the modes chmods change now
+	for _, p := range mkdirs {
+		v, err := pl.checkOne(p, dirs)
 		if err != nil {
 			return err
 		}
-		if reason == "" {
+		if v.fix == fixDirThere && !v.unsafe {
+			delete(pl.created, p)
+			fixes[p] = v
+		}
+	}
+	paths := make([]string, 0, len(pl.first))
+	for p := range pl.first {
+		paths = append(paths, p)
+	}
+	sort.Strings(paths)
+	for _, p := range paths {
+		v, err := pl.checkOne(p, dirs)
+		if err != nil {
+			return err
+		}
+		if v.exists && pl.first[p].Op == dryexec.OpChmod {
+			hostModes[p] = v.mode
+		}
+		if v.reason == "" {
 			continue
 		}
-		if unsafe {
-			return fmt.Errorf("%w: %s: %s; nothing was changed", dryexec.ErrUnsafePath, p, reason)
+		if v.unsafe {
+			return fmt.Errorf("%w: %s: %s; nothing was changed", dryexec.ErrUnsafePath, p, v.reason)
 		}
-		if !forced(p) {
-			conflicts = append(conflicts, dryexec.Conflict{Path: p, Reason: reason})
+		switch {
+		case !forced(p):
+			conflicts = append(conflicts, dryexec.Conflict{Path: p, Reason: v.reason})
+		case v.fix == fixNever:
+			conflicts = append(conflicts, dryexec.Conflict{Path: p, Reason: v.reason + " (force cannot override this)"})
+		default:
+			fixes[p] = v
 		}
 	}
 	if len(conflicts) > 0 {
 		return &dryexec.CommitConflictError{TrialID: trialID, Conflicts: conflicts}
 	}
+	pl.adapt(fixes, hostModes)
 	return nil
 }
 
-// checkOne returns why the host's state at p is not what the trial started from
-// ("" when it is), and whether the reason is an unsafe path.
-func (pl *plan) checkOne(p string, dirs map[string]int) (reason string, unsafe bool, err error) {
+// forceFix says how forcing a conflict adapts the plan.
+type forceFix int
+
+const (
+	fixAsPlanned forceFix = iota // content, mode, link target or extra entries differ: apply as planned
+	fixNever                     // the trial's state cannot be reached from the host's: never forced
+	fixGone                      // the host has nothing there: drop a removal, make a modify a create
+	fixOccupied                  // the host has a file or symlink where the trial created one: replace it
+	fixDirThere                  // the host has a directory where the trial made one: keep it, set its mode
+)
+
+// verdict is what checkOne found at one path.
+type verdict struct {
+	reason string // "" when the host is as the trial started from
+	unsafe bool   // the way to the path leads through a symlink or a non-directory
+	fix    forceFix
+	exists bool   // the host has something at the path
+	mode   uint32 // and its permission bits
+}
+
+// adapt fits the plan to the host as check found it: fixes holds the forced
+// conflicts, hostModes the modes the chmods change, which rollback restores
+// (a forced commit may find other modes than the trial started from).
+func (pl *plan) adapt(fixes map[string]verdict, hostModes map[string]uint32) {
+	if len(fixes) == 0 && len(hostModes) == 0 {
+		return
+	}
+	out := pl.steps[:0]
+	var modes []step
+	for _, s := range pl.steps {
+		v, forced := fixes[s.Path]
+		switch {
+		case s.Kind == stepChmod:
+			if m, ok := hostModes[s.Path]; ok {
+				s.OldMode = m
+			}
+		case !forced:
+		case v.fix == fixGone && s.Kind == stepRemove:
+			continue // already gone
+		case v.fix == fixGone && s.Kind == stepPlace:
+			s.Replace = false
+		case v.fix == fixOccupied && s.Kind == stepPlace:
+			s.Replace = true // the host's entry ends up in Temp, deleted once applied
+		case v.fix == fixDirThere && s.Kind == stepMkdir:
+			// The host's dir stays; its mode is set with the other mode
+			// changes, after the contents, as a chmod that rollback undoes.
+			modes = append(modes, step{Kind: stepChmod, Path: s.Path, Mode: s.Mode, OldMode: v.mode})
+			continue
+		}
+		if s.Kind == stepPlace && s.InNewDir && !pl.created[path.Dir(s.Path)] {
+			s.InNewDir = false // in a kept dir: staged with the others, its inode journaled
+		}
+		out = append(out, s)
+	}
+	pl.steps = append(out, modes...)
+}
+
+// checkOne says how the host's state at p differs from what the trial started
+// from.
+func (pl *plan) checkOne(p string, dirs map[string]int) (verdict, error) {
 	f := pl.first[p]
 	parent := path.Dir(p)
+	creates := f.Op == dryexec.OpCreate || f.Op == dryexec.OpMkdir || f.Op == dryexec.OpSymlink
 	// Beneath a directory this commit creates, the host's state does not matter:
 	// that directory's own check (its parent opened without symlinks, its old
 	// occupant verified) covers the way there.
+	// (A removal beneath a directory that is removed and made again is of what
+	// the old one held, checked as usual.)
 	for a := parent; a != "/"; a = path.Dir(a) {
 		if pl.created[a] {
-			if f.Op == dryexec.OpCreate || f.Op == dryexec.OpMkdir || f.Op == dryexec.OpSymlink {
-				return "", false, nil
+			if creates {
+				return verdict{}, nil
 			}
-			return "it is beneath a directory the trial created", false, nil
+			if !pl.removed[a] {
+				return verdict{reason: "it is beneath a directory the trial created", fix: fixNever}, nil
+			}
 		}
 	}
 	dfd, err := openDir(parent, dirs)
 	switch {
-	case errors.Is(err, unix.ELOOP) || errors.Is(err, unix.EXDEV) || errors.Is(err, unix.ENOTDIR):
-		return "a parent directory is a symlink or not a directory", true, nil
+	case unsafeErr(err):
+		return verdict{reason: "a parent directory is a symlink or not a directory", unsafe: true, fix: fixNever}, nil
 	case errors.Is(err, unix.ENOENT):
-		return "parent directory " + parent + " is missing", false, nil
+		v := verdict{reason: "parent directory " + parent + " is missing", fix: fixNever}
+		if f.Op == dryexec.OpDelete || f.Op == dryexec.OpRmdir {
+			v.fix = fixGone
+		}
+		return v, nil
 	case err != nil:
-		return "", false, fmt.Errorf("commit: opening %s: %w", parent, err)
+		return verdict{}, fmt.Errorf("commit: opening %s: %w", parent, err)
 	}
 	var st unix.Stat_t
 	serr := unix.Fstatat(dfd, path.Base(p), &st, unix.AT_SYMLINK_NOFOLLOW)
-	exists := serr == nil
 	if serr != nil && !errors.Is(serr, unix.ENOENT) {
-		return "", false, fmt.Errorf("commit: stat %s: %w", p, serr)
+		return verdict{}, fmt.Errorf("commit: stat %s: %w", p, serr)
 	}
-	switch f.Op {
-	case dryexec.OpCreate, dryexec.OpMkdir, dryexec.OpSymlink:
-		if exists {
-			return "the trial created it, but the host has it now", false, nil
-		}
-		return "", false, nil
-	}
-	if !exists {
-		return "the host no longer has it", false, nil
-	}
+	v := verdict{exists: serr == nil, mode: st.Mode & 0o7777}
 	kind := kindOf(st.Mode)
+	if creates {
+		if v.exists {
+			v.reason = "the trial created it, but the host has it now"
+			switch {
+			case f.Op == dryexec.OpMkdir && kind == dryexec.KindDir:
+				v.fix = fixDirThere
+			case f.Op != dryexec.OpMkdir && kind != dryexec.KindDir:
+				v.fix = fixOccupied
+			default:
+				v.reason, v.fix = fmt.Sprintf("the trial created a %s, but the host has a %s there now", f.Kind, kind), fixNever
+			}
+		}
+		return v, nil
+	}
+	if !v.exists {
+		v.reason, v.fix = "the host no longer has it", fixGone
+		if f.Op == dryexec.OpChmod {
+			v.fix = fixNever
+		}
+		return v, nil
+	}
 	if kind != f.Kind {
-		return fmt.Sprintf("it was a %s, the host has a %s now", f.Kind, kind), false, nil
+		v.reason, v.fix = fmt.Sprintf("it was a %s, the host has a %s now", f.Kind, kind), fixNever
+		return v, nil
 	}
 	wantMode := f.Mode
 	if f.Op == dryexec.OpModify || f.Op == dryexec.OpChmod {
 		wantMode = f.BeforeMode
 	}
-	if kind != dryexec.KindSymlink && wantMode != "" && parseMode(wantMode) != st.Mode&0o7777 {
-		return fmt.Sprintf("mode is %04o, the trial started from %s", st.Mode&0o7777, wantMode), false, nil
+	if kind != dryexec.KindSymlink && wantMode != "" && parseMode(wantMode) != v.mode {
+		v.reason = fmt.Sprintf("mode is %04o, the trial started from %s", v.mode, wantMode)
+		return v, nil
 	}
 	switch kind {
 	case dryexec.KindFile:
 		if f.BeforeSHA256 != "" {
 			sum, err := hashAt(dfd, path.Base(p))
 			if err != nil {
-				return "", false, fmt.Errorf("commit: reading %s: %w", p, err)
+				return verdict{}, fmt.Errorf("commit: reading %s: %w", p, err)
 			}
 			if sum != f.BeforeSHA256 {
-				return "its content changed since the trial", false, nil
+				v.reason = "its content changed since the trial"
 			}
 		}
 	case dryexec.KindSymlink:
@@ -180,23 +299,30 @@ func (pl *plan) checkOne(p string, dirs map[string]int) (reason string, unsafe b
 			buf := make([]byte, unix.PathMax)
 			n, err := unix.Readlinkat(dfd, path.Base(p), buf)
 			if err != nil || string(buf[:n]) != f.LinkTarget {
-				return "the symlink points elsewhere now", false, nil
+				v.reason = "the symlink points elsewhere now"
 			}
 		}
 	case dryexec.KindDir:
 		if f.Op == dryexec.OpRmdir {
 			names, err := listAt(dfd, path.Base(p))
 			if err != nil {
-				return "", false, fmt.Errorf("commit: listing %s: %w", p, err)
+				return verdict{}, fmt.Errorf("commit: listing %s: %w", p, err)
 			}
 			for _, n := range names {
 				if !pl.removed[path.Join(p, n)] {
-					return "the host has " + n + " in it, which the trial did not delete", false, nil
+					v.reason = "the host has " + n + " in it, which the trial did not delete"
+					break
 				}
 			}
 		}
 	}
-	return "", false, nil
+	return v, nil
+}
+
+// unsafeErr: opening a path without following symlinks failed because the way
+// leads through a symlink or something that is not a directory.
+func unsafeErr(err error) bool {
+	return errors.Is(err, unix.ELOOP) || errors.Is(err, unix.EXDEV) || errors.Is(err, unix.ENOTDIR)
 }
 
 func kindOf(mode uint32) dryexec.Kind {
@@ -257,6 +383,10 @@ type applier struct {
 	j     *journal
 	dirs  map[string]int // parent dir fds, opened without following symlinks
 	point int
+	// touched holds the steps that may have changed the host: a rollback in
+	// this process leaves the others alone (a crash's Recover undoes all).
+	touched map[*step]bool
+	buf     []byte // copies contents
 }
 
 func (a *applier) hook() {
@@ -275,10 +405,26 @@ func (a *applier) closeDirs() {
 
 func (a *applier) dir(p string) (int, error) {
 	fd, err := openDir(path.Dir(p), a.dirs)
-	if err != nil {
+	switch {
+	case unsafeErr(err):
 		return -1, fmt.Errorf("%w: %s: %v", dryexec.ErrUnsafePath, path.Dir(p), err)
+	case err != nil:
+		return -1, fmt.Errorf("commit: opening %s: %w", path.Dir(p), err)
 	}
 	return fd, nil
+}
+
+// forget drops the cached fds of p and of every directory beneath it once p
+// has been moved to its backup: a later step at that path (a directory the
+// trial removed and made again) must use what stands there then, not the
+// backup.
+func (a *applier) forget(p string) {
+	for d, fd := range a.dirs {
+		if d == p || strings.HasPrefix(d, p+"/") {
+			unix.Close(fd)
+			delete(a.dirs, d)
+		}
+	}
 }
 
 func (a *applier) run(ctx context.Context) error {
@@ -315,6 +461,21 @@ func (a *applier) run(ctx context.Context) error {
 		}
 		a.hook()
 	}
+	// New directories kept owner write access while they were filled (a commit
+	// run by their owner rather than root needs it); now they get their mode,
+	// deepest first.
+	for _, s := range slices.Backward(a.j.Steps) {
+		if s.Kind != stepMkdir || s.Mode&0o700 == 0o700 {
+			continue
+		}
+		dfd, err := a.dir(s.Path)
+		if err != nil {
+			return err
+		}
+		if err := chmodAt(dfd, path.Base(s.Path), s.Mode); err != nil {
+			return fmt.Errorf("commit: chmod %s: %w", s.Path, err)
+		}
+	}
 	if err := a.syncAll(); err != nil {
 		return err
 	}
@@ -335,19 +496,22 @@ func (a *applier) stage(s *step) error {
 	if err != nil {
 		return err
 	}
+	a.touched[s] = true
 	name := path.Base(s.Temp)
-	if s.FileKnd == dryexec.KindSymlink {
-		if err := unix.Symlinkat(s.Link, dfd, name); err != nil {
-			return fmt.Errorf("commit: creating symlink %s: %w", s.Path, err)
-		}
-		if os.Geteuid() == 0 {
-			unix.Fchownat(dfd, name, s.UID, s.GID, unix.AT_SYMLINK_NOFOLLOW)
-		}
-	} else {
-		if err := a.writeTemp(dfd, name, s); err != nil {
+	if s.FileKnd != dryexec.KindSymlink {
+		ino, err := a.writeTemp(dfd, name, s)
+		if err != nil {
 			unix.Unlinkat(dfd, name, 0)
 			return err
 		}
+		s.TempIno = ino
+		return nil
+	}
+	if err := unix.Symlinkat(s.Link, dfd, name); err != nil {
+		return fmt.Errorf("commit: creating symlink %s: %w", s.Path, err)
+	}
+	if os.Geteuid() == 0 {
+		unix.Fchownat(dfd, name, s.UID, s.GID, unix.AT_SYMLINK_NOFOLLOW)
 	}
 	var st unix.Stat_t
 	if err := unix.Fstatat(dfd, name, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
@@ -357,54 +521,78 @@ func (a *applier) stage(s *step) error {
 	return nil
 }
 
-func (a *applier) writeTemp(dfd int, name string, s *step) error {
+// writeTemp writes s's content to the new file name in dfd and returns its
+// inode. It works on the bare fd, with one reused buffer: a commit writes
+// thousands of small files and each saved syscall or allocation shows.
+func (a *applier) writeTemp(dfd int, name string, s *step) (uint64, error) {
 	if a.opt.OpenBlob == nil {
-		return errors.New("commit: no blob store to read contents from")
+		return 0, errors.New("commit: no blob store to read contents from")
 	}
 	src, err := a.opt.OpenBlob(s.SHA)
 	if err != nil {
-		return fmt.Errorf("commit: content of %s: %w", s.Path, err)
+		return 0, fmt.Errorf("commit: content of %s: %w", s.Path, err)
 	}
 	defer src.Close()
 	fd, err := unix.Openat(dfd, name, unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o600)
 	if err != nil {
-		return fmt.Errorf("commit: creating temp for %s: %w", s.Path, err)
+		return 0, fmt.Errorf("commit: creating temp for %s: %w", s.Path, err)
 	}
-	f := os.NewFile(uintptr(fd), name)
-	defer f.Close()
-	h := sha256.New()
-	n, err := io.Copy(io.MultiWriter(f, h), src)
-	if err != nil {
-		return fmt.Errorf("commit: writing %s: %w", s.Path, err)
+	ino, err := a.fill(fd, src, s)
+	if cerr := unix.Close(fd); err == nil && cerr != nil {
+		err = fmt.Errorf("commit: writing %s: %w", s.Path, cerr)
 	}
-	if sum := hex.EncodeToString(h.Sum(nil)); sum != s.SHA || n != s.Size {
-		return fmt.Errorf("commit: stored content of %s does not match the reviewed hash (the trial store is damaged)", s.Path)
-	}
-	// chown clears setuid/setgid, so the mode comes after it.
-	if os.Geteuid() == 0 {
-		if err := f.Chown(s.UID, s.GID); err != nil {
-			return fmt.Errorf("commit: chown %s: %w", s.Path, err)
-		}
-	}
-	if err := f.Chmod(os.FileMode(s.Mode&0o777) | modeBits(s.Mode)); err != nil {
-		return fmt.Errorf("commit: chmod %s: %w", s.Path, err)
-	}
-	return nil
+	return ino, err
 }
 
-// modeBits turns unix setuid/setgid/sticky bits into os.FileMode bits.
-func modeBits(m uint32) os.FileMode {
-	var fm os.FileMode
-	if m&unix.S_ISUID != 0 {
-		fm |= os.ModeSetuid
+func (a *applier) fill(fd int, src io.Reader, s *step) (uint64, error) {
+	if a.buf == nil {
+		a.buf = make([]byte, 64<<10)
 	}
-	if m&unix.S_ISGID != 0 {
-		fm |= os.ModeSetgid
+	h := sha256.New()
+	// struct{ io.Reader } hides a WriterTo, which would bring its own buffer.
+	n, err := io.CopyBuffer(io.MultiWriter(fdWriter(fd), h), struct{ io.Reader }{src}, a.buf)
+	if err != nil {
+		return 0, fmt.Errorf("commit: writing %s: %w", s.Path, err)
 	}
-	if m&unix.S_ISVTX != 0 {
-		fm |= os.ModeSticky
+	if sum := hex.EncodeToString(h.Sum(nil)); sum != s.SHA || n != s.Size {
+		return 0, fmt.Errorf("commit: stored content of %s does not match the reviewed hash (the trial store is damaged)", s.Path)
 	}
-	return fm
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		return 0, fmt.Errorf("commit: stat %s: %w", s.Temp, err)
+	}
+	chowned := false
+	if os.Geteuid() == 0 && (int(st.Uid) != s.UID || int(st.Gid) != s.GID) {
+		if err := unix.Fchown(fd, s.UID, s.GID); err != nil {
+			return 0, fmt.Errorf("commit: chown %s: %w", s.Path, err)
+		}
+		chowned = true
+	}
+	// chown clears setuid/setgid, so the mode comes after it.
+	if chowned || st.Mode&0o7777 != s.Mode {
+		if err := unix.Fchmod(fd, s.Mode); err != nil {
+			return 0, fmt.Errorf("commit: chmod %s: %w", s.Path, err)
+		}
+	}
+	return st.Ino, nil
+}
+
+// fdWriter writes to a bare (blocking) file descriptor.
+type fdWriter int
+
+func (w fdWriter) Write(p []byte) (int, error) {
+	n := 0
+	for n < len(p) {
+		m, err := unix.Write(int(w), p[n:])
+		if errors.Is(err, unix.EINTR) {
+			continue
+		}
+		if err != nil {
+			return n, err
+		}
+		n += m
+	}
+	return n, nil
 }
 
 // do carries out one step.
@@ -413,12 +601,14 @@ func (a *applier) do(s *step) error {
 	if err != nil {
 		return err
 	}
+	a.touched[s] = true
 	name := path.Base(s.Path)
 	switch s.Kind {
 	case stepRemove:
 		if err := unix.Renameat2(dfd, name, dfd, path.Base(s.Backup), unix.RENAME_NOREPLACE); err != nil {
 			return fmt.Errorf("commit: removing %s: %w", s.Path, err)
 		}
+		a.forget(s.Path)
 	case stepMkdir:
 		if err := unix.Mkdirat(dfd, name, 0o700); err != nil {
 			return fmt.Errorf("commit: mkdir %s: %w", s.Path, err)
@@ -426,7 +616,8 @@ func (a *applier) do(s *step) error {
 		if os.Geteuid() == 0 {
 			unix.Fchownat(dfd, name, s.UID, s.GID, unix.AT_SYMLINK_NOFOLLOW)
 		}
-		if err := unix.Fchmodat(dfd, name, s.Mode, 0); err != nil {
+		// After chown, which may clear setgid. See run for the final mode.
+		if err := chmodAt(dfd, name, s.Mode|0o700); err != nil {
 			return fmt.Errorf("commit: chmod %s: %w", s.Path, err)
 		}
 	case stepPlace:
@@ -447,23 +638,68 @@ func (a *applier) do(s *step) error {
 		if err := unix.Fstatat(dfd, name, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil || kindOf(st.Mode) == dryexec.KindSymlink {
 			return fmt.Errorf("commit: chmod %s: not there or a symlink", s.Path)
 		}
-		if err := unix.Fchmodat(dfd, name, s.Mode, 0); err != nil {
+		if err := chmodAt(dfd, name, s.Mode); err != nil {
 			return fmt.Errorf("commit: chmod %s: %w", s.Path, err)
 		}
 	}
 	return nil
 }
 
+// chmodAt sets the mode of name in dfd, never through a symlink (checking
+// first and then following would let a symlink swapped in between redirect the
+// chmod anywhere).
+func chmodAt(dfd int, name string, mode uint32) error {
+	err := unix.Fchmodat(dfd, name, mode, unix.AT_SYMLINK_NOFOLLOW)
+	if !errors.Is(err, unix.EOPNOTSUPP) {
+		return err
+	}
+	// A symlink, or a kernel without fchmodat2 (before 6.6), where the best
+	// left is to check right before.
+	var st unix.Stat_t
+	if err := unix.Fstatat(dfd, name, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
+		return err
+	}
+	if kindOf(st.Mode) == dryexec.KindSymlink {
+		return fmt.Errorf("%s is a symlink", name)
+	}
+	return unix.Fchmodat(dfd, name, mode, 0)
+}
+
 func (a *applier) syncAll() error {
-	seen := map[uint64]bool{}
+	fds := make([]int, 0, len(a.dirs))
 	for _, fd := range a.dirs {
+		fds = append(fds, fd)
+	}
+	return syncFS(fds)
+}
+
+// syncFS makes durable every filesystem that holds one of dirs (O_PATH fds,
+// which syncfs refuses with EBADF: each is reopened for reading first).
+func syncFS(dirs []int) error {
+	byDev := map[uint64][]int{}
+	for _, fd := range dirs {
 		var st unix.Stat_t
-		if unix.Fstat(fd, &st) != nil || seen[st.Dev] {
-			continue
+		if unix.Fstat(fd, &st) == nil {
+			byDev[st.Dev] = append(byDev[st.Dev], fd)
 		}
-		seen[st.Dev] = true
-		if err := unix.Syncfs(fd); err != nil && !errors.Is(err, unix.EBADF) {
-			return fmt.Errorf("commit: syncfs: %w", err)
+	}
+	for _, fds := range byDev {
+		synced := false
+		for _, fd := range fds {
+			rfd, err := unix.Openat(fd, ".", unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+			if err != nil {
+				continue // an unreadable directory: try another on this filesystem
+			}
+			err = unix.Syncfs(rfd)
+			unix.Close(rfd)
+			if err != nil {
+				return fmt.Errorf("commit: syncfs: %w", err)
+			}
+			synced = true
+			break
+		}
+		if !synced {
+			unix.Sync()
 		}
 	}
 	return nil
@@ -472,7 +708,7 @@ func (a *applier) syncAll() error {
 // rollback undoes a failed apply in this process.
 func (a *applier) rollback() error {
 	a.closeDirs()
-	if err := undo(a.j); err != nil {
+	if err := undo(a.j, func(s *step) bool { return a.touched[s] }); err != nil {
 		return err
 	}
 	return removeJournal(a.opt.JournalDir, a.j.Trial)
@@ -480,17 +716,51 @@ func (a *applier) rollback() error {
 
 // undo puts the host back as it was, from whatever point the apply reached:
 // each step is reversed only if its effect is there, so undo is idempotent.
-func undo(j *journal) error {
+// only, when set, limits it to the steps it accepts. What undo did is durable
+// before it returns, so the journal may go.
+func undo(j *journal, only func(*step) bool) error {
+	created := map[string]bool{}
+	for _, s := range j.Steps {
+		if s.Kind == stepMkdir {
+			created[s.Path] = true
+		}
+	}
+	devs := map[uint64]int{} // one dir fd per filesystem, to sync
+	defer func() {
+		for _, fd := range devs {
+			unix.Close(fd)
+		}
+	}()
 	var errs []error
-	for _, s := range slices.Backward(j.Steps) {
-		if err := undoStep(s); err != nil {
+	for i := len(j.Steps) - 1; i >= 0; i-- {
+		if only != nil && !only(&j.Steps[i]) {
+			continue
+		}
+		if err := undoStep(j.Steps[i], created, devs); err != nil {
 			errs = append(errs, err)
 		}
+	}
+	fds := make([]int, 0, len(devs))
+	for _, fd := range devs {
+		fds = append(fds, fd)
+	}
+	if err := syncFS(fds); err != nil {
+		errs = append(errs, err)
 	}
 	return errors.Join(errs...)
 }
 
-func undoStep(s step) error {
+// underCreated: an ancestor of p is a directory the journal's commit creates.
+func underCreated(p string, created map[string]bool) bool {
+	for a := path.Dir(p); a != "/"; a = path.Dir(a) {
+		if created[a] {
+			return true
+		}
+	}
+	return false
+}
+
+func undoStep(s step, created map[string]bool, devs map[uint64]int) error {
 	dirs := map[string]int{}
 	defer func() {
 		for _, fd := range dirs {
@@ -498,13 +768,25 @@ func undoStep(s step) error {
 		}
 	}()
 	dfd, err := openDir(path.Dir(s.Path), dirs)
-	if errors.Is(err, unix.ENOENT) || errors.Is(err, unix.ENOTDIR) {
+	switch {
+	case errors.Is(err, unix.ENOENT):
 		// Its directory was to be created by this commit and is not (or no
 		// longer) there: nothing of this step can be on the host.
 		return nil
-	}
-	if err != nil {
+	case unsafeErr(err) && underCreated(s.Path, created):
+		// The directory this commit makes there is not made yet: the host's
+		// old file or symlink still stands in its place.
+		return nil
+	case err != nil:
 		return fmt.Errorf("rollback %s: %w", s.Path, err)
+	}
+	var dst unix.Stat_t
+	if unix.Fstat(dfd, &dst) == nil {
+		if _, ok := devs[dst.Dev]; !ok {
+			if fd, err := unix.Dup(dfd); err == nil {
+				devs[dst.Dev] = fd
+			}
+		}
 	}
 	name := path.Base(s.Path)
 	ino := func(n string) (uint64, bool) {
@@ -518,7 +800,7 @@ func undoStep(s step) error {
 	case stepChmod:
 		var st unix.Stat_t
 		if unix.Fstatat(dfd, name, &st, unix.AT_SYMLINK_NOFOLLOW) == nil && kindOf(st.Mode) != dryexec.KindSymlink {
-			return unix.Fchmodat(dfd, name, s.OldMode, 0)
+			return chmodAt(dfd, name, s.OldMode)
 		}
 	case stepPlace:
 		temp := path.Base(s.Temp)
@@ -547,7 +829,9 @@ func undoStep(s step) error {
 				return nil
 			}
 		}
-		return os.RemoveAll(s.Path)
+		if err := removeAllAt(dfd, name); err != nil {
+			return fmt.Errorf("rollback %s: %w", s.Path, err)
+		}
 	case stepRemove:
 		if _, ok := ino(name); ok {
 			return nil
@@ -562,14 +846,66 @@ func undoStep(s step) error {
 }
 
 // finish deletes what an applied commit no longer needs: backups of removed
-// paths and the temps that hold replaced contents.
+// paths and the temps that hold replaced contents. It never follows a symlink:
+// the backups of what a removed directory held were named inside it, and a
+// symlink may stand at its path now.
 func finish(j *journal) {
+	dirs := map[string]int{}
+	defer func() {
+		for _, fd := range dirs {
+			unix.Close(fd)
+		}
+	}()
 	for _, s := range j.Steps {
+		var p string
 		switch {
 		case s.Kind == stepRemove:
-			os.RemoveAll(s.Backup)
-		case s.Kind == stepPlace:
-			os.Remove(s.Temp)
+			p = s.Backup
+		case s.Kind == stepPlace && s.Replace:
+			p = s.Temp // the old content, swapped out; other temps were renamed into place
+		default:
+			continue
+		}
+		// Where the parent is gone or not a directory reachable without
+		// symlinks, the backup went with a removed directory's own backup.
+		if dfd, err := openDir(path.Dir(p), dirs); err == nil {
+			removeAllAt(dfd, path.Base(p))
 		}
 	}
+}
+
+// removeAllAt removes name in dfd and, if it is a directory, everything in it,
+// never following a symlink.
+func removeAllAt(dfd int, name string) error {
+	err := unix.Unlinkat(dfd, name, 0)
+	if err == nil || errors.Is(err, unix.ENOENT) {
+		return nil
+	}
+	if !errors.Is(err, unix.EISDIR) {
+		return err
+	}
+	open := func() (int, error) {
+		return unix.Openat(dfd, name, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	}
+	fd, err := open()
+	if errors.Is(err, unix.EACCES) && chmodAt(dfd, name, 0o700) == nil {
+		fd, err = open() // an unreadable directory of the caller's own
+	}
+	if err != nil {
+		return err
+	}
+	if os.Geteuid() != 0 {
+		unix.Fchmod(fd, 0o700) // a read-only directory of the caller's own
+	}
+	d := os.NewFile(uintptr(fd), name)
+	names, err := d.Readdirnames(-1)
+	errs := []error{err}
+	for _, n := range names {
+		errs = append(errs, removeAllAt(fd, n))
+	}
+	d.Close()
+	if err := unix.Unlinkat(dfd, name, unix.AT_REMOVEDIR); err != nil && !errors.Is(err, unix.ENOENT) {
+		errs = append(errs, err)
+	}
+	return errors.Join(errs...)
 }

@@ -117,7 +117,7 @@ func Recover(dir string) ([]Recovered, error) {
 		if j.State == stateApplied {
 			finish(&j)
 			r.Committed = true
-		} else if err := undo(&j); err != nil {
+		} else if err := undo(&j, nil); err != nil {
 			errs = append(errs, fmt.Errorf("commit: rolling back %s: %w", j.Trial, err))
 			continue
 		}

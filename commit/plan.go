@@ -60,7 +60,7 @@ type plan struct {
 // plus every mkdir of an ancestor they need.
 func selectChanges(d *dryexec.StateDelta, paths []string) ([]dryexec.FileChange, error) {
 	for _, f := range d.Files {
-		if !strings.HasPrefix(f.Path, "/") || path.Clean(f.Path) != f.Path || strings.ContainsRune(f.Path, 0) {
+		if !strings.HasPrefix(f.Path, "/") || f.Path == "/" || path.Clean(f.Path) != f.Path || strings.ContainsRune(f.Path, 0) {
 			return nil, fmt.Errorf("commit: trial %s holds a bad path %q", d.TrialID, f.Path)
 		}
 	}
