@@ -22,6 +22,8 @@ var (
 	ErrDiscarded = errors.New("trial was discarded")
 	// ErrCommitConflict: the host changed since the trial; see *CommitConflictError.
 	ErrCommitConflict = errors.New("commit conflict")
+	// ErrSessionLost: the session's guest is gone (killed, crashed); open a new one.
+	ErrSessionLost = errors.New("session lost")
 	// ErrUnsafePath: a host path leads through a symlink (or out of its tree);
 	// commit refuses to write through it.
 	ErrUnsafePath = errors.New("unsafe host path")

@@ -37,9 +37,16 @@ func Main(args []string) int {
 		fmt.Fprintln(os.Stderr, "dryexec guest: internal subcommand, not to be called directly")
 		return 2
 	}
+	// The guest holds descriptors of what the sandbox must not reach (the
+	// scratch tmpfs with the upper dirs); not dumpable means a process of the
+	// sandbox, even one running as the same uid, cannot ptrace it or open its
+	// /proc/PID/fd entries.
+	setNotDumpable()
 	switch args[0] {
 	case RoleNSTrial:
 		return runNSTrial()
+	case RoleSession:
+		return runSession()
 	}
 	fmt.Fprintf(os.Stderr, "dryexec guest: unknown role %q\n", args[0])
 	return 2

@@ -58,7 +58,7 @@ func runNSTrial() int {
 		}
 	}()
 
-	scratch, uppers, err := buildView(&cfg)
+	scratch, uppers, err := buildView(&cfg, false)
 	if err != nil {
 		return fail("setup", err)
 	}
@@ -123,7 +123,12 @@ func sendContent(conn *wire.Conn, f *os.File, size int64, buf []byte) error {
 // host listed, fresh /proc, a minimal /dev, read-only /sys; then pivot_root into
 // it. It returns an fd of the scratch tmpfs that holds the upper dirs (reachable
 // only through that fd afterwards) and the host path each upper dir stands for.
-func buildView(cfg *wire.TrialStart) (int, []string, error) {
+//
+// With keep, the scratch tmpfs stays attached to the new tree, at /dev/.dryexec
+// under an empty read-only tmpfs that hides it: a session must mount overlays
+// over its layers later, and overlayfs refuses layers on a detached mount. The
+// returned fd then refers to that hidden, attached mount.
+func buildView(cfg *wire.TrialStart, keep bool) (int, []string, error) {
 	if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
 		return -1, nil, fmt.Errorf("making mounts private: %w", err)
 	}
@@ -176,6 +181,24 @@ func buildView(cfg *wire.TrialStart) (int, []string, error) {
 	}
 	if err := mountProcDevSys(root, cfg.Rootless); err != nil {
 		return -1, nil, err
+	}
+	if keep {
+		hidden := root + "/dev/.dryexec"
+		if err := os.Mkdir(hidden, 0o700); err != nil {
+			return -1, nil, err
+		}
+		if err := unix.Mount(scratchDir, hidden, "", unix.MS_BIND, ""); err != nil {
+			return -1, nil, fmt.Errorf("keeping the scratch tmpfs: %w", err)
+		}
+		kept, err := unix.Open(hidden, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+		if err != nil {
+			return -1, nil, err
+		}
+		if err := unix.Mount("none", hidden, "tmpfs", unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, "size=0,mode=0000"); err != nil {
+			return -1, nil, fmt.Errorf("hiding the scratch tmpfs: %w", err)
+		}
+		unix.Close(scratch)
+		scratch = kept
 	}
 	if err := unix.Chdir(root); err != nil {
 		return -1, nil, err

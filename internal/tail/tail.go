@@ -1,10 +1,12 @@
-package linuxns
+// Package tail owns bounded output capture: a writer that keeps the last N bytes
+// written to it, so that a chatty process costs bounded memory and the user still
+// sees how it ended.
+package tail
 
 import "sync"
 
-// tailBuffer keeps the last cap bytes written to it, so a chatty command costs
-// bounded memory and the user still sees how it ended.
-type tailBuffer struct {
+// Buffer keeps the last cap bytes written to it. It is safe for concurrent use.
+type Buffer struct {
 	mu        sync.Mutex // guards the fields below; the reader goroutine writes
 	buf       []byte     // ring of len cap once full
 	cap       int
@@ -13,9 +15,11 @@ type tailBuffer struct {
 	truncated bool
 }
 
-func newTailBuffer(cap int) *tailBuffer { return &tailBuffer{cap: cap} }
+// New returns a Buffer that keeps the last cap bytes.
+func New(cap int) *Buffer { return &Buffer{cap: cap} }
 
-func (t *tailBuffer) Write(p []byte) (int, error) {
+// Write keeps the tail of everything written; it never fails.
+func (t *Buffer) Write(p []byte) (int, error) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	n := len(p)
@@ -45,7 +49,7 @@ func (t *tailBuffer) Write(p []byte) (int, error) {
 }
 
 // Bytes returns the kept bytes in order and whether earlier ones were dropped.
-func (t *tailBuffer) Bytes() ([]byte, bool) {
+func (t *Buffer) Bytes() ([]byte, bool) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	out := make([]byte, 0, len(t.buf))

@@ -1,4 +1,4 @@
-package linuxns
+package tail
 
 import (
 	"bytes"
@@ -6,7 +6,7 @@ import (
 	"testing"
 )
 
-func TestTailBuffer(t *testing.T) {
+func TestBuffer(t *testing.T) {
 	tests := []struct {
 		name      string
 		cap       int
@@ -25,7 +25,7 @@ func TestTailBuffer(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			b := newTailBuffer(tt.cap)
+			b := New(tt.cap)
 			var all bytes.Buffer
 			for _, w := range tt.writes {
 				b.Write([]byte(w))

@@ -21,6 +21,7 @@ import (
 	"github.com/dryexec/dryexec"
 	"github.com/dryexec/dryexec/fsdelta"
 	"github.com/dryexec/dryexec/guest"
+	"github.com/dryexec/dryexec/internal/tail"
 	"github.com/dryexec/dryexec/wire"
 )
 
@@ -93,13 +94,9 @@ func (r *Rung) Trial(ctx context.Context, spec dryexec.TrialSpec) (*dryexec.Stat
 	if spec.TrialID == "" {
 		spec.TrialID = dryexec.NewTrialID()
 	}
-	infos, err := mountinfo.GetMounts(nil)
+	mounts, err := Mounts()
 	if err != nil {
-		return nil, fmt.Errorf("reading mountinfo: %w", err)
-	}
-	mounts := planMounts(infos)
-	if mounts == nil {
-		return nil, &dryexec.IsolationUnavailableError{Rung: Name, Missing: "no overlayable root filesystem in mountinfo"}
+		return nil, err
 	}
 	t, err := r.start(spec, mounts)
 	if err != nil {
@@ -138,6 +135,65 @@ func checkAction(a dryexec.Action) error {
 	return nil
 }
 
+// StartGuest starts `dryexec guest ROLE` in fresh mount, pid, net, ipc, uts and
+// cgroup namespaces (and a user namespace when not root), with files as its fds
+// 3, 4, …; files[0] must be the guest's end of the wire stream.
+func (r *Rung) StartGuest(role string, files []*os.File) (*exec.Cmd, error) {
+	exe := r.GuestExe
+	if exe == "" {
+		exe = "/proc/self/exe"
+	}
+	uid, gid := os.Getuid(), os.Getgid()
+	attr := &syscall.SysProcAttr{
+		Cloneflags: syscall.CLONE_NEWNS | syscall.CLONE_NEWPID |
+			syscall.CLONE_NEWNET | syscall.CLONE_NEWIPC | syscall.CLONE_NEWUTS | syscall.CLONE_NEWCGROUP,
+		// The guest dies with us even if we are SIGKILLed; it also exits when the
+		// control stream closes.
+		Pdeathsig: syscall.SIGKILL,
+	}
+	if uid != 0 {
+		// Rootless: the guest needs a user namespace to mount anything. As root
+		// it does without one (a copied mount tree is then not locked, so one
+		// overlay covers a whole host mount), and the command instead gets a
+		// user namespace of its own (CommandUserNS): it keeps its identity and
+		// file ownership, but its capabilities reach nothing.
+		attr.Cloneflags |= syscall.CLONE_NEWUSER
+		// The guest must be root of its namespace: a non-root uid loses every
+		// capability at execve. The command gets the caller's ids back in a
+		// namespace of its own (CommandUID/GID).
+		attr.UidMappings = []syscall.SysProcIDMap{{ContainerID: 0, HostID: uid, Size: 1}}
+		attr.GidMappings = []syscall.SysProcIDMap{{ContainerID: 0, HostID: gid, Size: 1}}
+		attr.GidMappingsEnableSetgroups = false
+	}
+	cmd := &exec.Cmd{
+		Path:        exe,
+		Args:        []string{"dryexec", "guest", role},
+		Env:         []string{},
+		ExtraFiles:  files,
+		SysProcAttr: attr,
+	}
+	if err := cmd.Start(); err != nil {
+		if errors.Is(err, syscall.EPERM) || errors.Is(err, syscall.EINVAL) || errors.Is(err, syscall.ENOSPC) {
+			return nil, &dryexec.IsolationUnavailableError{Rung: Name, Missing: "cannot create namespaces: " + err.Error()}
+		}
+		return nil, fmt.Errorf("starting guest: %w", err)
+	}
+	return cmd, nil
+}
+
+// Mounts plans the host mounts a guest must overlay.
+func Mounts() ([]wire.MountSpec, error) {
+	infos, err := mountinfo.GetMounts(nil)
+	if err != nil {
+		return nil, fmt.Errorf("reading mountinfo: %w", err)
+	}
+	mounts := planMounts(infos)
+	if mounts == nil {
+		return nil, &dryexec.IsolationUnavailableError{Rung: Name, Missing: "no overlayable root filesystem in mountinfo"}
+	}
+	return mounts, nil
+}
+
 // trial is one running guest and the host ends of its descriptors.
 type trial struct {
 	r      *Rung
@@ -146,18 +202,21 @@ type trial struct {
 	cmd    *exec.Cmd
 	conn   *wire.Conn
 	ctrl   *os.File
-	out    *tailBuffer
-	errb   *tailBuffer
+	out    *tail.Buffer
+	errb   *tail.Buffer
 	pipes  sync.WaitGroup // the stdout/stderr copiers
 }
 
 func (r *Rung) start(spec dryexec.TrialSpec, mounts []wire.MountSpec) (*trial, error) {
 	t := &trial{r: r, spec: spec, mounts: mounts,
-		out: newTailBuffer(spec.OutputCap), errb: newTailBuffer(spec.OutputCap)}
+		out: tail.New(spec.OutputCap), errb: tail.New(spec.OutputCap)}
 	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
 	if err != nil {
 		return nil, fmt.Errorf("socketpair: %w", err)
 	}
+	// Non-blocking, so that the runtime poller owns our end and Close
+	// interrupts a Read in progress.
+	unix.SetNonblock(fds[0], true)
 	t.ctrl = os.NewFile(uintptr(fds[0]), "ctrl")
 	guestCtrl := os.NewFile(uintptr(fds[1]), "guest-ctrl")
 	defer guestCtrl.Close()
@@ -188,51 +247,15 @@ func (r *Rung) start(spec dryexec.TrialSpec, mounts []wire.MountSpec) (*trial, e
 		extra = append(extra, stdinR)
 	}
 
-	exe := r.GuestExe
-	if exe == "" {
-		exe = "/proc/self/exe"
-	}
-	uid, gid := os.Getuid(), os.Getgid()
-	attr := &syscall.SysProcAttr{
-		Cloneflags: syscall.CLONE_NEWNS | syscall.CLONE_NEWPID |
-			syscall.CLONE_NEWNET | syscall.CLONE_NEWIPC | syscall.CLONE_NEWUTS | syscall.CLONE_NEWCGROUP,
-		// The guest dies with us even if we are SIGKILLed; it also exits when the
-		// control stream closes.
-		Pdeathsig: syscall.SIGKILL,
-	}
-	if uid != 0 {
-		// Rootless: the guest needs a user namespace to mount anything. As root
-		// it does without one (a copied mount tree is then not locked, so one
-		// overlay covers a whole host mount), and the command instead gets a
-		// user namespace of its own (TrialStart.CommandUserNS): it keeps its
-		// identity and file ownership, but its capabilities reach nothing.
-		attr.Cloneflags |= syscall.CLONE_NEWUSER
-		// The guest must be root of its namespace: a non-root uid loses every
-		// capability at execve. The command gets the caller's ids back in a
-		// namespace of its own (TrialStart.CommandUID/GID).
-		attr.UidMappings = []syscall.SysProcIDMap{{ContainerID: 0, HostID: uid, Size: 1}}
-		attr.GidMappings = []syscall.SysProcIDMap{{ContainerID: 0, HostID: gid, Size: 1}}
-		attr.GidMappingsEnableSetgroups = false
-	}
-	t.cmd = &exec.Cmd{
-		Path:        exe,
-		Args:        []string{"dryexec", "guest", guest.RoleNSTrial},
-		Env:         []string{},
-		ExtraFiles:  extra,
-		SysProcAttr: attr,
-		Stderr:      nil,
-	}
-	if err := t.cmd.Start(); err != nil {
+	t.cmd, err = r.StartGuest(guest.RoleNSTrial, extra)
+	if err != nil {
 		t.ctrl.Close()
 		outR.Close()
 		errR.Close()
 		if stdinW != nil {
 			stdinW.Close()
 		}
-		if errors.Is(err, syscall.EPERM) || errors.Is(err, syscall.EINVAL) || errors.Is(err, syscall.ENOSPC) {
-			return nil, &dryexec.IsolationUnavailableError{Rung: Name, Missing: "cannot create namespaces: " + err.Error()}
-		}
-		return nil, fmt.Errorf("starting guest: %w", err)
+		return nil, err
 	}
 	r.trace("start")
 	t.conn = wire.NewConn(t.ctrl)

@@ -1,0 +1,376 @@
+package guest
+
+import (
+	"archive/tar"
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path"
+	"path/filepath"
+	"strings"
+	"sync"
+
+	"github.com/dryexec/dryexec/wire"
+)
+
+// RoleSession is a long-lived supervisor: one sandbox, many execs, a diff of the
+// workspace at any time.
+const RoleSession = "session"
+
+// staging keeps a workspace and its baseline.
+type staging interface {
+	name() string // overlay | scan
+	// diff reports what changed since the baseline.
+	diff() (*wire.Diff, error)
+	// rebase makes the current state the baseline.
+	rebase() error
+	// reset puts the workspace back to the baseline.
+	reset() error
+	// replace empties workspace and baseline and fills both from a tar stream.
+	replace(r io.Reader) error
+}
+
+// session is the guest side of one session. Host requests are served one at a
+// time (mu); guest→host calls go out through peer while one is running.
+type session struct {
+	mu    sync.Mutex // serialises host requests; guards the fields below
+	cfg   wire.SessionStart
+	st    staging
+	shell shellState
+	ws    string // the workspace as processes see it
+	peer  *wire.Peer
+	// push collects a tree being pushed (push_tree.begin … end).
+	push *bytes.Buffer
+	// platform holds what the ns rung adds (nil on the host rung).
+	platform *sessionPlatform
+}
+
+func runSession() int {
+	conn := wire.NewConn(os.NewFile(wire.CtrlFD, "ctrl"))
+	if err := conn.Send(wire.KindHello, "", 0, &wire.Hello{Version: wire.Version, Role: RoleSession}); err != nil {
+		return 1
+	}
+	s := &session{}
+	s.peer = wire.NewPeer(conn, s.handle)
+	s.peer.Run(context.Background())
+	s.close()
+	return 0
+}
+
+func remote(code, format string, a ...any) error {
+	return &wire.RemoteError{Code: code, Message: fmt.Sprintf(format, a...)}
+}
+
+func (s *session) handle(ctx context.Context, f *wire.Frame) (any, [][]byte, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.st == nil && f.Verb != wire.VerbSessionStart {
+		return nil, nil, remote("not_started", "%s before session.start", f.Verb)
+	}
+	switch f.Verb {
+	case wire.VerbSessionStart:
+		if s.st != nil {
+			return nil, nil, remote("protocol", "session.start twice")
+		}
+		if err := f.Decode(&s.cfg); err != nil {
+			return nil, nil, err
+		}
+		if err := s.start(); err != nil {
+			return nil, nil, remote("setup", "%v", err)
+		}
+		return s.ping(), nil, nil
+	case wire.VerbPing:
+		return s.ping(), nil, nil
+	case wire.VerbExecShell:
+		var req wire.ExecShell
+		if err := f.Decode(&req); err != nil {
+			return nil, nil, err
+		}
+		return s.execShell(ctx, &req), nil, nil
+	case wire.VerbPullDiff:
+		var req wire.PullDiff
+		if err := f.Decode(&req); err != nil {
+			return nil, nil, err
+		}
+		d, err := s.st.diff()
+		if err != nil {
+			return nil, nil, remote("diff", "%v", err)
+		}
+		if req.Rebase {
+			if err := s.st.rebase(); err != nil {
+				return nil, nil, remote("rebase", "%v", err)
+			}
+		}
+		return d, nil, nil
+	case wire.VerbReadFile:
+		var req wire.ReadFile
+		if err := f.Decode(&req); err != nil {
+			return nil, nil, err
+		}
+		b, err := s.readFile(req)
+		if err != nil {
+			return nil, nil, remote("read_file", "%v", err)
+		}
+		return nil, [][]byte{b}, nil
+	case wire.VerbReset:
+		if err := s.st.reset(); err != nil {
+			return nil, nil, remote("reset", "%v", err)
+		}
+		return nil, nil, nil
+	case wire.VerbPushBegin:
+		s.push = new(bytes.Buffer)
+		return nil, nil, nil
+	case wire.VerbPushData:
+		if s.push == nil {
+			return nil, nil, remote("protocol", "push_tree.data without begin")
+		}
+		for _, b := range f.Bin {
+			s.push.Write(b)
+		}
+		return nil, nil, nil
+	case wire.VerbPushEnd:
+		if s.push == nil {
+			return nil, nil, remote("protocol", "push_tree.end without begin")
+		}
+		err := s.st.replace(s.push)
+		s.push = nil
+		if err != nil {
+			return nil, nil, remote("push_tree", "%v", err)
+		}
+		s.shell.cwd = s.ws
+		return nil, nil, nil
+	case wire.VerbShutdown:
+		s.close()
+		go func() { os.Exit(0) }()
+		return nil, nil, nil
+	}
+	return nil, nil, remote("unknown_verb", "unknown verb %q", f.Verb)
+}
+
+func (s *session) ping() *wire.Ping {
+	return &wire.Ping{Rung: s.cfg.Rung, Staging: s.st.name(), Version: wire.Version, Workspace: s.ws, Python: pythonPath()}
+}
+
+// readFile returns one chunk of a workspace file, refusing paths that leave the
+// workspace or pass through a symlink.
+func (s *session) readFile(req wire.ReadFile) ([]byte, error) {
+	if err := checkWSPath(req.Path); err != nil {
+		return nil, err
+	}
+	p := filepath.Join(s.ws, req.Path)
+	if err := noSymlinkParents(s.ws, req.Path); err != nil {
+		return nil, err
+	}
+	f, err := os.OpenFile(p, os.O_RDONLY|oNoFollow, 0)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	buf := make([]byte, wire.MaxAttachment)
+	n, err := f.ReadAt(buf, req.Offset)
+	if err != nil && err != io.EOF {
+		return nil, err
+	}
+	return buf[:n], nil
+}
+
+func checkWSPath(p string) error {
+	if p == "" || strings.HasPrefix(p, "/") || path.Clean(p) != p || p == ".." || strings.HasPrefix(p, "../") || strings.ContainsRune(p, 0) {
+		return fmt.Errorf("bad workspace path %q", p)
+	}
+	return nil
+}
+
+// noSymlinkParents fails when a directory on the way from root to rel is a
+// symlink (or not a directory).
+func noSymlinkParents(root, rel string) error {
+	dir := root
+	parts := strings.Split(rel, "/")
+	for _, c := range parts[:len(parts)-1] {
+		dir = filepath.Join(dir, c)
+		fi, err := os.Lstat(dir)
+		if err != nil {
+			return err
+		}
+		if !fi.IsDir() {
+			return fmt.Errorf("%s is not a directory", dir)
+		}
+	}
+	return nil
+}
+
+// extractTar unpacks r into dir, which must be empty, refusing any entry that
+// would land outside it or pass through a symlink.
+func extractTar(r io.Reader, dir string) error {
+	tr := tar.NewReader(r)
+	for {
+		h, err := tr.Next()
+		if err == io.EOF {
+			return nil
+		}
+		if err != nil {
+			return fmt.Errorf("reading tree: %w", err)
+		}
+		name := strings.TrimSuffix(strings.TrimPrefix(path.Clean("/"+h.Name), "/"), "/")
+		if name == "" {
+			continue
+		}
+		if err := checkWSPath(name); err != nil {
+			return err
+		}
+		if err := noSymlinkParents(dir, name); err != nil {
+			return fmt.Errorf("tree entry %q: %w", h.Name, err)
+		}
+		p := filepath.Join(dir, name)
+		mode := fs.FileMode(h.Mode).Perm()
+		switch h.Typeflag {
+		case tar.TypeDir:
+			if err := os.MkdirAll(p, 0o755); err != nil {
+				return err
+			}
+			if err := os.Chmod(p, mode|0o700); err != nil {
+				return err
+			}
+		case tar.TypeReg:
+			if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+				return err
+			}
+			f, err := os.OpenFile(p, os.O_WRONLY|os.O_CREATE|os.O_EXCL|oNoFollow, mode)
+			if err != nil {
+				return err
+			}
+			_, err = io.Copy(f, tr)
+			if cerr := f.Close(); err == nil {
+				err = cerr
+			}
+			if err != nil {
+				return err
+			}
+			if err := os.Chmod(p, mode); err != nil {
+				return err
+			}
+		case tar.TypeSymlink:
+			if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+				return err
+			}
+			if err := os.Symlink(h.Linkname, p); err != nil {
+				return err
+			}
+		default:
+			return fmt.Errorf("tree entry %q: unsupported type %q", h.Name, h.Typeflag)
+		}
+	}
+}
+
+// clearDir removes everything inside dir, keeping dir.
+func clearDir(dir string) error {
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		return err
+	}
+	var errs []error
+	for _, e := range ents {
+		errs = append(errs, os.RemoveAll(filepath.Join(dir, e.Name())))
+	}
+	return errors.Join(errs...)
+}
+
+// copyTree copies src's contents into dst (which exists), preserving modes and
+// symlinks.
+func copyTree(src, dst string) error {
+	return filepath.WalkDir(src, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel(src, p)
+		if rel == "." {
+			return nil
+		}
+		t := filepath.Join(dst, rel)
+		info, err := d.Info()
+		if err != nil {
+			return err
+		}
+		switch {
+		case d.IsDir():
+			if err := os.Mkdir(t, 0o700); err != nil {
+				return err
+			}
+			return os.Chmod(t, info.Mode().Perm()|0o700)
+		case info.Mode()&fs.ModeSymlink != 0:
+			l, err := os.Readlink(p)
+			if err != nil {
+				return err
+			}
+			return os.Symlink(l, t)
+		case info.Mode().IsRegular():
+			return copyFileMode(p, t, info.Mode())
+		}
+		return nil
+	})
+}
+
+func copyFileMode(src, dst string, mode fs.FileMode) error {
+	in, err := os.Open(src)
+	if err != nil {
+		return err
+	}
+	defer in.Close()
+	out, err := os.OpenFile(dst, os.O_WRONLY|os.O_CREATE|os.O_EXCL|oNoFollow, mode.Perm())
+	if err != nil {
+		return err
+	}
+	_, err = io.Copy(out, in)
+	if cerr := out.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return err
+	}
+	return os.Chmod(dst, mode.Perm())
+}
+
+// scanStaging keeps a full copy of the baseline and compares whole trees: the
+// host rung's staging, which needs nothing from the kernel.
+type scanStaging struct {
+	ws, base string
+}
+
+func (st *scanStaging) name() string { return "scan" }
+
+func (st *scanStaging) diff() (*wire.Diff, error) {
+	w := newWSDiffer(st.ws, st.base, true)
+	if err := w.children(""); err != nil {
+		return nil, err
+	}
+	return w.result(), nil
+}
+
+func (st *scanStaging) rebase() error {
+	if err := clearDir(st.base); err != nil {
+		return err
+	}
+	return copyTree(st.ws, st.base)
+}
+
+func (st *scanStaging) reset() error {
+	if err := clearDir(st.ws); err != nil {
+		return err
+	}
+	return copyTree(st.base, st.ws)
+}
+
+func (st *scanStaging) replace(r io.Reader) error {
+	if err := clearDir(st.base); err != nil {
+		return err
+	}
+	if err := extractTar(r, st.base); err != nil {
+		clearDir(st.base)
+		return err
+	}
+	return st.reset()
+}

@@ -1,0 +1,207 @@
+package guest
+
+import (
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strconv"
+	"syscall"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/dryexec/dryexec/fsdelta"
+	"github.com/dryexec/dryexec/wire"
+)
+
+// sessionPlatform is the ns rung's part of a session: the scratch tmpfs that
+// holds the workspace's layers.
+type sessionPlatform struct {
+	scratch int // fd of the scratch tmpfs (reachable only through it after pivot_root)
+}
+
+// start prepares the sandbox and the workspace.
+func (s *session) start() error {
+	s.shell.env = s.cfg.Env
+	switch s.cfg.Rung {
+	case "ns":
+		tc := &wire.TrialStart{Mounts: s.cfg.Mounts, UpperSize: s.cfg.UpperSize, Hostname: s.cfg.Hostname, Rootless: s.cfg.Rootless}
+		scratch, _, err := buildView(tc, true)
+		if err != nil {
+			return err
+		}
+		s.platform = &sessionPlatform{scratch: scratch}
+		s.ws = s.cfg.Workspace
+		if s.ws == "" {
+			s.ws = "/workspace"
+		}
+		layers := "/proc/self/fd/" + strconv.Itoa(scratch) + "/ws"
+		st := &overlayStaging{ws: s.ws, base: layers + "/base", upper: layers + "/upper", work: layers + "/work", userXattr: s.cfg.Rootless}
+		for _, d := range []string{layers, st.base, st.upper, st.work} {
+			if err := os.Mkdir(d, 0o755); err != nil {
+				return err
+			}
+		}
+		if err := os.MkdirAll(s.ws, 0o755); err != nil {
+			return fmt.Errorf("creating the workspace mount point: %w", err)
+		}
+		if err := st.mount(); err != nil {
+			return err
+		}
+		s.st = st
+	case "host":
+		if s.cfg.Workspace == "" || s.cfg.Baseline == "" {
+			return fmt.Errorf("the host rung needs a workspace and a baseline directory")
+		}
+		s.ws = s.cfg.Workspace
+		s.st = &scanStaging{ws: s.cfg.Workspace, base: s.cfg.Baseline}
+	default:
+		return fmt.Errorf("unknown rung %q", s.cfg.Rung)
+	}
+	s.shell.cwd = s.ws
+	return nil
+}
+
+func (s *session) close() {}
+
+// execAttr starts an exec in its own session (its own process group, no
+// controlling terminal), and on the ns rung in its own user namespace.
+func (s *session) execAttr() *syscall.SysProcAttr {
+	if s.cfg.Rung != "ns" {
+		return &syscall.SysProcAttr{Setsid: true}
+	}
+	return commandAttr(&wire.TrialStart{Rootless: s.cfg.Rootless, CommandUserNS: s.cfg.CommandUserNS,
+		CommandUID: s.cfg.CommandUID, CommandGID: s.cfg.CommandGID})
+}
+
+// reapOrphans collects exited processes that were reparented to the guest (PID
+// 1 on the ns rung). It runs between execs, when no child of ours is waited for.
+func (s *session) reapOrphans() {
+	if s.cfg.Rung != "ns" {
+		return
+	}
+	for {
+		pid, err := unix.Wait4(-1, nil, unix.WNOHANG, nil)
+		if pid <= 0 || err != nil {
+			return
+		}
+	}
+}
+
+// overlayStaging is the ns rung's workspace: an overlay whose lower is the
+// baseline and whose upper holds what changed since, so a diff walks only the
+// upper (O(changes)), reset drops it and rebase folds it into the baseline.
+type overlayStaging struct {
+	ws, base, upper, work string
+	userXattr             bool
+}
+
+func (st *overlayStaging) name() string { return "overlay" }
+
+func (st *overlayStaging) mount() error {
+	opts := "lowerdir=" + st.base + ",upperdir=" + st.upper + ",workdir=" + st.work + ",redirect_dir=nofollow,metacopy=off,index=off"
+	if st.userXattr {
+		opts += ",userxattr"
+	}
+	if err := unix.Mount("overlay", st.ws, "overlay", 0, opts); err != nil {
+		return fmt.Errorf("mounting the workspace: %w", err)
+	}
+	return nil
+}
+
+// remount detaches the workspace (processes still inside keep the old view),
+// runs change on the layers, and mounts it again.
+func (st *overlayStaging) remount(change func() error) error {
+	if err := unix.Unmount(st.ws, unix.MNT_DETACH); err != nil {
+		return fmt.Errorf("detaching the workspace: %w", err)
+	}
+	err := change()
+	if cerr := clearDir(st.work); err == nil {
+		err = cerr
+	}
+	if merr := st.mount(); err == nil {
+		err = merr
+	}
+	return err
+}
+
+func (st *overlayStaging) diff() (*wire.Diff, error) {
+	w := newWSDiffer(st.ws, st.base, false)
+	err := fsdelta.WalkUpper(st.upper, 0, st.userXattr, func(e *fsdelta.Entry, _ *os.File) error {
+		if e.Kind == fsdelta.EntryDir && e.Opaque {
+			w.opaque[e.Path] = true
+		}
+		return w.path(e.Path)
+	})
+	if err != nil {
+		return nil, err
+	}
+	return w.result(), nil
+}
+
+func (st *overlayStaging) reset() error {
+	return st.remount(func() error { return clearDir(st.upper) })
+}
+
+func (st *overlayStaging) replace(r io.Reader) error {
+	return st.remount(func() error {
+		if err := clearDir(st.upper); err != nil {
+			return err
+		}
+		if err := clearDir(st.base); err != nil {
+			return err
+		}
+		if err := extractTar(r, st.base); err != nil {
+			clearDir(st.base)
+			return err
+		}
+		return nil
+	})
+}
+
+// rebase folds the upper into the baseline. Upper and baseline are on the same
+// tmpfs, so new contents move by rename.
+func (st *overlayStaging) rebase() error {
+	return st.remount(func() error {
+		var entries []fsdelta.Entry
+		err := fsdelta.WalkUpper(st.upper, 0, st.userXattr, func(e *fsdelta.Entry, _ *os.File) error {
+			entries = append(entries, *e)
+			return nil
+		})
+		if err != nil {
+			return err
+		}
+		for _, e := range entries {
+			b, u := filepath.Join(st.base, e.Path), filepath.Join(st.upper, e.Path)
+			switch e.Kind {
+			case fsdelta.EntryWhiteout:
+				if err := os.RemoveAll(b); err != nil {
+					return err
+				}
+			case fsdelta.EntryDir:
+				fi, err := os.Lstat(b)
+				if e.Opaque || (err == nil && !fi.IsDir()) {
+					if err := os.RemoveAll(b); err != nil {
+						return err
+					}
+				}
+				if err := os.Mkdir(b, 0o700); err != nil && !os.IsExist(err) {
+					return err
+				}
+				if err := os.Chmod(b, os.FileMode(e.Mode&0o777)); err != nil {
+					return err
+				}
+			default:
+				if err := os.RemoveAll(b); err != nil {
+					return err
+				}
+				if err := os.Rename(u, b); err != nil {
+					return err
+				}
+			}
+		}
+		return clearDir(st.upper)
+	})
+}
+
+func setNotDumpable() { unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0) }

@@ -1,0 +1,32 @@
+//go:build !linux
+
+package guest
+
+import (
+	"fmt"
+	"syscall"
+)
+
+type sessionPlatform struct{}
+
+func (s *session) start() error {
+	s.shell.env = s.cfg.Env
+	if s.cfg.Rung != "host" {
+		return fmt.Errorf("rung %q needs Linux", s.cfg.Rung)
+	}
+	if s.cfg.Workspace == "" || s.cfg.Baseline == "" {
+		return fmt.Errorf("the host rung needs a workspace and a baseline directory")
+	}
+	s.ws = s.cfg.Workspace
+	s.st = &scanStaging{ws: s.cfg.Workspace, base: s.cfg.Baseline}
+	s.shell.cwd = s.ws
+	return nil
+}
+
+func (s *session) close() {}
+
+func (s *session) execAttr() *syscall.SysProcAttr { return &syscall.SysProcAttr{Setsid: true} }
+
+func (s *session) reapOrphans() {}
+
+func setNotDumpable() {}

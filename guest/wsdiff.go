@@ -1,0 +1,203 @@
+package guest
+
+import (
+	"bytes"
+	"errors"
+	"io"
+	"io/fs"
+	"maps"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+
+	"github.com/dryexec/dryexec/wire"
+)
+
+// wsDiffer compares the workspace as it is (cur) with its baseline (base), over a
+// set of candidate paths: every path for a scan, only what the overlay's upper
+// holds for overlay staging. The comparison itself is the same for both, so both
+// stagings report the same diff for the same changes.
+type wsDiffer struct {
+	cur, base string
+	// scan: compare every child of every directory. Otherwise (overlay) the
+	// candidates are what the upper holds, and a directory's children are only
+	// compared in full where the host side cannot show through: it is opaque,
+	// new, or replaced something that was not a directory.
+	scan   bool
+	opaque map[string]bool
+	diff   wire.Diff
+	done   map[string]bool
+}
+
+func newWSDiffer(cur, base string, scan bool) *wsDiffer {
+	return &wsDiffer{cur: cur, base: base, scan: scan, done: map[string]bool{}, opaque: map[string]bool{},
+		diff: wire.Diff{Writes: []wire.DiffWrite{}, Deletes: []string{}, Modes: []wire.DiffMode{}}}
+}
+
+// diffMode is what a session reports of a mode: permission bits with the exec
+// bits kept and setuid/setgid/sticky stripped.
+func diffMode(m fs.FileMode) uint32 { return uint32(m.Perm()) }
+
+// path compares one relative path, and for a directory that exists on one side
+// only, everything beneath it.
+func (w *wsDiffer) path(rel string) error {
+	if w.done[rel] {
+		return nil
+	}
+	w.done[rel] = true
+	ci, cerr := os.Lstat(filepath.Join(w.cur, rel))
+	bi, berr := os.Lstat(filepath.Join(w.base, rel))
+	if cerr != nil && !errors.Is(cerr, fs.ErrNotExist) {
+		return cerr
+	}
+	if berr != nil && !errors.Is(berr, fs.ErrNotExist) {
+		return berr
+	}
+	cur, base := cerr == nil, berr == nil
+	switch {
+	case !cur && !base:
+		return nil
+	case !cur:
+		return w.deleted(rel, bi)
+	case ci.IsDir():
+		if base && !bi.IsDir() {
+			w.diff.Deletes = append(w.diff.Deletes, rel)
+		}
+		// A directory is reported through what it holds; compare its children
+		// on both sides where the candidates alone would miss some.
+		if w.scan || w.opaque[rel] || !base || !bi.IsDir() {
+			return w.children(rel)
+		}
+		return nil
+	case base && bi.IsDir():
+		if err := w.deleted(rel, bi); err != nil {
+			return err
+		}
+		return w.written(rel, ci)
+	case !base:
+		return w.written(rel, ci)
+	}
+	// Both are non-directories.
+	if ci.Mode().Type() != bi.Mode().Type() {
+		return w.written(rel, ci)
+	}
+	if ci.Mode()&fs.ModeSymlink != 0 {
+		cl, _ := os.Readlink(filepath.Join(w.cur, rel))
+		bl, _ := os.Readlink(filepath.Join(w.base, rel))
+		if cl != bl {
+			return w.written(rel, ci)
+		}
+		return nil
+	}
+	same, err := sameContent(filepath.Join(w.cur, rel), filepath.Join(w.base, rel), ci, bi)
+	if err != nil {
+		return err
+	}
+	switch {
+	case !same:
+		return w.written(rel, ci)
+	case diffMode(ci.Mode()) != diffMode(bi.Mode()):
+		w.diff.Modes = append(w.diff.Modes, wire.DiffMode{Path: rel, Mode: diffMode(ci.Mode())})
+	}
+	return nil
+}
+
+func (w *wsDiffer) children(rel string) error {
+	names := map[string]bool{}
+	for _, root := range []string{w.cur, w.base} {
+		ents, _ := os.ReadDir(filepath.Join(root, rel)) // absent or not a dir: no children
+		for _, e := range ents {
+			names[e.Name()] = true
+		}
+	}
+	for _, n := range slices.Sorted(maps.Keys(names)) {
+		if err := w.path(join(rel, n)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (w *wsDiffer) written(rel string, info fs.FileInfo) error {
+	dw := wire.DiffWrite{Path: rel, Mode: diffMode(info.Mode())}
+	switch {
+	case info.Mode()&fs.ModeSymlink != 0:
+		l, err := os.Readlink(filepath.Join(w.cur, rel))
+		if err != nil {
+			return err
+		}
+		dw.Link = l
+	case info.Mode().IsRegular():
+		dw.Size = info.Size()
+	default:
+		return nil // fifos, sockets, devices are not workspace content
+	}
+	w.diff.Writes = append(w.diff.Writes, dw)
+	return nil
+}
+
+// deleted lists rel, or every file beneath it when it was a directory.
+func (w *wsDiffer) deleted(rel string, info fs.FileInfo) error {
+	if !info.IsDir() {
+		w.diff.Deletes = append(w.diff.Deletes, rel)
+		return nil
+	}
+	return filepath.WalkDir(filepath.Join(w.base, rel), func(p string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() {
+			return err
+		}
+		r, _ := filepath.Rel(w.base, p)
+		w.diff.Deletes = append(w.diff.Deletes, filepath.ToSlash(r))
+		return nil
+	})
+}
+
+func (w *wsDiffer) result() *wire.Diff {
+	slices.SortFunc(w.diff.Writes, func(a, b wire.DiffWrite) int { return strings.Compare(a.Path, b.Path) })
+	slices.Sort(w.diff.Deletes)
+	w.diff.Deletes = slices.Compact(w.diff.Deletes)
+	slices.SortFunc(w.diff.Modes, func(a, b wire.DiffMode) int { return strings.Compare(a.Path, b.Path) })
+	return &w.diff
+}
+
+func join(dir, name string) string {
+	if dir == "" {
+		return name
+	}
+	return dir + "/" + name
+}
+
+// sameContent compares two regular files byte for byte (sizes first).
+func sameContent(a, b string, ai, bi fs.FileInfo) (bool, error) {
+	if !ai.Mode().IsRegular() || !bi.Mode().IsRegular() || ai.Size() != bi.Size() {
+		return false, nil
+	}
+	fa, err := os.Open(a)
+	if err != nil {
+		return false, err
+	}
+	defer fa.Close()
+	fb, err := os.Open(b)
+	if err != nil {
+		return false, err
+	}
+	defer fb.Close()
+	ba, bb := make([]byte, 64<<10), make([]byte, 64<<10)
+	for {
+		na, erra := io.ReadFull(fa, ba)
+		nb, errb := io.ReadFull(fb, bb)
+		if na != nb || !bytes.Equal(ba[:na], bb[:nb]) {
+			return false, nil
+		}
+		if erra == io.EOF || erra == io.ErrUnexpectedEOF {
+			return errb == io.EOF || errb == io.ErrUnexpectedEOF, nil
+		}
+		if erra != nil {
+			return false, erra
+		}
+		if errb != nil {
+			return false, errb
+		}
+	}
+}

@@ -1,0 +1,355 @@
+// Package session owns sessions: one sandbox kept alive over a workspace, with
+// many shell and Python execs and a diff at any time (tree in → execute → diff
+// out). It starts the guest supervisor on a rung (host: a plain subprocess with a
+// scan-staged workspace in a temp dir; ns: Linux namespaces with an overlay-staged
+// workspace) and speaks package wire to it.
+package session
+
+import (
+	"archive/tar"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"log/slog"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"github.com/dryexec/dryexec"
+	"github.com/dryexec/dryexec/wire"
+)
+
+// Options configures a session.
+type Options struct {
+	// Rung is "ns" (default) or "host".
+	Rung string
+	// Workspace is where the workspace appears inside the sandbox (ns; default
+	// /workspace). The host rung roots it in a temp dir and Ping says where.
+	Workspace string
+	// Env is the initial environment of every exec; nil means PATH, LANG and
+	// HOME set to the workspace.
+	Env map[string]string
+	// OutputCap bounds each exec's transcript and streams (0: 1 MiB).
+	OutputCap int
+	// GuestExe is the binary started as `guest session` (default /proc/self/exe,
+	// which must call guest.MaybeMain first in main).
+	GuestExe string
+	// Log receives debug records; nil logs nothing.
+	Log *slog.Logger
+}
+
+// Session is one live sandbox. Its methods may be called from several
+// goroutines; the guest runs requests one at a time.
+type Session struct {
+	rung string
+	cmd  *exec.Cmd
+	ctrl *os.File
+	peer *wire.Peer
+	tmp  string // host rung: the temp dir holding workspace and baseline
+	info wire.Ping
+
+	closeOnce sync.Once
+	runErr    chan error // the peer's Run result
+}
+
+// Open starts a session.
+func Open(ctx context.Context, opt Options) (*Session, error) {
+	if opt.Rung == "" {
+		opt.Rung = "ns"
+	}
+	if opt.OutputCap <= 0 {
+		opt.OutputCap = dryexec.DefaultOutputCap
+	}
+	ctrlFile, guestFile, err := socketPair()
+	if err != nil {
+		return nil, err
+	}
+	defer guestFile.Close()
+	s := &Session{rung: opt.Rung, ctrl: ctrlFile, runErr: make(chan error, 1)}
+	start := wire.SessionStart{Rung: opt.Rung, Workspace: opt.Workspace, OutputCap: opt.OutputCap}
+	switch opt.Rung {
+	case "host":
+		s.tmp, err = os.MkdirTemp("", "dryexec-session-")
+		if err != nil {
+			ctrlFile.Close()
+			return nil, err
+		}
+		start.Workspace, start.Baseline = filepath.Join(s.tmp, "workspace"), filepath.Join(s.tmp, "baseline")
+		for _, d := range []string{start.Workspace, start.Baseline} {
+			if err := os.Mkdir(d, 0o755); err != nil {
+				s.cleanupTmp()
+				ctrlFile.Close()
+				return nil, err
+			}
+		}
+		s.cmd, err = startHostGuest(opt.GuestExe, guestFile)
+	case "ns":
+		s.cmd, err = startNSGuest(opt.GuestExe, guestFile, &start)
+	default:
+		err = fmt.Errorf("session: unknown rung %q (want host or ns)", opt.Rung)
+	}
+	if err != nil {
+		s.cleanupTmp()
+		ctrlFile.Close()
+		return nil, err
+	}
+	ws := start.Workspace
+	if ws == "" {
+		ws = "/workspace"
+	}
+	env := opt.Env
+	if env == nil {
+		env = map[string]string{"PATH": "/usr/local/bin:/usr/bin:/bin:/usr/local/sbin:/usr/sbin:/sbin", "LANG": "C.UTF-8", "HOME": ws}
+	}
+	for k, v := range env {
+		start.Env = append(start.Env, k+"="+v)
+	}
+	conn := wire.NewConn(ctrlFile)
+	hello, err := conn.Read()
+	if err != nil || hello.Kind != wire.KindHello {
+		s.Close()
+		return nil, fmt.Errorf("%w: no hello from the session guest: %v", dryexec.ErrGuest, err)
+	}
+	s.peer = wire.NewPeer(conn, s.serveGuest)
+	go func() { s.runErr <- s.peer.Run(context.Background()) }()
+	f, err := s.call(ctx, wire.VerbSessionStart, &start)
+	if err != nil {
+		s.Close()
+		return nil, err
+	}
+	if err := f.Decode(&s.info); err != nil {
+		s.Close()
+		return nil, err
+	}
+	return s, nil
+}
+
+// serveGuest answers the guest's calls (cache, host objects, events).
+func (s *Session) serveGuest(ctx context.Context, f *wire.Frame) (any, [][]byte, error) {
+	return nil, nil, &wire.RemoteError{Code: "unsupported", Message: f.Verb + " is not available in this session"}
+}
+
+// call makes one request; a broken stream is ErrSessionLost.
+func (s *Session) call(ctx context.Context, verb string, body any, bin ...[]byte) (*wire.Frame, error) {
+	f, err := s.peer.Call(ctx, verb, body, bin...)
+	if errors.Is(err, wire.ErrClosed) {
+		return nil, fmt.Errorf("%w: %s: %v", dryexec.ErrSessionLost, verb, err)
+	}
+	return f, err
+}
+
+// Info is what the guest said at start: rung, staging, workspace, python.
+func (s *Session) Info() wire.Ping { return s.info }
+
+// Ping asks the guest how it is.
+func (s *Session) Ping(ctx context.Context) (*wire.Ping, error) {
+	f, err := s.call(ctx, wire.VerbPing, nil)
+	if err != nil {
+		return nil, err
+	}
+	var p wire.Ping
+	return &p, f.Decode(&p)
+}
+
+// Shell runs command in the session's shell: cwd and exported variables carry
+// over from one call to the next. timeout 0 means none.
+func (s *Session) Shell(ctx context.Context, command string, timeout time.Duration) (*wire.ShellResult, error) {
+	f, err := s.call(ctx, wire.VerbExecShell, &wire.ExecShell{Command: command, TimeoutMS: timeout.Milliseconds()})
+	if err != nil {
+		return nil, err
+	}
+	var r wire.ShellResult
+	return &r, f.Decode(&r)
+}
+
+// Diff is the workspace's changes since the baseline.
+type Diff struct {
+	// Writes maps each new or changed file to its content.
+	Writes map[string][]byte
+	// Links maps each new or changed symlink to its target.
+	Links map[string]string
+	// Deletes lists removed files (every file of a removed directory).
+	Deletes []string
+	// Modes maps paths whose permissions alone changed (and every written file)
+	// to their mode: exec bits kept, setuid/setgid stripped.
+	Modes map[string]fs.FileMode
+}
+
+// Diff returns the changes since the baseline; rebase makes the current state
+// the new baseline.
+func (s *Session) Diff(ctx context.Context, rebase bool) (*Diff, error) {
+	f, err := s.call(ctx, wire.VerbPullDiff, &wire.PullDiff{Rebase: rebase})
+	if err != nil {
+		return nil, err
+	}
+	var wd wire.Diff
+	if err := f.Decode(&wd); err != nil {
+		return nil, err
+	}
+	d := &Diff{Writes: map[string][]byte{}, Links: map[string]string{}, Deletes: wd.Deletes, Modes: map[string]fs.FileMode{}}
+	for _, m := range wd.Modes {
+		d.Modes[m.Path] = fs.FileMode(m.Mode)
+	}
+	for _, w := range wd.Writes {
+		d.Modes[w.Path] = fs.FileMode(w.Mode)
+		if w.Link != "" {
+			d.Links[w.Path] = w.Link
+			continue
+		}
+		// After a rebase the contents are in the new baseline, which the
+		// workspace shows: read_file finds them either way.
+		b, err := s.readFile(ctx, w.Path, w.Size)
+		if err != nil {
+			return nil, err
+		}
+		d.Writes[w.Path] = b
+	}
+	return d, nil
+}
+
+func (s *Session) readFile(ctx context.Context, p string, size int64) ([]byte, error) {
+	buf := make([]byte, 0, size)
+	for int64(len(buf)) < size {
+		f, err := s.call(ctx, wire.VerbReadFile, &wire.ReadFile{Path: p, Offset: int64(len(buf))})
+		if err != nil {
+			return nil, err
+		}
+		if len(f.Bin) != 1 || len(f.Bin[0]) == 0 {
+			return nil, fmt.Errorf("%w: short read of %s", dryexec.ErrGuest, p)
+		}
+		buf = append(buf, f.Bin[0]...)
+	}
+	if int64(len(buf)) != size {
+		return nil, fmt.Errorf("%w: %s is %d bytes, the diff said %d", dryexec.ErrGuest, p, len(buf), size)
+	}
+	return buf, nil
+}
+
+// Reset puts the workspace back to the baseline.
+func (s *Session) Reset(ctx context.Context) error {
+	_, err := s.call(ctx, wire.VerbReset, nil)
+	return err
+}
+
+// PushTar replaces the workspace (and baseline) with the tree in a tar stream.
+func (s *Session) PushTar(ctx context.Context, r io.Reader) error {
+	if _, err := s.call(ctx, wire.VerbPushBegin, nil); err != nil {
+		return err
+	}
+	buf := make([]byte, wire.MaxAttachment)
+	for {
+		var bin [][]byte
+		var done bool
+		for len(bin) < wire.MaxAttachments {
+			n, err := io.ReadFull(r, buf)
+			if n > 0 {
+				bin = append(bin, append([]byte(nil), buf[:n]...))
+			}
+			if err == io.EOF || err == io.ErrUnexpectedEOF {
+				done = true
+				break
+			}
+			if err != nil {
+				return fmt.Errorf("session: reading tree: %w", err)
+			}
+		}
+		if len(bin) > 0 {
+			if _, err := s.call(ctx, wire.VerbPushData, nil, bin...); err != nil {
+				return err
+			}
+		}
+		if done {
+			break
+		}
+	}
+	_, err := s.call(ctx, wire.VerbPushEnd, nil)
+	return err
+}
+
+// PushDir replaces the workspace with a copy of host directory dir.
+func (s *Session) PushDir(ctx context.Context, dir string) error {
+	pr, pw := io.Pipe()
+	go func() { pw.CloseWithError(writeTar(pw, dir)) }()
+	err := s.PushTar(ctx, pr)
+	pr.Close()
+	return err
+}
+
+func writeTar(w io.Writer, dir string) error {
+	tw := tar.NewWriter(w)
+	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel(dir, p)
+		if rel == "." {
+			return nil
+		}
+		info, err := d.Info()
+		if err != nil {
+			return err
+		}
+		link := ""
+		if info.Mode()&fs.ModeSymlink != 0 {
+			if link, err = os.Readlink(p); err != nil {
+				return err
+			}
+		}
+		h, err := tar.FileInfoHeader(info, link)
+		if err != nil {
+			return err
+		}
+		h.Name = filepath.ToSlash(rel)
+		if d.IsDir() {
+			h.Name += "/"
+		}
+		if err := tw.WriteHeader(h); err != nil {
+			return err
+		}
+		if info.Mode().IsRegular() {
+			f, err := os.Open(p)
+			if err != nil {
+				return err
+			}
+			_, err = io.Copy(tw, f)
+			f.Close()
+			return err
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	return tw.Close()
+}
+
+// Close shuts the guest down and removes what the session kept on the host.
+func (s *Session) Close() error {
+	s.closeOnce.Do(func() {
+		if s.peer != nil {
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+			s.peer.Call(ctx, wire.VerbShutdown, nil)
+			cancel()
+		}
+		s.ctrl.Close()
+		if s.cmd != nil && s.cmd.Process != nil {
+			s.cmd.Process.Kill()
+			s.cmd.Wait()
+		}
+		if s.peer != nil {
+			<-s.runErr
+		}
+		s.cleanupTmp()
+	})
+	return nil
+}
+
+func (s *Session) cleanupTmp() {
+	if s.tmp != "" {
+		os.RemoveAll(s.tmp)
+	}
+}

@@ -1,0 +1,53 @@
+package session
+
+import (
+	"os"
+	"os/exec"
+	"syscall"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/dryexec/dryexec/guest"
+	"github.com/dryexec/dryexec/rung/linuxns"
+	"github.com/dryexec/dryexec/wire"
+)
+
+func socketPair() (*os.File, *os.File, error) {
+	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return nil, nil, err
+	}
+	// Non-blocking, so that the runtime poller owns our end and Close interrupts
+	// a Read in progress.
+	if err := unix.SetNonblock(fds[0], true); err != nil {
+		unix.Close(fds[0])
+		unix.Close(fds[1])
+		return nil, nil, err
+	}
+	return os.NewFile(uintptr(fds[0]), "ctrl"), os.NewFile(uintptr(fds[1]), "guest-ctrl"), nil
+}
+
+func startHostGuest(exe string, ctrl *os.File) (*exec.Cmd, error) {
+	if exe == "" {
+		exe = "/proc/self/exe"
+	}
+	cmd := &exec.Cmd{
+		Path: exe, Args: []string{"dryexec", "guest", guest.RoleSession}, Env: []string{},
+		ExtraFiles:  []*os.File{ctrl},
+		SysProcAttr: &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL},
+	}
+	return cmd, cmd.Start()
+}
+
+func startNSGuest(exe string, ctrl *os.File, start *wire.SessionStart) (*exec.Cmd, error) {
+	r := &linuxns.Rung{GuestExe: exe}
+	mounts, err := linuxns.Mounts()
+	if err != nil {
+		return nil, err
+	}
+	host, _ := os.Hostname()
+	start.Mounts, start.Hostname = mounts, host
+	start.Rootless, start.CommandUserNS = os.Getuid() != 0, true
+	start.CommandUID, start.CommandGID = os.Getuid(), os.Getgid()
+	return r.StartGuest(guest.RoleSession, []*os.File{ctrl})
+}

@@ -1,0 +1,43 @@
+//go:build !linux
+
+package session
+
+import (
+	"os"
+	"os/exec"
+	"syscall"
+
+	"github.com/dryexec/dryexec"
+	"github.com/dryexec/dryexec/guest"
+	"github.com/dryexec/dryexec/wire"
+)
+
+func socketPair() (*os.File, *os.File, error) {
+	fds, err := syscall.Socketpair(syscall.AF_UNIX, syscall.SOCK_STREAM, 0)
+	if err != nil {
+		return nil, nil, err
+	}
+	syscall.CloseOnExec(fds[0])
+	syscall.CloseOnExec(fds[1])
+	syscall.SetNonblock(fds[0], true)
+	return os.NewFile(uintptr(fds[0]), "ctrl"), os.NewFile(uintptr(fds[1]), "guest-ctrl"), nil
+}
+
+func startHostGuest(exe string, ctrl *os.File) (*exec.Cmd, error) {
+	if exe == "" {
+		var err error
+		if exe, err = os.Executable(); err != nil {
+			return nil, err
+		}
+	}
+	cmd := &exec.Cmd{
+		Path: exe, Args: []string{"dryexec", "guest", guest.RoleSession}, Env: []string{},
+		ExtraFiles:  []*os.File{ctrl},
+		SysProcAttr: &syscall.SysProcAttr{Setpgid: true},
+	}
+	return cmd, cmd.Start()
+}
+
+func startNSGuest(exe string, ctrl *os.File, start *wire.SessionStart) (*exec.Cmd, error) {
+	return nil, &dryexec.IsolationUnavailableError{Rung: "ns", Missing: "Linux namespaces (this is not Linux)"}
+}

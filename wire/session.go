@@ -1,0 +1,196 @@
+package wire
+
+// Session verbs. host→guest requests: the guest answers each with resp or err.
+// guest→host requests (cache.*, hostcall, emit) may arrive while a host request
+// is outstanding; the host answers them on the same stream.
+const (
+	VerbPing       = "ping"
+	VerbPushTree   = "push_tree"  // attachments: a tar stream in chunks; replaces the workspace
+	VerbExecShell  = "exec_shell" // body: ExecShell → ShellResult
+	VerbExecPython = "exec_python"
+	VerbPullDiff   = "pull_diff" // body: PullDiff → Diff (file contents as attachments)
+	VerbReset      = "reset"
+	VerbShutdown   = "shutdown"
+
+	VerbCacheGet  = "cache.get"  // guest→host: body CacheKey → CacheValue (value as attachment)
+	VerbCacheKeys = "cache.keys" // guest→host → CacheKeys
+	VerbCacheSet  = "cache.set"  // guest→host: body CacheKey + attachment; pending until the exec succeeds
+	VerbCacheDel  = "cache.del"
+	VerbHostCall  = "hostcall" // guest→host: body HostCall → HostCallResult
+	VerbEmit      = "emit"     // guest→host: body Emit
+)
+
+// Ping is the guest's answer to ping.
+type Ping struct {
+	Rung      string `json:"rung"`
+	Staging   string `json:"staging"` // overlay | scan
+	Version   int    `json:"version"`
+	Workspace string `json:"workspace"`
+	Python    string `json:"python,omitempty"` // the interpreter exec_python uses, "" if none
+}
+
+// ExecShell runs a shell command with the session's persistent cwd and env.
+type ExecShell struct {
+	Command   string `json:"command"`
+	TimeoutMS int64  `json:"timeout_ms,omitempty"`
+}
+
+// ShellResult is one exec_shell.
+type ShellResult struct {
+	ExitCode   int      `json:"exit_code"`
+	TimedOut   bool     `json:"timed_out,omitempty"`
+	Transcript string   `json:"transcript"` // stdout and stderr merged in arrival order
+	Stdout     string   `json:"stdout"`
+	Stderr     string   `json:"stderr"`
+	Truncated  bool     `json:"truncated,omitempty"`
+	Cwd        string   `json:"cwd"`
+	Warnings   []string `json:"warnings,omitempty"`
+	DurationNS int64    `json:"duration_ns"`
+}
+
+// ExecPython runs code in the sandbox's Python.
+type ExecPython struct {
+	Code      string           `json:"code"`
+	Inputs    map[string]Value `json:"inputs,omitempty"`
+	TimeoutMS int64            `json:"timeout_ms,omitempty"`
+}
+
+// Value is the tagged codec every value crossing the boundary goes through: no
+// pickle, nothing executable. Exactly one of the fields is set, by Type.
+type Value struct {
+	Type string `json:"type"` // json | bytes | file
+	JSON any    `json:"json,omitempty"`
+	// Bytes are base64 in JSON; large ones ride as attachments (Bin index).
+	Bytes []byte `json:"bytes,omitempty"`
+	Path  string `json:"path,omitempty"` // file: a path inside the workspace
+}
+
+// PrintEntry is one print() call.
+type PrintEntry struct {
+	Type      string `json:"type"` // the printed value's type name(s)
+	Len       int    `json:"len"`  // length of the full text
+	Text      string `json:"text"`
+	Truncated bool   `json:"truncated,omitempty"`
+}
+
+// PythonError describes an exception.
+type PythonError struct {
+	Type      string `json:"type"`
+	Message   string `json:"message"`
+	Traceback string `json:"traceback"`
+}
+
+// PythonResult is one exec_python.
+type PythonResult struct {
+	OK             bool              `json:"ok"`
+	TimedOut       bool              `json:"timed_out,omitempty"`
+	Transcript     string            `json:"transcript"`
+	Prints         []PrintEntry      `json:"prints"`
+	PrintsDropped  int               `json:"prints_dropped,omitempty"`
+	Outputs        map[string]Value  `json:"outputs"`
+	OutputsSkipped map[string]string `json:"outputs_skipped"`
+	Error          *PythonError      `json:"error,omitempty"`
+	DurationNS     int64             `json:"duration_ns"`
+}
+
+// PullDiff asks for the workspace's changes since the baseline.
+type PullDiff struct {
+	Rebase bool `json:"rebase,omitempty"` // and make the current state the new baseline
+}
+
+// Diff lists the changes: each write's content follows as attachments, in order,
+// Size bytes each, chunked to MaxAttachment.
+type Diff struct {
+	Writes  []DiffWrite `json:"writes"`
+	Deletes []string    `json:"deletes"`
+	Modes   []DiffMode  `json:"modes"`
+}
+
+// DiffWrite is one file whose content differs from the baseline.
+type DiffWrite struct {
+	Path string `json:"path"` // relative to the workspace
+	Size int64  `json:"size"`
+	Mode uint32 `json:"mode"`
+	Link string `json:"link,omitempty"` // a symlink: no content follows
+}
+
+// DiffMode is a permission change without a content change.
+type DiffMode struct {
+	Path string `json:"path"`
+	Mode uint32 `json:"mode"`
+}
+
+// CacheKey names one cache entry.
+type CacheKey struct {
+	Key string `json:"key"`
+}
+
+// CacheValue answers cache.get; the value is attachment 0 when Found.
+type CacheValue struct {
+	Found bool `json:"found"`
+}
+
+// CacheKeys answers cache.keys.
+type CacheKeys struct {
+	Keys []string `json:"keys"`
+}
+
+// HostCall calls a method of an object the host registered.
+type HostCall struct {
+	Object string  `json:"object"`
+	Method string  `json:"method"`
+	Args   []Value `json:"args"`
+}
+
+// HostCallResult is a host call's return value.
+type HostCallResult struct {
+	Value Value `json:"value"`
+}
+
+// Emit delivers one event to the host, in order.
+type Emit struct {
+	Name  string `json:"name"`
+	Value Value  `json:"value"`
+}
+
+// VerbSessionStart is the host's first request to a session guest.
+const VerbSessionStart = "session.start"
+
+// SessionStart configures a session guest.
+type SessionStart struct {
+	Rung string `json:"rung"`
+	// Workspace is the workspace's path as the sandbox sees it. For the host
+	// rung it is a directory the host created; the ns rung mounts it.
+	Workspace string `json:"workspace"`
+	// Baseline (scan staging only) is where the guest keeps its copy of the
+	// baseline; it must not be inside Workspace.
+	Baseline string `json:"baseline,omitempty"`
+	// Env is the initial environment of shell and Python execs.
+	Env []string `json:"env"`
+	// OutputCap bounds each exec's transcript and streams (the tail is kept).
+	OutputCap int `json:"output_cap"`
+	// ns rung only:
+	Mounts        []MountSpec `json:"mounts,omitempty"`
+	UpperSize     int64       `json:"upper_size,omitempty"`
+	Hostname      string      `json:"hostname,omitempty"`
+	Rootless      bool        `json:"rootless,omitempty"`
+	CommandUserNS bool        `json:"command_userns,omitempty"`
+	CommandUID    int         `json:"command_uid,omitempty"`
+	CommandGID    int         `json:"command_gid,omitempty"`
+}
+
+// ReadFile asks for a chunk of a workspace file (pull_diff contents).
+const VerbReadFile = "read_file"
+
+// ReadFile is a chunk request; the answer is one attachment of ≤ MaxAttachment.
+type ReadFile struct {
+	Path   string `json:"path"`
+	Offset int64  `json:"offset"`
+}
+
+// PushTree chunks: push_tree.begin, push_tree.data (attachments), push_tree.end.
+const (
+	VerbPushBegin = "push_tree.begin"
+	VerbPushData  = "push_tree.data"
+	VerbPushEnd   = "push_tree.end"
+)
