@@ -45,6 +45,13 @@ type candidate struct {
 	run  func() error
 }
 
+// group is one table: its candidates run interleaved; ratios are to base.
+type group struct {
+	title string
+	base  int
+	cands []candidate
+}
+
 type result struct {
 	name string
 	durs []time.Duration
@@ -91,30 +98,36 @@ func run(n, treeFiles int, outDir string) error {
 			return c.Run()
 		}
 	}
-	groups := [][]candidate{
-		{
+	sess, closeSessions, err := openSessions(ctx, treeFiles)
+	if err != nil {
+		return err
+	}
+	defer closeSessions()
+	groups := []group{
+		{"Cold trial of /bin/true vs baselines", 2, []candidate{
 			{"dryexec run -- /bin/true (CLI process, full delta)", cmd(bin, "run", "--no-store", "--json", "--", "/bin/true")},
 			{"Rung.Trial(/bin/true) in-process (library/daemon path)", func() error { t0 = time.Now(); return trial(traced, empty, "/bin/true") }},
 			{"bwrap --ro-bind / / --unshare-all --dev /dev --proc /proc /bin/true", cmd("bwrap", "--ro-bind", "/", "/", "--unshare-all", "--dev", "/dev", "--proc", "/proc", "/bin/true")},
 			{"unshare -m -p -f -i -u -n /bin/true", cmd("unshare", "-m", "-p", "-f", "-i", "-u", "-n", "/bin/true")},
 			{"fork+exec /bin/true", cmd("/bin/true")},
-		},
-		{
+		}},
+		{"Diff cost vs tree size (must be flat)", 0, []candidate{
 			{"trial writing 1 file, empty tree", func() error { return trial(plain, empty, "sh", "-c", "echo x > f") }},
 			{fmt.Sprintf("trial writing 1 file, %d-file tree", treeFiles), func() error { return trial(plain, tree, "sh", "-c", "echo x > d0/f") }},
-		},
+		}},
+		{"Sessions", 0, sessionCandidates(ctx, sess, treeFiles, func(argv ...string) error { return cmd(argv...)() })},
 	}
 	var sections [][]result
 	for _, g := range groups {
-		res := make([]result, len(g))
-		for i := range g {
-			res[i].name = g[i].name
-			if err := g[i].run(); err != nil { // warm up, and fail early
-				return fmt.Errorf("%s: %w", g[i].name, err)
+		res := make([]result, len(g.cands))
+		for i, c := range g.cands {
+			res[i].name = c.name
+			if err := c.run(); err != nil { // warm up, and fail early
+				return fmt.Errorf("%s: %w", c.name, err)
 			}
 		}
 		for round := 0; round < n; round++ {
-			for i, c := range g {
+			for i, c := range g.cands {
 				s := time.Now()
 				if err := c.run(); err != nil {
 					return fmt.Errorf("%s: %w", c.name, err)
@@ -127,7 +140,7 @@ func run(n, treeFiles int, outDir string) error {
 		}
 		sections = append(sections, res)
 	}
-	report := format(n, sections, phases)
+	report := format(n, groups, sections, phases)
 	fmt.Print(report)
 	if outDir != "" {
 		if err := os.MkdirAll(outDir, 0o755); err != nil {
@@ -142,25 +155,13 @@ func run(n, treeFiles int, outDir string) error {
 	return nil
 }
 
-func format(n int, sections [][]result, phases map[string][]time.Duration) string {
+func format(n int, groups []group, sections [][]result, phases map[string][]time.Duration) string {
 	var b strings.Builder
-	host, _ := os.Hostname()
 	fmt.Fprintf(&b, "# Trial benchmark\n\n%s, %s/%s, %d CPUs, %s, uid %d; %d interleaved rounds per candidate.\n\n",
 		time.Now().UTC().Format(time.RFC3339), runtime.GOOS, runtime.GOARCH, runtime.NumCPU(), kernel(), os.Getuid(), n)
-	_ = host
-	titles := []string{"Cold trial of /bin/true vs baselines", "Diff cost vs tree size (must be flat)"}
 	for si, res := range sections {
-		base := res[len(res)-1]
-		if si == 0 {
-			for _, r := range res {
-				if strings.HasPrefix(r.name, "bwrap") {
-					base = r
-				}
-			}
-		} else {
-			base = res[0]
-		}
-		fmt.Fprintf(&b, "## %s\n\n| candidate | median | min | max | ratio to %s |\n|---|---:|---:|---:|---:|\n", titles[si], short(base.name))
+		base := res[groups[si].base]
+		fmt.Fprintf(&b, "## %s\n\n| candidate | median | min | max | ratio to %s |\n|---|---:|---:|---:|---:|\n", groups[si].title, short(base.name))
 		for _, r := range res {
 			fmt.Fprintf(&b, "| %s | %s | %s | %s | %.2f |\n", r.name, ms(r.median()), ms(r.durs[0]), ms(r.durs[len(r.durs)-1]),
 				float64(r.median())/float64(base.median()))
