@@ -253,6 +253,11 @@ func extractTar(r io.Reader, dir string) error {
 			if err := os.Chmod(p, mode); err != nil {
 				return err
 			}
+			// Keep the tree's mtimes: the scan index treats files written
+			// just now as "racy" and reads them on every diff.
+			if !h.ModTime.IsZero() {
+				os.Chtimes(p, h.ModTime, h.ModTime)
+			}
 		case tar.TypeSymlink:
 			if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
 				return err
@@ -308,7 +313,10 @@ func copyTree(src, dst string) error {
 			}
 			return os.Symlink(l, t)
 		case info.Mode().IsRegular():
-			return copyFileMode(p, t, info.Mode())
+			if err := copyFileMode(p, t, info.Mode()); err != nil {
+				return err
+			}
+			return os.Chtimes(t, info.ModTime(), info.ModTime())
 		}
 		return nil
 	})
@@ -335,15 +343,19 @@ func copyFileMode(src, dst string, mode fs.FileMode) error {
 }
 
 // scanStaging keeps a full copy of the baseline and compares whole trees: the
-// host rung's staging, which needs nothing from the kernel.
+// host rung's staging, which needs nothing from the kernel. Like git's index, it
+// remembers each workspace file's stat as of the baseline, so a diff reads only
+// the files whose stat changed.
 type scanStaging struct {
 	ws, base string
+	index    statIndex
 }
 
 func (st *scanStaging) name() string { return "scan" }
 
 func (st *scanStaging) diff() (*wire.Diff, error) {
 	w := newWSDiffer(st.ws, st.base, true)
+	w.unchanged = st.index.unchanged
 	if err := w.children(""); err != nil {
 		return nil, err
 	}
@@ -354,14 +366,20 @@ func (st *scanStaging) rebase() error {
 	if err := clearDir(st.base); err != nil {
 		return err
 	}
-	return copyTree(st.ws, st.base)
+	if err := copyTree(st.ws, st.base); err != nil {
+		return err
+	}
+	return st.reindex()
 }
 
 func (st *scanStaging) reset() error {
 	if err := clearDir(st.ws); err != nil {
 		return err
 	}
-	return copyTree(st.base, st.ws)
+	if err := copyTree(st.base, st.ws); err != nil {
+		return err
+	}
+	return st.reindex()
 }
 
 func (st *scanStaging) replace(r io.Reader) error {
@@ -373,4 +391,10 @@ func (st *scanStaging) replace(r io.Reader) error {
 		return err
 	}
 	return st.reset()
+}
+
+func (st *scanStaging) reindex() error {
+	idx, err := buildStatIndex(st.ws)
+	st.index = idx
+	return err
 }

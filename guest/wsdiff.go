@@ -26,8 +26,11 @@ type wsDiffer struct {
 	// new, or replaced something that was not a directory.
 	scan   bool
 	opaque map[string]bool
-	diff   wire.Diff
-	done   map[string]bool
+	// unchanged, when set, says a regular file is the same as in the baseline
+	// without reading it (scan staging's stat index).
+	unchanged func(rel string, fi fs.FileInfo) bool
+	diff      wire.Diff
+	done      map[string]bool
 }
 
 func newWSDiffer(cur, base string, scan bool) *wsDiffer {
@@ -88,6 +91,9 @@ func (w *wsDiffer) path(rel string) error {
 		if cl != bl {
 			return w.written(rel, ci)
 		}
+		return nil
+	}
+	if w.unchanged != nil && w.unchanged(rel, ci) && diffMode(ci.Mode()) == diffMode(bi.Mode()) {
 		return nil
 	}
 	same, err := sameContent(filepath.Join(w.cur, rel), filepath.Join(w.base, rel), ci, bi)

@@ -1,0 +1,52 @@
+package guest
+
+import (
+	"io/fs"
+	"path/filepath"
+	"time"
+)
+
+// statKey is what a file's stat must still say for it to count as unchanged.
+// mtime and ctime both move on any write (ctime even when mtime is set back by
+// hand), and inode and size catch replacement by rename.
+type statKey struct {
+	size  int64
+	mtime time.Time
+	ctime int64
+	ino   uint64
+	mode  fs.FileMode
+}
+
+// statIndex maps workspace-relative paths of regular files to their stat as of
+// the baseline, taken at built.
+type statIndex struct {
+	built time.Time
+	files map[string]statKey
+}
+
+// racyWindow: timestamps move in coarse kernel ticks, so a file written within
+// this long before the index was taken could be written again without its stat
+// changing. Such entries are always compared by content (git's "racy" rule).
+const racyWindow = time.Second
+
+func buildStatIndex(root string) (statIndex, error) {
+	idx := statIndex{built: time.Now(), files: map[string]statKey{}}
+	err := filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
+		if err != nil || !d.Type().IsRegular() {
+			return err
+		}
+		fi, err := d.Info()
+		if err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel(root, p)
+		idx.files[filepath.ToSlash(rel)] = keyOf(fi)
+		return nil
+	})
+	return idx, err
+}
+
+func (idx statIndex) unchanged(rel string, fi fs.FileInfo) bool {
+	k, ok := idx.files[rel]
+	return ok && k == keyOf(fi) && k.mtime.Before(idx.built.Add(-racyWindow))
+}
