@@ -9,7 +9,6 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
-	"slices"
 	"strings"
 	"testing"
 
@@ -334,14 +333,4 @@ func checkChanges(t testing.TB, lower string, got []dryexec.FileChange, want []w
 			}
 		}
 	}
-}
-
-// paths lists the relative paths in cs.
-func paths(lower string, cs []dryexec.FileChange) []string {
-	var out []string
-	for _, c := range cs {
-		out = append(out, strings.TrimPrefix(c.Path, lower+"/"))
-	}
-	slices.Sort(out)
-	return out
 }
