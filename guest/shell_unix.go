@@ -25,6 +25,9 @@ const oNoFollow = syscall.O_NOFOLLOW
 type shellState struct {
 	cwd string
 	env []string
+	// dropped holds the warnings for variables the last exec exported but which
+	// were too large to keep; the next exec (the first without them) reports them.
+	dropped []string
 }
 
 // Environment limits: the kernel refuses an execve whose single string exceeds
@@ -36,11 +39,19 @@ const (
 )
 
 // shellWrapper runs the command with `eval` in a shell that first goes to the
-// saved cwd, and on any exit (also a failure, also an explicit `exit`) writes its
-// cwd and exported environment to fd 3, NUL-separated.
-const shellWrapper = `__dx_save() { __dx_rc=$?; { pwd -P; printf '\0'; env -0; } >&3 2>/dev/null; exit $__dx_rc; }
+// saved cwd, and on any exit (also a failure, also an explicit `exit`) writes to
+// fd 3: the names of exported variables too large for execve (which it unexports,
+// since while they are exported no program can be started, `env` included), a
+// newline, its cwd (the workspace if the cwd was removed), NUL, and its exported
+// environment, NUL-separated. Only builtins run before `env -0`.
+const shellWrapper = `__dx_save() { __dx_rc=$?
+__dx_big=$(export -p | while IFS= read -r __dx_l; do case $__dx_l in "export "*=*) __dx_n=${__dx_l#export }; __dx_n=${__dx_n%%=*}; eval "__dx_v=\${$__dx_n-}"; [ ${#__dx_v} -gt 131000 ] && printf '%s ' "$__dx_n";; esac; done)
+for __dx_n in $__dx_big; do unset "$__dx_n"; done
+{ printf '%s\n' "$__dx_big"; pwd -P 2>/dev/null || printf '%s\n' "$__dx_ws"; printf '\0'; env -0; } >&3 2>/dev/null
+exit $__dx_rc; }
 trap __dx_save EXIT
-cd -- "$1" 2>/dev/null || cd -- "$2" || exit 126
+__dx_ws=$2
+{ [ -n "$1" ] && cd -- "$1"; } 2>/dev/null || cd -- "$2" || exit 126
 __dx_cmd=$3
 set --
 eval "$__dx_cmd"`
@@ -65,13 +76,18 @@ func boundedEnv(env []string) ([]string, []string) {
 	return out, warnings
 }
 
-// parseState reads what the wrapper wrote: cwd, NUL, then NUL-separated env.
-func parseState(b []byte) (string, []string, bool) {
-	cwd, rest, ok := bytes.Cut(b, []byte{0})
+// parseState reads what the wrapper wrote: dropped names, newline, cwd, NUL,
+// then NUL-separated env.
+func parseState(b []byte) (dropped []string, cwd string, env []string, ok bool) {
+	big, b, ok := bytes.Cut(b, []byte{'\n'})
 	if !ok {
-		return "", nil, false
+		return nil, "", nil, false
 	}
-	var env []string
+	dropped = strings.Fields(string(big))
+	c, rest, ok := bytes.Cut(b, []byte{0})
+	if !ok {
+		return nil, "", nil, false
+	}
 	for _, kv := range bytes.Split(rest, []byte{0}) {
 		s := string(kv)
 		k, _, ok := strings.Cut(s, "=")
@@ -81,7 +97,7 @@ func parseState(b []byte) (string, []string, bool) {
 		env = append(env, s)
 	}
 	sort.Strings(env)
-	return strings.TrimSuffix(string(cwd), "\n"), env, true
+	return dropped, strings.TrimSuffix(string(c), "\n"), env, true
 }
 
 // transcript merges stdout and stderr in the order they arrive, bounded.
@@ -106,7 +122,8 @@ func (w streamWriter) Write(p []byte) (int, error) {
 func (s *session) execShell(ctx context.Context, req *wire.ExecShell) *wire.ShellResult {
 	res := &wire.ShellResult{}
 	env, warnings := boundedEnv(s.shell.env)
-	res.Warnings = warnings
+	res.Warnings = append(s.shell.dropped, warnings...)
+	s.shell.dropped = nil
 	stateR, stateW, err := os.Pipe()
 	if err != nil {
 		res.ExitCode, res.Stderr = 126, err.Error()
@@ -182,8 +199,14 @@ func (s *session) execShell(ctx context.Context, req *wire.ExecShell) *wire.Shel
 		<-stateDone
 	}
 	if !res.TimedOut {
-		if cwd, newEnv, ok := parseState(state); ok {
+		if dropped, cwd, newEnv, ok := parseState(state); ok {
+			if cwd == "" {
+				cwd = s.ws
+			}
 			s.shell.cwd, s.shell.env = cwd, newEnv
+			for _, k := range dropped {
+				s.shell.dropped = append(s.shell.dropped, fmt.Sprintf("environment variable %s dropped: more than the %d bytes an exec allows", k, maxEnvVar))
+			}
 		}
 	}
 	res.Cwd = s.shell.cwd

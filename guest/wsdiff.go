@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"syscall"
 
 	"github.com/dryexec/dryexec/wire"
 )
@@ -51,10 +52,11 @@ func (w *wsDiffer) path(rel string) error {
 	w.done[rel] = true
 	ci, cerr := os.Lstat(filepath.Join(w.cur, rel))
 	bi, berr := os.Lstat(filepath.Join(w.base, rel))
-	if cerr != nil && !errors.Is(cerr, fs.ErrNotExist) {
+	// A parent that is a file on one side (ENOTDIR) means the path is absent there.
+	if cerr != nil && !errors.Is(cerr, fs.ErrNotExist) && !errors.Is(cerr, syscall.ENOTDIR) {
 		return cerr
 	}
-	if berr != nil && !errors.Is(berr, fs.ErrNotExist) {
+	if berr != nil && !errors.Is(berr, fs.ErrNotExist) && !errors.Is(berr, syscall.ENOTDIR) {
 		return berr
 	}
 	cur, base := cerr == nil, berr == nil
