@@ -90,7 +90,27 @@ func (s *session) handle(ctx context.Context, f *wire.Frame) (any, [][]byte, err
 		if err := f.Decode(&req); err != nil {
 			return nil, nil, err
 		}
-		return s.execShell(ctx, &req), nil, nil
+		// A result can exceed a frame header (transcript, stdout and stderr
+		// are each up to OutputCap): it may ride as attachments.
+		body, bin, err := EncodeBody(s.execShell(ctx, &req))
+		if err != nil {
+			return nil, nil, remote("exec_shell", "encoding the result: %v", err)
+		}
+		return body, bin, nil
+	case wire.VerbExecPython:
+		var req wire.ExecPython
+		if err := DecodeBody(f, &req, false); err != nil {
+			return nil, nil, err
+		}
+		res, err := s.execPython(ctx, &req)
+		if err != nil {
+			return nil, nil, err
+		}
+		body, bin, err := encodeResult(res)
+		if err != nil {
+			return nil, nil, remote("exec_python", "encoding the result: %v", err)
+		}
+		return body, bin, nil
 	case wire.VerbPullDiff:
 		var req wire.PullDiff
 		if err := f.Decode(&req); err != nil {

@@ -3,6 +3,61 @@
 // out). It starts the guest supervisor on a rung (host: a plain subprocess with a
 // scan-staged workspace in a temp dir; ns: Linux namespaces with an overlay-staged
 // workspace) and speaks package wire to it.
+//
+// # Python
+//
+// Session.Python runs code in a fresh interpreter in the sandbox (the guest's
+// runner, /usr/bin/python3 preferred), in the shell's cwd and environment, over
+// the same files. Inputs are globals; a trailing expression's value is echoed
+// to the transcript (not for statements or None); print calls become entries
+// (type names, full length in UTF-8 bytes, text capped at 64 KiB, 1000 entries
+// and 1 MiB in all, the rest counted in prints_dropped) while the transcript
+// (stdout and stderr merged, its tail bounded by Options.OutputCap) stays
+// exact. Top-level bindings come back as outputs through the tagged codec
+// (wire.Value: json, bytes, or file — a pathlib.Path, relative to the workspace
+// when inside it); other values are listed in outputs_skipped by type name;
+// names starting with "_", modules, functions, classes and the injected
+// helpers are not outputs. Nothing is pickled anywhere.
+//
+// The code sees three helpers as globals:
+//
+//   - cache: the session's Cache, dict-like (cache[k], cache.get(k), k in
+//     cache, cache.keys(), cache[k] = bytes|str, del cache[k]); str keys, bytes
+//     values. An exec's writes and deletes are visible to its own reads and
+//     reach the host only if it succeeds. Options.CacheReadOnly refuses writes
+//     (PermissionError in Python).
+//   - emit(name, value): an event for the host, delivered in order to
+//     Session.Emits and Options.OnEmit, kept even if the exec fails. A value
+//     the codec cannot carry is a TypeError in Python; nothing is sent.
+//   - host: proxies for host objects, host.db or host.get("db").
+//
+// # Host objects
+//
+// Options.HostObjects registers Go values by name; Python calls their methods
+// through a proxy (host.db.query(1, "x")), and each call is decided on the
+// host, never in the sandbox:
+//
+//   - Every registered object needs an entry in Options.Allow listing the
+//     methods that may be called; a missing entry, an entry for an object that
+//     is not registered, a "*" anywhere, or a listed method that does not exist
+//     or whose signature the codec cannot carry makes Open fail. An empty list
+//     is allowed (nothing callable).
+//   - A name is matched with its first letter upper-cased: "query" in Allow and
+//     db.query in Python both mean the Go method Query.
+//   - A call to a method not listed, to a name starting with "_" (even if
+//     listed), or to an object that is not registered is refused with a
+//     *wire.RemoteError of code "permission", which Python raises as
+//     PermissionError.
+//   - Methods are called by reflection: an optional first context.Context
+//     parameter (cancelled when the session closes), then positional
+//     parameters, each JSON-representable or []byte (a bytes value; a file
+//     value passes its path to a string), optionally variadic; results (), (T),
+//     (error) or (T, error), T JSON-representable or []byte. A returned error
+//     or a panic is raised in Python as RuntimeError, a wrong argument as
+//     TypeError. Keyword arguments are refused.
+//   - Methods and OnEmit run while the exec waits for them: they may use the
+//     Cache and Emits, but must not call the Session's guest methods (Shell,
+//     Python, Diff, …), which wait for the exec to end.
 package session
 
 import (
@@ -20,6 +75,7 @@ import (
 	"time"
 
 	"github.com/dryexec/dryexec"
+	"github.com/dryexec/dryexec/guest"
 	"github.com/dryexec/dryexec/wire"
 )
 
@@ -40,6 +96,18 @@ type Options struct {
 	GuestExe string
 	// Log receives debug records; nil logs nothing.
 	Log *slog.Logger
+
+	// CacheReadOnly refuses the sandbox's cache writes and deletes (Go callers
+	// may still change the cache).
+	CacheReadOnly bool
+	// OnEmit, if not nil, is called with each event as it arrives, in order,
+	// while the exec that emitted it waits (see the package comment).
+	OnEmit func(wire.Emit)
+	// HostObjects are Go values the sandbox's Python may call by name, within
+	// Allow (see the package comment).
+	HostObjects map[string]any
+	// Allow maps each host object to the methods that may be called.
+	Allow map[string][]string
 }
 
 // Session is one live sandbox. Its methods may be called from several
@@ -54,6 +122,21 @@ type Session struct {
 
 	closeOnce sync.Once
 	runErr    chan error // the peer's Run result
+
+	cache       *Cache
+	hostObjects map[string]*hostObject // read-only after Open
+	// hostCtx is handed to host-object methods; cancelled by Close.
+	hostCtx    context.Context
+	hostCancel context.CancelFunc
+
+	pyMu sync.Mutex // one Python exec at a time from this host; guards pyAbandoned
+	// pyAbandoned: a Python call returned before the guest answered it.
+	pyAbandoned bool
+
+	emitMu    sync.Mutex // guards the fields below; held across OnEmit
+	emits     []wire.Emit
+	emitBytes int
+	onEmit    func(wire.Emit)
 }
 
 // Open starts a session.
@@ -64,12 +147,18 @@ func Open(ctx context.Context, opt Options) (*Session, error) {
 	if opt.OutputCap <= 0 {
 		opt.OutputCap = dryexec.DefaultOutputCap
 	}
+	hostObjects, err := newHostObjects(opt.HostObjects, opt.Allow)
+	if err != nil {
+		return nil, err
+	}
 	ctrlFile, guestFile, err := socketPair()
 	if err != nil {
 		return nil, err
 	}
 	defer guestFile.Close()
-	s := &Session{rung: opt.Rung, ctrl: ctrlFile, runErr: make(chan error, 1)}
+	s := &Session{rung: opt.Rung, ctrl: ctrlFile, runErr: make(chan error, 1),
+		cache: newCache(opt.CacheReadOnly), hostObjects: hostObjects, onEmit: opt.OnEmit}
+	s.hostCtx, s.hostCancel = context.WithCancel(context.Background())
 	start := wire.SessionStart{Rung: opt.Rung, Workspace: opt.Workspace, OutputCap: opt.OutputCap}
 	switch opt.Rung {
 	case "host":
@@ -128,9 +217,24 @@ func Open(ctx context.Context, opt Options) (*Session, error) {
 	return s, nil
 }
 
-// serveGuest answers the guest's calls (cache, host objects, events).
+// serveGuest answers the guest's calls (cache, host objects, events). They
+// arrive while a Python exec is outstanding (each in its own goroutine, see
+// wire.Peer), so nothing here waits for the guest; a call outside an exec is
+// refused.
 func (s *Session) serveGuest(ctx context.Context, f *wire.Frame) (any, [][]byte, error) {
-	return nil, nil, &wire.RemoteError{Code: "unsupported", Message: f.Verb + " is not available in this session"}
+	switch f.Verb {
+	case wire.VerbCacheGet, wire.VerbCacheKeys, wire.VerbCacheSet, wire.VerbCacheDel:
+		return s.cache.serve(ctx, f)
+	case wire.VerbHostCall, wire.VerbEmit:
+		if !s.cache.running() {
+			return nil, nil, remoteErr("no_exec", "%s outside an exec", f.Verb)
+		}
+		if f.Verb == wire.VerbEmit {
+			return s.serveEmit(f)
+		}
+		return s.serveHostCall(f)
+	}
+	return nil, nil, remoteErr("unsupported", "%s is not available in this session", f.Verb)
 }
 
 // call makes one request; a broken stream is ErrSessionLost.
@@ -163,7 +267,7 @@ func (s *Session) Shell(ctx context.Context, command string, timeout time.Durati
 		return nil, err
 	}
 	var r wire.ShellResult
-	return &r, f.Decode(&r)
+	return &r, guest.DecodeBody(f, &r, false)
 }
 
 // Diff is the workspace's changes since the baseline.
@@ -330,6 +434,7 @@ func writeTar(w io.Writer, dir string) error {
 // Close shuts the guest down and removes what the session kept on the host.
 func (s *Session) Close() error {
 	s.closeOnce.Do(func() {
+		s.hostCancel()
 		if s.peer != nil {
 			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 			s.peer.Call(ctx, wire.VerbShutdown, nil)
