@@ -291,12 +291,6 @@ var diffCases = []conformanceCase{
 }
 
 // skipBug marks a case that fails because of a known bug (see the message).
-func skipBug(msg string, fn func(t *testing.T, open opener)) func(t *testing.T, open opener) {
-	return func(t *testing.T, open opener) {
-		t.Skip(msg)
-		fn(t, open)
-	}
-}
 
 func commonPrefix(a, b []byte) int {
 	n := 0

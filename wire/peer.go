@@ -105,7 +105,11 @@ func (p *Peer) serve(ctx context.Context, f *Frame) {
 		p.conn.Send(KindErr, f.Verb, f.ID, err)
 		return
 	}
-	p.conn.Send(KindResp, f.Verb, f.ID, body, bin...)
+	if serr := p.conn.Send(KindResp, f.Verb, f.ID, body, bin...); serr != nil && errors.Is(serr, ErrProtocol) {
+		// The answer cannot be framed (too large): the caller must still get
+		// one, or it would wait forever.
+		p.conn.Send(KindErr, f.Verb, f.ID, &RemoteError{Code: "too_large", Message: serr.Error()})
+	}
 }
 
 func (p *Peer) fail(err error) {

@@ -2,6 +2,7 @@ package wire
 
 import (
 	"bytes"
+	"context"
 	"encoding/binary"
 	"encoding/json"
 	"errors"
@@ -13,6 +14,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 )
 
 // rw joins a reader and a writer into the io.ReadWriter NewConn wants.
@@ -972,5 +974,26 @@ func BenchmarkRoundTrip(b *testing.B) {
 				}
 			})
 		}
+	}
+}
+
+// A handler whose answer is too large to frame must still answer: the caller
+// gets a RemoteError instead of waiting forever.
+func TestPeerOversizedAnswerIsAnError(t *testing.T) {
+	a, b := net.Pipe()
+	defer a.Close()
+	defer b.Close()
+	server := NewPeer(NewConn(a), func(ctx context.Context, f *Frame) (any, [][]byte, error) {
+		return map[string]string{"big": strings.Repeat("x", MaxHeader)}, nil, nil
+	})
+	client := NewPeer(NewConn(b), nil)
+	go server.Run(context.Background())
+	go client.Run(context.Background())
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	_, err := client.Call(ctx, "big", nil)
+	var re *RemoteError
+	if !errors.As(err, &re) || re.Code != "too_large" {
+		t.Fatalf("got %v, want a too_large RemoteError", err)
 	}
 }
