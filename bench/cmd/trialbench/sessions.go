@@ -77,6 +77,13 @@ func sessionCandidates(ctx context.Context, bs *benchSessions, treeFiles int, ru
 				return shell(s, "true")
 			}},
 			candidate{rung + ": exec_shell(true) round trip", func() error { return shell(bs.plain[rung], "true") }},
+			candidate{rung + ": exec_python(1+1) round trip", func() error {
+				r, err := bs.plain[rung].Python(ctx, "1+1", nil, time.Minute)
+				if err == nil && !r.OK {
+					err = fmt.Errorf("python: %+v", r.Error)
+				}
+				return err
+			}},
 			candidate{fmt.Sprintf("%s: diff, 1 change in a %d-file workspace", rung, treeFiles), func() error {
 				if err := shell(bs.big[rung], "echo $RANDOM > d0/f0"); err != nil {
 					return err
