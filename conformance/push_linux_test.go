@@ -142,7 +142,6 @@ var pushCases = []conformanceCase{
 	// (tar -cf x.tar a/b/c, Python's tarfile.add of files): the parents are
 	// created.
 	{"pushtar_implied_parents", func(t *testing.T, open opener) {
-		t.Skip("BUG: push_tree refuses a tar whose file comes without its parent directories' entries (\"lstat <baseline>/implied: no such file or directory\"): extractTar's noSymlinkParents runs before the MkdirAll meant to create them (guest/session.go)")
 		s := openDefault(t, open)
 		err := s.PushTar(ctx(t), bytes.NewReader(makeTar(t,
 			tarEntry{name: "implied/parents/f", data: "f"},
@@ -176,40 +175,37 @@ var pushCases = []conformanceCase{
 	// refused with an error. The workspace is then cleanly empty: no files, an
 	// empty baseline, a working session; and nothing was written outside.
 	{"pushtar_refuses_unsafe_trees", func(t *testing.T, open opener) {
-		const acceptedBug = "BUG: push_tree accepts an entry naming \"..\" or an absolute path instead of refusing the tree: extractTar rewrites it (path.Clean(\"/\"+name)) to a path inside the workspace (guest/session.go)"
-		const hostStateBug = "BUG: host rung: a refused push leaves the old workspace in place (files, cwd) over an emptied baseline, so Diff reports the whole old tree as new; ns leaves it cleanly empty (guest/session.go scanStaging.replace)"
 		for _, c := range []struct {
 			name    string
 			entries func(out string) []tarEntry
-			bug     string // a known bug makes the tree accepted
 		}{
 			{"dotdot", func(string) []tarEntry {
 				return []tarEntry{{name: "ok.txt", data: "ok"}, {name: "../escape", data: "x"}}
-			}, acceptedBug},
+			}},
 			{"dotdot_inside", func(string) []tarEntry {
 				return []tarEntry{{name: "ok.txt", data: "ok"}, {name: "a/../../escape", data: "x"}}
-			}, acceptedBug},
+			}},
 			{"absolute", func(string) []tarEntry {
 				return []tarEntry{{name: "ok.txt", data: "ok"}, {name: "/dryexec-conformance-abs-escape", data: "x"}}
-			}, acceptedBug},
+			}},
 			{"absolute_nested", func(string) []tarEntry {
 				return []tarEntry{{name: "ok.txt", data: "ok"}, {name: "tmp/", typ: tar.TypeDir, mode: 0o755}, {name: "/tmp/dryexec-conformance-abs-escape", data: "x"}}
-			}, acceptedBug},
+			}},
 			{"symlink_then_file_through_it", func(out string) []tarEntry {
 				return []tarEntry{{name: "ok.txt", data: "ok"}, {name: "l", typ: tar.TypeSymlink, link: out}, {name: "l/escape", data: "x"}}
-			}, ""},
+			}},
 			{"relative_symlink_then_file_through_it", func(string) []tarEntry {
 				return []tarEntry{{name: "ok.txt", data: "ok"}, {name: "l", typ: tar.TypeSymlink, link: ".."}, {name: "l/escape", data: "x"}}
-			}, ""},
+			}},
 			{"symlink_then_file_over_it", func(out string) []tarEntry {
 				return []tarEntry{{name: "ok.txt", data: "ok"}, {name: "l", typ: tar.TypeSymlink, link: filepath.Join(out, "escape")}, {name: "l", data: "x"}}
-			}, ""},
+			}},
 			{"hardlink", func(string) []tarEntry {
 				return []tarEntry{{name: "ok.txt", data: "ok"}, {name: "hl", typ: tar.TypeLink, link: "/etc/passwd"}}
-			}, ""},
+			}},
 			{"char_device", func(string) []tarEntry {
 				return []tarEntry{{name: "ok.txt", data: "ok"}, {name: "null", typ: tar.TypeChar}}
-			}, ""},
+			}},
 		} {
 			t.Run(c.name, func(t *testing.T) {
 				out := t.TempDir()
@@ -230,14 +226,8 @@ var pushCases = []conformanceCase{
 						t.Errorf("written outside the workspace, on the host: %s", p)
 					}
 				}
-				if c.bug != "" {
-					t.Skip(c.bug)
-				}
 				if err == nil {
 					t.Fatalf("PushTar accepted the tree")
-				}
-				if rungOf(s) == "host" {
-					t.Skip(hostStateBug)
 				}
 				// Cleanly empty, and working.
 				wantOut(t, s, `pwd; ls -A "$HOME" | wc -l`, ws+"\n0\n")

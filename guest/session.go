@@ -11,6 +11,7 @@ import (
 	"os"
 	"path"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 
@@ -158,10 +159,10 @@ func (s *session) handle(ctx context.Context, f *wire.Frame) (any, [][]byte, err
 		}
 		err := s.st.replace(s.push)
 		s.push = nil
+		s.shell.cwd = s.ws
 		if err != nil {
 			return nil, nil, remote("push_tree", "%v", err)
 		}
-		s.shell.cwd = s.ws
 		return nil, nil, nil
 	case wire.VerbShutdown:
 		s.close()
@@ -206,13 +207,17 @@ func checkWSPath(p string) error {
 }
 
 // noSymlinkParents fails when a directory on the way from root to rel is a
-// symlink (or not a directory).
+// symlink (or not a directory). Components that do not exist yet are fine: they
+// will be created as real directories.
 func noSymlinkParents(root, rel string) error {
 	dir := root
 	parts := strings.Split(rel, "/")
 	for _, c := range parts[:len(parts)-1] {
 		dir = filepath.Join(dir, c)
 		fi, err := os.Lstat(dir)
+		if errors.Is(err, fs.ErrNotExist) {
+			return nil
+		}
 		if err != nil {
 			return err
 		}
@@ -234,6 +239,11 @@ func extractTar(r io.Reader, dir string) error {
 		}
 		if err != nil {
 			return fmt.Errorf("reading tree: %w", err)
+		}
+		// Refuse rather than rewrite: a tree naming ".." or an absolute path
+		// was not made from a directory, and silently relocating it would hide that.
+		if strings.HasPrefix(h.Name, "/") || slices.Contains(strings.Split(h.Name, "/"), "..") {
+			return fmt.Errorf("tree entry %q leaves the workspace", h.Name)
 		}
 		name := strings.TrimSuffix(strings.TrimPrefix(path.Clean("/"+h.Name), "/"), "/")
 		if name == "" {
@@ -407,7 +417,9 @@ func (st *scanStaging) replace(r io.Reader) error {
 		return err
 	}
 	if err := extractTar(r, st.base); err != nil {
+		// Like the overlay staging: a refused tree leaves an empty workspace.
 		clearDir(st.base)
+		st.reset()
 		return err
 	}
 	return st.reset()
