@@ -133,9 +133,6 @@ var lifecycleCases = []conformanceCase{
 		}
 		s.Close()
 		if left := waitNoProcess(marker); len(left) > 0 {
-			if rungOf(s) == "host" {
-				t.Skipf("BUG: host rung: when the guest dies mid-exec, the exec's processes (own session, no parent-death signal) keep running on the host: %v (guest/session_linux.go execAttr)", left)
-			}
 			t.Fatalf("the exec's processes outlived the guest: %v", left)
 		}
 	}},
@@ -167,9 +164,6 @@ var lifecycleCases = []conformanceCase{
 			t.Errorf("guests left after Close: %v", pids)
 		}
 		if left := waitNoProcess(marker); len(left) > 0 {
-			if rungOf(s) == "host" {
-				t.Skipf("BUG: host rung: Close during an exec kills the guest but leaves the exec's processes running on the host: %v (guest/session_linux.go execAttr, session.Close)", left)
-			}
 			t.Fatalf("the exec's processes outlived Close: %v", left)
 		}
 	}},

@@ -164,6 +164,7 @@ func (s *session) execPython(ctx context.Context, req *wire.ExecPython) (*wire.P
 		return nil, remote("exec_python", "starting %s: %v", py, err)
 	}
 	pid := cmd.Process.Pid
+	s.announce(pid)
 	execCtx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	x := &pyExec{

@@ -150,6 +150,7 @@ func (s *session) execShell(ctx context.Context, req *wire.ExecShell) *wire.Shel
 		return res
 	}
 	stateW.Close()
+	s.announce(cmd.Process.Pid)
 	var state []byte
 	stateDone := make(chan struct{})
 	go func() {
@@ -230,4 +231,12 @@ func pythonPath() string {
 		return p
 	}
 	return ""
+}
+
+// announce tells the host, on the host rung, which process leads the exec's
+// session, so that it can be killed if the guest dies mid-exec.
+func (s *session) announce(pid int) {
+	if s.cfg.Rung == "host" && s.peer != nil {
+		s.peer.Notify(wire.VerbExecStarted, &wire.ExecStarted{PID: pid})
+	}
 }

@@ -133,6 +133,9 @@ type Session struct {
 	// pyAbandoned: a Python call returned before the guest answered it.
 	pyAbandoned bool
 
+	execMu  sync.Mutex // guards execSID
+	execSID int        // host rung: session id of the exec in progress (0: none known)
+
 	emitMu    sync.Mutex // guards the fields below; held across OnEmit
 	emits     []wire.Emit
 	emitBytes int
@@ -204,7 +207,13 @@ func Open(ctx context.Context, opt Options) (*Session, error) {
 		return nil, fmt.Errorf("%w: no hello from the session guest: %v", dryexec.ErrGuest, err)
 	}
 	s.peer = wire.NewPeer(conn, s.serveGuest)
-	go func() { s.runErr <- s.peer.Run(context.Background()) }()
+	go func() {
+		err := s.peer.Run(context.Background())
+		// The guest is gone (closed or killed): on the host rung, nothing
+		// else would stop what its last exec started.
+		s.killExec()
+		s.runErr <- err
+	}()
 	f, err := s.call(ctx, wire.VerbSessionStart, &start)
 	if err != nil {
 		s.Close()
@@ -223,6 +232,15 @@ func Open(ctx context.Context, opt Options) (*Session, error) {
 // refused.
 func (s *Session) serveGuest(ctx context.Context, f *wire.Frame) (any, [][]byte, error) {
 	switch f.Verb {
+	case wire.VerbExecStarted:
+		var es wire.ExecStarted
+		if err := f.Decode(&es); err != nil || es.PID <= 1 {
+			return nil, nil, remoteErr("protocol", "bad exec.started")
+		}
+		s.execMu.Lock()
+		s.execSID = es.PID
+		s.execMu.Unlock()
+		return nil, nil, nil
 	case wire.VerbCacheGet, wire.VerbCacheKeys, wire.VerbCacheSet, wire.VerbCacheDel:
 		return s.cache.serve(ctx, f)
 	case wire.VerbHostCall, wire.VerbEmit:
@@ -451,6 +469,18 @@ func (s *Session) Close() error {
 		s.cleanupTmp()
 	})
 	return nil
+}
+
+// killExec kills every process in the session of the last exec the host rung's
+// guest started (the ns rung's pid namespace needs no help).
+func (s *Session) killExec() {
+	s.execMu.Lock()
+	sid := s.execSID
+	s.execSID = 0
+	s.execMu.Unlock()
+	if sid > 1 && s.rung == "host" {
+		killSession(sid)
+	}
 }
 
 func (s *Session) cleanupTmp() {

@@ -1,8 +1,11 @@
 package session
 
 import (
+	"bytes"
 	"os"
 	"os/exec"
+	"strconv"
+	"strings"
 	"syscall"
 
 	"golang.org/x/sys/unix"
@@ -50,4 +53,36 @@ func startNSGuest(exe string, ctrl *os.File, start *wire.SessionStart) (*exec.Cm
 	start.Rootless, start.CommandUserNS = os.Getuid() != 0, true
 	start.CommandUID, start.CommandGID = os.Getuid(), os.Getgid()
 	return r.StartGuest(guest.RoleSession, []*os.File{ctrl})
+}
+
+// killSession SIGKILLs every process whose session id is sid, until none is left
+// (a process may fork while being killed; a few rounds catch that).
+func killSession(sid int) {
+	for round := 0; round < 5; round++ {
+		found := false
+		ents, _ := os.ReadDir("/proc")
+		for _, e := range ents {
+			pid, err := strconv.Atoi(e.Name())
+			if err != nil {
+				continue
+			}
+			b, err := os.ReadFile("/proc/" + e.Name() + "/stat")
+			if err != nil {
+				continue
+			}
+			// Fields after the command name in parentheses: state ppid pgrp session …
+			i := bytes.LastIndexByte(b, ')')
+			if i < 0 {
+				continue
+			}
+			f := strings.Fields(string(b[i+1:]))
+			if len(f) > 3 && f[3] == strconv.Itoa(sid) {
+				unix.Kill(pid, unix.SIGKILL)
+				found = true
+			}
+		}
+		if !found {
+			return
+		}
+	}
 }

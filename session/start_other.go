@@ -41,3 +41,6 @@ func startHostGuest(exe string, ctrl *os.File) (*exec.Cmd, error) {
 func startNSGuest(exe string, ctrl *os.File, start *wire.SessionStart) (*exec.Cmd, error) {
 	return nil, &dryexec.IsolationUnavailableError{Rung: "ns", Missing: "Linux namespaces (this is not Linux)"}
 }
+
+// killSession kills the exec's process group (its session leader's group).
+func killSession(sid int) { syscall.Kill(-sid, syscall.SIGKILL) }

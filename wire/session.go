@@ -194,3 +194,13 @@ const (
 	VerbPushData  = "push_tree.data"
 	VerbPushEnd   = "push_tree.end"
 )
+
+// VerbExecStarted (guest→host event, host rung only) names the process an exec
+// started, the leader of its own session: the host kills that session if the
+// guest dies or is closed mid-exec, since nothing else there would.
+const VerbExecStarted = "exec.started"
+
+// ExecStarted is the body of exec.started.
+type ExecStarted struct {
+	PID int `json:"pid"`
+}
