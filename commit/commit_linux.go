@@ -8,7 +8,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"log/slog"
 	"os"
 	"path"
 	"slices"
@@ -19,32 +18,6 @@ import (
 
 	"github.com/dryexec/dryexec"
 )
-
-// Options is one commit's input.
-type Options struct {
-	// Paths selects what to commit: absolute host paths; a directory selects
-	// everything beneath it. Empty commits every change.
-	Paths []string
-	// Force commits over conflicts at every path; ForcePaths only at and beneath
-	// the paths named. Forcing reaches the trial's state from the host's: the
-	// removal of something already gone is skipped, a modify of a deleted file
-	// creates it, a create over a host's new file or symlink replaces it, a
-	// mkdir over a host's new dir keeps that dir. A path whose kind changed
-	// (a file where the trial had a dir, or the reverse) is never forced, nor
-	// one that leads through a symlink.
-	Force      bool
-	ForcePaths []string
-	// OpenBlob opens the stored content whose sha256 is sha.
-	OpenBlob func(sha string) (io.ReadCloser, error)
-	// JournalDir holds the journal while a commit is in flight. The caller holds
-	// the lock that keeps Recover and other commits out of it.
-	JournalDir string
-	// Hook, when set, is called at every numbered point of the commit; tests
-	// kill the process there to prove crash safety.
-	Hook func(point int)
-	// Log receives debug records; nil logs nothing.
-	Log *slog.Logger
-}
 
 // Apply commits the selected changes of d to the host, or changes nothing and
 // returns an error (a *dryexec.CommitConflictError when the host moved on).

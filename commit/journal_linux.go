@@ -74,14 +74,6 @@ func syncDir(dir string) error {
 	return d.Sync()
 }
 
-// Recovered says what Recover did with one journal.
-type Recovered struct {
-	Trial string
-	// Committed: the commit had applied every step and was finished; false: it
-	// was rolled back and the host is as it was before it.
-	Committed bool
-}
-
 // Recover finishes or rolls back every commit a crash left in dir. The caller
 // must hold the lock that keeps commits out while it runs.
 func Recover(dir string) ([]Recovered, error) {
