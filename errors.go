@@ -10,8 +10,6 @@ import (
 var (
 	// ErrIsolationUnavailable: the host cannot provide a rung. Nothing falls back.
 	ErrIsolationUnavailable = errors.New("isolation unavailable")
-	// ErrCommandNotFound: the action's argv[0] does not resolve in the sandbox view.
-	ErrCommandNotFound = errors.New("command not found")
 	// ErrBadAction: the action is malformed (empty argv, relative or missing cwd, …).
 	ErrBadAction = errors.New("bad action")
 	// ErrTrialNotFound: no stored trial has that id.

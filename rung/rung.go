@@ -25,11 +25,11 @@ type Status struct {
 // Select returns the rung called name on this host, or an error that is an
 // *dryexec.IsolationUnavailableError when the host cannot run it. "best" picks the
 // strongest available rung. Nothing falls back silently.
-func Select(name string) (dryexec.Rung, error) {
+func Select(ctx context.Context, name string) (dryexec.Rung, error) {
 	if name == "best" {
 		for i := len(ladder) - 1; i >= 0; i-- {
 			r := build(ladder[i])
-			if r != nil && r.Available(context.Background()) == nil {
+			if r != nil && r.Available(ctx) == nil {
 				return r, nil
 			}
 		}
@@ -46,7 +46,7 @@ func Select(name string) (dryexec.Rung, error) {
 	if r == nil {
 		return nil, &dryexec.IsolationUnavailableError{Rung: name, Missing: "not implemented in this build yet"}
 	}
-	if err := r.Available(context.Background()); err != nil {
+	if err := r.Available(ctx); err != nil {
 		return nil, err
 	}
 	return r, nil

@@ -5,7 +5,6 @@ package wire
 // is outstanding; the host answers them on the same stream.
 const (
 	VerbPing       = "ping"
-	VerbPushTree   = "push_tree"  // attachments: a tar stream in chunks; replaces the workspace
 	VerbExecShell  = "exec_shell" // body: ExecShell → ShellResult
 	VerbExecPython = "exec_python"
 	VerbPullDiff   = "pull_diff" // body: PullDiff → Diff (file contents as attachments)
@@ -60,7 +59,8 @@ type ExecPython struct {
 type Value struct {
 	Type string `json:"type"` // json | bytes | file
 	JSON any    `json:"json,omitempty"`
-	// Bytes are base64 in JSON; large ones ride as attachments (Bin index).
+	// Bytes are base64 in JSON; a message too large for a frame header carries
+	// its whole body as attachments instead (see guest/body.go).
 	Bytes []byte `json:"bytes,omitempty"`
 	Path  string `json:"path,omitempty"` // file: a path inside the workspace
 }

@@ -41,7 +41,7 @@ func runCmd(env Env, code *int) *cobra.Command {
 		Short: "Run CMD in a trial, print what it would change, change nothing",
 		Args:  usage(cobra.MinimumNArgs(1)),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			r, err := rung.Select(rungName)
+			r, err := rung.Select(cmd.Context(), rungName)
 			if err != nil {
 				return err
 			}
