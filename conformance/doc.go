@@ -28,6 +28,8 @@
 //   - A timed-out exec reports exit 124 and TimedOut, kills its whole process
 //     group, and does not update the session's cwd or environment.
 //
-// The exec_python, cache, emit and host object cases live in python_linux_test.go
-// (another part of the work).
+// Groups: ping, shell, diff, push_tree, isolation, lifecycle, concurrency,
+// python (exec_python), cache (the session cache and emit), host_objects.
+// Only white-box tests of the host side (forged guest frames) and the ns
+// rung's own attack test stay in package session.
 package conformance

@@ -60,6 +60,8 @@ func TestConformance(t *testing.T) {
 		{"lifecycle", lifecycleCases},
 		{"concurrency", concurrencyCases},
 		{"python", pythonCases},
+		{"cache", cacheCases},
+		{"host_objects", hostObjectCases},
 	}
 	seen := map[string]bool{}
 	for _, g := range groups {

@@ -9,6 +9,14 @@ import (
 )
 
 var shellCases = []conformanceCase{
+	{"large_result_comes_back", func(t *testing.T, open opener) {
+		// A result larger than a frame's attachment (2 × 600 kB) is carried,
+		// not a hang or an error.
+		s := openDefault(t, open)
+		if out := run(t, s, `head -c 600000 /dev/zero | tr '\0' a`); out != strings.Repeat("a", 600000) {
+			t.Errorf("stdout of %d bytes", len(out))
+		}
+	}},
 	// ---- persistent state ----
 	{"cwd_persists", func(t *testing.T, open opener) {
 		s := openDefault(t, open)
