@@ -47,6 +47,10 @@ type StateDelta struct {
 	Totals     Totals         `json:"totals"`
 	Decision   Decision       `json:"decision"`
 	Receipt    Receipt        `json:"receipt"`
+	// Warnings say how this trial's containment fell short of what was asked
+	// (e.g. no cgroup limits could be set rootless) — facts about the sandbox,
+	// not something the command did; those are Violations.
+	Warnings []string `json:"warnings,omitempty"`
 }
 
 // Normalize makes the empty sections of d encode as [] rather than null, so that
@@ -162,7 +166,9 @@ type Memory struct {
 	Method       string `json:"method"`
 }
 
-// Violation is one thing the boundary refused.
+// Violation is one thing the boundary refused or saw. Kind is syscall, path,
+// network, limit (a cgroup or storage limit was hit) or secret (a masked
+// credential path was read).
 type Violation struct {
 	Kind   string `json:"kind"`
 	Detail string `json:"detail"`
