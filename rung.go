@@ -39,6 +39,13 @@ type TrialSpec struct {
 	DiffMaxBytes int64
 	// Blobs receives file contents; nil means contents are hashed but not kept.
 	Blobs BlobSink
+	// Limits bounds the trial's processes as a whole (zero fields: defaults).
+	Limits Limits
+	// Masks are extra host paths the sandbox sees empty (absolute, or "~/…");
+	// MaskPaths adds DefaultMasks beneath the caller's home unless
+	// NoDefaultMasks. Reading one is a {kind: secret} violation.
+	Masks          []string
+	NoDefaultMasks bool
 }
 
 // Defaults for TrialSpec's zero values.
