@@ -20,6 +20,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -34,8 +35,9 @@ func main() {
 	n := flag.Int("n", 40, "rounds (each candidate runs once per round)")
 	out := flag.String("out", "", "directory for the Markdown report (default: stdout only)")
 	files := flag.Int("tree", 100000, "files in the large tree of the diff benchmark")
+	only := flag.String("only", "", "comma-separated groups to run (trial, diff, sessions); default all")
 	flag.Parse()
-	if err := run(*n, *files, *out); err != nil {
+	if err := run(*n, *files, *out, *only); err != nil {
 		log.Fatal(err)
 	}
 }
@@ -47,6 +49,7 @@ type candidate struct {
 
 // group is one table: its candidates run interleaved; ratios are to base.
 type group struct {
+	key   string // what -only names
 	title string
 	base  int
 	cands []candidate
@@ -59,7 +62,7 @@ type result struct {
 
 func (r result) median() time.Duration { return r.durs[len(r.durs)/2] }
 
-func run(n, treeFiles int, outDir string) error {
+func run(n, treeFiles int, outDir, only string) error {
 	ctx := context.Background()
 	work, err := os.MkdirTemp("", "trialbench-")
 	if err != nil {
@@ -104,18 +107,25 @@ func run(n, treeFiles int, outDir string) error {
 	}
 	defer closeSessions()
 	groups := []group{
-		{"Cold trial of /bin/true vs baselines", 2, []candidate{
+		{"trial", "Cold trial of /bin/true vs baselines", 2, []candidate{
 			{"dryexec run -- /bin/true (CLI process, full delta)", cmd(bin, "run", "--no-store", "--json", "--", "/bin/true")},
 			{"Rung.Trial(/bin/true) in-process (library/daemon path)", func() error { t0 = time.Now(); return trial(traced, empty, "/bin/true") }},
 			{"bwrap --ro-bind / / --unshare-all --dev /dev --proc /proc /bin/true", cmd("bwrap", "--ro-bind", "/", "/", "--unshare-all", "--dev", "/dev", "--proc", "/proc", "/bin/true")},
 			{"unshare -m -p -f -i -u -n /bin/true", cmd("unshare", "-m", "-p", "-f", "-i", "-u", "-n", "/bin/true")},
 			{"fork+exec /bin/true", cmd("/bin/true")},
 		}},
-		{"Diff cost vs tree size (must be flat)", 0, []candidate{
+		{"diff", "Diff cost vs tree size (must be flat)", 0, []candidate{
 			{"trial writing 1 file, empty tree", func() error { return trial(plain, empty, "sh", "-c", "echo x > f") }},
 			{fmt.Sprintf("trial writing 1 file, %d-file tree", treeFiles), func() error { return trial(plain, tree, "sh", "-c", "echo x > d0/f") }},
 		}},
-		{"Sessions", 0, sessionCandidates(ctx, sess, treeFiles, func(argv ...string) error { return cmd(argv...)() })},
+		{"sessions", "Sessions", 0, sessionCandidates(ctx, sess, treeFiles, func(argv ...string) error { return cmd(argv...)() })},
+	}
+	if only != "" {
+		keep := strings.Split(only, ",")
+		groups = slices.DeleteFunc(groups, func(g group) bool { return !slices.Contains(keep, g.key) })
+		if len(groups) == 0 {
+			return fmt.Errorf("-only %q names no group (trial, diff, sessions)", only)
+		}
 	}
 	var sections [][]result
 	for _, g := range groups {
@@ -146,8 +156,13 @@ func run(n, treeFiles int, outDir string) error {
 		if err := os.MkdirAll(outDir, 0o755); err != nil {
 			return err
 		}
-		name := filepath.Join(outDir, "trial-"+time.Now().UTC().Format("2006-01-02")+".md")
-		if err := os.WriteFile(name, []byte(report), 0o644); err != nil {
+		// A partial run is kept beside the full one, never as latest.md.
+		prefix := "trial"
+		if only != "" {
+			prefix = strings.ReplaceAll(only, ",", "+")
+		}
+		name := filepath.Join(outDir, prefix+"-"+time.Now().UTC().Format("2006-01-02")+".md")
+		if err := os.WriteFile(name, []byte(report), 0o644); err != nil || only != "" {
 			return err
 		}
 		return os.WriteFile(filepath.Join(outDir, "latest.md"), []byte(report), 0o644)
@@ -167,6 +182,9 @@ func format(n int, groups []group, sections [][]result, phases map[string][]time
 				float64(r.median())/float64(base.median()))
 		}
 		b.WriteString("\n")
+	}
+	if len(phases) == 0 {
+		return b.String()
 	}
 	b.WriteString("## Where an in-process trial's time goes (median time since Trial() was called)\n\n| phase | median |\n|---|---:|\n")
 	for _, p := range []string{"start", "hello", "view", "exit", "done"} {
