@@ -1,0 +1,645 @@
+package cgroup
+
+import (
+	"bufio"
+	"bytes"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/moby/sys/mountinfo"
+	"golang.org/x/sys/unix"
+
+	"github.com/dryexec/dryexec"
+)
+
+// controllers are the ones dryexec sets limits with.
+var controllers = []string{"memory", "pids", "cpu"}
+
+// hierarchy is one mounted cgroup tree dryexec uses: the v2 tree, or one v1
+// tree per controller mount (a v1 mount may carry several, "cpu,cpuacct").
+type hierarchy struct {
+	v2     bool
+	mount  string   // where it is mounted
+	ctrls  []string // the controllers of ours it carries (v1); v2: filled per group
+	parent string   // absolute dir of the dryexec parent group in it
+}
+
+// Options configures a Manager.
+type Options struct {
+	// Parent is where the dryexec parent group is: an absolute path is from
+	// each hierarchy's root; a relative one (default "dryexec") is beneath
+	// this process's own group on v1, so that limits of the group we run in
+	// still bound the sandboxes, and beneath its parent on v2 (a sibling of
+	// ours), because a v2 group with processes in it cannot have controllers
+	// enabled for children.
+	Parent string
+	// V2Mount forces the v2 tree mounted there (tests on hybrid hosts, whose
+	// cgroup2 tree usually carries no controllers).
+	V2Mount string
+}
+
+// Manager creates groups in the hierarchies of this host. It holds no open
+// resources; it is safe for concurrent use.
+type Manager struct {
+	hier     []hierarchy
+	memTotal int64
+	owner    string // ".<pid>-<starttime>" of this process, suffix of its group names
+}
+
+// Version says "cgroup-v1" or "cgroup-v2".
+func (m *Manager) Version() string {
+	if len(m.hier) > 0 && m.hier[0].v2 {
+		return "cgroup-v2"
+	}
+	return "cgroup-v1"
+}
+
+// Parents lists the dryexec parent group of each hierarchy.
+func (m *Manager) Parents() []string {
+	var out []string
+	for _, h := range m.hier {
+		out = append(out, h.parent)
+	}
+	return out
+}
+
+// NewManager finds the hierarchies that carry the memory, pids and cpu
+// controllers: the v2 tree when /sys/fs/cgroup is one (or opt.V2Mount says
+// so), else the v1 trees (legacy and hybrid hosts).
+func NewManager(opt Options) (*Manager, error) {
+	hier, err := discover(opt.V2Mount)
+	if err != nil {
+		return nil, err
+	}
+	own, err := ownGroups()
+	if err != nil {
+		return nil, err
+	}
+	for i := range hier {
+		h := &hier[i]
+		key := "" // v2
+		if !h.v2 {
+			key = h.ctrls[0]
+		}
+		p := opt.Parent
+		if p == "" {
+			p = ParentName
+		}
+		if !strings.HasPrefix(p, "/") {
+			g := own[key]
+			if h.v2 {
+				g = path.Dir(g)
+			}
+			p = path.Join(g, p)
+		}
+		if !strings.HasPrefix(p, "/") || path.Clean(p) != p || p == "/" {
+			return nil, fmt.Errorf("cgroup parent %q: want a clean absolute path other than /", p)
+		}
+		h.parent = filepath.Join(h.mount, p)
+	}
+	m := &Manager{hier: hier, memTotal: memTotal(), owner: "." + ownerTag(os.Getpid())}
+	return m, nil
+}
+
+// discover reads mountinfo for the cgroup trees to use.
+func discover(v2Mount string) ([]hierarchy, error) {
+	infos, err := mountinfo.GetMounts(func(i *mountinfo.Info) (skip, stop bool) {
+		return i.FSType != "cgroup" && i.FSType != "cgroup2", false
+	})
+	if err != nil {
+		return nil, fmt.Errorf("reading mountinfo: %w", err)
+	}
+	if v2Mount != "" {
+		for _, i := range infos {
+			if i.FSType == "cgroup2" && i.Mountpoint == v2Mount {
+				return []hierarchy{{v2: true, mount: v2Mount}}, nil
+			}
+		}
+		return nil, &UnavailableError{Reason: "no cgroup2 mount at " + v2Mount}
+	}
+	var v1 []hierarchy
+	var v2 string
+	for _, i := range infos {
+		if i.Root != "/" {
+			continue // a bind of a subtree (containers): paths would not line up
+		}
+		if i.FSType == "cgroup2" {
+			if v2 == "" || i.Mountpoint == "/sys/fs/cgroup" {
+				v2 = i.Mountpoint
+			}
+			continue
+		}
+		var ours []string
+		for _, o := range strings.Split(i.VFSOptions, ",") {
+			for _, c := range controllers {
+				if o == c {
+					ours = append(ours, c)
+				}
+			}
+		}
+		if len(ours) > 0 {
+			dup := false
+			for _, h := range v1 {
+				dup = dup || h.ctrls[0] == ours[0]
+			}
+			if !dup {
+				v1 = append(v1, hierarchy{mount: i.Mountpoint, ctrls: ours})
+			}
+		}
+	}
+	if v2 == "/sys/fs/cgroup" || (len(v1) == 0 && v2 != "") {
+		return []hierarchy{{v2: true, mount: v2}}, nil
+	}
+	if len(v1) == 0 {
+		return nil, &UnavailableError{Reason: "no cgroup filesystem is mounted"}
+	}
+	return v1, nil
+}
+
+// ownGroups maps each v1 controller (and "" for v2) to this process's group.
+func ownGroups() (map[string]string, error) {
+	b, err := os.ReadFile("/proc/self/cgroup")
+	if err != nil {
+		return nil, fmt.Errorf("reading /proc/self/cgroup: %w", err)
+	}
+	own := map[string]string{}
+	for _, line := range strings.Split(strings.TrimSpace(string(b)), "\n") {
+		f := strings.SplitN(line, ":", 3)
+		if len(f) != 3 {
+			continue
+		}
+		for _, c := range strings.Split(f[1], ",") {
+			own[c] = f[2]
+		}
+	}
+	return own, nil
+}
+
+// ownerTag names a process for as long as it lives: pid and start time, so
+// that a reused pid is not mistaken for the creator.
+func ownerTag(pid int) string {
+	return strconv.Itoa(pid) + "-" + strconv.FormatUint(startTime(pid), 10)
+}
+
+func startTime(pid int) uint64 {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return 0
+	}
+	i := bytes.LastIndexByte(b, ')')
+	if i < 0 {
+		return 0
+	}
+	f := strings.Fields(string(b[i+1:]))
+	// Field 22 of stat is starttime; f starts at field 3 (state).
+	if len(f) < 20 {
+		return 0
+	}
+	v, _ := strconv.ParseUint(f[19], 10, 64)
+	return v
+}
+
+// ownerAlive reports whether the process that named a group ".pid-start" is
+// still running.
+func ownerAlive(name string) bool {
+	i := strings.LastIndexByte(name, '.')
+	if i < 0 {
+		return false
+	}
+	pidS, startS, ok := strings.Cut(name[i+1:], "-")
+	pid, err1 := strconv.Atoi(pidS)
+	start, err2 := strconv.ParseUint(startS, 10, 64)
+	if !ok || err1 != nil || err2 != nil || pid <= 0 {
+		return false
+	}
+	st := startTime(pid)
+	return st != 0 && st == start
+}
+
+func memTotal() int64 {
+	f, err := os.Open("/proc/meminfo")
+	if err != nil {
+		return 0
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		if v, ok := strings.CutPrefix(sc.Text(), "MemTotal:"); ok {
+			kb, _ := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")), 10, 64)
+			return kb << 10
+		}
+	}
+	return 0
+}
+
+// Resolve fills l's zero fields with the defaults (docs/limits.md): memory half
+// of the host's RAM, DefaultPids processes, weight 100, no CPU quota.
+func (m *Manager) Resolve(l dryexec.Limits) dryexec.Limits {
+	if l.MemoryBytes == 0 && m.memTotal > 0 {
+		l.MemoryBytes = m.memTotal / 2 &^ (1<<20 - 1)
+	}
+	if l.Pids == 0 {
+		l.Pids = dryexec.DefaultPids
+	}
+	if l.CPUWeight <= 0 {
+		l.CPUWeight = 100
+	}
+	return l
+}
+
+// Group is one sandbox's cgroup (a directory in each hierarchy).
+type Group struct {
+	m      *Manager
+	name   string
+	dirs   []string // one per hierarchy, same order as m.hier
+	limits dryexec.Limits
+	fd     int // v2: the group's directory, for clone3(CLONE_INTO_CGROUP); else -1
+}
+
+// New creates the group called name (a trial or session id) with limits l
+// (zero fields: Resolve's defaults) and returns it with warnings for limits
+// that this host cannot enforce (a controller missing). An error that is
+// ErrUnavailable means no group could be created at all.
+func (m *Manager) New(name string, l dryexec.Limits) (*Group, []string, error) {
+	if name == "" || strings.ContainsAny(name, "/\n\x00") || name[0] == '.' {
+		return nil, nil, fmt.Errorf("cgroup name %q", name)
+	}
+	if err := l.Check(); err != nil {
+		return nil, nil, err
+	}
+	l = m.Resolve(l)
+	g := &Group{m: m, name: name + m.owner, limits: l, fd: -1}
+	var warnings []string
+	have := map[string]bool{}
+	for _, h := range m.hier {
+		dir, err := makeGroup(h, g.name)
+		if err != nil {
+			g.Remove()
+			return nil, nil, err
+		}
+		g.dirs = append(g.dirs, dir)
+		ctrls := h.ctrls
+		if h.v2 {
+			b, _ := os.ReadFile(filepath.Join(dir, "cgroup.controllers"))
+			ctrls = strings.Fields(string(b))
+			fd, err := unix.Open(dir, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+			if err != nil {
+				g.Remove()
+				return nil, nil, fmt.Errorf("opening %s: %w", dir, err)
+			}
+			g.fd = fd
+		}
+		for _, c := range ctrls {
+			have[c] = true
+			if err := setLimits(dir, h.v2, c, l); err != nil {
+				g.Remove()
+				return nil, nil, err
+			}
+		}
+	}
+	for _, c := range controllers {
+		if !have[c] {
+			warnings = append(warnings, fmt.Sprintf("%s limit not enforced: this host's cgroups (%s) have no %s controller", c, m.Version(), c))
+		}
+	}
+	return g, warnings, nil
+}
+
+// makeGroup creates parent (and on v2 enables our controllers for its
+// children) and the group dir in it. Another process's Sweep may remove an
+// empty parent between the two steps, so an ENOENT retries.
+func makeGroup(h hierarchy, name string) (string, error) {
+	dir := filepath.Join(h.parent, name)
+	var err error
+	for range 3 {
+		if err = mkdirChain(h); err != nil {
+			return "", err
+		}
+		if err = os.Mkdir(dir, 0o755); err == nil || !errors.Is(err, fs.ErrNotExist) {
+			break
+		}
+	}
+	if err != nil {
+		if errors.Is(err, fs.ErrPermission) || errors.Is(err, unix.EROFS) || errors.Is(err, unix.EPERM) {
+			return "", &UnavailableError{Reason: fmt.Sprintf("cannot create %s: %v", dir, unwrapPath(err))}
+		}
+		return "", fmt.Errorf("creating cgroup %s: %w", dir, err)
+	}
+	return dir, nil
+}
+
+// mkdirChain creates the parent group; on v2 it turns our controllers on in
+// the subtree_control of the parent's parent and of the parent, which is what
+// lets the new group have them.
+func mkdirChain(h hierarchy) error {
+	if err := os.MkdirAll(h.parent, 0o755); err != nil {
+		if errors.Is(err, fs.ErrPermission) || errors.Is(err, unix.EROFS) || errors.Is(err, unix.EPERM) {
+			return &UnavailableError{Reason: fmt.Sprintf("cannot create %s: %v", h.parent, unwrapPath(err))}
+		}
+		return fmt.Errorf("creating cgroup parent %s: %w", h.parent, err)
+	}
+	if h.v2 {
+		for _, d := range []string{filepath.Dir(h.parent), h.parent} {
+			enableControllers(d)
+		}
+	}
+	return nil
+}
+
+// enableControllers writes "+c" to dir's subtree_control for each of ours
+// that dir has. Failure leaves that controller off, which New reports as a
+// warning.
+func enableControllers(dir string) {
+	b, err := os.ReadFile(filepath.Join(dir, "cgroup.controllers"))
+	if err != nil {
+		return
+	}
+	on, _ := os.ReadFile(filepath.Join(dir, "cgroup.subtree_control"))
+	for _, c := range strings.Fields(string(b)) {
+		for _, want := range controllers {
+			if c == want && !strings.Contains(" "+string(on)+" ", " "+c+" ") {
+				os.WriteFile(filepath.Join(dir, "cgroup.subtree_control"), []byte("+"+c), 0)
+			}
+		}
+	}
+}
+
+func unwrapPath(err error) error {
+	var pe *fs.PathError
+	if errors.As(err, &pe) {
+		return pe.Err
+	}
+	return err
+}
+
+// setLimits writes controller c's limits into dir.
+func setLimits(dir string, v2 bool, c string, l dryexec.Limits) error {
+	w := func(file, val string) error {
+		if err := os.WriteFile(filepath.Join(dir, file), []byte(val), 0); err != nil {
+			return fmt.Errorf("setting %s=%s: %w", file, val, err)
+		}
+		return nil
+	}
+	opt := func(file, val string) { os.WriteFile(filepath.Join(dir, file), []byte(val), 0) }
+	switch {
+	case c == "memory" && l.MemoryBytes > 0 && v2:
+		if err := w("memory.max", strconv.FormatInt(l.MemoryBytes, 10)); err != nil {
+			return err
+		}
+		opt("memory.swap.max", "0") // absent without swap accounting
+	case c == "memory" && l.MemoryBytes > 0:
+		if err := w("memory.limit_in_bytes", strconv.FormatInt(l.MemoryBytes, 10)); err != nil {
+			return err
+		}
+		opt("memory.memsw.limit_in_bytes", strconv.FormatInt(l.MemoryBytes, 10)) // absent without swap accounting
+	case c == "pids" && l.Pids > 0:
+		return w("pids.max", strconv.FormatInt(l.Pids, 10))
+	case c == "cpu" && v2:
+		if err := w("cpu.weight", strconv.Itoa(l.CPUWeight)); err != nil {
+			return err
+		}
+		if l.CPUs > 0 {
+			return w("cpu.max", fmt.Sprintf("%d 100000", int64(l.CPUs*100000)))
+		}
+	case c == "cpu":
+		// v1 shares: 1024 is v2's 100.
+		shares := max(2, min(262144, l.CPUWeight*1024/100))
+		if err := w("cpu.shares", strconv.Itoa(shares)); err != nil {
+			return err
+		}
+		if l.CPUs > 0 {
+			if err := w("cpu.cfs_period_us", "100000"); err != nil {
+				return err
+			}
+			return w("cpu.cfs_quota_us", strconv.FormatInt(int64(l.CPUs*100000), 10))
+		}
+	}
+	return nil
+}
+
+// Limits returns the limits the group was created with, defaults filled in.
+func (g *Group) Limits() dryexec.Limits { return g.limits }
+
+// Paths lists the group's directory in each hierarchy.
+func (g *Group) Paths() []string { return append([]string(nil), g.dirs...) }
+
+// CgroupFD is the v2 group's directory fd for SysProcAttr.CgroupFD (clone3
+// CLONE_INTO_CGROUP: the child starts inside the group, and its cgroup
+// namespace is rooted there), or -1 on v1. Alive until Remove.
+func (g *Group) CgroupFD() int { return g.fd }
+
+// Attach moves pid into the group's v1 hierarchies (v2 places a child at
+// clone time through CgroupFD). Call it before the process starts anything.
+func (g *Group) Attach(pid int) error {
+	for i, h := range g.m.hier {
+		if h.v2 && g.fd >= 0 {
+			continue
+		}
+		if err := os.WriteFile(filepath.Join(g.dirs[i], "cgroup.procs"), []byte(strconv.Itoa(pid)), 0); err != nil {
+			return fmt.Errorf("moving pid %d into %s: %w", pid, g.dirs[i], err)
+		}
+	}
+	return nil
+}
+
+// Stats reads the group's counters.
+func (g *Group) Stats() Stats {
+	var s Stats
+	for i, h := range g.m.hier {
+		d := g.dirs[i]
+		if h.v2 {
+			s.OOMKills += keyed(filepath.Join(d, "memory.events"), "oom_kill")
+			s.PidsRefused += keyed(filepath.Join(d, "pids.events"), "max")
+			s.PeakMemBytes = max(s.PeakMemBytes, single(filepath.Join(d, "memory.peak")))
+			continue
+		}
+		for _, c := range h.ctrls {
+			switch c {
+			case "memory":
+				s.OOMKills += keyed(filepath.Join(d, "memory.oom_control"), "oom_kill")
+				s.PeakMemBytes = max(s.PeakMemBytes, single(filepath.Join(d, "memory.max_usage_in_bytes")))
+			case "pids":
+				s.PidsRefused += keyed(filepath.Join(d, "pids.events"), "max")
+			}
+		}
+	}
+	return s
+}
+
+// keyed reads "key value" lines and returns key's value (0 if absent).
+func keyed(file, key string) int64 {
+	b, _ := os.ReadFile(file)
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, key+" "); ok {
+			n, _ := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
+			return n
+		}
+	}
+	return 0
+}
+
+func single(file string) int64 {
+	b, _ := os.ReadFile(file)
+	n, _ := strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64)
+	return n
+}
+
+// removeGrace bounds how long Remove waits for killed processes to be gone.
+const removeGrace = 10 * time.Second
+
+// Remove kills whatever is left in the group and removes it from every
+// hierarchy, then the dryexec parent if nothing else uses it. It is safe to
+// call more than once.
+func (g *Group) Remove() error {
+	if g.fd >= 0 {
+		unix.Close(g.fd)
+		g.fd = -1
+	}
+	var first error
+	for i, d := range g.dirs {
+		if err := removeDir(d, g.m.hier[i].v2); err != nil && first == nil {
+			first = err
+		}
+		os.Remove(filepath.Dir(d)) // the shared parent: fails while others use it
+	}
+	g.dirs = nil
+	return first
+}
+
+// removeDir kills every process in the group dir (and its children: the
+// sandbox may not create any, but a sweep must not depend on that), then
+// removes it.
+func removeDir(dir string, v2 bool) error {
+	deadline := time.Now().Add(removeGrace)
+	ents, _ := os.ReadDir(dir)
+	for _, e := range ents {
+		if e.IsDir() {
+			removeDir(filepath.Join(dir, e.Name()), v2)
+		}
+	}
+	if v2 {
+		os.WriteFile(filepath.Join(dir, "cgroup.kill"), []byte("1"), 0) // 5.14+
+	}
+	wait := time.Millisecond
+	for {
+		killed := killProcs(dir)
+		err := unix.Rmdir(dir)
+		if err == nil || errors.Is(err, unix.ENOENT) {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("removing cgroup %s: %w (%d processes still in it)", dir, err, killed)
+		}
+		time.Sleep(wait)
+		wait = min(2*wait, 50*time.Millisecond)
+	}
+}
+
+// killProcs SIGKILLs every process listed in dir's cgroup.procs and says how
+// many there were. A process that forks meanwhile is caught by the next round.
+func killProcs(dir string) int {
+	b, err := os.ReadFile(filepath.Join(dir, "cgroup.procs"))
+	if err != nil {
+		return 0
+	}
+	n := 0
+	for _, f := range strings.Fields(string(b)) {
+		if pid, err := strconv.Atoi(f); err == nil && pid > 0 {
+			unix.Kill(pid, unix.SIGKILL)
+			n++
+		}
+	}
+	return n
+}
+
+// Sweep removes the dryexec groups whose creating process is gone (a killed
+// daemon, a crashed test), killing what is left in them first, in every
+// hierarchy of this host. It walks each whole tree (bounded), since the dead
+// process may have run in another group than this one. It returns the number
+// of groups removed.
+func Sweep() (int, error) {
+	hier, err := discover("")
+	if err != nil {
+		return 0, err
+	}
+	if v2, _ := discover("/sys/fs/cgroup/unified"); len(v2) > 0 && !hier[0].v2 {
+		hier = append(hier, v2...) // hybrid: groups made with Options.V2Mount
+	}
+	removed := 0
+	var first error
+	for _, h := range hier {
+		visited := 0
+		var walk func(dir string, depth int)
+		walk = func(dir string, depth int) {
+			ents, err := os.ReadDir(dir)
+			if err != nil {
+				return
+			}
+			for _, e := range ents {
+				if !e.IsDir() || visited > maxSweepDirs {
+					continue
+				}
+				visited++
+				p := filepath.Join(dir, e.Name())
+				if e.Name() != ParentName {
+					if depth < maxSweepDepth {
+						walk(p, depth+1)
+					}
+					continue
+				}
+				groups, _ := os.ReadDir(p)
+				for _, gd := range groups {
+					if !gd.IsDir() || ownerAlive(gd.Name()) {
+						continue
+					}
+					if err := removeDir(filepath.Join(p, gd.Name()), h.v2); err != nil {
+						if first == nil {
+							first = err
+						}
+						continue
+					}
+					removed++
+				}
+				os.Remove(p) // only if empty
+			}
+		}
+		walk(h.mount, 0)
+	}
+	return removed, first
+}
+
+// Bounds of Sweep's walk: cgroup trees are shallow; a pathological one must
+// not make every start slow.
+const (
+	maxSweepDepth = 8
+	maxSweepDirs  = 20000
+)
+
+// Leftovers lists the dryexec groups that exist now in every hierarchy (for
+// tests and doctor): paths of group dirs, whoever created them.
+func Leftovers() []string {
+	var out []string
+	for _, m := range []string{"/sys/fs/cgroup"} {
+		filepath.WalkDir(m, func(p string, d fs.DirEntry, err error) error {
+			if err != nil || !d.IsDir() {
+				return nil
+			}
+			if strings.Count(p, "/") > 14 {
+				return filepath.SkipDir
+			}
+			if filepath.Base(filepath.Dir(p)) == ParentName {
+				out = append(out, p)
+				return filepath.SkipDir
+			}
+			return nil
+		})
+	}
+	return out
+}

@@ -1,0 +1,244 @@
+package cgroup
+
+import (
+	"context"
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/dryexec/dryexec"
+)
+
+// boundGroup makes a v1/v2 group of the test's own, holding the dryexec parent,
+// with hard limits of its own: should our limits not apply, a bomb stops there
+// instead of taking the machine down. It returns the Options.Parent to use.
+func boundGroup(t *testing.T) Options {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("needs root to create cgroups on this host")
+	}
+	m, err := NewManager(Options{})
+	if err != nil {
+		t.Skip(err)
+	}
+	own, err := ownGroups()
+	if err != nil {
+		t.Fatal(err)
+	}
+	name := "dryexec-test-" + strconv.Itoa(os.Getpid()) + "-" + strconv.FormatInt(time.Now().UnixNano(), 36)
+	var made []string
+	for _, h := range m.hier {
+		key := ""
+		if !h.v2 {
+			key = h.ctrls[0]
+		}
+		base := own[key]
+		if h.v2 {
+			base = filepath.Dir(base)
+		}
+		d := filepath.Join(h.mount, base, name)
+		if err := os.Mkdir(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		made = append(made, d)
+		os.WriteFile(filepath.Join(d, "memory.limit_in_bytes"), []byte("536870912"), 0)
+		os.WriteFile(filepath.Join(d, "memory.max"), []byte("536870912"), 0)
+		os.WriteFile(filepath.Join(d, "pids.max"), []byte("512"), 0)
+	}
+	t.Cleanup(func() {
+		for _, d := range made {
+			if err := removeDir(d, false); err != nil {
+				t.Errorf("removing the test's bound group: %v", err)
+			}
+		}
+	})
+	return Options{Parent: name + "/" + ParentName}
+}
+
+// startGated starts sh -c script in g, holding it until it is attached.
+func startGated(t *testing.T, ctx context.Context, g *Group, script string) *exec.Cmd {
+	t.Helper()
+	cmd := exec.CommandContext(ctx, "/bin/sh", "-c", "read _; "+script)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	in, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	if err := g.Attach(cmd.Process.Pid); err != nil {
+		cmd.Process.Kill()
+		cmd.Wait()
+		t.Fatal(err)
+	}
+	in.Write([]byte("go\n"))
+	in.Close()
+	return cmd
+}
+
+func TestLimitsAreHitAndReported(t *testing.T) {
+	opt := boundGroup(t)
+	m, err := NewManager(opt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		name   string
+		limits dryexec.Limits
+		script string
+		want   string // substring of the violation
+		check  func(Stats) bool
+	}{
+		{"pids: forks refused", dryexec.Limits{Pids: 16},
+			`i=0; while [ $i -lt 64 ]; do sleep 30 & i=$((i+1)); done; wait`,
+			"pids limit 16 reached", func(s Stats) bool { return s.PidsRefused > 0 }},
+		{"memory: OOM kill", dryexec.Limits{MemoryBytes: 64 << 20},
+			`exec /usr/bin/python3 -c 'x=[]
+while True: x.append(b"\1" * (1<<20))'`,
+			"memory limit 67108864 bytes (64 MiB) reached", func(s Stats) bool { return s.OOMKills > 0 && s.PeakMemBytes >= 32<<20 }},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+			defer cancel()
+			g, warnings, err := m.New("tr_test_"+strings.ReplaceAll(tt.name[:4], ":", ""), tt.limits)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer g.Remove()
+			for _, w := range warnings {
+				t.Log(w)
+			}
+			before := g.Stats()
+			cmd := startGated(t, ctx, g, tt.script)
+			cmd.Wait()
+			s := g.Stats()
+			if !tt.check(s) {
+				t.Fatalf("stats %+v do not show the limit hit", s)
+			}
+			v := Violations(g.Limits(), before, s)
+			if len(v) == 0 || v[0].Kind != "limit" || !strings.Contains(v[0].Detail, tt.want) {
+				t.Fatalf("violations %+v, want one containing %q", v, tt.want)
+			}
+			paths := g.Paths()
+			if err := g.Remove(); err != nil {
+				t.Fatal(err)
+			}
+			for _, p := range paths {
+				if _, err := os.Stat(p); !errors.Is(err, os.ErrNotExist) {
+					t.Errorf("%s still exists after Remove: %v", p, err)
+				}
+			}
+		})
+	}
+}
+
+// TestSweepRemovesOrphans: a group whose creator is dead (a killed daemon) is
+// killed and removed by the next Sweep; a live creator's group is left alone.
+func TestSweepRemovesOrphans(t *testing.T) {
+	opt := boundGroup(t)
+	m, err := NewManager(opt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	live, _, err := m.New("tr_live", dryexec.Limits{Pids: 64})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer live.Remove()
+	// An orphan: a group named for a process that has exited, with a process
+	// still inside it.
+	dead := exec.Command("/bin/true")
+	if err := dead.Run(); err != nil {
+		t.Fatal(err)
+	}
+	orphan := &Manager{hier: m.hier, memTotal: m.memTotal, owner: "." + strconv.Itoa(dead.Process.Pid) + "-1"}
+	g, _, err := orphan.New("tr_orphan", dryexec.Limits{Pids: 64})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	sleeper := startGated(t, ctx, g, "exec sleep 60")
+	done := make(chan error, 1)
+	go func() { done <- sleeper.Wait() }()
+	n, err := Sweep()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n < 1 {
+		t.Fatalf("Sweep removed %d groups, want the orphan", n)
+	}
+	select {
+	case <-done:
+	case <-ctx.Done():
+		t.Fatal("the orphan's process survived the sweep")
+	}
+	for _, p := range g.Paths() {
+		if _, err := os.Stat(p); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("orphan %s survived the sweep", p)
+		}
+	}
+	for _, p := range live.Paths() {
+		if _, err := os.Stat(p); err != nil {
+			t.Errorf("the sweep removed a live process's group %s", p)
+		}
+	}
+}
+
+func TestV2GroupOnHybridHost(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root")
+	}
+	if _, err := os.Stat("/sys/fs/cgroup/unified/cgroup.procs"); err != nil {
+		t.Skip("no hybrid v2 tree here")
+	}
+	m, err := NewManager(Options{V2Mount: "/sys/fs/cgroup/unified"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	g, warnings, err := m.New("tr_v2", dryexec.Limits{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer g.Remove()
+	t.Logf("warnings: %v", warnings)
+	if g.CgroupFD() < 0 {
+		t.Fatal("a v2 group has no fd for CLONE_INTO_CGROUP")
+	}
+	cmd := exec.Command("/bin/sh", "-c", "cat /proc/self/cgroup; sleep 60")
+	cmd.SysProcAttr = &syscall.SysProcAttr{UseCgroupFD: true, CgroupFD: g.CgroupFD()}
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	buf := make([]byte, 4096)
+	n, _ := out.Read(buf)
+	if !strings.Contains(string(buf[:n]), "0::/"+filepath.Base(filepath.Dir(g.Paths()[0]))+"/") && !strings.Contains(string(buf[:n]), "/"+ParentName+"/tr_v2.") {
+		t.Errorf("the child is not in the group: %s", buf[:n])
+	}
+	done := make(chan struct{})
+	go func() { cmd.Wait(); close(done) }()
+	if err := g.Remove(); err != nil {
+		t.Fatal(err)
+	}
+	<-done
+}
+
+func TestLeftovers(t *testing.T) {
+	for _, p := range Leftovers() {
+		if strings.Contains(p, "."+strconv.Itoa(os.Getpid())+"-") {
+			t.Errorf("this test process left %s behind", p)
+		}
+	}
+}
