@@ -177,6 +177,8 @@ type SessionStart struct {
 	CommandUserNS bool        `json:"command_userns,omitempty"`
 	CommandUID    int         `json:"command_uid,omitempty"`
 	CommandGID    int         `json:"command_gid,omitempty"`
+	// Masks: as TrialStart.Masks.
+	Masks []string `json:"masks,omitempty"`
 }
 
 // ReadFile asks for a chunk of a workspace file (pull_diff contents).

@@ -40,6 +40,10 @@ type TrialStart struct {
 	CommandUserNS bool `json:"command_userns,omitempty"`
 	CommandUID    int  `json:"command_uid,omitempty"`
 	CommandGID    int  `json:"command_gid,omitempty"`
+	// Masks are host paths (absolute, symlinks resolved by the host) the
+	// sandbox sees empty: a directory as an empty-file mirror of its names, a
+	// file as an empty file (guest/mask_linux.go).
+	Masks []string `json:"masks,omitempty"`
 }
 
 // TrialMounts lists the host path each upper dir stands for; fs.entry's mount
