@@ -182,6 +182,9 @@ func buildView(cfg *wire.TrialStart, keep bool) (int, []string, error) {
 	if err := mountProcDevSys(root, cfg.Rootless); err != nil {
 		return -1, nil, err
 	}
+	if err := mountMasks(scratchDir, root, cfg.Masks, cfg.Rootless); err != nil {
+		return -1, nil, err
+	}
 	if keep {
 		hidden := root + "/dev/.dryexec"
 		if err := os.Mkdir(hidden, 0o700); err != nil {

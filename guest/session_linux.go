@@ -26,6 +26,7 @@ func (s *session) start() error {
 	switch s.cfg.Rung {
 	case "ns":
 		tc := &wire.TrialStart{Mounts: s.cfg.Mounts, UpperSize: s.cfg.UpperSize, Hostname: s.cfg.Hostname, Rootless: s.cfg.Rootless}
+		tc.Masks = s.cfg.Masks
 		scratch, _, err := buildView(tc, true)
 		if err != nil {
 			return err
