@@ -1,160 +1,18 @@
 package conformance
 
 import (
-	"bufio"
-	"bytes"
-	"context"
-	"io"
 	"os"
-	"os/exec"
-	"path/filepath"
-	"regexp"
-	"strings"
 	"testing"
 	"time"
 
-	"github.com/dryexec/dryexec/rung/linuxns"
+	"github.com/dryexec/dryexec/internal/rootless"
 )
 
-const nobody = 65534
-
 // TestRootless re-runs the whole corpus on the ns rung as an unprivileged user
-// (uid/gid 65534, no groups, through setpriv), from a copy of this test binary
-// that user can read, with HOME and TMPDIR in a directory it owns. The corpus
-// must pass unchanged.
+// (uid/gid 65534, no groups, through setpriv). The corpus must pass unchanged.
 func TestRootless(t *testing.T) {
 	if os.Getenv(rungEnv) != "" {
 		t.Skipf("%s is set: this is already a restricted run", rungEnv)
 	}
-	if os.Getuid() != 0 {
-		t.Skip("needs root to switch to an unprivileged user")
-	}
-	setpriv, err := exec.LookPath("setpriv")
-	if err != nil {
-		t.Skip("no setpriv (util-linux)")
-	}
-	if err := (&linuxns.Rung{}).Available(context.Background()); err != nil {
-		t.Skipf("ns rung unavailable: %v", err)
-	}
-	self, err := os.Executable()
-	if err != nil {
-		t.Fatal(err)
-	}
-	base, err := os.MkdirTemp("", "dryexec-conformance-rootless-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(base) })
-	if err := os.Chmod(base, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	bin := filepath.Join(base, "conformance.test")
-	if err := copyFile(self, bin, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	// A directory nobody owns, for HOME and TMPDIR (t.TempDir and the host
-	// rung's temp dirs go there).
-	home := filepath.Join(base, "home")
-	if err := os.Mkdir(home, 0o700); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Chown(home, nobody, nobody); err != nil {
-		t.Fatal(err)
-	}
-	c, cancel := context.WithTimeout(t.Context(), 15*time.Minute)
-	defer cancel()
-	cmd := exec.CommandContext(c, setpriv, "--reuid=65534", "--regid=65534", "--clear-groups",
-		bin, "-test.run", "^TestConformance", "-test.v", "-test.count=1", "-test.timeout=14m")
-	cmd.Dir = home
-	cmd.Env = []string{"PATH=/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin", "HOME=" + home, "TMPDIR=" + home, rungEnv + "=ns", "LANG=C.UTF-8"}
-	start := time.Now()
-	out, err := cmd.CombinedOutput()
-	t.Logf("rootless run (uid %d, ns rung) took %v", nobody, time.Since(start).Round(time.Millisecond))
-	if bytes.Contains(out, []byte("ns rung unavailable here")) {
-		t.Skipf("the ns rung is unavailable to uid %d:\n%s", nobody, firstLine(out, "ns rung unavailable here"))
-	}
-	if err != nil {
-		t.Fatalf("the corpus failed as uid %d: %v\n%s", nobody, err, out)
-	}
-	pass, skip := leafResults(out)
-	if pass == 0 || bytes.Contains(out, []byte("no tests to run")) {
-		t.Fatalf("the rootless run ran nothing:\n%s", out)
-	}
-	t.Logf("rootless ns: %d cases passed, %d skipped", pass, skip)
-	for _, l := range skipLines(out) {
-		t.Log(l)
-	}
-}
-
-func copyFile(src, dst string, mode os.FileMode) error {
-	in, err := os.Open(src)
-	if err != nil {
-		return err
-	}
-	defer in.Close()
-	out, err := os.OpenFile(dst, os.O_WRONLY|os.O_CREATE|os.O_EXCL, mode)
-	if err != nil {
-		return err
-	}
-	if _, err := io.Copy(out, in); err != nil {
-		out.Close()
-		return err
-	}
-	if err := out.Close(); err != nil {
-		return err
-	}
-	return os.Chmod(dst, mode)
-}
-
-func firstLine(out []byte, sub string) string {
-	for _, l := range strings.Split(string(out), "\n") {
-		if strings.Contains(l, sub) {
-			return strings.TrimSpace(l)
-		}
-	}
-	return ""
-}
-
-var resultLine = regexp.MustCompile(`--- (PASS|SKIP|FAIL): (TestConformance\S*)`)
-
-// leafResults counts the leaf subtests of a -test.v output that passed and
-// that were skipped.
-func leafResults(out []byte) (pass, skip int) {
-	res := map[string]string{}
-	sc := bufio.NewScanner(bytes.NewReader(out))
-	sc.Buffer(make([]byte, 1<<20), 1<<24)
-	for sc.Scan() {
-		if m := resultLine.FindStringSubmatch(sc.Text()); m != nil {
-			res[m[2]] = m[1]
-		}
-	}
-	for name, r := range res {
-		leaf := true
-		for other := range res {
-			if strings.HasPrefix(other, name+"/") {
-				leaf = false
-				break
-			}
-		}
-		if !leaf {
-			continue
-		}
-		switch r {
-		case "PASS":
-			pass++
-		case "SKIP":
-			skip++
-		}
-	}
-	return pass, skip
-}
-
-func skipLines(out []byte) []string {
-	var ls []string
-	for _, l := range strings.Split(string(out), "\n") {
-		if strings.Contains(l, "--- SKIP") {
-			ls = append(ls, strings.TrimSpace(l))
-		}
-	}
-	return ls
+	rootless.Rerun(t, "^TestConformance", 14*time.Minute, rungEnv+"=ns")
 }
