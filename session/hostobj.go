@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"reflect"
 	"strings"
@@ -20,6 +21,20 @@ import (
 type hostObject struct {
 	name    string
 	methods map[string]*hostMethod // by Go method name
+	// dispatch, when not nil, is a Dispatcher whose allowed method names
+	// (exactly as listed) are the keys of allowed.
+	dispatch Dispatcher
+	allowed  map[string]bool
+}
+
+// Dispatcher is a host object whose methods are not Go methods: its calls are
+// forwarded elsewhere (the daemon forwards them to the Python SDK process that
+// owns the real object). The session still decides every call: only the names
+// listed in Options.Allow (matched exactly, never starting with "_") reach
+// CallMethod. A *wire.RemoteError it returns reaches Python with its code
+// (permission, type, host_error); any other error is a host_error.
+type Dispatcher interface {
+	CallMethod(ctx context.Context, method string, args []wire.Value) (wire.Value, error)
 }
 
 // hostMethod is one allowlisted method, its signature checked at Open.
@@ -70,6 +85,21 @@ func newHostObjects(objs map[string]any, allow map[string][]string) (map[string]
 			return nil, fmt.Errorf("session: host object %q has no Allow entry: every host object needs an explicit allowlist", name)
 		}
 		ho := &hostObject{name: name, methods: map[string]*hostMethod{}}
+		if d, ok := obj.(Dispatcher); ok {
+			ho.dispatch, ho.allowed = d, map[string]bool{}
+			for _, m := range methods {
+				switch {
+				case strings.Contains(m, "*"):
+					return nil, fmt.Errorf("session: host object %q: wildcard %q in Allow: list each method", name, m)
+				case m == "":
+					return nil, fmt.Errorf("session: host object %q: an empty method name in Allow", name)
+				case !strings.HasPrefix(m, "_"):
+					ho.allowed[m] = true
+				}
+			}
+			out[name] = ho
+			continue
+		}
 		v := reflect.ValueOf(obj)
 		for _, m := range methods {
 			switch {
@@ -192,6 +222,23 @@ func isBytes(t reflect.Type) bool {
 // Python side turns into its exception (permission → PermissionError, type →
 // TypeError, host_error → RuntimeError).
 func (ho *hostObject) call(ctx context.Context, method string, args []wire.Value) (val wire.Value, err error) {
+	if ho.dispatch != nil {
+		if !ho.allowed[method] {
+			return val, remoteErr("permission", "host object %q: method %q is not allowed", ho.name, method)
+		}
+		v, err := ho.dispatch.CallMethod(ctx, method, args)
+		var re *wire.RemoteError
+		switch {
+		case errors.As(err, &re):
+			return val, re
+		case err != nil:
+			return val, remoteErr("host_error", "%s.%s(): %v", ho.name, method, err)
+		}
+		if err := guest.CheckValue(&v); err != nil {
+			return val, remoteErr("host_error", "%s.%s() result: %v", ho.name, method, err)
+		}
+		return v, nil
+	}
 	hm := ho.methods[goMethodName(method)]
 	if hm == nil {
 		return val, remoteErr("permission", "host object %q: method %q is not allowed", ho.name, method)
