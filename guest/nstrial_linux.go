@@ -283,7 +283,7 @@ func mountProcDevSys(root string, rootless bool) error {
 	}
 	// Best effort: without it /sys is the host root fs's empty mount point dir.
 	unix.Mount("sysfs", root+"/sys", "sysfs", noSuidDevExec|unix.MS_RDONLY, "")
-	return nil
+	return lockProc(root, dev+"/null")
 }
 
 func loopbackUp() error {
