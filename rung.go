@@ -32,6 +32,10 @@ type TrialSpec struct {
 	Stdin io.Reader
 	// OutputCap bounds stdout and stderr each (the tail is kept). 0 means 1 MiB.
 	OutputCap int
+	// Stdout and Stderr, when not nil, also receive the command's output as it
+	// is produced (the daemon streams it to clients). A write error is ignored
+	// and the delta still holds the tail; a slow writer slows the command.
+	Stdout, Stderr io.Writer
 	// UpperSizeBytes bounds what the trial may write (the upper tmpfs). 0 means 2 GiB.
 	UpperSizeBytes int64
 	// DiffMaxBytes is the largest file for which a unified diff is produced.

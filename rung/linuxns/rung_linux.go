@@ -260,8 +260,8 @@ func (r *Rung) start(spec dryexec.TrialSpec, mounts []wire.MountSpec) (*trial, e
 	r.trace("start")
 	t.conn = wire.NewConn(t.ctrl)
 	t.pipes.Add(2)
-	go t.copy(t.out, outR)
-	go t.copy(t.errb, errR)
+	go t.copy(teeOf(t.out, spec.Stdout), outR)
+	go t.copy(teeOf(t.errb, spec.Stderr), errR)
 	if stdinW != nil {
 		go func() {
 			io.Copy(stdinW, spec.Stdin)
@@ -269,6 +269,25 @@ func (r *Rung) start(spec dryexec.TrialSpec, mounts []wire.MountSpec) (*trial, e
 		}()
 	}
 	return t, nil
+}
+
+// teeOf writes to buf and, if live is not nil, to live, whose errors are
+// ignored: a caller that stops reading must not cut the delta's output short.
+func teeOf(buf *tail.Buffer, live io.Writer) io.Writer {
+	if live == nil {
+		return buf
+	}
+	return liveTee{buf, live}
+}
+
+type liveTee struct {
+	buf  *tail.Buffer
+	live io.Writer
+}
+
+func (l liveTee) Write(p []byte) (int, error) {
+	l.live.Write(p)
+	return l.buf.Write(p)
 }
 
 func (t *trial) copy(dst io.Writer, src *os.File) {
