@@ -241,9 +241,14 @@ func memTotal() int64 {
 
 // Resolve fills l's zero fields with the defaults (docs/limits.md): memory half
 // of the host's RAM, DefaultPids processes, weight 100, no CPU quota.
-func (m *Manager) Resolve(l dryexec.Limits) dryexec.Limits {
-	if l.MemoryBytes == 0 && m.memTotal > 0 {
-		l.MemoryBytes = m.memTotal / 2 &^ (1<<20 - 1)
+func (m *Manager) Resolve(l dryexec.Limits) dryexec.Limits { return resolve(l, m.memTotal) }
+
+// Defaults is Resolve without a Manager (for rlimit fallbacks).
+func Defaults(l dryexec.Limits) dryexec.Limits { return resolve(l, memTotal()) }
+
+func resolve(l dryexec.Limits, memTotal int64) dryexec.Limits {
+	if l.MemoryBytes == 0 && memTotal > 0 {
+		l.MemoryBytes = memTotal / 2 &^ (1<<20 - 1)
 	}
 	if l.Pids == 0 {
 		l.Pids = dryexec.DefaultPids

@@ -19,6 +19,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/dryexec/dryexec"
+	"github.com/dryexec/dryexec/cgroup"
 	"github.com/dryexec/dryexec/fsdelta"
 	"github.com/dryexec/dryexec/guest"
 	"github.com/dryexec/dryexec/internal/tail"
@@ -44,6 +45,9 @@ type Rung struct {
 	// "exit": command and its descendants gone, "done": delta built), to see
 	// where a trial's time goes. Nil costs nothing.
 	Trace func(phase string)
+	// Cgroups says where sandboxes' cgroups are made (zero: see package
+	// cgroup); the limits themselves come from each TrialSpec.
+	Cgroups cgroup.Options
 }
 
 func (r *Rung) trace(phase string) {
@@ -139,6 +143,12 @@ func checkAction(a dryexec.Action) error {
 // cgroup namespaces (and a user namespace when not root), with files as its fds
 // 3, 4, …; files[0] must be the guest's end of the wire stream.
 func (r *Rung) StartGuest(role string, files []*os.File) (*exec.Cmd, error) {
+	return r.StartGuestLimited(role, files, nil)
+}
+
+// StartGuestLimited is StartGuest with the guest (and so everything it
+// starts) under lim, in place before it can run anything.
+func (r *Rung) StartGuestLimited(role string, files []*os.File, lim *Limiter) (*exec.Cmd, error) {
 	exe := r.GuestExe
 	if exe == "" {
 		exe = "/proc/self/exe"
@@ -165,6 +175,9 @@ func (r *Rung) StartGuest(role string, files []*os.File) (*exec.Cmd, error) {
 		attr.GidMappings = []syscall.SysProcIDMap{{ContainerID: 0, HostID: gid, Size: 1}}
 		attr.GidMappingsEnableSetgroups = false
 	}
+	if lim != nil {
+		lim.prepare(attr)
+	}
 	cmd := &exec.Cmd{
 		Path:        exe,
 		Args:        []string{"dryexec", "guest", role},
@@ -177,6 +190,13 @@ func (r *Rung) StartGuest(role string, files []*os.File) (*exec.Cmd, error) {
 			return nil, &dryexec.IsolationUnavailableError{Rung: Name, Missing: "cannot create namespaces: " + err.Error()}
 		}
 		return nil, fmt.Errorf("starting guest: %w", err)
+	}
+	if lim != nil {
+		if err := lim.attach(cmd.Process.Pid); err != nil {
+			cmd.Process.Kill()
+			cmd.Wait()
+			return nil, err
+		}
 	}
 	return cmd, nil
 }
@@ -205,6 +225,8 @@ type trial struct {
 	out    *tail.Buffer
 	errb   *tail.Buffer
 	pipes  sync.WaitGroup // the stdout/stderr copiers
+	lim    *Limiter       // the trial's cgroup (or rlimits); removed by cleanup
+	masks  []string       // masked host paths, as sent to the guest
 }
 
 func (r *Rung) start(spec dryexec.TrialSpec, mounts []wire.MountSpec) (*trial, error) {
@@ -247,8 +269,14 @@ func (r *Rung) start(spec dryexec.TrialSpec, mounts []wire.MountSpec) (*trial, e
 		extra = append(extra, stdinR)
 	}
 
-	t.cmd, err = r.StartGuest(guest.RoleNSTrial, extra)
+	if t.masks, err = ResolveMasks(spec.Masks, spec.NoDefaultMasks); err == nil {
+		t.lim, err = r.NewLimiter(spec.TrialID, spec.Limits)
+	}
+	if err == nil {
+		t.cmd, err = r.StartGuestLimited(guest.RoleNSTrial, extra, t.lim)
+	}
 	if err != nil {
+		t.lim.Close()
 		t.ctrl.Close()
 		outR.Close()
 		errR.Close()
@@ -302,6 +330,9 @@ func (t *trial) cleanup() {
 	t.cmd.Process.Kill()
 	t.cmd.Wait()
 	t.pipes.Wait()
+	if err := t.lim.Close(); err != nil && t.r.Log != nil {
+		t.r.Log.Warn("removing the trial's cgroup", "trial", t.spec.TrialID, "err", err)
+	}
 }
 
 func (t *trial) run(ctx context.Context) (*dryexec.StateDelta, error) {
@@ -357,6 +388,7 @@ func (t *trial) converse() (*dryexec.StateDelta, error) {
 		Mounts: t.mounts, Argv: a.Argv, Env: env, Cwd: a.Cwd, TimeoutMS: a.TimeoutMS,
 		Hostname: host, UpperSize: t.spec.UpperSizeBytes, Stdin: t.spec.Stdin != nil,
 		Rootless: os.Getuid() != 0, CommandUserNS: true, CommandUID: os.Getuid(), CommandGID: os.Getgid(),
+		Masks: t.masks,
 	}
 	if err := t.conn.Send(wire.KindReq, wire.VerbTrialStart, 1, &start); err != nil {
 		return nil, t.guestErr("sending trial.start", err)
@@ -406,6 +438,9 @@ func (t *trial) converse() (*dryexec.StateDelta, error) {
 				return nil, t.guestErr("decoding trial.exit", err)
 			}
 			t.r.trace("exit")
+			// Everything the command started is dead; the guest lives on
+			// (walking), so its view and group can still be read.
+			t.contained(d)
 		case wire.VerbFSEntry:
 			if exit == nil || differ == nil {
 				return nil, fmt.Errorf("%w: fs.entry before trial.mounts and trial.exit", dryexec.ErrGuest)
@@ -435,7 +470,11 @@ func (t *trial) converse() (*dryexec.StateDelta, error) {
 			d.Files = files
 			t.fillProcess(d, exit)
 			d.Memory.Method = "none"
-			d.Memory.PeakRSSBytes = exit.MaxRSS
+			if d.Memory.PeakRSSBytes == 0 {
+				d.Memory.PeakRSSBytes = exit.MaxRSS
+			} else {
+				d.Process.PeakRSSBytes = d.Memory.PeakRSSBytes
+			}
 			d.Normalize()
 			d.ComputeTotals()
 			t.r.trace("done")

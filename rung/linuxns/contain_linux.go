@@ -1,0 +1,263 @@
+package linuxns
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"os"
+	"os/user"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/dryexec/dryexec"
+	"github.com/dryexec/dryexec/cgroup"
+	"github.com/dryexec/dryexec/guest"
+)
+
+// Limiter bounds one guest and everything it starts: a cgroup with the
+// sandbox's limits, or — where this process cannot create cgroups (rootless on
+// a v1 host) — rlimits, with a warning saying what is not enforced.
+type Limiter struct {
+	group    *cgroup.Group // nil: the rlimit fallback
+	limits   dryexec.Limits
+	before   cgroup.Stats
+	warnings []string
+}
+
+// NewLimiter makes the group called name (a trial or session id) with limits
+// l (zero fields: defaults). It fails only on bad limits or a cgroup error
+// other than "cannot create groups here".
+func (r *Rung) NewLimiter(name string, l dryexec.Limits) (*Limiter, error) {
+	if err := l.Check(); err != nil {
+		return nil, err
+	}
+	m, err := cgroup.NewManager(r.Cgroups)
+	if err == nil {
+		g, warnings, gerr := m.New(name, l)
+		if gerr == nil {
+			return &Limiter{group: g, limits: g.Limits(), before: g.Stats(), warnings: warnings}, nil
+		}
+		err = gerr
+	}
+	if !errors.Is(err, cgroup.ErrUnavailable) {
+		return nil, err
+	}
+	l = cgroup.Defaults(l)
+	lim := &Limiter{limits: l}
+	w := fmt.Sprintf("%v: limits fall back to rlimits: at most %d processes (RLIMIT_NPROC, counted within the sandbox's user namespace)", err, l.Pids)
+	if l.MemoryBytes > 0 {
+		w += fmt.Sprintf(", %d bytes of data per process (RLIMIT_DATA), not for the sandbox as a whole", l.MemoryBytes)
+	}
+	lim.warnings = append(lim.warnings, w+"; no CPU limit; hitting a limit is not recorded as a violation")
+	return lim, nil
+}
+
+// Warnings say which limits are not enforced as asked.
+func (l *Limiter) Warnings() []string { return append([]string(nil), l.warnings...) }
+
+// Limits are the limits in force, defaults filled in.
+func (l *Limiter) Limits() dryexec.Limits { return l.limits }
+
+// prepare makes the child start inside the group (v2: clone3 into it).
+func (l *Limiter) prepare(attr *unix.SysProcAttr) {
+	if l.group != nil && l.group.CgroupFD() >= 0 {
+		attr.UseCgroupFD = true
+		attr.CgroupFD = l.group.CgroupFD()
+	}
+}
+
+// attach puts a started guest under the limits before it is told to run
+// anything: v1 groups by pid; the fallback by prlimit, which the command
+// inherits.
+func (l *Limiter) attach(pid int) error {
+	if l.group != nil {
+		return l.group.Attach(pid)
+	}
+	set := func(res int, v int64) error {
+		if v <= 0 {
+			return nil
+		}
+		lim := unix.Rlimit{Cur: uint64(v), Max: uint64(v)}
+		if err := unix.Prlimit(pid, res, &lim, nil); err != nil {
+			return fmt.Errorf("setting rlimit %d of the guest: %w", res, err)
+		}
+		return nil
+	}
+	// The guest's own threads count against RLIMIT_NPROC too: leave them room.
+	if err := set(unix.RLIMIT_NPROC, l.limits.Pids+guestThreads); err != nil {
+		return err
+	}
+	return set(unix.RLIMIT_DATA, l.limits.MemoryBytes)
+}
+
+// guestThreads is headroom for the guest supervisor's own threads.
+const guestThreads = 32
+
+// Violations are the limits hit since the group was made (or since the last
+// call), and the group's peak memory (0 without a group).
+func (l *Limiter) Violations() ([]dryexec.Violation, int64) {
+	if l.group == nil {
+		return nil, 0
+	}
+	now := l.group.Stats()
+	v := cgroup.Violations(l.limits, l.before, now)
+	l.before = now
+	return v, now.PeakMemBytes
+}
+
+// Close kills what is left in the group and removes it.
+func (l *Limiter) Close() error {
+	if l == nil || l.group == nil {
+		return nil
+	}
+	return l.group.Remove()
+}
+
+// Homes are the home directories whose credentials are masked by default: the
+// calling user's, and as root also /root and every /home/… of /etc/passwd,
+// since a root sandbox could read all of them.
+func Homes() []string {
+	var out []string
+	seen := map[string]bool{}
+	add := func(h string) {
+		if h = filepath.Clean(h); strings.HasPrefix(h, "/") && h != "/" && !seen[h] {
+			seen[h] = true
+			out = append(out, h)
+		}
+	}
+	if h := os.Getenv("HOME"); h != "" {
+		add(h)
+	}
+	if u, err := user.Current(); err == nil {
+		add(u.HomeDir)
+	}
+	if os.Geteuid() != 0 {
+		return out
+	}
+	add("/root")
+	f, err := os.Open("/etc/passwd")
+	if err != nil {
+		return out
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		fields := strings.Split(sc.Text(), ":")
+		if len(fields) >= 6 && strings.HasPrefix(fields[5], "/home/") {
+			add(fields[5])
+		}
+	}
+	return out
+}
+
+// ResolveMasks turns a spec's masks into the host paths to cover: defaults
+// beneath Homes() unless noDefaults, plus extra; symlinks resolved (the
+// sandbox must see the link's target empty), paths that do not exist dropped.
+func ResolveMasks(extra []string, noDefaults bool) ([]string, error) {
+	paths, err := dryexec.MaskPaths(Homes(), extra, noDefaults)
+	if err != nil {
+		return nil, err
+	}
+	var out []string
+	seen := map[string]bool{}
+	for _, p := range paths {
+		real, err := filepath.EvalSymlinks(p)
+		if err != nil || real == "/" || seen[real] {
+			continue
+		}
+		seen[real] = true
+		out = append(out, real)
+	}
+	return out, nil
+}
+
+// MaskWatch finds reads of masked paths in a live guest's view, from outside
+// it: every mask entry starts with atime guest.MaskAtime, and a read or a
+// directory listing moves it (guest/mask_linux.go). Each path is reported once.
+type MaskWatch struct {
+	masks []string
+	mu    sync.Mutex // guards seen
+	seen  map[string]bool
+}
+
+// NewMaskWatch watches masks (as sent to the guest).
+func NewMaskWatch(masks []string) *MaskWatch {
+	return &MaskWatch{masks: masks, seen: map[string]bool{}}
+}
+
+// Check looks at the view of guest process pid and returns a {kind: secret}
+// violation for each masked path read since the last Check. Paths are resolved
+// inside the guest's root without following any symlink (the sandbox could
+// have made one).
+func (w *MaskWatch) Check(pid int) []dryexec.Violation {
+	if w == nil || len(w.masks) == 0 {
+		return nil
+	}
+	root, err := unix.Open("/proc/"+strconv.Itoa(pid)+"/root", unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil
+	}
+	defer unix.Close(root)
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	var out []dryexec.Violation
+	budget := maskCheckMax
+	var walk func(p string, depth int)
+	walk = func(p string, depth int) {
+		if budget--; budget < 0 {
+			return
+		}
+		fd, err := unix.Openat2(root, strings.TrimPrefix(p, "/"), &unix.OpenHow{
+			Flags:   unix.O_RDONLY | unix.O_NOATIME | unix.O_NONBLOCK | unix.O_NOFOLLOW | unix.O_CLOEXEC,
+			Resolve: unix.RESOLVE_IN_ROOT | unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_NO_MAGICLINKS,
+		})
+		if err != nil {
+			return
+		}
+		f := os.NewFile(uintptr(fd), p)
+		defer f.Close()
+		var st unix.Stat_t
+		if unix.Fstat(fd, &st) != nil {
+			return
+		}
+		if st.Atim.Sec != guest.MaskAtime || st.Atim.Nsec != 0 {
+			if !w.seen[p] {
+				w.seen[p] = true
+				out = append(out, dryexec.Violation{Kind: "secret", Detail: p})
+			}
+		}
+		if st.Mode&unix.S_IFMT != unix.S_IFDIR || depth >= maskCheckDepth {
+			return
+		}
+		// O_NOATIME: our own listing must not look like the sandbox's.
+		names, _ := f.Readdirnames(-1)
+		for _, n := range names {
+			walk(p+"/"+n, depth+1)
+		}
+	}
+	for _, m := range w.masks {
+		walk(m, 0)
+	}
+	return out
+}
+
+// Bounds of a mask check (the guest mirrors at most 1024 entries, 4 deep).
+const (
+	maskCheckMax   = 2048
+	maskCheckDepth = 4
+)
+
+// contained adds to d what the containment saw once the command is gone:
+// limits hit, masked secrets read, the group's peak memory, and warnings for
+// limits not enforced as asked.
+func (t *trial) contained(d *dryexec.StateDelta) {
+	v, peak := t.lim.Violations()
+	d.Violations = append(d.Violations, v...)
+	d.Violations = append(d.Violations, NewMaskWatch(t.masks).Check(t.cmd.Process.Pid)...)
+	d.Memory.PeakRSSBytes = peak
+	d.Warnings = append(d.Warnings, t.lim.Warnings()...)
+}
