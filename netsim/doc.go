@@ -1,0 +1,13 @@
+// Package netsim owns the sandbox's network: a userspace TCP/IP stack
+// (gVisor's netstack) on the host side of the boundary, fed by a TUN device
+// the guest creates inside the sandbox's network namespace. Every TCP
+// connection, UDP datagram and DNS query the sandbox sends ends here. DNS is
+// answered with synthetic addresses that map back to names; HTTP is parsed
+// and HTTPS terminated with a per-install CA (package ca); each request is
+// answered by a mock (package mock), forwarded for real when an allow rule
+// says so, or blocked; everything is logged as dryexec.NetworkEvent.
+//
+// Host side: New, then ServeTUN (or Serve for another packet link), then Log
+// and Records. Sandbox side (Linux): SetupTUN, SendFD, ResolvConf, and the
+// trust files from Trust.
+package netsim

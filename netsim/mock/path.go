@@ -1,0 +1,93 @@
+package mock
+
+import (
+	"fmt"
+	"strings"
+)
+
+// pattern matches a request path. Three forms, chosen by the text:
+//
+//	/users/42        exact
+//	/static/*        prefix (a trailing "*")
+//	/users/{id}      template: each {name} matches one non-empty segment
+type pattern struct {
+	raw    string
+	prefix string   // set for the prefix form
+	segs   []string // template segments; "{x}" ones are parameters
+	params int
+}
+
+func compilePattern(p string) (pattern, error) {
+	if p == "" {
+		return pattern{raw: "*", prefix: "/"}, nil
+	}
+	if !strings.HasPrefix(p, "/") {
+		return pattern{}, fmt.Errorf("path %q must start with /", p)
+	}
+	if strings.HasSuffix(p, "*") {
+		pre := strings.TrimSuffix(p, "*")
+		if strings.ContainsAny(pre, "*{}") {
+			return pattern{}, fmt.Errorf("path %q: a prefix cannot hold * or {}", p)
+		}
+		return pattern{raw: p, prefix: pre}, nil
+	}
+	pt := pattern{raw: p, segs: strings.Split(p, "/")}
+	for _, s := range pt.segs {
+		if strings.Contains(s, "*") {
+			return pattern{}, fmt.Errorf("path %q: * only at the end", p)
+		}
+		open, close := strings.Count(s, "{"), strings.Count(s, "}")
+		switch {
+		case open == 0 && close == 0:
+		case open == 1 && close == 1 && strings.HasPrefix(s, "{") && strings.HasSuffix(s, "}") && len(s) > 2:
+			pt.params++
+		default:
+			return pattern{}, fmt.Errorf("path %q: a parameter must be a whole segment such as {id}", p)
+		}
+	}
+	return pt, nil
+}
+
+// match reports whether path matches and, for templates, the parameters.
+func (p pattern) match(path string) (map[string]string, bool) {
+	if p.prefix != "" {
+		return nil, strings.HasPrefix(path, p.prefix)
+	}
+	if p.params == 0 {
+		return nil, path == p.raw
+	}
+	got := strings.Split(path, "/")
+	if len(got) != len(p.segs) {
+		return nil, false
+	}
+	params := make(map[string]string, p.params)
+	for i, s := range p.segs {
+		if strings.HasPrefix(s, "{") {
+			if got[i] == "" {
+				return nil, false
+			}
+			params[s[1:len(s)-1]] = got[i]
+			continue
+		}
+		if s != got[i] {
+			return nil, false
+		}
+	}
+	return params, true
+}
+
+// MatchHost reports whether host matches pattern: "" or "*" match every host,
+// "*.example.com" matches any name below example.com (not example.com itself),
+// anything else matches exactly, ignoring case and a trailing dot.
+func MatchHost(pattern, host string) bool {
+	pattern = strings.TrimSuffix(strings.ToLower(pattern), ".")
+	host = strings.TrimSuffix(strings.ToLower(host), ".")
+	switch {
+	case pattern == "" || pattern == "*":
+		return true
+	case strings.HasPrefix(pattern, "*."):
+		return strings.HasSuffix(host, pattern[1:]) && len(host) > len(pattern)-1
+	default:
+		return pattern == host
+	}
+}

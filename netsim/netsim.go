@@ -1,0 +1,266 @@
+package netsim
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/dryexec/dryexec/netsim/ca"
+	"github.com/dryexec/dryexec/netsim/mock"
+	"go.yaml.in/yaml/v3"
+)
+
+// Defaults of the bounds in Config.
+const (
+	defaultMaxBody   = 64 << 10
+	defaultMaxEvents = 10000
+	// maxRequestBody bounds a request body netsim reads into memory (mocks
+	// validate whole bodies; forwarded ones are buffered too, so the log can
+	// keep them). A larger request gets 413 and is logged as blocked.
+	maxRequestBody = 32 << 20
+	// sniffTimeout is how long netsim waits for a client to speak first
+	// before it treats a connection as a server-speaks-first protocol.
+	sniffTimeout = 2 * time.Second
+	// rawSniffTimeout is the same wait when a rule allows the connection as
+	// raw TCP: short, because the real server may be the one to speak.
+	rawSniffTimeout = 300 * time.Millisecond
+	// idleTimeout closes connections nobody uses.
+	idleTimeout = 2 * time.Minute
+)
+
+// SystemBundle is where Debian, Ubuntu, Alpine and Arch keep the system trust
+// store; the guest binds Trust.Bundle over it.
+const SystemBundle = "/etc/ssl/certs/ca-certificates.crt"
+
+// File is a netsim file: mocks plus allow rules (YAML or JSON).
+type File struct {
+	mock.Spec `yaml:",inline"`
+	Allow     []Rule `yaml:"allow" json:"allow"`
+}
+
+// Sim is one sandbox's network: a userspace TCP/IP stack that terminates
+// every connection, datagram and DNS query, and the log of what happened.
+// Create it with New, serve one link with Serve (or ServeTUN), then read Log.
+type Sim struct {
+	cfg       Config
+	mode      string
+	ca        *ca.CA
+	mocks     *mock.Set
+	rules     []Rule
+	names     *names
+	log       *slog.Logger
+	maxBody   int
+	maxEvents int
+	// injected are the canonical header names rules inject; secrets their
+	// values. Both read once by New; never shown in the log.
+	injected map[string]struct{}
+	secrets  []string
+	ruleHdrs map[*Rule]http.Header
+
+	transport *http.Transport
+	tlsConf   *tls.Config
+	// http serves sniffed HTTP(S) connections; set by Serve before the
+	// stack accepts anything.
+	http *httpServer
+
+	// logMu guards records and dropped.
+	logMu   sync.Mutex
+	records []Record
+	dropped int
+
+	// serveMu guards served.
+	serveMu sync.Mutex
+	served  bool
+}
+
+// New checks cfg, loads the mock file and the CA (creating the CA on first
+// use) and reads the injected credentials.
+func New(ctx context.Context, cfg Config) (*Sim, error) {
+	if cfg.CADir == "" {
+		return nil, fmt.Errorf("%w: CADir is required", ErrBadConfig)
+	}
+	s := &Sim{
+		cfg:       cfg,
+		names:     newNames(),
+		log:       cfg.Logger,
+		maxBody:   cfg.MaxBodyBytes,
+		maxEvents: cfg.MaxEvents,
+		injected:  map[string]struct{}{},
+		ruleHdrs:  map[*Rule]http.Header{},
+	}
+	if s.log == nil {
+		s.log = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	if s.maxBody <= 0 {
+		s.maxBody = defaultMaxBody
+	}
+	if s.maxEvents <= 0 {
+		s.maxEvents = defaultMaxEvents
+	}
+	s.rules = append(s.rules, cfg.Allow...)
+	if cfg.MockFile != "" {
+		f, err := loadFile(cfg.MockFile)
+		if err != nil {
+			return nil, err
+		}
+		s.mocks, err = mock.Compile(ctx, f.Spec, filepath.Dir(cfg.MockFile), cfg.Seed)
+		if err != nil {
+			return nil, fmt.Errorf("%w: %s: %w", ErrBadConfig, cfg.MockFile, err)
+		}
+		s.rules = append(s.rules, f.Allow...)
+	}
+	s.mode = "none"
+	switch {
+	case s.mocks != nil && len(s.rules) > 0:
+		s.mode = "mock+allow"
+	case s.mocks != nil:
+		s.mode = "mock"
+	case len(s.rules) > 0:
+		s.mode = "allow"
+	}
+	lookupEnv := cfg.LookupEnv
+	if lookupEnv == nil {
+		lookupEnv = os.LookupEnv
+	}
+	for i := range s.rules {
+		r := &s.rules[i]
+		if err := checkRule(*r); err != nil {
+			return nil, fmt.Errorf("%w: allow rule %q: %v", ErrBadConfig, r.Host, err)
+		}
+		if len(r.Inject) == 0 {
+			continue
+		}
+		h := http.Header{}
+		for name, sec := range r.Inject {
+			v, err := readSecret(sec, lookupEnv)
+			if err != nil {
+				return nil, fmt.Errorf("%w: allow rule %q: inject %s: %v", ErrBadConfig, r.Host, name, err)
+			}
+			h.Set(name, sec.Prefix+v)
+			s.injected[http.CanonicalHeaderKey(name)] = struct{}{}
+			s.secrets = append(s.secrets, v)
+		}
+		s.ruleHdrs[r] = h
+	}
+	c, err := ca.LoadOrCreate(cfg.CADir)
+	if err != nil {
+		return nil, err
+	}
+	s.ca = c
+	s.tlsConf = &tls.Config{
+		// HTTP/1.1 only: one code path for mocks, forwarding and the log.
+		NextProtos:     []string{"http/1.1"},
+		GetCertificate: s.certificate,
+		MinVersion:     tls.VersionTLS12,
+	}
+	s.transport = &http.Transport{
+		DialContext:           s.dialUpstream,
+		TLSClientConfig:       &tls.Config{RootCAs: cfg.UpstreamRoots, MinVersion: tls.VersionTLS12},
+		ForceAttemptHTTP2:     false,
+		MaxIdleConnsPerHost:   8,
+		IdleConnTimeout:       30 * time.Second,
+		TLSHandshakeTimeout:   15 * time.Second,
+		ResponseHeaderTimeout: 2 * time.Minute,
+		// Never a host-side proxy: allowed traffic goes where it was checked.
+		Proxy: nil,
+	}
+	return s, nil
+}
+
+func loadFile(path string) (*File, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("%w: reading mock file: %w", ErrBadConfig, err)
+	}
+	var f File
+	dec := yaml.NewDecoder(strings.NewReader(string(data)))
+	dec.KnownFields(true)
+	if err := dec.Decode(&f); err != nil && !errors.Is(err, io.EOF) {
+		return nil, fmt.Errorf("%w: %s: %v", ErrBadConfig, path, err)
+	}
+	return &f, nil
+}
+
+func readSecret(sec Secret, lookupEnv func(string) (string, bool)) (string, error) {
+	if sec.Env != "" {
+		v, ok := lookupEnv(sec.Env)
+		if !ok || v == "" {
+			return "", fmt.Errorf("environment variable %s is not set on the host", sec.Env)
+		}
+		return v, nil
+	}
+	b, err := os.ReadFile(sec.File)
+	if err != nil {
+		return "", err
+	}
+	v := strings.TrimSpace(string(b))
+	if v == "" {
+		return "", fmt.Errorf("%s is empty", sec.File)
+	}
+	return v, nil
+}
+
+// Mode is "none", "mock", "allow" or "mock+allow".
+func (s *Sim) Mode() string { return s.mode }
+
+func (s *Sim) certificate(hello *tls.ClientHelloInfo) (*tls.Certificate, error) {
+	name := hello.ServerName
+	if name == "" {
+		// No SNI (a literal address): sign for the address connected to.
+		if a, ok := hello.Conn.LocalAddr().(*net.TCPAddr); ok {
+			if n := s.names.nameOf(a.AddrPort().Addr()); n != "" {
+				name = n
+			} else {
+				name = a.AddrPort().Addr().Unmap().String()
+			}
+		}
+	}
+	return s.ca.Leaf(name)
+}
+
+// Trust is what the sandbox needs to trust netsim's CA.
+type Trust struct {
+	// CAPEM is the CA certificate alone.
+	CAPEM []byte
+	// Bundle is the host's system trust store plus the CA: bind it (read
+	// only) over BundlePath inside the sandbox.
+	Bundle     []byte
+	BundlePath string
+	// Env points the common tools at BundlePath: SSL_CERT_FILE,
+	// REQUESTS_CA_BUNDLE, CURL_CA_BUNDLE, NODE_EXTRA_CA_CERTS,
+	// GIT_SSL_CAINFO, PIP_CERT.
+	Env map[string]string
+}
+
+// Trust returns the CA and the trust setup for the sandbox.
+func (s *Sim) Trust() Trust {
+	system, _ := os.ReadFile(SystemBundle)
+	return Trust{
+		CAPEM:      s.ca.CertPEM(),
+		Bundle:     s.ca.Bundle(system),
+		BundlePath: SystemBundle,
+		Env:        TrustEnv(SystemBundle),
+	}
+}
+
+// TrustEnv is the environment that points common tools at bundle.
+func TrustEnv(bundle string) map[string]string {
+	return map[string]string{
+		"SSL_CERT_FILE":       bundle,
+		"REQUESTS_CA_BUNDLE":  bundle,
+		"CURL_CA_BUNDLE":      bundle,
+		"NODE_EXTRA_CA_CERTS": bundle,
+		"GIT_SSL_CAINFO":      bundle,
+		"PIP_CERT":            bundle,
+	}
+}

@@ -1,0 +1,329 @@
+package netsim
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/netip"
+	"sync"
+	"time"
+
+	"gvisor.dev/gvisor/pkg/buffer"
+	"gvisor.dev/gvisor/pkg/tcpip"
+	"gvisor.dev/gvisor/pkg/tcpip/adapters/gonet"
+	"gvisor.dev/gvisor/pkg/tcpip/header"
+	"gvisor.dev/gvisor/pkg/tcpip/link/channel"
+	"gvisor.dev/gvisor/pkg/tcpip/network/ipv4"
+	"gvisor.dev/gvisor/pkg/tcpip/network/ipv6"
+	"gvisor.dev/gvisor/pkg/tcpip/stack"
+	"gvisor.dev/gvisor/pkg/tcpip/transport/tcp"
+	"gvisor.dev/gvisor/pkg/tcpip/transport/udp"
+	"gvisor.dev/gvisor/pkg/waiter"
+)
+
+// MTU of the link; SetupTUN sets the same on the sandbox's side.
+const MTU = 1500
+
+const nicID tcpip.NICID = 1
+
+// ErrServed: a Sim serves one link in its life.
+var ErrServed = errors.New("netsim: Serve already called")
+
+// Serve runs the network of one sandbox over link, which carries raw IP
+// packets, one per Read and one per Write (a TUN device without packet info;
+// later a VM's virtio-net with the Ethernet header stripped). It returns when
+// ctx is done or the link fails (the sandbox's namespace went away); it closes
+// link.
+func (s *Sim) Serve(ctx context.Context, link io.ReadWriteCloser) error {
+	s.serveMu.Lock()
+	if s.served {
+		s.serveMu.Unlock()
+		link.Close()
+		return ErrServed
+	}
+	s.served = true
+	s.serveMu.Unlock()
+
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	s.http = s.startHTTP()
+	defer s.http.srv.Close()
+	defer s.http.lis.Close()
+	st, ep, err := s.newStack(ctx)
+	if err != nil {
+		link.Close()
+		return err
+	}
+	var wg sync.WaitGroup
+	wg.Add(2)
+	go func() {
+		defer wg.Done()
+		<-ctx.Done()
+		link.Close()
+	}()
+	go func() {
+		defer wg.Done()
+		s.writeLoop(ctx, ep, link)
+	}()
+	buf := make([]byte, 65536)
+	var readErr error
+	for {
+		n, err := link.Read(buf)
+		if err != nil {
+			readErr = err
+			break
+		}
+		s.inbound(ep, buf[:n])
+	}
+	cancel()
+	ep.Close()
+	st.Close()
+	wg.Wait()
+	st.Wait()
+	s.transport.CloseIdleConnections()
+	if ctx.Err() != nil || errors.Is(readErr, io.EOF) || errors.Is(readErr, net.ErrClosed) {
+		return nil
+	}
+	return fmt.Errorf("netsim: reading the link: %w", readErr)
+}
+
+func (s *Sim) newStack(ctx context.Context) (*stack.Stack, *channel.Endpoint, error) {
+	st := stack.New(stack.Options{
+		NetworkProtocols:   []stack.NetworkProtocolFactory{ipv4.NewProtocol, ipv6.NewProtocol},
+		TransportProtocols: []stack.TransportProtocolFactory{tcp.NewProtocol, udp.NewProtocol},
+	})
+	ep := channel.New(1024, MTU, "")
+	if err := st.CreateNIC(nicID, ep); err != nil {
+		return nil, nil, fmt.Errorf("netsim: creating NIC: %s", err)
+	}
+	// Promiscuous + spoofing: the stack accepts packets for every address
+	// and answers from it, so every destination terminates here.
+	if err := st.SetPromiscuousMode(nicID, true); err != nil {
+		return nil, nil, fmt.Errorf("netsim: promiscuous mode: %s", err)
+	}
+	if err := st.SetSpoofing(nicID, true); err != nil {
+		return nil, nil, fmt.Errorf("netsim: spoofing: %s", err)
+	}
+	st.SetRouteTable([]tcpip.Route{
+		{Destination: header.IPv4EmptySubnet, NIC: nicID},
+		{Destination: header.IPv6EmptySubnet, NIC: nicID},
+	})
+	sack := tcpip.TCPSACKEnabled(true)
+	st.SetTransportProtocolOption(tcp.ProtocolNumber, &sack)
+
+	tcpFwd := tcp.NewForwarder(st, 0, 1024, func(r *tcp.ForwarderRequest) { s.onTCP(ctx, r) })
+	st.SetTransportProtocolHandler(tcp.ProtocolNumber, tcpFwd.HandlePacket)
+	udpFwd := udp.NewForwarder(st, func(r *udp.ForwarderRequest) bool { return s.onUDP(ctx, r) })
+	st.SetTransportProtocolHandler(udp.ProtocolNumber, udpFwd.HandlePacket)
+	return st, ep, nil
+}
+
+func (s *Sim) writeLoop(ctx context.Context, ep *channel.Endpoint, link io.Writer) {
+	out := make([]byte, 0, 65536)
+	for {
+		pkt := ep.ReadContext(ctx)
+		if pkt == nil {
+			return
+		}
+		out = out[:0]
+		for _, sl := range pkt.AsSlices() {
+			out = append(out, sl...)
+		}
+		pkt.DecRef()
+		if _, err := link.Write(out); err != nil {
+			if ctx.Err() == nil {
+				s.log.Debug("netsim: writing to the link", "err", err)
+			}
+			return
+		}
+	}
+}
+
+// inbound hands one packet from the sandbox to the stack. ICMP never
+// reaches it: echo requests are logged as blocked and dropped (the stack
+// would otherwise answer pings for every address and fake reachability).
+func (s *Sim) inbound(ep *channel.Endpoint, pkt []byte) {
+	if len(pkt) < 1 {
+		return
+	}
+	var proto tcpip.NetworkProtocolNumber
+	switch pkt[0] >> 4 {
+	case 4:
+		if len(pkt) < header.IPv4MinimumSize {
+			return
+		}
+		ip := header.IPv4(pkt)
+		if ip.TransportProtocol() == header.ICMPv4ProtocolNumber {
+			hl := int(ip.HeaderLength())
+			if len(pkt) > hl && header.ICMPv4(pkt[hl:]).Type() == header.ICMPv4Echo {
+				s.logICMP(netip.AddrFrom4(ip.DestinationAddress().As4()))
+			}
+			return
+		}
+		proto = header.IPv4ProtocolNumber
+	case 6:
+		if len(pkt) < header.IPv6MinimumSize {
+			return
+		}
+		ip := header.IPv6(pkt)
+		if ip.TransportProtocol() == header.ICMPv6ProtocolNumber {
+			if len(pkt) > header.IPv6MinimumSize && header.ICMPv6(pkt[header.IPv6MinimumSize:]).Type() == header.ICMPv6EchoRequest {
+				s.logICMP(netip.AddrFrom16(ip.DestinationAddress().As16()))
+			}
+			return
+		}
+		proto = header.IPv6ProtocolNumber
+	default:
+		return
+	}
+	pb := stack.NewPacketBuffer(stack.PacketBufferOptions{Payload: buffer.MakeWithData(pkt)})
+	ep.InjectInbound(proto, pb)
+	pb.DecRef()
+}
+
+func (s *Sim) logICMP(dst netip.Addr) {
+	host := dst.String()
+	if n := s.names.nameOf(dst); n != "" {
+		host = n
+	}
+	s.record(Record{NetworkEvent: eventOf("icmp", "", "", host, 0, 0, ActionBlocked, "ICMP is never forwarded")})
+}
+
+func addrOf(a tcpip.Address) netip.Addr {
+	ip, _ := netip.AddrFromSlice(a.AsSlice())
+	return ip.Unmap()
+}
+
+func (s *Sim) flowOf(a tcpip.Address, port uint16, proto string) flow {
+	dst := addrOf(a)
+	return flow{name: s.names.nameOf(dst), addr: dst, port: int(port), proto: proto}
+}
+
+func (s *Sim) onTCP(ctx context.Context, r *tcp.ForwarderRequest) {
+	id := r.ID()
+	f := s.flowOf(id.LocalAddress, id.LocalPort, "tcp")
+	if s.mode == "none" {
+		r.Complete(true)
+		s.record(Record{NetworkEvent: eventOf("tcp", "", "", f.host(), f.port, 0, ActionBlocked, "network mode none")})
+		return
+	}
+	if synthetic.Contains(f.addr) && f.name == "" {
+		r.Complete(true)
+		s.record(Record{NetworkEvent: eventOf("tcp", "", "", f.host(), f.port, 0, ActionBlocked, "address was never handed out by netsim DNS")})
+		return
+	}
+	var wq waiter.Queue
+	ep, terr := r.CreateEndpoint(&wq)
+	if terr != nil {
+		r.Complete(true)
+		s.log.Debug("netsim: accepting", "flow", f.host(), "err", terr)
+		return
+	}
+	r.Complete(false)
+	ep.SocketOptions().SetKeepAlive(true)
+	conn := gonet.NewTCPConn(&wq, ep)
+	reset := func() {
+		// Linger 0 makes Close send RST: a refused flow looks refused.
+		ep.SocketOptions().SetLinger(tcpip.LingerOption{Enabled: true, Timeout: 0})
+		conn.Close()
+	}
+	go s.handleConn(ctx, conn, f, reset)
+}
+
+func (s *Sim) onUDP(ctx context.Context, r *udp.ForwarderRequest) bool {
+	id := r.ID()
+	f := s.flowOf(id.LocalAddress, id.LocalPort, "udp")
+	if f.port != 53 {
+		if s.mode != "none" {
+			if d := s.decide(ctx, f, "", ""); d.allowed {
+				var wq waiter.Queue
+				ep, terr := r.CreateEndpoint(&wq)
+				if terr != nil {
+					return true
+				}
+				go s.relayUDP(ctx, gonet.NewUDPConn(&wq, ep), f, d)
+				return true
+			}
+		}
+		s.record(Record{NetworkEvent: eventOf("udp", "", "", f.host(), f.port, 0, ActionBlocked, "no allow rule for udp "+f.host())})
+		return true
+	}
+	var wq waiter.Queue
+	ep, terr := r.CreateEndpoint(&wq)
+	if terr != nil {
+		return true
+	}
+	go s.serveDNS(ctx, gonet.NewUDPConn(&wq, ep))
+	return true
+}
+
+// serveDNS answers the queries of one client socket (resolvers send A and
+// AAAA from the same socket), until it goes quiet.
+func (s *Sim) serveDNS(ctx context.Context, c *gonet.UDPConn) {
+	defer c.Close()
+	buf := make([]byte, 4096)
+	for ctx.Err() == nil {
+		c.SetReadDeadline(time.Now().Add(5 * time.Second))
+		n, err := c.Read(buf)
+		if err != nil {
+			return
+		}
+		reply, name, qtype, action, reason, ok := s.dnsAnswer(buf[:n])
+		if !ok {
+			continue
+		}
+		c.Write(reply)
+		ev := eventOf("dns", qtype, "", name, 53, 0, action, reason)
+		ev.BytesOut, ev.BytesIn = int64(n), int64(len(reply))
+		s.record(Record{NetworkEvent: ev})
+	}
+}
+
+// relayUDP forwards an allowed UDP flow for real until it goes quiet.
+func (s *Sim) relayUDP(ctx context.Context, c *gonet.UDPConn, f flow, d decision) {
+	defer c.Close()
+	up, err := (&net.Dialer{}).DialContext(ctx, "udp", netip.AddrPortFrom(d.dial, uint16(f.port)).String())
+	if err != nil {
+		s.record(Record{NetworkEvent: eventOf("udp", "", "", f.host(), f.port, 0, ActionBlocked, "dialing: "+err.Error())})
+		return
+	}
+	defer up.Close()
+	var in, out int64
+	var mu sync.Mutex
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		buf := make([]byte, 65536)
+		for {
+			up.SetReadDeadline(time.Now().Add(30 * time.Second))
+			n, err := up.Read(buf)
+			if err != nil {
+				c.Close()
+				return
+			}
+			mu.Lock()
+			in += int64(n)
+			mu.Unlock()
+			c.Write(buf[:n])
+		}
+	}()
+	buf := make([]byte, 65536)
+	for {
+		c.SetReadDeadline(time.Now().Add(30 * time.Second))
+		n, err := c.Read(buf)
+		if err != nil {
+			break
+		}
+		mu.Lock()
+		out += int64(n)
+		mu.Unlock()
+		up.Write(buf[:n])
+	}
+	up.Close()
+	<-done
+	ev := eventOf("udp", "", "", f.host(), f.port, 0, ActionAllowed, d.reason)
+	ev.BytesIn, ev.BytesOut = in, out
+	s.record(Record{NetworkEvent: ev})
+}

@@ -1,0 +1,242 @@
+package netsim
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"os"
+	"syscall"
+
+	"golang.org/x/sys/unix"
+)
+
+// SetupTUN runs on the sandbox's side, inside its network namespace (it
+// needs CAP_NET_ADMIN there, which the namespace's owner has, rootless too):
+// it creates TUN device name, gives it GuestAddr4/24 and GuestAddr6/64, sets
+// it up with MTU, and routes everything (IPv4 and IPv6 default routes)
+// through it. The returned file is the device; pass it to the host side (see
+// SendFD) for ServeTUN. The caller should also bind ResolvConf over
+// /etc/resolv.conf. IPv6 set-up is best effort (a namespace may have it
+// disabled); IPv4 failures are errors.
+func SetupTUN(name string) (*os.File, error) {
+	if name == "" || len(name) >= unix.IFNAMSIZ {
+		return nil, fmt.Errorf("netsim: bad TUN name %q", name)
+	}
+	fd, err := unix.Open("/dev/net/tun", unix.O_RDWR|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, fmt.Errorf("netsim: opening /dev/net/tun: %w", err)
+	}
+	ifr, err := unix.NewIfreq(name)
+	if err != nil {
+		unix.Close(fd)
+		return nil, err
+	}
+	ifr.SetUint16(unix.IFF_TUN | unix.IFF_NO_PI)
+	if err := unix.IoctlIfreq(fd, unix.TUNSETIFF, ifr); err != nil {
+		unix.Close(fd)
+		return nil, fmt.Errorf("netsim: creating TUN %s: %w", name, err)
+	}
+	f := os.NewFile(uintptr(fd), "/dev/net/tun:"+name)
+	if err := configureLink(name); err != nil {
+		f.Close()
+		return nil, err
+	}
+	return f, nil
+}
+
+func configureLink(name string) error {
+	s, err := unix.Socket(unix.AF_INET, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return fmt.Errorf("netsim: socket: %w", err)
+	}
+	defer unix.Close(s)
+	ifr, _ := unix.NewIfreq(name)
+	ifr.SetUint32(MTU)
+	if err := unix.IoctlIfreq(s, unix.SIOCSIFMTU, ifr); err != nil {
+		return fmt.Errorf("netsim: setting MTU of %s: %w", name, err)
+	}
+	ifr, _ = unix.NewIfreq(name)
+	if err := unix.IoctlIfreq(s, unix.SIOCGIFFLAGS, ifr); err != nil {
+		return fmt.Errorf("netsim: reading flags of %s: %w", name, err)
+	}
+	ifr.SetUint16(ifr.Uint16() | unix.IFF_UP)
+	if err := unix.IoctlIfreq(s, unix.SIOCSIFFLAGS, ifr); err != nil {
+		return fmt.Errorf("netsim: setting %s up: %w", name, err)
+	}
+	ifr, _ = unix.NewIfreq(name)
+	if err := unix.IoctlIfreq(s, unix.SIOCGIFINDEX, ifr); err != nil {
+		return fmt.Errorf("netsim: index of %s: %w", name, err)
+	}
+	index := ifr.Uint32()
+
+	nl, err := unix.Socket(unix.AF_NETLINK, unix.SOCK_RAW|unix.SOCK_CLOEXEC, unix.NETLINK_ROUTE)
+	if err != nil {
+		return fmt.Errorf("netsim: netlink: %w", err)
+	}
+	defer unix.Close(nl)
+	if err := unix.Bind(nl, &unix.SockaddrNetlink{Family: unix.AF_NETLINK}); err != nil {
+		return fmt.Errorf("netsim: netlink bind: %w", err)
+	}
+	if err := addAddr(nl, index, GuestAddr4, 24); err != nil {
+		return fmt.Errorf("netsim: address %s on %s: %w", GuestAddr4, name, err)
+	}
+	if err := addDefaultRoute(nl, index, unix.AF_INET); err != nil {
+		return fmt.Errorf("netsim: default route via %s: %w", name, err)
+	}
+	if addAddr(nl, index, GuestAddr6, 64) == nil {
+		addDefaultRoute(nl, index, unix.AF_INET6)
+	}
+	return nil
+}
+
+// rtattr appends one netlink attribute.
+func rtattr(b []byte, typ uint16, data []byte) []byte {
+	l := 4 + len(data)
+	b = binary.NativeEndian.AppendUint16(b, uint16(l))
+	b = binary.NativeEndian.AppendUint16(b, typ)
+	b = append(b, data...)
+	for len(b)%4 != 0 {
+		b = append(b, 0)
+	}
+	return b
+}
+
+func addAddr(nl int, index uint32, a netip.Addr, prefix uint8) error {
+	family, flags := uint8(unix.AF_INET), uint8(0)
+	if a.Is6() {
+		// No duplicate address detection: the address is usable at once.
+		family, flags = unix.AF_INET6, unix.IFA_F_NODAD
+	}
+	body := []byte{family, prefix, flags, unix.RT_SCOPE_UNIVERSE}
+	body = binary.NativeEndian.AppendUint32(body, index)
+	body = rtattr(body, unix.IFA_LOCAL, a.AsSlice())
+	body = rtattr(body, unix.IFA_ADDRESS, a.AsSlice())
+	return nlDo(nl, unix.RTM_NEWADDR, unix.NLM_F_CREATE|unix.NLM_F_EXCL, body)
+}
+
+func addDefaultRoute(nl int, index uint32, family uint8) error {
+	scope := uint8(unix.RT_SCOPE_LINK)
+	if family == unix.AF_INET6 {
+		scope = unix.RT_SCOPE_UNIVERSE
+	}
+	body := []byte{family, 0, 0, 0, unix.RT_TABLE_MAIN, unix.RTPROT_BOOT, scope, unix.RTN_UNICAST}
+	body = binary.NativeEndian.AppendUint32(body, 0)
+	body = rtattr(body, unix.RTA_OIF, binary.NativeEndian.AppendUint32(nil, index))
+	return nlDo(nl, unix.RTM_NEWROUTE, unix.NLM_F_CREATE|unix.NLM_F_EXCL, body)
+}
+
+// nlDo sends one request and waits for its acknowledgement.
+func nlDo(nl int, typ uint16, flags uint16, body []byte) error {
+	const seq = 1
+	msg := binary.NativeEndian.AppendUint32(nil, uint32(unix.NLMSG_HDRLEN+len(body)))
+	msg = binary.NativeEndian.AppendUint16(msg, typ)
+	msg = binary.NativeEndian.AppendUint16(msg, flags|unix.NLM_F_REQUEST|unix.NLM_F_ACK)
+	msg = binary.NativeEndian.AppendUint32(msg, seq)
+	msg = binary.NativeEndian.AppendUint32(msg, 0)
+	msg = append(msg, body...)
+	if err := unix.Sendto(nl, msg, 0, &unix.SockaddrNetlink{Family: unix.AF_NETLINK}); err != nil {
+		return err
+	}
+	buf := make([]byte, 8192)
+	for {
+		n, _, err := unix.Recvfrom(nl, buf, 0)
+		if err != nil {
+			return err
+		}
+		msgs, err := syscall.ParseNetlinkMessage(buf[:n])
+		if err != nil {
+			return err
+		}
+		for _, m := range msgs {
+			if m.Header.Seq != seq || m.Header.Type != unix.NLMSG_ERROR {
+				continue
+			}
+			if len(m.Data) < 4 {
+				return errors.New("short netlink error")
+			}
+			if e := int32(binary.NativeEndian.Uint32(m.Data[:4])); e != 0 {
+				return unix.Errno(-e)
+			}
+			return nil
+		}
+	}
+}
+
+// tunLink reads and writes one packet per call on a TUN file.
+type tunLink struct{ f *os.File }
+
+func (t tunLink) Read(p []byte) (int, error) {
+	for {
+		n, err := t.f.Read(p)
+		// A TUN read can fail transiently when the device is torn down
+		// and recreated; only EBADFD and closure end the loop.
+		if errors.Is(err, unix.EINTR) || errors.Is(err, unix.EAGAIN) {
+			continue
+		}
+		return n, err
+	}
+}
+func (t tunLink) Write(p []byte) (int, error) { return t.f.Write(p) }
+func (t tunLink) Close() error                { return t.f.Close() }
+
+// ServeTUN serves the TUN device tun (from SetupTUN, received from the
+// sandbox) until ctx is done or the sandbox's namespace goes away. It takes
+// ownership of tun.
+func (s *Sim) ServeTUN(ctx context.Context, tun *os.File) error {
+	// The file must be non-blocking for Close (on ctx done) to interrupt a
+	// pending Read: re-wrap it so the runtime poller owns it.
+	raw, err := tun.SyscallConn()
+	if err != nil {
+		tun.Close()
+		return err
+	}
+	var dup int
+	var cerr error
+	raw.Control(func(fd uintptr) {
+		dup, cerr = unix.FcntlInt(fd, unix.F_DUPFD_CLOEXEC, 0)
+		if cerr == nil {
+			cerr = unix.SetNonblock(dup, true)
+		}
+	})
+	tun.Close()
+	if cerr != nil {
+		return fmt.Errorf("netsim: preparing TUN fd: %w", cerr)
+	}
+	return s.Serve(ctx, tunLink{os.NewFile(uintptr(dup), "tun")})
+}
+
+// SendFD passes f over a unix socket (SCM_RIGHTS), as the guest hands its
+// TUN device to the host.
+func SendFD(c *net.UnixConn, f *os.File) error {
+	_, _, err := c.WriteMsgUnix([]byte{'T'}, unix.UnixRights(int(f.Fd())), nil)
+	return err
+}
+
+// RecvFD receives one file sent by SendFD.
+func RecvFD(c *net.UnixConn) (*os.File, error) {
+	buf := make([]byte, 1)
+	oob := make([]byte, unix.CmsgSpace(4))
+	_, oobn, _, _, err := c.ReadMsgUnix(buf, oob)
+	if err != nil {
+		return nil, err
+	}
+	msgs, err := unix.ParseSocketControlMessage(oob[:oobn])
+	if err != nil {
+		return nil, err
+	}
+	for _, m := range msgs {
+		fds, err := unix.ParseUnixRights(&m)
+		if err != nil || len(fds) == 0 {
+			continue
+		}
+		for _, extra := range fds[1:] {
+			unix.Close(extra)
+		}
+		unix.CloseOnExec(fds[0])
+		return os.NewFile(uintptr(fds[0]), "received-fd"), nil
+	}
+	return nil, errors.New("netsim: no file descriptor received")
+}

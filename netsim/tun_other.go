@@ -1,0 +1,29 @@
+//go:build !linux
+
+package netsim
+
+import (
+	"context"
+	"errors"
+	"net"
+	"os"
+)
+
+// errNoTUN: TUN devices and namespaces are Linux-only; other rungs use Serve
+// with their own packet link.
+var errNoTUN = errors.New("netsim: TUN devices need Linux")
+
+// SetupTUN is Linux-only.
+func SetupTUN(name string) (*os.File, error) { return nil, errNoTUN }
+
+// ServeTUN is Linux-only.
+func (s *Sim) ServeTUN(ctx context.Context, tun *os.File) error {
+	tun.Close()
+	return errNoTUN
+}
+
+// SendFD is Linux-only.
+func SendFD(c *net.UnixConn, f *os.File) error { return errNoTUN }
+
+// RecvFD is Linux-only.
+func RecvFD(c *net.UnixConn) (*os.File, error) { return nil, errNoTUN }
