@@ -176,6 +176,19 @@ type Violation struct {
 	Exe    string `json:"exe"`
 }
 
+// The kinds of a Violation.
+const (
+	// ViolationSyscall: the seccomp filter refused a syscall (Detail: name and
+	// key arguments).
+	ViolationSyscall = "syscall"
+	// ViolationLimit: a resource limit was hit (memory, pids, the upper size).
+	ViolationLimit = "limit"
+	// ViolationSecret: the command tried to read a masked credential path.
+	ViolationSecret = "secret"
+	// ViolationNetwork: the network boundary refused a connection.
+	ViolationNetwork = "network"
+)
+
 // Totals sums Files.
 type Totals struct {
 	FilesChanged    int   `json:"files_changed"`
