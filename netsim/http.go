@@ -391,5 +391,3 @@ func (s *Sim) forward(w http.ResponseWriter, r *http.Request, rec *Record, sc *s
 	rec.ResponseHeader, rec.ResponseBody, rec.ResponseTruncated, rec.BytesIn = resp.Header, cb.buf.Bytes(), cb.truncated(), cb.n
 	s.record(*rec)
 }
-
-
