@@ -259,6 +259,8 @@ func (g *generator) number(s *openapi3.Schema) float64 {
 	if hi < lo {
 		return lo
 	}
-	v := lo + g.rng.Float64()*(hi-lo)
-	return math.Round(v*100) / 100
+	v := math.Round((lo+g.rng.Float64()*(hi-lo))*100) / 100
+	return math.Min(math.Max(v, lo), hi)
 }
+
+func newRand(seed uint64) *rand.Rand { return rand.New(rand.NewPCG(seed, 0x9e3779b97f4a7c15)) }

@@ -205,7 +205,10 @@ func (a *api) check(ctx context.Context, o op, req *Request, params map[string]s
 			AuthenticationFunc: openapi3filter.NoopAuthenticationFunc,
 		},
 	}
-	return openapi3filter.ValidateRequest(ctx, in)
+	if err := openapi3filter.ValidateRequest(ctx, in); err != nil {
+		return err
+	}
+	return checkRequestFormats(o, req, params)
 }
 
 // pickResponse chooses the success answer of an operation: 200, 201, the
@@ -303,6 +306,11 @@ func example(mt *openapi3.MediaType) (any, bool) {
 // echoParams puts path parameters into the top-level properties of the same
 // name, so GET /users/42 answers {"id": 42, …}: mocks read more like the API.
 func echoParams(m map[string]any, s *openapi3.Schema, params map[string]string) {
+	for _, r := range s.AllOf {
+		if r.Value != nil {
+			echoParams(m, r.Value, params)
+		}
+	}
 	for name, val := range params {
 		ref, ok := s.Properties[name]
 		if !ok || ref.Value == nil {
@@ -314,7 +322,7 @@ func echoParams(m map[string]any, s *openapi3.Schema, params map[string]string) 
 				m[name] = n
 			}
 		case ref.Value.Type.Is("string"):
-			if ref.Value.VisitJSON(val) == nil {
+			if ref.Value.VisitJSON(val) == nil && checkFormat(ref.Value.Format, val) == nil {
 				m[name] = val
 			}
 		}
