@@ -67,9 +67,9 @@ func TestOpenAPIOperations(t *testing.T) {
 			in := &openapi3filter.ResponseValidationInput{
 				RequestValidationInput: &openapi3filter.RequestValidationInput{Request: hr, PathParams: params,
 					Route: &routers.Route{Spec: doc, Path: o.key, PathItem: o.item, Method: o.method, Operation: o.op}},
-				Status: res.Response.Status,
-				Header: res.Response.Header,
-				Body:   ioNop(res.Response.Body),
+				Status:  res.Response.Status,
+				Header:  res.Response.Header,
+				Body:    ioNop(res.Response.Body),
 				Options: &openapi3filter.Options{IncludeResponseStatus: true},
 			}
 			if err := openapi3filter.ValidateResponse(context.Background(), in); err != nil {
