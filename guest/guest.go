@@ -42,6 +42,10 @@ func Main(args []string) int {
 	// sandbox, even one running as the same uid, cannot ptrace it or open its
 	// /proc/PID/fd entries.
 	setNotDumpable()
+	if err := closeInheritedOnExec(); err != nil {
+		fmt.Fprintf(os.Stderr, "dryexec guest: %v\n", err)
+		return 1
+	}
 	switch args[0] {
 	case RoleNSTrial:
 		return runNSTrial()
