@@ -1,0 +1,261 @@
+package policy
+
+import (
+	"fmt"
+	"path"
+	"path/filepath"
+	"strings"
+)
+
+// glob is one compiled target pattern. Patterns match whole paths, segment by
+// segment: within a segment `*`, `?` and `[…]` behave as in path.Match (and `*`
+// matches dot files too, unlike a shell); a segment that is exactly `**` matches
+// zero or more whole segments, so `/a/build/**` matches `/a/build` itself and
+// everything beneath it. `*` or `**` alone match every path.
+type glob struct {
+	src  string // as written in the policy, for reasons
+	segs []seg  // segments after the leading "/"
+	all  bool
+	// Cheap rejections, checked before the segment walk so that most paths
+	// cost a HasPrefix and a few Contains: lit is the longest literal prefix
+	// (whole segments); needles are "/"+each literal segment, which must occur
+	// in the path; and last matches the final segment when the pattern does
+	// not end in "**".
+	lit     string
+	needles []string
+	last    *seg
+}
+
+// seg matches one path segment. Most policy segments are literals or a single
+// star with a literal on one side, which need no general matcher.
+type seg struct {
+	kind     segKind
+	s        string // literal, or the general pattern
+	pre, suf string
+}
+
+type segKind uint8
+
+const (
+	segLit     segKind = iota // exact
+	segStar                   // "*": any segment
+	segAffix                  // "pre*suf"
+	segGeneral                // path.Match
+	segAny                    // "**": zero or more segments
+)
+
+func compileSeg(s string) seg {
+	switch {
+	case s == "**":
+		return seg{kind: segAny}
+	case s == "*":
+		return seg{kind: segStar}
+	case !strings.ContainsAny(s, `*?[\`):
+		return seg{kind: segLit, s: s}
+	}
+	if i := strings.IndexByte(s, '*'); i >= 0 && !strings.ContainsAny(s[:i], `*?[\`) && !strings.ContainsAny(s[i+1:], `*?[\`) {
+		return seg{kind: segAffix, pre: s[:i], suf: s[i+1:]}
+	}
+	return seg{kind: segGeneral, s: s}
+}
+
+func (m *seg) match(s string) bool {
+	switch m.kind {
+	case segLit:
+		return s == m.s
+	case segStar:
+		return true
+	case segAffix:
+		return len(s) >= len(m.pre)+len(m.suf) && strings.HasPrefix(s, m.pre) && strings.HasSuffix(s, m.suf)
+	default:
+		ok, _ := path.Match(m.s, s)
+		return ok
+	}
+}
+
+// compileGlob compiles pattern. A pattern starting with "**/" matches anywhere;
+// another relative pattern (not starting with "/") is resolved against base, the action's working directory; relative patterns
+// without a base are an error, as are patterns starting with "~" (whose home?).
+func compileGlob(pattern, base string) (glob, error) {
+	g := glob{src: pattern}
+	switch {
+	case pattern == "":
+		return g, fmt.Errorf("empty pattern")
+	case pattern == "*" || pattern == "**" || pattern == "/**":
+		g.all = true
+		return g, nil
+	case strings.HasPrefix(pattern, "~"):
+		return g, fmt.Errorf("pattern %q: ~ is not expanded; write an absolute path, a path relative to the working directory, or **/…", pattern)
+	}
+	p := pattern
+	if strings.HasPrefix(p, "**/") {
+		// "**/x" matches x anywhere, not only beneath the working directory.
+		p = "/" + p
+	}
+	if !strings.HasPrefix(p, "/") {
+		if base == "" || !filepath.IsAbs(base) {
+			return g, fmt.Errorf("pattern %q is relative but the action has no absolute working directory", pattern)
+		}
+		p = base + "/" + p
+	}
+	// Clean resolves "." and ".." textually, so "./build/**" and "../x" work as
+	// a reader expects; it never crosses a "**" wrongly because ".." after "**"
+	// is refused below.
+	for _, s := range strings.Split(p, "/") {
+		if s == "**" {
+			continue
+		}
+		if _, err := path.Match(s, ""); err != nil {
+			return g, fmt.Errorf("pattern %q: bad segment %q: %w", pattern, s, err)
+		}
+	}
+	if i := strings.Index(p, "**/.."); i >= 0 {
+		return g, fmt.Errorf("pattern %q: .. after ** is ambiguous", pattern)
+	}
+	p = path.Clean(p)
+	if p == "/" {
+		g.segs = []seg{}
+		return g, nil
+	}
+	prefix := true
+	var lit []string
+	for _, s := range strings.Split(p[1:], "/") {
+		m := compileSeg(s)
+		g.segs = append(g.segs, m)
+		if m.kind == segLit {
+			g.needles = append(g.needles, "/"+s)
+		}
+		if prefix = prefix && m.kind == segLit; prefix {
+			lit = append(lit, s)
+		}
+	}
+	if len(lit) > 0 {
+		g.lit = "/" + strings.Join(lit, "/")
+	}
+	if l := &g.segs[len(g.segs)-1]; l.kind != segAny {
+		g.last = l
+	}
+	return g, nil
+}
+
+// match reports whether the clean absolute path p (split as segs, without the
+// leading "/") matches.
+func (g *glob) match(p string, segs []string) bool {
+	if g.all {
+		return true
+	}
+	if g.lit != "" {
+		if !strings.HasPrefix(p, g.lit) || (len(p) > len(g.lit) && p[len(g.lit)] != '/') {
+			return false
+		}
+	}
+	if g.last != nil && (len(segs) == 0 || !g.last.match(segs[len(segs)-1])) {
+		return false
+	}
+	for _, n := range g.needles {
+		if !strings.Contains(p, n) {
+			return false
+		}
+	}
+	return matchSegs(g.segs, segs)
+}
+
+func matchSegs(pat []seg, segs []string) bool {
+	for len(pat) > 0 {
+		if pat[0].kind == segAny {
+			// Collapse runs of ** and try every split point.
+			for len(pat) > 0 && pat[0].kind == segAny {
+				pat = pat[1:]
+			}
+			if len(pat) == 0 {
+				return true
+			}
+			for i := 0; i <= len(segs); i++ {
+				if matchSegs(pat, segs[i:]) {
+					return true
+				}
+			}
+			return false
+		}
+		if len(segs) == 0 {
+			return false
+		}
+		if !pat[0].match(segs[0]) {
+			return false
+		}
+		pat, segs = pat[1:], segs[1:]
+	}
+	return len(segs) == 0
+}
+
+// globSet is a list of compiled patterns, indexed so that a path is tried only
+// against the patterns that can match it: each pattern with a literal segment
+// is filed under its last one (the most specific: ".ssh" rather than "home"),
+// and is a candidate only for paths that have that segment.
+type globSet struct {
+	gs    []glob
+	all   bool             // some pattern matches everything
+	byLit map[string][]int // literal segment → patterns needing it
+	rest  []int            // patterns without a literal segment
+}
+
+func compileGlobs(field string, patterns []string, base string) (*globSet, error) {
+	set := &globSet{byLit: map[string][]int{}}
+	for _, p := range patterns {
+		g, err := compileGlob(p, base)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", field, err)
+		}
+		i := len(set.gs)
+		set.gs = append(set.gs, g)
+		set.all = set.all || g.all
+		if n := len(g.needles); n > 0 {
+			key := g.needles[n-1][1:]
+			set.byLit[key] = append(set.byLit[key], i)
+		} else {
+			set.rest = append(set.rest, i)
+		}
+	}
+	return set, nil
+}
+
+// first returns the earliest-listed pattern matching p (split as segs), or nil.
+func (set *globSet) first(p string, segs []string) *glob {
+	best := -1
+	try := func(i int) {
+		if (best < 0 || i < best) && set.gs[i].match(p, segs) {
+			best = i
+		}
+	}
+	for _, s := range segs {
+		for _, i := range set.byLit[s] {
+			try(i)
+		}
+	}
+	for _, i := range set.rest {
+		try(i)
+	}
+	if best < 0 {
+		return nil
+	}
+	return &set.gs[best]
+}
+
+// sources lists the patterns as written.
+func (set *globSet) sources() []string {
+	out := make([]string, len(set.gs))
+	for i, g := range set.gs {
+		out[i] = g.src
+	}
+	return out
+}
+
+// relative reports whether any pattern depends on the working directory.
+func relative(patterns []string) bool {
+	for _, p := range patterns {
+		if p != "*" && p != "**" && !strings.HasPrefix(p, "/") && !strings.HasPrefix(p, "**/") {
+			return true
+		}
+	}
+	return false
+}

@@ -1,0 +1,8 @@
+//go:build !unix
+
+package policy
+
+import "os/exec"
+
+// killGroup: without process groups, only the scorer itself is killed.
+func killGroup(*exec.Cmd) {}
