@@ -51,6 +51,7 @@ func Run(ctx context.Context, args []string, env Env) int {
 	root.SetOut(env.Stdout)
 	root.SetErr(env.Stderr)
 	root.AddCommand(runCmd(env, &code), showCmd(env), lsCmd(env), commitCmd(env), discardCmd(env), doctorCmd(env, &code))
+	root.AddCommand(serveCmd(env), mcpCmd(env))
 	if err := root.ExecuteContext(ctx); err != nil {
 		fmt.Fprintln(env.Stderr, "dryexec:", err)
 		var ue usageError

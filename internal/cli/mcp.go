@@ -1,0 +1,27 @@
+package cli
+
+import (
+	"log/slog"
+
+	"github.com/spf13/cobra"
+
+	"github.com/dryexec/dryexec/mcpserver"
+)
+
+func mcpCmd(env Env) *cobra.Command {
+	return &cobra.Command{
+		Use:   "mcp",
+		Short: "Serve dryexec's tools to an MCP client over stdin/stdout",
+		Args:  usage(cobra.NoArgs),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			// stdout carries the protocol: logs go to stderr only.
+			log := slog.New(slog.NewTextHandler(env.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+			svc, err := newService(env, log, 0, 0)
+			if err != nil {
+				return err
+			}
+			defer svc.Close()
+			return mcpserver.Run(cmd.Context(), svc, buildVersion(), env.Stdin, env.Stdout)
+		},
+	}
+}

@@ -1,0 +1,107 @@
+package cli
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"runtime/debug"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/dryexec/dryexec"
+	"github.com/dryexec/dryexec/mcpserver"
+	"github.com/dryexec/dryexec/server"
+	"github.com/dryexec/dryexec/store"
+)
+
+// buildVersion is the module version dryexec was built from ("devel" in a
+// checkout).
+func buildVersion() string {
+	if bi, ok := debug.ReadBuildInfo(); ok && bi.Main.Version != "" && bi.Main.Version != "(devel)" {
+		return bi.Main.Version
+	}
+	return "devel"
+}
+
+// newService builds the daemon's core the way every front end (serve, mcp)
+// shares: the CLI's store, the env allowlist over this process's environment,
+// and the decision engine of `dryexec run`.
+func newService(env Env, log *slog.Logger, maxTrials, maxQueue int) (*server.Service, error) {
+	dir, err := store.DefaultDir(env.Getenv)
+	if err != nil {
+		return nil, err
+	}
+	var ttl time.Duration
+	if v := env.Getenv("DRYEXEC_TRIAL_TTL"); v != "" {
+		if ttl, err = time.ParseDuration(v); err != nil || ttl <= 0 {
+			return nil, usageError{fmt.Errorf("DRYEXEC_TRIAL_TTL=%q: want a positive duration like 24h", v)}
+		}
+	}
+	return server.NewService(server.Config{
+		StoreDir: dir, TTL: ttl, MaxTrials: maxTrials, MaxQueue: maxQueue,
+		Getenv: env.Getenv, Environ: os.Environ(), Version: buildVersion(), Log: log,
+		Decide: serviceDecide(env),
+	})
+}
+
+// serviceDecide is how a daemon trial meets the decision engine.
+// DECISION ENGINE CALL SITE (issue #7): until the engine lands this is nil and
+// Decision/Receipt stay empty, as in `dryexec run`.
+func serviceDecide(env Env) func(context.Context, *dryexec.StateDelta) error {
+	return nil
+}
+
+func serveCmd(env Env) *cobra.Command {
+	var (
+		socket, listen      string
+		maxTrials, maxQueue int
+		drain               time.Duration
+		verbose             bool
+	)
+	c := &cobra.Command{
+		Use:   "serve [--socket PATH | --listen ADDR]",
+		Short: "Serve trials and sessions over a local HTTP API (and MCP at /mcp)",
+		Long: "Serve the JSON API of docs/api.md on a unix socket (default $XDG_RUNTIME_DIR/dryexec.sock, mode 0600)\n" +
+			"or, with --listen, on TCP where every request needs the bearer token kept in the state dir.\n" +
+			"SIGTERM or SIGINT drains: running trials get --drain to finish, then everything is cleaned.",
+		Args: usage(cobra.NoArgs),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if socket != "" && listen != "" {
+				return usageError{fmt.Errorf("--socket and --listen: choose one")}
+			}
+			level := slog.LevelInfo
+			if verbose {
+				level = slog.LevelDebug
+			}
+			log := slog.New(slog.NewTextHandler(env.Stderr, &slog.HandlerOptions{Level: level}))
+			svc, err := newService(env, log, maxTrials, maxQueue)
+			if err != nil {
+				return err
+			}
+			if socket == "" && listen == "" {
+				socket = server.DefaultSocket(env.Getenv, svc.Config().StateDir)
+			}
+			cwd, _ := os.Getwd()
+			opt := server.ServeOptions{Socket: socket, Listen: listen, Drain: drain,
+				Handler: server.HandlerOptions{MCP: mcpserver.HTTPHandler(svc, buildVersion(), cwd)},
+				Ready: func(addr string) {
+					if listen != "" {
+						fmt.Fprintf(env.Stdout, "dryexec: serving on http://%s (bearer token in %s)\n", addr, server.TokenFile(svc.Config().StateDir))
+					} else {
+						fmt.Fprintf(env.Stdout, "dryexec: serving on unix:%s\n", addr)
+					}
+				}}
+			return server.Serve(cmd.Context(), svc, opt)
+		},
+	}
+	f := c.Flags()
+	f.StringVar(&socket, "socket", "", "unix socket path (default $XDG_RUNTIME_DIR/dryexec.sock)")
+	f.StringVar(&listen, "listen", "", "TCP address (host:port) instead of the socket; requests need the bearer token")
+	f.IntVar(&maxTrials, "max-trials", 4, "trials run at once; more wait in the queue")
+	f.IntVar(&maxQueue, "max-queue", 64, "trials that may wait for a slot; more are refused with 503 busy")
+	f.DurationVar(&drain, "drain", 30*time.Second, "on SIGTERM, how long running trials may take before they are killed")
+	f.BoolVarP(&verbose, "verbose", "v", false, "log every trial")
+	return c
+}

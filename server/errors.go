@@ -1,0 +1,93 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+
+	"github.com/dryexec/dryexec"
+)
+
+// requestError is a mistake in a request: 4xx, with a message meant for the
+// caller.
+type requestError struct {
+	status int
+	code   string
+	msg    string
+}
+
+func (e *requestError) Error() string { return e.msg }
+
+func badRequest(format string, a ...any) error {
+	return &requestError{status: http.StatusBadRequest, code: "bad_request", msg: fmt.Sprintf(format, a...)}
+}
+
+// APIError is the body of every error response: {"error": {...}}.
+type APIError struct {
+	// Code is stable, for programs: bad_request, unauthorized, not_found,
+	// no_route, method_not_allowed, too_large, unsupported_media_type,
+	// isolation_unavailable, commit_conflict, already_done, unsafe_path,
+	// session_lost, policy, not_representable, busy, timeout, internal.
+	Code    string `json:"code"`
+	Message string `json:"message"`
+	// Conflicts lists the paths of a commit_conflict.
+	Conflicts []dryexec.Conflict `json:"conflicts,omitempty"`
+	// Rung and Missing explain isolation_unavailable.
+	Rung    string `json:"rung,omitempty"`
+	Missing string `json:"missing,omitempty"`
+}
+
+// classify maps an error to its HTTP status and body. Errors the caller did not
+// cause (internal) keep their message too: the daemon serves its own user.
+func classify(err error) (int, APIError) {
+	var re *requestError
+	var iu *dryexec.IsolationUnavailableError
+	var cc *dryexec.CommitConflictError
+	var mb *http.MaxBytesError
+	e := APIError{Message: err.Error()}
+	switch {
+	case errors.As(err, &re):
+		e.Code = re.code
+		return re.status, e
+	case errors.As(err, &mb):
+		e.Code = "too_large"
+		e.Message = fmt.Sprintf("the request body is larger than %d bytes", mb.Limit)
+		return http.StatusRequestEntityTooLarge, e
+	case errors.As(err, &iu):
+		e.Code, e.Rung, e.Missing = "isolation_unavailable", iu.Rung, iu.Missing
+		return http.StatusServiceUnavailable, e
+	case errors.As(err, &cc):
+		e.Code, e.Conflicts = "commit_conflict", cc.Conflicts
+		return http.StatusConflict, e
+	case errors.Is(err, ErrBusy):
+		e.Code = "busy"
+		return http.StatusServiceUnavailable, e
+	case errors.Is(err, dryexec.ErrBadAction):
+		e.Code = "bad_request"
+		return http.StatusBadRequest, e
+	case errors.Is(err, dryexec.ErrTrialNotFound), errors.Is(err, ErrSessionNotFound):
+		e.Code = "not_found"
+		return http.StatusNotFound, e
+	case errors.Is(err, dryexec.ErrAlreadyCommitted), errors.Is(err, dryexec.ErrDiscarded):
+		e.Code = "already_done"
+		return http.StatusConflict, e
+	case errors.Is(err, dryexec.ErrUnsafePath):
+		e.Code = "unsafe_path"
+		return http.StatusConflict, e
+	case errors.Is(err, dryexec.ErrSessionLost):
+		e.Code = "session_lost"
+		return http.StatusGone, e
+	case errors.Is(err, ErrPolicy):
+		e.Code = "policy"
+		return http.StatusForbidden, e
+	case errors.Is(err, ErrNotRepresentable):
+		e.Code = "not_representable"
+		return http.StatusUnprocessableEntity, e
+	case errors.Is(err, context.DeadlineExceeded):
+		e.Code = "timeout"
+		return http.StatusGatewayTimeout, e
+	}
+	e.Code = "internal"
+	return http.StatusInternalServerError, e
+}

@@ -1,0 +1,734 @@
+package server
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/base32"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"path/filepath"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/dryexec/dryexec"
+	"github.com/dryexec/dryexec/rung"
+	"github.com/dryexec/dryexec/session"
+	"github.com/dryexec/dryexec/store"
+	"github.com/dryexec/dryexec/wire"
+)
+
+// Config configures a Service. Zero fields take the defaults named beside them.
+type Config struct {
+	// StoreDir holds the trials (store.DefaultDir's answer, usually).
+	StoreDir string
+	// StateDir holds the daemon's own records (token, pid, live sessions' host
+	// leftovers) so the next start can clean what a crash left. Default:
+	// StoreDir/serve.
+	StateDir string
+	// TTL is how long trials are kept (0: store.DefaultTTL).
+	TTL time.Duration
+	// MaxTrials is how many trials run at once (default 4); MaxQueue how many
+	// more may wait for a slot (default 64). Beyond that a request is refused
+	// with ErrBusy (HTTP 503) rather than held without bound.
+	MaxTrials int
+	MaxQueue  int
+	// MaxSessions bounds live sessions (default 32).
+	MaxSessions int
+	// SessionIdle closes a session no request touched for this long (default
+	// 30 min; negative: never), so a client that vanished frees its sandbox.
+	SessionIdle time.Duration
+	// HostCallTimeout bounds how long a guest's host-object call waits for the
+	// SDK to answer (default 2 min).
+	HostCallTimeout time.Duration
+	// Getenv and Environ are the daemon's environment, from which a trial's
+	// environment is built through dryexec.SandboxEnv's allowlist.
+	Getenv  func(string) string
+	Environ []string
+	// GuestExe is the binary re-executed as the guest (default /proc/self/exe).
+	GuestExe string
+	// Decide fills a delta's Decision and Receipt (the decision engine), exactly
+	// as `dryexec run` does; nil leaves them empty.
+	Decide func(ctx context.Context, d *dryexec.StateDelta) error
+	// Version is reported by /v1/version.
+	Version string
+	// Log receives the daemon's records; nil logs nothing.
+	Log *slog.Logger
+}
+
+func (c Config) withDefaults() Config {
+	if c.StateDir == "" {
+		c.StateDir = filepath.Join(c.StoreDir, "serve")
+	}
+	if c.MaxTrials <= 0 {
+		c.MaxTrials = 4
+	}
+	if c.MaxQueue <= 0 {
+		c.MaxQueue = 64
+	}
+	if c.MaxSessions <= 0 {
+		c.MaxSessions = 32
+	}
+	if c.SessionIdle == 0 {
+		c.SessionIdle = 30 * time.Minute
+	}
+	if c.HostCallTimeout <= 0 {
+		c.HostCallTimeout = 2 * time.Minute
+	}
+	if c.Getenv == nil {
+		c.Getenv = func(string) string { return "" }
+	}
+	if c.Log == nil {
+		c.Log = slog.New(slog.DiscardHandler)
+	}
+	if c.Version == "" {
+		c.Version = "devel"
+	}
+	return c
+}
+
+// ErrBusy: every trial slot is taken and the queue is full; retry later.
+var ErrBusy = errors.New("server busy")
+
+// ErrSessionNotFound: no live session has that id.
+var ErrSessionNotFound = errors.New("session not found")
+
+// ErrPolicy: a request asks for something the allowlists refuse (a host object
+// without an explicit method list, a wildcard, …).
+var ErrPolicy = errors.New("refused by policy")
+
+// ErrNotRepresentable: a value cannot cross the json/bytes/file codec.
+var ErrNotRepresentable = errors.New("value not representable")
+
+// Service is the daemon's core: trials through a bounded queue, the store, and
+// live sessions. Its methods are safe for concurrent use.
+type Service struct {
+	cfg   Config
+	store *store.Store
+	state *stateDir
+	slots *queue
+
+	// ctx is cancelled by Close: running trials are killed, sessions closed.
+	ctx    context.Context
+	cancel context.CancelFunc
+	trials sync.WaitGroup // running trials
+
+	mu       sync.Mutex // guards sessions and closed
+	sessions map[string]*Live
+	closed   bool
+}
+
+// NewService opens the store (finishing or rolling back commits a crash
+// interrupted, removing half-recorded trials) and cleans what an earlier
+// daemon left (see stateDir).
+func NewService(cfg Config) (*Service, error) {
+	cfg = cfg.withDefaults()
+	if cfg.StoreDir == "" {
+		return nil, errors.New("server: no store directory")
+	}
+	st, err := store.Open(cfg.StoreDir, cfg.TTL)
+	if err != nil {
+		return nil, err
+	}
+	rec, err := st.Recover()
+	for _, r := range rec {
+		cfg.Log.Info("recovered an interrupted commit", "trial", r.Trial, "committed", r.Committed)
+	}
+	if err != nil {
+		return nil, err
+	}
+	if n, err := st.Sweep(); err != nil {
+		return nil, err
+	} else if n > 0 {
+		cfg.Log.Info("removed expired or half-recorded trials", "count", n)
+	}
+	sd, err := openStateDir(cfg.StateDir, cfg.Log)
+	if err != nil {
+		return nil, err
+	}
+	s := &Service{cfg: cfg, store: st, state: sd, slots: newQueue(cfg.MaxTrials, cfg.MaxQueue), sessions: map[string]*Live{}}
+	s.ctx, s.cancel = context.WithCancel(context.Background())
+	if cfg.SessionIdle > 0 {
+		go s.reapIdle()
+	}
+	return s, nil
+}
+
+// Config returns the configuration in effect (defaults filled).
+func (s *Service) Config() Config { return s.cfg }
+
+// Store is the trial store the service uses.
+func (s *Service) Store() *store.Store { return s.store }
+
+// TrialRequest is one trial to run. Argv and Cwd are required.
+type TrialRequest struct {
+	Argv []string `json:"argv"`
+	// Cwd is an absolute host path; the command starts there in the sandbox.
+	Cwd string `json:"cwd"`
+	// Env sets variables (they win over the allowlist); PassEnv passes the
+	// daemon's variables by name (a name may end in "*").
+	Env     map[string]string `json:"env,omitempty"`
+	PassEnv []string          `json:"pass_env,omitempty"`
+	// TimeoutMS kills the command and all it started (0: none).
+	TimeoutMS int64 `json:"timeout_ms,omitempty"`
+	// Rung is ns (default), or best.
+	Rung string `json:"rung,omitempty"`
+	// Stdin is given to the command (absent: /dev/null).
+	Stdin *string `json:"stdin,omitempty"`
+	// OutputCap bounds stdout and stderr each (0: 1 MiB).
+	OutputCap int `json:"output_cap,omitempty"`
+	// UpperSizeBytes bounds what the trial may write (0: 2 GiB).
+	UpperSizeBytes int64 `json:"upper_size_bytes,omitempty"`
+	// NoStore runs without keeping the trial (no commit later).
+	NoStore bool `json:"no_store,omitempty"`
+}
+
+// Limits on a request's fields: each is far beyond real use and keeps one
+// request from holding the daemon's memory.
+const (
+	maxArgs      = 4096
+	maxEnv       = 4096
+	maxStdin     = 64 << 20
+	maxOutputCap = 64 << 20
+)
+
+func (r *TrialRequest) check() error {
+	if len(r.Argv) == 0 || r.Argv[0] == "" {
+		return badRequest("argv: want at least the command, e.g. [\"sh\", \"-c\", \"echo hi\"]")
+	}
+	if len(r.Argv) > maxArgs || len(r.Env) > maxEnv || len(r.PassEnv) > maxEnv {
+		return badRequest("argv, env or pass_env: more than %d entries", maxArgs)
+	}
+	for i, a := range r.Argv {
+		if strings.ContainsRune(a, 0) {
+			return badRequest("argv[%d] contains a NUL byte", i)
+		}
+	}
+	if err := checkHostPath("cwd", r.Cwd); err != nil {
+		return err
+	}
+	for k, v := range r.Env {
+		if k == "" || strings.ContainsAny(k, "=\x00") || strings.ContainsRune(v, 0) {
+			return badRequest("env: %q is not a usable variable name (or its value has a NUL)", k)
+		}
+	}
+	if r.TimeoutMS < 0 || r.OutputCap < 0 || r.UpperSizeBytes < 0 {
+		return badRequest("timeout_ms, output_cap and upper_size_bytes must not be negative")
+	}
+	if r.OutputCap > maxOutputCap {
+		return badRequest("output_cap %d: at most %d", r.OutputCap, maxOutputCap)
+	}
+	if r.Stdin != nil && len(*r.Stdin) > maxStdin {
+		return badRequest("stdin: more than %d bytes", maxStdin)
+	}
+	return nil
+}
+
+// TrialHooks lets a caller watch a trial while it runs. Every field may be nil.
+type TrialHooks struct {
+	// Queued is called if the trial has to wait for a slot.
+	Queued func()
+	// Started is called with the trial's id once it holds a slot.
+	Started func(id string)
+	// Stdout and Stderr receive the output as it is produced.
+	Stdout, Stderr io.Writer
+}
+
+// RunTrial runs one trial to its end and returns its delta, stored (unless
+// NoStore) and decided. It waits for a slot; ErrBusy if the queue is full.
+func (s *Service) RunTrial(ctx context.Context, req TrialRequest, hooks TrialHooks) (*dryexec.StateDelta, error) {
+	if err := req.check(); err != nil {
+		return nil, err
+	}
+	if req.Rung == "" {
+		req.Rung = "ns"
+	}
+	env, err := dryexec.SandboxEnv(s.cfg.Getenv, s.cfg.Environ, req.PassEnv, nil)
+	if err != nil {
+		return nil, err
+	}
+	for k, v := range req.Env {
+		env[k] = v
+	}
+	env["PWD"] = req.Cwd
+	r, err := rung.Select(ctx, req.Rung)
+	if err != nil {
+		return nil, err
+	}
+	// The service's context ends at shutdown: a trial still running then is
+	// killed rather than left behind.
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	stop := context.AfterFunc(s.ctx, cancel)
+	defer stop()
+	release, err := s.slots.acquire(ctx, hooks.Queued)
+	if err != nil {
+		return nil, err
+	}
+	defer release()
+	if !s.beginTrial() {
+		return nil, fmt.Errorf("%w: the daemon is shutting down", ErrBusy)
+	}
+	defer s.trials.Done()
+	spec := dryexec.TrialSpec{
+		TrialID: dryexec.NewTrialID(),
+		Action:  dryexec.Action{Argv: req.Argv, Cwd: req.Cwd, Env: env, TimeoutMS: req.TimeoutMS},
+		OutputCap: req.OutputCap, UpperSizeBytes: req.UpperSizeBytes,
+		Stdout: hooks.Stdout, Stderr: hooks.Stderr,
+	}
+	if req.Stdin != nil {
+		spec.Stdin = strings.NewReader(*req.Stdin)
+	}
+	var rec *store.Trial
+	if !req.NoStore {
+		if rec, err = s.store.Begin(spec.TrialID); err != nil {
+			return nil, err
+		}
+		spec.Blobs = rec
+	}
+	if hooks.Started != nil {
+		hooks.Started(spec.TrialID)
+	}
+	s.cfg.Log.Debug("trial start", "trial", spec.TrialID, "argv", req.Argv)
+	d, err := r.Trial(ctx, spec)
+	if err == nil {
+		err = s.decide(ctx, d)
+	}
+	if err != nil {
+		if rec != nil {
+			rec.Abort()
+		}
+		return nil, err
+	}
+	if rec != nil {
+		if err := rec.Save(d); err != nil {
+			return nil, err
+		}
+	}
+	s.cfg.Log.Info("trial done", "trial", d.TrialID, "exit", d.Process.ExitCode, "files", d.Totals.FilesChanged)
+	return d, nil
+}
+
+// decide is the single place a daemon trial meets the decision engine, so its
+// Decision and Receipt are those `dryexec run` would give.
+// DECISION ENGINE CALL SITE (issue #7): Config.Decide is wired by the CLI.
+func (s *Service) decide(ctx context.Context, d *dryexec.StateDelta) error {
+	if s.cfg.Decide == nil {
+		return nil
+	}
+	return s.cfg.Decide(ctx, d)
+}
+
+func (s *Service) beginTrial() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return false
+	}
+	s.trials.Add(1)
+	return true
+}
+
+// Trial returns a stored trial and its state.
+func (s *Service) Trial(id string) (*dryexec.StateDelta, store.State, error) {
+	if !store.ValidID(id) {
+		return nil, store.State{}, badRequest("%q is not a trial id (tr_ and 20 letters or digits)", id)
+	}
+	d, err := s.store.Load(id)
+	if err != nil {
+		return nil, store.State{}, err
+	}
+	st, err := s.store.StateOf(id)
+	return d, st, err
+}
+
+// TrialSummary is one entry of Trials.
+type TrialSummary struct {
+	TrialID      string    `json:"trial_id"`
+	Created      time.Time `json:"created"`
+	Status       string    `json:"status"`
+	Argv         []string  `json:"argv"`
+	ExitCode     int       `json:"exit_code"`
+	FilesChanged int       `json:"files_changed"`
+	Decision     string    `json:"decision"`
+}
+
+// Trials lists stored trials, newest first.
+func (s *Service) Trials() ([]TrialSummary, error) {
+	list, err := s.store.List()
+	if err != nil {
+		return nil, err
+	}
+	out := make([]TrialSummary, 0, len(list))
+	for _, t := range list {
+		out = append(out, TrialSummary{TrialID: t.ID, Created: t.Created.UTC(), Status: t.State.Status, Argv: t.Delta.Action.Argv,
+			ExitCode: t.Delta.Process.ExitCode, FilesChanged: t.Delta.Totals.FilesChanged, Decision: t.Delta.Decision.Choice})
+	}
+	return out, nil
+}
+
+// CommitRequest selects what to commit.
+type CommitRequest struct {
+	// Paths are absolute host paths; empty commits everything. A directory
+	// selects everything beneath it.
+	Paths []string `json:"paths,omitempty"`
+	// Force commits even where the host changed since the trial (never
+	// through a symlink).
+	Force bool `json:"force,omitempty"`
+}
+
+// Commit applies trial id's changes to the host.
+func (s *Service) Commit(ctx context.Context, id string, req CommitRequest) ([]dryexec.FileChange, error) {
+	if !store.ValidID(id) {
+		return nil, badRequest("%q is not a trial id", id)
+	}
+	for i, p := range req.Paths {
+		if err := checkHostPath(fmt.Sprintf("paths[%d]", i), p); err != nil {
+			return nil, err
+		}
+	}
+	applied, err := s.store.Commit(ctx, id, store.CommitOptions{Paths: req.Paths, Force: req.Force})
+	if applied == nil && err == nil {
+		applied = []dryexec.FileChange{}
+	}
+	return applied, err
+}
+
+// Discard drops trial id without changing the host.
+func (s *Service) Discard(id string) error {
+	if !store.ValidID(id) {
+		return badRequest("%q is not a trial id", id)
+	}
+	return s.store.Discard(id)
+}
+
+// SessionRequest opens a session.
+type SessionRequest struct {
+	// Rung is ns (default) or host.
+	Rung string `json:"rung,omitempty"`
+	// Workspace is where the workspace appears in the sandbox (ns; default
+	// /workspace).
+	Workspace string            `json:"workspace,omitempty"`
+	Env       map[string]string `json:"env,omitempty"`
+	OutputCap int               `json:"output_cap,omitempty"`
+	// CacheReadOnly refuses the sandbox's cache writes.
+	CacheReadOnly bool `json:"cache_read_only,omitempty"`
+	// HostObjects names the objects the client serves, each with the methods
+	// the sandbox may call (an explicit list: no wildcards).
+	HostObjects map[string][]string `json:"host_objects,omitempty"`
+}
+
+// Live is one open session.
+type Live struct {
+	ID      string
+	Session *session.Session
+	Created time.Time
+	Objects map[string][]string
+	calls   *hostQueue
+
+	mu   sync.Mutex // guards used
+	used time.Time
+}
+
+func (l *Live) touch() {
+	l.mu.Lock()
+	l.used = time.Now()
+	l.mu.Unlock()
+}
+
+func (l *Live) idleSince() time.Time {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.used
+}
+
+// SessionInfo describes a live session.
+type SessionInfo struct {
+	SessionID   string              `json:"session_id"`
+	Rung        string              `json:"rung"`
+	Staging     string              `json:"staging"`
+	Workspace   string              `json:"workspace"`
+	Python      string              `json:"python"`
+	Created     time.Time           `json:"created"`
+	HostObjects map[string][]string `json:"host_objects"`
+}
+
+// Info describes l.
+func (l *Live) Info() SessionInfo {
+	p := l.Session.Info()
+	objs := l.Objects
+	if objs == nil {
+		objs = map[string][]string{}
+	}
+	return SessionInfo{SessionID: l.ID, Rung: p.Rung, Staging: p.Staging, Workspace: p.Workspace, Python: p.Python, Created: l.Created.UTC(), HostObjects: objs}
+}
+
+const maxHostObjects = 64
+
+// OpenSession starts a session. Its host objects are served by whoever polls
+// its host calls (the Python SDK).
+func (s *Service) OpenSession(ctx context.Context, req SessionRequest) (*Live, error) {
+	if req.Rung == "" {
+		req.Rung = "ns"
+	}
+	if req.Rung != "ns" && req.Rung != "host" {
+		if _, err := rung.Select(ctx, req.Rung); err != nil {
+			return nil, err
+		}
+		return nil, &dryexec.IsolationUnavailableError{Rung: req.Rung, Missing: "sessions run on the ns and host rungs only in this build"}
+	}
+	if req.Workspace != "" {
+		if err := checkHostPath("workspace", req.Workspace); err != nil {
+			return nil, err
+		}
+		if req.Workspace == "/" {
+			return nil, badRequest("workspace: / cannot be the workspace")
+		}
+	}
+	if req.OutputCap < 0 || req.OutputCap > maxOutputCap {
+		return nil, badRequest("output_cap: between 0 and %d", maxOutputCap)
+	}
+	for k, v := range req.Env {
+		if k == "" || strings.ContainsAny(k, "=\x00") || strings.ContainsRune(v, 0) {
+			return nil, badRequest("env: %q is not a usable variable name (or its value has a NUL)", k)
+		}
+	}
+	if len(req.HostObjects) > maxHostObjects {
+		return nil, badRequest("host_objects: more than %d", maxHostObjects)
+	}
+	id := newSessionID()
+	q := newHostQueue(s.cfg.HostCallTimeout)
+	objs := map[string]any{}
+	allow := map[string][]string{}
+	for name, methods := range req.HostObjects {
+		if !validObjectName(name) {
+			return nil, badRequest("host_objects: %q is not a Python identifier", name)
+		}
+		for _, m := range methods {
+			if m == "" || strings.Contains(m, "*") {
+				return nil, fmt.Errorf("%w: host object %q: allow lists each method by name (got %q)", ErrPolicy, name, m)
+			}
+		}
+		objs[name] = &forwarder{q: q, object: name}
+		allow[name] = methods
+	}
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return nil, fmt.Errorf("%w: the daemon is shutting down", ErrBusy)
+	}
+	if len(s.sessions) >= s.cfg.MaxSessions {
+		s.mu.Unlock()
+		return nil, fmt.Errorf("%w: %d sessions are open (the limit); close one", ErrBusy, len(s.sessions))
+	}
+	// Reserve the slot while the sandbox starts.
+	s.sessions[id] = nil
+	s.mu.Unlock()
+	release := func() {
+		s.mu.Lock()
+		delete(s.sessions, id)
+		s.mu.Unlock()
+	}
+	opt := session.Options{Rung: req.Rung, Workspace: req.Workspace, Env: req.Env, OutputCap: req.OutputCap,
+		GuestExe: s.cfg.GuestExe, Log: s.cfg.Log, CacheReadOnly: req.CacheReadOnly}
+	if len(objs) > 0 {
+		opt.HostObjects, opt.Allow = objs, allow
+	}
+	sess, err := session.Open(ctx, opt)
+	if err != nil {
+		release()
+		q.close()
+		if strings.Contains(err.Error(), "Allow") {
+			return nil, fmt.Errorf("%w: %v", ErrPolicy, err)
+		}
+		return nil, err
+	}
+	l := &Live{ID: id, Session: sess, Created: time.Now(), Objects: req.HostObjects, calls: q, used: time.Now()}
+	if err := s.state.recordSession(id, sess.Info()); err != nil {
+		s.cfg.Log.Warn("recording a session for crash cleanup", "session", id, "err", err)
+	}
+	s.mu.Lock()
+	closed := s.closed
+	if !closed {
+		s.sessions[id] = l
+	}
+	s.mu.Unlock()
+	if closed {
+		s.closeLive(l)
+		return nil, fmt.Errorf("%w: the daemon is shutting down", ErrBusy)
+	}
+	s.cfg.Log.Info("session open", "session", id, "rung", req.Rung)
+	return l, nil
+}
+
+// Session returns live session id.
+func (s *Service) Session(id string) (*Live, error) {
+	s.mu.Lock()
+	l := s.sessions[id]
+	s.mu.Unlock()
+	if l == nil {
+		return nil, fmt.Errorf("%w: %q", ErrSessionNotFound, id)
+	}
+	l.touch()
+	return l, nil
+}
+
+// Sessions lists the live sessions, oldest first.
+func (s *Service) Sessions() []SessionInfo {
+	s.mu.Lock()
+	var ls []*Live
+	for _, l := range s.sessions {
+		if l != nil {
+			ls = append(ls, l)
+		}
+	}
+	s.mu.Unlock()
+	out := make([]SessionInfo, 0, len(ls))
+	for _, l := range ls {
+		out = append(out, l.Info())
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Created.Before(out[j].Created) })
+	return out
+}
+
+// CloseSession closes live session id and removes what it kept on the host.
+func (s *Service) CloseSession(id string) error {
+	s.mu.Lock()
+	l := s.sessions[id]
+	if l != nil {
+		delete(s.sessions, id)
+	}
+	s.mu.Unlock()
+	if l == nil {
+		return fmt.Errorf("%w: %q", ErrSessionNotFound, id)
+	}
+	s.closeLive(l)
+	return nil
+}
+
+func (s *Service) closeLive(l *Live) {
+	l.calls.close()
+	l.Session.Close()
+	s.state.forgetSession(l.ID)
+	s.cfg.Log.Info("session closed", "session", l.ID)
+}
+
+// reapIdle closes sessions no request has touched for SessionIdle.
+func (s *Service) reapIdle() {
+	t := time.NewTicker(min(s.cfg.SessionIdle/4+time.Second, time.Minute))
+	defer t.Stop()
+	for {
+		select {
+		case <-s.ctx.Done():
+			return
+		case <-t.C:
+		}
+		s.mu.Lock()
+		var idle []string
+		for id, l := range s.sessions {
+			if l != nil && time.Since(l.idleSince()) > s.cfg.SessionIdle {
+				idle = append(idle, id)
+			}
+		}
+		s.mu.Unlock()
+		for _, id := range idle {
+			s.cfg.Log.Info("closing an idle session", "session", id)
+			s.CloseSession(id)
+		}
+	}
+}
+
+// Counts reports running and queued trials and live sessions.
+func (s *Service) Counts() (running, queued, sessions int) {
+	running, queued = s.slots.counts()
+	s.mu.Lock()
+	sessions = len(s.sessions)
+	s.mu.Unlock()
+	return
+}
+
+// Drain stops new trials and sessions and waits, until ctx ends, for running
+// trials to finish. Close then kills whatever is left.
+func (s *Service) Drain(ctx context.Context) error {
+	s.mu.Lock()
+	s.closed = true
+	s.mu.Unlock()
+	done := make(chan struct{})
+	go func() { s.trials.Wait(); close(done) }()
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// Close kills running trials, closes every session and removes the daemon's
+// records of them. The service cannot be used afterwards.
+func (s *Service) Close() error {
+	s.mu.Lock()
+	s.closed = true
+	ls := make([]*Live, 0, len(s.sessions))
+	for id, l := range s.sessions {
+		if l != nil {
+			ls = append(ls, l)
+		}
+		delete(s.sessions, id)
+	}
+	s.mu.Unlock()
+	s.cancel()
+	var wg sync.WaitGroup
+	for _, l := range ls {
+		wg.Add(1)
+		go func() { defer wg.Done(); s.closeLive(l) }()
+	}
+	wg.Wait()
+	s.trials.Wait()
+	return nil
+}
+
+func newSessionID() string {
+	var b [13]byte
+	rand.Read(b[:])
+	return "se_" + strings.ToLower(base32.StdEncoding.WithPadding(base32.NoPadding).EncodeToString(b[:]))[:20]
+}
+
+func validSessionID(id string) bool {
+	if len(id) != 23 || !strings.HasPrefix(id, "se_") {
+		return false
+	}
+	for _, c := range id[3:] {
+		if !(c >= 'a' && c <= 'z' || c >= '2' && c <= '7') {
+			return false
+		}
+	}
+	return true
+}
+
+func validObjectName(n string) bool {
+	if n == "" || len(n) > 128 || n[0] >= '0' && n[0] <= '9' || strings.HasPrefix(n, "_") {
+		return false
+	}
+	for _, c := range n {
+		if !(c == '_' || c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9') {
+			return false
+		}
+	}
+	return true
+}
+
+// valueCheck reports a codec value that cannot cross the boundary.
+func valueCheck(field string, v *wire.Value) error {
+	if v.Type == "file" && hasDotDot(v.Path) {
+		return badRequest("%s: a file value's path may not contain ..: %q", field, v.Path)
+	}
+	switch v.Type {
+	case "json", "bytes", "file":
+	default:
+		return fmt.Errorf("%w: %s: type %q (want json, bytes or file)", ErrNotRepresentable, field, v.Type)
+	}
+	return nil
+}
