@@ -83,9 +83,12 @@ type httpServer struct {
 	srv *http.Server
 }
 
-func (s *Sim) startHTTP() *httpServer {
+func (s *Sim) startHTTP(ctx context.Context) *httpServer {
 	h := &httpServer{lis: newConnListener()}
 	h.srv = &http.Server{
+		// Requests derive from Serve's context: when the sandbox's network
+		// ends, forwarded requests end with it.
+		BaseContext: func(net.Listener) context.Context { return ctx },
 		Handler:           s,
 		ReadHeaderTimeout: 30 * time.Second,
 		IdleTimeout:       idleTimeout,
@@ -178,6 +181,8 @@ func (s *Sim) forwardRaw(ctx context.Context, conn net.Conn, br *bufio.Reader, f
 		return
 	}
 	defer up.Close()
+	stop := context.AfterFunc(ctx, func() { up.Close(); conn.Close() })
+	defer stop()
 	var in int64
 	done := make(chan struct{})
 	go func() {
@@ -228,6 +233,11 @@ func hostPort(host string, port int, scheme string) string {
 // ServeHTTP answers one request from the sandbox: mocks first, then allow
 // rules, else the block response.
 func (s *Sim) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if !s.work.add() {
+		http.Error(w, "netsim: shutting down", http.StatusServiceUnavailable)
+		return
+	}
+	defer s.work.done()
 	sc, ok := r.Context().Value(connKey{}).(*sandboxConn)
 	if !ok {
 		http.Error(w, "netsim: no connection", http.StatusInternalServerError)

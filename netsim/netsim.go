@@ -81,6 +81,52 @@ type Sim struct {
 	// serveMu guards served.
 	serveMu sync.Mutex
 	served  bool
+	// work counts the goroutines that will still record events, so Serve
+	// returns only once the log is complete.
+	work tracker
+}
+
+// tracker is a WaitGroup that refuses new work once closed (a WaitGroup must
+// not be Added to while Wait runs).
+type tracker struct {
+	mu     sync.Mutex
+	n      int
+	closed bool
+	zero   chan struct{}
+}
+
+func (t *tracker) add() bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.closed {
+		return false
+	}
+	t.n++
+	return true
+}
+
+func (t *tracker) done() {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.n--
+	if t.n == 0 && t.zero != nil {
+		close(t.zero)
+		t.zero = nil
+	}
+}
+
+// closeAndWait refuses new work and waits for the running work.
+func (t *tracker) closeAndWait() {
+	t.mu.Lock()
+	t.closed = true
+	if t.n == 0 {
+		t.mu.Unlock()
+		return
+	}
+	z := make(chan struct{})
+	t.zero = z
+	t.mu.Unlock()
+	<-z
 }
 
 // New checks cfg, loads the mock file and the CA (creating the CA on first

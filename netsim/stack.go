@@ -48,9 +48,7 @@ func (s *Sim) Serve(ctx context.Context, link io.ReadWriteCloser) error {
 
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	s.http = s.startHTTP()
-	defer s.http.srv.Close()
-	defer s.http.lis.Close()
+	s.http = s.startHTTP(ctx)
 	st, ep, err := s.newStack(ctx)
 	if err != nil {
 		link.Close()
@@ -77,9 +75,14 @@ func (s *Sim) Serve(ctx context.Context, link io.ReadWriteCloser) error {
 		}
 		s.inbound(ep, buf[:n])
 	}
+	// Order: no new work, close every sandbox connection (the stack), stop
+	// the HTTP server, then wait for the handlers still writing events.
 	cancel()
 	ep.Close()
 	st.Close()
+	s.http.lis.Close()
+	s.http.srv.Close()
+	s.work.closeAndWait()
 	wg.Wait()
 	st.Wait()
 	s.transport.CloseIdleConnections()
@@ -229,7 +232,14 @@ func (s *Sim) onTCP(ctx context.Context, r *tcp.ForwarderRequest) {
 		ep.SocketOptions().SetLinger(tcpip.LingerOption{Enabled: true, Timeout: 0})
 		conn.Close()
 	}
-	go s.handleConn(ctx, conn, f, reset)
+	if !s.work.add() {
+		reset()
+		return
+	}
+	go func() {
+		defer s.work.done()
+		s.handleConn(ctx, conn, f, reset)
+	}()
 }
 
 func (s *Sim) onUDP(ctx context.Context, r *udp.ForwarderRequest) bool {
@@ -243,7 +253,15 @@ func (s *Sim) onUDP(ctx context.Context, r *udp.ForwarderRequest) bool {
 				if terr != nil {
 					return true
 				}
-				go s.relayUDP(ctx, gonet.NewUDPConn(&wq, ep), f, d)
+				c := gonet.NewUDPConn(&wq, ep)
+				if !s.work.add() {
+					c.Close()
+					return true
+				}
+				go func() {
+					defer s.work.done()
+					s.relayUDP(ctx, c, f, d)
+				}()
 				return true
 			}
 		}
@@ -255,7 +273,15 @@ func (s *Sim) onUDP(ctx context.Context, r *udp.ForwarderRequest) bool {
 	if terr != nil {
 		return true
 	}
-	go s.serveDNS(ctx, gonet.NewUDPConn(&wq, ep))
+	c := gonet.NewUDPConn(&wq, ep)
+	if !s.work.add() {
+		c.Close()
+		return true
+	}
+	go func() {
+		defer s.work.done()
+		s.serveDNS(ctx, c)
+	}()
 	return true
 }
 
@@ -290,6 +316,8 @@ func (s *Sim) relayUDP(ctx context.Context, c *gonet.UDPConn, f flow, d decision
 		return
 	}
 	defer up.Close()
+	stop := context.AfterFunc(ctx, func() { up.Close(); c.Close() })
+	defer stop()
 	var in, out int64
 	var mu sync.Mutex
 	done := make(chan struct{})
