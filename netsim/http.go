@@ -88,7 +88,7 @@ func (s *Sim) startHTTP(ctx context.Context) *httpServer {
 	h.srv = &http.Server{
 		// Requests derive from Serve's context: when the sandbox's network
 		// ends, forwarded requests end with it.
-		BaseContext: func(net.Listener) context.Context { return ctx },
+		BaseContext:       func(net.Listener) context.Context { return ctx },
 		Handler:           s,
 		ReadHeaderTimeout: 30 * time.Second,
 		IdleTimeout:       idleTimeout,
