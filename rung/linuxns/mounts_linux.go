@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	"github.com/moby/sys/mountinfo"
+	"golang.org/x/sys/unix"
 
 	"github.com/dryexec/dryexec/wire"
 )
@@ -68,4 +69,40 @@ func under(p string, roots []string) bool {
 		}
 	}
 	return false
+}
+
+// ownedRoots adds, for each of paths, an overlay root at the highest directory
+// above it that uid owns all the way down (its parent being someone else's).
+//
+// Why: rootless, the host's root-owned directories appear owned by an unmapped
+// uid, and overlayfs cannot copy such a directory up (it must chown the copy:
+// EOVERFLOW). Any write beneath one — /tmp/build-root/me/work/x, where only the
+// last two are the caller's — would fail. With an overlay rooted at the
+// caller's own directory, nothing above it is ever copied up. Paths that do not
+// exist, or that uid does not own, add nothing.
+func ownedRoots(specs []wire.MountSpec, uid int, paths ...string) []wire.MountSpec {
+	have := make(map[string]bool, len(specs))
+	for _, s := range specs {
+		have[s.Path] = true
+	}
+	for _, p := range paths {
+		if !path.IsAbs(p) || under(p, replacedTrees) {
+			continue
+		}
+		top := ""
+		for d := path.Clean(p); ; d = path.Dir(d) {
+			var st unix.Stat_t
+			if d == "/" || unix.Lstat(d, &st) != nil || st.Mode&unix.S_IFMT != unix.S_IFDIR || int(st.Uid) != uid {
+				break
+			}
+			top = d
+		}
+		if top == "" || have[top] {
+			continue
+		}
+		have[top] = true
+		specs = append(specs, wire.MountSpec{Path: top})
+	}
+	slices.SortStableFunc(specs, func(a, b wire.MountSpec) int { return depth(a.Path) - depth(b.Path) })
+	return specs
 }

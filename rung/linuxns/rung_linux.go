@@ -102,6 +102,9 @@ func (r *Rung) Trial(ctx context.Context, spec dryexec.TrialSpec) (*dryexec.Stat
 	if err != nil {
 		return nil, err
 	}
+	if uid := os.Getuid(); uid != 0 {
+		mounts = ownedRoots(mounts, uid, spec.Action.Cwd)
+	}
 	t, err := r.start(spec, mounts)
 	if err != nil {
 		return nil, err
