@@ -5,8 +5,10 @@ GO            ?= go
 STATICCHECK   := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 GOBIN         := $(shell $(GO) env GOPATH)/bin
 # Debian packages the tests and benchmarks use: bwrap is the benchmark baseline,
-# setpriv (util-linux) runs the rootless tests.
-APT_PACKAGES  := bubblewrap util-linux
+# setpriv (util-linux) runs the rootless tests, python3 runs exec_python and the
+# escape corpus's syscall attempts, ip (iproute2) and curl are real clients
+# inside trials.
+APT_PACKAGES  := bubblewrap util-linux python3 iproute2 curl
 # Static build: dryexec re-executes itself as the guest on every trial, and a
 # dynamically linked binary starts measurably slower.
 export CGO_ENABLED ?= 0
