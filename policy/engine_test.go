@@ -77,7 +77,9 @@ func TestPrecedence(t *testing.T) {
 			func(d *dryexec.StateDelta) { d.Network = append(d.Network, net("DB.prod.internal", "blocked")) }, Block,
 			[]string{"block: talks to a denied host: https GET https://DB.prod.internal/x (blocked)"}},
 		{"host outside allowed hosts", func(p *Policy) { p.Network.AllowedHosts = []string{"api.x"} },
-			func(d *dryexec.StateDelta) { d.Network = append(d.Network, net("api.x", "mocked"), net("evil.y", "mocked")) }, Block,
+			func(d *dryexec.StateDelta) {
+				d.Network = append(d.Network, net("api.x", "mocked"), net("evil.y", "mocked"))
+			}, Block,
 			[]string{"block: talks to a host outside network.allowed_hosts (api.x): https GET https://evil.y/x (mocked)"}},
 		{"block rule", func(p *Policy) {
 			p.Rules = []Rule{{Name: "no-curl", Expr: `delta.action.argv.exists(a, a == "curl")`, Result: Block, Reason: "curl is not allowed"}}
@@ -86,7 +88,9 @@ func TestPrecedence(t *testing.T) {
 			p.Rules = []Rule{{Name: "env", Expr: `delta.action.env["TOKEN"] == "x"`, Result: Block, Reason: "token"}}
 		}, nil, Block, []string{"block: rule env could not be evaluated", "counted as firing: token"}},
 		{"path with .. cannot slip into an allowed target", func(p *Policy) { p.AllowedMutationTargets = []string{"/w/build/**"} },
-			func(d *dryexec.StateDelta) { d.Files = []dryexec.FileChange{file("/w/build/../src/x", dryexec.OpCreate)} }, Block,
+			func(d *dryexec.StateDelta) {
+				d.Files = []dryexec.FileChange{file("/w/build/../src/x", dryexec.OpCreate)}
+			}, Block,
 			[]string{`block: paths that are not absolute and clean: "/w/build/../src/x"`}},
 		{"relative path", nil, func(d *dryexec.StateDelta) { d.Files = []dryexec.FileChange{file("x", dryexec.OpCreate)} }, Block,
 			[]string{`not absolute and clean: "x"`}},

@@ -21,7 +21,7 @@ func TestGlob(t *testing.T) {
 		{"../other/*", "/w/sub", "/w/other/f", true},
 		{"/w/*.txt", "", "/w/a.txt", true},
 		{"/w/*.txt", "", "/w/d/a.txt", false}, // * does not cross /
-		{"/w/*", "", "/w/.hidden", true},       // * matches dot files
+		{"/w/*", "", "/w/.hidden", true},      // * matches dot files
 		{"**/.ssh/**", "", "/root/.ssh/authorized_keys", true},
 		{"**/.ssh/**", "", "/home/u/.sshx/k", false},
 		{"**/*.pem", "", "/a/b/c.pem", true},

@@ -137,8 +137,12 @@ func TestExternalScorerHTTP(t *testing.T) {
 		case <-time.After(5 * time.Second):
 		}
 	})
-	mux.HandleFunc("/redirect", func(w http.ResponseWriter, r *http.Request) { http.Redirect(w, r, "/score", http.StatusTemporaryRedirect) })
-	mux.HandleFunc("/huge", func(w http.ResponseWriter, r *http.Request) { w.Write([]byte(strings.Repeat(" ", maxScorerAnswer+10) + "0")) })
+	mux.HandleFunc("/redirect", func(w http.ResponseWriter, r *http.Request) {
+		http.Redirect(w, r, "/score", http.StatusTemporaryRedirect)
+	})
+	mux.HandleFunc("/huge", func(w http.ResponseWriter, r *http.Request) {
+		w.Write([]byte(strings.Repeat(" ", maxScorerAnswer+10) + "0"))
+	})
 	srv := httptest.NewServer(mux)
 	defer srv.Close()
 	tests := []struct {
