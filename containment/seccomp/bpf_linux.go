@@ -1,0 +1,201 @@
+package seccomp
+
+import (
+	"fmt"
+	"sort"
+
+	"golang.org/x/sys/unix"
+)
+
+// Offsets in struct seccomp_data. Arguments are read by their low 32 bits,
+// which come first on both supported (little-endian) architectures.
+const (
+	offNr   = 0
+	offArch = 4
+	offArgs = 16
+)
+
+// insn is one BPF instruction whose jump targets are labels ("" is the next
+// instruction), resolved by assemble.
+type insn struct {
+	code   uint16
+	k      uint32
+	jt, jf string
+	label  string // this instruction's own label, if any
+}
+
+// Program compiles p for the native architecture. With notify, refused calls
+// return SECCOMP_RET_USER_NOTIF (a supervisor answers and reports them);
+// without, they return their errno directly (nothing is reported: for tests
+// and for kernels without user notification).
+//
+// Layout: check the architecture (a foreign one is refused), refuse x32 call
+// numbers on amd64, then compare the call number against every refused call
+// (one jeq each; unconditional rules jump straight to the refusal,
+// conditional ones to their argument checks), refuse numbers above maxKnown,
+// allow the rest. A call that is not refused runs len(refused calls)+5
+// instructions, which the kernel's JIT turns into as many compares.
+func (p *Profile) Program(notify bool) ([]unix.SockFilter, error) {
+	t := table()
+	if nativeArch == 0 || len(t) == 0 {
+		return nil, fmt.Errorf("seccomp: no profile for this architecture")
+	}
+	refuse := func(errno unix.Errno) uint32 {
+		if notify {
+			return unix.SECCOMP_RET_USER_NOTIF
+		}
+		return unix.SECCOMP_RET_ERRNO | uint32(errno)
+	}
+	// Group the rules by call number, keeping their order.
+	groups := map[int][]Rule{}
+	for _, r := range p.Rules {
+		nr, ok := t[r.Name]
+		if !ok {
+			continue
+		}
+		groups[nr] = append(groups[nr], r)
+	}
+	nrs := make([]int, 0, len(groups))
+	for nr := range groups {
+		nrs = append(nrs, nr)
+	}
+	sort.Ints(nrs)
+
+	var prog []insn
+	emit := func(i insn) { prog = append(prog, i) }
+	ld := func(off uint32) insn { return insn{code: unix.BPF_LD | unix.BPF_W | unix.BPF_ABS, k: off} }
+	ret := func(k uint32) insn { return insn{code: unix.BPF_RET | unix.BPF_K, k: k} }
+	jmp := func(op uint16, k uint32, jt, jf string) insn {
+		return insn{code: unix.BPF_JMP | op | unix.BPF_K, k: k, jt: jt, jf: jf}
+	}
+
+	emit(ld(offArch))
+	emit(jmp(unix.BPF_JEQ, nativeArch, "native", ""))
+	emit(ret(refuse(unix.ENOSYS)))
+	n := ld(offNr)
+	n.label = "native"
+	emit(n)
+	if x32Bit != 0 {
+		emit(jmp(unix.BPF_JGE, x32Bit, "foreign", ""))
+	}
+	for _, nr := range nrs {
+		rs := groups[nr]
+		target := fmt.Sprintf("g%d", nr)
+		if len(rs) == 1 && len(rs[0].Conds) == 0 && !rs[0].Silent {
+			target = "refuse_" + rs[0].Errno.Error()
+		}
+		emit(jmp(unix.BPF_JEQ, uint32(nr), target, ""))
+	}
+	emit(jmp(unix.BPF_JGT, maxKnown, "foreign", "allow"))
+	a := ret(unix.SECCOMP_RET_ALLOW)
+	a.label = "allow"
+	emit(a)
+	f := ret(refuse(unix.ENOSYS))
+	f.label = "foreign"
+	emit(f)
+	// One shared refusal per errno used by unconditional rules.
+	errnos := map[unix.Errno]bool{}
+	for _, nr := range nrs {
+		if rs := groups[nr]; len(rs) == 1 && len(rs[0].Conds) == 0 && !rs[0].Silent {
+			errnos[rs[0].Errno] = true
+		}
+	}
+	var es []int
+	for e := range errnos {
+		es = append(es, int(e))
+	}
+	sort.Ints(es)
+	for _, e := range es {
+		r := ret(refuse(unix.Errno(e)))
+		r.label = "refuse_" + unix.Errno(e).Error()
+		emit(r)
+	}
+	for _, nr := range nrs {
+		rs := groups[nr]
+		if len(rs) == 1 && len(rs[0].Conds) == 0 && !rs[0].Silent {
+			continue
+		}
+		for j, r := range rs {
+			start := len(prog)
+			fail := fmt.Sprintf("g%dr%d", nr, j+1)
+			for _, c := range r.Conds {
+				if c.Arg < 0 || c.Arg > 5 {
+					return nil, fmt.Errorf("seccomp: rule for %s: argument %d", r.Name, c.Arg)
+				}
+				emit(ld(offArgs + 8*uint32(c.Arg)))
+				switch c.Op {
+				case OpEq:
+					emit(jmp(unix.BPF_JEQ, c.Value, "", fail))
+				case OpMaskedEq:
+					emit(insn{code: unix.BPF_ALU | unix.BPF_AND | unix.BPF_K, k: c.Mask})
+					emit(jmp(unix.BPF_JEQ, c.Value, "", fail))
+				case OpAnyBits:
+					emit(jmp(unix.BPF_JSET, c.Mask, "", fail))
+				case OpNotIn:
+					for _, v := range c.Values {
+						emit(jmp(unix.BPF_JEQ, v, fail, ""))
+					}
+				default:
+					return nil, fmt.Errorf("seccomp: rule for %s: unknown op %d", r.Name, c.Op)
+				}
+			}
+			if r.Silent {
+				emit(ret(unix.SECCOMP_RET_ERRNO | uint32(r.Errno)))
+			} else {
+				emit(ret(refuse(r.Errno)))
+			}
+			if j == 0 {
+				prog[start].label = fmt.Sprintf("g%d", nr)
+			} else {
+				prog[start].label = fmt.Sprintf("g%dr%d", nr, j)
+			}
+		}
+		last := ret(unix.SECCOMP_RET_ALLOW)
+		last.label = fmt.Sprintf("g%dr%d", nr, len(rs))
+		emit(last)
+	}
+	return assemble(prog)
+}
+
+// assemble resolves labels into the 8-bit forward offsets classic BPF has.
+func assemble(prog []insn) ([]unix.SockFilter, error) {
+	if len(prog) > unix.BPF_MAXINSNS {
+		return nil, fmt.Errorf("seccomp: program of %d instructions", len(prog))
+	}
+	at := map[string]int{}
+	for i, in := range prog {
+		if in.label != "" {
+			if _, dup := at[in.label]; dup {
+				return nil, fmt.Errorf("seccomp: label %s twice", in.label)
+			}
+			at[in.label] = i
+		}
+	}
+	off := func(i int, l string) (uint8, error) {
+		if l == "" {
+			return 0, nil
+		}
+		t, ok := at[l]
+		if !ok {
+			return 0, fmt.Errorf("seccomp: no label %s", l)
+		}
+		d := t - i - 1
+		if d < 0 || d > 255 {
+			return 0, fmt.Errorf("seccomp: jump to %s is %d instructions", l, d)
+		}
+		return uint8(d), nil
+	}
+	out := make([]unix.SockFilter, len(prog))
+	for i, in := range prog {
+		jt, err := off(i, in.jt)
+		if err != nil {
+			return nil, err
+		}
+		jf, err := off(i, in.jf)
+		if err != nil {
+			return nil, err
+		}
+		out[i] = unix.SockFilter{Code: in.code, Jt: jt, Jf: jf, K: in.k}
+	}
+	return out, nil
+}

@@ -1,0 +1,320 @@
+package seccomp
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+)
+
+// Install sets no_new_privs and installs prog on the calling OS thread only (no
+// TSYNC): the caller must have locked its goroutine to the thread
+// (runtime.LockOSThread) and never unlock it, so that the thread dies with the
+// goroutine. Children the thread forks inherit the filter. With listener, the
+// filter gets a user-notification listener, returned as an fd (close-on-exec)
+// to be served by Serve on another thread; otherwise it returns -1.
+func Install(prog []unix.SockFilter, listener bool) (int, error) {
+	if err := unix.Prctl(unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0); err != nil {
+		return -1, fmt.Errorf("seccomp: no_new_privs: %w", err)
+	}
+	fp := unix.SockFprog{Len: uint16(len(prog)), Filter: &prog[0]}
+	var flags uintptr
+	if listener {
+		flags = unix.SECCOMP_FILTER_FLAG_NEW_LISTENER
+	}
+	fd, _, errno := unix.Syscall(unix.SYS_SECCOMP, unix.SECCOMP_SET_MODE_FILTER, flags, uintptr(unsafe.Pointer(&fp)))
+	if errno != 0 {
+		return -1, fmt.Errorf("seccomp: installing the filter: %w", errno)
+	}
+	if !listener {
+		return -1, nil
+	}
+	return int(fd), nil
+}
+
+// notif is struct seccomp_notif.
+type notif struct {
+	ID    uint64
+	PID   uint32
+	Flags uint32
+	Nr    int32
+	Arch  uint32
+	IP    uint64
+	Args  [6]uint64
+}
+
+// notifResp is struct seccomp_notif_resp.
+type notifResp struct {
+	ID    uint64
+	Val   int64
+	Error int32
+	Flags uint32
+}
+
+const ioctlNotifIDValid = 0x40082102 // SECCOMP_IOCTL_NOTIF_ID_VALID
+
+// Call is a notified system call, as the supervisor sees it.
+type Call struct {
+	PID  int // the calling thread, in the supervisor's pid namespace
+	Arch uint32
+	Nr   int
+	Args [6]uint64
+}
+
+// Event is one refused call.
+type Event struct {
+	Call
+	Name   string     // the call's name ("syscall_N" if unknown, "i386:N" for a foreign ABI)
+	Detail string     // name and key arguments, e.g. socket(AF_VSOCK, SOCK_STREAM, 0)
+	Exe    string     // the caller's executable, as /proc/PID/exe names it
+	Errno  unix.Errno // what the caller got
+	Why    string     // the rule's reason
+}
+
+// Server answers the notifications of one listener.
+type Server struct {
+	// Profile decides each refused call's errno and reason.
+	Profile *Profile
+	// Continue, when it returns true, lets a notified call proceed
+	// (SECCOMP_USER_NOTIF_FLAG_CONTINUE) instead of refusing it. It is for the
+	// supervisor's own thread, which runs under the filter to pass it on to
+	// what it starts: only values in registers may be judged (clone's flags),
+	// never memory the caller could change after the check. Nil: refuse all.
+	Continue func(*Call) bool
+	// Report receives every refused call, before the caller is answered (so
+	// the caller's exit implies its reports were made). It is called from
+	// Serve's goroutine.
+	Report func(*Event)
+}
+
+// Serve answers notifications on fd until no process uses the filter any more
+// (the kernel then reports POLLHUP), or ctx is done. It closes fd.
+func (s *Server) Serve(ctx context.Context, fd int) error {
+	defer unix.Close(fd)
+	wake, err := unix.Eventfd(0, unix.EFD_CLOEXEC|unix.EFD_NONBLOCK)
+	if err != nil {
+		return fmt.Errorf("seccomp: eventfd: %w", err)
+	}
+	defer unix.Close(wake)
+	stop := context.AfterFunc(ctx, func() {
+		unix.Write(wake, []byte{1, 0, 0, 0, 0, 0, 0, 0})
+	})
+	defer stop()
+	fds := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}, {Fd: int32(wake), Events: unix.POLLIN}}
+	for {
+		fds[0].Revents, fds[1].Revents = 0, 0
+		if _, err := unix.Poll(fds, -1); err != nil {
+			if err == unix.EINTR {
+				continue
+			}
+			return fmt.Errorf("seccomp: poll: %w", err)
+		}
+		if fds[1].Revents != 0 {
+			return ctx.Err()
+		}
+		if fds[0].Revents&unix.POLLIN != 0 {
+			if err := s.answer(fd); err != nil {
+				return err
+			}
+			continue
+		}
+		if fds[0].Revents&(unix.POLLHUP|unix.POLLERR) != 0 {
+			return nil
+		}
+	}
+}
+
+func (s *Server) answer(fd int) error {
+	var n notif // the kernel wants it zeroed
+	if err := ioctl(fd, unix.SECCOMP_IOCTL_NOTIF_RECV, unsafe.Pointer(&n)); err != nil {
+		if err == unix.EINTR || err == unix.ENOENT {
+			return nil // the caller died before we read it
+		}
+		return fmt.Errorf("seccomp: receiving a notification: %w", err)
+	}
+	c := &Call{PID: int(n.PID), Arch: n.Arch, Nr: int(n.Nr), Args: n.Args}
+	resp := notifResp{ID: n.ID}
+	if s.Continue != nil && s.Continue(c) {
+		resp.Flags = unix.SECCOMP_USER_NOTIF_FLAG_CONTINUE
+	} else {
+		ev := s.describe(c)
+		// The pid is only trustworthy while the call is pending: check that
+		// the notification is still live after reading /proc/PID.
+		if ioctl(fd, ioctlNotifIDValid, unsafe.Pointer(&n.ID)) != nil {
+			return nil
+		}
+		resp.Error = -int32(ev.Errno)
+		if s.Report != nil {
+			s.Report(ev)
+		}
+	}
+	if err := ioctl(fd, unix.SECCOMP_IOCTL_NOTIF_SEND, unsafe.Pointer(&resp)); err != nil && err != unix.ENOENT {
+		return fmt.Errorf("seccomp: answering a notification: %w", err)
+	}
+	return nil
+}
+
+func ioctl(fd int, req uint, arg unsafe.Pointer) error {
+	_, _, e := unix.Syscall(unix.SYS_IOCTL, uintptr(fd), uintptr(req), uintptr(arg))
+	if e != 0 {
+		return e
+	}
+	return nil
+}
+
+// describe names a refused call and its key arguments.
+func (s *Server) describe(c *Call) *Event {
+	ev := &Event{Call: *c, Errno: unix.ENOSYS}
+	ev.Exe, _ = os.Readlink("/proc/" + strconv.Itoa(c.PID) + "/exe")
+	switch {
+	case c.Arch != nativeArch:
+		ev.Name = archName(c.Arch) + ":" + strconv.Itoa(c.Nr)
+		ev.Detail = fmt.Sprintf("system call %d of the %s ABI", c.Nr, archName(c.Arch))
+		ev.Why = "foreign system-call ABI"
+		return ev
+	case x32Bit != 0 && c.Nr&x32Bit != 0:
+		ev.Name = "x32:" + strconv.Itoa(c.Nr&^x32Bit)
+		ev.Detail = fmt.Sprintf("system call %d of the x32 ABI", c.Nr&^x32Bit)
+		ev.Why = "foreign system-call ABI"
+		return ev
+	}
+	ev.Name = Name(c.Nr)
+	r := s.Profile.Lookup(c.Nr, c.Args)
+	if r == nil {
+		// Not a listed call: above maxKnown.
+		ev.Detail = fmt.Sprintf("%s (newer than this filter knows)", ev.Name)
+		ev.Why = "unknown system call"
+		return ev
+	}
+	ev.Errno, ev.Why = r.Errno, r.Why
+	ev.Detail = detail(ev.Name, c)
+	return ev
+}
+
+func archName(a uint32) string {
+	switch a {
+	case unix.AUDIT_ARCH_I386:
+		return "i386"
+	case unix.AUDIT_ARCH_X86_64:
+		return "x86_64"
+	case unix.AUDIT_ARCH_AARCH64:
+		return "aarch64"
+	case unix.AUDIT_ARCH_ARM:
+		return "arm"
+	}
+	return fmt.Sprintf("arch_%#x", a)
+}
+
+func familyName(f uint64) string {
+	switch f {
+	case unix.AF_INET:
+		return "AF_INET"
+	case unix.AF_INET6:
+		return "AF_INET6"
+	case unix.AF_PACKET:
+		return "AF_PACKET"
+	case unix.AF_VSOCK:
+		return "AF_VSOCK"
+	}
+	return strconv.FormatUint(f, 10)
+}
+
+func detail(name string, c *Call) string {
+	a := c.Args
+	switch name {
+	case "socket":
+		fam := familyName(a[0] & 0xffffffff)
+		typ := strconv.FormatUint(a[1]&0xf, 10)
+		switch a[1] & 0xf {
+		case unix.SOCK_STREAM:
+			typ = "SOCK_STREAM"
+		case unix.SOCK_DGRAM:
+			typ = "SOCK_DGRAM"
+		case unix.SOCK_RAW:
+			typ = "SOCK_RAW"
+		}
+		return fmt.Sprintf("socket(%s, %s, %d)", fam, typ, int32(a[2]))
+	case "clone", "unshare":
+		return fmt.Sprintf("%s(%s)", name, nsFlagNames(a[0]))
+	case "ioctl":
+		req := fmt.Sprintf("%#x", uint32(a[1]))
+		switch uint32(a[1]) {
+		case unix.TIOCSTI:
+			req = "TIOCSTI"
+		case unix.TIOCLINUX:
+			req = "TIOCLINUX"
+		}
+		return fmt.Sprintf("ioctl(%d, %s)", int32(a[0]), req)
+	case "ptrace":
+		req := strconv.FormatUint(a[0], 10)
+		switch a[0] {
+		case unix.PTRACE_ATTACH:
+			req = "PTRACE_ATTACH"
+		case unix.PTRACE_SEIZE:
+			req = "PTRACE_SEIZE"
+		}
+		return fmt.Sprintf("ptrace(%s, %d)", req, int32(a[1]))
+	case "personality":
+		return fmt.Sprintf("personality(%#x)", uint32(a[0]))
+	case "mount":
+		return fmt.Sprintf("mount(%s, %s, %s)", str(c, a[0]), str(c, a[1]), str(c, a[2]))
+	case "umount2", "umount", "chroot", "swapon", "swapoff", "acct", "fsopen":
+		return fmt.Sprintf("%s(%s)", name, str(c, a[0]))
+	case "pivot_root":
+		return fmt.Sprintf("pivot_root(%s, %s)", str(c, a[0]), str(c, a[1]))
+	case "setns":
+		return fmt.Sprintf("setns(%d, %s)", int32(a[0]), nsFlagNames(a[1]))
+	}
+	return fmt.Sprintf("%s(%#x, %#x, %#x)", name, a[0], a[1], a[2])
+}
+
+func nsFlagNames(f uint64) string {
+	nsNames := []struct {
+		bit  uint64
+		name string
+	}{{unix.CLONE_NEWUSER, "CLONE_NEWUSER"}, {unix.CLONE_NEWNS, "CLONE_NEWNS"}, {unix.CLONE_NEWPID, "CLONE_NEWPID"},
+		{unix.CLONE_NEWNET, "CLONE_NEWNET"}, {unix.CLONE_NEWIPC, "CLONE_NEWIPC"}, {unix.CLONE_NEWUTS, "CLONE_NEWUTS"},
+		{unix.CLONE_NEWCGROUP, "CLONE_NEWCGROUP"}, {unix.CLONE_NEWTIME, "CLONE_NEWTIME"}}
+	var parts []string
+	for _, n := range nsNames {
+		if f&n.bit != 0 {
+			parts = append(parts, n.name)
+		}
+	}
+	if len(parts) == 0 {
+		return fmt.Sprintf("%#x", f)
+	}
+	return fmt.Sprintf("%#x: %s", f, strings.Join(parts, "|"))
+}
+
+// maxStr bounds a string argument read from the caller's memory.
+const maxStr = 256
+
+// str reads a NUL-terminated string argument from the caller's memory, for
+// the report only (the call is refused whatever it says).
+func str(c *Call, addr uint64) string {
+	if addr == 0 {
+		return "NULL"
+	}
+	f, err := os.Open("/proc/" + strconv.Itoa(c.PID) + "/mem")
+	if err != nil {
+		return fmt.Sprintf("%#x", addr)
+	}
+	defer f.Close()
+	// Stay within the page: a read that crosses into an unmapped one fails whole.
+	size := min(maxStr, 4096-int(addr%4096))
+	buf := make([]byte, size)
+	n, _ := f.ReadAt(buf, int64(addr))
+	if n <= 0 {
+		return fmt.Sprintf("%#x", addr)
+	}
+	b := buf[:n]
+	if i := strings.IndexByte(string(b), 0); i >= 0 {
+		return strconv.Quote(string(b[:i]))
+	}
+	return strconv.Quote(string(b)) + "…"
+}

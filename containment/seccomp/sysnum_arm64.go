@@ -1,0 +1,71 @@
+//go:build linux && arm64
+
+package seccomp
+
+import "golang.org/x/sys/unix"
+
+// nativeArch is the AUDIT_ARCH of this build's system calls.
+const nativeArch = unix.AUDIT_ARCH_AARCH64
+
+// x32Bit: arm64 has no second ABI in the same arch value (compat arm32
+// calls carry AUDIT_ARCH_ARM and are foreign).
+const x32Bit = 0
+
+// maxKnown is the newest call number this package knows; anything above it is
+// refused with ENOSYS (see the package doc).
+const maxKnown = unix.SYS_FILE_SETATTR
+
+// table maps the names the profile uses to this architecture's numbers; a
+// name missing here does not exist on it.
+func table() map[string]int {
+	return map[string]int{
+		"mount":             unix.SYS_MOUNT,
+		"umount2":           unix.SYS_UMOUNT2,
+		"pivot_root":        unix.SYS_PIVOT_ROOT,
+		"chroot":            unix.SYS_CHROOT,
+		"fsopen":            unix.SYS_FSOPEN,
+		"fsconfig":          unix.SYS_FSCONFIG,
+		"fsmount":           unix.SYS_FSMOUNT,
+		"fspick":            unix.SYS_FSPICK,
+		"open_tree":         unix.SYS_OPEN_TREE,
+		"open_tree_attr":    unix.SYS_OPEN_TREE_ATTR,
+		"move_mount":        unix.SYS_MOVE_MOUNT,
+		"mount_setattr":     unix.SYS_MOUNT_SETATTR,
+		"setns":             unix.SYS_SETNS,
+		"unshare":           unix.SYS_UNSHARE,
+		"clone":             unix.SYS_CLONE,
+		"clone3":            unix.SYS_CLONE3,
+		"bpf":               unix.SYS_BPF,
+		"perf_event_open":   unix.SYS_PERF_EVENT_OPEN,
+		"userfaultfd":       unix.SYS_USERFAULTFD,
+		"io_uring_setup":    unix.SYS_IO_URING_SETUP,
+		"io_uring_enter":    unix.SYS_IO_URING_ENTER,
+		"io_uring_register": unix.SYS_IO_URING_REGISTER,
+		"lookup_dcookie":    unix.SYS_LOOKUP_DCOOKIE,
+		"syslog":            unix.SYS_SYSLOG,
+		"nfsservctl":        unix.SYS_NFSSERVCTL,
+		"kexec_load":        unix.SYS_KEXEC_LOAD,
+		"kexec_file_load":   unix.SYS_KEXEC_FILE_LOAD,
+		"init_module":       unix.SYS_INIT_MODULE,
+		"finit_module":      unix.SYS_FINIT_MODULE,
+		"delete_module":     unix.SYS_DELETE_MODULE,
+		"keyctl":            unix.SYS_KEYCTL,
+		"add_key":           unix.SYS_ADD_KEY,
+		"request_key":       unix.SYS_REQUEST_KEY,
+		"reboot":            unix.SYS_REBOOT,
+		"swapon":            unix.SYS_SWAPON,
+		"swapoff":           unix.SYS_SWAPOFF,
+		"settimeofday":      unix.SYS_SETTIMEOFDAY,
+		"clock_settime":     unix.SYS_CLOCK_SETTIME,
+		"clock_adjtime":     unix.SYS_CLOCK_ADJTIME,
+		"adjtimex":          unix.SYS_ADJTIMEX,
+		"acct":              unix.SYS_ACCT,
+		"quotactl":          unix.SYS_QUOTACTL,
+		"quotactl_fd":       unix.SYS_QUOTACTL_FD,
+		"open_by_handle_at": unix.SYS_OPEN_BY_HANDLE_AT,
+		"personality":       unix.SYS_PERSONALITY,
+		"ptrace":            unix.SYS_PTRACE,
+		"socket":            unix.SYS_SOCKET,
+		"ioctl":             unix.SYS_IOCTL,
+	}
+}
