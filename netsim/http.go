@@ -44,11 +44,10 @@ type dialKey struct{}
 
 // connListener hands sniffed connections to the HTTP server.
 type connListener struct {
-	ch     chan net.Conn
-	done   chan struct{}
-	once   sync.Once
-	addr   net.Addr
-	closed bool
+	ch   chan net.Conn
+	done chan struct{}
+	once sync.Once
+	addr net.Addr
 }
 
 func newConnListener() *connListener {

@@ -144,21 +144,24 @@ func (s *Sim) writeLoop(ctx context.Context, ep *channel.Endpoint, link io.Write
 	}
 }
 
-// inbound hands one packet from the sandbox to the stack. ICMP never
-// reaches it: echo requests are logged as blocked and dropped (the stack
-// would otherwise answer pings for every address and fake reachability).
+// inbound hands one packet from the sandbox to the stack. Only TCP and UDP
+// reach it: ICMP echo requests are logged as blocked and dropped (the stack
+// would otherwise answer pings for every address and fake reachability), and
+// every other protocol is dropped.
 func (s *Sim) inbound(ep *channel.Endpoint, pkt []byte) {
 	if len(pkt) < 1 {
 		return
 	}
 	var proto tcpip.NetworkProtocolNumber
+	var transport tcpip.TransportProtocolNumber
 	switch pkt[0] >> 4 {
 	case 4:
 		if len(pkt) < header.IPv4MinimumSize {
 			return
 		}
 		ip := header.IPv4(pkt)
-		if ip.TransportProtocol() == header.ICMPv4ProtocolNumber {
+		transport = ip.TransportProtocol()
+		if transport == header.ICMPv4ProtocolNumber {
 			hl := int(ip.HeaderLength())
 			if len(pkt) > hl && header.ICMPv4(pkt[hl:]).Type() == header.ICMPv4Echo {
 				s.logICMP(netip.AddrFrom4(ip.DestinationAddress().As4()))
@@ -171,14 +174,21 @@ func (s *Sim) inbound(ep *channel.Endpoint, pkt []byte) {
 			return
 		}
 		ip := header.IPv6(pkt)
-		if ip.TransportProtocol() == header.ICMPv6ProtocolNumber {
-			if len(pkt) > header.IPv6MinimumSize && header.ICMPv6(pkt[header.IPv6MinimumSize:]).Type() == header.ICMPv6EchoRequest {
+		// Not-first fragments report their transport without ok; the
+		// stack reassembles them.
+		transport, _ = ip.TryParseTransportProtocol()
+		if transport == header.ICMPv6ProtocolNumber {
+			if ip.NextHeader() == uint8(header.ICMPv6ProtocolNumber) && len(pkt) > header.IPv6MinimumSize &&
+				header.ICMPv6(pkt[header.IPv6MinimumSize:]).Type() == header.ICMPv6EchoRequest {
 				s.logICMP(netip.AddrFrom16(ip.DestinationAddress().As16()))
 			}
 			return
 		}
 		proto = header.IPv6ProtocolNumber
 	default:
+		return
+	}
+	if transport != header.TCPProtocolNumber && transport != header.UDPProtocolNumber {
 		return
 	}
 	pb := stack.NewPacketBuffer(stack.PacketBufferOptions{Payload: buffer.MakeWithData(pkt)})
