@@ -9,6 +9,7 @@ import (
 	"os"
 	"path"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -266,6 +267,8 @@ type Group struct {
 	dirs   []string // one per hierarchy, same order as m.hier
 	limits dryexec.Limits
 	fd     int // v2: the group's directory, for clone3(CLONE_INTO_CGROUP); else -1
+	// sheltered are the sibling groups ShelterThreads made (removed with g).
+	sheltered []string
 }
 
 // New creates the group called name (a trial or session id) with limits l
@@ -404,8 +407,13 @@ func setLimits(dir string, v2 bool, c string, l dryexec.Limits) error {
 			return err
 		}
 		opt("memory.memsw.limit_in_bytes", strconv.FormatInt(l.MemoryBytes, 10)) // absent without swap accounting
-	case c == "pids" && l.Pids > 0:
+	case c == "pids" && l.Pids > 0 && v2:
 		return w("pids.max", strconv.FormatInt(l.Pids, 10))
+	case c == "pids" && l.Pids > 0:
+		// Until ShelterThreads has moved the supervisor's threads out, they
+		// share the limit: headroom keeps a bomb started meanwhile from
+		// leaving the supervisor unable to start a thread.
+		return w("pids.max", strconv.FormatInt(l.Pids+ShelterHeadroom, 10))
 	case c == "cpu" && v2:
 		if err := w("cpu.weight", strconv.Itoa(l.CPUWeight)); err != nil {
 			return err
@@ -453,6 +461,46 @@ func (g *Group) Attach(pid int) error {
 	}
 	return nil
 }
+
+// ShelterThreads moves the threads of process pid (the guest supervisor) out
+// of the group's v1 pids limit, into a sibling group without one, once pid has
+// started the sandbox's command inside the group. A fork bomb then fills the
+// limit without leaving the supervisor unable to start a thread (the Go
+// runtime aborts when it cannot). v1 places threads one by one; on v2 (no
+// per-thread placement for domain controllers) it does nothing.
+func (g *Group) ShelterThreads(pid int) error {
+	for i, h := range g.m.hier {
+		if h.v2 || !slices.Contains(h.ctrls, "pids") || len(g.dirs) <= i {
+			continue
+		}
+		shelter := g.dirs[i] + "-guest"
+		if err := os.Mkdir(shelter, 0o755); err != nil && !errors.Is(err, fs.ErrExist) {
+			return err
+		}
+		g.sheltered = append(g.sheltered, shelter)
+		// Two rounds: a thread started meanwhile by one not yet moved lands
+		// in the old group.
+		for range 2 {
+			ents, err := os.ReadDir("/proc/" + strconv.Itoa(pid) + "/task")
+			if err != nil {
+				return err
+			}
+			for _, e := range ents {
+				os.WriteFile(filepath.Join(shelter, "tasks"), []byte(e.Name()), 0)
+			}
+		}
+		if g.limits.Pids > 0 {
+			if err := os.WriteFile(filepath.Join(g.dirs[i], "pids.max"), []byte(strconv.FormatInt(g.limits.Pids, 10)), 0); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// ShelterHeadroom is how far a v1 pids limit is raised until ShelterThreads
+// runs (a fork bomb needs longer than that window to start this many).
+const ShelterHeadroom = 256
 
 // Stats reads the group's counters.
 func (g *Group) Stats() Stats {
@@ -514,7 +562,12 @@ func (g *Group) Remove() error {
 		}
 		os.Remove(filepath.Dir(d)) // the shared parent: fails while others use it
 	}
-	g.dirs = nil
+	for _, d := range g.sheltered {
+		if err := removeDir(d, false); err != nil && first == nil {
+			first = err
+		}
+	}
+	g.dirs, g.sheltered = nil, nil
 	return first
 }
 

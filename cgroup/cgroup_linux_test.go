@@ -116,6 +116,17 @@ while True: x.append(b"\1" * (1<<20))'`,
 			for _, w := range warnings {
 				t.Log(w)
 			}
+			// A stand-in supervisor: sheltering it lowers the v1 pids limit
+			// from its start-up headroom to the limit asked for.
+			sup := exec.CommandContext(ctx, "sleep", "60")
+			if err := sup.Start(); err != nil {
+				t.Fatal(err)
+			}
+			defer sup.Wait()
+			defer sup.Process.Kill()
+			if err := g.ShelterThreads(sup.Process.Pid); err != nil {
+				t.Fatal(err)
+			}
 			before := g.Stats()
 			cmd := startGated(t, ctx, g, tt.script)
 			cmd.Wait()

@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -94,6 +95,35 @@ func (l *Limiter) attach(pid int) error {
 	return set(unix.RLIMIT_DATA, l.limits.MemoryBytes)
 }
 
+// shelterGuest waits (polling, bounded by stop) until guest pid has started
+// the command, then moves the guest's own threads out of the pids limit (see
+// cgroup.Group.ShelterThreads). The command is in the group from its fork on.
+func (l *Limiter) shelterGuest(pid int, stop <-chan struct{}) {
+	if l.group == nil {
+		return
+	}
+	tasks := "/proc/" + strconv.Itoa(pid) + "/task"
+	wait := 200 * time.Microsecond
+	for {
+		ents, err := os.ReadDir(tasks)
+		if err != nil {
+			return
+		}
+		for _, e := range ents {
+			if b, _ := os.ReadFile(tasks + "/" + e.Name() + "/children"); len(strings.TrimSpace(string(b))) > 0 {
+				l.group.ShelterThreads(pid)
+				return
+			}
+		}
+		select {
+		case <-stop:
+			return
+		case <-time.After(wait):
+		}
+		wait = min(2*wait, 5*time.Millisecond)
+	}
+}
+
 // guestThreads is headroom for the guest supervisor's own threads.
 const guestThreads = 32
 
@@ -175,74 +205,119 @@ func ResolveMasks(extra []string, noDefaults bool) ([]string, error) {
 	return out, nil
 }
 
-// MaskWatch finds reads of masked paths in a live guest's view, from outside
-// it: every mask entry starts with atime guest.MaskAtime, and a read or a
-// directory listing moves it (guest/mask_linux.go). Each path is reported once.
+// MaskWatch finds reads of masked paths in a guest's view, from outside it:
+// every mask entry starts with atime and mtime guest.MaskAtime, and a read or a
+// directory listing moves the atime (guest/mask_linux.go). Pin holds each mask
+// mount by an fd once the view is built and before the command runs, so the
+// check looks at the masks themselves however the sandbox rearranged its view
+// and even after the guest has exited. Each path is reported once.
 type MaskWatch struct {
-	masks []string
-	mu    sync.Mutex // guards seen
-	seen  map[string]bool
+	mu   sync.Mutex // guards the fields below
+	pins []maskPin
+	seen map[string]bool
 }
 
-// NewMaskWatch watches masks (as sent to the guest).
-func NewMaskWatch(masks []string) *MaskWatch {
-	return &MaskWatch{masks: masks, seen: map[string]bool{}}
+type maskPin struct {
+	path string // the masked host path
+	fd   int    // O_PATH fd of the mask's root in the guest's view
 }
 
-// Check looks at the view of guest process pid and returns a {kind: secret}
-// violation for each masked path read since the last Check. Paths are resolved
-// inside the guest's root without following any symlink (the sandbox could
-// have made one).
-func (w *MaskWatch) Check(pid int) []dryexec.Violation {
-	if w == nil || len(w.masks) == 0 {
+// NewMaskWatch returns an empty watch; Pin fills it.
+func NewMaskWatch() *MaskWatch { return &MaskWatch{seen: map[string]bool{}} }
+
+// Pin opens each of masks in the view of guest process pid, which must have
+// mounted them and not yet started anything of the sandbox's. Paths are
+// resolved inside the guest's root without following any symlink; a path the
+// guest did not mask (it did not exist) is skipped.
+func (w *MaskWatch) Pin(pid int, masks []string) error {
+	if len(masks) == 0 {
 		return nil
 	}
 	root, err := unix.Open("/proc/"+strconv.Itoa(pid)+"/root", unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
 	if err != nil {
-		return nil
+		return fmt.Errorf("opening the guest's root: %w", err)
 	}
 	defer unix.Close(root)
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	var out []dryexec.Violation
-	budget := maskCheckMax
-	var walk func(p string, depth int)
-	walk = func(p string, depth int) {
-		if budget--; budget < 0 {
-			return
-		}
+	for _, p := range masks {
 		fd, err := unix.Openat2(root, strings.TrimPrefix(p, "/"), &unix.OpenHow{
-			Flags:   unix.O_RDONLY | unix.O_NOATIME | unix.O_NONBLOCK | unix.O_NOFOLLOW | unix.O_CLOEXEC,
+			Flags:   unix.O_PATH | unix.O_NOFOLLOW | unix.O_CLOEXEC,
 			Resolve: unix.RESOLVE_IN_ROOT | unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_NO_MAGICLINKS,
 		})
 		if err != nil {
+			continue
+		}
+		var st unix.Stat_t
+		if unix.Fstat(fd, &st) != nil || st.Mtim.Sec != guest.MaskAtime || st.Mtim.Nsec != 0 {
+			unix.Close(fd) // not a mask: the path did not exist on the host
+			continue
+		}
+		w.pins = append(w.pins, maskPin{path: p, fd: fd})
+	}
+	return nil
+}
+
+// Check returns a {kind: secret} violation for each masked path read since
+// the last Check.
+func (w *MaskWatch) Check() []dryexec.Violation {
+	if w == nil {
+		return nil
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	var out []dryexec.Violation
+	budget := maskCheckMax
+	var walk func(fd int, p string, depth int)
+	walk = func(fd int, p string, depth int) {
+		if budget--; budget < 0 {
 			return
 		}
-		f := os.NewFile(uintptr(fd), p)
-		defer f.Close()
 		var st unix.Stat_t
 		if unix.Fstat(fd, &st) != nil {
 			return
 		}
-		if st.Atim.Sec != guest.MaskAtime || st.Atim.Nsec != 0 {
-			if !w.seen[p] {
-				w.seen[p] = true
-				out = append(out, dryexec.Violation{Kind: "secret", Detail: p})
-			}
+		if (st.Atim.Sec != guest.MaskAtime || st.Atim.Nsec != 0) && !w.seen[p] {
+			w.seen[p] = true
+			out = append(out, dryexec.Violation{Kind: "secret", Detail: p})
 		}
 		if st.Mode&unix.S_IFMT != unix.S_IFDIR || depth >= maskCheckDepth {
 			return
 		}
 		// O_NOATIME: our own listing must not look like the sandbox's.
-		names, _ := f.Readdirnames(-1)
-		for _, n := range names {
-			walk(p+"/"+n, depth+1)
+		dfd, err := unix.Openat(fd, ".", unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOATIME|unix.O_CLOEXEC, 0)
+		if err != nil {
+			return
 		}
+		d := os.NewFile(uintptr(dfd), p)
+		names, _ := d.Readdirnames(-1)
+		for _, n := range names {
+			cfd, err := unix.Openat(dfd, n, unix.O_PATH|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+			if err != nil {
+				continue
+			}
+			walk(cfd, p+"/"+n, depth+1)
+			unix.Close(cfd)
+		}
+		d.Close()
 	}
-	for _, m := range w.masks {
-		walk(m, 0)
+	for _, pin := range w.pins {
+		walk(pin.fd, pin.path, 0)
 	}
 	return out
+}
+
+// Close releases the pinned masks.
+func (w *MaskWatch) Close() {
+	if w == nil {
+		return
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for _, p := range w.pins {
+		unix.Close(p.fd)
+	}
+	w.pins = nil
 }
 
 // Bounds of a mask check (the guest mirrors at most 1024 entries, 4 deep).
@@ -257,7 +332,7 @@ const (
 func (t *trial) contained(d *dryexec.StateDelta) {
 	v, peak := t.lim.Violations()
 	d.Violations = append(d.Violations, v...)
-	d.Violations = append(d.Violations, NewMaskWatch(t.masks).Check(t.cmd.Process.Pid)...)
+	d.Violations = append(d.Violations, t.watch.Check()...)
 	d.Memory.PeakRSSBytes = peak
 	d.Warnings = append(d.Warnings, t.lim.Warnings()...)
 }

@@ -230,6 +230,7 @@ type trial struct {
 	pipes  sync.WaitGroup // the stdout/stderr copiers
 	lim    *Limiter       // the trial's cgroup (or rlimits); removed by cleanup
 	masks  []string       // masked host paths, as sent to the guest
+	watch  *MaskWatch     // the masks, pinned once the view is built
 }
 
 func (r *Rung) start(spec dryexec.TrialSpec, mounts []wire.MountSpec) (*trial, error) {
@@ -333,6 +334,7 @@ func (t *trial) cleanup() {
 	t.cmd.Process.Kill()
 	t.cmd.Wait()
 	t.pipes.Wait()
+	t.watch.Close()
 	if err := t.lim.Close(); err != nil && t.r.Log != nil {
 		t.r.Log.Warn("removing the trial's cgroup", "trial", t.spec.TrialID, "err", err)
 	}
@@ -429,6 +431,14 @@ func (t *trial) converse() (*dryexec.StateDelta, error) {
 				return nil, err
 			}
 			differ = fsdelta.NewDiffer(dm, t.spec.Blobs, t.spec.DiffMaxBytes)
+			// The view is built and the command not started: hold the masks.
+			t.watch = NewMaskWatch()
+			if err := t.watch.Pin(t.cmd.Process.Pid, t.masks); err != nil {
+				return nil, err
+			}
+			stop := make(chan struct{})
+			defer close(stop)
+			go t.lim.shelterGuest(t.cmd.Process.Pid, stop)
 			if start.Rootless {
 				// The guest sees the ids of its own user namespace (what the
 				// command made shows as 0 there): the caller owns what it wrote.
