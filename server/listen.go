@@ -8,7 +8,6 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
-	"strconv"
 	"time"
 )
 
@@ -40,7 +39,7 @@ func DefaultSocket(getenv func(string) string, stateDir string) string {
 
 // Serve runs the daemon until ctx ends, then drains: it stops accepting,
 // waits up to Drain for running trials, kills the rest, closes every session
-// and removes the socket and pid file. svc is closed when Serve returns.
+// and removes the socket. svc is closed when Serve returns.
 func Serve(ctx context.Context, svc *Service, opt ServeOptions) error {
 	defer svc.Close()
 	if opt.Drain <= 0 {
@@ -66,9 +65,6 @@ func Serve(ctx context.Context, svc *Service, opt ServeOptions) error {
 		addr = opt.Socket
 		defer os.Remove(opt.Socket)
 	}
-	pidFile := filepath.Join(svc.cfg.StateDir, "serve.pid")
-	os.WriteFile(pidFile, []byte(strconv.Itoa(os.Getpid())+" "+addr+"\n"), 0o600)
-	defer os.Remove(pidFile)
 	srv := &http.Server{Handler: Handler(svc, opt.Handler), ReadHeaderTimeout: 30 * time.Second,
 		ErrorLog: nil, BaseContext: func(net.Listener) context.Context { return context.WithoutCancel(ctx) }}
 	errc := make(chan error, 1)

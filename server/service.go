@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/base32"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -50,9 +51,12 @@ type Config struct {
 	Environ []string
 	// GuestExe is the binary re-executed as the guest (default /proc/self/exe).
 	GuestExe string
-	// Decide fills a delta's Decision and Receipt (the decision engine), exactly
-	// as `dryexec run` does; nil leaves them empty.
-	Decide func(ctx context.Context, d *dryexec.StateDelta) error
+	// Decide is the decision engine as `dryexec run` uses it: given a
+	// request's policy document (JSON, on top of the daemon's policy; nil: the
+	// daemon's policy) it returns the judge that fills a delta's Decision and
+	// Receipt, or an error if the document is invalid (before anything runs).
+	// Nil leaves Decision and Receipt empty.
+	Decide func(policyDoc []byte) (func(ctx context.Context, d *dryexec.StateDelta) error, error)
 	// Version is reported by /v1/version.
 	Version string
 	// Log receives the daemon's records; nil logs nothing.
@@ -184,6 +188,9 @@ type TrialRequest struct {
 	UpperSizeBytes int64 `json:"upper_size_bytes,omitempty"`
 	// NoStore runs without keeping the trial (no commit later).
 	NoStore bool `json:"no_store,omitempty"`
+	// Policy is a policy document (docs/decision.md; the SDK's Environment)
+	// on top of the daemon's; absent: the daemon's policy.
+	Policy json.RawMessage `json:"policy,omitempty"`
 }
 
 // Limits on a request's fields: each is far beyond real use and keeps one
@@ -254,6 +261,10 @@ func (s *Service) RunTrial(ctx context.Context, req TrialRequest, hooks TrialHoo
 		env[k] = v
 	}
 	env["PWD"] = req.Cwd
+	judge, err := s.judge(req.Policy)
+	if err != nil {
+		return nil, err
+	}
 	r, err := rung.Select(ctx, req.Rung)
 	if err != nil {
 		return nil, err
@@ -294,8 +305,8 @@ func (s *Service) RunTrial(ctx context.Context, req TrialRequest, hooks TrialHoo
 	}
 	s.cfg.Log.Debug("trial start", "trial", spec.TrialID, "argv", req.Argv)
 	d, err := r.Trial(ctx, spec)
-	if err == nil {
-		err = s.decide(ctx, d)
+	if err == nil && judge != nil {
+		err = judge(ctx, d)
 	}
 	if err != nil {
 		if rec != nil {
@@ -312,14 +323,21 @@ func (s *Service) RunTrial(ctx context.Context, req TrialRequest, hooks TrialHoo
 	return d, nil
 }
 
-// decide is the single place a daemon trial meets the decision engine, so its
-// Decision and Receipt are those `dryexec run` would give.
-// DECISION ENGINE CALL SITE (issue #7): Config.Decide is wired by the CLI.
-func (s *Service) decide(ctx context.Context, d *dryexec.StateDelta) error {
+// judge is the single place a daemon trial meets the decision engine, so its
+// Decision and Receipt are those `dryexec run` would give (Config.Decide is
+// wired by the CLI). A policy the engine refuses is the caller's mistake.
+func (s *Service) judge(doc json.RawMessage) (func(context.Context, *dryexec.StateDelta) error, error) {
 	if s.cfg.Decide == nil {
-		return nil
+		return nil, nil
 	}
-	return s.cfg.Decide(ctx, d)
+	if len(doc) == 0 || string(doc) == "null" {
+		doc = nil
+	}
+	j, err := s.cfg.Decide(doc)
+	if err != nil {
+		return nil, &requestError{status: 400, code: "policy", msg: "policy: " + err.Error()}
+	}
+	return j, nil
 }
 
 func (s *Service) beginTrial() bool {

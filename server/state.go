@@ -11,6 +11,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 
 	"github.com/dryexec/dryexec/wire"
 )
@@ -28,6 +29,10 @@ type stateDir struct {
 
 // sessionRecord is what a crash could leave of one session.
 type sessionRecord struct {
+	// PID is the daemon that owns the session: several daemons may share a
+	// state dir (a user's and an SDK's private one), and a live one's
+	// sessions are not leftovers.
+	PID  int    `json:"pid"`
 	Rung string `json:"rung"`
 	// Tmp is the host rung's temp dir (workspace and baseline).
 	Tmp string `json:"tmp,omitempty"`
@@ -53,7 +58,10 @@ func (sd *stateDir) cleanLeftovers() {
 	for _, p := range recs {
 		b, err := os.ReadFile(p)
 		var rec sessionRecord
-		if err == nil && json.Unmarshal(b, &rec) == nil && rec.Tmp != "" &&
+		if err == nil && json.Unmarshal(b, &rec) == nil && rec.PID > 0 && rec.PID != os.Getpid() && alive(rec.PID) {
+			continue
+		}
+		if err == nil && rec.Tmp != "" &&
 			filepath.IsAbs(rec.Tmp) && strings.HasPrefix(filepath.Base(rec.Tmp), "dryexec-session-") {
 			os.RemoveAll(rec.Tmp)
 		}
@@ -63,7 +71,7 @@ func (sd *stateDir) cleanLeftovers() {
 }
 
 func (sd *stateDir) recordSession(id string, info wire.Ping) error {
-	rec := sessionRecord{Rung: info.Rung}
+	rec := sessionRecord{PID: os.Getpid(), Rung: info.Rung}
 	if info.Rung == "host" && info.Workspace != "" {
 		rec.Tmp = filepath.Dir(info.Workspace)
 	}
@@ -78,6 +86,16 @@ func (sd *stateDir) recordSession(id string, info wire.Ping) error {
 
 func (sd *stateDir) forgetSession(id string) {
 	os.Remove(filepath.Join(sd.dir, "sessions", id+".json"))
+}
+
+// alive reports whether process pid exists (signal 0 checks without sending).
+func alive(pid int) bool {
+	p, err := os.FindProcess(pid)
+	if err != nil {
+		return false
+	}
+	err = p.Signal(syscall.Signal(0))
+	return err == nil || errors.Is(err, syscall.EPERM)
 }
 
 // TokenFile is where the TCP listener's bearer token is kept.

@@ -12,6 +12,7 @@ import (
 
 	"github.com/dryexec/dryexec"
 	"github.com/dryexec/dryexec/mcpserver"
+	"github.com/dryexec/dryexec/policy"
 	"github.com/dryexec/dryexec/server"
 	"github.com/dryexec/dryexec/store"
 )
@@ -46,11 +47,33 @@ func newService(env Env, log *slog.Logger, maxTrials, maxQueue int) (*server.Ser
 	})
 }
 
-// serviceDecide is how a daemon trial meets the decision engine.
-// DECISION ENGINE CALL SITE (issue #7): until the engine lands this is nil and
-// Decision/Receipt stay empty, as in `dryexec run`.
-func serviceDecide(env Env) func(context.Context, *dryexec.StateDelta) error {
-	return nil
+// serviceDecide is how a daemon trial meets the decision engine: the request's
+// policy document (the SDK's Environment) on top of the default policy.
+// DECISION ENGINE CALL SITE (issue #7): keep this the same as `dryexec run`'s
+// (receipt signing joins here when it lands).
+func serviceDecide(env Env) func([]byte) (func(context.Context, *dryexec.StateDelta) error, error) {
+	return func(doc []byte) (func(context.Context, *dryexec.StateDelta) error, error) {
+		p := policy.Default()
+		if doc != nil {
+			var err error
+			if p, err = policy.Parse(doc); err != nil {
+				return nil, err
+			}
+			// A scorer runs a command or calls a URL from the host, outside
+			// any sandbox: a request may not bring its own.
+			if p.Scorer != nil {
+				return nil, fmt.Errorf("a request's policy may not name a scorer (it would run on the host, unsandboxed)")
+			}
+		}
+		eng, err := policy.Compile(p)
+		if err != nil {
+			return nil, err
+		}
+		return func(ctx context.Context, d *dryexec.StateDelta) error {
+			eng.Apply(ctx, d)
+			return nil
+		}, nil
+	}
 }
 
 func serveCmd(env Env) *cobra.Command {

@@ -1,0 +1,32 @@
+"""dry_exec: the Python SDK of dryexec.
+
+Every action runs as an ephemeral trial behind a real isolation boundary and
+comes back as a typed StateDelta; nothing on the host changes until you commit.
+The SDK talks to `dryexec serve` (found on its socket, or started privately and
+stopped at exit) and uses the standard library only.
+
+    import dry_exec
+    delta = dry_exec.run("python seed_data.py")
+    delta.fs_mutations; delta.decision.choice; delta.commit()
+
+    with dry_exec.session(rung="ns") as s:
+        s.shell("echo hi > a.txt"); s.diff().writes
+"""
+
+from ._client import Client, DryExecClient, default_client, dry_run, run
+from ._errors import (AlreadyDone, BadRequest, Busy, CommitConflict, DaemonUnavailable, DryExecError,
+                      IsolationUnavailable, NotFound, NotRepresentable, PolicyError, SessionLost, Unauthorized)
+from ._session import AsyncSession, Session, SessionCache, session
+from ._types import (Action, ActionRecord, Decision, Diff, Environment, Event, FileChange, Memory, NetworkEvent,
+                     PrintEntry, Process, PythonError, PythonResult, Receipt, SessionInfo, ShellResult, StateDelta,
+                     Totals, Violation)
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "Action", "ActionRecord", "AlreadyDone", "AsyncSession", "BadRequest", "Busy", "Client", "CommitConflict",
+    "DaemonUnavailable", "Decision", "Diff", "DryExecClient", "DryExecError", "Environment", "Event", "FileChange",
+    "IsolationUnavailable", "Memory", "NetworkEvent", "NotFound", "NotRepresentable", "PolicyError", "PrintEntry",
+    "Process", "PythonError", "PythonResult", "Receipt", "Session", "SessionCache", "SessionInfo", "SessionLost",
+    "ShellResult", "StateDelta", "Totals", "Unauthorized", "Violation", "default_client", "dry_run", "run", "session",
+]

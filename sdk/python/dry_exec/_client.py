@@ -1,0 +1,311 @@
+"""Clients: Client (sync) and DryExecClient (async), and the module-level
+default client behind dry_exec.run, @dry_run and dry_exec.session."""
+
+from __future__ import annotations
+
+import asyncio
+import atexit
+import functools
+import inspect
+import json
+import os
+import secrets
+import sys
+import textwrap
+import threading
+import urllib.parse
+from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Union
+
+from ._codec import encode
+from ._daemon import Daemon
+from ._errors import BadRequest, NotRepresentable
+from ._types import Action, Environment, FileChange, StateDelta, _build
+
+Command = Union[str, Sequence[str]]
+#: A callback for streamed output: (stream name "stdout"|"stderr", text).
+OutputCallback = Callable[[str, str], None]
+
+
+class Client:
+    """A synchronous client of the dryexec daemon. It finds a running daemon
+    (DRYEXEC_URL, DRYEXEC_SOCKET, the default socket) or starts a private one
+    (DRYEXEC_BIN, else dryexec on PATH), stopped by close() or at exit."""
+
+    def __init__(self, socket_path: Optional[str] = None, url: Optional[str] = None, token: Optional[str] = None,
+                 start: bool = True) -> None:
+        self._daemon = Daemon.connect(socket_path=socket_path, url=url, token=token, start=start)
+        self.transport = self._daemon.transport
+        if self._daemon.started:
+            atexit.register(self._daemon.stop)
+
+    @property
+    def started_daemon(self) -> bool:
+        """Whether this client started the daemon it talks to."""
+        return self._daemon.started
+
+    def close(self) -> None:
+        """Stops the daemon if this client started it."""
+        self._daemon.stop()
+
+    def __enter__(self) -> "Client":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def health(self) -> Dict[str, Any]:
+        return self.transport.call("GET", "/v1/health")
+
+    def version(self) -> Dict[str, Any]:
+        return self.transport.call("GET", "/v1/version")
+
+    # ---- trials
+
+    def run(self, command: Command, *, cwd: Optional[str] = None, env: Optional[Mapping[str, str]] = None,
+            timeout: Optional[float] = None, rung: Optional[str] = None, stdin: Optional[str] = None,
+            environment: Optional[Environment] = None, on_output: Optional[OutputCallback] = None,
+            store: bool = True) -> StateDelta:
+        """Runs command in a trial and returns its StateDelta. A str is run
+        with /bin/sh -c; a list is an argv. cwd defaults to the current
+        directory; timeout is in seconds. on_output, if given, receives the
+        output while it runs (the delta still holds all of it)."""
+        argv = ["/bin/sh", "-c", command] if isinstance(command, str) else list(command)
+        req: Dict[str, Any] = {"argv": argv, "cwd": os.path.abspath(cwd or os.getcwd())}
+        if env:
+            req["env"] = dict(env)
+        if environment is not None:
+            req["policy"] = environment.policy()
+            if environment.env:
+                req["env"] = dict(environment.env, **req.get("env", {}))
+            if environment.rung and not rung:
+                rung = environment.rung
+            if environment.timeout_ms and timeout is None:
+                timeout = environment.timeout_ms / 1000
+        if timeout:
+            req["timeout_ms"] = int(timeout * 1000)
+        if rung:
+            req["rung"] = rung
+        if stdin is not None:
+            req["stdin"] = stdin
+        if not store:
+            req["no_store"] = True
+        if on_output is None:
+            return StateDelta.from_json(self.transport.call("POST", "/v1/trials", req), self)
+        for ev in self.transport.stream("POST", "/v1/trials", req):
+            kind = ev.get("event")
+            if kind in ("stdout", "stderr"):
+                on_output(kind, ev.get("data", ""))
+            elif kind == "delta":
+                return StateDelta.from_json(ev["delta"], self)
+            elif kind == "error":
+                from ._errors import from_response
+                raise from_response(int(ev.get("status", 500)), {"error": ev.get("error")})
+        raise BadRequest("the trial's stream ended without a delta")
+
+    def execute(self, action: Action, environment: Optional[Environment] = None) -> StateDelta:
+        """Runs a seeds-style Action under environment's policy."""
+        p = dict(action.payload or {})
+        if action.target_resource in ("shell_command", "shell", "command"):
+            cmd = p.get("command")
+            if not cmd or not isinstance(cmd, (str, list, tuple)):
+                raise BadRequest("action %s: payload['command'] must be an argv list or a shell string" % action.action_id)
+        elif action.target_resource == "python":
+            code = p.get("code")
+            if not isinstance(code, str):
+                raise BadRequest("action %s: payload['code'] must be Python source" % action.action_id)
+            cmd = [sys.executable or "python3", "-c", code]
+        else:
+            raise BadRequest("action %s: target_resource %r: want shell_command or python"
+                             % (action.action_id, action.target_resource))
+        if action.mutation_type not in ("execute", "write", "delete", "update", "create"):
+            raise BadRequest("action %s: mutation_type %r is not known" % (action.action_id, action.mutation_type))
+        timeout = p.get("timeout_ms")
+        return self.run(cmd, cwd=p.get("cwd"), env=p.get("env"), stdin=p.get("stdin"),
+                        timeout=(timeout / 1000) if timeout else None, environment=environment)
+
+    def trial(self, trial_id: str) -> StateDelta:
+        """A stored trial."""
+        return StateDelta.from_json(self.transport.call("GET", "/v1/trials/" + _seg(trial_id)), self)
+
+    def trials(self) -> List[Dict[str, Any]]:
+        """Stored trials, newest first (summaries)."""
+        return self.transport.call("GET", "/v1/trials")["trials"]
+
+    def commit(self, trial_id: str, paths: Optional[Iterable[str]] = None, force: bool = False) -> List[FileChange]:
+        """Applies a trial's changes to the host (all, or paths: absolute, or
+        relative to the current directory)."""
+        body: Dict[str, Any] = {}
+        if paths is not None:
+            body["paths"] = [os.path.abspath(p) for p in paths]
+        if force:
+            body["force"] = True
+        r = self.transport.call("POST", "/v1/trials/%s/commit" % _seg(trial_id), body)
+        return [_build(FileChange, f) for f in r.get("applied") or []]
+
+    def discard(self, trial_id: str) -> None:
+        self.transport.call("POST", "/v1/trials/%s/discard" % _seg(trial_id), {})
+
+    # ---- sessions
+
+    def session(self, rung: str = "ns", workspace: Optional[str] = None, *,
+                host_objects: Optional[Mapping[str, Any]] = None,
+                allow: Optional[Mapping[str, Iterable[str]]] = None, env: Optional[Mapping[str, str]] = None,
+                cache_read_only: bool = False, output_cap: int = 0) -> "Session":
+        """Opens a session (see dry_exec.Session)."""
+        from ._session import Session
+        return Session(self, rung=rung, workspace=workspace, host_objects=host_objects, allow=allow, env=env,
+                       cache_read_only=cache_read_only, output_cap=output_cap)
+
+
+def _seg(s: str) -> str:
+    return urllib.parse.quote(s, safe="")
+
+
+class DryExecClient:
+    """The asynchronous client (the seeds' DryExecClient). Each call runs the
+    synchronous client in a worker thread, so the event loop never blocks."""
+
+    def __init__(self, client: Optional[Client] = None, **kwargs: Any) -> None:
+        self._client = client
+        self._kwargs = kwargs
+        self._lock = threading.Lock()
+
+    @property
+    def sync(self) -> Client:
+        """The synchronous client underneath (created on first use)."""
+        with self._lock:
+            if self._client is None:
+                self._client = Client(**self._kwargs) if self._kwargs else default_client()
+            return self._client
+
+    async def _call(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        return await asyncio.get_running_loop().run_in_executor(None, functools.partial(fn, *args, **kwargs))
+
+    async def execute_ephemeral_action(self, env: Environment, action: Action) -> StateDelta:
+        """Runs action in an ephemeral trial under env; returns the StateDelta."""
+        return await self._call(lambda: self.sync.execute(action, env))
+
+    async def run(self, command: Command, **kwargs: Any) -> StateDelta:
+        return await self._call(lambda: self.sync.run(command, **kwargs))
+
+    async def trial(self, trial_id: str) -> StateDelta:
+        return await self._call(lambda: self.sync.trial(trial_id))
+
+    async def commit(self, trial_id: str, paths: Optional[Iterable[str]] = None, force: bool = False) -> List[FileChange]:
+        return await self._call(lambda: self.sync.commit(trial_id, paths, force))
+
+    async def discard(self, trial_id: str) -> None:
+        await self._call(lambda: self.sync.discard(trial_id))
+
+    async def session(self, rung: str = "ns", workspace: Optional[str] = None, **kwargs: Any) -> "AsyncSession":
+        from ._session import AsyncSession
+        s = await self._call(lambda: self.sync.session(rung, workspace, **kwargs))
+        return AsyncSession(s)
+
+
+_default: Optional[Client] = None
+_default_lock = threading.Lock()
+
+
+def default_client() -> Client:
+    """The process-wide client behind dry_exec.run, @dry_run and
+    dry_exec.session (created on first use)."""
+    global _default
+    with _default_lock:
+        if _default is None:
+            _default = Client()
+        return _default
+
+
+def run(command: Command, **kwargs: Any) -> StateDelta:
+    """Runs command in a trial (a str with /bin/sh -c) and returns the delta."""
+    return default_client().run(command, **kwargs)
+
+
+def _function_source(fn: Callable[..., Any]) -> str:
+    try:
+        src = textwrap.dedent(inspect.getsource(fn))
+    except (OSError, TypeError) as e:
+        raise NotRepresentable("@dry_run needs %s's source code, and Python has none (%s): define it in a file"
+                               % (getattr(fn, "__name__", fn), e)) from None
+    lines = src.splitlines()
+    # Drop the decorators: in the trial the function is defined bare.
+    i = 0
+    while i < len(lines) and not lines[i].lstrip().startswith(("def ", "async def ")):
+        i += 1
+    if i == len(lines):
+        raise BadRequest("@dry_run: cannot find the def of %s" % getattr(fn, "__name__", fn))
+    return "\n".join(lines[i:]) + "\n"
+
+
+_RUNNER = """
+import json as _dx_json, sys as _dx_sys, traceback as _dx_tb
+{source}
+_dx_args = _dx_json.loads({args!r})
+_dx_kwargs = _dx_json.loads({kwargs!r})
+try:
+    _dx_value = {name}(*_dx_args, **_dx_kwargs)
+    _dx_out = {{"ok": True, "value": _dx_value}}
+except BaseException as _dx_e:
+    _dx_tb.print_exc()
+    _dx_out = {{"ok": False, "error": type(_dx_e).__name__ + ": " + str(_dx_e)}}
+try:
+    _dx_line = _dx_json.dumps(_dx_out)
+except (TypeError, ValueError):
+    _dx_line = _dx_json.dumps({{"ok": True, "value": repr(_dx_out.get("value")), "repr": True}})
+_dx_sys.stdout.flush()
+_dx_sys.stdout.write("\\n{marker}" + _dx_line + "\\n")
+_dx_sys.exit(0 if _dx_out["ok"] else 1)
+"""
+
+
+def dry_run(fn: Optional[Callable[..., Any]] = None, *, environment: Optional[Environment] = None,
+            timeout: Optional[float] = None, python: Optional[str] = None,
+            client: Optional[Client] = None) -> Any:
+    """Decorator: calling the function runs its source with those arguments in
+    a Python trial (this interpreter, or ``python``) and returns the
+    StateDelta, with ``return_value`` (JSON-decoded; repr() if not JSON) and
+    ``error`` ("Type: message" if it raised) attached. Arguments must be JSON
+    values. The function sees only its own source and the standard library:
+    names from its module are not defined in the trial."""
+
+    def wrap(f: Callable[..., Any]) -> Callable[..., StateDelta]:
+        source = _function_source(f)
+
+        @functools.wraps(f)
+        def inner(*args: Any, **kwargs: Any) -> StateDelta:
+            for i, a in enumerate(args):
+                encode(a, "argument %d" % (i + 1))
+            for k, v in kwargs.items():
+                encode(v, "argument %s" % k)
+            marker = "__dryexec_return_%s__" % secrets.token_hex(8)
+            try:
+                script = _RUNNER.format(source=source, args=json.dumps(list(args)), kwargs=json.dumps(kwargs),
+                                        name=f.__name__, marker=marker)
+            except (TypeError, ValueError) as e:
+                raise NotRepresentable("@dry_run arguments: %s" % e) from None
+            c = client or default_client()
+            delta = c.run([python or sys.executable or "python3", "-c", script], environment=environment,
+                          timeout=timeout)
+            out = delta.process.stdout
+            at = out.rfind("\n" + marker)
+            if at >= 0:
+                line = out[at + 1 + len(marker):].split("\n", 1)[0]
+                delta.process.stdout = out[:at]
+                try:
+                    res = json.loads(line)
+                except ValueError:
+                    res = {}
+                if res.get("ok"):
+                    delta.return_value = res.get("value")
+                else:
+                    delta.error = res.get("error")
+            elif delta.error is None:
+                delta.error = "the function did not finish (exit %d)" % delta.exit_code
+            return delta
+
+        return inner
+
+    if fn is not None:
+        return wrap(fn)
+    return wrap

@@ -1,0 +1,324 @@
+"""Sessions: one sandbox kept alive over a workspace (tree in → execute → diff
+out), in the shape of the seeds' session() API."""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import io
+import os
+import tarfile
+import threading
+import urllib.parse
+from typing import TYPE_CHECKING, Any, Dict, Iterable, Iterator, List, Mapping, MutableMapping, Optional
+
+from ._codec import decode, encode
+from ._errors import DryExecError, NotFound, NotRepresentable, PolicyError, SessionLost, DaemonUnavailable
+from ._types import Diff, Event, PythonResult, SessionInfo, ShellResult, _build
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ._client import Client
+
+
+def _check_allow(host_objects: Mapping[str, Any], allow: Mapping[str, Iterable[str]]) -> Dict[str, List[str]]:
+    """The SDK's own allowlist check (the daemon checks again): every object
+    needs an explicit list of method names; no wildcards, no private names."""
+    out: Dict[str, List[str]] = {}
+    for name in allow:
+        if name not in host_objects:
+            raise PolicyError("allow names %r, which is not a host object" % name)
+    for name, obj in host_objects.items():
+        if name not in allow:
+            raise PolicyError("host object %r has no allow entry: list the methods the sandbox may call" % name)
+        methods = allow[name]
+        if isinstance(methods, str):
+            raise PolicyError("allow[%r] must be a set of method names, not the string %r" % (name, methods))
+        ms = []
+        for m in methods:
+            if not isinstance(m, str) or not m or "*" in m:
+                raise PolicyError("allow[%r]: %r: list each method by name (no wildcards)" % (name, m))
+            if m.startswith("_"):
+                continue  # private: never callable
+            if not callable(getattr(obj, m, None)):
+                raise PolicyError("host object %r has no method %r" % (name, m))
+            ms.append(m)
+        out[name] = sorted(ms)
+    return out
+
+
+class SessionCache(MutableMapping[str, bytes]):
+    """The session's cache, as the sandbox's `cache` sees it: str keys, bytes
+    values (a str is stored UTF-8 encoded)."""
+
+    def __init__(self, session: "Session") -> None:
+        self._s = session
+
+    def _path(self, key: str) -> str:
+        if not isinstance(key, str) or not key:
+            raise TypeError("cache keys are non-empty str")
+        return self._s._path("/cache/" + urllib.parse.quote(key, safe=""))
+
+    def __getitem__(self, key: str) -> bytes:
+        try:
+            return self._s._t.request("GET", self._path(key))[2]
+        except NotFound:
+            raise KeyError(key) from None
+
+    def __setitem__(self, key: str, value: Any) -> None:
+        if isinstance(value, str):
+            value = value.encode("utf-8")
+        if not isinstance(value, (bytes, bytearray)):
+            raise NotRepresentable("cache values are bytes or str, not %s" % type(value).__name__)
+        self._s._t.request("PUT", self._path(key), bytes(value), content_type="application/octet-stream")
+
+    def __delitem__(self, key: str) -> None:
+        if key not in self:
+            raise KeyError(key)
+        self._s._t.request("DELETE", self._path(key))
+
+    def keys(self) -> List[str]:  # type: ignore[override]
+        return list(self._s._t.call("GET", self._s._path("/cache"))["keys"])
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.keys())
+
+    def __len__(self) -> int:
+        return len(self.keys())
+
+    def __contains__(self, key: object) -> bool:
+        return isinstance(key, str) and key in self.keys()
+
+
+class Session:
+    """A live sandbox over a workspace. Use as a context manager, or close().
+
+    host_objects live in this process; the sandbox's Python calls them by name
+    (host.db.query(...)) and the calls reach this process through the daemon.
+    allow maps each object to the methods that may be called; both the daemon
+    and this SDK refuse anything else (PermissionError in the sandbox).
+    A host method runs in the session's poller thread: it must not call this
+    session's methods (they wait for the exec that is calling it).
+    """
+
+    def __init__(self, client: "Client", rung: str = "ns", workspace: Optional[str] = None, *,
+                 host_objects: Optional[Mapping[str, Any]] = None, allow: Optional[Mapping[str, Iterable[str]]] = None,
+                 env: Optional[Mapping[str, str]] = None, cache_read_only: bool = False, output_cap: int = 0) -> None:
+        self._client = client
+        self._t = client.transport
+        self._objects = dict(host_objects or {})
+        self._allow = _check_allow(self._objects, allow or {})
+        req: Dict[str, Any] = {"rung": rung}
+        if workspace:
+            req["workspace"] = workspace
+        if env is not None:
+            req["env"] = dict(env)
+        if cache_read_only:
+            req["cache_read_only"] = True
+        if output_cap:
+            req["output_cap"] = output_cap
+        if self._objects:
+            req["host_objects"] = self._allow
+        self.info = _build(SessionInfo, self._t.call("POST", "/v1/sessions", req))
+        self.id = self.info.session_id
+        self._emits: List[Event] = []
+        self._closed = threading.Event()
+        self._poller: Optional[threading.Thread] = None
+        if self._objects:
+            self._poller = threading.Thread(target=self._serve_host_calls, name="dryexec-hostcalls-" + self.id, daemon=True)
+            self._poller.start()
+
+    def __repr__(self) -> str:
+        return "<dry_exec.Session %s %s %s>" % (self.id, self.info.rung, "closed" if self._closed.is_set() else "open")
+
+    def __enter__(self) -> "Session":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def _path(self, suffix: str = "") -> str:
+        return "/v1/sessions/" + self.id + suffix
+
+    def _call(self, method: str, suffix: str, body: Any = None) -> Any:
+        if self._closed.is_set():
+            raise SessionLost("session %s is closed" % self.id)
+        try:
+            if body is None:
+                return self._t.call(method, self._path(suffix))
+            return self._t.call(method, self._path(suffix), body)
+        except NotFound as e:
+            # The daemon no longer knows it (closed idle, or the daemon restarted).
+            raise SessionLost("session %s is gone: %s" % (self.id, e.message), code="session_lost", status=e.status) from None
+
+    @property
+    def workspace(self) -> str:
+        return self.info.workspace
+
+    def ping(self) -> Dict[str, Any]:
+        return self._call("POST", "/ping", {})
+
+    def shell(self, command: str, timeout: Optional[float] = None) -> ShellResult:
+        """Runs command in the session's shell; cwd and exported variables
+        carry over. timeout in seconds (None: none)."""
+        body: Dict[str, Any] = {"command": command}
+        if timeout:
+            body["timeout_ms"] = int(timeout * 1000)
+        return _build(ShellResult, self._call("POST", "/shell", body))
+
+    def python(self, code: str, inputs: Optional[Mapping[str, Any]] = None, timeout: Optional[float] = None) -> PythonResult:
+        """Runs code in a fresh interpreter in the sandbox, in the shell's cwd
+        and environment. inputs become globals (JSON values, bytes or
+        pathlib paths). A failure of the code is a result with ok False."""
+        body: Dict[str, Any] = {"code": code}
+        if inputs:
+            body["inputs"] = {k: encode(v, "inputs[%r]" % k) for k, v in inputs.items()}
+        if timeout:
+            body["timeout_ms"] = int(timeout * 1000)
+        return PythonResult.from_json(self._call("POST", "/python", body))
+
+    def diff(self, rebase: bool = False) -> Diff:
+        """The workspace's changes since the baseline; rebase makes the
+        current state the new baseline."""
+        return Diff.from_json(self._call("POST", "/diff", {"rebase": rebase} if rebase else {}))
+
+    def reset(self) -> None:
+        """Puts the workspace back to the baseline."""
+        self._call("POST", "/reset", {})
+
+    def push_dir(self, path: str) -> int:
+        """Replaces the workspace (and baseline) with a copy of the host
+        directory path; returns the number of entries."""
+        if not os.path.isdir(path):
+            raise NotADirectoryError(path)
+        buf = io.BytesIO()
+        with tarfile.open(fileobj=buf, mode="w", format=tarfile.PAX_FORMAT) as tf:
+            for name in sorted(os.listdir(path)):
+                tf.add(os.path.join(path, name), arcname=name, recursive=True)
+        return self.push_tar(buf.getvalue())
+
+    def push_tar(self, data: bytes) -> int:
+        """Replaces the workspace with the tree in a tar stream."""
+        if self._closed.is_set():
+            raise SessionLost("session %s is closed" % self.id)
+        try:
+            r = self._t.request("PUT", self._path("/tree"), data, content_type="application/x-tar")[2]
+        except NotFound as e:
+            raise SessionLost("session %s is gone: %s" % (self.id, e.message)) from None
+        import json
+        return int(json.loads(r).get("entries", 0))
+
+    @property
+    def cache(self) -> SessionCache:
+        return SessionCache(self)
+
+    @property
+    def emits(self) -> List[Event]:
+        """Every event the sandbox emitted so far, in order."""
+        r = self._call("GET", "/events?after=%d" % len(self._emits))
+        for e in r.get("events") or []:
+            self._emits.append(Event(name=e.get("name", ""), value=decode(e.get("value") or {"type": "json"})))
+        return list(self._emits)
+
+    def close(self) -> None:
+        """Closes the session; its sandbox and workspace are gone."""
+        if self._closed.is_set():
+            return
+        self._closed.set()
+        try:
+            self._t.call("DELETE", self._path())
+        except (NotFound, SessionLost, DaemonUnavailable):
+            pass
+        if self._poller is not None:
+            self._poller.join(timeout=30)
+
+    # ---- host objects
+
+    def _serve_host_calls(self) -> None:
+        while not self._closed.is_set():
+            try:
+                call = self._t.call("GET", self._path("/hostcalls?wait_ms=20000"), timeout=60)
+            except (NotFound, SessionLost, DaemonUnavailable):
+                return
+            except DryExecError:
+                if self._closed.wait(0.1):
+                    return
+                continue
+            if not call:
+                continue
+            answer = self._answer(call)
+            try:
+                self._t.call("POST", self._path("/hostcalls/" + urllib.parse.quote(call["call_id"], safe="")), answer)
+            except DryExecError:
+                pass
+
+    def _answer(self, call: Mapping[str, Any]) -> Dict[str, Any]:
+        name, method = call.get("object", ""), call.get("method", "")
+        # Checked here too: the daemon already refused anything not listed,
+        # but this process holds the real object and trusts only its own list.
+        if name not in self._objects or method.startswith("_") or method not in self._allow.get(name, ()):
+            return {"error": {"code": "permission", "message": "host object %r: method %r is not allowed" % (name, method)}}
+        try:
+            args = [decode(a) for a in call.get("args") or []]
+        except DryExecError as e:
+            return {"error": {"code": "type", "message": str(e)}}
+        try:
+            result = getattr(self._objects[name], method)(*args)
+        except PermissionError as e:
+            return {"error": {"code": "permission", "message": str(e)}}
+        except TypeError as e:
+            return {"error": {"code": "type", "message": "%s.%s(): %s" % (name, method, e)}}
+        except Exception as e:  # the object's own failure, raised in the sandbox as RuntimeError
+            return {"error": {"code": "host_error", "message": "%s.%s(): %s: %s" % (name, method, type(e).__name__, e)}}
+        try:
+            return {"value": encode(result, "%s.%s() result" % (name, method))}
+        except NotRepresentable as e:
+            return {"error": {"code": "host_error", "message": str(e)}}
+
+
+class AsyncSession:
+    """A Session for asyncio code: the same methods, awaitable."""
+
+    def __init__(self, session: Session) -> None:
+        self.sync = session
+
+    async def _run(self, fn: Any, *args: Any, **kwargs: Any) -> Any:
+        return await asyncio.get_running_loop().run_in_executor(None, functools.partial(fn, *args, **kwargs))
+
+    async def __aenter__(self) -> "AsyncSession":
+        return self
+
+    async def __aexit__(self, *exc: Any) -> None:
+        await self.close()
+
+    async def shell(self, command: str, timeout: Optional[float] = None) -> ShellResult:
+        return await self._run(self.sync.shell, command, timeout)
+
+    async def python(self, code: str, inputs: Optional[Mapping[str, Any]] = None, timeout: Optional[float] = None) -> PythonResult:
+        return await self._run(self.sync.python, code, inputs, timeout)
+
+    async def diff(self, rebase: bool = False) -> Diff:
+        return await self._run(self.sync.diff, rebase)
+
+    async def reset(self) -> None:
+        await self._run(self.sync.reset)
+
+    async def push_dir(self, path: str) -> int:
+        return await self._run(self.sync.push_dir, path)
+
+    async def ping(self) -> Dict[str, Any]:
+        return await self._run(self.sync.ping)
+
+    async def emits(self) -> List[Event]:
+        return await self._run(lambda: self.sync.emits)
+
+    async def close(self) -> None:
+        await self._run(self.sync.close)
+
+
+def session(rung: str = "ns", workspace: Optional[str] = None, *, host_objects: Optional[Mapping[str, Any]] = None,
+            allow: Optional[Mapping[str, Iterable[str]]] = None, env: Optional[Mapping[str, str]] = None,
+            cache_read_only: bool = False, output_cap: int = 0, client: Optional["Client"] = None) -> Session:
+    """Opens a session on the default client: ``with dry_exec.session(...) as s``."""
+    from ._client import default_client
+    return (client or default_client()).session(rung, workspace, host_objects=host_objects, allow=allow, env=env,
+                                                cache_read_only=cache_read_only, output_cap=output_cap)

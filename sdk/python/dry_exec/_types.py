@@ -1,0 +1,327 @@
+"""Typed results: the StateDelta (dryexec.statedelta/v1) and session results."""
+
+from __future__ import annotations
+
+import base64
+import dataclasses
+import pathlib
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Dict, FrozenSet, List, Mapping, Optional, Set, Union
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ._client import Client
+
+
+def _build(cls: Any, d: Optional[Mapping[str, Any]]) -> Any:
+    """cls from a JSON object: known fields only, so a newer daemon's extra
+    fields do not break an older SDK."""
+    d = d or {}
+    names = {f.name for f in dataclasses.fields(cls) if f.init}
+    return cls(**{k: v for k, v in d.items() if k in names})
+
+
+@dataclass
+class Environment:
+    """Where an action may act: the seeds' environment, sent to the daemon as
+    its policy (docs/decision.md). ``allowed_mutation_targets`` are path globs
+    ("*": anywhere the default policy allows)."""
+
+    name: str = "sandbox"
+    allowed_mutation_targets: Union[Set[str], FrozenSet[str], List[str]] = field(default_factory=lambda: {"*"})
+    denied_mutation_targets: Optional[List[str]] = None
+    rung: str = "ns"
+    timeout_ms: int = 0
+    env: Dict[str, str] = field(default_factory=dict)
+
+    def policy(self) -> Dict[str, Any]:
+        p: Dict[str, Any] = {"name": self.name, "allowed_mutation_targets": sorted(self.allowed_mutation_targets)}
+        if self.denied_mutation_targets is not None:
+            p["denied_mutation_targets"] = list(self.denied_mutation_targets)
+        return p
+
+
+@dataclass
+class Action:
+    """A proposed action, in the seeds' shape. ``target_resource`` says what
+    ``payload`` holds:
+
+    - "shell_command": payload["command"] is an argv list, or a string run
+      with /bin/sh -c;
+    - "python": payload["code"] is Python source run with python3 -c.
+
+    payload may also set "cwd" (default: the current directory), "env" (a
+    dict), "timeout_ms" and "stdin" (a str).
+    """
+
+    action_id: str
+    target_resource: str = "shell_command"
+    mutation_type: str = "execute"
+    payload: Dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class ActionRecord:
+    """The action as the trial ran it."""
+
+    argv: List[str] = field(default_factory=list)
+    cwd: str = ""
+    env: Dict[str, str] = field(default_factory=dict)
+    timeout_ms: int = 0
+
+
+@dataclass
+class Process:
+    exit_code: int = 0
+    signal: str = ""
+    timed_out: bool = False
+    stdout: str = ""
+    stderr: str = ""
+    stdout_truncated: bool = False
+    stderr_truncated: bool = False
+    duration_ns: int = 0
+    cpu_user_ns: int = 0
+    cpu_sys_ns: int = 0
+    peak_rss_bytes: int = 0
+
+
+@dataclass
+class FileChange:
+    path: str = ""
+    op: str = ""
+    kind: str = ""
+    size: int = 0
+    mode: str = ""
+    sha256: str = ""
+    before_sha256: str = ""
+    link_target: str = ""
+    uid: int = 0
+    gid: int = 0
+    before_mode: str = ""
+    diff: str = ""
+
+
+@dataclass
+class NetworkEvent:
+    proto: str = ""
+    method: str = ""
+    url: str = ""
+    host: str = ""
+    port: int = 0
+    status: int = 0
+    action: str = ""
+    reason: str = ""
+    bytes_in: int = 0
+    bytes_out: int = 0
+    schema_breach: bool = False
+
+
+@dataclass
+class Memory:
+    peak_rss_bytes: int = 0
+    pages_written: int = 0
+    bytes_written: int = 0
+    method: str = ""
+
+
+@dataclass
+class Violation:
+    kind: str = ""
+    detail: str = ""
+    pid: int = 0
+    exe: str = ""
+
+
+@dataclass
+class Totals:
+    files_changed: int = 0
+    files_created: int = 0
+    files_deleted: int = 0
+    bytes_written: int = 0
+    network_requests: int = 0
+
+
+@dataclass
+class Decision:
+    """The policy's verdict: choice is auto_commit, review or block."""
+
+    choice: str = ""
+    risk_score: float = 0.0
+    reasons: List[str] = field(default_factory=list)
+
+
+@dataclass
+class Receipt:
+    delta_sha256: str = ""
+    signature: str = ""
+    key_id: str = ""
+
+
+@dataclass
+class StateDelta:
+    """Everything one trial did, as the host would see it if committed."""
+
+    schema: str = ""
+    trial_id: str = ""
+    rung: str = ""
+    action: ActionRecord = field(default_factory=ActionRecord)
+    process: Process = field(default_factory=Process)
+    files: List[FileChange] = field(default_factory=list)
+    network: List[NetworkEvent] = field(default_factory=list)
+    memory: Memory = field(default_factory=Memory)
+    violations: List[Violation] = field(default_factory=list)
+    totals: Totals = field(default_factory=Totals)
+    decision: Decision = field(default_factory=Decision)
+    receipt: Receipt = field(default_factory=Receipt)
+    warnings: List[str] = field(default_factory=list)
+    #: What a @dry_run function returned (JSON-decoded), or None.
+    return_value: Any = None
+    #: The exception a @dry_run function raised, as "Type: message", or None.
+    error: Optional[str] = None
+    _client: Optional["Client"] = field(default=None, repr=False, compare=False)
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any], client: Optional["Client"] = None) -> "StateDelta":
+        return cls(
+            schema=d.get("schema", ""), trial_id=d.get("trial_id", ""), rung=d.get("rung", ""),
+            action=_build(ActionRecord, d.get("action")), process=_build(Process, d.get("process")),
+            files=[_build(FileChange, f) for f in d.get("files") or []],
+            network=[_build(NetworkEvent, n) for n in d.get("network") or []],
+            memory=_build(Memory, d.get("memory")),
+            violations=[_build(Violation, v) for v in d.get("violations") or []],
+            totals=_build(Totals, d.get("totals")), decision=_build(Decision, d.get("decision")),
+            receipt=_build(Receipt, d.get("receipt")), warnings=list(d.get("warnings") or []), _client=client)
+
+    # The seeds' names.
+    @property
+    def fs_mutations(self) -> List[FileChange]:
+        return self.files
+
+    @property
+    def total_bytes_mutated(self) -> int:
+        return self.totals.bytes_written
+
+    @property
+    def duration_nanos(self) -> int:
+        return self.process.duration_ns
+
+    @property
+    def stdout(self) -> str:
+        return self.process.stdout
+
+    @property
+    def stderr(self) -> str:
+        return self.process.stderr
+
+    @property
+    def exit_code(self) -> int:
+        return self.process.exit_code
+
+    @property
+    def timed_out(self) -> bool:
+        return self.process.timed_out
+
+    def commit(self, paths: Optional[List[str]] = None, force: bool = False) -> List[FileChange]:
+        """Applies the trial's changes to the host (all, or only ``paths`` and
+        what is beneath them). Raises CommitConflict if the host changed."""
+        return self._need_client().commit(self.trial_id, paths=paths, force=force)
+
+    def discard(self) -> None:
+        """Drops the trial without changing the host."""
+        self._need_client().discard(self.trial_id)
+
+    def _need_client(self) -> "Client":
+        if self._client is None:
+            from ._client import default_client
+            self._client = default_client()
+        return self._client
+
+
+@dataclass
+class ShellResult:
+    exit_code: int = 0
+    timed_out: bool = False
+    transcript: str = ""
+    stdout: str = ""
+    stderr: str = ""
+    truncated: bool = False
+    cwd: str = ""
+    warnings: List[str] = field(default_factory=list)
+    duration_ns: int = 0
+
+
+@dataclass
+class PrintEntry:
+    type: str = ""
+    len: int = 0
+    text: str = ""
+    truncated: bool = False
+
+
+@dataclass
+class PythonError:
+    type: str = ""
+    message: str = ""
+    traceback: str = ""
+
+
+@dataclass
+class PythonResult:
+    ok: bool = False
+    timed_out: bool = False
+    transcript: str = ""
+    prints: List[PrintEntry] = field(default_factory=list)
+    prints_dropped: int = 0
+    #: Top-level bindings, decoded: JSON values, bytes, or pathlib.PurePosixPath.
+    outputs: Dict[str, Any] = field(default_factory=dict)
+    outputs_skipped: Dict[str, str] = field(default_factory=dict)
+    error: Optional[PythonError] = None
+    duration_ns: int = 0
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> "PythonResult":
+        from ._codec import decode
+        return cls(ok=bool(d.get("ok")), timed_out=bool(d.get("timed_out")), transcript=d.get("transcript", ""),
+                   prints=[_build(PrintEntry, p) for p in d.get("prints") or []], prints_dropped=d.get("prints_dropped", 0),
+                   outputs={k: decode(v) for k, v in (d.get("outputs") or {}).items()},
+                   outputs_skipped=dict(d.get("outputs_skipped") or {}),
+                   error=_build(PythonError, d["error"]) if d.get("error") else None, duration_ns=d.get("duration_ns", 0))
+
+
+@dataclass
+class Diff:
+    """A session's changes since its baseline; paths relative to the workspace."""
+
+    writes: Dict[str, bytes] = field(default_factory=dict)
+    deletes: List[str] = field(default_factory=list)
+    modes: Dict[str, int] = field(default_factory=dict)
+    links: Dict[str, str] = field(default_factory=dict)
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> "Diff":
+        return cls(writes={k: base64.b64decode(v) for k, v in (d.get("writes") or {}).items()},
+                   deletes=list(d.get("deletes") or []), modes={k: int(v) for k, v in (d.get("modes") or {}).items()},
+                   links=dict(d.get("links") or {}))
+
+
+@dataclass
+class Event:
+    """One emit(name, value) from the sandbox."""
+
+    name: str
+    value: Any
+
+
+@dataclass
+class SessionInfo:
+    session_id: str = ""
+    rung: str = ""
+    staging: str = ""
+    workspace: str = ""
+    python: str = ""
+    created: str = ""
+    host_objects: Dict[str, List[str]] = field(default_factory=dict)
+
+
+__all__ = ["Environment", "Action", "ActionRecord", "Process", "FileChange", "NetworkEvent", "Memory", "Violation",
+           "Totals", "Decision", "Receipt", "StateDelta", "ShellResult", "PrintEntry", "PythonError", "PythonResult",
+           "Diff", "Event", "SessionInfo", "pathlib"]
