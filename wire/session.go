@@ -45,6 +45,8 @@ type ShellResult struct {
 	Cwd        string   `json:"cwd"`
 	Warnings   []string `json:"warnings,omitempty"`
 	DurationNS int64    `json:"duration_ns"`
+	// Violations are what the sandbox refused during the exec (ns rung).
+	Violations []Violation `json:"violations,omitempty"`
 }
 
 // ExecPython runs code in the sandbox's Python.
@@ -91,6 +93,8 @@ type PythonResult struct {
 	OutputsSkipped map[string]string `json:"outputs_skipped"`
 	Error          *PythonError      `json:"error,omitempty"`
 	DurationNS     int64             `json:"duration_ns"`
+	// Violations are what the sandbox refused during the exec (ns rung).
+	Violations []Violation `json:"violations,omitempty"`
 }
 
 // PullDiff asks for the workspace's changes since the baseline.

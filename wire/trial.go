@@ -44,6 +44,9 @@ type TrialStart struct {
 	// sandbox sees empty: a directory as an empty-file mirror of its names, a
 	// file as an empty file (guest/mask_linux.go).
 	Masks []string `json:"masks,omitempty"`
+	// NoMemoryTrace turns the memory delta off: the guest then does not trace
+	// the command's processes, so a debugger or strace inside the trial works.
+	NoMemoryTrace bool `json:"no_memory_trace,omitempty"`
 }
 
 // TrialMounts lists the host path each upper dir stands for; fs.entry's mount
@@ -66,6 +69,31 @@ type TrialExit struct {
 	MaxRSS     int64  `json:"max_rss_bytes"`
 	UpperFull  bool   `json:"upper_full,omitempty"`
 	UpperUsed  int64  `json:"upper_used,omitempty"`
+	// Violations are what the sandbox refused (seccomp: kind "syscall").
+	Violations []Violation `json:"violations,omitempty"`
+	// Memory is what the trial's processes wrote to memory (nil: not measured).
+	Memory *MemoryUse `json:"memory,omitempty"`
+}
+
+// Violation is one thing the sandbox refused, as the guest saw it. The host
+// bounds and re-checks it like everything else the guest says.
+type Violation struct {
+	Kind   string `json:"kind"` // syscall | limit | path | network
+	Detail string `json:"detail"`
+	PID    int    `json:"pid,omitempty"` // in the sandbox's pid namespace
+	Exe    string `json:"exe,omitempty"`
+}
+
+// MemoryUse is the memory delta of a trial's processes.
+type MemoryUse struct {
+	// PagesWritten sums, over the trial's processes, the private pages each
+	// had dirtied when it exited (see docs/containment.md for what counts).
+	PagesWritten int64 `json:"pages_written"`
+	BytesWritten int64 `json:"bytes_written"`
+	// Method: "smaps_exit" (measured at each exit under ptrace) or "none".
+	Method string `json:"method"`
+	// Processes is how many exits were measured.
+	Processes int `json:"processes,omitempty"`
 }
 
 // File descriptors the host hands the ns guest, after stdin/stdout/stderr.
