@@ -75,6 +75,7 @@ import (
 	"time"
 
 	"github.com/dryexec/dryexec"
+	"github.com/dryexec/dryexec/cgroup"
 	"github.com/dryexec/dryexec/guest"
 	"github.com/dryexec/dryexec/wire"
 )
@@ -108,6 +109,17 @@ type Options struct {
 	HostObjects map[string]any
 	// Allow maps each host object to the methods that may be called.
 	Allow map[string][]string
+
+	// Limits bounds the session's processes as a whole, over its whole life
+	// (ns rung: a cgroup; zero fields take the defaults, docs/limits.md).
+	Limits dryexec.Limits
+	// Masks are extra host paths the sandbox sees empty (ns rung); the
+	// default credential paths are masked too unless NoDefaultMasks.
+	Masks          []string
+	NoDefaultMasks bool
+	// Cgroups says where the session's cgroup is made (zero: package cgroup's
+	// default).
+	Cgroups cgroup.Options
 }
 
 // Session is one live sandbox. Its methods may be called from several
@@ -135,6 +147,12 @@ type Session struct {
 
 	execMu  sync.Mutex // guards execSID
 	execSID int        // host rung: session id of the exec in progress (0: none known)
+
+	// contain is the ns rung's cgroup and masks (nil on the host rung).
+	contain containment
+	vioMu   sync.Mutex // guards violations
+	// violations accumulates what contain reported, in order.
+	violations []dryexec.Violation
 
 	emitMu    sync.Mutex // guards the fields below; held across OnEmit
 	emits     []wire.Emit
@@ -180,7 +198,7 @@ func Open(ctx context.Context, opt Options) (*Session, error) {
 		}
 		s.cmd, err = startHostGuest(opt.GuestExe, guestFile)
 	case "ns":
-		s.cmd, err = startNSGuest(opt.GuestExe, guestFile, &start)
+		s.cmd, s.contain, err = startNSGuest(opt.GuestExe, guestFile, &start, opt)
 	default:
 		err = fmt.Errorf("session: unknown rung %q (want host or ns)", opt.Rung)
 	}
@@ -223,7 +241,48 @@ func Open(ctx context.Context, opt Options) (*Session, error) {
 		s.Close()
 		return nil, err
 	}
+	if s.contain != nil {
+		// The view is built and nothing of the sandbox's has run yet.
+		if err := s.contain.pin(s.cmd.Process.Pid); err != nil {
+			s.Close()
+			return nil, err
+		}
+	}
 	return s, nil
+}
+
+// containment is what bounds an ns session: its cgroup (or rlimits) and the
+// masked secrets.
+type containment interface {
+	// pin holds the masks of guest pid, once its view is built.
+	pin(pid int) error
+	// check returns what happened since the last check: limits hit, masked
+	// paths read.
+	check() []dryexec.Violation
+	warnings() []string
+	close()
+}
+
+// Violations returns everything the boundary saw so far in this session:
+// limits hit ({kind: limit}: OOM kills, refused forks) and masked secrets read
+// ({kind: secret}), in the order they were first seen. The host rung has no
+// boundary and returns none.
+func (s *Session) Violations() []dryexec.Violation {
+	s.vioMu.Lock()
+	defer s.vioMu.Unlock()
+	if s.contain != nil {
+		s.violations = append(s.violations, s.contain.check()...)
+	}
+	return append([]dryexec.Violation(nil), s.violations...)
+}
+
+// Warnings say which of the session's limits are not enforced as asked (e.g.
+// no cgroup could be made rootless).
+func (s *Session) Warnings() []string {
+	if s.contain == nil {
+		return nil
+	}
+	return s.contain.warnings()
 }
 
 // serveGuest answers the guest's calls (cache, host objects, events). They
@@ -465,6 +524,9 @@ func (s *Session) Close() error {
 		}
 		if s.peer != nil {
 			<-s.runErr
+		}
+		if s.contain != nil {
+			s.contain.close()
 		}
 		s.cleanupTmp()
 	})

@@ -10,6 +10,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/dryexec/dryexec"
 	"github.com/dryexec/dryexec/guest"
 	"github.com/dryexec/dryexec/rung/linuxns"
 	"github.com/dryexec/dryexec/wire"
@@ -42,17 +43,53 @@ func startHostGuest(exe string, ctrl *os.File) (*exec.Cmd, error) {
 	return cmd, cmd.Start()
 }
 
-func startNSGuest(exe string, ctrl *os.File, start *wire.SessionStart) (*exec.Cmd, error) {
-	r := &linuxns.Rung{GuestExe: exe}
+func startNSGuest(exe string, ctrl *os.File, start *wire.SessionStart, opt Options) (*exec.Cmd, containment, error) {
+	r := &linuxns.Rung{GuestExe: exe, Cgroups: opt.Cgroups}
 	mounts, err := linuxns.Mounts()
 	if err != nil {
-		return nil, err
+		return nil, nil, err
+	}
+	masks, err := linuxns.ResolveMasks(opt.Masks, opt.NoDefaultMasks)
+	if err != nil {
+		return nil, nil, err
+	}
+	lim, err := r.NewLimiter("se_"+strings.TrimPrefix(dryexec.NewTrialID(), "tr_"), opt.Limits)
+	if err != nil {
+		return nil, nil, err
 	}
 	host, _ := os.Hostname()
-	start.Mounts, start.Hostname = mounts, host
+	start.Mounts, start.Hostname, start.Masks = mounts, host, masks
 	start.Rootless, start.CommandUserNS = os.Getuid() != 0, true
 	start.CommandUID, start.CommandGID = os.Getuid(), os.Getgid()
-	return r.StartGuest(guest.RoleSession, []*os.File{ctrl})
+	// The guest stays in the group with the execs (each exec is a fresh fork
+	// of it), so on v1 the pids limit keeps cgroup.ShelterHeadroom of room.
+	cmd, err := r.StartGuestLimited(guest.RoleSession, []*os.File{ctrl}, lim)
+	if err != nil {
+		lim.Close()
+		return nil, nil, err
+	}
+	return cmd, &nsContainment{lim: lim, masks: masks, watch: linuxns.NewMaskWatch()}, nil
+}
+
+// nsContainment is an ns session's cgroup and masks.
+type nsContainment struct {
+	lim   *linuxns.Limiter
+	masks []string
+	watch *linuxns.MaskWatch
+}
+
+func (c *nsContainment) pin(pid int) error { return c.watch.Pin(pid, c.masks) }
+
+func (c *nsContainment) check() []dryexec.Violation {
+	v, _ := c.lim.Violations()
+	return append(v, c.watch.Check()...)
+}
+
+func (c *nsContainment) warnings() []string { return c.lim.Warnings() }
+
+func (c *nsContainment) close() {
+	c.watch.Close()
+	c.lim.Close()
 }
 
 // killSession SIGKILLs every process whose session id is sid, until none is left

@@ -38,8 +38,8 @@ func startHostGuest(exe string, ctrl *os.File) (*exec.Cmd, error) {
 	return cmd, cmd.Start()
 }
 
-func startNSGuest(exe string, ctrl *os.File, start *wire.SessionStart) (*exec.Cmd, error) {
-	return nil, &dryexec.IsolationUnavailableError{Rung: "ns", Missing: "Linux namespaces (this is not Linux)"}
+func startNSGuest(exe string, ctrl *os.File, start *wire.SessionStart, opt Options) (*exec.Cmd, containment, error) {
+	return nil, nil, &dryexec.IsolationUnavailableError{Rung: "ns", Missing: "Linux namespaces (this is not Linux)"}
 }
 
 // killSession kills the exec's process group (its session leader's group).

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/dryexec/dryexec"
+	"github.com/dryexec/dryexec/cgroup"
 	"github.com/dryexec/dryexec/commit"
 )
 
@@ -121,6 +122,10 @@ func (s *Store) Recover() ([]commit.Recovered, error) {
 }
 
 func (s *Store) recoverLocked() ([]commit.Recovered, error) {
+	// A killed run leaves its sandbox's cgroup behind (the sandbox itself died
+	// with it): remove every dryexec group whose creator is gone. Best effort:
+	// rootless cannot remove a root's groups, and nothing here depends on it.
+	cgroup.Sweep()
 	rec, err := commit.Recover(s.JournalDir())
 	for _, r := range rec {
 		if r.Committed && s.readState(r.Trial).Status != StatusCommitted {

@@ -36,6 +36,7 @@ func (r *Rung) NewLimiter(name string, l dryexec.Limits) (*Limiter, error) {
 	if err := l.Check(); err != nil {
 		return nil, err
 	}
+	r.sweepOnce.Do(func() { cgroup.Sweep() })
 	m, err := cgroup.NewManager(r.Cgroups)
 	if err == nil {
 		g, warnings, gerr := m.New(name, l)

@@ -15,56 +15,16 @@ import (
 
 	"github.com/dryexec/dryexec"
 	"github.com/dryexec/dryexec/cgroup"
+	"github.com/dryexec/dryexec/cgroup/cgrouptest"
+	"github.com/dryexec/dryexec/store"
 )
 
-// boundRung returns a Rung whose sandboxes' cgroups live inside a group of the
-// test's own with hard limits (512 MiB, 1024 tasks): should the sandbox's own
-// limits fail, a bomb stops there instead of taking the machine down. The
-// bound group is removed at the end, and the test fails if any dryexec group
-// of this process is left in the host's tree.
+// boundRung returns a Rung whose sandboxes' cgroups live inside a bound group
+// of the test's own (512 MiB, 1024 tasks; cgrouptest.Bound), which also checks
+// that nothing of this test is left in the host's cgroup tree.
 func boundRung(t *testing.T) *Rung {
 	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("needs root to create cgroups on this host (rootless: see TestRootlessFallsBackToRlimits)")
-	}
-	b, err := os.ReadFile("/proc/self/cgroup")
-	if err != nil {
-		t.Fatal(err)
-	}
-	name := "dryexec-bound-" + strconv.Itoa(os.Getpid()) + "-" + strconv.FormatInt(time.Now().UnixNano(), 36)
-	var made []string
-	for _, line := range strings.Split(strings.TrimSpace(string(b)), "\n") {
-		f := strings.SplitN(line, ":", 3)
-		if len(f) != 3 {
-			continue
-		}
-		for _, c := range strings.Split(f[1], ",") {
-			if c != "memory" && c != "pids" && c != "cpu" {
-				continue
-			}
-			d := filepath.Join("/sys/fs/cgroup", c, f[2], name)
-			if err := os.Mkdir(d, 0o755); err != nil {
-				t.Skipf("cannot make a bound group: %v", err)
-			}
-			made = append(made, d)
-			os.WriteFile(filepath.Join(d, "memory.limit_in_bytes"), []byte("536870912"), 0)
-			os.WriteFile(filepath.Join(d, "pids.max"), []byte("1024"), 0)
-		}
-	}
-	t.Cleanup(func() {
-		for _, d := range made {
-			os.Remove(filepath.Join(d, cgroup.ParentName))
-			if err := os.Remove(d); err != nil {
-				t.Errorf("removing the bound group: %v (left: %v)", err, cgroup.Leftovers())
-			}
-		}
-		for _, p := range cgroup.Leftovers() {
-			if strings.Contains(p, "."+strconv.Itoa(os.Getpid())+"-") {
-				t.Errorf("a dryexec group of this test is left: %s", p)
-			}
-		}
-	})
-	return &Rung{Cgroups: cgroup.Options{Parent: name + "/" + cgroup.ParentName}}
+	return &Rung{Cgroups: cgrouptest.Bound(t, 512<<20, 1024)}
 }
 
 func runBounded(t *testing.T, r *Rung, dir string, spec dryexec.TrialSpec, script string) *dryexec.StateDelta {
@@ -175,8 +135,8 @@ func TestCgroupLimitsAreInForce(t *testing.T) {
 }
 
 // TestKilledHostLeavesNothingAfterSweep: a host process SIGKILLed mid-trial
-// leaves its group (and the sandbox, whose guest dies with it); the next
-// start's sweep removes it.
+// leaves its group (the sandbox dies with it: Pdeathsig); the next start's
+// store.Recover sweeps it away.
 func TestKilledHostLeavesNothingAfterSweep(t *testing.T) {
 	requireNS(t)
 	boundRung(t)
@@ -216,7 +176,12 @@ func TestKilledHostLeavesNothingAfterSweep(t *testing.T) {
 	if len(left) == 0 {
 		t.Fatal("the killed host left no group: the test proves nothing")
 	}
-	if _, err := cgroup.Sweep(); err != nil {
+	// The next start: opening the store recovers, which sweeps.
+	st, err := store.Open(t.TempDir(), 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.Recover(); err != nil {
 		t.Fatal(err)
 	}
 	for _, p := range left {

@@ -48,6 +48,9 @@ type Rung struct {
 	// Cgroups says where sandboxes' cgroups are made (zero: see package
 	// cgroup); the limits themselves come from each TrialSpec.
 	Cgroups cgroup.Options
+
+	// sweepOnce: the first limiter sweeps cgroups that dead processes left.
+	sweepOnce sync.Once
 }
 
 func (r *Rung) trace(phase string) {
@@ -483,6 +486,7 @@ func (t *trial) converse() (*dryexec.StateDelta, error) {
 			d.Files = files
 			t.fillProcess(d, exit)
 			d.Memory.Method = "none"
+			fillContainment(d, exit)
 			if d.Memory.PeakRSSBytes == 0 {
 				d.Memory.PeakRSSBytes = exit.MaxRSS
 			} else {

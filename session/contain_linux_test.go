@@ -1,0 +1,76 @@
+package session
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/dryexec/dryexec"
+	"github.com/dryexec/dryexec/cgroup/cgrouptest"
+)
+
+// TestNSSessionContainment: an ns session runs in a cgroup with its limits
+// (a bounded fork loop hits the pids limit, a memory bomb is OOM-killed and
+// the session lives on), sees the caller's credentials empty, and reports
+// both through Violations; the host's key is intact and no group is left.
+func TestNSSessionContainment(t *testing.T) {
+	bound := cgrouptest.Bound(t, 512<<20, 1024)
+	home := t.TempDir()
+	key := filepath.Join(home, ".ssh", "id_rsa")
+	if err := os.MkdirAll(filepath.Dir(key), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(key, []byte("SECRET"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("HOME", home)
+	s, err := Open(testCtx(t), Options{Rung: "ns", Cgroups: bound,
+		Limits: dryexec.Limits{Pids: 32, MemoryBytes: 128 << 20},
+		Env:    map[string]string{"PATH": "/usr/bin:/bin", "HOME": home}})
+	if err != nil {
+		t.Skipf("no ns session here: %v", err)
+	}
+	defer s.Close()
+	if w := s.Warnings(); len(w) != 0 {
+		t.Errorf("warnings: %v", w)
+	}
+	steps := []struct {
+		cmd, stdout string
+		want        string // a violation detail containing this, "" for none new
+	}{
+		{`cat ~/.ssh/id_rsa; echo .`, ".\n", key},
+		{`echo fine`, "fine\n", ""},
+		// A bounded loop (it cannot run away even unlimited): more processes
+		// than the limit plus the supervisor's headroom.
+		{`(i=0; while [ $i -lt 400 ]; do sleep 20 & i=$((i+1)); done) 2>/dev/null; echo started`, "started\n", "pids limit 32 reached"},
+		{`/usr/bin/python3 -c 'x=[]
+while True: x.append(b"\1" * (1<<20))' 2>/dev/null; echo rc=$?`, "rc=137\n", "memory limit 134217728 bytes"},
+		{`echo still here`, "still here\n", ""},
+	}
+	seen := 0
+	for _, st := range steps {
+		r, err := s.Shell(testCtx(t), st.cmd, 30*time.Second)
+		if err != nil {
+			t.Fatalf("%q: %v", st.cmd, err)
+		}
+		if r.Stdout != st.stdout {
+			t.Errorf("%q: stdout %q, want %q (stderr %.200q)", st.cmd, r.Stdout, st.stdout, r.Stderr)
+		}
+		v := s.Violations()
+		if st.want == "" {
+			if len(v) != seen {
+				t.Errorf("%q: new violations %+v", st.cmd, v[seen:])
+			}
+			continue
+		}
+		if len(v) != seen+1 || !strings.Contains(v[seen].Detail, st.want) {
+			t.Errorf("%q: violations %+v, want one more with %q", st.cmd, v, st.want)
+		}
+		seen = len(v)
+	}
+	if b, _ := os.ReadFile(key); string(b) != "SECRET" {
+		t.Errorf("the host's key is now %q", b)
+	}
+}
