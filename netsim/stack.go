@@ -295,13 +295,17 @@ func (s *Sim) onUDP(ctx context.Context, r *udp.ForwarderRequest) bool {
 	return true
 }
 
-// serveDNS answers the queries of one client socket (resolvers send A and
-// AAAA from the same socket), until it goes quiet.
+// dnsIdle is how long a DNS client socket is kept after its last query:
+// resolvers send A and AAAA back to back from one socket; a retry after
+// this is simply a new flow.
+const dnsIdle = 500 * time.Millisecond
+
+// serveDNS answers the queries of one client socket until it goes quiet.
 func (s *Sim) serveDNS(ctx context.Context, c *gonet.UDPConn) {
 	defer c.Close()
 	buf := make([]byte, 4096)
 	for ctx.Err() == nil {
-		c.SetReadDeadline(time.Now().Add(5 * time.Second))
+		c.SetReadDeadline(time.Now().Add(dnsIdle))
 		n, err := c.Read(buf)
 		if err != nil {
 			return

@@ -486,6 +486,7 @@ func (t *trial) converse() (*dryexec.StateDelta, error) {
 			d.Files = files
 			t.fillProcess(d, exit)
 			d.Memory.Method = "none"
+			fillContainment(d, exit)
 			if d.Memory.PeakRSSBytes == 0 {
 				d.Memory.PeakRSSBytes = exit.MaxRSS
 			} else {
