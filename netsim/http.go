@@ -253,8 +253,8 @@ func (s *Sim) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if host == "" {
 		if h, _, err := net.SplitHostPort(r.Host); err == nil {
 			host = h
-		} else if r.Host != "" {
-			host = r.Host
+		} else {
+			host = strings.TrimSuffix(strings.TrimPrefix(r.Host, "["), "]")
 		}
 	}
 	if host == "" {
