@@ -85,7 +85,13 @@ func (c *nsContainment) check() []dryexec.Violation {
 	return append(v, c.watch.Check()...)
 }
 
-func (c *nsContainment) warnings() []string { return c.lim.Warnings() }
+func (c *nsContainment) warnings() []string {
+	w := c.lim.Warnings()
+	if mw := c.watch.Warning(); mw != "" {
+		w = append(w, mw)
+	}
+	return w
+}
 
 func (c *nsContainment) close() {
 	c.watch.Close()

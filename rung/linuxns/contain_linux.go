@@ -213,9 +213,20 @@ func ResolveMasks(extra []string, noDefaults bool) ([]string, error) {
 // check looks at the masks themselves however the sandbox rearranged its view
 // and even after the guest has exited. Each path is reported once.
 type MaskWatch struct {
-	mu   sync.Mutex // guards the fields below
-	pins []maskPin
-	seen map[string]bool
+	mu      sync.Mutex // guards the fields below
+	pins    []maskPin
+	seen    map[string]bool
+	warning string // why Pin could not hold the masks, if it could not
+}
+
+// Warning says why reads of masks cannot be recorded, or "".
+func (w *MaskWatch) Warning() string {
+	if w == nil {
+		return ""
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.warning
 }
 
 type maskPin struct {
@@ -229,18 +240,21 @@ func NewMaskWatch() *MaskWatch { return &MaskWatch{seen: map[string]bool{}} }
 // Pin opens each of masks in the view of guest process pid, which must have
 // mounted them and not yet started anything of the sandbox's. Paths are
 // resolved inside the guest's root without following any symlink; a path the
-// guest did not mask (it did not exist) is skipped.
+// guest did not mask (it did not exist) is skipped. If the guest's root cannot
+// be opened, Warning says so and Check finds nothing (the masks still hide).
 func (w *MaskWatch) Pin(pid int, masks []string) error {
 	if len(masks) == 0 {
 		return nil
 	}
-	root, err := unix.Open("/proc/"+strconv.Itoa(pid)+"/root", unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
-	if err != nil {
-		return fmt.Errorf("opening the guest's root: %w", err)
-	}
-	defer unix.Close(root)
 	w.mu.Lock()
 	defer w.mu.Unlock()
+	root, err := unix.Open("/proc/"+strconv.Itoa(pid)+"/root", unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		// The masks are in place all the same; only the record is lost.
+		w.warning = fmt.Sprintf("masked paths are hidden, but reads of them cannot be recorded: opening the guest's root: %v", err)
+		return nil
+	}
+	defer unix.Close(root)
 	for _, p := range masks {
 		fd, err := unix.Openat2(root, strings.TrimPrefix(p, "/"), &unix.OpenHow{
 			Flags:   unix.O_PATH | unix.O_NOFOLLOW | unix.O_CLOEXEC,
@@ -336,4 +350,7 @@ func (t *trial) contained(d *dryexec.StateDelta) {
 	d.Violations = append(d.Violations, t.watch.Check()...)
 	d.Memory.PeakRSSBytes = peak
 	d.Warnings = append(d.Warnings, t.lim.Warnings()...)
+	if w := t.watch.Warning(); w != "" {
+		d.Warnings = append(d.Warnings, w)
+	}
 }

@@ -205,3 +205,32 @@ func TestHostChild(t *testing.T) {
 		Argv: []string{"/bin/sh", "-c", "sleep 60"}, Cwd: "/", Env: testPath}})
 	t.Fatalf("the trial was supposed to be killed: %v %v", d, err)
 }
+
+// TestRlimitFallback (rootless; TestContainmentRootless runs it): where no
+// cgroup can be made, the delta warns so and the sandbox's processes are still
+// bounded, per sandbox, by RLIMIT_NPROC in its user namespace.
+func TestRlimitFallback(t *testing.T) {
+	requireNS(t)
+	if os.Geteuid() == 0 {
+		t.Skip("rootless only (TestContainmentRootless re-runs it as nobody)")
+	}
+	if _, err := (&Rung{}).NewLimiter("tr_probe", dryexec.Limits{}); err != nil {
+		t.Fatal(err)
+	}
+	// A bounded loop: it cannot run away even if the limit did not hold.
+	d := runTrial(t, t.TempDir(), dryexec.TrialSpec{Limits: dryexec.Limits{Pids: 16}, Action: dryexec.Action{TimeoutMS: 30000}},
+		"/bin/sh", "-c", `ulimit -p; (i=0; while [ $i -lt 100 ]; do sleep 20 & i=$((i+1)); echo $i; done) 2>/dev/null`)
+	if len(d.Warnings) != 1 || !strings.Contains(d.Warnings[0], "rlimits") || !strings.Contains(d.Warnings[0], "16 processes") {
+		t.Fatalf("warnings %q", d.Warnings)
+	}
+	lines := strings.Fields(d.Process.Stdout)
+	if len(lines) < 2 || lines[0] != strconv.Itoa(16+guestThreads) {
+		t.Fatalf("stdout %q, want the rlimit and a count (stderr %q)", d.Process.Stdout, d.Process.Stderr)
+	}
+	if n, _ := strconv.Atoi(lines[len(lines)-1]); n >= 100 || n == 0 {
+		t.Errorf("%d processes ran, want fewer than the 100 asked for", n)
+	}
+	if len(d.Violations) != 0 {
+		t.Errorf("violations %+v: the fallback cannot see hits", d.Violations)
+	}
+}
