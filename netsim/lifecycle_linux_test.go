@@ -86,4 +86,3 @@ type nopLink struct{}
 func (nopLink) Read([]byte) (int, error)    { return 0, net.ErrClosed }
 func (nopLink) Write(p []byte) (int, error) { return len(p), nil }
 func (nopLink) Close() error                { return nil }
-
