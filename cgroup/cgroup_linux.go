@@ -701,3 +701,28 @@ func Leftovers() []string {
 	}
 	return out
 }
+
+// Probe says how sandbox limits would be enforced here: it makes a group with
+// the default limits and removes it at once. The error is what a trial would
+// fall back from (ErrUnavailable) or fail with.
+func Probe(opt Options) (string, error) {
+	m, err := NewManager(opt)
+	if err != nil {
+		return "", err
+	}
+	g, warnings, err := m.New("probe", dryexec.Limits{})
+	if err != nil {
+		return "", err
+	}
+	l := g.Limits()
+	parents := m.Parents()
+	if err := g.Remove(); err != nil {
+		return "", err
+	}
+	s := fmt.Sprintf("%s, under %s; defaults: memory %s, %d tasks, cpu weight %d, no cpu quota",
+		m.Version(), strings.Join(parents, ", "), human(l.MemoryBytes), l.Pids, l.CPUWeight)
+	for _, w := range warnings {
+		s += "; " + w
+	}
+	return s, nil
+}

@@ -31,3 +31,8 @@ func Sweep() (int, error) { return 0, nil }
 
 // Leftovers is empty off Linux.
 func Leftovers() []string { return nil }
+
+// Probe is Linux only.
+func Probe(Options) (string, error) {
+	return "", &UnavailableError{Reason: "cgroups exist only on Linux"}
+}

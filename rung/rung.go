@@ -20,6 +20,9 @@ type Status struct {
 	Name      string `json:"name"`
 	Available bool   `json:"available"`
 	Missing   string `json:"missing,omitempty"`
+	// Notes say how an available rung contains its sandboxes here (e.g. how
+	// ns enforces its limits, or why it cannot).
+	Notes []string `json:"notes,omitempty"`
 }
 
 // Select returns the rung called name on this host, or an error that is an
@@ -66,6 +69,7 @@ func Doctor(ctx context.Context) []Status {
 				s.Missing = err.Error()
 			} else {
 				s.Available = true
+				s.Notes = notes(n)
 			}
 		}
 		out = append(out, s)
