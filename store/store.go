@@ -239,3 +239,18 @@ func (s *Store) List() ([]Summary, error) {
 	sort.Slice(out, func(i, j int) bool { return out[i].Created.After(out[j].Created) })
 	return out, nil
 }
+
+// DeltaFile returns the path of trial id's delta.json, as written (a verifier
+// must read the bytes, not a re-encoding of them).
+func (s *Store) DeltaFile(id string) (string, error) {
+	if !ValidID(id) {
+		return "", fmt.Errorf("%w: %q is not a trial id", dryexec.ErrTrialNotFound, id)
+	}
+	p := filepath.Join(s.trialDir(id), "delta.json")
+	if _, err := os.Stat(p); errors.Is(err, os.ErrNotExist) {
+		return "", fmt.Errorf("%w: %s", dryexec.ErrTrialNotFound, id)
+	} else if err != nil {
+		return "", fmt.Errorf("store: %w", err)
+	}
+	return p, nil
+}

@@ -16,16 +16,22 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/dryexec/dryexec"
+	"github.com/dryexec/dryexec/receipt"
 	"github.com/dryexec/dryexec/render"
 	"github.com/dryexec/dryexec/store"
 )
 
-// Exit codes of dryexec itself. `run` otherwise exits with the command's own code.
+// Exit codes (docs/decision.md). `run` exits with its decision: 0 auto_commit,
+// ExitReview, ExitBlock, or ExitCommandFailed when the decision is review and
+// the command itself failed (its own code is in the delta). The command's own
+// code is never passed through, so that none of these can be faked by it.
 const (
-	ExitRefused  = 1   // commit/discard/show refused: unknown trial, conflict, already done
-	ExitUsage    = 2   // bad flags or arguments
-	ExitInternal = 125 // dryexec failed (not the command): like docker and podman
-	ExitNotFound = 127 // `run`: the command does not exist in the sandbox
+	ExitRefused       = 1   // commit/discard/show/verify refused: unknown trial, conflict, a receipt that does not verify
+	ExitUsage         = 2   // bad flags, arguments or policy file
+	ExitReview        = 3   // run: a person should look before this is committed
+	ExitBlock         = 4   // run: the policy forbids committing this
+	ExitCommandFailed = 5   // run: the command failed (exit ≠ 0, signal, timeout); review
+	ExitInternal      = 125 // dryexec failed (not the command): like docker and podman
 )
 
 // Env is what a CLI invocation may touch of its process.
@@ -50,7 +56,7 @@ func Run(ctx context.Context, args []string, env Env) int {
 	root.SetIn(env.Stdin)
 	root.SetOut(env.Stdout)
 	root.SetErr(env.Stderr)
-	root.AddCommand(runCmd(env, &code), showCmd(env), lsCmd(env), commitCmd(env), discardCmd(env), doctorCmd(env, &code))
+	root.AddCommand(runCmd(env, &code), showCmd(env), lsCmd(env), commitCmd(env), discardCmd(env), doctorCmd(env, &code), verifyCmd(env))
 	root.AddCommand(serveCmd(env), mcpCmd(env))
 	if err := root.ExecuteContext(ctx); err != nil {
 		fmt.Fprintln(env.Stderr, "dryexec:", err)
@@ -60,7 +66,7 @@ func Run(ctx context.Context, args []string, env Env) int {
 			return ExitUsage
 		case errors.Is(err, dryexec.ErrTrialNotFound), errors.Is(err, dryexec.ErrAlreadyCommitted),
 			errors.Is(err, dryexec.ErrDiscarded), errors.Is(err, dryexec.ErrCommitConflict),
-			errors.Is(err, dryexec.ErrUnsafePath):
+			errors.Is(err, dryexec.ErrUnsafePath), errors.Is(err, receipt.ErrVerify), errors.Is(err, receipt.ErrMalformed):
 			return ExitRefused
 		}
 		return ExitInternal
@@ -151,6 +157,9 @@ func showCmd(env Env) *cobra.Command {
 			st, err := s.StateOf(args[0])
 			if err != nil {
 				return err
+			}
+			if d.Receipt.Signature != "" {
+				fmt.Fprintf(env.Stdout, "receipt: signed by %s, sha256 %s (dryexec verify %s)\n", d.Receipt.KeyID, d.Receipt.DeltaSHA256, d.TrialID)
 			}
 			fmt.Fprintf(env.Stdout, "status: %s\n", describeState(st))
 			return nil

@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -10,6 +11,8 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/dryexec/dryexec"
+	"github.com/dryexec/dryexec/policy"
+	"github.com/dryexec/dryexec/receipt"
 	"github.com/dryexec/dryexec/render"
 	"github.com/dryexec/dryexec/rung"
 	"github.com/dryexec/dryexec/store"
@@ -35,12 +38,29 @@ func runCmd(env Env, code *int) *cobra.Command {
 		cwd       string
 		// --commit, -i and --force
 		doCommitFlag, interactive, force bool
+		policyFile                       string
 	)
 	c := &cobra.Command{
 		Use:   "run [flags] -- CMD [ARG...]",
 		Short: "Run CMD in a trial, print what it would change, change nothing",
 		Args:  usage(cobra.MinimumNArgs(1)),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			// The policy is read first: a mistake in it is the caller's (exit 2)
+			// and must not cost a trial.
+			pol, err := policy.Default(), error(nil)
+			if policyFile != "" {
+				if pol, err = policy.Load(policyFile); err != nil {
+					return usageError{err}
+				}
+			}
+			engine, err := policy.Compile(pol)
+			if err != nil {
+				return usageError{err}
+			}
+			home, err := store.DefaultDir(env.Getenv)
+			if err != nil {
+				return err
+			}
 			r, err := rung.Select(cmd.Context(), rungName)
 			if err != nil {
 				return err
@@ -96,6 +116,9 @@ func runCmd(env Env, code *int) *cobra.Command {
 				spec.Blobs, rec = t, t
 			}
 			d, err := r.Trial(cmd.Context(), spec)
+			if err == nil {
+				err = decideAndSign(cmd.Context(), engine, home, d)
+			}
 			if err != nil {
 				if rec != nil {
 					rec.Abort()
@@ -112,7 +135,7 @@ func runCmd(env Env, code *int) *cobra.Command {
 			} else {
 				err = render.Summary(env.Stdout, d, render.Options{Color: isTerminal(env.Stdout, env)})
 			}
-			*code = d.Process.ExitCode
+			*code = exitCode(d)
 			if err != nil || (!doCommitFlag && !interactive) {
 				return err
 			}
@@ -123,11 +146,14 @@ func runCmd(env Env, code *int) *cobra.Command {
 				}
 				return doCommit(cmd.Context(), env, st, d.TrialID, store.CommitOptions{Paths: paths})
 			}
-			// Until the decision engine decides, --commit applies only a trial
-			// that succeeded cleanly, unless --force says otherwise.
-			if !force && (d.Process.ExitCode != 0 || len(d.Violations) > 0) {
-				fmt.Fprintf(env.Stderr, "dryexec: not committing %s: the command failed or hit a limit (use --force to commit anyway)\n", d.TrialID)
+			// --commit applies only what the policy lets through without a
+			// person, unless --force says a person has decided.
+			if !force && d.Decision.Choice != policy.AutoCommit {
+				fmt.Fprintf(env.Stderr, "dryexec: not committing %s: the decision is %s (see its reasons; --force commits anyway)\n", d.TrialID, d.Decision.Choice)
 				return nil
+			}
+			if asJSON {
+				env.Stdout = env.Stderr // stdout holds only the delta
 			}
 			return doCommit(cmd.Context(), env, st, d.TrialID, store.CommitOptions{})
 		},
@@ -143,8 +169,35 @@ func runCmd(env Env, code *int) *cobra.Command {
 	f.Int64Var(&upperSize, "upper-size", dryexec.DefaultUpperSizeBytes, "bytes the trial may write in all")
 	f.BoolVar(&noStore, "no-store", false, "do not keep the trial for a later commit")
 	f.StringVarP(&cwd, "cwd", "C", "", "run in this directory (default: the current one)")
-	f.BoolVar(&doCommitFlag, "commit", false, "commit the changes right after the run, if the command exited 0 within its limits")
+	f.StringVar(&policyFile, "policy", "", "decide with this policy file (YAML or JSON; default: the built-in policy, docs/decision.md)")
+	f.BoolVar(&doCommitFlag, "commit", false, "commit the changes right after the run, if the decision is auto_commit")
 	f.BoolVarP(&interactive, "interactive", "i", false, "show the summary, then ask what to commit")
-	f.BoolVar(&force, "force", false, "with --commit: commit even if the command failed")
+	f.BoolVar(&force, "force", false, "with --commit: commit whatever the decision")
 	return c
+}
+
+// decideAndSign fills d's decision with engine's verdict and then its receipt,
+// signed with the install's key kept in home (created on first use).
+func decideAndSign(ctx context.Context, engine *policy.Engine, home string, d *dryexec.StateDelta) error {
+	engine.Apply(ctx, d)
+	signer, err := receipt.LoadOrCreate(home)
+	if err != nil {
+		return err
+	}
+	return signer.Sign(d)
+}
+
+// exitCode is `dryexec run`'s status for a trial that ran (docs/decision.md):
+// the decision, with a failed command told apart from other reviews.
+func exitCode(d *dryexec.StateDelta) int {
+	switch d.Decision.Choice {
+	case policy.AutoCommit:
+		return 0
+	case policy.Block:
+		return ExitBlock
+	}
+	if d.Process.ExitCode != 0 || d.Process.TimedOut || d.Process.Signal != "" {
+		return ExitCommandFailed
+	}
+	return ExitReview
 }
