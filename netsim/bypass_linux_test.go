@@ -174,6 +174,48 @@ func TestBypassAttempts(t *testing.T) {
 	}
 }
 
+const pyFront = `import socket, sys
+s = socket.create_connection((sys.argv[1], int(sys.argv[2])), timeout=5)
+s.sendall(("%s / HTTP/1.1\r\nHost: %s\r\nConnection: close\r\n\r\n" % (sys.argv[3], sys.argv[4])).encode())
+data = b""
+while True:
+    b = s.recv(4096)
+    if not b:
+        break
+    data += b
+print(data.split(b"\r\n")[0].decode())
+`
+
+// TestHostHeaderMustMatch: an allowed connection cannot carry a request for
+// another host (domain fronting) or a CONNECT tunnel.
+func TestHostHeaderMustMatch(t *testing.T) {
+	cs := newCountingServer(t)
+	port := cs.port()
+	cases := []struct {
+		name, method, host, want string
+		reach                    bool
+	}{
+		{"matching host", "GET", fmt.Sprintf("api.internal:%d", port), "HTTP/1.1 200 OK", true},
+		{"matching host, other case", "GET", "API.internal", "HTTP/1.1 200 OK", true},
+		{"fronted host", "GET", "evil.example.com", "HTTP/1.1 403 Forbidden", false},
+		{"connect tunnel", "CONNECT", "api.internal:443", "HTTP/1.1 403 Forbidden", false},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			before := cs.tcpConns.Load()
+			sim := newSim(t, netsim.Config{LookupHost: resolveTo("api.internal", "127.0.0.1"),
+				Allow: []netsim.Rule{{Host: "127.0.0.1", Port: port}}}, nil)
+			res := runSandbox(t, sim, sandboxOpts{}, "/usr/bin/python3", "-c", pyFront, "api.internal", fmt.Sprint(port), tc.method, tc.host)
+			if strings.TrimSpace(res.stdout) != tc.want {
+				t.Fatalf("stdout %q want %q; stderr %s; log %s", res.stdout, tc.want, res.stderr, dumpLog(t, sim.Log()))
+			}
+			if reached := cs.tcpConns.Load() > before; reached != tc.reach {
+				t.Fatalf("server reached = %v", reached)
+			}
+		})
+	}
+}
+
 // TestLogRedactsAndBounds: the sandbox's own credentials are redacted in the
 // records, and bodies are cut at MaxBodyBytes (with the flag set) while the
 // byte counts stay true.

@@ -212,6 +212,14 @@ func (s *Sim) dialUpstream(ctx context.Context, network, addr string) (net.Conn,
 	return (&net.Dialer{Timeout: 15 * time.Second}).DialContext(ctx, "tcp", net.JoinHostPort(ip.String(), port))
 }
 
+// headerHost is the canonical host name of a Host header.
+func headerHost(h string) string {
+	if name, _, err := net.SplitHostPort(h); err == nil {
+		h = name
+	}
+	return canonical(strings.TrimSuffix(strings.TrimPrefix(h, "["), "]"))
+}
+
 func defaultPort(scheme string) int {
 	if scheme == "https" {
 		return 443
@@ -251,11 +259,7 @@ func (s *Sim) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		host = sc.sni
 	}
 	if host == "" {
-		if h, _, err := net.SplitHostPort(r.Host); err == nil {
-			host = h
-		} else {
-			host = strings.TrimSuffix(strings.TrimPrefix(r.Host, "["), "]")
-		}
+		host = headerHost(r.Host)
 	}
 	if host == "" {
 		host = f.addr.String()
@@ -283,7 +287,16 @@ func (s *Sim) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	d := s.decide(r.Context(), f, r.Method, r.URL.Path)
-	if d.allowed {
+	switch {
+	case !d.allowed:
+	case r.Method == http.MethodConnect:
+		// A tunnel would carry traffic no rule has seen.
+		d = decision{reason: "CONNECT tunnels are not forwarded"}
+	case f.name != "" && headerHost(r.Host) != f.name:
+		// The server would route by the Host header (domain fronting on a
+		// CDN): the request must name the host the rule allowed.
+		d = decision{reason: fmt.Sprintf("Host header %q does not name %s, the host connected to", r.Host, f.name)}
+	default:
 		s.forward(w, r, &rec, sc, d, body)
 		return
 	}

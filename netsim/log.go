@@ -16,6 +16,9 @@ const (
 	ActionBlocked = "blocked"
 )
 
+// maxBodyTotal bounds the bodies all Records of a Sim keep together.
+const maxBodyTotal = 64 << 20
+
 // redacted replaces the value of every credential header in the log.
 const redacted = "[redacted]"
 
@@ -48,6 +51,15 @@ func (s *Sim) record(r Record) {
 	if len(s.records) >= s.maxEvents {
 		s.dropped++
 		return
+	}
+	// All kept bodies together are bounded too: past the budget, events
+	// keep their counts and lose their bodies.
+	if n := len(r.RequestBody) + len(r.ResponseBody); s.bodyBytes+n > maxBodyTotal {
+		r.RequestTruncated = r.RequestTruncated || len(r.RequestBody) > 0
+		r.ResponseTruncated = r.ResponseTruncated || len(r.ResponseBody) > 0
+		r.RequestBody, r.ResponseBody = nil, nil
+	} else {
+		s.bodyBytes += n
 	}
 	s.records = append(s.records, r)
 }

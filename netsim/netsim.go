@@ -34,6 +34,9 @@ const (
 	// rawSniffTimeout is the same wait when a rule allows the connection as
 	// raw TCP: short, because the real server may be the one to speak.
 	rawSniffTimeout = 300 * time.Millisecond
+	// maxWork bounds the connections, DNS sockets and UDP flows handled at
+	// once: a sandbox opening more gets resets, not host memory.
+	maxWork = 4096
 	// idleTimeout closes connections nobody uses.
 	idleTimeout = 2 * time.Minute
 )
@@ -73,10 +76,11 @@ type Sim struct {
 	// stack accepts anything.
 	http *httpServer
 
-	// logMu guards records and dropped.
-	logMu   sync.Mutex
-	records []Record
-	dropped int
+	// logMu guards records, dropped and bodyBytes.
+	logMu     sync.Mutex
+	records   []Record
+	dropped   int
+	bodyBytes int
 
 	// serveMu guards served.
 	serveMu sync.Mutex
@@ -98,7 +102,7 @@ type tracker struct {
 func (t *tracker) add() bool {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if t.closed {
+	if t.closed || t.n >= maxWork {
 		return false
 	}
 	t.n++

@@ -244,6 +244,9 @@ func (s *Sim) onTCP(ctx context.Context, r *tcp.ForwarderRequest) {
 	}
 	if !s.work.add() {
 		reset()
+		if ctx.Err() == nil {
+			s.record(Record{NetworkEvent: eventOf("tcp", "", "", f.host(), f.port, 0, ActionBlocked, fmt.Sprintf("more than %d connections at once", maxWork))})
+		}
 		return
 	}
 	go func() {
