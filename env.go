@@ -15,10 +15,11 @@ var EnvAllowlist = []string{"PATH", "HOME", "USER", "LOGNAME", "SHELL", "LANG", 
 
 // SandboxEnv builds the environment of an action from an allowlist — the one
 // place every caller (CLI, server, sessions) gets it from. getenv reads the
-// caller's variables; environ, when not nil, lists them all ("K=V"), which
-// "LC_*" patterns need. names adds variables passed through by name (a name
-// may end in "*"); set adds NAME=VALUE pairs, which win. A name with "=" or NUL
-// is refused.
+// caller's variables; environ lists them all ("K=V") for "NAME*" patterns
+// (nil: "LC_*" means glibc's locale categories, other patterns match
+// nothing). names adds variables passed through by name (a name may end in
+// "*"); set adds NAME=VALUE pairs, which win. A name with "=" or NUL is
+// refused.
 func SandboxEnv(getenv func(string) string, environ []string, names []string, set []string) (map[string]string, error) {
 	env := map[string]string{}
 	pass := func(pattern string) error {
@@ -26,6 +27,14 @@ func SandboxEnv(getenv func(string) string, environ []string, names []string, se
 			return fmt.Errorf("%w: environment name %q", ErrBadAction, pattern)
 		}
 		if prefix, ok := strings.CutSuffix(pattern, "*"); ok {
+			if environ == nil && prefix == "LC_" {
+				for _, k := range localeVars {
+					if v := getenv(k); v != "" {
+						env[k] = v
+					}
+				}
+				return nil
+			}
 			for _, kv := range environ {
 				if k, v, ok := strings.Cut(kv, "="); ok && strings.HasPrefix(k, prefix) && k != "" && v != "" {
 					env[k] = v
@@ -57,6 +66,11 @@ func SandboxEnv(getenv func(string) string, environ []string, names []string, se
 	}
 	return env, nil
 }
+
+// localeVars are glibc's locale categories: what "LC_*" means when the
+// caller cannot list its environment.
+var localeVars = []string{"LC_ALL", "LC_CTYPE", "LC_NUMERIC", "LC_TIME", "LC_COLLATE", "LC_MONETARY", "LC_MESSAGES",
+	"LC_PAPER", "LC_NAME", "LC_ADDRESS", "LC_TELEPHONE", "LC_MEASUREMENT", "LC_IDENTIFICATION"}
 
 // EnvList renders env as sorted "K=V" strings, for execve.
 func EnvList(env map[string]string) []string {

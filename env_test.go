@@ -49,6 +49,15 @@ func TestSandboxEnv(t *testing.T) {
 	}
 }
 
+func TestSandboxEnvLocalesWithoutEnviron(t *testing.T) {
+	got, err := SandboxEnv(func(k string) string {
+		return map[string]string{"LC_TIME": "C", "LC_PAPER": "a4", "LC_BOGUS": "x", "SECRET": "s"}[k]
+	}, nil, []string{"SEC*"}, nil)
+	if err != nil || !reflect.DeepEqual(got, map[string]string{"LC_TIME": "C", "LC_PAPER": "a4"}) {
+		t.Fatalf("got %v, %v", got, err)
+	}
+}
+
 func TestMaskPaths(t *testing.T) {
 	got, err := MaskPaths([]string{"/home/u", "/root", "/"}, []string{"~/.config/x", "/srv/keys/", "/home/u/.ssh"}, false)
 	if err != nil {
