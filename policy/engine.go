@@ -330,7 +330,7 @@ func (e *Engine) checkFiles(d *dryexec.StateDelta, fs *facts) (sensitive string)
 	segs := make([]string, 0, 16)
 	for i := range d.Files {
 		p := d.Files[i].Path
-		if p == "" || p[0] != '/' || path.Clean(p) != p {
+		if !cleanAbs(p) {
 			bad.add(strconv.Quote(p))
 			continue
 		}
@@ -399,6 +399,28 @@ func beneath(p, dir string) bool {
 func setID(mode string) bool {
 	m, err := strconv.ParseUint(mode, 8, 32)
 	return err == nil && m&0o6000 != 0
+}
+
+// cleanAbs reports whether p is absolute and clean (path.Clean(p) == p),
+// without allocating: no empty, "." or ".." segment, no trailing slash.
+func cleanAbs(p string) bool {
+	if p == "" || p[0] != '/' {
+		return false
+	}
+	if p == "/" {
+		return true
+	}
+	start := 1
+	for i := 1; i <= len(p); i++ {
+		if i == len(p) || p[i] == '/' {
+			switch p[start:i] {
+			case "", ".", "..":
+				return false
+			}
+			start = i + 1
+		}
+	}
+	return true
 }
 
 // splitPath splits the clean absolute path p into its segments, reusing buf.

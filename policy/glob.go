@@ -189,18 +189,23 @@ func matchSegs(pat []seg, segs []string) bool {
 }
 
 // globSet is a list of compiled patterns, indexed so that a path is tried only
-// against the patterns that can match it: each pattern with a literal segment
-// is filed under its last one (the most specific: ".ssh" rather than "home"),
-// and is a candidate only for paths that have that segment.
+// against the patterns that can match it. A pattern whose first segment is
+// literal ("/etc/**") is a candidate only for paths with that first segment;
+// else one whose last segment is literal ("**/.env") only for paths ending in
+// it; else one with some literal segment ("**/.ssh/**") only for paths having
+// its last literal segment anywhere. So a path costs two map lookups plus one
+// per segment, whatever the number of patterns.
 type globSet struct {
-	gs    []glob
-	all   bool             // some pattern matches everything
-	byLit map[string][]int // literal segment → patterns needing it
-	rest  []int            // patterns without a literal segment
+	gs      []glob
+	all     bool             // some pattern matches everything
+	byFirst map[string][]int // first segment → patterns
+	byLast  map[string][]int // last segment → patterns
+	byAny   map[string][]int // a segment anywhere → patterns
+	rest    []int            // patterns without a literal segment
 }
 
 func compileGlobs(field string, patterns []string, base string) (*globSet, error) {
-	set := &globSet{byLit: map[string][]int{}}
+	set := &globSet{byFirst: map[string][]int{}, byLast: map[string][]int{}, byAny: map[string][]int{}}
 	for _, p := range patterns {
 		g, err := compileGlob(p, base)
 		if err != nil {
@@ -209,10 +214,16 @@ func compileGlobs(field string, patterns []string, base string) (*globSet, error
 		i := len(set.gs)
 		set.gs = append(set.gs, g)
 		set.all = set.all || g.all
-		if n := len(g.needles); n > 0 {
-			key := g.needles[n-1][1:]
-			set.byLit[key] = append(set.byLit[key], i)
-		} else {
+		switch n := len(g.segs); {
+		case g.all:
+		case n > 0 && g.segs[0].kind == segLit:
+			set.byFirst[g.segs[0].s] = append(set.byFirst[g.segs[0].s], i)
+		case n > 0 && g.segs[n-1].kind == segLit:
+			set.byLast[g.segs[n-1].s] = append(set.byLast[g.segs[n-1].s], i)
+		case len(g.needles) > 0:
+			key := g.needles[len(g.needles)-1][1:]
+			set.byAny[key] = append(set.byAny[key], i)
+		default:
 			set.rest = append(set.rest, i)
 		}
 	}
@@ -227,9 +238,34 @@ func (set *globSet) first(p string, segs []string) *glob {
 			best = i
 		}
 	}
-	for _, s := range segs {
-		for _, i := range set.byLit[s] {
+	if set.all {
+		for i := range set.gs {
+			if set.gs[i].all {
+				try(i)
+				break
+			}
+		}
+	}
+	if len(segs) > 0 {
+		for _, i := range set.byFirst[segs[0]] {
 			try(i)
+		}
+		for _, i := range set.byLast[segs[len(segs)-1]] {
+			try(i)
+		}
+	} else {
+		// "/" itself: only patterns without segments ("/") can match.
+		for i := range set.gs {
+			if len(set.gs[i].segs) == 0 && !set.gs[i].all {
+				try(i)
+			}
+		}
+	}
+	if len(set.byAny) > 0 {
+		for _, s := range segs {
+			for _, i := range set.byAny[s] {
+				try(i)
+			}
 		}
 	}
 	for _, i := range set.rest {

@@ -1,6 +1,9 @@
 package policy
 
-import "testing"
+import (
+	"path"
+	"testing"
+)
 
 func TestGlob(t *testing.T) {
 	tests := []struct {
@@ -61,6 +64,14 @@ func TestGlobRefused(t *testing.T) {
 	} {
 		if _, err := compileGlob(tc.pattern, tc.cwd); err == nil {
 			t.Errorf("%q (cwd %q) compiled", tc.pattern, tc.cwd)
+		}
+	}
+}
+
+func TestCleanAbs(t *testing.T) {
+	for _, p := range []string{"/", "/a", "/a/b", "/a/.b", "/a/..b", "/a/b.", "x", "", "/a/", "//a", "/a//b", "/a/./b", "/a/../b", "/.", "/..", "/a/.", "/a/.."} {
+		if got, want := cleanAbs(p), p != "" && p[0] == '/' && path.Clean(p) == p; got != want {
+			t.Errorf("cleanAbs(%q) = %v, want %v", p, got, want)
 		}
 	}
 }
