@@ -47,6 +47,17 @@ func SetupTUN(name string) (*os.File, error) {
 	return f, nil
 }
 
+// CheckTUN reports whether this process can open /dev/net/tun, which
+// SetupTUN needs inside the sandbox (for `dryexec doctor`). Rootless, the
+// node must be mode 0666, as distributions ship it.
+func CheckTUN() error {
+	fd, err := unix.Open("/dev/net/tun", unix.O_RDWR|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return fmt.Errorf("netsim: opening /dev/net/tun: %w", err)
+	}
+	return unix.Close(fd)
+}
+
 func configureLink(name string) error {
 	s, err := unix.Socket(unix.AF_INET, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
 	if err != nil {

@@ -13,6 +13,9 @@ import (
 // with their own packet link.
 var errNoTUN = errors.New("netsim: TUN devices need Linux")
 
+// CheckTUN is Linux-only.
+func CheckTUN() error { return errNoTUN }
+
 // SetupTUN is Linux-only.
 func SetupTUN(name string) (*os.File, error) { return nil, errNoTUN }
 

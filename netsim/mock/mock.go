@@ -239,25 +239,6 @@ func (s *Set) Block() *Response {
 	return &r
 }
 
-// Hosts reports whether any route or API could answer for host; netsim uses
-// it to decide whether a connection is worth accepting.
-func (s *Set) Hosts(host string) bool {
-	if s == nil {
-		return false
-	}
-	for _, r := range s.routes {
-		if MatchHost(r.host, host) {
-			return true
-		}
-	}
-	for _, a := range s.apis {
-		if a.matchHost(host) {
-			return true
-		}
-	}
-	return false
-}
-
 // Match finds the answer to req: routes in file order, then OpenAPI documents.
 func (s *Set) Match(ctx context.Context, req *Request) Result {
 	if s == nil {
