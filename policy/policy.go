@@ -281,7 +281,10 @@ func DefaultWeights() Weights {
 // shape), on top of Default. Unknown fields are an error, so that a typo does
 // not silently weaken a policy.
 func Parse(data []byte) (Policy, error) {
-	p := Default()
+	return parseOnto(Default(), data)
+}
+
+func parseOnto(p Policy, data []byte) (Policy, error) {
 	var doc any
 	if err := yaml.Unmarshal(data, &doc); err != nil {
 		return Policy{}, fmt.Errorf("%w: %v", ErrInvalid, err)
