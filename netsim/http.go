@@ -141,9 +141,13 @@ func (s *Sim) handleConn(ctx context.Context, conn net.Conn, f flow, reset func(
 			s.record(Record{NetworkEvent: eventOf("https", "", "", name, f.port, 0, ActionBlocked, "TLS handshake failed (does the sandbox trust the netsim CA?): "+err.Error())})
 			return
 		}
-		s.http.lis.push(ctx, &sandboxConn{Conn: tc, r: tc, f: f, scheme: "https", sni: tc.ConnectionState().ServerName})
+		if !s.http.lis.push(ctx, &sandboxConn{Conn: tc, r: tc, f: f, scheme: "https", sni: tc.ConnectionState().ServerName}) {
+			tc.Close()
+		}
 	case looksHTTP(br):
-		s.http.lis.push(ctx, &sandboxConn{Conn: conn, r: br, f: f, scheme: "http"})
+		if !s.http.lis.push(ctx, &sandboxConn{Conn: conn, r: br, f: f, scheme: "http"}) {
+			conn.Close()
+		}
 	case rawOK:
 		s.forwardRaw(ctx, conn, br, f)
 	default:

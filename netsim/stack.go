@@ -34,8 +34,8 @@ var ErrServed = errors.New("netsim: Serve already called")
 // Serve runs the network of one sandbox over link, which carries raw IP
 // packets, one per Read and one per Write (a TUN device without packet info;
 // later a VM's virtio-net with the Ethernet header stripped). It returns when
-// ctx is done or the link fails (the sandbox's namespace went away); it closes
-// link.
+// ctx is done or the link fails, after every connection handler has logged
+// its event; it closes link.
 func (s *Sim) Serve(ctx context.Context, link io.ReadWriteCloser) error {
 	s.serveMu.Lock()
 	if s.served {
@@ -52,6 +52,8 @@ func (s *Sim) Serve(ctx context.Context, link io.ReadWriteCloser) error {
 	st, ep, err := s.newStack(ctx)
 	if err != nil {
 		link.Close()
+		s.http.lis.Close()
+		s.http.srv.Close()
 		return err
 	}
 	var wg sync.WaitGroup

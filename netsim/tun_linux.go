@@ -194,8 +194,9 @@ func (t tunLink) Write(p []byte) (int, error) { return t.f.Write(p) }
 func (t tunLink) Close() error                { return t.f.Close() }
 
 // ServeTUN serves the TUN device tun (from SetupTUN, received from the
-// sandbox) until ctx is done or the sandbox's namespace goes away. It takes
-// ownership of tun.
+// sandbox) until ctx is done. It takes ownership of tun. Cancel ctx when the
+// sandbox ends: the open TUN file holds a reference to the sandbox's network
+// namespace, so the device does not go away by itself while it is served.
 func (s *Sim) ServeTUN(ctx context.Context, tun *os.File) error {
 	// The file must be non-blocking for Close (on ctx done) to interrupt a
 	// pending Read: re-wrap it so the runtime poller owns it.
