@@ -11,6 +11,7 @@ import (
 	"github.com/dryexec/dryexec"
 	"github.com/dryexec/dryexec/policy"
 	"github.com/dryexec/dryexec/receipt"
+	"github.com/dryexec/dryexec/schema"
 )
 
 func writeFile(t *testing.T, dir, name, content string) string {
@@ -158,6 +159,9 @@ func TestReceipts(t *testing.T) {
 		t.Fatalf("run: %d %s", code, errs)
 	}
 	d := decode(t, out)
+	if err := schema.Validate([]byte(out)); err != nil {
+		t.Fatalf("a decided, signed delta breaks the contract: %v", err)
+	}
 	if d.Receipt.Signature == "" || !strings.HasPrefix(d.Receipt.KeyID, "ed25519:") {
 		t.Fatalf("no receipt: %+v", d.Receipt)
 	}
