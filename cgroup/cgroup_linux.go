@@ -473,7 +473,9 @@ func (g *Group) ShelterThreads(pid int) error {
 		if h.v2 || !slices.Contains(h.ctrls, "pids") || len(g.dirs) <= i {
 			continue
 		}
-		shelter := g.dirs[i] + "-guest"
+		// Named like a group of ours ("<name>-guest.<pid>-<start>"), so that
+		// Sweep sees whose it is and leaves it alone while we live.
+		shelter := filepath.Join(filepath.Dir(g.dirs[i]), strings.TrimSuffix(g.name, g.m.owner)+"-guest"+g.m.owner)
 		if err := os.Mkdir(shelter, 0o755); err != nil && !errors.Is(err, fs.ErrExist) {
 			return err
 		}

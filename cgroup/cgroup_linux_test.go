@@ -253,3 +253,43 @@ func TestLeftovers(t *testing.T) {
 		}
 	}
 }
+
+// TestSweepSparesLiveShelters: a live process's shelter group (the
+// supervisor's threads) is not an orphan; a sweep by anyone must not kill it.
+func TestSweepSparesLiveShelters(t *testing.T) {
+	opt := boundGroup(t)
+	m, err := NewManager(opt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	g, _, err := m.New("tr_shelter", dryexec.Limits{Pids: 64})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer g.Remove()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	sup := exec.CommandContext(ctx, "sleep", "60")
+	if err := sup.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer sup.Wait()
+	defer sup.Process.Kill()
+	if err := g.ShelterThreads(sup.Process.Pid); err != nil {
+		t.Fatal(err)
+	}
+	if len(g.sheltered) == 0 {
+		t.Skip("no v1 pids hierarchy: nothing is sheltered")
+	}
+	if _, err := Sweep(); err != nil {
+		t.Fatal(err)
+	}
+	if err := sup.Process.Signal(syscall.Signal(0)); err != nil {
+		t.Fatalf("the sweep killed a live supervisor: %v", err)
+	}
+	for _, d := range g.sheltered {
+		if _, err := os.Stat(d); err != nil {
+			t.Errorf("the sweep removed a live shelter %s", d)
+		}
+	}
+}
