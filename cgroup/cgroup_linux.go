@@ -207,9 +207,10 @@ func startTime(pid int) uint64 {
 	return v
 }
 
-// ownerAlive reports whether the process that named a group ".pid-start" is
-// still running.
-func ownerAlive(name string) bool {
+// orphan reports whether a group is ours (named "….<pid>-<start>") and the
+// process that made it is gone. A name that does not parse is not ours to
+// remove.
+func orphan(name string) bool {
 	i := strings.LastIndexByte(name, '.')
 	if i < 0 {
 		return false
@@ -221,7 +222,7 @@ func ownerAlive(name string) bool {
 		return false
 	}
 	st := startTime(pid)
-	return st != 0 && st == start
+	return st == 0 || st != start
 }
 
 func memTotal() int64 {
@@ -656,7 +657,7 @@ func Sweep() (int, error) {
 				}
 				groups, _ := os.ReadDir(p)
 				for _, gd := range groups {
-					if !gd.IsDir() || ownerAlive(gd.Name()) {
+					if !gd.IsDir() || !orphan(gd.Name()) {
 						continue
 					}
 					if err := removeDir(filepath.Join(p, gd.Name()), h.v2); err != nil {
