@@ -8,26 +8,9 @@ import (
 	"golang.org/x/net/dns/dnsmessage"
 )
 
-// The sandbox's side of the link, as SetupTUN configures it. The gateway is
-// also the resolver the sandbox's resolv.conf names; netsim answers DNS sent
-// to any address.
-var (
-	GuestAddr4   = netip.MustParseAddr("10.199.0.2")
-	GatewayAddr4 = netip.MustParseAddr("10.199.0.1")
-	GuestAddr6   = netip.MustParseAddr("fd00:d7e::2")
-	GatewayAddr6 = netip.MustParseAddr("fd00:d7e::1")
-)
-
 // synthetic is the range DNS answers come from (RFC 2544 benchmarking, never
 // routed on the internet); each name gets one address for the Sim's life.
 var synthetic = netip.MustParsePrefix("198.18.0.0/15")
-
-// ResolvConf is the resolv.conf the sandbox needs (the guest binds it over
-// /etc/resolv.conf): host resolvers on loopback (systemd-resolved's
-// 127.0.0.53) would otherwise stay inside the sandbox's own lo.
-func ResolvConf() []byte {
-	return []byte("# dryexec netsim: DNS is answered by the host side of the sandbox\nnameserver " + GatewayAddr4.String() + "\noptions edns0 attempts:2 timeout:2\n")
-}
 
 // names maps DNS names to synthetic addresses and back.
 type names struct {

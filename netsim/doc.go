@@ -8,6 +8,6 @@
 // says so, or blocked; everything is logged as dryexec.NetworkEvent.
 //
 // Host side: New, then ServeTUN (or Serve for another packet link), then Log
-// and Records. Sandbox side (Linux): SetupTUN, SendFD, ResolvConf, and the
-// trust files from Trust.
+// and Records. The sandbox side (creating the TUN device, handing it over,
+// resolv.conf) is package tun, which the guest imports without the netstack.
 package netsim

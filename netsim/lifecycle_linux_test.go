@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/dryexec/dryexec/netsim"
+	"github.com/dryexec/dryexec/netsim/tun"
 	"golang.org/x/sys/unix"
 )
 
@@ -65,13 +66,13 @@ func TestServeStopsOnCancel(t *testing.T) {
 	guestEnd.Close()
 	c, _ := net.FileConn(hostEnd)
 	defer c.Close()
-	tun, err := netsim.RecvFD(c.(*net.UnixConn))
+	dev, err := tun.RecvFD(c.(*net.UnixConn))
 	if err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	served := make(chan error, 1)
-	go func() { served <- sim.ServeTUN(ctx, tun) }()
+	go func() { served <- sim.ServeTUN(ctx, dev) }()
 	cancel()
 	if err := <-served; err != nil {
 		t.Fatal(err)

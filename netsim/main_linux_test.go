@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/dryexec/dryexec/netsim"
+	"github.com/dryexec/dryexec/netsim/tun"
 	"golang.org/x/sys/unix"
 )
 
@@ -88,7 +89,7 @@ func sandboxMain() {
 	if err := linkUp("lo"); err != nil {
 		fail("lo", err)
 	}
-	tun, err := netsim.SetupTUN("dx0")
+	dev, err := tun.SetupTUN("dx0")
 	if err != nil {
 		fail("tun", err)
 	}
@@ -97,10 +98,10 @@ func sandboxMain() {
 	if err != nil {
 		fail("sock", err)
 	}
-	if err := netsim.SendFD(c.(*net.UnixConn), tun); err != nil {
+	if err := tun.SendFD(c.(*net.UnixConn), dev); err != nil {
 		fail("send fd", err)
 	}
-	tun.Close()
+	dev.Close()
 	c.Close()
 	sock.Close()
 	if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
@@ -112,7 +113,7 @@ func sandboxMain() {
 		}
 	}
 	if p := os.Getenv(bundleEnv); p != "" {
-		if err := unix.Mount(p, netsim.SystemBundle, "", unix.MS_BIND, ""); err != nil {
+		if err := unix.Mount(p, tun.SystemBundle, "", unix.MS_BIND, ""); err != nil {
 			fail("bind trust store", err)
 		}
 	}
@@ -206,7 +207,7 @@ func runSandbox(t testing.TB, sim *netsim.Sim, o sandboxOpts, argv ...string) re
 	t.Helper()
 	dir := t.TempDir()
 	resolv := dir + "/resolv.conf"
-	if err := os.WriteFile(resolv, netsim.ResolvConf(), 0o644); err != nil {
+	if err := os.WriteFile(resolv, tun.ResolvConf(), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	tr := sim.Trust()
@@ -242,14 +243,14 @@ func runSandbox(t testing.TB, sim *netsim.Sim, o sandboxOpts, argv ...string) re
 		t.Fatal(err)
 	}
 	defer c.Close()
-	tun, err := netsim.RecvFD(c.(*net.UnixConn))
+	dev, err := tun.RecvFD(c.(*net.UnixConn))
 	if err != nil {
 		cmd.Wait()
 		t.Fatalf("receiving the TUN fd: %v\nstderr: %s", err, stderr.String())
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	served := make(chan error, 1)
-	go func() { served <- sim.ServeTUN(ctx, tun) }()
+	go func() { served <- sim.ServeTUN(ctx, dev) }()
 	werr := cmd.Wait()
 	cancel()
 	if err := <-served; err != nil {

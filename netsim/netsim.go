@@ -17,6 +17,7 @@ import (
 
 	"github.com/dryexec/dryexec/netsim/ca"
 	"github.com/dryexec/dryexec/netsim/mock"
+	"github.com/dryexec/dryexec/netsim/tun"
 	"go.yaml.in/yaml/v3"
 )
 
@@ -40,10 +41,6 @@ const (
 	// idleTimeout closes connections nobody uses.
 	idleTimeout = 2 * time.Minute
 )
-
-// SystemBundle is where Debian, Ubuntu, Alpine and Arch keep the system trust
-// store; the guest binds Trust.Bundle over it.
-const SystemBundle = "/etc/ssl/certs/ca-certificates.crt"
 
 // File is a netsim file: mocks plus allow rules (YAML or JSON).
 type File struct {
@@ -294,12 +291,12 @@ type Trust struct {
 
 // Trust returns the CA and the trust setup for the sandbox.
 func (s *Sim) Trust() Trust {
-	system, _ := os.ReadFile(SystemBundle)
+	system, _ := os.ReadFile(tun.SystemBundle)
 	return Trust{
 		CAPEM:      s.ca.CertPEM(),
 		Bundle:     s.ca.Bundle(system),
-		BundlePath: SystemBundle,
-		Env:        TrustEnv(SystemBundle),
+		BundlePath: tun.SystemBundle,
+		Env:        TrustEnv(tun.SystemBundle),
 	}
 }
 

@@ -10,6 +10,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/dryexec/dryexec/netsim/tun"
 	"gvisor.dev/gvisor/pkg/buffer"
 	"gvisor.dev/gvisor/pkg/tcpip"
 	"gvisor.dev/gvisor/pkg/tcpip/adapters/gonet"
@@ -22,9 +23,6 @@ import (
 	"gvisor.dev/gvisor/pkg/tcpip/transport/udp"
 	"gvisor.dev/gvisor/pkg/waiter"
 )
-
-// MTU of the link; SetupTUN sets the same on the sandbox's side.
-const MTU = 1500
 
 const nicID tcpip.NICID = 1
 
@@ -99,7 +97,7 @@ func (s *Sim) newStack(ctx context.Context) (*stack.Stack, *channel.Endpoint, er
 		NetworkProtocols:   []stack.NetworkProtocolFactory{ipv4.NewProtocol, ipv6.NewProtocol},
 		TransportProtocols: []stack.TransportProtocolFactory{tcp.NewProtocol, udp.NewProtocol},
 	})
-	ep := channel.New(1024, MTU, "")
+	ep := channel.New(1024, tun.MTU, "")
 	if err := st.CreateNIC(nicID, ep); err != nil {
 		return nil, nil, fmt.Errorf("netsim: creating NIC: %s", err)
 	}

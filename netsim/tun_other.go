@@ -5,28 +5,11 @@ package netsim
 import (
 	"context"
 	"errors"
-	"net"
 	"os"
 )
 
-// errNoTUN: TUN devices and namespaces are Linux-only; other rungs use Serve
-// with their own packet link.
-var errNoTUN = errors.New("netsim: TUN devices need Linux")
-
-// CheckTUN is Linux-only.
-func CheckTUN() error { return errNoTUN }
-
-// SetupTUN is Linux-only.
-func SetupTUN(name string) (*os.File, error) { return nil, errNoTUN }
-
-// ServeTUN is Linux-only.
+// ServeTUN is Linux-only; other rungs use Serve with their own packet link.
 func (s *Sim) ServeTUN(ctx context.Context, tun *os.File) error {
 	tun.Close()
-	return errNoTUN
+	return errors.New("netsim: TUN devices need Linux")
 }
-
-// SendFD is Linux-only.
-func SendFD(c *net.UnixConn, f *os.File) error { return errNoTUN }
-
-// RecvFD is Linux-only.
-func RecvFD(c *net.UnixConn) (*os.File, error) { return nil, errNoTUN }

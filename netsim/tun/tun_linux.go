@@ -1,7 +1,6 @@
-package netsim
+package tun
 
 import (
-	"context"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -23,11 +22,11 @@ import (
 // disabled); IPv4 failures are errors.
 func SetupTUN(name string) (*os.File, error) {
 	if name == "" || len(name) >= unix.IFNAMSIZ {
-		return nil, fmt.Errorf("netsim: bad TUN name %q", name)
+		return nil, fmt.Errorf("tun: bad TUN name %q", name)
 	}
 	fd, err := unix.Open("/dev/net/tun", unix.O_RDWR|unix.O_CLOEXEC, 0)
 	if err != nil {
-		return nil, fmt.Errorf("netsim: opening /dev/net/tun: %w", err)
+		return nil, fmt.Errorf("tun: opening /dev/net/tun: %w", err)
 	}
 	ifr, err := unix.NewIfreq(name)
 	if err != nil {
@@ -37,7 +36,7 @@ func SetupTUN(name string) (*os.File, error) {
 	ifr.SetUint16(unix.IFF_TUN | unix.IFF_NO_PI)
 	if err := unix.IoctlIfreq(fd, unix.TUNSETIFF, ifr); err != nil {
 		unix.Close(fd)
-		return nil, fmt.Errorf("netsim: creating TUN %s: %w", name, err)
+		return nil, fmt.Errorf("tun: creating TUN %s: %w", name, err)
 	}
 	f := os.NewFile(uintptr(fd), "/dev/net/tun:"+name)
 	if err := configureLink(name); err != nil {
@@ -53,7 +52,7 @@ func SetupTUN(name string) (*os.File, error) {
 func CheckTUN() error {
 	fd, err := unix.Open("/dev/net/tun", unix.O_RDWR|unix.O_CLOEXEC, 0)
 	if err != nil {
-		return fmt.Errorf("netsim: opening /dev/net/tun: %w", err)
+		return fmt.Errorf("tun: opening /dev/net/tun: %w", err)
 	}
 	return unix.Close(fd)
 }
@@ -61,41 +60,41 @@ func CheckTUN() error {
 func configureLink(name string) error {
 	s, err := unix.Socket(unix.AF_INET, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
 	if err != nil {
-		return fmt.Errorf("netsim: socket: %w", err)
+		return fmt.Errorf("tun: socket: %w", err)
 	}
 	defer unix.Close(s)
 	ifr, _ := unix.NewIfreq(name)
 	ifr.SetUint32(MTU)
 	if err := unix.IoctlIfreq(s, unix.SIOCSIFMTU, ifr); err != nil {
-		return fmt.Errorf("netsim: setting MTU of %s: %w", name, err)
+		return fmt.Errorf("tun: setting MTU of %s: %w", name, err)
 	}
 	ifr, _ = unix.NewIfreq(name)
 	if err := unix.IoctlIfreq(s, unix.SIOCGIFFLAGS, ifr); err != nil {
-		return fmt.Errorf("netsim: reading flags of %s: %w", name, err)
+		return fmt.Errorf("tun: reading flags of %s: %w", name, err)
 	}
 	ifr.SetUint16(ifr.Uint16() | unix.IFF_UP)
 	if err := unix.IoctlIfreq(s, unix.SIOCSIFFLAGS, ifr); err != nil {
-		return fmt.Errorf("netsim: setting %s up: %w", name, err)
+		return fmt.Errorf("tun: setting %s up: %w", name, err)
 	}
 	ifr, _ = unix.NewIfreq(name)
 	if err := unix.IoctlIfreq(s, unix.SIOCGIFINDEX, ifr); err != nil {
-		return fmt.Errorf("netsim: index of %s: %w", name, err)
+		return fmt.Errorf("tun: index of %s: %w", name, err)
 	}
 	index := ifr.Uint32()
 
 	nl, err := unix.Socket(unix.AF_NETLINK, unix.SOCK_RAW|unix.SOCK_CLOEXEC, unix.NETLINK_ROUTE)
 	if err != nil {
-		return fmt.Errorf("netsim: netlink: %w", err)
+		return fmt.Errorf("tun: netlink: %w", err)
 	}
 	defer unix.Close(nl)
 	if err := unix.Bind(nl, &unix.SockaddrNetlink{Family: unix.AF_NETLINK}); err != nil {
-		return fmt.Errorf("netsim: netlink bind: %w", err)
+		return fmt.Errorf("tun: netlink bind: %w", err)
 	}
 	if err := addAddr(nl, index, GuestAddr4, 24); err != nil {
-		return fmt.Errorf("netsim: address %s on %s: %w", GuestAddr4, name, err)
+		return fmt.Errorf("tun: address %s on %s: %w", GuestAddr4, name, err)
 	}
 	if err := addDefaultRoute(nl, index, unix.AF_INET); err != nil {
-		return fmt.Errorf("netsim: default route via %s: %w", name, err)
+		return fmt.Errorf("tun: default route via %s: %w", name, err)
 	}
 	if addAddr(nl, index, GuestAddr6, 64) == nil {
 		addDefaultRoute(nl, index, unix.AF_INET6)
@@ -176,50 +175,6 @@ func nlDo(nl int, typ uint16, flags uint16, body []byte) error {
 	}
 }
 
-// tunLink reads and writes one packet per call on a TUN file.
-type tunLink struct{ f *os.File }
-
-func (t tunLink) Read(p []byte) (int, error) {
-	for {
-		n, err := t.f.Read(p)
-		// A TUN read can fail transiently when the device is torn down
-		// and recreated; only EBADFD and closure end the loop.
-		if errors.Is(err, unix.EINTR) || errors.Is(err, unix.EAGAIN) {
-			continue
-		}
-		return n, err
-	}
-}
-func (t tunLink) Write(p []byte) (int, error) { return t.f.Write(p) }
-func (t tunLink) Close() error                { return t.f.Close() }
-
-// ServeTUN serves the TUN device tun (from SetupTUN, received from the
-// sandbox) until ctx is done. It takes ownership of tun. Cancel ctx when the
-// sandbox ends: the open TUN file holds a reference to the sandbox's network
-// namespace, so the device does not go away by itself while it is served.
-func (s *Sim) ServeTUN(ctx context.Context, tun *os.File) error {
-	// The file must be non-blocking for Close (on ctx done) to interrupt a
-	// pending Read: re-wrap it so the runtime poller owns it.
-	raw, err := tun.SyscallConn()
-	if err != nil {
-		tun.Close()
-		return err
-	}
-	var dup int
-	var cerr error
-	raw.Control(func(fd uintptr) {
-		dup, cerr = unix.FcntlInt(fd, unix.F_DUPFD_CLOEXEC, 0)
-		if cerr == nil {
-			cerr = unix.SetNonblock(dup, true)
-		}
-	})
-	tun.Close()
-	if cerr != nil {
-		return fmt.Errorf("netsim: preparing TUN fd: %w", cerr)
-	}
-	return s.Serve(ctx, tunLink{os.NewFile(uintptr(dup), "tun")})
-}
-
 // SendFD passes f over a unix socket (SCM_RIGHTS), as the guest hands its
 // TUN device to the host.
 func SendFD(c *net.UnixConn, f *os.File) error {
@@ -250,5 +205,5 @@ func RecvFD(c *net.UnixConn) (*os.File, error) {
 		unix.CloseOnExec(fds[0])
 		return os.NewFile(uintptr(fds[0]), "received-fd"), nil
 	}
-	return nil, errors.New("netsim: no file descriptor received")
+	return nil, errors.New("tun: no file descriptor received")
 }
