@@ -2,6 +2,7 @@ package netsim_test
 
 import (
 	"context"
+	"crypto/x509"
 	"encoding/json"
 	"fmt"
 	"net"
@@ -235,5 +236,49 @@ func TestCredentialInjection(t *testing.T) {
 	}
 	if !found {
 		t.Fatalf("no allowed event: %s", b)
+	}
+}
+
+// TestAllowedHTTPS: allowed HTTPS is re-encrypted to the real server and
+// that server's certificate is verified: with its CA in UpstreamRoots the
+// request goes through; against the system roots it fails closed (502, and
+// the server never gets a request).
+func TestAllowedHTTPS(t *testing.T) {
+	var hits atomic.Int64
+	srv := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		hits.Add(1)
+		fmt.Fprintf(w, "tls upstream saw %s", r.Host)
+	}))
+	defer srv.Close()
+	port := srv.Listener.Addr().(*net.TCPAddr).Port
+	pool := x509.NewCertPool()
+	pool.AddCert(srv.Certificate())
+	url := fmt.Sprintf("https://example.com:%d/x", port) // httptest's certificate names example.com
+	cases := []struct {
+		name   string
+		roots  *x509.CertPool
+		want   string
+		status int
+		hits   int64
+	}{
+		{"upstream verified", pool, "tls upstream saw example.com:", 200, 1},
+		{"upstream not trusted", nil, "upstream failed", 502, 0},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			before := hits.Load()
+			sim := newSim(t, netsim.Config{LookupHost: resolveTo("example.com", "127.0.0.1"), UpstreamRoots: tc.roots,
+				Allow: []netsim.Rule{{Host: "127.0.0.1", Port: port}}}, nil)
+			res := runSandbox(t, sim, sandboxOpts{env: trustEnv}, "curl", "-sS", url)
+			if !strings.Contains(res.stdout, tc.want) {
+				t.Fatalf("stdout %q stderr %s log %s", res.stdout, res.stderr, dumpLog(t, sim.Log()))
+			}
+			if ev, ok := findEvent(sim.Log(), dryexec.NetworkEvent{Proto: "https", Action: netsim.ActionAllowed, Status: tc.status}); !ok {
+				t.Fatalf("no https event with status %d: %s (%+v)", tc.status, dumpLog(t, sim.Log()), ev)
+			}
+			if got := hits.Load() - before; got != tc.hits {
+				t.Fatalf("server handled %d requests, want %d", got, tc.hits)
+			}
+		})
 	}
 }
