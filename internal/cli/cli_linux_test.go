@@ -138,7 +138,7 @@ func TestRunExitCodes(t *testing.T) {
 		{"unknown rung", []string{"run", "--rung", "nope", "--", "true"}, ExitInternal, "unknown rung"},
 		{"unbuilt rung", []string{"run", "--rung", "gvisor", "--", "true"}, ExitInternal, "unavailable"},
 		{"bad cwd", []string{"run", "-C", "/no/such/dir", "--", "true"}, ExitInternal, "bad action"},
-		{"bad env", []string{"run", "--env", "NOEQUALS", "--", "true"}, ExitUsage, "KEY=VALUE"},
+		{"bad env", []string{"run", "--env", "=x", "--", "true"}, ExitUsage, "NAME=VALUE"},
 		{"no command", []string{"run"}, ExitUsage, ""},
 		{"unknown flag", []string{"run", "--frobnicate", "--", "true"}, ExitUsage, "unknown flag"},
 	}

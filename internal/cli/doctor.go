@@ -22,6 +22,9 @@ func doctorCmd(env Env, code *int) *cobra.Command {
 			for _, s := range st {
 				if s.Available {
 					fmt.Fprintf(env.Stdout, "%-9s ok\n", s.Name)
+					for _, n := range s.Notes {
+						fmt.Fprintf(env.Stdout, "%-9s %s\n", "", n)
+					}
 				} else {
 					fmt.Fprintf(env.Stdout, "%-9s unavailable: %s\n", s.Name, s.Missing)
 				}

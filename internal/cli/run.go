@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"time"
 
@@ -17,12 +18,6 @@ import (
 	"github.com/dryexec/dryexec/rung"
 	"github.com/dryexec/dryexec/store"
 )
-
-// defaultEnv is the allowlist of the caller's variables a trial sees. Everything
-// else (tokens, keys, cloud credentials) stays out unless named with --pass-env or
-// --env, because the command should not see it and the delta records the env.
-var defaultEnv = []string{"PATH", "HOME", "USER", "LOGNAME", "SHELL", "LANG", "LANGUAGE", "TERM", "TZ", "TMPDIR", "COLORTERM", "NO_COLOR",
-	"LC_ALL", "LC_CTYPE", "LC_MESSAGES", "LC_COLLATE", "LC_NUMERIC", "LC_TIME"}
 
 func runCmd(env Env, code *int) *cobra.Command {
 	var (
@@ -39,6 +34,12 @@ func runCmd(env Env, code *int) *cobra.Command {
 		// --commit, -i and --force
 		doCommitFlag, interactive, force bool
 		policyFile                       string
+		// limits and masks (docs/limits.md)
+		memory         string
+		pids           int64
+		cpus           float64
+		masks          []string
+		noDefaultMasks bool
 	)
 	c := &cobra.Command{
 		Use:   "run [flags] -- CMD [ARG...]",
@@ -74,26 +75,32 @@ func runCmd(env Env, code *int) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			a := dryexec.Action{Argv: args, Cwd: cwd, Env: map[string]string{}, TimeoutMS: timeout.Milliseconds()}
-			for _, k := range defaultEnv {
-				if v := env.Getenv(k); v != "" {
-					a.Env[k] = v
-				}
-			}
-			for _, k := range passEnv {
-				if v := env.Getenv(k); v != "" {
-					a.Env[k] = v
-				}
-			}
+			// The environment is an allowlist (dryexec.SandboxEnv): --env NAME
+			// passes a variable through, --env NAME=VALUE sets one.
+			pass, set := passEnv, []string(nil)
 			for _, kv := range setEnv {
-				k, v, ok := strings.Cut(kv, "=")
-				if !ok || k == "" {
-					return usageError{fmt.Errorf("--env %q: want KEY=VALUE", kv)}
+				if strings.Contains(kv, "=") {
+					set = append(set, kv)
+				} else {
+					pass = append(pass, kv)
 				}
-				a.Env[k] = v
+			}
+			a := dryexec.Action{Argv: args, Cwd: cwd, TimeoutMS: timeout.Milliseconds()}
+			if a.Env, err = dryexec.SandboxEnv(env.Getenv, callerEnviron(env), pass, set); err != nil {
+				return usageError{err}
 			}
 			a.Env["PWD"] = cwd
-			spec := dryexec.TrialSpec{TrialID: dryexec.NewTrialID(), Action: a, OutputCap: outputCap, UpperSizeBytes: upperSize}
+			spec := dryexec.TrialSpec{TrialID: dryexec.NewTrialID(), Action: a, OutputCap: outputCap, UpperSizeBytes: upperSize,
+				Limits: dryexec.Limits{Pids: pids, CPUs: cpus}, Masks: masks, NoDefaultMasks: noDefaultMasks}
+			if spec.Limits.MemoryBytes, err = parseBytes(memory); err != nil {
+				return usageError{fmt.Errorf("--memory: %w", err)}
+			}
+			if err := spec.Limits.Check(); err != nil {
+				return usageError{err}
+			}
+			if _, err := dryexec.MaskPaths([]string{"/"}, masks, true); err != nil {
+				return usageError{err}
+			}
 			if withStdin {
 				spec.Stdin = env.Stdin
 			}
@@ -162,8 +169,13 @@ func runCmd(env Env, code *int) *cobra.Command {
 	f.StringVar(&rungName, "rung", "ns", "isolation rung: "+strings.Join(rung.Names(), ", ")+" or best")
 	f.BoolVar(&asJSON, "json", false, "print the StateDelta as JSON")
 	f.DurationVar(&timeout, "timeout", 0, "kill the command and everything it started after this long (0: none)")
-	f.StringArrayVar(&setEnv, "env", nil, "set KEY=VALUE in the command's environment (repeatable)")
-	f.StringArrayVar(&passEnv, "pass-env", nil, "pass the caller's variable KEY through (repeatable); by default only "+strings.Join(defaultEnv, ", ")+" are")
+	f.StringArrayVar(&setEnv, "env", nil, "NAME=VALUE sets a variable in the command's environment, NAME (or NAME*) passes the caller's through (repeatable); by default only "+strings.Join(dryexec.EnvAllowlist, ", ")+" are")
+	f.StringArrayVar(&passEnv, "pass-env", nil, "pass the caller's variable NAME (or NAME*) through (repeatable), like --env NAME")
+	f.StringVar(&memory, "memory", "", "memory limit of the whole sandbox, in bytes or with K, M, G (default: half the host's RAM; -1: none)")
+	f.Int64Var(&pids, "pids", 0, fmt.Sprintf("processes and threads the sandbox may have (default %d; -1: no limit)", dryexec.DefaultPids))
+	f.Float64Var(&cpus, "cpus", 0, "CPU quota in CPUs, e.g. 1.5 (default: none)")
+	f.StringArrayVar(&masks, "mask", nil, "a host path the sandbox sees empty, absolute or ~/… (repeatable; added to the default credential paths)")
+	f.BoolVar(&noDefaultMasks, "no-default-masks", false, "do not mask the default credential paths (~/.ssh, ~/.aws, …; docs/limits.md)")
 	f.BoolVar(&withStdin, "stdin", false, "pass dryexec's standard input to the command (default: /dev/null)")
 	f.IntVar(&outputCap, "output-cap", dryexec.DefaultOutputCap, "bytes of stdout and of stderr kept (the tail)")
 	f.Int64Var(&upperSize, "upper-size", dryexec.DefaultUpperSizeBytes, "bytes the trial may write in all")
@@ -200,4 +212,41 @@ func exitCode(d *dryexec.StateDelta) int {
 		return ExitCommandFailed
 	}
 	return ExitReview
+}
+
+// callerEnviron lists the caller's variables that env.Getenv agrees with, for
+// --env NAME* patterns.
+func callerEnviron(env Env) []string {
+	var out []string
+	for _, kv := range os.Environ() {
+		if k, v, ok := strings.Cut(kv, "="); ok && env.Getenv(k) == v {
+			out = append(out, kv)
+		}
+	}
+	return out
+}
+
+// parseBytes reads a size: bytes, or a number with K, M, G (powers of 1024,
+// an optional "i" and "B" after it); "" is 0 (the default), -1 no limit.
+func parseBytes(s string) (int64, error) {
+	if s == "" || s == "-1" {
+		return map[string]int64{"": 0, "-1": -1}[s], nil
+	}
+	t := strings.TrimSuffix(strings.TrimSuffix(strings.ToUpper(s), "B"), "I")
+	mult := int64(1)
+	if n := len(t); n > 0 {
+		switch t[n-1] {
+		case 'K':
+			mult, t = 1<<10, t[:n-1]
+		case 'M':
+			mult, t = 1<<20, t[:n-1]
+		case 'G':
+			mult, t = 1<<30, t[:n-1]
+		}
+	}
+	v, err := strconv.ParseInt(t, 10, 64)
+	if err != nil || v <= 0 || v > (1<<62)/mult {
+		return 0, fmt.Errorf("%q is not a size (want bytes, or a number with K, M or G)", s)
+	}
+	return v * mult, nil
 }
