@@ -90,6 +90,16 @@ func (a *api) routes() []route {
 	}
 }
 
+// Routes lists the API's endpoints as "METHOD /pattern", as openapi.json
+// documents them.
+func Routes() []string {
+	var out []string
+	for _, rt := range (&api{}).routes() {
+		out = append(out, rt.method+" "+rt.pattern)
+	}
+	return out
+}
+
 // Handler serves svc's API.
 func Handler(svc *Service, opt HandlerOptions) http.Handler {
 	if opt.MaxBody <= 0 {

@@ -285,8 +285,8 @@ func (s *Service) RunTrial(ctx context.Context, req TrialRequest, hooks TrialHoo
 	}
 	defer s.trials.Done()
 	spec := dryexec.TrialSpec{
-		TrialID: dryexec.NewTrialID(),
-		Action:  dryexec.Action{Argv: req.Argv, Cwd: req.Cwd, Env: env, TimeoutMS: req.TimeoutMS},
+		TrialID:   dryexec.NewTrialID(),
+		Action:    dryexec.Action{Argv: req.Argv, Cwd: req.Cwd, Env: env, TimeoutMS: req.TimeoutMS},
 		OutputCap: req.OutputCap, UpperSizeBytes: req.UpperSizeBytes,
 		Stdout: hooks.Stdout, Stderr: hooks.Stderr,
 	}

@@ -1,7 +1,6 @@
 package cli
 
 import (
-	"context"
 	"fmt"
 	"log/slog"
 	"os"
@@ -10,7 +9,6 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/dryexec/dryexec"
 	"github.com/dryexec/dryexec/mcpserver"
 	"github.com/dryexec/dryexec/policy"
 	"github.com/dryexec/dryexec/server"
@@ -29,7 +27,7 @@ func buildVersion() string {
 // newService builds the daemon's core the way every front end (serve, mcp)
 // shares: the CLI's store, the env allowlist over this process's environment,
 // and the decision engine of `dryexec run`.
-func newService(env Env, log *slog.Logger, maxTrials, maxQueue int) (*server.Service, error) {
+func newService(env Env, log *slog.Logger, maxTrials, maxQueue int, policyFile string) (*server.Service, error) {
 	dir, err := store.DefaultDir(env.Getenv)
 	if err != nil {
 		return nil, err
@@ -40,45 +38,26 @@ func newService(env Env, log *slog.Logger, maxTrials, maxQueue int) (*server.Ser
 			return nil, usageError{fmt.Errorf("DRYEXEC_TRIAL_TTL=%q: want a positive duration like 24h", v)}
 		}
 	}
+	base := policy.Default()
+	if policyFile != "" {
+		if base, err = policy.Load(policyFile); err != nil {
+			return nil, usageError{err}
+		}
+	}
+	decide, err := server.PolicyDecider(dir, base)
+	if err != nil {
+		return nil, err
+	}
 	return server.NewService(server.Config{
 		StoreDir: dir, TTL: ttl, MaxTrials: maxTrials, MaxQueue: maxQueue,
 		Getenv: env.Getenv, Environ: os.Environ(), Version: buildVersion(), Log: log,
-		Decide: serviceDecide(env),
+		Decide: decide,
 	})
-}
-
-// serviceDecide is how a daemon trial meets the decision engine: the request's
-// policy document (the SDK's Environment) on top of the default policy.
-// DECISION ENGINE CALL SITE (issue #7): keep this the same as `dryexec run`'s
-// (receipt signing joins here when it lands).
-func serviceDecide(env Env) func([]byte) (func(context.Context, *dryexec.StateDelta) error, error) {
-	return func(doc []byte) (func(context.Context, *dryexec.StateDelta) error, error) {
-		p := policy.Default()
-		if doc != nil {
-			var err error
-			if p, err = policy.Parse(doc); err != nil {
-				return nil, err
-			}
-			// A scorer runs a command or calls a URL from the host, outside
-			// any sandbox: a request may not bring its own.
-			if p.Scorer != nil {
-				return nil, fmt.Errorf("a request's policy may not name a scorer (it would run on the host, unsandboxed)")
-			}
-		}
-		eng, err := policy.Compile(p)
-		if err != nil {
-			return nil, err
-		}
-		return func(ctx context.Context, d *dryexec.StateDelta) error {
-			eng.Apply(ctx, d)
-			return nil
-		}, nil
-	}
 }
 
 func serveCmd(env Env) *cobra.Command {
 	var (
-		socket, listen      string
+		socket, listen, pol string
 		maxTrials, maxQueue int
 		drain               time.Duration
 		verbose             bool
@@ -99,7 +78,7 @@ func serveCmd(env Env) *cobra.Command {
 				level = slog.LevelDebug
 			}
 			log := slog.New(slog.NewTextHandler(env.Stderr, &slog.HandlerOptions{Level: level}))
-			svc, err := newService(env, log, maxTrials, maxQueue)
+			svc, err := newService(env, log, maxTrials, maxQueue, pol)
 			if err != nil {
 				return err
 			}
@@ -125,6 +104,7 @@ func serveCmd(env Env) *cobra.Command {
 	f.IntVar(&maxTrials, "max-trials", 4, "trials run at once; more wait in the queue")
 	f.IntVar(&maxQueue, "max-queue", 64, "trials that may wait for a slot; more are refused with 503 busy")
 	f.DurationVar(&drain, "drain", 30*time.Second, "on SIGTERM, how long running trials may take before they are killed")
+	f.StringVar(&pol, "policy", "", "policy file (YAML or JSON, docs/decision.md) for trials whose request names none")
 	f.BoolVarP(&verbose, "verbose", "v", false, "log every trial")
 	return c
 }

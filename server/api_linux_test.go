@@ -1,0 +1,511 @@
+package server_test
+
+import (
+	"archive/tar"
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/getkin/kin-openapi/openapi3"
+
+	"github.com/dryexec/dryexec"
+	"github.com/dryexec/dryexec/schema"
+	"github.com/dryexec/dryexec/server"
+)
+
+// Every route the server has is in openapi.json and every documented route is
+// served (the mux answers it, not its no_route fallback).
+func TestOpenAPIMatchesRoutes(t *testing.T) {
+	doc, err := openapi3.NewLoader().LoadFromData(server.OpenAPI())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := doc.Validate(context.Background()); err != nil {
+		t.Fatalf("openapi.json is not valid OpenAPI 3: %v", err)
+	}
+	var documented []string
+	for p, item := range doc.Paths.Map() {
+		for m := range item.Operations() {
+			documented = append(documented, m+" "+p)
+		}
+	}
+	served := server.Routes()
+	sort.Strings(documented)
+	sort.Strings(served)
+	if strings.Join(documented, "\n") != strings.Join(served, "\n") {
+		t.Fatalf("openapi.json and the routes differ\ndocumented:\n%s\n\nserved:\n%s", strings.Join(documented, "\n"), strings.Join(served, "\n"))
+	}
+	// The live daemon answers each documented route with its own handler.
+	d := startDaemon(t, server.Config{}, server.HandlerOptions{})
+	fill := strings.NewReplacer("{id}", "tr_aaaaaaaaaaaaaaaaaaaa", "{key}", "k", "{call}", "hc_x")
+	for _, r := range documented {
+		method, p, _ := strings.Cut(r, " ")
+		if strings.HasPrefix(p, "/v1/sessions/{id}") {
+			p = strings.Replace(p, "{id}", "se_aaaaaaaaaaaaaaaaaaaa", 1)
+		}
+		resp, data := d.do(t, method, fill.Replace(p), "{}")
+		var e apiErr
+		json.Unmarshal(data, &e)
+		if e.Error.Code == "no_route" || e.Error.Code == "method_not_allowed" || resp.StatusCode == http.StatusMethodNotAllowed {
+			t.Errorf("%s: not served (%d %s)", r, resp.StatusCode, data)
+		}
+	}
+	d.fails(t, "GET", "/v1/nothing", nil, 404, "no_route")
+	d.fails(t, "DELETE", "/v1/trials", nil, 405, "method_not_allowed")
+	var v map[string]any
+	d.ok(t, "GET", "/v1/version", nil, 200, &v)
+	if v["schema"] != dryexec.SchemaV1 || v["api"] != "v1" {
+		t.Fatalf("version: %v", v)
+	}
+}
+
+// Over TCP every request needs the token; a refused one runs nothing.
+func TestAuthTCP(t *testing.T) {
+	requireNS(t)
+	home := filepath.Join(t.TempDir(), "home")
+	svc, err := server.NewService(server.Config{StoreDir: home})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	addr := make(chan string, 1)
+	done := make(chan error, 1)
+	go func() {
+		done <- server.Serve(ctx, svc, server.ServeOptions{Listen: "127.0.0.1:0", Ready: func(a string) { addr <- a }})
+	}()
+	base := "http://" + <-addr
+	defer func() { cancel(); <-done }()
+	tokFile := server.TokenFile(svc.Config().StateDir)
+	info, err := os.Stat(tokFile)
+	if err != nil || info.Mode().Perm() != 0o600 {
+		t.Fatalf("token file: %v %v", info, err)
+	}
+	tok, err := server.LoadOrCreateToken(tokFile)
+	if err != nil || len(tok) < 32 {
+		t.Fatalf("token: %q %v", tok, err)
+	}
+	wd := t.TempDir()
+	body := fmt.Sprintf(`{"argv":["sh","-c","echo x > f"],"cwd":%q}`, wd)
+	for _, tc := range []struct {
+		name, header string
+		want         int
+	}{
+		{"no token", "", 401},
+		{"wrong token", "Bearer " + strings.Repeat("0", len(tok)), 401},
+		{"token prefix", "Bearer " + tok[:len(tok)-1], 401},
+		{"token without Bearer", tok, 401},
+		{"basic auth", "Basic " + tok, 401},
+		{"lower-case scheme", "bearer " + tok, 401},
+		{"right token", "Bearer " + tok, 201},
+	} {
+		for _, path := range []string{"/v1/trials", "/v1/health", "/v1/openapi.json", "/mcp"} {
+			method := "GET"
+			if path == "/v1/trials" {
+				method = "POST"
+			}
+			if path == "/mcp" && tc.want != 401 {
+				continue
+			}
+			req, _ := http.NewRequest(method, base+path, strings.NewReader(body))
+			req.Header.Set("Content-Type", "application/json")
+			if tc.header != "" {
+				req.Header.Set("Authorization", tc.header)
+			}
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			resp.Body.Close()
+			want := tc.want
+			if want == 201 && method == "GET" {
+				want = 200
+			}
+			if resp.StatusCode != want {
+				t.Errorf("%s %s: %d, want %d", tc.name, path, resp.StatusCode, want)
+			}
+		}
+		if tc.want == 401 {
+			if list, _ := svc.Trials(); len(list) != 0 {
+				t.Fatalf("%s: a refused request ran a trial: %+v", tc.name, list)
+			}
+		}
+	}
+	if list, _ := svc.Trials(); len(list) != 1 {
+		t.Fatalf("the authorised request ran %d trials, want 1", len(list))
+	}
+	// The token survives a restart; a token file others can read is refused.
+	if again, err := server.LoadOrCreateToken(tokFile); err != nil || again != tok {
+		t.Fatalf("token changed on reload: %v", err)
+	}
+	os.Chmod(tokFile, 0o644)
+	if _, err := server.LoadOrCreateToken(tokFile); err == nil {
+		t.Fatal("a world-readable token file was accepted")
+	}
+}
+
+// The socket is 0600; a stale one is replaced; a live one or a non-socket is
+// left alone.
+func TestUnixSocket(t *testing.T) {
+	d := startDaemon(t, server.Config{}, server.HandlerOptions{})
+	info, err := os.Stat(d.sock)
+	if err != nil || info.Mode()&os.ModeSocket == 0 || info.Mode().Perm() != 0o600 {
+		t.Fatalf("socket: %v %v", info.Mode(), err)
+	}
+	svc, _ := server.NewService(server.Config{StoreDir: t.TempDir()})
+	if err := server.Serve(context.Background(), svc, server.ServeOptions{Socket: d.sock}); err == nil || !strings.Contains(err.Error(), "already listening") {
+		t.Fatalf("a second daemon on a live socket: %v", err)
+	}
+	dir := t.TempDir()
+	plain := filepath.Join(dir, "file")
+	os.WriteFile(plain, []byte("keep"), 0o600)
+	svc, _ = server.NewService(server.Config{StoreDir: t.TempDir()})
+	if err := server.Serve(context.Background(), svc, server.ServeOptions{Socket: plain}); err == nil {
+		t.Fatal("served over a regular file")
+	}
+	if b, _ := os.ReadFile(plain); string(b) != "keep" {
+		t.Fatal("the regular file was touched")
+	}
+	stale := filepath.Join(dir, "stale.sock")
+	ln, err := net.Listen("unix", stale)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln.(*net.UnixListener).SetUnlinkOnClose(false)
+	ln.Close()
+	startDaemon(t, server.Config{}, server.HandlerOptions{}) // unrelated, keeps helpers honest
+	svc, _ = server.NewService(server.Config{StoreDir: t.TempDir()})
+	ctx, cancel := context.WithCancel(context.Background())
+	ready := make(chan string, 1)
+	done := make(chan error, 1)
+	go func() {
+		done <- server.Serve(ctx, svc, server.ServeOptions{Socket: stale, Ready: func(a string) { ready <- a }})
+	}()
+	select {
+	case <-ready:
+	case err := <-done:
+		t.Fatalf("a stale socket blocked the start: %v", err)
+	}
+	cancel()
+	<-done
+	if _, err := os.Lstat(stale); !os.IsNotExist(err) {
+		t.Fatalf("the socket was not removed at shutdown: %v", err)
+	}
+}
+
+func tarOf(t *testing.T, entries ...tar.Header) []byte {
+	var b bytes.Buffer
+	tw := tar.NewWriter(&b)
+	for _, h := range entries {
+		if h.Typeflag == tar.TypeReg {
+			h.Size = 1
+		}
+		if h.Mode == 0 {
+			h.Mode = 0o644
+		}
+		tw.WriteHeader(&h)
+		if h.Typeflag == tar.TypeReg {
+			tw.Write([]byte("x"))
+		}
+	}
+	tw.Close()
+	return b.Bytes()
+}
+
+// Bad input is refused with a 4xx and a message, before anything runs.
+func TestBadInput(t *testing.T) {
+	requireNS(t)
+	d := startDaemon(t, server.Config{}, server.HandlerOptions{MaxBody: 4096})
+	wd := t.TempDir()
+	var sess server.SessionInfo
+	d.ok(t, "POST", "/v1/sessions", server.SessionRequest{Rung: "host"}, 201, &sess)
+	sp := "/v1/sessions/" + sess.SessionID
+	big := fmt.Sprintf(`{"argv":["echo",%q],"cwd":%q}`, strings.Repeat("x", 5000), wd)
+	cases := []struct {
+		name, method, path string
+		body               any
+		status             int
+		code               string
+	}{
+		{"bad json", "POST", "/v1/trials", `{"argv": [`, 400, "bad_request"},
+		{"wrong type", "POST", "/v1/trials", `{"argv": "ls", "cwd": "/"}`, 400, "bad_request"},
+		{"unknown field", "POST", "/v1/trials", `{"argv": ["ls"], "cwd": "/", "sudo": true}`, 400, "bad_request"},
+		{"trailing data", "POST", "/v1/trials", `{"argv": ["ls"], "cwd": "/"} {}`, 400, "bad_request"},
+		{"empty body", "POST", "/v1/trials", "", 400, "bad_request"},
+		{"oversized body", "POST", "/v1/trials", big, 413, "too_large"},
+		{"empty argv", "POST", "/v1/trials", server.TrialRequest{Cwd: wd}, 400, "bad_request"},
+		{"relative cwd", "POST", "/v1/trials", server.TrialRequest{Argv: []string{"ls"}, Cwd: "tmp"}, 400, "bad_request"},
+		{"cwd traversal", "POST", "/v1/trials", server.TrialRequest{Argv: []string{"ls"}, Cwd: wd + "/../../etc"}, 400, "bad_request"},
+		{"cwd NUL", "POST", "/v1/trials", server.TrialRequest{Argv: []string{"ls"}, Cwd: "/tmp\x00x"}, 400, "bad_request"},
+		{"negative timeout", "POST", "/v1/trials", server.TrialRequest{Argv: []string{"ls"}, Cwd: wd, TimeoutMS: -1}, 400, "bad_request"},
+		{"bad env name", "POST", "/v1/trials", server.TrialRequest{Argv: []string{"ls"}, Cwd: wd, Env: map[string]string{"A=B": "x"}}, 400, "bad_request"},
+		{"bad policy", "POST", "/v1/trials", `{"argv":["ls"],"cwd":"/","policy":{"nonsense":1}}`, 400, "policy"},
+		{"unknown rung", "POST", "/v1/trials", server.TrialRequest{Argv: []string{"ls"}, Cwd: wd, Rung: "nope"}, 500, "internal"},
+		{"unavailable rung", "POST", "/v1/trials", server.TrialRequest{Argv: []string{"ls"}, Cwd: wd, Rung: "vm"}, 503, "isolation_unavailable"},
+		{"trial id traversal", "GET", "/v1/trials/..%2F..%2Fetc", nil, 400, "bad_request"},
+		{"trial id shape", "GET", "/v1/trials/tr_x", nil, 400, "bad_request"},
+		{"unknown trial", "GET", "/v1/trials/tr_aaaaaaaaaaaaaaaaaaaa", nil, 404, "not_found"},
+		{"commit traversal", "POST", "/v1/trials/tr_aaaaaaaaaaaaaaaaaaaa/commit", server.CommitRequest{Paths: []string{wd + "/../x"}}, 400, "bad_request"},
+		{"commit relative", "POST", "/v1/trials/tr_aaaaaaaaaaaaaaaaaaaa/commit", server.CommitRequest{Paths: []string{"x"}}, 400, "bad_request"},
+		{"discard unknown", "POST", "/v1/trials/tr_aaaaaaaaaaaaaaaaaaaa/discard", nil, 404, "not_found"},
+		{"workspace traversal", "POST", "/v1/sessions", server.SessionRequest{Workspace: "/workspace/../etc"}, 400, "bad_request"},
+		{"workspace root", "POST", "/v1/sessions", server.SessionRequest{Workspace: "/"}, 400, "bad_request"},
+		{"host object wildcard", "POST", "/v1/sessions", server.SessionRequest{Rung: "host", HostObjects: map[string][]string{"db": {"*"}}}, 403, "policy"},
+		{"host object name", "POST", "/v1/sessions", server.SessionRequest{Rung: "host", HostObjects: map[string][]string{"__import__": {"x"}}}, 400, "bad_request"},
+		{"session rung", "POST", "/v1/sessions", server.SessionRequest{Rung: "vm"}, 503, "isolation_unavailable"},
+		{"session id shape", "POST", "/v1/sessions/../../x/shell", server.ShellRequest{Command: "ls"}, 404, "no_route"},
+		{"bad session id", "POST", "/v1/sessions/se_%2E%2E/shell", server.ShellRequest{Command: "ls"}, 400, "bad_request"},
+		{"unknown session", "POST", "/v1/sessions/se_aaaaaaaaaaaaaaaaaaaa/shell", server.ShellRequest{Command: "ls"}, 404, "not_found"},
+		{"shell unknown field", "POST", sp + "/shell", `{"command":"ls","cwd":"/"}`, 400, "bad_request"},
+		{"file value traversal", "POST", sp + "/python", `{"code":"1","inputs":{"p":{"type":"file","path":"../../etc/passwd"}}}`, 400, "bad_request"},
+		{"bad value type", "POST", sp + "/python", `{"code":"1","inputs":{"p":{"type":"pickle","bytes":"AA=="}}}`, 422, "not_representable"},
+		{"mixed value", "POST", sp + "/python", `{"code":"1","inputs":{"p":{"type":"json","json":1,"path":"x"}}}`, 422, "not_representable"},
+		{"bad input name", "POST", sp + "/python", `{"code":"1","inputs":{"1x":{"type":"json","json":1}}}`, 400, "bad_request"},
+		{"host answer without call", "POST", sp + "/hostcalls/hc_nope", `{"value":{"type":"json","json":1}}`, 404, "not_found"},
+		{"host answer both", "POST", sp + "/hostcalls/hc_nope", `{"value":{"type":"json","json":1},"error":{"code":"type","message":"x"}}`, 400, "bad_request"},
+		{"events after", "GET", sp + "/events?after=-1", nil, 400, "bad_request"},
+		{"hostcalls wait", "GET", sp + "/hostcalls?wait_ms=999999", nil, 400, "bad_request"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			d.fails(t, tc.method, tc.path, tc.body, tc.status, tc.code)
+		})
+	}
+	// Content types.
+	req, _ := http.NewRequest("POST", d.base+"/v1/trials", strings.NewReader(`{"argv":["ls"],"cwd":"/"}`))
+	req.Header.Set("Content-Type", "text/plain")
+	resp, _ := d.client.Do(req)
+	if resp.StatusCode != 415 {
+		t.Fatalf("text/plain body: %d", resp.StatusCode)
+	}
+	resp.Body.Close()
+	// Trees that would land outside the workspace never reach the session.
+	for _, tc := range []struct {
+		name string
+		tree []byte
+	}{
+		{"dotdot", tarOf(t, tar.Header{Name: "../evil", Typeflag: tar.TypeReg})},
+		{"nested dotdot", tarOf(t, tar.Header{Name: "a/../../evil", Typeflag: tar.TypeReg})},
+		{"absolute", tarOf(t, tar.Header{Name: "/etc/evil", Typeflag: tar.TypeReg})},
+		{"hard link out", tarOf(t, tar.Header{Name: "l", Typeflag: tar.TypeLink, Linkname: "../../etc/passwd"})},
+		{"device", tarOf(t, tar.Header{Name: "dev", Typeflag: tar.TypeChar})},
+		{"not tar", []byte("this is not a tar stream at all, not even close, and it is long enough to be read as a header block? no.")},
+	} {
+		req, _ := http.NewRequest("PUT", d.base+sp+"/tree", bytes.NewReader(tc.tree))
+		req.Header.Set("Content-Type", "application/x-tar")
+		resp, err := d.client.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var e apiErr
+		json.NewDecoder(resp.Body).Decode(&e)
+		resp.Body.Close()
+		if resp.StatusCode != 400 || e.Error.Code != "bad_request" {
+			t.Errorf("tree %s: %d %+v", tc.name, resp.StatusCode, e)
+		}
+	}
+	// Nothing above ran a trial.
+	if list, _ := d.svc.Trials(); len(list) != 0 {
+		t.Fatalf("refused requests ran trials: %+v", list)
+	}
+}
+
+// ≥ 20 parallel trials through a limit of 4: every delta is its own trial's.
+func TestConcurrentTrials(t *testing.T) {
+	requireNS(t)
+	d := startDaemon(t, server.Config{MaxTrials: 4, MaxQueue: 64}, server.HandlerOptions{})
+	wd := t.TempDir()
+	v, err := schema.NewValidator()
+	if err != nil {
+		t.Fatal(err)
+	}
+	const n = 24
+	var wg sync.WaitGroup
+	deltas := make([]*dryexec.StateDelta, n)
+	raws := make([][]byte, n)
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			var delta dryexec.StateDelta
+			resp, data := d.do(t, "POST", "/v1/trials", server.TrialRequest{Argv: []string{"sh", "-c", fmt.Sprintf("echo %d > f%d; echo out%d; echo err%d >&2", i, i, i, i)}, Cwd: wd})
+			if resp.StatusCode != 201 || json.Unmarshal(data, &delta) != nil {
+				t.Errorf("trial %d: %d %s", i, resp.StatusCode, data)
+				return
+			}
+			deltas[i], raws[i] = &delta, data
+		}()
+	}
+	wg.Wait()
+	if t.Failed() {
+		return
+	}
+	ids := map[string]bool{}
+	for i, delta := range deltas {
+		if err := v.Validate(bytes.TrimSpace(raws[i])); err != nil {
+			t.Errorf("trial %d: invalid delta: %v", i, err)
+		}
+		ids[delta.TrialID] = true
+		want := filepath.Join(wd, fmt.Sprintf("f%d", i))
+		if len(delta.Files) != 1 || delta.Files[0].Path != want || delta.Files[0].Op != dryexec.OpCreate || delta.Files[0].Size != int64(len(fmt.Sprint(i))+1) {
+			t.Errorf("trial %d: files %+v, want only %s", i, delta.Files, want)
+		}
+		if delta.Process.Stdout != fmt.Sprintf("out%d\n", i) || delta.Process.Stderr != fmt.Sprintf("err%d\n", i) || delta.Process.ExitCode != 0 {
+			t.Errorf("trial %d: %+v", i, delta.Process)
+		}
+		if _, err := os.Stat(want); !os.IsNotExist(err) {
+			t.Errorf("trial %d changed the host", i)
+		}
+	}
+	if len(ids) != n {
+		t.Fatalf("%d distinct trial ids for %d trials", len(ids), n)
+	}
+	if list, _ := d.svc.Trials(); len(list) != n {
+		t.Fatalf("%d trials stored, want %d", len(list), n)
+	}
+}
+
+// A full queue refuses with 503 busy (and Retry-After) instead of waiting.
+func TestQueueLimit(t *testing.T) {
+	requireNS(t)
+	d := startDaemon(t, server.Config{MaxTrials: 1, MaxQueue: 1}, server.HandlerOptions{})
+	wd := t.TempDir()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	// Each trial waits on stdin-less sleep; the requests are cancelled at the end.
+	long := server.TrialRequest{Argv: []string{"sleep", "60"}, Cwd: wd}
+	sc1, close1 := d.stream(t, ctx, long)
+	defer close1()
+	if e := nextEvent(t, sc1); e.Event != "started" {
+		t.Fatalf("first: %+v", e)
+	}
+	sc2, close2 := d.stream(t, ctx, long)
+	defer close2()
+	if e := nextEvent(t, sc2); e.Event != "queued" {
+		t.Fatalf("second: %+v", e)
+	}
+	resp, data := d.do(t, "POST", "/v1/trials", long)
+	if resp.StatusCode != 503 || resp.Header.Get("Retry-After") == "" || !strings.Contains(string(data), `"busy"`) {
+		t.Fatalf("third: %d %s", resp.StatusCode, data)
+	}
+	var h map[string]any
+	d.ok(t, "GET", "/v1/health", nil, 200, &h)
+	if h["trials_running"] != 1.0 || h["trials_queued"] != 1.0 {
+		t.Fatalf("health: %v", h)
+	}
+}
+
+// Output is streamed while the trial runs; closing the stream kills it.
+func TestStreamWhileRunning(t *testing.T) {
+	requireNS(t)
+	d := startDaemon(t, server.Config{}, server.HandlerOptions{})
+	wd := t.TempDir()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	sc, closeStream := d.stream(t, ctx, server.TrialRequest{Argv: []string{"sh", "-c", "echo first; echo oops >&2; exec sleep 60"}, Cwd: wd})
+	started := nextEvent(t, sc)
+	if started.Event != "started" || started.TrialID == "" {
+		t.Fatalf("first event: %+v", started)
+	}
+	got := map[string]string{}
+	for len(got) < 2 {
+		e := nextEvent(t, sc)
+		got[e.Event] += e.Data
+	}
+	if got["stdout"] != "first\n" || got["stderr"] != "oops\n" {
+		t.Fatalf("streamed %v", got)
+	}
+	// The output arrived while the command was still running.
+	var h map[string]any
+	d.ok(t, "GET", "/v1/health", nil, 200, &h)
+	if h["trials_running"] != 1.0 {
+		t.Fatalf("health after the output: %v", h)
+	}
+	closeStream()
+	cancel()
+	// The trial is killed and not stored.
+	waitIdle(t, d)
+	if _, _, err := d.svc.Trial(started.TrialID); err == nil {
+		t.Fatal("a trial whose client went away was stored")
+	}
+	// A complete stream ends with the delta.
+	sc, closeStream = d.stream(t, context.Background(), server.TrialRequest{Argv: []string{"sh", "-c", "echo a"}, Cwd: wd})
+	defer closeStream()
+	var last event
+	for sc.Scan() {
+		json.Unmarshal(sc.Bytes(), &last)
+	}
+	if last.Event != "delta" || last.Delta == nil || last.Delta.Process.Stdout != "a\n" {
+		t.Fatalf("last event: %+v", last)
+	}
+}
+
+// create → get → list → commit some paths → commit again → discard.
+func TestTrialLifecycle(t *testing.T) {
+	requireNS(t)
+	d := startDaemon(t, server.Config{}, server.HandlerOptions{})
+	wd := t.TempDir()
+	delta := d.trial(t, wd, "sh", "-c", "echo a > a; echo b > b")
+	if len(delta.Files) != 2 {
+		t.Fatalf("files: %+v", delta.Files)
+	}
+	var got dryexec.StateDelta
+	resp, data := d.do(t, "GET", "/v1/trials/"+delta.TrialID, nil)
+	json.Unmarshal(data, &got)
+	if resp.StatusCode != 200 || got.TrialID != delta.TrialID || resp.Header.Get("X-Dryexec-Status") != "pending" {
+		t.Fatalf("get: %d %s", resp.StatusCode, data)
+	}
+	var list struct{ Trials []server.TrialSummary }
+	d.ok(t, "GET", "/v1/trials", nil, 200, &list)
+	if len(list.Trials) != 1 || list.Trials[0].TrialID != delta.TrialID || list.Trials[0].FilesChanged != 2 {
+		t.Fatalf("list: %+v", list)
+	}
+	var res struct{ Applied []dryexec.FileChange }
+	d.ok(t, "POST", "/v1/trials/"+delta.TrialID+"/commit", server.CommitRequest{Paths: []string{filepath.Join(wd, "a")}}, 200, &res)
+	if len(res.Applied) != 1 {
+		t.Fatalf("applied: %+v", res)
+	}
+	if b, _ := os.ReadFile(filepath.Join(wd, "a")); string(b) != "a\n" {
+		t.Fatalf("a on the host: %q", b)
+	}
+	if _, err := os.Stat(filepath.Join(wd, "b")); !os.IsNotExist(err) {
+		t.Fatal("b was committed though not selected")
+	}
+	d.fails(t, "POST", "/v1/trials/"+delta.TrialID+"/commit", nil, 409, "already_done")
+	d.fails(t, "POST", "/v1/trials/"+delta.TrialID+"/discard", nil, 409, "already_done")
+	other := d.trial(t, wd, "sh", "-c", "echo c > c")
+	d.ok(t, "POST", "/v1/trials/"+other.TrialID+"/discard", nil, 200, nil)
+	d.fails(t, "POST", "/v1/trials/"+other.TrialID+"/commit", nil, 409, "already_done")
+	// A conflict names the path and changes nothing.
+	third := d.trial(t, wd, "sh", "-c", "echo new > a")
+	os.WriteFile(filepath.Join(wd, "a"), []byte("changed meanwhile\n"), 0o644)
+	e := d.fails(t, "POST", "/v1/trials/"+third.TrialID+"/commit", nil, 409, "commit_conflict")
+	if len(e.Conflicts) != 1 || e.Conflicts[0].Path != filepath.Join(wd, "a") {
+		t.Fatalf("conflicts: %+v", e.Conflicts)
+	}
+}
+
+// waitIdle waits (bounded) until the daemon runs no trial.
+func waitIdle(t *testing.T, d *daemon) {
+	t.Helper()
+	deadline := time.Now().Add(time.Minute)
+	for {
+		running, queued, _ := d.svc.Counts()
+		if running == 0 && queued == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("still %d trials running, %d queued", running, queued)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
