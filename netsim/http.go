@@ -88,7 +88,7 @@ func (s *Sim) startHTTP(ctx context.Context) *httpServer {
 		// Requests derive from Serve's context: when the sandbox's network
 		// ends, forwarded requests end with it.
 		BaseContext:       func(net.Listener) context.Context { return ctx },
-		Handler:           s,
+		Handler:           http.HandlerFunc(s.serveHTTP),
 		ReadHeaderTimeout: 30 * time.Second,
 		IdleTimeout:       idleTimeout,
 		MaxHeaderBytes:    1 << 20,
@@ -241,9 +241,9 @@ func hostPort(host string, port int, scheme string) string {
 	return host + ":" + strconv.Itoa(port)
 }
 
-// ServeHTTP answers one request from the sandbox: mocks first, then allow
+// serveHTTP answers one request from the sandbox: mocks first, then allow
 // rules, else the block response.
-func (s *Sim) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+func (s *Sim) serveHTTP(w http.ResponseWriter, r *http.Request) {
 	if !s.work.add() {
 		http.Error(w, "netsim: shutting down", http.StatusServiceUnavailable)
 		return
