@@ -104,6 +104,10 @@ func (s *Sim) startHTTP(ctx context.Context) *httpServer {
 // handleConn sniffs the first bytes of a connection: TLS, HTTP, or anything
 // else (raw TCP, forwarded only when a rule allows it, else reset).
 func (s *Sim) handleConn(ctx context.Context, conn net.Conn, f flow, reset func()) {
+	if f.port == 53 {
+		s.serveDNSTCP(ctx, conn)
+		return
+	}
 	rawOK := s.candidates(f, "", "")
 	wait := sniffTimeout
 	if rawOK {

@@ -324,6 +324,34 @@ func (s *Sim) serveDNS(ctx context.Context, c *gonet.UDPConn) {
 	}
 }
 
+// serveDNSTCP answers DNS over TCP (two-byte length prefix per message), as
+// resolvers use for large answers or with "options use-vc".
+func (s *Sim) serveDNSTCP(ctx context.Context, c net.Conn) {
+	defer c.Close()
+	stop := context.AfterFunc(ctx, func() { c.Close() })
+	defer stop()
+	var lenBuf [2]byte
+	buf := make([]byte, 65535)
+	for {
+		c.SetReadDeadline(time.Now().Add(10 * time.Second))
+		if _, err := io.ReadFull(c, lenBuf[:]); err != nil {
+			return
+		}
+		n := int(lenBuf[0])<<8 | int(lenBuf[1])
+		if _, err := io.ReadFull(c, buf[:n]); err != nil {
+			return
+		}
+		reply, name, qtype, action, reason, ok := s.dnsAnswer(buf[:n])
+		if !ok {
+			return
+		}
+		c.Write(append([]byte{byte(len(reply) >> 8), byte(len(reply))}, reply...))
+		ev := eventOf("dns", qtype, "", name, 53, 0, action, reason+" (over TCP)")
+		ev.BytesOut, ev.BytesIn = int64(n), int64(len(reply))
+		s.record(Record{NetworkEvent: ev})
+	}
+}
+
 // relayUDP forwards an allowed UDP flow for real until it goes quiet.
 func (s *Sim) relayUDP(ctx context.Context, c *gonet.UDPConn, f flow, d decision) {
 	defer c.Close()
