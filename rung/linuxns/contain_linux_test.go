@@ -115,7 +115,10 @@ func TestCgroupLimitsAreInForce(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer lim.Close()
-	want := map[string]string{"memory.limit_in_bytes": "268435456", "pids.max": "100", "cpu.cfs_quota_us": "50000", "cpu.shares": "512"}
+	// v1: until the supervisor's threads are sheltered, the pids limit has
+	// cgroup.ShelterHeadroom on top.
+	want := map[string]string{"memory.limit_in_bytes": "268435456", "pids.max": strconv.Itoa(100 + cgroup.ShelterHeadroom),
+		"cpu.cfs_quota_us": "50000", "cpu.shares": "512"}
 	found := 0
 	for _, p := range lim.group.Paths() {
 		for f, v := range want {
@@ -165,8 +168,30 @@ func TestKilledHostLeavesNothingAfterSweep(t *testing.T) {
 		got += string(buf[:n])
 	}
 	child := cmd.Process.Pid
+	// The child's guest dies with it (Pdeathsig); wait for that, so that no
+	// later test sees it.
+	var guests []string
+	if ents, err := os.ReadDir(fmt.Sprintf("/proc/%d/task", child)); err == nil {
+		for _, e := range ents {
+			b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/task/%s/children", child, e.Name()))
+			guests = append(guests, strings.Fields(string(b))...)
+		}
+	}
 	syscall.Kill(child, syscall.SIGKILL)
 	cmd.Wait()
+	for _, g := range guests {
+		for {
+			b, err := os.ReadFile("/proc/" + g + "/stat")
+			if err != nil || strings.Contains(string(b), ") Z ") {
+				break
+			}
+			select {
+			case <-ctx.Done():
+				t.Fatalf("the killed host's guest %s lives on", g)
+			case <-time.After(5 * time.Millisecond):
+			}
+		}
+	}
 	var left []string
 	for _, p := range cgroup.Leftovers() {
 		if strings.Contains(p, "."+strconv.Itoa(child)+"-") {
