@@ -39,17 +39,30 @@ type Stats struct {
 	PeakMemBytes int64 // peak memory charged to the group (v1 max_usage, v2 memory.peak)
 }
 
+// ShelterHeadroom is how many tasks a group's pids limit is raised by while
+// the sandbox's supervisor shares it: the Go runtime aborts when it cannot
+// start a thread, so a fork bomb must not be able to take the last one. On v1
+// the supervisor's threads leave the limit once the command runs (see
+// Group.ShelterThreads) and the limit drops to the one asked for; sessions
+// and v2 keep the headroom (docs/limits.md).
+const ShelterHeadroom = 256
+
 // Violations turns what happened between before and now into {kind: limit}
-// violations naming the limit and its value.
-func Violations(l dryexec.Limits, before, now Stats) []dryexec.Violation {
+// violations naming the limit and its value; headroom is what the pids limit
+// had on top for the supervisor (Group.PidsHeadroom).
+func Violations(l dryexec.Limits, headroom int64, before, now Stats) []dryexec.Violation {
 	var out []dryexec.Violation
 	if n := now.OOMKills - before.OOMKills; n > 0 {
 		out = append(out, dryexec.Violation{Kind: "limit",
 			Detail: fmt.Sprintf("memory limit %d bytes (%s) reached: the kernel killed %d process(es) (OOM)", l.MemoryBytes, human(l.MemoryBytes), n)})
 	}
 	if n := now.PidsRefused - before.PidsRefused; n > 0 {
+		extra := ""
+		if headroom > 0 {
+			extra = fmt.Sprintf(" (with %d more kept for the supervisor)", headroom)
+		}
 		out = append(out, dryexec.Violation{Kind: "limit",
-			Detail: fmt.Sprintf("pids limit %d reached: %d fork/clone call(s) refused (EAGAIN)", l.Pids, n)})
+			Detail: fmt.Sprintf("pids limit %d reached%s: %d fork/clone call(s) refused (EAGAIN)", l.Pids, extra, n)})
 	}
 	return out
 }

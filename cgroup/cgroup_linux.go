@@ -12,6 +12,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/moby/sys/mountinfo"
@@ -268,8 +269,20 @@ type Group struct {
 	dirs   []string // one per hierarchy, same order as m.hier
 	limits dryexec.Limits
 	fd     int // v2: the group's directory, for clone3(CLONE_INTO_CGROUP); else -1
+	mu sync.Mutex // guards the fields below (ShelterThreads runs beside the trial)
 	// sheltered are the sibling groups ShelterThreads made (removed with g).
 	sheltered []string
+	// headroom is what pids.max has on top of limits.Pids (ShelterHeadroom
+	// until ShelterThreads lowers it).
+	headroom int64
+}
+
+// PidsHeadroom is how many tasks the pids limit has on top of Limits().Pids
+// for the supervisor now.
+func (g *Group) PidsHeadroom() int64 {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.headroom
 }
 
 // New creates the group called name (a trial or session id) with limits l
@@ -307,6 +320,9 @@ func (m *Manager) New(name string, l dryexec.Limits) (*Group, []string, error) {
 		}
 		for _, c := range ctrls {
 			have[c] = true
+			if c == "pids" && l.Pids > 0 {
+				g.headroom = ShelterHeadroom
+			}
 			if err := setLimits(dir, h.v2, c, l); err != nil {
 				g.Remove()
 				return nil, nil, err
@@ -408,12 +424,10 @@ func setLimits(dir string, v2 bool, c string, l dryexec.Limits) error {
 			return err
 		}
 		opt("memory.memsw.limit_in_bytes", strconv.FormatInt(l.MemoryBytes, 10)) // absent without swap accounting
-	case c == "pids" && l.Pids > 0 && v2:
-		return w("pids.max", strconv.FormatInt(l.Pids, 10))
 	case c == "pids" && l.Pids > 0:
-		// Until ShelterThreads has moved the supervisor's threads out, they
-		// share the limit: headroom keeps a bomb started meanwhile from
-		// leaving the supervisor unable to start a thread.
+		// While the supervisor's threads share the limit (until
+		// ShelterThreads on v1; always on v2), headroom keeps a bomb from
+		// leaving it unable to start a thread.
 		return w("pids.max", strconv.FormatInt(l.Pids+ShelterHeadroom, 10))
 	case c == "cpu" && v2:
 		if err := w("cpu.weight", strconv.Itoa(l.CPUWeight)); err != nil {
@@ -470,6 +484,8 @@ func (g *Group) Attach(pid int) error {
 // runtime aborts when it cannot). v1 places threads one by one; on v2 (no
 // per-thread placement for domain controllers) it does nothing.
 func (g *Group) ShelterThreads(pid int) error {
+	g.mu.Lock()
+	defer g.mu.Unlock()
 	for i, h := range g.m.hier {
 		if h.v2 || !slices.Contains(h.ctrls, "pids") || len(g.dirs) <= i {
 			continue
@@ -496,14 +512,11 @@ func (g *Group) ShelterThreads(pid int) error {
 			if err := os.WriteFile(filepath.Join(g.dirs[i], "pids.max"), []byte(strconv.FormatInt(g.limits.Pids, 10)), 0); err != nil {
 				return err
 			}
+			g.headroom = 0
 		}
 	}
 	return nil
 }
-
-// ShelterHeadroom is how far a v1 pids limit is raised until ShelterThreads
-// runs (a fork bomb needs longer than that window to start this many).
-const ShelterHeadroom = 256
 
 // Stats reads the group's counters.
 func (g *Group) Stats() Stats {
@@ -565,6 +578,8 @@ func (g *Group) Remove() error {
 		}
 		os.Remove(filepath.Dir(d)) // the shared parent: fails while others use it
 	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
 	for _, d := range g.sheltered {
 		if err := removeDir(d, false); err != nil && first == nil {
 			first = err

@@ -134,7 +134,7 @@ while True: x.append(b"\1" * (1<<20))'`,
 			if !tt.check(s) {
 				t.Fatalf("stats %+v do not show the limit hit", s)
 			}
-			v := Violations(g.Limits(), before, s)
+			v := Violations(g.Limits(), g.PidsHeadroom(), before, s)
 			if len(v) == 0 || v[0].Kind != "limit" || !strings.Contains(v[0].Detail, tt.want) {
 				t.Fatalf("violations %+v, want one containing %q", v, tt.want)
 			}

@@ -135,7 +135,7 @@ func (l *Limiter) Violations() ([]dryexec.Violation, int64) {
 		return nil, 0
 	}
 	now := l.group.Stats()
-	v := cgroup.Violations(l.limits, l.before, now)
+	v := cgroup.Violations(l.limits, l.group.PidsHeadroom(), l.before, now)
 	l.before = now
 	return v, now.PeakMemBytes
 }
