@@ -268,8 +268,8 @@ type Group struct {
 	name   string
 	dirs   []string // one per hierarchy, same order as m.hier
 	limits dryexec.Limits
-	fd     int // v2: the group's directory, for clone3(CLONE_INTO_CGROUP); else -1
-	mu sync.Mutex // guards the fields below (ShelterThreads runs beside the trial)
+	fd     int        // v2: the group's directory, for clone3(CLONE_INTO_CGROUP); else -1
+	mu     sync.Mutex // guards the fields below (ShelterThreads runs beside the trial)
 	// sheltered are the sibling groups ShelterThreads made (removed with g).
 	sheltered []string
 	// headroom is what pids.max has on top of limits.Pids (ShelterHeadroom
