@@ -10,6 +10,7 @@ import (
 	"io"
 	"net"
 	"os"
+	"reflect"
 	"runtime"
 	"strings"
 	"sync"
@@ -297,7 +298,7 @@ func TestRoundTrip(t *testing.T) {
 			t.Fatal(err)
 		}
 		var got TrialExit
-		if err := f.Decode(&got); err != nil || got != *exit || f.Verb != VerbTrialExit || f.Bin != nil {
+		if err := f.Decode(&got); err != nil || !reflect.DeepEqual(got, *exit) || f.Verb != VerbTrialExit || f.Bin != nil {
 			t.Errorf("trial.exit read as %+v (%v), frame %+v", got, err, f)
 		}
 		f, err = c.Read()
