@@ -11,6 +11,7 @@ package guest
 import (
 	"fmt"
 	"os"
+	"runtime"
 )
 
 // Roles.
@@ -42,6 +43,10 @@ func Main(args []string) int {
 	// sandbox, even one running as the same uid, cannot ptrace it or open its
 	// /proc/PID/fd entries.
 	setNotDumpable()
+	// The main goroutine keeps the main thread: a confined launcher thread
+	// (confine_linux.go) must be able to exit when its goroutine ends, and the
+	// Go runtime parks the main thread instead of ending it.
+	runtime.LockOSThread()
 	if err := closeInheritedOnExec(); err != nil {
 		fmt.Fprintf(os.Stderr, "dryexec guest: %v\n", err)
 		return 1

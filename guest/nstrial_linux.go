@@ -65,7 +65,7 @@ func runNSTrial() int {
 	if err := conn.Send(wire.KindEvent, wire.VerbTrialMounts, 0, &wire.TrialMounts{Paths: uppers}); err != nil {
 		return 1
 	}
-	exit := runCommand(&cfg)
+	exit := runConfined(&cfg)
 	var sfs unix.Statfs_t
 	if unix.Fstatfs(scratch, &sfs) == nil {
 		exit.UpperUsed = int64(sfs.Blocks-sfs.Bfree) * sfs.Bsize
@@ -304,6 +304,28 @@ func loopbackUp() error {
 		return fmt.Errorf("bringing lo up: %w", err)
 	}
 	return nil
+}
+
+// runConfined runs the command from a confined launcher thread (see
+// launcher) and adds what the seccomp supervisor refused to the report.
+func runConfined(cfg *wire.TrialStart) *wire.TrialExit {
+	conf, err := newConfinement()
+	if err != nil {
+		return &wire.TrialExit{ExitCode: 126, StartError: "confining the sandbox: " + err.Error()}
+	}
+	defer conf.close()
+	l, err := startLauncher(conf)
+	if err != nil {
+		return &wire.TrialExit{ExitCode: 126, StartError: "confining the sandbox: " + err.Error()}
+	}
+	var ex *wire.TrialExit
+	l.do(func() { ex = runCommand(cfg) })
+	// Every sandbox process is dead and reaped once runCommand returns, so
+	// the supervisor sees the filter's last user go at once; the bound is
+	// for a kernel that would not say so.
+	l.stop(time.Second)
+	ex.Violations = l.log.take()
+	return ex
 }
 
 // runCommand starts the command in its own session, waits for it, then kills and

@@ -164,7 +164,10 @@ func (b *overlayBuilder) overlay(hostPath, lowerPath, target string) error {
 	if b.rootless {
 		opts += ",userxattr"
 	}
-	if err := unix.Mount("overlay", target, "overlay", 0, opts); err != nil {
+	// nodev: a device node somewhere in a host directory (a chroot's /dev, a
+	// container image) must not open the host's device; the sandbox's own
+	// devices are in its /dev, a separate mount.
+	if err := unix.Mount("overlay", target, "overlay", unix.MS_NODEV, opts); err != nil {
 		if errors.Is(err, unix.ENOENT) && hostPath != "/" {
 			// The lower is held open; what is missing is the mount point, which
 			// went from the host (so from the parent overlay's view) meanwhile.

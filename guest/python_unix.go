@@ -157,7 +157,7 @@ func (s *session) execPython(ctx context.Context, req *wire.ExecPython) (*wire.P
 	cmd.SysProcAttr = runnerAttr(s.execAttr())
 	cmd.WaitDelay = 100 * time.Millisecond
 	start := time.Now()
-	err = cmd.Start()
+	err = s.startExec(cmd)
 	reqW.Close()
 	respR.Close()
 	if err != nil {
@@ -220,6 +220,7 @@ wait:
 		<-relayDone
 	}
 	res.DurationNS = time.Since(start).Nanoseconds()
+	res.Violations = s.takeViolations()
 	res.Prints, res.PrintsDropped = x.prints, x.dropped
 	if res.Prints == nil {
 		res.Prints = []wire.PrintEntry{}

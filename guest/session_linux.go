@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"syscall"
@@ -18,6 +19,11 @@ import (
 // holds the workspace's layers.
 type sessionPlatform struct {
 	scratch int // fd of the scratch tmpfs (reachable only through it after pivot_root)
+	// launcher starts every exec, confined; it lives as long as the session,
+	// so that all execs share one Landlock domain (a later exec may signal a
+	// daemon an earlier one started) and Pdeathsig, which follows the parent
+	// thread, fires only when the guest goes.
+	launcher *launcher
 }
 
 // start prepares the sandbox and the workspace.
@@ -46,6 +52,16 @@ func (s *session) start() error {
 		if err := os.MkdirAll(s.ws, 0o755); err != nil {
 			return fmt.Errorf("creating the workspace mount point: %w", err)
 		}
+		conf, err := newConfinement()
+		if err != nil {
+			return fmt.Errorf("confining the sandbox: %w", err)
+		}
+		l, err := startLauncher(conf)
+		conf.close()
+		if err != nil {
+			return fmt.Errorf("confining the sandbox: %w", err)
+		}
+		s.platform.launcher = l
 		if err := st.mount(); err != nil {
 			return err
 		}
@@ -63,7 +79,31 @@ func (s *session) start() error {
 	return nil
 }
 
-func (s *session) close() {}
+func (s *session) close() {
+	if s.platform != nil && s.platform.launcher != nil {
+		s.platform.launcher.stop(0)
+		s.platform.launcher = nil
+	}
+}
+
+// startExec starts an exec's process: on the ns rung from the confined
+// launcher thread.
+func (s *session) startExec(cmd *exec.Cmd) error {
+	if s.platform == nil || s.platform.launcher == nil {
+		return cmd.Start()
+	}
+	var err error
+	s.platform.launcher.do(func() { err = cmd.Start() })
+	return err
+}
+
+// takeViolations returns what the sandbox refused since the last call.
+func (s *session) takeViolations() []wire.Violation {
+	if s.platform == nil || s.platform.launcher == nil {
+		return nil
+	}
+	return s.platform.launcher.log.take()
+}
 
 // execAttr starts an exec in its own session (its own process group, no
 // controlling terminal), and on the ns rung in its own user namespace.
@@ -104,7 +144,7 @@ func (st *overlayStaging) mount() error {
 	if st.userXattr {
 		opts += ",userxattr"
 	}
-	if err := unix.Mount("overlay", st.ws, "overlay", 0, opts); err != nil {
+	if err := unix.Mount("overlay", st.ws, "overlay", unix.MS_NODEV, opts); err != nil {
 		return fmt.Errorf("mounting the workspace: %w", err)
 	}
 	return nil

@@ -144,7 +144,7 @@ func (s *session) execShell(ctx context.Context, req *wire.ExecShell) *wire.Shel
 	// exec does not wait for them past this.
 	cmd.WaitDelay = 100 * time.Millisecond
 	start := time.Now()
-	if err := cmd.Start(); err != nil {
+	if err := s.startExec(cmd); err != nil {
 		stateW.Close()
 		res.ExitCode, res.Stderr, res.Transcript = 126, "dryexec: "+err.Error()+"\n", "dryexec: "+err.Error()+"\n"
 		return res
@@ -211,6 +211,7 @@ func (s *session) execShell(ctx context.Context, req *wire.ExecShell) *wire.Shel
 		}
 	}
 	res.Cwd = s.shell.cwd
+	res.Violations = s.takeViolations()
 	tb, ttr := t.all.Bytes()
 	ob, otr := out.Bytes()
 	eb, etr := errb.Bytes()

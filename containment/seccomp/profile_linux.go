@@ -79,8 +79,16 @@ func Default() *Profile {
 	rs = append(rs,
 		Rule{Name: "unshare", Errno: unix.EPERM, Why: "namespaces are the sandbox's",
 			Conds: []Cond{{Arg: 0, Op: OpAnyBits, Mask: nsFlags | unix.CLONE_NEWTIME}}},
+		// clone with CLONE_NEWUSER alone is let through: the guest's launcher
+		// thread runs under this filter and must start each command in a user
+		// namespace of its own, and Go forks with a raw clone that no
+		// supervisor can be asked about (the notification would wait on a
+		// goroutine the runtime may have parked: a deadlock under GC). A
+		// nested user namespace that can own no other namespace (every other
+		// flag, unshare and setns are refused) gives its creator nothing over
+		// anything it did not own already.
 		Rule{Name: "clone", Errno: unix.EPERM, Why: "namespaces are the sandbox's",
-			Conds: []Cond{{Arg: 0, Op: OpAnyBits, Mask: nsFlags}}},
+			Conds: []Cond{{Arg: 0, Op: OpAnyBits, Mask: nsFlags &^ unix.CLONE_NEWUSER}}},
 		Rule{Name: "clone3", Errno: unix.ENOSYS, Silent: true, Why: "its flags are in memory the filter cannot read; libc falls back to clone"},
 	)
 	rs = append(rs, eperm("kernel attack surface the sandbox has no use for",

@@ -1,0 +1,233 @@
+package guest
+
+import (
+	"context"
+	"fmt"
+	"runtime"
+	"sync"
+	"time"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/dryexec/dryexec/containment/seccomp"
+	"github.com/dryexec/dryexec/wire"
+)
+
+// A launcher is the one OS thread of the guest that starts sandboxed
+// processes. Go offers no hook between fork and exec, but seccomp filters,
+// no_new_privs and Landlock domains are per thread and inherited by every child
+// a thread forks: so the guest locks a goroutine to a fresh thread, confines
+// that thread (no_new_privs, Landlock, the seccomp filter with a listener),
+// and from then on forks commands only from it. The rest of the guest (PID 1's
+// other threads: the wire, the overlay walks, session remounts, the seccomp
+// supervisor) stays unconfined. The Go runtime never clones a new thread from
+// a locked one (it asks its template thread), and a locked goroutine that
+// returns takes its thread with it, so the confinement cannot leak into the
+// guest.
+//
+// The filter lets clone(CLONE_NEWUSER) through (and refuses every other
+// namespace flag): the launcher needs it to start a command in its own user
+// namespace, and Go's fork is a raw clone the seccomp supervisor could not be
+// asked about without risking a deadlock with the garbage collector (see
+// containment/seccomp's profile).
+type launcher struct {
+	tid    int
+	reqs   chan func()
+	exited chan struct{} // closed when the launcher's goroutine (and thread) ended
+	served chan struct{} // closed when the supervisor stopped (no process uses the filter)
+	log    *violationLog
+	cancel context.CancelFunc
+}
+
+// violationLog collects refused calls from the supervisor.
+type violationLog struct {
+	mu   sync.Mutex // guards list and dropped
+	list []wire.Violation
+	// dropped counts violations past maxViolations (a loop of refused calls
+	// must not grow the report without bound).
+	dropped int
+}
+
+// maxViolations bounds the violations one trial or exec reports; the rest are
+// counted in one summary entry.
+const maxViolations = 256
+
+func (l *violationLog) add(ev *seccomp.Event) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if len(l.list) >= maxViolations {
+		l.dropped++
+		return
+	}
+	l.list = append(l.list, wire.Violation{Kind: "syscall", Detail: ev.Detail + ": " + ev.Errno.Error() + " (" + ev.Why + ")",
+		PID: ev.PID, Exe: ev.Exe})
+}
+
+// take returns and forgets what was collected.
+func (l *violationLog) take() []wire.Violation {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	out := l.list
+	if l.dropped > 0 {
+		out = append(out, wire.Violation{Kind: "syscall", Detail: fmt.Sprintf("%d more refused system calls not listed", l.dropped)})
+	}
+	l.list, l.dropped = nil, 0
+	return out
+}
+
+// confinement is what a launcher applies to its thread.
+type confinement struct {
+	prog     []unix.SockFilter
+	profile  *seccomp.Profile
+	landlock int // ruleset fd, or -1 when the kernel has no Landlock
+}
+
+// newConfinement compiles the filter and builds the Landlock ruleset; it must
+// run after the sandbox's view is in place (pivot_root done, the workspace's
+// mount point made), since Landlock rules hold the view's directories.
+func newConfinement() (*confinement, error) {
+	p := seccomp.Default()
+	prog, err := p.Program(true)
+	if err != nil {
+		return nil, err
+	}
+	ll, err := landlockRuleset()
+	if err != nil {
+		return nil, err
+	}
+	return &confinement{prog: prog, profile: p, landlock: ll}, nil
+}
+
+func (c *confinement) close() {
+	if c.landlock >= 0 {
+		unix.Close(c.landlock)
+	}
+}
+
+// startLauncher starts a launcher thread confined by c.
+func startLauncher(c *confinement) (*launcher, error) {
+	ctx, cancel := context.WithCancel(context.Background())
+	l := &launcher{reqs: make(chan func()), exited: make(chan struct{}), served: make(chan struct{}), log: &violationLog{}, cancel: cancel}
+	type ready struct {
+		fd  int
+		err error
+	}
+	readyc := make(chan ready, 1)
+	go func() {
+		defer close(l.exited)
+		// Never unlocked: the thread ends with this goroutine.
+		runtime.LockOSThread()
+		l.tid = unix.Gettid()
+		fd, err := c.apply()
+		readyc <- ready{fd, err}
+		if err != nil {
+			return
+		}
+		for f := range l.reqs {
+			f()
+		}
+	}()
+	r := <-readyc
+	if r.err != nil {
+		cancel()
+		<-l.exited
+		return nil, r.err
+	}
+	srv := &seccomp.Server{Profile: c.profile, Report: l.log.add}
+	go func() {
+		defer close(l.served)
+		srv.Serve(ctx, r.fd)
+	}()
+	return l, nil
+}
+
+// apply confines the calling (locked) thread and returns the listener.
+func (c *confinement) apply() (int, error) {
+	if err := unix.Prctl(unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0); err != nil {
+		return -1, fmt.Errorf("no_new_privs: %w", err)
+	}
+	if c.landlock >= 0 {
+		if _, _, e := unix.Syscall(unix.SYS_LANDLOCK_RESTRICT_SELF, uintptr(c.landlock), 0, 0); e != 0 {
+			return -1, fmt.Errorf("landlock_restrict_self: %w", e)
+		}
+	}
+	return seccomp.Install(c.prog, true)
+}
+
+// do runs f on the launcher's thread and waits for it. f may start processes.
+func (l *launcher) do(f func()) {
+	done := make(chan struct{})
+	l.reqs <- func() {
+		defer close(done)
+		f()
+	}
+	<-done
+}
+
+// stop ends the launcher's thread. The supervisor goes on answering until no
+// process uses the filter any more; wait bounds how long stop waits for that
+// (0: not at all), after which it stops the supervisor.
+func (l *launcher) stop(wait time.Duration) {
+	close(l.reqs)
+	<-l.exited
+	if wait > 0 {
+		select {
+		case <-l.served:
+		case <-time.After(wait):
+		}
+	}
+	l.cancel()
+	<-l.served
+}
+
+// landlockRuleset builds the Landlock ruleset, or returns -1 when the kernel
+// has none (best effort: the sandbox then runs without this wall). The
+// overlay view already catches every write, so Landlock is not asked to
+// fence paths (its rules would also not survive the session's workspace
+// remounts: a rule on a directory a mount covers is ignored). It handles:
+//
+//   - making device nodes (MAKE_CHAR, MAKE_BLOCK), granted nowhere;
+//   - ioctls on device files (ABI 5), granted only beneath /dev (the
+//     sandbox's own minimal /dev: null, zero, tty, pts, …);
+//   - signals and abstract unix sockets (ABI 6 scopes): a sandboxed process
+//     may signal or connect only within the sandbox, so it cannot signal the
+//     guest (PID 1 installs handlers, so the pid namespace's protection of
+//     init does not stop a SIGTERM from inside).
+func landlockRuleset() (int, error) {
+	abi, _, e := unix.Syscall(unix.SYS_LANDLOCK_CREATE_RULESET, 0, 0, unix.LANDLOCK_CREATE_RULESET_VERSION)
+	if e != 0 {
+		return -1, nil // ENOSYS or EOPNOTSUPP: see docs/containment.md
+	}
+	attr := unix.LandlockRulesetAttr{Handled_access_fs: unix.LANDLOCK_ACCESS_FS_MAKE_CHAR | unix.LANDLOCK_ACCESS_FS_MAKE_BLOCK}
+	size := uintptr(8)
+	if abi >= 4 {
+		size = 16
+	}
+	if abi >= 5 {
+		attr.Handled_access_fs |= unix.LANDLOCK_ACCESS_FS_IOCTL_DEV
+	}
+	if abi >= 6 {
+		attr.Scoped = unix.LANDLOCK_SCOPE_SIGNAL | unix.LANDLOCK_SCOPE_ABSTRACT_UNIX_SOCKET
+		size = 24
+	}
+	fd, _, e := unix.Syscall(unix.SYS_LANDLOCK_CREATE_RULESET, uintptr(unsafe.Pointer(&attr)), size, 0)
+	if e != 0 {
+		return -1, fmt.Errorf("landlock_create_ruleset: %w", e)
+	}
+	rs := int(fd)
+	if abi >= 5 {
+		dev, err := unix.Open("/dev", unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+		if err != nil {
+			unix.Close(rs)
+			return -1, fmt.Errorf("landlock rule for /dev: %w", err)
+		}
+		defer unix.Close(dev)
+		r := unix.LandlockPathBeneathAttr{Allowed_access: unix.LANDLOCK_ACCESS_FS_IOCTL_DEV, Parent_fd: int32(dev)}
+		if _, _, e := unix.Syscall6(unix.SYS_LANDLOCK_ADD_RULE, uintptr(rs), unix.LANDLOCK_RULE_PATH_BENEATH, uintptr(unsafe.Pointer(&r)), 0, 0, 0); e != 0 {
+			unix.Close(rs)
+			return -1, fmt.Errorf("landlock rule for /dev: %w", e)
+		}
+	}
+	return rs, nil
+}
