@@ -2,6 +2,8 @@ package cli
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"os"
 	"path/filepath"
@@ -222,5 +224,36 @@ func TestReceipts(t *testing.T) {
 	os.WriteFile(stored, []byte(strings.Replace(string(b), `"choice": "review"`, `"choice": "auto_commit"`, 1)), 0o600)
 	if code, _, errs := cli(t, home, "verify", d.TrialID); code != ExitRefused || !strings.Contains(errs, "changed after it was signed") {
 		t.Fatalf("tampered store: %d %s", code, errs)
+	}
+}
+
+// TestReceiptKeyHiddenFromTrials: the sandbox sees the host's files, but not
+// the install's signing key — a command that could read it could forge a
+// receipt for any delta.
+func TestReceiptKeyHiddenFromTrials(t *testing.T) {
+	requireNS(t)
+	dir, home := t.TempDir(), t.TempDir()
+	if code, _, errs := cli(t, home, "run", "--no-store", "--", "true"); code != 0 { // creates the key
+		t.Fatalf("first run: %d %s", code, errs)
+	}
+	keyFile := filepath.Join(home, receipt.KeyFile)
+	key, err := os.ReadFile(keyFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	code, out, errs := cli(t, home, "run", "--json", "-C", dir, "--", "sh", "-c",
+		"cat "+keyFile+"; cp "+keyFile+" stolen.pem; base64 "+keyFile)
+	d := decode(t, out)
+	if strings.Contains(d.Process.Stdout, "PRIVATE KEY") || strings.Contains(d.Process.Stdout, strings.Split(string(key), "\n")[1]) {
+		t.Fatalf("the trial read the signing key:\n%s", d.Process.Stdout)
+	}
+	sum := sha256.Sum256(key)
+	for _, f := range d.Files {
+		if f.SHA256 == hex.EncodeToString(sum[:]) {
+			t.Fatalf("the trial copied the signing key to %s", f.Path)
+		}
+	}
+	if code == 0 {
+		t.Errorf("reading a masked key was auto-committed: %+v\n%s", d.Decision, errs)
 	}
 }

@@ -104,6 +104,14 @@ func runCmd(env Env, code *int) *cobra.Command {
 			if withStdin {
 				spec.Stdin = env.Stdin
 			}
+			// The install's receipt key is loaded before the trial (a bad key
+			// costs no trial) and masked inside the sandbox: a command that could
+			// read it could forge receipts for any delta.
+			signer, err := receipt.LoadOrCreate(home)
+			if err != nil {
+				return err
+			}
+			spec.Masks = append(spec.Masks, filepath.Join(home, receipt.KeyFile))
 			if noStore && (doCommitFlag || interactive) {
 				return usageError{fmt.Errorf("--commit and -i need the trial stored; drop --no-store")}
 			}
@@ -124,7 +132,7 @@ func runCmd(env Env, code *int) *cobra.Command {
 			}
 			d, err := r.Trial(cmd.Context(), spec)
 			if err == nil {
-				err = decideAndSign(cmd.Context(), engine, home, d)
+				err = decideAndSign(cmd.Context(), engine, signer, d)
 			}
 			if err != nil {
 				if rec != nil {
@@ -189,13 +197,9 @@ func runCmd(env Env, code *int) *cobra.Command {
 }
 
 // decideAndSign fills d's decision with engine's verdict and then its receipt,
-// signed with the install's key kept in home (created on first use).
-func decideAndSign(ctx context.Context, engine *policy.Engine, home string, d *dryexec.StateDelta) error {
+// signed with the install's key (receipt.LoadOrCreate of the store directory).
+func decideAndSign(ctx context.Context, engine *policy.Engine, signer *receipt.Signer, d *dryexec.StateDelta) error {
 	engine.Apply(ctx, d)
-	signer, err := receipt.LoadOrCreate(home)
-	if err != nil {
-		return err
-	}
 	return signer.Sign(d)
 }
 
