@@ -353,11 +353,17 @@ func runCommand(cfg *wire.TrialStart) *wire.TrialExit {
 		return ex
 	}
 	start := time.Now()
+	attr := commandAttr(cfg)
+	var mt *memTracer
+	if !cfg.NoMemoryTrace {
+		mt = &memTracer{}
+		attr.Ptrace = true
+	}
 	pid, err := syscall.ForkExec(bin, cfg.Argv, &syscall.ProcAttr{
 		Dir:   cfg.Cwd,
 		Env:   env,
 		Files: []uintptr{stdin, wire.StdoutFD, wire.StderrFD},
-		Sys:   commandAttr(cfg),
+		Sys:   attr,
 	})
 	if err != nil {
 		ex.ExitCode, ex.StartError = 126, fmt.Sprintf("exec %s: %v", cfg.Argv[0], err)
@@ -381,13 +387,28 @@ func runCommand(cfg *wire.TrialStart) *wire.TrialExit {
 		})
 		defer t.Stop()
 	}
+	if mt != nil && mt.start(pid) != nil {
+		mt = nil
+	}
 	var ws unix.WaitStatus
 	for {
-		wpid, err := unix.Wait4(-1, &ws, 0, nil)
+		wpid, err := unix.Wait4(-1, &ws, unix.WALL, nil)
 		if err == unix.EINTR {
 			continue
 		}
-		if err != nil || wpid == pid {
+		if err != nil {
+			break
+		}
+		if ws.Stopped() {
+			if mt != nil {
+				mt.stopped(wpid, ws)
+			}
+			continue
+		}
+		if mt != nil {
+			mt.gone(wpid)
+		}
+		if wpid == pid {
 			break
 		}
 	}
@@ -395,9 +416,17 @@ func runCommand(cfg *wire.TrialStart) *wire.TrialExit {
 	// Whatever the command left running (daemons, background jobs) dies now.
 	unix.Kill(-1, unix.SIGKILL)
 	for {
-		if _, err := unix.Wait4(-1, nil, 0, nil); err == unix.ECHILD {
+		var rws unix.WaitStatus
+		wpid, err := unix.Wait4(-1, &rws, unix.WALL, nil)
+		if err == unix.ECHILD {
 			break
 		}
+		if err == nil && rws.Stopped() && mt != nil {
+			mt.stopped(wpid, rws) // resumed, it dies of the SIGKILL
+		}
+	}
+	if mt != nil {
+		ex.Memory = mt.result()
 	}
 	select {
 	case <-timedOut:

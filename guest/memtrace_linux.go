@@ -1,0 +1,135 @@
+package guest
+
+import (
+	"bytes"
+	"os"
+	"strconv"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/dryexec/dryexec/wire"
+)
+
+// memTracer measures the memory delta of a trial: the command is started
+// under ptrace (PTRACE_TRACEME, so there is no window before it is traced)
+// with every fork, vfork and clone traced too, and each process is stopped
+// just before it exits (PTRACE_O_TRACEEXIT), when its /proc/PID/smaps_rollup
+// still holds Private_Dirty: the private pages it wrote during its life and
+// still had. Soft-dirty bits would measure the same without stopping anyone,
+// but kernels built without CONFIG_MEM_SOFT_DIRTY (this project's machines)
+// have none, and PAGEMAP_SCAN only sees write-protected pages registered from
+// inside the process.
+//
+// All ptrace calls come from one thread (the launcher's: ptrace binds a
+// tracee to the tracer thread), and its wait loop (runCommand) hands every
+// stop here.
+type memTracer struct {
+	known map[int]bool  // tasks past their first stop
+	pages map[int]int64 // per thread group: the most Private_Dirty seen at an exit, in pages
+	exits int
+}
+
+const memTraceOptions = unix.PTRACE_O_TRACEFORK | unix.PTRACE_O_TRACEVFORK | unix.PTRACE_O_TRACECLONE |
+	unix.PTRACE_O_TRACEEXIT | unix.PTRACE_O_TRACEEXEC | unix.PTRACE_O_EXITKILL
+
+// start takes the command's first stop (the SIGTRAP after its execve), sets
+// the options and lets it run.
+func (m *memTracer) start(pid int) error {
+	m.known, m.pages = map[int]bool{pid: true}, map[int]int64{}
+	var ws unix.WaitStatus
+	for {
+		_, err := unix.Wait4(pid, &ws, unix.WALL, nil)
+		if err == unix.EINTR {
+			continue
+		}
+		if err != nil {
+			return err
+		}
+		break
+	}
+	if !ws.Stopped() {
+		return unix.ESRCH // it died before running: the wait loop will see nothing more
+	}
+	if err := unix.PtraceSetOptions(pid, memTraceOptions); err != nil {
+		return err
+	}
+	return unix.PtraceCont(pid, 0)
+}
+
+// stopped handles one ptrace stop of task tid and resumes it.
+func (m *memTracer) stopped(tid int, ws unix.WaitStatus) {
+	sig := ws.StopSignal()
+	switch {
+	case sig == unix.SIGTRAP && ws.TrapCause() == unix.PTRACE_EVENT_EXIT:
+		m.measure(tid)
+		unix.PtraceCont(tid, 0)
+	case sig == unix.SIGTRAP && ws.TrapCause() > 0:
+		// fork, vfork, clone: the new task reports its own first stop; exec
+		// (traced, so that it is an event and not a SIGTRAP sent to the
+		// process, as it would be to a tracee without TRACEEXEC).
+		unix.PtraceCont(tid, 0)
+	case sig == unix.SIGSTOP && !m.known[tid]:
+		// A new task's first stop (it may come before its parent's event).
+		m.known[tid] = true
+		unix.PtraceCont(tid, 0)
+	default:
+		// A signal on its way: deliver it. A group-stop (GETSIGINFO fails)
+		// is resumed: job control stops do not hold a traced trial.
+		var si [128]byte
+		_, _, e := unix.Syscall6(unix.SYS_PTRACE, unix.PTRACE_GETSIGINFO, uintptr(tid), 0, uintptr(unsafe.Pointer(&si[0])), 0, 0)
+		if e != 0 {
+			sig = 0
+		}
+		unix.PtraceCont(tid, int(sig))
+	}
+}
+
+// gone forgets an exited task.
+func (m *memTracer) gone(tid int) { delete(m.known, tid) }
+
+// measure records the Private_Dirty of tid's process as it exits.
+func (m *memTracer) measure(tid int) {
+	dir := "/proc/" + strconv.Itoa(tid)
+	tgid := tid
+	if b, err := os.ReadFile(dir + "/status"); err == nil {
+		if v, ok := statusField(b, "Tgid:"); ok {
+			tgid = int(v)
+		}
+	}
+	b, err := os.ReadFile(dir + "/smaps_rollup")
+	if err != nil {
+		return
+	}
+	kb, ok := statusField(b, "Private_Dirty:")
+	if !ok {
+		return
+	}
+	m.exits++
+	if p := kb * 1024 / int64(os.Getpagesize()); p > m.pages[tgid] {
+		m.pages[tgid] = p
+	}
+}
+
+// statusField reads "Key:   123 ..." from a /proc file.
+func statusField(b []byte, key string) (int64, bool) {
+	i := bytes.Index(b, []byte(key))
+	if i < 0 {
+		return 0, false
+	}
+	f := bytes.Fields(b[i+len(key):])
+	if len(f) == 0 {
+		return 0, false
+	}
+	v, err := strconv.ParseInt(string(f[0]), 10, 64)
+	return v, err == nil
+}
+
+// result is the trial's memory delta.
+func (m *memTracer) result() *wire.MemoryUse {
+	var pages int64
+	for _, p := range m.pages {
+		pages += p
+	}
+	return &wire.MemoryUse{PagesWritten: pages, BytesWritten: pages * int64(os.Getpagesize()), Method: "smaps_exit", Processes: m.exits}
+}
