@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/dryexec/dryexec"
 )
 
@@ -191,5 +193,31 @@ func TestSeccompRefusesAndReports(t *testing.T) {
 	}
 	if time.Since(timeBefore) < 0 || time.Since(timeBefore) > time.Minute {
 		t.Errorf("host clock moved")
+	}
+}
+
+// TestLandlockWall: the second wall. A sandboxed process cannot signal the
+// guest (PID 1 installs signal handlers, so the pid namespace's protection of
+// init would let a SIGTERM through, and as root the command's uid 0 is the
+// guest's), cannot make a device node, and a device node found in a host
+// directory does not open (the overlays are nodev). The trial completes.
+func TestLandlockWall(t *testing.T) {
+	requireNS(t)
+	dir := t.TempDir()
+	if os.Getuid() == 0 {
+		// A host directory with a device node in it (/dev/null's numbers:
+		// harmless even if it opened).
+		if err := unix.Mknod(filepath.Join(dir, "nulldev"), unix.S_IFCHR|0o666, int(unix.Mkdev(1, 3))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	d := runTrial(t, dir, dryexec.TrialSpec{}, "/bin/sh", "-c",
+		`kill -TERM 1 2>/dev/null; echo "term=$?"; kill -USR1 1 2>/dev/null; echo "usr1=$?"
+mknod node c 1 3 2>/dev/null; echo "mknod=$?"
+if [ -e nulldev ]; then echo x 2>/dev/null > nulldev; echo "dev=$?"; else echo "dev=1"; fi`)
+	for _, k := range []string{"term", "usr1", "mknod", "dev"} {
+		if !strings.Contains(d.Process.Stdout, k+"=") || strings.Contains(d.Process.Stdout, k+"=0\n") {
+			t.Errorf("%s should have failed: %q", k, d.Process.Stdout)
+		}
 	}
 }
