@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"net/netip"
 	"sync"
@@ -47,7 +48,7 @@ func (s *Sim) Serve(ctx context.Context, link io.ReadWriteCloser) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	s.http = s.startHTTP(ctx)
-	st, ep, err := s.newStack(ctx)
+	st, ep, err := s.newStack(ctx, link)
 	if err != nil {
 		link.Close()
 		s.http.lis.Close()
@@ -55,15 +56,11 @@ func (s *Sim) Serve(ctx context.Context, link io.ReadWriteCloser) error {
 		return err
 	}
 	var wg sync.WaitGroup
-	wg.Add(2)
+	wg.Add(1)
 	go func() {
 		defer wg.Done()
 		<-ctx.Done()
 		link.Close()
-	}()
-	go func() {
-		defer wg.Done()
-		s.writeLoop(ctx, ep, link)
 	}()
 	buf := make([]byte, 65536)
 	var readErr error
@@ -92,12 +89,12 @@ func (s *Sim) Serve(ctx context.Context, link io.ReadWriteCloser) error {
 	return fmt.Errorf("netsim: reading the link: %w", readErr)
 }
 
-func (s *Sim) newStack(ctx context.Context) (*stack.Stack, *channel.Endpoint, error) {
+func (s *Sim) newStack(ctx context.Context, link io.Writer) (*stack.Stack, *linkEndpoint, error) {
 	st := stack.New(stack.Options{
 		NetworkProtocols:   []stack.NetworkProtocolFactory{ipv4.NewProtocol, ipv6.NewProtocol},
 		TransportProtocols: []stack.TransportProtocolFactory{tcp.NewProtocol, udp.NewProtocol},
 	})
-	ep := channel.New(1024, tun.MTU, "")
+	ep := &linkEndpoint{Endpoint: channel.New(1, tun.MTU, ""), w: link, log: s.log}
 	if err := st.CreateNIC(nicID, ep); err != nil {
 		return nil, nil, fmt.Errorf("netsim: creating NIC: %s", err)
 	}
@@ -123,32 +120,44 @@ func (s *Sim) newStack(ctx context.Context) (*stack.Stack, *channel.Endpoint, er
 	return st, ep, nil
 }
 
-func (s *Sim) writeLoop(ctx context.Context, ep *channel.Endpoint, link io.Writer) {
-	out := make([]byte, 0, 65536)
-	for {
-		pkt := ep.ReadContext(ctx)
-		if pkt == nil {
-			return
-		}
-		out = out[:0]
+// linkEndpoint is the stack's side of the link: inbound packets are
+// injected through the embedded channel endpoint; outbound ones are written
+// to the link at once by the stack's goroutine (no queue and no extra
+// goroutine hand-off per packet, which costs most in a nested VM).
+type linkEndpoint struct {
+	*channel.Endpoint
+	log *slog.Logger
+	// mu guards w and buf: the stack writes from several goroutines, and
+	// one packet must be one Write.
+	mu  sync.Mutex
+	w   io.Writer
+	buf []byte
+}
+
+// WritePackets writes each packet to the link.
+func (e *linkEndpoint) WritePackets(pkts stack.PacketBufferList) (int, tcpip.Error) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	n := 0
+	for _, pkt := range pkts.AsSlice() {
+		e.buf = e.buf[:0]
 		for _, sl := range pkt.AsSlices() {
-			out = append(out, sl...)
+			e.buf = append(e.buf, sl...)
 		}
-		pkt.DecRef()
-		if _, err := link.Write(out); err != nil {
-			if ctx.Err() == nil {
-				s.log.Debug("netsim: writing to the link", "err", err)
-			}
-			return
+		if _, err := e.w.Write(e.buf); err != nil {
+			e.log.Debug("netsim: writing to the link", "err", err)
+			return n, &tcpip.ErrClosedForSend{}
 		}
+		n++
 	}
+	return n, nil
 }
 
 // inbound hands one packet from the sandbox to the stack. Only TCP and UDP
 // reach it: ICMP echo requests are logged as blocked and dropped (the stack
 // would otherwise answer pings for every address and fake reachability), and
 // every other protocol is dropped.
-func (s *Sim) inbound(ep *channel.Endpoint, pkt []byte) {
+func (s *Sim) inbound(ep *linkEndpoint, pkt []byte) {
 	if len(pkt) < 1 {
 		return
 	}
