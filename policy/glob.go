@@ -202,6 +202,26 @@ type globSet struct {
 	byLast  map[string][]int // last segment → patterns
 	byAny   map[string][]int // a segment anywhere → patterns
 	rest    []int            // patterns without a literal segment
+	// Filters in front of each map: most path segments cannot be a key (wrong
+	// first byte or length), and checking that is cheaper than hashing.
+	fFirst, fLast, fAny keyFilter
+}
+
+// keyFilter remembers the first bytes and lengths of a map's keys.
+type keyFilter struct {
+	first [256]bool
+	lens  uint64 // bit n: a key of length n (63: 63 or longer)
+}
+
+func (f *keyFilter) add(k string) {
+	if k != "" {
+		f.first[k[0]] = true
+	}
+	f.lens |= 1 << min(len(k), 63)
+}
+
+func (f *keyFilter) may(s string) bool {
+	return s != "" && f.first[s[0]] && f.lens&(1<<min(len(s), 63)) != 0
 }
 
 func compileGlobs(field string, patterns []string, base string) (*globSet, error) {
@@ -218,11 +238,14 @@ func compileGlobs(field string, patterns []string, base string) (*globSet, error
 		case g.all:
 		case n > 0 && g.segs[0].kind == segLit:
 			set.byFirst[g.segs[0].s] = append(set.byFirst[g.segs[0].s], i)
+			set.fFirst.add(g.segs[0].s)
 		case n > 0 && g.segs[n-1].kind == segLit:
 			set.byLast[g.segs[n-1].s] = append(set.byLast[g.segs[n-1].s], i)
+			set.fLast.add(g.segs[n-1].s)
 		case len(g.needles) > 0:
 			key := g.needles[len(g.needles)-1][1:]
 			set.byAny[key] = append(set.byAny[key], i)
+			set.fAny.add(key)
 		default:
 			set.rest = append(set.rest, i)
 		}
@@ -247,11 +270,15 @@ func (set *globSet) first(p string, segs []string) *glob {
 		}
 	}
 	if len(segs) > 0 {
-		for _, i := range set.byFirst[segs[0]] {
-			try(i)
+		if set.fFirst.may(segs[0]) {
+			for _, i := range set.byFirst[segs[0]] {
+				try(i)
+			}
 		}
-		for _, i := range set.byLast[segs[len(segs)-1]] {
-			try(i)
+		if last := segs[len(segs)-1]; set.fLast.may(last) {
+			for _, i := range set.byLast[last] {
+				try(i)
+			}
 		}
 	} else {
 		// "/" itself: only patterns without segments ("/") can match.
@@ -263,8 +290,10 @@ func (set *globSet) first(p string, segs []string) *glob {
 	}
 	if len(set.byAny) > 0 {
 		for _, s := range segs {
-			for _, i := range set.byAny[s] {
-				try(i)
+			if set.fAny.may(s) {
+				for _, i := range set.byAny[s] {
+					try(i)
+				}
 			}
 		}
 	}
