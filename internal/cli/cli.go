@@ -184,11 +184,15 @@ func lsCmd(env Env) *cobra.Command {
 				return err
 			}
 			tw := tabwriter.NewWriter(env.Stdout, 0, 4, 2, ' ', 0)
-			fmt.Fprintln(tw, "ID\tAGE\tSTATUS\tEXIT\tFILES\tCOMMAND")
+			fmt.Fprintln(tw, "ID\tAGE\tSTATUS\tDECISION\tEXIT\tFILES\tCOMMAND")
 			for _, t := range list {
 				d := t.Delta
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%s\n", t.ID, time.Since(t.Created).Round(time.Second),
-					t.State.Status, d.Process.ExitCode, d.Totals.FilesChanged, render.CommandLine(d.Action.Argv))
+				choice := d.Decision.Choice
+				if choice == "" {
+					choice = "-"
+				}
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%d\t%s\n", t.ID, time.Since(t.Created).Round(time.Second),
+					t.State.Status, choice, d.Process.ExitCode, d.Totals.FilesChanged, render.CommandLine(d.Action.Argv))
 			}
 			return tw.Flush()
 		},

@@ -34,6 +34,11 @@ func commitCmd(env Env) *cobra.Command {
 			if err != nil {
 				return err
 			}
+			// A person may commit what the policy held back; say so, once.
+			if d, err := s.Load(args[0]); err == nil && d.Decision.Choice != "" && d.Decision.Choice != "auto_commit" {
+				fmt.Fprintf(env.Stderr, "dryexec: note: %s was decided %s; committing because you asked (dryexec show %s for the reasons)\n",
+					args[0], d.Decision.Choice, args[0])
+			}
 			return doCommit(cmd.Context(), env, s, args[0], store.CommitOptions{Paths: paths, Force: force, ForcePaths: fps})
 		},
 	}

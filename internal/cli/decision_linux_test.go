@@ -55,6 +55,13 @@ func TestPolicyBuildOnly(t *testing.T) {
 			if _, err := os.Stat(filepath.Join(dir, "src")); err == nil {
 				t.Fatal("a blocked trial reached the host")
 			}
+			// A person can still commit it by name; dryexec says what the policy thought.
+			if code, _, errs := cli(t, home, "commit", d.TrialID); code != 0 || !strings.Contains(errs, "was decided block; committing because you asked") {
+				t.Fatalf("commit of a blocked trial: %d %q", code, errs)
+			}
+			if _, err := os.Stat(filepath.Join(dir, "src", "x")); err != nil {
+				t.Fatal("dryexec commit ID did not commit")
+			}
 
 			code, out, errs = cli(t, home, "run", "--json", "--commit", "--policy", pol, "-C", dir, "--", "sh", "-c", "mkdir -p build && echo x > build/x")
 			d = decode(t, out)
@@ -176,6 +183,9 @@ func TestReceipts(t *testing.T) {
 	if code != 0 || !strings.Contains(show, "decision: review") || !strings.Contains(show, "changes outside the working directory") ||
 		!strings.Contains(show, "receipt: signed by "+d.Receipt.KeyID) {
 		t.Fatalf("show: %d\n%s", code, show)
+	}
+	if code, ls, _ := cli(t, home, "ls"); code != 0 || !strings.Contains(ls, "DECISION") || !strings.Contains(ls, "review") {
+		t.Errorf("ls: %d\n%s", code, ls)
 	}
 	if code, out, errs := cli(t, home, "verify", d.TrialID); code != 0 || !strings.Contains(out, "receipt verifies") {
 		t.Fatalf("verify stored: %d %s %s", code, out, errs)
