@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"path"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -468,6 +469,10 @@ func (e *Engine) checkViolations(d *dryexec.StateDelta, fs *facts) {
 		x.add(s)
 	}
 	for _, k := range kinds {
+		if slices.Contains(e.p.Violations.ReviewKinds, k) {
+			fs.add(EffectReview, "the boundary refused something (%s violation, review_kinds): %s", k, byKind[k].String())
+			continue
+		}
 		fs.add(EffectBlock, "the boundary refused something (%s violation): %s", k, byKind[k].String())
 	}
 }

@@ -52,6 +52,12 @@ func TestPrecedence(t *testing.T) {
 		{"violation", nil, func(d *dryexec.StateDelta) {
 			d.Violations = append(d.Violations, dryexec.Violation{Kind: "syscall", Detail: "mount(2) refused", Exe: "/bin/mount"})
 		}, Block, []string{"block: the boundary refused something (syscall violation): mount(2) refused (/bin/mount)", "risk: +1.00 1 violations"}},
+		{"violation kind sent to review", func(p *Policy) { p.Violations.ReviewKinds = []string{"syscall"} }, func(d *dryexec.StateDelta) {
+			d.Violations = append(d.Violations, dryexec.Violation{Kind: "syscall", Detail: "io_uring_setup refused"})
+		}, Review, []string{"review: the boundary refused something (syscall violation, review_kinds): io_uring_setup refused"}},
+		{"other violation kinds still block", func(p *Policy) { p.Violations.ReviewKinds = []string{"syscall"} }, func(d *dryexec.StateDelta) {
+			d.Violations = append(d.Violations, dryexec.Violation{Kind: "secret", Detail: "/root/.ssh/id_rsa"})
+		}, Block, []string{"block: the boundary refused something (secret violation): /root/.ssh/id_rsa"}},
 		{"denied target", nil, func(d *dryexec.StateDelta) { d.Files = append(d.Files, file("/etc/passwd", dryexec.OpModify)) }, Block,
 			[]string{"block: touches a denied target: /etc/passwd (/etc/**)"}},
 		{"denied beats allowed", func(p *Policy) { p.DeniedMutationTargets = []string{"/w/a.txt"} }, nil, Block, []string{"denied target: /w/a.txt"}},

@@ -54,12 +54,14 @@ type Policy struct {
 	// ReviewWhen sends common risky shapes of change to review.
 	ReviewWhen ReviewWhen `json:"review_when"`
 	// SensitivePaths raise the risk score (factor "sensitive") when changed.
-	SensitivePaths []string   `json:"sensitive_paths"`
-	Limits         Limits     `json:"limits"`
-	Network        Network    `json:"network"`
-	Thresholds     Thresholds `json:"thresholds"`
-	Budgets        Budgets    `json:"budgets"`
-	Weights        Weights    `json:"weights"`
+	SensitivePaths []string `json:"sensitive_paths"`
+	// Violations tunes how the boundary's refusals count (default: all block).
+	Violations Violations `json:"violations"`
+	Limits     Limits     `json:"limits"`
+	Network    Network    `json:"network"`
+	Thresholds Thresholds `json:"thresholds"`
+	Budgets    Budgets    `json:"budgets"`
+	Weights    Weights    `json:"weights"`
 	// Rules are CEL expressions over the delta (variable `delta`, JSON field
 	// names), evaluated in order; every rule that yields true contributes.
 	Rules []Rule `json:"rules"`
@@ -76,6 +78,14 @@ type ReviewWhen struct {
 	Deletes bool `json:"deletes"`
 	// SetID: a created or changed path with the setuid or setgid bit.
 	SetID bool `json:"setid"`
+}
+
+// Violations: every violation blocks, except those whose kind (syscall, path,
+// network, limit, secret, …) is listed in ReviewKinds, which go to review — for
+// programs whose harmless probes the boundary refuses (a runtime trying
+// io_uring and falling back).
+type Violations struct {
+	ReviewKinds []string `json:"review_kinds,omitempty"`
 }
 
 // Limits block a delta that exceeds them. A nil limit is no limit; 0 means
