@@ -220,14 +220,15 @@ type proc struct {
 	sock string
 	home string
 	out  *bytes.Buffer
-	done chan error
+	done chan struct{} // closed when the process has exited; err is then set
+	err  error
 }
 
 func startProc(t testing.TB, home, sock string) *proc {
 	t.Helper()
 	cmd := exec.Command(os.Args[0], "serve", "--socket", sock, "--drain", "20s")
 	cmd.Env = append(os.Environ(), asCLI+"=1", "DRYEXEC_HOME="+home)
-	p := &proc{cmd: cmd, sock: sock, home: home, out: &bytes.Buffer{}, done: make(chan error, 1)}
+	p := &proc{cmd: cmd, sock: sock, home: home, out: &bytes.Buffer{}, done: make(chan struct{})}
 	pr, pw := io.Pipe()
 	cmd.Stdout, cmd.Stderr = pw, pw
 	ready := make(chan struct{})
@@ -245,15 +246,15 @@ func startProc(t testing.TB, home, sock string) *proc {
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	go func() { p.done <- cmd.Wait(); pw.Close() }()
+	go func() { p.err = cmd.Wait(); pw.Close(); close(p.done) }()
 	t.Cleanup(func() {
 		cmd.Process.Kill()
 		<-p.done
 	})
 	select {
 	case <-ready:
-	case err := <-p.done:
-		t.Fatalf("dryexec serve exited: %v\n%s", err, p.out)
+	case <-p.done:
+		t.Fatalf("dryexec serve exited: %v\n%s", p.err, p.out)
 	case <-time.After(time.Minute):
 		t.Fatalf("dryexec serve did not start\n%s", p.out)
 	}

@@ -47,7 +47,7 @@ func Serve(ctx context.Context, svc *Service, opt ServeOptions) error {
 	}
 	var ln net.Listener
 	var err error
-	addr := opt.Listen
+	var addr string
 	if opt.Listen != "" {
 		tok, err := LoadOrCreateToken(TokenFile(svc.cfg.StateDir))
 		if err != nil {

@@ -63,6 +63,9 @@ func (sd *stateDir) cleanLeftovers() {
 		}
 		if err == nil && rec.Tmp != "" &&
 			filepath.IsAbs(rec.Tmp) && strings.HasPrefix(filepath.Base(rec.Tmp), "dryexec-session-") {
+			if n := killUnder(rec.Tmp); n > 0 {
+				sd.log.Info("killed what a crashed daemon's host session left running", "processes", n)
+			}
 			os.RemoveAll(rec.Tmp)
 		}
 		os.Remove(p)
