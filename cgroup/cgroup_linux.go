@@ -31,6 +31,9 @@ type hierarchy struct {
 	mount  string   // where it is mounted
 	ctrls  []string // the controllers of ours it carries (v1); v2: filled per group
 	parent string   // absolute dir of the dryexec parent group in it
+	// placeOnly: a hybrid host's v2 tree, used only to place the sandbox
+	// (it carries no controllers of ours).
+	placeOnly bool
 }
 
 // Options configures a Manager.
@@ -55,7 +58,8 @@ type Manager struct {
 	owner    string // ".<pid>-<starttime>" of this process, suffix of its group names
 }
 
-// Version says "cgroup-v1" or "cgroup-v2".
+// Version says "cgroup-v1" or "cgroup-v2" (a hybrid host is v1: its
+// controllers are).
 func (m *Manager) Version() string {
 	if len(m.hier) > 0 && m.hier[0].v2 {
 		return "cgroup-v2"
@@ -162,6 +166,13 @@ func discover(v2Mount string) ([]hierarchy, error) {
 	if len(v1) == 0 {
 		return nil, &UnavailableError{Reason: "no cgroup filesystem is mounted"}
 	}
+	if v2 != "" {
+		// Hybrid: the v2 tree carries none of our controllers, but a sandbox
+		// is placed there too, so that its cgroup namespace is rooted in its
+		// own group on every hierarchy (a cgroup2 mount from a namespace of
+		// its own shows its group, not the host's tree).
+		v1 = append(v1, hierarchy{v2: true, mount: v2, placeOnly: true})
+	}
 	return v1, nil
 }
 
@@ -266,7 +277,8 @@ func resolve(l dryexec.Limits, memTotal int64) dryexec.Limits {
 type Group struct {
 	m      *Manager
 	name   string
-	dirs   []string // one per hierarchy, same order as m.hier
+	dirs   []string // the group, one per hierarchy, same order as m.hier: limits and counters
+	runs   []string // dirs[i]/run: where the processes are (see New)
 	limits dryexec.Limits
 	fd     int        // v2: the group's directory, for clone3(CLONE_INTO_CGROUP); else -1
 	mu     sync.Mutex // guards the fields below (ShelterThreads runs beside the trial)
@@ -307,14 +319,23 @@ func (m *Manager) New(name string, l dryexec.Limits) (*Group, []string, error) {
 			return nil, nil, err
 		}
 		g.dirs = append(g.dirs, dir)
+		// The processes go one level down, into run: a sandbox that made a
+		// cgroup namespace and mount of its own would see run as the root,
+		// and the limits, on dir, are above it, out of its reach.
+		run := filepath.Join(dir, "run")
+		if err := os.Mkdir(run, 0o755); err != nil {
+			g.Remove()
+			return nil, nil, fmt.Errorf("creating cgroup %s: %w", run, err)
+		}
+		g.runs = append(g.runs, run)
 		ctrls := h.ctrls
 		if h.v2 {
 			b, _ := os.ReadFile(filepath.Join(dir, "cgroup.controllers"))
 			ctrls = strings.Fields(string(b))
-			fd, err := unix.Open(dir, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+			fd, err := unix.Open(run, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
 			if err != nil {
 				g.Remove()
-				return nil, nil, fmt.Errorf("opening %s: %w", dir, err)
+				return nil, nil, fmt.Errorf("opening %s: %w", run, err)
 			}
 			g.fd = fd
 		}
@@ -470,8 +491,8 @@ func (g *Group) Attach(pid int) error {
 		if h.v2 && g.fd >= 0 {
 			continue
 		}
-		if err := os.WriteFile(filepath.Join(g.dirs[i], "cgroup.procs"), []byte(strconv.Itoa(pid)), 0); err != nil {
-			return fmt.Errorf("moving pid %d into %s: %w", pid, g.dirs[i], err)
+		if err := os.WriteFile(filepath.Join(g.runs[i], "cgroup.procs"), []byte(strconv.Itoa(pid)), 0); err != nil {
+			return fmt.Errorf("moving pid %d into %s: %w", pid, g.runs[i], err)
 		}
 	}
 	return nil
@@ -530,16 +551,38 @@ func (g *Group) Stats() Stats {
 			continue
 		}
 		for _, c := range h.ctrls {
+			// v1 counts an event only in the group where it happened (the
+			// victim's for an OOM kill, the limited one for a refused fork):
+			// sum the group's tree. Usage is hierarchical.
 			switch c {
 			case "memory":
-				s.OOMKills += keyed(filepath.Join(d, "memory.oom_control"), "oom_kill")
+				s.OOMKills += sumTree(d, "memory.oom_control", "oom_kill")
 				s.PeakMemBytes = max(s.PeakMemBytes, single(filepath.Join(d, "memory.max_usage_in_bytes")))
 			case "pids":
-				s.PidsRefused += keyed(filepath.Join(d, "pids.events"), "max")
+				s.PidsRefused += sumTree(d, "pids.events", "max")
 			}
 		}
 	}
 	return s
+}
+
+// sumTree adds key's value in file over dir and the groups beneath it (a
+// few levels: run, and what a sandbox might have made below it).
+func sumTree(dir, file, key string) int64 {
+	n := keyed(filepath.Join(dir, file), key)
+	var walk func(d string, depth int)
+	walk = func(d string, depth int) {
+		ents, _ := os.ReadDir(d)
+		for _, e := range ents {
+			if e.IsDir() && depth < 4 {
+				p := filepath.Join(d, e.Name())
+				n += keyed(filepath.Join(p, file), key)
+				walk(p, depth+1)
+			}
+		}
+	}
+	walk(dir, 0)
+	return n
 }
 
 // keyed reads "key value" lines and returns key's value (0 if absent).
@@ -585,7 +628,7 @@ func (g *Group) Remove() error {
 			first = err
 		}
 	}
-	g.dirs, g.sheltered = nil, nil
+	g.dirs, g.runs, g.sheltered = nil, nil, nil
 	return first
 }
 
@@ -644,9 +687,6 @@ func Sweep() (int, error) {
 	hier, err := discover("")
 	if err != nil {
 		return 0, err
-	}
-	if v2, _ := discover("/sys/fs/cgroup/unified"); len(v2) > 0 && !hier[0].v2 {
-		hier = append(hier, v2...) // hybrid: groups made with Options.V2Mount
 	}
 	removed := 0
 	var first error

@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -56,6 +57,13 @@ func boundGroup(t *testing.T) Options {
 			if err := removeDir(d, false); err != nil {
 				t.Errorf("removing the test's bound group: %v", err)
 			}
+		}
+		// A hybrid host's v2 tree gets the same path (sandboxes are placed
+		// there too, without limits): remove what was made in it.
+		if own[""] != "" {
+			d := filepath.Join("/sys/fs/cgroup/unified", filepath.Dir(own[""]), name)
+			os.Remove(filepath.Join(d, ParentName))
+			os.Remove(d)
 		}
 	})
 	return Options{Parent: name + "/" + ParentName}
@@ -291,5 +299,68 @@ func TestSweepSparesLiveShelters(t *testing.T) {
 		if _, err := os.Stat(d); err != nil {
 			t.Errorf("the sweep removed a live shelter %s", d)
 		}
+	}
+}
+
+// TestLimitsAreAboveTheNamespaceRoot: a process of the group that makes a
+// cgroup namespace and mounts of its own (what a sandbox would need to reach
+// its limits) finds its run group as the root, not the limited group, and not
+// the host's tree: raising "its" pids.max changes nothing, and the limit holds.
+func TestLimitsAreAboveTheNamespaceRoot(t *testing.T) {
+	opt := boundGroup(t)
+	m, err := NewManager(opt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	g, _, err := m.New("tr_nsroot", dryexec.Limits{Pids: 16})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer g.Remove()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	sup := exec.CommandContext(ctx, "sleep", "60")
+	if err := sup.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer sup.Wait()
+	defer sup.Process.Kill()
+	if err := g.ShelterThreads(sup.Process.Pid); err != nil {
+		t.Fatal(err)
+	}
+	d1, d2 := t.TempDir(), t.TempDir()
+	script := `unshare -C -m sh -c '
+mount -t cgroup -o pids none ` + d1 + ` && { echo "v1 root limit: $(cat ` + d1 + `/pids.max)"; echo max > ` + d1 + `/pids.max; }
+if mount -t cgroup2 none ` + d2 + ` 2>/dev/null; then echo "v2 groups: $(find ` + d2 + ` -mindepth 1 -maxdepth 1 -type d | wc -l)"; fi
+i=0; while [ $i -lt 64 ]; do sleep 1 & i=$((i+1)); done 2>/dev/null; wait'`
+	cmd := exec.CommandContext(ctx, "/bin/sh", "-c", "read _; "+script)
+	// As the rung starts a guest: cloned into the group's v2 run group, and
+	// attached to the v1 ones.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, UseCgroupFD: g.CgroupFD() >= 0, CgroupFD: g.CgroupFD()}
+	in, _ := cmd.StdinPipe()
+	var out strings.Builder
+	cmd.Stdout = &out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	if err := g.Attach(cmd.Process.Pid); err != nil {
+		t.Fatal(err)
+	}
+	in.Write([]byte("go\n"))
+	in.Close()
+	cmd.Wait()
+	t.Logf("%s", out.String())
+	if !strings.Contains(out.String(), "v1 root limit: max") {
+		t.Errorf("the namespace's v1 root is not the unlimited run group: %q", out.String())
+	}
+	if strings.Contains(out.String(), "v2 groups:") && !strings.Contains(out.String(), "v2 groups: 0") {
+		t.Errorf("the namespace's v2 root shows other groups: %q", out.String())
+	}
+	if s := g.Stats(); s.PidsRefused == 0 {
+		t.Errorf("the pids limit did not hold after the attempt to raise it: %+v", s)
+	}
+	b, _ := os.ReadFile(filepath.Join(g.Paths()[slices.IndexFunc(g.m.hier, func(h hierarchy) bool { return slices.Contains(h.ctrls, "pids") })], "pids.max"))
+	if strings.TrimSpace(string(b)) != "16" {
+		t.Errorf("the group's pids.max is now %q", b)
 	}
 }

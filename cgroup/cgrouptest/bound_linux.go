@@ -65,6 +65,15 @@ func Bound(t testing.TB, memBytes, pids int64) cgroup.Options {
 				t.Errorf("removing the bound group: %v", err)
 			}
 		}
+		// A hybrid host's v2 tree gets the same path (sandboxes are placed
+		// there too, without limits): remove what was made in it.
+		for _, line := range strings.Split(string(b), "\n") {
+			if v2, ok := strings.CutPrefix(line, "0::"); ok {
+				d := filepath.Join("/sys/fs/cgroup/unified", filepath.Dir(v2), name)
+				os.Remove(filepath.Join(d, cgroup.ParentName))
+				os.Remove(d)
+			}
+		}
 	})
 	return cgroup.Options{Parent: name + "/" + cgroup.ParentName}
 }
