@@ -148,3 +148,17 @@ func TestMockedClients(t *testing.T) {
 		})
 	}
 }
+
+// TestUntrustedCA: a client that does not trust the netsim CA fails the
+// handshake (it is never answered in clear), and the attempt is logged.
+func TestUntrustedCA(t *testing.T) {
+	sim := newSim(t, netsim.Config{}, map[string]string{"mocks.yaml": mockFile})
+	res := runSandbox(t, sim, sandboxOpts{env: []string{"CURL_CA_BUNDLE=/dev/null"}}, "curl", "-sS", "https://secure.example.com/v1/x")
+	if res.code == 0 || strings.Contains(res.stdout, "secure-ok") {
+		t.Fatalf("exit %d stdout %q", res.code, res.stdout)
+	}
+	ev, ok := findEvent(sim.Log(), dryexec.NetworkEvent{Proto: "https", Host: "secure.example.com", Action: netsim.ActionBlocked})
+	if !ok || !strings.Contains(ev.Reason, "TLS handshake failed") {
+		t.Fatalf("event %+v in %s", ev, dumpLog(t, sim.Log()))
+	}
+}
