@@ -1,11 +1,8 @@
 package receipt
 
 import (
-	"bytes"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"math"
 	"slices"
 	"strconv"
@@ -36,102 +33,27 @@ func Canonical(doc []byte) ([]byte, error) {
 	if !utf8.Valid(doc) {
 		return nil, fmt.Errorf("%w: the document is not valid UTF-8", ErrMalformed)
 	}
-	dec := json.NewDecoder(bytes.NewReader(doc))
-	dec.UseNumber()
-	v, err := readValue(dec, 0)
-	if err != nil {
-		return nil, fmt.Errorf("%w: %v", ErrMalformed, err)
-	}
-	if _, err := dec.Token(); err != io.EOF {
-		return nil, fmt.Errorf("%w: data after the JSON value", ErrMalformed)
-	}
-	obj, ok := v.(object)
-	if !ok {
+	c := canon{in: doc, out: make([]byte, 0, len(doc))}
+	c.skipSpace()
+	if c.pos >= len(c.in) || c.in[c.pos] != '{' {
 		return nil, fmt.Errorf("%w: the document is not a JSON object", ErrMalformed)
 	}
-	obj = slices.DeleteFunc(obj, func(m member) bool { return m.name == "receipt" })
-	var b bytes.Buffer
-	b.Grow(len(doc))
-	writeValue(&b, obj)
-	return b.Bytes(), nil
+	if err := c.value(0); err != nil {
+		return nil, fmt.Errorf("%w: %v (at byte %d)", ErrMalformed, err, c.pos)
+	}
+	c.skipSpace()
+	if c.pos != len(c.in) {
+		return nil, fmt.Errorf("%w: data after the JSON value", ErrMalformed)
+	}
+	return c.out, nil
 }
 
 // ErrMalformed: the document cannot be canonicalised.
 var ErrMalformed = errors.New("malformed delta document")
 
-type member struct {
-	name string
-	val  any
-}
-
-type object []member
-
 // maxDepth bounds nesting (a delta nests 4 deep); a hostile document must not
 // exhaust the stack.
 const maxDepth = 64
-
-func readValue(dec *json.Decoder, depth int) (any, error) {
-	if depth > maxDepth {
-		return nil, fmt.Errorf("nested deeper than %d", maxDepth)
-	}
-	tok, err := dec.Token()
-	if err != nil {
-		return nil, err
-	}
-	switch t := tok.(type) {
-	case json.Delim:
-		switch t {
-		case '{':
-			var obj object
-			seen := map[string]bool{}
-			for dec.More() {
-				kt, err := dec.Token()
-				if err != nil {
-					return nil, err
-				}
-				k := kt.(string)
-				if seen[k] {
-					return nil, fmt.Errorf("duplicate member %q", k)
-				}
-				seen[k] = true
-				v, err := readValue(dec, depth+1)
-				if err != nil {
-					return nil, err
-				}
-				obj = append(obj, member{k, v})
-			}
-			if _, err := dec.Token(); err != nil {
-				return nil, err
-			}
-			slices.SortFunc(obj, func(a, b member) int { return compareUTF16(a.name, b.name) })
-			return obj, nil
-		case '[':
-			arr := []any{}
-			for dec.More() {
-				v, err := readValue(dec, depth+1)
-				if err != nil {
-					return nil, err
-				}
-				arr = append(arr, v)
-			}
-			if _, err := dec.Token(); err != nil {
-				return nil, err
-			}
-			return arr, nil
-		}
-		return nil, fmt.Errorf("unexpected %v", t)
-	case json.Number:
-		s, err := canonicalNumber(string(t))
-		if err != nil {
-			return nil, err
-		}
-		return rawNumber(s), nil
-	default: // string, bool, nil
-		return t, nil
-	}
-}
-
-type rawNumber string
 
 func compareUTF16(a, b string) int {
 	if isASCII(a) && isASCII(b) {
@@ -203,70 +125,363 @@ func es6Number(f float64) string {
 	return string(b)
 }
 
-func writeValue(b *bytes.Buffer, v any) {
-	switch t := v.(type) {
-	case object:
-		b.WriteByte('{')
-		for i, m := range t {
-			if i > 0 {
-				b.WriteByte(',')
-			}
-			writeString(b, m.name)
-			b.WriteByte(':')
-			writeValue(b, m.val)
-		}
-		b.WriteByte('}')
-	case []any:
-		b.WriteByte('[')
-		for i, e := range t {
-			if i > 0 {
-				b.WriteByte(',')
-			}
-			writeValue(b, e)
-		}
-		b.WriteByte(']')
-	case string:
-		writeString(b, t)
-	case rawNumber:
-		b.WriteString(string(t))
-	case bool:
-		if t {
-			b.WriteString("true")
-		} else {
-			b.WriteString("false")
-		}
-	case nil:
-		b.WriteString("null")
-	}
-}
-
 const hexDigits = "0123456789abcdef"
 
-func writeString(b *bytes.Buffer, s string) {
-	b.WriteByte('"')
+// appendString appends s in canonical form (quoted, RFC 8785 escapes).
+func appendString(b []byte, s string) []byte {
+	b = append(b, '"')
 	for i := 0; i < len(s); i++ {
 		c := s[i]
 		switch {
 		case c == '"' || c == '\\':
-			b.WriteByte('\\')
-			b.WriteByte(c)
+			b = append(b, '\\', c)
 		case c == '\b':
-			b.WriteString(`\b`)
+			b = append(b, `\b`...)
 		case c == '\t':
-			b.WriteString(`\t`)
+			b = append(b, `\t`...)
 		case c == '\n':
-			b.WriteString(`\n`)
+			b = append(b, `\n`...)
 		case c == '\f':
-			b.WriteString(`\f`)
+			b = append(b, `\f`...)
 		case c == '\r':
-			b.WriteString(`\r`)
+			b = append(b, `\r`...)
 		case c < 0x20:
-			b.WriteString(`\u00`)
-			b.WriteByte(hexDigits[c>>4])
-			b.WriteByte(hexDigits[c&0xf])
+			b = append(b, '\\', 'u', '0', '0', hexDigits[c>>4], hexDigits[c&0xf])
 		default:
-			b.WriteByte(c)
+			b = append(b, c)
 		}
 	}
-	b.WriteByte('"')
+	return append(b, '"')
+}
+
+// canon parses JSON from in and appends its canonical form to out in one pass.
+// Members are written as parsed and each object's members are then reordered
+// in place, so the only copies are one scratch copy per object.
+type canon struct {
+	in      []byte
+	pos     int
+	out     []byte
+	scratch []byte
+}
+
+func (c *canon) skipSpace() {
+	for c.pos < len(c.in) {
+		switch c.in[c.pos] {
+		case ' ', '\t', '\n', '\r':
+			c.pos++
+		default:
+			return
+		}
+	}
+}
+
+func (c *canon) value(depth int) error {
+	if depth > maxDepth {
+		return fmt.Errorf("nested deeper than %d", maxDepth)
+	}
+	c.skipSpace()
+	if c.pos >= len(c.in) {
+		return errors.New("unexpected end of input")
+	}
+	switch ch := c.in[c.pos]; {
+	case ch == '{':
+		return c.object(depth)
+	case ch == '[':
+		return c.array(depth)
+	case ch == '"':
+		// Fast path: a string without escapes or control characters is
+		// already canonical; copy it as is.
+		for i := c.pos + 1; i < len(c.in); i++ {
+			if b := c.in[i]; b == '"' {
+				c.out = append(c.out, c.in[c.pos:i+1]...)
+				c.pos = i + 1
+				return nil
+			} else if b == '\\' || b < 0x20 {
+				break
+			}
+		}
+		s, err := c.str()
+		if err != nil {
+			return err
+		}
+		c.out = appendString(c.out, s)
+		return nil
+	case ch == '-' || (ch >= '0' && ch <= '9'):
+		return c.number()
+	default:
+		for _, lit := range []string{"true", "false", "null"} {
+			if len(c.in)-c.pos >= len(lit) && string(c.in[c.pos:c.pos+len(lit)]) == lit {
+				c.pos += len(lit)
+				c.out = append(c.out, lit...)
+				return nil
+			}
+		}
+		return fmt.Errorf("unexpected character %q", ch)
+	}
+}
+
+// span is one member's canonical bytes within out.
+type span struct {
+	key        string
+	start, end int
+}
+
+func (c *canon) object(depth int) error {
+	c.pos++ // {
+	c.out = append(c.out, '{')
+	begin := len(c.out)
+	var members []span
+	for first := true; ; first = false {
+		c.skipSpace()
+		if c.pos < len(c.in) && c.in[c.pos] == '}' && first {
+			c.pos++
+			break
+		}
+		if c.pos >= len(c.in) || c.in[c.pos] != '"' {
+			return errors.New("expected a member name")
+		}
+		key, err := c.str()
+		if err != nil {
+			return err
+		}
+		c.skipSpace()
+		if c.pos >= len(c.in) || c.in[c.pos] != ':' {
+			return errors.New("expected ':'")
+		}
+		c.pos++
+		start := len(c.out)
+		c.out = appendString(c.out, key)
+		c.out = append(c.out, ':')
+		if err := c.value(depth + 1); err != nil {
+			return err
+		}
+		if depth == 0 && key == "receipt" {
+			// The receipt carries the hash: it is not part of what is hashed.
+			c.out = c.out[:start]
+			members = append(members, span{key: key, start: start, end: start})
+		} else {
+			members = append(members, span{key: key, start: start, end: len(c.out)})
+		}
+		c.skipSpace()
+		if c.pos >= len(c.in) {
+			return errors.New("unexpected end of input")
+		}
+		if c.in[c.pos] == ',' {
+			c.pos++
+			continue
+		}
+		if c.in[c.pos] != '}' {
+			return errors.New("expected ',' or '}'")
+		}
+		c.pos++
+		break
+	}
+	sorted := slices.IsSortedFunc(members, func(a, b span) int { return compareUTF16(a.key, b.key) })
+	if !sorted {
+		slices.SortStableFunc(members, func(a, b span) int { return compareUTF16(a.key, b.key) })
+	}
+	for i := 1; i < len(members); i++ {
+		if members[i].key == members[i-1].key {
+			return fmt.Errorf("duplicate member %q", members[i].key)
+		}
+	}
+	// Rewrite the members in order, with commas, from a scratch copy.
+	c.scratch = append(c.scratch[:0], c.out[begin:]...)
+	c.out = c.out[:begin]
+	n := 0
+	for _, m := range members {
+		if m.end == m.start {
+			continue
+		}
+		if n > 0 {
+			c.out = append(c.out, ',')
+		}
+		c.out = append(c.out, c.scratch[m.start-begin:m.end-begin]...)
+		n++
+	}
+	c.out = append(c.out, '}')
+	return nil
+}
+
+func (c *canon) array(depth int) error {
+	c.pos++ // [
+	c.out = append(c.out, '[')
+	c.skipSpace()
+	if c.pos < len(c.in) && c.in[c.pos] == ']' {
+		c.pos++
+		c.out = append(c.out, ']')
+		return nil
+	}
+	for {
+		if err := c.value(depth + 1); err != nil {
+			return err
+		}
+		c.skipSpace()
+		if c.pos >= len(c.in) {
+			return errors.New("unexpected end of input")
+		}
+		switch c.in[c.pos] {
+		case ',':
+			c.pos++
+			c.out = append(c.out, ',')
+		case ']':
+			c.pos++
+			c.out = append(c.out, ']')
+			return nil
+		default:
+			return errors.New("expected ',' or ']'")
+		}
+	}
+}
+
+// str parses a JSON string at pos and returns its value. Without escapes it is
+// the raw bytes (UTF-8 validity was checked for the whole document).
+func (c *canon) str() (string, error) {
+	c.pos++ // "
+	start := c.pos
+	for c.pos < len(c.in) {
+		ch := c.in[c.pos]
+		switch {
+		case ch == '"':
+			s := string(c.in[start:c.pos])
+			c.pos++
+			return s, nil
+		case ch == '\\':
+			return c.strSlow(start)
+		case ch < 0x20:
+			return "", errors.New("control character in a string")
+		}
+		c.pos++
+	}
+	return "", errors.New("unterminated string")
+}
+
+func (c *canon) strSlow(start int) (string, error) {
+	b := append([]byte(nil), c.in[start:c.pos]...)
+	for c.pos < len(c.in) {
+		ch := c.in[c.pos]
+		switch {
+		case ch == '"':
+			c.pos++
+			return string(b), nil
+		case ch < 0x20:
+			return "", errors.New("control character in a string")
+		case ch != '\\':
+			b = append(b, ch)
+			c.pos++
+			continue
+		}
+		if c.pos+1 >= len(c.in) {
+			return "", errors.New("unterminated string")
+		}
+		esc := c.in[c.pos+1]
+		c.pos += 2
+		switch esc {
+		case '"', '\\', '/':
+			b = append(b, esc)
+		case 'b':
+			b = append(b, '\b')
+		case 'f':
+			b = append(b, '\f')
+		case 'n':
+			b = append(b, '\n')
+		case 'r':
+			b = append(b, '\r')
+		case 't':
+			b = append(b, '\t')
+		case 'u':
+			r, err := c.hex4()
+			if err != nil {
+				return "", err
+			}
+			if utf16.IsSurrogate(r) {
+				// A pair decodes to one code point; a lone surrogate becomes
+				// U+FFFD, as encoding/json does.
+				r2 := rune(-1)
+				if c.pos+1 < len(c.in) && c.in[c.pos] == '\\' && c.in[c.pos+1] == 'u' {
+					save := c.pos
+					c.pos += 2
+					if r2, err = c.hex4(); err != nil {
+						return "", err
+					}
+					if d := utf16.DecodeRune(r, r2); d != utf8.RuneError {
+						r = d
+					} else {
+						c.pos, r = save, utf8.RuneError
+					}
+				} else {
+					r = utf8.RuneError
+				}
+			}
+			b = utf8.AppendRune(b, r)
+		default:
+			return "", fmt.Errorf("bad escape \\%c", esc)
+		}
+	}
+	return "", errors.New("unterminated string")
+}
+
+func (c *canon) hex4() (rune, error) {
+	if c.pos+4 > len(c.in) {
+		return 0, errors.New("short \\u escape")
+	}
+	v, err := strconv.ParseUint(string(c.in[c.pos:c.pos+4]), 16, 32)
+	if err != nil {
+		return 0, errors.New("bad \\u escape")
+	}
+	c.pos += 4
+	return rune(v), nil
+}
+
+// number parses a JSON number (checking the grammar) and appends its
+// canonical form.
+func (c *canon) number() error {
+	start := c.pos
+	if c.in[c.pos] == '-' {
+		c.pos++
+	}
+	digits := func() int {
+		n := 0
+		for c.pos < len(c.in) && c.in[c.pos] >= '0' && c.in[c.pos] <= '9' {
+			c.pos++
+			n++
+		}
+		return n
+	}
+	intStart := c.pos
+	if n := digits(); n == 0 || (n > 1 && c.in[intStart] == '0') {
+		return errors.New("bad number")
+	}
+	integer := true
+	if c.pos < len(c.in) && c.in[c.pos] == '.' {
+		c.pos++
+		if digits() == 0 {
+			return errors.New("bad number")
+		}
+		integer = false
+	}
+	if c.pos < len(c.in) && (c.in[c.pos] == 'e' || c.in[c.pos] == 'E') {
+		c.pos++
+		if c.pos < len(c.in) && (c.in[c.pos] == '+' || c.in[c.pos] == '-') {
+			c.pos++
+		}
+		if digits() == 0 {
+			return errors.New("bad number")
+		}
+		integer = false
+	}
+	lit := string(c.in[start:c.pos])
+	if integer {
+		if lit == "-0" {
+			lit = "0"
+		}
+		c.out = append(c.out, lit...)
+		return nil
+	}
+	s, err := canonicalNumber(lit)
+	if err != nil {
+		return err
+	}
+	c.out = append(c.out, s...)
+	return nil
 }
