@@ -1,0 +1,146 @@
+"""Every session method, host objects (allow and deny, in the daemon and the
+SDK), on the ns rung."""
+
+import os
+import pathlib
+import tempfile
+import unittest
+
+from . import _env
+
+_env.setup()
+
+import dry_exec  # noqa: E402
+
+
+class DB:
+    """A host object: only query is allowed below."""
+
+    def __init__(self) -> None:
+        self.calls = []
+
+    def query(self, flt):
+        self.calls.append(("query", flt))
+        return [{"id": 1, "filter": flt}]
+
+    def drop_all(self):
+        self.calls.append(("drop_all",))
+        raise AssertionError("drop_all must never be called")
+
+    def _secret(self):
+        self.calls.append(("_secret",))
+
+    def broken(self):
+        raise KeyError("no such row")
+
+    def blob(self, b):
+        return b + b"!"
+
+
+class Sessions(unittest.TestCase):
+    def test_every_method(self) -> None:
+        with dry_exec.session(rung="ns", workspace="/workspace") as s:
+            self.assertEqual(s.ping()["rung"], "ns")
+            self.assertEqual(s.workspace, "/workspace")
+            r = s.shell("mkdir -p data && cd data && echo 'a,b' > in.csv && export STEP=1")
+            self.assertIsInstance(r, dry_exec.ShellResult)
+            self.assertEqual((r.exit_code, r.cwd, r.timed_out), (0, "/workspace/data", False))
+            r = s.shell("echo $STEP; pwd")
+            self.assertEqual(r.transcript, "1\n/workspace/data\n")
+            r = s.shell("sleep 10", timeout=0.2)
+            self.assertTrue(r.timed_out)
+            self.assertEqual(r.exit_code, 124)
+
+            p = s.python("import csv\nrows = list(csv.reader(open('in.csv')))\ncache['n'] = str(len(rows))\n"
+                         "emit('status', {'rows': len(rows)})\nprint('rows', len(rows))\nraw = blob + b'.'\n"
+                         "where = pathlib.Path('in.csv') if False else here\nmod = csv\nrows",
+                         inputs={"blob": b"\x00\x01", "here": pathlib.PurePosixPath("data/in.csv")})
+            self.assertIsInstance(p, dry_exec.PythonResult)
+            self.assertTrue(p.ok, p.error)
+            self.assertEqual(p.transcript, "rows 1\n[['a', 'b']]\n")
+            self.assertEqual(p.prints[0].text, "rows 1")
+            self.assertEqual(p.outputs["rows"], [["a", "b"]])
+            self.assertEqual(p.outputs["raw"], b"\x00\x01.")
+            self.assertEqual(p.outputs["where"], pathlib.PurePosixPath("data/in.csv"))
+            self.assertNotIn("mod", p.outputs)
+            p = s.python("x = object()")
+            self.assertIn("x", p.outputs_skipped)
+            p = s.python("1/0")
+            self.assertFalse(p.ok)
+            self.assertEqual(p.error.type, "ZeroDivisionError")
+            p = s.python("import time; time.sleep(10)", timeout=0.3)
+            self.assertTrue(p.timed_out)
+
+            self.assertEqual(s.cache["n"], b"1")
+            s.cache["k"] = "v"
+            self.assertEqual(sorted(s.cache.keys()), ["k", "n"])
+            self.assertEqual(s.python("cache['k']").transcript, "b'v'\n")
+            del s.cache["k"]
+            self.assertNotIn("k", s.cache)
+            with self.assertRaises(KeyError):
+                s.cache["k"]
+            ev = s.emits
+            self.assertEqual([(e.name, e.value) for e in ev], [("status", {"rows": 1})])
+
+            d = s.diff()
+            self.assertIsInstance(d, dry_exec.Diff)
+            self.assertEqual(d.writes, {"data/in.csv": b"a,b\n"})
+            self.assertEqual(d.modes["data/in.csv"], 0o644)
+            self.assertEqual(d.deletes, [])
+            d = s.diff(rebase=True)
+            self.assertEqual(s.diff().writes, {})
+            s.shell("rm /workspace/data/in.csv")
+            self.assertEqual(s.diff().deletes, ["data/in.csv"])
+            s.reset()
+            self.assertEqual(s.diff().deletes, [])
+            self.assertEqual(s.shell("cat /workspace/data/in.csv").transcript, "a,b\n")
+
+            src = tempfile.mkdtemp(dir=_env._ROOT)
+            os.makedirs(os.path.join(src, "pkg"))
+            with open(os.path.join(src, "pkg", "m.py"), "w") as f:
+                f.write("X = 42\n")
+            os.symlink("pkg/m.py", os.path.join(src, "link"))
+            self.assertEqual(s.push_dir(src), 3)
+            self.assertEqual(s.shell("cd /workspace && cat link && ls").transcript, "X = 42\nlink\npkg\n")
+            self.assertEqual(s.diff().writes, {})
+        with self.assertRaises(dry_exec.SessionLost):
+            s.shell("true")
+
+    def test_host_objects_allow_and_deny(self) -> None:
+        db = DB()
+        with dry_exec.session(rung="ns", host_objects={"db": db}, allow={"db": {"query", "broken", "blob", "_secret"}}) as s:
+            p = s.python("rows = host.db.query('active')")
+            self.assertTrue(p.ok, p.error)
+            self.assertEqual(p.outputs["rows"], [{"id": 1, "filter": "active"}])
+            self.assertEqual(s.python("host.db.blob(b'x')").transcript, "b'x!'\n")
+            for code in ("host.db.drop_all()", "host.db._secret()", "host.nope.query(1)"):
+                p = s.python(code)
+                self.assertFalse(p.ok, code)
+                self.assertIn(p.error.type, ("PermissionError", "AttributeError"), (code, p.error))
+            p = s.python("host.db.broken()")
+            self.assertEqual(p.error.type, "RuntimeError")
+            self.assertIn("KeyError", p.error.message)
+        self.assertEqual(db.calls, [("query", "active")])
+
+    def test_sdk_checks_its_allowlist_too(self) -> None:
+        db = DB()
+        with dry_exec.session(rung="host", host_objects={"db": db}, allow={"db": {"query"}}) as s:
+            # A call the daemon should never forward: the SDK refuses it itself.
+            for method in ("drop_all", "_secret", "__init__"):
+                a = s._answer({"call_id": "hc_x", "object": "db", "method": method, "args": []})
+                self.assertEqual(a["error"]["code"], "permission", method)
+            a = s._answer({"call_id": "hc_x", "object": "other", "method": "query", "args": []})
+            self.assertEqual(a["error"]["code"], "permission")
+            a = s._answer({"call_id": "hc_x", "object": "db", "method": "query", "args": [{"type": "json", "json": 1}]})
+            self.assertEqual(a["value"], {"type": "json", "json": [{"id": 1, "filter": 1}]})
+        self.assertEqual(db.calls, [("query", 1)])
+
+    def test_allowlist_refusals_at_open(self) -> None:
+        for objs, allow in [({"db": DB()}, {}), ({"db": DB()}, {"db": {"*"}}), ({"db": DB()}, {"db": {"nosuch"}}),
+                            ({}, {"db": {"query"}}), ({"db": DB()}, {"db": "query"})]:
+            with self.assertRaises(dry_exec.PolicyError, msg=(objs, allow)):
+                dry_exec.session(rung="host", host_objects=objs, allow=allow)
+
+
+if __name__ == "__main__":
+    unittest.main()

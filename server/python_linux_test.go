@@ -1,0 +1,37 @@
+package server_test
+
+import (
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"testing"
+	"time"
+)
+
+// The Python SDK's tests (sdk/python/tests, `python3 -m unittest`) against a
+// real daemon: the SDK starts this test binary as `dryexec serve` (DRYEXEC_BIN),
+// exactly as it would start the real binary.
+func TestPythonSDK(t *testing.T) {
+	requireNS(t)
+	py := "/usr/bin/python3"
+	if _, err := os.Stat(py); err != nil {
+		t.Skipf("no %s: %v", py, err)
+	}
+	root, err := filepath.Abs("../sdk/python")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, py, "-m", "unittest", "discover", "-s", "tests", "-t", ".", "-v")
+	cmd.Dir = root
+	home := t.TempDir()
+	cmd.Env = append(os.Environ(), "DRYEXEC_BIN="+os.Args[0], asCLI+"=1", "PYTHONPATH="+root,
+		"DRYEXEC_HOME="+filepath.Join(home, "home"), "PYTHONDONTWRITEBYTECODE=1", "TMPDIR="+home)
+	out, err := cmd.CombinedOutput()
+	t.Logf("%s", out)
+	if err != nil {
+		t.Fatalf("python tests: %v", err)
+	}
+}
