@@ -1,0 +1,199 @@
+package mcpserver_test
+
+import (
+	"context"
+	"encoding/json"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/dryexec/dryexec/mcpserver"
+	"github.com/dryexec/dryexec/policy"
+	"github.com/dryexec/dryexec/rung/linuxns"
+	"github.com/dryexec/dryexec/server"
+)
+
+func requireNS(t *testing.T) {
+	t.Helper()
+	if err := (&linuxns.Rung{}).Available(context.Background()); err != nil {
+		t.Skipf("ns rung unavailable here: %v", err)
+	}
+}
+
+// call invokes a tool and decodes its structured output into out.
+func call(t *testing.T, s *mcp.ClientSession, name string, args map[string]any, out any) *mcp.CallToolResult {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	r, err := s.CallTool(ctx, &mcp.CallToolParams{Name: name, Arguments: args})
+	if err != nil {
+		t.Fatalf("%s: %v", name, err)
+	}
+	if r.IsError {
+		t.Fatalf("%s: tool error: %s", name, text(r))
+	}
+	if out != nil {
+		b, _ := json.Marshal(r.StructuredContent)
+		if err := json.Unmarshal(b, out); err != nil {
+			t.Fatalf("%s: %v in %s", name, err, b)
+		}
+	}
+	return r
+}
+
+func text(r *mcp.CallToolResult) string {
+	var b strings.Builder
+	for _, c := range r.Content {
+		if tc, ok := c.(*mcp.TextContent); ok {
+			b.WriteString(tc.Text)
+		}
+	}
+	return b.String()
+}
+
+// exercise runs every tool through a connected client.
+func exercise(t *testing.T, s *mcp.ClientSession) {
+	ctx := context.Background()
+	tools, err := s.ListTools(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, tl := range tools.Tools {
+		names = append(names, tl.Name)
+		if tl.InputSchema == nil || tl.OutputSchema == nil {
+			t.Errorf("tool %s lacks a typed input or output schema", tl.Name)
+		}
+	}
+	want := "commit_trial discard_trial run_trial session_close session_diff session_open session_python session_shell show_trial"
+	if got := strings.Join(sortStrings(names), " "); got != want {
+		t.Fatalf("tools: %s", got)
+	}
+	wd := t.TempDir()
+	var tr mcpserver.TrialOut
+	r := call(t, s, "run_trial", map[string]any{"command": "echo hi > a.txt; echo b > b.txt; echo done", "cwd": wd}, &tr)
+	if tr.TrialID == "" || tr.FilesChanged != 2 || tr.Stdout != "done\n" || tr.Decision.Choice == "" || tr.Status != "pending" {
+		t.Fatalf("run_trial: %+v", tr)
+	}
+	if !strings.Contains(text(r), "a.txt") || !strings.Contains(text(r), tr.TrialID) {
+		t.Fatalf("run_trial summary: %s", text(r))
+	}
+	if _, err := os.Stat(filepath.Join(wd, "a.txt")); !os.IsNotExist(err) {
+		t.Fatal("run_trial changed the host")
+	}
+	var shown mcpserver.TrialOut
+	call(t, s, "show_trial", map[string]any{"trial_id": tr.TrialID}, &shown)
+	if shown.TrialID != tr.TrialID || len(shown.Files) != 2 {
+		t.Fatalf("show_trial: %+v", shown)
+	}
+	var co mcpserver.CommitOut
+	call(t, s, "commit_trial", map[string]any{"trial_id": tr.TrialID, "paths": []string{filepath.Join(wd, "a.txt")}}, &co)
+	if len(co.Applied) != 1 {
+		t.Fatalf("commit_trial: %+v", co)
+	}
+	if b, _ := os.ReadFile(filepath.Join(wd, "a.txt")); string(b) != "hi\n" {
+		t.Fatalf("a.txt after commit: %q", b)
+	}
+	// Errors are tool errors the agent can read, not protocol failures.
+	bad, err := s.CallTool(ctx, &mcp.CallToolParams{Name: "commit_trial", Arguments: map[string]any{"trial_id": tr.TrialID}})
+	if err != nil || !bad.IsError || !strings.Contains(text(bad), "already committed") {
+		t.Fatalf("second commit: %v %+v", err, bad)
+	}
+	var tr2 mcpserver.TrialOut
+	call(t, s, "run_trial", map[string]any{"argv": []string{"sh", "-c", "echo x > x"}, "cwd": wd}, &tr2)
+	var dis mcpserver.DiscardOut
+	call(t, s, "discard_trial", map[string]any{"trial_id": tr2.TrialID}, &dis)
+	if !dis.Discarded {
+		t.Fatalf("discard: %+v", dis)
+	}
+	var so mcpserver.SessionOut
+	call(t, s, "session_open", map[string]any{"rung": "ns"}, &so)
+	var sh mcpserver.ShellOut
+	call(t, s, "session_shell", map[string]any{"session_id": so.SessionID, "command": "echo hello > h.txt; cat h.txt"}, &sh)
+	if sh.ExitCode != 0 || sh.Transcript != "hello\n" {
+		t.Fatalf("session_shell: %+v", sh)
+	}
+	var py mcpserver.PythonOut
+	call(t, s, "session_python", map[string]any{"session_id": so.SessionID, "code": "open('h.txt').read().upper()"}, &py)
+	if !py.OK || py.Transcript != "'HELLO\\n'\n" {
+		t.Fatalf("session_python: %+v", py)
+	}
+	var df mcpserver.DiffOut
+	call(t, s, "session_diff", map[string]any{"session_id": so.SessionID}, &df)
+	if df.Writes["h.txt"] != 6 {
+		t.Fatalf("session_diff: %+v", df)
+	}
+	var cl mcpserver.SessionOut
+	call(t, s, "session_close", map[string]any{"session_id": so.SessionID}, &cl)
+	if !cl.Closed {
+		t.Fatalf("session_close: %+v", cl)
+	}
+}
+
+func sortStrings(s []string) []string {
+	for i := range s {
+		for j := i + 1; j < len(s); j++ {
+			if s[j] < s[i] {
+				s[i], s[j] = s[j], s[i]
+			}
+		}
+	}
+	return s
+}
+
+// `dryexec mcp` over stdio, driven by the official Go SDK's client.
+func TestMCPStdio(t *testing.T) {
+	requireNS(t)
+	cmd := exec.Command(os.Args[0], "mcp")
+	cmd.Env = append(os.Environ(), "DRYEXEC_TEST_AS_CLI=1", "DRYEXEC_HOME="+t.TempDir())
+	cmd.Stderr = os.Stderr
+	client := mcp.NewClient(&mcp.Implementation{Name: "test", Version: "1"}, nil)
+	s, err := client.Connect(context.Background(), &mcp.CommandTransport{Command: cmd}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	exercise(t, s)
+}
+
+// /mcp on the daemon (streamable HTTP over its unix socket).
+func TestMCPHTTP(t *testing.T) {
+	requireNS(t)
+	home := t.TempDir()
+	decide, err := server.PolicyDecider(home, policy.Default())
+	if err != nil {
+		t.Fatal(err)
+	}
+	svc, err := server.NewService(server.Config{StoreDir: home, Decide: decide,
+		Getenv: func(k string) string { return map[string]string{"PATH": "/usr/bin:/bin"}[k] }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sock := filepath.Join(t.TempDir(), "d.sock")
+	ctx, cancel := context.WithCancel(context.Background())
+	ready := make(chan string, 1)
+	done := make(chan error, 1)
+	go func() {
+		done <- server.Serve(ctx, svc, server.ServeOptions{Socket: sock, Ready: func(a string) { ready <- a },
+			Handler: server.HandlerOptions{MCP: mcpserver.HTTPHandler(svc, "test", "/")}})
+	}()
+	<-ready
+	defer func() { cancel(); <-done }()
+	hc := &http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+		return (&net.Dialer{}).DialContext(ctx, "unix", sock)
+	}}}
+	client := mcp.NewClient(&mcp.Implementation{Name: "test", Version: "1"}, nil)
+	s, err := client.Connect(context.Background(), &mcp.StreamableClientTransport{Endpoint: "http://localhost/mcp", HTTPClient: hc}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	exercise(t, s)
+}
