@@ -364,3 +364,34 @@ i=0; while [ $i -lt 64 ]; do sleep 1 & i=$((i+1)); done 2>/dev/null; wait'`
 		t.Errorf("the group's pids.max is now %q", b)
 	}
 }
+
+// BenchmarkGroupLifecycle is what limits add to each trial: make a group in
+// every hierarchy with the defaults, then remove it.
+func BenchmarkGroupLifecycle(b *testing.B) {
+	if os.Geteuid() != 0 {
+		b.Skip("needs root")
+	}
+	m, err := NewManager(Options{})
+	if err != nil {
+		b.Skip(err)
+	}
+	for i := 0; b.Loop(); i++ {
+		g, _, err := m.New("tr_bench"+strconv.Itoa(i), dryexec.Limits{})
+		if err != nil {
+			b.Fatal(err)
+		}
+		if err := g.Remove(); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkSweep is what the first trial of a process (and every store
+// open) pays to look for orphans.
+func BenchmarkSweep(b *testing.B) {
+	for b.Loop() {
+		if _, err := Sweep(); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

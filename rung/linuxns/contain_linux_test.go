@@ -259,3 +259,31 @@ func TestRlimitFallback(t *testing.T) {
 		t.Errorf("violations %+v: the fallback cannot see hits", d.Violations)
 	}
 }
+
+// BenchmarkTrialContainment is a /bin/true trial with this host's default
+// masks and limits, against the same trial without masks (the cgroup is made
+// either way; cgroup.BenchmarkGroupLifecycle has its share).
+func BenchmarkTrialContainment(b *testing.B) {
+	if err := (&Rung{}).Available(context.Background()); err != nil {
+		b.Skip(err)
+	}
+	dir := b.TempDir()
+	for _, bc := range []struct {
+		name string
+		spec dryexec.TrialSpec
+	}{
+		{"default", dryexec.TrialSpec{}},
+		{"no-masks", dryexec.TrialSpec{NoDefaultMasks: true}},
+	} {
+		b.Run(bc.name, func(b *testing.B) {
+			r := &Rung{}
+			for b.Loop() {
+				spec := bc.spec
+				spec.Action = dryexec.Action{Argv: []string{"/bin/true"}, Cwd: dir, Env: testPath}
+				if _, err := r.Trial(context.Background(), spec); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
