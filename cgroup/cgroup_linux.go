@@ -653,7 +653,9 @@ func removeDir(dir string, v2 bool) error {
 		if err == nil || errors.Is(err, unix.ENOENT) {
 			return nil
 		}
-		if time.Now().After(deadline) {
+		// Only a group that still has processes (dying ones) is worth
+		// waiting for; anything else (EACCES rootless) will not change.
+		if !errors.Is(err, unix.EBUSY) || time.Now().After(deadline) {
 			return fmt.Errorf("removing cgroup %s: %w (%d processes still in it)", dir, err, killed)
 		}
 		time.Sleep(wait)
