@@ -204,3 +204,24 @@ func TestCanonicalAgreesWithReference(t *testing.T) {
 		}
 	}
 }
+
+// FuzzCanonical: the fast canonicaliser and the reference agree on every
+// input — both refuse it, or both give the same bytes.
+//
+//	go test ./receipt -run '^$' -fuzz FuzzCanonical -fuzztime 30s
+func FuzzCanonical(f *testing.F) {
+	for _, s := range []string{`{}`, `{"a":[1,2.5,"x\u00e9",{"b":null}]}`, `{"receipt":1,"b":-0,"a":1e-7}`,
+		`{"s":"\ud83d\ude00\ud800"}`, `{"a":{"a":{"a":[true,false]}}}`} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, doc []byte) {
+		got, err := Canonical(doc)
+		want, werr := referenceCanonical(doc)
+		if (err == nil) != (werr == nil) {
+			t.Fatalf("%q: fast err %v, reference err %v", doc, err, werr)
+		}
+		if err == nil && !bytes.Equal(got, want) {
+			t.Fatalf("%q:\n fast %s\n ref  %s", doc, got, want)
+		}
+	})
+}
