@@ -445,10 +445,10 @@ func (e *Engine) checkLimits(d *dryexec.StateDelta, fs *facts) {
 		fs.add(EffectBlock, "limit: writes %s, more than max_bytes_written %s", humanBytes(t.BytesWritten), l.MaxBytesWritten)
 	}
 	if l.MaxFilesChanged != nil && int64(t.FilesChanged) > *l.MaxFilesChanged {
-		fs.add(EffectBlock, "limit: changes %d paths, more than max_files_changed %d", t.FilesChanged, *l.MaxFilesChanged)
+		fs.add(EffectBlock, "limit: changes %s, more than max_files_changed %d", count(t.FilesChanged, "path"), *l.MaxFilesChanged)
 	}
 	if l.MaxFilesDeleted != nil && int64(t.FilesDeleted) > *l.MaxFilesDeleted {
-		fs.add(EffectBlock, "limit: deletes %d paths, more than max_files_deleted %d", t.FilesDeleted, *l.MaxFilesDeleted)
+		fs.add(EffectBlock, "limit: deletes %s, more than max_files_deleted %d", count(t.FilesDeleted, "path"), *l.MaxFilesDeleted)
 	}
 }
 
@@ -480,7 +480,7 @@ func (e *Engine) checkViolations(d *dryexec.StateDelta, fs *facts) {
 func (e *Engine) checkNetwork(d *dryexec.StateDelta, fs *facts) {
 	n := e.p.Network
 	if n.MaxRequests != nil && int64(len(d.Network)) > *n.MaxRequests {
-		fs.add(EffectBlock, "limit: %d network requests, more than network.max_requests %d", len(d.Network), *n.MaxRequests)
+		fs.add(EffectBlock, "limit: %s, more than network.max_requests %d", count(len(d.Network), "network request"), *n.MaxRequests)
 	}
 	var denied, unlisted, breach, egress examples
 	for i := range d.Network {
@@ -588,18 +588,26 @@ func (e *Engine) score(d *dryexec.StateDelta, sensitive string, failed bool, fs 
 		fs.add(EffectRisk, "+%s "+format, append([]any{fmtW(weight * x)}, args...)...)
 	}
 	term(w.Bytes, float64(t.BytesWritten)/float64(b.BytesWritten), "writes %s (budget %s)", humanBytes(t.BytesWritten), b.BytesWritten)
-	term(w.Network, float64(len(d.Network))/float64(b.NetworkRequests), "%d network requests (budget %d)", len(d.Network), b.NetworkRequests)
-	term(w.Deletes, float64(t.FilesDeleted)/float64(b.FilesDeleted), "deletes %d paths (budget %d)", t.FilesDeleted, b.FilesDeleted)
+	term(w.Network, float64(len(d.Network))/float64(b.NetworkRequests), "%s (budget %d)", count(len(d.Network), "network request"), b.NetworkRequests)
+	term(w.Deletes, float64(t.FilesDeleted)/float64(b.FilesDeleted), "deletes %s (budget %d)", count(t.FilesDeleted, "path"), b.FilesDeleted)
 	if sensitive != "" {
 		term(w.Sensitive, 1, "changes sensitive paths: %s", sensitive)
 	}
 	if len(d.Violations) > 0 {
-		term(w.Violations, 1, "%d violations", len(d.Violations))
+		term(w.Violations, 1, "%s", count(len(d.Violations), "violation"))
 	}
 	if failed {
 		term(w.Failure, 1, "the command failed")
 	}
 	return round4(math.Min(1, sum))
+}
+
+// count words n things: "1 path", "3 paths".
+func count(n int, thing string) string {
+	if n == 1 {
+		return "1 " + thing
+	}
+	return strconv.Itoa(n) + " " + thing + "s"
 }
 
 func round4(f float64) float64 { return math.Round(f*10000) / 10000 }

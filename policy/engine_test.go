@@ -44,14 +44,14 @@ func TestPrecedence(t *testing.T) {
 		{"clean", nil, nil, AutoCommit, []string{"info: nothing needs a person"}},
 		{"allowed star", func(p *Policy) { p.AllowedMutationTargets = []string{"*"} }, nil, AutoCommit, nil},
 		{"mocked network is fine", nil, func(d *dryexec.StateDelta) { d.Network = append(d.Network, net("api.x", "mocked")) }, AutoCommit,
-			[]string{"risk: +0.025 1 network requests (budget 10)", "risk 0.025 is at most 0.50"}},
+			[]string{"risk: +0.025 1 network request (budget 10)", "risk 0.025 is at most 0.50"}},
 		{"egress not reviewed when switched off", func(p *Policy) { p.Network.ReviewEgress = false },
 			func(d *dryexec.StateDelta) { d.Network = append(d.Network, net("api.x", "allowed")) }, AutoCommit, nil},
 
 		// block
 		{"violation", nil, func(d *dryexec.StateDelta) {
 			d.Violations = append(d.Violations, dryexec.Violation{Kind: "syscall", Detail: "mount(2) refused", Exe: "/bin/mount"})
-		}, Block, []string{"block: the boundary refused something (syscall violation): mount(2) refused (/bin/mount)", "risk: +1.00 1 violations"}},
+		}, Block, []string{"block: the boundary refused something (syscall violation): mount(2) refused (/bin/mount)", "risk: +1.00 1 violation"}},
 		{"violation kind sent to review", func(p *Policy) { p.Violations.ReviewKinds = []string{"syscall"} }, func(d *dryexec.StateDelta) {
 			d.Violations = append(d.Violations, dryexec.Violation{Kind: "syscall", Detail: "io_uring_setup refused"})
 		}, Review, []string{"review: the boundary refused something (syscall violation, review_kinds): io_uring_setup refused"}},
@@ -72,10 +72,10 @@ func TestPrecedence(t *testing.T) {
 		{"max bytes", func(p *Policy) { p.Limits.MaxBytesWritten = ptr(ByteSize(5)) }, nil, Block,
 			[]string{"block: limit: writes 10 B, more than max_bytes_written 5 B"}},
 		{"max files changed", func(p *Policy) { p.Limits.MaxFilesChanged = ptr(int64(0)) }, nil, Block,
-			[]string{"block: limit: changes 1 paths, more than max_files_changed 0"}},
+			[]string{"block: limit: changes 1 path, more than max_files_changed 0"}},
 		{"max files deleted", func(p *Policy) { p.Limits.MaxFilesDeleted = ptr(int64(0)) },
 			func(d *dryexec.StateDelta) { d.Files = append(d.Files, file("/w/old", dryexec.OpDelete)) }, Block,
-			[]string{"block: limit: deletes 1 paths, more than max_files_deleted 0"}},
+			[]string{"block: limit: deletes 1 path, more than max_files_deleted 0"}},
 		{"max network requests", func(p *Policy) { p.Network.MaxRequests = ptr(int64(1)) }, func(d *dryexec.StateDelta) {
 			d.Network = append(d.Network, net("a", "mocked"), net("b", "mocked"))
 		}, Block, []string{"block: limit: 2 network requests, more than network.max_requests 1"}},
@@ -137,7 +137,7 @@ func TestPrecedence(t *testing.T) {
 		{"a sibling with the cwd as prefix is outside", nil, func(d *dryexec.StateDelta) { d.Files = append(d.Files, file("/wx/y", dryexec.OpCreate)) }, Review,
 			[]string{"outside the working directory /w: /wx/y"}},
 		{"deletes", nil, func(d *dryexec.StateDelta) { d.Files = append(d.Files, file("/w/old", dryexec.OpDelete)) }, Review,
-			[]string{"review: deletes what exists on the host: /w/old", "risk: +0.02 deletes 1 paths (budget 10)"}},
+			[]string{"review: deletes what exists on the host: /w/old", "risk: +0.02 deletes 1 path (budget 10)"}},
 		{"setuid", nil, func(d *dryexec.StateDelta) { d.Files[0].Mode = "4755" }, Review, []string{"review: sets a setuid or setgid bit: /w/a.txt (4755)"}},
 		{"setgid", nil, func(d *dryexec.StateDelta) { d.Files[0].Mode = "2755" }, Review, []string{"setuid or setgid"}},
 		{"sticky is not setid", nil, func(d *dryexec.StateDelta) { d.Files[0].Mode = "1777" }, AutoCommit, nil},
