@@ -50,7 +50,10 @@ func (r *Rung) NewLimiter(name string, l dryexec.Limits) (*Limiter, error) {
 	}
 	l = cgroup.Defaults(l)
 	lim := &Limiter{limits: l}
-	w := fmt.Sprintf("%v: limits fall back to rlimits: at most %d processes (RLIMIT_NPROC, counted within the sandbox's user namespace)", err, l.Pids)
+	w := fmt.Sprintf("%v: limits fall back to rlimits", err)
+	if l.Pids > 0 {
+		w += fmt.Sprintf(": at most %d processes (RLIMIT_NPROC, counted within the sandbox's user namespace)", l.Pids)
+	}
 	if l.MemoryBytes > 0 {
 		w += fmt.Sprintf(", %d bytes of data per process (RLIMIT_DATA), not for the sandbox as a whole", l.MemoryBytes)
 	}
@@ -90,8 +93,10 @@ func (l *Limiter) attach(pid int) error {
 		return nil
 	}
 	// The guest's own threads count against RLIMIT_NPROC too: leave them room.
-	if err := set(unix.RLIMIT_NPROC, l.limits.Pids+guestThreads); err != nil {
-		return err
+	if l.limits.Pids > 0 {
+		if err := set(unix.RLIMIT_NPROC, l.limits.Pids+guestThreads); err != nil {
+			return err
+		}
 	}
 	return set(unix.RLIMIT_DATA, l.limits.MemoryBytes)
 }
