@@ -248,6 +248,10 @@ func TestBadInput(t *testing.T) {
 		{"cwd NUL", "POST", "/v1/trials", server.TrialRequest{Argv: []string{"ls"}, Cwd: "/tmp\x00x"}, 400, "bad_request"},
 		{"negative timeout", "POST", "/v1/trials", server.TrialRequest{Argv: []string{"ls"}, Cwd: wd, TimeoutMS: -1}, 400, "bad_request"},
 		{"bad env name", "POST", "/v1/trials", server.TrialRequest{Argv: []string{"ls"}, Cwd: wd, Env: map[string]string{"A=B": "x"}}, 400, "bad_request"},
+		{"relative mask", "POST", "/v1/trials", server.TrialRequest{Argv: []string{"ls"}, Cwd: wd, Masks: []string{"home/.ssh"}}, 400, "bad_request"},
+		{"mask traversal", "POST", "/v1/trials", server.TrialRequest{Argv: []string{"ls"}, Cwd: wd, Masks: []string{"/home/../etc"}}, 400, "bad_request"},
+		{"tiny memory", "POST", "/v1/trials", server.TrialRequest{Argv: []string{"ls"}, Cwd: wd, Limits: &server.LimitsRequest{MemoryBytes: 1}}, 400, "bad_request"},
+		{"session tiny pids", "POST", "/v1/sessions", server.SessionRequest{Limits: &server.LimitsRequest{Pids: 2}}, 400, "bad_request"},
 		{"bad policy", "POST", "/v1/trials", `{"argv":["ls"],"cwd":"/","policy":{"nonsense":1}}`, 400, "policy"},
 		{"unknown rung", "POST", "/v1/trials", server.TrialRequest{Argv: []string{"ls"}, Cwd: wd, Rung: "nope"}, 500, "internal"},
 		{"unavailable rung", "POST", "/v1/trials", server.TrialRequest{Argv: []string{"ls"}, Cwd: wd, Rung: "vm"}, 503, "isolation_unavailable"},
@@ -507,5 +511,32 @@ func waitIdle(t *testing.T, d *daemon) {
 			t.Fatalf("still %d trials running, %d queued", running, queued)
 		}
 		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// The install's receipt key is masked in every daemon sandbox, trial and
+// session: a command that could read it could forge receipts.
+func TestReceiptKeyMasked(t *testing.T) {
+	requireNS(t)
+	d := startDaemon(t, server.Config{}, server.HandlerOptions{})
+	key := filepath.Join(d.home, "receipt-key.pem")
+	if b, err := os.ReadFile(key); err != nil || len(b) == 0 {
+		t.Fatalf("no receipt key to protect: %v", err)
+	}
+	delta := d.trial(t, t.TempDir(), "sh", "-c", "cat "+key+"; cp "+key+" stolen 2>/dev/null; true")
+	if strings.Contains(delta.Process.Stdout, "PRIVATE KEY") {
+		t.Fatal("a trial read the receipt key")
+	}
+	for _, f := range delta.Files {
+		if f.Size > 0 {
+			t.Fatalf("a trial copied the receipt key: %+v", f)
+		}
+	}
+	var info server.SessionInfo
+	d.ok(t, "POST", "/v1/sessions", server.SessionRequest{Rung: "ns"}, 201, &info)
+	var sr struct{ Transcript string }
+	d.ok(t, "POST", "/v1/sessions/"+info.SessionID+"/shell", server.ShellRequest{Command: "cat " + key}, 200, &sr)
+	if strings.Contains(sr.Transcript, "PRIVATE KEY") {
+		t.Fatal("a session read the receipt key")
 	}
 }

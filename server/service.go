@@ -10,12 +10,14 @@ import (
 	"io"
 	"log/slog"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
 	"time"
 
 	"github.com/dryexec/dryexec"
+	"github.com/dryexec/dryexec/receipt"
 	"github.com/dryexec/dryexec/rung"
 	"github.com/dryexec/dryexec/session"
 	"github.com/dryexec/dryexec/store"
@@ -191,7 +193,41 @@ type TrialRequest struct {
 	// Policy is a policy document (docs/decision.md; the SDK's Environment)
 	// on top of the daemon's; absent: the daemon's policy.
 	Policy json.RawMessage `json:"policy,omitempty"`
+	// Limits bound the trial's processes (zero: the defaults,
+	// docs/limits.md); Masks are extra host paths the sandbox sees empty.
+	Limits         *LimitsRequest `json:"limits,omitempty"`
+	Masks          []string       `json:"masks,omitempty"`
+	NoDefaultMasks bool           `json:"no_default_masks,omitempty"`
 }
+
+// LimitsRequest is dryexec.Limits in a request.
+type LimitsRequest struct {
+	MemoryBytes int64   `json:"memory_bytes,omitempty"`
+	Pids        int64   `json:"pids,omitempty"`
+	CPUs        float64 `json:"cpus,omitempty"`
+	CPUWeight   int     `json:"cpu_weight,omitempty"`
+}
+
+func (l *LimitsRequest) limits() dryexec.Limits {
+	if l == nil {
+		return dryexec.Limits{}
+	}
+	return dryexec.Limits{MemoryBytes: l.MemoryBytes, Pids: l.Pids, CPUs: l.CPUs, CPUWeight: l.CPUWeight}
+}
+
+// checkMasks refuses mask paths that are not absolute and clean.
+func checkMasks(masks []string) error {
+	for i, m := range masks {
+		if err := checkHostPath(fmt.Sprintf("masks[%d]", i), m); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// keyMask is the install's receipt key, masked in every sandbox: a command
+// that could read it could forge receipts (as `dryexec run` does).
+func (s *Service) keyMask() string { return filepath.Join(s.cfg.StoreDir, receipt.KeyFile) }
 
 // Limits on a request's fields: each is far beyond real use and keeps one
 // request from holding the daemon's memory.
@@ -231,7 +267,10 @@ func (r *TrialRequest) check() error {
 	if r.Stdin != nil && len(*r.Stdin) > maxStdin {
 		return badRequest("stdin: more than %d bytes", maxStdin)
 	}
-	return nil
+	if err := r.Limits.limits().Check(); err != nil {
+		return badRequest("limits: %v", err)
+	}
+	return checkMasks(r.Masks)
 }
 
 // TrialHooks lets a caller watch a trial while it runs. Every field may be nil.
@@ -289,6 +328,7 @@ func (s *Service) RunTrial(ctx context.Context, req TrialRequest, hooks TrialHoo
 		Action:    dryexec.Action{Argv: req.Argv, Cwd: req.Cwd, Env: env, TimeoutMS: req.TimeoutMS},
 		OutputCap: req.OutputCap, UpperSizeBytes: req.UpperSizeBytes,
 		Stdout: hooks.Stdout, Stderr: hooks.Stderr,
+		Limits: req.Limits.limits(), Masks: append(slices.Clone(req.Masks), s.keyMask()), NoDefaultMasks: req.NoDefaultMasks,
 	}
 	if req.Stdin != nil {
 		spec.Stdin = strings.NewReader(*req.Stdin)
@@ -437,6 +477,10 @@ type SessionRequest struct {
 	// HostObjects names the objects the client serves, each with the methods
 	// the sandbox may call (an explicit list: no wildcards).
 	HostObjects map[string][]string `json:"host_objects,omitempty"`
+	// Limits, Masks and NoDefaultMasks are as in TrialRequest (ns rung).
+	Limits         *LimitsRequest `json:"limits,omitempty"`
+	Masks          []string       `json:"masks,omitempty"`
+	NoDefaultMasks bool           `json:"no_default_masks,omitempty"`
 }
 
 // Live is one open session.
@@ -514,6 +558,12 @@ func (s *Service) OpenSession(ctx context.Context, req SessionRequest) (*Live, e
 			return nil, badRequest("env: %q is not a usable variable name (or its value has a NUL)", k)
 		}
 	}
+	if err := req.Limits.limits().Check(); err != nil {
+		return nil, badRequest("limits: %v", err)
+	}
+	if err := checkMasks(req.Masks); err != nil {
+		return nil, err
+	}
 	if len(req.HostObjects) > maxHostObjects {
 		return nil, badRequest("host_objects: more than %d", maxHostObjects)
 	}
@@ -551,7 +601,8 @@ func (s *Service) OpenSession(ctx context.Context, req SessionRequest) (*Live, e
 		s.mu.Unlock()
 	}
 	opt := session.Options{Rung: req.Rung, Workspace: req.Workspace, Env: req.Env, OutputCap: req.OutputCap,
-		GuestExe: s.cfg.GuestExe, Log: s.cfg.Log, CacheReadOnly: req.CacheReadOnly}
+		GuestExe: s.cfg.GuestExe, Log: s.cfg.Log, CacheReadOnly: req.CacheReadOnly,
+		Limits: req.Limits.limits(), Masks: append(slices.Clone(req.Masks), s.keyMask()), NoDefaultMasks: req.NoDefaultMasks}
 	if len(objs) > 0 {
 		opt.HostObjects, opt.Allow = objs, allow
 	}
