@@ -268,26 +268,26 @@ func (s *Sim) onUDP(ctx context.Context, r *udp.ForwarderRequest) bool {
 	id := r.ID()
 	f := s.flowOf(id.LocalAddress, id.LocalPort, "udp")
 	if f.port != 53 {
-		if s.mode != "none" {
-			if d := s.decide(ctx, f, "", ""); d.allowed {
-				var wq waiter.Queue
-				ep, terr := r.CreateEndpoint(&wq)
-				if terr != nil {
-					return true
-				}
-				c := gonet.NewUDPConn(&wq, ep)
-				if !s.work.add() {
-					c.Close()
-					return true
-				}
-				go func() {
-					defer s.work.done()
-					s.relayUDP(ctx, c, f, d)
-				}()
-				return true
-			}
+		// This handler runs on the stack's dispatch path: a decision that
+		// may resolve a name on the host happens in the flow's goroutine.
+		if s.mode == "none" || !s.candidates(f, "", "") {
+			s.record(Record{NetworkEvent: eventOf("udp", "", "", f.host(), f.port, 0, ActionBlocked, "no allow rule for udp "+f.host())})
+			return true
 		}
-		s.record(Record{NetworkEvent: eventOf("udp", "", "", f.host(), f.port, 0, ActionBlocked, "no allow rule for udp "+f.host())})
+		var wq waiter.Queue
+		ep, terr := r.CreateEndpoint(&wq)
+		if terr != nil {
+			return true
+		}
+		c := gonet.NewUDPConn(&wq, ep)
+		if !s.work.add() {
+			c.Close()
+			return true
+		}
+		go func() {
+			defer s.work.done()
+			s.relayUDP(ctx, c, f)
+		}()
 		return true
 	}
 	var wq waiter.Queue
@@ -362,8 +362,13 @@ func (s *Sim) serveDNSTCP(ctx context.Context, c net.Conn) {
 }
 
 // relayUDP forwards an allowed UDP flow for real until it goes quiet.
-func (s *Sim) relayUDP(ctx context.Context, c *gonet.UDPConn, f flow, d decision) {
+func (s *Sim) relayUDP(ctx context.Context, c *gonet.UDPConn, f flow) {
 	defer c.Close()
+	d := s.decide(ctx, f, "", "")
+	if !d.allowed {
+		s.record(Record{NetworkEvent: eventOf("udp", "", "", f.host(), f.port, 0, ActionBlocked, d.reason)})
+		return
+	}
 	up, err := (&net.Dialer{}).DialContext(ctx, "udp", netip.AddrPortFrom(d.dial, uint16(f.port)).String())
 	if err != nil {
 		s.record(Record{NetworkEvent: eventOf("udp", "", "", f.host(), f.port, 0, ActionBlocked, "dialing: "+err.Error())})
