@@ -56,7 +56,7 @@ func Run(ctx context.Context, args []string, env Env) int {
 	root.SetIn(env.Stdin)
 	root.SetOut(env.Stdout)
 	root.SetErr(env.Stderr)
-	root.AddCommand(runCmd(env, &code), showCmd(env), lsCmd(env), commitCmd(env), discardCmd(env), doctorCmd(env, &code), verifyCmd(env))
+	root.AddCommand(runCmd(env, &code), showCmd(env), lsCmd(env), commitCmd(env), discardCmd(env), doctorCmd(env, &code), verifyCmd(env), policyCmd(env, &code))
 	root.AddCommand(serveCmd(env), mcpCmd(env))
 	if err := root.ExecuteContext(ctx); err != nil {
 		fmt.Fprintln(env.Stderr, "dryexec:", err)

@@ -1,12 +1,12 @@
 package cli
 
 import (
-	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
 
@@ -124,18 +124,49 @@ func TestPolicyRulesEndToEnd(t *testing.T) {
 	if quiet == nil {
 		t.Fatal("no quiet trial")
 	}
-	p, err := policy.Load(pol)
-	if err != nil {
-		t.Fatal(err)
-	}
-	e, err := policy.Compile(p)
-	if err != nil {
-		t.Fatal(err)
-	}
+	// The network rule, through the CLI, on that real trial's delta with the
+	// network entry netsim would log.
 	quiet.Network = []dryexec.NetworkEvent{{Proto: "https", Method: "GET", URL: "https://api.example.com/v1", Host: "api.example.com", Port: 443, Status: 200, Action: "mocked"}}
-	r := e.Decide(context.Background(), quiet)
-	if r.Decision.Choice != "review" || !strings.Contains(strings.Join(r.Decision.Reasons, "\n"), "review: rule network: the action used the network") {
-		t.Fatalf("with a network entry: %+v", r.Decision)
+	b, _ := json.Marshal(quiet)
+	withNet := writeFile(t, t.TempDir(), "delta.json", string(b))
+	code, out, errs := cli(t, home, "policy", "test", "--policy", pol, withNet)
+	if code != ExitReview || !strings.Contains(out, "decision: review") || !strings.Contains(out, "review: rule network: the action used the network") {
+		t.Fatalf("policy test with a network entry: %d\n%s%s", code, out, errs)
+	}
+	// The same trial as stored, without network: auto_commit, under the same policy.
+	if code, out, errs := cli(t, home, "policy", "test", "--json", "--policy", pol, quiet.TrialID); code != 0 || !strings.Contains(out, `"choice": "auto_commit"`) {
+		t.Fatalf("policy test of the stored trial: %d\n%s%s", code, out, errs)
+	}
+}
+
+func TestPolicyShowAndTest(t *testing.T) {
+	home := t.TempDir()
+	code, out, errs := cli(t, home, "policy", "show")
+	if code != 0 {
+		t.Fatalf("policy show: %d %s", code, errs)
+	}
+	p, err := policy.Parse([]byte(out))
+	if err != nil || !reflect.DeepEqual(p, policy.Default()) {
+		t.Fatalf("policy show does not print the default policy: %v\n%s", err, out)
+	}
+	pol := writeFile(t, t.TempDir(), "p.yaml", "allowed_mutation_targets: [/w/build/**]\n")
+	if code, out, _ := cli(t, home, "policy", "show", pol); code != 0 || !strings.Contains(out, `"/w/build/**"`) || !strings.Contains(out, `"/etc/**"`) {
+		t.Fatalf("policy show FILE: %d\n%s", code, out)
+	}
+	bad := writeFile(t, t.TempDir(), "bad.yaml", "rules: [{name: a, expr: 'delta.nope', result: block}]")
+	if code, _, errs := cli(t, home, "policy", "show", bad); code != ExitUsage || !strings.Contains(errs, "invalid policy") {
+		t.Fatalf("policy show of a bad file: %d %s", code, errs)
+	}
+	// Sandbox-controlled text in a reason never reaches the terminal raw.
+	d := &dryexec.StateDelta{Action: dryexec.Action{Cwd: "/w"},
+		Files: []dryexec.FileChange{{Path: "/w/src/\x1b]0;owned\x07x", Op: dryexec.OpCreate, Kind: dryexec.KindFile, Size: 1, Mode: "0644"}}}
+	b, _ := json.Marshal(d)
+	code, out, errs = cli(t, home, "policy", "test", "--policy", pol, writeFile(t, t.TempDir(), "d.json", string(b)))
+	if code != ExitBlock || strings.ContainsAny(out, "\x1b\x07") || !strings.Contains(out, `\x1b]0;owned\a`) {
+		t.Fatalf("policy test: %d %q %s", code, out, errs)
+	}
+	if code, _, _ := cli(t, home, "policy", "test", writeFile(t, t.TempDir(), "x.json", "[1]")); code != ExitUsage {
+		t.Fatalf("policy test of a non-delta: %d", code)
 	}
 }
 
