@@ -498,13 +498,15 @@ func (g *Group) Attach(pid int) error {
 	return nil
 }
 
-// ShelterThreads moves the threads of process pid (the guest supervisor) out
-// of the group's v1 pids limit, into a sibling group without one, once pid has
-// started the sandbox's command inside the group. A fork bomb then fills the
-// limit without leaving the supervisor unable to start a thread (the Go
+// ShelterThreads moves the threads of process pid (the guest supervisor),
+// all but thread keep (0: none), out of the group's v1 pids limit into a
+// sibling group without one, and lowers the limit to the one asked for. Call
+// it once pid has started the sandbox's command inside the group, or — keep
+// being the one thread that starts commands — before. A fork bomb then fills
+// the limit without leaving the supervisor unable to start a thread (the Go
 // runtime aborts when it cannot). v1 places threads one by one; on v2 (no
 // per-thread placement for domain controllers) it does nothing.
-func (g *Group) ShelterThreads(pid int) error {
+func (g *Group) ShelterThreads(pid, keep int) error {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	for i, h := range g.m.hier {
@@ -526,7 +528,9 @@ func (g *Group) ShelterThreads(pid int) error {
 				return err
 			}
 			for _, e := range ents {
-				os.WriteFile(filepath.Join(shelter, "tasks"), []byte(e.Name()), 0)
+				if e.Name() != strconv.Itoa(keep) {
+					os.WriteFile(filepath.Join(shelter, "tasks"), []byte(e.Name()), 0)
+				}
 			}
 		}
 		if g.limits.Pids > 0 {

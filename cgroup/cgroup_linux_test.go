@@ -132,7 +132,7 @@ while True: x.append(b"\1" * (1<<20))'`,
 			}
 			defer sup.Wait()
 			defer sup.Process.Kill()
-			if err := g.ShelterThreads(sup.Process.Pid); err != nil {
+			if err := g.ShelterThreads(sup.Process.Pid, 0); err != nil {
 				t.Fatal(err)
 			}
 			before := g.Stats()
@@ -283,7 +283,7 @@ func TestSweepSparesLiveShelters(t *testing.T) {
 	}
 	defer sup.Wait()
 	defer sup.Process.Kill()
-	if err := g.ShelterThreads(sup.Process.Pid); err != nil {
+	if err := g.ShelterThreads(sup.Process.Pid, 0); err != nil {
 		t.Fatal(err)
 	}
 	if len(g.sheltered) == 0 {
@@ -325,7 +325,7 @@ func TestLimitsAreAboveTheNamespaceRoot(t *testing.T) {
 	}
 	defer sup.Wait()
 	defer sup.Process.Kill()
-	if err := g.ShelterThreads(sup.Process.Pid); err != nil {
+	if err := g.ShelterThreads(sup.Process.Pid, 0); err != nil {
 		t.Fatal(err)
 	}
 	d1, d2 := t.TempDir(), t.TempDir()

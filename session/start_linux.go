@@ -61,8 +61,10 @@ func startNSGuest(exe string, ctrl *os.File, start *wire.SessionStart, opt Optio
 	start.Mounts, start.Hostname, start.Masks = mounts, host, masks
 	start.Rootless, start.CommandUserNS = os.Getuid() != 0, true
 	start.CommandUID, start.CommandGID = os.Getuid(), os.Getgid()
-	// The guest stays in the group with the execs (each exec is a fresh fork
-	// of it), so on v1 the pids limit keeps cgroup.ShelterHeadroom of room.
+	// Each exec is a fresh fork of the guest's launcher thread: once the
+	// session is up, the guest's other threads leave the pids limit
+	// (Limiter.ShelterSupervisor); until then, and where that cannot be
+	// done, the limit keeps cgroup.ShelterHeadroom of room.
 	cmd, err := r.StartGuestLimited(guest.RoleSession, []*os.File{ctrl}, lim)
 	if err != nil {
 		lim.Close()
@@ -78,7 +80,12 @@ type nsContainment struct {
 	watch *linuxns.MaskWatch
 }
 
-func (c *nsContainment) pin(pid int) error { return c.watch.Pin(pid, c.masks) }
+func (c *nsContainment) pin(pid int) error {
+	if err := c.lim.ShelterSupervisor(pid); err != nil {
+		return err
+	}
+	return c.watch.Pin(pid, c.masks)
+}
 
 func (c *nsContainment) check() []dryexec.Violation {
 	v, _ := c.lim.Violations()

@@ -117,7 +117,7 @@ func (l *Limiter) shelterGuest(pid int, stop <-chan struct{}) {
 		}
 		for _, e := range ents {
 			if b, _ := os.ReadFile(tasks + "/" + e.Name() + "/children"); len(strings.TrimSpace(string(b))) > 0 {
-				l.group.ShelterThreads(pid)
+				l.group.ShelterThreads(pid, 0)
 				return
 			}
 		}
@@ -128,6 +128,37 @@ func (l *Limiter) shelterGuest(pid int, stop <-chan struct{}) {
 		}
 		wait = min(2*wait, 5*time.Millisecond)
 	}
+}
+
+// ShelterSupervisor is shelterGuest for a guest that starts every command
+// from one confined launcher thread and is idle now (a session between
+// execs): all its threads but the launcher leave the pids limit at once, and
+// every later exec still starts inside it. The launcher is the thread with a
+// seccomp filter (the guest confines that thread alone); without exactly one
+// such thread nothing moves and the limit keeps its headroom.
+func (l *Limiter) ShelterSupervisor(pid int) error {
+	if l.group == nil {
+		return nil
+	}
+	tasks := "/proc/" + strconv.Itoa(pid) + "/task"
+	ents, err := os.ReadDir(tasks)
+	if err != nil {
+		return err
+	}
+	launcher := 0
+	for _, e := range ents {
+		b, _ := os.ReadFile(tasks + "/" + e.Name() + "/status")
+		if strings.Contains(string(b), "\nSeccomp:\t2\n") {
+			if launcher != 0 {
+				return nil
+			}
+			launcher, _ = strconv.Atoi(e.Name())
+		}
+	}
+	if launcher == 0 {
+		return nil
+	}
+	return l.group.ShelterThreads(pid, launcher)
 }
 
 // guestThreads is headroom for the guest supervisor's own threads.
