@@ -7,9 +7,12 @@ import (
 	"encoding/json"
 	"io"
 	"net/http"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/dryexec/dryexec/server"
 	"github.com/dryexec/dryexec/wire"
@@ -170,4 +173,36 @@ func TestHostObjectForwarding(t *testing.T) {
 	if strings.Join(seen, ",") != "query,fail" {
 		t.Fatalf("the client saw %v; only allowed calls may reach it", seen)
 	}
+}
+
+// A session no request touches is closed, so a client that vanished frees its
+// sandbox; one in use stays.
+func TestIdleSessionClosed(t *testing.T) {
+	d := startDaemon(t, server.Config{SessionIdle: 300 * time.Millisecond}, server.HandlerOptions{})
+	var idle, busy server.SessionInfo
+	d.ok(t, "POST", "/v1/sessions", server.SessionRequest{Rung: "host"}, 201, &idle)
+	d.ok(t, "POST", "/v1/sessions", server.SessionRequest{Rung: "host"}, 201, &busy)
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		d.ok(t, "POST", "/v1/sessions/"+busy.SessionID+"/ping", nil, 200, nil)
+		open := false // listing does not touch a session; a GET of it would
+		for _, si := range d.svc.Sessions() {
+			open = open || si.SessionID == idle.SessionID
+		}
+		if !open {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the idle session was never closed")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	// Closing finishes just after the session leaves the list.
+	for _, err := os.Stat(filepath.Dir(idle.Workspace)); !os.IsNotExist(err); _, err = os.Stat(filepath.Dir(idle.Workspace)) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the idle session's workspace is left: %v", err)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	d.ok(t, "GET", "/v1/sessions/"+busy.SessionID, nil, 200, nil)
 }
