@@ -50,7 +50,7 @@ func newService(env Env, log *slog.Logger, maxTrials, maxQueue int, policyFile s
 	}
 	return server.NewService(server.Config{
 		StoreDir: dir, TTL: ttl, MaxTrials: maxTrials, MaxQueue: maxQueue,
-		Getenv: env.Getenv, Environ: os.Environ(), Version: buildVersion(), Log: log,
+		Getenv: env.Getenv, Environ: callerEnviron(env), Version: buildVersion(), Log: log,
 		Decide: decide,
 	})
 }
