@@ -50,6 +50,14 @@ type TrialSpec struct {
 	// NoDefaultMasks. Reading one is a {kind: secret} violation.
 	Masks          []string
 	NoDefaultMasks bool
+	// Net says what the sandbox's network reaches: --net specs, each "none",
+	// "mock:FILE" or "allow:RULE[,RULE…]" (docs/network.md); combined, mocks
+	// answer first, then allow rules, else the traffic is blocked. Empty
+	// means none. Every attempt is logged in StateDelta.Network.
+	Net []string
+	// NetCADir holds netsim's per-install CA; empty means
+	// $DRYEXEC_HOME/netsim-ca.
+	NetCADir string
 }
 
 // Defaults for TrialSpec's zero values.

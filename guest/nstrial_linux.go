@@ -58,6 +58,9 @@ func runNSTrial() int {
 		}
 	}()
 
+	if err := sendTUN(&cfg); err != nil {
+		return fail("net", err)
+	}
 	scratch, uppers, err := buildView(&cfg, false)
 	if err != nil {
 		return fail("setup", err)
@@ -183,6 +186,9 @@ func buildView(cfg *wire.TrialStart, keep bool) (int, []string, error) {
 		return -1, nil, err
 	}
 	if err := mountMasks(scratchDir, root, cfg.Masks, cfg.Rootless); err != nil {
+		return -1, nil, err
+	}
+	if err := bindNetFiles(cfg, scratchDir, root); err != nil {
 		return -1, nil, err
 	}
 	if keep {

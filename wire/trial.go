@@ -47,6 +47,17 @@ type TrialStart struct {
 	// NoMemoryTrace turns the memory delta off: the guest then does not trace
 	// the command's processes, so a debugger or strace inside the trial works.
 	NoMemoryTrace bool `json:"no_memory_trace,omitempty"`
+	// Net: the guest creates the sandbox's TUN device (netsim's link) and
+	// hands it to the host over descriptor NetFD, a socket of its own (the fd
+	// rides SCM_RIGHTS, which a framed stream cannot carry). NetFD is 0 when
+	// Net is false.
+	Net   bool `json:"net,omitempty"`
+	NetFD int  `json:"net_fd,omitempty"`
+	// TrustBundle (PEM: the host's roots plus netsim's CA) is bound read-only
+	// over TrustPath, and netsim's resolv.conf over /etc/resolv.conf, so that
+	// the sandbox resolves and trusts through netsim. Neither is a change.
+	TrustBundle []byte `json:"trust_bundle,omitempty"`
+	TrustPath   string `json:"trust_path,omitempty"`
 }
 
 // TrialMounts lists the host path each upper dir stands for; fs.entry's mount

@@ -40,6 +40,8 @@ func runCmd(env Env, code *int) *cobra.Command {
 		cpus           float64
 		masks          []string
 		noDefaultMasks bool
+		// network (docs/network.md)
+		netSpecs []string
 	)
 	c := &cobra.Command{
 		Use:   "run [flags] -- CMD [ARG...]",
@@ -111,7 +113,8 @@ func runCmd(env Env, code *int) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			spec.Masks = append(spec.Masks, filepath.Join(home, receipt.KeyFile))
+			spec.Masks = append(spec.Masks, filepath.Join(home, receipt.KeyFile), filepath.Join(home, "netsim-ca"))
+			spec.Net, spec.NetCADir = netSpecs, filepath.Join(home, "netsim-ca")
 			if noStore && (doCommitFlag || interactive) {
 				return usageError{fmt.Errorf("--commit and -i need the trial stored; drop --no-store")}
 			}
@@ -184,6 +187,7 @@ func runCmd(env Env, code *int) *cobra.Command {
 	f.Float64Var(&cpus, "cpus", 0, "CPU quota in CPUs, e.g. 1.5 (default: none)")
 	f.StringArrayVar(&masks, "mask", nil, "a host path the sandbox sees empty, absolute or ~/… (repeatable; added to the default credential paths)")
 	f.BoolVar(&noDefaultMasks, "no-default-masks", false, "do not mask the default credential paths (~/.ssh, ~/.aws, …; docs/limits.md)")
+	f.StringArrayVar(&netSpecs, "net", nil, "what the network reaches: none (default), mock:FILE, allow:HOST[:PORT][/PREFIX][,…]; repeat to combine (mocks, then allow rules, else blocked; docs/network.md)")
 	f.BoolVar(&withStdin, "stdin", false, "pass dryexec's standard input to the command (default: /dev/null)")
 	f.IntVar(&outputCap, "output-cap", dryexec.DefaultOutputCap, "bytes of stdout and of stderr kept (the tail)")
 	f.Int64Var(&upperSize, "upper-size", dryexec.DefaultUpperSizeBytes, "bytes the trial may write in all")

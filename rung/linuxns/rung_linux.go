@@ -108,12 +108,20 @@ func (r *Rung) Trial(ctx context.Context, spec dryexec.TrialSpec) (*dryexec.Stat
 	if uid := os.Getuid(); uid != 0 {
 		mounts = ownedRoots(mounts, uid, spec.Action.Cwd)
 	}
-	t, err := r.start(spec, mounts)
+	nt, err := newTrialNet(ctx, spec)
 	if err != nil {
 		return nil, err
 	}
+	t, err := r.start(spec, mounts, nt)
+	if err != nil {
+		nt.finish(nil)
+		return nil, err
+	}
 	defer t.cleanup()
-	return t.run(ctx)
+	nt.serve(ctx)
+	d, err := t.run(ctx)
+	nt.finish(d)
+	return d, err
 }
 
 func checkAction(a dryexec.Action) error {
@@ -234,10 +242,12 @@ type trial struct {
 	lim    *Limiter       // the trial's cgroup (or rlimits); removed by cleanup
 	masks  []string       // masked host paths, as sent to the guest
 	watch  *MaskWatch     // the masks, pinned once the view is built
+	net    *trialNet      // the trial's netsim (nil fields: loopback only)
+	netFD  int            // the guest's end of the TUN hand-over socket
 }
 
-func (r *Rung) start(spec dryexec.TrialSpec, mounts []wire.MountSpec) (*trial, error) {
-	t := &trial{r: r, spec: spec, mounts: mounts,
+func (r *Rung) start(spec dryexec.TrialSpec, mounts []wire.MountSpec, nt *trialNet) (*trial, error) {
+	t := &trial{r: r, spec: spec, mounts: mounts, net: nt,
 		out: tail.New(spec.OutputCap), errb: tail.New(spec.OutputCap)}
 	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
 	if err != nil {
@@ -274,6 +284,10 @@ func (r *Rung) start(spec dryexec.TrialSpec, mounts []wire.MountSpec) (*trial, e
 		}
 		defer stdinR.Close()
 		extra = append(extra, stdinR)
+	}
+	if nt != nil && nt.guest != nil {
+		t.netFD = 3 + len(extra)
+		extra = append(extra, nt.guest)
 	}
 
 	if t.masks, err = ResolveMasks(spec.Masks, spec.NoDefaultMasks); err == nil {
@@ -398,6 +412,7 @@ func (t *trial) converse() (*dryexec.StateDelta, error) {
 		Rootless: os.Getuid() != 0, CommandUserNS: true, CommandUID: os.Getuid(), CommandGID: os.Getgid(),
 		Masks: t.masks,
 	}
+	t.net.start(&start, t.netFD)
 	if err := t.conn.Send(wire.KindReq, wire.VerbTrialStart, 1, &start); err != nil {
 		return nil, t.guestErr("sending trial.start", err)
 	}

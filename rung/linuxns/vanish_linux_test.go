@@ -26,7 +26,7 @@ func TestVanishedMountIsSkipped(t *testing.T) {
 	spec := dryexec.TrialSpec{Action: dryexec.Action{Argv: []string{"sh", "-c", "echo x > f"}, Cwd: dir, Env: testPath}}.WithDefaults()
 	spec.TrialID = dryexec.NewTrialID()
 	r := &Rung{}
-	tr, err := r.start(spec, mounts)
+	tr, err := r.start(spec, mounts, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,0 +1,103 @@
+package guest
+
+import (
+	"fmt"
+	"net"
+	"os"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/dryexec/dryexec/netsim/tun"
+	"github.com/dryexec/dryexec/wire"
+)
+
+// sendTUN creates the sandbox's TUN device in this (the sandbox's) network
+// namespace, with its addresses and default routes, and hands it to the host,
+// where netsim serves it. It runs before the view is built: /dev/net/tun is
+// the host's /dev until then. The guest keeps no copy, so no process in the
+// sandbox can reach the device's other side.
+func sendTUN(cfg *wire.TrialStart) error {
+	if !cfg.Net {
+		return nil
+	}
+	sock := os.NewFile(uintptr(cfg.NetFD), "net")
+	defer sock.Close()
+	c, err := net.FileConn(sock)
+	if err != nil {
+		return fmt.Errorf("net socket: %w", err)
+	}
+	defer c.Close()
+	uc, ok := c.(*net.UnixConn)
+	if !ok {
+		return fmt.Errorf("net socket: fd %d is not a unix socket", cfg.NetFD)
+	}
+	dev, err := tun.SetupTUN("dx0")
+	if err != nil {
+		return err
+	}
+	defer dev.Close()
+	if err := tun.SendFD(uc, dev); err != nil {
+		return fmt.Errorf("handing the TUN device to the host: %w", err)
+	}
+	return nil
+}
+
+// bindNetFiles binds netsim's resolv.conf and trust bundle, read-only, over the
+// view's own (root is the view, not yet pivoted into; scratch holds the
+// files). Paths are resolved inside the view, so a symlinked /etc/resolv.conf
+// (systemd's) is followed to its target in the view, never on the host. A
+// path the view does not have is skipped: there is nothing to replace.
+func bindNetFiles(cfg *wire.TrialStart, scratch, root string) error {
+	if !cfg.Net {
+		return nil
+	}
+	if err := os.Mkdir(scratch+"/net", 0o755); err != nil {
+		return err
+	}
+	files := []struct {
+		path string
+		data []byte
+	}{{"/etc/resolv.conf", tun.ResolvConf()}}
+	if cfg.TrustPath != "" && len(cfg.TrustBundle) > 0 {
+		files = append(files, struct {
+			path string
+			data []byte
+		}{cfg.TrustPath, cfg.TrustBundle})
+	}
+	rootFD, err := unix.Open(root, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return err
+	}
+	defer unix.Close(rootFD)
+	how := &unix.OpenHow{Flags: unix.O_PATH | unix.O_CLOEXEC, Resolve: unix.RESOLVE_IN_ROOT | unix.RESOLVE_NO_MAGICLINKS}
+	for i, f := range files {
+		src := fmt.Sprintf("%s/net/%d", scratch, i)
+		if err := os.WriteFile(src, f.data, 0o444); err != nil {
+			return err
+		}
+		dst, err := unix.Openat2(rootFD, f.path[1:], how)
+		if err != nil {
+			if err == unix.ENOENT {
+				continue
+			}
+			return fmt.Errorf("opening %s in the view: %w", f.path, err)
+		}
+		err = unix.Mount(src, fmt.Sprintf("/proc/self/fd/%d", dst), "", unix.MS_BIND, "")
+		unix.Close(dst)
+		if err != nil {
+			return fmt.Errorf("binding netsim's %s: %w", f.path, err)
+		}
+		// The descriptor still names the file beneath the new mount: look the
+		// path up again to reach the mount and make it read-only.
+		dst, err = unix.Openat2(rootFD, f.path[1:], how)
+		if err != nil {
+			return fmt.Errorf("reopening %s in the view: %w", f.path, err)
+		}
+		err = unix.Mount("", fmt.Sprintf("/proc/self/fd/%d", dst), "", unix.MS_BIND|unix.MS_REMOUNT|unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NODEV, "")
+		unix.Close(dst)
+		if err != nil {
+			return fmt.Errorf("making netsim's %s read-only: %w", f.path, err)
+		}
+	}
+	return nil
+}

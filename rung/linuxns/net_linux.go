@@ -1,0 +1,158 @@
+package linuxns
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"net"
+	"os"
+	"path/filepath"
+	"slices"
+	"sort"
+	"strings"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/dryexec/dryexec"
+	"github.com/dryexec/dryexec/netsim"
+	"github.com/dryexec/dryexec/netsim/tun"
+	"github.com/dryexec/dryexec/store"
+	"github.com/dryexec/dryexec/wire"
+)
+
+// trialNet is one trial's network: a netsim serving the TUN device the guest
+// creates in the sandbox's network namespace. Without a usable /dev/net/tun
+// (rootless on a host whose node is 0600), a trial that asked for nothing but
+// "none" runs with loopback only and a warning; one that asked for mocks or
+// allow rules fails, because silently cutting it off would give a false delta.
+type trialNet struct {
+	sim     *netsim.Sim
+	trust   netsim.Trust
+	host    *net.UnixConn // our end of the hand-over socket
+	guest   *os.File      // the guest's end, passed as an extra fd
+	cancel  context.CancelFunc
+	served  chan error
+	warning string
+}
+
+func newTrialNet(ctx context.Context, spec dryexec.TrialSpec) (*trialNet, error) {
+	specs := spec.Net
+	if len(specs) == 0 {
+		specs = []string{"none"}
+	}
+	cfg := netsim.Config{CADir: spec.NetCADir, Seed: seedOf(spec.TrialID)}
+	for _, s := range specs {
+		if err := cfg.AddSpec(s); err != nil {
+			return nil, fmt.Errorf("%w: --net %s: %w", dryexec.ErrBadAction, s, err)
+		}
+	}
+	if err := tun.CheckTUN(); err != nil {
+		if slices.ContainsFunc(specs, func(s string) bool { return s != "none" }) {
+			return nil, &dryexec.IsolationUnavailableError{Rung: Name, Missing: "network interception (mocks, allow rules) needs /dev/net/tun: " + err.Error()}
+		}
+		return &trialNet{warning: "network not intercepted: " + err.Error() + "; the sandbox has loopback only, so nothing leaves, but attempts are not logged"}, nil
+	}
+	if cfg.CADir == "" {
+		home, err := store.DefaultDir(os.Getenv)
+		if err != nil {
+			return nil, err
+		}
+		cfg.CADir = filepath.Join(home, "netsim-ca")
+	}
+	sim, err := netsim.New(ctx, cfg)
+	if err != nil {
+		if errors.Is(err, netsim.ErrBadConfig) {
+			return nil, fmt.Errorf("%w: %w", dryexec.ErrBadAction, err)
+		}
+		return nil, err
+	}
+	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return nil, fmt.Errorf("socketpair: %w", err)
+	}
+	hostEnd := os.NewFile(uintptr(fds[0]), "net-host")
+	c, err := net.FileConn(hostEnd)
+	hostEnd.Close()
+	if err != nil {
+		unix.Close(fds[1])
+		return nil, err
+	}
+	return &trialNet{sim: sim, trust: sim.Trust(), host: c.(*net.UnixConn),
+		guest: os.NewFile(uintptr(fds[1]), "net-guest"), served: make(chan error, 1)}, nil
+}
+
+// seedOf makes mocks repeatable per trial: the same trial id, the same bytes.
+func seedOf(id string) uint64 {
+	h := fnv.New64a()
+	h.Write([]byte(id))
+	return h.Sum64()
+}
+
+// serve starts serving the device the guest will send. Call it once the guest
+// runs (it has its end of the socket).
+func (n *trialNet) serve(ctx context.Context) {
+	if n == nil || n.sim == nil {
+		return
+	}
+	n.guest.Close()
+	ctx, n.cancel = context.WithCancel(context.WithoutCancel(ctx))
+	go func() {
+		dev, err := tun.RecvFD(n.host)
+		if err != nil {
+			n.served <- fmt.Errorf("receiving the TUN device: %w", err)
+			return
+		}
+		n.served <- n.sim.ServeTUN(ctx, dev)
+	}()
+}
+
+// start fills what the guest needs in start, and adds the trust variables to
+// the command's environment (not to the recorded Action.Env: they are the
+// sandbox's plumbing, not the caller's).
+func (n *trialNet) start(start *wire.TrialStart, netFD int) {
+	if n == nil || n.sim == nil {
+		return
+	}
+	start.Net, start.NetFD = true, netFD
+	start.TrustBundle, start.TrustPath = n.trust.Bundle, n.trust.BundlePath
+	// The trust variables win over the caller's own: a CA bundle the sandbox
+	// was told about elsewhere would not hold netsim's CA.
+	start.Env = slices.DeleteFunc(start.Env, func(kv string) bool {
+		k, _, _ := strings.Cut(kv, "=")
+		_, ours := n.trust.Env[k]
+		return ours
+	})
+	for k, v := range n.trust.Env {
+		start.Env = append(start.Env, k+"="+v)
+	}
+	sort.Strings(start.Env)
+}
+
+// finish stops netsim (every sandbox process is gone by now; the TUN fd it
+// holds is what kept the namespace alive) and puts its log in d.
+func (n *trialNet) finish(d *dryexec.StateDelta) {
+	if n == nil {
+		return
+	}
+	if n.warning != "" && d != nil {
+		d.Warnings = append(d.Warnings, n.warning)
+	}
+	if n.sim == nil {
+		return
+	}
+	if n.cancel != nil {
+		n.cancel()
+	}
+	n.host.Close()
+	if n.cancel != nil {
+		<-n.served
+	} else {
+		n.guest.Close()
+	}
+	if d != nil {
+		d.Network = n.sim.Log()
+		d.Normalize()
+		d.ComputeTotals()
+	}
+}
