@@ -1,7 +1,18 @@
-package linuxns
+package network
 
 import (
+	"context"
+	"encoding/json"
 	"fmt"
+	"os/exec"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/dryexec/dryexec/guest"
+	"github.com/dryexec/dryexec/rung/linuxns"
+	"github.com/dryexec/dryexec/schema"
 	"net"
 	"net/http"
 	"os"
@@ -12,6 +23,99 @@ import (
 	"github.com/dryexec/dryexec"
 	"github.com/dryexec/dryexec/netsim/tun"
 )
+
+// serverAddr is where the tests' real servers listen, on the test namespace's lo.
+const serverAddr = "10.77.0.1"
+
+// inNetNS marks the re-executed test binary running in its own network
+// namespace.
+const inNetNS = "DRYEXEC_TEST_OWN_NETNS"
+
+// TestMain serves as the guest (the rung re-executes this binary), and runs the
+// tests inside a network namespace of their own, with only lo: netsim, on the
+// host side of each trial, forwards allowed traffic from here, so a bug can
+// never send anything off this machine. Only root makes that namespace (a
+// user namespace would make the ns rung think it is root); others skip.
+func TestMain(m *testing.M) {
+	guest.MaybeMain(os.Args)
+	if os.Getenv(inNetNS) != "" {
+		if err := linkUp("lo"); err != nil {
+			fmt.Fprintln(os.Stderr, "lo up:", err)
+			os.Exit(1)
+		}
+		// A second address on this namespace's lo for the real servers: the
+		// sandbox's 127.0.0.1 is its own lo, so allowed traffic needs an
+		// address that is ours alone (and this namespace has no way out).
+		if out, err := exec.Command("ip", "addr", "add", serverAddr+"/32", "dev", "lo").CombinedOutput(); err != nil {
+			fmt.Fprintf(os.Stderr, "adding %s to lo: %v %s\n", serverAddr, err, out)
+			os.Exit(1)
+		}
+		os.Exit(m.Run())
+	}
+	if os.Getuid() != 0 {
+		fmt.Println("skipping: the network tests need root to run in a network namespace of their own")
+		os.Exit(0)
+	}
+	cmd := exec.Command("/proc/self/exe", os.Args[1:]...)
+	cmd.Env = append(os.Environ(), inNetNS+"=1")
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, os.Stdout, os.Stderr
+	cmd.SysProcAttr = &syscall.SysProcAttr{Cloneflags: syscall.CLONE_NEWNET, Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Run(); err != nil {
+		if ee, ok := err.(*exec.ExitError); ok {
+			os.Exit(ee.ExitCode())
+		}
+		fmt.Fprintln(os.Stderr, "cannot make a network namespace for the tests:", err)
+		os.Exit(1)
+	}
+	os.Exit(0)
+}
+
+func linkUp(name string) error {
+	s, err := unix.Socket(unix.AF_INET, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return err
+	}
+	defer unix.Close(s)
+	ifr, err := unix.NewIfreq(name)
+	if err != nil {
+		return err
+	}
+	if err := unix.IoctlIfreq(s, unix.SIOCGIFFLAGS, ifr); err != nil {
+		return err
+	}
+	ifr.SetUint16(ifr.Uint16() | unix.IFF_UP)
+	return unix.IoctlIfreq(s, unix.SIOCSIFFLAGS, ifr)
+}
+
+var testPath = map[string]string{"PATH": "/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin"}
+
+func requireNS(t *testing.T) {
+	t.Helper()
+	if err := (&linuxns.Rung{}).Available(context.Background()); err != nil {
+		t.Skipf("ns rung unavailable here: %v", err)
+	}
+}
+
+// runTrial runs argv in dir and checks the delta against the JSON schema.
+func runTrial(t *testing.T, dir string, spec dryexec.TrialSpec, argv ...string) *dryexec.StateDelta {
+	t.Helper()
+	spec.Action.Argv, spec.Action.Cwd = argv, dir
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+	defer cancel()
+	d, err := (&linuxns.Rung{}).Trial(ctx, spec)
+	if err != nil {
+		t.Fatalf("trial %q: %v", argv, err)
+	}
+	v, err := schema.NewValidator()
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := json.Marshal(d)
+	if err := v.Validate(b); err != nil {
+		t.Fatalf("delta does not validate: %v\n%s", err, b)
+	}
+	return d
+}
 
 // requireTUN skips where this user cannot open /dev/net/tun (then a trial runs
 // with loopback only, which TestNetWithoutTUN covers).
@@ -39,10 +143,9 @@ func TestNetTrials(t *testing.T) {
 		hits++
 		fmt.Fprintf(w, "real %s", r.URL.Path)
 	})}
-	// The real server listens on one of this machine's own non-loopback
-	// addresses: the sandbox's 127.0.0.1 is its own lo, and an allowed
-	// connection to our own address never leaves the machine.
-	own := ownAddr(t)
+	// The real server listens on this namespace's lo: netsim forwards from
+	// here. An allow rule must name the private address explicitly.
+	own := serverAddr
 	l, err := net.Listen("tcp", net.JoinHostPort(own, "0"))
 	if err != nil {
 		t.Fatal(err)
@@ -110,22 +213,6 @@ func TestNetTrials(t *testing.T) {
 	}
 }
 
-// ownAddr is a non-loopback IPv4 address of this machine, or skips.
-func ownAddr(t *testing.T) string {
-	t.Helper()
-	addrs, err := net.InterfaceAddrs()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, a := range addrs {
-		if n, ok := a.(*net.IPNet); ok && n.IP.To4() != nil && !n.IP.IsLoopback() {
-			return n.IP.String()
-		}
-	}
-	t.Skip("no non-loopback IPv4 address to serve on")
-	return ""
-}
-
 // TestNetDeviceUnreachable: the sandbox cannot reach the TUN device's other
 // side or make its own way out: no /dev/net/tun, no descriptor, no new route.
 func TestNetDeviceUnreachable(t *testing.T) {
@@ -141,7 +228,7 @@ func TestNetDeviceUnreachable(t *testing.T) {
 func TestNetBadSpec(t *testing.T) {
 	requireNS(t)
 	for _, s := range []string{"bogus", "mock:/nonexistent/mock.yaml", "allow:", "none:x"} {
-		_, err := (&Rung{}).Trial(t.Context(), dryexec.TrialSpec{Net: []string{s}, NetCADir: t.TempDir(),
+		_, err := (&linuxns.Rung{}).Trial(t.Context(), dryexec.TrialSpec{Net: []string{s}, NetCADir: t.TempDir(),
 			Action: dryexec.Action{Argv: []string{"true"}, Cwd: t.TempDir(), Env: testPath}})
 		if err == nil {
 			t.Errorf("--net %s: no error", s)
