@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/dryexec/dryexec"
+	"github.com/dryexec/dryexec/netsim"
 	"github.com/dryexec/dryexec/receipt"
 	"github.com/dryexec/dryexec/rung"
 	"github.com/dryexec/dryexec/session"
@@ -198,6 +199,10 @@ type TrialRequest struct {
 	Limits         *LimitsRequest `json:"limits,omitempty"`
 	Masks          []string       `json:"masks,omitempty"`
 	NoDefaultMasks bool           `json:"no_default_masks,omitempty"`
+	// Net says what the sandbox's network reaches, as `run --net`: "none"
+	// (default), "mock:/abs/FILE" (a file on the daemon's host), or
+	// "allow:HOST[:PORT][/PREFIX],…" (docs/network.md).
+	Net []string `json:"net,omitempty"`
 }
 
 // LimitsRequest is dryexec.Limits in a request.
@@ -228,6 +233,10 @@ func checkMasks(masks []string) error {
 // keyMask is the install's receipt key, masked in every sandbox: a command
 // that could read it could forge receipts (as `dryexec run` does).
 func (s *Service) keyMask() string { return filepath.Join(s.cfg.StoreDir, receipt.KeyFile) }
+
+// netCADir holds netsim's per-install CA, where `dryexec run` keeps it; masked
+// in every sandbox like the receipt key (its key could forge any certificate).
+func (s *Service) netCADir() string { return filepath.Join(s.cfg.StoreDir, "netsim-ca") }
 
 // Limits on a request's fields: each is far beyond real use and keeps one
 // request from holding the daemon's memory.
@@ -269,6 +278,17 @@ func (r *TrialRequest) check() error {
 	}
 	if err := r.Limits.limits().Check(); err != nil {
 		return badRequest("limits: %v", err)
+	}
+	var nc netsim.Config
+	for i, spec := range r.Net {
+		if f, ok := strings.CutPrefix(spec, "mock:"); ok {
+			if err := checkHostPath(fmt.Sprintf("net[%d] mock file", i), f); err != nil {
+				return err
+			}
+		}
+		if err := nc.AddSpec(spec); err != nil {
+			return badRequest("net[%d]: %v", i, err)
+		}
 	}
 	return checkMasks(r.Masks)
 }
@@ -328,7 +348,8 @@ func (s *Service) RunTrial(ctx context.Context, req TrialRequest, hooks TrialHoo
 		Action:    dryexec.Action{Argv: req.Argv, Cwd: req.Cwd, Env: env, TimeoutMS: req.TimeoutMS},
 		OutputCap: req.OutputCap, UpperSizeBytes: req.UpperSizeBytes,
 		Stdout: hooks.Stdout, Stderr: hooks.Stderr,
-		Limits: req.Limits.limits(), Masks: append(slices.Clone(req.Masks), s.keyMask()), NoDefaultMasks: req.NoDefaultMasks,
+		Limits: req.Limits.limits(), Masks: append(slices.Clone(req.Masks), s.keyMask(), s.netCADir()), NoDefaultMasks: req.NoDefaultMasks,
+		Net: req.Net, NetCADir: s.netCADir(),
 	}
 	if req.Stdin != nil {
 		spec.Stdin = strings.NewReader(*req.Stdin)
@@ -602,7 +623,7 @@ func (s *Service) OpenSession(ctx context.Context, req SessionRequest) (*Live, e
 	}
 	opt := session.Options{Rung: req.Rung, Workspace: req.Workspace, Env: req.Env, OutputCap: req.OutputCap,
 		GuestExe: s.cfg.GuestExe, Log: s.cfg.Log, CacheReadOnly: req.CacheReadOnly,
-		Limits: req.Limits.limits(), Masks: append(slices.Clone(req.Masks), s.keyMask()), NoDefaultMasks: req.NoDefaultMasks}
+		Limits: req.Limits.limits(), Masks: append(slices.Clone(req.Masks), s.keyMask(), s.netCADir()), NoDefaultMasks: req.NoDefaultMasks}
 	if len(objs) > 0 {
 		opt.HostObjects, opt.Allow = objs, allow
 	}
