@@ -64,11 +64,12 @@ class Client:
     def run(self, command: Command, *, cwd: Optional[str] = None, env: Optional[Mapping[str, str]] = None,
             timeout: Optional[float] = None, rung: Optional[str] = None, stdin: Optional[str] = None,
             environment: Optional[Environment] = None, on_output: Optional[OutputCallback] = None,
-            store: bool = True) -> StateDelta:
+            store: bool = True, net: Optional[Sequence[str]] = None) -> StateDelta:
         """Runs command in a trial and returns its StateDelta. A str is run
         with /bin/sh -c; a list is an argv. cwd defaults to the current
         directory; timeout is in seconds. on_output, if given, receives the
-        output while it runs (the delta still holds all of it)."""
+        output while it runs (the delta still holds all of it). net is as
+        `dryexec run --net` (default: none)."""
         argv = ["/bin/sh", "-c", command] if isinstance(command, str) else list(command)
         req: Dict[str, Any] = {"argv": argv, "cwd": os.path.abspath(cwd or os.getcwd())}
         if env:
@@ -81,6 +82,10 @@ class Client:
                 rung = environment.rung
             if environment.timeout_ms and timeout is None:
                 timeout = environment.timeout_ms / 1000
+            if environment.net is not None and net is None:
+                net = environment.net
+        if net is not None:
+            req["net"] = list(net)
         if timeout:
             req["timeout_ms"] = int(timeout * 1000)
         if rung:

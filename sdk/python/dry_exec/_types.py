@@ -32,6 +32,9 @@ class Environment:
     rung: str = "ns"
     timeout_ms: int = 0
     env: Dict[str, str] = field(default_factory=dict)
+    #: What the network reaches, as `dryexec run --net`: ["none"] (default),
+    #: ["mock:/abs/mocks.yaml"], ["allow:api.example.com"], …
+    net: Optional[List[str]] = None
 
     def policy(self) -> Dict[str, Any]:
         p: Dict[str, Any] = {"name": self.name, "allowed_mutation_targets": sorted(self.allowed_mutation_targets)}

@@ -145,6 +145,10 @@ class Errors(unittest.TestCase):
         with self.assertRaises(dry_exec.SessionLost):
             s.shell("true")
 
+    def test_bad_net_spec(self) -> None:
+        with self.assertRaises(dry_exec.BadRequest):
+            dry_exec.run("true", environment=Environment(net=["mock:relative.yaml"]))
+
     def test_bad_request(self) -> None:
         # The SDK makes paths absolute itself; the daemon refuses traversal.
         with self.assertRaises(dry_exec.BadRequest):
