@@ -17,6 +17,12 @@ import (
 // goroutine. Children the thread forks inherit the filter. With listener, the
 // filter gets a user-notification listener, returned as an fd (close-on-exec)
 // to be served by Serve on another thread; otherwise it returns -1.
+//
+// A Go thread under a filter with a listener must never make a refused call
+// through a raw system call (syscall.RawSyscall, and Go's own fork, which is
+// raw): blocked in the kernel without telling the scheduler, it holds up the
+// garbage collector's stop-the-world, which in turn parks the goroutine that
+// would answer the notification. Calls through syscall.Syscall are safe.
 func Install(prog []unix.SockFilter, listener bool) (int, error) {
 	if err := unix.Prctl(unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0); err != nil {
 		return -1, fmt.Errorf("seccomp: no_new_privs: %w", err)

@@ -83,7 +83,7 @@ func TestFilterRefusesAndReports(t *testing.T) {
 	got := make([]unix.Errno, len(calls))
 	evs := filtered(t, func() {
 		for i, c := range calls {
-			r, _, e := unix.RawSyscall(c.nr, c.args[0], c.args[1], c.args[2])
+			r, _, e := unix.Syscall(c.nr, c.args[0], c.args[1], c.args[2])
 			got[i] = e
 			if e == 0 && c.nr == unix.SYS_SOCKET {
 				unix.Close(int(r))
@@ -156,7 +156,7 @@ func TestContinue(t *testing.T) {
 		fdc <- fd
 		// unshare(CLONE_NEWUSER) of a multi-threaded process is EINVAL from
 		// the kernel: that the kernel answers shows the call was let through.
-		_, _, e := unix.RawSyscall(unix.SYS_UNSHARE, unix.CLONE_NEWUSER, 0, 0)
+		_, _, e := unix.Syscall(unix.SYS_UNSHARE, unix.CLONE_NEWUSER, 0, 0)
 		res <- e
 	}()
 	tid = <-tidc
