@@ -41,6 +41,11 @@ func fakeHome(t *testing.T) string {
 		t.Fatal(err)
 	}
 	t.Setenv("HOME", home)
+	// dryexec's own state (e.g. netsim's CA) would default to beneath HOME:
+	// keep it elsewhere, so the home holds only what the test put there.
+	state := t.TempDir()
+	t.Setenv("DRYEXEC_HOME", state)
+	t.Setenv("XDG_STATE_HOME", state)
 	return home
 }
 
