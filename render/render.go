@@ -136,6 +136,11 @@ func Summary(w io.Writer, d *dryexec.StateDelta, opt Options) error {
 		}
 	}
 
+	// Warnings: how the containment fell short (not the command's doing).
+	for _, w := range d.Warnings {
+		p.line("%s %s", c.red.Sprint("warning:"), cleanField(w))
+	}
+
 	// Network.
 	if len(d.Network) > 0 {
 		p.line("network (%d):", len(d.Network))
