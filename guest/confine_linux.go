@@ -2,6 +2,7 @@ package guest
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"runtime"
 	"sync"
@@ -32,12 +33,16 @@ import (
 // asked about without risking a deadlock with the garbage collector (see
 // containment/seccomp's profile).
 type launcher struct {
-	tid    int
-	reqs   chan func()
-	exited chan struct{} // closed when the launcher's goroutine (and thread) ended
-	served chan struct{} // closed when the supervisor stopped (no process uses the filter)
-	log    *violationLog
-	cancel context.CancelFunc
+	tid  int
+	reqs chan func()
+	// stopping is closed by stop: the thread ends, and do refuses new work
+	// (a session's exec may still be starting when the host goes).
+	stopping chan struct{}
+	stopOnce sync.Once
+	exited   chan struct{} // closed when the launcher's goroutine (and thread) ended
+	served   chan struct{} // closed when the supervisor stopped (no process uses the filter)
+	log      *violationLog
+	cancel   context.CancelFunc
 }
 
 // violationLog collects refused calls from the supervisor.
@@ -108,7 +113,7 @@ func (c *confinement) close() {
 // startLauncher starts a launcher thread confined by c.
 func startLauncher(c *confinement) (*launcher, error) {
 	ctx, cancel := context.WithCancel(context.Background())
-	l := &launcher{reqs: make(chan func()), exited: make(chan struct{}), served: make(chan struct{}), log: &violationLog{}, cancel: cancel}
+	l := &launcher{reqs: make(chan func()), stopping: make(chan struct{}), exited: make(chan struct{}), served: make(chan struct{}), log: &violationLog{}, cancel: cancel}
 	type ready struct {
 		fd  int
 		err error
@@ -124,8 +129,13 @@ func startLauncher(c *confinement) (*launcher, error) {
 		if err != nil {
 			return
 		}
-		for f := range l.reqs {
-			f()
+		for {
+			select {
+			case f := <-l.reqs:
+				f()
+			case <-l.stopping:
+				return
+			}
 		}
 	}()
 	r := <-readyc
@@ -155,21 +165,29 @@ func (c *confinement) apply() (int, error) {
 	return seccomp.Install(c.prog, true)
 }
 
+// errStopped: the launcher was stopped; nothing more is started.
+var errStopped = errors.New("the sandbox's launcher has stopped")
+
 // do runs f on the launcher's thread and waits for it. f may start processes.
-func (l *launcher) do(f func()) {
+func (l *launcher) do(f func()) error {
 	done := make(chan struct{})
-	l.reqs <- func() {
+	select {
+	case l.reqs <- func() {
 		defer close(done)
 		f()
+	}:
+		<-done
+		return nil
+	case <-l.stopping:
+		return errStopped
 	}
-	<-done
 }
 
 // stop ends the launcher's thread. The supervisor goes on answering until no
 // process uses the filter any more; wait bounds how long stop waits for that
 // (0: not at all), after which it stops the supervisor.
 func (l *launcher) stop(wait time.Duration) {
-	close(l.reqs)
+	l.stopOnce.Do(func() { close(l.stopping) })
 	<-l.exited
 	if wait > 0 {
 		select {

@@ -93,7 +93,9 @@ func (s *session) startExec(cmd *exec.Cmd) error {
 		return cmd.Start()
 	}
 	var err error
-	s.platform.launcher.do(func() { err = cmd.Start() })
+	if derr := s.platform.launcher.do(func() { err = cmd.Start() }); derr != nil {
+		return derr
+	}
 	return err
 }
 
