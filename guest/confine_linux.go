@@ -33,7 +33,6 @@ import (
 // asked about without risking a deadlock with the garbage collector (see
 // containment/seccomp's profile).
 type launcher struct {
-	tid  int
 	reqs chan func()
 	// stopping is closed by stop: the thread ends, and do refuses new work
 	// (a session's exec may still be starting when the host goes).
@@ -123,7 +122,6 @@ func startLauncher(c *confinement) (*launcher, error) {
 		defer close(l.exited)
 		// Never unlocked: the thread ends with this goroutine.
 		runtime.LockOSThread()
-		l.tid = unix.Gettid()
 		fd, err := c.apply()
 		readyc <- ready{fd, err}
 		if err != nil {
