@@ -2,7 +2,11 @@
 
 package guest
 
-import "golang.org/x/sys/unix"
+import (
+	"os"
+
+	"golang.org/x/sys/unix"
+)
 
 // closeInheritedOnExec marks every descriptor from 3 up close-on-exec (see the
 // Linux version for why). Without close_range, each is marked in turn.
@@ -11,4 +15,12 @@ func closeInheritedOnExec() error {
 		unix.CloseOnExec(fd)
 	}
 	return nil
+}
+
+func selfExe() string {
+	p, err := os.Executable()
+	if err != nil {
+		return os.Args[0]
+	}
+	return p
 }

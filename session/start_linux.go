@@ -33,7 +33,7 @@ func socketPair() (*os.File, *os.File, error) {
 
 func startHostGuest(exe string, ctrl *os.File) (*exec.Cmd, error) {
 	if exe == "" {
-		exe = "/proc/self/exe"
+		exe = guest.Executable()
 	}
 	cmd := &exec.Cmd{
 		Path: exe, Args: []string{"dryexec", "guest", guest.RoleSession}, Env: []string{},

@@ -25,10 +25,7 @@ func socketPair() (*os.File, *os.File, error) {
 
 func startHostGuest(exe string, ctrl *os.File) (*exec.Cmd, error) {
 	if exe == "" {
-		var err error
-		if exe, err = os.Executable(); err != nil {
-			return nil, err
-		}
+		exe = guest.Executable()
 	}
 	cmd := &exec.Cmd{
 		Path: exe, Args: []string{"dryexec", "guest", guest.RoleSession}, Env: []string{},

@@ -32,8 +32,9 @@ const Name = "ns"
 // Rung runs trials in Linux namespaces. The zero value is ready to use.
 type Rung struct {
 	// GuestExe is the binary started as the guest supervisor with
-	// `guest ns-trial`; empty means /proc/self/exe, which must then call
-	// guest.MaybeMain first thing in main (the dryexec CLI and our tests do).
+	// `guest ns-trial`; empty means guest.Executable() (dryexec-guest beside
+	// the running binary, else the running binary, which must then call
+	// guest.MaybeMain first thing in main: the dryexec CLI and our tests do).
 	GuestExe string
 	// Log receives debug records; nil logs nothing.
 	Log *slog.Logger
@@ -165,7 +166,7 @@ func (r *Rung) StartGuest(role string, files []*os.File) (*exec.Cmd, error) {
 func (r *Rung) StartGuestLimited(role string, files []*os.File, lim *Limiter) (*exec.Cmd, error) {
 	exe := r.GuestExe
 	if exe == "" {
-		exe = "/proc/self/exe"
+		exe = guest.Executable()
 	}
 	uid, gid := os.Getuid(), os.Getgid()
 	attr := &syscall.SysProcAttr{

@@ -70,11 +70,17 @@ func run(n, treeFiles int, outDir, only string) error {
 	}
 	defer os.RemoveAll(work)
 	bin := filepath.Join(work, "dryexec")
-	build := exec.Command("go", "build", "-o", bin, "./cmd/dryexec")
-	build.Env = append(os.Environ(), "CGO_ENABLED=0")
-	if b, err := build.CombinedOutput(); err != nil {
-		return fmt.Errorf("building dryexec: %v\n%s", err, b)
+	guestBin := filepath.Join(work, guest.ExeName)
+	for out, pkg := range map[string]string{bin: "./cmd/dryexec", guestBin: "./cmd/dryexec-guest"} {
+		build := exec.Command("go", "build", "-o", out, pkg)
+		build.Env = append(os.Environ(), "CGO_ENABLED=0")
+		if b, err := build.CombinedOutput(); err != nil {
+			return fmt.Errorf("building %s: %v\n%s", pkg, err, b)
+		}
 	}
+	// The in-process candidates start the same small guest binary the CLI
+	// finds beside itself.
+	os.Setenv(guest.ExeEnv, guestBin)
 	empty := filepath.Join(work, "empty")
 	tree := filepath.Join(work, "tree")
 	os.Mkdir(empty, 0o755)
