@@ -4,6 +4,7 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -14,9 +15,35 @@ import (
 // held by a process, processes, and our own open fds.
 type hostState struct {
 	mounts     []string
-	namespaces map[string]string // namespace → cmdline of a process holding it
-	procs      map[string]string
+	namespaces map[string]proc // namespace → a process holding it
+	procs      map[string]proc
 	fds        int
+}
+
+// proc is a process's command line and whether this test process is its
+// ancestor.
+type proc struct {
+	cmd  string
+	ours bool
+}
+
+// descendant reports whether pid's parent chain reaches ancestor.
+func descendant(pid, ancestor int) bool {
+	for i := 0; i < 64 && pid > 1; i++ {
+		b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+		if err != nil {
+			return false
+		}
+		// pid (comm) state ppid …: comm may hold spaces and parentheses.
+		f := strings.Fields(string(b[strings.LastIndexByte(string(b), ')')+1:]))
+		if len(f) < 2 {
+			return false
+		}
+		if pid, _ = strconv.Atoi(f[1]); pid == ancestor {
+			return true
+		}
+	}
+	return false
 }
 
 func captureHost(t *testing.T) hostState {
@@ -31,7 +58,7 @@ func captureHost(t *testing.T) hostState {
 		mounts = append(mounts, strings.Join(f[4:], " "))
 	}
 	sort.Strings(mounts)
-	st := hostState{mounts: mounts, namespaces: map[string]string{}, procs: map[string]string{}}
+	st := hostState{mounts: mounts, namespaces: map[string]proc{}, procs: map[string]proc{}}
 	ents, _ := os.ReadDir("/proc")
 	for _, e := range ents {
 		if e.Name()[0] < '0' || e.Name()[0] > '9' {
@@ -41,7 +68,11 @@ func captureHost(t *testing.T) hostState {
 		if err != nil {
 			continue
 		}
-		st.procs[e.Name()] = strings.ReplaceAll(string(cmd), "\x00", " ")
+		pid, _ := strconv.Atoi(e.Name())
+		// Other packages' tests run trials at the same time: only processes
+		// this test started (its descendants: a leaked guest, and what runs
+		// in its pid namespace) count.
+		st.procs[e.Name()] = proc{cmd: strings.ReplaceAll(string(cmd), "\x00", " "), ours: descendant(pid, os.Getpid())}
 		for _, ns := range []string{"mnt", "pid", "net", "ipc", "uts", "user", "cgroup"} {
 			if l, err := os.Readlink(filepath.Join("/proc", e.Name(), "ns", ns)); err == nil {
 				st.namespaces[l] = st.procs[e.Name()]
@@ -80,16 +111,16 @@ func TestNoLeaksAfterManyTrials(t *testing.T) {
 	// sees); other tests running in parallel create their own, so only
 	// namespaces held by processes of ours count here.
 	for ns, holder := range after.namespaces {
-		if _, ok := before.namespaces[ns]; !ok && isTrialProcess(holder) {
-			t.Errorf("namespace left behind: %s (held by %s)", ns, holder)
+		if _, ok := before.namespaces[ns]; !ok && isTrialProcess(holder.cmd) && holder.ours {
+			t.Errorf("namespace left behind: %s (held by %s)", ns, holder.cmd)
 		}
 	}
 	for pid, cmd := range after.procs {
-		if _, ok := before.procs[pid]; !ok && !strings.Contains(cmd, "/proc/self") && pid != "self" {
+		if _, ok := before.procs[pid]; !ok && !strings.Contains(cmd.cmd, "/proc/self") && pid != "self" {
 			// Anything new that is still alive after the loop came from a trial,
 			// unless it is unrelated machine activity; trials run "sleep 10".
-			if isTrialProcess(cmd) {
-				t.Errorf("process left behind: %s %s", pid, cmd)
+			if isTrialProcess(cmd.cmd) && cmd.ours {
+				t.Errorf("process left behind: %s %s", pid, cmd.cmd)
 			}
 		}
 	}
