@@ -42,7 +42,7 @@ lint: deps
 
 # The race detector needs cgo.
 unit:
-	CGO_ENABLED=1 $(GO) test -race -count=1 ./...
+	CGO_ENABLED=1 $(GO) test -race -count=1 -timeout 40m ./...
 
 test: deps lint unit
 
