@@ -238,8 +238,9 @@ except OSError as e:
 x = []
 while True:
     x.append(b"\1" * (16 << 20))`,
-		tune:   func(s *dryexec.TrialSpec) { s.Limits.MemoryBytes = 256 << 20; s.Action.TimeoutMS = 60_000 },
-		accept: []record{violation("limit", "memory"), rlimitFallback}},
+		tune:        func(s *dryexec.TrialSpec) { s.Limits.MemoryBytes = 256 << 20; s.Action.TimeoutMS = 60_000 },
+		smallRlimit: true,
+		accept:      []record{violation("limit", "memory"), rlimitFallback}},
 	{name: "disk_bomb", sh: `dd if=/dev/zero of=fill bs=1M count=512 2>&1; echo done`,
 		tune:   func(s *dryexec.TrialSpec) { s.UpperSizeBytes = 64 << 20 },
 		accept: []record{violation("limit", "")}},
