@@ -43,11 +43,14 @@ const (
 // fd 3: the names of exported variables too large for execve (which it unexports,
 // since while they are exported no program can be started, `env` included), a
 // newline, its cwd (the workspace if the cwd was removed), NUL, and its exported
-// environment, NUL-separated. Only builtins run before `env -0`.
+// environment, NUL-separated, closed by an end mark. Only builtins run before
+// `env -0`; when it cannot run (the pids limit is reached by the command's own
+// background processes) the end mark is missing and the previous environment
+// stands rather than an empty one.
 const shellWrapper = `__dx_save() { __dx_rc=$?
 __dx_big=$(export -p | while IFS= read -r __dx_l; do case $__dx_l in "export "*=*) __dx_n=${__dx_l#export }; __dx_n=${__dx_n%%=*}; eval "__dx_v=\${$__dx_n-}"; [ ${#__dx_v} -gt 131000 ] && printf '%s ' "$__dx_n";; esac; done)
 for __dx_n in $__dx_big; do unset "$__dx_n"; done
-{ printf '%s\n' "$__dx_big"; pwd -P 2>/dev/null || printf '%s\n' "$__dx_ws"; printf '\0'; env -0; } >&3 2>/dev/null
+{ printf '%s\n' "$__dx_big"; pwd -P 2>/dev/null || printf '%s\n' "$__dx_ws"; printf '\0'; env -0 && printf '=dryexec-env-end\0'; } >&3 2>/dev/null
 exit $__dx_rc; }
 trap __dx_save EXIT
 __dx_ws=$2
@@ -76,17 +79,27 @@ func boundedEnv(env []string) ([]string, []string) {
 	return out, warnings
 }
 
+// envEnd closes a complete environment listing (shellWrapper prints it
+// literally). It is not a valid NAME=value entry, so no variable can forge it.
+const envEnd = "=dryexec-env-end"
+
 // parseState reads what the wrapper wrote: dropped names, newline, cwd, NUL,
-// then NUL-separated env.
-func parseState(b []byte) (dropped []string, cwd string, env []string, ok bool) {
+// then NUL-separated env and the end mark. envOK is false when the listing is
+// incomplete, and env is then nil.
+func parseState(b []byte) (dropped []string, cwd string, env []string, envOK, ok bool) {
 	big, b, ok := bytes.Cut(b, []byte{'\n'})
 	if !ok {
-		return nil, "", nil, false
+		return nil, "", nil, false, false
 	}
 	dropped = strings.Fields(string(big))
 	c, rest, ok := bytes.Cut(b, []byte{0})
 	if !ok {
-		return nil, "", nil, false
+		return nil, "", nil, false, false
+	}
+	cwd = strings.TrimSuffix(string(c), "\n")
+	rest, envOK = bytes.CutSuffix(rest, []byte(envEnd+"\x00"))
+	if !envOK {
+		return dropped, cwd, nil, false, true
 	}
 	for _, kv := range bytes.Split(rest, []byte{0}) {
 		s := string(kv)
@@ -97,7 +110,7 @@ func parseState(b []byte) (dropped []string, cwd string, env []string, ok bool) 
 		env = append(env, s)
 	}
 	sort.Strings(env)
-	return dropped, strings.TrimSuffix(string(c), "\n"), env, true
+	return dropped, cwd, env, true, true
 }
 
 // transcript merges stdout and stderr in the order they arrive, bounded.
@@ -200,11 +213,16 @@ func (s *session) execShell(ctx context.Context, req *wire.ExecShell) *wire.Shel
 		<-stateDone
 	}
 	if !res.TimedOut {
-		if dropped, cwd, newEnv, ok := parseState(state); ok {
+		if dropped, cwd, newEnv, envOK, ok := parseState(state); ok {
 			if cwd == "" {
 				cwd = s.ws
 			}
-			s.shell.cwd, s.shell.env = cwd, newEnv
+			s.shell.cwd = cwd
+			if envOK {
+				s.shell.env = newEnv
+			} else {
+				res.Warnings = append(res.Warnings, "the shell's environment could not be read after this command (no process could be started: is the pids limit reached?); the previous environment is kept")
+			}
 			for _, k := range dropped {
 				s.shell.dropped = append(s.shell.dropped, fmt.Sprintf("environment variable %s dropped: more than the %d bytes an exec allows", k, maxEnvVar))
 			}

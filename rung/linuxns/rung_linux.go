@@ -122,6 +122,7 @@ func (r *Rung) Trial(ctx context.Context, spec dryexec.TrialSpec) (*dryexec.Stat
 	nt.serve(ctx)
 	d, err := t.run(ctx)
 	nt.finish(d)
+	r.trace("net")
 	return d, err
 }
 

@@ -193,7 +193,7 @@ func format(n int, groups []group, sections [][]result, phases map[string][]time
 		return b.String()
 	}
 	b.WriteString("## Where an in-process trial's time goes (median time since Trial() was called)\n\n| phase | median |\n|---|---:|\n")
-	for _, p := range []string{"start", "hello", "view", "exit", "done"} {
+	for _, p := range []string{"start", "hello", "view", "exit", "done", "net"} {
 		d := phases[p]
 		if len(d) == 0 {
 			continue
@@ -203,7 +203,7 @@ func format(n int, groups []group, sections [][]result, phases map[string][]time
 	}
 	b.WriteString("\nstart: guest process cloned into its namespaces; hello: the guest's Go runtime is up;\n" +
 		"view: overlays, /proc, /dev mounted and pivoted; exit: the command ran and everything it\n" +
-		"started is dead; done: upper dirs walked, hashed and diffed into the delta.\n")
+		"started is dead; done: upper dirs walked, hashed and diffed into the delta; net: netsim stopped and its log in the delta.\n")
 	return b.String()
 }
 
