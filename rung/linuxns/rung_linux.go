@@ -383,6 +383,7 @@ func (t *trial) run(ctx context.Context) (*dryexec.StateDelta, error) {
 		return nil, err
 	}
 	t.pipes.Wait()
+	t.r.trace("pipes")
 	out, otr := t.out.Bytes()
 	errb, etr := t.errb.Bytes()
 	d.Process.Stdout, d.Process.StdoutTruncated = string(out), otr

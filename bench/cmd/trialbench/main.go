@@ -193,7 +193,7 @@ func format(n int, groups []group, sections [][]result, phases map[string][]time
 		return b.String()
 	}
 	b.WriteString("## Where an in-process trial's time goes (median time since Trial() was called)\n\n| phase | median |\n|---|---:|\n")
-	for _, p := range []string{"start", "hello", "view", "exit", "done", "net"} {
+	for _, p := range []string{"start", "hello", "view", "exit", "done", "pipes", "net"} {
 		d := phases[p]
 		if len(d) == 0 {
 			continue
