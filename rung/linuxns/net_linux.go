@@ -37,35 +37,9 @@ type trialNet struct {
 }
 
 func newTrialNet(ctx context.Context, spec dryexec.TrialSpec) (*trialNet, error) {
-	specs := spec.Net
-	if len(specs) == 0 {
-		specs = []string{"none"}
-	}
-	cfg := netsim.Config{CADir: spec.NetCADir, Seed: seedOf(spec.TrialID)}
-	for _, s := range specs {
-		if err := cfg.AddSpec(s); err != nil {
-			return nil, fmt.Errorf("%w: --net %s: %w", dryexec.ErrBadAction, s, err)
-		}
-	}
-	if err := tun.CheckTUN(); err != nil {
-		if slices.ContainsFunc(specs, func(s string) bool { return s != "none" }) {
-			return nil, &dryexec.IsolationUnavailableError{Rung: Name, Missing: "network interception (mocks, allow rules) needs /dev/net/tun: " + err.Error()}
-		}
-		return &trialNet{warning: "network not intercepted: " + err.Error() + "; the sandbox has loopback only, so nothing leaves, but attempts are not logged"}, nil
-	}
-	if cfg.CADir == "" {
-		home, err := store.DefaultDir(os.Getenv)
-		if err != nil {
-			return nil, err
-		}
-		cfg.CADir = filepath.Join(home, "netsim-ca")
-	}
-	sim, err := netsim.New(ctx, cfg)
-	if err != nil {
-		if errors.Is(err, netsim.ErrBadConfig) {
-			return nil, fmt.Errorf("%w: %w", dryexec.ErrBadAction, err)
-		}
-		return nil, err
+	sim, warning, err := newSim(ctx, spec)
+	if sim == nil {
+		return &trialNet{warning: warning}, err
 	}
 	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
 	if err != nil {
@@ -80,6 +54,43 @@ func newTrialNet(ctx context.Context, spec dryexec.TrialSpec) (*trialNet, error)
 	}
 	return &trialNet{sim: sim, trust: sim.Trust(), host: c.(*net.UnixConn),
 		guest: os.NewFile(uintptr(fds[1]), "net-guest"), served: make(chan error, 1)}, nil
+}
+
+// newSim makes the netsim spec.Net asks for. Without a usable /dev/net/tun
+// it returns no Sim: with a warning when loopback only is an honest answer
+// (nothing but "none" was asked), else with an error.
+func newSim(ctx context.Context, spec dryexec.TrialSpec) (*netsim.Sim, string, error) {
+	specs := spec.Net
+	if len(specs) == 0 {
+		specs = []string{"none"}
+	}
+	cfg := netsim.Config{CADir: spec.NetCADir, Seed: seedOf(spec.TrialID)}
+	for _, s := range specs {
+		if err := cfg.AddSpec(s); err != nil {
+			return nil, "", fmt.Errorf("%w: --net %s: %w", dryexec.ErrBadAction, s, err)
+		}
+	}
+	if err := tun.CheckTUN(); err != nil {
+		if slices.ContainsFunc(specs, func(s string) bool { return s != "none" }) {
+			return nil, "", &dryexec.IsolationUnavailableError{Rung: Name, Missing: "network interception (mocks, allow rules) needs /dev/net/tun: " + err.Error()}
+		}
+		return nil, "network not intercepted: " + err.Error() + "; the sandbox has loopback only, so nothing leaves, but attempts are not logged", nil
+	}
+	if cfg.CADir == "" {
+		home, err := store.DefaultDir(os.Getenv)
+		if err != nil {
+			return nil, "", err
+		}
+		cfg.CADir = filepath.Join(home, "netsim-ca")
+	}
+	sim, err := netsim.New(ctx, cfg)
+	if err != nil {
+		if errors.Is(err, netsim.ErrBadConfig) {
+			return nil, "", fmt.Errorf("%w: %w", dryexec.ErrBadAction, err)
+		}
+		return nil, "", err
+	}
+	return sim, "", nil
 }
 
 // seedOf makes mocks repeatable per trial: the same trial id, the same bytes.
