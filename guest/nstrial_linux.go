@@ -48,6 +48,35 @@ func runNSTrial() int {
 	if err := f.Decode(&cfg); err != nil {
 		return fail("protocol", err)
 	}
+	if err := sendTUN(&cfg); err != nil {
+		return fail("net", err)
+	}
+	scratch, uppers, err := buildView(&cfg, false)
+	if err != nil {
+		return fail("setup", err)
+	}
+	l, err := startConfined()
+	if err != nil {
+		return fail("setup", fmt.Errorf("confining the sandbox: %w", err))
+	}
+	if err := conn.Send(wire.KindEvent, wire.VerbTrialMounts, 0, &wire.TrialMounts{Paths: uppers}); err != nil {
+		return 1
+	}
+	// The sandbox is ready: a warm pool keeps it so until a trial is asked
+	// for (the host closing the stream ends it), a cold trial sends the
+	// command at once.
+	if f, err = conn.Read(); err != nil {
+		return 1
+	}
+	if f.Verb != wire.VerbTrialRun {
+		return fail("protocol", fmt.Errorf("expected %s, got %q", wire.VerbTrialRun, f.Verb))
+	}
+	if err := f.Decode(&cfg.TrialRun); err != nil {
+		return fail("protocol", err)
+	}
+	if len(cfg.Argv) == 0 || cfg.Argv[0] == "" {
+		return fail("protocol", errors.New("trial.run without a command"))
+	}
 	// From here on the host only closes the stream (or dies); either way, PID 1
 	// exits and the kernel kills everything left in the namespace.
 	go func() {
@@ -57,18 +86,7 @@ func runNSTrial() int {
 			}
 		}
 	}()
-
-	if err := sendTUN(&cfg); err != nil {
-		return fail("net", err)
-	}
-	scratch, uppers, err := buildView(&cfg, false)
-	if err != nil {
-		return fail("setup", err)
-	}
-	if err := conn.Send(wire.KindEvent, wire.VerbTrialMounts, 0, &wire.TrialMounts{Paths: uppers}); err != nil {
-		return 1
-	}
-	exit := runConfined(&cfg)
+	exit := l.run(&cfg)
 	var sfs unix.Statfs_t
 	if unix.Fstatfs(scratch, &sfs) == nil {
 		exit.UpperUsed = int64(sfs.Blocks-sfs.Bfree) * sfs.Bsize
@@ -312,25 +330,40 @@ func loopbackUp() error {
 	return nil
 }
 
-// runConfined runs the command from a confined launcher thread (see
-// launcher) and adds what the seccomp supervisor refused to the report.
-func runConfined(cfg *wire.TrialStart) *wire.TrialExit {
+// confinedLauncher is a confined launcher thread (see launcher) with its
+// seccomp supervisor, ready before the command is known: a pooled sandbox
+// keeps one waiting.
+type confinedLauncher struct {
+	conf *confinement
+	l    *launcher
+}
+
+func startConfined() (*confinedLauncher, error) {
 	conf, err := newConfinement()
 	if err != nil {
-		return &wire.TrialExit{ExitCode: 126, StartError: "confining the sandbox: " + err.Error()}
+		return nil, err
 	}
-	defer conf.close()
 	l, err := startLauncher(conf)
 	if err != nil {
-		return &wire.TrialExit{ExitCode: 126, StartError: "confining the sandbox: " + err.Error()}
+		conf.close()
+		return nil, err
 	}
+	return &confinedLauncher{conf: conf, l: l}, nil
+}
+
+// run runs the command from the launcher thread and adds what the seccomp
+// supervisor refused to the report. The launcher is spent afterwards.
+func (c *confinedLauncher) run(cfg *wire.TrialStart) *wire.TrialExit {
+	defer c.conf.close()
 	var ex *wire.TrialExit
-	l.do(func() { ex = runCommand(cfg) })
+	if err := c.l.do(func() { ex = runCommand(cfg) }); err != nil {
+		ex = &wire.TrialExit{ExitCode: 126, StartError: "confining the sandbox: " + err.Error()}
+	}
 	// Every sandbox process is dead and reaped once runCommand returns, so
 	// the supervisor sees the filter's last user go at once; the bound is
 	// for a kernel that would not say so.
-	l.stop(time.Second)
-	ex.Violations = l.log.take()
+	c.l.stop(time.Second)
+	ex.Violations = c.l.log.take()
 	return ex
 }
 

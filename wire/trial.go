@@ -1,12 +1,17 @@
 package wire
 
-// Verbs of a one-shot trial (the ns rung's cold path). The host sends
-// VerbTrialStart; the guest answers with events: VerbTrialExit once the command and
-// everything it started are gone, then VerbFSEntry/VerbFSData for each upper-dir
-// entry, then VerbTrialDone. A guest-side failure is a KindErr frame.
+// Verbs of a one-shot ns trial. The host sends VerbTrialStart (the sandbox:
+// mounts, masks, network); the guest builds the view and its confinement and
+// answers VerbTrialMounts, then waits for VerbTrialRun (the command). A warm
+// pool sends trial.start ahead and trial.run when a trial is asked for; a cold
+// trial sends both at once. The guest then answers with events: VerbTrialExit
+// once the command and everything it started are gone, then
+// VerbFSEntry/VerbFSData for each upper-dir entry, then VerbTrialDone. A
+// guest-side failure is a KindErr frame.
 const (
 	VerbTrialStart  = "trial.start"
 	VerbTrialMounts = "trial.mounts" // body: TrialMounts, before the command starts
+	VerbTrialRun    = "trial.run"    // body: TrialRun
 	VerbTrialExit   = "trial.exit"
 	VerbFSEntry     = "fs.entry" // body: fsdelta.Entry; a file's content follows as fs.data frames
 	VerbFSData      = "fs.data"  // one attachment of file content
@@ -19,17 +24,26 @@ type MountSpec struct {
 	Path string `json:"path"`
 }
 
-// TrialStart tells the guest what to run.
-type TrialStart struct {
-	Mounts    []MountSpec `json:"mounts"`
-	Argv      []string    `json:"argv"`
-	Env       []string    `json:"env"`
-	Cwd       string      `json:"cwd"`
-	TimeoutMS int64       `json:"timeout_ms"`
-	Hostname  string      `json:"hostname"`
-	UpperSize int64       `json:"upper_size"`
+// TrialRun is the command of a trial: what trial.run carries.
+type TrialRun struct {
+	Argv      []string `json:"argv"`
+	Env       []string `json:"env"`
+	Cwd       string   `json:"cwd"`
+	TimeoutMS int64    `json:"timeout_ms"`
 	// Stdin: the command reads fd StdinFD instead of /dev/null.
 	Stdin bool `json:"stdin,omitempty"`
+	// NoMemoryTrace turns the memory delta off: the guest then does not trace
+	// the command's processes, so a debugger or strace inside the trial works.
+	NoMemoryTrace bool `json:"no_memory_trace,omitempty"`
+}
+
+// TrialStart tells the guest what sandbox to build. Its TrialRun part is
+// what the host means to run; the guest takes the command from trial.run.
+type TrialStart struct {
+	TrialRun
+	Mounts    []MountSpec `json:"mounts"`
+	Hostname  string      `json:"hostname"`
+	UpperSize int64       `json:"upper_size"`
 	// Rootless: the guest runs in a user namespace it was created with (the host
 	// user is not root): overlays use user.* xattrs, and host mounts are locked.
 	Rootless bool `json:"rootless,omitempty"`
@@ -44,9 +58,6 @@ type TrialStart struct {
 	// sandbox sees empty: a directory as an empty-file mirror of its names, a
 	// file as an empty file (guest/mask_linux.go).
 	Masks []string `json:"masks,omitempty"`
-	// NoMemoryTrace turns the memory delta off: the guest then does not trace
-	// the command's processes, so a debugger or strace inside the trial works.
-	NoMemoryTrace bool `json:"no_memory_trace,omitempty"`
 	// Net: the guest creates the sandbox's TUN device (netsim's link) and
 	// hands it to the host over descriptor NetFD, a socket of its own (the fd
 	// rides SCM_RIGHTS, which a framed stream cannot carry). NetFD is 0 when
@@ -112,5 +123,5 @@ const (
 	CtrlFD   = 3 // the wire stream
 	StdoutFD = 4 // the command's stdout (a pipe the host reads)
 	StderrFD = 5
-	StdinFD  = 6 // present when TrialStart.Stdin
+	StdinFD  = 6 // present when TrialRun.Stdin, or always in a pooled sandbox
 )

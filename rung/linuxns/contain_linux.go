@@ -10,7 +10,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -101,38 +100,10 @@ func (l *Limiter) attach(pid int) error {
 	return set(unix.RLIMIT_DATA, l.limits.MemoryBytes)
 }
 
-// shelterGuest waits (polling, bounded by stop) until guest pid has started
-// the command, then moves the guest's own threads out of the pids limit (see
-// cgroup.Group.ShelterThreads). The command is in the group from its fork on.
-func (l *Limiter) shelterGuest(pid int, stop <-chan struct{}) {
-	if l.group == nil {
-		return
-	}
-	tasks := "/proc/" + strconv.Itoa(pid) + "/task"
-	wait := 200 * time.Microsecond
-	for {
-		ents, err := os.ReadDir(tasks)
-		if err != nil {
-			return
-		}
-		for _, e := range ents {
-			if b, _ := os.ReadFile(tasks + "/" + e.Name() + "/children"); len(strings.TrimSpace(string(b))) > 0 {
-				l.group.ShelterThreads(pid, 0)
-				return
-			}
-		}
-		select {
-		case <-stop:
-			return
-		case <-time.After(wait):
-		}
-		wait = min(2*wait, 5*time.Millisecond)
-	}
-}
-
-// ShelterSupervisor is shelterGuest for a guest that starts every command
-// from one confined launcher thread and is idle now (a session between
-// execs): all its threads but the launcher leave the pids limit at once, and
+// ShelterSupervisor moves a guest's own threads out of the pids limit (see
+// cgroup.Group.ShelterThreads). The guest starts every command from one
+// confined launcher thread and is idle now (a trial's sandbox waiting for its
+// command, a session between execs): all its threads but the launcher leave the pids limit at once, and
 // every later exec still starts inside it. The launcher is the thread with a
 // seccomp filter (the guest confines that thread alone); without exactly one
 // such thread nothing moves and the limit keeps its headroom.

@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -93,7 +94,8 @@ func kernelAtLeast(release string, major, minor int) bool {
 	return ma > major || (ma == major && mi >= minor)
 }
 
-// Trial implements dryexec.Rung.
+// Trial implements dryexec.Rung: a cold trial prepares a sandbox for spec and
+// runs spec's command in it at once (a Pool prepares them ahead).
 func (r *Rung) Trial(ctx context.Context, spec dryexec.TrialSpec) (*dryexec.StateDelta, error) {
 	spec = spec.WithDefaults()
 	if err := checkAction(spec.Action); err != nil {
@@ -102,28 +104,45 @@ func (r *Rung) Trial(ctx context.Context, spec dryexec.TrialSpec) (*dryexec.Stat
 	if spec.TrialID == "" {
 		spec.TrialID = dryexec.NewTrialID()
 	}
-	mounts, err := Mounts()
+	sb, err := sandboxFor(spec)
 	if err != nil {
 		return nil, err
+	}
+	t, err := r.prepare(ctx, sb, spec.TrialID, spec)
+	if err != nil {
+		return nil, err
+	}
+	return t.trial(ctx, spec)
+}
+
+// sandbox is what a prepared guest was built for, apart from the command: a
+// pooled sandbox serves only a trial whose spec asks for the same.
+type sandbox struct {
+	Mounts    []wire.MountSpec
+	Masks     []string // resolved
+	Limits    dryexec.Limits
+	UpperSize int64
+	NetCADir  string
+}
+
+func sandboxFor(spec dryexec.TrialSpec) (sandbox, error) {
+	mounts, err := Mounts()
+	if err != nil {
+		return sandbox{}, err
 	}
 	if uid := os.Getuid(); uid != 0 {
 		mounts = ownedRoots(mounts, uid, spec.Action.Cwd)
 	}
-	nt, err := newTrialNet(ctx, spec)
+	masks, err := ResolveMasks(spec.Masks, spec.NoDefaultMasks)
 	if err != nil {
-		return nil, err
+		return sandbox{}, err
 	}
-	t, err := r.start(spec, mounts, nt)
-	if err != nil {
-		nt.finish(nil)
-		return nil, err
-	}
-	defer t.cleanup()
-	nt.serve(ctx)
-	d, err := t.run(ctx)
-	nt.finish(d)
-	r.trace("net")
-	return d, err
+	return sandbox{Mounts: mounts, Masks: masks, Limits: spec.Limits, UpperSize: spec.UpperSizeBytes, NetCADir: spec.NetCADir}, nil
+}
+
+func (a sandbox) equal(b sandbox) bool {
+	return a.Limits == b.Limits && a.UpperSize == b.UpperSize && a.NetCADir == b.NetCADir &&
+		slices.Equal(a.Masks, b.Masks) && slices.Equal(a.Mounts, b.Mounts)
 }
 
 func checkAction(a dryexec.Action) error {
@@ -230,27 +249,56 @@ func Mounts() ([]wire.MountSpec, error) {
 	return mounts, nil
 }
 
-// trial is one running guest and the host ends of its descriptors.
+// trial is one running guest and the host ends of its descriptors. prepare
+// makes it ready (the view built, the guest waiting for its command); trial
+// runs one command in it; cleanup ends it. It is never used twice.
 type trial struct {
 	r      *Rung
+	sb     sandbox
+	id     string // names its cgroup
 	spec   dryexec.TrialSpec
-	mounts []wire.MountSpec
 	cmd    *exec.Cmd
 	conn   *wire.Conn
 	ctrl   *os.File
+	outR   *os.File // the command's stdout and stderr, read by the copiers
+	errR   *os.File
+	stdinW *os.File // the command's stdin; closed at once when it has none
 	out    *tail.Buffer
 	errb   *tail.Buffer
 	pipes  sync.WaitGroup // the stdout/stderr copiers
 	lim    *Limiter       // the trial's cgroup (or rlimits); removed by cleanup
-	masks  []string       // masked host paths, as sent to the guest
 	watch  *MaskWatch     // the masks, pinned once the view is built
+	uppers []fsdelta.Mount
 	net    *trialNet      // the trial's netsim (nil fields: loopback only)
+	netNet []string       // the --net specs net was made for
 	netFD  int            // the guest's end of the TUN hand-over socket
 }
 
-func (r *Rung) start(spec dryexec.TrialSpec, mounts []wire.MountSpec, nt *trialNet) (*trial, error) {
-	t := &trial{r: r, spec: spec, mounts: mounts, net: nt,
-		out: tail.New(spec.OutputCap), errb: tail.New(spec.OutputCap)}
+// prepare starts a guest for sb and waits until its sandbox is built and
+// confined, ready for a command. netSpec says what network to prepare (a
+// trial asking for another gets its own netsim at run time, on the same
+// link).
+func (r *Rung) prepare(ctx context.Context, sb sandbox, id string, netSpec dryexec.TrialSpec) (*trial, error) {
+	nt, err := newTrialNet(ctx, netSpec)
+	if err != nil {
+		return nil, err
+	}
+	t, err := r.start(sb, id, nt)
+	if err != nil {
+		nt.finish(nil)
+		return nil, err
+	}
+	t.netNet = netSpec.Net
+	if err := t.ready(); err != nil {
+		t.cleanup()
+		nt.finish(nil)
+		return nil, err
+	}
+	return t, nil
+}
+
+func (r *Rung) start(sb sandbox, id string, nt *trialNet) (*trial, error) {
+	t := &trial{r: r, sb: sb, id: id, net: nt}
 	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
 	if err != nil {
 		return nil, fmt.Errorf("socketpair: %w", err)
@@ -261,65 +309,139 @@ func (r *Rung) start(spec dryexec.TrialSpec, mounts []wire.MountSpec, nt *trialN
 	t.ctrl = os.NewFile(uintptr(fds[0]), "ctrl")
 	guestCtrl := os.NewFile(uintptr(fds[1]), "guest-ctrl")
 	defer guestCtrl.Close()
-	outR, outW, err := os.Pipe()
-	if err != nil {
-		t.ctrl.Close()
-		return nil, err
-	}
-	defer outW.Close()
-	errR, errW, err := os.Pipe()
-	if err != nil {
-		t.ctrl.Close()
-		outR.Close()
-		return nil, err
-	}
-	defer errW.Close()
-	extra := []*os.File{guestCtrl, outW, errW}
-	var stdinW *os.File
-	if spec.Stdin != nil {
-		var stdinR *os.File
-		if stdinR, stdinW, err = os.Pipe(); err != nil {
-			t.ctrl.Close()
-			outR.Close()
-			errR.Close()
-			return nil, err
+	// The guest's ends: closed here once it has them.
+	var ends []*os.File
+	defer func() {
+		for _, f := range ends {
+			f.Close()
 		}
-		defer stdinR.Close()
-		extra = append(extra, stdinR)
+	}()
+	pipe := func() (r, w *os.File) {
+		if err != nil {
+			return nil, nil
+		}
+		r, w, err = os.Pipe()
+		return r, w
 	}
-	if nt != nil && nt.guest != nil {
-		t.netFD = 3 + len(extra)
-		extra = append(extra, nt.guest)
-	}
-
-	if t.masks, err = ResolveMasks(spec.Masks, spec.NoDefaultMasks); err == nil {
-		t.lim, err = r.NewLimiter(spec.TrialID, spec.Limits)
-	}
+	var outW, errW, stdinR *os.File
+	t.outR, outW = pipe()
+	t.errR, errW = pipe()
+	// Always a stdin pipe: the command is not known yet.
+	stdinR, t.stdinW = pipe()
+	ends = append(ends, outW, errW, stdinR)
 	if err == nil {
-		t.cmd, err = r.StartGuestLimited(guest.RoleNSTrial, extra, t.lim)
+		extra := []*os.File{guestCtrl, outW, errW, stdinR}
+		if nt != nil && nt.guest != nil {
+			t.netFD = 3 + len(extra)
+			extra = append(extra, nt.guest)
+		}
+		if t.lim, err = r.NewLimiter(id, sb.Limits); err == nil {
+			t.cmd, err = r.StartGuestLimited(guest.RoleNSTrial, extra, t.lim)
+		}
 	}
 	if err != nil {
 		t.lim.Close()
-		t.ctrl.Close()
-		outR.Close()
-		errR.Close()
-		if stdinW != nil {
-			stdinW.Close()
+		for _, f := range []*os.File{t.ctrl, t.outR, t.errR, t.stdinW} {
+			if f != nil {
+				f.Close()
+			}
 		}
 		return nil, err
 	}
 	r.trace("start")
 	t.conn = wire.NewConn(t.ctrl)
+	return t, nil
+}
+
+// ready speaks the first half of the trial protocol: the guest's hello,
+// trial.start, and its trial.mounts once the view is built. The masks are
+// pinned and the guest's own threads leave the pids limit (its launcher
+// thread, which starts the command, stays in it).
+func (t *trial) ready() error {
+	f, err := t.conn.Read()
+	if err != nil {
+		return t.guestErr("reading hello", err)
+	}
+	var hello wire.Hello
+	if f.Kind != wire.KindHello || f.Decode(&hello) != nil || hello.Version != wire.Version {
+		return fmt.Errorf("%w: bad hello from guest", dryexec.ErrGuest)
+	}
+	t.r.trace("hello")
+	host, _ := os.Hostname()
+	start := wire.TrialStart{
+		Mounts: t.sb.Mounts, Hostname: host, UpperSize: t.sb.UpperSize,
+		Rootless: os.Getuid() != 0, CommandUserNS: true, CommandUID: os.Getuid(), CommandGID: os.Getgid(),
+		Masks: t.sb.Masks,
+	}
+	t.net.start(&start, t.netFD)
+	if err := t.conn.Send(wire.KindReq, wire.VerbTrialStart, 1, &start); err != nil {
+		return t.guestErr("sending trial.start", err)
+	}
+	if f, err = t.conn.Read(); err != nil {
+		return t.guestErr("reading trial.mounts", err)
+	}
+	if f.Kind == wire.KindErr {
+		var re wire.RemoteError
+		f.Decode(&re)
+		return fmt.Errorf("%w: %w", dryexec.ErrGuest, &re)
+	}
+	if f.Verb != wire.VerbTrialMounts {
+		return fmt.Errorf("%w: unexpected %s %q before trial.mounts", dryexec.ErrGuest, f.Kind, f.Verb)
+	}
+	var tm wire.TrialMounts
+	if err := f.Decode(&tm); err != nil {
+		return t.guestErr("decoding trial.mounts", err)
+	}
+	if t.uppers, err = t.checkUppers(tm.Paths); err != nil {
+		return err
+	}
+	t.watch = NewMaskWatch()
+	if err := t.watch.Pin(t.cmd.Process.Pid, t.sb.Masks); err != nil {
+		return err
+	}
+	if err := t.lim.ShelterSupervisor(t.cmd.Process.Pid); err != nil {
+		return err
+	}
+	t.r.trace("view")
+	return nil
+}
+
+// trial runs spec's command in the prepared sandbox t and ends t.
+func (t *trial) trial(ctx context.Context, spec dryexec.TrialSpec) (*dryexec.StateDelta, error) {
+	defer t.cleanup()
+	t.spec = spec
+	if !slices.Equal(spec.Net, t.netNet) {
+		sim, warning, err := newSim(ctx, spec)
+		if err != nil {
+			t.net.finish(nil)
+			return nil, err
+		}
+		if sim != nil && t.net.sim != nil {
+			t.net.sim = sim
+		}
+		if warning != "" {
+			t.net.warning = warning
+		}
+	}
+	t.out, t.errb = tail.New(spec.OutputCap), tail.New(spec.OutputCap)
 	t.pipes.Add(2)
-	go t.copy(teeOf(t.out, spec.Stdout), outR)
-	go t.copy(teeOf(t.errb, spec.Stderr), errR)
-	if stdinW != nil {
+	go t.copy(teeOf(t.out, spec.Stdout), t.outR)
+	go t.copy(teeOf(t.errb, spec.Stderr), t.errR)
+	t.outR, t.errR = nil, nil
+	if stdinW := t.stdinW; spec.Stdin != nil {
 		go func() {
 			io.Copy(stdinW, spec.Stdin)
 			stdinW.Close()
 		}()
+	} else {
+		stdinW.Close()
 	}
-	return t, nil
+	t.stdinW = nil
+	t.net.serve(ctx)
+	d, err := t.run(ctx)
+	t.net.finish(d)
+	t.r.trace("net")
+	return d, err
 }
 
 // teeOf writes to buf and, if live is not nil, to live, whose errors are
@@ -352,10 +474,15 @@ func (t *trial) cleanup() {
 	t.ctrl.Close()
 	t.cmd.Process.Kill()
 	t.cmd.Wait()
+	for _, f := range []*os.File{t.outR, t.errR, t.stdinW} {
+		if f != nil {
+			f.Close()
+		}
+	}
 	t.pipes.Wait()
 	t.watch.Close()
 	if err := t.lim.Close(); err != nil && t.r.Log != nil {
-		t.r.Log.Warn("removing the trial's cgroup", "trial", t.spec.TrialID, "err", err)
+		t.r.Log.Warn("removing the trial's cgroup", "cgroup", t.id, "err", err)
 	}
 }
 
@@ -391,41 +518,28 @@ func (t *trial) run(ctx context.Context) (*dryexec.StateDelta, error) {
 	return d, nil
 }
 
-// converse speaks the trial protocol with the guest and builds the delta.
+// converse sends the command and builds the delta from the guest's report.
 func (t *trial) converse() (*dryexec.StateDelta, error) {
 	a := t.spec.Action
-	f, err := t.conn.Read()
-	if err != nil {
-		return nil, t.guestErr("reading hello", err)
-	}
-	var hello wire.Hello
-	if f.Kind != wire.KindHello || f.Decode(&hello) != nil || hello.Version != wire.Version {
-		return nil, fmt.Errorf("%w: bad hello from guest", dryexec.ErrGuest)
-	}
-	t.r.trace("hello")
-	host, _ := os.Hostname()
 	env := make([]string, 0, len(a.Env))
 	for k, v := range a.Env {
 		env = append(env, k+"="+v)
 	}
 	sort.Strings(env)
-	start := wire.TrialStart{
-		Mounts: t.mounts, Argv: a.Argv, Env: env, Cwd: a.Cwd, TimeoutMS: a.TimeoutMS,
-		Hostname: host, UpperSize: t.spec.UpperSizeBytes, Stdin: t.spec.Stdin != nil,
-		Rootless: os.Getuid() != 0, CommandUserNS: true, CommandUID: os.Getuid(), CommandGID: os.Getgid(),
-		Masks: t.masks,
-	}
+	// The network's trust variables join the command's environment.
+	start := wire.TrialStart{TrialRun: wire.TrialRun{Argv: a.Argv, Env: env, Cwd: a.Cwd, TimeoutMS: a.TimeoutMS,
+		Stdin: t.spec.Stdin != nil}}
 	t.net.start(&start, t.netFD)
-	if err := t.conn.Send(wire.KindReq, wire.VerbTrialStart, 1, &start); err != nil {
-		return nil, t.guestErr("sending trial.start", err)
+	if err := t.conn.Send(wire.KindReq, wire.VerbTrialRun, 2, &start.TrialRun); err != nil {
+		return nil, t.guestErr("sending trial.run", err)
 	}
-
-	var differ *fsdelta.Differ
-	defer func() {
-		if differ != nil {
-			differ.Close()
-		}
-	}()
+	differ := fsdelta.NewDiffer(t.uppers, t.spec.Blobs, t.spec.DiffMaxBytes)
+	defer differ.Close()
+	if os.Getuid() != 0 {
+		// The guest sees the ids of its own user namespace (what the
+		// command made shows as 0 there): the caller owns what it wrote.
+		differ.SetOwner(os.Getuid(), os.Getgid())
+	}
 	d := &dryexec.StateDelta{TrialID: t.spec.TrialID, Rung: Name, Action: a}
 	var exit *wire.TrialExit
 	for {
@@ -439,33 +553,6 @@ func (t *trial) converse() (*dryexec.StateDelta, error) {
 			return nil, fmt.Errorf("%w: %w", dryexec.ErrGuest, &re)
 		}
 		switch f.Verb {
-		case wire.VerbTrialMounts:
-			var tm wire.TrialMounts
-			if err := f.Decode(&tm); err != nil {
-				return nil, t.guestErr("decoding trial.mounts", err)
-			}
-			if differ != nil {
-				return nil, fmt.Errorf("%w: trial.mounts twice", dryexec.ErrGuest)
-			}
-			dm, err := t.checkUppers(tm.Paths)
-			if err != nil {
-				return nil, err
-			}
-			differ = fsdelta.NewDiffer(dm, t.spec.Blobs, t.spec.DiffMaxBytes)
-			// The view is built and the command not started: hold the masks.
-			t.watch = NewMaskWatch()
-			if err := t.watch.Pin(t.cmd.Process.Pid, t.masks); err != nil {
-				return nil, err
-			}
-			stop := make(chan struct{})
-			defer close(stop)
-			go t.lim.shelterGuest(t.cmd.Process.Pid, stop)
-			if start.Rootless {
-				// The guest sees the ids of its own user namespace (what the
-				// command made shows as 0 there): the caller owns what it wrote.
-				differ.SetOwner(start.CommandUID, start.CommandGID)
-			}
-			t.r.trace("view")
 		case wire.VerbTrialExit:
 			exit = new(wire.TrialExit)
 			if err := f.Decode(exit); err != nil {
@@ -476,8 +563,8 @@ func (t *trial) converse() (*dryexec.StateDelta, error) {
 			// (walking), so its view and group can still be read.
 			t.contained(d)
 		case wire.VerbFSEntry:
-			if exit == nil || differ == nil {
-				return nil, fmt.Errorf("%w: fs.entry before trial.mounts and trial.exit", dryexec.ErrGuest)
+			if exit == nil {
+				return nil, fmt.Errorf("%w: fs.entry before trial.exit", dryexec.ErrGuest)
 			}
 			var e fsdelta.Entry
 			if err := f.Decode(&e); err != nil {
@@ -494,8 +581,8 @@ func (t *trial) converse() (*dryexec.StateDelta, error) {
 				return nil, fmt.Errorf("%w: short content for %q", dryexec.ErrGuest, e.Path)
 			}
 		case wire.VerbTrialDone:
-			if exit == nil || differ == nil {
-				return nil, fmt.Errorf("%w: trial.done before trial.mounts and trial.exit", dryexec.ErrGuest)
+			if exit == nil {
+				return nil, fmt.Errorf("%w: trial.done before trial.exit", dryexec.ErrGuest)
 			}
 			files, err := differ.Finish()
 			if err != nil {
@@ -526,8 +613,8 @@ func (t *trial) checkUppers(paths []string) ([]fsdelta.Mount, error) {
 	if len(paths) == 0 || len(paths) > maxUppers {
 		return nil, fmt.Errorf("%w: %d upper dirs", dryexec.ErrGuest, len(paths))
 	}
-	planned := make([]string, len(t.mounts))
-	for i, m := range t.mounts {
+	planned := make([]string, len(t.sb.Mounts))
+	for i, m := range t.sb.Mounts {
 		planned[i] = m.Path
 	}
 	dm := make([]fsdelta.Mount, len(paths))

@@ -26,14 +26,18 @@ func TestVanishedMountIsSkipped(t *testing.T) {
 	spec := dryexec.TrialSpec{Action: dryexec.Action{Argv: []string{"sh", "-c", "echo x > f"}, Cwd: dir, Env: testPath}}.WithDefaults()
 	spec.TrialID = dryexec.NewTrialID()
 	r := &Rung{}
-	tr, err := r.start(spec, mounts, nil)
+	sb, err := sandboxFor(spec)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer tr.cleanup()
+	sb.Mounts = mounts
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	d, err := tr.run(ctx)
+	tr, err := r.prepare(ctx, sb, spec.TrialID, spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, err := tr.trial(ctx, spec)
 	if err != nil {
 		t.Fatalf("trial with a vanished mount: %v", err)
 	}
