@@ -269,9 +269,9 @@ type trial struct {
 	lim    *Limiter       // the trial's cgroup (or rlimits); removed by cleanup
 	watch  *MaskWatch     // the masks, pinned once the view is built
 	uppers []fsdelta.Mount
-	net    *trialNet      // the trial's netsim (nil fields: loopback only)
-	netNet []string       // the --net specs net was made for
-	netFD  int            // the guest's end of the TUN hand-over socket
+	net    *trialNet // the trial's netsim (nil fields: loopback only)
+	netNet []string  // the --net specs net was made for
+	netFD  int       // the guest's end of the TUN hand-over socket
 }
 
 // prepare starts a guest for sb and waits until its sandbox is built and
