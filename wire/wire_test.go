@@ -127,11 +127,10 @@ func roundTripCases(tb testing.TB) []struct {
 		manySmall[i] = pattern(i*37, byte(i))
 	}
 	start := TrialStart{
-		Mounts: []MountSpec{{Path: "/"}, {Path: "/home"}},
-		Argv:   []string{"sh", "-c", "echo <hi> & exit 3"},
-		Env:    []string{"A=1", "PATH=/bin"},
-		Cwd:    "/tmp/ünïcode", TimeoutMS: 1500, Hostname: "h", UpperSize: 1 << 30,
-		Stdin: true, Rootless: true, CommandUserNS: true,
+		TrialRun: TrialRun{Argv: []string{"sh", "-c", "echo <hi> & exit 3"}, Env: []string{"A=1", "PATH=/bin"},
+			Cwd: "/tmp/ünïcode", TimeoutMS: 1500, Stdin: true},
+		Mounts:   []MountSpec{{Path: "/"}, {Path: "/home"}},
+		Hostname: "h", UpperSize: 1 << 30, Rootless: true, CommandUserNS: true,
 	}
 	return []struct {
 		name  string
@@ -789,7 +788,8 @@ func fuzzSeeds(tb testing.TB) [][]byte {
 	big := &Frame{Kind: KindEvent, Verb: VerbFSData, Bin: [][]byte{pattern(3000, 1)}}
 	valid := [][]byte{
 		encode(tb, &Frame{Kind: KindHello, Body: mustJSON(tb, Hello{Version: Version, Role: "ns-trial"})}),
-		encode(tb, &Frame{ID: 1, Kind: KindReq, Verb: VerbTrialStart, Body: mustJSON(tb, TrialStart{Argv: []string{"true"}, Mounts: []MountSpec{{Path: "/"}}})}),
+		encode(tb, &Frame{ID: 1, Kind: KindReq, Verb: VerbTrialStart, Body: mustJSON(tb, TrialStart{Mounts: []MountSpec{{Path: "/"}}})),
+		encode(tb, &Frame{ID: 2, Kind: KindReq, Verb: VerbTrialRun, Body: mustJSON(tb, TrialRun{Argv: []string{"true"}})}),
 		encode(tb, &Frame{ID: 1, Kind: KindErr, Body: mustJSON(tb, RemoteError{Code: "x", Message: "<y>"})}),
 		encode(tb, &Frame{Kind: KindResp, ID: 2, Bin: [][]byte{nil, []byte("ab"), {}}}),
 		encode(tb, big),
