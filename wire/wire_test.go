@@ -788,7 +788,7 @@ func fuzzSeeds(tb testing.TB) [][]byte {
 	big := &Frame{Kind: KindEvent, Verb: VerbFSData, Bin: [][]byte{pattern(3000, 1)}}
 	valid := [][]byte{
 		encode(tb, &Frame{Kind: KindHello, Body: mustJSON(tb, Hello{Version: Version, Role: "ns-trial"})}),
-		encode(tb, &Frame{ID: 1, Kind: KindReq, Verb: VerbTrialStart, Body: mustJSON(tb, TrialStart{Mounts: []MountSpec{{Path: "/"}}})),
+		encode(tb, &Frame{ID: 1, Kind: KindReq, Verb: VerbTrialStart, Body: mustJSON(tb, TrialStart{Mounts: []MountSpec{{Path: "/"}}})}),
 		encode(tb, &Frame{ID: 2, Kind: KindReq, Verb: VerbTrialRun, Body: mustJSON(tb, TrialRun{Argv: []string{"true"}})}),
 		encode(tb, &Frame{ID: 1, Kind: KindErr, Body: mustJSON(tb, RemoteError{Code: "x", Message: "<y>"})}),
 		encode(tb, &Frame{Kind: KindResp, ID: 2, Bin: [][]byte{nil, []byte("ab"), {}}}),
