@@ -13,7 +13,7 @@ APT_PACKAGES  := bubblewrap util-linux python3 iproute2 curl
 # dynamically linked binary starts measurably slower.
 export CGO_ENABLED ?= 0
 
-.PHONY: all build deps test lint unit bench clean
+.PHONY: all build deps test lint unit bench soak clean
 
 all: build
 
@@ -48,6 +48,12 @@ test: deps lint unit
 
 bench: deps
 	$(GO) run ./bench/cmd/trialbench -out bench/results
+
+# The full soak (docs/reliability.md): 1,000 trials and 100 sessions of mixed
+# work through a real daemon, then zero leaks and flat memory. A short version
+# runs in `make unit`.
+soak:
+	DRYEXEC_SOAK=full $(GO) test -count=1 -v -timeout 60m -run '^TestSoak$$' ./test/soak
 
 clean:
 	rm -rf bin
