@@ -406,11 +406,24 @@ func (t *trial) ready() error {
 	return nil
 }
 
+// sameNet says whether two --net spec lists ask for the same network (no
+// spec is "none").
+func sameNet(a, b []string) bool {
+	none := []string{"none"}
+	if len(a) == 0 {
+		a = none
+	}
+	if len(b) == 0 {
+		b = none
+	}
+	return slices.Equal(a, b)
+}
+
 // trial runs spec's command in the prepared sandbox t and ends t.
 func (t *trial) trial(ctx context.Context, spec dryexec.TrialSpec) (*dryexec.StateDelta, error) {
 	defer t.cleanup()
 	t.spec = spec
-	if !slices.Equal(spec.Net, t.netNet) {
+	if !sameNet(spec.Net, t.netNet) {
 		sim, warning, err := newSim(ctx, spec)
 		if err != nil {
 			t.net.finish(nil)

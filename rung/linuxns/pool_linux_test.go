@@ -1,0 +1,181 @@
+package linuxns
+
+import (
+	"context"
+	"errors"
+	"os"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/dryexec/dryexec"
+	"github.com/dryexec/dryexec/internal/acceptance"
+)
+
+// newTestPool starts a pool for dir and waits until n sandboxes are ready.
+func newTestPool(t *testing.T, dir string, opts PoolOptions, n int) *Pool {
+	t.Helper()
+	requireNS(t)
+	opts.Spec.Action.Cwd = dir
+	p, err := NewPool(context.Background(), &Rung{}, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { p.Close() })
+	waitReady(t, p, n)
+	return p
+}
+
+func waitReady(t *testing.T, p *Pool, n int) {
+	t.Helper()
+	deadline := time.Now().Add(time.Minute)
+	for p.Stats().Ready < n {
+		if time.Now().After(deadline) {
+			t.Fatalf("pool never had %d ready: %+v", n, p.Stats())
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+func poolTrial(t *testing.T, p *Pool, dir string, argv ...string) *dryexec.StateDelta {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	d, err := p.Trial(ctx, dryexec.TrialSpec{Action: dryexec.Action{Argv: argv, Cwd: dir, Env: testPath}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	validate(t, d)
+	return d
+}
+
+// TestPoolAcceptance: a pooled trial gives exactly the core scenario's delta,
+// from a sandbox that was ready before it was asked for.
+func TestPoolAcceptance(t *testing.T) {
+	dir := t.TempDir()
+	if err := acceptance.MakeDir(dir); err != nil {
+		t.Fatal(err)
+	}
+	p := newTestPool(t, dir, PoolOptions{Size: 1}, 1)
+	d := poolTrial(t, p, dir, "sh", "-c", acceptance.Script)
+	if err := acceptance.Check(d, dir); err != nil {
+		t.Fatal(err)
+	}
+	if s := p.Stats(); s.Hits != 1 || s.Misses != 0 {
+		t.Fatalf("stats %+v, want one hit", s)
+	}
+}
+
+// TestPoolNothingCarriesOver: what one pooled trial leaves behind (files in
+// the workspace and /tmp, a background process, a cgroup's counters, a
+// network attempt) is not visible to the next trial from the same pool.
+func TestPoolNothingCarriesOver(t *testing.T) {
+	dir := t.TempDir()
+	p := newTestPool(t, dir, PoolOptions{Size: 2}, 2)
+	first := poolTrial(t, p, dir, "sh", "-c",
+		`echo dirty > left; echo dirty > /tmp/dx-pool-left; (sleep 300 &) ; exec 3<>/dev/tcp/203.0.113.9/80 2>/dev/null; python3 -c 'import socket; socket.socket().connect_ex(("203.0.113.9", 80))'; true`)
+	if len(first.Files) < 2 {
+		t.Fatalf("first trial wrote %v", opPaths(first, ""))
+	}
+	waitReady(t, p, 1)
+	second := poolTrial(t, p, dir, "sh", "-c",
+		`test -e left && echo SAW-FILE; test -e /tmp/dx-pool-left && echo SAW-TMP; for c in /proc/[0-9]*/cmdline; do tr '\0' ' ' < $c; echo; done | grep -q 'sleep 30[0]' && echo SAW-PROC; echo checked`)
+	if got := second.Process.Stdout; got != "checked\n" {
+		t.Fatalf("second trial saw the first one's traces: %q (stderr %q)", got, second.Process.Stderr)
+	}
+	if len(second.Files) != 0 || len(second.Violations) != 0 {
+		t.Fatalf("second trial: files %v violations %v", opPaths(second, ""), second.Violations)
+	}
+	for _, e := range second.Network {
+		t.Errorf("second trial's network log holds %+v", e)
+	}
+	if s := p.Stats(); s.Hits != 2 {
+		t.Fatalf("stats %+v, want two hits", s)
+	}
+}
+
+// TestPoolOtherSandboxRunsCold: a trial asking for other limits than the
+// template's does not get a pooled sandbox, and its limits hold.
+func TestPoolOtherSandboxRunsCold(t *testing.T) {
+	dir := t.TempDir()
+	p := newTestPool(t, dir, PoolOptions{Size: 1}, 1)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	d, err := p.Trial(ctx, dryexec.TrialSpec{Action: dryexec.Action{Argv: []string{"sh", "-c", "ulimit -n"}, Cwd: dir, Env: testPath},
+		UpperSizeBytes: 8 << 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s := p.Stats(); s.Misses != 1 || s.Hits != 0 {
+		t.Fatalf("stats %+v, want one miss", s)
+	}
+	big, err := p.Trial(ctx, dryexec.TrialSpec{Action: dryexec.Action{Argv: []string{"sh", "-c", "head -c 16M /dev/zero > big"}, Cwd: dir, Env: testPath},
+		UpperSizeBytes: 8 << 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !hasViolation(big, "upper storage full") {
+		t.Fatalf("a cold trial's upper size did not hold: %+v", big.Violations)
+	}
+	_ = d
+}
+
+func hasViolation(d *dryexec.StateDelta, detail string) bool {
+	for _, v := range d.Violations {
+		if strings.Contains(v.Detail, detail) {
+			return true
+		}
+	}
+	return false
+}
+
+// TestPoolClose: Close destroys the ready sandboxes (their guests are
+// gone) and later trials are refused.
+func TestPoolClose(t *testing.T) {
+	dir := t.TempDir()
+	p := newTestPool(t, dir, PoolOptions{Size: 2}, 2)
+	var pids []int
+	p.mu.Lock()
+	for _, tr := range p.ready {
+		pids = append(pids, tr.cmd.Process.Pid)
+	}
+	p.mu.Unlock()
+	p.Close()
+	for _, pid := range pids {
+		if _, err := os.Stat("/proc/" + strconv.Itoa(pid)); err == nil {
+			t.Errorf("guest %d outlived Close", pid)
+		}
+	}
+	_, err := p.Trial(context.Background(), dryexec.TrialSpec{Action: dryexec.Action{Argv: []string{"true"}, Cwd: dir, Env: testPath}})
+	if !errors.Is(err, ErrPoolClosed) {
+		t.Fatalf("trial after Close: %v", err)
+	}
+}
+
+// TestPoolIdleTimeout: an idle pool lets its sandboxes go, and refills when
+// it is asked again.
+func TestPoolIdleTimeout(t *testing.T) {
+	dir := t.TempDir()
+	p := newTestPool(t, dir, PoolOptions{Size: 1, IdleTimeout: 300 * time.Millisecond}, 1)
+	deadline := time.Now().Add(time.Minute)
+	for p.Stats().Ready != 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("the idle pool kept its sandbox")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	poolTrial(t, p, dir, "true")
+	waitReady(t, p, 1)
+}
+
+// TestPoolIdleMemory reports what a ready sandbox costs.
+func TestPoolIdleMemory(t *testing.T) {
+	dir := t.TempDir()
+	p := newTestPool(t, dir, PoolOptions{Size: 2}, 2)
+	s := p.Stats()
+	if s.IdlePSSBytes <= 0 {
+		t.Fatalf("no memory figure: %+v", s)
+	}
+	t.Logf("idle memory of %d ready sandboxes: %d KiB Pss", s.Ready, s.IdlePSSBytes>>10)
+}
