@@ -33,6 +33,14 @@ func (s *session) start() error {
 	case "ns":
 		tc := &wire.TrialStart{Mounts: s.cfg.Mounts, UpperSize: s.cfg.UpperSize, Hostname: s.cfg.Hostname, Rootless: s.cfg.Rootless}
 		tc.Masks = s.cfg.Masks
+		tc.Net, tc.NetFD, tc.TrustBundle, tc.TrustPath = s.cfg.Net, s.cfg.NetFD, s.cfg.TrustBundle, s.cfg.TrustPath
+		// The TUN device is made while /dev/net/tun is still the host's
+		// (before the view); buildView then binds netsim's resolv.conf and
+		// trust bundle outside the workspace, so neither is a change a diff
+		// could report.
+		if err := sendTUN(tc); err != nil {
+			return fmt.Errorf("creating the sandbox's network: %w", err)
+		}
 		scratch, _, err := buildView(tc, true)
 		if err != nil {
 			return err

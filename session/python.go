@@ -63,6 +63,7 @@ func (s *Session) Python(ctx context.Context, code string, inputs map[string]wir
 		s.pyAbandoned = false
 	}
 	s.cache.begin()
+	mark := s.netMark()
 	f, err := s.call(ctx, wire.VerbExecPython, body, bin...)
 	if err != nil {
 		s.cache.end(false)
@@ -85,6 +86,8 @@ func (s *Session) Python(ctx context.Context, code string, inputs map[string]wir
 	if r.Prints == nil {
 		r.Prints = []wire.PrintEntry{}
 	}
+	// The log is the host's: nothing the guest wrote here is kept.
+	r.Network = s.netSince(mark)
 	s.cache.end(r.OK)
 	return &r, nil
 }

@@ -120,6 +120,16 @@ type Options struct {
 	// Cgroups says where the session's cgroup is made (zero: package cgroup's
 	// default).
 	Cgroups cgroup.Options
+
+	// Net is the session's network (ns rung), as TrialSpec.Net and --net:
+	// "none" (the default: nothing leaves, every attempt is logged),
+	// "mock:FILE", "allow:RULES", or mocks and allow rules together. The
+	// session's netsim lives as long as the session. The host rung has no
+	// network of its own and refuses any Net.
+	Net []string
+	// NetCADir holds netsim's per-install CA ("" means
+	// $DRYEXEC_HOME/netsim-ca); mask it from the sandbox (Masks).
+	NetCADir string
 }
 
 // Session is one live sandbox. Its methods may be called from several
@@ -183,6 +193,10 @@ func Open(ctx context.Context, opt Options) (*Session, error) {
 	start := wire.SessionStart{Rung: opt.Rung, Workspace: opt.Workspace, OutputCap: opt.OutputCap}
 	switch opt.Rung {
 	case "host":
+		if len(opt.Net) > 0 {
+			err = &dryexec.IsolationUnavailableError{Rung: "host", Missing: "network interception (the host rung shares the host's network; use the ns rung for net)"}
+			break
+		}
 		s.tmp, err = os.MkdirTemp("", "dryexec-session-")
 		if err != nil {
 			ctrlFile.Close()
@@ -198,7 +212,7 @@ func Open(ctx context.Context, opt Options) (*Session, error) {
 		}
 		s.cmd, err = startHostGuest(opt.GuestExe, guestFile)
 	case "ns":
-		s.cmd, s.contain, err = startNSGuest(opt.GuestExe, guestFile, &start, opt)
+		s.cmd, s.contain, err = startNSGuest(ctx, opt.GuestExe, guestFile, &start, opt)
 	default:
 		err = fmt.Errorf("session: unknown rung %q (want host or ns)", opt.Rung)
 	}
@@ -217,6 +231,9 @@ func Open(ctx context.Context, opt Options) (*Session, error) {
 	}
 	for k, v := range env {
 		start.Env = append(start.Env, k+"="+v)
+	}
+	if s.contain != nil {
+		s.contain.prepare(&start)
 	}
 	conn := wire.NewConn(ctrlFile)
 	hello, err := conn.Read()
@@ -260,7 +277,48 @@ type containment interface {
 	// paths read.
 	check() []dryexec.Violation
 	warnings() []string
+	// prepare adds the sandbox's network plumbing (netsim's link, the trust
+	// bundle and variables) to start, once start.Env is the caller's.
+	prepare(start *wire.SessionStart)
+	// network is netsim's log so far, bounded (nil without netsim).
+	network() []dryexec.NetworkEvent
+	// close stops the session's cgroup watch and netsim; the guest is gone.
 	close()
+}
+
+// Network returns every network event of the session so far, in the order
+// they completed: the first 10 000 are kept (netsim.Config.MaxEvents). Without
+// netsim (the host rung, or a rootless host without /dev/net/tun, see
+// Warnings) it is empty.
+func (s *Session) Network() []dryexec.NetworkEvent {
+	if s.contain == nil {
+		return nil
+	}
+	return s.contain.network()
+}
+
+// netMark is where the network log stands; netSince returns what came after.
+func (s *Session) netMark() int {
+	if s.contain == nil {
+		return 0
+	}
+	return len(s.contain.network())
+}
+
+// netSince returns the events logged after mark: an exec's own. A request
+// netsim answered is logged before its last response bytes leave netsim, so
+// it is in the list of the exec that made it; a refusal (a DNS answer, an RST)
+// is logged just after it is sent, so under heavy load it may land in the
+// next exec's list instead (Network has it either way).
+func (s *Session) netSince(mark int) []dryexec.NetworkEvent {
+	if s.contain == nil {
+		return nil
+	}
+	log := s.contain.network()
+	if mark >= len(log) {
+		return nil
+	}
+	return log[mark:]
 }
 
 // Violations returns everything the boundary saw so far in this session:
@@ -339,12 +397,16 @@ func (s *Session) Ping(ctx context.Context) (*wire.Ping, error) {
 // Shell runs command in the session's shell: cwd and exported variables carry
 // over from one call to the next. timeout 0 means none.
 func (s *Session) Shell(ctx context.Context, command string, timeout time.Duration) (*wire.ShellResult, error) {
+	mark := s.netMark()
 	f, err := s.call(ctx, wire.VerbExecShell, &wire.ExecShell{Command: command, TimeoutMS: timeout.Milliseconds()})
 	if err != nil {
 		return nil, err
 	}
 	var r wire.ShellResult
-	return &r, guest.DecodeBody(f, &r, false)
+	err = guest.DecodeBody(f, &r, false)
+	// The log is the host's: nothing the guest wrote here is kept.
+	r.Network = s.netSince(mark)
+	return &r, err
 }
 
 // Diff is the workspace's changes since the baseline.

@@ -2,6 +2,7 @@ package session
 
 import (
 	"bytes"
+	"context"
 	"os"
 	"os/exec"
 	"strconv"
@@ -43,7 +44,7 @@ func startHostGuest(exe string, ctrl *os.File) (*exec.Cmd, error) {
 	return cmd, cmd.Start()
 }
 
-func startNSGuest(exe string, ctrl *os.File, start *wire.SessionStart, opt Options) (*exec.Cmd, containment, error) {
+func startNSGuest(ctx context.Context, exe string, ctrl *os.File, start *wire.SessionStart, opt Options) (*exec.Cmd, containment, error) {
 	r := &linuxns.Rung{GuestExe: exe, Cgroups: opt.Cgroups}
 	mounts, err := linuxns.Mounts()
 	if err != nil {
@@ -53,31 +54,51 @@ func startNSGuest(exe string, ctrl *os.File, start *wire.SessionStart, opt Optio
 	if err != nil {
 		return nil, nil, err
 	}
-	lim, err := r.NewLimiter("se_"+strings.TrimPrefix(dryexec.NewTrialID(), "tr_"), opt.Limits)
+	id := "se_" + strings.TrimPrefix(dryexec.NewTrialID(), "tr_")
+	// The network first: a bad spec is the caller's error before anything
+	// else is made, and mocks without a TUN device refuse here.
+	nw, err := linuxns.NewNet(ctx, opt.Net, opt.NetCADir, id)
 	if err != nil {
+		return nil, nil, err
+	}
+	lim, err := r.NewLimiter(id, opt.Limits)
+	if err != nil {
+		nw.Close()
 		return nil, nil, err
 	}
 	host, _ := os.Hostname()
 	start.Mounts, start.Hostname, start.Masks = mounts, host, masks
 	start.Rootless, start.CommandUserNS = os.Getuid() != 0, true
 	start.CommandUID, start.CommandGID = os.Getuid(), os.Getgid()
+	files := []*os.File{ctrl}
+	netFD := 0
+	if f := nw.GuestFile(); f != nil {
+		netFD = wire.CtrlFD + len(files)
+		files = append(files, f)
+	}
 	// Each exec is a fresh fork of the guest's launcher thread: once the
 	// session is up, the guest's other threads leave the pids limit
 	// (Limiter.ShelterSupervisor); until then, and where that cannot be
 	// done, the limit keeps cgroup.ShelterHeadroom of room.
-	cmd, err := r.StartGuestLimited(guest.RoleSession, []*os.File{ctrl}, lim)
+	cmd, err := r.StartGuestLimited(guest.RoleSession, files, lim)
 	if err != nil {
 		lim.Close()
+		nw.Close()
 		return nil, nil, err
 	}
-	return cmd, &nsContainment{lim: lim, masks: masks, watch: linuxns.NewMaskWatch()}, nil
+	// The guest has its end of the hand-over socket: netsim waits for the
+	// device, and ends when Close stops it (or the guest dies first).
+	nw.Serve(ctx)
+	return cmd, &nsContainment{lim: lim, masks: masks, watch: linuxns.NewMaskWatch(), net: nw, netFD: netFD}, nil
 }
 
-// nsContainment is an ns session's cgroup and masks.
+// nsContainment is an ns session's cgroup, masks and network.
 type nsContainment struct {
 	lim   *linuxns.Limiter
 	masks []string
 	watch *linuxns.MaskWatch
+	net   *linuxns.Net // alive until close
+	netFD int          // the guest's end of the TUN hand-over socket (0: none)
 }
 
 func (c *nsContainment) pin(pid int) error {
@@ -97,10 +118,18 @@ func (c *nsContainment) warnings() []string {
 	if mw := c.watch.Warning(); mw != "" {
 		w = append(w, mw)
 	}
+	if nw := c.net.Warning(); nw != "" {
+		w = append(w, nw)
+	}
 	return w
 }
 
+func (c *nsContainment) prepare(start *wire.SessionStart) { c.net.SetupSession(start, c.netFD) }
+
+func (c *nsContainment) network() []dryexec.NetworkEvent { return c.net.Log() }
+
 func (c *nsContainment) close() {
+	c.net.Close()
 	c.watch.Close()
 	c.lim.Close()
 }

@@ -3,6 +3,7 @@
 package session
 
 import (
+	"context"
 	"os"
 	"os/exec"
 	"syscall"
@@ -35,7 +36,7 @@ func startHostGuest(exe string, ctrl *os.File) (*exec.Cmd, error) {
 	return cmd, cmd.Start()
 }
 
-func startNSGuest(exe string, ctrl *os.File, start *wire.SessionStart, opt Options) (*exec.Cmd, containment, error) {
+func startNSGuest(ctx context.Context, exe string, ctrl *os.File, start *wire.SessionStart, opt Options) (*exec.Cmd, containment, error) {
 	return nil, nil, &dryexec.IsolationUnavailableError{Rung: "ns", Missing: "Linux namespaces (this is not Linux)"}
 }
 

@@ -1,5 +1,7 @@
 package wire
 
+import "github.com/dryexec/dryexec"
+
 // Session verbs. host→guest requests: the guest answers each with resp or err.
 // guest→host requests (cache.*, hostcall, emit) may arrive while a host request
 // is outstanding; the host answers them on the same stream.
@@ -47,6 +49,9 @@ type ShellResult struct {
 	DurationNS int64    `json:"duration_ns"`
 	// Violations are what the sandbox refused during the exec (ns rung).
 	Violations []Violation `json:"violations,omitempty"`
+	// Network is what netsim logged during the exec (ns rung), filled on the
+	// host from its own log: whatever the guest put here is replaced.
+	Network []dryexec.NetworkEvent `json:"network,omitempty"`
 }
 
 // ExecPython runs code in the sandbox's Python.
@@ -95,6 +100,9 @@ type PythonResult struct {
 	DurationNS     int64             `json:"duration_ns"`
 	// Violations are what the sandbox refused during the exec (ns rung).
 	Violations []Violation `json:"violations,omitempty"`
+	// Network is what netsim logged during the exec (ns rung), filled on the
+	// host from its own log: whatever the guest put here is replaced.
+	Network []dryexec.NetworkEvent `json:"network,omitempty"`
 }
 
 // PullDiff asks for the workspace's changes since the baseline.
@@ -183,6 +191,12 @@ type SessionStart struct {
 	CommandGID    int         `json:"command_gid,omitempty"`
 	// Masks: as TrialStart.Masks.
 	Masks []string `json:"masks,omitempty"`
+	// Net, NetFD, TrustBundle, TrustPath: as in TrialStart. The guest creates
+	// the TUN device before it builds the view and hands it over NetFD.
+	Net         bool   `json:"net,omitempty"`
+	NetFD       int    `json:"net_fd,omitempty"`
+	TrustBundle []byte `json:"trust_bundle,omitempty"`
+	TrustPath   string `json:"trust_path,omitempty"`
 }
 
 // ReadFile asks for a chunk of a workspace file (pull_diff contents).
