@@ -1,17 +1,22 @@
 //go:build linux
 
-// Command trialbench measures a trial's wall time against baselines, interleaved
-// in the same run (each round runs every candidate once, in turn), so that the
-// machine's drift and noise hit all of them alike. It writes a Markdown table.
+// Command trialbench is `make bench`: the whole benchmark suite. Each group
+// measures candidates against baselines interleaved in the same run (each
+// round runs every candidate of the group once, in turn), so that the
+// machine's drift and noise hit all of them alike. It writes a Markdown table
+// and a PNG chart; docs/benchmarks.md says how to read them.
 //
-//	go run ./bench/cmd/trialbench [-n 40] [-out bench/results]
+//	go run ./bench/cmd/trialbench [-n 20] [-out bench/results] [-only trial,diff] [-note TEXT]
 //
-// It needs root or user namespaces, and bwrap (Debian: bubblewrap) and unshare
-// for the baselines; a missing baseline is reported, not faked.
+// It needs root (or user namespaces; the network group needs root, for a
+// network namespace of its own), and bwrap (Debian: bubblewrap), unshare,
+// cp and python3 for the baselines; a missing baseline fails the run, it is
+// never faked.
 package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -19,10 +24,9 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"slices"
-	"sort"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/dryexec/dryexec"
@@ -30,48 +34,134 @@ import (
 	"github.com/dryexec/dryexec/rung/linuxns"
 )
 
+// inNetNS marks the re-executed benchmark running in a network namespace of
+// its own (see ownNetNS).
+const inNetNS = "DRYEXEC_BENCH_OWN_NETNS"
+
+// groupKeys are the groups in the order they run; -only picks among them.
+var groupKeys = []string{"trial", "warm", "throughput", "diff", "commit", "sessions", "net", "memory"}
+
 func main() {
 	guest.MaybeMain(os.Args)
-	n := flag.Int("n", 40, "rounds (each candidate runs once per round)")
-	out := flag.String("out", "", "directory for the Markdown report (default: stdout only)")
-	files := flag.Int("tree", 100000, "files in the large tree of the diff benchmark")
-	only := flag.String("only", "", "comma-separated groups to run (trial, diff, sessions); default all")
+	if len(os.Args) > 1 && os.Args[1] == httpsClientArg {
+		os.Exit(httpsClient(os.Args[2:]))
+	}
+	var cfg config
+	flag.IntVar(&cfg.rounds, "n", 20, "rounds (each candidate runs once per round)")
+	flag.StringVar(&cfg.out, "out", "", "directory for the Markdown report and the PNG chart (default: stdout only)")
+	flag.IntVar(&cfg.tree, "tree", 100000, "files in the largest tree of the diff and session benchmarks")
+	flag.IntVar(&cfg.files, "files", 1000, "files a trial writes for the commit benchmark")
+	flag.StringVar(&cfg.only, "only", "", "comma-separated groups to run ("+strings.Join(groupKeys, ", ")+"); default all")
+	flag.StringVar(&cfg.note, "note", "", "a line printed at the top of the report (e.g. that the machine was busy)")
 	flag.Parse()
-	if err := run(*n, *files, *out, *only); err != nil {
+	if err := ownNetNS(); err != nil {
+		log.Fatal(err)
+	}
+	if err := run(context.Background(), cfg); err != nil {
 		log.Fatal(err)
 	}
 }
 
-type candidate struct {
-	name string
-	run  func() error
+type config struct {
+	rounds, tree, files int
+	out, only, note     string
 }
 
-// group is one table: its candidates run interleaved; ratios are to base.
+// ownNetNS re-executes the benchmark in a network namespace of its own (root
+// only), with lo up and nothing else: the network group's trials go through
+// netsim, and if a bug let their traffic past it, it could still not leave
+// the machine (the rule test/network follows). Without root the benchmark
+// runs where it is and the network group is skipped. It returns only in the
+// process that should run the benchmark.
+func ownNetNS() error {
+	if os.Getenv(inNetNS) != "" {
+		if out, err := exec.Command("ip", "link", "set", "lo", "up").CombinedOutput(); err != nil {
+			return fmt.Errorf("lo up in the benchmark's network namespace: %v %s", err, out)
+		}
+		return nil
+	}
+	if os.Getuid() != 0 {
+		return nil
+	}
+	cmd := exec.Command("/proc/self/exe", os.Args[1:]...)
+	cmd.Env = append(os.Environ(), inNetNS+"=1")
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, os.Stdout, os.Stderr
+	cmd.SysProcAttr = &syscall.SysProcAttr{Cloneflags: syscall.CLONE_NEWNET, Pdeathsig: syscall.SIGKILL}
+	err := cmd.Run()
+	if ee, ok := err.(*exec.ExitError); ok {
+		os.Exit(ee.ExitCode())
+	}
+	if err != nil {
+		return fmt.Errorf("cannot make a network namespace for the benchmark: %w", err)
+	}
+	os.Exit(0)
+	return nil
+}
+
+// candidate is one row. run returns the measured value in its group's unit;
+// prep, when set, runs before every run and is not measured.
+type candidate struct {
+	name  string
+	label string // heads its ratio column when it is a baseline (default: name up to a space)
+	prep  func() error
+	run   func() (float64, error)
+}
+
+// group is one table: its candidates run interleaved; ratios are to the
+// candidates at bases (one ratio column each). One -only key may make
+// several groups.
 type group struct {
 	key   string // what -only names
 	title string
-	base  int
+	unit  unit
+	bases []int
 	cands []candidate
+	note  string // printed under the table
+	// extra, when set, adds to the note what only the run found out.
+	extra func() string
+	// close, when set, releases what the group held, once it is measured.
+	close func()
 }
 
-type result struct {
-	name string
-	durs []time.Duration
+// env is what every group's setup shares.
+type env struct {
+	ctx     context.Context
+	cfg     config
+	work    string // removed at the end
+	bin     string // dryexec (CLI)
+	empty   string // an empty directory
+	trees   map[int]string
+	phases  map[string][]time.Duration // the traced cold trial's phases
+	cleanup []func()
 }
 
-func (r result) median() time.Duration { return r.durs[len(r.durs)/2] }
+func (e *env) defer_(f func()) { e.cleanup = append(e.cleanup, f) }
 
-func run(n, treeFiles int, outDir, only string) error {
-	ctx := context.Background()
+func run(ctx context.Context, cfg config) (err error) {
+	var keep []string
+	if cfg.only != "" {
+		keep = strings.Split(cfg.only, ",")
+		for _, k := range keep {
+			if !slices.Contains(groupKeys, k) {
+				return fmt.Errorf("-only: no group %q (%s)", k, strings.Join(groupKeys, ", "))
+			}
+		}
+	}
+	wants := func(k string) bool { return keep == nil || slices.Contains(keep, k) }
 	work, err := os.MkdirTemp("", "trialbench-")
 	if err != nil {
 		return err
 	}
-	defer os.RemoveAll(work)
-	bin := filepath.Join(work, "dryexec")
+	e := &env{ctx: ctx, cfg: cfg, work: work, trees: map[int]string{}, phases: map[string][]time.Duration{}}
+	defer func() {
+		for _, f := range slices.Backward(e.cleanup) {
+			f()
+		}
+		os.RemoveAll(work)
+	}()
+	e.bin = filepath.Join(work, "dryexec")
 	guestBin := filepath.Join(work, guest.ExeName)
-	for out, pkg := range map[string]string{bin: "./cmd/dryexec", guestBin: "./cmd/dryexec-guest"} {
+	for out, pkg := range map[string]string{e.bin: "./cmd/dryexec", guestBin: "./cmd/dryexec-guest"} {
 		build := exec.Command("go", "build", "-o", out, pkg)
 		build.Env = append(os.Environ(), "CGO_ENABLED=0")
 		if b, err := build.CombinedOutput(); err != nil {
@@ -81,158 +171,179 @@ func run(n, treeFiles int, outDir, only string) error {
 	// The in-process candidates start the same small guest binary the CLI
 	// finds beside itself.
 	os.Setenv(guest.ExeEnv, guestBin)
-	empty := filepath.Join(work, "empty")
-	tree := filepath.Join(work, "tree")
-	os.Mkdir(empty, 0o755)
-	if err := makeTree(tree, treeFiles); err != nil {
+	e.empty = filepath.Join(work, "empty")
+	if err := os.Mkdir(e.empty, 0o755); err != nil {
 		return err
 	}
-	env := map[string]string{"PATH": "/usr/bin:/bin"}
-	phases := map[string][]time.Duration{}
-	var t0 time.Time
-	traced := &linuxns.Rung{Trace: func(p string) { phases[p] = append(phases[p], time.Since(t0)) }}
-	plain := &linuxns.Rung{}
-	trial := func(r *linuxns.Rung, dir string, argv ...string) error {
-		d, err := r.Trial(ctx, dryexec.TrialSpec{Action: dryexec.Action{Argv: argv, Cwd: dir, Env: env}})
-		if err == nil && d.Process.ExitCode != 0 {
-			err = fmt.Errorf("%v: exit %d: %s", argv, d.Process.ExitCode, d.Process.Stderr)
-		}
-		return err
+	m := describeMachine()
+	makers := map[string]func(*env) ([]group, error){
+		"trial": trialGroup, "warm": warmGroup, "throughput": throughputGroup, "diff": diffGroup,
+		"commit": commitGroup, "sessions": sessionGroup, "net": netGroup, "memory": memoryGroup,
 	}
-	cmd := func(argv ...string) func() error {
-		return func() error {
-			c := exec.Command(argv[0], argv[1:]...)
-			c.Dir, c.Env = empty, []string{"PATH=/usr/bin:/bin", "DRYEXEC_HOME=" + filepath.Join(work, "home")}
-			c.Stdout, c.Stderr = io.Discard, io.Discard
-			return c.Run()
-		}
-	}
-	sess, closeSessions, err := openSessions(ctx, treeFiles)
-	if err != nil {
-		return err
-	}
-	defer closeSessions()
-	groups := []group{
-		{"trial", "Cold trial of /bin/true vs baselines", 2, []candidate{
-			{"dryexec run -- /bin/true (CLI process, full delta)", cmd(bin, "run", "--no-store", "--json", "--", "/bin/true")},
-			{"Rung.Trial(/bin/true) in-process (library/daemon path)", func() error { t0 = time.Now(); return trial(traced, empty, "/bin/true") }},
-			{"bwrap --ro-bind / / --unshare-all --dev /dev --proc /proc /bin/true", cmd("bwrap", "--ro-bind", "/", "/", "--unshare-all", "--dev", "/dev", "--proc", "/proc", "/bin/true")},
-			{"unshare -m -p -f -i -u -n /bin/true", cmd("unshare", "-m", "-p", "-f", "-i", "-u", "-n", "/bin/true")},
-			{"fork+exec /bin/true", cmd("/bin/true")},
-		}},
-		{"diff", "Diff cost vs tree size (must be flat)", 0, []candidate{
-			{"trial writing 1 file, empty tree", func() error { return trial(plain, empty, "sh", "-c", "echo x > f") }},
-			{fmt.Sprintf("trial writing 1 file, %d-file tree", treeFiles), func() error { return trial(plain, tree, "sh", "-c", "echo x > d0/f") }},
-		}},
-		{"sessions", "Sessions", 0, sessionCandidates(ctx, sess, treeFiles, func(argv ...string) error { return cmd(argv...)() })},
-	}
-	if only != "" {
-		keep := strings.Split(only, ",")
-		groups = slices.DeleteFunc(groups, func(g group) bool { return !slices.Contains(keep, g.key) })
-		if len(groups) == 0 {
-			return fmt.Errorf("-only %q names no group (trial, diff, sessions)", only)
-		}
-	}
+	var groups []group
 	var sections [][]result
-	for _, g := range groups {
-		res := make([]result, len(g.cands))
-		for i, c := range g.cands {
-			res[i].name = c.name
-			if err := c.run(); err != nil { // warm up, and fail early
-				return fmt.Errorf("%s: %w", c.name, err)
+	for _, k := range groupKeys {
+		if !wants(k) {
+			continue
+		}
+		gs, err := makers[k](e)
+		if errors.Is(err, errSkip) {
+			fmt.Fprintf(os.Stderr, "%s: %v\n", k, err)
+			g := group{key: k, title: k}
+			if len(gs) > 0 {
+				g = gs[0]
 			}
+			g.note = err.Error()
+			groups = append(groups, g)
+			sections = append(sections, nil)
+			continue
 		}
-		for round := 0; round < n; round++ {
-			for i, c := range g.cands {
-				s := time.Now()
-				if err := c.run(); err != nil {
-					return fmt.Errorf("%s: %w", c.name, err)
-				}
-				res[i].durs = append(res[i].durs, time.Since(s))
+		if err != nil {
+			return fmt.Errorf("setting up %s: %w", k, err)
+		}
+		for _, g := range gs {
+			fmt.Fprintf(os.Stderr, "%s: %d candidates × %d rounds\n", g.title, len(g.cands), cfg.rounds)
+			res, err := measure(g, cfg.rounds)
+			if g.close != nil {
+				g.close()
 			}
+			if err != nil {
+				return fmt.Errorf("%s: %w", k, err)
+			}
+			groups = append(groups, g)
+			sections = append(sections, res)
 		}
-		for i := range res {
-			sort.Slice(res[i].durs, func(a, b int) bool { return res[i].durs[a] < res[i].durs[b] })
-		}
-		sections = append(sections, res)
 	}
-	report := format(n, groups, sections, phases)
+	m.loadEnd = loadavg()
+	report := formatReport(m, cfg, groups, sections, e.phases)
 	fmt.Print(report)
-	if outDir != "" {
-		if err := os.MkdirAll(outDir, 0o755); err != nil {
-			return err
-		}
-		// A partial run is kept beside the full one, never as latest.md.
-		prefix := "trial"
-		if only != "" {
-			prefix = strings.ReplaceAll(only, ",", "+")
-		}
-		name := filepath.Join(outDir, prefix+"-"+time.Now().UTC().Format("2006-01-02")+".md")
-		if err := os.WriteFile(name, []byte(report), 0o644); err != nil || only != "" {
-			return err
-		}
-		return os.WriteFile(filepath.Join(outDir, "latest.md"), []byte(report), 0o644)
+	if cfg.out == "" {
+		return nil
 	}
+	if err := os.MkdirAll(cfg.out, 0o755); err != nil {
+		return err
+	}
+	png, err := chart(m, cfg, groups, sections)
+	if err != nil {
+		return fmt.Errorf("chart: %w", err)
+	}
+	// A partial run is kept beside the full one, never as latest.
+	prefix := "bench"
+	if cfg.only != "" {
+		prefix = strings.ReplaceAll(cfg.only, ",", "+")
+	}
+	names := []string{prefix + "-" + m.start.Format("2006-01-02")}
+	if cfg.only == "" {
+		names = append(names, "latest")
+	}
+	for _, n := range names {
+		if err := os.WriteFile(filepath.Join(cfg.out, n+".md"), []byte(report), 0o644); err != nil {
+			return err
+		}
+		if err := os.WriteFile(filepath.Join(cfg.out, n+".png"), png, 0o644); err != nil {
+			return err
+		}
+	}
+	fmt.Fprintf(os.Stderr, "wrote %s.{md,png} in %s\n", strings.Join(names, ".{md,png}, "), cfg.out)
 	return nil
 }
 
-func format(n int, groups []group, sections [][]result, phases map[string][]time.Duration) string {
-	var b strings.Builder
-	fmt.Fprintf(&b, "# Trial benchmark\n\n%s, %s/%s, %d CPUs, %s, uid %d; %d interleaved rounds per candidate.\n\n",
-		time.Now().UTC().Format(time.RFC3339), runtime.GOOS, runtime.GOARCH, runtime.NumCPU(), kernel(), os.Getuid(), n)
-	for si, res := range sections {
-		base := res[groups[si].base]
-		fmt.Fprintf(&b, "## %s\n\n| candidate | median | min | max | ratio to %s |\n|---|---:|---:|---:|---:|\n", groups[si].title, short(base.name))
-		for _, r := range res {
-			fmt.Fprintf(&b, "| %s | %s | %s | %s | %.2f |\n", r.name, ms(r.median()), ms(r.durs[0]), ms(r.durs[len(r.durs)-1]),
-				float64(r.median())/float64(base.median()))
+// errSkip: a group cannot run here (said in the report, not an error).
+var errSkip = errors.New("skipped")
+
+// measure runs one warm-up of every candidate (which also fails early), then
+// the rounds, interleaved.
+func measure(g group, rounds int) ([]result, error) {
+	res := make([]result, len(g.cands))
+	one := func(c candidate) (float64, error) {
+		if c.prep != nil {
+			if err := c.prep(); err != nil {
+				return 0, fmt.Errorf("%s: preparing: %w", c.name, err)
+			}
 		}
-		b.WriteString("\n")
-	}
-	if len(phases) == 0 {
-		return b.String()
-	}
-	b.WriteString("## Where an in-process trial's time goes (median time since Trial() was called)\n\n| phase | median |\n|---|---:|\n")
-	for _, p := range []string{"start", "hello", "view", "exit", "done", "pipes", "net"} {
-		d := phases[p]
-		if len(d) == 0 {
-			continue
+		v, err := c.run()
+		if err != nil {
+			return 0, fmt.Errorf("%s: %w", c.name, err)
 		}
-		sort.Slice(d, func(i, j int) bool { return d[i] < d[j] })
-		fmt.Fprintf(&b, "| %s | %s |\n", p, ms(d[len(d)/2]))
+		return v, nil
 	}
-	b.WriteString("\nstart: guest process cloned into its namespaces; hello: the guest's Go runtime is up;\n" +
-		"view: overlays, /proc, /dev mounted and pivoted; exit: the command ran and everything it\n" +
-		"started is dead; done: upper dirs walked, hashed and diffed into the delta; net: netsim stopped and its log in the delta.\n")
-	return b.String()
-}
-
-func short(name string) string {
-	if i := strings.IndexByte(name, ' '); i > 0 {
-		return name[:i]
+	for i, c := range g.cands {
+		res[i].name, res[i].label = c.name, c.label
+		if _, err := one(c); err != nil {
+			return nil, err
+		}
 	}
-	return name
+	for range rounds {
+		for i, c := range g.cands {
+			v, err := one(c)
+			if err != nil {
+				return nil, err
+			}
+			res[i].vals = append(res[i].vals, v)
+		}
+	}
+	for i := range res {
+		slices.Sort(res[i].vals)
+	}
+	return res, nil
 }
 
-func ms(d time.Duration) string { return fmt.Sprintf("%.2f ms", float64(d.Microseconds())/1000) }
-
-func kernel() string {
-	b, _ := os.ReadFile("/proc/sys/kernel/osrelease")
-	return "Linux " + strings.TrimSpace(string(b))
+// timed measures f's wall time in milliseconds.
+func timed(f func() error) func() (float64, error) {
+	return func() (float64, error) {
+		s := time.Now()
+		err := f()
+		return msOf(time.Since(s)), err
+	}
 }
 
-// makeTree creates files spread over directories of 100 each.
-func makeTree(root string, files int) error {
-	for i := 0; i < files; i++ {
+func msOf(d time.Duration) float64 { return float64(d.Nanoseconds()) / 1e6 }
+
+// command runs argv in dir (outside any sandbox), output discarded.
+func (e *env) command(dir string, argv ...string) func() error {
+	return func() error {
+		c := exec.Command(argv[0], argv[1:]...)
+		c.Dir, c.Env = dir, []string{"PATH=/usr/bin:/bin", "DRYEXEC_HOME=" + filepath.Join(e.work, "home")}
+		c.Stdout, c.Stderr = io.Discard, io.Discard
+		return c.Run()
+	}
+}
+
+var benchEnv = map[string]string{"PATH": "/usr/bin:/bin"}
+
+// trial runs argv in dir as an ns trial and fails unless it exits 0.
+func (e *env) trial(r *linuxns.Rung, dir string, argv ...string) error {
+	return checkDelta(r.Trial(e.ctx, dryexec.TrialSpec{Action: dryexec.Action{Argv: argv, Cwd: dir, Env: benchEnv}}))
+}
+
+func checkDelta(d *dryexec.StateDelta, err error) error {
+	if err == nil && (d.Process.ExitCode != 0 || d.Process.Signal != "") {
+		err = fmt.Errorf("%v: exit %d %s: %s", d.Action.Argv, d.Process.ExitCode, d.Process.Signal, d.Process.Stderr)
+	}
+	return err
+}
+
+// tree returns a directory of files spread over directories of 100 each
+// (d0 always exists), made once per size.
+func (e *env) tree(files int) (string, error) {
+	if t, ok := e.trees[files]; ok {
+		return t, nil
+	}
+	root := filepath.Join(e.work, fmt.Sprintf("tree%d", files))
+	if err := os.MkdirAll(filepath.Join(root, "d0"), 0o755); err != nil {
+		return "", err
+	}
+	for i := range files {
 		dir := filepath.Join(root, fmt.Sprintf("d%d", i/100))
 		if i%100 == 0 {
 			if err := os.MkdirAll(dir, 0o755); err != nil {
-				return err
+				return "", err
 			}
 		}
 		if err := os.WriteFile(filepath.Join(dir, fmt.Sprintf("f%d", i)), []byte("x"), 0o644); err != nil {
-			return err
+			return "", err
 		}
 	}
-	return nil
+	e.trees[files] = root
+	return root, nil
 }

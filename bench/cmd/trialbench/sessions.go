@@ -5,8 +5,6 @@ package main
 import (
 	"context"
 	"fmt"
-	"os"
-	"path/filepath"
 	"time"
 
 	"github.com/dryexec/dryexec/session"
@@ -18,7 +16,7 @@ type benchSessions struct {
 	plain, big map[string]*session.Session
 }
 
-func openSessions(ctx context.Context, treeFiles int) (*benchSessions, func(), error) {
+func openSessions(ctx context.Context, tree string) (*benchSessions, func(), error) {
 	bs := &benchSessions{plain: map[string]*session.Session{}, big: map[string]*session.Session{}}
 	closeAll := func() {
 		for _, m := range []map[string]*session.Session{bs.plain, bs.big} {
@@ -26,14 +24,6 @@ func openSessions(ctx context.Context, treeFiles int) (*benchSessions, func(), e
 				s.Close()
 			}
 		}
-	}
-	tree, err := os.MkdirTemp("", "sessionbench-")
-	if err != nil {
-		return nil, nil, err
-	}
-	defer os.RemoveAll(tree)
-	if err := makeTree(filepath.Join(tree, "t"), treeFiles); err != nil {
-		return nil, nil, err
 	}
 	for _, rung := range []string{"host", "ns"} {
 		s, err := session.Open(ctx, session.Options{Rung: rung})
@@ -48,15 +38,31 @@ func openSessions(ctx context.Context, treeFiles int) (*benchSessions, func(), e
 			return nil, nil, fmt.Errorf("%s session: %w", rung, err)
 		}
 		bs.big[rung] = s
-		if err := s.PushDir(ctx, filepath.Join(tree, "t")); err != nil {
+		if err := s.PushDir(ctx, tree); err != nil {
 			closeAll()
-			return nil, nil, fmt.Errorf("pushing %d files: %w", treeFiles, err)
+			return nil, nil, fmt.Errorf("pushing %s: %w", tree, err)
 		}
 	}
 	return bs, closeAll, nil
 }
 
-func sessionCandidates(ctx context.Context, bs *benchSessions, treeFiles int, runCmd func(argv ...string) error) []candidate {
+// sessionGroup: session start, exec_shell and exec_python round trips, and
+// a diff of one change in a large workspace, on the host and ns rungs,
+// against fork+exec of sh -c true.
+func sessionGroup(e *env) ([]group, error) {
+	tree, err := e.tree(e.cfg.tree)
+	if err != nil {
+		return nil, err
+	}
+	bs, closeAll, err := openSessions(e.ctx, tree)
+	if err != nil {
+		return nil, err
+	}
+	return []group{{key: "sessions", title: "Sessions", unit: unitMS, bases: []int{0}, close: closeAll,
+		cands: sessionCandidates(e.ctx, bs, e.cfg.tree, e.command(e.empty, "sh", "-c", "true"))}}, nil
+}
+
+func sessionCandidates(ctx context.Context, bs *benchSessions, treeFiles int, forkExec func() error) []candidate {
 	shell := func(s *session.Session, c string) error {
 		r, err := s.Shell(ctx, c, time.Minute)
 		if err == nil && r.ExitCode != 0 {
@@ -65,26 +71,26 @@ func sessionCandidates(ctx context.Context, bs *benchSessions, treeFiles int, ru
 		return err
 	}
 	var out []candidate
-	out = append(out, candidate{"fork+exec sh -c true (baseline)", func() error { return runCmd("sh", "-c", "true") }})
+	out = append(out, candidate{name: "fork+exec sh -c true (baseline)", run: timed(forkExec)})
 	for _, rung := range []string{"host", "ns"} {
 		out = append(out,
-			candidate{rung + ": session start → first exec_shell(true) → close", func() error {
+			candidate{name: rung + ": session start → first exec_shell(true) → close", run: timed(func() error {
 				s, err := session.Open(ctx, session.Options{Rung: rung})
 				if err != nil {
 					return err
 				}
 				defer s.Close()
 				return shell(s, "true")
-			}},
-			candidate{rung + ": exec_shell(true) round trip", func() error { return shell(bs.plain[rung], "true") }},
-			candidate{rung + ": exec_python(1+1) round trip", func() error {
+			})},
+			candidate{name: rung + ": exec_shell(true) round trip", run: timed(func() error { return shell(bs.plain[rung], "true") })},
+			candidate{name: rung + ": exec_python(1+1) round trip", run: timed(func() error {
 				r, err := bs.plain[rung].Python(ctx, "1+1", nil, time.Minute)
 				if err == nil && !r.OK {
 					err = fmt.Errorf("python: %+v", r.Error)
 				}
 				return err
-			}},
-			candidate{fmt.Sprintf("%s: diff, 1 change in a %d-file workspace", rung, treeFiles), func() error {
+			})},
+			candidate{name: fmt.Sprintf("%s: diff, 1 change in a %d-file workspace", rung, treeFiles), run: timed(func() error {
 				if err := shell(bs.big[rung], "echo $RANDOM > d0/f0"); err != nil {
 					return err
 				}
@@ -93,7 +99,7 @@ func sessionCandidates(ctx context.Context, bs *benchSessions, treeFiles int, ru
 					err = fmt.Errorf("diff has %d writes", len(d.Writes))
 				}
 				return err
-			}},
+			})},
 		)
 	}
 	return out
