@@ -46,8 +46,12 @@ unit:
 
 test: deps lint unit
 
+# The whole benchmark suite (docs/benchmarks.md): a Markdown table and a PNG
+# chart in bench/results/ (latest.md, latest.png and dated copies). BENCH_ROUNDS
+# interleaved rounds per candidate keep it under ~8 minutes on 2 CPUs.
+BENCH_ROUNDS  ?= 20
 bench: deps
-	$(GO) run ./bench/cmd/trialbench -out bench/results
+	$(GO) run ./bench/cmd/trialbench -n $(BENCH_ROUNDS) -out bench/results
 
 # The full soak (docs/reliability.md): 1,000 trials and 100 sessions of mixed
 # work through a real daemon, then zero leaks and flat memory. A short version
