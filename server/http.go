@@ -81,6 +81,7 @@ func (a *api) routes() []route {
 		{"POST", "/v1/sessions/{id}/reset", a.reset},
 		{"PUT", "/v1/sessions/{id}/tree", a.pushTree},
 		{"GET", "/v1/sessions/{id}/events", a.events},
+		{"GET", "/v1/sessions/{id}/network", a.network},
 		{"GET", "/v1/sessions/{id}/cache", a.cacheKeys},
 		{"GET", "/v1/sessions/{id}/cache/{key}", a.cacheGet},
 		{"PUT", "/v1/sessions/{id}/cache/{key}", a.cacheSet},
@@ -597,6 +598,30 @@ func (a *api) events(w http.ResponseWriter, r *http.Request) error {
 		evs = []wire.Emit{}
 	}
 	return writeJSON(w, 200, map[string]any{"events": evs, "next": len(all)})
+}
+
+// network lists the session's network log (after=N skips N events), as
+// events does its emits.
+func (a *api) network(w http.ResponseWriter, r *http.Request) error {
+	l, err := a.live(r)
+	if err != nil {
+		return err
+	}
+	after := 0
+	if v := r.URL.Query().Get("after"); v != "" {
+		if after, err = strconv.Atoi(v); err != nil || after < 0 {
+			return badRequest("after=%q: want a count of events already seen", v)
+		}
+	}
+	all := l.Session.Network()
+	if after > len(all) {
+		after = len(all)
+	}
+	evs := all[after:]
+	if evs == nil {
+		evs = []dryexec.NetworkEvent{}
+	}
+	return writeJSON(w, 200, map[string]any{"network": evs, "next": len(all)})
 }
 
 const maxCacheKey = 4096

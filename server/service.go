@@ -279,8 +279,17 @@ func (r *TrialRequest) check() error {
 	if err := r.Limits.limits().Check(); err != nil {
 		return badRequest("limits: %v", err)
 	}
+	if err := checkNet(r.Net); err != nil {
+		return err
+	}
+	return checkMasks(r.Masks)
+}
+
+// checkNet checks a request's net specs: each parses, and a mock file is an
+// absolute host path.
+func checkNet(specs []string) error {
 	var nc netsim.Config
-	for i, spec := range r.Net {
+	for i, spec := range specs {
 		if f, ok := strings.CutPrefix(spec, "mock:"); ok {
 			if err := checkHostPath(fmt.Sprintf("net[%d] mock file", i), f); err != nil {
 				return err
@@ -290,7 +299,7 @@ func (r *TrialRequest) check() error {
 			return badRequest("net[%d]: %v", i, err)
 		}
 	}
-	return checkMasks(r.Masks)
+	return nil
 }
 
 // TrialHooks lets a caller watch a trial while it runs. Every field may be nil.
@@ -502,6 +511,9 @@ type SessionRequest struct {
 	Limits         *LimitsRequest `json:"limits,omitempty"`
 	Masks          []string       `json:"masks,omitempty"`
 	NoDefaultMasks bool           `json:"no_default_masks,omitempty"`
+	// Net is the session's network, as TrialRequest.Net (ns rung; default
+	// none).
+	Net []string `json:"net,omitempty"`
 }
 
 // Live is one open session.
@@ -537,6 +549,9 @@ type SessionInfo struct {
 	Python      string              `json:"python"`
 	Created     time.Time           `json:"created"`
 	HostObjects map[string][]string `json:"host_objects"`
+	// Warnings say what the session does not enforce as asked (e.g. no
+	// network interception without /dev/net/tun).
+	Warnings []string `json:"warnings,omitempty"`
 }
 
 // Info describes l.
@@ -546,7 +561,8 @@ func (l *Live) Info() SessionInfo {
 	if objs == nil {
 		objs = map[string][]string{}
 	}
-	return SessionInfo{SessionID: l.ID, Rung: p.Rung, Staging: p.Staging, Workspace: p.Workspace, Python: p.Python, Created: l.Created.UTC(), HostObjects: objs}
+	return SessionInfo{SessionID: l.ID, Rung: p.Rung, Staging: p.Staging, Workspace: p.Workspace, Python: p.Python, Created: l.Created.UTC(), HostObjects: objs,
+		Warnings: l.Session.Warnings()}
 }
 
 const maxHostObjects = 64
@@ -583,6 +599,9 @@ func (s *Service) OpenSession(ctx context.Context, req SessionRequest) (*Live, e
 		return nil, badRequest("limits: %v", err)
 	}
 	if err := checkMasks(req.Masks); err != nil {
+		return nil, err
+	}
+	if err := checkNet(req.Net); err != nil {
 		return nil, err
 	}
 	if len(req.HostObjects) > maxHostObjects {
@@ -623,7 +642,8 @@ func (s *Service) OpenSession(ctx context.Context, req SessionRequest) (*Live, e
 	}
 	opt := session.Options{Rung: req.Rung, Workspace: req.Workspace, Env: req.Env, OutputCap: req.OutputCap,
 		GuestExe: s.cfg.GuestExe, Log: s.cfg.Log, CacheReadOnly: req.CacheReadOnly,
-		Limits: req.Limits.limits(), Masks: append(slices.Clone(req.Masks), s.keyMask(), s.netCADir()), NoDefaultMasks: req.NoDefaultMasks}
+		Limits: req.Limits.limits(), Masks: append(slices.Clone(req.Masks), s.keyMask(), s.netCADir()), NoDefaultMasks: req.NoDefaultMasks,
+		Net: req.Net, NetCADir: s.netCADir()}
 	if len(objs) > 0 {
 		opt.HostObjects, opt.Allow = objs, allow
 	}
