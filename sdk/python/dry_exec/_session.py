@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any, Dict, Iterable, Iterator, List, Mapping, 
 
 from ._codec import decode, encode
 from ._errors import DryExecError, NotFound, NotRepresentable, PolicyError, SessionLost, DaemonUnavailable
-from ._types import Diff, Event, PythonResult, SessionInfo, ShellResult, _build
+from ._types import Diff, Event, NetworkEvent, PythonResult, SessionInfo, ShellResult, _build
 
 if TYPE_CHECKING:  # pragma: no cover
     from ._client import Client
@@ -98,11 +98,16 @@ class Session:
     and this SDK refuse anything else (PermissionError in the sandbox).
     A host method runs in the session's poller thread: it must not call this
     session's methods (they wait for the exec that is calling it).
+    net is the session's network, as ``dryexec run --net`` (ns rung):
+    ["none"] (the default), ["mock:/abs/mocks.yaml"], ["allow:api.example.com"],
+    …; each result's ``network`` lists what its exec did, ``network`` the
+    whole log.
     """
 
     def __init__(self, client: "Client", rung: str = "ns", workspace: Optional[str] = None, *,
                  host_objects: Optional[Mapping[str, Any]] = None, allow: Optional[Mapping[str, Iterable[str]]] = None,
-                 env: Optional[Mapping[str, str]] = None, cache_read_only: bool = False, output_cap: int = 0) -> None:
+                 env: Optional[Mapping[str, str]] = None, cache_read_only: bool = False, output_cap: int = 0,
+                 net: Optional[Iterable[str]] = None) -> None:
         self._client = client
         self._t = client.transport
         self._objects = dict(host_objects or {})
@@ -118,6 +123,10 @@ class Session:
             req["output_cap"] = output_cap
         if self._objects:
             req["host_objects"] = self._allow
+        if net is not None:
+            if isinstance(net, str):
+                net = [net]
+            req["net"] = list(net)
         self.info = _build(SessionInfo, self._t.call("POST", "/v1/sessions", req))
         self.id = self.info.session_id
         self._emits: List[Event] = []
@@ -163,7 +172,7 @@ class Session:
         body: Dict[str, Any] = {"command": command}
         if timeout:
             body["timeout_ms"] = int(timeout * 1000)
-        return _build(ShellResult, self._call("POST", "/shell", body))
+        return ShellResult.from_json(self._call("POST", "/shell", body))
 
     def python(self, code: str, inputs: Optional[Mapping[str, Any]] = None, timeout: Optional[float] = None) -> PythonResult:
         """Runs code in a fresh interpreter in the sandbox, in the shell's cwd
@@ -218,6 +227,13 @@ class Session:
         for e in r.get("events") or []:
             self._emits.append(Event(name=e.get("name", ""), value=decode(e.get("value") or {"type": "json"})))
         return list(self._emits)
+
+    @property
+    def network(self) -> List[NetworkEvent]:
+        """The session's whole network log so far, in order (its first 10 000
+        events)."""
+        r = self._call("GET", "/network")
+        return [_build(NetworkEvent, e) for e in r.get("network") or []]
 
     def close(self) -> None:
         """Closes the session; its sandbox and workspace are gone."""
@@ -311,14 +327,18 @@ class AsyncSession:
     async def emits(self) -> List[Event]:
         return await self._run(lambda: self.sync.emits)
 
+    async def network(self) -> List[NetworkEvent]:
+        return await self._run(lambda: self.sync.network)
+
     async def close(self) -> None:
         await self._run(self.sync.close)
 
 
 def session(rung: str = "ns", workspace: Optional[str] = None, *, host_objects: Optional[Mapping[str, Any]] = None,
             allow: Optional[Mapping[str, Iterable[str]]] = None, env: Optional[Mapping[str, str]] = None,
-            cache_read_only: bool = False, output_cap: int = 0, client: Optional["Client"] = None) -> Session:
+            cache_read_only: bool = False, output_cap: int = 0, net: Optional[Iterable[str]] = None,
+            client: Optional["Client"] = None) -> Session:
     """Opens a session on the default client: ``with dry_exec.session(...) as s``."""
     from ._client import default_client
     return (client or default_client()).session(rung, workspace, host_objects=host_objects, allow=allow, env=env,
-                                                cache_read_only=cache_read_only, output_cap=output_cap)
+                                                cache_read_only=cache_read_only, output_cap=output_cap, net=net)

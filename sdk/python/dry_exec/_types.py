@@ -250,6 +250,14 @@ class ShellResult:
     cwd: str = ""
     warnings: List[str] = field(default_factory=list)
     duration_ns: int = 0
+    #: What the session's netsim logged during this exec (ns rung).
+    network: List[NetworkEvent] = field(default_factory=list)
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> "ShellResult":
+        r = _build(cls, {k: v for k, v in d.items() if k != "network"})
+        r.network = [_build(NetworkEvent, e) for e in d.get("network") or []]
+        return r
 
 
 @dataclass
@@ -279,6 +287,8 @@ class PythonResult:
     outputs_skipped: Dict[str, str] = field(default_factory=dict)
     error: Optional[PythonError] = None
     duration_ns: int = 0
+    #: What the session's netsim logged during this exec (ns rung).
+    network: List[NetworkEvent] = field(default_factory=list)
 
     @classmethod
     def from_json(cls, d: Mapping[str, Any]) -> "PythonResult":
@@ -287,7 +297,8 @@ class PythonResult:
                    prints=[_build(PrintEntry, p) for p in d.get("prints") or []], prints_dropped=d.get("prints_dropped", 0),
                    outputs={k: decode(v) for k, v in (d.get("outputs") or {}).items()},
                    outputs_skipped=dict(d.get("outputs_skipped") or {}),
-                   error=_build(PythonError, d["error"]) if d.get("error") else None, duration_ns=d.get("duration_ns", 0))
+                   error=_build(PythonError, d["error"]) if d.get("error") else None, duration_ns=d.get("duration_ns", 0),
+                   network=[_build(NetworkEvent, e) for e in d.get("network") or []])
 
 
 @dataclass
@@ -323,6 +334,8 @@ class SessionInfo:
     python: str = ""
     created: str = ""
     host_objects: Dict[str, List[str]] = field(default_factory=dict)
+    #: What the session does not enforce as asked (e.g. no network interception).
+    warnings: List[str] = field(default_factory=list)
 
 
 __all__ = ["Environment", "Action", "ActionRecord", "Process", "FileChange", "NetworkEvent", "Memory", "Violation",

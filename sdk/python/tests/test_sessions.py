@@ -141,6 +141,23 @@ class Sessions(unittest.TestCase):
             with self.assertRaises(dry_exec.PolicyError, msg=(objs, allow)):
                 dry_exec.session(rung="host", host_objects=objs, allow=allow)
 
+    def test_net_plumbing(self) -> None:
+        # No connection is tried here (this suite does not run in a network
+        # namespace of its own): test/network covers the traffic through
+        # the HTTP API; this checks the SDK's side of it.
+        with dry_exec.session(rung="ns", net=["none"]) as s:
+            r = s.shell("true")
+            self.assertIsInstance(r.network, list)
+            self.assertEqual(r.network, [])
+            p = s.python("x = 1")
+            self.assertEqual(p.network, [])
+            self.assertEqual(s.network, [])
+            self.assertIsInstance(s.info.warnings, list)
+        with self.assertRaises(dry_exec.BadRequest):
+            dry_exec.session(rung="ns", net=["bogus"])
+        with self.assertRaises(dry_exec.IsolationUnavailable):
+            dry_exec.session(rung="host", net=["none"])
+
 
 if __name__ == "__main__":
     unittest.main()
