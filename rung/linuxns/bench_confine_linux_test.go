@@ -2,7 +2,9 @@ package linuxns
 
 import (
 	"context"
+	"os/exec"
 	"testing"
+	"time"
 
 	"github.com/dryexec/dryexec"
 )
@@ -22,4 +24,45 @@ func BenchmarkColdTrialTrue(b *testing.B) {
 			b.Fatal(err)
 		}
 	}
+}
+
+// BenchmarkWarmTrialTrue is a pooled trial of /bin/true with the full delta,
+// against fork+exec of /bin/true in the same run. Each trial waits (outside
+// the timer) until the pool is full and quiet (the last trial's teardown and
+// the refill done): this is a trial's latency when trials come no faster than
+// the pool refills, one sandbox per cold-start time, as in an agent's loop
+// where each action follows a model call.
+func BenchmarkWarmTrialTrue(b *testing.B) {
+	if err := (&Rung{}).Available(context.Background()); err != nil {
+		b.Skip(err)
+	}
+	dir := b.TempDir()
+	b.Run("pool", func(b *testing.B) {
+		p, err := NewPool(context.Background(), &Rung{}, PoolOptions{Size: 1, Spec: dryexec.TrialSpec{Action: dryexec.Action{Cwd: dir}}})
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer p.Close()
+		spec := dryexec.TrialSpec{Action: dryexec.Action{Argv: []string{"/bin/true"}, Cwd: dir, Env: testPath}}
+		for b.Loop() {
+			b.StopTimer()
+			for s := p.Stats(); s.Ready < 1 || s.Busy > 0; s = p.Stats() {
+				time.Sleep(time.Millisecond)
+			}
+			b.StartTimer()
+			if _, err := p.Trial(context.Background(), spec); err != nil {
+				b.Fatal(err)
+			}
+		}
+		if s := p.Stats(); s.Misses != 0 {
+			b.Fatalf("%d trials ran cold", s.Misses)
+		}
+	})
+	b.Run("fork+exec", func(b *testing.B) {
+		for b.Loop() {
+			if err := exec.Command("/bin/true").Run(); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
 }

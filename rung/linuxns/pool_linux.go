@@ -23,14 +23,17 @@ type PoolOptions struct {
 	// Spec is the template of the sandboxes prepared: its limits, masks,
 	// upper size and CA dir (and, rootless, its Action.Cwd, which decides
 	// which mounts need the caller's own roots). A trial whose spec asks for
-	// another sandbox runs cold, as Rung.Trial would run it. Its command and
-	// network specs do not matter: each trial brings its own.
+	// another sandbox (or network) runs cold, as Rung.Trial would run it.
+	// Its command does not matter: each trial brings its own.
 	Spec dryexec.TrialSpec
 }
 
 // PoolStats say how a Pool has served.
 type PoolStats struct {
-	Ready  int // sandboxes ready now
+	Ready int // sandboxes ready now
+	// Busy counts background work in flight: trials running or their
+	// sandboxes being torn down, and a sandbox being prepared.
+	Busy   int
 	Hits   int // trials that took a ready sandbox
 	Misses int // trials that ran cold (none ready, or another sandbox asked for)
 	// Failed counts sandboxes that could not be prepared; LastError is the
@@ -58,11 +61,14 @@ type Pool struct {
 	wake   chan struct{}
 	done   chan struct{}
 
+	teardown sync.WaitGroup // sandboxes used by a trial, being destroyed
+
 	mu      sync.Mutex
 	ready   []*trial // oldest first
 	closed  bool
 	lastUse time.Time
 	stats   PoolStats
+	busy    int // trials not yet torn down, plus one while preparing
 }
 
 var _ dryexec.Rung = (*Pool)(nil)
@@ -117,17 +123,29 @@ func (p *Pool) Trial(ctx context.Context, spec dryexec.TrialSpec) (*dryexec.Stat
 	if err != nil {
 		return nil, err
 	}
+	p.r.trace("W-sandboxFor")
 	t, err := p.take(sb)
 	if err != nil {
 		return nil, err
 	}
-	p.poke()
 	if t == nil {
-		if t, err = p.r.prepare(ctx, sb, spec.TrialID, spec); err != nil {
+		if t, err = p.r.prepare(ctx, sb, spec.TrialID); err != nil {
+			p.done1()
+			p.poke()
 			return nil, err
 		}
 	}
-	return t.trial(ctx, spec)
+	d, err := t.trial(ctx, spec)
+	// The delta is complete (every sandbox process is dead, the upper dirs
+	// walked): the sandbox is torn down after the caller has it, and the
+	// refill starts after that, so that neither competes with the trial for
+	// the CPUs. Close waits for the teardowns.
+	go func() {
+		defer p.done1()
+		t.cleanup()
+		p.poke()
+	}()
+	return d, err
 }
 
 // take hands out the oldest ready sandbox built for sb, or nil. Ready
@@ -140,6 +158,9 @@ func (p *Pool) take(sb sandbox) (*trial, error) {
 	if p.closed {
 		return nil, ErrPoolClosed
 	}
+	// Counted from here, so that Close also waits for this trial's teardown.
+	p.teardown.Add(1)
+	p.busy++
 	p.lastUse = time.Now()
 	for i, t := range p.ready {
 		if t.sb.equal(sb) {
@@ -150,6 +171,14 @@ func (p *Pool) take(sb sandbox) (*trial, error) {
 	}
 	p.stats.Misses++
 	return nil, nil
+}
+
+// done1 ends one trial's count in busy and teardown.
+func (p *Pool) done1() {
+	p.mu.Lock()
+	p.busy--
+	p.mu.Unlock()
+	p.teardown.Done()
 }
 
 func (p *Pool) poke() {
@@ -177,14 +206,17 @@ func (p *Pool) refill() {
 			}
 			continue
 		}
+		p.mu.Lock()
+		p.busy++
+		p.mu.Unlock()
 		sb, err := sandboxFor(p.opts.Spec)
 		var t *trial
 		if err == nil {
-			spec := p.opts.Spec
-			spec.TrialID = dryexec.NewTrialID()
-			spec.Net = nil
-			t, err = p.r.prepare(p.ctx, sb, spec.TrialID, spec)
+			t, err = p.r.prepare(p.ctx, sb, dryexec.NewTrialID())
 		}
+		p.mu.Lock()
+		p.busy--
+		p.mu.Unlock()
 		if err != nil {
 			p.mu.Lock()
 			p.stats.Failed++
@@ -261,7 +293,7 @@ func (p *Pool) dropIdle() bool {
 func (p *Pool) Stats() PoolStats {
 	p.mu.Lock()
 	s := p.stats
-	s.Ready = len(p.ready)
+	s.Ready, s.Busy = len(p.ready), p.busy
 	pids := make([]int, 0, len(p.ready))
 	for _, t := range p.ready {
 		pids = append(pids, t.cmd.Process.Pid)
@@ -288,8 +320,9 @@ func pss(pid int) int64 {
 	return 0
 }
 
-// Close destroys the ready sandboxes and stops refilling; trials running
-// now finish. Later trials get ErrPoolClosed.
+// Close destroys the ready sandboxes, stops refilling and waits until every
+// used sandbox is torn down; trials running now finish. Later trials get
+// ErrPoolClosed.
 func (p *Pool) Close() error {
 	p.mu.Lock()
 	if p.closed {
@@ -305,11 +338,6 @@ func (p *Pool) Close() error {
 	for _, t := range drop {
 		t.destroy()
 	}
+	p.teardown.Wait()
 	return nil
-}
-
-// destroy ends a prepared sandbox that never ran a command.
-func (t *trial) destroy() {
-	t.cleanup()
-	t.net.finish(nil)
 }

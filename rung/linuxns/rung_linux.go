@@ -108,10 +108,11 @@ func (r *Rung) Trial(ctx context.Context, spec dryexec.TrialSpec) (*dryexec.Stat
 	if err != nil {
 		return nil, err
 	}
-	t, err := r.prepare(ctx, sb, spec.TrialID, spec)
+	t, err := r.prepare(ctx, sb, spec.TrialID)
 	if err != nil {
 		return nil, err
 	}
+	defer t.cleanup()
 	return t.trial(ctx, spec)
 }
 
@@ -122,6 +123,7 @@ type sandbox struct {
 	Masks     []string // resolved
 	Limits    dryexec.Limits
 	UpperSize int64
+	Net       []string // --net specs; never empty ("none")
 	NetCADir  string
 }
 
@@ -137,12 +139,17 @@ func sandboxFor(spec dryexec.TrialSpec) (sandbox, error) {
 	if err != nil {
 		return sandbox{}, err
 	}
-	return sandbox{Mounts: mounts, Masks: masks, Limits: spec.Limits, UpperSize: spec.UpperSizeBytes, NetCADir: spec.NetCADir}, nil
+	nets := spec.Net
+	if len(nets) == 0 {
+		nets = []string{"none"}
+	}
+	return sandbox{Mounts: mounts, Masks: masks, Limits: spec.Limits, UpperSize: spec.UpperSizeBytes,
+		Net: nets, NetCADir: spec.NetCADir}, nil
 }
 
 func (a sandbox) equal(b sandbox) bool {
 	return a.Limits == b.Limits && a.UpperSize == b.UpperSize && a.NetCADir == b.NetCADir &&
-		slices.Equal(a.Masks, b.Masks) && slices.Equal(a.Mounts, b.Mounts)
+		slices.Equal(a.Net, b.Net) && slices.Equal(a.Masks, b.Masks) && slices.Equal(a.Mounts, b.Mounts)
 }
 
 func checkAction(a dryexec.Action) error {
@@ -270,16 +277,14 @@ type trial struct {
 	watch  *MaskWatch     // the masks, pinned once the view is built
 	uppers []fsdelta.Mount
 	net    *trialNet // the trial's netsim (nil fields: loopback only)
-	netNet []string  // the --net specs net was made for
 	netFD  int       // the guest's end of the TUN hand-over socket
 }
 
 // prepare starts a guest for sb and waits until its sandbox is built and
-// confined, ready for a command. netSpec says what network to prepare (a
-// trial asking for another gets its own netsim at run time, on the same
-// link).
-func (r *Rung) prepare(ctx context.Context, sb sandbox, id string, netSpec dryexec.TrialSpec) (*trial, error) {
-	nt, err := newTrialNet(ctx, netSpec)
+// confined, ready for a command, its netsim serving. id names the trial's
+// cgroup and seeds its mocks.
+func (r *Rung) prepare(ctx context.Context, sb sandbox, id string) (*trial, error) {
+	nt, err := newTrialNet(ctx, dryexec.TrialSpec{TrialID: id, Net: sb.Net, NetCADir: sb.NetCADir})
 	if err != nil {
 		return nil, err
 	}
@@ -288,13 +293,18 @@ func (r *Rung) prepare(ctx context.Context, sb sandbox, id string, netSpec dryex
 		nt.finish(nil)
 		return nil, err
 	}
-	t.netNet = netSpec.Net
+	nt.serve(ctx)
 	if err := t.ready(); err != nil {
-		t.cleanup()
-		nt.finish(nil)
+		t.destroy()
 		return nil, err
 	}
 	return t, nil
+}
+
+// destroy ends a prepared sandbox that never ran a command.
+func (t *trial) destroy() {
+	t.cleanup()
+	t.net.finish(nil)
 }
 
 func (r *Rung) start(sb sandbox, id string, nt *trialNet) (*trial, error) {
@@ -406,36 +416,10 @@ func (t *trial) ready() error {
 	return nil
 }
 
-// sameNet says whether two --net spec lists ask for the same network (no
-// spec is "none").
-func sameNet(a, b []string) bool {
-	none := []string{"none"}
-	if len(a) == 0 {
-		a = none
-	}
-	if len(b) == 0 {
-		b = none
-	}
-	return slices.Equal(a, b)
-}
-
-// trial runs spec's command in the prepared sandbox t and ends t.
+// trial runs spec's command in the prepared sandbox t. The caller ends t
+// with cleanup afterwards.
 func (t *trial) trial(ctx context.Context, spec dryexec.TrialSpec) (*dryexec.StateDelta, error) {
-	defer t.cleanup()
 	t.spec = spec
-	if !sameNet(spec.Net, t.netNet) {
-		sim, warning, err := newSim(ctx, spec)
-		if err != nil {
-			t.net.finish(nil)
-			return nil, err
-		}
-		if sim != nil && t.net.sim != nil {
-			t.net.sim = sim
-		}
-		if warning != "" {
-			t.net.warning = warning
-		}
-	}
 	t.out, t.errb = tail.New(spec.OutputCap), tail.New(spec.OutputCap)
 	t.pipes.Add(2)
 	go t.copy(teeOf(t.out, spec.Stdout), t.outR)
@@ -450,7 +434,6 @@ func (t *trial) trial(ctx context.Context, spec dryexec.TrialSpec) (*dryexec.Sta
 		stdinW.Close()
 	}
 	t.stdinW = nil
-	t.net.serve(ctx)
 	d, err := t.run(ctx)
 	t.net.finish(d)
 	t.r.trace("net")

@@ -33,10 +33,11 @@ func TestVanishedMountIsSkipped(t *testing.T) {
 	sb.Mounts = mounts
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	tr, err := r.prepare(ctx, sb, spec.TrialID, spec)
+	tr, err := r.prepare(ctx, sb, spec.TrialID)
 	if err != nil {
 		t.Fatal(err)
 	}
+	defer tr.cleanup()
 	d, err := tr.trial(ctx, spec)
 	if err != nil {
 		t.Fatalf("trial with a vanished mount: %v", err)
