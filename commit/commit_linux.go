@@ -528,7 +528,7 @@ func (a *applier) fill(fd int, src io.Reader, s *step) (uint64, error) {
 		return 0, fmt.Errorf("commit: writing %s: %w", s.Path, err)
 	}
 	if sum := hex.EncodeToString(h.Sum(nil)); sum != s.SHA || n != s.Size {
-		return 0, fmt.Errorf("commit: stored content of %s does not match the reviewed hash (the trial store is damaged)", s.Path)
+		return 0, fmt.Errorf("commit: stored content of %s: %w (the trial store is damaged)", s.Path, ErrContentMismatch)
 	}
 	var st unix.Stat_t
 	if err := unix.Fstat(fd, &st); err != nil {

@@ -1,9 +1,15 @@
 package commit
 
 import (
+	"errors"
 	"io"
 	"log/slog"
 )
+
+// ErrContentMismatch: a stored content blob is not the content the trial
+// recorded (its sha256 or size differ). Nothing was changed on the host: it is
+// found while staging, before the first rename.
+var ErrContentMismatch = errors.New("does not match the reviewed hash")
 
 // Options is one commit's input.
 type Options struct {

@@ -5,8 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"syscall"
 
 	"github.com/dryexec/dryexec"
+	"github.com/dryexec/dryexec/store"
 )
 
 // requestError is a mistake in a request: 4xx, with a message meant for the
@@ -28,7 +30,8 @@ type APIError struct {
 	// Code is stable, for programs: bad_request, unauthorized, not_found,
 	// no_route, method_not_allowed, too_large, unsupported_media_type,
 	// isolation_unavailable, commit_conflict, already_done, unsafe_path,
-	// session_lost, policy, not_representable, busy, timeout, internal.
+	// session_lost, policy, not_representable, busy, timeout, corrupt,
+	// no_space, internal.
 	Code    string `json:"code"`
 	Message string `json:"message"`
 	// Conflicts lists the paths of a commit_conflict.
@@ -84,6 +87,17 @@ func classify(err error) (int, APIError) {
 	case errors.Is(err, ErrNotRepresentable):
 		e.Code = "not_representable"
 		return http.StatusUnprocessableEntity, e
+	case errors.Is(err, syscall.ENOSPC):
+		// The daemon's disk (the store, the journal) is full: nothing was
+		// recorded or changed; it works again once there is space.
+		e.Code = "no_space"
+		return http.StatusInsufficientStorage, e
+	case errors.Is(err, store.ErrCorrupt):
+		// The daemon's own data is damaged: not the caller's mistake, but
+		// a code of its own so that a client can tell it from a crash and
+		// discard the trial (which removes it).
+		e.Code = "corrupt"
+		return http.StatusInternalServerError, e
 	case errors.Is(err, context.DeadlineExceeded):
 		e.Code = "timeout"
 		return http.StatusGatewayTimeout, e

@@ -3,6 +3,7 @@ package store
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -98,9 +99,16 @@ func (s *Store) Commit(ctx context.Context, id string, opt CommitOptions) ([]dry
 			if len(sha) != 64 || strings.ContainsAny(sha, "/.") {
 				return nil, fmt.Errorf("bad content hash %q", sha)
 			}
-			return os.Open(s.BlobPath(id, sha))
+			f, err := os.Open(s.BlobPath(id, sha))
+			if errors.Is(err, os.ErrNotExist) {
+				return nil, &CorruptError{ID: id, What: "content blob " + sha, Err: err}
+			}
+			return f, err
 		},
 	})
+	if errors.Is(err, commit.ErrContentMismatch) {
+		return nil, &CorruptError{ID: id, What: "content blob", Err: err}
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -183,7 +191,16 @@ func (s *Store) Discard(id string) error {
 		return err
 	}
 	defer l.Close()
-	if _, err := s.Load(id); err != nil {
+	if _, err := s.Load(id); errors.Is(err, ErrCorrupt) {
+		// Nothing of it can be trusted, its status included: the whole
+		// trial goes (renamed first, so that an interrupted removal is
+		// Sweep's to finish).
+		gone := s.trialDir(id) + ".discarded"
+		if err := os.Rename(s.trialDir(id), gone); err != nil {
+			return fmt.Errorf("store: removing corrupt trial %s: %w", id, err)
+		}
+		return os.RemoveAll(gone)
+	} else if err != nil {
 		return err
 	}
 	switch st := s.readState(id); st.Status {

@@ -197,10 +197,31 @@ func (s *Store) Load(id string) (*dryexec.StateDelta, error) {
 	}
 	var d dryexec.StateDelta
 	if err := json.Unmarshal(b, &d); err != nil {
-		return nil, fmt.Errorf("store: trial %s is corrupt: %w", id, err)
+		return nil, &CorruptError{ID: id, What: "delta.json", Err: err}
 	}
 	return &d, nil
 }
+
+// ErrCorrupt: a stored trial cannot be read back as it was recorded (its
+// delta.json does not decode, a content blob is missing or not what the delta
+// says). See *CorruptError. Discard removes such a trial.
+var ErrCorrupt = errors.New("stored trial is corrupt")
+
+// CorruptError names the corrupt trial and the part of it that is damaged.
+type CorruptError struct {
+	ID   string
+	What string // "delta.json", "content blob …"
+	Err  error
+}
+
+func (e *CorruptError) Error() string {
+	return fmt.Sprintf("store: trial %s is corrupt: %s: %v (discard removes it)", e.ID, e.What, e.Err)
+}
+
+// Is makes errors.Is(err, ErrCorrupt) true.
+func (e *CorruptError) Is(target error) bool { return target == ErrCorrupt }
+
+func (e *CorruptError) Unwrap() error { return e.Err }
 
 // BlobPath is where the content with hash sha of trial id is kept.
 func (s *Store) BlobPath(id, sha string) string {
