@@ -327,10 +327,18 @@ func TestBadInput(t *testing.T) {
 	}
 }
 
-// ≥ 20 parallel trials through a limit of 4: every delta is its own trial's.
+// TestConcurrentTrials: 24 trials at once through a limit of 4, cold and through the warm pool
+// (where the first take ready sandboxes and the rest run cold while it
+// refills): every delta is its own trial's.
 func TestConcurrentTrials(t *testing.T) {
+	for _, pool := range []int{0, 2} {
+		t.Run(fmt.Sprintf("pool=%d", pool), func(t *testing.T) { testConcurrentTrials(t, pool) })
+	}
+}
+
+func testConcurrentTrials(t *testing.T, pool int) {
 	requireNS(t)
-	d := startDaemon(t, server.Config{MaxTrials: 4, MaxQueue: 64}, server.HandlerOptions{})
+	d := startDaemon(t, server.Config{MaxTrials: 4, MaxQueue: 64, Pool: pool}, server.HandlerOptions{})
 	wd := t.TempDir()
 	v, err := schema.NewValidator()
 	if err != nil {

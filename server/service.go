@@ -54,6 +54,13 @@ type Config struct {
 	Environ []string
 	// GuestExe is the binary re-executed as the guest (default /proc/self/exe).
 	GuestExe string
+	// Pool is how many ns sandboxes are kept prepared for trials (the warm
+	// pool: a trial then pays only for its command and its diff); 0 keeps
+	// none. A trial asking for another sandbox than the daemon's default
+	// (limits, masks, network, upper size) runs cold. PoolIdle lets the
+	// pool empty after that long without a trial (0: 5 minutes).
+	Pool     int
+	PoolIdle time.Duration
 	// Decide is the decision engine as `dryexec run` uses it: given a
 	// request's policy document (JSON, on top of the daemon's policy; nil: the
 	// daemon's policy) it returns the judge that fills a delta's Decision and
@@ -123,6 +130,8 @@ type Service struct {
 	cancel context.CancelFunc
 	trials sync.WaitGroup // running trials
 
+	pool trialPool // nil: every ns trial runs cold
+
 	mu       sync.Mutex // guards sessions and closed
 	sessions map[string]*Live
 	closed   bool
@@ -161,6 +170,7 @@ func NewService(cfg Config) (*Service, error) {
 	if cfg.SessionIdle > 0 {
 		go s.reapIdle()
 	}
+	s.startPool()
 	return s, nil
 }
 
@@ -333,9 +343,11 @@ func (s *Service) RunTrial(ctx context.Context, req TrialRequest, hooks TrialHoo
 	if err != nil {
 		return nil, err
 	}
-	r, err := rung.Select(ctx, req.Rung)
-	if err != nil {
-		return nil, err
+	var r dryexec.Rung = s.pool
+	if req.Rung != "ns" || s.pool == nil {
+		if r, err = rung.Select(ctx, req.Rung); err != nil {
+			return nil, err
+		}
 	}
 	// The service's context ends at shutdown: a trial still running then is
 	// killed rather than left behind.
@@ -797,7 +809,32 @@ func (s *Service) Close() error {
 	}
 	wg.Wait()
 	s.trials.Wait()
+	if s.pool != nil {
+		s.pool.Close()
+	}
 	return nil
+}
+
+// trialPool is the warm pool as the service uses it (linuxns.Pool).
+type trialPool interface {
+	dryexec.Rung
+	Close() error
+}
+
+// startPool starts the warm pool for trials with the daemon's defaults:
+// those RunTrial builds for a request that sets no limits, masks, network
+// or upper size. Without the ns rung the daemon runs without a pool.
+func (s *Service) startPool() {
+	if s.cfg.Pool <= 0 {
+		return
+	}
+	template := dryexec.TrialSpec{Masks: []string{s.keyMask(), s.netCADir()}, NetCADir: s.netCADir()}
+	p, err := newPool(s.ctx, s.cfg, template)
+	if err != nil {
+		s.cfg.Log.Warn("no warm pool: every ns trial starts cold", "err", err)
+		return
+	}
+	s.pool = p
 }
 
 func newSessionID() string {
