@@ -135,7 +135,8 @@ type env struct {
 	cleanup []func()
 }
 
-func (e *env) defer_(f func()) { e.cleanup = append(e.cleanup, f) }
+// onExit registers f to run when the benchmark ends, last registered first.
+func (e *env) onExit(f func()) { e.cleanup = append(e.cleanup, f) }
 
 func run(ctx context.Context, cfg config) (err error) {
 	var keep []string

@@ -110,7 +110,7 @@ func netGroup(e *env) ([]group, error) {
 	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "pong") }))
 	srv.TLS = &tls.Config{Certificates: []tls.Certificate{*leaf}, NextProtos: []string{"http/1.1"}}
 	srv.StartTLS()
-	e.defer_(srv.Close)
+	e.onExit(srv.Close)
 
 	mocks := filepath.Join(e.work, "mocks.yaml")
 	if err := os.WriteFile(mocks, []byte("routes:\n  - path: /ping\n    body: pong\n"), 0o644); err != nil {
