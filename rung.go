@@ -24,6 +24,14 @@ type BlobSink interface {
 	PutBlob(r io.Reader) (sha256hex string, n int64, err error)
 }
 
+// ExchangeSink keeps the bounded, credential-redacted requests and responses
+// (headers and bodies) of a trial's network exchanges, for `dryexec show
+// --network`: the delta's Network lists every attempt, the sink keeps what
+// was said. records is netsim's []Record as JSON.
+type ExchangeSink interface {
+	PutExchanges(records []byte) error
+}
+
 // TrialSpec is one trial's input.
 type TrialSpec struct {
 	TrialID string
@@ -43,6 +51,9 @@ type TrialSpec struct {
 	DiffMaxBytes int64
 	// Blobs receives file contents; nil means contents are hashed but not kept.
 	Blobs BlobSink
+	// Exchanges receives the network exchanges' headers and bodies; nil
+	// keeps them nowhere.
+	Exchanges ExchangeSink
 	// Limits bounds the trial's processes as a whole (zero fields: defaults).
 	Limits Limits
 	// Masks are extra host paths the sandbox sees empty (absolute, or "~/…");

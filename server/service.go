@@ -380,7 +380,7 @@ func (s *Service) RunTrial(ctx context.Context, req TrialRequest, hooks TrialHoo
 		if rec, err = s.store.Begin(spec.TrialID); err != nil {
 			return nil, err
 		}
-		spec.Blobs = rec
+		spec.Blobs, spec.Exchanges = rec, rec
 	}
 	if hooks.Started != nil {
 		hooks.Started(spec.TrialID)

@@ -134,9 +134,9 @@ func printJSON(w io.Writer, v any) error {
 }
 
 func showCmd(env Env) *cobra.Command {
-	var asJSON bool
+	var asJSON, network bool
 	c := &cobra.Command{
-		Use:   "show ID",
+		Use:   "show ID [--network]",
 		Short: "Print a stored trial",
 		Args:  usage(cobra.ExactArgs(1)),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -147,6 +147,20 @@ func showCmd(env Env) *cobra.Command {
 			d, err := s.Load(args[0])
 			if err != nil {
 				return err
+			}
+			if network {
+				recs, err := s.Exchanges(args[0])
+				if err != nil {
+					return err
+				}
+				if asJSON {
+					if recs == nil {
+						recs = []byte("[]")
+					}
+					_, err := fmt.Fprintf(env.Stdout, "%s\n", recs)
+					return err
+				}
+				return render.Exchanges(env.Stdout, recs, render.Options{Color: isTerminal(env.Stdout, env)})
 			}
 			if asJSON {
 				return printJSON(env.Stdout, d)
@@ -166,6 +180,7 @@ func showCmd(env Env) *cobra.Command {
 		},
 	}
 	c.Flags().BoolVar(&asJSON, "json", false, "print the StateDelta as JSON")
+	c.Flags().BoolVar(&network, "network", false, "print the network exchanges' headers and bodies (bounded, credentials redacted)")
 	return c
 }
 

@@ -131,7 +131,7 @@ func runCmd(env Env, code *int) *cobra.Command {
 				if err != nil {
 					return err
 				}
-				spec.Blobs, rec = t, t
+				spec.Blobs, spec.Exchanges, rec = t, t, t
 			}
 			d, err := r.Trial(cmd.Context(), spec)
 			if err == nil {

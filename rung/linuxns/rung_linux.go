@@ -2,6 +2,7 @@ package linuxns
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -436,6 +437,17 @@ func (t *trial) trial(ctx context.Context, spec dryexec.TrialSpec) (*dryexec.Sta
 	t.stdinW = nil
 	d, err := t.run(ctx)
 	t.net.finish(d)
+	if d != nil && spec.Exchanges != nil && t.net.sim != nil {
+		if recs := t.net.sim.Records(); len(recs) > 0 {
+			b, jerr := json.Marshal(recs)
+			if jerr == nil {
+				jerr = spec.Exchanges.PutExchanges(b)
+			}
+			if jerr != nil {
+				d.Warnings = append(d.Warnings, "the network exchanges' bodies were not kept: "+jerr.Error())
+			}
+		}
+	}
 	t.r.trace("net")
 	return d, err
 }
