@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -107,8 +108,9 @@ func (f *fixture) checkBystander(d *harness.Daemon) {
 	}
 }
 
-// noLeaks asserts that nothing of this case is left on the host but the
-// running daemons (live), and no half-recorded trial in the store.
+// noLeaks asserts that nothing of this case is left on the host but what the
+// running daemons (live) hold themselves (their warm pools), and no
+// half-recorded trial in the store.
 func (f *fixture) noLeaks(live ...int) {
 	f.t.Helper()
 	left := harness.WaitGone(10*time.Second, func() []string {
@@ -121,14 +123,19 @@ func (f *fixture) noLeaks(live ...int) {
 	if len(left) > 0 {
 		f.t.Errorf("left on the host:\n%s", left[0])
 	}
-	for _, pid := range live {
-		if kids := harness.WaitGone(10*time.Second, func() []int { return harness.Descendants(pid) }); len(kids) > 0 {
-			f.t.Errorf("processes under the idle daemon %d: %v", pid, kids)
-		}
-	}
 	if p, _ := filepath.Glob(filepath.Join(f.env.Home, "trials", "*.partial")); len(p) > 0 {
 		f.t.Errorf("half-recorded trials left in the store: %v", p)
 	}
+}
+
+// finish stops the last daemon (it drains) and asserts that nothing at all
+// is left: its own sandboxes go with it.
+func (f *fixture) finish(d *harness.Daemon) {
+	f.t.Helper()
+	if err := d.Stop(time.Minute); err != nil {
+		f.t.Fatal(err)
+	}
+	f.noLeaks()
 }
 
 // waitMarked waits until a process of this case whose command line starts
@@ -181,6 +188,7 @@ func TestKillDaemonMidTrial(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(wd, "f")); !errors.Is(err, fs.ErrNotExist) {
 		t.Fatal("the killed trial changed the host")
 	}
+	f.finish(d2)
 }
 
 // SIGKILL of the daemon while a session's exec runs (an ns and a host-rung
@@ -214,6 +222,7 @@ func TestKillDaemonMidSessionExec(t *testing.T) {
 		t.Fatalf("sessions after the restart: %v %+v", err, list.Sessions)
 	}
 	f.checkBystander(d2)
+	f.finish(d2)
 }
 
 // SIGKILL of `dryexec run` while its trial runs: the next dryexec command (here
@@ -252,14 +261,15 @@ func TestKillCLIMidTrial(t *testing.T) {
 	f.noLeaks()
 	d2 := f.start()
 	f.checkBystander(d2)
-	f.noLeaks(d2.Pid)
+	f.finish(d2)
 }
 
 // Kill points of a commit, named by the journal state the test waits for
 // before the SIGKILL (commit/journal_linux.go): "planned" is written before
 // anything is staged, "staged" once every new content is beside its target and
-// the renames begin.
-var killPoints = []string{"planned", "staged"}
+// the renames begin, "applied" once every rename is done and the backups and
+// swapped-out contents are being deleted (recovery finishes, not undoes).
+var killPoints = []string{"planned", "staged", "applied"}
 
 // SIGKILL of the daemon mid-commit: after the next start (which runs the
 // journal's recovery) the host is either fully as before the commit (and the
@@ -273,20 +283,28 @@ func TestKillDaemonMidCommit(t *testing.T) {
 			d := f.start()
 			f.recordBystander(d)
 			wd := f.dir("wd")
-			const dirs, per, edits = 20, 150, 10
-			for k := range edits {
-				os.WriteFile(filepath.Join(wd, fmt.Sprintf("m_%d", k)), []byte(fmt.Sprintf("old %d\n", k)), 0o644)
+			// Many new files make staging long (the "planned" window), many
+			// modified ones make the renames and the finish long (the old
+			// contents, swapped out, are deleted after "applied").
+			const dirs, per, mods, dels = 20, 75, 1500, 10
+			if err := os.Mkdir(filepath.Join(wd, "mod"), 0o755); err != nil {
+				t.Fatal(err)
+			}
+			for k := range mods {
+				os.WriteFile(filepath.Join(wd, "mod", strconv.Itoa(k)), []byte(fmt.Sprintf("old %d\n", k)), 0o644)
+			}
+			for k := range dels {
 				os.WriteFile(filepath.Join(wd, fmt.Sprintf("del_%d", k)), []byte("doomed\n"), 0o644)
 			}
 			before := tree(t, wd)
 			script := fmt.Sprintf(`set -e; mkdir new; for d in $(seq 0 %d); do mkdir new/$d; for i in $(seq 0 %d); do echo "$d-$i" > new/$d/$i; done; done
-for k in $(seq 0 %d); do echo "new $k" > m_$k; rm del_$k; done`, dirs-1, per-1, edits-1)
+for k in $(seq 0 %d); do echo "new $k" > mod/$k; done; for k in $(seq 0 %d); do rm del_$k; done`, dirs-1, per-1, mods-1, dels-1)
 			var delta dryexec.StateDelta
 			ctx := context.Background()
 			if err := d.Do(ctx, "POST", "/v1/trials", f.req(wd, script), &delta); err != nil {
 				t.Fatal(err)
 			}
-			if want := 1 + dirs + dirs*per + 2*edits; len(delta.Files) != want {
+			if want := 1 + dirs + dirs*per + mods + dels; len(delta.Files) != want {
 				t.Fatalf("trial: %d changes, want %d; %+v", len(delta.Files), want, delta.Process)
 			}
 			after := maps(before)
@@ -297,8 +315,10 @@ for k in $(seq 0 %d); do echo "new $k" > m_$k; rm del_$k; done`, dirs-1, per-1, 
 					after[fmt.Sprintf("new/%d/%d", dd, i)] = fmt.Sprintf("file %d-%d\n", dd, i)
 				}
 			}
-			for k := range edits {
-				after[fmt.Sprintf("m_%d", k)] = fmt.Sprintf("file new %d\n", k)
+			for k := range mods {
+				after["mod/"+strconv.Itoa(k)] = fmt.Sprintf("file new %d\n", k)
+			}
+			for k := range dels {
 				delete(after, fmt.Sprintf("del_%d", k))
 			}
 
@@ -343,7 +363,7 @@ for k in $(seq 0 %d); do echo "new $k" > m_$k; rm del_$k; done`, dirs-1, per-1, 
 				t.Fatalf("the journal is left after recovery: %v", err)
 			}
 			f.checkBystander(d2)
-			f.noLeaks(d2.Pid)
+			f.finish(d2)
 		})
 	}
 }
@@ -546,7 +566,7 @@ func TestStateDirFull(t *testing.T) {
 		t.Fatalf("a trial once there is space: %v", err)
 	}
 	f.checkBystander(d2)
-	f.noLeaks(d2.Pid)
+	f.finish(d2)
 }
 
 // fill writes p until its filesystem is full.
@@ -656,5 +676,5 @@ func TestCorruptTrial(t *testing.T) {
 		t.Errorf("a refused commit left files in the target dir: %v", ents)
 	}
 	f.checkBystander(d2)
-	f.noLeaks(d2.Pid)
+	f.finish(d2)
 }

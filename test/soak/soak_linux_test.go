@@ -101,6 +101,9 @@ func TestSoak(t *testing.T) {
 		t.FailNow()
 	}
 	s.d.HTTP.CloseIdleConnections()
+	// The warm pool refills in the background after each trial: its
+	// sandboxes (processes, cgroups) are counted once it is quiet.
+	kids0, groups0 := settled(pid)
 	rssStart, fdStart := harness.RSS(pid), settledFDs(pid, -1)
 	start, trials0 := time.Now(), s.trials.Load()
 	s.run(t, ctx, jobs[warm:len(jobs)/2])
@@ -110,6 +113,7 @@ func TestSoak(t *testing.T) {
 	s.d.HTTP.CloseIdleConnections()
 	fdEnd := settledFDs(pid, len(fdStart))
 	rssEnd := harness.RSS(pid)
+	kids1, groups1 := settled(pid)
 	measured := len(jobs) - warm
 
 	t.Logf("soak: %d trials, %d sessions (%d execs), %d commits, %d discards, concurrency %d, in %v after a warm-up of %d jobs",
@@ -118,19 +122,21 @@ func TestSoak(t *testing.T) {
 		float64(measured)/dur.Seconds(), measured, float64(s.trials.Load()-trials0)/dur.Seconds())
 	t.Logf("soak: daemon RSS after warm-up %s, half-way %s, end %s (%+.1f MiB); fds %d → %d %v",
 		mib(rssStart), mib(rssMid), mib(rssEnd), float64(rssEnd-rssStart)/(1<<20), len(fdStart), len(fdEnd), harness.FDKinds(fdEnd))
+	t.Logf("soak: idle daemon's own sandboxes (warm pool): processes %d → %d, cgroup dirs %d → %d",
+		len(kids0), len(kids1), len(groups0), len(groups1))
 	if t.Failed() {
 		t.Logf("daemon output:\n%s", tail(s.d.Output(), 4000))
 		t.FailNow()
 	}
 
 	// The daemon is idle with no session open: nothing of any trial or
-	// session may be left while it still runs…
-	if kids := harness.WaitGone(10*time.Second, func() []int { return harness.Descendants(pid) }); len(kids) > 0 {
-		var d []string
-		for _, k := range kids {
-			d = append(d, harness.Describe(k))
-		}
-		t.Errorf("processes under the idle daemon:\n%s", strings.Join(d, "\n"))
+	// session may be left while it still runs. Its warm pool is all it may
+	// hold, no more than after the warm-up…
+	if len(kids1) > len(kids0) {
+		t.Errorf("processes under the idle daemon grew from %d to %d:\n%s", len(kids0), len(kids1), describeAll(kids1))
+	}
+	if len(groups1) > len(groups0) {
+		t.Errorf("the idle daemon's cgroups grew from %d to %d:\n%s", len(groups0), len(groups1), strings.Join(groups1, "\n"))
 	}
 	if l := harness.WaitGone(10*time.Second, func() []string { return leakList(e.Leaks(base, root, []int{pid}, pid)) }); len(l) > 0 {
 		t.Errorf("leaked while the daemon runs:\n%s", strings.Join(l, "\n"))
@@ -154,6 +160,32 @@ func TestSoak(t *testing.T) {
 	if l := harness.WaitGone(10*time.Second, func() []string { return leakList(e.Leaks(base, root, []int{pid})) }); len(l) > 0 {
 		t.Errorf("leaked after the daemon exited:\n%s", strings.Join(l, "\n"))
 	}
+}
+
+// settled waits (bounded) until the daemon's child processes and cgroups stop
+// changing — the warm pool refilled — and returns them.
+func settled(pid int) (kids []int, groups []string) {
+	deadline := time.Now().Add(15 * time.Second)
+	stable := 0
+	for time.Now().Before(deadline) && stable < 5 {
+		k, g := harness.Descendants(pid), harness.OwnedCgroups(pid)
+		if len(k) == len(kids) && len(g) == len(groups) {
+			stable++
+		} else {
+			stable = 0
+		}
+		kids, groups = k, g
+		time.Sleep(100 * time.Millisecond)
+	}
+	return kids, groups
+}
+
+func describeAll(pids []int) string {
+	var d []string
+	for _, p := range pids {
+		d = append(d, harness.Describe(p))
+	}
+	return strings.Join(d, "\n")
 }
 
 // fdSlack: descriptors the idle daemon may hold beyond the warm-up count

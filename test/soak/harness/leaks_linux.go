@@ -68,9 +68,10 @@ func (l Leaks) String() string {
 // Leaks compares the host with b. root is the test's own directory: mounts
 // under the system temp dir but outside root belong to other tests running at
 // the same time and are not counted. owners are the pids whose cgroups count
-// (daemons and CLI runs of the test); skip are live processes allowed to carry
-// the mark (a daemon still running).
-func (e Env) Leaks(b Baseline, root string, owners []int, skip ...int) Leaks {
+// (daemons and CLI runs of the test). live are daemons still running: their
+// own sandboxes (the warm pool: processes beneath them, their cgroups) are
+// theirs, not leaks; count those with Descendants and OwnedCgroups.
+func (e Env) Leaks(b Baseline, root string, owners []int, live ...int) Leaks {
 	var l Leaks
 	seen := map[string]int{}
 	tmp := filepath.Clean(os.TempDir()) + "/"
@@ -85,12 +86,14 @@ func (e Env) Leaks(b Baseline, root string, owners []int, skip ...int) Leaks {
 		}
 		l.Mounts = append(l.Mounts, m)
 	}
-	for _, g := range cgroup.Leftovers() {
-		for _, pid := range owners {
-			if strings.Contains(filepath.Base(g), "."+strconv.Itoa(pid)+"-") {
-				l.Cgroups = append(l.Cgroups, g)
-			}
+	skip := slices.Clone(live)
+	for _, pid := range owners {
+		if !slices.Contains(live, pid) {
+			l.Cgroups = append(l.Cgroups, OwnedCgroups(pid)...)
 		}
+	}
+	for _, pid := range live {
+		skip = append(skip, Descendants(pid)...)
 	}
 	l.Procs = Marked(e.Mark, skip...)
 	if ents, err := os.ReadDir(e.TmpDir); err == nil {
@@ -104,6 +107,18 @@ func (e Env) Leaks(b Baseline, root string, owners []int, skip ...int) Leaks {
 		}
 	}
 	return l
+}
+
+// OwnedCgroups lists the dryexec group dirs (every hierarchy) that process
+// pid created: their names end in ".PID-STARTTIME" (cgroup.Sweep's owner tag).
+func OwnedCgroups(pid int) []string {
+	var out []string
+	for _, g := range cgroup.Leftovers() {
+		if strings.Contains(filepath.Base(g), "."+strconv.Itoa(pid)+"-") {
+			out = append(out, g)
+		}
+	}
+	return out
 }
 
 // mounts lists the mounts of this process's mount namespace (the host's) as
