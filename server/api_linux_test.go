@@ -480,6 +480,14 @@ func TestTrialLifecycle(t *testing.T) {
 	if resp.StatusCode != 200 || got.TrialID != delta.TrialID || resp.Header.Get("X-Dryexec-Status") != "pending" {
 		t.Fatalf("get: %d %s", resp.StatusCode, data)
 	}
+	// No network exchange was made: the trial's exchanges are an empty list;
+	// an unknown trial has none to give.
+	if resp, data := d.do(t, "GET", "/v1/trials/"+delta.TrialID+"/network", nil); resp.StatusCode != 200 || strings.TrimSpace(string(data)) != "[]" {
+		t.Fatalf("network: %d %s", resp.StatusCode, data)
+	}
+	if resp, _ := d.do(t, "GET", "/v1/trials/"+dryexec.NewTrialID()+"/network", nil); resp.StatusCode != 404 {
+		t.Fatalf("network of an unknown trial: %d", resp.StatusCode)
+	}
 	var list struct{ Trials []server.TrialSummary }
 	d.ok(t, "GET", "/v1/trials", nil, 200, &list)
 	if len(list.Trials) != 1 || list.Trials[0].TrialID != delta.TrialID || list.Trials[0].FilesChanged != 2 {

@@ -68,6 +68,7 @@ func (a *api) routes() []route {
 		{"POST", "/v1/trials", a.createTrial},
 		{"GET", "/v1/trials", a.listTrials},
 		{"GET", "/v1/trials/{id}", a.getTrial},
+		{"GET", "/v1/trials/{id}/network", a.getTrialNetwork},
 		{"POST", "/v1/trials/{id}/commit", a.commitTrial},
 		{"POST", "/v1/trials/{id}/discard", a.discardTrial},
 		{"POST", "/v1/sessions", a.openSession},
@@ -311,6 +312,20 @@ func (a *api) getTrial(w http.ResponseWriter, r *http.Request) error {
 	}
 	w.Header().Set("X-Dryexec-Status", st.Status)
 	return writeJSON(w, 200, d)
+}
+
+func (a *api) getTrialNetwork(w http.ResponseWriter, r *http.Request) error {
+	recs, err := a.svc.TrialExchanges(r.PathValue("id"))
+	if err != nil {
+		return err
+	}
+	if recs == nil {
+		recs = []byte("[]")
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(200)
+	_, err = w.Write(append(recs, '\n'))
+	return err
 }
 
 func (a *api) commitTrial(w http.ResponseWriter, r *http.Request) error {

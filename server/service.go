@@ -445,6 +445,15 @@ func (s *Service) Trial(id string) (*dryexec.StateDelta, store.State, error) {
 	return d, st, err
 }
 
+// TrialExchanges returns a stored trial's network exchanges (netsim records
+// as JSON; nil when none were kept).
+func (s *Service) TrialExchanges(id string) ([]byte, error) {
+	if _, _, err := s.Trial(id); err != nil {
+		return nil, err
+	}
+	return s.store.Exchanges(id)
+}
+
 // TrialSummary is one entry of Trials.
 type TrialSummary struct {
 	TrialID      string    `json:"trial_id"`
