@@ -5,6 +5,8 @@ import (
 	"context"
 	"os"
 	"os/exec"
+	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -14,6 +16,7 @@ import (
 	"github.com/dryexec/dryexec"
 	"github.com/dryexec/dryexec/guest"
 	"github.com/dryexec/dryexec/rung/linuxns"
+	"github.com/dryexec/dryexec/store"
 	"github.com/dryexec/dryexec/wire"
 )
 
@@ -50,15 +53,28 @@ func startNSGuest(ctx context.Context, exe string, ctrl *os.File, start *wire.Se
 	if err != nil {
 		return nil, nil, err
 	}
-	masks, err := linuxns.ResolveMasks(opt.Masks, opt.NoDefaultMasks)
+	id := "se_" + strings.TrimPrefix(dryexec.NewTrialID(), "tr_")
+	caDir := opt.NetCADir
+	if caDir == "" {
+		if home, err := store.DefaultDir(os.Getenv); err == nil {
+			caDir = filepath.Join(home, "netsim-ca")
+		}
+	}
+	// The network first: a bad spec is the caller's error before anything
+	// else is made, and mocks without a TUN device refuse here.
+	nw, err := linuxns.NewNet(ctx, opt.Net, caDir, id)
 	if err != nil {
 		return nil, nil, err
 	}
-	id := "se_" + strings.TrimPrefix(dryexec.NewTrialID(), "tr_")
-	// The network first: a bad spec is the caller's error before anything
-	// else is made, and mocks without a TUN device refuse here.
-	nw, err := linuxns.NewNet(ctx, opt.Net, opt.NetCADir, id)
+	// netsim's CA key signs what the sandbox trusts: it stays masked whoever
+	// opened the session (the daemon masks it too; a Go caller may not).
+	extra := opt.Masks
+	if caDir != "" {
+		extra = append(slices.Clone(opt.Masks), caDir)
+	}
+	masks, err := linuxns.ResolveMasks(extra, opt.NoDefaultMasks)
 	if err != nil {
+		nw.Close()
 		return nil, nil, err
 	}
 	lim, err := r.NewLimiter(id, opt.Limits)

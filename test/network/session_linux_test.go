@@ -20,14 +20,22 @@ import (
 // t ends.
 func openNetSession(t *testing.T, specs ...string) *session.Session {
 	t.Helper()
+	s, _ := openNetSessionCA(t, specs...)
+	return s
+}
+
+// openNetSessionCA is openNetSession, also returning the CA directory.
+func openNetSessionCA(t *testing.T, specs ...string) (*session.Session, string) {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
 	defer cancel()
-	s, err := session.Open(ctx, session.Options{Rung: "ns", Net: specs, NetCADir: filepath.Join(t.TempDir(), "ca"), Env: testPath})
+	ca := filepath.Join(t.TempDir(), "ca")
+	s, err := session.Open(ctx, session.Options{Rung: "ns", Net: specs, NetCADir: ca, Env: testPath})
 	if err != nil {
 		t.Fatalf("opening an ns session with --net %v: %v", specs, err)
 	}
 	t.Cleanup(func() { s.Close() })
-	return s
+	return s, ca
 }
 
 // shell runs command in s and fails t if it cannot.
@@ -72,7 +80,7 @@ func TestSessionNetMock(t *testing.T) {
 	if err := os.WriteFile(mock, []byte("routes:\n  - host: api.example.com\n    path: /users/{id}\n    status: 201\n    body: mocked-user\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	s := openNetSession(t, "mock:"+mock)
+	s, ca := openNetSessionCA(t, "mock:"+mock)
 	if w := s.Warnings(); len(w) != 0 {
 		t.Errorf("warnings with a TUN device: %q", w)
 	}
@@ -132,6 +140,13 @@ func TestSessionNetMock(t *testing.T) {
 	out, _ = shell(t, s, `echo "$SSL_CERT_FILE"; grep -c 'BEGIN CERTIFICATE' "$SSL_CERT_FILE" >/dev/null && echo trusted; echo x > /etc/resolv.conf 2>/dev/null && echo WROTE; true`)
 	if !strings.HasSuffix(out, "trusted\n") || strings.Contains(out, "WROTE") || strings.TrimSpace(strings.Split(out, "\n")[0]) == "" {
 		t.Errorf("trust setup as the sandbox sees it: %q", out)
+	}
+	// The CA's key exists on the host, and the sandbox cannot read it.
+	if b, err := os.ReadFile(filepath.Join(ca, "netsim-ca.pem")); err != nil || !strings.Contains(string(b), "PRIVATE KEY") {
+		t.Fatalf("the CA key on the host: %v", err)
+	}
+	if out, _ = shell(t, s, "cat "+ca+"/netsim-ca.pem 2>/dev/null | grep -c 'PRIVATE KEY'; true"); out != "0\n" {
+		t.Errorf("the sandbox reads the CA key: %q", out)
 	}
 }
 
