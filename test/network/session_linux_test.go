@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/dryexec/dryexec"
+	"github.com/dryexec/dryexec/netsim/tun"
 	"github.com/dryexec/dryexec/session"
 )
 
@@ -283,4 +284,40 @@ func openFDs(t *testing.T) int {
 		t.Fatal(err)
 	}
 	return len(ents)
+}
+
+// BenchmarkSessionNet: an ns session with its netsim: open, one exec of
+// true, close; and, in one open session, an exec whose curl resolves a name
+// and connects (both refused and logged).
+func BenchmarkSessionNet(b *testing.B) {
+	if err := tun.CheckTUN(); err != nil {
+		b.Skipf("no TUN here: %v", err)
+	}
+	ca := filepath.Join(b.TempDir(), "ca")
+	open := func(b *testing.B) *session.Session {
+		s, err := session.Open(b.Context(), session.Options{Rung: "ns", Net: []string{"none"}, NetCADir: ca, Env: testPath})
+		if err != nil {
+			b.Fatal(err)
+		}
+		return s
+	}
+	b.Run("open_exec_close", func(b *testing.B) {
+		for b.Loop() {
+			s := open(b)
+			if _, err := s.Shell(b.Context(), "true", time.Minute); err != nil {
+				b.Fatal(err)
+			}
+			s.Close()
+		}
+	})
+	b.Run("exec_refused_curl", func(b *testing.B) {
+		s := open(b)
+		defer s.Close()
+		for b.Loop() {
+			r, err := s.Shell(b.Context(), "curl -s -m 5 http://example.com/ >/dev/null; true", time.Minute)
+			if err != nil || len(r.Network) == 0 {
+				b.Fatalf("%v %+v", err, r)
+			}
+		}
+	})
 }
