@@ -37,10 +37,13 @@ var (
 
 // chart draws every group as horizontal bars: the bar is the median, the
 // line through it spans min to max, grey bars are the group's baselines.
-// Each group has its own scale (its largest max), so bars compare only
-// within a group, as the ratios do.
+// Each group has its own scale (1.2 × its largest median), so bars compare
+// only within a group, as the ratios do.
 func chart(m machine, cfg config, groups []group, sections [][]result) ([]byte, error) {
 	rows := 3
+	if cfg.note != "" {
+		rows++
+	}
 	for si, res := range sections {
 		rows += titleRows + max(len(res), 1)
 		if groups[si].note != "" && res == nil {
@@ -52,11 +55,11 @@ func chart(m machine, cfg config, groups []group, sections [][]result) ([]byte, 
 	y := margin + rowHeight
 	text(img, margin, y, "dryexec benchmarks  "+m.start.Format(time.RFC3339)+"  "+m.String())
 	y += rowHeight
-	sub := "bar: median; line: min to max; grey: baseline; ms lower is better, /s higher is better"
 	if cfg.note != "" {
-		sub = cfg.note + "  |  " + sub
+		text(img, margin, y, cfg.note)
+		y += rowHeight
 	}
-	text(img, margin, y, sub)
+	text(img, margin, y, "bar: median; line: min to max (> : beyond the scale); grey: baseline; ms and MiB lower is better, /s higher is better")
 	y += rowHeight
 	for si, res := range sections {
 		g := groups[si]
@@ -68,14 +71,16 @@ func chart(m machine, cfg config, groups []group, sections [][]result) ([]byte, 
 			y += rowHeight
 			continue
 		}
+		// The scale is set by the medians, not the maxima: one outlier
+		// would otherwise squash every bar. A whisker past it is clipped.
 		scale := 0.0
 		for _, r := range res {
-			scale = max(scale, r.max())
+			scale = max(scale, r.median()*1.2)
 		}
 		if scale <= 0 {
 			scale = 1
 		}
-		px := func(v float64) int { return barLeft + int(v/scale*barWidth) }
+		px := func(v float64) int { return barLeft + int(min(v/scale, 1)*barWidth) }
 		for i, r := range res {
 			label := ascii(r.name)
 			if maxChars := (labelWidth - 14) / 7; len(label) > maxChars {
@@ -94,7 +99,12 @@ func chart(m machine, cfg config, groups []group, sections [][]result) ([]byte, 
 			fill(img, image.Rect(px(r.min()), mid, px(r.max())+1, mid+1), colWhisker)
 			fill(img, image.Rect(px(r.min()), top+2, px(r.min())+1, bottom-2), colWhisker)
 			fill(img, image.Rect(px(r.max()), top+2, px(r.max())+1, bottom-2), colWhisker)
-			text(img, px(r.max())+6, y, g.unit.format(r.median()))
+			end := px(r.max()) + 6
+			if r.max() > scale {
+				text(img, end-2, y, ">")
+				end += 8
+			}
+			text(img, end, y, g.unit.format(r.median()))
 			y += rowHeight
 		}
 	}
