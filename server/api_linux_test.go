@@ -388,6 +388,16 @@ func testConcurrentTrials(t *testing.T, pool int) {
 	if list, _ := d.svc.Trials(); len(list) != n {
 		t.Fatalf("%d trials stored, want %d", len(list), n)
 	}
+	var health struct {
+		Pool *struct{ Size, Hits, Misses int }
+	}
+	d.ok(t, "GET", "/v1/health", nil, 200, &health)
+	switch {
+	case pool == 0 && health.Pool != nil:
+		t.Fatalf("health reports a pool that was not asked for: %+v", health.Pool)
+	case pool > 0 && (health.Pool == nil || health.Pool.Size != pool || health.Pool.Hits+health.Pool.Misses != n || health.Pool.Hits == 0):
+		t.Fatalf("health's pool figures: %+v, want size %d and %d trials with some hits", health.Pool, pool, n)
+	}
 }
 
 // A full queue refuses with 503 busy (and Retry-After) instead of waiting.

@@ -215,8 +215,12 @@ func (a *api) decode(w http.ResponseWriter, r *http.Request, v any, optional boo
 
 func (a *api) health(w http.ResponseWriter, r *http.Request) error {
 	running, queued, sessions := a.svc.Counts()
-	return writeJSON(w, 200, map[string]any{"ok": true, "trials_running": running, "trials_queued": queued, "sessions": sessions,
-		"max_trials": a.svc.cfg.MaxTrials, "max_queue": a.svc.cfg.MaxQueue})
+	h := map[string]any{"ok": true, "trials_running": running, "trials_queued": queued, "sessions": sessions,
+		"max_trials": a.svc.cfg.MaxTrials, "max_queue": a.svc.cfg.MaxQueue}
+	if a.svc.pool != nil {
+		h["pool"] = poolStats(a.svc.pool)
+	}
+	return writeJSON(w, 200, h)
 }
 
 func (a *api) version(w http.ResponseWriter, r *http.Request) error {

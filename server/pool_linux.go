@@ -16,3 +16,14 @@ func newPool(ctx context.Context, cfg Config, template dryexec.TrialSpec) (trial
 	}
 	return linuxns.NewPool(ctx, r, linuxns.PoolOptions{Size: cfg.Pool, IdleTimeout: cfg.PoolIdle, Spec: template})
 }
+
+// poolStats reports the warm pool's figures for /v1/health (nil: no pool).
+func poolStats(p trialPool) any {
+	lp, ok := p.(*linuxns.Pool)
+	if !ok {
+		return nil
+	}
+	st := lp.Stats()
+	return map[string]any{"size": st.Size, "ready": st.Ready, "busy": st.Busy, "hits": st.Hits, "misses": st.Misses,
+		"failed": st.Failed, "last_error": st.LastError, "idle_pss_bytes": st.IdlePSSBytes}
+}

@@ -12,3 +12,5 @@ import (
 func newPool(ctx context.Context, cfg Config, template dryexec.TrialSpec) (trialPool, error) {
 	return nil, &dryexec.IsolationUnavailableError{Rung: "ns", Missing: "Linux"}
 }
+
+func poolStats(p trialPool) any { return nil }

@@ -30,6 +30,7 @@ type PoolOptions struct {
 
 // PoolStats say how a Pool has served.
 type PoolStats struct {
+	Size  int // sandboxes the pool keeps ready when in use
 	Ready int // sandboxes ready now
 	// Busy counts background work in flight: trials running or their
 	// sandboxes being torn down, and a sandbox being prepared.
@@ -293,7 +294,7 @@ func (p *Pool) dropIdle() bool {
 func (p *Pool) Stats() PoolStats {
 	p.mu.Lock()
 	s := p.stats
-	s.Ready, s.Busy = len(p.ready), p.busy
+	s.Size, s.Ready, s.Busy = p.opts.Size, len(p.ready), p.busy
 	pids := make([]int, 0, len(p.ready))
 	for _, t := range p.ready {
 		pids = append(pids, t.cmd.Process.Pid)
