@@ -104,7 +104,7 @@ func TestSoak(t *testing.T) {
 	// The warm pool refills in the background after each trial: its
 	// sandboxes (processes, cgroups) are counted once it is quiet.
 	kids0, groups0 := settled(pid)
-	rssStart, fdStart := harness.RSS(pid), settledFDs(pid, -1)
+	rssStart, fdStart, thr0 := harness.RSS(pid), settledFDs(pid, -1), harness.Threads(pid)
 	start, trials0 := time.Now(), s.trials.Load()
 	s.run(t, ctx, jobs[warm:len(jobs)/2])
 	rssMid := harness.RSS(pid)
@@ -112,7 +112,7 @@ func TestSoak(t *testing.T) {
 	dur := time.Since(start)
 	s.d.HTTP.CloseIdleConnections()
 	fdEnd := settledFDs(pid, len(fdStart))
-	rssEnd := harness.RSS(pid)
+	rssEnd, thr1 := harness.RSS(pid), harness.Threads(pid)
 	kids1, groups1 := settled(pid)
 	measured := len(jobs) - warm
 
@@ -122,8 +122,8 @@ func TestSoak(t *testing.T) {
 		float64(measured)/dur.Seconds(), measured, float64(s.trials.Load()-trials0)/dur.Seconds())
 	t.Logf("soak: daemon RSS after warm-up %s, half-way %s, end %s (%+.1f MiB); fds %d → %d %v",
 		mib(rssStart), mib(rssMid), mib(rssEnd), float64(rssEnd-rssStart)/(1<<20), len(fdStart), len(fdEnd), harness.FDKinds(fdEnd))
-	t.Logf("soak: idle daemon's own sandboxes (warm pool): processes %d → %d, cgroup dirs %d → %d",
-		len(kids0), len(kids1), len(groups0), len(groups1))
+	t.Logf("soak: threads %d → %d; idle daemon's own sandboxes (warm pool): processes %d → %d, cgroup dirs %d → %d",
+		thr0, thr1, len(kids0), len(kids1), len(groups0), len(groups1))
 	if t.Failed() {
 		t.Logf("daemon output:\n%s", tail(s.d.Output(), 4000))
 		t.FailNow()

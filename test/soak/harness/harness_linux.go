@@ -281,15 +281,21 @@ func (d *Daemon) Stream(ctx context.Context, req server.TrialRequest) (<-chan ma
 }
 
 // RSS is the daemon's resident set size in bytes (VmRSS), 0 if unreadable.
-func RSS(pid int) int64 {
+func RSS(pid int) int64 { return status(pid, "VmRSS:") << 10 }
+
+// Threads is how many threads pid has.
+func Threads(pid int) int64 { return status(pid, "Threads:") }
+
+// status reads one numeric field of /proc/PID/status (kB fields in kB).
+func status(pid int, field string) int64 {
 	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/status")
 	if err != nil {
 		return 0
 	}
 	for _, l := range strings.Split(string(b), "\n") {
-		if v, ok := strings.CutPrefix(l, "VmRSS:"); ok {
-			kb, _ := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")), 10, 64)
-			return kb << 10
+		if v, ok := strings.CutPrefix(l, field); ok {
+			n, _ := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")), 10, 64)
+			return n
 		}
 	}
 	return 0
