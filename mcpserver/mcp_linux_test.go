@@ -15,6 +15,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/dryexec/dryexec/mcpserver"
+	"github.com/dryexec/dryexec/netsim/tun"
 	"github.com/dryexec/dryexec/policy"
 	"github.com/dryexec/dryexec/rung/linuxns"
 	"github.com/dryexec/dryexec/server"
@@ -112,6 +113,14 @@ func exercise(t *testing.T, s *mcp.ClientSession) {
 	call(t, s, "discard_trial", map[string]any{"trial_id": tr2.TrialID}, &dis)
 	if !dis.Discarded {
 		t.Fatalf("discard: %+v", dis)
+	}
+	// The network: nothing leaves, and the attempt is in the result (where
+	// netsim can intercept: without a usable /dev/net/tun the sandbox has
+	// loopback only).
+	var tr3 mcpserver.TrialOut
+	call(t, s, "run_trial", map[string]any{"command": "python3 -c 'import socket; socket.socket().connect_ex((\"203.0.113.9\", 80))'", "cwd": wd, "net": []string{"none"}}, &tr3)
+	if tun.CheckTUN() == nil && (len(tr3.Network) == 0 || !strings.HasPrefix(tr3.Network[len(tr3.Network)-1], "blocked tcp") || !strings.Contains(tr3.Network[len(tr3.Network)-1], "203.0.113.9:80")) {
+		t.Fatalf("run_trial network: %q", tr3.Network)
 	}
 	var so mcpserver.SessionOut
 	call(t, s, "session_open", map[string]any{"rung": "ns"}, &so)

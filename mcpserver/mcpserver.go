@@ -10,8 +10,10 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"os"
+	"strconv"
 	"strings"
 	"time"
 
@@ -33,6 +35,7 @@ type RunTrialIn struct {
 	Cwd       string   `json:"cwd,omitempty" jsonschema:"absolute directory to run in (default: the server's working directory)"`
 	TimeoutMS int64    `json:"timeout_ms,omitempty" jsonschema:"kill the command after this many milliseconds (0: none)"`
 	Rung      string   `json:"rung,omitempty" jsonschema:"isolation rung: ns (default) or best"`
+	Net       []string `json:"net,omitempty" jsonschema:"network: [\"none\"] (default: nothing leaves, every attempt logged), [\"mock:FILE\"] (answers from a mock or OpenAPI file), [\"allow:HOST[:PORT]\"] (forwarded for real and logged); combined, mocks first (docs/network.md)"`
 }
 
 // DecisionOut is the policy's verdict.
@@ -54,6 +57,7 @@ type TrialOut struct {
 	Stderr       string      `json:"stderr"`
 	Decision     DecisionOut `json:"decision"`
 	Violations   int         `json:"violations"`
+	Network      []string    `json:"network" jsonschema:"action (mocked, allowed, blocked), protocol and URL or host:port of each network attempt"`
 }
 
 // TrialIDIn names a stored trial.
@@ -81,8 +85,9 @@ type DiscardOut struct {
 
 // SessionOpenIn opens a session.
 type SessionOpenIn struct {
-	Rung      string `json:"rung,omitempty" jsonschema:"ns (default) or host (no isolation)"`
-	Workspace string `json:"workspace,omitempty" jsonschema:"where the workspace appears in the sandbox (default /workspace)"`
+	Rung      string   `json:"rung,omitempty" jsonschema:"ns (default) or host (no isolation)"`
+	Workspace string   `json:"workspace,omitempty" jsonschema:"where the workspace appears in the sandbox (default /workspace)"`
+	Net       []string `json:"net,omitempty" jsonschema:"network: [\"none\"] (default: nothing leaves, every attempt logged), [\"mock:FILE\"] (answers from a mock or OpenAPI file), [\"allow:HOST[:PORT]\"] (forwarded for real and logged); combined, mocks first (docs/network.md)"`
 }
 
 // SessionIDIn names a live session.
@@ -206,6 +211,14 @@ func summarize(d *dryexec.StateDelta, status string) (TrialOut, string) {
 	for _, f := range d.Files {
 		out.Files = append(out.Files, string(f.Op)+" "+f.Path)
 	}
+	out.Network = []string{}
+	for _, n := range d.Network {
+		where := n.URL
+		if where == "" {
+			where = net.JoinHostPort(n.Host, strconv.Itoa(n.Port))
+		}
+		out.Network = append(out.Network, strings.TrimSpace(n.Action+" "+n.Proto+" "+n.Method+" "+where))
+	}
 	var b bytes.Buffer
 	render.Summary(&b, d, render.Options{Color: false})
 	fmt.Fprintf(&b, "trial %s: %s (dryexec commit %s | dryexec discard %s)\n", d.TrialID, status, d.TrialID, d.TrialID)
@@ -226,7 +239,7 @@ func (t *tools) runTrial(ctx context.Context, _ *mcp.CallToolRequest, in RunTria
 	if cwd == "" {
 		cwd = t.cwd
 	}
-	d, err := t.svc.RunTrial(ctx, server.TrialRequest{Argv: argv, Cwd: cwd, TimeoutMS: in.TimeoutMS, Rung: in.Rung}, server.TrialHooks{})
+	d, err := t.svc.RunTrial(ctx, server.TrialRequest{Argv: argv, Cwd: cwd, TimeoutMS: in.TimeoutMS, Rung: in.Rung, Net: in.Net}, server.TrialHooks{})
 	if err != nil {
 		return nil, TrialOut{}, err
 	}
@@ -263,7 +276,7 @@ func (t *tools) discardTrial(ctx context.Context, _ *mcp.CallToolRequest, in Tri
 }
 
 func (t *tools) sessionOpen(ctx context.Context, _ *mcp.CallToolRequest, in SessionOpenIn) (*mcp.CallToolResult, SessionOut, error) {
-	l, err := t.svc.OpenSession(ctx, server.SessionRequest{Rung: in.Rung, Workspace: in.Workspace})
+	l, err := t.svc.OpenSession(ctx, server.SessionRequest{Rung: in.Rung, Workspace: in.Workspace, Net: in.Net})
 	if err != nil {
 		return nil, SessionOut{}, err
 	}
