@@ -222,9 +222,15 @@ func (d *Differ) addFile(e *Entry, content io.Reader, lo lower, hp, mode string,
 		small = new(bytes.Buffer)
 		r = io.TeeReader(r, small)
 	}
-	sha, n, err := d.put(r)
+	// A read error is the guest stream's; anything else that fails the
+	// put is the store's.
+	cr := &checkedReader{r: r}
+	sha, n, err := d.put(cr)
 	if err != nil {
-		return fmt.Errorf("storing %s: %w", hp, err)
+		if cr.err != nil {
+			return fmt.Errorf("reading the content of %s: %w", hp, cr.err)
+		}
+		return &StoreError{Path: hp, Err: err}
 	}
 	if n != e.Size {
 		return &ErrBadEntry{Entry: *e, Reason: fmt.Sprintf("content is %d bytes, entry says %d", n, e.Size)}
@@ -265,6 +271,20 @@ func (d *Differ) addFile(e *Entry, content io.Reader, lo lower, hp, mode string,
 	}
 	d.add(fc)
 	return nil
+}
+
+// checkedReader remembers its reader's error (io.EOF aside).
+type checkedReader struct {
+	r   io.Reader
+	err error
+}
+
+func (c *checkedReader) Read(p []byte) (int, error) {
+	n, err := c.r.Read(p)
+	if err != nil && err != io.EOF {
+		c.err = err
+	}
+	return n, err
 }
 
 // put stores r in the blob sink (or only hashes it) and returns its sha256.

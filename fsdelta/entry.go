@@ -58,6 +58,17 @@ func (e *ErrBadEntry) Error() string {
 	return fmt.Sprintf("fsdelta: refusing entry %q (mount %d): %s", e.Entry.Path, e.Entry.Mount, e.Reason)
 }
 
+// StoreError is a failure to keep a file's content in the blob sink (the
+// host's store: a full disk, a permission), as opposed to bad data from the
+// guest. Path is the host path whose content was being stored.
+type StoreError struct {
+	Path string
+	Err  error
+}
+
+func (e *StoreError) Error() string { return fmt.Sprintf("storing %s: %v", e.Path, e.Err) }
+func (e *StoreError) Unwrap() error { return e.Err }
+
 // CheckRelPath reports whether p is a clean relative path that stays beneath its
 // root: no leading slash, no "..", no empty or "." components, no NUL.
 func CheckRelPath(p string) error {

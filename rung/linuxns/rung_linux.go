@@ -583,6 +583,9 @@ func (t *trial) converse() (*dryexec.StateDelta, error) {
 				content = &dataReader{conn: t.conn, left: e.Size}
 			}
 			if err := differ.Add(&e, content); err != nil {
+				if se := (*fsdelta.StoreError)(nil); errors.As(err, &se) {
+					return nil, fmt.Errorf("trial %s: %w", t.spec.TrialID, err)
+				}
 				return nil, fmt.Errorf("%w: %w", dryexec.ErrGuest, err)
 			}
 			if dr, ok := content.(*dataReader); ok && dr.left != 0 {

@@ -532,6 +532,9 @@ func TestStateDirFull(t *testing.T) {
 	if !errors.As(err, &ae) || ae.Code != "no_space" || !strings.Contains(ae.Message, "no space left on device") {
 		t.Fatalf("a trial on a full state dir: %v, want code no_space saying there is no space", err)
 	}
+	if strings.Contains(ae.Message, "guest") {
+		t.Errorf("the host's full store is blamed on the guest: %s", ae.Message)
+	}
 	t.Logf("trial on a full disk: %v", err)
 	// A commit that cannot write its journal changes nothing.
 	err = d.Do(ctx, "POST", "/v1/trials/"+pend.TrialID+"/commit", server.CommitRequest{}, nil)
