@@ -681,3 +681,61 @@ func TestCorruptTrial(t *testing.T) {
 	f.checkBystander(d2)
 	f.finish(d2)
 }
+
+// poolHealth is the warm pool's part of /v1/health.
+type poolHealth struct {
+	Pool *struct{ Size, Ready, Busy, Hits int }
+}
+
+func (f *fixture) pool(d *harness.Daemon) poolHealth {
+	f.t.Helper()
+	var h poolHealth
+	if err := d.Do(context.Background(), "GET", "/v1/health", nil, &h); err != nil || h.Pool == nil {
+		f.t.Fatalf("health: %v %+v (no pool)", err, h)
+	}
+	return h
+}
+
+// SIGKILL of the daemon while its warm pool prepares a sandbox: the pool's
+// sandboxes (ready and half-made) die with it, the next start cleans their
+// cgroups and makes a pool of its own, and trials go on.
+func TestKillDaemonMidPoolRefill(t *testing.T) {
+	f := setup(t)
+	f.begin()
+	d := f.start()
+	f.recordBystander(d)
+	deadline := time.Now().Add(time.Minute)
+	for h := f.pool(d); h.Pool.Ready < h.Pool.Size || h.Pool.Busy > 0; h = f.pool(d) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the pool never filled: %+v", *h.Pool)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	wd := f.dir("wd")
+	var delta dryexec.StateDelta
+	if err := d.Do(context.Background(), "POST", "/v1/trials", f.req(wd, "echo warm > w"), &delta); err != nil {
+		t.Fatal(err)
+	}
+	// The used sandbox is torn down and a new one prepared, in the
+	// background: kill the daemon as soon as that is under way.
+	deadline = time.Now().Add(time.Minute)
+	h := f.pool(d)
+	for h.Pool.Busy == 0 || h.Pool.Ready == h.Pool.Size {
+		if time.Now().After(deadline) {
+			t.Fatalf("no refill seen: %+v", *h.Pool)
+		}
+		h = f.pool(d)
+	}
+	if h.Pool.Hits < 1 { // this trial (the bystander may have run cold)
+		t.Fatalf("the trial did not use the pool: %+v", *h.Pool)
+	}
+	d.Kill()
+	t.Logf("killed with the pool at %+v; left for the next start: %s", *h.Pool, f.env.Leaks(f.base, f.root, f.owners))
+	d2 := f.start()
+	f.noLeaks(d2.Pid)
+	f.checkBystander(d2)
+	if err := d2.Do(context.Background(), "POST", "/v1/trials", f.req(wd, "echo again > w2"), &delta); err != nil || len(delta.Files) != 1 {
+		t.Fatalf("a trial after the restart: %v %+v", err, delta.Files)
+	}
+	f.finish(d2)
+}
