@@ -97,6 +97,20 @@ class Unauthorized(DryExecError):
     code = "unauthorized"
 
 
+class Corrupt(DryExecError):
+    """A stored trial is damaged (a torn delta, a tampered content blob): it
+    cannot be shown or committed, only discarded."""
+
+    code = "corrupt"
+
+
+class NoSpace(DryExecError, OSError):
+    """The daemon's state directory is full: nothing was half-recorded or
+    half-applied; retry once there is space."""
+
+    code = "no_space"
+
+
 class DaemonUnavailable(DryExecError):
     """No daemon answers and none could be started (set DRYEXEC_BIN, or put
     dryexec on PATH)."""
@@ -105,7 +119,7 @@ class DaemonUnavailable(DryExecError):
 
 
 _BY_CODE = {c.code: c for c in (IsolationUnavailable, SessionLost, PolicyError, CommitConflict, NotRepresentable,
-                                 BadRequest, NotFound, AlreadyDone, Busy, Unauthorized)}
+                                 BadRequest, NotFound, AlreadyDone, Busy, Unauthorized, Corrupt, NoSpace)}
 # Refusals that have no class of their own are still bad requests.
 for _c in ("no_route", "method_not_allowed", "too_large", "unsupported_media_type", "unsafe_path"):
     _BY_CODE.setdefault(_c, BadRequest if _c != "unsafe_path" else DryExecError)

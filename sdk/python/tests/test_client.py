@@ -149,6 +149,24 @@ class Errors(unittest.TestCase):
         with self.assertRaises(dry_exec.BadRequest):
             dry_exec.run("true", environment=Environment(net=["mock:relative.yaml"]))
 
+    def test_corrupt_trial(self) -> None:
+        # A stored trial whose delta is torn: showing it says corrupt, as
+        # the daemon's 500 corrupt maps to Corrupt.
+        d = dry_exec.run("echo x > f.txt")
+        path = pathlib.Path(os.environ["DRYEXEC_HOME"], "trials", d.trial_id, "delta.json")
+        data = path.read_bytes()
+        path.write_bytes(data[:len(data) // 2])
+        with self.assertRaises(dry_exec.Corrupt):
+            dry_exec.default_client().transport.call("GET", "/v1/trials/" + d.trial_id)
+        dry_exec.default_client().transport.call("POST", "/v1/trials/" + d.trial_id + "/discard")
+
+    def test_error_codes(self) -> None:
+        from dry_exec._errors import from_response
+        for code, cls in (("no_space", dry_exec.NoSpace), ("corrupt", dry_exec.Corrupt),
+                          ("not_found", dry_exec.NotFound), ("busy", dry_exec.Busy)):
+            self.assertIsInstance(from_response(500, {"error": {"code": code, "message": "m"}}), cls)
+        self.assertIsInstance(from_response(507, {"error": {"code": "no_space", "message": "m"}}), OSError)
+
     def test_bad_request(self) -> None:
         # The SDK makes paths absolute itself; the daemon refuses traversal.
         with self.assertRaises(dry_exec.BadRequest):
