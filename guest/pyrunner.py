@@ -1,18 +1,33 @@
 # dryexec exec_python runner. The session guest (guest/python_unix.go) embeds
-# this file and starts it for each exec_python as
+# this file and starts it, one process per exec_python, as
 #
 #     python3 -B -u -c <this source>
 #
-# in the session's shell cwd and environment, in the exec's own process group,
-# with stdin /dev/null, stdout and stderr going to the transcript, and two pipes:
+# in the session's shell environment, in "/" (or the shell's cwd when a relative
+# PYTHONPATH-like variable makes startup depend on it), in its own process
+# group, with stdin /dev/null, stdout and stderr going to the transcript, and two
+# pipes:
 #
 #     fd 3: runner -> guest        fd 4: guest -> runner
 #
+# Usually it is started ahead of its call (pre-started, see docs/architecture.md
+# "Sessions"): it imports what it needs, says it is ready, and waits for its one
+# request; the cwd comes with the request.
+#
 # Protocol. Every message is one line of JSON (ASCII only: json.dumps escapes
 # the rest, so a line never holds a raw newline), followed, when the line has
-# "nbytes": N, by exactly N raw bytes. The guest writes one message first:
+# "nbytes": N, by exactly N raw bytes. The runner writes one message first, as
+# soon as it is up:
 #
-#     {"code": str, "inputs": {name: Value}, "workspace": str,
+#     {"op": "ready", "present": [path, ...], "absent": [path, ...]}
+#
+# naming every file and directory its startup depended on (sys.path entries,
+# site directories and .pth files, the files of the modules loaded so far, the
+# interpreter), as it found them (present or absent), so that the guest can
+# tell whether a call may still use it. The
+# guest then writes one message:
+#
+#     {"code": str, "inputs": {name: Value}, "workspace": str, "cwd": str,
 #      "limits": {"entry": n, "entries": n, "total": n, "outputs": n, "line": n,
 #                 "value": n}}
 #
@@ -50,6 +65,15 @@
 # Imports are few and cheap (the interpreter starts once per exec): pathlib,
 # traceback and linecache are loaded only when needed, the AST comes from
 # compile() and base64 from binascii.
+import sys
+
+# python -c puts "" (the cwd) first on sys.path. The runner's own imports must
+# not depend on where it was started (nor pick up a json.py lying in the
+# user's cwd): "" is taken out here and put back just before the user's code.
+_path0 = None
+if sys.path and sys.path[0] == "" and not getattr(sys.flags, "safe_path", False):
+    _path0 = sys.path.pop(0)
+
 import _ast
 import _thread
 import binascii
@@ -57,7 +81,6 @@ import builtins
 import json
 import math
 import os
-import sys
 
 _exit = os._exit
 _write = os.write
@@ -108,7 +131,12 @@ class _Channel:
                 view = view[_write(3, view):]
 
     def first(self):
-        return json.loads(self._r.readline())
+        line = self._r.readline()
+        if not line:
+            # The guest went away (or dropped this pre-started runner) before
+            # sending a request: nothing to report.
+            _exit(0)
+        return json.loads(line)
 
     def request(self, msg, payload=None):
         with self._lock:
@@ -488,9 +516,47 @@ def _result(ok, error, outputs, skipped):
     return head[:-1] + ',"outputs":{' + parts + "}}"
 
 
+def _deps():
+    """(present, absent) paths: everything this interpreter's startup read or
+    listed: a change to any of them (a package installed, a .pth file added, a
+    PYTHONPATH directory created) means a fresh interpreter could start
+    differently."""
+    paths = [sys.executable]
+    paths += [p for p in sys.path if p]
+    site = sys.modules.get("site")
+    if site is not None:
+        try:
+            if site.ENABLE_USER_SITE is not False:
+                paths.append(site.getusersitepackages())
+            dirs = list(site.getsitepackages())
+        except Exception:
+            dirs = []
+        for d in dirs:
+            paths.append(d)
+            try:
+                paths += [os.path.join(d, n) for n in os.listdir(d) if n.endswith(".pth")]
+            except OSError:
+                pass
+    for m in list(sys.modules.values()):
+        f = getattr(m, "__file__", None)
+        if isinstance(f, str):
+            paths.append(f)
+    present, absent, seen = [], [], set()
+    for p in paths:
+        if not isinstance(p, str) or not os.path.isabs(p):
+            continue
+        for q in (p, os.path.realpath(p)):
+            if q not in seen:
+                seen.add(q)
+                (present if os.path.lexists(q) else absent).append(q)
+    return present, absent
+
+
 def _main():
     global _chan, _ws, _printer, _line_max, _value_max
     _chan = _Channel()
+    present, absent = _deps()
+    _chan.send({"op": "ready", "present": present, "absent": absent})
     req = _chan.first()
     _ws = req.get("workspace") or "/"
     limits = req.get("limits") or {}
@@ -507,6 +573,11 @@ def _main():
     builtins.print = _print
     ok, error = True, None
     try:
+        cwd = req.get("cwd")
+        if cwd:
+            os.chdir(cwd)
+        if _path0 is not None:
+            sys.path.insert(0, _path0)
         for name, v in (req.get("inputs") or {}).items():
             if not name.isidentifier():
                 raise ValueError("input name %r is not a Python identifier" % name)

@@ -12,12 +12,10 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"os/exec"
 	"syscall"
 	"time"
 	"unicode/utf8"
 
-	"github.com/dryexec/dryexec/internal/tail"
 	"github.com/dryexec/dryexec/wire"
 )
 
@@ -55,7 +53,9 @@ type runnerStart struct {
 	Code      string                `json:"code"`
 	Inputs    map[string]wire.Value `json:"inputs"`
 	Workspace string                `json:"workspace"`
-	Limits    runnerLimits          `json:"limits"`
+	// Cwd is the shell's: a pre-started runner was started elsewhere.
+	Cwd    string       `json:"cwd"`
+	Limits runnerLimits `json:"limits"`
 }
 
 type runnerLimits struct {
@@ -108,8 +108,7 @@ var dropLine = []byte(`{"op":"drop"}`)
 type pyExec struct {
 	s     *session
 	ctx   context.Context // cancelled when the exec ends: abandons host calls
-	in    *bufio.Reader   // fd 3's read end
-	out   *os.File        // fd 4's write end
+	r     *runnerProc     // its in (fd 3) and respW (fd 4)
 	kill  func()
 	start runnerStart
 
@@ -121,13 +120,19 @@ type pyExec struct {
 	gotResult chan struct{} // closed when the result arrives
 }
 
-// execPython runs one piece of Python in a fresh runner process: in the shell's
-// cwd and environment, killed (with its process group) at the timeout or when
-// it is done.
+// execPython runs one piece of Python in a runner process of its own: the
+// pre-started one if it still fits, else a fresh one. It runs in the shell's cwd
+// and environment, and is killed (with its process group) at the timeout or when
+// it is done. Unless req.Fresh, the next call's runner is started before this
+// returns.
 func (s *session) execPython(ctx context.Context, req *wire.ExecPython) (*wire.PythonResult, error) {
 	py := pythonPath()
 	if py == "" {
+		s.dropRunner()
 		return nil, remote("no_python", "there is no python3 in the sandbox")
+	}
+	if !req.Fresh {
+		defer s.prestartPython()
 	}
 	res := &wire.PythonResult{Prints: []wire.PrintEntry{}, Outputs: map[string]wire.Value{}, OutputsSkipped: map[string]string{}}
 	env, _ := boundedEnv(s.shell.env)
@@ -135,43 +140,49 @@ func (s *session) execPython(ctx context.Context, req *wire.ExecPython) (*wire.P
 	if fi, err := os.Stat(cwd); err != nil || !fi.IsDir() {
 		cwd = s.ws
 	}
-	reqR, reqW, err := os.Pipe() // runner → guest: the runner's fd 3
-	if err != nil {
-		return nil, remote("exec_python", "%v", err)
-	}
-	defer reqR.Close()
-	respR, respW, err := os.Pipe() // guest → runner: the runner's fd 4
-	if err != nil {
-		reqW.Close()
-		return nil, remote("exec_python", "%v", err)
-	}
-	defer respW.Close()
-	// One writer for stdout and stderr: exec.Cmd then gives both the same
-	// pipe, so the transcript is in exactly the order the runner wrote.
-	out := tail.New(s.cfg.OutputCap)
-	cmd := exec.Command(py, "-B", "-u", "-c", pyRunner)
-	cmd.Env = env
-	cmd.Dir = cwd
-	cmd.Stdout, cmd.Stderr = out, out
-	cmd.ExtraFiles = []*os.File{reqW, respR}
-	cmd.SysProcAttr = runnerAttr(s.execAttr())
-	cmd.WaitDelay = 100 * time.Millisecond
+	dir := runnerDir(env, cwd)
 	start := time.Now()
-	err = s.startExec(cmd)
-	reqW.Close()
-	respR.Close()
-	if err != nil {
-		return nil, remote("exec_python", "starting %s: %v", py, err)
+	var timeout, grace <-chan time.Time
+	if req.TimeoutMS > 0 {
+		timer := time.NewTimer(time.Duration(req.TimeoutMS) * time.Millisecond)
+		defer timer.Stop()
+		timeout = timer.C
 	}
-	pid := cmd.Process.Pid
+	r := s.takeRunner(py, env, dir, req.Fresh)
+	if r != nil {
+		// It may still be starting: that counts against the call's timeout,
+		// as it would for a runner started now.
+		select {
+		case <-r.ready:
+			if !r.unchanged() {
+				r.discard(s)
+				r = nil
+			}
+		case <-timeout:
+			timeout = nil
+			res.TimedOut = true
+			killGroup(r.pid)
+		case <-ctx.Done():
+			killGroup(r.pid)
+		}
+	}
+	if r == nil {
+		var err error
+		if r, err = s.startRunner(py, env, dir); err != nil {
+			return nil, remote("exec_python", "starting %s: %v", py, err)
+		}
+	}
+	defer r.reqR.Close()
+	defer r.respW.Close()
+	pid := r.pid
 	s.announce(pid)
 	execCtx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	x := &pyExec{
-		s: s, ctx: execCtx, in: bufio.NewReaderSize(reqR, 64<<10), out: respW,
+		s: s, ctx: execCtx, r: r,
 		kill:      func() { killGroup(pid) },
 		gotResult: make(chan struct{}),
-		start: runnerStart{Code: req.Code, Inputs: req.Inputs, Workspace: s.ws, Limits: runnerLimits{
+		start: runnerStart{Code: req.Code, Inputs: req.Inputs, Workspace: s.ws, Cwd: cwd, Limits: runnerLimits{
 			Entry: printEntryMax, Entries: printEntriesMax, Total: printTotalMax, Outputs: outputsMax, Line: runnerLineMax, Value: MaxCacheValue}},
 	}
 	relayDone := make(chan struct{})
@@ -179,19 +190,11 @@ func (s *session) execPython(ctx context.Context, req *wire.ExecPython) (*wire.P
 		defer close(relayDone)
 		x.relay()
 	}()
-	var timeout, grace <-chan time.Time
-	if req.TimeoutMS > 0 {
-		timer := time.NewTimer(time.Duration(req.TimeoutMS) * time.Millisecond)
-		defer timer.Stop()
-		timeout = timer.C
-	}
-	waited := make(chan error, 1)
-	go func() { waited <- cmd.Wait() }()
 	gotResult := x.gotResult
 wait:
 	for {
 		select {
-		case <-waited:
+		case <-r.exited:
 			break wait
 		case <-timeout:
 			timeout = nil
@@ -215,8 +218,8 @@ wait:
 	case <-relayDone:
 	case <-time.After(100 * time.Millisecond):
 		// A process outside the group still holds fd 3 or 4: stop listening.
-		reqR.Close()
-		respW.Close()
+		r.reqR.Close()
+		r.respW.Close()
 		<-relayDone
 	}
 	res.DurationNS = time.Since(start).Nanoseconds()
@@ -225,7 +228,7 @@ wait:
 	if res.Prints == nil {
 		res.Prints = []wire.PrintEntry{}
 	}
-	tb, _ := out.Bytes()
+	tb, _ := r.out.Bytes()
 	res.Transcript = string(tb)
 	switch {
 	case res.TimedOut:
@@ -233,7 +236,7 @@ wait:
 	case x.violation != "":
 		res.Error = &wire.PythonError{Type: "RunnerProtocolError", Message: "the python runner broke its protocol: " + x.violation}
 	case x.result == nil:
-		res.Error = &wire.PythonError{Type: "RunnerCrash", Message: crashMessage(cmd.ProcessState)}
+		res.Error = &wire.PythonError{Type: "RunnerCrash", Message: crashMessage(r.cmd.ProcessState)}
 	default:
 		x.fillResult(res)
 	}
@@ -361,8 +364,16 @@ func (x *pyExec) relay() {
 	if err := x.write(&x.start, nil); err != nil {
 		return // the runner is gone; its exit says why
 	}
+	// The ready message comes first (read by readReady).
+	<-x.r.ready
+	if err := x.r.readyErr; err != nil {
+		if !errors.Is(err, io.EOF) && !errors.Is(err, os.ErrClosed) {
+			x.violate(err.Error())
+		}
+		return
+	}
 	for {
-		line, err := readLine(x.in, runnerLineMax)
+		line, err := readLine(x.r.in, runnerLineMax)
 		if err == io.EOF {
 			return
 		}
@@ -400,7 +411,7 @@ func (x *pyExec) relay() {
 					return
 				}
 				payload = make([]byte, m.NBytes)
-				if _, err := io.ReadFull(x.in, payload); err != nil {
+				if _, err := io.ReadFull(x.r.in, payload); err != nil {
 					x.violate("cache.set: short value")
 					return
 				}
@@ -430,11 +441,11 @@ func (x *pyExec) write(v any, payload []byte) error {
 		return err
 	}
 	b = append(b, '\n')
-	if _, err := x.out.Write(b); err != nil {
+	if _, err := x.r.respW.Write(b); err != nil {
 		return err
 	}
 	if len(payload) > 0 {
-		_, err = x.out.Write(payload)
+		_, err = x.r.respW.Write(payload)
 	}
 	return err
 }

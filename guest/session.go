@@ -48,6 +48,11 @@ type session struct {
 	push *bytes.Buffer
 	// platform holds what the ns rung adds (nil on the host rung).
 	platform *sessionPlatform
+	// runner is the pre-started python runner waiting for the next
+	// exec_python, or nil; pyClosed: the session is ending, start no more
+	// (python_prestart_unix.go).
+	runner   *runnerProc
+	pyClosed bool
 }
 
 func runSession() int {
@@ -58,6 +63,9 @@ func runSession() int {
 	s := &session{}
 	s.peer = wire.NewPeer(conn, s.handle)
 	s.peer.Run(context.Background())
+	s.mu.Lock()
+	s.closePython()
+	s.mu.Unlock()
 	s.close()
 	return 0
 }
@@ -83,6 +91,8 @@ func (s *session) handle(ctx context.Context, f *wire.Frame) (any, [][]byte, err
 		if err := s.start(); err != nil {
 			return nil, nil, remote("setup", "%v", err)
 		}
+		// The view is ready: the first exec_python's runner can start.
+		s.prestartPython()
 		return s.ping(), nil, nil
 	case wire.VerbPing:
 		return s.ping(), nil, nil
@@ -138,6 +148,10 @@ func (s *session) handle(ctx context.Context, f *wire.Frame) (any, [][]byte, err
 		}
 		return nil, [][]byte{b}, nil
 	case wire.VerbReset:
+		// The waiting runner goes (it may have seen the workspace as it
+		// was); the next one starts after.
+		s.dropRunner()
+		defer s.prestartPython()
 		if err := s.st.reset(); err != nil {
 			return nil, nil, remote("reset", "%v", err)
 		}
@@ -157,6 +171,8 @@ func (s *session) handle(ctx context.Context, f *wire.Frame) (any, [][]byte, err
 		if s.push == nil {
 			return nil, nil, remote("protocol", "push_tree.end without begin")
 		}
+		s.dropRunner()
+		defer s.prestartPython()
 		err := s.st.replace(s.push)
 		s.push = nil
 		s.shell.cwd = s.ws
@@ -165,6 +181,7 @@ func (s *session) handle(ctx context.Context, f *wire.Frame) (any, [][]byte, err
 		}
 		return nil, nil, nil
 	case wire.VerbShutdown:
+		s.closePython()
 		s.close()
 		go func() { os.Exit(0) }()
 		return nil, nil, nil

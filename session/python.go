@@ -40,13 +40,32 @@ func File(path string) wire.Value { return wire.Value{Type: "file", Path: path} 
 // the exec could not be run or its answer was lost. timeout 0 means none; a
 // timeout kills the runner, not the session. The cache's pending writes are
 // applied only if the result is OK.
+//
+// The interpreter is usually started before the call (after the previous one,
+// see docs/architecture.md "Sessions"), but it is still a fresh one: nothing
+// carries over from one call to the next.
 func (s *Session) Python(ctx context.Context, code string, inputs map[string]wire.Value, timeout time.Duration) (*wire.PythonResult, error) {
+	return s.PythonWith(ctx, code, inputs, PythonOptions{Timeout: timeout})
+}
+
+// PythonOptions are Python's less common settings.
+type PythonOptions struct {
+	// Timeout bounds the exec (0: none).
+	Timeout time.Duration
+	// Fresh starts this call's interpreter only when the call comes (a
+	// pre-started one is killed), and pre-starts none for the next call: the
+	// old, slower behaviour, kept to measure the difference.
+	Fresh bool
+}
+
+// PythonWith is Python with options.
+func (s *Session) PythonWith(ctx context.Context, code string, inputs map[string]wire.Value, opt PythonOptions) (*wire.PythonResult, error) {
 	for name, v := range inputs {
 		if err := guest.CheckValue(&v); err != nil {
 			return nil, fmt.Errorf("session: input %q: %w", name, err)
 		}
 	}
-	body, bin, err := guest.EncodeBody(&wire.ExecPython{Code: code, Inputs: inputs, TimeoutMS: timeout.Milliseconds()})
+	body, bin, err := guest.EncodeBody(&wire.ExecPython{Code: code, Inputs: inputs, TimeoutMS: opt.Timeout.Milliseconds(), Fresh: opt.Fresh})
 	if err != nil {
 		return nil, fmt.Errorf("session: exec_python request: %w", err)
 	}

@@ -59,6 +59,10 @@ type ExecPython struct {
 	Code      string           `json:"code"`
 	Inputs    map[string]Value `json:"inputs,omitempty"`
 	TimeoutMS int64            `json:"timeout_ms,omitempty"`
+	// Fresh runs the code in a runner started for this call (a pre-started
+	// one is killed) and pre-starts none after it: the old behaviour, kept
+	// for comparison (benchmarks).
+	Fresh bool `json:"fresh,omitempty"`
 }
 
 // Value is the tagged codec every value crossing the boundary goes through: no
