@@ -178,6 +178,8 @@ func (p *Pool) take(sb sandbox) (*trial, error) {
 func (p *Pool) done1() {
 	p.mu.Lock()
 	p.busy--
+	// Idle time counts from the end of the last trial, not its start.
+	p.lastUse = time.Now()
 	p.mu.Unlock()
 	p.teardown.Done()
 }
@@ -277,7 +279,7 @@ func (p *Pool) dropIdle() bool {
 		return false
 	}
 	p.mu.Lock()
-	if time.Since(p.lastUse) < p.opts.IdleTimeout {
+	if p.busy > 0 || time.Since(p.lastUse) < p.opts.IdleTimeout {
 		p.mu.Unlock()
 		return false
 	}

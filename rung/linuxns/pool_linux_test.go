@@ -157,7 +157,7 @@ func TestPoolClose(t *testing.T) {
 // it is asked again.
 func TestPoolIdleTimeout(t *testing.T) {
 	dir := t.TempDir()
-	p := newTestPool(t, dir, PoolOptions{Size: 1, IdleTimeout: 300 * time.Millisecond}, 1)
+	p := newTestPool(t, dir, PoolOptions{Size: 1, IdleTimeout: time.Second}, 1)
 	deadline := time.Now().Add(time.Minute)
 	for p.Stats().Ready != 0 {
 		if time.Now().After(deadline) {
