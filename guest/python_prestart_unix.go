@@ -141,17 +141,25 @@ func (r *runnerProc) readReady() {
 
 // discard kills a runner that will serve no call, and waits for it.
 func (r *runnerProc) discard(s *session) {
-	select {
-	case <-r.exited:
-		// Reaped already: its pid may belong to someone else by now.
-	default:
+	if r.alive() {
 		killGroup(r.pid)
-	}
+	} // else reaped already: its pid may belong to someone else by now
 	r.reqR.Close()
 	r.respW.Close()
 	<-r.exited
 	<-r.ready
 	s.reapOrphans()
+}
+
+// alive reports whether the runner has not exited (a command may have killed
+// it while it waited).
+func (r *runnerProc) alive() bool {
+	select {
+	case <-r.exited:
+		return false
+	default:
+		return true
+	}
 }
 
 // unchanged reports whether a ready runner may serve a call: every path its

@@ -154,7 +154,7 @@ func (s *session) execPython(ctx context.Context, req *wire.ExecPython) (*wire.P
 		// as it would for a runner started now.
 		select {
 		case <-r.ready:
-			if !r.unchanged() {
+			if !r.alive() || !r.unchanged() {
 				r.discard(s)
 				r = nil
 			}
