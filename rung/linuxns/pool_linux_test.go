@@ -136,11 +136,7 @@ func TestPoolClose(t *testing.T) {
 	dir := t.TempDir()
 	p := newTestPool(t, dir, PoolOptions{Size: 2}, 2)
 	var pids []int
-	p.mu.Lock()
-	for _, tr := range p.ready {
-		pids = append(pids, tr.cmd.Process.Pid)
-	}
-	p.mu.Unlock()
+	p.w.Each(func(tr *trial) { pids = append(pids, tr.cmd.Process.Pid) })
 	p.Close()
 	for _, pid := range pids {
 		if _, err := os.Stat("/proc/" + strconv.Itoa(pid)); err == nil {

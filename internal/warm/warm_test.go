@@ -1,0 +1,142 @@
+package warm
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+)
+
+// thing is what the tests pool: a generation (what it was made from) and an
+// id; made and destroyed are counted so that leaks and double destroys show.
+type thing struct{ gen, id int }
+
+type maker struct {
+	mu        sync.Mutex
+	gen, next int
+	fail      error
+	made      int
+	destroyed map[int]int
+}
+
+func (m *maker) funcs() Funcs[thing] {
+	return Funcs[thing]{
+		Prepare: func(context.Context) (thing, error) {
+			m.mu.Lock()
+			defer m.mu.Unlock()
+			if m.fail != nil {
+				return thing{}, m.fail
+			}
+			m.next++
+			m.made++
+			return thing{gen: m.gen, id: m.next}, nil
+		},
+		Destroy: func(t thing) {
+			m.mu.Lock()
+			defer m.mu.Unlock()
+			m.destroyed[t.id]++
+		},
+		Same: func(a, b thing) bool { return a.gen == b.gen },
+	}
+}
+
+func waitFor(t *testing.T, what string, ok func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !ok() {
+		if time.Now().After(deadline) {
+			t.Fatalf("never: %s", what)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+func TestPool(t *testing.T) {
+	m := &maker{destroyed: map[int]int{}}
+	p := New(context.Background(), Options{Size: 2, IdleTimeout: -1}, m.funcs())
+	waitFor(t, "two ready", func() bool { return p.Stats().Ready == 2 })
+
+	// The oldest fitting thing is handed out once; the pool refills after Done.
+	got, ok, err := p.Take(func(thing) bool { return true })
+	if err != nil || !ok || got.id != 1 {
+		t.Fatalf("Take: %+v %v %v", got, ok, err)
+	}
+	if s := p.Stats(); s.Ready != 1 || s.Busy != 1 || s.Hits != 1 {
+		t.Fatalf("stats after a take: %+v", s)
+	}
+	p.Done()
+	waitFor(t, "refilled", func() bool { s := p.Stats(); return s.Ready == 2 && s.Busy == 0 })
+
+	// Nothing fits: a miss, and the caller still calls Done.
+	if _, ok, _ := p.Take(func(thing) bool { return false }); ok {
+		t.Fatal("a thing that does not fit was handed out")
+	}
+	p.Done()
+	if s := p.Stats(); s.Misses != 1 {
+		t.Fatalf("stats after a miss: %+v", s)
+	}
+
+	// What things are made from changes: the next one made shows the ready
+	// ones stale, and they are destroyed, never handed out.
+	m.mu.Lock()
+	m.gen = 1
+	m.mu.Unlock()
+	got, _, _ = p.Take(func(thing) bool { return true })
+	p.Done()
+	waitFor(t, "only fresh things ready", func() bool {
+		ok := true
+		n := 0
+		p.Each(func(x thing) { ok = ok && x.gen == 1; n++ })
+		return ok && n == 2
+	})
+	if got.gen != 0 {
+		t.Fatalf("took %+v", got)
+	}
+
+	// Close destroys what is ready, waits for the uses, refuses new Takes.
+	used, _, _ := p.Take(func(thing) bool { return true })
+	closed := make(chan struct{})
+	go func() { p.Close(); close(closed) }()
+	select {
+	case <-closed:
+		t.Fatal("Close did not wait for a use in progress")
+	case <-time.After(50 * time.Millisecond):
+	}
+	p.Done()
+	<-closed
+	if _, _, err := p.Take(func(thing) bool { return true }); !errors.Is(err, ErrClosed) {
+		t.Fatalf("Take after Close: %v", err)
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	// Every thing made was either handed out (ids 1, the first gen-0 take,
+	// used) or destroyed exactly once.
+	handed := map[int]bool{1: true, got.id: true, used.id: true}
+	for id := 1; id <= m.made; id++ {
+		if handed[id] != (m.destroyed[id] == 0) || m.destroyed[id] > 1 {
+			t.Errorf("thing %d: handed out %v, destroyed %d times", id, handed[id], m.destroyed[id])
+		}
+	}
+}
+
+// TestIdleAndFailures: an idle pool lets its things go and refills when
+// asked; failed preparations are counted, backed off, and do not stop it.
+func TestIdleAndFailures(t *testing.T) {
+	m := &maker{destroyed: map[int]int{}, fail: errors.New("no namespaces today")}
+	p := New(context.Background(), Options{Size: 1, IdleTimeout: 200 * time.Millisecond}, m.funcs())
+	defer p.Close()
+	waitFor(t, "failures counted", func() bool { s := p.Stats(); return s.Failed >= 2 && s.LastError == "no namespaces today" })
+	m.mu.Lock()
+	m.fail = nil
+	m.mu.Unlock()
+	p.Take(func(thing) bool { return true })
+	p.Done()
+	waitFor(t, "ready after the failures", func() bool { return p.Stats().Ready == 1 })
+	waitFor(t, "idle drop", func() bool { return p.Stats().Ready == 0 })
+	if _, ok, _ := p.Take(func(thing) bool { return true }); ok {
+		t.Fatal("an idle pool handed something out")
+	}
+	p.Done()
+	waitFor(t, "refill after idle", func() bool { return p.Stats().Ready == 1 })
+}
