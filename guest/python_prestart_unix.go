@@ -236,7 +236,13 @@ func startupNeedsCwd(env []string) bool {
 // the session is closing, or the next call's runner could not be pre-started
 // (no python, a cwd-dependent startup). A runner that fails to start is not an
 // error here: the call will start its own and say why.
+//
+// The start itself (fork and exec, about a millisecond) runs in the background,
+// so that the answer to the request that called this goes out meanwhile; every
+// request waits for it first (awaitPrestart), so each sees the runner exactly
+// as if it had been started in line.
 func (s *session) prestartPython() {
+	s.awaitPrestart()
 	if s.runner != nil || s.pyClosed {
 		return
 	}
@@ -248,8 +254,23 @@ func (s *session) prestartPython() {
 	if startupNeedsCwd(env) {
 		return
 	}
-	if r, err := s.startRunner(py, env, "/"); err == nil {
-		s.runner = r
+	started := make(chan *runnerProc, 1)
+	s.prestarting = started
+	go func() {
+		r, err := s.startRunner(py, env, "/")
+		if err != nil {
+			r = nil
+		}
+		started <- r
+	}()
+}
+
+// awaitPrestart waits for a runner being pre-started and makes it the waiting
+// one. s.mu is held.
+func (s *session) awaitPrestart() {
+	if s.prestarting != nil {
+		s.runner = <-s.prestarting
+		s.prestarting = nil
 	}
 }
 
@@ -257,6 +278,7 @@ func (s *session) prestartPython() {
 // the call would start one with; otherwise it kills it and returns nil. Its
 // readiness and its startup's files are checked after (unchanged).
 func (s *session) takeRunner(py string, env []string, dir string, fresh bool) *runnerProc {
+	s.awaitPrestart()
 	r := s.runner
 	s.runner = nil
 	if r == nil {
@@ -271,6 +293,7 @@ func (s *session) takeRunner(py string, env []string, dir string, fresh bool) *r
 
 // dropRunner kills the waiting runner, if any.
 func (s *session) dropRunner() {
+	s.awaitPrestart()
 	if s.runner != nil {
 		s.runner.discard(s)
 		s.runner = nil

@@ -53,6 +53,9 @@ type session struct {
 	// (python_prestart_unix.go).
 	runner   *runnerProc
 	pyClosed bool
+	// prestarting delivers the runner being started in the background (nil
+	// if it failed), or is nil; a request takes it before anything else.
+	prestarting chan *runnerProc
 }
 
 func runSession() int {
@@ -77,6 +80,9 @@ func remote(code, format string, a ...any) error {
 func (s *session) handle(ctx context.Context, f *wire.Frame) (any, [][]byte, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	// The last request's pre-started runner is forked before this one starts
+	// anything of its own.
+	s.awaitPrestart()
 	if s.st == nil && f.Verb != wire.VerbSessionStart {
 		return nil, nil, remote("not_started", "%s before session.start", f.Verb)
 	}

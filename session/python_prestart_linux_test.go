@@ -214,13 +214,17 @@ func TestPythonPrestartRelativePythonPath(t *testing.T) {
 func TestPythonPrestartStartupFilesChange(t *testing.T) {
 	for _, rung := range prestartRungs {
 		t.Run(rung, func(t *testing.T) {
-			s := openRung(t, rung, Options{})
+			mark := markEnv(t)
+			s := openRung(t, rung, Options{Env: mark})
 			sh(t, s, "export PYTHONUSERBASE=$PWD/ub && mkdir extra")
 			out := pyOut(t, s, "import site\nus = site.getusersitepackages()\nen = site.ENABLE_USER_SITE\nimport os\nextra = os.path.abspath('extra')")
 			if out["en"] != "true" {
 				t.Skipf("user site directories are disabled here (%s)", out["en"])
 			}
 			us, extra := unquote(t, out["us"]), unquote(t, out["extra"])
+			// The next call's runner has run its startup: it did not see
+			// what comes now.
+			waitWaiting(t, waitingRunner(t, s, mark))
 			sh(t, s, fmt.Sprintf("mkdir -p %s && echo %s > %s/dx.pth", us, extra, us))
 			out = pyOut(t, s, fmt.Sprintf("import sys\nfound = %q in sys.path", extra))
 			if out["found"] != "true" {
@@ -295,13 +299,10 @@ func TestPythonPrestartRunnerKilled(t *testing.T) {
 			mark := markEnv(t)
 			s := openRung(t, rung, Options{Env: mark})
 			pyOut(t, s, "")
-			pids := runners(t, mark)
-			if len(pids) != 1 {
-				t.Fatalf("%d waiting runners, want 1", len(pids))
-			}
-			waitWaiting(t, pids[0])
-			syscall.Kill(pids[0], syscall.SIGKILL)
-			waitGone(t, pids[0])
+			pid := waitingRunner(t, s, mark)
+			waitWaiting(t, pid)
+			syscall.Kill(pid, syscall.SIGKILL)
+			waitGone(t, pid)
 			pyOut(t, s, "")
 		})
 	}
@@ -320,11 +321,8 @@ func TestPythonPrestartLifecycle(t *testing.T) {
 			defer s.Close()
 			waiting := func(when string) int {
 				t.Helper()
-				pids := runners(t, mark)
-				if len(pids) != 1 {
-					t.Fatalf("%s: %d waiting runners (%v), want 1", when, len(pids), pids)
-				}
-				return pids[0]
+				t.Log(when)
+				return waitingRunner(t, s, mark)
 			}
 			p := waiting("at start")
 			pyOut(t, s, "")
@@ -391,6 +389,20 @@ func mapKeys[V any](m map[string]V) []string {
 func markEnv(t *testing.T) map[string]string {
 	return map[string]string{"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": "/tmp",
 		"DX_TEST_MARK": fmt.Sprintf("%s-%d-%d", t.Name(), os.Getpid(), time.Now().UnixNano())}
+}
+
+// waitingRunner returns the pid of s's waiting runner. A ping first: the
+// guest starts a runner in the background, but before the next request.
+func waitingRunner(t *testing.T, s *Session, mark map[string]string) int {
+	t.Helper()
+	if _, err := s.Ping(testCtx(t)); err != nil {
+		t.Fatal(err)
+	}
+	pids := runners(t, mark)
+	if len(pids) != 1 {
+		t.Fatalf("%d waiting runners (%v), want 1", len(pids), pids)
+	}
+	return pids[0]
 }
 
 // runners lists the live (not zombie) python runners carrying mark.
