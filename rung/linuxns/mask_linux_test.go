@@ -107,3 +107,27 @@ func TestMaskedSecrets(t *testing.T) {
 	}
 	sameSnapshot(t, before, snapshot(t, home))
 }
+
+// TestCAKeyMaskedOnFirstUse: the first trial of an install, whose netsim CA
+// does not exist yet when the trial is asked for, still sees the CA's key
+// empty (it is made before the masks are resolved, and masked whatever the
+// caller's masks say), and the read is reported.
+func TestCAKeyMaskedOnFirstUse(t *testing.T) {
+	requireNS(t)
+	caDir := filepath.Join(t.TempDir(), "fresh-install", "netsim-ca")
+	dir := t.TempDir()
+	d := runTrial(t, dir, dryexec.TrialSpec{NetCADir: caDir}, "sh", "-c", "cat "+caDir+"/*; echo end")
+	if d.Process.Stdout != "end\n" {
+		t.Fatalf("the sandbox read netsim's CA: %q", d.Process.Stdout)
+	}
+	if b, err := os.ReadFile(filepath.Join(caDir, "netsim-ca.pem")); err != nil || !strings.Contains(string(b), "PRIVATE KEY") {
+		t.Fatalf("the CA was not made on the host: %v", err)
+	}
+	found := false
+	for _, v := range d.Violations {
+		found = found || (v.Kind == "secret" && strings.HasPrefix(v.Detail, caDir))
+	}
+	if !found {
+		t.Fatalf("the read of the CA was not reported: %+v", d.Violations)
+	}
+}

@@ -16,6 +16,7 @@ import (
 
 	"github.com/dryexec/dryexec"
 	"github.com/dryexec/dryexec/netsim"
+	"github.com/dryexec/dryexec/netsim/ca"
 	"github.com/dryexec/dryexec/netsim/tun"
 	"github.com/dryexec/dryexec/store"
 	"github.com/dryexec/dryexec/wire"
@@ -91,6 +92,25 @@ func newSim(ctx context.Context, spec dryexec.TrialSpec) (*netsim.Sim, string, e
 		return nil, "", err
 	}
 	return sim, "", nil
+}
+
+// EnsureCA returns netsim's CA directory (dir, or $DRYEXEC_HOME/netsim-ca
+// when empty) after making the CA if it is not there yet.
+func EnsureCA(dir string) (string, error) {
+	if dir == "" {
+		home, err := store.DefaultDir(os.Getenv)
+		if err != nil {
+			return "", err
+		}
+		dir = filepath.Join(home, "netsim-ca")
+	}
+	if _, err := os.Stat(filepath.Join(dir, ca.FileName)); err == nil {
+		return dir, nil
+	}
+	if _, err := ca.LoadOrCreate(dir); err != nil {
+		return "", err
+	}
+	return dir, nil
 }
 
 // seedOf makes mocks repeatable per trial: the same trial id, the same bytes.

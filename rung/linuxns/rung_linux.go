@@ -136,7 +136,15 @@ func sandboxFor(spec dryexec.TrialSpec) (sandbox, error) {
 	if uid := os.Getuid(); uid != 0 {
 		mounts = ownedRoots(mounts, uid, spec.Action.Cwd)
 	}
-	masks, err := ResolveMasks(spec.Masks, spec.NoDefaultMasks)
+	// netsim's CA key signs what the sandbox trusts: it is masked whoever
+	// asked for the trial, and made first, so that the mask exists (a path
+	// is masked only if it exists when the masks are resolved, and the
+	// overlay shows the host's later files).
+	caDir, err := EnsureCA(spec.NetCADir)
+	if err != nil {
+		return sandbox{}, err
+	}
+	masks, err := ResolveMasks(append(slices.Clone(spec.Masks), caDir), spec.NoDefaultMasks)
 	if err != nil {
 		return sandbox{}, err
 	}
