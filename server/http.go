@@ -220,6 +220,11 @@ func (a *api) health(w http.ResponseWriter, r *http.Request) error {
 	if a.svc.pool != nil {
 		h["pool"] = poolStats(a.svc.pool)
 	}
+	if a.svc.sessionPool != nil {
+		st := a.svc.sessionPool.Stats()
+		h["session_pool"] = map[string]any{"size": st.Size, "ready": st.Ready, "busy": st.Busy, "hits": st.Hits,
+			"misses": st.Misses, "failed": st.Failed, "last_error": st.LastError}
+	}
 	return writeJSON(w, 200, h)
 }
 

@@ -27,3 +27,6 @@ func poolStats(p trialPool) any {
 	return map[string]any{"size": st.Size, "ready": st.Ready, "busy": st.Busy, "hits": st.Hits, "misses": st.Misses,
 		"failed": st.Failed, "last_error": st.LastError, "idle_pss_bytes": st.IdlePSSBytes}
 }
+
+// nsAvailable says whether ns sandboxes can be made here.
+func nsAvailable(ctx context.Context) error { return (&linuxns.Rung{}).Available(ctx) }

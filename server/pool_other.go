@@ -14,3 +14,7 @@ func newPool(ctx context.Context, cfg Config, template dryexec.TrialSpec) (trial
 }
 
 func poolStats(p trialPool) any { return nil }
+
+func nsAvailable(ctx context.Context) error {
+	return &dryexec.IsolationUnavailableError{Rung: "ns", Missing: "Linux"}
+}

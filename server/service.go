@@ -61,6 +61,10 @@ type Config struct {
 	// pool empty after that long without a trial (0: 5 minutes).
 	Pool     int
 	PoolIdle time.Duration
+	// SessionPool is how many ns sessions are kept open ahead for session
+	// requests with the daemon's defaults (no env, workspace, limits, masks,
+	// network or output cap of their own); 0 keeps none.
+	SessionPool int
 	// Decide is the decision engine as `dryexec run` uses it: given a
 	// request's policy document (JSON, on top of the daemon's policy; nil: the
 	// daemon's policy) it returns the judge that fills a delta's Decision and
@@ -130,7 +134,8 @@ type Service struct {
 	cancel context.CancelFunc
 	trials sync.WaitGroup // running trials
 
-	pool trialPool // nil: every ns trial runs cold
+	pool        trialPool     // nil: every ns trial runs cold
+	sessionPool *session.Pool // nil: every session opens cold
 
 	mu       sync.Mutex // guards sessions and closed
 	sessions map[string]*Live
@@ -661,14 +666,15 @@ func (s *Service) OpenSession(ctx context.Context, req SessionRequest) (*Live, e
 		delete(s.sessions, id)
 		s.mu.Unlock()
 	}
-	opt := session.Options{Rung: req.Rung, Workspace: req.Workspace, Env: req.Env, OutputCap: req.OutputCap,
-		GuestExe: s.cfg.GuestExe, Log: s.cfg.Log, CacheReadOnly: req.CacheReadOnly,
-		Limits: req.Limits.limits(), Masks: append(slices.Clone(req.Masks), s.keyMask(), s.netCADir()), NoDefaultMasks: req.NoDefaultMasks,
-		Net: req.Net, NetCADir: s.netCADir()}
+	opt := s.sessionOptions(req)
 	if len(objs) > 0 {
 		opt.HostObjects, opt.Allow = objs, allow
 	}
-	sess, err := session.Open(ctx, opt)
+	open := session.Open
+	if s.sessionPool != nil {
+		open = s.sessionPool.Open
+	}
+	sess, err := open(ctx, opt)
 	if err != nil {
 		release()
 		q.close()
@@ -821,7 +827,18 @@ func (s *Service) Close() error {
 	if s.pool != nil {
 		s.pool.Close()
 	}
+	if s.sessionPool != nil {
+		s.sessionPool.Close()
+	}
 	return nil
+}
+
+// sessionOptions are the options of a session for req (host objects aside).
+func (s *Service) sessionOptions(req SessionRequest) session.Options {
+	return session.Options{Rung: req.Rung, Workspace: req.Workspace, Env: req.Env, OutputCap: req.OutputCap,
+		GuestExe: s.cfg.GuestExe, Log: s.cfg.Log, CacheReadOnly: req.CacheReadOnly,
+		Limits: req.Limits.limits(), Masks: append(slices.Clone(req.Masks), s.keyMask(), s.netCADir()), NoDefaultMasks: req.NoDefaultMasks,
+		Net: req.Net, NetCADir: s.netCADir()}
 }
 
 // trialPool is the warm pool as the service uses it (linuxns.Pool).
@@ -834,6 +851,10 @@ type trialPool interface {
 // those RunTrial builds for a request that sets no limits, masks, network
 // or upper size. Without the ns rung the daemon runs without a pool.
 func (s *Service) startPool() {
+	if s.cfg.SessionPool > 0 && nsAvailable(s.ctx) == nil {
+		s.sessionPool = session.NewPool(s.ctx, session.PoolOptions{Size: s.cfg.SessionPool, IdleTimeout: s.cfg.PoolIdle,
+			Template: s.sessionOptions(SessionRequest{})})
+	}
 	if s.cfg.Pool <= 0 {
 		return
 	}

@@ -113,9 +113,33 @@ func TestSessionAPI(t *testing.T) {
 // daemon's allowlist refuses before a call is ever queued.
 func TestHostObjectForwarding(t *testing.T) {
 	requireNS(t)
-	d := startDaemon(t, server.Config{}, server.HandlerOptions{})
+	// Through a session the daemon opened ahead: host objects are bound
+	// when it is handed out.
+	d := startDaemon(t, server.Config{SessionPool: 1}, server.HandlerOptions{})
+	type poolHealth struct {
+		SessionPool *struct{ Ready, Busy, Hits int } `json:"session_pool"`
+	}
+	deadline := time.Now().Add(time.Minute)
+	for {
+		var h poolHealth
+		d.ok(t, "GET", "/v1/health", nil, 200, &h)
+		if h.SessionPool == nil {
+			t.Fatal("no session pool in health")
+		}
+		if h.SessionPool.Ready == 1 && h.SessionPool.Busy == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the session pool never filled: %+v", *h.SessionPool)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
 	var info server.SessionInfo
 	d.ok(t, "POST", "/v1/sessions", server.SessionRequest{Rung: "ns", HostObjects: map[string][]string{"db": {"query", "fail"}}}, 201, &info)
+	var h poolHealth
+	if d.ok(t, "GET", "/v1/health", nil, 200, &h); h.SessionPool.Hits != 1 {
+		t.Fatalf("the session was not the pooled one: %+v", *h.SessionPool)
+	}
 	sp := "/v1/sessions/" + info.SessionID
 	ctx, cancel := context.WithCancel(context.Background())
 	var mu sync.Mutex

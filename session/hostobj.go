@@ -351,7 +351,7 @@ func (s *Session) serveHostCall(f *wire.Frame) (any, [][]byte, error) {
 			return nil, nil, remoteErr("type", "argument %d: %v", i+1, err)
 		}
 	}
-	ho := s.hostObjects[hc.Object]
+	ho := s.hostObject(hc.Object)
 	switch {
 	case ho == nil:
 		return nil, nil, remoteErr("permission", "there is no host object %q", hc.Object)

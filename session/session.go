@@ -145,8 +145,11 @@ type Session struct {
 	closeOnce sync.Once
 	runErr    chan error // the peer's Run result
 
-	cache       *Cache
-	hostObjects map[string]*hostObject // read-only after Open
+	cache *Cache
+	// bindMu guards hostObjects, which a pooled session gets when it is
+	// handed out (onEmit is guarded by emitMu).
+	bindMu      sync.Mutex
+	hostObjects map[string]*hostObject
 	// hostCtx is handed to host-object methods; cancelled by Close.
 	hostCtx    context.Context
 	hostCancel context.CancelFunc
@@ -172,23 +175,56 @@ type Session struct {
 
 // Open starts a session.
 func Open(ctx context.Context, opt Options) (*Session, error) {
-	if opt.Rung == "" {
-		opt.Rung = "ns"
-	}
-	if opt.OutputCap <= 0 {
-		opt.OutputCap = dryexec.DefaultOutputCap
-	}
+	opt = opt.withDefaults()
 	hostObjects, err := newHostObjects(opt.HostObjects, opt.Allow)
 	if err != nil {
 		return nil, err
 	}
+	s, err := open(ctx, opt)
+	if err != nil {
+		return nil, err
+	}
+	s.bind(hostObjects, opt.OnEmit)
+	return s, nil
+}
+
+func (o Options) withDefaults() Options {
+	if o.Rung == "" {
+		o.Rung = "ns"
+	}
+	if o.OutputCap <= 0 {
+		o.OutputCap = dryexec.DefaultOutputCap
+	}
+	return o
+}
+
+// bind gives s the caller's host objects and emit callback. Nothing of the
+// sandbox's has run yet, so nothing has looked for them.
+func (s *Session) bind(hostObjects map[string]*hostObject, onEmit func(wire.Emit)) {
+	s.bindMu.Lock()
+	s.hostObjects = hostObjects
+	s.bindMu.Unlock()
+	s.emitMu.Lock()
+	s.onEmit = onEmit
+	s.emitMu.Unlock()
+}
+
+func (s *Session) hostObject(name string) *hostObject {
+	s.bindMu.Lock()
+	defer s.bindMu.Unlock()
+	return s.hostObjects[name]
+}
+
+// open starts a session for opt, without its host objects and emit callback
+// (see bind).
+func open(ctx context.Context, opt Options) (*Session, error) {
 	ctrlFile, guestFile, err := socketPair()
 	if err != nil {
 		return nil, err
 	}
 	defer guestFile.Close()
 	s := &Session{rung: opt.Rung, ctrl: ctrlFile, runErr: make(chan error, 1),
-		cache: newCache(opt.CacheReadOnly), hostObjects: hostObjects, onEmit: opt.OnEmit}
+		cache: newCache(opt.CacheReadOnly)}
 	s.hostCtx, s.hostCancel = context.WithCancel(context.Background())
 	start := wire.SessionStart{Rung: opt.Rung, Workspace: opt.Workspace, OutputCap: opt.OutputCap}
 	switch opt.Rung {

@@ -3,6 +3,7 @@ package session
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -180,4 +181,26 @@ func killSession(sid int) {
 			return
 		}
 	}
+}
+
+// sandboxKey says what of the host an ns session opened with opt now would
+// be built from (the host mount plan, the resolved masks): a pooled session
+// made from another is stale.
+func sandboxKey(opt Options) (string, error) {
+	if opt.Rung != "ns" {
+		return "", nil
+	}
+	mounts, err := linuxns.Mounts()
+	if err != nil {
+		return "", err
+	}
+	masks, err := linuxns.ResolveMasks(opt.Masks, opt.NoDefaultMasks)
+	if err != nil {
+		return "", err
+	}
+	b, err := json.Marshal(struct {
+		M []wire.MountSpec
+		K []string
+	}{mounts, masks})
+	return string(b), err
 }

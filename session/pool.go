@@ -1,0 +1,110 @@
+package session
+
+import (
+	"context"
+	"maps"
+	"slices"
+	"time"
+
+	"github.com/dryexec/dryexec/internal/warm"
+)
+
+// PoolOptions configure a Pool.
+type PoolOptions struct {
+	// Size is how many sessions are kept open and unused; 0 means 2.
+	Size int
+	// IdleTimeout: after this long without an Open, the unused sessions are
+	// closed and the pool refills on the next Open. 0 means 5 minutes;
+	// negative, never.
+	IdleTimeout time.Duration
+	// Template is what the pooled sessions are opened with. An Open whose
+	// options differ from it in anything but HostObjects, Allow, OnEmit and
+	// Log gets a session of its own, opened then.
+	Template Options
+}
+
+// Pool keeps sessions open ahead of their use (guest started, view built,
+// netsim serving, shell environment set), so that Open returns at once. A
+// pooled session has run nothing when it is handed out, and is handed out
+// once: it is the caller's to close, like one from Open.
+type Pool struct {
+	opts PoolOptions
+	w    *warm.Pool[pooled]
+}
+
+// pooled is a ready session and what of the host it was made from.
+type pooled struct {
+	s   *Session
+	key string
+}
+
+// NewPool starts a pool; the first sessions open in the background.
+func NewPool(ctx context.Context, opts PoolOptions) *Pool {
+	opts.Template = opts.Template.withDefaults()
+	p := &Pool{opts: opts}
+	p.w = warm.New(ctx, warm.Options{Size: opts.Size, IdleTimeout: opts.IdleTimeout, Log: opts.Template.Log}, warm.Funcs[pooled]{
+		Prepare: func(ctx context.Context) (pooled, error) {
+			s, err := open(ctx, p.opts.Template)
+			if err != nil {
+				return pooled{}, err
+			}
+			// After open, which makes what it masks (netsim's CA) first.
+			key, err := sandboxKey(p.opts.Template)
+			if err != nil {
+				s.Close()
+				return pooled{}, err
+			}
+			return pooled{s, key}, nil
+		},
+		Destroy: func(ps pooled) { ps.s.Close() },
+		Same:    func(a, b pooled) bool { return a.key == b.key },
+	})
+	return p
+}
+
+// Open returns a pooled session when opt is the template's (and the host's
+// mounts and masks are still what the session was built from), else opens
+// one as Open does.
+func (p *Pool) Open(ctx context.Context, opt Options) (*Session, error) {
+	opt = opt.withDefaults()
+	hostObjects, err := newHostObjects(opt.HostObjects, opt.Allow)
+	if err != nil {
+		return nil, err
+	}
+	var key string
+	fits := sameOptions(opt, p.opts.Template)
+	if fits {
+		if key, err = sandboxKey(opt); err != nil {
+			return nil, err
+		}
+	}
+	ps, ok, err := p.w.Take(func(ps pooled) bool { return fits && ps.key == key })
+	if err != nil {
+		return nil, err
+	}
+	// A session lives long: its use ends when it is handed out.
+	defer p.w.Done()
+	s := ps.s
+	if !ok {
+		if s, err = open(ctx, opt); err != nil {
+			return nil, err
+		}
+	}
+	s.bind(hostObjects, opt.OnEmit)
+	return s, nil
+}
+
+// sameOptions says whether a session opened with a would be one opened with
+// b, the caller's objects and callbacks aside.
+func sameOptions(a, b Options) bool {
+	return a.Rung == b.Rung && a.Workspace == b.Workspace && maps.Equal(a.Env, b.Env) &&
+		a.OutputCap == b.OutputCap && a.GuestExe == b.GuestExe && a.CacheReadOnly == b.CacheReadOnly &&
+		a.Limits == b.Limits && slices.Equal(a.Masks, b.Masks) && a.NoDefaultMasks == b.NoDefaultMasks &&
+		a.Cgroups == b.Cgroups && slices.Equal(a.Net, b.Net) && a.NetCADir == b.NetCADir
+}
+
+// Stats reports the pool's figures.
+func (p *Pool) Stats() warm.Stats { return p.w.Stats() }
+
+// Close closes the unused sessions; sessions handed out are their owners'.
+func (p *Pool) Close() { p.w.Close() }

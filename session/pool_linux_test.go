@@ -1,0 +1,86 @@
+package session
+
+import (
+	"context"
+	"os"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/dryexec/dryexec/rung/linuxns"
+)
+
+func waitPool(t *testing.T, p *Pool, ok func(ready int) bool) {
+	t.Helper()
+	deadline := time.Now().Add(time.Minute)
+	for s := p.Stats(); !ok(s.Ready) || s.Busy > 0; s = p.Stats() {
+		if time.Now().After(deadline) {
+			t.Fatalf("pool never got there: %+v", s)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// TestSessionPool: Open with the template's options hands out a session
+// opened ahead, which has run nothing, gets the caller's host objects, and
+// works; other options open a session of their own; Close closes the unused
+// ones.
+func TestSessionPool(t *testing.T) {
+	if err := (&linuxns.Rung{}).Available(context.Background()); err != nil {
+		t.Skipf("ns rung unavailable: %v", err)
+	}
+	p := NewPool(context.Background(), PoolOptions{Size: 1, Template: Options{Rung: "ns"}})
+	defer p.Close()
+	waitPool(t, p, func(n int) bool { return n == 1 })
+
+	d := &echoDispatcher{}
+	s, err := p.Open(testCtx(t), Options{HostObjects: map[string]any{"db": d}, Allow: map[string][]string{"db": {"query"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if st := p.Stats(); st.Hits != 1 {
+		t.Fatalf("the template's options did not take a pooled session: %+v", st)
+	}
+	// Nothing but the session's own processes (its guest, a pre-started
+	// python runner) and this pipeline: no trace of anything earlier.
+	r, err := s.Shell(testCtx(t), `pwd; echo "$HOME"; ls -A | wc -l; ps -e -o comm= | grep -cvx -e exe -e dryexec -e dryexec-guest -e python3 -e ps -e sh -e grep`, 30*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Stdout != "/workspace\n/workspace\n0\n0\n" {
+		t.Fatalf("a pooled session is not fresh: %q (stderr %q)", r.Stdout, r.Stderr)
+	}
+	py, err := s.Python(testCtx(t), "host.db.query(1)['method']", nil, 0)
+	if err != nil || !py.OK || strings.TrimSpace(py.Transcript) != "'query'" {
+		t.Fatalf("host object through a pooled session: %+v %v", py, err)
+	}
+
+	// Other options: a session of its own, with them.
+	o, err := p.Open(testCtx(t), Options{Env: map[string]string{"PATH": "/usr/bin:/bin", "MARK": "own"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer o.Close()
+	if r, err := o.Shell(testCtx(t), `echo $MARK`, 30*time.Second); err != nil || r.Stdout != "own\n" {
+		t.Fatalf("own session: %+v %v", r, err)
+	}
+	if st := p.Stats(); st.Misses != 1 {
+		t.Fatalf("other options took a pooled session: %+v", st)
+	}
+
+	// Close closes the ready one: its guest is gone.
+	waitPool(t, p, func(n int) bool { return n == 1 })
+	var pids []int
+	p.w.Each(func(ps pooled) { pids = append(pids, ps.s.cmd.Process.Pid) })
+	p.Close()
+	for _, pid := range pids {
+		if _, err := os.Stat("/proc/" + strconv.Itoa(pid)); err == nil {
+			t.Errorf("pooled session guest %d outlived Close", pid)
+		}
+	}
+	if _, err := p.Open(testCtx(t), Options{}); err == nil {
+		t.Fatal("Open after Close")
+	}
+}
