@@ -27,7 +27,7 @@ func buildVersion() string {
 // newService builds the daemon's core the way every front end (serve, mcp)
 // shares: the CLI's store, the env allowlist over this process's environment,
 // and the decision engine of `dryexec run`.
-func newService(env Env, log *slog.Logger, maxTrials, maxQueue, pool, sessionPool int, policyFile string) (*server.Service, error) {
+func newService(env Env, log *slog.Logger, maxTrials, maxQueue, pool, sessionPool int, poolIdle time.Duration, policyFile string) (*server.Service, error) {
 	dir, err := store.DefaultDir(env.Getenv)
 	if err != nil {
 		return nil, err
@@ -49,7 +49,7 @@ func newService(env Env, log *slog.Logger, maxTrials, maxQueue, pool, sessionPoo
 		return nil, err
 	}
 	return server.NewService(server.Config{
-		StoreDir: dir, TTL: ttl, MaxTrials: maxTrials, MaxQueue: maxQueue, Pool: pool, SessionPool: sessionPool,
+		StoreDir: dir, TTL: ttl, MaxTrials: maxTrials, MaxQueue: maxQueue, Pool: pool, SessionPool: sessionPool, PoolIdle: poolIdle,
 		Getenv: env.Getenv, Environ: callerEnviron(env), Version: buildVersion(), Log: log,
 		Decide: decide,
 	})
@@ -60,7 +60,7 @@ func serveCmd(env Env) *cobra.Command {
 		socket, listen, pol string
 		maxTrials, maxQueue int
 		pool, sessionPool   int
-		drain               time.Duration
+		drain, poolIdle     time.Duration
 		verbose             bool
 	)
 	c := &cobra.Command{
@@ -79,7 +79,7 @@ func serveCmd(env Env) *cobra.Command {
 				level = slog.LevelDebug
 			}
 			log := slog.New(slog.NewTextHandler(env.Stderr, &slog.HandlerOptions{Level: level}))
-			svc, err := newService(env, log, maxTrials, maxQueue, pool, sessionPool, pol)
+			svc, err := newService(env, log, maxTrials, maxQueue, pool, sessionPool, poolIdle, pol)
 			if err != nil {
 				return err
 			}
@@ -106,6 +106,7 @@ func serveCmd(env Env) *cobra.Command {
 	f.IntVar(&maxQueue, "max-queue", 64, "trials that may wait for a slot; more are refused with 503 busy")
 	f.IntVar(&pool, "pool", 2, "ns sandboxes kept prepared for trials (the warm pool); 0 for none")
 	f.IntVar(&sessionPool, "session-pool", 1, "ns sessions kept open ahead for session requests with default options; 0 for none")
+	f.DurationVar(&poolIdle, "pool-idle", 5*time.Minute, "empty the pools after this long without a trial or session; they refill on the next")
 	f.DurationVar(&drain, "drain", 30*time.Second, "on SIGTERM, how long running trials may take before they are killed")
 	f.StringVar(&pol, "policy", "", "policy file (YAML or JSON, docs/decision.md) for trials whose request names none")
 	f.BoolVarP(&verbose, "verbose", "v", false, "log every trial")
