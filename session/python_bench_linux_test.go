@@ -8,14 +8,16 @@ import (
 
 // BenchmarkPythonRoundTrip measures one exec_python round trip (a trivial
 // call) with the pre-started runner and with a runner started for the call
-// (PythonOptions.Fresh, the old behaviour), side by side in one run:
+// (PythonOptions.Fresh, the old behaviour), interleaved in one run: each
+// iteration makes one timed call on a session using pre-started runners, then
+// one on a session using fresh ones, and reports each mean and their ratio:
 //
 //	go test ./session -run '^$' -bench PythonRoundTrip -benchtime 40x -count 3
 //
-// think: the caller pauses between calls (100 ms, not timed), as an agent
-// does while it reads a result, so the next runner is up when the call comes.
-// back_to_back: calls follow each other at once, so a call may wait for the
-// rest of its runner's startup.
+// think: the caller pauses 100 ms before each timed call (not timed), as an
+// agent does while it reads a result, so the next runner is up when the call
+// comes. back_to_back: each timed call comes right after an untimed one on the
+// same session, so it may wait for the rest of its runner's startup.
 func BenchmarkPythonRoundTrip(b *testing.B) {
 	for _, rung := range []string{"host", "ns"} {
 		b.Run(rung, func(b *testing.B) {
@@ -23,44 +25,56 @@ func BenchmarkPythonRoundTrip(b *testing.B) {
 				name  string
 				pause time.Duration
 			}{{"think", 100 * time.Millisecond}, {"back_to_back", 0}} {
-				b.Run(pace.name, func(b *testing.B) {
-					for _, mode := range []struct {
-						name  string
-						fresh bool
-					}{{"prestarted", false}, {"fresh", true}} {
-						b.Run(mode.name, func(b *testing.B) {
-							benchPython(b, rung, pace.pause, mode.fresh)
-						})
-					}
-				})
+				b.Run(pace.name, func(b *testing.B) { benchPython(b, rung, pace.pause) })
 			}
 		})
 	}
 }
 
-func benchPython(b *testing.B, rung string, pause time.Duration, fresh bool) {
+func benchPython(b *testing.B, rung string, pause time.Duration) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
-	s, err := Open(ctx, Options{Rung: rung})
-	if err != nil {
-		b.Fatalf("opening a %s session: %v", rung, err)
+	modes := []struct {
+		fresh bool
+		s     *Session
+		total time.Duration
+	}{{fresh: false}, {fresh: true}}
+	for i := range modes {
+		s, err := Open(ctx, Options{Rung: rung})
+		if err != nil {
+			b.Fatalf("opening a %s session: %v", rung, err)
+		}
+		defer s.Close()
+		modes[i].s = s
 	}
-	defer s.Close()
-	opt := PythonOptions{Timeout: time.Minute, Fresh: fresh}
-	call := func() {
-		r, err := s.PythonWith(ctx, "x = 1", nil, opt)
+	call := func(s *Session, fresh bool) time.Duration {
+		start := time.Now()
+		r, err := s.PythonWith(ctx, "x = 1", nil, PythonOptions{Timeout: time.Minute, Fresh: fresh})
 		if err != nil || !r.OK {
 			b.Fatalf("Python: %v %+v", err, r)
 		}
+		return time.Since(start)
 	}
-	call() // the first call of a session
+	for _, m := range modes {
+		call(m.s, m.fresh) // a session's first call
+	}
 	b.ResetTimer()
 	for range b.N {
-		if pause > 0 {
+		for i := range modes {
+			m := &modes[i]
 			b.StopTimer()
-			time.Sleep(pause)
+			if pause > 0 {
+				time.Sleep(pause)
+			} else {
+				call(m.s, m.fresh)
+			}
 			b.StartTimer()
+			m.total += call(m.s, m.fresh)
 		}
-		call()
 	}
+	b.StopTimer()
+	pre, fresh := modes[0].total.Seconds()/float64(b.N), modes[1].total.Seconds()/float64(b.N)
+	b.ReportMetric(pre*1e3, "prestarted-ms/op")
+	b.ReportMetric(fresh*1e3, "fresh-ms/op")
+	b.ReportMetric(fresh/pre, "fresh/prestarted")
 }
