@@ -129,3 +129,25 @@ func TestTailWithin(t *testing.T) {
 		}
 	}
 }
+
+func TestStartupNeedsCwd(t *testing.T) {
+	for _, tc := range []struct {
+		env  []string
+		want bool
+	}{
+		{nil, false},
+		{[]string{"PATH=bin:/usr/bin", "HOME=."}, false},
+		{[]string{"PYTHONPATH=/a:/b"}, false},
+		{[]string{"PYTHONPATH="}, false},
+		{[]string{"PYTHONPATH=lib"}, true},
+		{[]string{"PYTHONPATH=/a::/b"}, true},
+		{[]string{"PYTHONPATH=/a:./b"}, true},
+		{[]string{"PYTHONUSERBASE=ub"}, true},
+		{[]string{"PYTHONHOME=/usr:usr"}, true},
+		{[]string{"PYTHONHASHSEED=0"}, false},
+	} {
+		if got := startupNeedsCwd(tc.env); got != tc.want {
+			t.Errorf("startupNeedsCwd(%q) = %v, want %v", tc.env, got, tc.want)
+		}
+	}
+}
