@@ -28,6 +28,7 @@
 # guest then writes one message:
 #
 #     {"code": str, "inputs": {name: Value}, "workspace": str, "cwd": str,
+#      "setenv": {name: str}, "unsetenv": [name],  (PWD, OLDPWD: see shellDirVars)
 #      "limits": {"entry": n, "entries": n, "total": n, "outputs": n, "line": n,
 #                 "value": n}}
 #
@@ -573,6 +574,10 @@ def _main():
     builtins.print = _print
     ok, error = True, None
     try:
+        for k, v in (req.get("setenv") or {}).items():
+            os.environ[k] = v
+        for k in req.get("unsetenv") or ():
+            os.environ.pop(k, None)
         cwd = req.get("cwd")
         if cwd:
             os.chdir(cwd)

@@ -284,11 +284,51 @@ func (s *session) takeRunner(py string, env []string, dir string, fresh bool) *r
 	if r == nil {
 		return nil
 	}
-	if fresh || r.py != py || r.dir != dir || !slices.Equal(r.env, env) {
+	if fresh || r.py != py || r.dir != dir || !slices.Equal(withoutCwdVars(r.env), withoutCwdVars(env)) {
 		r.discard(s)
 		return nil
 	}
 	return r
+}
+
+// shellDirVars change with every `cd` and are read by nothing at the
+// interpreter's startup: a waiting runner started with other values is
+// still the call's, and gets the call's values with its request
+// (envChanges).
+var shellDirVars = []string{"PWD", "OLDPWD"}
+
+func withoutCwdVars(env []string) []string {
+	return slices.DeleteFunc(slices.Clone(env), func(kv string) bool {
+		k, _, _ := strings.Cut(kv, "=")
+		return slices.Contains(shellDirVars, k)
+	})
+}
+
+// envChanges are what of shellDirVars a runner started with from must change to
+// be started with to: values to set, names to unset.
+func envChanges(from, to []string) (set map[string]string, unset []string) {
+	lookup := func(env []string, k string) (string, bool) {
+		for _, kv := range env {
+			if name, v, _ := strings.Cut(kv, "="); name == k {
+				return v, true
+			}
+		}
+		return "", false
+	}
+	for _, k := range shellDirVars {
+		fv, fok := lookup(from, k)
+		tv, tok := lookup(to, k)
+		switch {
+		case tok && (!fok || fv != tv):
+			if set == nil {
+				set = map[string]string{}
+			}
+			set[k] = tv
+		case fok && !tok:
+			unset = append(unset, k)
+		}
+	}
+	return set, unset
 }
 
 // dropRunner kills the waiting runner, if any.

@@ -54,8 +54,12 @@ type runnerStart struct {
 	Inputs    map[string]wire.Value `json:"inputs"`
 	Workspace string                `json:"workspace"`
 	// Cwd is the shell's: a pre-started runner was started elsewhere.
-	Cwd    string       `json:"cwd"`
-	Limits runnerLimits `json:"limits"`
+	Cwd string `json:"cwd"`
+	// SetEnv and UnsetEnv bring a pre-started runner's PWD and OLDPWD to
+	// the call's (see shellDirVars).
+	SetEnv   map[string]string `json:"setenv,omitempty"`
+	UnsetEnv []string          `json:"unsetenv,omitempty"`
+	Limits   runnerLimits      `json:"limits"`
 }
 
 type runnerLimits struct {
@@ -185,6 +189,7 @@ func (s *session) execPython(ctx context.Context, req *wire.ExecPython) (*wire.P
 		start: runnerStart{Code: req.Code, Inputs: req.Inputs, Workspace: s.ws, Cwd: cwd, Limits: runnerLimits{
 			Entry: printEntryMax, Entries: printEntriesMax, Total: printTotalMax, Outputs: outputsMax, Line: runnerLineMax, Value: MaxCacheValue}},
 	}
+	x.start.SetEnv, x.start.UnsetEnv = envChanges(r.env, env)
 	relayDone := make(chan struct{})
 	go func() {
 		defer close(relayDone)

@@ -191,6 +191,28 @@ func TestPythonPrestartCwd(t *testing.T) {
 	}
 }
 
+// TestPythonPrestartAfterCd: a `cd` changes only PWD and OLDPWD, which no
+// startup reads: the call after it is still served by the pre-started
+// runner, and sees the shell's values of both.
+func TestPythonPrestartAfterCd(t *testing.T) {
+	for _, rung := range prestartRungs {
+		t.Run(rung, func(t *testing.T) {
+			s := openRung(t, rung, Options{})
+			sh(t, s, "true")
+			pyOut(t, s, "")
+			between := shellPID(t, s)
+			dir := strings.TrimSpace(sh(t, s, "mkdir -p sub2 && cd sub2 && pwd"))
+			out, p := pyPID(t, s, "import os\npwd = os.environ.get('PWD')\noldpwd = os.environ.get('OLDPWD')\ncwd = os.getcwd()")
+			if p > between {
+				t.Errorf("the call after a cd was not served by the pre-started runner (pid %d > the shell's %d)", p, between)
+			}
+			if out["pwd"] != strconv.Quote(dir) || out["cwd"] != strconv.Quote(dir) || out["oldpwd"] == strconv.Quote(dir) || out["oldpwd"] == "null" {
+				t.Errorf("after cd %s: PWD %s, OLDPWD %s, cwd %s", dir, out["pwd"], out["oldpwd"], out["cwd"])
+			}
+		})
+	}
+}
+
 // TestPythonPrestartRelativePythonPath: a relative PYTHONPATH entry is
 // resolved against the cwd at startup, so it must be the shell's cwd.
 func TestPythonPrestartRelativePythonPath(t *testing.T) {
