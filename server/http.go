@@ -607,21 +607,30 @@ func (a *api) events(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	after := 0
-	if v := r.URL.Query().Get("after"); v != "" {
-		if after, err = strconv.Atoi(v); err != nil || after < 0 {
-			return badRequest("after=%q: want a count of events already seen", v)
-		}
-	}
 	all := l.Session.Emits()
-	if after > len(all) {
-		after = len(all)
-	}
-	evs := all[after:]
-	if evs == nil {
-		evs = []wire.Emit{}
+	evs, err := after(r, all)
+	if err != nil {
+		return err
 	}
 	return writeJSON(w, 200, map[string]any{"events": evs, "next": len(all)})
+}
+
+// after is what of all comes after the ?after=N a client has already seen
+// (never nil, so that it is a JSON list).
+func after[T any](r *http.Request, all []T) ([]T, error) {
+	n := 0
+	if v := r.URL.Query().Get("after"); v != "" {
+		var err error
+		if n, err = strconv.Atoi(v); err != nil || n < 0 {
+			return nil, badRequest("after=%q: want a count of events already seen", v)
+		}
+	}
+	n = min(n, len(all))
+	out := all[n:]
+	if out == nil {
+		out = []T{}
+	}
+	return out, nil
 }
 
 // network lists the session's network log (after=N skips N events), as
@@ -631,19 +640,10 @@ func (a *api) network(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	after := 0
-	if v := r.URL.Query().Get("after"); v != "" {
-		if after, err = strconv.Atoi(v); err != nil || after < 0 {
-			return badRequest("after=%q: want a count of events already seen", v)
-		}
-	}
 	all := l.Session.Network()
-	if after > len(all) {
-		after = len(all)
-	}
-	evs := all[after:]
-	if evs == nil {
-		evs = []dryexec.NetworkEvent{}
+	evs, err := after(r, all)
+	if err != nil {
+		return err
 	}
 	return writeJSON(w, 200, map[string]any{"network": evs, "next": len(all)})
 }

@@ -103,14 +103,7 @@ func NewPool(ctx context.Context, r *Rung, opts PoolOptions) (*Pool, error) {
 // Trial runs spec in a ready sandbox when one fits, else cold; either way
 // the delta is the one Rung.Trial would give.
 func (p *Pool) Trial(ctx context.Context, spec dryexec.TrialSpec) (*dryexec.StateDelta, error) {
-	spec = spec.WithDefaults()
-	if err := checkAction(spec.Action); err != nil {
-		return nil, err
-	}
-	if spec.TrialID == "" {
-		spec.TrialID = dryexec.NewTrialID()
-	}
-	sb, err := sandboxFor(spec)
+	spec, sb, err := checkSpec(spec)
 	if err != nil {
 		return nil, err
 	}

@@ -98,14 +98,7 @@ func kernelAtLeast(release string, major, minor int) bool {
 // Trial implements dryexec.Rung: a cold trial prepares a sandbox for spec and
 // runs spec's command in it at once (a Pool prepares them ahead).
 func (r *Rung) Trial(ctx context.Context, spec dryexec.TrialSpec) (*dryexec.StateDelta, error) {
-	spec = spec.WithDefaults()
-	if err := checkAction(spec.Action); err != nil {
-		return nil, err
-	}
-	if spec.TrialID == "" {
-		spec.TrialID = dryexec.NewTrialID()
-	}
-	sb, err := sandboxFor(spec)
+	spec, sb, err := checkSpec(spec)
 	if err != nil {
 		return nil, err
 	}
@@ -115,6 +108,20 @@ func (r *Rung) Trial(ctx context.Context, spec dryexec.TrialSpec) (*dryexec.Stat
 	}
 	defer t.cleanup()
 	return t.trial(ctx, spec)
+}
+
+// checkSpec fills spec's defaults and id, checks its action, and says what
+// sandbox it needs.
+func checkSpec(spec dryexec.TrialSpec) (dryexec.TrialSpec, sandbox, error) {
+	spec = spec.WithDefaults()
+	if err := checkAction(spec.Action); err != nil {
+		return spec, sandbox{}, err
+	}
+	if spec.TrialID == "" {
+		spec.TrialID = dryexec.NewTrialID()
+	}
+	sb, err := sandboxFor(spec)
+	return spec, sb, err
 }
 
 // sandbox is what a prepared guest was built for, apart from the command: a
