@@ -11,8 +11,8 @@ import (
 )
 
 // warmGroup: a trial of /bin/true in a sandbox the pool prepared ahead
-// (linuxns.Pool), against fork+exec of the same command and, for scale, a
-// cold Rung.Trial. Before each pooled trial, unmeasured, the benchmark waits
+// (linuxns.Pool), against fork+exec of the same command and bwrap's cold
+// sandbox and, for scale, a cold Rung.Trial. Before each pooled trial, unmeasured, the benchmark waits
 // until the pool has a sandbox ready and no background work (the previous
 // trial's teardown, a refill) in flight, as linuxns's BenchmarkWarmTrialTrue
 // does: the row is the warm path on a quiet pool; the pool's hits and misses
@@ -35,10 +35,13 @@ func warmGroup(e *env) ([]group, error) {
 	}
 	// The stats are read as the group ends, before the pool is closed.
 	var st linuxns.PoolStats
-	g := group{key: "warm", title: "Warm (pooled) trial of /bin/true vs fork+exec", unit: unitMS, bases: []int{0},
+	g := group{key: "warm", title: "Warm (pooled) trial of /bin/true vs fork+exec and bwrap", unit: unitMS, bases: []int{0, 1},
 		close: func() { st = pool.Stats(); pool.Close() }}
 	g.cands = []candidate{
 		{name: "fork+exec /bin/true", run: timed(e.command(e.empty, "/bin/true"))},
+		// bwrap's cold sandbox, the core issue's baseline, in this run too:
+		// the pool is how a trial with all the containment on compares.
+		{name: "bwrap --ro-bind / / --unshare-all --dev /dev --proc /proc /bin/true", run: timed(e.command(e.empty, "bwrap", "--ro-bind", "/", "/", "--unshare-all", "--dev", "/dev", "--proc", "/proc", "/bin/true"))},
 		{name: "Pool.Trial(/bin/true), a sandbox ready (full delta)", label: "pooled", prep: ready,
 			run: timed(func() error { return checkDelta(pool.Trial(e.ctx, spec)) })},
 		{name: "Rung.Trial(/bin/true), cold", run: timed(func() error { return e.trial(&linuxns.Rung{}, e.empty, "/bin/true") })},
