@@ -1,13 +1,13 @@
 package guest
 
 import (
-	"bytes"
 	"os"
 	"strconv"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
 
+	"github.com/dryexec/dryexec/internal/procfs"
 	"github.com/dryexec/dryexec/wire"
 )
 
@@ -93,7 +93,7 @@ func (m *memTracer) measure(tid int) {
 	dir := "/proc/" + strconv.Itoa(tid)
 	tgid := tid
 	if b, err := os.ReadFile(dir + "/status"); err == nil {
-		if v, ok := statusField(b, "Tgid:"); ok {
+		if v, ok := procfs.Field(b, "Tgid:"); ok {
 			tgid = int(v)
 		}
 	}
@@ -101,7 +101,7 @@ func (m *memTracer) measure(tid int) {
 	if err != nil {
 		return
 	}
-	kb, ok := statusField(b, "Private_Dirty:")
+	kb, ok := procfs.Field(b, "Private_Dirty:")
 	if !ok {
 		return
 	}
@@ -109,20 +109,6 @@ func (m *memTracer) measure(tid int) {
 	if p := kb * 1024 / int64(os.Getpagesize()); p > m.pages[tgid] {
 		m.pages[tgid] = p
 	}
-}
-
-// statusField reads "Key:   123 ..." from a /proc file.
-func statusField(b []byte, key string) (int64, bool) {
-	i := bytes.Index(b, []byte(key))
-	if i < 0 {
-		return 0, false
-	}
-	f := bytes.Fields(b[i+len(key):])
-	if len(f) == 0 {
-		return 0, false
-	}
-	v, err := strconv.ParseInt(string(f[0]), 10, 64)
-	return v, err == nil
 }
 
 // result is the trial's memory delta.

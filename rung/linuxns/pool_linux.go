@@ -2,12 +2,10 @@ package linuxns
 
 import (
 	"context"
-	"os"
-	"strconv"
-	"strings"
 	"time"
 
 	"github.com/dryexec/dryexec"
+	"github.com/dryexec/dryexec/internal/procfs"
 	"github.com/dryexec/dryexec/internal/warm"
 )
 
@@ -27,19 +25,11 @@ type PoolOptions struct {
 	Spec dryexec.TrialSpec
 }
 
-// PoolStats say how a Pool has served.
+// PoolStats say how a Pool has served: the warm pool's figures (a hit is a
+// trial that took a ready sandbox, a miss one that ran cold), and what the
+// ready sandboxes cost.
 type PoolStats struct {
-	Size  int // sandboxes the pool keeps ready when in use
-	Ready int // sandboxes ready now
-	// Busy counts background work in flight: trials running or their
-	// sandboxes being torn down, and a sandbox being prepared.
-	Busy   int
-	Hits   int // trials that took a ready sandbox
-	Misses int // trials that ran cold (none ready, or another sandbox asked for)
-	// Failed counts sandboxes that could not be prepared; LastError is the
-	// latest reason.
-	Failed    int
-	LastError string
+	warm.Stats
 	// IdlePSSBytes is the proportional memory (Pss) of the ready sandboxes'
 	// guest processes together: what keeping them costs. Each also holds a
 	// small tmpfs (its upper dirs, empty) and a few host-side descriptors.
@@ -131,30 +121,14 @@ func (p *Pool) Trial(ctx context.Context, spec dryexec.TrialSpec) (*dryexec.Stat
 
 // Stats reports the pool's figures.
 func (p *Pool) Stats() PoolStats {
-	ws := p.w.Stats()
-	s := PoolStats{Size: ws.Size, Ready: ws.Ready, Busy: ws.Busy, Hits: ws.Hits, Misses: ws.Misses,
-		Failed: ws.Failed, LastError: ws.LastError}
+	s := PoolStats{Stats: p.w.Stats()}
 	var pids []int
 	p.w.Each(func(t *trial) { pids = append(pids, t.cmd.Process.Pid) })
 	for _, pid := range pids {
-		s.IdlePSSBytes += pss(pid)
+		_, pss := procfs.Rollup(pid)
+		s.IdlePSSBytes += pss
 	}
 	return s
-}
-
-// pss is a process's proportional set size in bytes, 0 when unknown.
-func pss(pid int) int64 {
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/smaps_rollup")
-	if err != nil {
-		return 0
-	}
-	for _, line := range strings.Split(string(b), "\n") {
-		if rest, ok := strings.CutPrefix(line, "Pss:"); ok {
-			kb, _ := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(rest), "kB")), 10, 64)
-			return kb << 10
-		}
-	}
-	return 0
 }
 
 // Close destroys the ready sandboxes, stops refilling and waits until every

@@ -3,7 +3,6 @@
 package main
 
 import (
-	"bufio"
 	"fmt"
 	"os"
 	"os/exec"
@@ -14,6 +13,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/dryexec/dryexec/internal/procfs"
 	"github.com/dryexec/dryexec/session"
 )
 
@@ -157,33 +157,16 @@ func comm(pid int) string {
 	return strings.TrimSpace(string(b))
 }
 
-// smaps is a process's RSS and PSS in MiB, from /proc/PID/smaps_rollup.
+// smaps is a process's RSS and PSS in MiB.
 func smaps(pid int) (rss, pss float64) {
-	f, err := os.Open(fmt.Sprintf("/proc/%d/smaps_rollup", pid))
-	if err != nil {
-		return 0, 0
-	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		k, v, _ := strings.Cut(sc.Text(), ":")
-		var kb float64
-		fmt.Sscanf(strings.TrimSpace(v), "%f", &kb)
-		switch k {
-		case "Rss":
-			rss = kb / 1024
-		case "Pss":
-			pss = kb / 1024
-		}
-	}
-	return rss, pss
+	r, p := procfs.Rollup(pid)
+	return float64(r) / (1 << 20), float64(p) / (1 << 20)
 }
 
 // selfRSS is this process's RSS in MiB after a GC has returned what it can.
 func selfRSS() float64 {
 	runtime.GC()
 	debug.FreeOSMemory()
-	var kb float64
-	fmt.Sscanf(procField("/proc/self/status", "VmRSS"), "%f", &kb)
-	return kb / 1024
+	kb, _ := procfs.FileField("/proc/self/status", "VmRSS:")
+	return float64(kb) / 1024
 }

@@ -25,6 +25,7 @@ import (
 
 	"github.com/dryexec/dryexec/guest"
 	"github.com/dryexec/dryexec/internal/cli"
+	"github.com/dryexec/dryexec/internal/procfs"
 	"github.com/dryexec/dryexec/server"
 )
 
@@ -288,17 +289,8 @@ func Threads(pid int) int64 { return status(pid, "Threads:") }
 
 // status reads one numeric field of /proc/PID/status (kB fields in kB).
 func status(pid int, field string) int64 {
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/status")
-	if err != nil {
-		return 0
-	}
-	for _, l := range strings.Split(string(b), "\n") {
-		if v, ok := strings.CutPrefix(l, field); ok {
-			n, _ := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")), 10, 64)
-			return n
-		}
-	}
-	return 0
+	v, _ := procfs.FileField("/proc/"+strconv.Itoa(pid)+"/status", field)
+	return v
 }
 
 // FDs lists the targets of pid's open descriptors (fd number → target).

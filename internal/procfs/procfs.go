@@ -1,0 +1,58 @@
+// Package procfs owns reading numbers out of Linux /proc files of the
+// "Key:   value [kB]" form (status, smaps_rollup, meminfo): one parser for the
+// guest's memory delta, the warm pool's idle cost, the soak harness and the
+// benchmarks. It is text parsing only, so it builds everywhere.
+package procfs
+
+import (
+	"bytes"
+	"os"
+	"strconv"
+)
+
+// Field returns the number on the line of b that starts with key (e.g.
+// "Pss:", "VmRSS:"). Values in kB are returned in kB: the caller knows the
+// unit.
+func Field(b []byte, key string) (int64, bool) {
+	for len(b) > 0 {
+		line := b
+		if i := bytes.IndexByte(b, '\n'); i >= 0 {
+			line, b = b[:i], b[i+1:]
+		} else {
+			b = nil
+		}
+		rest, ok := bytes.CutPrefix(line, []byte(key))
+		if !ok {
+			continue
+		}
+		f := bytes.Fields(rest)
+		if len(f) == 0 {
+			return 0, false
+		}
+		v, err := strconv.ParseInt(string(f[0]), 10, 64)
+		return v, err == nil
+	}
+	return 0, false
+}
+
+// FileField is Field of the file at path; false when it cannot be read.
+func FileField(path, key string) (int64, bool) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return 0, false
+	}
+	return Field(b, key)
+}
+
+// Rollup returns a process's resident and proportional set sizes in bytes,
+// from /proc/PID/smaps_rollup (zero when it cannot be read: the process is
+// gone).
+func Rollup(pid int) (rss, pss int64) {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/smaps_rollup")
+	if err != nil {
+		return 0, 0
+	}
+	rss, _ = Field(b, "Rss:")
+	pss, _ = Field(b, "Pss:")
+	return rss << 10, pss << 10
+}
