@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -17,7 +16,6 @@ import (
 	"github.com/dryexec/dryexec"
 	"github.com/dryexec/dryexec/guest"
 	"github.com/dryexec/dryexec/rung/linuxns"
-	"github.com/dryexec/dryexec/store"
 	"github.com/dryexec/dryexec/wire"
 )
 
@@ -55,11 +53,9 @@ func startNSGuest(ctx context.Context, exe string, ctrl *os.File, start *wire.Se
 		return nil, nil, err
 	}
 	id := "se_" + strings.TrimPrefix(dryexec.NewTrialID(), "tr_")
-	caDir := opt.NetCADir
-	if caDir == "" {
-		if home, err := store.DefaultDir(os.Getenv); err == nil {
-			caDir = filepath.Join(home, "netsim-ca")
-		}
+	caDir, err := linuxns.EnsureCA(opt.NetCADir)
+	if err != nil {
+		return nil, nil, err
 	}
 	// The network first: a bad spec is the caller's error before anything
 	// else is made, and mocks without a TUN device refuse here.
@@ -69,10 +65,7 @@ func startNSGuest(ctx context.Context, exe string, ctrl *os.File, start *wire.Se
 	}
 	// netsim's CA key signs what the sandbox trusts: it stays masked whoever
 	// opened the session (the daemon masks it too; a Go caller may not).
-	extra := opt.Masks
-	if caDir != "" {
-		extra = append(slices.Clone(opt.Masks), caDir)
-	}
+	extra := append(slices.Clone(opt.Masks), caDir)
 	masks, err := linuxns.ResolveMasks(extra, opt.NoDefaultMasks)
 	if err != nil {
 		nw.Close()

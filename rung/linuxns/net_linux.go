@@ -77,13 +77,11 @@ func newSim(ctx context.Context, spec dryexec.TrialSpec) (*netsim.Sim, string, e
 		}
 		return nil, "network not intercepted: " + err.Error() + "; the sandbox has loopback only, so nothing leaves, but attempts are not logged", nil
 	}
-	if cfg.CADir == "" {
-		home, err := store.DefaultDir(os.Getenv)
-		if err != nil {
-			return nil, "", err
-		}
-		cfg.CADir = filepath.Join(home, "netsim-ca")
+	dir, err := caDirOf(cfg.CADir)
+	if err != nil {
+		return nil, "", err
 	}
+	cfg.CADir = dir
 	sim, err := netsim.New(ctx, cfg)
 	if err != nil {
 		if errors.Is(err, netsim.ErrBadConfig) {
@@ -97,12 +95,9 @@ func newSim(ctx context.Context, spec dryexec.TrialSpec) (*netsim.Sim, string, e
 // EnsureCA returns netsim's CA directory (dir, or $DRYEXEC_HOME/netsim-ca
 // when empty) after making the CA if it is not there yet.
 func EnsureCA(dir string) (string, error) {
-	if dir == "" {
-		home, err := store.DefaultDir(os.Getenv)
-		if err != nil {
-			return "", err
-		}
-		dir = filepath.Join(home, "netsim-ca")
+	dir, err := caDirOf(dir)
+	if err != nil {
+		return "", err
 	}
 	if _, err := os.Stat(filepath.Join(dir, ca.FileName)); err == nil {
 		return dir, nil
@@ -111,6 +106,18 @@ func EnsureCA(dir string) (string, error) {
 		return "", err
 	}
 	return dir, nil
+}
+
+// caDirOf is dir, or the install's default CA dir when dir is empty.
+func caDirOf(dir string) (string, error) {
+	if dir != "" {
+		return dir, nil
+	}
+	home, err := store.DefaultDir(os.Getenv)
+	if err != nil {
+		return "", err
+	}
+	return filepath.Join(home, "netsim-ca"), nil
 }
 
 // seedOf makes mocks repeatable per trial: the same trial id, the same bytes.
@@ -138,26 +145,34 @@ func (n *trialNet) serve(ctx context.Context) {
 	}()
 }
 
-// start fills what the guest needs in start, and adds the trust variables to
-// the command's environment (not to the recorded Action.Env: they are the
-// sandbox's plumbing, not the caller's).
+// start fills what the guest needs in start to create the TUN device and
+// bind netsim's resolv.conf and trust bundle.
 func (n *trialNet) start(start *wire.TrialStart, netFD int) {
 	if n == nil || n.sim == nil {
 		return
 	}
 	start.Net, start.NetFD = true, netFD
 	start.TrustBundle, start.TrustPath = n.trust.Bundle, n.trust.BundlePath
-	// The trust variables win over the caller's own: a CA bundle the sandbox
-	// was told about elsewhere would not hold netsim's CA.
-	start.Env = slices.DeleteFunc(start.Env, func(kv string) bool {
+}
+
+// trustEnv adds the trust variables to a command's environment (not to the
+// recorded Action.Env: they are the sandbox's plumbing, not the caller's).
+// They win over the caller's own: a CA bundle the sandbox was told about
+// elsewhere would not hold netsim's CA.
+func (n *trialNet) trustEnv(env []string) []string {
+	if n == nil || n.sim == nil {
+		return env
+	}
+	env = slices.DeleteFunc(env, func(kv string) bool {
 		k, _, _ := strings.Cut(kv, "=")
 		_, ours := n.trust.Env[k]
 		return ours
 	})
 	for k, v := range n.trust.Env {
-		start.Env = append(start.Env, k+"="+v)
+		env = append(env, k+"="+v)
 	}
-	sort.Strings(start.Env)
+	sort.Strings(env)
+	return env
 }
 
 // finish stops netsim (every sandbox process is gone by now; the TUN fd it

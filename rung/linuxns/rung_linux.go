@@ -132,7 +132,7 @@ type sandbox struct {
 	Limits    dryexec.Limits
 	UpperSize int64
 	Net       []string // --net specs; never empty ("none")
-	NetCADir  string
+	NetCADir  string   // resolved
 }
 
 func sandboxFor(spec dryexec.TrialSpec) (sandbox, error) {
@@ -160,7 +160,7 @@ func sandboxFor(spec dryexec.TrialSpec) (sandbox, error) {
 		nets = []string{"none"}
 	}
 	return sandbox{Mounts: mounts, Masks: masks, Limits: spec.Limits, UpperSize: spec.UpperSizeBytes,
-		Net: nets, NetCADir: spec.NetCADir}, nil
+		Net: nets, NetCADir: caDir}, nil
 }
 
 func (a sandbox) equal(b sandbox) bool {
@@ -549,11 +549,9 @@ func (t *trial) converse() (*dryexec.StateDelta, error) {
 		env = append(env, k+"="+v)
 	}
 	sort.Strings(env)
-	// The network's trust variables join the command's environment.
-	start := wire.TrialStart{TrialRun: wire.TrialRun{Argv: a.Argv, Env: env, Cwd: a.Cwd, TimeoutMS: a.TimeoutMS,
-		Stdin: t.spec.Stdin != nil}}
-	t.net.start(&start, t.netFD)
-	if err := t.conn.Send(wire.KindReq, wire.VerbTrialRun, 2, &start.TrialRun); err != nil {
+	run := wire.TrialRun{Argv: a.Argv, Env: t.net.trustEnv(env), Cwd: a.Cwd, TimeoutMS: a.TimeoutMS,
+		Stdin: t.spec.Stdin != nil}
+	if err := t.conn.Send(wire.KindReq, wire.VerbTrialRun, 2, &run); err != nil {
 		return nil, t.guestErr("sending trial.run", err)
 	}
 	differ := fsdelta.NewDiffer(t.uppers, t.spec.Blobs, t.spec.DiffMaxBytes)

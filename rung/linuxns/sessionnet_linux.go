@@ -58,11 +58,10 @@ func (n *Net) SetupSession(start *wire.SessionStart, netFD int) {
 		return
 	}
 	var ts wire.TrialStart
-	ts.Env = start.Env
 	n.n.start(&ts, netFD)
 	start.Net, start.NetFD = ts.Net, ts.NetFD
 	start.TrustBundle, start.TrustPath = ts.TrustBundle, ts.TrustPath
-	start.Env = ts.Env
+	start.Env = n.n.trustEnv(start.Env)
 }
 
 // Warning says why the network is not intercepted ("" when it is).
