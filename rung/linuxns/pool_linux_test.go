@@ -175,3 +175,31 @@ func TestPoolIdleMemory(t *testing.T) {
 	}
 	t.Logf("idle memory of %d ready sandboxes: %d KiB Pss", s.Ready, s.IdlePSSBytes>>10)
 }
+
+// TestPoolNewSecretNotExposed: a credential that appears after a sandbox was
+// prepared (masks are resolved from what exists) makes that sandbox stale:
+// the trial does not get it, runs with the credential masked, and the read
+// is reported.
+func TestPoolNewSecretNotExposed(t *testing.T) {
+	home := t.TempDir()
+	t.Setenv("HOME", home)
+	dir := t.TempDir()
+	p := newTestPool(t, dir, PoolOptions{Size: 1}, 1)
+	cred := home + "/.aws/credentials"
+	if err := os.MkdirAll(home+"/.aws", 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(cred, []byte("aws_secret_access_key = SECRET"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	d := poolTrial(t, p, dir, "sh", "-c", "cat "+cred+"; echo end")
+	if strings.Contains(d.Process.Stdout, "SECRET") {
+		t.Fatalf("a pooled sandbox prepared before the credential existed showed it: %q", d.Process.Stdout)
+	}
+	if s := p.Stats(); s.Hits != 0 || s.Misses != 1 {
+		t.Fatalf("stats %+v: the stale sandbox was handed out", s)
+	}
+	if !hasViolation(d, cred) && !hasViolation(d, home+"/.aws") {
+		t.Fatalf("the read of the new credential was not reported: %+v", d.Violations)
+	}
+}
