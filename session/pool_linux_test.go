@@ -84,3 +84,36 @@ func TestSessionPool(t *testing.T) {
 		t.Fatal("Open after Close")
 	}
 }
+
+// TestSessionPoolNewSecretNotExposed: a credential that appears after a
+// session was opened ahead makes that session stale: Open does not hand it
+// out, and the session it opens sees the credential masked.
+func TestSessionPoolNewSecretNotExposed(t *testing.T) {
+	if err := (&linuxns.Rung{}).Available(context.Background()); err != nil {
+		t.Skipf("ns rung unavailable: %v", err)
+	}
+	home := t.TempDir()
+	t.Setenv("HOME", home)
+	p := NewPool(context.Background(), PoolOptions{Size: 1, Template: Options{Rung: "ns"}})
+	defer p.Close()
+	waitPool(t, p, func(n int) bool { return n == 1 })
+	cred := home + "/.aws/credentials"
+	if err := os.MkdirAll(home+"/.aws", 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(cred, []byte("SECRET"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	s, err := p.Open(testCtx(t), Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if st := p.Stats(); st.Hits != 0 || st.Misses != 1 {
+		t.Fatalf("stats %+v: the stale session was handed out", st)
+	}
+	r, err := s.Shell(testCtx(t), "cat "+cred+"; echo end", 30*time.Second)
+	if err != nil || strings.Contains(r.Stdout, "SECRET") {
+		t.Fatalf("the new credential was readable: %q %v", r.Stdout, err)
+	}
+}
