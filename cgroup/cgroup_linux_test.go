@@ -19,7 +19,7 @@ import (
 // boundGroup makes a v1/v2 group of the test's own, holding the dryexec parent,
 // with hard limits of its own: should our limits not apply, a bomb stops there
 // instead of taking the machine down. It returns the Options.Parent to use.
-func boundGroup(t *testing.T) Options {
+func boundGroup(t testing.TB) Options {
 	t.Helper()
 	if os.Geteuid() != 0 {
 		t.Skip("needs root to create cgroups on this host")
@@ -393,5 +393,24 @@ func BenchmarkSweep(b *testing.B) {
 		if _, err := Sweep(); err != nil {
 			b.Fatal(err)
 		}
+	}
+}
+
+// BenchmarkStats is what reading a group's counters costs after each trial
+// (linuxns Limiter.Violations), on the critical path of a warm trial.
+func BenchmarkStats(b *testing.B) {
+	opt := boundGroup(b)
+	m, err := NewManager(opt)
+	if err != nil {
+		b.Fatal(err)
+	}
+	g, _, err := m.New("tr_stats", dryexec.Limits{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer g.Remove()
+	g.Stats() // the first call may open what later ones reuse
+	for b.Loop() {
+		g.Stats()
 	}
 }
