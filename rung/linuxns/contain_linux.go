@@ -203,6 +203,13 @@ func ResolveMasks(extra []string, noDefaults bool) ([]string, error) {
 	var out []string
 	seen := map[string]bool{}
 	for _, p := range paths {
+		// Most default masks do not exist: one lstat says so (it follows
+		// links in the parents, so a path reachable only through one is
+		// seen), and only what exists pays for resolving its links.
+		var st unix.Stat_t
+		if unix.Lstat(p, &st) != nil {
+			continue
+		}
 		real, err := filepath.EvalSymlinks(p)
 		if err != nil || real == "/" || seen[real] {
 			continue

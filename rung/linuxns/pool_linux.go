@@ -43,9 +43,10 @@ type PoolStats struct {
 // did (files, environment, processes, network state) can reach another. The
 // pool refills in the background (package warm).
 type Pool struct {
-	r    *Rung
-	opts PoolOptions
-	w    *warm.Pool[*trial]
+	r      *Rung
+	opts   PoolOptions
+	w      *warm.Pool[*trial]
+	mounts *mountTable // the host's mounts, re-planned when they change
 }
 
 var _ dryexec.Rung = (*Pool)(nil)
@@ -67,18 +68,18 @@ func NewPool(ctx context.Context, r *Rung, opts PoolOptions) (*Pool, error) {
 		opts.Spec.Action.Cwd = "/"
 	}
 	// The template is checked once: a bad one would fail every refill.
-	if _, err := sandboxFor(opts.Spec); err != nil {
+	if _, err := sandboxFor(opts.Spec, nil); err != nil {
 		return nil, err
 	}
 	if err := opts.Spec.Limits.Check(); err != nil {
 		return nil, err
 	}
-	p := &Pool{r: r, opts: opts}
+	p := &Pool{r: r, opts: opts, mounts: &mountTable{fd: -1}}
 	p.w = warm.New(ctx, warm.Options{Size: opts.Size, IdleTimeout: opts.IdleTimeout, Log: r.Log}, warm.Funcs[*trial]{
 		Prepare: func(ctx context.Context) (*trial, error) {
 			// Each refill recomputes the template's sandbox: the host's
 			// mounts come and go, and older sandboxes are then stale.
-			sb, err := sandboxFor(p.opts.Spec)
+			sb, err := sandboxFor(p.opts.Spec, p.mounts)
 			if err != nil {
 				return nil, err
 			}
@@ -93,7 +94,7 @@ func NewPool(ctx context.Context, r *Rung, opts PoolOptions) (*Pool, error) {
 // Trial runs spec in a ready sandbox when one fits, else cold; either way
 // the delta is the one Rung.Trial would give.
 func (p *Pool) Trial(ctx context.Context, spec dryexec.TrialSpec) (*dryexec.StateDelta, error) {
-	spec, sb, err := checkSpec(spec)
+	spec, sb, err := checkSpec(spec, p.mounts)
 	if err != nil {
 		return nil, err
 	}
@@ -136,5 +137,6 @@ func (p *Pool) Stats() PoolStats {
 // ErrPoolClosed.
 func (p *Pool) Close() error {
 	p.w.Close()
+	p.mounts.close()
 	return nil
 }

@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/dryexec/dryexec"
 	"github.com/dryexec/dryexec/internal/acceptance"
 )
@@ -201,5 +203,46 @@ func TestPoolNewSecretNotExposed(t *testing.T) {
 	}
 	if !hasViolation(d, cred) && !hasViolation(d, home+"/.aws") {
 		t.Fatalf("the read of the new credential was not reported: %+v", d.Violations)
+	}
+}
+
+// TestPoolNewMountSeen: a mount made after a sandbox was prepared makes it
+// stale (the pool's cached mount plan must notice), and the trial both sees
+// the new mount's files and has its writes to it captured, not applied.
+func TestPoolNewMountSeen(t *testing.T) {
+	if os.Getuid() != 0 {
+		t.Skip("mounting needs root")
+	}
+	dir := t.TempDir()
+	p := newTestPool(t, dir, PoolOptions{Size: 1}, 1)
+	// Twice: the first change is seen through the cached plan's poll, the
+	// second proves the poll is armed again after a re-plan.
+	for i := range 2 {
+		mnt := dir + "/m" + strconv.Itoa(i)
+		if err := os.Mkdir(mnt, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := unix.Mount("dryexec-test", mnt, "tmpfs", 0, "size=1m"); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { unix.Unmount(mnt, unix.MNT_DETACH) })
+		if err := os.WriteFile(mnt+"/f", []byte("on the new mount"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		waitReady(t, p, 1)
+		before := p.Stats()
+		d := poolTrial(t, p, dir, "sh", "-c", "cat "+mnt+"/f; echo x > "+mnt+"/new")
+		if d.Process.Stdout != "on the new mount" {
+			t.Fatalf("trial %d: stdout %q: the new mount's file was not seen", i, d.Process.Stdout)
+		}
+		if len(d.Files) != 1 || d.Files[0].Path != mnt+"/new" || d.Files[0].Op != "create" {
+			t.Fatalf("trial %d: files %+v, want the create of %s/new", i, d.Files, mnt)
+		}
+		if _, err := os.Stat(mnt + "/new"); !errors.Is(err, os.ErrNotExist) {
+			t.Fatalf("trial %d: the write reached the host's new mount: %v", i, err)
+		}
+		if s := p.Stats(); s.Misses != before.Misses+1 {
+			t.Fatalf("trial %d: stats %+v after %+v: the sandbox prepared before the mount was handed out", i, s, before)
+		}
 	}
 }

@@ -98,7 +98,7 @@ func kernelAtLeast(release string, major, minor int) bool {
 // Trial implements dryexec.Rung: a cold trial prepares a sandbox for spec and
 // runs spec's command in it at once (a Pool prepares them ahead).
 func (r *Rung) Trial(ctx context.Context, spec dryexec.TrialSpec) (*dryexec.StateDelta, error) {
-	spec, sb, err := checkSpec(spec)
+	spec, sb, err := checkSpec(spec, nil)
 	if err != nil {
 		return nil, err
 	}
@@ -111,8 +111,8 @@ func (r *Rung) Trial(ctx context.Context, spec dryexec.TrialSpec) (*dryexec.Stat
 }
 
 // checkSpec fills spec's defaults and id, checks its action, and says what
-// sandbox it needs.
-func checkSpec(spec dryexec.TrialSpec) (dryexec.TrialSpec, sandbox, error) {
+// sandbox it needs (with the host's mounts from mt).
+func checkSpec(spec dryexec.TrialSpec, mt *mountTable) (dryexec.TrialSpec, sandbox, error) {
 	spec = spec.WithDefaults()
 	if err := checkAction(spec.Action); err != nil {
 		return spec, sandbox{}, err
@@ -120,7 +120,7 @@ func checkSpec(spec dryexec.TrialSpec) (dryexec.TrialSpec, sandbox, error) {
 	if spec.TrialID == "" {
 		spec.TrialID = dryexec.NewTrialID()
 	}
-	sb, err := sandboxFor(spec)
+	sb, err := sandboxFor(spec, mt)
 	return spec, sb, err
 }
 
@@ -135,8 +135,8 @@ type sandbox struct {
 	NetCADir  string   // resolved
 }
 
-func sandboxFor(spec dryexec.TrialSpec) (sandbox, error) {
-	mounts, err := Mounts()
+func sandboxFor(spec dryexec.TrialSpec, mt *mountTable) (sandbox, error) {
+	mounts, err := mt.get()
 	if err != nil {
 		return sandbox{}, err
 	}

@@ -26,7 +26,7 @@ func TestVanishedMountIsSkipped(t *testing.T) {
 	spec := dryexec.TrialSpec{Action: dryexec.Action{Argv: []string{"sh", "-c", "echo x > f"}, Cwd: dir, Env: testPath}}.WithDefaults()
 	spec.TrialID = dryexec.NewTrialID()
 	r := &Rung{}
-	sb, err := sandboxFor(spec)
+	sb, err := sandboxFor(spec, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
