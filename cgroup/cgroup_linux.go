@@ -281,6 +281,7 @@ type Group struct {
 	runs   []string // dirs[i]/run: where the processes are (see New)
 	limits dryexec.Limits
 	fd     int        // v2: the group's directory, for clone3(CLONE_INTO_CGROUP); else -1
+	stats  statFiles  // what Stats reads, opened by its first call, closed by Remove
 	mu     sync.Mutex // guards the fields below (ShelterThreads runs beside the trial)
 	// sheltered are the sibling groups ShelterThreads made (removed with g).
 	sheltered []string
@@ -543,70 +544,6 @@ func (g *Group) ShelterThreads(pid, keep int) error {
 	return nil
 }
 
-// Stats reads the group's counters.
-func (g *Group) Stats() Stats {
-	var s Stats
-	for i, h := range g.m.hier {
-		d := g.dirs[i]
-		if h.v2 {
-			s.OOMKills += keyed(filepath.Join(d, "memory.events"), "oom_kill")
-			s.PidsRefused += keyed(filepath.Join(d, "pids.events"), "max")
-			s.PeakMemBytes = max(s.PeakMemBytes, single(filepath.Join(d, "memory.peak")))
-			continue
-		}
-		for _, c := range h.ctrls {
-			// v1 counts an event only in the group where it happened (the
-			// victim's for an OOM kill, the limited one for a refused fork):
-			// sum the group's tree. Usage is hierarchical.
-			switch c {
-			case "memory":
-				s.OOMKills += sumTree(d, "memory.oom_control", "oom_kill")
-				s.PeakMemBytes = max(s.PeakMemBytes, single(filepath.Join(d, "memory.max_usage_in_bytes")))
-			case "pids":
-				s.PidsRefused += sumTree(d, "pids.events", "max")
-			}
-		}
-	}
-	return s
-}
-
-// sumTree adds key's value in file over dir and the groups beneath it (a
-// few levels: run, and what a sandbox might have made below it).
-func sumTree(dir, file, key string) int64 {
-	n := keyed(filepath.Join(dir, file), key)
-	var walk func(d string, depth int)
-	walk = func(d string, depth int) {
-		ents, _ := os.ReadDir(d)
-		for _, e := range ents {
-			if e.IsDir() && depth < 4 {
-				p := filepath.Join(d, e.Name())
-				n += keyed(filepath.Join(p, file), key)
-				walk(p, depth+1)
-			}
-		}
-	}
-	walk(dir, 0)
-	return n
-}
-
-// keyed reads "key value" lines and returns key's value (0 if absent).
-func keyed(file, key string) int64 {
-	b, _ := os.ReadFile(file)
-	for _, line := range strings.Split(string(b), "\n") {
-		if v, ok := strings.CutPrefix(line, key+" "); ok {
-			n, _ := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
-			return n
-		}
-	}
-	return 0
-}
-
-func single(file string) int64 {
-	b, _ := os.ReadFile(file)
-	n, _ := strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64)
-	return n
-}
-
 // removeGrace bounds how long Remove waits for killed processes to be gone.
 const removeGrace = 10 * time.Second
 
@@ -614,6 +551,7 @@ const removeGrace = 10 * time.Second
 // hierarchy, then the dryexec parent if nothing else uses it. It is safe to
 // call more than once.
 func (g *Group) Remove() error {
+	g.stats.close()
 	if g.fd >= 0 {
 		unix.Close(g.fd)
 		g.fd = -1
