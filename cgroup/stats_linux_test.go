@@ -217,6 +217,7 @@ func TestStatsAfterRemove(t *testing.T) {
 		t.Fatal(err)
 	}
 	g.Stats()
+	t.Logf("%d fds held", len(g.stats.fds))
 	if len(g.stats.fds) == 0 {
 		t.Error("Stats holds no files open")
 	}
