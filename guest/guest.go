@@ -19,9 +19,6 @@ const (
 	// RoleNSTrial: PID 1 of a one-shot ns trial. It builds the overlay view,
 	// runs the command, kills what is left, and streams the upper dirs back.
 	RoleNSTrial = "ns-trial"
-	// RoleZygote: a pooled ns trial's command process, started ahead; it
-	// execs the command when the trial comes (zygote_linux.go).
-	RoleZygote = "zygote"
 )
 
 // MaybeMain runs the guest and exits if args (os.Args) ask for a guest role;
@@ -59,8 +56,6 @@ func Main(args []string) int {
 		return runNSTrial()
 	case RoleSession:
 		return runSession()
-	case RoleZygote:
-		return runZygote()
 	}
 	fmt.Fprintf(os.Stderr, "dryexec guest: unknown role %q\n", args[0])
 	return 2

@@ -28,12 +28,6 @@ type memTracer struct {
 	known map[int]bool  // tasks past their first stop
 	pages map[int]int64 // per thread group: the most Private_Dirty seen at an exit, in pages
 	exits int
-	// zygote is the pre-started process that forks the command
-	// (zygote_linux.go): what it holds is the guest's, not the command's.
-	zygote int
-	// maxRSS is the largest VmHWM (peak resident set) of the measured
-	// processes, in bytes.
-	maxRSS int64
 }
 
 const memTraceOptions = unix.PTRACE_O_TRACEFORK | unix.PTRACE_O_TRACEVFORK | unix.PTRACE_O_TRACECLONE |
@@ -63,28 +57,12 @@ func (m *memTracer) start(pid int) error {
 	return unix.PtraceCont(pid, 0)
 }
 
-// seize attaches to tid, the thread of the zygote pid that will exec the
-// command, without stopping it: what it and the command start is traced as
-// with start. A seized tracee's new tasks first stop with PTRACE_EVENT_STOP
-// instead of a SIGSTOP.
-func (m *memTracer) seize(pid, tid int) error {
-	m.known, m.pages, m.zygote = map[int]bool{tid: true}, map[int]int64{}, pid
-	if _, _, e := unix.Syscall6(unix.SYS_PTRACE, unix.PTRACE_SEIZE, uintptr(tid), 0, memTraceOptions, 0, 0); e != 0 {
-		return e
-	}
-	return nil
-}
-
 // stopped handles one ptrace stop of task tid and resumes it.
 func (m *memTracer) stopped(tid int, ws unix.WaitStatus) {
 	sig := ws.StopSignal()
 	switch {
 	case sig == unix.SIGTRAP && ws.TrapCause() == unix.PTRACE_EVENT_EXIT:
 		m.measure(tid)
-		unix.PtraceCont(tid, 0)
-	case sig == unix.SIGTRAP && ws.TrapCause() == unix.PTRACE_EVENT_STOP:
-		// A seized tracee's new task, first stop.
-		m.known[tid] = true
 		unix.PtraceCont(tid, 0)
 	case sig == unix.SIGTRAP && ws.TrapCause() > 0:
 		// fork, vfork, clone: the new task reports its own first stop; exec
@@ -114,17 +92,11 @@ func (m *memTracer) gone(tid int) { delete(m.known, tid) }
 func (m *memTracer) measure(tid int) {
 	dir := "/proc/" + strconv.Itoa(tid)
 	tgid := tid
-	var hwm int64
 	if b, err := os.ReadFile(dir + "/status"); err == nil {
 		if v, ok := procfs.Field(b, "Tgid:"); ok {
 			tgid = int(v)
 		}
-		hwm, _ = procfs.Field(b, "VmHWM:")
 	}
-	if tgid == m.zygote {
-		return
-	}
-	m.maxRSS = max(m.maxRSS, hwm*1024)
 	b, err := os.ReadFile(dir + "/smaps_rollup")
 	if err != nil {
 		return

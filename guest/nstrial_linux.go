@@ -59,16 +59,6 @@ func runNSTrial() int {
 	if err != nil {
 		return fail("setup", fmt.Errorf("confining the sandbox: %w", err))
 	}
-	if cfg.Prefork {
-		// Best effort: without a zygote the command is forked when it comes.
-		// It is ready before the sandbox is: a trial must not wait for the
-		// zygote's own start.
-		l.l.do(func() { l.zygote, _ = startZygote(&cfg) })
-		if l.zygote != nil && l.zygote.waitReady() != nil {
-			l.zygote.discard()
-			l.zygote = nil
-		}
-	}
 	if err := conn.Send(wire.KindEvent, wire.VerbTrialMounts, 0, &wire.TrialMounts{Paths: uppers}); err != nil {
 		return 1
 	}
@@ -344,9 +334,8 @@ func loopbackUp() error {
 // seccomp supervisor, ready before the command is known: a pooled sandbox
 // keeps one waiting.
 type confinedLauncher struct {
-	conf   *confinement
-	l      *launcher
-	zygote *zygote // the command's process started ahead, or nil
+	conf *confinement
+	l    *launcher
 }
 
 func startConfined() (*confinedLauncher, error) {
@@ -367,7 +356,7 @@ func startConfined() (*confinedLauncher, error) {
 func (c *confinedLauncher) run(cfg *wire.TrialStart) *wire.TrialExit {
 	defer c.conf.close()
 	var ex *wire.TrialExit
-	if err := c.l.do(func() { ex = runCommand(cfg, c.zygote) }); err != nil {
+	if err := c.l.do(func() { ex = runCommand(cfg) }); err != nil {
 		ex = &wire.TrialExit{ExitCode: 126, StartError: "confining the sandbox: " + err.Error()}
 	}
 	// Every sandbox process is dead and reaped once runCommand returns, so
@@ -378,45 +367,50 @@ func (c *confinedLauncher) run(cfg *wire.TrialStart) *wire.TrialExit {
 	return ex
 }
 
-// runCommand starts the command in its own session (from z, the pre-started
-// process, when there is one and it is alive; else by fork and exec), waits
-// for it, then kills and reaps everything else in the pid namespace, so that
-// nothing outlives the trial and every write is in the upper dirs before
-// they are walked.
-func runCommand(cfg *wire.TrialStart, z *zygote) *wire.TrialExit {
+// runCommand starts the command in its own session, waits for it, then kills and
+// reaps everything else in the pid namespace, so that nothing outlives the trial
+// and every write is in the upper dirs before they are walked.
+func runCommand(cfg *wire.TrialStart) *wire.TrialExit {
 	ex := &wire.TrialExit{}
 	env := cfg.Env
+	stdin := uintptr(wire.StdinFD)
+	if !cfg.Stdin {
+		f, err := os.Open("/dev/null")
+		if err != nil {
+			ex.ExitCode, ex.StartError = 126, "opening /dev/null: "+err.Error()
+			return ex
+		}
+		stdin = f.Fd()
+	}
 	if err := unix.Chdir(cfg.Cwd); err != nil {
-		z.discardIfAny()
 		ex.ExitCode, ex.StartError = 126, fmt.Sprintf("cwd %s: %v", cfg.Cwd, err)
 		return ex
 	}
 	bin, err := lookPath(cfg.Argv[0], envGet(env, "PATH"))
 	if err != nil {
-		z.discardIfAny()
 		ex.ExitCode, ex.StartError = 127, err.Error()
 		return ex
 	}
 	start := time.Now()
+	attr := commandAttr(cfg)
 	var mt *memTracer
 	if !cfg.NoMemoryTrace {
 		mt = &memTracer{}
+		attr.Ptrace = true
 	}
-	// pid is the command's; with a zygote it is known once the zygote has
-	// started it and exited.
-	var pid int
-	if z != nil {
-		if err := z.start(cfg, bin, mt); err != nil {
-			z.discard()
-			z = nil
+	pid, err := syscall.ForkExec(bin, cfg.Argv, &syscall.ProcAttr{
+		Dir:   cfg.Cwd,
+		Env:   env,
+		Files: []uintptr{stdin, wire.StdoutFD, wire.StderrFD},
+		Sys:   attr,
+	})
+	if err != nil {
+		ex.ExitCode, ex.StartError = 126, fmt.Sprintf("exec %s: %v", cfg.Argv[0], err)
+		if errors.Is(err, syscall.ENOENT) {
+			ex.ExitCode = 127
 		}
+		return ex
 	}
-	if z == nil {
-		if pid, ex = forkCommand(cfg, bin, mt); pid == 0 {
-			return ex
-		}
-	}
-	ex.Prefork = z != nil
 	// Only the command may hold the output pipes now: closing ours lets the host
 	// see EOF as soon as the last sandbox process is gone.
 	unix.Close(wire.StdoutFD)
@@ -432,53 +426,28 @@ func runCommand(cfg *wire.TrialStart, z *zygote) *wire.TrialExit {
 		})
 		defer t.Stop()
 	}
-	if z == nil && mt != nil && mt.start(pid) != nil {
+	if mt != nil && mt.start(pid) != nil {
 		mt = nil
 	}
 	var ws unix.WaitStatus
-	var zygoteRU unix.Rusage           // what the zygote itself used, taken off the total
-	ended := map[int]unix.WaitStatus{} // before the command's pid was known
 	for {
-		var st unix.WaitStatus
-		var ru unix.Rusage
-		wpid, err := unix.Wait4(-1, &st, unix.WALL, &ru)
+		wpid, err := unix.Wait4(-1, &ws, unix.WALL, nil)
 		if err == unix.EINTR {
 			continue
 		}
 		if err != nil {
 			break
 		}
-		if st.Stopped() {
+		if ws.Stopped() {
 			if mt != nil {
-				mt.stopped(wpid, st)
+				mt.stopped(wpid, ws)
 			}
 			continue
 		}
 		if mt != nil {
 			mt.gone(wpid)
 		}
-		if z != nil && wpid == z.pid && pid == 0 {
-			zygoteRU = ru
-			cmd, why := z.outcome()
-			if cmd == 0 {
-				// The command never started: the zygote's exit is the
-				// trial's, as a failed fork's would be.
-				ex.StartError, ws = why, st
-				break
-			}
-			pid = cmd
-			if cst, ok := ended[pid]; ok {
-				ws = cst
-				break
-			}
-			continue
-		}
-		if pid == 0 {
-			ended[wpid] = st
-			continue
-		}
 		if wpid == pid {
-			ws = st
 			break
 		}
 	}
@@ -495,9 +464,7 @@ func runCommand(cfg *wire.TrialStart, z *zygote) *wire.TrialExit {
 			mt.stopped(wpid, rws) // resumed, it dies of the SIGKILL
 		}
 	}
-	// A command that never started has no memory delta (with a zygote, the
-	// process that failed to exec shared the zygote's memory).
-	if mt != nil && ex.StartError == "" {
+	if mt != nil {
 		ex.Memory = mt.result()
 	}
 	select {
@@ -515,50 +482,11 @@ func runCommand(cfg *wire.TrialStart, z *zygote) *wire.TrialExit {
 	}
 	var ru unix.Rusage
 	if unix.Getrusage(unix.RUSAGE_CHILDREN, &ru) == nil {
-		// The zygote's own life is not the command's.
-		ex.CPUUserNS = max(0, ru.Utime.Nano()-zygoteRU.Utime.Nano())
-		ex.CPUSysNS = max(0, ru.Stime.Nano()-zygoteRU.Stime.Nano())
+		ex.CPUUserNS = ru.Utime.Nano()
+		ex.CPUSysNS = ru.Stime.Nano()
 		ex.MaxRSS = ru.Maxrss * 1024
-		if z != nil && mt != nil {
-			ex.MaxRSS = mt.maxRSS // ru_maxrss would be the zygote's if larger
-		}
-	}
-	if z != nil {
-		z.close()
 	}
 	return ex
-}
-
-// forkCommand starts the command by fork and exec, traced from birth by mt
-// if it is not nil. On failure it returns pid 0 and the exit to report.
-func forkCommand(cfg *wire.TrialStart, bin string, mt *memTracer) (int, *wire.TrialExit) {
-	ex := &wire.TrialExit{}
-	stdin := uintptr(wire.StdinFD)
-	if !cfg.Stdin {
-		f, err := os.Open("/dev/null")
-		if err != nil {
-			ex.ExitCode, ex.StartError = 126, "opening /dev/null: "+err.Error()
-			return 0, ex
-		}
-		defer f.Close()
-		stdin = f.Fd()
-	}
-	attr := commandAttr(cfg)
-	attr.Ptrace = mt != nil
-	pid, err := syscall.ForkExec(bin, cfg.Argv, &syscall.ProcAttr{
-		Dir:   cfg.Cwd,
-		Env:   cfg.Env,
-		Files: []uintptr{stdin, wire.StdoutFD, wire.StderrFD},
-		Sys:   attr,
-	})
-	if err != nil {
-		ex.ExitCode, ex.StartError = 126, fmt.Sprintf("exec %s: %v", cfg.Argv[0], err)
-		if errors.Is(err, syscall.ENOENT) {
-			ex.ExitCode = 127
-		}
-		return 0, ex
-	}
-	return pid, ex
 }
 
 // commandAttr starts the command in its own session (no controlling terminal to

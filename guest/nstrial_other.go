@@ -11,8 +11,3 @@ func runNSTrial() int {
 	fmt.Fprintln(os.Stderr, "dryexec guest: the ns rung needs Linux")
 	return 2
 }
-
-func runZygote() int {
-	fmt.Fprintln(os.Stderr, "dryexec guest: the ns rung needs Linux")
-	return 2
-}

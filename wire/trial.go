@@ -69,10 +69,6 @@ type TrialStart struct {
 	// the sandbox resolves and trusts through netsim. Neither is a change.
 	TrustBundle []byte `json:"trust_bundle,omitempty"`
 	TrustPath   string `json:"trust_path,omitempty"`
-	// Prefork: start the command's process ahead, while the sandbox waits
-	// for trial.run (a warm pool's sandbox), so that the trial pays only for
-	// its exec. A cold trial forks when the command comes.
-	Prefork bool `json:"prefork,omitempty"`
 }
 
 // TrialMounts lists the host path each upper dir stands for; fs.entry's mount
@@ -99,9 +95,6 @@ type TrialExit struct {
 	Violations []Violation `json:"violations,omitempty"`
 	// Memory is what the trial's processes wrote to memory (nil: not measured).
 	Memory *MemoryUse `json:"memory,omitempty"`
-	// Prefork: the command was started from the process started ahead
-	// (TrialStart.Prefork), not forked when it came.
-	Prefork bool `json:"prefork,omitempty"`
 }
 
 // Violation is one thing the sandbox refused, as the guest saw it. The host

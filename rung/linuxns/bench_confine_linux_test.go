@@ -37,9 +37,8 @@ func BenchmarkWarmTrialTrue(b *testing.B) {
 		b.Skip(err)
 	}
 	dir := b.TempDir()
-	pool := func(b *testing.B, opts PoolOptions) {
-		opts.Size, opts.Spec = 1, dryexec.TrialSpec{Action: dryexec.Action{Cwd: dir}}
-		p, err := NewPool(context.Background(), &Rung{}, opts)
+	b.Run("pool", func(b *testing.B) {
+		p, err := NewPool(context.Background(), &Rung{}, PoolOptions{Size: 1, Spec: dryexec.TrialSpec{Action: dryexec.Action{Cwd: dir}}})
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -58,9 +57,7 @@ func BenchmarkWarmTrialTrue(b *testing.B) {
 		if s := p.Stats(); s.Misses != 0 {
 			b.Fatalf("%d trials ran cold", s.Misses)
 		}
-	}
-	b.Run("pool", func(b *testing.B) { pool(b, PoolOptions{}) })
-	b.Run("pool-noprefork", func(b *testing.B) { pool(b, PoolOptions{NoPrefork: true}) })
+	})
 	b.Run("fork+exec", func(b *testing.B) {
 		for b.Loop() {
 			if err := exec.Command("/bin/true").Run(); err != nil {

@@ -23,11 +23,6 @@ type PoolOptions struct {
 	// another sandbox (or network) runs cold, as Rung.Trial would run it.
 	// Its command does not matter: each trial brings its own.
 	Spec dryexec.TrialSpec
-	// NoPrefork: do not start each sandbox's command process ahead (see
-	// guest/zygote_linux.go); a trial then forks its command when it comes,
-	// about a millisecond more here, and an idle sandbox holds one process
-	// (a few MiB) less.
-	NoPrefork bool
 }
 
 // PoolStats say how a Pool has served: the warm pool's figures (a hit is a
@@ -88,7 +83,7 @@ func NewPool(ctx context.Context, r *Rung, opts PoolOptions) (*Pool, error) {
 			if err != nil {
 				return nil, err
 			}
-			return p.r.prepare(ctx, sb, dryexec.NewTrialID(), !p.opts.NoPrefork)
+			return p.r.prepare(ctx, sb, dryexec.NewTrialID())
 		},
 		Destroy: (*trial).destroy,
 		Same:    func(a, b *trial) bool { return a.sb.equal(b.sb) },
@@ -108,7 +103,7 @@ func (p *Pool) Trial(ctx context.Context, spec dryexec.TrialSpec) (*dryexec.Stat
 		return nil, err
 	}
 	if !ok {
-		if t, err = p.r.prepare(ctx, sb, spec.TrialID, false); err != nil {
+		if t, err = p.r.prepare(ctx, sb, spec.TrialID); err != nil {
 			p.w.Done()
 			return nil, err
 		}

@@ -12,9 +12,3 @@ import (
 func TestContainmentRootless(t *testing.T) {
 	rootless.Rerun(t, "^(TestMaskedSecrets|TestRlimitFallback)$", 5*time.Minute)
 }
-
-// TestPreforkRootless: a pooled sandbox's pre-started command process as an
-// unprivileged user (its user namespace maps the caller's ids).
-func TestPreforkRootless(t *testing.T) {
-	rootless.Rerun(t, "^TestPreforkSameAsFork$", 5*time.Minute)
-}

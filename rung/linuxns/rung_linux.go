@@ -102,7 +102,7 @@ func (r *Rung) Trial(ctx context.Context, spec dryexec.TrialSpec) (*dryexec.Stat
 	if err != nil {
 		return nil, err
 	}
-	t, err := r.prepare(ctx, sb, spec.TrialID, false)
+	t, err := r.prepare(ctx, sb, spec.TrialID)
 	if err != nil {
 		return nil, err
 	}
@@ -276,32 +276,30 @@ func Mounts() ([]wire.MountSpec, error) {
 // makes it ready (the view built, the guest waiting for its command); trial
 // runs one command in it; cleanup ends it. It is never used twice.
 type trial struct {
-	r       *Rung
-	sb      sandbox
-	id      string // names its cgroup
-	spec    dryexec.TrialSpec
-	cmd     *exec.Cmd
-	conn    *wire.Conn
-	ctrl    *os.File
-	outR    *os.File // the command's stdout and stderr, read by the copiers
-	errR    *os.File
-	stdinW  *os.File // the command's stdin; closed at once when it has none
-	out     *tail.Buffer
-	errb    *tail.Buffer
-	pipes   sync.WaitGroup // the stdout/stderr copiers
-	lim     *Limiter       // the trial's cgroup (or rlimits); removed by cleanup
-	watch   *MaskWatch     // the masks, pinned once the view is built
-	uppers  []fsdelta.Mount
-	net     *trialNet // the trial's netsim (nil fields: loopback only)
-	netFD   int       // the guest's end of the TUN hand-over socket
-	prefork bool      // the guest starts the command's process ahead
+	r      *Rung
+	sb     sandbox
+	id     string // names its cgroup
+	spec   dryexec.TrialSpec
+	cmd    *exec.Cmd
+	conn   *wire.Conn
+	ctrl   *os.File
+	outR   *os.File // the command's stdout and stderr, read by the copiers
+	errR   *os.File
+	stdinW *os.File // the command's stdin; closed at once when it has none
+	out    *tail.Buffer
+	errb   *tail.Buffer
+	pipes  sync.WaitGroup // the stdout/stderr copiers
+	lim    *Limiter       // the trial's cgroup (or rlimits); removed by cleanup
+	watch  *MaskWatch     // the masks, pinned once the view is built
+	uppers []fsdelta.Mount
+	net    *trialNet // the trial's netsim (nil fields: loopback only)
+	netFD  int       // the guest's end of the TUN hand-over socket
 }
 
 // prepare starts a guest for sb and waits until its sandbox is built and
 // confined, ready for a command, its netsim serving. id names the trial's
-// cgroup and seeds its mocks. With prefork (a pooled sandbox, which waits),
-// the command's process is started ahead too (guest/zygote_linux.go).
-func (r *Rung) prepare(ctx context.Context, sb sandbox, id string, prefork bool) (*trial, error) {
+// cgroup and seeds its mocks.
+func (r *Rung) prepare(ctx context.Context, sb sandbox, id string) (*trial, error) {
 	nt, err := newTrialNet(ctx, dryexec.TrialSpec{TrialID: id, Net: sb.Net, NetCADir: sb.NetCADir})
 	if err != nil {
 		return nil, err
@@ -311,7 +309,6 @@ func (r *Rung) prepare(ctx context.Context, sb sandbox, id string, prefork bool)
 		nt.finish(nil)
 		return nil, err
 	}
-	t.prefork = prefork
 	nt.serve(ctx)
 	if err := t.ready(); err != nil {
 		t.destroy()
@@ -400,7 +397,7 @@ func (t *trial) ready() error {
 	start := wire.TrialStart{
 		Mounts: t.sb.Mounts, Hostname: host, UpperSize: t.sb.UpperSize,
 		Rootless: os.Getuid() != 0, CommandUserNS: true, CommandUID: os.Getuid(), CommandGID: os.Getgid(),
-		Masks: t.sb.Masks, Prefork: t.prefork,
+		Masks: t.sb.Masks,
 	}
 	t.net.start(&start, t.netFD)
 	if err := t.conn.Send(wire.KindReq, wire.VerbTrialStart, 1, &start); err != nil {
@@ -583,9 +580,6 @@ func (t *trial) converse() (*dryexec.StateDelta, error) {
 				return nil, t.guestErr("decoding trial.exit", err)
 			}
 			t.r.trace("exit")
-			if exit.Prefork {
-				t.r.trace("prefork")
-			}
 			// Everything the command started is dead; the guest lives on
 			// (walking), so its view and group can still be read.
 			t.contained(d)
