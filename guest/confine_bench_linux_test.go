@@ -22,7 +22,7 @@ func BenchmarkStartTrue(b *testing.B) {
 			b.Fatal(err)
 		}
 		if mt != nil {
-			if err := mt.start(pid); err != nil {
+			if err := takeFirstStop(pid, 0, mt); err != nil {
 				b.Fatal(err)
 			}
 		}

@@ -41,6 +41,7 @@ type launcher struct {
 	exited   chan struct{} // closed when the launcher's goroutine (and thread) ended
 	served   chan struct{} // closed when the supervisor stopped (no process uses the filter)
 	log      *violationLog
+	srv      *seccomp.Server
 	cancel   context.CancelFunc
 }
 
@@ -142,10 +143,10 @@ func startLauncher(c *confinement) (*launcher, error) {
 		<-l.exited
 		return nil, r.err
 	}
-	srv := &seccomp.Server{Profile: c.profile, Report: l.log.add}
+	l.srv = &seccomp.Server{Profile: c.profile, Report: l.log.add}
 	go func() {
 		defer close(l.served)
-		srv.Serve(ctx, r.fd)
+		l.srv.Serve(ctx, r.fd)
 	}()
 	return l, nil
 }
@@ -161,6 +162,13 @@ func (c *confinement) apply() (int, error) {
 		}
 	}
 	return seccomp.Install(c.prog, true)
+}
+
+// violations returns and forgets what the supervisor refused so far,
+// complete up to the last call of a process that is dead now.
+func (l *launcher) violations() []wire.Violation {
+	l.srv.Quiesce()
+	return l.log.take()
 }
 
 // errStopped: the launcher was stopped; nothing more is started.

@@ -33,10 +33,11 @@ type memTracer struct {
 const memTraceOptions = unix.PTRACE_O_TRACEFORK | unix.PTRACE_O_TRACEVFORK | unix.PTRACE_O_TRACECLONE |
 	unix.PTRACE_O_TRACEEXIT | unix.PTRACE_O_TRACEEXEC | unix.PTRACE_O_EXITKILL
 
-// start takes the command's first stop (the SIGTRAP after its execve), sets
-// the options and lets it run.
-func (m *memTracer) start(pid int) error {
-	m.known, m.pages = map[int]bool{pid: true}, map[int]int64{}
+// takeFirstStop takes the command's first stop (the SIGTRAP after its
+// execve: it was started with PTRACE_TRACEME), puts nproc (when not 0) on it
+// as its RLIMIT_NPROC before it runs a single instruction of its own, and
+// lets it run: traced by mt, or, when mt is nil, no longer traced.
+func takeFirstStop(pid int, nproc int64, mt *memTracer) error {
 	var ws unix.WaitStatus
 	for {
 		_, err := unix.Wait4(pid, &ws, unix.WALL, nil)
@@ -51,6 +52,17 @@ func (m *memTracer) start(pid int) error {
 	if !ws.Stopped() {
 		return unix.ESRCH // it died before running: the wait loop will see nothing more
 	}
+	if nproc > 0 {
+		lim := unix.Rlimit{Cur: uint64(nproc), Max: uint64(nproc)}
+		if err := unix.Prlimit(pid, unix.RLIMIT_NPROC, &lim, nil); err != nil {
+			unix.Kill(pid, unix.SIGKILL)
+			return err
+		}
+	}
+	if mt == nil {
+		return unix.PtraceDetach(pid)
+	}
+	mt.known, mt.pages = map[int]bool{pid: true}, map[int]int64{}
 	if err := unix.PtraceSetOptions(pid, memTraceOptions); err != nil {
 		return err
 	}

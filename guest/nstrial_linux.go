@@ -359,11 +359,11 @@ func (c *confinedLauncher) run(cfg *wire.TrialStart) *wire.TrialExit {
 	if err := c.l.do(func() { ex = runCommand(cfg) }); err != nil {
 		ex = &wire.TrialExit{ExitCode: 126, StartError: "confining the sandbox: " + err.Error()}
 	}
-	// Every sandbox process is dead and reaped once runCommand returns, so
-	// the supervisor sees the filter's last user go at once; the bound is
-	// for a kernel that would not say so.
-	c.l.stop(time.Second)
-	ex.Violations = c.l.log.take()
+	// Every sandbox process is dead and reaped once runCommand returns: what
+	// the supervisor refused is all reported. The launcher's thread and the
+	// supervisor wind down off the trial's path (the guest exits soon after).
+	ex.Violations = c.l.violations()
+	go c.l.stop(time.Second)
 	return ex
 }
 
@@ -396,8 +396,9 @@ func runCommand(cfg *wire.TrialStart) *wire.TrialExit {
 	var mt *memTracer
 	if !cfg.NoMemoryTrace {
 		mt = &memTracer{}
-		attr.Ptrace = true
 	}
+	// Stopped at its exec, the command gets its own limits before it runs.
+	attr.Ptrace = mt != nil || cfg.CommandNPROC > 0
 	pid, err := syscall.ForkExec(bin, cfg.Argv, &syscall.ProcAttr{
 		Dir:   cfg.Cwd,
 		Env:   env,
@@ -426,7 +427,7 @@ func runCommand(cfg *wire.TrialStart) *wire.TrialExit {
 		})
 		defer t.Stop()
 	}
-	if mt != nil && mt.start(pid) != nil {
+	if attr.Ptrace && takeFirstStop(pid, cfg.CommandNPROC, mt) != nil {
 		mt = nil
 	}
 	var ws unix.WaitStatus

@@ -112,7 +112,7 @@ func (s *session) takeViolations() []wire.Violation {
 	if s.platform == nil || s.platform.launcher == nil {
 		return nil
 	}
-	return s.platform.launcher.log.take()
+	return s.platform.launcher.violations()
 }
 
 // execAttr starts an exec in its own session (its own process group, no

@@ -69,6 +69,12 @@ type TrialStart struct {
 	// the sandbox resolves and trusts through netsim. Neither is a change.
 	TrustBundle []byte `json:"trust_bundle,omitempty"`
 	TrustPath   string `json:"trust_path,omitempty"`
+	// CommandNPROC, when not 0, is the command's RLIMIT_NPROC, put on it
+	// before it runs (the rlimit fallback, where no cgroup holds the pids
+	// limit). The guest's own limit, set by the host, is higher: the limit
+	// counts every process and thread of the user, and a fork bomb that took
+	// them all would leave the guest unable to start a thread.
+	CommandNPROC int64 `json:"command_nproc,omitempty"`
 }
 
 // TrialMounts lists the host path each upper dir stands for; fs.entry's mount

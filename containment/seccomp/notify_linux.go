@@ -6,6 +6,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"sync"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
@@ -95,6 +96,21 @@ type Server struct {
 	// the caller's exit implies its reports were made). It is called from
 	// Serve's goroutine.
 	Report func(*Event)
+
+	// answering is held while one notification is answered (Quiesce).
+	answering sync.Mutex
+}
+
+// Quiesce waits until no notification is being answered. Once every process
+// under the filter is dead, nothing more can be reported after it returns:
+// a caller's reports are made before it is answered, and a caller that died
+// unanswered took its pending notification with it. So a trial can take its
+// violations at once, without waiting for Serve to see the filter's last
+// user go (which costs a few thread wake-ups).
+func (s *Server) Quiesce() {
+	s.answering.Lock()
+	//lint:ignore SA2001 an empty critical section: waiting for the holder is the point
+	s.answering.Unlock()
 }
 
 // Serve answers notifications on fd until no process uses the filter any more
@@ -123,7 +139,10 @@ func (s *Server) Serve(ctx context.Context, fd int) error {
 			return ctx.Err()
 		}
 		if fds[0].Revents&unix.POLLIN != 0 {
-			if err := s.answer(fd); err != nil {
+			s.answering.Lock()
+			err := s.answer(fd)
+			s.answering.Unlock()
+			if err != nil {
 				return err
 			}
 			continue

@@ -91,13 +91,24 @@ func (l *Limiter) attach(pid int) error {
 		}
 		return nil
 	}
-	// The guest's own threads count against RLIMIT_NPROC too: leave them room.
+	// The guest's own threads count against RLIMIT_NPROC too: leave them
+	// room. The command gets the limit itself (CommandNPROC).
 	if l.limits.Pids > 0 {
 		if err := set(unix.RLIMIT_NPROC, l.limits.Pids+guestThreads); err != nil {
 			return err
 		}
 	}
 	return set(unix.RLIMIT_DATA, l.limits.MemoryBytes)
+}
+
+// CommandNPROC is the RLIMIT_NPROC the guest puts on the command (0: none):
+// under the fallback, the pids limit; the guest itself has guestThreads more
+// (attach).
+func (l *Limiter) CommandNPROC() int64 {
+	if l == nil || l.group != nil {
+		return 0
+	}
+	return l.limits.Pids
 }
 
 // ShelterSupervisor moves a guest's own threads out of the pids limit (see

@@ -253,7 +253,10 @@ func TestRlimitFallback(t *testing.T) {
 		t.Fatalf("warnings %q", d.Warnings)
 	}
 	lines := strings.Fields(d.Process.Stdout)
-	if len(lines) < 2 || lines[0] != strconv.Itoa(16+guestThreads) {
+	// The command's own limit is the one asked for; the guest keeps
+	// guestThreads more for its threads (a bomb that took them all would
+	// kill it: test/escape's fork_bomb, rootless).
+	if len(lines) < 2 || lines[0] != "16" {
 		t.Fatalf("stdout %q, want the rlimit and a count (stderr %q)", d.Process.Stdout, d.Process.Stderr)
 	}
 	if n, _ := strconv.Atoi(lines[len(lines)-1]); n >= 100 || n == 0 {

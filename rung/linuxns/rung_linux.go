@@ -397,7 +397,7 @@ func (t *trial) ready() error {
 	start := wire.TrialStart{
 		Mounts: t.sb.Mounts, Hostname: host, UpperSize: t.sb.UpperSize,
 		Rootless: os.Getuid() != 0, CommandUserNS: true, CommandUID: os.Getuid(), CommandGID: os.Getgid(),
-		Masks: t.sb.Masks,
+		Masks: t.sb.Masks, CommandNPROC: t.lim.CommandNPROC(),
 	}
 	t.net.start(&start, t.netFD)
 	if err := t.conn.Send(wire.KindReq, wire.VerbTrialStart, 1, &start); err != nil {
