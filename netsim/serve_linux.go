@@ -4,8 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -17,6 +19,13 @@ type tunLink struct {
 	// reading is held by Read while it waits for a packet, so that Close
 	// can tell when the reader has let go of the file.
 	reading sync.Mutex
+	// closing is set by Close: Read then hands over the packets the device
+	// still holds, without waiting for more, and then reports closure.
+	closing atomic.Bool
+	// ended is closed when Read has reported an error (closure included):
+	// the file is not read again.
+	ended   chan struct{}
+	endOnce sync.Once
 }
 
 func (t *tunLink) Read(p []byte) (int, error) {
@@ -24,19 +33,55 @@ func (t *tunLink) Read(p []byte) (int, error) {
 	defer t.reading.Unlock()
 	for {
 		n, err := t.f.Read(p)
+		if errors.Is(err, os.ErrDeadlineExceeded) && t.closing.Load() {
+			return t.drain(p)
+		}
 		// A TUN read can fail transiently when the device is torn down
 		// and recreated; only EBADFD and closure end the loop.
 		if errors.Is(err, unix.EINTR) || errors.Is(err, unix.EAGAIN) {
 			continue
 		}
+		if err != nil {
+			t.end()
+		}
 		return n, err
 	}
 }
 
+func (t *tunLink) end() { t.endOnce.Do(func() { close(t.ended) }) }
+
+// drain reads one packet still queued on the device, or reports closure
+// when there is none. Why: the sandbox's last packets (a connect attempt by
+// a process that then exited) are queued before Close is called, and the
+// log must hold them; the poller refuses reads past the deadline, so this
+// reads the non-blocking fd directly.
+func (t *tunLink) drain(p []byte) (int, error) {
+	raw, err := t.f.SyscallConn()
+	if err != nil {
+		return 0, net.ErrClosed
+	}
+	var n int
+	var rerr error
+	if err := raw.Control(func(fd uintptr) {
+		for {
+			n, rerr = unix.Read(int(fd), p)
+			if rerr != unix.EINTR {
+				return
+			}
+		}
+	}); err != nil || rerr != nil || n <= 0 {
+		t.end()
+		return 0, net.ErrClosed
+	}
+	return n, nil
+}
+
 func (t *tunLink) Write(p []byte) (int, error) { return t.f.Write(p) }
 
-// Close wakes a pending Read at once (a deadline in the past) and closes the
-// file in the background once the reader has let go of it. Closing a TUN file
+// Close wakes a pending Read at once (a deadline in the past; Read then
+// drains what is queued) and closes the file in the background once the
+// reader has reported closure and let go of the file (or after a second, for
+// a reader that stopped reading). Closing a TUN file
 // detaches its queue and unregisters the device, which waits for RCU grace
 // periods: 15-25 ms in a nested VM, the largest single cost of a trial's
 // teardown, and nothing Serve's caller needs to wait for (no packet is read
@@ -44,8 +89,13 @@ func (t *tunLink) Write(p []byte) (int, error) { return t.f.Write(p) }
 // the file does). Were the reader still inside Read when the file is closed,
 // it would hold the last reference and make that close itself, synchronously.
 func (t *tunLink) Close() error {
+	t.closing.Store(true)
 	t.f.SetReadDeadline(time.Unix(1, 0))
 	go func() {
+		select {
+		case <-t.ended:
+		case <-time.After(time.Second):
+		}
 		t.reading.Lock()
 		defer t.reading.Unlock()
 		t.f.Close()
@@ -77,5 +127,5 @@ func (s *Sim) ServeTUN(ctx context.Context, tun *os.File) error {
 	if cerr != nil {
 		return fmt.Errorf("netsim: preparing TUN fd: %w", cerr)
 	}
-	return s.Serve(ctx, &tunLink{f: os.NewFile(uintptr(dup), "tun")})
+	return s.Serve(ctx, &tunLink{f: os.NewFile(uintptr(dup), "tun"), ended: make(chan struct{})})
 }

@@ -35,6 +35,7 @@ type trialNet struct {
 	cancel  context.CancelFunc
 	served  chan error
 	warning string
+	stopped bool // stop was called
 }
 
 func newTrialNet(ctx context.Context, spec dryexec.TrialSpec) (*trialNet, error) {
@@ -175,8 +176,27 @@ func (n *trialNet) trustEnv(env []string) []string {
 	return env
 }
 
+// stop starts stopping netsim once every sandbox process is gone: the
+// packets still queued on the device are read and logged first (netsim's
+// tunLink drains), and the rest of the trial (the guest's walk of the upper
+// dirs) goes on meanwhile. finish waits for it.
+func (n *trialNet) stop() {
+	if n == nil || n.sim == nil || n.stopped {
+		return
+	}
+	n.stopped = true
+	if n.cancel != nil {
+		n.cancel()
+	}
+	n.host.Close()
+	if n.cancel == nil {
+		n.guest.Close()
+	}
+}
+
 // finish stops netsim (every sandbox process is gone by now; the TUN fd it
-// holds is what kept the namespace alive) and puts its log in d.
+// holds is what kept the namespace alive), if stop has not, and puts its log
+// in d.
 func (n *trialNet) finish(d *dryexec.StateDelta) {
 	if n == nil {
 		return
@@ -187,14 +207,9 @@ func (n *trialNet) finish(d *dryexec.StateDelta) {
 	if n.sim == nil {
 		return
 	}
-	if n.cancel != nil {
-		n.cancel()
-	}
-	n.host.Close()
+	n.stop()
 	if n.cancel != nil {
 		<-n.served
-	} else {
-		n.guest.Close()
 	}
 	if d != nil {
 		d.Network = n.sim.Log()

@@ -581,7 +581,9 @@ func (t *trial) converse() (*dryexec.StateDelta, error) {
 			}
 			t.r.trace("exit")
 			// Everything the command started is dead; the guest lives on
-			// (walking), so its view and group can still be read.
+			// (walking), so its view and group can still be read, and
+			// netsim has seen the last packet it will get.
+			t.net.stop()
 			t.contained(d)
 		case wire.VerbFSEntry:
 			if exit == nil {

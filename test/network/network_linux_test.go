@@ -235,3 +235,57 @@ func TestNetBadSpec(t *testing.T) {
 		}
 	}
 }
+
+// TestNetLastPacketsLogged: netsim stops as soon as the sandbox's processes
+// are gone, while the guest is still reporting files; the packets the last
+// process sent just before it exited are still queued on the device then,
+// and must be read and logged, cold and from a warm pool alike.
+func TestNetLastPacketsLogged(t *testing.T) {
+	requireTUN(t)
+	const n = 64
+	script := fmt.Sprintf(`import os, socket
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+for i in range(1, %d):
+    s.sendto(b"x", ("10.77.0.%%d" %% i, 9))
+os._exit(0)`, n+1)
+	check := func(t *testing.T, d *dryexec.StateDelta) {
+		t.Helper()
+		seen := map[string]bool{}
+		for _, e := range d.Network {
+			if e.Proto == "udp" && e.Action == "blocked" && strings.HasPrefix(e.Host, "10.77.0.") {
+				seen[e.Host] = true
+			}
+		}
+		if len(seen) != n {
+			t.Fatalf("%d of the %d datagrams sent just before exit were logged: %+v", len(seen), n, d.Network)
+		}
+	}
+	t.Run("cold", func(t *testing.T) {
+		check(t, runTrial(t, t.TempDir(), netSpec(t), "python3", "-c", script))
+	})
+	t.Run("pooled", func(t *testing.T) {
+		dir := t.TempDir()
+		spec := netSpec(t)
+		spec.Action.Cwd = dir
+		p, err := linuxns.NewPool(t.Context(), &linuxns.Rung{}, linuxns.PoolOptions{Size: 1, Spec: spec})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer p.Close()
+		for i := 0; i < 3; i++ {
+			deadline := time.Now().Add(time.Minute)
+			for p.Stats().Ready < 1 && time.Now().Before(deadline) {
+				time.Sleep(5 * time.Millisecond)
+			}
+			spec.Action.Argv = []string{"python3", "-c", script}
+			d, err := p.Trial(t.Context(), spec)
+			if err != nil {
+				t.Fatal(err)
+			}
+			check(t, d)
+		}
+		if s := p.Stats(); s.Hits == 0 {
+			t.Fatalf("no trial took a pooled sandbox: %+v", s)
+		}
+	})
+}
