@@ -48,6 +48,9 @@ func runNSTrial() int {
 	if err := f.Decode(&cfg); err != nil {
 		return fail("protocol", err)
 	}
+	if len(f.Bin) > 0 {
+		cfg.TrustBundle = f.Bin[0]
+	}
 	if err := sendTUN(&cfg); err != nil {
 		return fail("net", err)
 	}

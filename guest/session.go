@@ -94,6 +94,9 @@ func (s *session) handle(ctx context.Context, f *wire.Frame) (any, [][]byte, err
 		if err := f.Decode(&s.cfg); err != nil {
 			return nil, nil, err
 		}
+		if len(f.Bin) > 0 {
+			s.cfg.TrustBundle = f.Bin[0]
+		}
 		if err := s.start(); err != nil {
 			return nil, nil, remote("setup", "%v", err)
 		}

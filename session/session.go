@@ -285,7 +285,7 @@ func open(ctx context.Context, opt Options) (*Session, error) {
 		s.killExec()
 		s.runErr <- err
 	}()
-	f, err := s.call(ctx, wire.VerbSessionStart, &start)
+	f, err := s.call(ctx, wire.VerbSessionStart, &start, wire.Attachments(start.TrustBundle)...)
 	if err != nil {
 		s.Close()
 		return nil, err

@@ -199,7 +199,7 @@ type SessionStart struct {
 	// the TUN device before it builds the view and hands it over NetFD.
 	Net         bool   `json:"net,omitempty"`
 	NetFD       int    `json:"net_fd,omitempty"`
-	TrustBundle []byte `json:"trust_bundle,omitempty"`
+	TrustBundle []byte `json:"-"` // the frame's first attachment
 	TrustPath   string `json:"trust_path,omitempty"`
 }
 

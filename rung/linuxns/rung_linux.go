@@ -400,7 +400,7 @@ func (t *trial) ready() error {
 		Masks: t.sb.Masks, CommandNPROC: t.lim.CommandNPROC(),
 	}
 	t.net.start(&start, t.netFD)
-	if err := t.conn.Send(wire.KindReq, wire.VerbTrialStart, 1, &start); err != nil {
+	if err := t.conn.Send(wire.KindReq, wire.VerbTrialStart, 1, &start, wire.Attachments(start.TrustBundle)...); err != nil {
 		return t.guestErr("sending trial.start", err)
 	}
 	if f, err = t.conn.Read(); err != nil {
