@@ -120,12 +120,20 @@ func TestSIGKILLLeavesNothing(t *testing.T) {
 	hostTmp := filepath.Dir(hostSess.Workspace)
 	// The ns sandboxes die with the daemon; what a host-rung exec started
 	// (no pid namespace there) is killed by the next start.
+	// The host-session exec was asked for from another goroutine: wait
+	// until it runs.
 	var nsKids, hostKids []int
-	for _, pid := range descendants(p.cmd.Process.Pid) {
-		if cwd, _ := os.Readlink("/proc/" + strconv.Itoa(pid) + "/cwd"); strings.HasPrefix(cwd, hostTmp+"/") {
-			hostKids = append(hostKids, pid)
-		} else {
-			nsKids = append(nsKids, pid)
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+		nsKids, hostKids = nil, nil
+		for _, pid := range descendants(p.cmd.Process.Pid) {
+			if cwd, _ := os.Readlink("/proc/" + strconv.Itoa(pid) + "/cwd"); strings.HasPrefix(cwd, hostTmp+"/") {
+				hostKids = append(hostKids, pid)
+			} else {
+				nsKids = append(nsKids, pid)
+			}
+		}
+		if len(hostKids) > 0 && len(nsKids) >= 2 {
+			break
 		}
 	}
 	if len(hostKids) == 0 || len(nsKids) < 2 {

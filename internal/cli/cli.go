@@ -116,7 +116,7 @@ func openStore(env Env) (*store.Store, error) {
 	if err != nil {
 		return nil, err
 	}
-	if _, err := s.Sweep(); err != nil {
+	if _, err := s.SweepDue(); err != nil {
 		return nil, err
 	}
 	return s, nil

@@ -1,0 +1,75 @@
+package store
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/dryexec/dryexec"
+)
+
+func saveTrial(t *testing.T, s *Store) string {
+	t.Helper()
+	id := dryexec.NewTrialID()
+	tr, err := s.Begin(id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := tr.Save(&dryexec.StateDelta{TrialID: id, Rung: "ns"}); err != nil {
+		t.Fatal(err)
+	}
+	return id
+}
+
+func age(t *testing.T, s *Store, id string, by time.Duration) {
+	t.Helper()
+	old := time.Now().Add(-by)
+	if err := os.Chtimes(filepath.Join(s.trialDir(id), "delta.json"), old, old); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestExpiryWithoutSweep: SweepDue skips sweeps that come too soon after the
+// last one, so an expired trial may still be on disk; Load must treat it as
+// gone all the same (and remove it), and the next due sweep removes the rest.
+func TestExpiryWithoutSweep(t *testing.T) {
+	s, err := Open(t.TempDir(), time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	first := saveTrial(t, s)
+	age(t, s, first, 2*time.Hour)
+	if n, err := s.SweepDue(); err != nil || n != 1 {
+		t.Fatalf("first SweepDue removed %d (%v), want the expired trial", n, err)
+	}
+	a, b := saveTrial(t, s), saveTrial(t, s)
+	age(t, s, a, 2*time.Hour)
+	age(t, s, b, 2*time.Hour)
+	if n, err := s.SweepDue(); err != nil || n != 0 {
+		t.Fatalf("a SweepDue right after one removed %d (%v), want none (not due)", n, err)
+	}
+	if _, err := s.Load(a); !errors.Is(err, dryexec.ErrTrialNotFound) {
+		t.Fatalf("Load of an expired, unswept trial: %v, want not found", err)
+	}
+	if _, err := os.Stat(s.trialDir(a)); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("the expired trial Load refused is still on disk: %v", err)
+	}
+	fresh := saveTrial(t, s)
+	if _, err := s.Load(fresh); err != nil {
+		t.Fatalf("Load of a fresh trial: %v", err)
+	}
+	// Due again once the stamp is older than the interval (a tenth of the
+	// TTL, at most a minute).
+	old := time.Now().Add(-2 * time.Minute)
+	if err := os.Chtimes(filepath.Join(s.dir, "swept"), old, old); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := s.SweepDue(); err != nil || n != 1 {
+		t.Fatalf("a due SweepDue removed %d (%v), want the other expired trial", n, err)
+	}
+	if _, err := s.Load(fresh); err != nil {
+		t.Fatalf("the sweep took a fresh trial: %v", err)
+	}
+}
