@@ -95,13 +95,34 @@ func (s *session) close() {
 }
 
 // startExec starts an exec's process: on the ns rung from the confined
-// launcher thread.
+// launcher thread. Under the rlimit fallback (CommandNPROC) the process is
+// started traced, stops right after its execve, gets the pids limit as its
+// RLIMIT_NPROC there and is let go: everything it starts inherits that limit,
+// and nothing of the sandbox ever runs with the guest's higher one.
 func (s *session) startExec(cmd *exec.Cmd) error {
 	if s.platform == nil || s.platform.launcher == nil {
 		return cmd.Start()
 	}
+	nproc := s.cfg.CommandNPROC
+	if nproc > 0 {
+		if cmd.SysProcAttr == nil {
+			cmd.SysProcAttr = &syscall.SysProcAttr{}
+		}
+		cmd.SysProcAttr.Ptrace = true
+	}
 	var err error
-	if derr := s.platform.launcher.do(func() { err = cmd.Start() }); derr != nil {
+	derr := s.platform.launcher.do(func() {
+		if err = cmd.Start(); err != nil || nproc == 0 {
+			return
+		}
+		// The launcher thread is the tracer: only it may detach.
+		if err = takeFirstStop(cmd.Process.Pid, nproc, nil); err != nil {
+			err = fmt.Errorf("limiting the exec's processes: %w", err)
+			cmd.Process.Kill()
+			cmd.Wait()
+		}
+	})
+	if derr != nil {
 		return derr
 	}
 	return err

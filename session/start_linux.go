@@ -80,6 +80,9 @@ func startNSGuest(ctx context.Context, exe string, ctrl *os.File, start *wire.Se
 	start.Mounts, start.Hostname, start.Masks = mounts, host, masks
 	start.Rootless, start.CommandUserNS = os.Getuid() != 0, true
 	start.CommandUID, start.CommandGID = os.Getuid(), os.Getgid()
+	// Under the rlimit fallback each exec gets the pids limit; the guest
+	// keeps more for its own threads (a bomb must not take them).
+	start.CommandNPROC = lim.CommandNPROC()
 	files := []*os.File{ctrl}
 	netFD := 0
 	if f := nw.GuestFile(); f != nil {

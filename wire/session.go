@@ -195,6 +195,9 @@ type SessionStart struct {
 	CommandGID    int         `json:"command_gid,omitempty"`
 	// Masks: as TrialStart.Masks.
 	Masks []string `json:"masks,omitempty"`
+	// CommandNPROC: as TrialStart.CommandNPROC, put on each process an exec
+	// starts (the shell, a Python runner) before it runs.
+	CommandNPROC int64 `json:"command_nproc,omitempty"`
 	// Net, NetFD, TrustBundle, TrustPath: as in TrialStart. The guest creates
 	// the TUN device before it builds the view and hands it over NetFD.
 	Net         bool   `json:"net,omitempty"`
