@@ -18,6 +18,9 @@ var _ dryexec.ExchangeSink = (*Trial)(nil)
 // PutExchanges keeps the trial's network exchanges (dryexec.ExchangeSink).
 // They are bounded and redacted by netsim; the store keeps them as given.
 func (t *Trial) PutExchanges(records []byte) error {
+	if err := t.open(); err != nil {
+		return err
+	}
 	if err := os.WriteFile(filepath.Join(t.dir, exchangesFile), records, 0o600); err != nil {
 		return fmt.Errorf("store: keeping the network exchanges: %w", err)
 	}

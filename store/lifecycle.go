@@ -53,7 +53,7 @@ func (s *Store) readState(id string) State {
 }
 
 func (s *Store) writeState(id string, st State) error {
-	return writeJSON(filepath.Join(s.trialDir(id), "state.json"), st)
+	return writeJSON(filepath.Join(s.trialDir(id), "state.json"), st, true)
 }
 
 // JournalDir is where in-flight commits keep their journals.
@@ -145,7 +145,11 @@ func (s *Store) recoverLocked() ([]commit.Recovered, error) {
 
 // Sweep removes expired trials, trials a killed `run` left half-recorded, and
 // leftovers of interrupted discards. It returns how many it removed.
-func (s *Store) Sweep() (int, error) {
+func (s *Store) Sweep() (int, error) { return s.sweep(true) }
+
+// sweep is Sweep; without expired it leaves expired trials alone, which
+// spares a stat of every stored trial (Load refuses expired ones anyway).
+func (s *Store) sweep(expired bool) (int, error) {
 	ents, err := os.ReadDir(filepath.Join(s.dir, "trials"))
 	if err != nil {
 		return 0, fmt.Errorf("store: %w", err)
@@ -173,6 +177,9 @@ func (s *Store) Sweep() (int, error) {
 			os.RemoveAll(p)
 			n++
 		case "":
+			if !expired {
+				continue
+			}
 			info, err := os.Stat(filepath.Join(p, "delta.json"))
 			if err != nil || now.Sub(info.ModTime()) > s.ttl {
 				os.RemoveAll(p)
@@ -183,20 +190,22 @@ func (s *Store) Sweep() (int, error) {
 	return n, nil
 }
 
-// SweepDue runs Sweep unless one ran less than a while ago (a minute, or a
-// tenth of the TTL when that is shorter), as a stamp file in the store
-// records. Why: Sweep looks at every stored trial, and the CLI, which starts
-// once per trial, opened the store with a full sweep each time — with a few
-// hundred trials kept, tens of milliseconds of a trial that takes twenty.
+// SweepDue is Sweep, except that expired trials are looked for only if that
+// was last done a while ago (a minute, or a tenth of the TTL when that is
+// shorter; a stamp file in the store records it). Why: that part stats every
+// stored trial, and the CLI, which starts once per trial, opened the store
+// with a full sweep each time — with a few hundred trials kept, milliseconds
+// of a trial that takes twenty. What crashes leave (half-recorded trials,
+// interrupted discards) is found by name and removed every time.
 func (s *Store) SweepDue() (int, error) {
 	every := min(time.Minute, s.ttl/10)
 	stamp := filepath.Join(s.dir, "swept")
 	if st, err := os.Stat(stamp); err == nil {
 		if age := time.Since(st.ModTime()); age >= 0 && age < every {
-			return 0, nil
+			return s.sweep(false)
 		}
 	}
-	n, err := s.Sweep()
+	n, err := s.sweep(true)
 	if err != nil {
 		return n, err
 	}

@@ -47,8 +47,20 @@ func TestExpiryWithoutSweep(t *testing.T) {
 	a, b := saveTrial(t, s), saveTrial(t, s)
 	age(t, s, a, 2*time.Hour)
 	age(t, s, b, 2*time.Hour)
-	if n, err := s.SweepDue(); err != nil || n != 0 {
-		t.Fatalf("a SweepDue right after one removed %d (%v), want none (not due)", n, err)
+	// What a crash leaves is removed even when no sweep is due.
+	dead, err := s.Begin(dryexec.NewTrialID())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := dead.PutExchanges([]byte("[]")); err != nil {
+		t.Fatal(err)
+	}
+	dead.lock.Close() // as its killed owner would have
+	if n, err := s.SweepDue(); err != nil || n != 1 {
+		t.Fatalf("a SweepDue right after one removed %d (%v), want only the half-recorded trial (expiry not due)", n, err)
+	}
+	if _, err := os.Stat(dead.dir); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("the half-recorded trial is still there: %v", err)
 	}
 	if _, err := s.Load(a); !errors.Is(err, dryexec.ErrTrialNotFound) {
 		t.Fatalf("Load of an expired, unswept trial: %v, want not found", err)
@@ -71,5 +83,30 @@ func TestExpiryWithoutSweep(t *testing.T) {
 	}
 	if _, err := s.Load(fresh); err != nil {
 		t.Fatalf("the sweep took a fresh trial: %v", err)
+	}
+}
+
+// TestBeginWritesNothing: a trial's record appears only once it has
+// something to keep, and a trial aborted before that leaves nothing.
+func TestBeginWritesNothing(t *testing.T) {
+	s, err := Open(t.TempDir(), time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr, err := s.Begin(dryexec.NewTrialID())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ents, _ := os.ReadDir(filepath.Join(s.dir, "trials"))
+	if len(ents) != 0 {
+		t.Fatalf("Begin wrote %v", ents)
+	}
+	tr.Abort()
+	id := saveTrial(t, s)
+	if _, err := s.Load(id); err != nil {
+		t.Fatalf("a trial saved without blobs: %v", err)
+	}
+	if _, err := os.Stat(s.trialDir(id) + ".partial"); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("the .partial dir survived Save: %v", err)
 	}
 }
