@@ -20,6 +20,9 @@ type overlayBuilder struct {
 	locked   map[string]bool // mount points that may not be inside a lower (rootless)
 	uppers   []string        // host path of each upper dir, by index
 	skel     int
+	// sealed are directories the caller cannot list (rootless), shown as
+	// empty read-only ones: nothing beneath them is overlaid.
+	sealed []string
 }
 
 // errVanished: a directory to overlay is gone. Host mounts come and go (other
@@ -42,6 +45,11 @@ func (b *overlayBuilder) dir(p string) error {
 	if p == "/" {
 		target = b.root
 	}
+	for _, sp := range b.sealed {
+		if strings.HasPrefix(p+"/", sp+"/") {
+			return nil // beneath a sealed directory: not reachable
+		}
+	}
 	if !b.hasLockedBeneath(p) {
 		return b.overlay(p, p, target)
 	}
@@ -58,6 +66,9 @@ func (b *overlayBuilder) dir(p string) error {
 		return err
 	}
 	d, err := os.Open(p)
+	if errors.Is(err, os.ErrPermission) {
+		return b.seal(p, target)
+	}
 	if err != nil {
 		if errors.Is(err, os.ErrNotExist) {
 			return errVanished
@@ -118,6 +129,27 @@ func (b *overlayBuilder) dir(p string) error {
 			return err
 		}
 	}
+	return nil
+}
+
+// seal shows p, a directory the caller may not list and that holds a
+// mount somewhere beneath it (so it cannot be an overlay's lower, and its
+// skeleton cannot be made without its names), as an empty directory on a
+// read-only tmpfs that no one may list: the command cannot read or write
+// there, as on the host, and nothing it could do there needs capturing.
+// Rootless only: root can list everything. Why it matters: a root-owned
+// private directory with mounts inside (Docker's /var/lib/docker, a test's
+// scratch mount under /tmp) otherwise made every rootless trial fail. What
+// is lost: names beneath p that the caller could reach by path without
+// listing p (a mode 0711 p) are not there in the sandbox.
+func (b *overlayBuilder) seal(p, target string) error {
+	if err := unix.Mount("sealed", target, "tmpfs", unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, "size=0,mode=0000"); err != nil {
+		if errors.Is(err, unix.ENOENT) {
+			return errVanished
+		}
+		return fmt.Errorf("sealing %s, which cannot be listed: %w", p, err)
+	}
+	b.sealed = append(b.sealed, p)
 	return nil
 }
 
