@@ -8,6 +8,8 @@ import (
 	"sync"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/dryexec/dryexec/internal/procfs"
 )
 
 // Stats reads the group's counters: OOM kills and refused forks (v1: summed
@@ -228,18 +230,8 @@ func parseValue(b []byte, key string) int64 {
 	if key == "" {
 		return atoi(b)
 	}
-	for len(b) > 0 {
-		line := b
-		if i := bytes.IndexByte(b, '\n'); i >= 0 {
-			line, b = b[:i], b[i+1:]
-		} else {
-			b = nil
-		}
-		if len(line) > len(key) && line[len(key)] == ' ' && string(line[:len(key)]) == key {
-			return atoi(line[len(key)+1:])
-		}
-	}
-	return 0
+	v, _ := procfs.Field(b, key)
+	return v
 }
 
 // atoi parses b as a decimal number between spaces; anything else is 0.

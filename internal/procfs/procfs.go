@@ -8,11 +8,15 @@ import (
 	"bytes"
 	"os"
 	"strconv"
+	"strings"
 )
 
 // Field returns the number on the line of b that starts with key (e.g.
-// "Pss:", "VmRSS:"). Values in kB are returned in kB: the caller knows the
-// unit.
+// "Pss:", "VmRSS:", or a cgroup file's "oom_kill"): the first word after the
+// key, which must end there (a colon, or a space or tab after it, so that
+// "oom_kill" is not "oom_kill_disable"). Values in kB are returned in kB: the
+// caller knows the unit. It allocates nothing (the cgroup counters are read
+// after every trial).
 func Field(b []byte, key string) (int64, bool) {
 	for len(b) > 0 {
 		line := b
@@ -21,15 +25,19 @@ func Field(b []byte, key string) (int64, bool) {
 		} else {
 			b = nil
 		}
-		rest, ok := bytes.CutPrefix(line, []byte(key))
-		if !ok {
+		if len(line) < len(key) || string(line[:len(key)]) != key {
 			continue
 		}
-		f := bytes.Fields(rest)
-		if len(f) == 0 {
-			return 0, false
+		rest := line[len(key):]
+		if !strings.HasSuffix(key, ":") && (len(rest) == 0 || rest[0] != ' ' && rest[0] != '\t') {
+			continue
 		}
-		v, err := strconv.ParseInt(string(f[0]), 10, 64)
+		rest = bytes.TrimLeft(rest, " \t")
+		if i := bytes.IndexAny(rest, " \t"); i >= 0 {
+			rest = rest[:i]
+		}
+		// The conversion does not allocate: ParseInt does not keep it.
+		v, err := strconv.ParseInt(string(rest), 10, 64)
 		return v, err == nil
 	}
 	return 0, false

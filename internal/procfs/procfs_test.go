@@ -28,6 +28,27 @@ func TestField(t *testing.T) {
 	if _, ok := Field([]byte("Tgid:\n"), "Tgid:"); ok {
 		t.Error("a key without a value was read")
 	}
+	// cgroup counter files: "key value", the key a whole word.
+	const oom = "oom_kill_disable 1\nunder_oom 0\noom_kill 3\n"
+	for _, tt := range []struct {
+		b, key string
+		want   int64
+		ok     bool
+	}{
+		{oom, "oom_kill", 3, true}, // not oom_kill_disable
+		{oom, "oom_kill_disable", 1, true},
+		{oom, "oom", 0, false},
+		{"max\t12\n", "max", 12, true},
+		{"max 12 extra\n", "max", 12, true},
+		{"max x\n", "max", 0, false},
+	} {
+		if got, ok := Field([]byte(tt.b), tt.key); got != tt.want || ok != tt.ok {
+			t.Errorf("Field(%q, %q) = %d, %v; want %d, %v", tt.b, tt.key, got, ok, tt.want, tt.ok)
+		}
+	}
+	if n := testing.AllocsPerRun(100, func() { Field([]byte(oom), "oom_kill") }); n != 0 {
+		t.Errorf("Field allocates %v times per call", n)
+	}
 }
 
 // TestRollup reads this process's own figures: real, not zero.
