@@ -5,10 +5,12 @@ package guest
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"os"
 	"os/exec"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -28,6 +30,10 @@ type shellState struct {
 	// dropped holds the warnings for variables the last exec exported but which
 	// were too large to keep; the next exec (the first without them) reports them.
 	dropped []string
+	// probed is set once an exec has compared the shell's `export -p` with its
+	// `env -0`; exportP is set when they agreed, and later execs then read the
+	// environment from `export -p` alone (shellWrapperFast).
+	probed, exportP bool
 }
 
 // Environment limits: the kernel refuses an execve whose single string exceeds
@@ -36,6 +42,9 @@ type shellState struct {
 const (
 	maxEnvVar   = 128 << 10
 	maxEnvTotal = 1 << 20
+	// maxEnvValue is the value length above which the exec's shell drops a
+	// variable (the wrapper's test, kept byte for byte in exportPState).
+	maxEnvValue = 131000
 )
 
 // shellWrapper runs the command with `eval` in a shell that first goes to the
@@ -47,10 +56,34 @@ const (
 // `env -0`; when it cannot run (the pids limit is reached by the command's own
 // background processes) the end mark is missing and the previous environment
 // stands rather than an empty one.
+//
+// On a session's first exec (probe set) it then also exports __dx_probe, a
+// value made of what quoting can get wrong, before `env -0`, and after the end
+// mark writes whether the shell is bash or zsh, and its `export -p` closed by
+// the end mark and a newline: probeState decides from that whether the later
+// execs may use shellWrapperFast.
 const shellWrapper = `__dx_save() { __dx_rc=$?
 __dx_big=$(export -p | while IFS= read -r __dx_l; do case $__dx_l in "export "*=*) __dx_n=${__dx_l#export }; __dx_n=${__dx_n%%=*}; eval "__dx_v=\${$__dx_n-}"; [ ${#__dx_v} -gt 131000 ] && printf '%s ' "$__dx_n";; esac; done)
 for __dx_n in $__dx_big; do unset "$__dx_n"; done
-{ printf '%s\n' "$__dx_big"; pwd -P 2>/dev/null || printf '%s\n' "$__dx_ws"; printf '\0'; env -0 && printf '=dryexec-env-end\0'; } >&3 2>/dev/null
+[ -n "$__dx_p" ] && { __dx_probe=$__dx_p; export __dx_probe; }
+{ printf '%s\n' "$__dx_big"; pwd -P 2>/dev/null || printf '%s\n' "$__dx_ws"; printf '\0'; env -0 && printf '=dryexec-env-end\0' && [ -n "$__dx_probe" ] && printf '%s\n' "${BASH_VERSION+bash}${ZSH_VERSION+zsh}" && export -p && printf '=dryexec-env-end\n'; } >&3 2>/dev/null
+exit $__dx_rc; }
+trap __dx_save EXIT
+__dx_ws=$2
+__dx_p=$4
+{ [ -n "$1" ] && cd -- "$1"; } 2>/dev/null || cd -- "$2" || exit 126
+__dx_cmd=$3
+set --
+eval "$__dx_cmd"`
+
+// shellWrapperFast is shellWrapper without a process in its EXIT trap: it
+// writes its cwd, NUL, and `export -p` (a builtin) closed by the end mark and
+// a newline, which exportPState parses and bounds. The command substitution and
+// pipeline that found the large variables (two forks) and `env -0` (a fork and
+// an exec) cost about 1 ms of each exec on a nested VM. Since nothing is
+// started, the pids limit cannot keep the environment from being read.
+const shellWrapperFast = `__dx_save() { __dx_rc=$?
+{ pwd -P 2>/dev/null || printf '%s\n' "$__dx_ws"; printf '\0'; export -p; printf '=dryexec-env-end\n'; } >&3 2>/dev/null
 exit $__dx_rc; }
 trap __dx_save EXIT
 __dx_ws=$2
@@ -58,6 +91,17 @@ __dx_ws=$2
 __dx_cmd=$3
 set --
 eval "$__dx_cmd"`
+
+// envProbe is the value the probing exec exports: newlines, every kind of
+// quote, backslashes, expansions, `=`, a forged end mark and export line,
+// control bytes, bytes that are not UTF-8, and a trailing newline. A shell whose
+// `export -p` prints it in a form parseExportP does not read exactly (bash
+// prints $'...' for control bytes) keeps the env -0 path.
+const envProbe = "a\nb 'c' '\\'' \"d\" \\ \\\\n $HOME ${x} `e` $(f) = ==\t\x01\x1b\x7f\xff\xc3\x28 \n=dryexec-env-end\nexport Y='z'\n"
+
+// exportPLimit bounds what the state pipe yields: `export -p` quotes a value,
+// so its listing is up to five bytes per byte of value (a lone ' is '"'"').
+const exportPLimit = 6*maxEnvTotal + 1<<16
 
 // boundedEnv drops variables the kernel would refuse and says which.
 func boundedEnv(env []string) ([]string, []string) {
@@ -113,6 +157,184 @@ func parseState(b []byte) (dropped []string, cwd string, env []string, envOK, ok
 	return dropped, cwd, env, true, true
 }
 
+// errExportP is a listing parseExportP cannot read exactly.
+var errExportP = errors.New("unexpected export -p output")
+
+// parseExportP reads `export -p` as a POSIX shell prints it (dash, busybox
+// ash): lines `export NAME=WORD` or `export NAME` (exported, no value: not in
+// the environment, skipped), up to a line that is the end mark, which must
+// close the input. WORD is read as the shell would read it: '...' literally,
+// "..." with \ escaping only $ ` " \ and newline, a backslash outside quotes
+// escaping the next byte, plain bytes as they are. Anything else a shell could
+// expand ($, `), an unquoted blank or a name that is not an identifier fails
+// the whole listing rather than being guessed at. The names keep their order.
+func parseExportP(b []byte) ([]string, error) {
+	var env []string
+	for {
+		if rest, ok := bytes.CutPrefix(b, []byte(envEnd+"\n")); ok {
+			if len(rest) != 0 {
+				return nil, errExportP
+			}
+			return env, nil
+		}
+		rest, ok := bytes.CutPrefix(b, []byte("export "))
+		if !ok {
+			return nil, errExportP
+		}
+		n := 0
+		for n < len(rest) && (rest[n] == '_' || 'a' <= rest[n]|0x20 && rest[n]|0x20 <= 'z' || n > 0 && '0' <= rest[n] && rest[n] <= '9') {
+			n++
+		}
+		if n == 0 || n == len(rest) {
+			return nil, errExportP
+		}
+		name := string(rest[:n])
+		switch rest[n] {
+		case '\n':
+			b = rest[n+1:]
+			continue
+		case '=':
+		default:
+			return nil, errExportP
+		}
+		val, tail, err := shellWord(rest[n+1:])
+		if err != nil {
+			return nil, err
+		}
+		env = append(env, name+"="+val)
+		b = tail
+	}
+}
+
+// shellWord reads one word up to its unquoted newline and returns its value
+// and what follows the newline.
+func shellWord(b []byte) (string, []byte, error) {
+	var v []byte
+	for i := 0; i < len(b); i++ {
+		switch c := b[i]; c {
+		case '\n':
+			return string(v), b[i+1:], nil
+		case '\'':
+			j := bytes.IndexByte(b[i+1:], '\'')
+			if j < 0 {
+				return "", nil, errExportP
+			}
+			v = append(v, b[i+1:i+1+j]...)
+			i += 1 + j
+		case '"':
+			i++
+			for ; i < len(b) && b[i] != '"'; i++ {
+				switch b[i] {
+				case '$', '`':
+					return "", nil, errExportP
+				case '\\':
+					if i+1 < len(b) && bytes.IndexByte([]byte("$`\"\\\n"), b[i+1]) >= 0 {
+						i++
+						if b[i] == '\n' {
+							continue
+						}
+					}
+				}
+				v = append(v, b[i])
+			}
+			if i == len(b) {
+				return "", nil, errExportP
+			}
+		case '\\':
+			if i+1 == len(b) {
+				return "", nil, errExportP
+			}
+			i++
+			if b[i] != '\n' {
+				v = append(v, b[i])
+			}
+		case '$', '`', ' ', '\t', ';', '&', '|', '<', '>', '(', ')':
+			return "", nil, errExportP
+		default:
+			v = append(v, c)
+		}
+	}
+	return "", nil, errExportP
+}
+
+// exportPState reads what shellWrapperFast wrote: cwd, NUL, `export -p` and
+// the end mark. It keeps what shellWrapper's trap keeps: variables with a value
+// of more than maxEnvValue bytes are dropped (and named in dropped), as are
+// SHLVL and _; the environment is sorted. envOK is false (env nil) when the
+// listing is cut or unreadable, or larger than what shellWrapper's reader
+// takes, so the previous environment stands as it did there.
+func exportPState(b []byte) (dropped []string, cwd string, env []string, envOK, ok bool) {
+	c, rest, ok := bytes.Cut(b, []byte{0})
+	if !ok {
+		return nil, "", nil, false, false
+	}
+	cwd = strings.TrimSuffix(string(c), "\n")
+	all, err := parseExportP(rest)
+	if err != nil {
+		return nil, cwd, nil, false, true
+	}
+	// The size shellWrapper's listing would have had: its first line, the
+	// cwd, each NAME=value and NUL, the end mark.
+	size := len(c) + 2 + len(envEnd) + 1
+	for _, kv := range all {
+		k, v, _ := strings.Cut(kv, "=")
+		if len(v) > maxEnvValue {
+			dropped = append(dropped, k)
+			size += len(k) + 1
+			continue
+		}
+		size += len(kv) + 1
+		if k == "SHLVL" || k == "_" {
+			continue
+		}
+		env = append(env, kv)
+	}
+	if size > maxEnvTotal+1<<16 {
+		return nil, cwd, nil, false, true
+	}
+	sort.Strings(env)
+	return dropped, cwd, env, true, true
+}
+
+// probeState reads what shellWrapper wrote when probing: the usual state, then
+// the shell's kind, its `export -p` and the end mark. fast is true when the
+// shell is neither bash nor zsh (which can export functions and names that
+// `export -p` does not list) and its `export -p`, parsed, equals its `env -0`
+// and holds the probe value exactly; decided is false when the probe part is
+// missing (env -0 could not run) and the next exec should probe again. The
+// probe variable is taken out of the environment.
+func probeState(b []byte) (dropped []string, cwd string, env []string, envOK, ok, fast, decided bool) {
+	head, probe := b, []byte(nil)
+	if i := bytes.Index(b, []byte("\x00"+envEnd+"\x00")); i >= 0 {
+		head, probe = b[:i+len(envEnd)+2], b[i+len(envEnd)+2:]
+	}
+	if len(head) > maxEnvTotal+1<<16 {
+		// shellWrapper's reader would have stopped here.
+		head, probe = head[:maxEnvTotal+1<<16], nil
+	}
+	dropped, cwd, env, envOK, ok = parseState(head)
+	if env != nil {
+		env = slices.DeleteFunc(env, func(kv string) bool { return strings.HasPrefix(kv, "__dx_probe=") })
+	}
+	if !envOK || len(probe) == 0 {
+		return dropped, cwd, env, envOK, ok, false, false
+	}
+	kind, listing, _ := bytes.Cut(probe, []byte{'\n'})
+	all, err := parseExportP(listing)
+	if len(kind) != 0 || err != nil || !slices.Contains(all, "__dx_probe="+envProbe) {
+		return dropped, cwd, env, envOK, ok, false, true
+	}
+	var got []string
+	for _, kv := range all {
+		k, _, _ := strings.Cut(kv, "=")
+		if k != "SHLVL" && k != "_" && k != "__dx_probe" {
+			got = append(got, kv)
+		}
+	}
+	sort.Strings(got)
+	return dropped, cwd, env, envOK, ok, slices.Equal(got, env), true
+}
+
 // transcript merges stdout and stderr in the order they arrive, bounded.
 type transcript struct {
 	mu  sync.Mutex
@@ -146,7 +368,14 @@ func (s *session) execShell(ctx context.Context, req *wire.ExecShell) *wire.Shel
 	cap := s.cfg.OutputCap
 	t := &transcript{all: tail.New(cap)}
 	out, errb := tail.New(cap), tail.New(cap)
-	cmd := exec.Command("/bin/sh", "-c", shellWrapper, "sh", s.shell.cwd, s.ws, req.Command)
+	wrapper, probe, limit := shellWrapper, "", int64(maxEnvTotal+1<<16)
+	switch {
+	case s.shell.exportP:
+		wrapper, limit = shellWrapperFast, exportPLimit
+	case !s.shell.probed:
+		probe, limit = envProbe, exportPLimit
+	}
+	cmd := exec.Command("/bin/sh", "-c", wrapper, "sh", s.shell.cwd, s.ws, req.Command, probe)
 	cmd.Env = env
 	cmd.Stdin = nil
 	cmd.Stdout = streamWriter{t, out}
@@ -167,7 +396,7 @@ func (s *session) execShell(ctx context.Context, req *wire.ExecShell) *wire.Shel
 	var state []byte
 	stateDone := make(chan struct{})
 	go func() {
-		state, _ = io.ReadAll(io.LimitReader(stateR, maxEnvTotal+1<<16))
+		state, _ = io.ReadAll(io.LimitReader(stateR, limit))
 		close(stateDone)
 	}()
 	var timeout <-chan time.Time
@@ -213,7 +442,21 @@ func (s *session) execShell(ctx context.Context, req *wire.ExecShell) *wire.Shel
 		<-stateDone
 	}
 	if !res.TimedOut {
-		if dropped, cwd, newEnv, envOK, ok := parseState(state); ok {
+		var dropped []string
+		var cwd string
+		var newEnv []string
+		var envOK, ok bool
+		switch {
+		case s.shell.exportP:
+			dropped, cwd, newEnv, envOK, ok = exportPState(state)
+		case probe != "":
+			var fast, decided bool
+			dropped, cwd, newEnv, envOK, ok, fast, decided = probeState(state)
+			s.shell.probed, s.shell.exportP = decided, fast
+		default:
+			dropped, cwd, newEnv, envOK, ok = parseState(state)
+		}
+		if ok {
 			if cwd == "" {
 				cwd = s.ws
 			}
