@@ -28,6 +28,9 @@ type memTracer struct {
 	known map[int]bool  // tasks past their first stop
 	pages map[int]int64 // per thread group: the most Private_Dirty seen at an exit, in pages
 	exits int
+	// leaders are tasks known to lead their thread group (the command, and
+	// what a fork or vfork made): their exit needs no /proc read for it.
+	leaders map[int]bool
 }
 
 const memTraceOptions = unix.PTRACE_O_TRACEFORK | unix.PTRACE_O_TRACEVFORK | unix.PTRACE_O_TRACECLONE |
@@ -62,7 +65,7 @@ func takeFirstStop(pid int, nproc int64, mt *memTracer) error {
 	if mt == nil {
 		return unix.PtraceDetach(pid)
 	}
-	mt.known, mt.pages = map[int]bool{pid: true}, map[int]int64{}
+	mt.known, mt.pages, mt.leaders = map[int]bool{pid: true}, map[int]int64{}, map[int]bool{pid: true}
 	if err := unix.PtraceSetOptions(pid, memTraceOptions); err != nil {
 		return err
 	}
@@ -75,6 +78,12 @@ func (m *memTracer) stopped(tid int, ws unix.WaitStatus) {
 	switch {
 	case sig == unix.SIGTRAP && ws.TrapCause() == unix.PTRACE_EVENT_EXIT:
 		m.measure(tid)
+		unix.PtraceCont(tid, 0)
+	case sig == unix.SIGTRAP && (ws.TrapCause() == unix.PTRACE_EVENT_FORK || ws.TrapCause() == unix.PTRACE_EVENT_VFORK):
+		// A new process: it leads its thread group.
+		if child, err := unix.PtraceGetEventMsg(tid); err == nil {
+			m.leaders[int(child)] = true
+		}
 		unix.PtraceCont(tid, 0)
 	case sig == unix.SIGTRAP && ws.TrapCause() > 0:
 		// fork, vfork, clone: the new task reports its own first stop; exec
@@ -98,15 +107,20 @@ func (m *memTracer) stopped(tid int, ws unix.WaitStatus) {
 }
 
 // gone forgets an exited task.
-func (m *memTracer) gone(tid int) { delete(m.known, tid) }
+func (m *memTracer) gone(tid int) {
+	delete(m.known, tid)
+	delete(m.leaders, tid)
+}
 
 // measure records the Private_Dirty of tid's process as it exits.
 func (m *memTracer) measure(tid int) {
 	dir := "/proc/" + strconv.Itoa(tid)
 	tgid := tid
-	if b, err := os.ReadFile(dir + "/status"); err == nil {
-		if v, ok := procfs.Field(b, "Tgid:"); ok {
-			tgid = int(v)
+	if !m.leaders[tid] {
+		if b, err := os.ReadFile(dir + "/status"); err == nil {
+			if v, ok := procfs.Field(b, "Tgid:"); ok {
+				tgid = int(v)
+			}
 		}
 	}
 	b, err := os.ReadFile(dir + "/smaps_rollup")

@@ -563,6 +563,15 @@ func (t *trial) converse() (*dryexec.StateDelta, error) {
 	}
 	d := &dryexec.StateDelta{TrialID: t.spec.TrialID, Rung: Name, Action: a}
 	var exit *wire.TrialExit
+	// What the containment saw is read while the guest walks (both are
+	// fractions of a millisecond, on different CPUs) and merged at the end.
+	var seen dryexec.StateDelta
+	var containedDone chan struct{}
+	defer func() {
+		if containedDone != nil {
+			<-containedDone
+		}
+	}()
 	for {
 		f, err := t.conn.Read()
 		if err != nil {
@@ -575,6 +584,9 @@ func (t *trial) converse() (*dryexec.StateDelta, error) {
 		}
 		switch f.Verb {
 		case wire.VerbTrialExit:
+			if exit != nil {
+				return nil, fmt.Errorf("%w: trial.exit twice", dryexec.ErrGuest)
+			}
 			exit = new(wire.TrialExit)
 			if err := f.Decode(exit); err != nil {
 				return nil, t.guestErr("decoding trial.exit", err)
@@ -584,7 +596,11 @@ func (t *trial) converse() (*dryexec.StateDelta, error) {
 			// (walking), so its view and group can still be read, and
 			// netsim has seen the last packet it will get.
 			t.net.stop()
-			t.contained(d)
+			containedDone = make(chan struct{})
+			go func() {
+				defer close(containedDone)
+				t.contained(&seen)
+			}()
 		case wire.VerbFSEntry:
 			if exit == nil {
 				return nil, fmt.Errorf("%w: fs.entry before trial.exit", dryexec.ErrGuest)
@@ -615,6 +631,11 @@ func (t *trial) converse() (*dryexec.StateDelta, error) {
 				return nil, err
 			}
 			d.Files = files
+			<-containedDone
+			containedDone = nil
+			d.Violations = append(d.Violations, seen.Violations...)
+			d.Warnings = append(d.Warnings, seen.Warnings...)
+			d.Memory.PeakRSSBytes = seen.Memory.PeakRSSBytes
 			t.fillProcess(d, exit)
 			d.Memory.Method = "none"
 			fillContainment(d, exit)
