@@ -207,6 +207,24 @@ func (r *Rung) StartGuest(role string, files []*os.File) (*exec.Cmd, error) {
 // StartGuestLimited is StartGuest with the guest (and so everything it
 // starts) under lim, in place before it can run anything.
 func (r *Rung) StartGuestLimited(role string, files []*os.File, lim *Limiter) (*exec.Cmd, error) {
+	cmd, attached, err := r.startGuest(role, files, lim)
+	if err != nil {
+		return nil, err
+	}
+	if err := <-attached; err != nil {
+		cmd.Process.Kill()
+		cmd.Wait()
+		return nil, err
+	}
+	return cmd, nil
+}
+
+// startGuest starts the guest and puts it under lim in the background:
+// attached yields the outcome, which the caller must have before the guest
+// runs anything of the sandbox's. Why: on a cgroup v1 host the attach waits
+// for an RCU grace period (≈ 10 ms in a nested VM), and the guest can start
+// its runtime and build the view meanwhile.
+func (r *Rung) startGuest(role string, files []*os.File, lim *Limiter) (*exec.Cmd, <-chan error, error) {
 	exe := r.GuestExe
 	if exe == "" {
 		exe = guest.Executable()
@@ -245,18 +263,17 @@ func (r *Rung) StartGuestLimited(role string, files []*os.File, lim *Limiter) (*
 	}
 	if err := cmd.Start(); err != nil {
 		if errors.Is(err, syscall.EPERM) || errors.Is(err, syscall.EINVAL) || errors.Is(err, syscall.ENOSPC) {
-			return nil, &dryexec.IsolationUnavailableError{Rung: Name, Missing: "cannot create namespaces: " + err.Error()}
+			return nil, nil, &dryexec.IsolationUnavailableError{Rung: Name, Missing: "cannot create namespaces: " + err.Error()}
 		}
-		return nil, fmt.Errorf("starting guest: %w", err)
+		return nil, nil, fmt.Errorf("starting guest: %w", err)
 	}
-	if lim != nil {
-		if err := lim.attach(cmd.Process.Pid); err != nil {
-			cmd.Process.Kill()
-			cmd.Wait()
-			return nil, err
-		}
+	attached := make(chan error, 1)
+	if lim == nil {
+		attached <- nil
+	} else {
+		go func() { attached <- lim.attach(cmd.Process.Pid) }()
 	}
-	return cmd, nil
+	return cmd, attached, nil
 }
 
 // Mounts plans the host mounts a guest must overlay.
@@ -294,6 +311,9 @@ type trial struct {
 	uppers []fsdelta.Mount
 	net    *trialNet // the trial's netsim (nil fields: loopback only)
 	netFD  int       // the guest's end of the TUN hand-over socket
+	// attached yields whether the guest is under lim (startGuest); ready
+	// has it before the sandbox is ready.
+	attached <-chan error
 }
 
 // prepare starts a guest for sb and waits until its sandbox is built and
@@ -362,7 +382,7 @@ func (r *Rung) start(sb sandbox, id string, nt *trialNet) (*trial, error) {
 			extra = append(extra, nt.guest)
 		}
 		if t.lim, err = r.NewLimiter(id, sb.Limits); err == nil {
-			t.cmd, err = r.StartGuestLimited(guest.RoleNSTrial, extra, t.lim)
+			t.cmd, t.attached, err = r.startGuest(guest.RoleNSTrial, extra, t.lim)
 		}
 	}
 	if err != nil {
@@ -423,6 +443,11 @@ func (t *trial) ready() error {
 	}
 	t.watch = NewMaskWatch()
 	if err := t.watch.Pin(t.cmd.Process.Pid, t.sb.Masks); err != nil {
+		return err
+	}
+	// The guest ran nothing of the sandbox's yet: the command comes with
+	// trial.run, after this.
+	if err := <-t.attached; err != nil {
 		return err
 	}
 	if err := t.lim.ShelterSupervisor(t.cmd.Process.Pid); err != nil {
