@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -293,4 +294,51 @@ func BenchmarkTrialContainment(b *testing.B) {
 			}
 		})
 	}
+}
+
+// TestCommandInTrialGroup: the guest joins its cgroup in the background
+// while it builds the view (v1, where that join is slow); the command must
+// still start inside the trial's group, never the caller's, cold and pooled.
+// (Here the join usually ends before the view is built even without the
+// host's wait for it, so this checks the outcome, not that wait.)
+func TestCommandInTrialGroup(t *testing.T) {
+	requireNS(t)
+	if os.Getuid() != 0 {
+		t.Skip("no cgroups rootless here")
+	}
+	dir := t.TempDir()
+	// A pooled sandbox's group is named by the id it was prepared under.
+	group := regexp.MustCompile(`/dryexec/(tr_[a-z0-9]+)\.[0-9]+-[0-9]+/run$`)
+	check := func(t *testing.T, d *dryexec.StateDelta, id string) {
+		t.Helper()
+		lines := 0
+		for _, l := range strings.Split(strings.TrimSpace(d.Process.Stdout), "\n") {
+			// hierarchy-ID:controllers:path; the trial's own (pids, memory)
+			// end in <trial id>.<owner>/run.
+			parts := strings.SplitN(l, ":", 3)
+			if len(parts) != 3 || !(strings.Contains(parts[1], "pids") || strings.Contains(parts[1], "memory")) {
+				continue
+			}
+			lines++
+			m := group.FindStringSubmatch(parts[2])
+			if m == nil || id != "" && m[1] != id {
+				t.Errorf("the command ran in %q, not in a trial's group (%s)", l, id)
+			}
+		}
+		if lines == 0 {
+			t.Errorf("no pids or memory line in %q", d.Process.Stdout)
+		}
+	}
+	t.Run("cold", func(t *testing.T) {
+		d := runTrial(t, dir, dryexec.TrialSpec{}, "cat", "/proc/self/cgroup")
+		check(t, d, d.TrialID)
+	})
+	t.Run("pooled", func(t *testing.T) {
+		p := newTestPool(t, dir, PoolOptions{Size: 1}, 1)
+		d := poolTrial(t, p, dir, "cat", "/proc/self/cgroup")
+		if p.Stats().Hits != 1 {
+			t.Fatalf("the trial did not take the pooled sandbox: %+v", p.Stats())
+		}
+		check(t, d, "")
+	})
 }
