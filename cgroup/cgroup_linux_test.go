@@ -72,6 +72,13 @@ func boundGroup(t testing.TB) Options {
 // startGated starts sh -c script in g, holding it until it is attached.
 func startGated(t *testing.T, ctx context.Context, g *Group, script string) *exec.Cmd {
 	t.Helper()
+	return startAttached(t, ctx, g.Attach, script)
+}
+
+// startAttached starts sh -c script, holding it until attach has put it
+// where it must run.
+func startAttached(t *testing.T, ctx context.Context, attach func(pid int) error, script string) *exec.Cmd {
+	t.Helper()
 	cmd := exec.CommandContext(ctx, "/bin/sh", "-c", "read _; "+script)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	in, err := cmd.StdinPipe()
@@ -81,7 +88,7 @@ func startGated(t *testing.T, ctx context.Context, g *Group, script string) *exe
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	if err := g.Attach(cmd.Process.Pid); err != nil {
+	if err := attach(cmd.Process.Pid); err != nil {
 		cmd.Process.Kill()
 		cmd.Wait()
 		t.Fatal(err)

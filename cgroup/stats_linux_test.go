@@ -175,25 +175,14 @@ func startBelowRun(t *testing.T, ctx context.Context, g *Group, sub, script stri
 			t.Fatal(err)
 		}
 	}
-	cmd := exec.CommandContext(ctx, "/bin/sh", "-c", "read _; "+script)
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	in, err := cmd.StdinPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	for _, r := range g.runs {
-		if err := os.WriteFile(filepath.Join(r, sub, "cgroup.procs"), []byte(strconv.Itoa(cmd.Process.Pid)), 0); err != nil {
-			cmd.Process.Kill()
-			cmd.Wait()
-			t.Fatal(err)
+	return startAttached(t, ctx, func(pid int) error {
+		for _, r := range g.runs {
+			if err := os.WriteFile(filepath.Join(r, sub, "cgroup.procs"), []byte(strconv.Itoa(pid)), 0); err != nil {
+				return err
+			}
 		}
-	}
-	in.Write([]byte("go\n"))
-	in.Close()
-	return cmd
+		return nil
+	}, script)
 }
 
 // TestStatsAfterRemove: Remove closes what Stats opened (no fd is left), and
