@@ -30,10 +30,7 @@ var scratchCandidates = []string{"/dev/shm", "/dev", "/tmp"}
 func runNSTrial() int {
 	ctrl := os.NewFile(wire.CtrlFD, "ctrl")
 	conn := wire.NewConn(ctrl)
-	fail := func(code string, err error) int {
-		conn.Send(wire.KindErr, "", 0, &wire.RemoteError{Code: code, Message: err.Error()})
-		return 1
-	}
+	fail := func(code string, err error) int { return sendFailure(conn, code, err) }
 	if err := conn.Send(wire.KindHello, "", 0, &wire.Hello{Version: wire.Version, Role: RoleNSTrial}); err != nil {
 		return 1
 	}
@@ -81,10 +78,7 @@ func runNSTrial() int {
 // serveTrial waits for the command, runs it and reports: trial.exit, the
 // upper dirs' entries, trial.done. It runs on the launcher thread l.
 func serveTrial(conn *wire.Conn, cfg *wire.TrialStart, l *confinedLauncher, scratch int, uppers []string) int {
-	fail := func(code string, err error) int {
-		conn.Send(wire.KindErr, "", 0, &wire.RemoteError{Code: code, Message: err.Error()})
-		return 1
-	}
+	fail := func(code string, err error) int { return sendFailure(conn, code, err) }
 	// The sandbox is ready: a warm pool keeps it so until a trial is asked
 	// for (the host closing the stream ends it), a cold trial sends the
 	// command at once.
@@ -151,6 +145,13 @@ func serveTrial(conn *wire.Conn, cfg *wire.TrialStart, l *confinedLauncher, scra
 		return 1
 	}
 	return 0
+}
+
+// sendFailure reports a guest-side failure (a KindErr frame) and returns
+// the guest's exit code for it.
+func sendFailure(conn *wire.Conn, code string, err error) int {
+	conn.Send(wire.KindErr, "", 0, &wire.RemoteError{Code: code, Message: err.Error()})
+	return 1
 }
 
 // sendContent streams exactly size bytes of f as fs.data frames. A file that

@@ -18,6 +18,7 @@ import (
 // caller knows the unit. It allocates nothing (the cgroup counters are read
 // after every trial).
 func Field(b []byte, key string) (int64, bool) {
+	word := !strings.HasSuffix(key, ":") // the key must end at a blank
 	for len(b) > 0 {
 		line := b
 		if i := bytes.IndexByte(b, '\n'); i >= 0 {
@@ -29,7 +30,7 @@ func Field(b []byte, key string) (int64, bool) {
 			continue
 		}
 		rest := line[len(key):]
-		if !strings.HasSuffix(key, ":") && (len(rest) == 0 || rest[0] != ' ' && rest[0] != '\t') {
+		if word && (len(rest) == 0 || rest[0] != ' ' && rest[0] != '\t') {
 			continue
 		}
 		rest = bytes.TrimLeft(rest, " \t")
