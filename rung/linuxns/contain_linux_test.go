@@ -299,8 +299,8 @@ func BenchmarkTrialContainment(b *testing.B) {
 // TestCommandInTrialGroup: the guest joins its cgroup in the background
 // while it builds the view (v1, where that join is slow); the command must
 // still start inside the trial's group, never the caller's, cold and pooled.
-// (Here the join usually ends before the view is built even without the
-// host's wait for it, so this checks the outcome, not that wait.)
+// The cold trial's join is held back until well after the view is built, so
+// only the host's wait for it keeps the command inside.
 func TestCommandInTrialGroup(t *testing.T) {
 	requireNS(t)
 	if os.Getuid() != 0 {
@@ -330,7 +330,11 @@ func TestCommandInTrialGroup(t *testing.T) {
 		}
 	}
 	t.Run("cold", func(t *testing.T) {
-		d := runTrial(t, dir, dryexec.TrialSpec{}, "cat", "/proc/self/cgroup")
+		r := &Rung{attachDelay: 300 * time.Millisecond}
+		d, err := r.Trial(t.Context(), dryexec.TrialSpec{Action: dryexec.Action{Argv: []string{"cat", "/proc/self/cgroup"}, Cwd: dir, Env: testPath}})
+		if err != nil {
+			t.Fatal(err)
+		}
 		check(t, d, d.TrialID)
 	})
 	t.Run("pooled", func(t *testing.T) {

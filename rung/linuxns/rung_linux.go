@@ -52,6 +52,9 @@ type Rung struct {
 	// cgroup); the limits themselves come from each TrialSpec.
 	Cgroups cgroup.Options
 
+	// attachDelay holds back the guest's cgroup join (tests: a join that
+	// ends after the view is built must still come before the command).
+	attachDelay time.Duration
 	// sweepOnce: the first limiter sweeps cgroups that dead processes left.
 	sweepOnce sync.Once
 }
@@ -271,7 +274,10 @@ func (r *Rung) startGuest(role string, files []*os.File, lim *Limiter) (*exec.Cm
 	if lim == nil {
 		attached <- nil
 	} else {
-		go func() { attached <- lim.attach(cmd.Process.Pid) }()
+		go func() {
+			time.Sleep(r.attachDelay)
+			attached <- lim.attach(cmd.Process.Pid)
+		}()
 	}
 	return cmd, attached, nil
 }
