@@ -13,7 +13,7 @@ APT_PACKAGES  := bubblewrap util-linux python3 iproute2 curl
 # dynamically linked binary starts measurably slower.
 export CGO_ENABLED ?= 0
 
-.PHONY: all build deps test lint unit bench soak clean
+.PHONY: all build deps test lint unit bench soak stub clean
 
 all: build
 
@@ -58,6 +58,12 @@ bench: deps
 # runs in `make unit`.
 soak:
 	DRYEXEC_SOAK=full $(GO) test -count=1 -v -timeout 60m -run '^TestSoak$$' ./test/soak
+
+# The native command stub (guest/cmdstub/stub.c) is committed as generated Go,
+# guest/cmdstub_amd64.go, so that building dryexec needs no C compiler; this
+# regenerates it (needs gcc).
+stub:
+	$(GO) run guest/cmdstub/gen.go
 
 clean:
 	rm -rf bin

@@ -11,70 +11,46 @@ import (
 )
 
 // BenchmarkStartTrue measures what confinement adds to starting one command:
-// plain fork+exec+wait of /bin/true; the same from a freshly confined
-// launcher thread (filter compiled, Landlock ruleset built, thread confined,
-// supervisor started and stopped: a trial's whole fixed cost); and with the
-// memory tracer on as well.
+// plain fork+exec+wait of /bin/true; the same through a command stub started
+// from a freshly confined launcher thread (filter compiled, Landlock ruleset
+// built, thread confined, supervisor started and stopped: a trial's whole
+// fixed cost); and with the memory tracer on as well. Each stub kind (native,
+// guest) runs separately.
 func BenchmarkStartTrue(b *testing.B) {
-	run := func(b *testing.B, attr *syscall.SysProcAttr, mt *memTracer) {
-		pid, err := syscall.ForkExec("/bin/true", []string{"true"}, &syscall.ProcAttr{Sys: attr})
-		if err != nil {
-			b.Fatal(err)
-		}
-		if mt != nil {
-			if err := takeFirstStop(pid, 0, mt); err != nil {
-				b.Fatal(err)
-			}
-		}
-		for {
-			var ws unix.WaitStatus
-			wpid, err := unix.Wait4(-1, &ws, unix.WALL, nil)
+	b.Run("plain", func(b *testing.B) {
+		for b.Loop() {
+			pid, err := syscall.ForkExec("/bin/true", []string{"true"}, &syscall.ProcAttr{})
 			if err != nil {
 				b.Fatal(err)
 			}
-			if ws.Stopped() {
-				mt.stopped(wpid, ws)
-				continue
+			var ws unix.WaitStatus
+			if _, err := unix.Wait4(pid, &ws, 0, nil); err != nil {
+				b.Fatal(err)
 			}
-			if wpid == pid {
-				return
-			}
-		}
-	}
-	b.Run("plain", func(b *testing.B) {
-		for b.Loop() {
-			run(b, &syscall.SysProcAttr{}, nil)
 		}
 	})
-	for _, traced := range []bool{false, true} {
-		name := "confined"
-		if traced {
-			name += "+traced"
-		}
-		b.Run(name, func(b *testing.B) {
-			for b.Loop() {
-				conf, err := newConfinement()
-				if err != nil {
-					b.Fatal(err)
-				}
-				l, err := startLauncher(conf)
-				conf.close()
-				if err != nil {
-					b.Fatal(err)
-				}
-				var ex *wire.TrialExit
-				l.do(func() {
-					var mt *memTracer
-					attr := &syscall.SysProcAttr{}
-					if traced {
-						mt, attr.Ptrace = &memTracer{}, true
-					}
-					run(b, attr, mt)
-					ex = &wire.TrialExit{}
-				})
-				l.stop(time.Second)
-				_ = ex
+	r := &wire.TrialRun{Argv: []string{"/bin/true"}, Cwd: "/"}
+	for kind, exe := range stubExes(b) {
+		for _, traced := range []bool{false, true} {
+			name := "confined/" + kind
+			if traced {
+				name += "+traced"
 			}
-		})
+			b.Run(name, func(b *testing.B) {
+				for b.Loop() {
+					conf, err := newConfinement()
+					if err != nil {
+						b.Fatal(err)
+					}
+					l, err := startLauncher(conf)
+					conf.close()
+					if err != nil {
+						b.Fatal(err)
+					}
+					l.do(func() { runThroughStub(b, exe, r, "", traced) })
+					l.stop(time.Second)
+				}
+			})
+		}
 	}
 }

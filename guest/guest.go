@@ -19,6 +19,10 @@ const (
 	// RoleNSTrial: PID 1 of a one-shot ns trial. It builds the overlay view,
 	// runs the command, kills what is left, and streams the upper dirs back.
 	RoleNSTrial = "ns-trial"
+	// RoleStub: a trial's command process before the command is known,
+	// where the native stub (guest/cmdstub) cannot run; it is replaced by
+	// the command.
+	RoleStub = "stub"
 )
 
 // MaybeMain runs the guest and exits if args (os.Args) ask for a guest role;
@@ -37,6 +41,11 @@ func Main(args []string) int {
 	if len(args) == 0 {
 		fmt.Fprintln(os.Stderr, "dryexec guest: internal subcommand, not to be called directly")
 		return 2
+	}
+	if args[0] == RoleStub {
+		// Before anything else: the stub holds nothing of the guest's, and
+		// it must stay traceable (it becomes the command).
+		return runStub()
 	}
 	// The guest holds descriptors of what the sandbox must not reach (the
 	// scratch tmpfs with the upper dirs); not dumpable means a process of the

@@ -10,7 +10,11 @@ import (
 // guest: a confined launcher goroutine that ended on the main thread would
 // leave it parked, confined, instead of exiting, and its seccomp listener
 // would never hang up (BenchmarkStartTrue then waited out stop's bound).
+//
+// It also plays the guest when re-executed as one (the stub role of
+// TestStubProtocol).
 func TestMain(m *testing.M) {
+	MaybeMain(os.Args)
 	runtime.LockOSThread()
 	os.Exit(m.Run())
 }

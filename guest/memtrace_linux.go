@@ -11,9 +11,9 @@ import (
 	"github.com/dryexec/dryexec/wire"
 )
 
-// memTracer measures the memory delta of a trial: the command is started
-// under ptrace (PTRACE_TRACEME, so there is no window before it is traced)
-// with every fork, vfork and clone traced too, and each process is stopped
+// memTracer measures the memory delta of a trial: the command's process is
+// seized before the command starts in it (see cmdStub), so there is no
+// window before it is traced, with every fork, vfork and clone traced too, and each process is stopped
 // just before it exits (PTRACE_O_TRACEEXIT), when its /proc/PID/smaps_rollup
 // still holds Private_Dirty: the private pages it wrote during its life and
 // still had. Soft-dirty bits would measure the same without stopping anyone,
@@ -25,7 +25,6 @@ import (
 // tracee to the tracer thread), and its wait loop (runCommand) hands every
 // stop here.
 type memTracer struct {
-	known map[int]bool  // tasks past their first stop
 	pages map[int]int64 // per thread group: the most Private_Dirty seen at an exit, in pages
 	exits int
 	// leaders are tasks known to lead their thread group (the command, and
@@ -33,14 +32,27 @@ type memTracer struct {
 	leaders map[int]bool
 }
 
+// memTraceOptions: every new task is traced, every exit stops. Execs are not
+// traced: a seized tracee (and every task auto-attached from it) execs
+// without a stop.
 const memTraceOptions = unix.PTRACE_O_TRACEFORK | unix.PTRACE_O_TRACEVFORK | unix.PTRACE_O_TRACECLONE |
-	unix.PTRACE_O_TRACEEXIT | unix.PTRACE_O_TRACEEXEC | unix.PTRACE_O_EXITKILL
+	unix.PTRACE_O_TRACEEXIT | unix.PTRACE_O_EXITKILL
 
-// takeFirstStop takes the command's first stop (the SIGTRAP after its
-// execve: it was started with PTRACE_TRACEME), puts nproc (when not 0) on it
-// as its RLIMIT_NPROC before it runs a single instruction of its own, and
-// lets it run: traced by mt, or, when mt is nil, no longer traced.
-func takeFirstStop(pid int, nproc int64, mt *memTracer) error {
+// seize starts tracing pid, which has not run any of the command yet (it is
+// a cmdStub waiting for its request). It does not stop it.
+func (m *memTracer) seize(pid int) error {
+	m.pages, m.leaders = map[int]int64{}, map[int]bool{pid: true}
+	_, _, e := unix.Syscall6(unix.SYS_PTRACE, unix.PTRACE_SEIZE, uintptr(pid), 0, memTraceOptions, 0, 0)
+	if e != 0 {
+		return e
+	}
+	return nil
+}
+
+// takeFirstStop takes the first stop of a command started with
+// PTRACE_TRACEME (the SIGTRAP after its execve), puts nproc on it as its
+// RLIMIT_NPROC before it runs a single instruction of its own, and detaches.
+func takeFirstStop(pid int, nproc int64) error {
 	var ws unix.WaitStatus
 	for {
 		_, err := unix.Wait4(pid, &ws, unix.WALL, nil)
@@ -55,21 +67,12 @@ func takeFirstStop(pid int, nproc int64, mt *memTracer) error {
 	if !ws.Stopped() {
 		return unix.ESRCH // it died before running: the wait loop will see nothing more
 	}
-	if nproc > 0 {
-		lim := unix.Rlimit{Cur: uint64(nproc), Max: uint64(nproc)}
-		if err := unix.Prlimit(pid, unix.RLIMIT_NPROC, &lim, nil); err != nil {
-			unix.Kill(pid, unix.SIGKILL)
-			return err
-		}
-	}
-	if mt == nil {
-		return unix.PtraceDetach(pid)
-	}
-	mt.known, mt.pages, mt.leaders = map[int]bool{pid: true}, map[int]int64{}, map[int]bool{pid: true}
-	if err := unix.PtraceSetOptions(pid, memTraceOptions); err != nil {
+	lim := unix.Rlimit{Cur: uint64(nproc), Max: uint64(nproc)}
+	if err := unix.Prlimit(pid, unix.RLIMIT_NPROC, &lim, nil); err != nil {
+		unix.Kill(pid, unix.SIGKILL)
 		return err
 	}
-	return unix.PtraceCont(pid, 0)
+	return unix.PtraceDetach(pid)
 }
 
 // stopped handles one ptrace stop of task tid and resumes it.
@@ -86,17 +89,15 @@ func (m *memTracer) stopped(tid int, ws unix.WaitStatus) {
 		}
 		unix.PtraceCont(tid, 0)
 	case sig == unix.SIGTRAP && ws.TrapCause() > 0:
-		// fork, vfork, clone: the new task reports its own first stop; exec
-		// (traced, so that it is an event and not a SIGTRAP sent to the
-		// process, as it would be to a tracee without TRACEEXEC).
-		unix.PtraceCont(tid, 0)
-	case sig == unix.SIGSTOP && !m.known[tid]:
-		// A new task's first stop (it may come before its parent's event).
-		m.known[tid] = true
+		// clone (the new task reports its own stop), or a new task's first
+		// stop (PTRACE_EVENT_STOP: tasks auto-attached from a seized one
+		// start with it; it may come before its parent's event).
 		unix.PtraceCont(tid, 0)
 	default:
-		// A signal on its way: deliver it. A group-stop (GETSIGINFO fails)
-		// is resumed: job control stops do not hold a traced trial.
+		// A signal on its way: deliver it. A group-stop (a seized tracee
+		// reports it as PTRACE_EVENT_STOP with the stopping signal, and
+		// GETSIGINFO fails) is resumed: job control stops do not hold a
+		// traced trial.
 		var si [128]byte
 		_, _, e := unix.Syscall6(unix.SYS_PTRACE, unix.PTRACE_GETSIGINFO, uintptr(tid), 0, uintptr(unsafe.Pointer(&si[0])), 0, 0)
 		if e != 0 {
@@ -108,7 +109,6 @@ func (m *memTracer) stopped(tid int, ws unix.WaitStatus) {
 
 // gone forgets an exited task.
 func (m *memTracer) gone(tid int) {
-	delete(m.known, tid)
 	delete(m.leaders, tid)
 }
 

@@ -79,11 +79,23 @@ func runNSTrial() int {
 // upper dirs' entries, trial.done. It runs on the launcher thread l.
 func serveTrial(conn *wire.Conn, cfg *wire.TrialStart, l *confinedLauncher, scratch int, uppers []string) int {
 	fail := func(code string, err error) int { return sendFailure(conn, code, err) }
+	f, err := conn.Read()
+	if err != nil {
+		return 1
+	}
+	if f.Verb != wire.VerbTrialJoined {
+		return fail("protocol", fmt.Errorf("expected %s, got %q", wire.VerbTrialJoined, f.Verb))
+	}
+	// In the trial's cgroups now, the guest starts the command's process,
+	// which waits for the command (see cmdStub).
+	stub, err := startTrialStub(cfg)
+	if err != nil {
+		return fail("setup", err)
+	}
 	// The sandbox is ready: a warm pool keeps it so until a trial is asked
 	// for (the host closing the stream ends it), a cold trial sends the
 	// command at once.
-	f, err := conn.Read()
-	if err != nil {
+	if f, err = conn.Read(); err != nil {
 		return 1
 	}
 	if f.Verb != wire.VerbTrialRun {
@@ -104,7 +116,7 @@ func serveTrial(conn *wire.Conn, cfg *wire.TrialStart, l *confinedLauncher, scra
 			}
 		}
 	}()
-	exit := runCommand(cfg)
+	exit := runCommand(cfg, stub)
 	// Every sandbox process is dead and reaped once runCommand returns: what
 	// the supervisor refused is all reported.
 	exit.Violations = l.l.violations()
@@ -384,58 +396,60 @@ func startConfined() (*confinedLauncher, error) {
 	return &confinedLauncher{conf: conf, l: l}, nil
 }
 
-// runCommand starts the command in its own session, waits for it, then kills and
-// reaps everything else in the pid namespace, so that nothing outlives the trial
+// startTrialStub starts the trial's command stub; it runs on the launcher
+// thread. The guest's
+// copies of the trial's stdio are closed then: only the command holds them,
+// so the host sees EOF as soon as the last sandbox process is gone.
+func startTrialStub(cfg *wire.TrialStart) (*cmdStub, error) {
+	stdin := ^uintptr(0) // none: the stub closes its fd 5
+	if _, err := unix.FcntlInt(wire.StdinFD, unix.F_GETFD, 0); err == nil {
+		stdin = wire.StdinFD
+	}
+	stub, err := startStub(newStubExe(), commandAttr(cfg), cfg.CommandNPROC, wire.StdoutFD, wire.StderrFD, stdin)
+	if err != nil {
+		return nil, err
+	}
+	unix.Close(wire.StdoutFD)
+	unix.Close(wire.StderrFD)
+	if stdin != ^uintptr(0) {
+		unix.Close(wire.StdinFD)
+	}
+	return stub, nil
+}
+
+// runCommand has stub exec the command, waits for it, then kills and reaps
+// everything else in the pid namespace, so that nothing outlives the trial
 // and every write is in the upper dirs before they are walked.
-func runCommand(cfg *wire.TrialStart) *wire.TrialExit {
+func runCommand(cfg *wire.TrialStart, stub *cmdStub) *wire.TrialExit {
 	ex := &wire.TrialExit{}
 	env := cfg.Env
-	stdin := uintptr(wire.StdinFD)
-	if !cfg.Stdin {
-		f, err := os.Open("/dev/null")
-		if err != nil {
-			ex.ExitCode, ex.StartError = 126, "opening /dev/null: "+err.Error()
-			return ex
+	failed := func(code int, msg string) *wire.TrialExit {
+		stub.kill()
+		unix.Kill(-1, unix.SIGKILL)
+		for {
+			if _, err := unix.Wait4(-1, nil, unix.WALL, nil); err == unix.ECHILD {
+				break
+			}
 		}
-		stdin = f.Fd()
+		ex.ExitCode, ex.StartError = code, msg
+		return ex
 	}
 	if err := unix.Chdir(cfg.Cwd); err != nil {
-		ex.ExitCode, ex.StartError = 126, fmt.Sprintf("cwd %s: %v", cfg.Cwd, err)
-		return ex
+		return failed(126, fmt.Sprintf("cwd %s: %v", cfg.Cwd, err))
 	}
 	bin, err := lookPath(cfg.Argv[0], envGet(env, "PATH"))
 	if err != nil {
-		ex.ExitCode, ex.StartError = 127, err.Error()
-		return ex
+		return failed(127, err.Error())
 	}
 	start := time.Now()
-	attr := commandAttr(cfg)
 	var mt *memTracer
 	if !cfg.NoMemoryTrace {
 		mt = &memTracer{}
 	}
-	// Stopped at its exec, the command gets its own limits before it runs.
-	attr.Ptrace = mt != nil || cfg.CommandNPROC > 0
-	pid, err := syscall.ForkExec(bin, cfg.Argv, &syscall.ProcAttr{
-		Dir:   cfg.Cwd,
-		Env:   env,
-		Files: []uintptr{stdin, wire.StdoutFD, wire.StderrFD},
-		Sys:   attr,
-	})
-	if err != nil {
-		ex.ExitCode, ex.StartError = 126, fmt.Sprintf("exec %s: %v", cfg.Argv[0], err)
-		if errors.Is(err, syscall.ENOENT) {
-			ex.ExitCode = 127
-		}
-		return ex
+	if err := stub.run(bin, &cfg.TrialRun, mt); err != nil {
+		return failed(126, fmt.Sprintf("exec %s: %v", cfg.Argv[0], err))
 	}
-	// Only the command may hold the output pipes now: closing ours lets the host
-	// see EOF as soon as the last sandbox process is gone.
-	unix.Close(wire.StdoutFD)
-	unix.Close(wire.StderrFD)
-	if cfg.Stdin {
-		unix.Close(wire.StdinFD)
-	}
+	pid := stub.pid
 	timedOut := make(chan struct{})
 	if cfg.TimeoutMS > 0 {
 		t := time.AfterFunc(time.Duration(cfg.TimeoutMS)*time.Millisecond, func() {
@@ -443,9 +457,6 @@ func runCommand(cfg *wire.TrialStart) *wire.TrialExit {
 			unix.Kill(-1, unix.SIGKILL)
 		})
 		defer t.Stop()
-	}
-	if attr.Ptrace && takeFirstStop(pid, cfg.CommandNPROC, mt) != nil {
-		mt = nil
 	}
 	var ws unix.WaitStatus
 	for {
@@ -481,6 +492,13 @@ func runCommand(cfg *wire.TrialStart) *wire.TrialExit {
 		if err == nil && rws.Stopped() && mt != nil {
 			mt.stopped(wpid, rws) // resumed, it dies of the SIGKILL
 		}
+	}
+	if err := stub.startError(); err != nil {
+		ex.ExitCode, ex.StartError = 126, fmt.Sprintf("exec %s: %v", cfg.Argv[0], err)
+		if errors.Is(err, unix.ENOENT) {
+			ex.ExitCode = 127
+		}
+		return ex
 	}
 	if mt != nil {
 		ex.Memory = mt.result()

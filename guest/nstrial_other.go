@@ -11,3 +11,8 @@ func runNSTrial() int {
 	fmt.Fprintln(os.Stderr, "dryexec guest: the ns rung needs Linux")
 	return 2
 }
+
+func runStub() int {
+	fmt.Fprintln(os.Stderr, "dryexec guest: the command stub needs Linux")
+	return 2
+}

@@ -116,7 +116,7 @@ func (s *session) startExec(cmd *exec.Cmd) error {
 			return
 		}
 		// The launcher thread is the tracer: only it may detach.
-		if err = takeFirstStop(cmd.Process.Pid, nproc, nil); err != nil {
+		if err = takeFirstStop(cmd.Process.Pid, nproc); err != nil {
 			err = fmt.Errorf("limiting the exec's processes: %w", err)
 			cmd.Process.Kill()
 			cmd.Wait()

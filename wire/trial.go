@@ -2,15 +2,19 @@ package wire
 
 // Verbs of a one-shot ns trial. The host sends VerbTrialStart (the sandbox:
 // mounts, masks, network); the guest builds the view and its confinement and
-// answers VerbTrialMounts, then waits for VerbTrialRun (the command). A warm
-// pool sends trial.start ahead and trial.run when a trial is asked for; a cold
-// trial sends both at once. The guest then answers with events: VerbTrialExit
+// answers VerbTrialMounts. The host sends VerbTrialJoined once the guest is in
+// the trial's cgroups (on a cgroup v1 host that join finishes in the
+// background): only then does the guest start the command's process, which
+// waits for VerbTrialRun (the command). A warm pool sends trial.start and
+// trial.joined ahead and trial.run when a trial is asked for; a cold trial
+// sends them at once. The guest then answers with events: VerbTrialExit
 // once the command and everything it started are gone, then
 // VerbFSEntry/VerbFSData for each upper-dir entry, then VerbTrialDone. A
 // guest-side failure is a KindErr frame.
 const (
 	VerbTrialStart  = "trial.start"
 	VerbTrialMounts = "trial.mounts" // body: TrialMounts, before the command starts
+	VerbTrialJoined = "trial.joined" // no body
 	VerbTrialRun    = "trial.run"    // body: TrialRun
 	VerbTrialExit   = "trial.exit"
 	VerbFSEntry     = "fs.entry" // body: fsdelta.Entry; a file's content follows as fs.data frames

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"os"
+	"runtime"
 	"strconv"
 	"strings"
 	"testing"
@@ -13,6 +14,7 @@ import (
 
 	"github.com/dryexec/dryexec"
 	"github.com/dryexec/dryexec/internal/acceptance"
+	"github.com/dryexec/dryexec/internal/procfs"
 )
 
 // newTestPool starts a pool for dir and waits until n sandboxes are ready.
@@ -245,4 +247,57 @@ func TestPoolNewMountSeen(t *testing.T) {
 			t.Fatalf("trial %d: stats %+v after %+v: the sandbox prepared before the mount was handed out", i, s, before)
 		}
 	}
+}
+
+// TestPoolCommandStubReady: a ready sandbox has its command's process
+// started already (guest.cmdStub), and on amd64 that is the native stub, not
+// the slower fallback; the trial then runs in it.
+func TestPoolCommandStubReady(t *testing.T) {
+	dir := t.TempDir()
+	p := newTestPool(t, dir, PoolOptions{Size: 1}, 1)
+	// The stub is a child of a guest that is a child of this process.
+	stubs := func() []string {
+		var exes []string
+		ents, _ := os.ReadDir("/proc")
+		for _, e := range ents {
+			if _, err := strconv.Atoi(e.Name()); err != nil {
+				continue
+			}
+			ppid := procPPid(e.Name())
+			if ppid == 0 || procPPid(strconv.Itoa(ppid)) != os.Getpid() {
+				continue
+			}
+			exe, _ := os.Readlink("/proc/" + e.Name() + "/exe")
+			exes = append(exes, exe)
+		}
+		return exes
+	}
+	exes := stubs()
+	if len(exes) != 1 {
+		t.Fatalf("grandchildren of the test while one sandbox is ready: %q, want one stub", exes)
+	}
+	want := "/proc/self/exe" // the fallback: the guest binary
+	if runtime.GOARCH == "amd64" {
+		want = "/memfd:dryexec-stub"
+	}
+	if want == "/proc/self/exe" {
+		want, _ = os.Readlink("/proc/self/exe")
+	}
+	if !strings.HasPrefix(exes[0], want) {
+		t.Fatalf("the ready sandbox's command process runs %q, want %q", exes[0], want)
+	}
+	d := poolTrial(t, p, dir, "sh", "-c", "echo ran")
+	if d.Process.Stdout != "ran\n" || d.Process.ExitCode != 0 {
+		t.Fatalf("trial: exit %d, stdout %q", d.Process.ExitCode, d.Process.Stdout)
+	}
+}
+
+// procPPid is the parent of /proc/pid, or 0.
+func procPPid(pid string) int {
+	b, err := os.ReadFile("/proc/" + pid + "/status")
+	if err != nil {
+		return 0
+	}
+	v, _ := procfs.Field(b, "PPid:")
+	return int(v)
 }

@@ -459,6 +459,11 @@ func (t *trial) ready() error {
 	if err := t.lim.ShelterSupervisor(t.cmd.Process.Pid); err != nil {
 		return err
 	}
+	// Joined, the guest may start the command's process (guest.cmdStub):
+	// in a pool that is done ahead of the trial.
+	if err := t.conn.Send(wire.KindReq, wire.VerbTrialJoined, 0, nil); err != nil {
+		return t.guestErr("sending trial.joined", err)
+	}
 	t.r.trace("view")
 	return nil
 }

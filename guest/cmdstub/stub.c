@@ -1,0 +1,141 @@
+/*
+ * The command stub of a dryexec trial (see guest/cmdstub_linux.go, type
+ * cmdStub): a process the guest starts ahead of time, already in the
+ * command's namespaces, session, confinement and stdio, that waits for the
+ * command and execs it. Written without libc so that it is a few hundred
+ * bytes of code with nothing to tear down when it execs: that exec is on
+ * every trial's path.
+ *
+ * Protocol: fd 3 carries a request (struct req, then `size` bytes of
+ * NUL-terminated strings: path, directory, argv..., env...); fd 4 is closed
+ * by a successful exec, and a failure writes {stage, errno} (two uint32) to
+ * it first; fd 5 becomes stdin when flag 1 is set. EOF on fd 3 before a
+ * request: exit 0.
+ *
+ * Build: `make stub` (gcc, x86-64), which regenerates guest/cmdstub_amd64.go.
+ */
+
+typedef unsigned long u64;
+typedef unsigned int u32;
+
+enum { SYS_read = 0, SYS_write = 1, SYS_close = 3, SYS_mmap = 9, SYS_dup2 = 33,
+       SYS_execve = 59, SYS_fcntl = 72, SYS_chdir = 80, SYS_exit_group = 231 };
+enum { EINTR = 4, EIO = 5, EINVAL = 22 };
+enum { STAGE_REQUEST = 1, STAGE_MEMORY, STAGE_READ, STAGE_CHDIR, STAGE_STDIN, STAGE_EXEC };
+
+static long sys3(long n, long a, long b, long c)
+{
+	long r;
+	__asm__ volatile("syscall" : "=a"(r) : "a"(n), "D"(a), "S"(b), "d"(c) : "rcx", "r11", "memory");
+	return r;
+}
+
+static long sys6(long n, long a, long b, long c, long d, long e, long f)
+{
+	long r;
+	register long r10 __asm__("r10") = d;
+	register long r8 __asm__("r8") = e;
+	register long r9 __asm__("r9") = f;
+	__asm__ volatile("syscall" : "=a"(r) : "a"(n), "D"(a), "S"(b), "d"(c), "r"(r10), "r"(r8), "r"(r9)
+			 : "rcx", "r11", "memory");
+	return r;
+}
+
+struct req {
+	u32 magic, flags, argc, envc;
+	u64 size;
+};
+
+static __attribute__((noreturn)) void fail(u32 stage, long err)
+{
+	u32 m[2];
+	m[0] = stage;
+	m[1] = (u32)-err;
+	sys3(SYS_write, 4, (long)m, sizeof m);
+	for (;;)
+		sys3(SYS_exit_group, 127, 0, 0);
+}
+
+/* readfull reads exactly n bytes from fd 3: 0, or 1 at EOF before any byte,
+ * or -1. */
+static int readfull(char *p, u64 n)
+{
+	u64 got = 0;
+	while (got < n) {
+		long r = sys3(SYS_read, 3, (long)(p + got), (long)(n - got));
+		if (r == -EINTR)
+			continue;
+		if (r == 0 && got == 0)
+			return 1;
+		if (r <= 0)
+			return -1;
+		got += (u64)r;
+	}
+	return 0;
+}
+
+__attribute__((noreturn, used)) void stub_main(void)
+{
+	struct req h;
+	char *s, *end, *path = 0, *cwd = 0;
+	char **v;
+	u64 nptr, len, i;
+	long m, r;
+
+	if (sys3(SYS_fcntl, 4, 2 /* F_SETFD */, 1 /* FD_CLOEXEC */) < 0)
+		fail(STAGE_REQUEST, -EIO);
+	r = readfull((char *)&h, sizeof h);
+	if (r == 1)
+		for (;;)
+			sys3(SYS_exit_group, 0, 0, 0);
+	if (r < 0)
+		fail(STAGE_READ, -EIO);
+	if (h.magic != 0x62757473 || h.argc == 0 || h.size == 0 || h.size > (1UL << 31))
+		fail(STAGE_REQUEST, -EINVAL);
+	nptr = (u64)h.argc + h.envc + 2;
+	len = nptr * sizeof(char *) + h.size;
+	m = sys6(SYS_mmap, 0, (long)len, 3 /* PROT_READ|PROT_WRITE */, 0x22 /* MAP_PRIVATE|MAP_ANONYMOUS */, -1, 0);
+	if (m < 0 && m > -4096)
+		fail(STAGE_MEMORY, m);
+	v = (char **)m;
+	s = (char *)m + nptr * sizeof(char *);
+	if (readfull(s, h.size) != 0)
+		fail(STAGE_READ, -EIO);
+	end = s + h.size;
+	if (end[-1] != 0)
+		fail(STAGE_REQUEST, -EINVAL);
+	/* path, cwd, argc strings, NULL, envc strings, NULL */
+	for (i = 0; i < 2 + h.argc + h.envc; i++) {
+		if (s >= end)
+			fail(STAGE_REQUEST, -EINVAL);
+		if (i == 0)
+			path = s;
+		else if (i == 1)
+			cwd = s;
+		else
+			*v++ = s;
+		if (i == 1 + (u64)h.argc)
+			*v++ = 0;
+		while (*s)
+			s++;
+		s++;
+	}
+	*v = 0;
+	if (s != end)
+		fail(STAGE_REQUEST, -EINVAL);
+	v = (char **)m;
+	if ((r = sys3(SYS_chdir, (long)cwd, 0, 0)) < 0)
+		fail(STAGE_CHDIR, r);
+	if ((h.flags & 1) && (r = sys3(SYS_dup2, 5, 0, 0)) < 0)
+		fail(STAGE_STDIN, r);
+	sys3(SYS_close, 3, 0, 0);
+	sys3(SYS_close, 5, 0, 0);
+	r = sys3(SYS_execve, (long)path, (long)v, (long)(v + h.argc + 1));
+	fail(STAGE_EXEC, r);
+}
+
+__asm__(".globl _start\n"
+	"_start:\n"
+	"\tand $-16, %rsp\n"
+	"\tcall stub_main\n"
+	"\thlt\n");

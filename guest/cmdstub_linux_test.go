@@ -1,0 +1,201 @@
+package guest
+
+import (
+	"errors"
+	"io"
+	"os"
+	"runtime"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/dryexec/dryexec/wire"
+)
+
+// stubExes are the stubs this architecture has: the native one (where it
+// exists) and the guest binary in RoleStub. Both must speak one protocol.
+func stubExes(t testing.TB) map[string]*stubExe {
+	exes := map[string]*stubExe{"guest": {path: selfExe(), argv: []string{"dryexec", "guest", RoleStub}}}
+	if stubELF != "" {
+		fd, err := stubMemfd()
+		if err != nil {
+			t.Fatalf("stubMemfd: %v", err)
+		}
+		t.Cleanup(func() { unix.Close(fd) })
+		exes["native"] = &stubExe{path: "/proc/self/fd/" + strconv.Itoa(fd), argv: []string{"dryexec-stub"}}
+	}
+	return exes
+}
+
+// stubRun is one command run through a stub.
+type stubRun struct {
+	stdout, stderr string
+	ws             unix.WaitStatus
+	startErr       error
+	mem            *wire.MemoryUse
+}
+
+// runThroughStub starts a stub, hands it r (bin is r.Argv[0]) and waits,
+// tracing it when trace is set. It runs on one locked thread: the tracer.
+func runThroughStub(t testing.TB, exe *stubExe, r *wire.TrialRun, stdinData string, trace bool) stubRun {
+	t.Helper()
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	pipe := func() (*os.File, *os.File) {
+		rd, wr, err := os.Pipe()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return rd, wr
+	}
+	outR, outW := pipe()
+	errR, errW := pipe()
+	inR, inW := pipe()
+	stub, err := startStub(exe, &syscall.SysProcAttr{Setsid: true}, 0, outW.Fd(), errW.Fd(), inR.Fd())
+	outW.Close()
+	errW.Close()
+	inR.Close()
+	if err != nil {
+		t.Fatalf("startStub: %v", err)
+	}
+	go func() {
+		io.WriteString(inW, stdinData)
+		inW.Close()
+	}()
+	var mt *memTracer
+	if trace {
+		mt = &memTracer{}
+	}
+	drain := func(f *os.File) chan string {
+		c := make(chan string, 1)
+		go func() {
+			b, _ := io.ReadAll(f)
+			f.Close()
+			c <- string(b)
+		}()
+		return c
+	}
+	stdout, stderr := drain(outR), drain(errR)
+	var run stubRun
+	if r != nil {
+		if err := stub.run(r.Argv[0], r, mt); err != nil {
+			stub.kill()
+			t.Fatalf("run: %v", err)
+		}
+	} else {
+		stub.req.Close() // no request: the stub is discarded
+	}
+	for {
+		wpid, err := unix.Wait4(-1, &run.ws, unix.WALL, nil)
+		if err != nil {
+			t.Fatalf("wait: %v", err)
+		}
+		if run.ws.Stopped() {
+			if mt == nil {
+				t.Fatalf("untraced stub stopped: %v", run.ws)
+			}
+			mt.stopped(wpid, run.ws)
+			continue
+		}
+		if mt != nil {
+			mt.gone(wpid)
+		}
+		if wpid == stub.pid {
+			break
+		}
+	}
+	run.startErr = stub.startError()
+	run.stdout, run.stderr = <-stdout, <-stderr
+	if mt != nil {
+		run.mem = mt.result()
+	}
+	return run
+}
+
+func TestStubProtocol(t *testing.T) {
+	dir := t.TempDir()
+	var big []string // more than a pipe holds
+	for i := range 300 {
+		big = append(big, "BIG"+strconv.Itoa(i)+"="+strings.Repeat("x", 1024))
+	}
+	sh := func(script string, env ...string) *wire.TrialRun {
+		return &wire.TrialRun{Argv: []string{"/bin/sh", "-c", script, "arg 0", ""}, Env: env, Cwd: dir}
+	}
+	cases := []struct {
+		name   string
+		run    *wire.TrialRun
+		stdin  string
+		stdout string // wanted; both streams are compared when err is nil
+		code   int
+		err    unix.Errno // a start error
+		stage  uint32
+	}{
+		{name: "argv env cwd", run: sh(`printf '%s|%s|%s|%s|' "$0" "$1" "$FOO" "$EMPTY"; pwd`, "FOO=a b", "EMPTY="),
+			stdout: "arg 0||a b||" + dir + "\n"},
+		{name: "exit status", run: sh(`exit 7`), code: 7},
+		{name: "stdin when asked", run: func() *wire.TrialRun { r := sh(`cat`); r.Stdin = true; return r }(), stdin: "piped\n", stdout: "piped\n"},
+		{name: "devnull otherwise", run: sh(`cat; echo end`), stdin: "piped\n", stdout: "end\n"},
+		{name: "no protocol fds leak", run: sh(`for f in 3 4 5; do [ -e /proc/$$/fd/$f ] && echo leak $f; done; echo ok`), stdout: "ok\n"},
+		{name: "big env", run: sh(`printf %s "$BIG299" | wc -c`, big...), stdout: "1024\n"},
+		{name: "argument too long", run: sh(`true`, "BIG="+strings.Repeat("x", 200<<10)), err: unix.E2BIG, stage: stubStageExec},
+		{name: "no such program", run: &wire.TrialRun{Argv: []string{dir + "/nope"}, Cwd: dir}, err: unix.ENOENT, stage: stubStageExec},
+		{name: "not executable", run: &wire.TrialRun{Argv: []string{"/etc/passwd"}, Cwd: dir}, err: unix.EACCES, stage: stubStageExec},
+		{name: "no such directory", run: &wire.TrialRun{Argv: []string{"/bin/true"}, Cwd: dir + "/gone"}, err: unix.ENOENT, stage: stubStageChdir},
+		{name: "discarded unused"},
+	}
+	for kind, exe := range stubExes(t) {
+		for _, tc := range cases {
+			t.Run(kind+"/"+tc.name, func(t *testing.T) {
+				got := runThroughStub(t, exe, tc.run, tc.stdin, false)
+				if tc.err != 0 {
+					var se *stubError
+					if !errors.As(got.startErr, &se) || se.Errno != tc.err || se.Stage != tc.stage {
+						t.Fatalf("start error %v, want %v at stage %d", got.startErr, tc.err, tc.stage)
+					}
+					if got.ws.ExitStatus() != 127 {
+						t.Errorf("stub exited %v, want 127", got.ws)
+					}
+					return
+				}
+				if got.startErr != nil {
+					t.Fatalf("start error: %v", got.startErr)
+				}
+				if got.stdout != tc.stdout || got.stderr != "" || got.ws.ExitStatus() != tc.code {
+					t.Errorf("exit %d, stdout %q, stderr %q; want exit %d, stdout %q", got.ws.ExitStatus(), got.stdout, got.stderr, tc.code, tc.stdout)
+				}
+			})
+		}
+	}
+}
+
+// TestStubTraced: a seized stub's command (and what it forks and execs) is
+// measured at each exit without any stop at its execs.
+func TestStubTraced(t *testing.T) {
+	for kind, exe := range stubExes(t) {
+		t.Run(kind, func(t *testing.T) {
+			r := &wire.TrialRun{Argv: []string{"/bin/sh", "-c", `/bin/true; head -c 4000000 /dev/zero | cat >/dev/null; echo done`}, Cwd: "/"}
+			got := runThroughStub(t, exe, r, "", true)
+			if got.startErr != nil || got.stdout != "done\n" || got.ws.ExitStatus() != 0 {
+				t.Fatalf("exit %v, stdout %q, start error %v", got.ws, got.stdout, got.startErr)
+			}
+			if got.mem == nil || got.mem.Processes < 4 || got.mem.PagesWritten == 0 {
+				t.Fatalf("memory %+v: want the exits of sh, true, head and cat measured", got.mem)
+			}
+		})
+	}
+}
+
+func TestStubRequestRefusesNUL(t *testing.T) {
+	for _, r := range []*wire.TrialRun{
+		{Argv: []string{"a\x00b"}, Cwd: "/"},
+		{Argv: []string{"a"}, Env: []string{"X=\x00"}, Cwd: "/"},
+		{Argv: []string{"a"}, Cwd: "/\x00"},
+	} {
+		if _, err := stubRequest("/bin/a", r); !errors.Is(err, unix.EINVAL) {
+			t.Errorf("stubRequest(%+v) = %v, want EINVAL", r, err)
+		}
+	}
+}

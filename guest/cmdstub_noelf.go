@@ -1,0 +1,7 @@
+//go:build linux && !amd64
+
+package guest
+
+// stubELF: no native command stub for this architecture; the guest binary
+// plays the stub (RoleStub).
+const stubELF = ""
