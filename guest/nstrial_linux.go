@@ -92,6 +92,9 @@ func serveTrial(conn *wire.Conn, cfg *wire.TrialStart, l *confinedLauncher, scra
 	if err != nil {
 		return fail("setup", err)
 	}
+	// The codecs of what the trial's own frames carry are built now, while
+	// a pooled sandbox waits, rather than at trial.run.
+	wire.Prime(&wire.TrialRun{}, &wire.TrialExit{Memory: &wire.MemoryUse{}, Violations: []wire.Violation{{}}}, &fsdelta.Entry{})
 	// The sandbox is ready: a warm pool keeps it so until a trial is asked
 	// for (the host closing the stream ends it), a cold trial sends the
 	// command at once.
