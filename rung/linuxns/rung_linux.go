@@ -599,15 +599,10 @@ func (t *trial) converse() (*dryexec.StateDelta, error) {
 	}
 	d := &dryexec.StateDelta{TrialID: t.spec.TrialID, Rung: Name, Action: a}
 	var exit *wire.TrialExit
-	// What the containment saw is read while the guest walks (both are
-	// fractions of a millisecond, on different CPUs) and merged at the end.
+	// What the containment saw is read at trial.exit, while the guest walks
+	// (both are fractions of a millisecond, in different processes: what the
+	// guest sends meanwhile waits in the socket), and merged at the end.
 	var seen dryexec.StateDelta
-	var containedDone chan struct{}
-	defer func() {
-		if containedDone != nil {
-			<-containedDone
-		}
-	}()
 	for {
 		f, err := t.conn.Read()
 		if err != nil {
@@ -632,11 +627,7 @@ func (t *trial) converse() (*dryexec.StateDelta, error) {
 			// (walking), so its view and group can still be read, and
 			// netsim has seen the last packet it will get.
 			t.net.stop()
-			containedDone = make(chan struct{})
-			go func() {
-				defer close(containedDone)
-				t.contained(&seen)
-			}()
+			t.contained(&seen)
 		case wire.VerbFSEntry:
 			if exit == nil {
 				return nil, fmt.Errorf("%w: fs.entry before trial.exit", dryexec.ErrGuest)
@@ -667,8 +658,6 @@ func (t *trial) converse() (*dryexec.StateDelta, error) {
 				return nil, err
 			}
 			d.Files = files
-			<-containedDone
-			containedDone = nil
 			d.Violations = append(d.Violations, seen.Violations...)
 			d.Warnings = append(d.Warnings, seen.Warnings...)
 			d.Memory.PeakRSSBytes = seen.Memory.PeakRSSBytes
