@@ -46,7 +46,8 @@ func TestServeLeaksNothing(t *testing.T) {
 }
 
 // TestServeStopsOnCancel: cancelling the context ends Serve while the
-// sandbox still lives, and the sandbox's network is then dead.
+// sandbox still lives, and the sandbox's network is then dead. Quiet is
+// closed by then, and not before.
 func TestServeStopsOnCancel(t *testing.T) {
 	sim := newSim(t, netsim.Config{}, map[string]string{"mocks.yaml": mockFile})
 	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
@@ -73,9 +74,19 @@ func TestServeStopsOnCancel(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	served := make(chan error, 1)
 	go func() { served <- sim.ServeTUN(ctx, dev) }()
+	select {
+	case <-sim.Quiet():
+		t.Fatal("Quiet before Serve was stopped")
+	case <-time.After(50 * time.Millisecond):
+	}
 	cancel()
 	if err := <-served; err != nil {
 		t.Fatal(err)
+	}
+	select {
+	case <-sim.Quiet():
+	default:
+		t.Fatal("Serve returned but Quiet is not closed")
 	}
 	if err := sim.Serve(context.Background(), nopLink{}); err != netsim.ErrServed {
 		t.Fatalf("second Serve: %v", err)

@@ -50,6 +50,7 @@ func (s *Sim) Serve(ctx context.Context, link io.ReadWriteCloser) error {
 	s.http = s.startHTTP(ctx)
 	st, ep, err := s.newStack(ctx, link)
 	if err != nil {
+		s.markQuiet()
 		link.Close()
 		s.http.lis.Close()
 		s.http.srv.Close()
@@ -80,6 +81,7 @@ func (s *Sim) Serve(ctx context.Context, link io.ReadWriteCloser) error {
 	s.http.lis.Close()
 	s.http.srv.Close()
 	s.work.closeAndWait()
+	s.markQuiet()
 	wg.Wait()
 	st.Wait()
 	s.transport.CloseIdleConnections()

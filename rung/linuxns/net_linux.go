@@ -34,6 +34,7 @@ type trialNet struct {
 	guest   *os.File      // the guest's end, passed as an extra fd
 	cancel  context.CancelFunc
 	served  chan error
+	reaped  bool // served was received
 	warning string
 	stopped bool // stop was called
 }
@@ -196,7 +197,7 @@ func (n *trialNet) stop() {
 
 // finish stops netsim (every sandbox process is gone by now; the TUN fd it
 // holds is what kept the namespace alive), if stop has not, and puts its log
-// in d.
+// in d. netsim's teardown may still run: close waits for it.
 func (n *trialNet) finish(d *dryexec.StateDelta) {
 	if n == nil {
 		return
@@ -208,12 +209,29 @@ func (n *trialNet) finish(d *dryexec.StateDelta) {
 		return
 	}
 	n.stop()
-	if n.cancel != nil {
-		<-n.served
+	if n.cancel != nil && !n.reaped {
+		select {
+		case <-n.sim.Quiet():
+		case <-n.served: // it never served (no TUN device came)
+			n.reaped = true
+		}
 	}
 	if d != nil {
 		d.Network = n.sim.Log()
 		d.Normalize()
 		d.ComputeTotals()
+	}
+}
+
+// close stops netsim, if finish has not, and waits until it has released
+// everything.
+func (n *trialNet) close() {
+	if n == nil || n.sim == nil {
+		return
+	}
+	n.stop()
+	if n.cancel != nil && !n.reaped {
+		<-n.served
+		n.reaped = true
 	}
 }

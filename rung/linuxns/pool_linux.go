@@ -85,7 +85,7 @@ func NewPool(ctx context.Context, r *Rung, opts PoolOptions) (*Pool, error) {
 			}
 			return p.r.prepare(ctx, sb, dryexec.NewTrialID())
 		},
-		Destroy: (*trial).destroy,
+		Destroy: (*trial).cleanup,
 		Same:    func(a, b *trial) bool { return a.sb.equal(b.sb) },
 	})
 	return p, nil

@@ -332,21 +332,15 @@ func (r *Rung) prepare(ctx context.Context, sb sandbox, id string) (*trial, erro
 	}
 	t, err := r.start(sb, id, nt)
 	if err != nil {
-		nt.finish(nil)
+		nt.close()
 		return nil, err
 	}
 	nt.serve(ctx)
 	if err := t.ready(); err != nil {
-		t.destroy()
+		t.cleanup()
 		return nil, err
 	}
 	return t, nil
-}
-
-// destroy ends a prepared sandbox that never ran a command.
-func (t *trial) destroy() {
-	t.cleanup()
-	t.net.finish(nil)
 }
 
 func (r *Rung) start(sb sandbox, id string, nt *trialNet) (*trial, error) {
@@ -528,7 +522,8 @@ func (t *trial) copy(dst io.Writer, src *os.File) {
 	io.Copy(dst, src)
 }
 
-// cleanup makes sure the guest (and so the whole pid namespace) is gone.
+// cleanup makes sure the guest (and so the whole pid namespace) and its
+// netsim are gone; it ends a used sandbox and one that never ran a command.
 func (t *trial) cleanup() {
 	t.ctrl.Close()
 	t.cmd.Process.Kill()
@@ -539,6 +534,7 @@ func (t *trial) cleanup() {
 		}
 	}
 	t.pipes.Wait()
+	t.net.close()
 	t.watch.Close()
 	if err := t.lim.Close(); err != nil && t.r.Log != nil {
 		t.r.Log.Warn("removing the trial's cgroup", "cgroup", t.id, "err", err)
