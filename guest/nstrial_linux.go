@@ -111,15 +111,18 @@ func serveTrial(conn *wire.Conn, cfg *wire.TrialStart, l *confinedLauncher, scra
 		return fail("protocol", errors.New("trial.run without a command"))
 	}
 	// From here on the host only closes the stream (or dies); either way, PID 1
-	// exits and the kernel kills everything left in the namespace.
-	go func() {
-		for {
-			if _, err := conn.Read(); err != nil {
-				os.Exit(3)
+	// exits and the kernel kills everything left in the namespace. Watched
+	// from when the command runs: starting a goroutine wakes another thread,
+	// which is better done while the command starts than before.
+	exit := runCommand(cfg, stub, func() {
+		go func() {
+			for {
+				if _, err := conn.Read(); err != nil {
+					os.Exit(3)
+				}
 			}
-		}
-	}()
-	exit := runCommand(cfg, stub)
+		}()
+	})
 	// Every sandbox process is dead and reaped once runCommand returns: what
 	// the supervisor refused is all reported.
 	exit.Violations = l.l.violations()
@@ -420,10 +423,11 @@ func startTrialStub(cfg *wire.TrialStart) (*cmdStub, error) {
 	return stub, nil
 }
 
-// runCommand has stub exec the command, waits for it, then kills and reaps
-// everything else in the pid namespace, so that nothing outlives the trial
-// and every write is in the upper dirs before they are walked.
-func runCommand(cfg *wire.TrialStart, stub *cmdStub) *wire.TrialExit {
+// runCommand has stub exec the command (and calls started then), waits for
+// it, then kills and reaps everything else in the pid namespace, so that
+// nothing outlives the trial and every write is in the upper dirs before
+// they are walked.
+func runCommand(cfg *wire.TrialStart, stub *cmdStub, started func()) *wire.TrialExit {
 	ex := &wire.TrialExit{}
 	env := cfg.Env
 	failed := func(code int, msg string) *wire.TrialExit {
@@ -452,6 +456,7 @@ func runCommand(cfg *wire.TrialStart, stub *cmdStub) *wire.TrialExit {
 	if err := stub.run(bin, &cfg.TrialRun, mt); err != nil {
 		return failed(126, fmt.Sprintf("exec %s: %v", cfg.Argv[0], err))
 	}
+	started()
 	pid := stub.pid
 	timedOut := make(chan struct{})
 	if cfg.TimeoutMS > 0 {
