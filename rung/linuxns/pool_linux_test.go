@@ -272,7 +272,11 @@ func TestPoolCommandStubReady(t *testing.T) {
 		}
 		return exes
 	}
+	// Ready means trial.joined was sent: the guest starts its stub then.
 	exes := stubs()
+	for deadline := time.Now().Add(10 * time.Second); len(exes) == 0 && time.Now().Before(deadline); exes = stubs() {
+		time.Sleep(time.Millisecond)
+	}
 	if len(exes) != 1 {
 		t.Fatalf("grandchildren of the test while one sandbox is ready: %q, want one stub", exes)
 	}
