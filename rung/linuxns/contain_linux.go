@@ -211,6 +211,11 @@ func ResolveMasks(extra []string, noDefaults bool) ([]string, error) {
 	if err != nil {
 		return nil, err
 	}
+	return resolveMaskPaths(paths), nil
+}
+
+// resolveMaskPaths is ResolveMasks after the paths are known.
+func resolveMaskPaths(paths []string) []string {
 	var out []string
 	seen := map[string]bool{}
 	for _, p := range paths {
@@ -228,7 +233,7 @@ func ResolveMasks(extra []string, noDefaults bool) ([]string, error) {
 		seen[real] = true
 		out = append(out, real)
 	}
-	return out, nil
+	return out
 }
 
 // MaskWatch finds reads of masked paths in a guest's view, from outside it:

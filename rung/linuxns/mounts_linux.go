@@ -118,12 +118,15 @@ type mountTable struct {
 	mu     sync.Mutex
 	fd     int // /proc/self/mountinfo, polled; -1 before the first get and after close
 	mounts []wire.MountSpec
+	gen    uint64 // counts the plans made
 }
 
-// get returns the current plan; the caller may modify it.
-func (m *mountTable) get() ([]wire.MountSpec, error) {
+// get returns the current plan, which the caller may modify, and its
+// generation: a new plan has a new one (a nil mountTable gives 0).
+func (m *mountTable) get() ([]wire.MountSpec, uint64, error) {
 	if m == nil {
-		return Mounts()
+		mounts, err := Mounts()
+		return mounts, 0, err
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -131,7 +134,10 @@ func (m *mountTable) get() ([]wire.MountSpec, error) {
 		// Opened before reading, so that a change after the read is seen.
 		fd, err := unix.Open("/proc/self/mountinfo", unix.O_RDONLY|unix.O_CLOEXEC, 0)
 		if err != nil {
-			return Mounts()
+			// Changes cannot be seen: every plan is a new generation.
+			m.gen++
+			mounts, err := Mounts()
+			return mounts, m.gen, err
 		}
 		m.fd, m.mounts = fd, nil
 	}
@@ -142,11 +148,12 @@ func (m *mountTable) get() ([]wire.MountSpec, error) {
 	if m.mounts == nil {
 		mounts, err := Mounts()
 		if err != nil {
-			return nil, err
+			return nil, 0, err
 		}
 		m.mounts = mounts
+		m.gen++
 	}
-	return slices.Clone(m.mounts), nil
+	return slices.Clone(m.mounts), m.gen, nil
 }
 
 func (m *mountTable) close() {

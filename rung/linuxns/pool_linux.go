@@ -43,10 +43,10 @@ type PoolStats struct {
 // did (files, environment, processes, network state) can reach another. The
 // pool refills in the background (package warm).
 type Pool struct {
-	r      *Rung
-	opts   PoolOptions
-	w      *warm.Pool[*trial]
-	mounts *mountTable // the host's mounts, re-planned when they change
+	r    *Rung
+	opts PoolOptions
+	w    *warm.Pool[*trial]
+	host *hostCache // the host's mounts and masks, looked at again when they change
 }
 
 var _ dryexec.Rung = (*Pool)(nil)
@@ -74,12 +74,12 @@ func NewPool(ctx context.Context, r *Rung, opts PoolOptions) (*Pool, error) {
 	if err := opts.Spec.Limits.Check(); err != nil {
 		return nil, err
 	}
-	p := &Pool{r: r, opts: opts, mounts: &mountTable{fd: -1}}
+	p := &Pool{r: r, opts: opts, host: newHostCache()}
 	p.w = warm.New(ctx, warm.Options{Size: opts.Size, IdleTimeout: opts.IdleTimeout, Log: r.Log}, warm.Funcs[*trial]{
 		Prepare: func(ctx context.Context) (*trial, error) {
 			// Each refill recomputes the template's sandbox: the host's
 			// mounts come and go, and older sandboxes are then stale.
-			sb, err := sandboxFor(p.opts.Spec, p.mounts)
+			sb, err := sandboxFor(p.opts.Spec, p.host)
 			if err != nil {
 				return nil, err
 			}
@@ -94,7 +94,7 @@ func NewPool(ctx context.Context, r *Rung, opts PoolOptions) (*Pool, error) {
 // Trial runs spec in a ready sandbox when one fits, else cold; either way
 // the delta is the one Rung.Trial would give.
 func (p *Pool) Trial(ctx context.Context, spec dryexec.TrialSpec) (*dryexec.StateDelta, error) {
-	spec, sb, err := checkSpec(spec, p.mounts)
+	spec, sb, err := checkSpec(spec, p.host)
 	if err != nil {
 		return nil, err
 	}
@@ -137,6 +137,6 @@ func (p *Pool) Stats() PoolStats {
 // ErrPoolClosed.
 func (p *Pool) Close() error {
 	p.w.Close()
-	p.mounts.close()
+	p.host.close()
 	return nil
 }

@@ -115,7 +115,7 @@ func (r *Rung) Trial(ctx context.Context, spec dryexec.TrialSpec) (*dryexec.Stat
 
 // checkSpec fills spec's defaults and id, checks its action, and says what
 // sandbox it needs (with the host's mounts from mt).
-func checkSpec(spec dryexec.TrialSpec, mt *mountTable) (dryexec.TrialSpec, sandbox, error) {
+func checkSpec(spec dryexec.TrialSpec, hc *hostCache) (dryexec.TrialSpec, sandbox, error) {
 	spec = spec.WithDefaults()
 	if err := checkAction(spec.Action); err != nil {
 		return spec, sandbox{}, err
@@ -123,8 +123,25 @@ func checkSpec(spec dryexec.TrialSpec, mt *mountTable) (dryexec.TrialSpec, sandb
 	if spec.TrialID == "" {
 		spec.TrialID = dryexec.NewTrialID()
 	}
-	sb, err := sandboxFor(spec, mt)
+	sb, err := sandboxFor(spec, hc)
 	return spec, sb, err
+}
+
+// hostCache is what a Pool remembers about the host between trials, each
+// part until the host changes it: the mount plan and the resolved masks. A
+// nil hostCache (a cold trial) looks afresh.
+type hostCache struct {
+	mounts *mountTable
+	masks  *maskCache
+}
+
+func newHostCache() *hostCache {
+	return &hostCache{mounts: &mountTable{fd: -1}, masks: newMaskCache()}
+}
+
+func (hc *hostCache) close() {
+	hc.mounts.close()
+	hc.masks.close()
 }
 
 // sandbox is what a prepared guest was built for, apart from the command: a
@@ -138,8 +155,13 @@ type sandbox struct {
 	NetCADir  string   // resolved
 }
 
-func sandboxFor(spec dryexec.TrialSpec, mt *mountTable) (sandbox, error) {
-	mounts, err := mt.get()
+func sandboxFor(spec dryexec.TrialSpec, hc *hostCache) (sandbox, error) {
+	var mt *mountTable
+	var mc *maskCache
+	if hc != nil {
+		mt, mc = hc.mounts, hc.masks
+	}
+	mounts, gen, err := mt.get()
 	if err != nil {
 		return sandbox{}, err
 	}
@@ -154,7 +176,7 @@ func sandboxFor(spec dryexec.TrialSpec, mt *mountTable) (sandbox, error) {
 	if err != nil {
 		return sandbox{}, err
 	}
-	masks, err := ResolveMasks(append(slices.Clone(spec.Masks), caDir), spec.NoDefaultMasks)
+	masks, err := mc.resolve(append(slices.Clone(spec.Masks), caDir), spec.NoDefaultMasks, gen)
 	if err != nil {
 		return sandbox{}, err
 	}
