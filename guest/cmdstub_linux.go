@@ -23,17 +23,22 @@ import (
 // throws the copy away again in execve. A sandbox that waits in a pool does
 // all of that ahead of time: it starts the stub, a tiny static program
 // (cmdstub/stub.c), already in the command's session, user namespace,
-// confinement and stdio; when trial.run comes the guest writes the command
-// to the stub's request pipe and the stub execs it.
+// confinement and stdio, and seizes it for the memory tracer. The host
+// writes the command to the stub's request pipe itself (wire.StubRequest),
+// so that the command starts without waiting for the guest to be scheduled,
+// and the stub execs it.
 //
 // Protocol, on the stub's descriptors:
 //
 //	0, 1, 2  /dev/null, the trial's stdout and stderr
-//	3        request pipe: a stubHeader, then NUL-terminated strings: the
-//	         path to exec, the directory to run in, argv, env
+//	3        the request pipe (wire.StubRequest); a program without a slash
+//	         is searched for in the request's PATH
 //	4        status pipe: closed by the exec (the stub marks it close-on-exec);
 //	         a failure writes a stage and an errno (two uint32) first
-//	5        the command's stdin when the request asks for it (flag 1)
+//	5        the command's stdin when the request asks for it
+//	6        the gate: the stub reads nothing of fd 3 before EOF here. The
+//	         guest closes it once the stub is traced and limited: the host
+//	         may have written the command before the stub even started.
 //
 // EOF on fd 3 before a request ends the stub quietly (a pooled sandbox
 // discarded unused).
@@ -44,15 +49,8 @@ import (
 // but still started ahead of time.
 type cmdStub struct {
 	pid    int
-	req    *os.File // the request pipe's write end
 	status *os.File // the status pipe's read end
 }
-
-// stubMagic opens every request ("stub", little-endian).
-const stubMagic = 0x62757473
-
-// stubFlagStdin: dup fd 5 onto fd 0 before exec.
-const stubFlagStdin = 1
 
 // Stages a stub reports a failure at.
 const (
@@ -64,17 +62,14 @@ const (
 	stubStageExec
 )
 
-// stubHeader precedes a request's strings.
-type stubHeader struct {
-	Magic, Flags, Argc, Envc uint32
-	Size                     uint64 // bytes of strings that follow
-}
-
 // stubExe is the program a cmdStub runs: the native stub from a sealed memfd,
 // or the guest itself. The memfd is created once per guest.
 type stubExe struct {
 	path string
 	argv []string
+	// afterStart, when set, runs between the stub's start and its set-up:
+	// a test's way of losing the race the gate is there for.
+	afterStart func()
 }
 
 // newStubExe loads the native stub, falling back to the guest binary.
@@ -110,45 +105,56 @@ func stubMemfd() (int, error) {
 }
 
 // startStub starts a stub with attr (its session, user namespace) and
-// nproc (when not 0) as its RLIMIT_NPROC; stdout and stderr become its fds 1
-// and 2, stdin (when not -1) the fd a request may ask for as stdin. It must
-// run on the launcher thread, whose confinement the stub inherits.
-func startStub(exe *stubExe, attr *syscall.SysProcAttr, nproc int64, stdout, stderr, stdin uintptr) (*cmdStub, error) {
+// nproc (when not 0) as its RLIMIT_NPROC, seized by mt when mt is not nil;
+// stdout and stderr become its fds 1 and 2, req its fd 3 (the request
+// pipe's read end), stdin (when not -1) its fd 5. Only then is its gate
+// opened: whatever req holds already, the command runs limited and traced
+// from its first instruction. It must run on the launcher thread, whose
+// confinement the stub inherits and which is the tracer.
+func startStub(exe *stubExe, attr *syscall.SysProcAttr, nproc int64, stdout, stderr, req, stdin uintptr, mt *memTracer) (*cmdStub, error) {
 	var p [2]int
 	if err := unix.Pipe2(p[:], unix.O_CLOEXEC); err != nil {
 		return nil, err
 	}
-	reqR, reqW := os.NewFile(uintptr(p[0]), "stub-request"), os.NewFile(uintptr(p[1]), "stub-request")
-	defer reqR.Close()
-	if err := unix.Pipe2(p[:], unix.O_CLOEXEC); err != nil {
-		reqW.Close()
-		return nil, err
-	}
 	statR, statW := os.NewFile(uintptr(p[0]), "stub-status"), os.NewFile(uintptr(p[1]), "stub-status")
 	defer statW.Close()
+	if err := unix.Pipe2(p[:], unix.O_CLOEXEC); err != nil {
+		statR.Close()
+		return nil, err
+	}
+	gateR, gateW := os.NewFile(uintptr(p[0]), "stub-gate"), os.NewFile(uintptr(p[1]), "stub-gate")
+	defer gateR.Close()
+	defer gateW.Close() // opens the gate; the error returns kill the stub first
 	devnull, err := os.Open("/dev/null")
 	if err != nil {
-		reqW.Close()
 		statR.Close()
 		return nil, err
 	}
 	defer devnull.Close()
 	pid, err := syscall.ForkExec(exe.path, exe.argv, &syscall.ProcAttr{
 		Env:   []string{},
-		Files: []uintptr{devnull.Fd(), stdout, stderr, reqR.Fd(), statW.Fd(), stdin},
+		Files: []uintptr{devnull.Fd(), stdout, stderr, req, statW.Fd(), stdin, gateR.Fd()},
 		Sys:   attr,
 	})
 	if err != nil {
-		reqW.Close()
 		statR.Close()
 		return nil, fmt.Errorf("starting the command's stub: %w", err)
 	}
-	s := &cmdStub{pid: pid, req: reqW, status: statR}
+	s := &cmdStub{pid: pid, status: statR}
+	if exe.afterStart != nil {
+		exe.afterStart()
+	}
 	if nproc > 0 {
 		lim := unix.Rlimit{Cur: uint64(nproc), Max: uint64(nproc)}
 		if err := unix.Prlimit(pid, unix.RLIMIT_NPROC, &lim, nil); err != nil {
 			s.kill()
 			return nil, fmt.Errorf("limiting the command's processes: %w", err)
+		}
+	}
+	if mt != nil {
+		if err := mt.seize(pid); err != nil {
+			s.kill()
+			return nil, fmt.Errorf("tracing the command: %w", err)
 		}
 	}
 	return s, nil
@@ -157,50 +163,7 @@ func startStub(exe *stubExe, attr *syscall.SysProcAttr, nproc int64, stdout, std
 // kill ends a stub that will not run a command.
 func (s *cmdStub) kill() {
 	unix.Kill(s.pid, unix.SIGKILL)
-	s.req.Close()
 	s.status.Close()
-}
-
-// run hands the stub the command: bin (resolved) with r's argv, env and
-// directory. Traced by mt (when not nil) from here on, attached before the
-// command runs a single instruction of its own. Seized rather than started
-// with PTRACE_TRACEME, the command's execs cost no ptrace stop.
-func (s *cmdStub) run(bin string, r *wire.TrialRun, mt *memTracer) error {
-	req, err := stubRequest(bin, r)
-	if err != nil {
-		return err
-	}
-	if mt != nil {
-		if err := mt.seize(s.pid); err != nil {
-			return fmt.Errorf("tracing the command: %w", err)
-		}
-	}
-	_, err = s.req.Write(req)
-	s.req.Close()
-	return err
-}
-
-// stubRequest encodes a request. A string with a NUL byte cannot be passed
-// to execve: EINVAL, as Go's own ForkExec says.
-func stubRequest(bin string, r *wire.TrialRun) ([]byte, error) {
-	h := stubHeader{Magic: stubMagic, Argc: uint32(len(r.Argv)), Envc: uint32(len(r.Env))}
-	if r.Stdin {
-		h.Flags |= stubFlagStdin
-	}
-	strs := make([]string, 0, 2+len(r.Argv)+len(r.Env))
-	strs = append(append(append(strs, bin, r.Cwd), r.Argv...), r.Env...)
-	for _, s := range strs {
-		if strings.IndexByte(s, 0) >= 0 {
-			return nil, unix.EINVAL
-		}
-		h.Size += uint64(len(s)) + 1
-	}
-	b := make([]byte, 0, binary.Size(h)+int(h.Size))
-	b, _ = binary.Append(b, binary.NativeEndian, &h)
-	for _, s := range strs {
-		b = append(append(b, s...), 0)
-	}
-	return b, nil
 }
 
 // startError is how the stub failed to exec the command, once it is dead:
@@ -250,15 +213,19 @@ func runStub() int {
 	if _, err := unix.FcntlInt(4, unix.F_SETFD, unix.FD_CLOEXEC); err != nil {
 		return 127
 	}
+	if _, err := io.Copy(io.Discard, os.NewFile(6, "stub-gate")); err != nil {
+		return fail(stubStageRequest, err)
+	}
+	unix.Close(6)
 	req := os.NewFile(3, "stub-request")
-	var h stubHeader
+	var h wire.StubHeader
 	if err := binary.Read(req, binary.NativeEndian, &h); err != nil {
 		if err == io.EOF {
 			return 0
 		}
 		return fail(stubStageRead, unix.EIO)
 	}
-	if h.Magic != stubMagic || h.Argc == 0 || h.Size > 1<<31 {
+	if h.Magic != wire.StubMagic || h.Argc == 0 || h.Size > wire.StubMaxSize {
 		return fail(stubStageRequest, unix.EINVAL)
 	}
 	b := make([]byte, h.Size)
@@ -272,13 +239,47 @@ func runStub() int {
 	if err := unix.Chdir(strs[1]); err != nil {
 		return fail(stubStageChdir, err)
 	}
-	if h.Flags&stubFlagStdin != 0 {
+	if h.Flags&wire.StubFlagStdin != 0 {
 		if err := unix.Dup2(5, 0); err != nil {
 			return fail(stubStageStdin, err)
 		}
 	}
 	unix.Close(3)
 	unix.Close(5)
-	argv := strs[2 : 2+h.Argc]
-	return fail(stubStageExec, unix.Exec(strs[0], argv, strs[2+h.Argc:]))
+	return fail(stubStageExec, execSearch(strs[0], strs[2:2+h.Argc], strs[2+h.Argc:]))
+}
+
+// execSearch execs prog as a shell would, and returns only on failure: prog
+// itself when it has a slash, else the first entry of env's PATH (an empty
+// entry is the directory) that can be exec'd. EACCES from one entry does not
+// stop the search, but is the answer if no entry works; no PATH searches
+// nothing. stub.c does the same.
+func execSearch(prog string, argv, env []string) error {
+	if strings.Contains(prog, "/") {
+		return unix.Exec(prog, argv, env)
+	}
+	var path string
+	for _, kv := range env {
+		if v, ok := strings.CutPrefix(kv, "PATH="); ok {
+			path = v
+		}
+	}
+	answer := unix.ENOENT
+	if path == "" {
+		return answer
+	}
+	for _, dir := range strings.Split(path, ":") {
+		if dir == "" {
+			dir = "."
+		}
+		err := unix.Exec(dir+"/"+prog, argv, env)
+		switch err {
+		case unix.EACCES:
+			answer = unix.EACCES
+		case unix.ENOENT, unix.ENOTDIR, unix.ELOOP, unix.ENAMETOOLONG:
+		default:
+			return err
+		}
+	}
+	return answer
 }

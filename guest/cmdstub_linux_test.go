@@ -9,6 +9,7 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -38,9 +39,23 @@ type stubRun struct {
 	mem            *wire.MemoryUse
 }
 
-// runThroughStub starts a stub, hands it r (bin is r.Argv[0]) and waits,
-// tracing it when trace is set. It runs on one locked thread: the tracer.
+// runThroughStub starts a stub, seizes it when trace is set, hands it r as
+// the host does (nil: no request) and waits. It runs on one locked thread:
+// the tracer.
 func runThroughStub(t testing.TB, exe *stubExe, r *wire.TrialRun, stdinData string, trace bool) stubRun {
+	return runStubOpts(t, exe, r, stubOpts{stdin: stdinData, trace: trace})
+}
+
+// stubOpts: what the stub's stdin holds; trace it; nproc its RLIMIT_NPROC;
+// early: the request is in the pipe before the stub starts (as when the
+// host writes it while the guest is still starting the stub).
+type stubOpts struct {
+	stdin        string
+	trace, early bool
+	nproc        int64
+}
+
+func runStubOpts(t testing.TB, exe *stubExe, r *wire.TrialRun, o stubOpts) stubRun {
 	t.Helper()
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
@@ -54,21 +69,39 @@ func runThroughStub(t testing.TB, exe *stubExe, r *wire.TrialRun, stdinData stri
 	outR, outW := pipe()
 	errR, errW := pipe()
 	inR, inW := pipe()
-	stub, err := startStub(exe, &syscall.SysProcAttr{Setsid: true}, 0, outW.Fd(), errW.Fd(), inR.Fd())
+	reqR, reqW := pipe()
+	send := func() {
+		if r != nil {
+			req, err := wire.StubRequest(r)
+			if err == nil {
+				_, err = reqW.Write(req)
+			}
+			if err != nil {
+				t.Fatalf("request: %v", err)
+			}
+		}
+		reqW.Close() // without a request: the stub is discarded
+	}
+	if o.early {
+		send()
+	}
+	var mt *memTracer
+	if o.trace {
+		mt = &memTracer{}
+	}
+	stub, err := startStub(exe, &syscall.SysProcAttr{Setsid: true}, o.nproc, outW.Fd(), errW.Fd(), reqR.Fd(), inR.Fd(), mt)
 	outW.Close()
 	errW.Close()
 	inR.Close()
+	reqR.Close()
 	if err != nil {
 		t.Fatalf("startStub: %v", err)
 	}
 	go func() {
-		io.WriteString(inW, stdinData)
+		io.WriteString(inW, o.stdin)
 		inW.Close()
 	}()
-	var mt *memTracer
-	if trace {
-		mt = &memTracer{}
-	}
+
 	drain := func(f *os.File) chan string {
 		c := make(chan string, 1)
 		go func() {
@@ -80,13 +113,8 @@ func runThroughStub(t testing.TB, exe *stubExe, r *wire.TrialRun, stdinData stri
 	}
 	stdout, stderr := drain(outR), drain(errR)
 	var run stubRun
-	if r != nil {
-		if err := stub.run(r.Argv[0], r, mt); err != nil {
-			stub.kill()
-			t.Fatalf("run: %v", err)
-		}
-	} else {
-		stub.req.Close() // no request: the stub is discarded
+	if !o.early {
+		send()
 	}
 	for {
 		wpid, err := unix.Wait4(-1, &run.ws, unix.WALL, nil)
@@ -121,6 +149,20 @@ func TestStubProtocol(t *testing.T) {
 	for i := range 300 {
 		big = append(big, "BIG"+strconv.Itoa(i)+"="+strings.Repeat("x", 1024))
 	}
+	// noexec holds an "sh" that is not executable; dir a script "here" and
+	// a plain file "file".
+	noexec := dir + "/noexec"
+	if err := os.Mkdir(noexec, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for p, body := range map[string]string{noexec + "/sh": "", dir + "/file": ""} {
+		if err := os.WriteFile(p, []byte(body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.WriteFile(dir+"/here", []byte("#!/bin/sh\necho here\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
 	sh := func(script string, env ...string) *wire.TrialRun {
 		return &wire.TrialRun{Argv: []string{"/bin/sh", "-c", script, "arg 0", ""}, Env: env, Cwd: dir}
 	}
@@ -138,12 +180,21 @@ func TestStubProtocol(t *testing.T) {
 		{name: "exit status", run: sh(`exit 7`), code: 7},
 		{name: "stdin when asked", run: func() *wire.TrialRun { r := sh(`cat`); r.Stdin = true; return r }(), stdin: "piped\n", stdout: "piped\n"},
 		{name: "devnull otherwise", run: sh(`cat; echo end`), stdin: "piped\n", stdout: "end\n"},
-		{name: "no protocol fds leak", run: sh(`for f in 3 4 5; do [ -e /proc/$$/fd/$f ] && echo leak $f; done; echo ok`), stdout: "ok\n"},
+		{name: "no protocol fds leak", run: sh(`for f in 3 4 5 6; do [ -e /proc/$$/fd/$f ] && echo leak $f; done; echo ok`), stdout: "ok\n"},
 		{name: "big env", run: sh(`printf %s "$BIG299" | wc -c`, big...), stdout: "1024\n"},
 		{name: "argument too long", run: sh(`true`, "BIG="+strings.Repeat("x", 200<<10)), err: unix.E2BIG, stage: stubStageExec},
 		{name: "no such program", run: &wire.TrialRun{Argv: []string{dir + "/nope"}, Cwd: dir}, err: unix.ENOENT, stage: stubStageExec},
 		{name: "not executable", run: &wire.TrialRun{Argv: []string{"/etc/passwd"}, Cwd: dir}, err: unix.EACCES, stage: stubStageExec},
 		{name: "no such directory", run: &wire.TrialRun{Argv: []string{"/bin/true"}, Cwd: dir + "/gone"}, err: unix.ENOENT, stage: stubStageChdir},
+		{name: "found in PATH", run: &wire.TrialRun{Argv: []string{"sh", "-c", "echo found"}, Env: []string{"PATH=/no/such/dir:" + dir + "/file:/bin"}, Cwd: dir},
+			stdout: "found\n"},
+		{name: "not executable in PATH, then found", run: &wire.TrialRun{Argv: []string{"sh", "-c", "echo found"}, Env: []string{"PATH=" + noexec + ":/bin"}, Cwd: dir},
+			stdout: "found\n"},
+		{name: "empty PATH entry is the directory", run: &wire.TrialRun{Argv: []string{"here"}, Env: []string{"PATH=/no/such/dir:"}, Cwd: dir},
+			stdout: "here\n"},
+		{name: "not in PATH", run: &wire.TrialRun{Argv: []string{"no-such-program-dryexec"}, Env: []string{"PATH=/bin:/usr/bin"}, Cwd: dir}, err: unix.ENOENT, stage: stubStageExec},
+		{name: "only not executable in PATH", run: &wire.TrialRun{Argv: []string{"sh"}, Env: []string{"PATH=" + noexec}, Cwd: dir}, err: unix.EACCES, stage: stubStageExec},
+		{name: "no PATH", run: &wire.TrialRun{Argv: []string{"sh"}, Cwd: dir}, err: unix.ENOENT, stage: stubStageExec},
 		{name: "discarded unused"},
 	}
 	for kind, exe := range stubExes(t) {
@@ -188,14 +239,26 @@ func TestStubTraced(t *testing.T) {
 	}
 }
 
-func TestStubRequestRefusesNUL(t *testing.T) {
-	for _, r := range []*wire.TrialRun{
-		{Argv: []string{"a\x00b"}, Cwd: "/"},
-		{Argv: []string{"a"}, Env: []string{"X=\x00"}, Cwd: "/"},
-		{Argv: []string{"a"}, Cwd: "/\x00"},
-	} {
-		if _, err := stubRequest("/bin/a", r); !errors.Is(err, unix.EINVAL) {
-			t.Errorf("stubRequest(%+v) = %v, want EINVAL", r, err)
-		}
+// TestStubGate: a command that is in the request pipe before its stub
+// starts (the host writes it whenever it likes) still runs traced from its
+// first instruction and under its RLIMIT_NPROC: the stub waits for the
+// guest's gate. The guest is made slow to set the stub up, so that without
+// the gate the command would win the race.
+func TestStubGate(t *testing.T) {
+	r := &wire.TrialRun{Argv: []string{"/bin/grep", "Max processes", "/proc/self/limits"}, Cwd: "/"}
+	for kind, exe := range stubExes(t) {
+		t.Run(kind, func(t *testing.T) {
+			slow := *exe
+			slow.afterStart = func() { time.Sleep(50 * time.Millisecond) }
+			for range 3 {
+				got := runStubOpts(t, &slow, r, stubOpts{trace: true, early: true, nproc: 4242})
+				if got.startErr != nil || !strings.Contains(got.stdout, " 4242 ") {
+					t.Fatalf("stdout %q, start error %v: the command ran before its limit was set", got.stdout, got.startErr)
+				}
+				if got.mem == nil || got.mem.Processes < 1 {
+					t.Fatalf("memory %+v: the command ran before it was traced", got.mem)
+				}
+			}
+		})
 	}
 }

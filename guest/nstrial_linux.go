@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"syscall"
@@ -88,7 +87,11 @@ func serveTrial(conn *wire.Conn, cfg *wire.TrialStart, l *confinedLauncher, scra
 	}
 	// In the trial's cgroups now, the guest starts the command's process,
 	// which waits for the command (see cmdStub).
-	stub, err := startTrialStub(cfg)
+	var mt *memTracer
+	if !cfg.NoMemoryTrace {
+		mt = &memTracer{}
+	}
+	stub, err := startTrialStub(cfg, mt)
 	if err != nil {
 		return fail("setup", err)
 	}
@@ -97,7 +100,8 @@ func serveTrial(conn *wire.Conn, cfg *wire.TrialStart, l *confinedLauncher, scra
 	wire.Prime(&wire.TrialRun{}, &wire.TrialExit{Memory: &wire.MemoryUse{}, Violations: []wire.Violation{{}}}, &fsdelta.Entry{})
 	// The sandbox is ready: a warm pool keeps it so until a trial is asked
 	// for (the host closing the stream ends it), a cold trial sends the
-	// command at once.
+	// command at once. The host has written the command to the stub before
+	// trial.run: the command may be running, or done, by now.
 	if f, err = conn.Read(); err != nil {
 		return 1
 	}
@@ -114,7 +118,7 @@ func serveTrial(conn *wire.Conn, cfg *wire.TrialStart, l *confinedLauncher, scra
 	// exits and the kernel kills everything left in the namespace. Watched
 	// from when the command runs: starting a goroutine wakes another thread,
 	// which is better done while the command starts than before.
-	exit := runCommand(cfg, stub, func() {
+	exit := runCommand(cfg, stub, mt, func() {
 		go func() {
 			for {
 				if _, err := conn.Read(); err != nil {
@@ -402,60 +406,37 @@ func startConfined() (*confinedLauncher, error) {
 	return &confinedLauncher{conf: conf, l: l}, nil
 }
 
-// startTrialStub starts the trial's command stub; it runs on the launcher
-// thread. The guest's
-// copies of the trial's stdio are closed then: only the command holds them,
-// so the host sees EOF as soon as the last sandbox process is gone.
-func startTrialStub(cfg *wire.TrialStart) (*cmdStub, error) {
+// startTrialStub starts the trial's command stub, with the host's request
+// pipe (wire.StubFD), traced by mt (when not nil); it runs on the launcher
+// thread. The guest's copies of
+// the trial's pipes are closed then: only the command holds them, so the
+// host sees EOF as soon as the last sandbox process is gone.
+func startTrialStub(cfg *wire.TrialStart, mt *memTracer) (*cmdStub, error) {
 	stdin := ^uintptr(0) // none: the stub closes its fd 5
 	if _, err := unix.FcntlInt(wire.StdinFD, unix.F_GETFD, 0); err == nil {
 		stdin = wire.StdinFD
 	}
-	stub, err := startStub(newStubExe(), commandAttr(cfg), cfg.CommandNPROC, wire.StdoutFD, wire.StderrFD, stdin)
+	stub, err := startStub(newStubExe(), commandAttr(cfg), cfg.CommandNPROC, wire.StdoutFD, wire.StderrFD, wire.StubFD, stdin, mt)
 	if err != nil {
 		return nil, err
 	}
-	unix.Close(wire.StdoutFD)
-	unix.Close(wire.StderrFD)
-	if stdin != ^uintptr(0) {
-		unix.Close(wire.StdinFD)
+	for _, fd := range []int{wire.StdoutFD, wire.StderrFD, wire.StubFD, int(stdin)} {
+		if fd >= 0 {
+			unix.Close(fd)
+		}
 	}
 	return stub, nil
 }
 
-// runCommand has stub exec the command (and calls started then), waits for
-// it, then kills and reaps everything else in the pid namespace, so that
+// runCommand waits for the command the host sent the stub (calling started
+// first), then kills and reaps everything else in the pid namespace, so that
 // nothing outlives the trial and every write is in the upper dirs before
-// they are walked.
-func runCommand(cfg *wire.TrialStart, stub *cmdStub, started func()) *wire.TrialExit {
+// they are walked. mt, when not nil, traces it.
+func runCommand(cfg *wire.TrialStart, stub *cmdStub, mt *memTracer, started func()) *wire.TrialExit {
 	ex := &wire.TrialExit{}
-	env := cfg.Env
-	failed := func(code int, msg string) *wire.TrialExit {
-		stub.kill()
-		unix.Kill(-1, unix.SIGKILL)
-		for {
-			if _, err := unix.Wait4(-1, nil, unix.WALL, nil); err == unix.ECHILD {
-				break
-			}
-		}
-		ex.ExitCode, ex.StartError = code, msg
-		return ex
-	}
-	if err := unix.Chdir(cfg.Cwd); err != nil {
-		return failed(126, fmt.Sprintf("cwd %s: %v", cfg.Cwd, err))
-	}
-	bin, err := lookPath(cfg.Argv[0], envGet(env, "PATH"))
-	if err != nil {
-		return failed(127, err.Error())
-	}
+	// The command started when the host wrote it, a moment before trial.run
+	// came: its duration is measured from here.
 	start := time.Now()
-	var mt *memTracer
-	if !cfg.NoMemoryTrace {
-		mt = &memTracer{}
-	}
-	if err := stub.run(bin, &cfg.TrialRun, mt); err != nil {
-		return failed(126, fmt.Sprintf("exec %s: %v", cfg.Argv[0], err))
-	}
 	started()
 	pid := stub.pid
 	timedOut := make(chan struct{})
@@ -502,10 +483,7 @@ func runCommand(cfg *wire.TrialStart, stub *cmdStub, started func()) *wire.Trial
 		}
 	}
 	if err := stub.startError(); err != nil {
-		ex.ExitCode, ex.StartError = 126, fmt.Sprintf("exec %s: %v", cfg.Argv[0], err)
-		if errors.Is(err, unix.ENOENT) {
-			ex.ExitCode = 127
-		}
+		ex.ExitCode, ex.StartError = startFailure(cfg, err)
 		return ex
 	}
 	if mt != nil {
@@ -551,43 +529,21 @@ func commandAttr(cfg *wire.TrialStart) *syscall.SysProcAttr {
 	return a
 }
 
-func envGet(env []string, k string) string {
-	for i := len(env) - 1; i >= 0; i-- {
-		if v, ok := strings.CutPrefix(env[i], k+"="); ok {
-			return v
-		}
+// startFailure is the exit code and message of a command the stub could not
+// start, as a shell gives them: 127 for a program not found, 126 for one
+// that cannot run.
+func startFailure(cfg *wire.TrialStart, err error) (int, string) {
+	prog := cfg.Argv[0]
+	var se *stubError
+	switch {
+	case errors.As(err, &se) && se.Stage == stubStageChdir:
+		return 126, fmt.Sprintf("cwd %s: %v", cfg.Cwd, se.Errno)
+	case errors.Is(err, unix.ENOENT) && !strings.Contains(prog, "/"):
+		return 127, prog + ": command not found"
+	case errors.Is(err, unix.ENOENT):
+		return 127, prog + ": no such file or directory"
+	case errors.Is(err, unix.EACCES):
+		return 126, prog + ": permission denied"
 	}
-	return ""
-}
-
-// lookPath resolves file like a shell does, against the command's own PATH (not
-// the guest's), in the sandbox's view of the filesystem.
-func lookPath(file, pathEnv string) (string, error) {
-	if strings.Contains(file, "/") {
-		if err := executable(file); err != nil {
-			return "", fmt.Errorf("%s: %w", file, err)
-		}
-		return file, nil
-	}
-	for _, dir := range filepath.SplitList(pathEnv) {
-		if dir == "" {
-			dir = "."
-		}
-		p := filepath.Join(dir, file)
-		if executable(p) == nil {
-			return p, nil
-		}
-	}
-	return "", fmt.Errorf("%s: command not found", file)
-}
-
-func executable(p string) error {
-	st, err := os.Stat(p)
-	if err != nil {
-		return err
-	}
-	if st.IsDir() || st.Mode()&0o111 == 0 {
-		return fmt.Errorf("permission denied")
-	}
-	return nil
+	return 126, fmt.Sprintf("exec %s: %v", prog, err)
 }

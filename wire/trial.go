@@ -4,10 +4,13 @@ package wire
 // mounts, masks, network); the guest builds the view and its confinement and
 // answers VerbTrialMounts. The host sends VerbTrialJoined once the guest is in
 // the trial's cgroups (on a cgroup v1 host that join finishes in the
-// background): only then does the guest start the command's process, which
-// waits for VerbTrialRun (the command). A warm pool sends trial.start and
-// trial.joined ahead and trial.run when a trial is asked for; a cold trial
-// sends them at once. The guest then answers with events: VerbTrialExit
+// background): only then does the guest start the command's process (the
+// command stub), which waits on StubFD for the command. To run a trial the
+// host writes the command to StubFD itself (StubRequest) and sends
+// VerbTrialRun (the command's timeout, and its argv and directory for the
+// guest's messages). A warm pool sends trial.start and trial.joined ahead
+// and the rest when a trial is asked for; a cold trial sends all at once.
+// The guest then answers with events: VerbTrialExit
 // once the command and everything it started are gone, then
 // VerbFSEntry/VerbFSData for each upper-dir entry, then VerbTrialDone. A
 // guest-side failure is a KindErr frame.
@@ -28,7 +31,8 @@ type MountSpec struct {
 	Path string `json:"path"`
 }
 
-// TrialRun is the command of a trial: what trial.run carries.
+// TrialRun is the command of a trial: what the host writes to the stub
+// (StubRequest), and, without Env, what trial.run carries.
 type TrialRun struct {
 	Argv      []string `json:"argv"`
 	Env       []string `json:"env"`
@@ -36,9 +40,6 @@ type TrialRun struct {
 	TimeoutMS int64    `json:"timeout_ms"`
 	// Stdin: the command reads fd StdinFD instead of /dev/null.
 	Stdin bool `json:"stdin,omitempty"`
-	// NoMemoryTrace turns the memory delta off: the guest then does not trace
-	// the command's processes, so a debugger or strace inside the trial works.
-	NoMemoryTrace bool `json:"no_memory_trace,omitempty"`
 }
 
 // TrialStart tells the guest what sandbox to build. Its TrialRun part is
@@ -58,6 +59,11 @@ type TrialStart struct {
 	CommandUserNS bool `json:"command_userns,omitempty"`
 	CommandUID    int  `json:"command_uid,omitempty"`
 	CommandGID    int  `json:"command_gid,omitempty"`
+	// NoMemoryTrace turns the memory delta off: the guest then does not trace
+	// the command's processes, so a debugger or strace inside the trial works.
+	// It is the sandbox's, not the command's: the command's process is
+	// traced from before the command is sent.
+	NoMemoryTrace bool `json:"no_memory_trace,omitempty"`
 	// Masks are host paths (absolute, symlinks resolved by the host) the
 	// sandbox sees empty: a directory as an empty-file mirror of its names, a
 	// file as an empty file (guest/mask_linux.go).
@@ -143,5 +149,6 @@ const (
 	CtrlFD   = 3 // the wire stream
 	StdoutFD = 4 // the command's stdout (a pipe the host reads)
 	StderrFD = 5
-	StdinFD  = 6 // present when TrialRun.Stdin, or always in a pooled sandbox
+	StdinFD  = 6 // the command's stdin when TrialRun.Stdin (a pipe the host writes)
+	StubFD   = 7 // the command stub's request pipe (StubRequest), written by the host
 )

@@ -22,8 +22,10 @@ import (
 	"sync"
 )
 
-// Version is the protocol version carried in the guest's hello.
-const Version = 1
+// Version is the protocol version carried in the guest's hello. A host
+// refuses a guest of another version (a stale dryexec-guest beside a newer
+// dryexec). 2: the command stub (trial.joined, StubFD).
+const Version = 2
 
 // Limits. A header is small metadata; attachments carry bulk bytes in bounded
 // chunks so that neither side ever buffers a whole large file.

@@ -14,6 +14,7 @@ import (
 	"runtime"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -996,5 +997,34 @@ func TestPeerOversizedAnswerIsAnError(t *testing.T) {
 	var re *RemoteError
 	if !errors.As(err, &re) || re.Code != "too_large" {
 		t.Fatalf("got %v, want a too_large RemoteError", err)
+	}
+}
+
+func TestStubRequest(t *testing.T) {
+	bad := []*TrialRun{
+		{Argv: []string{"a\x00b"}, Cwd: "/"},
+		{Argv: []string{"a"}, Env: []string{"X=\x00"}, Cwd: "/"},
+		{Argv: []string{"a"}, Cwd: "/\x00"},
+		{Cwd: "/"},
+		{Argv: []string{""}, Cwd: "/"},
+	}
+	for _, r := range bad {
+		if _, err := StubRequest(r); !errors.Is(err, syscall.EINVAL) {
+			t.Errorf("StubRequest(%+v) = %v, want EINVAL", r, err)
+		}
+	}
+	// A good one: header, then program, cwd, argv, env, each NUL-ended.
+	b, err := StubRequest(&TrialRun{Argv: []string{"sh", "-c", ""}, Env: []string{"A=1"}, Cwd: "/w", Stdin: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var h StubHeader
+	n := binary.Size(h)
+	if _, err := binary.Decode(b[:n], binary.NativeEndian, &h); err != nil {
+		t.Fatal(err)
+	}
+	strs := "sh\x00/w\x00sh\x00-c\x00\x00A=1\x00"
+	if h != (StubHeader{Magic: StubMagic, Flags: StubFlagStdin, Argc: 3, Envc: 1, Size: uint64(len(strs))}) || string(b[n:]) != strs {
+		t.Fatalf("header %+v strings %q", h, b[n:])
 	}
 }

@@ -21,7 +21,7 @@ func main() {
 	defer os.RemoveAll(dir)
 	out := filepath.Join(dir, "stub")
 	gcc := exec.Command("gcc", "-Os", "-static", "-nostdlib", "-ffreestanding", "-fno-pic", "-no-pie",
-		"-fno-stack-protector", "-fno-asynchronous-unwind-tables", "-fcf-protection=none", "-Wall", "-Werror",
+		"-fno-stack-protector", "-fno-asynchronous-unwind-tables", "-fno-tree-loop-distribute-patterns", "-fcf-protection=none", "-Wall", "-Werror",
 		"-Wl,--build-id=none", "-Wl,-z,norelro", "-Wl,-n", "-s", "-o", out, "guest/cmdstub/stub.c")
 	gcc.Stdout, gcc.Stderr = os.Stdout, os.Stderr
 	if err := gcc.Run(); err != nil {

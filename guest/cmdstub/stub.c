@@ -6,11 +6,14 @@
  * bytes of code with nothing to tear down when it execs: that exec is on
  * every trial's path.
  *
- * Protocol: fd 3 carries a request (struct req, then `size` bytes of
- * NUL-terminated strings: path, directory, argv..., env...); fd 4 is closed
- * by a successful exec, and a failure writes {stage, errno} (two uint32) to
- * it first; fd 5 becomes stdin when flag 1 is set. EOF on fd 3 before a
- * request: exit 0.
+ * Protocol (wire.StubRequest): fd 3 carries a request (struct req, then
+ * `size` bytes of NUL-terminated strings: program, directory, argv...,
+ * env...); a program without a slash is searched for in the request's PATH,
+ * as guest.execSearch does; fd 4 is closed by a successful exec, and a
+ * failure writes {stage, errno} (two uint32) to it first; fd 5 becomes stdin
+ * when flag 1 is set; fd 6 is the gate: nothing of fd 3 is read before EOF
+ * there (the guest opens it once the stub is traced and limited). EOF on
+ * fd 3 before a request: exit 0.
  *
  * Build: `make stub` (gcc, x86-64), which regenerates guest/cmdstub_amd64.go.
  */
@@ -20,7 +23,9 @@ typedef unsigned int u32;
 
 enum { SYS_read = 0, SYS_write = 1, SYS_close = 3, SYS_mmap = 9, SYS_dup2 = 33,
        SYS_execve = 59, SYS_fcntl = 72, SYS_chdir = 80, SYS_exit_group = 231 };
-enum { EINTR = 4, EIO = 5, EINVAL = 22 };
+enum { ENOENT = 2, EINTR = 4, EIO = 5, EACCES = 13, ENOTDIR = 20, EINVAL = 22, ELOOP = 40,
+       ENAMETOOLONG = 36 };
+enum { PATHBUF = 4096 };
 enum { STAGE_REQUEST = 1, STAGE_MEMORY, STAGE_READ, STAGE_CHDIR, STAGE_STDIN, STAGE_EXEC };
 
 static long sys3(long n, long a, long b, long c)
@@ -74,6 +79,55 @@ static int readfull(char *p, u64 n)
 	return 0;
 }
 
+/* search execs prog like a shell: itself if it has a slash, else each entry
+ * of the last PATH= in env (an empty entry is "."), going on past ENOENT,
+ * ENOTDIR, ELOOP, ENAMETOOLONG and EACCES (which is the answer if nothing
+ * runs). No PATH: ENOENT. It returns only on failure: -errno. */
+static long search(char *prog, char **argv, char **env, char *buf)
+{
+	char *p, *path = 0, **e;
+	long r, answer = -ENOENT;
+	u64 dl, nl;
+
+	for (p = prog; *p; p++)
+		if (*p == '/')
+			return sys3(SYS_execve, (long)prog, (long)argv, (long)env);
+	nl = (u64)(p - prog);
+	for (e = env; *e; e++)
+		if (e[0][0] == 'P' && e[0][1] == 'A' && e[0][2] == 'T' && e[0][3] == 'H' && e[0][4] == '=')
+			path = *e + 5;
+	if (!path || !*path)
+		return answer;
+	for (;;) {
+		char *end = path;
+		while (*end && *end != ':')
+			end++;
+		dl = (u64)(end - path);
+		if (dl == 0) {
+			buf[0] = '.';
+			dl = 1;
+		} else if (dl + 1 + nl + 1 <= PATHBUF) {
+			for (u64 i = 0; i < dl; i++)
+				buf[i] = path[i];
+		}
+		if (dl + 1 + nl + 1 > PATHBUF) {
+			r = -ENAMETOOLONG;
+		} else {
+			buf[dl] = '/';
+			for (u64 i = 0; i <= nl; i++)
+				buf[dl + 1 + i] = prog[i];
+			r = sys3(SYS_execve, (long)buf, (long)argv, (long)env);
+		}
+		if (r == -EACCES)
+			answer = r;
+		else if (r != -ENOENT && r != -ENOTDIR && r != -ELOOP && r != -ENAMETOOLONG)
+			return r;
+		if (!*end)
+			return answer;
+		path = end + 1;
+	}
+}
+
 __attribute__((noreturn, used)) void stub_main(void)
 {
 	struct req h;
@@ -84,16 +138,25 @@ __attribute__((noreturn, used)) void stub_main(void)
 
 	if (sys3(SYS_fcntl, 4, 2 /* F_SETFD */, 1 /* FD_CLOEXEC */) < 0)
 		fail(STAGE_REQUEST, -EIO);
+	for (;;) {
+		char c;
+		r = sys3(SYS_read, 6, (long)&c, 1);
+		if (r == 0)
+			break;
+		if (r < 0 && r != -EINTR)
+			fail(STAGE_REQUEST, r);
+	}
+	sys3(SYS_close, 6, 0, 0);
 	r = readfull((char *)&h, sizeof h);
 	if (r == 1)
 		for (;;)
 			sys3(SYS_exit_group, 0, 0, 0);
 	if (r < 0)
 		fail(STAGE_READ, -EIO);
-	if (h.magic != 0x62757473 || h.argc == 0 || h.size == 0 || h.size > (1UL << 31))
+	if (h.magic != 0x62757473 || h.argc == 0 || h.size == 0 || h.size > (1UL << 30))
 		fail(STAGE_REQUEST, -EINVAL);
 	nptr = (u64)h.argc + h.envc + 2;
-	len = nptr * sizeof(char *) + h.size;
+	len = nptr * sizeof(char *) + h.size + PATHBUF;
 	m = sys6(SYS_mmap, 0, (long)len, 3 /* PROT_READ|PROT_WRITE */, 0x22 /* MAP_PRIVATE|MAP_ANONYMOUS */, -1, 0);
 	if (m < 0 && m > -4096)
 		fail(STAGE_MEMORY, m);
@@ -130,7 +193,7 @@ __attribute__((noreturn, used)) void stub_main(void)
 		fail(STAGE_STDIN, r);
 	sys3(SYS_close, 3, 0, 0);
 	sys3(SYS_close, 5, 0, 0);
-	r = sys3(SYS_execve, (long)path, (long)v, (long)(v + h.argc + 1));
+	r = search(path, v, v + h.argc + 1, end);
 	fail(STAGE_EXEC, r);
 }
 

@@ -272,23 +272,19 @@ func TestPoolCommandStubReady(t *testing.T) {
 		}
 		return exes
 	}
-	// Ready means trial.joined was sent: the guest starts its stub then.
-	exes := stubs()
-	for deadline := time.Now().Add(10 * time.Second); len(exes) == 0 && time.Now().Before(deadline); exes = stubs() {
-		time.Sleep(time.Millisecond)
-	}
-	if len(exes) != 1 {
-		t.Fatalf("grandchildren of the test while one sandbox is ready: %q, want one stub", exes)
-	}
-	want := "/proc/self/exe" // the fallback: the guest binary
+	want, _ := os.Readlink("/proc/self/exe") // the fallback: the guest binary
 	if runtime.GOARCH == "amd64" {
 		want = "/memfd:dryexec-stub"
 	}
-	if want == "/proc/self/exe" {
-		want, _ = os.Readlink("/proc/self/exe")
+	// Ready means trial.joined was sent: the guest starts its stub then (and
+	// until it execs, the stub shows the guest's binary).
+	ok := func(exes []string) bool { return len(exes) == 1 && strings.HasPrefix(exes[0], want) }
+	exes := stubs()
+	for deadline := time.Now().Add(10 * time.Second); !ok(exes) && time.Now().Before(deadline); exes = stubs() {
+		time.Sleep(time.Millisecond)
 	}
-	if !strings.HasPrefix(exes[0], want) {
-		t.Fatalf("the ready sandbox's command process runs %q, want %q", exes[0], want)
+	if !ok(exes) {
+		t.Fatalf("grandchildren of the test while one sandbox is ready: %q, want one stub running %s", exes, want)
 	}
 	d := poolTrial(t, p, dir, "sh", "-c", "echo ran")
 	if d.Process.Stdout != "ran\n" || d.Process.ExitCode != 0 {

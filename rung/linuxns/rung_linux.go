@@ -331,6 +331,7 @@ type trial struct {
 	outR   *os.File // the command's stdout and stderr, read by the copiers
 	errR   *os.File
 	stdinW *os.File // the command's stdin; closed at once when it has none
+	stubW  *os.File // the command stub's request pipe (wire.StubFD): the command goes there
 	out    *tail.Buffer
 	errb   *tail.Buffer
 	pipes  sync.WaitGroup // the stdout/stderr copiers
@@ -396,9 +397,11 @@ func (r *Rung) start(sb sandbox, id string, nt *trialNet) (*trial, error) {
 	t.errR, errW = pipe()
 	// Always a stdin pipe: the command is not known yet.
 	stdinR, t.stdinW = pipe()
-	ends = append(ends, outW, errW, stdinR)
+	stubR, stubW := pipe()
+	t.stubW = stubW
+	ends = append(ends, outW, errW, stdinR, stubR)
 	if err == nil {
-		extra := []*os.File{guestCtrl, outW, errW, stdinR}
+		extra := []*os.File{guestCtrl, outW, errW, stdinR, stubR}
 		if nt != nil && nt.guest != nil {
 			t.netFD = 3 + len(extra)
 			extra = append(extra, nt.guest)
@@ -409,7 +412,7 @@ func (r *Rung) start(sb sandbox, id string, nt *trialNet) (*trial, error) {
 	}
 	if err != nil {
 		t.lim.Close()
-		for _, f := range []*os.File{t.ctrl, t.outR, t.errR, t.stdinW} {
+		for _, f := range []*os.File{t.ctrl, t.outR, t.errR, t.stdinW, t.stubW} {
 			if f != nil {
 				f.Close()
 			}
@@ -431,8 +434,12 @@ func (t *trial) ready() error {
 		return t.guestErr("reading hello", err)
 	}
 	var hello wire.Hello
-	if f.Kind != wire.KindHello || f.Decode(&hello) != nil || hello.Version != wire.Version {
+	if f.Kind != wire.KindHello || f.Decode(&hello) != nil {
 		return fmt.Errorf("%w: bad hello from guest", dryexec.ErrGuest)
+	}
+	if hello.Version != wire.Version {
+		return fmt.Errorf("%w: the guest %s speaks protocol %d, this dryexec %d (a dryexec-guest from another build?)",
+			dryexec.ErrGuest, t.cmd.Path, hello.Version, wire.Version)
 	}
 	t.r.trace("hello")
 	host, _ := os.Hostname()
@@ -550,7 +557,7 @@ func (t *trial) cleanup() {
 	t.ctrl.Close()
 	t.cmd.Process.Kill()
 	t.cmd.Wait()
-	for _, f := range []*os.File{t.outR, t.errR, t.stdinW} {
+	for _, f := range []*os.File{t.outR, t.errR, t.stdinW, t.stubW} {
 		if f != nil {
 			f.Close()
 		}
@@ -605,6 +612,20 @@ func (t *trial) converse() (*dryexec.StateDelta, error) {
 	sort.Strings(env)
 	run := wire.TrialRun{Argv: a.Argv, Env: t.net.trustEnv(env), Cwd: a.Cwd, TimeoutMS: a.TimeoutMS,
 		Stdin: t.spec.Stdin != nil}
+	// The command goes to the stub first, straight from here: it starts
+	// without waiting for the guest to be scheduled. trial.run follows
+	// (the guest needs the timeout; argv and cwd for its messages).
+	req, err := wire.StubRequest(&run)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", dryexec.ErrBadAction, err)
+	}
+	_, err = t.stubW.Write(req)
+	t.stubW.Close()
+	t.stubW = nil
+	if err != nil {
+		return nil, t.guestErr("sending the command", err)
+	}
+	run.Env = nil
 	if err := t.conn.Send(wire.KindReq, wire.VerbTrialRun, 2, &run); err != nil {
 		return nil, t.guestErr("sending trial.run", err)
 	}
