@@ -101,7 +101,14 @@ func stubMemfd() (int, error) {
 		unix.Close(fd)
 		return -1, err
 	}
-	return fd, nil
+	// Above the descriptors startStub hands the child (0–6), which the
+	// child's dup2s would otherwise overwrite before it execs the path.
+	high, err := unix.FcntlInt(uintptr(fd), unix.F_DUPFD_CLOEXEC, 10)
+	unix.Close(fd)
+	if err != nil {
+		return -1, err
+	}
+	return high, nil
 }
 
 // startStub starts a stub with attr (its session, user namespace) and
