@@ -30,6 +30,7 @@ type memTracer struct {
 	// leaders are tasks known to lead their thread group (the command, and
 	// what a fork or vfork made): their exit needs no /proc read for it.
 	leaders map[int]bool
+	buf     []byte // read's
 }
 
 // memTraceOptions: every new task is traced, every exit stops. Execs are not
@@ -117,13 +118,13 @@ func (m *memTracer) measure(tid int) {
 	dir := "/proc/" + strconv.Itoa(tid)
 	tgid := tid
 	if !m.leaders[tid] {
-		if b, err := os.ReadFile(dir + "/status"); err == nil {
+		if b, err := m.read(dir + "/status"); err == nil {
 			if v, ok := procfs.Field(b, "Tgid:"); ok {
 				tgid = int(v)
 			}
 		}
 	}
-	b, err := os.ReadFile(dir + "/smaps_rollup")
+	b, err := m.read(dir + "/smaps_rollup")
 	if err != nil {
 		return
 	}
@@ -135,6 +136,26 @@ func (m *memTracer) measure(tid int) {
 	if p := kb * 1024 / int64(os.Getpagesize()); p > m.pages[tgid] {
 		m.pages[tgid] = p
 	}
+}
+
+// read returns the start of a small /proc file (up to 4 KiB, which holds
+// smaps_rollup and status whole) in a buffer reused until the next read:
+// one open, one read, one close, with the traced process held at its exit
+// meanwhile.
+func (m *memTracer) read(path string) ([]byte, error) {
+	fd, err := unix.Open(path, unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, err
+	}
+	defer unix.Close(fd)
+	if m.buf == nil {
+		m.buf = make([]byte, 4096)
+	}
+	n, err := unix.Read(fd, m.buf)
+	if err != nil {
+		return nil, err
+	}
+	return m.buf[:n], nil
 }
 
 // result is the trial's memory delta.

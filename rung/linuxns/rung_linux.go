@@ -496,19 +496,6 @@ func (t *trial) ready() error {
 func (t *trial) trial(ctx context.Context, spec dryexec.TrialSpec) (*dryexec.StateDelta, error) {
 	t.spec = spec
 	t.out, t.errb = tail.New(spec.OutputCap), tail.New(spec.OutputCap)
-	t.pipes.Add(2)
-	go t.copy(teeOf(t.out, spec.Stdout), t.outR)
-	go t.copy(teeOf(t.errb, spec.Stderr), t.errR)
-	t.outR, t.errR = nil, nil
-	if stdinW := t.stdinW; spec.Stdin != nil {
-		go func() {
-			io.Copy(stdinW, spec.Stdin)
-			stdinW.Close()
-		}()
-	} else {
-		stdinW.Close()
-	}
-	t.stdinW = nil
 	d, err := t.run(ctx)
 	t.net.finish(d)
 	if d != nil && spec.Exchanges != nil && t.net.sim != nil {
@@ -524,6 +511,27 @@ func (t *trial) trial(ctx context.Context, spec dryexec.TrialSpec) (*dryexec.Sta
 	}
 	t.r.trace("net")
 	return d, err
+}
+
+// startIO starts copying the command's output into the delta's buffers
+// (and the caller's live writers) and its stdin from the caller. It runs
+// once the command is on its way: each goroutine start wakes a thread,
+// which the command need not wait for (a pipe holds 64 KiB meanwhile).
+func (t *trial) startIO() {
+	spec := t.spec
+	t.pipes.Add(2)
+	go t.copy(teeOf(t.out, spec.Stdout), t.outR)
+	go t.copy(teeOf(t.errb, spec.Stderr), t.errR)
+	t.outR, t.errR = nil, nil
+	if stdinW := t.stdinW; spec.Stdin != nil {
+		go func() {
+			io.Copy(stdinW, spec.Stdin)
+			stdinW.Close()
+		}()
+	} else {
+		stdinW.Close()
+	}
+	t.stdinW = nil
 }
 
 // teeOf writes to buf and, if live is not nil, to live, whose errors are
@@ -625,6 +633,7 @@ func (t *trial) converse() (*dryexec.StateDelta, error) {
 	if err != nil {
 		return nil, t.guestErr("sending the command", err)
 	}
+	t.startIO()
 	run.Env = nil
 	if err := t.conn.Send(wire.KindReq, wire.VerbTrialRun, 2, &run); err != nil {
 		return nil, t.guestErr("sending trial.run", err)
