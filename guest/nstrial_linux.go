@@ -408,9 +408,9 @@ func startConfined() (*confinedLauncher, error) {
 
 // startTrialStub starts the trial's command stub, with the host's request
 // pipe (wire.StubFD), traced by mt (when not nil); it runs on the launcher
-// thread. The guest's copies of
-// the trial's pipes are closed then: only the command holds them, so the
-// host sees EOF as soon as the last sandbox process is gone.
+// thread. The guest's copies of the trial's pipes are closed then: only the
+// command holds them, so the host sees EOF as soon as the last sandbox
+// process is gone.
 func startTrialStub(cfg *wire.TrialStart, mt *memTracer) (*cmdStub, error) {
 	stdin := ^uintptr(0) // none: the stub closes its fd 5
 	if _, err := unix.FcntlInt(wire.StdinFD, unix.F_GETFD, 0); err == nil {
