@@ -9,7 +9,13 @@ import (
 
 // TestMain lets this test binary serve as the guest: the rung re-executes
 // /proc/self/exe as `dryexec guest ns-trial`.
+//
+// With hostileGuestEnv set it plays a guest that breaks the protocol
+// instead (TestHostileGuest).
 func TestMain(m *testing.M) {
+	if script := os.Getenv(hostileGuestEnv); script != "" && len(os.Args) > 1 && os.Args[1] == "guest" {
+		os.Exit(hostileGuest(script))
+	}
 	guest.MaybeMain(os.Args)
 	os.Exit(m.Run())
 }
