@@ -76,11 +76,22 @@ type stubExe struct {
 func newStubExe() *stubExe {
 	if stubELF != "" {
 		if fd, err := stubMemfd(); err == nil {
-			return &stubExe{path: "/proc/self/fd/" + strconv.Itoa(fd), argv: []string{"dryexec-stub"}}
+			return &stubExe{path: "/proc/self/fd/" + strconv.Itoa(fd), argv: []string{nativeStubName}}
 		}
 	}
+	return guestStubExe()
+}
+
+// guestStubExe is the guest binary as the stub (RoleStub).
+func guestStubExe() *stubExe {
 	return &stubExe{path: selfExe(), argv: []string{"dryexec", "guest", RoleStub}}
 }
+
+// nativeStubName is the native stub's argv[0].
+const nativeStubName = "dryexec-stub"
+
+// native says whether e is the native stub.
+func (e *stubExe) native() bool { return e.argv[0] == nativeStubName }
 
 // stubMemfd writes stubELF to a sealed, close-on-exec memfd; a child execs it
 // through /proc/self/fd (the path is resolved before close-on-exec applies).

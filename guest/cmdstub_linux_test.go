@@ -19,14 +19,14 @@ import (
 // stubExes are the stubs this architecture has: the native one (where it
 // exists) and the guest binary in RoleStub. Both must speak one protocol.
 func stubExes(t testing.TB) map[string]*stubExe {
-	exes := map[string]*stubExe{"guest": {path: selfExe(), argv: []string{"dryexec", "guest", RoleStub}}}
+	exes := map[string]*stubExe{"guest": guestStubExe()}
 	if stubELF != "" {
 		fd, err := stubMemfd()
 		if err != nil {
 			t.Fatalf("stubMemfd: %v", err)
 		}
 		t.Cleanup(func() { unix.Close(fd) })
-		exes["native"] = &stubExe{path: "/proc/self/fd/" + strconv.Itoa(fd), argv: []string{"dryexec-stub"}}
+		exes["native"] = &stubExe{path: "/proc/self/fd/" + strconv.Itoa(fd), argv: []string{nativeStubName}}
 	}
 	return exes
 }

@@ -416,7 +416,16 @@ func startTrialStub(cfg *wire.TrialStart, mt *memTracer) (*cmdStub, error) {
 	if _, err := unix.FcntlInt(wire.StdinFD, unix.F_GETFD, 0); err == nil {
 		stdin = wire.StdinFD
 	}
-	stub, err := startStub(newStubExe(), commandAttr(cfg), cfg.CommandNPROC, wire.StdoutFD, wire.StderrFD, wire.StubFD, stdin, mt)
+	start := func(exe *stubExe) (*cmdStub, error) {
+		return startStub(exe, commandAttr(cfg), cfg.CommandNPROC, wire.StdoutFD, wire.StderrFD, wire.StubFD, stdin, mt)
+	}
+	exe := newStubExe()
+	stub, err := start(exe)
+	if err != nil && exe.native() {
+		// A kernel or security module that refuses to exec a memfd: the
+		// guest binary plays the stub.
+		stub, err = start(guestStubExe())
+	}
 	if err != nil {
 		return nil, err
 	}
