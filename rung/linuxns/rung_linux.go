@@ -340,9 +340,11 @@ type trial struct {
 	uppers []fsdelta.Mount
 	net    *trialNet // the trial's netsim (nil fields: loopback only)
 	netFD  int       // the guest's end of the TUN hand-over socket
-	// attached yields whether the guest is under lim (startGuest); ready
-	// has it before the sandbox is ready.
-	attached <-chan error
+	// attached yields whether the guest is under lim (startGuest): read
+	// through joined, by ready before the sandbox is ready and by cleanup
+	// before the group goes (a ready that failed early never waited).
+	attached  <-chan error
+	attachErr error
 }
 
 // prepare starts a guest for sb and waits until its sandbox is built and
@@ -476,7 +478,7 @@ func (t *trial) ready() error {
 	}
 	// The guest ran nothing of the sandbox's yet: the command comes with
 	// trial.run, after this.
-	if err := <-t.attached; err != nil {
+	if err := t.joined(); err != nil {
 		return err
 	}
 	if err := t.lim.ShelterSupervisor(t.cmd.Process.Pid); err != nil {
@@ -559,6 +561,16 @@ func (t *trial) copy(dst io.Writer, src *os.File) {
 	io.Copy(dst, src)
 }
 
+// joined waits for the guest's join of the trial's group and returns its
+// outcome; it may be called any number of times.
+func (t *trial) joined() error {
+	if t.attached != nil {
+		t.attachErr = <-t.attached
+		t.attached = nil
+	}
+	return t.attachErr
+}
+
 // cleanup makes sure the guest (and so the whole pid namespace) and its
 // netsim are gone; it ends a used sandbox and one that never ran a command.
 func (t *trial) cleanup() {
@@ -573,6 +585,7 @@ func (t *trial) cleanup() {
 	t.pipes.Wait()
 	t.net.close()
 	t.watch.Close()
+	t.joined() // the join may still be in flight; the group goes next
 	if err := t.lim.Close(); err != nil && t.r.Log != nil {
 		t.r.Log.Warn("removing the trial's cgroup", "cgroup", t.id, "err", err)
 	}
