@@ -30,7 +30,10 @@ type memTracer struct {
 	// leaders are tasks known to lead their thread group (the command, and
 	// what a fork or vfork made): their exit needs no /proc read for it.
 	leaders map[int]bool
-	buf     []byte // read's
+	// live are the traced tasks not yet reaped: every task of the sandbox,
+	// since each one starts traced (lastAlive).
+	live map[int]bool
+	buf  []byte // read's
 }
 
 // memTraceOptions: every new task is traced, every exit stops. Execs are not
@@ -42,7 +45,7 @@ const memTraceOptions = unix.PTRACE_O_TRACEFORK | unix.PTRACE_O_TRACEVFORK | uni
 // seize starts tracing pid, which has not run any of the command yet (it is
 // a cmdStub waiting for its request). It does not stop it.
 func (m *memTracer) seize(pid int) error {
-	m.pages, m.leaders = map[int]int64{}, map[int]bool{pid: true}
+	m.pages, m.leaders, m.live = map[int]int64{}, map[int]bool{pid: true}, map[int]bool{pid: true}
 	_, _, e := unix.Syscall6(unix.SYS_PTRACE, unix.PTRACE_SEIZE, uintptr(pid), 0, memTraceOptions, 0, 0)
 	if e != 0 {
 		return e
@@ -79,6 +82,7 @@ func takeFirstStop(pid int, nproc int64) error {
 // stopped handles one ptrace stop of task tid and resumes it.
 func (m *memTracer) stopped(tid int, ws unix.WaitStatus) {
 	sig := ws.StopSignal()
+	m.live[tid] = true // a new task's first stop may come before its creator's event
 	switch {
 	case sig == unix.SIGTRAP && ws.TrapCause() == unix.PTRACE_EVENT_EXIT:
 		m.measure(tid)
@@ -87,12 +91,20 @@ func (m *memTracer) stopped(tid int, ws unix.WaitStatus) {
 		// A new process: it leads its thread group.
 		if child, err := unix.PtraceGetEventMsg(tid); err == nil {
 			m.leaders[int(child)] = true
+			m.live[int(child)] = true
+		}
+		unix.PtraceCont(tid, 0)
+	case sig == unix.SIGTRAP && ws.TrapCause() == unix.PTRACE_EVENT_CLONE:
+		// A new thread (or a process made with clone and no CLONE_THREAD,
+		// which measure tells apart by its Tgid).
+		if child, err := unix.PtraceGetEventMsg(tid); err == nil {
+			m.live[int(child)] = true
 		}
 		unix.PtraceCont(tid, 0)
 	case sig == unix.SIGTRAP && ws.TrapCause() > 0:
-		// clone (the new task reports its own stop), or a new task's first
-		// stop (PTRACE_EVENT_STOP: tasks auto-attached from a seized one
-		// start with it; it may come before its parent's event).
+		// A new task's first stop (PTRACE_EVENT_STOP: tasks auto-attached
+		// from a seized one start with it; it may come before its parent's
+		// event).
 		unix.PtraceCont(tid, 0)
 	default:
 		// A signal on its way: deliver it. A group-stop (a seized tracee
@@ -111,6 +123,14 @@ func (m *memTracer) stopped(tid int, ws unix.WaitStatus) {
 // gone forgets an exited task.
 func (m *memTracer) gone(tid int) {
 	delete(m.leaders, tid)
+	delete(m.live, tid)
+}
+
+// lastAlive says whether tid is the only task of the sandbox not reaped.
+// Sound because every task starts traced, and its creator's fork or clone
+// event (which adds it) comes before the creator can go on to exit.
+func (m *memTracer) lastAlive(tid int) bool {
+	return len(m.live) == 1 && m.live[tid]
 }
 
 // measure records the Private_Dirty of tid's process as it exits.

@@ -97,7 +97,7 @@ func serveTrial(conn *wire.Conn, cfg *wire.TrialStart, l *confinedLauncher, scra
 	}
 	// The codecs of what the trial's own frames carry are built now, while
 	// a pooled sandbox waits, rather than at trial.run.
-	wire.Prime(&wire.TrialRun{}, &wire.TrialExit{Memory: &wire.MemoryUse{}, Violations: []wire.Violation{{}}}, &fsdelta.Entry{})
+	wire.Prime(&wire.TrialRun{}, &wire.TrialExit{Memory: &wire.MemoryUse{}, Violations: []wire.Violation{{}}}, &fsdelta.Entry{}, &wire.TrialDone{})
 	// The sandbox is ready: a warm pool keeps it so until a trial is asked
 	// for (the host closing the stream ends it), a cold trial sends the
 	// command at once. The host has written the command to the stub before
@@ -118,7 +118,7 @@ func serveTrial(conn *wire.Conn, cfg *wire.TrialStart, l *confinedLauncher, scra
 	// exits and the kernel kills everything left in the namespace. Watched
 	// from when the command runs: starting a goroutine wakes another thread,
 	// which is better done while the command starts than before.
-	exit := runCommand(cfg, stub, mt, func() {
+	started := func() {
 		go func() {
 			for {
 				if _, err := conn.Read(); err != nil {
@@ -126,18 +126,24 @@ func serveTrial(conn *wire.Conn, cfg *wire.TrialStart, l *confinedLauncher, scra
 				}
 			}
 		}()
-	})
-	// Every sandbox process is dead and reaped once runCommand returns: what
-	// the supervisor refused is all reported.
-	exit.Violations = l.l.violations()
-	var sfs unix.Statfs_t
-	if unix.Fstatfs(scratch, &sfs) == nil {
-		exit.UpperUsed = int64(sfs.Blocks-sfs.Bfree) * sfs.Bsize
-		exit.UpperFull = sfs.Bavail == 0 || sfs.Ffree == 0
 	}
-	if err := conn.Send(wire.KindEvent, wire.VerbTrialExit, 0, exit); err != nil {
+	// report sends trial.exit once no sandbox process can act any more:
+	// what the supervisor refused is all reported by then, and the upper
+	// dirs hold all that will be written.
+	report := func(exit *wire.TrialExit) error {
+		exit.Violations = l.l.violations()
+		var sfs unix.Statfs_t
+		if unix.Fstatfs(scratch, &sfs) == nil {
+			exit.UpperUsed = int64(sfs.Blocks-sfs.Bfree) * sfs.Bsize
+			exit.UpperFull = sfs.Bavail == 0 || sfs.Ffree == 0
+		}
+		return conn.Send(wire.KindEvent, wire.VerbTrialExit, 0, exit)
+	}
+	done, err := runCommand(cfg, stub, mt, started, report)
+	if err != nil {
 		return 1
 	}
+	// Every sandbox process is dead and reaped now.
 	if err := unix.Fchdir(scratch); err != nil {
 		return fail("walk", err)
 	}
@@ -163,7 +169,7 @@ func serveTrial(conn *wire.Conn, cfg *wire.TrialStart, l *confinedLauncher, scra
 			return fail("walk", err)
 		}
 	}
-	if err := conn.Send(wire.KindEvent, wire.VerbTrialDone, 0, nil); err != nil {
+	if err := conn.Send(wire.KindEvent, wire.VerbTrialDone, 0, done); err != nil {
 		return 1
 	}
 	return 0
@@ -440,9 +446,12 @@ func startTrialStub(cfg *wire.TrialStart, mt *memTracer) (*cmdStub, error) {
 // runCommand waits for the command the host sent the stub (calling started
 // first), then kills and reaps everything else in the pid namespace, so that
 // nothing outlives the trial and every write is in the upper dirs before
-// they are walked. mt, when not nil, traces it.
-func runCommand(cfg *wire.TrialStart, stub *cmdStub, mt *memTracer, started func()) *wire.TrialExit {
-	ex := &wire.TrialExit{}
+// they are walked. mt, when not nil, traces it. It calls report with how the
+// command ended as soon as no process of the sandbox can act any more:
+// when the command, traced, stops at its exit as the last one alive (it is
+// let go and reaped while the host reads the containment's counters), else
+// once everything is reaped. It returns what is known only then.
+func runCommand(cfg *wire.TrialStart, stub *cmdStub, mt *memTracer, started func(), report func(*wire.TrialExit) error) (*wire.TrialDone, error) {
 	// The command started when the host wrote it, a moment before trial.run
 	// came: its duration is measured from here.
 	start := time.Now()
@@ -456,6 +465,33 @@ func runCommand(cfg *wire.TrialStart, stub *cmdStub, mt *memTracer, started func
 		})
 		defer t.Stop()
 	}
+	// exited builds the report from the command's wait status and when it
+	// ended.
+	exited := func(ws unix.WaitStatus, end time.Time) *wire.TrialExit {
+		ex := &wire.TrialExit{DurationNS: end.Sub(start).Nanoseconds()}
+		if err := stub.startError(); err != nil {
+			ex.ExitCode, ex.StartError = startFailure(cfg, err)
+			return ex
+		}
+		if mt != nil {
+			ex.Memory = mt.result()
+		}
+		select {
+		case <-timedOut:
+			ex.TimedOut = true
+		default:
+		}
+		switch {
+		case ex.TimedOut:
+			ex.ExitCode, ex.Signal = 124, "SIGKILL"
+		case ws.Signaled():
+			ex.ExitCode, ex.Signal = 128+int(ws.Signal()), unix.SignalName(ws.Signal())
+		default:
+			ex.ExitCode = ws.ExitStatus()
+		}
+		return ex
+	}
+	reported := false
 	var ws unix.WaitStatus
 	for {
 		wpid, err := unix.Wait4(-1, &ws, unix.WALL, nil)
@@ -466,8 +502,20 @@ func runCommand(cfg *wire.TrialStart, stub *cmdStub, mt *memTracer, started func
 			break
 		}
 		if ws.Stopped() {
+			last := mt != nil && !reported && wpid == pid && ws.TrapCause() == unix.PTRACE_EVENT_EXIT && mt.lastAlive(pid)
+			var status uint
+			if last {
+				status, err = unix.PtraceGetEventMsg(pid)
+				last = err == nil
+			}
 			if mt != nil {
 				mt.stopped(wpid, ws)
+			}
+			if last {
+				if err := report(exited(unix.WaitStatus(status), time.Now())); err != nil {
+					return nil, err
+				}
+				reported = true
 			}
 			continue
 		}
@@ -478,7 +526,7 @@ func runCommand(cfg *wire.TrialStart, stub *cmdStub, mt *memTracer, started func
 			break
 		}
 	}
-	ex.DurationNS = time.Since(start).Nanoseconds()
+	end := time.Now()
 	// Whatever the command left running (daemons, background jobs) dies now.
 	unix.Kill(-1, unix.SIGKILL)
 	for {
@@ -491,33 +539,19 @@ func runCommand(cfg *wire.TrialStart, stub *cmdStub, mt *memTracer, started func
 			mt.stopped(wpid, rws) // resumed, it dies of the SIGKILL
 		}
 	}
-	if err := stub.startError(); err != nil {
-		ex.ExitCode, ex.StartError = startFailure(cfg, err)
-		return ex
+	if !reported {
+		if err := report(exited(ws, end)); err != nil {
+			return nil, err
+		}
 	}
-	if mt != nil {
-		ex.Memory = mt.result()
-	}
-	select {
-	case <-timedOut:
-		ex.TimedOut = true
-	default:
-	}
-	switch {
-	case ex.TimedOut:
-		ex.ExitCode, ex.Signal = 124, "SIGKILL"
-	case ws.Signaled():
-		ex.ExitCode, ex.Signal = 128+int(ws.Signal()), unix.SignalName(ws.Signal())
-	default:
-		ex.ExitCode = ws.ExitStatus()
-	}
+	done := &wire.TrialDone{}
 	var ru unix.Rusage
 	if unix.Getrusage(unix.RUSAGE_CHILDREN, &ru) == nil {
-		ex.CPUUserNS = ru.Utime.Nano()
-		ex.CPUSysNS = ru.Stime.Nano()
-		ex.MaxRSS = ru.Maxrss * 1024
+		done.CPUUserNS = ru.Utime.Nano()
+		done.CPUSysNS = ru.Stime.Nano()
+		done.MaxRSS = ru.Maxrss * 1024
 	}
-	return ex
+	return done, nil
 }
 
 // commandAttr starts the command in its own session (no controlling terminal to

@@ -22,7 +22,7 @@ const (
 	VerbTrialExit   = "trial.exit"
 	VerbFSEntry     = "fs.entry" // body: fsdelta.Entry; a file's content follows as fs.data frames
 	VerbFSData      = "fs.data"  // one attachment of file content
-	VerbTrialDone   = "trial.done"
+	VerbTrialDone   = "trial.done"   // body: TrialDone
 )
 
 // MountSpec is one host mount the guest must overlay.
@@ -105,16 +105,24 @@ type TrialMounts struct {
 	Paths []string `json:"paths"`
 }
 
-// TrialExit reports how the command ended.
+// TrialDone ends a trial's report (trial.done): what is known only once
+// every process of the sandbox is reaped.
+type TrialDone struct {
+	CPUUserNS int64 `json:"cpu_user_ns"`
+	CPUSysNS  int64 `json:"cpu_sys_ns"`
+	MaxRSS    int64 `json:"max_rss_bytes"`
+}
+
+// TrialExit reports how the command ended. The guest sends it as soon as no
+// process of the sandbox can act any more: all are dead, or the command is
+// the last one and stopped at its exit (it runs no more code of its own: it
+// is let go and reaped while the host reads the containment's counters).
 type TrialExit struct {
 	ExitCode   int    `json:"exit_code"`
 	Signal     string `json:"signal,omitempty"`
 	TimedOut   bool   `json:"timed_out,omitempty"`
 	StartError string `json:"start_error,omitempty"` // the command could not be started
 	DurationNS int64  `json:"duration_ns"`
-	CPUUserNS  int64  `json:"cpu_user_ns"`
-	CPUSysNS   int64  `json:"cpu_sys_ns"`
-	MaxRSS     int64  `json:"max_rss_bytes"`
 	UpperFull  bool   `json:"upper_full,omitempty"`
 	UpperUsed  int64  `json:"upper_used,omitempty"`
 	// Violations are what the sandbox refused (seccomp: kind "syscall").

@@ -46,7 +46,7 @@ func hostileGuest(script string) int {
 	case "entry before exit":
 		conn.Send(wire.KindEvent, wire.VerbFSEntry, 0, &fsdelta.Entry{Path: "x", Kind: fsdelta.EntryDir, Mode: 0o755})
 	case "done before exit":
-		conn.Send(wire.KindEvent, wire.VerbTrialDone, 0, nil)
+		conn.Send(wire.KindEvent, wire.VerbTrialDone, 0, &wire.TrialDone{})
 	case "entry escaping its mount":
 		conn.Send(wire.KindEvent, wire.VerbTrialExit, 0, exit)
 		conn.Send(wire.KindEvent, wire.VerbFSEntry, 0, escaping)
@@ -54,7 +54,7 @@ func hostileGuest(script string) int {
 		conn.Send(wire.KindEvent, wire.VerbTrialExit, 0, exit)
 		conn.Send(wire.KindEvent, wire.VerbFSEntry, 0, &fsdelta.Entry{Mount: 7, Path: "x", Kind: fsdelta.EntryDir, Mode: 0o755})
 	}
-	conn.Send(wire.KindEvent, wire.VerbTrialDone, 0, nil)
+	conn.Send(wire.KindEvent, wire.VerbTrialDone, 0, &wire.TrialDone{})
 	for {
 		if _, err := conn.Read(); err != nil {
 			return 0

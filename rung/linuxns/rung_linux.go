@@ -719,6 +719,10 @@ func (t *trial) converse() (*dryexec.StateDelta, error) {
 				return nil, fmt.Errorf("%w: trial.done before trial.exit", dryexec.ErrGuest)
 			}
 			t.net.stop()
+			var done wire.TrialDone
+			if err := f.Decode(&done); err != nil {
+				return nil, t.guestErr("decoding trial.done", err)
+			}
 			files, err := differ.Finish()
 			if err != nil {
 				return nil, err
@@ -727,11 +731,11 @@ func (t *trial) converse() (*dryexec.StateDelta, error) {
 			d.Violations = append(d.Violations, seen.Violations...)
 			d.Warnings = append(d.Warnings, seen.Warnings...)
 			d.Memory.PeakRSSBytes = seen.Memory.PeakRSSBytes
-			t.fillProcess(d, exit)
+			t.fillProcess(d, exit, &done)
 			d.Memory.Method = "none"
 			fillContainment(d, exit)
 			if d.Memory.PeakRSSBytes == 0 {
-				d.Memory.PeakRSSBytes = exit.MaxRSS
+				d.Memory.PeakRSSBytes = done.MaxRSS
 			} else {
 				d.Process.PeakRSSBytes = d.Memory.PeakRSSBytes
 			}
@@ -769,10 +773,10 @@ func (t *trial) checkUppers(paths []string) ([]fsdelta.Mount, error) {
 // rootless lower had to be split directory by directory.
 const maxUppers = 4096
 
-func (t *trial) fillProcess(d *dryexec.StateDelta, ex *wire.TrialExit) {
+func (t *trial) fillProcess(d *dryexec.StateDelta, ex *wire.TrialExit, done *wire.TrialDone) {
 	p := &d.Process
 	p.ExitCode, p.Signal, p.TimedOut = ex.ExitCode, ex.Signal, ex.TimedOut
-	p.DurationNS, p.CPUUserNS, p.CPUSysNS, p.PeakRSSBytes = ex.DurationNS, ex.CPUUserNS, ex.CPUSysNS, ex.MaxRSS
+	p.DurationNS, p.CPUUserNS, p.CPUSysNS, p.PeakRSSBytes = ex.DurationNS, done.CPUUserNS, done.CPUSysNS, done.MaxRSS
 	if ex.StartError != "" {
 		t.errb.Write([]byte("dryexec: " + ex.StartError + "\n"))
 	}

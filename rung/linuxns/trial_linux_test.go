@@ -319,3 +319,44 @@ func TestDevIsMinimalAndWorks(t *testing.T) {
 		t.Fatalf("exit %d stdout %q stderr %q\nwant %q", d.Process.ExitCode, d.Process.Stdout, d.Process.Stderr, want)
 	}
 }
+
+// TestReportPaths: the guest reports the command's end early when the
+// command is the last process (it is stopped at its exit; CPU time and
+// peak RSS come with trial.done, after it is reaped), and late, after the
+// sweep, when it leaves processes behind. Both must give the same, whole
+// delta: exit status, a write made just before the end, CPU time, the
+// memory delta, and nothing left running.
+func TestReportPaths(t *testing.T) {
+	requireNS(t)
+	busy := `i=0; while [ $i -lt 20000 ]; do i=$((i+1)); done; echo x > f; `
+	cases := []struct {
+		name   string
+		script string
+		exit   int
+		signal string
+	}{
+		{"last alone", busy + "exit 3", 3, ""},
+		{"last alone, killed by a signal", busy + "kill -SEGV $$", 128 + 11, "SIGSEGV"},
+		{"leaves a process behind", busy + "sleep 100 & exit 3", 3, ""},
+		{"a child ended before", busy + "/bin/true; exit 3", 3, ""},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			d := runTrial(t, dir, dryexec.TrialSpec{}, "sh", "-c", tc.script)
+			p := d.Process
+			if p.ExitCode != tc.exit || p.Signal != tc.signal || p.TimedOut {
+				t.Fatalf("exit %d signal %q timed out %v, want %d %q", p.ExitCode, p.Signal, p.TimedOut, tc.exit, tc.signal)
+			}
+			if p.CPUUserNS+p.CPUSysNS <= 0 || p.PeakRSSBytes <= 0 || p.DurationNS <= 0 {
+				t.Fatalf("process %+v: CPU time, peak RSS and duration must be measured", p)
+			}
+			if d.Memory.Method != "smaps_exit" || d.Memory.PagesWritten <= 0 {
+				t.Fatalf("memory %+v: the command's exit was not measured", d.Memory)
+			}
+			if len(d.Files) != 1 || d.Files[0].Path != dir+"/f" {
+				t.Fatalf("files %+v, want the write of %s/f", d.Files, dir)
+			}
+		})
+	}
+}
