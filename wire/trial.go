@@ -20,9 +20,9 @@ const (
 	VerbTrialJoined = "trial.joined" // no body
 	VerbTrialRun    = "trial.run"    // body: TrialRun
 	VerbTrialExit   = "trial.exit"
-	VerbFSEntry     = "fs.entry" // body: fsdelta.Entry; a file's content follows as fs.data frames
-	VerbFSData      = "fs.data"  // one attachment of file content
-	VerbTrialDone   = "trial.done"   // body: TrialDone
+	VerbFSEntry     = "fs.entry"   // body: fsdelta.Entry; a file's content follows as fs.data frames
+	VerbFSData      = "fs.data"    // one attachment of file content
+	VerbTrialDone   = "trial.done" // body: TrialDone
 )
 
 // MountSpec is one host mount the guest must overlay.
