@@ -163,8 +163,7 @@ func startStub(exe *stubExe, attr *syscall.SysProcAttr, nproc int64, stdout, std
 		exe.afterStart()
 	}
 	if nproc > 0 {
-		lim := unix.Rlimit{Cur: uint64(nproc), Max: uint64(nproc)}
-		if err := unix.Prlimit(pid, unix.RLIMIT_NPROC, &lim, nil); err != nil {
+		if err := limitNPROC(pid, nproc); err != nil {
 			s.kill()
 			return nil, fmt.Errorf("limiting the command's processes: %w", err)
 		}

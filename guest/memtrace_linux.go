@@ -71,12 +71,18 @@ func takeFirstStop(pid int, nproc int64) error {
 	if !ws.Stopped() {
 		return unix.ESRCH // it died before running: the wait loop will see nothing more
 	}
-	lim := unix.Rlimit{Cur: uint64(nproc), Max: uint64(nproc)}
-	if err := unix.Prlimit(pid, unix.RLIMIT_NPROC, &lim, nil); err != nil {
+	if err := limitNPROC(pid, nproc); err != nil {
 		unix.Kill(pid, unix.SIGKILL)
 		return err
 	}
 	return unix.PtraceDetach(pid)
+}
+
+// limitNPROC sets pid's RLIMIT_NPROC (soft and hard) to n: a command's
+// pids limit under the rlimit fallback (docs/limits.md).
+func limitNPROC(pid int, n int64) error {
+	lim := unix.Rlimit{Cur: uint64(n), Max: uint64(n)}
+	return unix.Prlimit(pid, unix.RLIMIT_NPROC, &lim, nil)
 }
 
 // stopped handles one ptrace stop of task tid and resumes it.
