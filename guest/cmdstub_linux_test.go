@@ -53,6 +53,9 @@ type stubOpts struct {
 	stdin        string
 	trace, early bool
 	nproc        int64
+	// lastAtExit, when set, gets whether the command was the last task
+	// alive (memTracer.lastAlive) at its exit stop.
+	lastAtExit *bool
 }
 
 func runStubOpts(t testing.TB, exe *stubExe, r *wire.TrialRun, o stubOpts) stubRun {
@@ -124,6 +127,9 @@ func runStubOpts(t testing.TB, exe *stubExe, r *wire.TrialRun, o stubOpts) stubR
 		if run.ws.Stopped() {
 			if mt == nil {
 				t.Fatalf("untraced stub stopped: %v", run.ws)
+			}
+			if o.lastAtExit != nil && wpid == stub.pid && run.ws.TrapCause() == unix.PTRACE_EVENT_EXIT {
+				*o.lastAtExit = mt.lastAlive(stub.pid)
 			}
 			mt.stopped(wpid, run.ws)
 			continue
@@ -258,6 +264,47 @@ func TestStubGate(t *testing.T) {
 				if got.mem == nil || got.mem.Processes < 1 {
 					t.Fatalf("memory %+v: the command ran before it was traced", got.mem)
 				}
+			}
+		})
+	}
+}
+
+// TestLastAlive tries to make the tracer believe the command is the last
+// task alive when it is not: trial.exit goes early on that belief, and the
+// host then reads the containment's counters while the others could still
+// act. Whatever the command leaves running (a background child, a child
+// forked an instant before the exit, a thread) must count; children that
+// ended before must not.
+func TestLastAlive(t *testing.T) {
+	exe := stubExes(t)["native"]
+	if exe == nil {
+		exe = guestStubExe()
+	}
+	cases := []struct {
+		name, script string
+		last         bool
+	}{
+		{"alone", "exit 0", true},
+		{"children done before", "/bin/true; /bin/true | /bin/cat; exit 0", true},
+		{"a background child", "sleep 0.3 & exit 0", false},
+		{"a child forked as it exits", "exec /bin/sh -c 'sleep 0.3 & exit 0'", false},
+		{"an orphaned grandchild", "(sleep 0.3 &) ; exit 0", false},
+		{"a thread", "exec /usr/bin/python3 -c 'import threading,time,os; threading.Thread(target=time.sleep, args=(0.3,), daemon=True).start(); os._exit(0)'", false},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			if strings.Contains(tc.script, "python3") {
+				if _, err := os.Stat("/usr/bin/python3"); err != nil {
+					t.Skip("no python3")
+				}
+			}
+			var last bool
+			got := runStubOpts(t, exe, &wire.TrialRun{Argv: []string{"/bin/sh", "-c", tc.script}, Cwd: "/"}, stubOpts{trace: true, lastAtExit: &last})
+			if got.startErr != nil {
+				t.Fatal(got.startErr)
+			}
+			if last != tc.last {
+				t.Fatalf("last alive at its exit: %v, want %v", last, tc.last)
 			}
 		})
 	}
