@@ -141,6 +141,19 @@ func runStubOpts(t testing.TB, exe *stubExe, r *wire.TrialRun, o stubOpts) stubR
 			break
 		}
 	}
+	// What the command left behind dies, as in the guest's sweep: traced, it
+	// would otherwise sit in a ptrace stop holding the output pipes.
+	unix.Kill(-stub.pid, unix.SIGKILL)
+	for {
+		var ws unix.WaitStatus
+		wpid, err := unix.Wait4(-1, &ws, unix.WALL, nil)
+		if err == unix.ECHILD {
+			break
+		}
+		if err == nil && ws.Stopped() && mt != nil {
+			mt.stopped(wpid, ws) // resumed, it dies of the SIGKILL
+		}
+	}
 	run.startErr = stub.startError()
 	run.stdout, run.stderr = <-stdout, <-stderr
 	if mt != nil {
