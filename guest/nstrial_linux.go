@@ -61,8 +61,8 @@ func runNSTrial() int {
 	if err := conn.Send(wire.KindEvent, wire.VerbTrialMounts, 0, &wire.TrialMounts{Paths: uppers}); err != nil {
 		return 1
 	}
-	// The rest runs on the launcher thread: it reads the command itself, so
-	// that the host's trial.run wakes the very thread that starts it, and it
+	// The rest runs on the launcher thread: it starts the stub, traces it
+	// (ptrace binds a tracee to one thread), waits for the command and
 	// reports from there, so that no hand-off between threads (≈ 0.1–0.2 ms
 	// each here) is on the trial's path.
 	code := 1
@@ -100,33 +100,14 @@ func serveTrial(conn *wire.Conn, cfg *wire.TrialStart, l *confinedLauncher, scra
 	wire.Prime(&wire.TrialRun{}, &wire.TrialExit{Memory: &wire.MemoryUse{}, Violations: []wire.Violation{{}}}, &fsdelta.Entry{}, &wire.TrialDone{})
 	// The sandbox is ready: a warm pool keeps it so until a trial is asked
 	// for (the host closing the stream ends it), a cold trial sends the
-	// command at once. The host has written the command to the stub before
-	// trial.run: the command may be running, or done, by now.
-	if f, err = conn.Read(); err != nil {
-		return 1
-	}
-	if f.Verb != wire.VerbTrialRun {
-		return fail("protocol", fmt.Errorf("expected %s, got %q", wire.VerbTrialRun, f.Verb))
-	}
-	if err := f.Decode(&cfg.TrialRun); err != nil {
-		return fail("protocol", err)
-	}
-	if len(cfg.Argv) == 0 || cfg.Argv[0] == "" {
-		return fail("protocol", errors.New("trial.run without a command"))
-	}
-	// From here on the host only closes the stream (or dies); either way, PID 1
-	// exits and the kernel kills everything left in the namespace. Watched
-	// from when the command runs: starting a goroutine wakes another thread,
-	// which is better done while the command starts than before.
-	started := func() {
-		go func() {
-			for {
-				if _, err := conn.Read(); err != nil {
-					os.Exit(3)
-				}
-			}
-		}()
-	}
+	// command at once. The host writes the command to the stub, then sends
+	// trial.run. A reader, waiting from now on, takes trial.run and then
+	// watches the stream, while this thread waits for the command already:
+	// at the trial's start only the stub and the reader wake, and no thread
+	// is started (a new one cost ≈ 0.04 ms of a warm /bin/true here).
+	ran := make(chan runStarted, 1)
+	timedOut := make(chan struct{})
+	go readRun(conn, cfg, ran, timedOut)
 	// report sends trial.exit once no sandbox process can act any more:
 	// what the supervisor refused is all reported by then, and the upper
 	// dirs hold all that will be written.
@@ -139,7 +120,7 @@ func serveTrial(conn *wire.Conn, cfg *wire.TrialStart, l *confinedLauncher, scra
 		}
 		return conn.Send(wire.KindEvent, wire.VerbTrialExit, 0, exit)
 	}
-	done, err := runCommand(cfg, stub, mt, started, report)
+	done, err := runCommand(cfg, stub, mt, ran, timedOut, report)
 	if err != nil {
 		return 1
 	}
@@ -173,6 +154,47 @@ func serveTrial(conn *wire.Conn, cfg *wire.TrialStart, l *confinedLauncher, scra
 		return 1
 	}
 	return 0
+}
+
+// runStarted is what readRun hands runCommand once trial.run is in cfg.
+type runStarted struct {
+	at    time.Time   // when trial.run came: the command's start, within a wake-up
+	timer *time.Timer // the timeout's, nil without one
+}
+
+// readRun reads trial.run into cfg.TrialRun, arms the timeout (closing
+// timedOut and killing every sandbox process when it fires), hands over on
+// ran, then reads on: the stream only closes from then on (the host done with
+// the trial, or dead), and PID 1 exits then, which kills all that is left in
+// the namespace. A stream closed before trial.run (a pool dropping its ready
+// sandbox) or a bad trial.run ends the guest too: the host may have written
+// a command to the stub already.
+func readRun(conn *wire.Conn, cfg *wire.TrialStart, ran chan<- runStarted, timedOut chan struct{}) {
+	f, err := conn.Read()
+	if err != nil {
+		os.Exit(1)
+	}
+	if f.Verb != wire.VerbTrialRun {
+		err = fmt.Errorf("expected %s, got %q", wire.VerbTrialRun, f.Verb)
+	} else if err = f.Decode(&cfg.TrialRun); err == nil && (len(cfg.Argv) == 0 || cfg.Argv[0] == "") {
+		err = errors.New("trial.run without a command")
+	}
+	if err != nil {
+		os.Exit(sendFailure(conn, "protocol", err))
+	}
+	s := runStarted{at: time.Now()}
+	if cfg.TimeoutMS > 0 {
+		s.timer = time.AfterFunc(time.Duration(cfg.TimeoutMS)*time.Millisecond, func() {
+			close(timedOut)
+			unix.Kill(-1, unix.SIGKILL)
+		})
+	}
+	ran <- s
+	for {
+		if _, err := conn.Read(); err != nil {
+			os.Exit(3)
+		}
+	}
 }
 
 // sendFailure reports a guest-side failure (a KindErr frame) and returns
@@ -443,32 +465,35 @@ func startTrialStub(cfg *wire.TrialStart, mt *memTracer) (*cmdStub, error) {
 	return stub, nil
 }
 
-// runCommand waits for the command the host sent the stub (calling started
-// first), then kills and reaps everything else in the pid namespace, so that
-// nothing outlives the trial and every write is in the upper dirs before
-// they are walked. mt, when not nil, traces it. It calls report with how the
-// command ended as soon as no process of the sandbox can act any more:
-// when the command, traced, stops at its exit as the last one alive (it is
-// let go and reaped while the host reads the containment's counters), else
-// once everything is reaped. It returns what is known only then.
-func runCommand(cfg *wire.TrialStart, stub *cmdStub, mt *memTracer, started func(), report func(*wire.TrialExit) error) (*wire.TrialDone, error) {
-	// The command started when the host wrote it, a moment before trial.run
-	// came: its duration is measured from here.
-	start := time.Now()
-	started()
+// runCommand waits for the command the host sends the stub, then kills and
+// reaps everything else in the pid namespace, so that nothing outlives the
+// trial and every write is in the upper dirs before they are walked. It
+// waits from before the command is sent: trial.run comes on ran (readRun),
+// and is awaited only when the command has ended. mt, when not nil, traces
+// it. It calls report with how the command ended as soon as no process of
+// the sandbox can act any more: when the command, traced, stops at its exit
+// as the last one alive (it is let go and reaped while the host reads the
+// containment's counters), else once everything is reaped. It returns what
+// is known only then.
+func runCommand(cfg *wire.TrialStart, stub *cmdStub, mt *memTracer, ran <-chan runStarted, timedOut <-chan struct{}, report func(*wire.TrialExit) error) (*wire.TrialDone, error) {
 	pid := stub.pid
-	timedOut := make(chan struct{})
-	if cfg.TimeoutMS > 0 {
-		t := time.AfterFunc(time.Duration(cfg.TimeoutMS)*time.Millisecond, func() {
-			close(timedOut)
-			unix.Kill(-1, unix.SIGKILL)
-		})
-		defer t.Stop()
+	var st *runStarted
+	began := func() time.Time {
+		if st == nil {
+			s := <-ran
+			st = &s
+		}
+		return st.at
 	}
+	defer func() {
+		if st != nil && st.timer != nil {
+			st.timer.Stop()
+		}
+	}()
 	// exited builds the report from the command's wait status and when it
 	// ended.
 	exited := func(ws unix.WaitStatus, end time.Time) *wire.TrialExit {
-		ex := &wire.TrialExit{DurationNS: end.Sub(start).Nanoseconds()}
+		ex := &wire.TrialExit{DurationNS: max(end.Sub(began()).Nanoseconds(), 0)}
 		if err := stub.startError(); err != nil {
 			ex.ExitCode, ex.StartError = startFailure(cfg, err)
 			return ex
