@@ -108,33 +108,50 @@ func serveTrial(conn *wire.Conn, cfg *wire.TrialStart, l *confinedLauncher, scra
 	ran := make(chan runStarted, 1)
 	timedOut := make(chan struct{})
 	go readRun(conn, cfg, ran, timedOut)
-	// report sends trial.exit once no sandbox process can act any more:
-	// what the supervisor refused is all reported by then, and the upper
-	// dirs hold all that will be written.
-	report := func(exit *wire.TrialExit) error {
+	// settled runs once no sandbox process can act any more: what the
+	// supervisor refused is all reported by then, and the upper dirs hold
+	// all that will be written. It sends trial.exit and the upper dirs'
+	// entries.
+	var walkErr error
+	settled := func(exit *wire.TrialExit) error {
 		exit.Violations = l.l.violations()
 		var sfs unix.Statfs_t
 		if unix.Fstatfs(scratch, &sfs) == nil {
 			exit.UpperUsed = int64(sfs.Blocks-sfs.Bfree) * sfs.Bsize
 			exit.UpperFull = sfs.Bavail == 0 || sfs.Ffree == 0
 		}
-		return conn.Send(wire.KindEvent, wire.VerbTrialExit, 0, exit)
+		if err := conn.Send(wire.KindEvent, wire.VerbTrialExit, 0, exit); err != nil {
+			return err
+		}
+		walkErr = walkUppers(conn, scratch, len(uppers), cfg.Rootless)
+		return walkErr
 	}
-	done, err := runCommand(cfg, stub, mt, ran, timedOut, report)
+	done, err := runCommand(cfg, stub, mt, ran, timedOut, settled)
+	if walkErr != nil {
+		return fail("walk", walkErr)
+	}
 	if err != nil {
 		return 1
 	}
-	// Every sandbox process is dead and reaped now.
+	if err := conn.Send(wire.KindEvent, wire.VerbTrialDone, 0, done); err != nil {
+		return 1
+	}
+	return 0
+}
+
+// walkUppers sends an fs.entry (and the content) for each entry of the n
+// upper dirs, u/0 … beneath scratch.
+func walkUppers(conn *wire.Conn, scratch, n int, rootless bool) error {
 	if err := unix.Fchdir(scratch); err != nil {
-		return fail("walk", err)
+		return err
 	}
 	// Made at the first file to send: a trial that wrote none does not pay
 	// for a megabyte's page faults.
 	var buf []byte
-	for i := range uppers {
+	for i := range n {
 		// Only the xattr namespace the overlays use is read: as root that is
 		// trusted.*, and user.* is the command's own to set.
-		err := fsdelta.WalkUpper("u/"+strconv.Itoa(i), i, cfg.Rootless, func(e *fsdelta.Entry, content *os.File) error {
+		err := fsdelta.WalkUpper("u/"+strconv.Itoa(i), i, rootless, func(e *fsdelta.Entry, content *os.File) error {
 			if err := conn.Send(wire.KindEvent, wire.VerbFSEntry, 0, e); err != nil {
 				return err
 			}
@@ -147,13 +164,10 @@ func serveTrial(conn *wire.Conn, cfg *wire.TrialStart, l *confinedLauncher, scra
 			return sendContent(conn, content, e.Size, buf)
 		})
 		if err != nil {
-			return fail("walk", err)
+			return err
 		}
 	}
-	if err := conn.Send(wire.KindEvent, wire.VerbTrialDone, 0, done); err != nil {
-		return 1
-	}
-	return 0
+	return nil
 }
 
 // runStarted is what readRun hands runCommand once trial.run is in cfg.
@@ -467,15 +481,14 @@ func startTrialStub(cfg *wire.TrialStart, mt *memTracer) (*cmdStub, error) {
 
 // runCommand waits for the command the host sends the stub, then kills and
 // reaps everything else in the pid namespace, so that nothing outlives the
-// trial and every write is in the upper dirs before they are walked. It
-// waits from before the command is sent: trial.run comes on ran (readRun),
-// and is awaited only when the command has ended. mt, when not nil, traces
-// it. It calls report with how the command ended as soon as no process of
-// the sandbox can act any more: when the command, traced, stops at its exit
-// as the last one alive (it is let go and reaped while the host reads the
-// containment's counters), else once everything is reaped. It returns what
-// is known only then.
-func runCommand(cfg *wire.TrialStart, stub *cmdStub, mt *memTracer, ran <-chan runStarted, timedOut <-chan struct{}, report func(*wire.TrialExit) error) (*wire.TrialDone, error) {
+// trial. It waits from before the command is sent: trial.run comes on ran
+// (readRun), and is awaited only when the command has ended. mt, when not
+// nil, traces it. It calls settled with how the command ended as soon as no
+// process of the sandbox can act any more, so that every write is in the
+// upper dirs: when the command, traced, stops at its exit as the last one
+// alive (it is let go, and reaped after settled returns), else once
+// everything is reaped. It returns what is known only after the reaping.
+func runCommand(cfg *wire.TrialStart, stub *cmdStub, mt *memTracer, ran <-chan runStarted, timedOut <-chan struct{}, settled func(*wire.TrialExit) error) (*wire.TrialDone, error) {
 	pid := stub.pid
 	var st *runStarted
 	began := func() time.Time {
@@ -537,7 +550,12 @@ func runCommand(cfg *wire.TrialStart, stub *cmdStub, mt *memTracer, ran <-chan r
 				mt.stopped(wpid, ws)
 			}
 			if last {
-				if err := report(exited(unix.WaitStatus(status), time.Now())); err != nil {
+				// Let go, the command runs the kernel's side of its exit
+				// (unmapping, closing) on one CPU while the report and the
+				// walk go on another: neither changes what is in the upper
+				// dirs (io_uring, which could finish a write later, is
+				// refused by the seccomp profile).
+				if err := settled(exited(unix.WaitStatus(status), time.Now())); err != nil {
 					return nil, err
 				}
 				reported = true
@@ -565,7 +583,7 @@ func runCommand(cfg *wire.TrialStart, stub *cmdStub, mt *memTracer, ran <-chan r
 		}
 	}
 	if !reported {
-		if err := report(exited(ws, end)); err != nil {
+		if err := settled(exited(ws, end)); err != nil {
 			return nil, err
 		}
 	}

@@ -326,6 +326,48 @@ func TestDevIsMinimalAndWorks(t *testing.T) {
 // sweep, when it leaves processes behind. Both must give the same, whole
 // delta: exit status, a write made just before the end, CPU time, the
 // memory delta, and nothing left running.
+// TestWalkAtExit: when the command is the last process alive, the guest
+// walks the upper dirs while the kernel still tears the command down (after
+// its exit stop). What it wrote last must all be in the delta: through a
+// shared mapping it never unmapped, and with a big address space whose
+// teardown outlasts the walk.
+func TestWalkAtExit(t *testing.T) {
+	requireNS(t)
+	if _, err := os.Stat("/usr/bin/python3"); err != nil {
+		t.Skip("no python3")
+	}
+	script := `import hashlib, mmap, os
+heap = b"h" * (96 << 20)
+n = 4 << 20
+data = bytes(range(256)) * (n // 256)
+fd = os.open("mapped", os.O_RDWR | os.O_CREAT, 0o644)
+os.ftruncate(fd, n)
+m = mmap.mmap(fd, n)
+m[:] = data
+with open("written", "wb") as f:
+    f.write(data)
+os.write(1, hashlib.sha256(data).hexdigest().encode())
+os._exit(0)
+`
+	for i := range 3 {
+		dir := t.TempDir()
+		d := runTrial(t, dir, dryexec.TrialSpec{}, "/usr/bin/python3", "-c", script)
+		if d.Process.ExitCode != 0 {
+			t.Fatalf("run %d: exit %d: %s", i, d.Process.ExitCode, d.Process.Stderr)
+		}
+		want := strings.TrimSpace(d.Process.Stdout)
+		got := map[string]string{}
+		for _, f := range d.Files {
+			got[filepath.Base(f.Path)] = fmt.Sprintf("%d %s", f.Size, f.SHA256)
+		}
+		for _, name := range []string{"mapped", "written"} {
+			if got[name] != fmt.Sprintf("%d %s", 4<<20, want) {
+				t.Fatalf("run %d: %s is %q in the delta, want %d bytes with sha256 %s", i, name, got[name], 4<<20, want)
+			}
+		}
+	}
+}
+
 func TestReportPaths(t *testing.T) {
 	requireNS(t)
 	busy := `i=0; while [ $i -lt 20000 ]; do i=$((i+1)); done; echo x > f; `
