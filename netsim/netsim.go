@@ -89,6 +89,9 @@ type Sim struct {
 	// work counts the goroutines that will still record events, so Serve
 	// returns only once the log is complete.
 	work tracker
+	// syns are the connection attempts (TCP SYNs) the stack has taken but
+	// no handler has yet: see noteSYN.
+	syns synSet
 }
 
 // Quiet is closed once Serve has stopped taking packets (its context is
