@@ -172,7 +172,9 @@ func walkUppers(conn *wire.Conn, scratch, n int, rootless bool) error {
 
 // runStarted is what readRun hands runCommand once trial.run is in cfg.
 type runStarted struct {
-	at    time.Time   // when trial.run came: the command's start, within a wake-up
+	// at is when the command started, on wire.MonoNow's clock: when the
+	// host wrote it (StartMonoNS), else when trial.run came.
+	at    int64
 	timer *time.Timer // the timeout's, nil without one
 }
 
@@ -196,7 +198,10 @@ func readRun(conn *wire.Conn, cfg *wire.TrialStart, ran chan<- runStarted, timed
 	if err != nil {
 		os.Exit(sendFailure(conn, "protocol", err))
 	}
-	s := runStarted{at: time.Now()}
+	s := runStarted{at: cfg.StartMonoNS}
+	if s.at == 0 {
+		s.at = wire.MonoNow()
+	}
 	if cfg.TimeoutMS > 0 {
 		s.timer = time.AfterFunc(time.Duration(cfg.TimeoutMS)*time.Millisecond, func() {
 			close(timedOut)
@@ -491,7 +496,7 @@ func startTrialStub(cfg *wire.TrialStart, mt *memTracer) (*cmdStub, error) {
 func runCommand(cfg *wire.TrialStart, stub *cmdStub, mt *memTracer, ran <-chan runStarted, timedOut <-chan struct{}, settled func(*wire.TrialExit) error) (*wire.TrialDone, error) {
 	pid := stub.pid
 	var st *runStarted
-	began := func() time.Time {
+	began := func() int64 {
 		if st == nil {
 			s := <-ran
 			st = &s
@@ -504,9 +509,9 @@ func runCommand(cfg *wire.TrialStart, stub *cmdStub, mt *memTracer, ran <-chan r
 		}
 	}()
 	// exited builds the report from the command's wait status and when it
-	// ended.
-	exited := func(ws unix.WaitStatus, end time.Time) *wire.TrialExit {
-		ex := &wire.TrialExit{DurationNS: max(end.Sub(began()).Nanoseconds(), 0)}
+	// ended (wire.MonoNow).
+	exited := func(ws unix.WaitStatus, end int64) *wire.TrialExit {
+		ex := &wire.TrialExit{DurationNS: max(end-began(), 0)}
 		if err := stub.startError(); err != nil {
 			ex.ExitCode, ex.StartError = startFailure(cfg, err)
 			return ex
@@ -555,7 +560,7 @@ func runCommand(cfg *wire.TrialStart, stub *cmdStub, mt *memTracer, ran <-chan r
 				// walk go on another: neither changes what is in the upper
 				// dirs (io_uring, which could finish a write later, is
 				// refused by the seccomp profile).
-				if err := settled(exited(unix.WaitStatus(status), time.Now())); err != nil {
+				if err := settled(exited(unix.WaitStatus(status), wire.MonoNow())); err != nil {
 					return nil, err
 				}
 				reported = true
@@ -569,7 +574,7 @@ func runCommand(cfg *wire.TrialStart, stub *cmdStub, mt *memTracer, ran <-chan r
 			break
 		}
 	}
-	end := time.Now()
+	end := wire.MonoNow()
 	// Whatever the command left running (daemons, background jobs) dies now.
 	unix.Kill(-1, unix.SIGKILL)
 	for {

@@ -1,5 +1,7 @@
 package wire
 
+import "golang.org/x/sys/unix"
+
 // Verbs of a one-shot ns trial. The host sends VerbTrialStart (the sandbox:
 // mounts, masks, network); the guest builds the view and its confinement and
 // answers VerbTrialMounts. The host sends VerbTrialJoined once the guest is in
@@ -40,6 +42,20 @@ type TrialRun struct {
 	TimeoutMS int64    `json:"timeout_ms"`
 	// Stdin: the command reads fd StdinFD instead of /dev/null.
 	Stdin bool `json:"stdin,omitempty"`
+	// StartMonoNS is when the host wrote the command to the stub, on
+	// CLOCK_MONOTONIC (MonoNow). The ns guest shares the host's clock (it
+	// has no time namespace), and the command may be over before trial.run
+	// reaches it: its duration is measured from here. 0: from trial.run.
+	StartMonoNS int64 `json:"start_mono_ns,omitempty"`
+}
+
+// MonoNow is CLOCK_MONOTONIC in nanoseconds: the clock of StartMonoNS.
+func MonoNow() int64 {
+	var ts unix.Timespec
+	if unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts) != nil {
+		return 0
+	}
+	return ts.Nano()
 }
 
 // TrialStart tells the guest what sandbox to build. Its TrialRun part is

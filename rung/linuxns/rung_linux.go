@@ -640,6 +640,7 @@ func (t *trial) converse() (*dryexec.StateDelta, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", dryexec.ErrBadAction, err)
 	}
+	run.StartMonoNS = wire.MonoNow()
 	_, err = t.stubW.Write(req)
 	t.stubW.Close()
 	t.stubW = nil

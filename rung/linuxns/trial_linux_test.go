@@ -411,6 +411,33 @@ os._exit(0)
 	}
 }
 
+// TestDurationOfAFastCommand: a pooled /bin/true may be over before the
+// guest reads trial.run (the host writes the command to the stub first);
+// its duration is still measured, from when the host wrote it, and it lies
+// within the trial's own time. (Measured from trial.run's arrival, the SDK's
+// tests saw a duration of 0 on a loaded machine.)
+func TestDurationOfAFastCommand(t *testing.T) {
+	requireNS(t)
+	dir := t.TempDir()
+	p, err := NewPool(context.Background(), &Rung{}, PoolOptions{Size: 2, Spec: dryexec.TrialSpec{Action: dryexec.Action{Cwd: dir}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	spec := dryexec.TrialSpec{Action: dryexec.Action{Argv: []string{"/bin/true"}, Cwd: dir, Env: testPath}}
+	for i := range 50 {
+		start := time.Now()
+		d, err := p.Trial(context.Background(), spec)
+		took := time.Since(start)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := time.Duration(d.Process.DurationNS); got <= 0 || got > took {
+			t.Fatalf("trial %d: duration %v, want more than 0 and at most the trial's %v", i, got, took)
+		}
+	}
+}
+
 func TestReportPaths(t *testing.T) {
 	requireNS(t)
 	busy := `i=0; while [ $i -lt 20000 ]; do i=$((i+1)); done; echo x > f; `
