@@ -42,6 +42,9 @@ func Apply(ctx context.Context, d *dryexec.StateDelta, opt Options) ([]dryexec.F
 		}
 		return nil, err
 	}
+	if err := a.forgetJournal(); err != nil {
+		return pl.changes, err
+	}
 	return pl.changes, nil
 }
 
@@ -458,6 +461,18 @@ func (a *applier) run(ctx context.Context) error {
 	}
 	a.hook()
 	finish(a.j)
+	return nil
+}
+
+// forgetJournal ends an applied commit: Options.Applied, then the journal
+// goes. Nothing here is rolled back: the host has every change, and while
+// the journal stays, Recover finishes the commit and reports it.
+func (a *applier) forgetJournal() error {
+	if a.opt.Applied != nil {
+		if err := a.opt.Applied(); err != nil {
+			return fmt.Errorf("commit: the changes are on the host, but %w; the journal stays, and the next recovery reports the commit", err)
+		}
+	}
 	a.hook()
 	return removeJournal(a.opt.JournalDir, a.j.Trial)
 }

@@ -3,6 +3,7 @@ package commit
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
@@ -938,5 +939,61 @@ func TestSyncFSOnPathFds(t *testing.T) {
 	}
 	if err := syncFS([]int{dfd}); err != nil {
 		t.Fatalf("syncFS: %v", err)
+	}
+}
+
+// TestAppliedBeforeTheJournalGoes: Options.Applied runs once, with every
+// change on the host and the journal still there in state applied, so a
+// caller that records the commit there (the store marks the trial
+// committed) leaves, at any crash, the journal or its record. When it fails,
+// nothing is rolled back: Apply says so and the journal stays, and Recover
+// finishes the commit and reports it committed.
+func TestAppliedBeforeTheJournalGoes(t *testing.T) {
+	requireRoot(t)
+	for _, fail := range []bool{false, true} {
+		t.Run(fmt.Sprintf("fails=%v", fail), func(t *testing.T) {
+			f := newFx(t, tree{"old": reg("old\n", 0o644)})
+			d := f.delta(f.create("new", "new\n", 0o644), f.modify("old", "old\n", 0o644, "changed\n", 0o644))
+			opt := f.opt()
+			calls := 0
+			opt.Applied = func() error {
+				calls++
+				if st := journalState(t, f.jdir); st != stateApplied {
+					t.Errorf("Applied ran with the journal %q, want %q", st, stateApplied)
+				}
+				if b, err := os.ReadFile(f.p("new")); err != nil || string(b) != "new\n" {
+					t.Errorf("Applied ran before the changes were on the host: new is %q, %v", b, err)
+				}
+				if fail {
+					return errors.New("disk full")
+				}
+				return nil
+			}
+			got, err := Apply(context.Background(), d, opt)
+			if calls != 1 {
+				t.Fatalf("Applied ran %d times", calls)
+			}
+			if !fail {
+				if err != nil || len(got) != 2 {
+					t.Fatalf("Apply: %d changes, %v", len(got), err)
+				}
+				noLeftovers(t, f.base, f.jdir)
+				return
+			}
+			if err == nil || !strings.Contains(err.Error(), "disk full") || len(got) != 2 {
+				t.Fatalf("Apply with Applied failing: %d changes, %v; want both changes and the error", len(got), err)
+			}
+			if st := journalState(t, f.jdir); st != stateApplied {
+				t.Fatalf("after a failed Applied the journal is %q, want it kept, %q", st, stateApplied)
+			}
+			rec, err := Recover(f.jdir)
+			if err != nil || len(rec) != 1 || !rec[0].Committed {
+				t.Fatalf("Recover: %+v, %v; want the commit reported", rec, err)
+			}
+			if b, err := os.ReadFile(f.p("old")); err != nil || string(b) != "changed\n" {
+				t.Fatalf("after Recover old is %q, %v: the commit was not kept", b, err)
+			}
+			noLeftovers(t, f.base, f.jdir)
+		})
 	}
 }

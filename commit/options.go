@@ -30,6 +30,14 @@ type Options struct {
 	// JournalDir holds the journal while a commit is in flight. The caller holds
 	// the lock that keeps Recover and other commits out of it.
 	JournalDir string
+	// Applied, when set, is called once every change is on the host and the
+	// journal says so (a crash from here on is finished by Recover, which
+	// reports the trial committed), before the journal is removed. A store
+	// records the trial as committed there: a crash at any point then leaves
+	// the journal or that record, never neither. An error keeps the journal:
+	// Apply returns it, with the changes, and the next Recover reports the
+	// commit.
+	Applied func() error
 	// Hook, when set, is called at every numbered point of the commit; tests
 	// kill the process there to prove crash safety.
 	Hook func(point int)

@@ -92,9 +92,18 @@ func (s *Store) Commit(ctx context.Context, id string, opt CommitOptions) ([]dry
 	case StatusDiscarded:
 		return nil, fmt.Errorf("%w: %s", dryexec.ErrDiscarded, id)
 	}
+	// The trial is marked committed before the journal goes (Applied): a
+	// crash between the two would otherwise leave the host changed and the
+	// trial pending, with nothing left to say it was committed.
 	applied, err := commit.Apply(ctx, d, commit.Options{
 		Paths: opt.Paths, Force: opt.Force, ForcePaths: opt.ForcePaths, Hook: opt.Hook,
 		JournalDir: s.JournalDir(),
+		Applied: func() error {
+			if err := s.writeState(id, State{Status: StatusCommitted, At: time.Now().UTC(), Paths: opt.Paths}); err != nil {
+				return fmt.Errorf("marking %s committed failed: %w", id, err)
+			}
+			return nil
+		},
 		OpenBlob: func(sha string) (io.ReadCloser, error) {
 			if len(sha) != 64 || strings.ContainsAny(sha, "/.") {
 				return nil, fmt.Errorf("bad content hash %q", sha)
@@ -109,13 +118,7 @@ func (s *Store) Commit(ctx context.Context, id string, opt CommitOptions) ([]dry
 	if errors.Is(err, commit.ErrContentMismatch) {
 		return nil, &CorruptError{ID: id, What: "content blob", Err: err}
 	}
-	if err != nil {
-		return nil, err
-	}
-	if err := s.writeState(id, State{Status: StatusCommitted, At: time.Now().UTC(), Paths: opt.Paths}); err != nil {
-		return applied, fmt.Errorf("store: the changes are on the host, but marking %s committed failed: %w", id, err)
-	}
-	return applied, nil
+	return applied, err
 }
 
 // Recover finishes or rolls back commits a crash interrupted, and removes trials
