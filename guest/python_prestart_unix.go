@@ -158,8 +158,12 @@ func (r *runnerProc) alive() bool {
 	case <-r.exited:
 		return false
 	default:
-		return true
 	}
+	// cmd.Wait closes exited a moment after it has reaped the runner (it
+	// closes the pipes and waits for their copiers first): a runner killed
+	// just before a call may be gone already, and taking it would fail the
+	// call with a crash it never had.
+	return syscall.Kill(r.pid, 0) != syscall.ESRCH
 }
 
 // unchanged reports whether a ready runner may serve a call: every path its
