@@ -241,14 +241,16 @@ func (s *Sim) onTCP(ctx context.Context, r *tcp.ForwarderRequest) {
 		return
 	}
 	f := s.flowOf(id.LocalAddress, id.LocalPort, "tcp")
+	// A refusal is logged before the sandbox gets it (the RST): what a
+	// session's exec saw refused is in that exec's own list.
 	if s.mode == "none" {
-		r.Complete(true)
 		s.record(Record{NetworkEvent: eventOf("tcp", "", "", f.host(), f.port, 0, ActionBlocked, "network mode none")})
+		r.Complete(true)
 		return
 	}
 	if synthetic.Contains(f.addr) && f.name == "" {
-		r.Complete(true)
 		s.record(Record{NetworkEvent: eventOf("tcp", "", "", f.host(), f.port, 0, ActionBlocked, "address was never handed out by netsim DNS")})
+		r.Complete(true)
 		return
 	}
 	var wq waiter.Queue
@@ -341,10 +343,11 @@ func (s *Sim) serveDNS(ctx context.Context, c *gonet.UDPConn) {
 		if !ok {
 			continue
 		}
-		c.Write(reply)
+		// Logged before the answer leaves, as a refusal is (onTCP).
 		ev := eventOf("dns", qtype, "", name, 53, 0, action, reason)
 		ev.BytesOut, ev.BytesIn = int64(n), int64(len(reply))
 		s.record(Record{NetworkEvent: ev})
+		c.Write(reply)
 	}
 }
 
@@ -369,10 +372,10 @@ func (s *Sim) serveDNSTCP(ctx context.Context, c net.Conn) {
 		if !ok {
 			return
 		}
-		c.Write(append([]byte{byte(len(reply) >> 8), byte(len(reply))}, reply...))
 		ev := eventOf("dns", qtype, "", name, 53, 0, action, reason+" (over TCP)")
 		ev.BytesOut, ev.BytesIn = int64(n), int64(len(reply))
 		s.record(Record{NetworkEvent: ev})
+		c.Write(append([]byte{byte(len(reply) >> 8), byte(len(reply))}, reply...))
 	}
 }
 

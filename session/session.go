@@ -342,10 +342,9 @@ func (s *Session) netMark() int {
 }
 
 // netSince returns the events logged after mark: an exec's own. A request
-// netsim answered is logged before its last response bytes leave netsim, so
-// it is in the list of the exec that made it; a refusal (a DNS answer, an RST)
-// is logged just after it is sent, so under heavy load it may land in the
-// next exec's list instead (Network has it either way).
+// netsim answered is logged before its last response bytes leave netsim, and
+// a refusal (a DNS answer, an RST) before it is sent, so each is in the list
+// of the exec that made it (Network has it too).
 func (s *Session) netSince(mark int) []dryexec.NetworkEvent {
 	if s.contain == nil {
 		return nil
