@@ -379,11 +379,7 @@ func TestConnectThenExit(t *testing.T) {
 		t.Skip("no python3")
 	}
 	dir := t.TempDir()
-	p, err := NewPool(context.Background(), &Rung{}, PoolOptions{Size: 2, Spec: dryexec.TrialSpec{Action: dryexec.Action{Cwd: dir}}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer p.Close()
+	p := newTestPool(t, dir, PoolOptions{Size: 2}, 1)
 	script := `import os, socket
 s = socket.socket()
 s.setblocking(False)
@@ -419,11 +415,7 @@ os._exit(0)
 func TestDurationOfAFastCommand(t *testing.T) {
 	requireNS(t)
 	dir := t.TempDir()
-	p, err := NewPool(context.Background(), &Rung{}, PoolOptions{Size: 2, Spec: dryexec.TrialSpec{Action: dryexec.Action{Cwd: dir}}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer p.Close()
+	p := newTestPool(t, dir, PoolOptions{Size: 2}, 1)
 	spec := dryexec.TrialSpec{Action: dryexec.Action{Argv: []string{"/bin/true"}, Cwd: dir, Env: testPath}}
 	for i := range 50 {
 		start := time.Now()
