@@ -51,6 +51,11 @@ type StateDelta struct {
 	// (e.g. no cgroup limits could be set rootless) — facts about the sandbox,
 	// not something the command did; those are Violations.
 	Warnings []string `json:"warnings,omitempty"`
+	// Incomplete says the delta may not hold everything the command did (the
+	// guest supervisor died, the walk ran out of time): the host built it from
+	// what it could see itself. Such a delta is always decided block.
+	Incomplete       bool   `json:"incomplete,omitempty"`
+	IncompleteReason string `json:"incomplete_reason,omitempty"`
 }
 
 // Normalize makes the empty sections of d encode as [] rather than null, so that
@@ -114,7 +119,10 @@ const (
 	KindFile    Kind = "file"
 	KindDir     Kind = "dir"
 	KindSymlink Kind = "symlink"
-	KindOther   Kind = "other"
+	// KindFIFO is a named pipe: committed as a named pipe.
+	KindFIFO Kind = "fifo"
+	// KindOther is a socket or a device node, which commit refuses.
+	KindOther Kind = "other"
 )
 
 // FileChange is one path the trial changed. Path is absolute, as the host sees it.
@@ -141,6 +149,27 @@ type FileChange struct {
 	BeforeMode string `json:"before_mode,omitempty"`
 	// Diff is a unified diff, only for small text files.
 	Diff string `json:"diff"`
+	// MtimeNS is the modification time the command left (nanoseconds since the
+	// epoch) on a created or modified file, directory or symlink; commit sets it,
+	// as cp -a does, so that make and .pyc checks see what they saw in the trial.
+	MtimeNS int64 `json:"mtime_ns,omitempty"`
+	// LinkGroup, when not 0, is shared by every path in this delta that is one
+	// inode (hard links) after the trial; commit links them instead of copying.
+	LinkGroup int `json:"link_group,omitempty"`
+	// ContentKept is nil or true when the new content is stored with the trial;
+	// false (with ContentReason) when it was not (a cap, a quota, the deadline):
+	// the path is still listed, and commit refuses it.
+	ContentKept   *bool  `json:"content_kept,omitempty"`
+	ContentReason string `json:"content_reason,omitempty"`
+}
+
+// Kept reports whether c's content was stored with the trial.
+func (c *FileChange) Kept() bool { return c.ContentKept == nil || *c.ContentKept }
+
+// NotKept marks c's content as not stored, for reason.
+func (c *FileChange) NotKept(reason string) {
+	f := false
+	c.ContentKept, c.ContentReason = &f, reason
 }
 
 // NetworkEvent is one request that left (or tried to leave) the sandbox.
