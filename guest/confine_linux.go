@@ -212,12 +212,16 @@ func (l *launcher) stop(wait time.Duration) {
 // remounts: a rule on a directory a mount covers is ignored). It handles:
 //
 //   - making device nodes (MAKE_CHAR, MAKE_BLOCK), granted nowhere;
+//   - moving and linking files between directories (REFER, ABI 2), granted
+//     beneath / (see referRule);
 //   - ioctls on device files (ABI 5), granted only beneath /dev (the
 //     sandbox's own minimal /dev: null, zero, tty, pts, …);
 //   - signals and abstract unix sockets (ABI 6 scopes): a sandboxed process
 //     may signal or connect only within the sandbox, so it cannot signal the
-//     guest (PID 1 installs handlers, so the pid namespace's protection of
-//     init does not stop a SIGTERM from inside).
+//     guest's threads outside this domain (PID 1 installs handlers, so the
+//     pid namespace's protection of init does not stop a SIGTERM from
+//     inside). The launcher thread itself is in the domain: see
+//     blockAllSignals.
 func landlockRuleset() (int, error) {
 	abi, _, e := unix.Syscall(unix.SYS_LANDLOCK_CREATE_RULESET, 0, 0, unix.LANDLOCK_CREATE_RULESET_VERSION)
 	if e != 0 {
@@ -228,6 +232,9 @@ func landlockRuleset() (int, error) {
 	if abi >= 4 {
 		size = 16
 	}
+	if abi >= 2 {
+		attr.Handled_access_fs |= unix.LANDLOCK_ACCESS_FS_REFER
+	}
 	if abi >= 5 {
 		attr.Handled_access_fs |= unix.LANDLOCK_ACCESS_FS_IOCTL_DEV
 	}
@@ -235,23 +242,83 @@ func landlockRuleset() (int, error) {
 		attr.Scoped = unix.LANDLOCK_SCOPE_SIGNAL | unix.LANDLOCK_SCOPE_ABSTRACT_UNIX_SOCKET
 		size = 24
 	}
-	fd, _, e := unix.Syscall(unix.SYS_LANDLOCK_CREATE_RULESET, uintptr(unsafe.Pointer(&attr)), size, 0)
-	if e != 0 {
-		return -1, fmt.Errorf("landlock_create_ruleset: %w", e)
+	rs, err := createRuleset(&attr, size)
+	if err != nil {
+		return -1, err
 	}
-	rs := int(fd)
-	if abi >= 5 {
-		dev, err := unix.Open("/dev", unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
-		if err != nil {
+	if abi >= 2 {
+		if err := referRule(rs); err != nil {
 			unix.Close(rs)
-			return -1, fmt.Errorf("landlock rule for /dev: %w", err)
+			return -1, err
 		}
-		defer unix.Close(dev)
-		r := unix.LandlockPathBeneathAttr{Allowed_access: unix.LANDLOCK_ACCESS_FS_IOCTL_DEV, Parent_fd: int32(dev)}
-		if _, _, e := unix.Syscall6(unix.SYS_LANDLOCK_ADD_RULE, uintptr(rs), unix.LANDLOCK_RULE_PATH_BENEATH, uintptr(unsafe.Pointer(&r)), 0, 0, 0); e != 0 {
+	}
+	if abi >= 5 {
+		if err := addPathRule(rs, "/dev", unix.LANDLOCK_ACCESS_FS_IOCTL_DEV); err != nil {
 			unix.Close(rs)
-			return -1, fmt.Errorf("landlock rule for /dev: %w", e)
+			return -1, err
 		}
 	}
 	return rs, nil
+}
+
+// nestedRuleset builds the ruleset of the domain a trial's command stub
+// enters before it execs the command (ABI 6, else -1): nested in the
+// launcher's, scoped for signals and abstract unix sockets, so that nothing
+// the command starts can signal any thread of the guest, the launcher's
+// included (Landlock lets a process signal only its own domain and the
+// domains nested in it, never a parent's). It must grant REFER beneath / as
+// the launcher's does: every layer of a domain denies moving files between
+// directories unless a rule of that layer grants it.
+func nestedRuleset() (int, error) {
+	abi, _, e := unix.Syscall(unix.SYS_LANDLOCK_CREATE_RULESET, 0, 0, unix.LANDLOCK_CREATE_RULESET_VERSION)
+	if e != 0 || abi < 6 {
+		return -1, nil
+	}
+	attr := unix.LandlockRulesetAttr{Handled_access_fs: unix.LANDLOCK_ACCESS_FS_REFER,
+		Scoped: unix.LANDLOCK_SCOPE_SIGNAL | unix.LANDLOCK_SCOPE_ABSTRACT_UNIX_SOCKET}
+	rs, err := createRuleset(&attr, 24)
+	if err != nil {
+		return -1, err
+	}
+	if err := referRule(rs); err != nil {
+		unix.Close(rs)
+		return -1, err
+	}
+	return rs, nil
+}
+
+func createRuleset(attr *unix.LandlockRulesetAttr, size uintptr) (int, error) {
+	fd, _, e := unix.Syscall(unix.SYS_LANDLOCK_CREATE_RULESET, uintptr(unsafe.Pointer(attr)), size, 0)
+	if e != 0 {
+		return -1, fmt.Errorf("landlock_create_ruleset: %w", e)
+	}
+	return int(fd), nil
+}
+
+// referRule grants REFER beneath the sandbox's root. Without it a rename or
+// link between two directories fails with EXDEV (os.rename("a/x", "b/x"),
+// tar and rsync -H with hard links, git mv, a local git clone), because
+// Landlock denies reparenting in every domain that does not grant it. It is
+// safe to grant everywhere: the overlay view captures every move, and
+// Landlock still refuses a move that would give a file more of the handled
+// rights than it had (one moved into /dev gains IOCTL_DEV and is refused;
+// device nodes are made nowhere, so none can be moved anywhere). The rule
+// holds on / as the sandbox sees it after pivot_root, and Landlock checks a
+// path by walking up through its mount points to that root, so it also
+// covers the session's workspace, remounted beneath it.
+func referRule(rs int) error {
+	return addPathRule(rs, "/", unix.LANDLOCK_ACCESS_FS_REFER)
+}
+
+func addPathRule(rs int, path string, access uint64) error {
+	dir, err := unix.Open(path, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return fmt.Errorf("landlock rule for %s: %w", path, err)
+	}
+	defer unix.Close(dir)
+	r := unix.LandlockPathBeneathAttr{Allowed_access: access, Parent_fd: int32(dir)}
+	if _, _, e := unix.Syscall6(unix.SYS_LANDLOCK_ADD_RULE, uintptr(rs), unix.LANDLOCK_RULE_PATH_BENEATH, uintptr(unsafe.Pointer(&r)), 0, 0, 0); e != 0 {
+		return fmt.Errorf("landlock rule for %s: %w", path, e)
+	}
+	return nil
 }
