@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"runtime"
 	"strconv"
 	"strings"
 	"syscall"
@@ -39,6 +40,12 @@ import (
 //	6        the gate: the stub reads nothing of fd 3 before EOF here. The
 //	         guest closes it once the stub is traced and limited: the host
 //	         may have written the command before the stub even started.
+//	7        when open, a Landlock ruleset the stub enters first
+//	         (nestedRuleset): the command's domain is then nested in the
+//	         launcher's, and no signal from the command reaches the guest.
+//
+// The stub inherits the launcher thread's signal mask, which blocks
+// everything (blockAllSignals); it unblocks all before anything else.
 //
 // EOF on fd 3 before a request ends the stub quietly (a pooled sandbox
 // discarded unused).
@@ -60,6 +67,7 @@ const (
 	stubStageChdir
 	stubStageStdin
 	stubStageExec
+	stubStageConfine // entering the nested Landlock domain
 )
 
 // stubExe is the program a cmdStub runs: the native stub from a sealed memfd,
@@ -112,7 +120,7 @@ func stubMemfd() (int, error) {
 		unix.Close(fd)
 		return -1, err
 	}
-	// Above the descriptors startStub hands the child (0–6), which the
+	// Above the descriptors startStub hands the child (0–7), which the
 	// child's dup2s would otherwise overwrite before it execs the path.
 	high, err := unix.FcntlInt(uintptr(fd), unix.F_DUPFD_CLOEXEC, 10)
 	unix.Close(fd)
@@ -129,7 +137,7 @@ func stubMemfd() (int, error) {
 // opened: whatever req holds already, the command runs limited and traced
 // from its first instruction. It must run on the launcher thread, whose
 // confinement the stub inherits and which is the tracer.
-func startStub(exe *stubExe, attr *syscall.SysProcAttr, nproc int64, stdout, stderr, req, stdin uintptr, mt *memTracer) (*cmdStub, error) {
+func startStub(exe *stubExe, attr *syscall.SysProcAttr, nproc int64, stdout, stderr, req, stdin, ruleset uintptr, mt *memTracer) (*cmdStub, error) {
 	var p [2]int
 	if err := unix.Pipe2(p[:], unix.O_CLOEXEC); err != nil {
 		return nil, err
@@ -151,7 +159,7 @@ func startStub(exe *stubExe, attr *syscall.SysProcAttr, nproc int64, stdout, std
 	defer devnull.Close()
 	pid, err := syscall.ForkExec(exe.path, exe.argv, &syscall.ProcAttr{
 		Env:   []string{},
-		Files: []uintptr{devnull.Fd(), stdout, stderr, req, statW.Fd(), stdin, gateR.Fd()},
+		Files: []uintptr{devnull.Fd(), stdout, stderr, req, statW.Fd(), stdin, gateR.Fd(), ruleset},
 		Sys:   attr,
 	})
 	if err != nil {
@@ -209,6 +217,8 @@ func (e *stubError) Error() string {
 		return "attaching stdin: " + e.Errno.Error()
 	case stubStageExec:
 		return e.Errno.Error()
+	case stubStageConfine:
+		return "entering the command's Landlock domain: " + e.Errno.Error()
 	}
 	return fmt.Sprintf("the command's stub failed (stage %d): %v", e.Stage, e.Errno)
 }
@@ -216,8 +226,21 @@ func (e *stubError) Error() string {
 func (e *stubError) Unwrap() error { return e.Errno }
 
 // runStub is RoleStub: the guest binary standing in for the native stub, with
-// the same protocol (see cmdStub).
-func runStub() int {
+// the same protocol (see cmdStub); with arguments (PATH ARGV0 ARGS...) it is
+// the exec trampoline (see execTrampoline). It runs on the main thread,
+// locked: the thread that unblocks the signals and enters the Landlock domain
+// must be the one that execs.
+func runStub(args []string) int {
+	runtime.LockOSThread()
+	var none unix.Sigset_t
+	if err := unix.PthreadSigmask(unix.SIG_SETMASK, &none, nil); err != nil {
+		return 127
+	}
+	if len(args) >= 2 {
+		err := unix.Exec(args[0], args[1:], os.Environ())
+		fmt.Fprintf(os.Stderr, "dryexec: cannot execute %s: %v\n", args[0], err)
+		return 127
+	}
 	fail := func(stage uint32, err error) int {
 		errno := unix.EIO
 		errors.As(err, &errno)
@@ -230,6 +253,10 @@ func runStub() int {
 	if _, err := unix.FcntlInt(4, unix.F_SETFD, unix.FD_CLOEXEC); err != nil {
 		return 127
 	}
+	if _, _, e := unix.Syscall(unix.SYS_LANDLOCK_RESTRICT_SELF, 7, 0, 0); e != 0 && e != unix.EBADF {
+		return fail(stubStageConfine, e)
+	}
+	unix.Close(7)
 	if _, err := io.Copy(io.Discard, os.NewFile(6, "stub-gate")); err != nil {
 		return fail(stubStageRequest, err)
 	}

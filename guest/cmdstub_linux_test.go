@@ -92,7 +92,7 @@ func runStubOpts(t testing.TB, exe *stubExe, r *wire.TrialRun, o stubOpts) stubR
 	if o.trace {
 		mt = &memTracer{}
 	}
-	stub, err := startStub(exe, &syscall.SysProcAttr{Setsid: true}, o.nproc, outW.Fd(), errW.Fd(), reqR.Fd(), inR.Fd(), mt)
+	stub, err := startStub(exe, &syscall.SysProcAttr{Setsid: true}, o.nproc, outW.Fd(), errW.Fd(), reqR.Fd(), inR.Fd(), ^uintptr(0), mt)
 	outW.Close()
 	errW.Close()
 	inR.Close()

@@ -86,6 +86,9 @@ type confinement struct {
 	prog     []unix.SockFilter
 	profile  *seccomp.Profile
 	landlock int // ruleset fd, or -1 when the kernel has no Landlock
+	// nested is the ruleset a trial's command stub enters (nestedRuleset),
+	// or -1 (no Landlock signal scope).
+	nested int
 }
 
 // newConfinement compiles the filter and builds the Landlock ruleset; it must
@@ -101,12 +104,21 @@ func newConfinement() (*confinement, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &confinement{prog: prog, profile: p, landlock: ll}, nil
+	nested, err := nestedRuleset()
+	if err != nil {
+		if ll >= 0 {
+			unix.Close(ll)
+		}
+		return nil, err
+	}
+	return &confinement{prog: prog, profile: p, landlock: ll, nested: nested}, nil
 }
 
 func (c *confinement) close() {
-	if c.landlock >= 0 {
-		unix.Close(c.landlock)
+	for _, fd := range []int{c.landlock, c.nested} {
+		if fd >= 0 {
+			unix.Close(fd)
+		}
 	}
 }
 
@@ -123,7 +135,10 @@ func startLauncher(c *confinement) (*launcher, error) {
 		defer close(l.exited)
 		// Never unlocked: the thread ends with this goroutine.
 		runtime.LockOSThread()
-		fd, err := c.apply()
+		fd, err := -1, blockAllSignals()
+		if err == nil {
+			fd, err = c.apply()
+		}
 		readyc <- ready{fd, err}
 		if err != nil {
 			return
@@ -149,6 +164,32 @@ func startLauncher(c *confinement) (*launcher, error) {
 		l.srv.Serve(ctx, r.fd)
 	}()
 	return l, nil
+}
+
+// blockAllSignals blocks every signal on the calling (locked) thread, for
+// the rest of its life. The launcher thread is the one thread of the guest in
+// the sandbox's Landlock domain, so Landlock's signal scope does not keep the
+// sandbox's processes from signalling it: tgkill(1, launcher, SIGSEGV), or a
+// queued signal with a forged si_code, or SIGIO aimed at its tid
+// (F_SETOWN_EX), would run the Go runtime's handler there and end the guest
+// (the runtime treats a SIGSEGV that is not from kill as a fault). Blocked,
+// a signal aimed at this thread stays pending until the thread ends, and
+// SIGKILL and SIGSTOP, which cannot be blocked, are dropped by the kernel
+// for the init of a pid namespace when they come from inside it.
+// Process-directed signals go to a thread that does not block them, outside
+// the domain, where the scope refuses them. The mask is inherited by every
+// process the thread forks, so each one first unblocks everything (the
+// command stub, and the exec trampoline in front of a session's processes:
+// see execTrampoline).
+func blockAllSignals() error {
+	var all unix.Sigset_t
+	for i := range all.Val {
+		all.Val[i] = ^uint64(0)
+	}
+	if err := unix.PthreadSigmask(unix.SIG_BLOCK, &all, nil); err != nil {
+		return fmt.Errorf("blocking signals on the launcher thread: %w", err)
+	}
+	return nil
 }
 
 // apply confines the calling (locked) thread and returns the listener.

@@ -45,7 +45,7 @@ func Main(args []string) int {
 	if args[0] == RoleStub {
 		// Before anything else: the stub holds nothing of the guest's, and
 		// it must stay traceable (it becomes the command).
-		return runStub()
+		return runStub(args[1:])
 	}
 	// The guest holds descriptors of what the sandbox must not reach (the
 	// scratch tmpfs with the upper dirs); not dumpable means a process of the

@@ -80,9 +80,16 @@ func takeFirstStop(pid int, nproc int64) error {
 
 // limitNPROC sets pid's RLIMIT_NPROC (soft and hard) to n: a command's
 // pids limit under the rlimit fallback (docs/limits.md).
+//
+// It runs on another thread than its caller's, the launcher: the seccomp
+// profile refuses setting another process's limits to everything the
+// launcher starts, and to the launcher too, which shares its filter. A
+// goroutine not locked to a thread never runs on the launcher's.
 func limitNPROC(pid int, n int64) error {
 	lim := unix.Rlimit{Cur: uint64(n), Max: uint64(n)}
-	return unix.Prlimit(pid, unix.RLIMIT_NPROC, &lim, nil)
+	errc := make(chan error, 1)
+	go func() { errc <- unix.Prlimit(pid, unix.RLIMIT_NPROC, &lim, nil) }()
+	return <-errc
 }
 
 // stopped handles one ptrace stop of task tid and resumes it.

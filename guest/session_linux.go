@@ -24,6 +24,8 @@ type sessionPlatform struct {
 	// daemon an earlier one started) and Pdeathsig, which follows the parent
 	// thread, fires only when the guest goes.
 	launcher *launcher
+	// trampoline is what every exec's process starts as (execTrampoline).
+	trampoline *stubExe
 }
 
 // start prepares the sandbox and the workspace.
@@ -70,6 +72,7 @@ func (s *session) start() error {
 			return fmt.Errorf("confining the sandbox: %w", err)
 		}
 		s.platform.launcher = l
+		s.platform.trampoline = newStubExe()
 		if err := st.mount(); err != nil {
 			return err
 		}
@@ -110,6 +113,7 @@ func (s *session) startExec(cmd *exec.Cmd) error {
 		}
 		cmd.SysProcAttr.Ptrace = true
 	}
+	execTrampoline(cmd, s.platform.trampoline)
 	var err error
 	derr := s.platform.launcher.do(func() {
 		if err = cmd.Start(); err != nil || nproc == 0 {
@@ -126,6 +130,18 @@ func (s *session) startExec(cmd *exec.Cmd) error {
 		return derr
 	}
 	return err
+}
+
+// execTrampoline makes cmd start as the command stub in trampoline mode
+// (cmdstub/stub.c), which unblocks every signal and execs cmd's program with
+// cmd's arguments. The launcher thread blocks every signal for its life
+// (blockAllSignals) and a forked child inherits the mask; Go has no hook
+// between fork and exec to clear it, so a tiny program in front does. It
+// costs one exec of a program of a few hundred bytes.
+func execTrampoline(cmd *exec.Cmd, exe *stubExe) {
+	args := append([]string(nil), exe.argv...)
+	cmd.Args = append(append(args, cmd.Path), cmd.Args...)
+	cmd.Path = exe.path
 }
 
 // takeViolations returns what the sandbox refused since the last call.

@@ -13,7 +13,17 @@
  * failure writes {stage, errno} (two uint32) to it first; fd 5 becomes stdin
  * when flag 1 is set; fd 6 is the gate: nothing of fd 3 is read before EOF
  * there (the guest opens it once the stub is traced and limited). EOF on
- * fd 3 before a request: exit 0.
+ * fd 3 before a request: exit 0. fd 7, when open, is a Landlock ruleset:
+ * the stub enters it (landlock_restrict_self) before anything else, so that
+ * the command runs in a domain nested in the guest's launcher's (see
+ * guest.nestedRuleset).
+ *
+ * The stub first unblocks every signal: it inherits the launcher thread's
+ * mask, which blocks them all (see guest.blockAllSignals).
+ *
+ * Trampoline mode, when it has arguments (argv: stub, PATH, ARGV0, ARGS...):
+ * unblock every signal and execve(PATH, ARGV0..., environ); on failure say
+ * so on fd 2 and exit 127. A session's execs start through it.
  *
  * Build: `make stub` (gcc, x86-64), which regenerates guest/cmdstub_amd64.go.
  */
@@ -21,12 +31,13 @@
 typedef unsigned long u64;
 typedef unsigned int u32;
 
-enum { SYS_read = 0, SYS_write = 1, SYS_close = 3, SYS_mmap = 9, SYS_dup2 = 33,
-       SYS_execve = 59, SYS_fcntl = 72, SYS_chdir = 80, SYS_exit_group = 231 };
-enum { ENOENT = 2, EINTR = 4, EIO = 5, EACCES = 13, ENOTDIR = 20, EINVAL = 22, ELOOP = 40,
+enum { SYS_read = 0, SYS_write = 1, SYS_close = 3, SYS_mmap = 9, SYS_rt_sigprocmask = 14, SYS_dup2 = 33,
+       SYS_execve = 59, SYS_fcntl = 72, SYS_chdir = 80, SYS_exit_group = 231,
+       SYS_landlock_restrict_self = 446 };
+enum { ENOENT = 2, EINTR = 4, EBADF = 9, EIO = 5, EACCES = 13, ENOTDIR = 20, EINVAL = 22, ELOOP = 40,
        ENAMETOOLONG = 36 };
 enum { PATHBUF = 4096 };
-enum { STAGE_REQUEST = 1, STAGE_MEMORY, STAGE_READ, STAGE_CHDIR, STAGE_STDIN, STAGE_EXEC };
+enum { STAGE_REQUEST = 1, STAGE_MEMORY, STAGE_READ, STAGE_CHDIR, STAGE_STDIN, STAGE_EXEC, STAGE_CONFINE };
 
 static long sys3(long n, long a, long b, long c)
 {
@@ -128,16 +139,38 @@ static long search(char *prog, char **argv, char **env, char *buf)
 	}
 }
 
-__attribute__((noreturn, used)) void stub_main(void)
+/* trampoline execs argv[1] with argv[2...] and never returns. */
+static __attribute__((noreturn)) void trampoline(char **argv, char **env)
+{
+	static const char msg[] = "dryexec: cannot execute the session's process\n";
+
+	sys3(SYS_execve, (long)argv[1], (long)(argv + 2), (long)env);
+	sys3(SYS_write, 2, (long)msg, sizeof msg - 1);
+	for (;;)
+		sys3(SYS_exit_group, 127, 0, 0);
+}
+
+__attribute__((noreturn, used)) void stub_main(long *sp)
 {
 	struct req h;
 	char *s, *end, *path = 0, *cwd = 0;
 	char **v;
 	u64 nptr, len, i;
 	long m, r;
+	u64 none = 0;
+	long argc = sp[0];
+	char **argv = (char **)(sp + 1);
 
+	/* SIG_SETMASK to the empty set: the command starts with nothing blocked. */
+	sys6(SYS_rt_sigprocmask, 2, (long)&none, 0, sizeof none, 0, 0);
+	if (argc >= 3)
+		trampoline(argv, argv + argc + 1);
 	if (sys3(SYS_fcntl, 4, 2 /* F_SETFD */, 1 /* FD_CLOEXEC */) < 0)
 		fail(STAGE_REQUEST, -EIO);
+	r = sys3(SYS_landlock_restrict_self, 7, 0, 0);
+	if (r < 0 && r != -EBADF)
+		fail(STAGE_CONFINE, r);
+	sys3(SYS_close, 7, 0, 0);
 	for (;;) {
 		char c;
 		r = sys3(SYS_read, 6, (long)&c, 1);
@@ -199,6 +232,7 @@ __attribute__((noreturn, used)) void stub_main(void)
 
 __asm__(".globl _start\n"
 	"_start:\n"
+	"\tmov %rsp, %rdi\n"
 	"\tand $-16, %rsp\n"
 	"\tcall stub_main\n"
 	"\thlt\n");
