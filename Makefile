@@ -7,8 +7,9 @@ GOBIN         := $(shell $(GO) env GOPATH)/bin
 # Debian packages the tests and benchmarks use: bwrap is the benchmark baseline,
 # setpriv (util-linux) runs the rootless tests, python3 runs exec_python and the
 # escape corpus's syscall attempts, ip (iproute2) and curl are real clients
-# inside trials.
-APT_PACKAGES  := bubblewrap util-linux python3 iproute2 curl
+# inside trials; git, rsync, tar and nodejs are the real programs the
+# cross-directory rename and link tests run in trials (test/escape).
+APT_PACKAGES  := bubblewrap util-linux python3 iproute2 curl git rsync tar nodejs
 # Static build: dryexec re-executes itself as the guest on every trial, and a
 # dynamically linked binary starts measurably slower.
 export CGO_ENABLED ?= 0
