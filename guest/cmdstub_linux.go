@@ -253,10 +253,14 @@ func runStub(args []string) int {
 	if _, err := unix.FcntlInt(4, unix.F_SETFD, unix.FD_CLOEXEC); err != nil {
 		return 127
 	}
-	if _, _, e := unix.Syscall(unix.SYS_LANDLOCK_RESTRICT_SELF, 7, 0, 0); e != 0 && e != unix.EBADF {
-		return fail(stubStageConfine, e)
+	// fd 7 is the ruleset only if the guest passed one: otherwise the Go
+	// runtime may have opened something else there as this process started.
+	if l, err := os.Readlink("/proc/self/fd/7"); err == nil && l == "anon_inode:[landlock-ruleset]" {
+		if _, _, e := unix.Syscall(unix.SYS_LANDLOCK_RESTRICT_SELF, 7, 0, 0); e != 0 {
+			return fail(stubStageConfine, e)
+		}
+		unix.Close(7)
 	}
-	unix.Close(7)
 	if _, err := io.Copy(io.Discard, os.NewFile(6, "stub-gate")); err != nil {
 		return fail(stubStageRequest, err)
 	}

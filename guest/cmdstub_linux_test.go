@@ -4,6 +4,7 @@ import (
 	"errors"
 	"io"
 	"os"
+	"os/exec"
 	"runtime"
 	"strconv"
 	"strings"
@@ -56,6 +57,10 @@ type stubOpts struct {
 	// lastAtExit, when set, gets whether the command was the last task
 	// alive (memTracer.lastAlive) at its exit stop.
 	lastAtExit *bool
+	// nested hands the stub a nested Landlock ruleset (nestedRuleset);
+	// blocked starts it from a thread that blocks every signal, as the
+	// launcher does.
+	nested, blocked bool
 }
 
 func runStubOpts(t testing.TB, exe *stubExe, r *wire.TrialRun, o stubOpts) stubRun {
@@ -92,7 +97,26 @@ func runStubOpts(t testing.TB, exe *stubExe, r *wire.TrialRun, o stubOpts) stubR
 	if o.trace {
 		mt = &memTracer{}
 	}
-	stub, err := startStub(exe, &syscall.SysProcAttr{Setsid: true}, o.nproc, outW.Fd(), errW.Fd(), reqR.Fd(), inR.Fd(), ^uintptr(0), mt)
+	ruleset := ^uintptr(0)
+	if o.nested {
+		rs, err := nestedRuleset()
+		if err != nil || rs < 0 {
+			t.Fatalf("nestedRuleset: %d, %v", rs, err)
+		}
+		defer unix.Close(rs)
+		ruleset = uintptr(rs)
+	}
+	if o.blocked {
+		var old unix.Sigset_t
+		if err := unix.PthreadSigmask(unix.SIG_SETMASK, nil, &old); err != nil {
+			t.Fatal(err)
+		}
+		if err := blockAllSignals(); err != nil {
+			t.Fatal(err)
+		}
+		defer unix.PthreadSigmask(unix.SIG_SETMASK, &old, nil)
+	}
+	stub, err := startStub(exe, &syscall.SysProcAttr{Setsid: true}, o.nproc, outW.Fd(), errW.Fd(), reqR.Fd(), inR.Fd(), ruleset, mt)
 	outW.Close()
 	errW.Close()
 	inR.Close()
@@ -318,6 +342,86 @@ func TestLastAlive(t *testing.T) {
 			}
 			if last != tc.last {
 				t.Fatalf("last alive at its exit: %v, want %v", last, tc.last)
+			}
+		})
+	}
+}
+
+// landlockScope says whether this kernel has Landlock's signal scope (ABI 6).
+func landlockScope(t *testing.T) bool {
+	t.Helper()
+	abi, _, e := unix.Syscall(unix.SYS_LANDLOCK_CREATE_RULESET, 0, 0, unix.LANDLOCK_CREATE_RULESET_VERSION)
+	return e == 0 && abi >= 6
+}
+
+// TestStubConfines: a stub started from a thread that blocks every signal
+// (the launcher) runs its command with none blocked, and with a nested
+// ruleset the command cannot signal the process that started the stub (it
+// is outside the command's domain), while it still signals its own child.
+// Both stubs.
+func TestStubConfines(t *testing.T) {
+	script := `grep SigBlk /proc/self/status
+kill -0 $PPID 2>/dev/null && echo parent-reached || echo parent-refused
+sleep 100 & kill -TERM $! && wait $!; echo child=$?`
+	r := &wire.TrialRun{Argv: []string{"/bin/sh", "-c", script}, Cwd: "/"}
+	for kind, exe := range stubExes(t) {
+		for _, nested := range []bool{false, true} {
+			t.Run(kind+"/nested="+strconv.FormatBool(nested), func(t *testing.T) {
+				if nested && !landlockScope(t) {
+					t.Skip("no Landlock signal scope (ABI < 6) on this kernel")
+				}
+				got := runStubOpts(t, exe, r, stubOpts{blocked: true, nested: nested})
+				if got.startErr != nil {
+					t.Fatal(got.startErr)
+				}
+				want := "SigBlk:\t0000000000000000\nparent-reached\nchild=143\n"
+				if nested {
+					want = "SigBlk:\t0000000000000000\nparent-refused\nchild=143\n"
+				}
+				if got.stdout != want {
+					t.Errorf("stdout %q, want %q (stderr %q)", got.stdout, want, got.stderr)
+				}
+			})
+		}
+	}
+}
+
+// TestTrampoline: a process started through the exec trampoline from a
+// thread that blocks every signal runs its program, with its argv[0], its
+// arguments and its environment, and with no signal blocked; a program that
+// cannot be run exits 127 and says so. Both stubs.
+func TestTrampoline(t *testing.T) {
+	for kind, exe := range stubExes(t) {
+		t.Run(kind, func(t *testing.T) {
+			run := func(path string, args ...string) (string, string, int) {
+				cmd := exec.Command(path, args...)
+				cmd.Args[0] = "argv0"
+				cmd.Env = []string{"FOO=bar"}
+				var out, errb strings.Builder
+				cmd.Stdout, cmd.Stderr = &out, &errb
+				execTrampoline(cmd, exe)
+				runtime.LockOSThread()
+				var old unix.Sigset_t
+				unix.PthreadSigmask(unix.SIG_SETMASK, nil, &old)
+				if err := blockAllSignals(); err != nil {
+					t.Fatal(err)
+				}
+				err := cmd.Start()
+				unix.PthreadSigmask(unix.SIG_SETMASK, &old, nil)
+				runtime.UnlockOSThread()
+				if err != nil {
+					t.Fatal(err)
+				}
+				cmd.Wait()
+				return out.String(), errb.String(), cmd.ProcessState.ExitCode()
+			}
+			out, errs, code := run("/bin/sh", "-c", `echo "$0|$1|$FOO"; tr '\0' '\n' </proc/$$/cmdline | head -1; grep SigBlk /proc/self/status`, "zero", "one")
+			if want := "zero|one|bar\nargv0\nSigBlk:\t0000000000000000\n"; out != want || code != 0 {
+				t.Errorf("exit %d, stdout %q, stderr %q; want %q", code, out, errs, want)
+			}
+			out, errs, code = run("/no/such/program")
+			if code != 127 || out != "" || !strings.Contains(errs, "dryexec: cannot execute") {
+				t.Errorf("a missing program: exit %d, stdout %q, stderr %q", code, out, errs)
 			}
 		})
 	}
