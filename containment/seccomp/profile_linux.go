@@ -108,22 +108,6 @@ func Default() *Profile {
 			Conds: []Cond{{Arg: 0, Op: OpEq, Value: unix.PTRACE_ATTACH}, {Arg: 1, Op: OpEq, Value: 1}}},
 		Rule{Name: "ptrace", Errno: unix.EPERM, Why: "the guest supervisor (pid 1)",
 			Conds: []Cond{{Arg: 0, Op: OpEq, Value: unix.PTRACE_SEIZE}, {Arg: 1, Op: OpEq, Value: 1}}},
-		// The guest is pid 1 of the sandbox's pid namespace: nothing in the
-		// sandbox has a reason to signal it, and a signal it acted on would
-		// end the trial without a report. Landlock's signal scope and the
-		// guest's signal mask already keep every signal from it
-		// (docs/containment.md); these rules make the attempt a reported
-		// violation, and hold where the kernel has no Landlock scope.
-		Rule{Name: "kill", Errno: unix.EPERM, Why: "signals to the guest supervisor (pid 1)",
-			Conds: []Cond{{Arg: 0, Op: OpEq, Value: 1}}},
-		Rule{Name: "tgkill", Errno: unix.EPERM, Why: "signals to the guest supervisor (pid 1)",
-			Conds: []Cond{{Arg: 0, Op: OpEq, Value: 1}}},
-		Rule{Name: "rt_sigqueueinfo", Errno: unix.EPERM, Why: "signals to the guest supervisor (pid 1)",
-			Conds: []Cond{{Arg: 0, Op: OpEq, Value: 1}}},
-		Rule{Name: "rt_tgsigqueueinfo", Errno: unix.EPERM, Why: "signals to the guest supervisor (pid 1)",
-			Conds: []Cond{{Arg: 0, Op: OpEq, Value: 1}}},
-		Rule{Name: "pidfd_open", Errno: unix.EPERM, Why: "a handle to signal the guest supervisor (pid 1)",
-			Conds: []Cond{{Arg: 0, Op: OpEq, Value: 1}}},
 		// Resource limits are per process, and the kernel lets a process
 		// set those of any process with its uid: the command's uid is the
 		// guest's (root, or the rootless caller). RLIMIT_NOFILE 0 or

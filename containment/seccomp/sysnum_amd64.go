@@ -75,11 +75,6 @@ func table() map[string]int {
 		"ptrace":            unix.SYS_PTRACE,
 		"socket":            unix.SYS_SOCKET,
 		"ioctl":             unix.SYS_IOCTL,
-		"kill":              unix.SYS_KILL,
-		"tgkill":            unix.SYS_TGKILL,
-		"rt_sigqueueinfo":   unix.SYS_RT_SIGQUEUEINFO,
-		"rt_tgsigqueueinfo": unix.SYS_RT_TGSIGQUEUEINFO,
-		"pidfd_open":        unix.SYS_PIDFD_OPEN,
 		"prlimit64":         unix.SYS_PRLIMIT64,
 	}
 }

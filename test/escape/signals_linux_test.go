@@ -186,11 +186,10 @@ func TestSignalsToGuestTrial(t *testing.T) {
 			t.Errorf("the delta lacks %s: %+v", p, d.Files)
 		}
 	}
-	// The refused calls aimed at pid 1 are on the record.
-	for _, call := range []string{"kill(", "tgkill(", "rt_sigqueueinfo(", "prlimit64("} {
-		if !slices.ContainsFunc(d.Violations, func(v dryexec.Violation) bool { return strings.HasPrefix(v.Detail, call) }) {
-			t.Errorf("no violation for %s…)", call)
-		}
+	// Setting the guest's resource limits is refused by seccomp, and
+	// reported (Landlock's refusals of the signals are not).
+	if !slices.ContainsFunc(d.Violations, func(v dryexec.Violation) bool { return strings.HasPrefix(v.Detail, "prlimit64(0x1,") }) {
+		t.Errorf("no violation for prlimit64 aimed at the guest")
 	}
 }
 
