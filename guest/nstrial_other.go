@@ -12,7 +12,7 @@ func runNSTrial() int {
 	return 2
 }
 
-func runStub() int {
+func runStub([]string) int {
 	fmt.Fprintln(os.Stderr, "dryexec guest: the command stub needs Linux")
 	return 2
 }
