@@ -420,11 +420,21 @@ func waitingRunner(t *testing.T, s *Session, mark map[string]string) int {
 	if _, err := s.Ping(testCtx(t)); err != nil {
 		t.Fatal(err)
 	}
-	pids := runners(t, mark)
-	if len(pids) != 1 {
-		t.Fatalf("%d waiting runners (%v), want 1", len(pids), pids)
+	// The fork is done by then, but the runner may still be on its way to
+	// python (the guest's child is not dumpable until it execs, and it
+	// first execs the exec trampoline): its environ is unreadable until
+	// then, so it is looked for until it shows.
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		pids := runners(t, mark)
+		if len(pids) == 1 {
+			return pids[0]
+		}
+		if len(pids) > 1 || time.Now().After(deadline) {
+			t.Fatalf("%d waiting runners (%v), want 1", len(pids), pids)
+		}
+		time.Sleep(time.Millisecond)
 	}
-	return pids[0]
 }
 
 // runners lists the live (not zombie) python runners carrying mark.
