@@ -204,6 +204,11 @@ func (e *Engine) Decide(ctx context.Context, d *dryexec.StateDelta) Result {
 	c := *d
 	c.ComputeTotals()
 	var facts facts
+	if c.Incomplete {
+		// What the delta lacks cannot be judged: the guest supervisor died or
+		// broke the protocol, or the walk ran out of time (docs/decision.md).
+		facts.add(EffectBlock, "the delta is incomplete: %s", c.IncompleteReason)
+	}
 	sensitive := e.checkFiles(&c, &facts)
 	e.checkLimits(&c, &facts)
 	e.checkViolations(&c, &facts)

@@ -49,6 +49,11 @@ func TestPrecedence(t *testing.T) {
 			func(d *dryexec.StateDelta) { d.Network = append(d.Network, net("api.x", "allowed")) }, AutoCommit, nil},
 
 		// block
+		{"incomplete", nil, func(d *dryexec.StateDelta) {
+			d.Incomplete, d.IncompleteReason = true, "the guest supervisor died (killed) mid-trial"
+		}, Block, []string{"block: the delta is incomplete: the guest supervisor died (killed) mid-trial"}},
+		{"incomplete whatever the rules allow", func(p *Policy) { p.AllowedMutationTargets = []string{"*"}; p.Thresholds.ReviewAbove = 1 },
+			func(d *dryexec.StateDelta) { d.Incomplete = true }, Block, []string{"block: the delta is incomplete"}},
 		{"violation", nil, func(d *dryexec.StateDelta) {
 			d.Violations = append(d.Violations, dryexec.Violation{Kind: "syscall", Detail: "mount(2) refused", Exe: "/bin/mount"})
 		}, Block, []string{"block: the boundary refused something (syscall violation): mount(2) refused (/bin/mount)", "risk: +1.00 1 violation"}},
