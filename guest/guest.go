@@ -23,6 +23,9 @@ const (
 	// where the native stub (guest/cmdstub) cannot run; it is replaced by
 	// the command.
 	RoleStub = "stub"
+	// RoleHostWalk: a short-lived helper of the host's that walks a dead
+	// trial's upper dirs (hostwalk_linux.go).
+	RoleHostWalk = "host-walk"
 )
 
 // MaybeMain runs the guest and exits if args (os.Args) ask for a guest role;
@@ -65,6 +68,8 @@ func Main(args []string) int {
 		return runNSTrial()
 	case RoleSession:
 		return runSession()
+	case RoleHostWalk:
+		return runHostWalk(args[1:])
 	}
 	fmt.Fprintf(os.Stderr, "dryexec guest: unknown role %q\n", args[0])
 	return 2

@@ -58,7 +58,7 @@ func runNSTrial() int {
 	if err != nil {
 		return fail("setup", fmt.Errorf("confining the sandbox: %w", err))
 	}
-	if err := conn.Send(wire.KindEvent, wire.VerbTrialMounts, 0, &wire.TrialMounts{Paths: uppers}); err != nil {
+	if err := conn.Send(wire.KindEvent, wire.VerbTrialMounts, 0, &wire.TrialMounts{Paths: uppers, ScratchFD: scratch}); err != nil {
 		return 1
 	}
 	// The rest runs on the launcher thread: it starts the stub, traces it

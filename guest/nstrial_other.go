@@ -16,3 +16,8 @@ func runStub([]string) int {
 	fmt.Fprintln(os.Stderr, "dryexec guest: the command stub needs Linux")
 	return 2
 }
+
+func runHostWalk([]string) int {
+	fmt.Fprintln(os.Stderr, "dryexec guest: the host walk needs Linux")
+	return 2
+}

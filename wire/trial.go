@@ -119,6 +119,11 @@ func Attachments(b []byte) [][]byte {
 // one. The host checks every path lies within a mount it asked for.
 type TrialMounts struct {
 	Paths []string `json:"paths"`
+	// ScratchFD is the guest's descriptor of the scratch tmpfs that holds
+	// the upper dirs (u/0 … beneath it). The host opens it through
+	// /proc/PID/fd before the command starts, so that it can walk the upper
+	// dirs itself if the guest dies or breaks the protocol mid-trial. 0: none.
+	ScratchFD int `json:"scratch_fd,omitempty"`
 }
 
 // TrialDone ends a trial's report (trial.done): what is known only once

@@ -13,7 +13,7 @@ import (
 // With hostileGuestEnv set it plays a guest that breaks the protocol
 // instead (TestHostileGuest).
 func TestMain(m *testing.M) {
-	if script := os.Getenv(hostileGuestEnv); script != "" && len(os.Args) > 1 && os.Args[1] == "guest" {
+	if script := os.Getenv(hostileGuestEnv); script != "" && len(os.Args) > 2 && os.Args[1] == "guest" && os.Args[2] == guest.RoleNSTrial {
 		os.Exit(hostileGuest(script))
 	}
 	guest.MaybeMain(os.Args)

@@ -69,3 +69,11 @@ func TestUnlistableDirWithMount(t *testing.T) {
 	defer unix.Unmount(dir+"/m", unix.MNT_DETACH)
 	rootless.Rerun(t, "^TestUnlistableDirWithMount$", 2*time.Minute, sealedEnv+"="+dir)
 }
+
+// TestSalvageRootless re-runs the killed-guest test as an unprivileged user:
+// the host owns the guest's user namespace, takes its handle on the scratch
+// tmpfs through /proc the same way, and walks it from a user namespace of
+// its own (the command made a file unreadable, mode 000).
+func TestSalvageRootless(t *testing.T) {
+	rootless.Rerun(t, "^(TestGuestKilledMidTrial)$", 2*time.Minute)
+}

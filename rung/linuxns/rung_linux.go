@@ -55,6 +55,9 @@ type Rung struct {
 	// attachDelay holds back the guest's cgroup join (tests: a join that
 	// ends after the view is built must still come before the command).
 	attachDelay time.Duration
+	// guestStarted, when set, gets each guest's pid as it starts (tests:
+	// killing a guest from the host side mid-trial).
+	guestStarted func(pid int)
 	// sweepOnce: the first limiter sweeps cgroups that dead processes left.
 	sweepOnce sync.Once
 }
@@ -338,8 +341,23 @@ type trial struct {
 	lim    *Limiter       // the trial's cgroup (or rlimits); removed by cleanup
 	watch  *MaskWatch     // the masks, pinned once the view is built
 	uppers []fsdelta.Mount
-	net    *trialNet // the trial's netsim (nil fields: loopback only)
-	netFD  int       // the guest's end of the TUN hand-over socket
+	// scratch is the host's own handle (O_PATH) on the guest's scratch
+	// tmpfs, taken before the command starts: if the guest dies or breaks
+	// the protocol mid-trial, the host walks the upper dirs through it
+	// (salvage). Nil, with scratchErr saying why, if it could not be taken.
+	scratch    *os.File
+	scratchErr string
+	// sent: the command went to the stub (from then on the trial always
+	// ends with a delta, complete or not); sentAt is when, on wire.MonoNow's
+	// clock. exit is the guest's trial.exit once read, and seen what the
+	// containment saw then.
+	sent        bool
+	sentAt      int64
+	streamEnded bool // the guest's stream broke or ended mid-report
+	exit        *wire.TrialExit
+	seen        dryexec.StateDelta
+	net         *trialNet // the trial's netsim (nil fields: loopback only)
+	netFD       int       // the guest's end of the TUN hand-over socket
 	// attached yields whether the guest is under lim (startGuest): read
 	// through joined, by ready before the sandbox is ready and by cleanup
 	// before the group goes (a ready that failed early never waited).
@@ -422,6 +440,9 @@ func (r *Rung) start(sb sandbox, id string, nt *trialNet) (*trial, error) {
 		return nil, err
 	}
 	r.trace("start")
+	if r.guestStarted != nil {
+		r.guestStarted(t.cmd.Process.Pid)
+	}
 	t.conn = wire.NewConn(t.ctrl)
 	return t, nil
 }
@@ -472,6 +493,7 @@ func (t *trial) ready() error {
 	if t.uppers, err = t.checkUppers(tm.Paths); err != nil {
 		return err
 	}
+	t.scratch, t.scratchErr = openScratch(t.cmd.Process.Pid, tm.ScratchFD)
 	t.watch = NewMaskWatch()
 	if err := t.watch.Pin(t.cmd.Process.Pid, t.sb.Masks); err != nil {
 		return err
@@ -585,6 +607,11 @@ func (t *trial) cleanup() {
 	t.pipes.Wait()
 	t.net.close()
 	t.watch.Close()
+	if t.scratch != nil {
+		// The last reference: the scratch tmpfs (up to the trial's write
+		// budget) is freed now.
+		t.scratch.Close()
+	}
 	t.joined() // the join may still be in flight; the group goes next
 	if err := t.lim.Close(); err != nil && t.r.Log != nil {
 		t.r.Log.Warn("removing the trial's cgroup", "cgroup", t.id, "err", err)
@@ -593,13 +620,10 @@ func (t *trial) cleanup() {
 
 func (t *trial) run(ctx context.Context) (*dryexec.StateDelta, error) {
 	a := t.spec.Action
-	grace := t.r.WalkGrace
-	if grace == 0 {
-		grace = 60 * time.Second
-	}
+	outer := ctx
 	if a.TimeoutMS > 0 {
 		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, a.Timeout()+grace)
+		ctx, cancel = context.WithTimeoutCause(ctx, a.Timeout()+t.r.walkGrace(), errOverdue)
 		defer cancel()
 	}
 	// Cancelling ctx kills the guest, which breaks the stream read below.
@@ -608,11 +632,22 @@ func (t *trial) run(ctx context.Context) (*dryexec.StateDelta, error) {
 
 	d, err := t.converse()
 	if err != nil {
-		if ctx.Err() != nil {
+		overdue := errors.Is(context.Cause(ctx), errOverdue)
+		if ctx.Err() != nil && !overdue {
+			// The caller gave up on the trial: it wants no delta.
 			return nil, fmt.Errorf("trial %s: %w", t.spec.TrialID, ctx.Err())
 		}
-		// The guest's stderr is inherited from nobody; its exit status is all we have.
-		return nil, err
+		if se := (*fsdelta.StoreError)(nil); !t.sent || errors.As(err, &se) {
+			// Nothing ran, or the host itself failed (its blob store).
+			return nil, err
+		}
+		if overdue {
+			err = fmt.Errorf("%w: no report within the command's timeout and %v more", dryexec.ErrGuest, t.r.walkGrace())
+		}
+		// The command ran, and the guest cannot say what it did: the host
+		// says what it can see itself. The command must not be able to
+		// choose "no delta" by breaking its supervisor.
+		return t.salvage(outer, err)
 	}
 	t.pipes.Wait()
 	t.r.trace("pipes")
@@ -647,6 +682,7 @@ func (t *trial) converse() (*dryexec.StateDelta, error) {
 	if err != nil {
 		return nil, t.guestErr("sending the command", err)
 	}
+	t.sent, t.sentAt = true, run.StartMonoNS
 	t.startIO()
 	run.Env = nil
 	if err := t.conn.Send(wire.KindReq, wire.VerbTrialRun, 2, &run); err != nil {
@@ -660,14 +696,13 @@ func (t *trial) converse() (*dryexec.StateDelta, error) {
 		differ.SetOwner(os.Getuid(), os.Getgid())
 	}
 	d := &dryexec.StateDelta{TrialID: t.spec.TrialID, Rung: Name, Action: a}
-	var exit *wire.TrialExit
 	// What the containment saw is read at trial.exit, while the guest walks
 	// (both are fractions of a millisecond, in different processes: what the
 	// guest sends meanwhile waits in the socket), and merged at the end.
-	var seen dryexec.StateDelta
 	for {
 		f, err := t.conn.Read()
 		if err != nil {
+			t.streamEnded = true
 			return nil, t.guestErr("reading report", err)
 		}
 		if f.Kind == wire.KindErr {
@@ -677,13 +712,14 @@ func (t *trial) converse() (*dryexec.StateDelta, error) {
 		}
 		switch f.Verb {
 		case wire.VerbTrialExit:
-			if exit != nil {
+			if t.exit != nil {
 				return nil, fmt.Errorf("%w: trial.exit twice", dryexec.ErrGuest)
 			}
-			exit = new(wire.TrialExit)
+			exit := new(wire.TrialExit)
 			if err := f.Decode(exit); err != nil {
 				return nil, t.guestErr("decoding trial.exit", err)
 			}
+			t.exit = exit
 			t.r.trace("exit")
 			// Everything the command started is dead; the guest lives on
 			// (walking), so its view and group can still be read, and
@@ -692,30 +728,17 @@ func (t *trial) converse() (*dryexec.StateDelta, error) {
 			// over: its teardown takes a CPU, and with 2 of them, stopping
 			// it here made the guest's short walk wait for one (≈ 0.07 ms
 			// of a warm /bin/true).
-			t.contained(&seen)
+			t.contained(&t.seen)
 		case wire.VerbFSEntry:
-			if exit == nil {
+			if t.exit == nil {
 				return nil, fmt.Errorf("%w: fs.entry before trial.exit", dryexec.ErrGuest)
 			}
 			t.net.stop()
-			var e fsdelta.Entry
-			if err := f.Decode(&e); err != nil {
-				return nil, t.guestErr("decoding fs.entry", err)
-			}
-			var content io.Reader
-			if e.Kind == fsdelta.EntryFile {
-				content = &dataReader{conn: t.conn, left: e.Size}
-			}
-			if err := differ.Add(&e, content); err != nil {
-				if se := (*fsdelta.StoreError)(nil); errors.As(err, &se) {
-					return nil, fmt.Errorf("trial %s: %w", t.spec.TrialID, err)
-				}
-				return nil, fmt.Errorf("%w: %w", dryexec.ErrGuest, err)
-			}
-			if dr, ok := content.(*dataReader); ok && dr.left != 0 {
-				return nil, fmt.Errorf("%w: short content for %q", dryexec.ErrGuest, e.Path)
+			if err := t.addEntry(t.conn, differ, f); err != nil {
+				return nil, err
 			}
 		case wire.VerbTrialDone:
+			exit := t.exit
 			if exit == nil {
 				return nil, fmt.Errorf("%w: trial.done before trial.exit", dryexec.ErrGuest)
 			}
@@ -729,9 +752,9 @@ func (t *trial) converse() (*dryexec.StateDelta, error) {
 				return nil, err
 			}
 			d.Files = files
-			d.Violations = append(d.Violations, seen.Violations...)
-			d.Warnings = append(d.Warnings, seen.Warnings...)
-			d.Memory.PeakRSSBytes = seen.Memory.PeakRSSBytes
+			d.Violations = append(d.Violations, t.seen.Violations...)
+			d.Warnings = append(d.Warnings, t.seen.Warnings...)
+			d.Memory.PeakRSSBytes = t.seen.Memory.PeakRSSBytes
 			t.fillProcess(d, exit, &done)
 			d.Memory.Method = "none"
 			fillContainment(d, exit)
@@ -748,6 +771,30 @@ func (t *trial) converse() (*dryexec.StateDelta, error) {
 			return nil, fmt.Errorf("%w: unexpected %s %q", dryexec.ErrGuest, f.Kind, f.Verb)
 		}
 	}
+}
+
+// addEntry feeds one fs.entry frame f (and, for a file, the fs.data frames
+// that follow it on conn) to differ: a guest's report and the host's own
+// walk (salvage) pass the same checks.
+func (t *trial) addEntry(conn *wire.Conn, differ *fsdelta.Differ, f *wire.Frame) error {
+	var e fsdelta.Entry
+	if err := f.Decode(&e); err != nil {
+		return t.guestErr("decoding fs.entry", err)
+	}
+	var content io.Reader
+	if e.Kind == fsdelta.EntryFile {
+		content = &dataReader{conn: conn, left: e.Size}
+	}
+	if err := differ.Add(&e, content); err != nil {
+		if se := (*fsdelta.StoreError)(nil); errors.As(err, &se) {
+			return fmt.Errorf("trial %s: %w", t.spec.TrialID, err)
+		}
+		return fmt.Errorf("%w: %w", dryexec.ErrGuest, err)
+	}
+	if dr, ok := content.(*dataReader); ok && dr.left != 0 {
+		return fmt.Errorf("%w: short content for %q", dryexec.ErrGuest, e.Path)
+	}
+	return nil
 }
 
 // checkUppers validates the guest's list of upper dirs: each must be a clean
