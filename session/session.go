@@ -72,6 +72,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/dryexec/dryexec"
@@ -144,6 +145,9 @@ type Session struct {
 
 	closeOnce sync.Once
 	runErr    chan error // the peer's Run result
+	// gone is set once the guest's stream has ended, closing that Close
+	// has begun: a call failing then says which (call).
+	gone, closing atomic.Bool
 
 	cache *Cache
 	// bindMu guards hostObjects, which a pooled session gets when it is
@@ -280,6 +284,7 @@ func open(ctx context.Context, opt Options) (*Session, error) {
 	s.peer = wire.NewPeer(conn, s.serveGuest)
 	go func() {
 		err := s.peer.Run(context.Background())
+		s.gone.Store(true)
 		// The guest is gone (closed or killed): on the host rung, nothing
 		// else would stop what its last exec started.
 		s.killExec()
@@ -407,13 +412,36 @@ func (s *Session) serveGuest(ctx context.Context, f *wire.Frame) (any, [][]byte,
 	return nil, nil, remoteErr("unsupported", "%s is not available in this session", f.Verb)
 }
 
-// call makes one request; a broken stream is ErrSessionLost.
+// call makes one request; a broken stream is ErrSessionLost, which says
+// whether the guest was already gone, or went while this call was in
+// flight (its effects are then unknown), and how it ended.
 func (s *Session) call(ctx context.Context, verb string, body any, bin ...[]byte) (*wire.Frame, error) {
+	wasGone := s.gone.Load()
 	f, err := s.peer.Call(ctx, verb, body, bin...)
 	if errors.Is(err, wire.ErrClosed) {
-		return nil, fmt.Errorf("%w: %s: %v", dryexec.ErrSessionLost, verb, err)
+		switch {
+		case s.closing.Load():
+			return nil, fmt.Errorf("%w: %s: the session was closed: %v", dryexec.ErrSessionLost, verb, err)
+		case wasGone:
+			return nil, fmt.Errorf("%w: %s: the session's guest supervisor is gone (%s); open a new session",
+				dryexec.ErrSessionLost, verb, s.guestEnded())
+		}
+		return nil, fmt.Errorf("%w: the session's guest supervisor %s while %s was in flight: what this call did in the sandbox is unknown, and the session is gone (open a new one)",
+			dryexec.ErrSessionLost, s.guestEnded(), verb)
 	}
 	return f, err
+}
+
+// guestEnded says how the session's guest process ended, as far as can be
+// seen.
+func (s *Session) guestEnded() string {
+	if s.cmd == nil || s.cmd.Process == nil {
+		return "ended"
+	}
+	if how, ok := guestState(s.cmd.Process.Pid); ok {
+		return how
+	}
+	return "ended"
 }
 
 // Info is what the guest said at start: rung, staging, workspace, python.
@@ -608,6 +636,7 @@ func writeTar(w io.Writer, dir string) error {
 // Close shuts the guest down and removes what the session kept on the host.
 func (s *Session) Close() error {
 	s.closeOnce.Do(func() {
+		s.closing.Store(true)
 		s.hostCancel()
 		if s.peer != nil {
 			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)

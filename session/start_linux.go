@@ -200,3 +200,7 @@ func sandboxKey(opt Options) (string, error) {
 	}{mounts, masks})
 	return string(b), err
 }
+
+// guestState says how guest process pid ended (linuxns.GuestState), waiting
+// a moment for a guest whose stream just ended.
+func guestState(pid int) (string, bool) { return linuxns.GuestState(pid, linuxns.GuestExitWait) }

@@ -75,9 +75,12 @@ func (t *trial) salvage(ctx context.Context, cause error) (*dryexec.StateDelta, 
 	// tearing its namespace down.
 	var wait time.Duration
 	if t.streamEnded {
-		wait = guestExitWait
+		wait = GuestExitWait
 	}
-	state := guestState(t.cmd.Process.Pid, wait)
+	state, ended := GuestState(t.cmd.Process.Pid, wait)
+	if !ended {
+		state = "was alive but broke the protocol"
+	}
 	// The guest is PID 1 of the sandbox's pid namespace: its death kills
 	// every process in it, and its wait returns only once they are all
 	// reaped. Nothing writes to the upper dirs after this.
@@ -129,14 +132,15 @@ func (t *trial) salvage(ctx context.Context, cause error) (*dryexec.StateDelta, 
 	return d, nil
 }
 
-// guestExitWait bounds how long salvage waits for a guest whose stream
-// ended to be seen dead, to say how it died. The pid namespace's teardown is
-// quick (all its processes are SIGKILLed), but not instant.
-const guestExitWait = time.Second
+// GuestExitWait bounds how long to wait for a guest whose stream ended to be
+// seen dead (GuestState), to say how it died. The pid namespace's teardown
+// is quick (all its processes are SIGKILLed), but not instant.
+const GuestExitWait = time.Second
 
-// guestState says how the guest ended, if it has, without reaping it; it
-// waits up to wait for that.
-func guestState(pid int, wait time.Duration) string {
+// GuestState says how guest process pid (a child of this process) ended —
+// "died (killed)", "exited (status 1)" — without reaping it, waiting up to
+// wait for it to end; ended is false if it has not (or cannot be seen).
+func GuestState(pid int, wait time.Duration) (state string, ended bool) {
 	if wait > 0 {
 		if fd, err := unix.PidfdOpen(pid, 0); err == nil {
 			// Readable once the process has exited.
@@ -146,13 +150,13 @@ func guestState(pid int, wait time.Duration) string {
 	}
 	var si unix.Siginfo
 	if err := unix.Waitid(unix.P_PID, pid, &si, unix.WEXITED|unix.WNOHANG|unix.WNOWAIT, nil); err != nil || si.Signo == 0 {
-		return "was alive but broke the protocol"
+		return "", false
 	}
 	c := (*sigchldInfo)(unsafe.Pointer(&si))
 	if c.Code == cldExited {
-		return fmt.Sprintf("exited (status %d)", c.Status)
+		return fmt.Sprintf("exited (status %d)", c.Status), true
 	}
-	return fmt.Sprintf("died (%v)", syscall.Signal(c.Status))
+	return fmt.Sprintf("died (%v)", syscall.Signal(c.Status)), true
 }
 
 // sigchldInfo is unix.Siginfo as the kernel fills it for a child's state
