@@ -61,6 +61,13 @@ type TrialSpec struct {
 	// NoDefaultMasks. Reading one is a {kind: secret} violation.
 	Masks          []string
 	NoDefaultMasks bool
+	// OwnPaths are where the caller keeps dryexec's own state (a daemon's
+	// home, state dir and socket; absolute). The ns rung hides each whole —
+	// no names, no content, no writes — in every sandbox, together with the
+	// default places (DRYEXEC_HOME, the XDG state dir of every home it masks,
+	// the runtime socket); NoDefaultMasks does not turn that off
+	// (docs/limits.md, "dryexec's own state").
+	OwnPaths []string
 	// Net says what the sandbox's network reaches: --net specs, each "none",
 	// "mock:FILE" or "allow:RULE[,RULE…]" (docs/network.md); combined, mocks
 	// answer first, then allow rules, else the traffic is blocked. Empty

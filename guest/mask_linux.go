@@ -36,10 +36,19 @@ const (
 	maskMaxDepth   = 4
 )
 
-// mountMasks covers root+p for each p in masks, before pivot_root. scratch is
-// the trial's scratch tmpfs, where the masks' own tmpfs is briefly mounted.
-func mountMasks(scratch, root string, masks []string, rootless bool) error {
-	if len(masks) == 0 {
+// mountMasks covers root+p for each p in masks, then for each p in hidden,
+// before pivot_root. scratch is the trial's scratch tmpfs, where the masks'
+// own tmpfs is briefly mounted.
+//
+// A hidden path (dryexec's own state: its home with the daemon's token, every
+// trial's delta and blobs, the receipt key, the daemon's socket) is covered
+// whole, not mirrored: an empty directory or an empty file, mode 0 (and
+// immutable as root), on a read-only bind mount, so that there are no names
+// to list, no content to read and nothing to write. A unix socket is covered
+// by an empty file: connecting to it is refused. The command cannot undo a
+// mount: its user namespace owns no mount namespace.
+func mountMasks(scratch, root string, masks, hidden []string, rootless bool) error {
+	if len(masks) == 0 && len(hidden) == 0 {
 		return nil
 	}
 	src := scratch + "/m"
@@ -83,7 +92,48 @@ func mountMasks(scratch, root string, masks []string, rootless bool) error {
 			return fmt.Errorf("mask %s: %w", p, err)
 		}
 	}
+	for i, p := range hidden {
+		if err := hide(src+"/h"+strconv.Itoa(i), root, p, rootless); err != nil {
+			return fmt.Errorf("hiding %s: %w", p, err)
+		}
+	}
 	return nil
+}
+
+// hide covers root+p with an empty directory or file made at m (see
+// mountMasks), read-only.
+func hide(m, root, p string, rootless bool) error {
+	if !path.IsAbs(p) || path.Clean(p) != p || p == "/" {
+		return fmt.Errorf("not a clean absolute path")
+	}
+	target := root + p
+	var st unix.Stat_t
+	if err := unix.Lstat(target, &st); err != nil {
+		if errors.Is(err, unix.ENOENT) || errors.Is(err, unix.ENOTDIR) {
+			return nil // nothing there to hide
+		}
+		return err
+	}
+	if st.Mode&unix.S_IFMT == unix.S_IFLNK {
+		return nil // the host resolved links; one here is not dryexec's
+	}
+	if st.Mode&unix.S_IFMT == unix.S_IFDIR {
+		if err := os.Mkdir(m, 0o700); err != nil {
+			return err
+		}
+	} else if err := os.WriteFile(m, nil, 0o400); err != nil {
+		return err
+	}
+	if err := seal(m, 0, !rootless); err != nil {
+		return err
+	}
+	if err := unix.Mount(m, target, "", unix.MS_BIND, ""); err != nil {
+		return err
+	}
+	// The masks' tmpfs stays writable (reads of a mask move its atime);
+	// this bind of it does not.
+	const flags = unix.MS_REMOUNT | unix.MS_BIND | unix.MS_RDONLY | unix.MS_NOSUID | unix.MS_NODEV | unix.MS_NOEXEC
+	return unix.Mount("", target, "", flags, "")
 }
 
 // mirrorDir makes dst a directory holding the names of host directory src:

@@ -305,7 +305,7 @@ func buildView(cfg *wire.TrialStart, keep bool) (int, []string, error) {
 	if err := mountProcDevSys(root, cfg.Rootless); err != nil {
 		return -1, nil, err
 	}
-	if err := mountMasks(scratchDir, root, cfg.Masks, cfg.Rootless); err != nil {
+	if err := mountMasks(scratchDir, root, cfg.Masks, cfg.Hidden, cfg.Rootless); err != nil {
 		return -1, nil, err
 	}
 	if err := bindNetFiles(cfg, scratchDir, root); err != nil {

@@ -34,7 +34,7 @@ func (s *session) start() error {
 	switch s.cfg.Rung {
 	case "ns":
 		tc := &wire.TrialStart{Mounts: s.cfg.Mounts, UpperSize: s.cfg.UpperSize, Hostname: s.cfg.Hostname, Rootless: s.cfg.Rootless}
-		tc.Masks = s.cfg.Masks
+		tc.Masks, tc.Hidden = s.cfg.Masks, s.cfg.Hidden
 		tc.Net, tc.NetFD, tc.TrustBundle, tc.TrustPath = s.cfg.Net, s.cfg.NetFD, s.cfg.TrustBundle, s.cfg.TrustPath
 		// The TUN device is made while /dev/net/tun is still the host's
 		// (before the view); buildView then binds netsim's resolv.conf and

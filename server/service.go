@@ -33,6 +33,10 @@ type Config struct {
 	// leftovers) so the next start can clean what a crash left. Default:
 	// StoreDir/serve.
 	StateDir string
+	// Socket is the unix socket the daemon listens on, if not the default
+	// (DefaultSocket). It, the default socket, StoreDir and StateDir are
+	// hidden whole from every ns sandbox (ownPaths).
+	Socket string
 	// TTL is how long trials are kept (0: store.DefaultTTL).
 	TTL time.Duration
 	// MaxTrials is how many trials run at once (default 4); MaxQueue how many
@@ -253,6 +257,25 @@ func (s *Service) keyMask() string { return filepath.Join(s.cfg.StoreDir, receip
 // in every sandbox like the receipt key (its key could forge any certificate).
 func (s *Service) netCADir() string { return filepath.Join(s.cfg.StoreDir, "netsim-ca") }
 
+// ownPaths are where the daemon keeps its own state: its home (every
+// trial's delta and blobs, the receipt key, netsim's CA), its state dir (the
+// bearer token, live sessions' records) and its socket. Every ns trial and
+// session of the daemon hides them whole, whatever the request says
+// (no_default_masks included): a sandbox that could read the token or call
+// the socket could approve and commit its own trial.
+func (s *Service) ownPaths() []string {
+	out := []string{s.cfg.StoreDir, s.cfg.StateDir, DefaultSocket(s.cfg.Getenv, s.cfg.StateDir)}
+	if s.cfg.Socket != "" {
+		out = append(out, s.cfg.Socket)
+	}
+	for i, p := range out {
+		if abs, err := filepath.Abs(p); err == nil {
+			out[i] = abs
+		}
+	}
+	return out
+}
+
 // Limits on a request's fields: each is far beyond real use and keeps one
 // request from holding the daemon's memory.
 const (
@@ -375,7 +398,7 @@ func (s *Service) RunTrial(ctx context.Context, req TrialRequest, hooks TrialHoo
 		OutputCap: req.OutputCap, UpperSizeBytes: req.UpperSizeBytes,
 		Stdout: hooks.Stdout, Stderr: hooks.Stderr,
 		Limits: req.Limits.limits(), Masks: append(slices.Clone(req.Masks), s.keyMask(), s.netCADir()), NoDefaultMasks: req.NoDefaultMasks,
-		Net: req.Net, NetCADir: s.netCADir(),
+		OwnPaths: s.ownPaths(), Net: req.Net, NetCADir: s.netCADir(),
 	}
 	if req.Stdin != nil {
 		spec.Stdin = strings.NewReader(*req.Stdin)
@@ -838,7 +861,7 @@ func (s *Service) sessionOptions(req SessionRequest) session.Options {
 	return session.Options{Rung: req.Rung, Workspace: req.Workspace, Env: req.Env, OutputCap: req.OutputCap,
 		GuestExe: s.cfg.GuestExe, Log: s.cfg.Log, CacheReadOnly: req.CacheReadOnly,
 		Limits: req.Limits.limits(), Masks: append(slices.Clone(req.Masks), s.keyMask(), s.netCADir()), NoDefaultMasks: req.NoDefaultMasks,
-		Net: req.Net, NetCADir: s.netCADir()}
+		OwnPaths: s.ownPaths(), Net: req.Net, NetCADir: s.netCADir()}
 }
 
 // trialPool is the warm pool as the service uses it (linuxns.Pool).
@@ -858,7 +881,7 @@ func (s *Service) startPool() {
 	if s.cfg.Pool <= 0 {
 		return
 	}
-	template := dryexec.TrialSpec{Masks: []string{s.keyMask(), s.netCADir()}, NetCADir: s.netCADir()}
+	template := dryexec.TrialSpec{Masks: []string{s.keyMask(), s.netCADir()}, OwnPaths: s.ownPaths(), NetCADir: s.netCADir()}
 	p, err := newPool(s.ctx, s.cfg, template)
 	if err != nil {
 		s.cfg.Log.Warn("no warm pool: every ns trial starts cold", "err", err)

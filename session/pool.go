@@ -100,6 +100,7 @@ func sameOptions(a, b Options) bool {
 	return a.Rung == b.Rung && a.Workspace == b.Workspace && maps.Equal(a.Env, b.Env) &&
 		a.OutputCap == b.OutputCap && a.GuestExe == b.GuestExe && a.CacheReadOnly == b.CacheReadOnly &&
 		a.Limits == b.Limits && slices.Equal(a.Masks, b.Masks) && a.NoDefaultMasks == b.NoDefaultMasks &&
+		slices.Equal(a.OwnPaths, b.OwnPaths) &&
 		a.Cgroups == b.Cgroups && slices.Equal(a.Net, b.Net) && a.NetCADir == b.NetCADir
 }
 

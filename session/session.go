@@ -118,6 +118,10 @@ type Options struct {
 	// default credential paths are masked too unless NoDefaultMasks.
 	Masks          []string
 	NoDefaultMasks bool
+	// OwnPaths are where the caller keeps dryexec's own state, hidden whole
+	// from the sandbox with the default places, as TrialSpec.OwnPaths (ns
+	// rung; NoDefaultMasks does not turn it off).
+	OwnPaths []string
 	// Cgroups says where the session's cgroup is made (zero: package cgroup's
 	// default).
 	Cgroups cgroup.Options

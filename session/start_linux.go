@@ -66,18 +66,20 @@ func startNSGuest(ctx context.Context, exe string, ctrl *os.File, start *wire.Se
 	// netsim's CA key signs what the sandbox trusts: it stays masked whoever
 	// opened the session (the daemon masks it too; a Go caller may not).
 	extra := append(slices.Clone(opt.Masks), caDir)
-	masks, err := linuxns.ResolveMasks(extra, opt.NoDefaultMasks)
+	// dryexec's own state is hidden whatever the options say.
+	cover, err := linuxns.ResolveCover(extra, opt.NoDefaultMasks, opt.OwnPaths)
 	if err != nil {
 		nw.Close()
 		return nil, nil, err
 	}
+	masks := cover.Masks
 	lim, err := r.NewLimiter(id, opt.Limits)
 	if err != nil {
 		nw.Close()
 		return nil, nil, err
 	}
 	host, _ := os.Hostname()
-	start.Mounts, start.Hostname, start.Masks = mounts, host, masks
+	start.Mounts, start.Hostname, start.Masks, start.Hidden = mounts, host, masks, cover.Hidden
 	start.Rootless, start.CommandUserNS = os.Getuid() != 0, true
 	start.CommandUID, start.CommandGID = os.Getuid(), os.Getgid()
 	// Under the rlimit fallback each exec gets the pids limit; the guest
@@ -190,14 +192,14 @@ func sandboxKey(opt Options) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	masks, err := linuxns.ResolveMasks(opt.Masks, opt.NoDefaultMasks)
+	cover, err := linuxns.ResolveCover(opt.Masks, opt.NoDefaultMasks, opt.OwnPaths)
 	if err != nil {
 		return "", err
 	}
 	b, err := json.Marshal(struct {
 		M []wire.MountSpec
-		K []string
-	}{mounts, masks})
+		K linuxns.Cover
+	}{mounts, cover})
 	return string(b), err
 }
 

@@ -193,8 +193,9 @@ type SessionStart struct {
 	CommandUserNS bool        `json:"command_userns,omitempty"`
 	CommandUID    int         `json:"command_uid,omitempty"`
 	CommandGID    int         `json:"command_gid,omitempty"`
-	// Masks: as TrialStart.Masks.
-	Masks []string `json:"masks,omitempty"`
+	// Masks and Hidden: as in TrialStart.
+	Masks  []string `json:"masks,omitempty"`
+	Hidden []string `json:"hidden,omitempty"`
 	// CommandNPROC: as TrialStart.CommandNPROC, put on each process an exec
 	// starts (the shell, a Python runner) before it runs.
 	CommandNPROC int64 `json:"command_nproc,omitempty"`

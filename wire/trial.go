@@ -84,6 +84,11 @@ type TrialStart struct {
 	// sandbox sees empty: a directory as an empty-file mirror of its names, a
 	// file as an empty file (guest/mask_linux.go).
 	Masks []string `json:"masks,omitempty"`
+	// Hidden are dryexec's own paths (its home, the daemon's state and
+	// socket; absolute, symlinks resolved by the host): the sandbox sees each
+	// as an empty directory or file, mode 0, on a read-only mount, so that
+	// nothing of it can be read, listed or written (guest/mask_linux.go).
+	Hidden []string `json:"hidden,omitempty"`
 	// Net: the guest creates the sandbox's TUN device (netsim's link) and
 	// hands it to the host over descriptor NetFD, a socket of its own (the fd
 	// rides SCM_RIGHTS, which a framed stream cannot carry). NetFD is 0 when

@@ -27,7 +27,7 @@ func buildVersion() string {
 // newService builds the daemon's core the way every front end (serve, mcp)
 // shares: the CLI's store, the env allowlist over this process's environment,
 // and the decision engine of `dryexec run`.
-func newService(env Env, log *slog.Logger, maxTrials, maxQueue, pool, sessionPool int, poolIdle time.Duration, policyFile string) (*server.Service, error) {
+func newService(env Env, log *slog.Logger, maxTrials, maxQueue, pool, sessionPool int, poolIdle time.Duration, policyFile, socket string) (*server.Service, error) {
 	dir, err := store.DefaultDir(env.Getenv)
 	if err != nil {
 		return nil, err
@@ -49,7 +49,7 @@ func newService(env Env, log *slog.Logger, maxTrials, maxQueue, pool, sessionPoo
 		return nil, err
 	}
 	return server.NewService(server.Config{
-		StoreDir: dir, TTL: ttl, MaxTrials: maxTrials, MaxQueue: maxQueue, Pool: pool, SessionPool: sessionPool, PoolIdle: poolIdle,
+		StoreDir: dir, Socket: socket, TTL: ttl, MaxTrials: maxTrials, MaxQueue: maxQueue, Pool: pool, SessionPool: sessionPool, PoolIdle: poolIdle,
 		Getenv: env.Getenv, Environ: callerEnviron(env), Version: buildVersion(), Log: log,
 		Decide: decide,
 	})
@@ -79,7 +79,7 @@ func serveCmd(env Env) *cobra.Command {
 				level = slog.LevelDebug
 			}
 			log := slog.New(slog.NewTextHandler(env.Stderr, &slog.HandlerOptions{Level: level}))
-			svc, err := newService(env, log, maxTrials, maxQueue, pool, sessionPool, poolIdle, pol)
+			svc, err := newService(env, log, maxTrials, maxQueue, pool, sessionPool, poolIdle, pol, socket)
 			if err != nil {
 				return err
 			}

@@ -6,7 +6,9 @@ import (
 	"fmt"
 	"os"
 	"os/user"
+	"path"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -212,6 +214,92 @@ func ResolveMasks(extra []string, noDefaults bool) ([]string, error) {
 		return nil, err
 	}
 	return resolveMaskPaths(paths), nil
+}
+
+// Cover is what a sandbox's view covers of the host, resolved: Masks (the
+// credentials, each seen as a mirror of its names, reads recorded) and
+// Hidden (dryexec's own state, each seen as an empty, unreadable,
+// read-only directory or file).
+type Cover struct {
+	Masks, Hidden []string
+}
+
+// ResolveCover is ResolveMasks(extra, noDefaults) together with dryexec's
+// own paths: own (a daemon's home, state dir, socket) and the default places
+// (ownPathDefaults), which no option turns off. A mask at or beneath a
+// hidden path is dropped (the hidden cover is over it), and so is a hidden
+// path beneath another.
+func ResolveCover(extra []string, noDefaults bool, own []string) (Cover, error) {
+	homes := Homes()
+	masks, hidden, err := coverPaths(homes, extra, noDefaults, own)
+	if err != nil {
+		return Cover{}, err
+	}
+	return resolveCover(masks, hidden), nil
+}
+
+// coverPaths are the unresolved paths of ResolveCover.
+func coverPaths(homes, extra []string, noDefaults bool, own []string) (masks, hidden []string, err error) {
+	if masks, err = dryexec.MaskPaths(homes, extra, noDefaults); err != nil {
+		return nil, nil, err
+	}
+	for _, p := range append(ownPathDefaults(homes), own...) {
+		if p = path.Clean(p); strings.HasPrefix(p, "/") && p != "/" && !strings.ContainsRune(p, 0) {
+			hidden = append(hidden, p)
+		}
+	}
+	return masks, hidden, nil
+}
+
+// ownPathDefaults are where dryexec keeps its state unless told otherwise
+// (store.DefaultDir, server.DefaultSocket), for the environment of this
+// process and, beneath every home of homes, the XDG default: a sandbox of
+// root's must not read the token or trials of a daemon another user runs
+// either.
+func ownPathDefaults(homes []string) []string {
+	var out []string
+	if d := os.Getenv("DRYEXEC_HOME"); d != "" {
+		if abs, err := filepath.Abs(d); err == nil {
+			out = append(out, abs)
+		}
+	}
+	if d := os.Getenv("XDG_STATE_HOME"); d != "" {
+		out = append(out, d+"/dryexec")
+	}
+	for _, h := range homes {
+		out = append(out, h+"/.local/state/dryexec")
+	}
+	if d := os.Getenv("XDG_RUNTIME_DIR"); d != "" {
+		out = append(out, d+"/dryexec.sock")
+	}
+	return append(out, "/run/user/"+strconv.Itoa(os.Getuid())+"/dryexec.sock")
+}
+
+// resolveCover resolves both lists (resolveMaskPaths) and drops what another
+// hidden path already covers.
+func resolveCover(masks, hidden []string) Cover {
+	h := resolveMaskPaths(hidden)
+	slices.Sort(h) // a parent sorts before what is beneath it
+	var c Cover
+	beneath := func(p string) bool {
+		for _, q := range c.Hidden {
+			if p == q || strings.HasPrefix(p, q+"/") {
+				return true
+			}
+		}
+		return false
+	}
+	for _, p := range h {
+		if !beneath(p) {
+			c.Hidden = append(c.Hidden, p)
+		}
+	}
+	for _, p := range resolveMaskPaths(masks) {
+		if !beneath(p) {
+			c.Masks = append(c.Masks, p)
+		}
+	}
+	return c
 }
 
 // resolveMaskPaths is ResolveMasks after the paths are known.

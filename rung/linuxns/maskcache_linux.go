@@ -10,8 +10,6 @@ import (
 	"unsafe"
 
 	"golang.org/x/sys/unix"
-
-	"github.com/dryexec/dryexec"
 )
 
 // maskCache remembers ResolveMasks' answer for a Pool until something that
@@ -42,7 +40,7 @@ type maskCache struct {
 	fd    int // inotify, -1 until the first answer is cached and after close
 	names map[int32]map[string]bool
 	key   maskKey
-	masks []string // nil: nothing cached
+	cover *Cover // nil: nothing cached
 	// resolved counts fresh resolutions (for tests).
 	resolved int
 }
@@ -51,43 +49,45 @@ type maskCache struct {
 type maskKey struct {
 	extra      string // the spec's masks, NUL-separated
 	noDefaults bool
-	home       string // $HOME
-	mountGen   uint64
+	own        string // the spec's own paths, NUL-separated
+	// The environment ownPathDefaults reads, besides the homes.
+	home, dryexecHome, xdgState, xdgRuntime string
+	mountGen                                uint64
 }
 
 func newMaskCache() *maskCache { return &maskCache{fd: -1} }
 
-// resolve is ResolveMasks(extra, noDefaults), cached; mountGen is the mount
-// table generation the caller's plan came from.
-func (c *maskCache) resolve(extra []string, noDefaults bool, mountGen uint64) ([]string, error) {
+// resolve is ResolveCover(extra, noDefaults, own), cached; mountGen is the
+// mount table generation the caller's plan came from.
+func (c *maskCache) resolve(extra []string, noDefaults bool, own []string, mountGen uint64) (Cover, error) {
 	if c == nil {
-		return ResolveMasks(extra, noDefaults)
+		return ResolveCover(extra, noDefaults, own)
 	}
-	key := maskKey{extra: strings.Join(extra, "\x00"), noDefaults: noDefaults, home: os.Getenv("HOME"), mountGen: mountGen}
+	key := maskKey{extra: strings.Join(extra, "\x00"), noDefaults: noDefaults, own: strings.Join(own, "\x00"),
+		home: os.Getenv("HOME"), dryexecHome: os.Getenv("DRYEXEC_HOME"), xdgState: os.Getenv("XDG_STATE_HOME"),
+		xdgRuntime: os.Getenv("XDG_RUNTIME_DIR"), mountGen: mountGen}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.masks != nil && c.key == key && !c.changed() {
-		return slices.Clone(c.masks), nil
+	if c.cover != nil && c.key == key && !c.changed() {
+		return Cover{Masks: slices.Clone(c.cover.Masks), Hidden: slices.Clone(c.cover.Hidden)}, nil
 	}
 	c.resolved++
 	c.reset()
-	paths, err := dryexec.MaskPaths(Homes(), extra, noDefaults)
+	masks, hidden, err := coverPaths(Homes(), extra, noDefaults, own)
 	if err != nil {
-		return nil, err
+		return Cover{}, err
 	}
 	// Watched before they are resolved: a change in between is seen next
 	// time.
-	cacheable := c.watch(paths)
-	masks := resolveMaskPaths(paths)
+	cacheable := c.watch(append(slices.Clone(masks), hidden...))
+	cover := resolveCover(masks, hidden)
 	if cacheable {
-		c.key, c.masks = key, slices.Clone(masks)
-		if c.masks == nil {
-			c.masks = []string{}
-		}
+		c.key = key
+		c.cover = &Cover{Masks: slices.Clone(cover.Masks), Hidden: slices.Clone(cover.Hidden)}
 	} else {
 		c.reset()
 	}
-	return masks, nil
+	return cover, nil
 }
 
 // reset forgets the cached answer and every watch.
@@ -95,7 +95,7 @@ func (c *maskCache) reset() {
 	if c.fd >= 0 {
 		unix.Close(c.fd)
 	}
-	c.fd, c.names, c.masks = -1, nil, nil
+	c.fd, c.names, c.cover = -1, nil, nil
 }
 
 func (c *maskCache) close() {

@@ -27,6 +27,7 @@ func TestMaskCache(t *testing.T) {
 	c := newMaskCache()
 	defer c.close()
 	extra := []string{tmp + "/extra-secret"}
+	own := []string{tmp + "/daemon-home"}
 
 	must := func(err error) {
 		t.Helper()
@@ -39,6 +40,7 @@ func TestMaskCache(t *testing.T) {
 		do     func()
 		cached bool // answered without resolving again
 		extra  []string
+		own    []string
 		root   bool // needs root (mounts)
 	}{
 		{name: "first", do: func() {}},
@@ -70,6 +72,11 @@ func TestMaskCache(t *testing.T) {
 		{name: "back to cached", do: func() {}, cached: true},
 		{name: "the extra masks differ", do: func() {}, extra: extra},
 		{name: "an extra mask appears", do: func() { must(os.WriteFile(extra[0], []byte("x"), 0o600)) }, extra: extra},
+		{name: "dryexec's default home appears", do: func() { must(os.MkdirAll(home+"/.local/state/dryexec/trials", 0o700)) }},
+		{name: "a trial in dryexec's home", do: func() { must(os.Mkdir(home+"/.local/state/dryexec/trials/tr_x", 0o700)) }, cached: true},
+		{name: "a daemon's own paths", do: func() {}, own: own},
+		{name: "a daemon's home appears", do: func() { must(os.Mkdir(own[0], 0o700)) }, own: own},
+		{name: "a daemon's home, cached", do: func() {}, own: own, cached: true},
 		{name: "a mount over an ancestor (no inotify event)", root: true, do: func() {
 			// .config exists; a tmpfs holding gcloud is mounted over it.
 			must(unix.Mount("dryexec-test", stage+"/oldconf", "tmpfs", 0, "size=1m"))
@@ -90,11 +97,11 @@ func TestMaskCache(t *testing.T) {
 		_, gen, err := mt.get()
 		must(err)
 		before := c.resolved
-		got, err := c.resolve(slices.Clone(st.extra), false, gen)
+		got, err := c.resolve(slices.Clone(st.extra), false, slices.Clone(st.own), gen)
 		must(err)
-		want, err := ResolveMasks(slices.Clone(st.extra), false)
+		want, err := ResolveCover(slices.Clone(st.extra), false, slices.Clone(st.own))
 		must(err)
-		if !slices.Equal(got, want) {
+		if !slices.Equal(got.Masks, want.Masks) || !slices.Equal(got.Hidden, want.Hidden) {
 			t.Fatalf("%s: cached answer %q, a fresh one %q", st.name, got, want)
 		}
 		if hit := c.resolved == before; hit != st.cached {
@@ -102,10 +109,15 @@ func TestMaskCache(t *testing.T) {
 		}
 	}
 	// The steps above must have exercised real masks, not an empty list.
-	got, _ := c.resolve(nil, false, 0)
+	got, _ := c.resolve(nil, false, own, 0)
 	for _, p := range []string{home + "/.aws", home + "/.config/gcloud"} {
-		if !slices.Contains(got, p) {
-			t.Errorf("final masks %q lack %s", got, p)
+		if !slices.Contains(got.Masks, p) {
+			t.Errorf("final masks %q lack %s", got.Masks, p)
+		}
+	}
+	for _, p := range []string{home + "/.local/state/dryexec", own[0]} {
+		if !slices.Contains(got.Hidden, p) {
+			t.Errorf("final hidden paths %q lack %s", got.Hidden, p)
 		}
 	}
 }

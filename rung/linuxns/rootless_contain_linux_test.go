@@ -13,10 +13,11 @@ import (
 	"github.com/dryexec/dryexec/rung/linuxns"
 )
 
-// TestContainmentRootless re-runs the masked-secrets tests and the rlimit
+// TestContainmentRootless re-runs the masked-secrets tests, dryexec's own
+// state hidden, and the rlimit
 // fallback as an unprivileged user, whose cgroups this host's v1 tree refuses.
 func TestContainmentRootless(t *testing.T) {
-	rootless.Rerun(t, "^(TestMaskedSecrets|TestRlimitFallback)$", 5*time.Minute)
+	rootless.Rerun(t, "^(TestMaskedSecrets|TestRlimitFallback|TestOwnStateHidden)$", 5*time.Minute)
 }
 
 // sealedEnv names the private directory TestUnlistableDirWithMount made for

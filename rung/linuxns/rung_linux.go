@@ -152,6 +152,7 @@ func (hc *hostCache) close() {
 type sandbox struct {
 	Mounts    []wire.MountSpec
 	Masks     []string // resolved
+	Hidden    []string // resolved: dryexec's own state
 	Limits    dryexec.Limits
 	UpperSize int64
 	Net       []string // --net specs; never empty ("none")
@@ -179,7 +180,7 @@ func sandboxFor(spec dryexec.TrialSpec, hc *hostCache) (sandbox, error) {
 	if err != nil {
 		return sandbox{}, err
 	}
-	masks, err := mc.resolve(append(slices.Clone(spec.Masks), caDir), spec.NoDefaultMasks, gen)
+	cover, err := mc.resolve(append(slices.Clone(spec.Masks), caDir), spec.NoDefaultMasks, spec.OwnPaths, gen)
 	if err != nil {
 		return sandbox{}, err
 	}
@@ -187,13 +188,14 @@ func sandboxFor(spec dryexec.TrialSpec, hc *hostCache) (sandbox, error) {
 	if len(nets) == 0 {
 		nets = []string{"none"}
 	}
-	return sandbox{Mounts: mounts, Masks: masks, Limits: spec.Limits, UpperSize: spec.UpperSizeBytes,
+	return sandbox{Mounts: mounts, Masks: cover.Masks, Hidden: cover.Hidden, Limits: spec.Limits, UpperSize: spec.UpperSizeBytes,
 		Net: nets, NetCADir: caDir}, nil
 }
 
 func (a sandbox) equal(b sandbox) bool {
 	return a.Limits == b.Limits && a.UpperSize == b.UpperSize && a.NetCADir == b.NetCADir &&
-		slices.Equal(a.Net, b.Net) && slices.Equal(a.Masks, b.Masks) && slices.Equal(a.Mounts, b.Mounts)
+		slices.Equal(a.Net, b.Net) && slices.Equal(a.Masks, b.Masks) && slices.Equal(a.Hidden, b.Hidden) &&
+		slices.Equal(a.Mounts, b.Mounts)
 }
 
 func checkAction(a dryexec.Action) error {
@@ -469,7 +471,7 @@ func (t *trial) ready() error {
 	start := wire.TrialStart{
 		Mounts: t.sb.Mounts, Hostname: host, UpperSize: t.sb.UpperSize,
 		Rootless: os.Getuid() != 0, CommandUserNS: true, CommandUID: os.Getuid(), CommandGID: os.Getgid(),
-		Masks: t.sb.Masks, CommandNPROC: t.lim.CommandNPROC(),
+		Masks: t.sb.Masks, Hidden: t.sb.Hidden, CommandNPROC: t.lim.CommandNPROC(),
 	}
 	t.net.start(&start, t.netFD)
 	if err := t.conn.Send(wire.KindReq, wire.VerbTrialStart, 1, &start, wire.Attachments(start.TrustBundle)...); err != nil {
