@@ -71,11 +71,15 @@ func startDaemon(t testing.TB, cfg server.Config, hopt server.HandlerOptions) *d
 		}
 		cfg.Decide = decide
 	}
+	if cfg.Socket == "" {
+		// As `dryexec serve --socket` does: the daemon hides it.
+		cfg.Socket = filepath.Join(dir, "d.sock")
+	}
 	svc, err := server.NewService(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	d := &daemon{svc: svc, sock: filepath.Join(dir, "d.sock"), home: cfg.StoreDir}
+	d := &daemon{svc: svc, sock: cfg.Socket, home: cfg.StoreDir}
 	ctx, cancel := context.WithCancel(context.Background())
 	ready := make(chan string, 1)
 	done := make(chan error, 1)

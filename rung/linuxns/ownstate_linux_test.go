@@ -3,106 +3,14 @@ package linuxns
 import (
 	"context"
 	"maps"
-	"net"
 	"os"
-	"path/filepath"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/dryexec/dryexec"
+	"github.com/dryexec/dryexec/internal/ownstate"
 )
-
-// Markers in a fake dryexec home: none may reach a sandbox's output.
-const (
-	ownToken = "TOKEN-7f3c-never-in-a-sandbox"
-	ownDelta = "DELTA-OF-ANOTHER-TRIAL-5be1"
-	ownKey   = "PRIVATE-KEY-MARKER-90ad"
-)
-
-// ownNames are names inside the fake home that listing must not show.
-var ownNames = []string{"serve", "tr_other", "receipt-key.pem"}
-
-// makeOwnHome fills home as dryexec keeps it: the daemon's bearer token,
-// another trial's delta and blobs, the receipt key.
-func makeOwnHome(t *testing.T, home string) {
-	t.Helper()
-	for p, body := range map[string]string{
-		"serve/token":                   ownToken,
-		"trials/tr_other/delta.json":    `{"note":"` + ownDelta + `"}`,
-		"trials/tr_other/blobs/ab/abcd": ownDelta,
-		"receipt-key.pem":               ownKey,
-		"netsim-ca/ca-key.pem":          ownKey,
-	} {
-		if err := os.MkdirAll(filepath.Dir(filepath.Join(home, p)), 0o700); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(filepath.Join(home, p), []byte(body), 0o600); err != nil {
-			t.Fatal(err)
-		}
-	}
-}
-
-// ownStateRoutes is a shell script that tries every way we know to read,
-// list or change dryexec's home and to reach its socket from inside a
-// sandbox, printing on stdout whatever it gets.
-func ownStateRoutes(home, sock string) string {
-	parent := filepath.Dir(home)
-	return strings.Join([]string{
-		"H=" + home + " S=" + sock + " P=" + parent,
-		`cat $H/serve/token`,
-		`cat $H/trials/tr_other/delta.json $H/trials/tr_other/blobs/ab/abcd`,
-		`cat $H/receipt-key.pem $H/netsim-ca/ca-key.pem`,
-		`ls -A $H $H/trials $H/serve`,
-		`find $H`,
-		`cat /proc/self/root$H/serve/token`,
-		`cat /proc/1/root$H/serve/token`,
-		`ln $H/serve/token /tmp/hardlink && cat /tmp/hardlink`,
-		`mv $H /tmp/moved && cat /tmp/moved/serve/token`,
-		`mv $P $P.moved && cat $P.moved/$(basename $H)/serve/token; mv $P.moved $P`,
-		`chmod 755 $H; ls -A $H; cat $H/serve/token`,
-		`echo forged > $H/serve/token; echo new > $H/new; mkdir $H/d; rm -rf $H/trials`,
-		`unshare -Urm sh -c "umount -l $H; cat $H/serve/token"`,
-		`/usr/bin/python3 -c "import socket; s=socket.socket(socket.AF_UNIX); s.connect('$S'); print('connected-to-the-socket')"`,
-		`exit 0`,
-	}, "\n")
-}
-
-// checkOwnStateHidden says what of the fake home or socket reached out.
-func checkOwnStateHidden(t *testing.T, stdout string, accepted int64) {
-	t.Helper()
-	for _, leak := range append([]string{ownToken, ownDelta, ownKey, "connected-to-the-socket"}, ownNames...) {
-		if strings.Contains(stdout, leak) {
-			t.Errorf("the sandbox got %q of dryexec's own state; stdout:\n%s", leak, stdout)
-		}
-	}
-	if accepted != 0 {
-		t.Errorf("the sandbox connected to dryexec's socket %d times", accepted)
-	}
-}
-
-// listenOwnSocket listens on path and counts connections.
-func listenOwnSocket(t *testing.T, path string) *atomic.Int64 {
-	t.Helper()
-	ln, err := net.Listen("unix", path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { ln.Close() })
-	var n atomic.Int64
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			n.Add(1)
-			c.Close()
-		}
-	}()
-	return &n
-}
 
 // TestOwnStateHidden: dryexec's own state — the daemon's home with its bearer
 // token, every other trial's delta and blobs, the receipt key; the daemon's
@@ -140,15 +48,10 @@ func TestOwnStateHidden(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			tmp := t.TempDir()
-			// A socket's path must be short (108 bytes).
-			run, err := os.MkdirTemp("", "dx")
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { os.RemoveAll(run) })
+			run := ownstate.ShortDir(t)
 			home, sock, spec := tc.setup(t, tmp, run)
-			makeOwnHome(t, home)
-			accepted := listenOwnSocket(t, sock)
+			ownstate.MakeHome(t, home)
+			accepted := ownstate.Listen(t, sock)
 			work := tmp + "/work"
 			if err := os.Mkdir(work, 0o755); err != nil {
 				t.Fatal(err)
@@ -160,7 +63,7 @@ func TestOwnStateHidden(t *testing.T) {
 			maps.Copy(before, snapshot(t, run))
 			// netsim's CA elsewhere: the rung makes it on the host when missing.
 			spec.NoDefaultMasks, spec.NetCADir = true, tmp+"/ca"
-			spec.Action = dryexec.Action{Argv: []string{"/bin/sh", "-c", ownStateRoutes(home, sock)}, Cwd: work, Env: testPath}
+			spec.Action = dryexec.Action{Argv: []string{"/bin/sh", "-c", ownstate.Routes(home, sock)}, Cwd: work, Env: testPath}
 			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 			defer cancel()
 			d, err := (&Rung{}).Trial(ctx, spec)
@@ -168,7 +71,7 @@ func TestOwnStateHidden(t *testing.T) {
 				t.Fatal(err)
 			}
 			validate(t, d)
-			checkOwnStateHidden(t, d.Process.Stdout, accepted.Load())
+			ownstate.Check(t, d.Process.Stdout, accepted.Load())
 			for _, f := range d.Files {
 				if strings.HasPrefix(f.Path, home) || f.Path == sock {
 					t.Errorf("the delta changes dryexec's own state: %s %s", f.Op, f.Path)
