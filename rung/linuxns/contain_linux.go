@@ -13,6 +13,7 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/moby/sys/mountinfo"
 	"golang.org/x/sys/unix"
 
 	"github.com/dryexec/dryexec"
@@ -275,10 +276,56 @@ func ownPathDefaults(homes []string) []string {
 	return append(out, "/run/user/"+strconv.Itoa(os.Getuid())+"/dryexec.sock")
 }
 
+// hiddenAliases adds to hidden the other host paths that reach the same
+// directory or file through another mount of its filesystem (a parent
+// bind-mounted elsewhere): the sandbox overlays every host mount, so each
+// such path must be covered too. An alias counts only if it is the same inode
+// (a mount over it shadows nothing of ours). Cost: one read of the mount
+// table per resolution (cached with the masks by a Pool).
+func hiddenAliases(hidden []string) []string {
+	if len(hidden) == 0 {
+		return hidden
+	}
+	infos, err := mountinfo.GetMounts(nil)
+	if err != nil {
+		return hidden
+	}
+	out := slices.Clone(hidden)
+	for _, p := range hidden {
+		var st unix.Stat_t
+		if unix.Stat(p, &st) != nil {
+			continue
+		}
+		// The mount p is on: the deepest mount point above it, the last
+		// one listed there (the one on top).
+		var on *mountinfo.Info
+		for _, mi := range infos {
+			if under(p, []string{mi.Mountpoint}) && (on == nil || len(mi.Mountpoint) >= len(on.Mountpoint)) {
+				on = mi
+			}
+		}
+		if on == nil {
+			continue
+		}
+		fsPath := path.Join(on.Root, strings.TrimPrefix(p, strings.TrimSuffix(on.Mountpoint, "/")))
+		for _, mi := range infos {
+			if mi == on || mi.Major != on.Major || mi.Minor != on.Minor || !under(fsPath, []string{mi.Root}) {
+				continue
+			}
+			alias := path.Join(mi.Mountpoint, strings.TrimPrefix(fsPath, strings.TrimSuffix(mi.Root, "/")))
+			var ast unix.Stat_t
+			if unix.Stat(alias, &ast) == nil && ast.Dev == st.Dev && ast.Ino == st.Ino && !slices.Contains(out, alias) {
+				out = append(out, alias)
+			}
+		}
+	}
+	return out
+}
+
 // resolveCover resolves both lists (resolveMaskPaths) and drops what another
 // hidden path already covers.
 func resolveCover(masks, hidden []string) Cover {
-	h := resolveMaskPaths(hidden)
+	h := hiddenAliases(resolveMaskPaths(hidden))
 	slices.Sort(h) // a parent sorts before what is beneath it
 	var c Cover
 	beneath := func(p string) bool {

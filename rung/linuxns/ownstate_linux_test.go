@@ -10,6 +10,7 @@ import (
 
 	"github.com/dryexec/dryexec"
 	"github.com/dryexec/dryexec/internal/ownstate"
+	"golang.org/x/sys/unix"
 )
 
 // TestOwnStateHidden: dryexec's own state — the daemon's home with its bearer
@@ -26,16 +27,35 @@ func TestOwnStateHidden(t *testing.T) {
 	cases := []struct {
 		name  string
 		setup func(t *testing.T, tmp, run string) (home, sock string, spec dryexec.TrialSpec)
+		// alias, when set, bind-mounts the home's parent elsewhere on the host
+		// (root only) and returns the home's path there, which the routes use.
+		alias func(t *testing.T, tmp, home string) string
 	}{
 		{"a daemon's own paths", func(t *testing.T, tmp, run string) (string, string, dryexec.TrialSpec) {
 			home, sock := tmp+"/daemon-home", run+"/d.sock"
 			return home, sock, dryexec.TrialSpec{OwnPaths: []string{home, sock}}
-		}},
+		}, nil},
 		{"DRYEXEC_HOME and XDG_RUNTIME_DIR", func(t *testing.T, tmp, run string) (string, string, dryexec.TrialSpec) {
 			home := tmp + "/dryexec-home"
 			t.Setenv("DRYEXEC_HOME", home)
 			t.Setenv("XDG_RUNTIME_DIR", run)
 			return home, run + "/dryexec.sock", dryexec.TrialSpec{}
+		}, nil},
+		{"a bind mount of its parent elsewhere", func(t *testing.T, tmp, run string) (string, string, dryexec.TrialSpec) {
+			home, sock := tmp+"/data/daemon-home", run+"/d.sock"
+			return home, sock, dryexec.TrialSpec{OwnPaths: []string{home, sock}}
+		}, func(t *testing.T, tmp, home string) string {
+			if os.Getuid() != 0 {
+				t.Skip("a bind mount on the host needs root; the rootless sandbox covers aliases with the same code")
+			}
+			if err := os.Mkdir(tmp+"/alias", 0o755); err != nil {
+				t.Fatal(err)
+			}
+			if err := unix.Mount(tmp+"/data", tmp+"/alias", "", unix.MS_BIND, ""); err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { unix.Unmount(tmp+"/alias", unix.MNT_DETACH) })
+			return tmp + "/alias/daemon-home"
 		}},
 		{"the XDG default beneath HOME", func(t *testing.T, tmp, run string) (string, string, dryexec.TrialSpec) {
 			t.Setenv("HOME", tmp+"/home")
@@ -43,7 +63,7 @@ func TestOwnStateHidden(t *testing.T) {
 			t.Setenv("XDG_STATE_HOME", "")
 			t.Setenv("XDG_RUNTIME_DIR", run)
 			return tmp + "/home/.local/state/dryexec", run + "/dryexec.sock", dryexec.TrialSpec{}
-		}},
+		}, nil},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -51,6 +71,10 @@ func TestOwnStateHidden(t *testing.T) {
 			run := ownstate.ShortDir(t)
 			home, sock, spec := tc.setup(t, tmp, run)
 			ownstate.MakeHome(t, home)
+			seen := home // the path the routes try
+			if tc.alias != nil {
+				seen = tc.alias(t, tmp, home)
+			}
 			accepted := ownstate.Listen(t, sock)
 			work := tmp + "/work"
 			if err := os.Mkdir(work, 0o755); err != nil {
@@ -63,7 +87,7 @@ func TestOwnStateHidden(t *testing.T) {
 			maps.Copy(before, snapshot(t, run))
 			// netsim's CA elsewhere: the rung makes it on the host when missing.
 			spec.NoDefaultMasks, spec.NetCADir = true, tmp+"/ca"
-			spec.Action = dryexec.Action{Argv: []string{"/bin/sh", "-c", ownstate.Routes(home, sock)}, Cwd: work, Env: testPath}
+			spec.Action = dryexec.Action{Argv: []string{"/bin/sh", "-c", ownstate.Routes(seen, sock)}, Cwd: work, Env: testPath}
 			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 			defer cancel()
 			d, err := (&Rung{}).Trial(ctx, spec)
@@ -73,7 +97,7 @@ func TestOwnStateHidden(t *testing.T) {
 			validate(t, d)
 			ownstate.Check(t, d.Process.Stdout, accepted.Load())
 			for _, f := range d.Files {
-				if strings.HasPrefix(f.Path, home) || f.Path == sock {
+				if strings.HasPrefix(f.Path, home) || strings.HasPrefix(f.Path, seen) || f.Path == sock {
 					t.Errorf("the delta changes dryexec's own state: %s %s", f.Op, f.Path)
 				}
 			}
