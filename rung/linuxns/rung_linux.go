@@ -356,6 +356,7 @@ type trial struct {
 	sent        bool
 	sentAt      int64
 	streamEnded bool // the guest's stream broke or ended mid-report
+	overdue     bool // the host killed the guest for not reporting in time
 	exit        *wire.TrialExit
 	seen        dryexec.StateDelta
 	net         *trialNet // the trial's netsim (nil fields: loopback only)
@@ -644,6 +645,7 @@ func (t *trial) run(ctx context.Context) (*dryexec.StateDelta, error) {
 			return nil, err
 		}
 		if overdue {
+			t.overdue = true
 			err = fmt.Errorf("%w: no report within the command's timeout and %v more", dryexec.ErrGuest, t.r.walkGrace())
 		}
 		// The command ran, and the guest cannot say what it did: the host

@@ -32,6 +32,9 @@ import (
 // always blocks (policy). The walk runs in a short-lived helper process
 // (guest.RoleHostWalk) and its report passes the same checks as a guest's.
 
+// minHostWalk is the least time the host's own walk is given.
+const minHostWalk = 30 * time.Second
+
 // errOverdue is the cause of a trial's context ending because the guest
 // did not report within the command's timeout and the walk grace.
 var errOverdue = errors.New("the guest did not report in time")
@@ -78,7 +81,10 @@ func (t *trial) salvage(ctx context.Context, cause error) (*dryexec.StateDelta, 
 		wait = GuestExitWait
 	}
 	state, ended := GuestState(t.cmd.Process.Pid, wait)
-	if !ended {
+	switch {
+	case t.overdue:
+		state = "did not report in time (the host killed it)"
+	case !ended:
 		state = "was alive but broke the protocol"
 	}
 	// The guest is PID 1 of the sandbox's pid namespace: its death kills
@@ -207,7 +213,11 @@ func (t *trial) hostWalk(ctx context.Context) ([]dryexec.FileChange, error) {
 	if err != nil {
 		return nil, fmt.Errorf("starting the walk helper: %w", err)
 	}
-	ctx, cancel := context.WithTimeout(ctx, t.r.walkGrace())
+	// The helper starts a process of its own (tens of ms, more on a busy
+	// host): a short WalkGrace, which bounds the guest's report, must not
+	// cut it short.
+	limit := max(t.r.walkGrace(), minHostWalk)
+	ctx, cancel := context.WithTimeout(ctx, limit)
 	defer cancel()
 	stop := context.AfterFunc(ctx, func() { cmd.Process.Kill() })
 	defer stop()
@@ -228,7 +238,7 @@ func (t *trial) hostWalk(ctx context.Context) ([]dryexec.FileChange, error) {
 		case err != nil:
 			werr = fmt.Errorf("reading the walk: %w", err)
 			if ctx.Err() != nil {
-				werr = fmt.Errorf("the walk took longer than %v", t.r.walkGrace())
+				werr = fmt.Errorf("the walk took longer than %v", limit)
 			}
 		case f.Kind == wire.KindErr:
 			var re wire.RemoteError
