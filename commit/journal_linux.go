@@ -1,12 +1,14 @@
 package commit
 
 import (
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
+	"unicode/utf8"
 )
 
 const (
@@ -19,6 +21,54 @@ type journal struct {
 	Trial string `json:"trial"`
 	State string `json:"state"`
 	Steps []step `json:"steps"`
+}
+
+// A host path is any bytes; encoding/json would write the invalid UTF-8 of a
+// name as U+FFFD, and a rollback would then act on another name. So a step
+// whose names are not UTF-8 carries them as base64 too, as a delta does
+// (path_b64), and decoding takes those.
+
+type stepJSON step // step without its methods
+
+type stepWire struct {
+	stepJSON
+	PathB64   string `json:"path_b64,omitempty"`
+	TempB64   string `json:"temp_b64,omitempty"`
+	BackupB64 string `json:"backup_b64,omitempty"`
+	LinkB64   string `json:"link_b64,omitempty"`
+	LinkToB64 string `json:"link_to_b64,omitempty"`
+}
+
+func (s step) MarshalJSON() ([]byte, error) {
+	w := stepWire{stepJSON: stepJSON(s)}
+	for _, f := range []struct{ v, b64 *string }{{&w.Path, &w.PathB64}, {&w.Temp, &w.TempB64},
+		{&w.Backup, &w.BackupB64}, {&w.Link, &w.LinkB64}, {&w.LinkTo, &w.LinkToB64}} {
+		if !utf8.ValidString(*f.v) {
+			*f.b64 = base64.StdEncoding.EncodeToString([]byte(*f.v))
+			*f.v = strings.ToValidUTF8(*f.v, "\uFFFD")
+		}
+	}
+	return json.Marshal(w)
+}
+
+func (s *step) UnmarshalJSON(b []byte) error {
+	var w stepWire
+	if err := json.Unmarshal(b, &w); err != nil {
+		return err
+	}
+	for _, f := range []struct{ v, b64 *string }{{&w.Path, &w.PathB64}, {&w.Temp, &w.TempB64},
+		{&w.Backup, &w.BackupB64}, {&w.Link, &w.LinkB64}, {&w.LinkTo, &w.LinkToB64}} {
+		if *f.b64 == "" {
+			continue
+		}
+		raw, err := base64.StdEncoding.DecodeString(*f.b64)
+		if err != nil {
+			return fmt.Errorf("journal step %q: %w", w.Path, err)
+		}
+		*f.v = string(raw)
+	}
+	*s = step(w.stepJSON)
+	return nil
 }
 
 func journalPath(dir, trial string) string { return filepath.Join(dir, trial+".json") }
