@@ -37,7 +37,9 @@ const maxPiece = 4000
 // deep tree, and walking from the root costs a few system calls.
 const ancestorProbes = 8
 
-func newDirs() *dirs { return &dirs{fds: map[string]int{}, worked: map[string]bool{}, devs: map[uint64]int{}} }
+func newDirs() *dirs {
+	return &dirs{fds: map[string]int{}, worked: map[string]bool{}, devs: map[uint64]int{}}
+}
 
 // close releases every descriptor.
 func (c *dirs) close() {

@@ -55,7 +55,7 @@ type plan struct {
 	changes []dryexec.FileChange // the selected changes, for the result
 	// first is the first change at each path in delta order: it says what the
 	// host must look like there now.
-	first map[string]dryexec.FileChange
+	first   map[string]dryexec.FileChange
 	created map[string]bool // dirs this commit creates
 	removed map[string]bool // paths this commit removes
 	// anc memoizes ancestors(dir): a deep tree asks about the same long
