@@ -932,9 +932,32 @@ func undoStep(s step, created map[string]bool, dirs *dirs) error {
 func finish(j *journal) {
 	dirs := newDirs()
 	defer dirs.close()
+	// A backup inside a directory that was itself moved to its backup went
+	// with it: no lookup (in a deep tree, each would walk from "/" to fail).
+	removed := map[string]bool{}
+	for _, s := range j.Steps {
+		if s.Kind == stepRemove {
+			removed[s.Path] = true
+		}
+	}
+	gone := map[string]bool{}
+	var within func(d string) bool
+	within = func(d string) bool {
+		if d == "/" {
+			return false
+		}
+		if g, ok := gone[d]; ok {
+			return g
+		}
+		g := removed[d] || within(parentDir(d))
+		gone[d] = g
+		return g
+	}
 	for _, s := range j.Steps {
 		var p string
 		switch {
+		case s.Kind == stepRemove && within(parentDir(s.Path)):
+			continue
 		case s.Kind == stepRemove:
 			p = s.Backup
 		case s.Kind == stepPlace && s.Replace:

@@ -671,7 +671,7 @@ func TestBadDeltas(t *testing.T) {
 			c.Path += "\x00y"
 			return c
 		}},
-		{"a fifo", func(f *fx) dryexec.FileChange {
+		{"a kind other (socket, device)", func(f *fx) dryexec.FileChange {
 			c := f.create("x", "", 0o644)
 			c.Kind, c.SHA256 = dryexec.KindOther, ""
 			return c

@@ -28,14 +28,20 @@ type dirs struct {
 // (20,000 here) must also leave room for removeAllAt's one per level.
 const maxCachedDirs = 1024
 
-// maxPiece is the longest relative path one openat2 resolves; PATH_MAX is
-// 4096 with its NUL.
-const maxPiece = 4000
+// maxPiece is the longest relative path one openat2 resolves (PATH_MAX is
+// 4096 with its NUL), and maxPieceLevels the most levels; the end of each
+// piece stays open, so that the next lookup in a deep tree (a removal goes
+// deepest first: each one in the parent of the last) starts close by.
+const (
+	maxPiece       = 4000
+	maxPieceLevels = 64
+)
 
 // ancestorProbes is how many ancestors a lookup tries in the cache before it
-// resolves from "/": each probe hashes the ancestor's path, which is long in a
-// deep tree, and walking from the root costs a few system calls.
-const ancestorProbes = 8
+// resolves from "/" (each probe hashes the ancestor's path, long in a deep
+// tree); one more than maxPieceLevels, so that a lookup beneath a walked
+// piece finds its end.
+const ancestorProbes = maxPieceLevels + 1
 
 func newDirs() *dirs {
 	return &dirs{fds: map[string]int{}, worked: map[string]bool{}, devs: map[uint64]int{}}
@@ -115,12 +121,27 @@ func (c *dirs) open(dir string) (int, error) {
 			}
 			piece = piece[:cut]
 		}
+		if levels := 0; strings.Count(piece, "/") >= maxPieceLevels {
+			cut := strings.IndexFunc(piece, func(r rune) bool {
+				if r == '/' {
+					levels++
+				}
+				return levels == maxPieceLevels
+			})
+			piece = piece[:cut]
+		}
 		fd, err := openBeneath(base, piece)
 		if err != nil {
 			return -1, err
 		}
 		prefix += piece
-		c.fds[prefix] = fd
+		if open, ok := c.fds[prefix]; ok {
+			// Walked again from further up (beyond the probes): keep one.
+			unix.Close(fd)
+			fd = open
+		} else {
+			c.fds[prefix] = fd
+		}
 		base = fd
 		rest = strings.TrimPrefix(rest[len(piece):], "/")
 		prefix += "/"
