@@ -324,3 +324,41 @@ func TestRunCommitAndInteractive(t *testing.T) {
 		})
 	}
 }
+
+// TestCommitTamperedStore is the red team's finding: trials/ID/delta.json
+// edited after the trial to point a file elsewhere (at /etc/… in the
+// finding; at another directory here). `dryexec verify` says the delta
+// changed after signing, and `dryexec commit` must refuse it, writing
+// nothing anywhere.
+func TestCommitTamperedStore(t *testing.T) {
+	requireNS(t)
+	dir, elsewhere, home := t.TempDir(), t.TempDir(), t.TempDir()
+	code, out, errs := cli(t, home, "run", "--json", "-C", dir, "--", "sh", "-c", "echo harmless > notes.txt")
+	if code != 0 {
+		t.Fatalf("run: %d %s", code, errs)
+	}
+	d := decode(t, out)
+	stored := filepath.Join(home, "trials", d.TrialID, "delta.json")
+	b, err := os.ReadFile(stored)
+	if err != nil {
+		t.Fatal(err)
+	}
+	target := filepath.Join(elsewhere, "passwd")
+	edited := strings.Replace(string(b), `"path": "`+filepath.Join(dir, "notes.txt")+`"`, `"path": "`+target+`"`, 1)
+	if edited == string(b) {
+		t.Fatal("the delta does not name notes.txt")
+	}
+	os.WriteFile(stored, []byte(edited), 0o600)
+	if code, _, errs := cli(t, home, "verify", d.TrialID); code != ExitRefused || !strings.Contains(errs, "changed after it was signed") {
+		t.Fatalf("verify: %d %s", code, errs)
+	}
+	code, _, errs = cli(t, home, "commit", d.TrialID)
+	if code != ExitRefused || !strings.Contains(errs, "does not verify") || !strings.Contains(errs, "changed after it was signed") {
+		t.Fatalf("commit of a tampered trial: %d %q", code, errs)
+	}
+	for _, d := range []string{dir, elsewhere} {
+		if ents, _ := os.ReadDir(d); len(ents) > 0 {
+			t.Errorf("%s holds %v after the refused commit", d, ents)
+		}
+	}
+}
