@@ -25,16 +25,18 @@ func (s *Store) loadSigned(id string) (*dryexec.StateDelta, error) {
 	if err != nil {
 		return nil, err
 	}
+	// A record that does not even decode is damaged (ErrCorrupt, which
+	// discard removes) before it is unverified.
+	var d dryexec.StateDelta
+	if err := json.Unmarshal(raw, &d); err != nil {
+		return nil, &CorruptError{ID: id, What: "delta.json", Err: err}
+	}
 	pub, err := s.installKey()
 	if err != nil {
 		return nil, fmt.Errorf("%w: %s: %w", dryexec.ErrUnverified, id, err)
 	}
 	if _, err := receipt.Verify(raw, pub); err != nil {
 		return nil, fmt.Errorf("%w: %s: %w; nothing was changed", dryexec.ErrUnverified, id, err)
-	}
-	var d dryexec.StateDelta
-	if err := json.Unmarshal(raw, &d); err != nil {
-		return nil, &CorruptError{ID: id, What: "delta.json", Err: err}
 	}
 	return &d, nil
 }
