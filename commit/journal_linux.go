@@ -89,8 +89,7 @@ func unexact(v, b64 *string) error {
 func (j journal) MarshalJSON() ([]byte, error) {
 	w := journalWire{Trial: j.Trial, State: j.State, Dirs: []dirEntry{{}}, Steps: make([]stepWire, len(j.Steps))}
 	index := map[string]int{"/": 0}
-	var dirOf func(d string) int
-	dirOf = func(d string) int {
+	dirOf := func(d string) int {
 		if i, ok := index[d]; ok {
 			return i
 		}
