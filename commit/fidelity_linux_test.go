@@ -2,6 +2,7 @@ package commit
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -11,6 +12,7 @@ import (
 	"strings"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"golang.org/x/sys/unix"
 
@@ -470,4 +472,63 @@ func openFDs(t testing.TB) int {
 		t.Fatal(err)
 	}
 	return len(ents)
+}
+
+// TestRecoverOldJournal: a journal written before directories were tabled
+// (every step's paths in full) is still rolled back: a commit killed before
+// an upgrade is recovered by the new binary.
+func TestRecoverOldJournal(t *testing.T) {
+	requireRoot(t)
+	// Crash ten steps into the apply, with renames done.
+	var f *fx
+	var snap tree
+	var state string
+	n, past := 0, 0
+	for past < 10 {
+		n++
+		f = newFx(t, every.before)
+		snap = f.hostSnap()
+		var crashed bool
+		crashed, state = crashAt(t, f, f.delta(every.changes(f)...), n, false)
+		if !crashed {
+			t.Fatal("the commit ended before ten steps were applied")
+		}
+		if state == stateStaged {
+			past++
+		}
+		if past < 10 {
+			Recover(f.jdir)
+		}
+	}
+	b, err := os.ReadFile(journalPath(f.jdir, testTrial))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var j journal
+	if err := json.Unmarshal(b, &j); err != nil {
+		t.Fatal(err)
+	}
+	old := struct {
+		Trial string     `json:"trial"`
+		State string     `json:"state"`
+		Steps []stepJSON `json:"steps"`
+	}{Trial: j.Trial, State: j.State}
+	for _, s := range j.Steps {
+		if !utf8.ValidString(s.Path + s.Temp + s.Backup) {
+			continue // the old form could not hold these; the rest must still roll back
+		}
+		old.Steps = append(old.Steps, stepJSON(s))
+	}
+	ob, _ := json.Marshal(old)
+	if strings.Contains(string(ob), `"dirs"`) || !strings.Contains(string(ob), `"path":"`+f.root) {
+		t.Fatalf("not the old form: %.200s", ob)
+	}
+	os.WriteFile(journalPath(f.jdir, testTrial), ob, 0o600)
+	// What the old form leaves out (names that are not UTF-8) is undone by
+	// hand, as the old binary would have failed to.
+	j.Steps = slices.DeleteFunc(j.Steps, func(s step) bool { return utf8.ValidString(s.Path + s.Temp + s.Backup) })
+	if err := undo(&j, nil); err != nil {
+		t.Fatal(err)
+	}
+	checkRecovered(t, f, n, state, snap, every.after)
 }
