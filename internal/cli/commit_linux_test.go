@@ -290,6 +290,8 @@ func TestRunCommitAndInteractive(t *testing.T) {
 			Getenv: func(k string) string { return env[k] }})
 		return code, out.String(), errb.String()
 	}
+	block := filepath.Join(t.TempDir(), "block.json")
+	os.WriteFile(block, []byte(`{"rules": [{"name": "no", "expr": "true", "result": "block", "reason": "never"}]}`), 0o644)
 	tests := []struct {
 		name  string
 		stdin string
@@ -304,6 +306,11 @@ func TestRunCommitAndInteractive(t *testing.T) {
 		{"-i select", "s\nn\ny\n", []string{"run", "-i", "--", "sh", "-c", "echo a > a; echo b > b"}, []string{"b"}},
 		{"-i select a dir answers for its contents", "s\ny\n", []string{"run", "-i", "--", "sh", "-c", "mkdir d; echo x > d/x; echo y > d/y"}, []string{"d", "d/x", "d/y"}},
 		{"-i with no answer commits nothing", "", []string{"run", "-i", "--", "sh", "-c", "echo a > a"}, nil},
+		// A block is not offered, nor committed, unless --force says a person decided.
+		{"-i on a block", "y\n", []string{"run", "-i", "--policy", block, "--", "sh", "-c", "echo a > a"}, nil},
+		{"-i --force on a block", "y\n", []string{"run", "-i", "--force", "--policy", block, "--", "sh", "-c", "echo a > a"}, []string{"a"}},
+		{"--commit on a block", "", []string{"run", "--commit", "--policy", block, "--", "sh", "-c", "echo a > a"}, nil},
+		{"--commit --force on a block", "", []string{"run", "--commit", "--force", "--policy", block, "--", "sh", "-c", "echo a > a"}, []string{"a"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -158,11 +158,16 @@ func runCmd(env Env, code *int) *cobra.Command {
 				return err
 			}
 			if interactive {
+				// A block is not offered: commit refuses it unless --force
+				// says a person has decided.
+				if !force && d.Decision.Choice == policy.Block {
+					fmt.Fprintf(env.Stderr, "dryexec: not asking to commit %s: the decision is block (see its reasons; --force asks anyway)\n", d.TrialID)
+					return nil
+				}
 				all, paths, err := askCommit(env, d)
 				if err != nil || (!all && len(paths) == 0) {
 					return err
 				}
-				// A block stays refused unless --force says so too.
 				return doCommit(cmd.Context(), env, st, d.TrialID, store.CommitOptions{Paths: paths, AllowBlocked: force})
 			}
 			// --commit applies only what the policy lets through without a
