@@ -27,7 +27,49 @@ var (
 	ErrUnsafePath = errors.New("unsafe host path")
 	// ErrGuest: the guest supervisor broke its protocol or died.
 	ErrGuest = errors.New("guest supervisor failed")
+	// ErrCommitRefused: commit will not apply the trial as it is stored, and
+	// changed nothing. Every refusal below matches it; a conflict (the host
+	// moved on) is ErrCommitConflict instead.
+	ErrCommitRefused = errors.New("commit refused")
+	// ErrBlocked: the policy decided block; committing it needs the caller's
+	// explicit override, which the store records with the trial.
+	ErrBlocked = fmt.Errorf("%w: the trial was decided block", ErrCommitRefused)
+	// ErrUnverified: the stored trial is not what this install signed (its
+	// receipt does not verify with the install's key, or a content blob is
+	// not what the signed delta says).
+	ErrUnverified = fmt.Errorf("%w: the stored trial does not verify", ErrCommitRefused)
+	// ErrUncommittable: the trial holds paths commit cannot write as the
+	// trial left them; see *UncommittableError.
+	ErrUncommittable = fmt.Errorf("%w: paths that cannot be committed", ErrCommitRefused)
 )
+
+// Uncommittable is one path commit cannot write as the trial left it: a
+// socket or device node, or a file whose content was not kept.
+type Uncommittable struct {
+	Path   string `json:"path"`
+	Reason string `json:"reason"`
+}
+
+// UncommittableError lists every path commit cannot write. Nothing was
+// changed; the caller may commit the rest by asking to skip exactly these.
+type UncommittableError struct {
+	TrialID string
+	Paths   []Uncommittable
+}
+
+func (e *UncommittableError) Error() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "commit refused: trial %s holds %d path(s) that cannot be committed; nothing was changed (skipping them commits the rest)", e.TrialID, len(e.Paths))
+	for _, u := range e.Paths {
+		fmt.Fprintf(&b, "\n  %s: %s", QuotePath(u.Path), u.Reason)
+	}
+	return b.String()
+}
+
+// Is makes errors.Is(err, ErrUncommittable) and errors.Is(err, ErrCommitRefused) true.
+func (e *UncommittableError) Is(target error) bool {
+	return target == ErrUncommittable || target == ErrCommitRefused
+}
 
 // IsolationUnavailableError names the rung and the missing piece.
 type IsolationUnavailableError struct {
@@ -58,7 +100,7 @@ func (e *CommitConflictError) Error() string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "commit conflict: the host changed since trial %s; nothing was changed", e.TrialID)
 	for _, c := range e.Conflicts {
-		fmt.Fprintf(&b, "\n  %s: %s", c.Path, c.Reason)
+		fmt.Fprintf(&b, "\n  %s: %s", QuotePath(c.Path), c.Reason)
 	}
 	return b.String()
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"encoding/json"
 	"fmt"
 	"io"
 	"os"
@@ -15,6 +16,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/dryexec/dryexec"
+	"github.com/dryexec/dryexec/receipt"
 )
 
 const (
@@ -131,18 +133,45 @@ func benchLoop(b *testing.B, op func(dst string) error) {
 
 // BenchmarkCommit10k: Apply of a delta creating 10,000 files of 1 KiB in 100
 // new dirs, read from an on-disk blob store and re-hashed, journaled and
-// synced.
+// synced. "verified" is what every commit does now: the stored delta's
+// receipt checked (as store.CommitWith does, over the delta's JSON) and
+// every content read and hashed once before the host is touched, then again
+// as it is staged; "unverified" is the commit as it was before: neither.
+//
+//	go test ./commit -run '^$' -bench Commit10k -benchtime 5x -count 3
 func BenchmarkCommit10k(b *testing.B) {
 	s := setupBench(b)
-	jdir := filepath.Join(b.TempDir(), "journal")
+	signer, err := receipt.LoadOrCreate(b.TempDir())
+	if err != nil {
+		b.Fatal(err)
+	}
 	open := func(sha string) (io.ReadCloser, error) { return os.Open(filepath.Join(s.blobs, sha)) }
-	benchLoop(b, func(dst string) error {
-		b.StopTimer()
-		d := s.delta(dst)
-		b.StartTimer()
-		_, err := Apply(context.Background(), d, Options{OpenBlob: open, JournalDir: jdir})
-		return err
-	})
+	for _, verified := range []bool{true, false} {
+		name := map[bool]string{true: "verified", false: "unverified"}[verified]
+		b.Run(name, func(b *testing.B) {
+			jdir := filepath.Join(b.TempDir(), "journal")
+			benchLoop(b, func(dst string) error {
+				b.StopTimer()
+				d := s.delta(dst)
+				d.Normalize()
+				if err := signer.Sign(d); err != nil {
+					return err
+				}
+				raw, err := json.Marshal(d)
+				if err != nil {
+					return err
+				}
+				b.StartTimer()
+				if verified {
+					if _, err := receipt.Verify(raw, signer.PublicKey()); err != nil {
+						return err
+					}
+				}
+				_, err = Apply(context.Background(), d, Options{OpenBlob: open, JournalDir: jdir, skipPrehash: !verified})
+				return err
+			})
+		})
+	}
 }
 
 // BenchmarkCpA10k: cp -a of the same 10,000 files (no fsync) into a fresh dir.
@@ -167,5 +196,48 @@ func BenchmarkCpASync10k(b *testing.B) {
 		}
 		unix.Sync()
 		return nil
+	})
+}
+
+// BenchmarkVerification10k is what verifying adds to a commit of the same
+// 10,000 files, alone: the receipt over the delta's JSON, and every content
+// read from the blob store and hashed (warm page cache, as right after a
+// trial).
+//
+//	go test ./commit -run '^$' -bench Verification10k -count 3
+func BenchmarkVerification10k(b *testing.B) {
+	s := setupBench(b)
+	signer, err := receipt.LoadOrCreate(b.TempDir())
+	if err != nil {
+		b.Fatal(err)
+	}
+	d := s.delta("/nonexistent")
+	d.Normalize()
+	if err := signer.Sign(d); err != nil {
+		b.Fatal(err)
+	}
+	raw, err := json.Marshal(d)
+	if err != nil {
+		b.Fatal(err)
+	}
+	pl, err := makePlan(d.TrialID, d.Files)
+	if err != nil {
+		b.Fatal(err)
+	}
+	open := func(sha string) (io.ReadCloser, error) { return os.Open(filepath.Join(s.blobs, sha)) }
+	b.Run("receipt", func(b *testing.B) {
+		for b.Loop() {
+			if _, err := receipt.Verify(raw, signer.PublicKey()); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("prehash", func(b *testing.B) {
+		for b.Loop() {
+			a := &applier{opt: Options{OpenBlob: open}, j: &journal{Steps: pl.steps}}
+			if err := a.prehash(context.Background()); err != nil {
+				b.Fatal(err)
+			}
+		}
 	})
 }

@@ -272,6 +272,9 @@ var every = applyCase{
 		"f2l", reg("f2l\n", 0o644),
 		"l2f", sym("nowhere"),
 		"l2d", sym("keepdir"),
+		"oldpipe", fifo(0o644),
+		"v\xff", reg("invalid\n", 0o644), "v\ufffd", reg("replacement\n", 0o644),
+		"m\xfe", reg("m\n", 0o644),
 	),
 	changes: func(f *fx) changeList {
 		return changeList{
@@ -292,6 +295,14 @@ var every = applyCase{
 			f.delLink("l2f", "nowhere"), f.create("l2f", "l2f\n", 0o644),
 			f.delLink("l2d", "keepdir"), f.mkdir("l2d", 0o755), f.create("l2d/in", "in\n", 0o644),
 			f.create("keepdir/added", "added\n", 0o644),
+			f.mkfifo("pipe", 0o640), f.mkfifo("nd/pipe", 0o604), f.delFifo("oldpipe", 0o644),
+			// Names that are not UTF-8, next to the name U+FFFD would make of them.
+			f.del("v\xff", "invalid\n", 0o644), f.create("bad\xff\xfe.txt", "bad\n", 0o644),
+			f.modify("m\xfe", "m\n", 0o644, "m new\n", 0o644), f.symlink("ln\xff", "t\xff"),
+			f.mkdir("d\xff", 0o755), f.create("d\xff/x\xfe", "x\n", 0o644),
+			// One inode at three paths: in an existing dir, in a new one.
+			linked(f.create("h1", "linked\n", 0o644), 7), linked(f.create("keepdir/h2", "linked\n", 0o644), 7),
+			linked(f.create("nd/h3", "linked\n", 0o644), 7),
 		}
 	},
 	after: common.with(
@@ -308,5 +319,10 @@ var every = applyCase{
 		"l2f", reg("l2f\n", 0o644),
 		"l2d", dir(0o755), "l2d/in", reg("in\n", 0o644),
 		"keepdir/added", reg("added\n", 0o644),
+		"pipe", fifo(0o640), "nd/pipe", fifo(0o604),
+		"v\ufffd", reg("replacement\n", 0o644), "bad\xff\xfe.txt", reg("bad\n", 0o644),
+		"m\xfe", reg("m new\n", 0o644), "ln\xff", sym("t\xff"),
+		"d\xff", dir(0o755), "d\xff/x\xfe", reg("x\n", 0o644),
+		"h1", reg("linked\n", 0o644), "keepdir/h2", reg("linked\n", 0o644), "nd/h3", reg("linked\n", 0o644),
 	),
 }

@@ -13,6 +13,7 @@ import (
 	"slices"
 	"sort"
 	"strings"
+	"unsafe"
 
 	"golang.org/x/sys/unix"
 
@@ -26,6 +27,9 @@ func Apply(ctx context.Context, d *dryexec.StateDelta, opt Options) ([]dryexec.F
 	if err != nil {
 		return nil, err
 	}
+	if changes, err = refuseUncommittable(d.TrialID, changes, opt); err != nil {
+		return nil, err
+	}
 	pl, err := makePlan(d.TrialID, changes)
 	if err != nil {
 		return nil, err
@@ -33,9 +37,14 @@ func Apply(ctx context.Context, d *dryexec.StateDelta, opt Options) ([]dryexec.F
 	if err := pl.check(d.TrialID, opt); err != nil {
 		return nil, err
 	}
-	a := &applier{opt: opt, j: &journal{Trial: d.TrialID, State: statePlanned, Steps: pl.steps}, dirs: map[string]int{},
+	a := &applier{opt: opt, j: &journal{Trial: d.TrialID, State: statePlanned, Steps: pl.steps}, dirs: newDirs(),
 		touched: map[*step]bool{}}
 	defer a.closeDirs()
+	if !opt.skipPrehash {
+		if err := a.prehash(ctx); err != nil {
+			return nil, err
+		}
+	}
 	if err := a.run(ctx); err != nil {
 		if rerr := a.rollback(); rerr != nil {
 			return nil, fmt.Errorf("%w (and rolling back failed: %v; the journal stays for the next start)", err, rerr)
@@ -65,12 +74,8 @@ func (pl *plan) check(trialID string, opt Options) error {
 		}
 		return false
 	}
-	dirs := map[string]int{}
-	defer func() {
-		for _, fd := range dirs {
-			unix.Close(fd)
-		}
-	}()
+	dirs := newDirs()
+	defer dirs.close()
 	// A forced mkdir where the host has a directory now keeps that directory;
 	// what the trial made in it is then checked against the host like any
 	// other path. Shallowest first, so a kept dir's new subdirs are seen.
@@ -90,6 +95,7 @@ func (pl *plan) check(trialID string, opt Options) error {
 		}
 		if v.fix == fixDirThere && !v.unsafe {
 			delete(pl.created, p)
+			clear(pl.anc) // what it said about p and beneath is stale
 			fixes[p] = v
 		}
 	}
@@ -110,7 +116,7 @@ func (pl *plan) check(trialID string, opt Options) error {
 			continue
 		}
 		if v.unsafe {
-			return fmt.Errorf("%w: %s: %s; nothing was changed", dryexec.ErrUnsafePath, p, v.reason)
+			return fmt.Errorf("%w: %s: %s; nothing was changed", dryexec.ErrUnsafePath, dryexec.QuotePath(p), v.reason)
 		}
 		switch {
 		case !forced(p):
@@ -187,42 +193,38 @@ func (pl *plan) adapt(fixes map[string]verdict, hostModes map[string]uint32) {
 
 // checkOne says how the host's state at p differs from what the trial started
 // from.
-func (pl *plan) checkOne(p string, dirs map[string]int) (verdict, error) {
+func (pl *plan) checkOne(p string, dirs *dirs) (verdict, error) {
 	f := pl.first[p]
-	parent := path.Dir(p)
+	parent := parentDir(p)
 	creates := f.Op == dryexec.OpCreate || f.Op == dryexec.OpMkdir || f.Op == dryexec.OpSymlink
 	// Beneath a directory this commit creates, the host's state does not matter:
 	// that directory's own check (its parent opened without symlinks, its old
 	// occupant verified) covers the way there.
 	// (A removal beneath a directory that is removed and made again is of what
 	// the old one held, checked as usual.)
-	for a := parent; a != "/"; a = path.Dir(a) {
-		if pl.created[a] {
-			if creates {
-				return verdict{}, nil
-			}
-			if !pl.removed[a] {
-				return verdict{reason: "it is beneath a directory the trial created", fix: fixNever}, nil
-			}
-		}
+	switch anc := pl.ancestors(parent); {
+	case anc.created && creates:
+		return verdict{}, nil
+	case anc.createdNotFresh && !creates:
+		return verdict{reason: "it is beneath a directory the trial created", fix: fixNever}, nil
 	}
-	dfd, err := openDir(parent, dirs)
+	dfd, err := dirs.open(parent)
 	switch {
 	case unsafeErr(err):
 		return verdict{reason: "a parent directory is a symlink or not a directory", unsafe: true, fix: fixNever}, nil
 	case errors.Is(err, unix.ENOENT):
-		v := verdict{reason: "parent directory " + parent + " is missing", fix: fixNever}
+		v := verdict{reason: "parent directory " + dryexec.QuotePath(parent) + " is missing", fix: fixNever}
 		if f.Op == dryexec.OpDelete || f.Op == dryexec.OpRmdir {
 			v.fix = fixGone
 		}
 		return v, nil
 	case err != nil:
-		return verdict{}, fmt.Errorf("commit: opening %s: %w", parent, err)
+		return verdict{}, fmt.Errorf("commit: opening %s: %w", dryexec.QuotePath(parent), err)
 	}
 	var st unix.Stat_t
 	serr := unix.Fstatat(dfd, path.Base(p), &st, unix.AT_SYMLINK_NOFOLLOW)
 	if serr != nil && !errors.Is(serr, unix.ENOENT) {
-		return verdict{}, fmt.Errorf("commit: stat %s: %w", p, serr)
+		return verdict{}, fmt.Errorf("commit: stat %s: %w", dryexec.QuotePath(p), serr)
 	}
 	v := verdict{exists: serr == nil, mode: st.Mode & 0o7777}
 	kind := kindOf(st.Mode)
@@ -264,7 +266,7 @@ func (pl *plan) checkOne(p string, dirs map[string]int) (verdict, error) {
 		if f.BeforeSHA256 != "" {
 			sum, err := hashAt(dfd, path.Base(p))
 			if err != nil {
-				return verdict{}, fmt.Errorf("commit: reading %s: %w", p, err)
+				return verdict{}, fmt.Errorf("commit: reading %s: %w", dryexec.QuotePath(p), err)
 			}
 			if sum != f.BeforeSHA256 {
 				v.reason = "its content changed since the trial"
@@ -282,11 +284,11 @@ func (pl *plan) checkOne(p string, dirs map[string]int) (verdict, error) {
 		if f.Op == dryexec.OpRmdir {
 			names, err := listAt(dfd, path.Base(p))
 			if err != nil {
-				return verdict{}, fmt.Errorf("commit: listing %s: %w", p, err)
+				return verdict{}, fmt.Errorf("commit: listing %s: %w", dryexec.QuotePath(p), err)
 			}
 			for _, n := range names {
 				if !pl.removed[path.Join(p, n)] {
-					v.reason = "the host has " + n + " in it, which the trial did not delete"
+					v.reason = "the host has " + dryexec.QuotePath(n) + " in it, which the trial did not delete"
 					break
 				}
 			}
@@ -309,24 +311,10 @@ func kindOf(mode uint32) dryexec.Kind {
 		return dryexec.KindDir
 	case unix.S_IFLNK:
 		return dryexec.KindSymlink
+	case unix.S_IFIFO:
+		return dryexec.KindFIFO
 	}
 	return dryexec.KindOther
-}
-
-// openDir opens dir with no symlink anywhere on the way, caching the fd.
-func openDir(dir string, cache map[string]int) (int, error) {
-	if fd, ok := cache[dir]; ok {
-		return fd, nil
-	}
-	fd, err := unix.Openat2(unix.AT_FDCWD, dir, &unix.OpenHow{
-		Flags:   unix.O_PATH | unix.O_DIRECTORY | unix.O_CLOEXEC,
-		Resolve: unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_NO_MAGICLINKS,
-	})
-	if err != nil {
-		return -1, err
-	}
-	cache[dir] = fd
-	return fd, nil
 }
 
 func hashAt(dfd int, name string) (string, error) {
@@ -357,12 +345,16 @@ func listAt(dfd int, name string) ([]string, error) {
 type applier struct {
 	opt   Options
 	j     *journal
-	dirs  map[string]int // parent dir fds, opened without following symlinks
+	dirs  *dirs // parent dir fds, opened without following symlinks
 	point int
 	// touched holds the steps that may have changed the host: a rollback in
 	// this process leaves the others alone (a crash's Recover undoes all).
 	touched map[*step]bool
-	buf     []byte // copies contents
+	// placed holds the paths whose new content is in place: a hard link to
+	// one is made from its path, else from its temp.
+	placed map[string]bool
+	byPath map[string]*step // the place steps
+	buf    []byte           // copies contents
 }
 
 func (a *applier) hook() {
@@ -372,58 +364,95 @@ func (a *applier) hook() {
 	}
 }
 
-func (a *applier) closeDirs() {
-	for _, fd := range a.dirs {
-		unix.Close(fd)
-	}
-	clear(a.dirs)
-}
+func (a *applier) closeDirs() { a.dirs.close() }
 
 func (a *applier) dir(p string) (int, error) {
-	fd, err := openDir(path.Dir(p), a.dirs)
+	parent := path.Dir(p)
+	fd, err := a.dirs.open(parent)
 	switch {
 	case unsafeErr(err):
-		return -1, fmt.Errorf("%w: %s: %v", dryexec.ErrUnsafePath, path.Dir(p), err)
+		return -1, fmt.Errorf("%w: %s: %v", dryexec.ErrUnsafePath, dryexec.QuotePath(parent), err)
 	case err != nil:
-		return -1, fmt.Errorf("commit: opening %s: %w", path.Dir(p), err)
+		return -1, fmt.Errorf("commit: opening %s: %w", dryexec.QuotePath(parent), err)
 	}
 	return fd, nil
 }
 
-// forget drops the cached fds of p and of every directory beneath it once p
-// has been moved to its backup: a later step at that path (a directory the
-// trial removed and made again) must use what stands there then, not the
-// backup.
-func (a *applier) forget(p string) {
-	for d, fd := range a.dirs {
-		if d == p || strings.HasPrefix(d, p+"/") {
-			unix.Close(fd)
-			delete(a.dirs, d)
-		}
-	}
-}
-
-func (a *applier) run(ctx context.Context) error {
-	if err := writeJournal(a.opt.JournalDir, a.j); err != nil {
-		return err
-	}
-	a.hook()
-	// Stage every new content whose directory exists, then make it durable with
-	// one syncfs per filesystem instead of an fsync per file.
+// prehash reads every content the commit will write from the blob store and
+// checks it against the delta's sha256 and size before the host is touched:
+// staging checks the bytes it copies again, but by then temps stand beside
+// their targets.
+func (a *applier) prehash(ctx context.Context) error {
+	seen := map[string]bool{}
 	for i := range a.j.Steps {
 		s := &a.j.Steps[i]
-		if s.Kind != stepPlace || s.InNewDir {
+		if s.Kind != stepPlace || s.FileKnd != dryexec.KindFile || s.LinkTo != "" || seen[s.SHA] {
 			continue
 		}
 		if err := ctx.Err(); err != nil {
 			return err
 		}
-		if err := a.stage(s); err != nil {
+		seen[s.SHA] = true
+		if err := a.hashBlob(s); err != nil {
 			return err
 		}
-		a.hook()
 	}
-	if err := a.syncAll(); err != nil {
+	return nil
+}
+
+func (a *applier) hashBlob(s *step) error {
+	if a.opt.OpenBlob == nil {
+		return errors.New("commit: no blob store to read contents from")
+	}
+	src, err := a.opt.OpenBlob(s.SHA)
+	if err != nil {
+		return fmt.Errorf("commit: content of %s: %w", dryexec.QuotePath(s.Path), err)
+	}
+	defer src.Close()
+	if a.buf == nil {
+		a.buf = make([]byte, 64<<10)
+	}
+	h := sha256.New()
+	n, err := io.CopyBuffer(h, struct{ io.Reader }{src}, a.buf)
+	if err != nil {
+		return fmt.Errorf("commit: reading the content of %s: %w", dryexec.QuotePath(s.Path), err)
+	}
+	if sum := hex.EncodeToString(h.Sum(nil)); sum != s.SHA || n != s.Size {
+		return fmt.Errorf("commit: stored content of %s: %w (the trial store is damaged); nothing was changed", dryexec.QuotePath(s.Path), ErrContentMismatch)
+	}
+	return nil
+}
+
+func (a *applier) run(ctx context.Context) error {
+	a.placed, a.byPath = map[string]bool{}, map[string]*step{}
+	for i := range a.j.Steps {
+		if s := &a.j.Steps[i]; s.Kind == stepPlace {
+			a.byPath[s.Path] = s
+		}
+	}
+	if err := writeJournal(a.opt.JournalDir, a.j); err != nil {
+		return err
+	}
+	a.hook()
+	// Stage every new content whose directory exists, then make it durable with
+	// one syncfs per filesystem instead of an fsync per file. Hard links come
+	// after the content they link to.
+	for _, links := range []bool{false, true} {
+		for i := range a.j.Steps {
+			s := &a.j.Steps[i]
+			if s.Kind != stepPlace || s.InNewDir || (s.LinkTo != "") != links {
+				continue
+			}
+			if err := ctx.Err(); err != nil {
+				return err
+			}
+			if err := a.stage(s); err != nil {
+				return err
+			}
+			a.hook()
+		}
+	}
+	if err := a.dirs.sync(); err != nil {
 		return err
 	}
 	a.j.State = stateStaged
@@ -438,21 +467,28 @@ func (a *applier) run(ctx context.Context) error {
 		a.hook()
 	}
 	// New directories kept owner write access while they were filled (a commit
-	// run by their owner rather than root needs it); now they get their mode,
-	// deepest first.
+	// run by their owner rather than root needs it); now, with every content
+	// in place, they get their mode and the trial's mtime, deepest first (as
+	// cp -a and rsync -a do: an entry made in a directory changes its mtime).
 	for _, s := range slices.Backward(a.j.Steps) {
-		if s.Kind != stepMkdir || s.Mode&0o700 == 0o700 {
+		if s.Kind != stepMkdir || (s.Mode&0o700 == 0o700 && s.Mtime == 0) {
 			continue
 		}
 		dfd, err := a.dir(s.Path)
 		if err != nil {
 			return err
 		}
-		if err := chmodAt(dfd, path.Base(s.Path), s.Mode); err != nil {
-			return fmt.Errorf("commit: chmod %s: %w", s.Path, err)
+		name := path.Base(s.Path)
+		if s.Mode&0o700 != 0o700 {
+			if err := chmodAt(dfd, name, s.Mode); err != nil {
+				return fmt.Errorf("commit: chmod %s: %w", dryexec.QuotePath(s.Path), err)
+			}
+		}
+		if err := setMtime(dfd, name, -1, s.Mtime); err != nil {
+			return fmt.Errorf("commit: setting the mtime of %s: %w", dryexec.QuotePath(s.Path), err)
 		}
 	}
-	if err := a.syncAll(); err != nil {
+	if err := a.dirs.sync(); err != nil {
 		return err
 	}
 	a.j.State = stateApplied
@@ -462,6 +498,25 @@ func (a *applier) run(ctx context.Context) error {
 	a.hook()
 	finish(a.j)
 	return nil
+}
+
+// setMtime sets the mtime of fd, or of name in dfd (never following a
+// symlink: a symlink's own mtime is set), leaving the atime alone. mtime 0
+// (the delta does not say) does nothing.
+func setMtime(dfd int, name string, fd int, mtime int64) error {
+	if mtime == 0 {
+		return nil
+	}
+	ts := [2]unix.Timespec{{Nsec: unix.UTIME_OMIT}, unix.NsecToTimespec(mtime)}
+	if fd >= 0 {
+		// futimens: utimensat with a NULL path, which x/sys does not offer.
+		_, _, errno := unix.Syscall6(unix.SYS_UTIMENSAT, uintptr(fd), 0, uintptr(unsafe.Pointer(&ts[0])), 0, 0, 0)
+		if errno != 0 {
+			return errno
+		}
+		return nil
+	}
+	return unix.UtimesNanoAt(dfd, name, ts[:], unix.AT_SYMLINK_NOFOLLOW)
 }
 
 // forgetJournal ends an applied commit: Options.Applied, then the journal
@@ -478,7 +533,7 @@ func (a *applier) forgetJournal() error {
 }
 
 // stage writes s's new content to its temp name beside the target, verifying
-// the bytes against the reviewed hash, with the final mode and owner.
+// the bytes against the reviewed hash, with the final mode, owner and mtime.
 func (a *applier) stage(s *step) error {
 	dfd, err := a.dir(s.Temp)
 	if err != nil {
@@ -486,7 +541,16 @@ func (a *applier) stage(s *step) error {
 	}
 	a.touched[s] = true
 	name := path.Base(s.Temp)
-	if s.FileKnd != dryexec.KindSymlink {
+	switch {
+	case s.LinkTo != "":
+		ino, err := a.linkTemp(dfd, name, s)
+		if err != nil {
+			unix.Unlinkat(dfd, name, 0)
+			return err
+		}
+		s.TempIno = ino
+		return nil
+	case s.FileKnd == dryexec.KindFile:
 		ino, err := a.writeTemp(dfd, name, s)
 		if err != nil {
 			unix.Unlinkat(dfd, name, 0)
@@ -494,19 +558,68 @@ func (a *applier) stage(s *step) error {
 		}
 		s.TempIno = ino
 		return nil
+	case s.FileKnd == dryexec.KindFIFO:
+		if err := unix.Mknodat(dfd, name, unix.S_IFIFO|0o600, 0); err != nil {
+			return fmt.Errorf("commit: creating fifo %s: %w", dryexec.QuotePath(s.Path), err)
+		}
+		if os.Geteuid() == 0 {
+			if err := unix.Fchownat(dfd, name, s.UID, s.GID, unix.AT_SYMLINK_NOFOLLOW); err != nil {
+				return fmt.Errorf("commit: chown %s: %w", dryexec.QuotePath(s.Path), err)
+			}
+		}
+		// After chown, which clears setuid/setgid; umask played no part.
+		if err := chmodAt(dfd, name, s.Mode); err != nil {
+			return fmt.Errorf("commit: chmod %s: %w", dryexec.QuotePath(s.Path), err)
+		}
+	default: // symlink
+		if err := unix.Symlinkat(s.Link, dfd, name); err != nil {
+			return fmt.Errorf("commit: creating symlink %s: %w", dryexec.QuotePath(s.Path), err)
+		}
+		if os.Geteuid() == 0 {
+			unix.Fchownat(dfd, name, s.UID, s.GID, unix.AT_SYMLINK_NOFOLLOW)
+		}
 	}
-	if err := unix.Symlinkat(s.Link, dfd, name); err != nil {
-		return fmt.Errorf("commit: creating symlink %s: %w", s.Path, err)
-	}
-	if os.Geteuid() == 0 {
-		unix.Fchownat(dfd, name, s.UID, s.GID, unix.AT_SYMLINK_NOFOLLOW)
+	if err := setMtime(dfd, name, -1, s.Mtime); err != nil {
+		return fmt.Errorf("commit: setting the mtime of %s: %w", dryexec.QuotePath(s.Path), err)
 	}
 	var st unix.Stat_t
 	if err := unix.Fstatat(dfd, name, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
-		return fmt.Errorf("commit: stat %s: %w", s.Temp, err)
+		return fmt.Errorf("commit: stat %s: %w", dryexec.QuotePath(s.Temp), err)
 	}
 	s.TempIno = st.Ino
 	return nil
+}
+
+// linkTemp makes s's temp a hard link to the content of its group's first
+// path (s.LinkTo): at that path once placed, else at its temp. Where the two
+// are on different filesystems (no link possible) it writes a copy.
+func (a *applier) linkTemp(dfd int, name string, s *step) (uint64, error) {
+	lead := a.byPath[s.LinkTo]
+	if lead == nil {
+		return 0, fmt.Errorf("commit: %s links to %s, which this commit does not write", dryexec.QuotePath(s.Path), dryexec.QuotePath(s.LinkTo))
+	}
+	from := lead.Temp
+	if a.placed[lead.Path] {
+		from = lead.Path
+	}
+	ldfd, err := a.dir(from)
+	if err != nil {
+		return 0, err
+	}
+	if err := unix.Linkat(ldfd, path.Base(from), dfd, name, 0); err != nil {
+		if errors.Is(err, unix.EXDEV) {
+			return a.writeTemp(dfd, name, s)
+		}
+		return 0, fmt.Errorf("commit: linking %s to %s: %w", dryexec.QuotePath(s.Path), dryexec.QuotePath(s.LinkTo), err)
+	}
+	var st unix.Stat_t
+	if err := unix.Fstatat(dfd, name, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
+		return 0, fmt.Errorf("commit: stat %s: %w", dryexec.QuotePath(s.Temp), err)
+	}
+	if st.Ino != lead.TempIno || kindOf(st.Mode) != dryexec.KindFile {
+		return 0, fmt.Errorf("commit: %s was replaced while committing", dryexec.QuotePath(from))
+	}
+	return st.Ino, nil
 }
 
 // writeTemp writes s's content to the new file name in dfd and returns its
@@ -518,16 +631,16 @@ func (a *applier) writeTemp(dfd int, name string, s *step) (uint64, error) {
 	}
 	src, err := a.opt.OpenBlob(s.SHA)
 	if err != nil {
-		return 0, fmt.Errorf("commit: content of %s: %w", s.Path, err)
+		return 0, fmt.Errorf("commit: content of %s: %w", dryexec.QuotePath(s.Path), err)
 	}
 	defer src.Close()
 	fd, err := unix.Openat(dfd, name, unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o600)
 	if err != nil {
-		return 0, fmt.Errorf("commit: creating temp for %s: %w", s.Path, err)
+		return 0, fmt.Errorf("commit: creating temp for %s: %w", dryexec.QuotePath(s.Path), err)
 	}
 	ino, err := a.fill(fd, src, s)
 	if cerr := unix.Close(fd); err == nil && cerr != nil {
-		err = fmt.Errorf("commit: writing %s: %w", s.Path, cerr)
+		err = fmt.Errorf("commit: writing %s: %w", dryexec.QuotePath(s.Path), cerr)
 	}
 	return ino, err
 }
@@ -540,27 +653,31 @@ func (a *applier) fill(fd int, src io.Reader, s *step) (uint64, error) {
 	// struct{ io.Reader } hides a WriterTo, which would bring its own buffer.
 	n, err := io.CopyBuffer(io.MultiWriter(fdWriter(fd), h), struct{ io.Reader }{src}, a.buf)
 	if err != nil {
-		return 0, fmt.Errorf("commit: writing %s: %w", s.Path, err)
+		return 0, fmt.Errorf("commit: writing %s: %w", dryexec.QuotePath(s.Path), err)
 	}
 	if sum := hex.EncodeToString(h.Sum(nil)); sum != s.SHA || n != s.Size {
-		return 0, fmt.Errorf("commit: stored content of %s: %w (the trial store is damaged)", s.Path, ErrContentMismatch)
+		return 0, fmt.Errorf("commit: stored content of %s: %w (the trial store is damaged)", dryexec.QuotePath(s.Path), ErrContentMismatch)
 	}
 	var st unix.Stat_t
 	if err := unix.Fstat(fd, &st); err != nil {
-		return 0, fmt.Errorf("commit: stat %s: %w", s.Temp, err)
+		return 0, fmt.Errorf("commit: stat %s: %w", dryexec.QuotePath(s.Temp), err)
 	}
 	chowned := false
 	if os.Geteuid() == 0 && (int(st.Uid) != s.UID || int(st.Gid) != s.GID) {
 		if err := unix.Fchown(fd, s.UID, s.GID); err != nil {
-			return 0, fmt.Errorf("commit: chown %s: %w", s.Path, err)
+			return 0, fmt.Errorf("commit: chown %s: %w", dryexec.QuotePath(s.Path), err)
 		}
 		chowned = true
 	}
 	// chown clears setuid/setgid, so the mode comes after it.
 	if chowned || st.Mode&0o7777 != s.Mode {
 		if err := unix.Fchmod(fd, s.Mode); err != nil {
-			return 0, fmt.Errorf("commit: chmod %s: %w", s.Path, err)
+			return 0, fmt.Errorf("commit: chmod %s: %w", dryexec.QuotePath(s.Path), err)
 		}
+	}
+	// Last: every write above changed the mtime.
+	if err := setMtime(-1, "", fd, s.Mtime); err != nil {
+		return 0, fmt.Errorf("commit: setting the mtime of %s: %w", dryexec.QuotePath(s.Path), err)
 	}
 	return st.Ino, nil
 }
@@ -594,19 +711,19 @@ func (a *applier) do(s *step) error {
 	switch s.Kind {
 	case stepRemove:
 		if err := unix.Renameat2(dfd, name, dfd, path.Base(s.Backup), unix.RENAME_NOREPLACE); err != nil {
-			return fmt.Errorf("commit: removing %s: %w", s.Path, err)
+			return fmt.Errorf("commit: removing %s: %w", dryexec.QuotePath(s.Path), err)
 		}
-		a.forget(s.Path)
+		a.dirs.forget(s.Path)
 	case stepMkdir:
 		if err := unix.Mkdirat(dfd, name, 0o700); err != nil {
-			return fmt.Errorf("commit: mkdir %s: %w", s.Path, err)
+			return fmt.Errorf("commit: mkdir %s: %w", dryexec.QuotePath(s.Path), err)
 		}
 		if os.Geteuid() == 0 {
 			unix.Fchownat(dfd, name, s.UID, s.GID, unix.AT_SYMLINK_NOFOLLOW)
 		}
 		// After chown, which may clear setgid. See run for the final mode.
 		if err := chmodAt(dfd, name, s.Mode|0o700); err != nil {
-			return fmt.Errorf("commit: chmod %s: %w", s.Path, err)
+			return fmt.Errorf("commit: chmod %s: %w", dryexec.QuotePath(s.Path), err)
 		}
 	case stepPlace:
 		if s.InNewDir {
@@ -619,15 +736,16 @@ func (a *applier) do(s *step) error {
 			flags = unix.RENAME_EXCHANGE
 		}
 		if err := unix.Renameat2(dfd, path.Base(s.Temp), dfd, name, flags); err != nil {
-			return fmt.Errorf("commit: writing %s: %w", s.Path, err)
+			return fmt.Errorf("commit: writing %s: %w", dryexec.QuotePath(s.Path), err)
 		}
+		a.placed[s.Path] = true
 	case stepChmod:
 		var st unix.Stat_t
 		if err := unix.Fstatat(dfd, name, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil || kindOf(st.Mode) == dryexec.KindSymlink {
-			return fmt.Errorf("commit: chmod %s: not there or a symlink", s.Path)
+			return fmt.Errorf("commit: chmod %s: not there or a symlink", dryexec.QuotePath(s.Path))
 		}
 		if err := chmodAt(dfd, name, s.Mode); err != nil {
-			return fmt.Errorf("commit: chmod %s: %w", s.Path, err)
+			return fmt.Errorf("commit: chmod %s: %w", dryexec.QuotePath(s.Path), err)
 		}
 	}
 	return nil
@@ -651,14 +769,6 @@ func chmodAt(dfd int, name string, mode uint32) error {
 		return fmt.Errorf("%s is a symlink", name)
 	}
 	return unix.Fchmodat(dfd, name, mode, 0)
-}
-
-func (a *applier) syncAll() error {
-	fds := make([]int, 0, len(a.dirs))
-	for _, fd := range a.dirs {
-		fds = append(fds, fd)
-	}
-	return syncFS(fds)
 }
 
 // syncFS makes durable every filesystem that holds one of dirs (O_PATH fds,
@@ -713,26 +823,20 @@ func undo(j *journal, only func(*step) bool) error {
 			created[s.Path] = true
 		}
 	}
-	devs := map[uint64]int{} // one dir fd per filesystem, to sync
-	defer func() {
-		for _, fd := range devs {
-			unix.Close(fd)
-		}
-	}()
+	// One cache for every step (a deep tree's steps share their ancestors),
+	// told of every rename and removal so that no step sees a stale directory.
+	dirs := newDirs()
+	defer dirs.close()
 	var errs []error
 	for i := len(j.Steps) - 1; i >= 0; i-- {
 		if only != nil && !only(&j.Steps[i]) {
 			continue
 		}
-		if err := undoStep(j.Steps[i], created, devs); err != nil {
+		if err := undoStep(j.Steps[i], created, dirs); err != nil {
 			errs = append(errs, err)
 		}
 	}
-	fds := make([]int, 0, len(devs))
-	for _, fd := range devs {
-		fds = append(fds, fd)
-	}
-	if err := syncFS(fds); err != nil {
+	if err := dirs.sync(); err != nil {
 		errs = append(errs, err)
 	}
 	return errors.Join(errs...)
@@ -740,22 +844,16 @@ func undo(j *journal, only func(*step) bool) error {
 
 // underCreated: an ancestor of p is a directory the journal's commit creates.
 func underCreated(p string, created map[string]bool) bool {
-	for a := path.Dir(p); a != "/"; a = path.Dir(a) {
-		if created[a] {
+	for i := strings.LastIndexByte(p, '/'); i > 0; i = strings.LastIndexByte(p[:i], '/') {
+		if created[p[:i]] {
 			return true
 		}
 	}
 	return false
 }
 
-func undoStep(s step, created map[string]bool, devs map[uint64]int) error {
-	dirs := map[string]int{}
-	defer func() {
-		for _, fd := range dirs {
-			unix.Close(fd)
-		}
-	}()
-	dfd, err := openDir(path.Dir(s.Path), dirs)
+func undoStep(s step, created map[string]bool, dirs *dirs) error {
+	dfd, err := dirs.open(path.Dir(s.Path))
 	switch {
 	case errors.Is(err, unix.ENOENT):
 		// Its directory was to be created by this commit and is not (or no
@@ -766,15 +864,7 @@ func undoStep(s step, created map[string]bool, devs map[uint64]int) error {
 		// old file or symlink still stands in its place.
 		return nil
 	case err != nil:
-		return fmt.Errorf("rollback %s: %w", s.Path, err)
-	}
-	var dst unix.Stat_t
-	if unix.Fstat(dfd, &dst) == nil {
-		if _, ok := devs[dst.Dev]; !ok {
-			if fd, err := unix.Dup(dfd); err == nil {
-				devs[dst.Dev] = fd
-			}
-		}
+		return fmt.Errorf("rollback %s: %w", dryexec.QuotePath(s.Path), err)
 	}
 	name := path.Base(s.Path)
 	ino := func(n string) (uint64, bool) {
@@ -795,14 +885,14 @@ func undoStep(s step, created map[string]bool, devs map[uint64]int) error {
 		if cur, ok := ino(name); ok && s.TempIno != 0 && cur == s.TempIno {
 			if s.Replace {
 				if err := unix.Renameat2(dfd, temp, dfd, name, unix.RENAME_EXCHANGE); err != nil {
-					return fmt.Errorf("rollback %s: %w", s.Path, err)
+					return fmt.Errorf("rollback %s: %w", dryexec.QuotePath(s.Path), err)
 				}
 			} else if err := unix.Unlinkat(dfd, name, 0); err != nil {
-				return fmt.Errorf("rollback %s: %w", s.Path, err)
+				return fmt.Errorf("rollback %s: %w", dryexec.QuotePath(s.Path), err)
 			}
 		}
 		if err := unix.Unlinkat(dfd, temp, 0); err != nil && !errors.Is(err, unix.ENOENT) {
-			return fmt.Errorf("rollback %s: %w", s.Temp, err)
+			return fmt.Errorf("rollback %s: %w", dryexec.QuotePath(s.Temp), err)
 		}
 	case stepMkdir:
 		// A directory the commit created did not exist before: remove it with
@@ -817,16 +907,18 @@ func undoStep(s step, created map[string]bool, devs map[uint64]int) error {
 				return nil
 			}
 		}
+		dirs.forget(s.Path)
 		if err := removeAllAt(dfd, name); err != nil {
-			return fmt.Errorf("rollback %s: %w", s.Path, err)
+			return fmt.Errorf("rollback %s: %w", dryexec.QuotePath(s.Path), err)
 		}
 	case stepRemove:
 		if _, ok := ino(name); ok {
 			return nil
 		}
 		if _, ok := ino(path.Base(s.Backup)); ok {
+			dirs.forget(s.Path)
 			if err := unix.Renameat2(dfd, path.Base(s.Backup), dfd, name, unix.RENAME_NOREPLACE); err != nil {
-				return fmt.Errorf("rollback %s: %w", s.Path, err)
+				return fmt.Errorf("rollback %s: %w", dryexec.QuotePath(s.Path), err)
 			}
 		}
 	}
@@ -838,15 +930,34 @@ func undoStep(s step, created map[string]bool, devs map[uint64]int) error {
 // the backups of what a removed directory held were named inside it, and a
 // symlink may stand at its path now.
 func finish(j *journal) {
-	dirs := map[string]int{}
-	defer func() {
-		for _, fd := range dirs {
-			unix.Close(fd)
+	dirs := newDirs()
+	defer dirs.close()
+	// A backup inside a directory that was itself moved to its backup went
+	// with it: no lookup (in a deep tree, each would walk from "/" to fail).
+	removed := map[string]bool{}
+	for _, s := range j.Steps {
+		if s.Kind == stepRemove {
+			removed[s.Path] = true
 		}
-	}()
+	}
+	gone := map[string]bool{}
+	var within func(d string) bool
+	within = func(d string) bool {
+		if d == "/" {
+			return false
+		}
+		if g, ok := gone[d]; ok {
+			return g
+		}
+		g := removed[d] || within(parentDir(d))
+		gone[d] = g
+		return g
+	}
 	for _, s := range j.Steps {
 		var p string
 		switch {
+		case s.Kind == stepRemove && within(parentDir(s.Path)):
+			continue
 		case s.Kind == stepRemove:
 			p = s.Backup
 		case s.Kind == stepPlace && s.Replace:
@@ -856,7 +967,8 @@ func finish(j *journal) {
 		}
 		// Where the parent is gone or not a directory reachable without
 		// symlinks, the backup went with a removed directory's own backup.
-		if dfd, err := openDir(path.Dir(p), dirs); err == nil {
+		if dfd, err := dirs.open(path.Dir(p)); err == nil {
+			dirs.forget(p)
 			removeAllAt(dfd, path.Base(p))
 		}
 	}

@@ -671,7 +671,7 @@ func TestBadDeltas(t *testing.T) {
 			c.Path += "\x00y"
 			return c
 		}},
-		{"a fifo", func(f *fx) dryexec.FileChange {
+		{"a kind other (socket, device)", func(f *fx) dryexec.FileChange {
 			c := f.create("x", "", 0o644)
 			c.Kind, c.SHA256 = dryexec.KindOther, ""
 			return c
@@ -907,7 +907,9 @@ func TestChmodAtRefusesSymlinks(t *testing.T) {
 	target := filepath.Join(dir, "target")
 	os.WriteFile(target, nil, 0o644)
 	os.Symlink("target", filepath.Join(dir, "ln"))
-	dfd, err := openDir(dir, map[string]int{})
+	dc := newDirs()
+	defer dc.close()
+	dfd, err := dc.open(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -928,12 +930,12 @@ func TestChmodAtRefusesSymlinks(t *testing.T) {
 // TestSyncFSOnPathFds: the dir fds commit holds are O_PATH, which syncfs
 // refuses; syncFS must sync through them anyway.
 func TestSyncFSOnPathFds(t *testing.T) {
-	dirs := map[string]int{}
-	dfd, err := openDir(t.TempDir(), dirs)
+	dc := newDirs()
+	defer dc.close()
+	dfd, err := dc.open(t.TempDir())
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer unix.Close(dfd)
 	if err := unix.Syncfs(dfd); !errors.Is(err, unix.EBADF) {
 		t.Logf("syncfs on an O_PATH fd: %v (EBADF expected; the kernel changed?)", err)
 	}

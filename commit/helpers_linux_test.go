@@ -24,7 +24,7 @@ const testTrial = "tr_testtrial0000000001"
 
 // node is one entry of a host tree: what a test builds, expects or snapshots.
 type node struct {
-	kind     byte // 'f' file, 'd' dir, 'l' symlink
+	kind     byte // 'f' file, 'd' dir, 'l' symlink, 'p' fifo
 	mode     uint32
 	data     string
 	link     string
@@ -35,6 +35,7 @@ type node struct {
 func reg(data string, mode uint32) node { return node{kind: 'f', mode: mode, data: data} }
 func dir(mode uint32) node              { return node{kind: 'd', mode: mode} }
 func sym(target string) node            { return node{kind: 'l', mode: 0o777, link: target} }
+func fifo(mode uint32) node             { return node{kind: 'p', mode: mode} }
 
 func (n node) own(uid, gid int) node { n.uid, n.gid = uid, gid; return n }
 
@@ -46,6 +47,8 @@ func (n node) String() string {
 		return fmt.Sprintf("dir %04o %d:%d", n.mode, n.uid, n.gid)
 	case 'l':
 		return fmt.Sprintf("symlink %d:%d -> %q", n.uid, n.gid, n.link)
+	case 'p':
+		return fmt.Sprintf("fifo %04o %d:%d", n.mode, n.uid, n.gid)
 	}
 	return "?"
 }
@@ -88,6 +91,8 @@ func build(t testing.TB, root string, tr tree) {
 			err = os.WriteFile(p, []byte(n.data), 0o600)
 		case 'l':
 			err = os.Symlink(n.link, p)
+		case 'p':
+			err = unix.Mkfifo(p, 0o600)
 		default:
 			err = fmt.Errorf("bad kind %q", n.kind)
 		}
@@ -135,6 +140,8 @@ func snapshot(t testing.TB, root string) tree {
 				return err
 			}
 			n.kind, n.link = 'l', l
+		case unix.S_IFIFO:
+			n.kind = 'p'
 		default:
 			return fmt.Errorf("%s: unexpected file type %o", p, st.Mode&unix.S_IFMT)
 		}
@@ -322,6 +329,26 @@ func (f *fx) rmdir(p string, mode uint32) dryexec.FileChange {
 func (f *fx) symlink(p, target string) dryexec.FileChange {
 	return dryexec.FileChange{Path: f.p(p), Op: dryexec.OpSymlink, Kind: dryexec.KindSymlink, Mode: "0777",
 		Size: int64(len(target)), LinkTarget: target}
+}
+
+func (f *fx) mkfifo(p string, mode uint32) dryexec.FileChange {
+	return dryexec.FileChange{Path: f.p(p), Op: dryexec.OpCreate, Kind: dryexec.KindFIFO, Mode: modeStr(mode)}
+}
+
+func (f *fx) delFifo(p string, mode uint32) dryexec.FileChange {
+	return dryexec.FileChange{Path: f.p(p), Op: dryexec.OpDelete, Kind: dryexec.KindFIFO, Mode: modeStr(mode)}
+}
+
+// linked puts fc in hard-link group g.
+func linked(fc dryexec.FileChange, g int) dryexec.FileChange {
+	fc.LinkGroup = g
+	return fc
+}
+
+// at gives fc the mtime the trial left.
+func at(fc dryexec.FileChange, mtimeNS int64) dryexec.FileChange {
+	fc.MtimeNS = mtimeNS
+	return fc
 }
 
 func owned(fc dryexec.FileChange, uid, gid int) dryexec.FileChange {

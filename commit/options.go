@@ -4,6 +4,8 @@ import (
 	"errors"
 	"io"
 	"log/slog"
+
+	"github.com/dryexec/dryexec"
 )
 
 // ErrContentMismatch: a stored content blob is not the content the trial
@@ -25,6 +27,12 @@ type Options struct {
 	// one that leads through a symlink.
 	Force      bool
 	ForcePaths []string
+	// SkipUncommittable commits everything else when some changes cannot be
+	// committed (a socket or device node, content that was not kept), which
+	// are otherwise refused with a *dryexec.UncommittableError. Exactly those
+	// paths are left out, each reported to OnSkip.
+	SkipUncommittable bool
+	OnSkip            func(dryexec.Uncommittable)
 	// OpenBlob opens the stored content whose sha256 is sha.
 	OpenBlob func(sha string) (io.ReadCloser, error)
 	// JournalDir holds the journal while a commit is in flight. The caller holds
@@ -43,6 +51,10 @@ type Options struct {
 	Hook func(point int)
 	// Log receives debug records; nil logs nothing.
 	Log *slog.Logger
+
+	// skipPrehash leaves out the read of every content before the host is
+	// touched (benchmarks measure what it costs).
+	skipPrehash bool
 }
 
 // Recovered says what Recover did with one journal.

@@ -42,6 +42,11 @@ type step struct {
 	// InNewDir: the parent is created by this commit, so the temp is staged
 	// only after that mkdir (and rolled back with it).
 	InNewDir bool `json:"in_new_dir,omitempty"`
+	// LinkTo is the path of the first file of this one's hard-link group:
+	// the temp is a link to that content, not a copy.
+	LinkTo string `json:"link_to,omitempty"`
+	// Mtime is the mtime (ns) the trial left, set once the content is in place.
+	Mtime int64 `json:"mtime_ns,omitempty"`
 }
 
 // plan is the ordered steps of one commit plus what conflict checking needs.
@@ -50,10 +55,46 @@ type plan struct {
 	changes []dryexec.FileChange // the selected changes, for the result
 	// first is the first change at each path in delta order: it says what the
 	// host must look like there now.
-	first map[string]dryexec.FileChange
-	// removed lists, per removed dir, the children the delta removes.
+	first   map[string]dryexec.FileChange
 	created map[string]bool // dirs this commit creates
 	removed map[string]bool // paths this commit removes
+	// anc memoizes ancestors(dir): a deep tree asks about the same long
+	// ancestors once per path beneath them.
+	anc map[string]ancestry
+}
+
+// ancestry is what a directory and its ancestors are to this commit.
+type ancestry struct {
+	created         bool // it or an ancestor is a directory this commit creates
+	createdNotFresh bool // one of those is created without first being removed
+}
+
+// ancestors says whether dir or any of its ancestors is created by this
+// commit, each path looked up once.
+func (pl *plan) ancestors(dir string) ancestry {
+	if dir == "/" {
+		return ancestry{}
+	}
+	if a, ok := pl.anc[dir]; ok {
+		return a
+	}
+	a := pl.ancestors(parentDir(dir))
+	if pl.created[dir] {
+		a.created = true
+		a.createdNotFresh = a.createdNotFresh || !pl.removed[dir]
+	}
+	pl.anc[dir] = a
+	return a
+}
+
+// parentDir is path.Dir of a clean absolute path, without the copy path.Dir
+// makes (which, in a deep tree, costs as much as the path is long).
+func parentDir(p string) string {
+	i := strings.LastIndexByte(p, '/')
+	if i <= 0 {
+		return "/"
+	}
+	return p[:i]
 }
 
 // selectChanges returns the changes of d under any of paths (all when none),
@@ -88,11 +129,17 @@ func selectChanges(d *dryexec.StateDelta, paths []string) ([]dryexec.FileChange,
 			return nil, fmt.Errorf("commit: trial %s changed nothing at or under %s", d.TrialID, paths[i])
 		}
 	}
+	// Every ancestor of a wanted path, each looked at once (a deep tree's
+	// paths share thousands).
+	seen := map[string]bool{}
 	for p := range want {
-		for a := path.Dir(p); a != "/"; a = path.Dir(a) {
-			if mkdirs[a] {
-				want[a] = true
-			}
+		for a := parentDir(p); a != "/" && !seen[a]; a = parentDir(a) {
+			seen[a] = true
+		}
+	}
+	for a := range seen {
+		if mkdirs[a] {
+			want[a] = true
 		}
 	}
 	var out []dryexec.FileChange
@@ -112,10 +159,34 @@ func parseMode(s string) uint32 {
 
 func depth(p string) int { return strings.Count(p, "/") }
 
+// sortByDepth sorts steps by the depth of their paths, shallowest first or,
+// with deepest, deepest first; the depths are counted once, not per
+// comparison (a deep tree's paths are long).
+func sortByDepth(steps []step, deepest bool) {
+	type item struct {
+		d int
+		s step
+	}
+	items := make([]item, len(steps))
+	for i, s := range steps {
+		items[i] = item{depth(s.Path), s}
+	}
+	slices.SortStableFunc(items, func(a, b item) int {
+		if deepest {
+			return b.d - a.d
+		}
+		return a.d - b.d
+	})
+	for i := range items {
+		steps[i] = items[i].s
+	}
+}
+
 // makePlan orders the steps: removals deepest first, then mkdirs shallowest
 // first, then new contents, then mode changes.
 func makePlan(trialID string, changes []dryexec.FileChange) (*plan, error) {
-	pl := &plan{changes: changes, first: map[string]dryexec.FileChange{}, created: map[string]bool{}, removed: map[string]bool{}}
+	pl := &plan{changes: changes, first: map[string]dryexec.FileChange{}, created: map[string]bool{}, removed: map[string]bool{},
+		anc: map[string]ancestry{}}
 	byPath := map[string][]dryexec.FileChange{}
 	var order []string
 	for _, f := range changes {
@@ -132,6 +203,7 @@ func makePlan(trialID string, changes []dryexec.FileChange) (*plan, error) {
 		return path.Join(path.Dir(p), fmt.Sprintf(".dryexec-%s-%d%s", tag, n, suffix))
 	}
 	var removes, mkdirs, places, chmods []step
+	groups := map[int][]int{} // hard-link group → indexes in places
 	for _, p := range order {
 		for _, f := range byPath[p] {
 			s := step{Path: p, Mode: parseMode(f.Mode), UID: f.UID, GID: f.GID}
@@ -141,17 +213,20 @@ func makePlan(trialID string, changes []dryexec.FileChange) (*plan, error) {
 				pl.removed[p] = true
 				removes = append(removes, s)
 			case dryexec.OpMkdir:
-				s.Kind = stepMkdir
+				s.Kind, s.Mtime = stepMkdir, f.MtimeNS
 				pl.created[p] = true
 				mkdirs = append(mkdirs, s)
 			case dryexec.OpCreate, dryexec.OpModify, dryexec.OpSymlink:
 				if f.Kind == dryexec.KindOther || f.Kind == dryexec.KindDir {
-					return nil, fmt.Errorf("commit: cannot commit %s: a %s of kind %s", p, f.Op, f.Kind)
+					return nil, fmt.Errorf("commit: cannot commit %s: a %s of kind %s", dryexec.QuotePath(p), f.Op, f.Kind)
 				}
 				s.Kind, s.Temp, s.FileKnd = stepPlace, name(p, ""), f.Kind
 				s.Replace = f.Op == dryexec.OpModify
-				s.SHA, s.Size, s.Link = f.SHA256, f.Size, f.LinkTarget
+				s.SHA, s.Size, s.Link, s.Mtime = f.SHA256, f.Size, f.LinkTarget, f.MtimeNS
 				places = append(places, s)
+				if f.LinkGroup != 0 && f.Op == dryexec.OpCreate && f.Kind == dryexec.KindFile {
+					groups[f.LinkGroup] = append(groups[f.LinkGroup], len(places)-1)
+				}
 			case dryexec.OpChmod:
 				s.Kind, s.OldMode = stepChmod, parseMode(f.BeforeMode)
 				if f.Kind == dryexec.KindFile && f.SHA256 != f.BeforeSHA256 && f.SHA256 != "" {
@@ -164,7 +239,10 @@ func makePlan(trialID string, changes []dryexec.FileChange) (*plan, error) {
 		}
 	}
 	for i := range places {
-		places[i].InNewDir = pl.created[path.Dir(places[i].Path)]
+		places[i].InNewDir = pl.created[parentDir(places[i].Path)]
+	}
+	if err := linkGroups(places, groups); err != nil {
+		return nil, err
 	}
 	// A mkdir where something else stood remembers that thing's backup name:
 	// rollback may only remove the directory once the old occupant is known to
@@ -176,8 +254,85 @@ func makePlan(trialID string, changes []dryexec.FileChange) (*plan, error) {
 	for i := range mkdirs {
 		mkdirs[i].Backup = backups[mkdirs[i].Path]
 	}
-	slices.SortStableFunc(removes, func(a, b step) int { return depth(b.Path) - depth(a.Path) })
-	slices.SortStableFunc(mkdirs, func(a, b step) int { return depth(a.Path) - depth(b.Path) })
+	sortByDepth(removes, true)
+	sortByDepth(mkdirs, false)
 	pl.steps = slices.Concat(removes, mkdirs, places, chmods)
 	return pl, nil
+}
+
+// linkGroups makes every created file of a hard-link group but one a link to
+// that one: the first not in a directory this commit creates (so it is
+// staged before anything links to it), else the first. The files of a group
+// are one inode in the trial, so they must have one content.
+func linkGroups(places []step, groups map[int][]int) error {
+	for _, idx := range groups {
+		if len(idx) < 2 {
+			continue
+		}
+		lead := idx[0]
+		for _, i := range idx {
+			if !places[i].InNewDir {
+				lead = i
+				break
+			}
+		}
+		for _, i := range idx {
+			if places[i].SHA != places[lead].SHA || places[i].Size != places[lead].Size {
+				return fmt.Errorf("commit: %s and %s are one file (hard links) in the trial but have different contents",
+					dryexec.QuotePath(places[lead].Path), dryexec.QuotePath(places[i].Path))
+			}
+			if i != lead {
+				places[i].LinkTo = places[lead].Path
+			}
+		}
+	}
+	return nil
+}
+
+// uncommittable says why commit cannot write f as the trial left it ("" when
+// it can): a socket or device node, or content that was not kept.
+func uncommittable(f dryexec.FileChange) string {
+	switch f.Op {
+	case dryexec.OpCreate, dryexec.OpModify, dryexec.OpSymlink:
+	default:
+		return "" // removals and mode changes write no content
+	}
+	if f.Kind == dryexec.KindOther {
+		return "it is a socket or a device node, which commit does not create"
+	}
+	if !f.Kept() {
+		reason := "its content was not kept with the trial"
+		if f.ContentReason != "" {
+			reason += " (" + f.ContentReason + ")"
+		}
+		return reason
+	}
+	return ""
+}
+
+// refuseUncommittable refuses changes commit cannot write, all named in one
+// *dryexec.UncommittableError, or, with Options.SkipUncommittable, leaves
+// exactly those out (each reported to Options.OnSkip).
+func refuseUncommittable(trialID string, changes []dryexec.FileChange, opt Options) ([]dryexec.FileChange, error) {
+	var bad []dryexec.Uncommittable
+	keep := changes[:0:0]
+	for _, f := range changes {
+		if r := uncommittable(f); r != "" {
+			bad = append(bad, dryexec.Uncommittable{Path: f.Path, Reason: r})
+			continue
+		}
+		keep = append(keep, f)
+	}
+	if len(bad) == 0 {
+		return changes, nil
+	}
+	if !opt.SkipUncommittable {
+		return nil, &dryexec.UncommittableError{TrialID: trialID, Paths: bad}
+	}
+	if opt.OnSkip != nil {
+		for _, u := range bad {
+			opt.OnSkip(u)
+		}
+	}
+	return keep, nil
 }

@@ -78,6 +78,14 @@ func classify(err error) (int, APIError) {
 	case errors.Is(err, dryexec.ErrUnsafePath):
 		e.Code = "unsafe_path"
 		return http.StatusConflict, e
+	case errors.Is(err, dryexec.ErrBlocked):
+		// The policy decided block: committing it needs the caller's
+		// explicit override.
+		e.Code = "blocked"
+		return http.StatusForbidden, e
+	case errors.Is(err, dryexec.ErrUncommittable):
+		e.Code = "uncommittable"
+		return http.StatusUnprocessableEntity, e
 	case errors.Is(err, dryexec.ErrSessionLost):
 		e.Code = "session_lost"
 		return http.StatusGone, e
@@ -98,6 +106,11 @@ func classify(err error) (int, APIError) {
 		// discard the trial (which removes it).
 		e.Code = "corrupt"
 		return http.StatusInternalServerError, e
+	case errors.Is(err, dryexec.ErrUnverified):
+		// The stored delta is not what this install signed: refused, not
+		// applied.
+		e.Code = "unverified"
+		return http.StatusConflict, e
 	case errors.Is(err, context.DeadlineExceeded):
 		e.Code = "timeout"
 		return http.StatusGatewayTimeout, e

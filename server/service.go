@@ -73,7 +73,8 @@ type Config struct {
 	// request's policy document (JSON, on top of the daemon's policy; nil: the
 	// daemon's policy) it returns the judge that fills a delta's Decision and
 	// Receipt, or an error if the document is invalid (before anything runs).
-	// Nil leaves Decision and Receipt empty.
+	// Nil leaves Decision empty; the receipt is still signed with the
+	// install's key, without which no trial can be committed.
 	Decide func(policyDoc []byte) (func(ctx context.Context, d *dryexec.StateDelta) error, error)
 	// Version is reported by /v1/version.
 	Version string
@@ -138,6 +139,10 @@ type Service struct {
 	cancel context.CancelFunc
 	trials sync.WaitGroup // running trials
 
+	// signer signs trials when Config.Decide is nil (a commit refuses a
+	// trial this install did not sign).
+	signer *receipt.Signer
+
 	pool        trialPool     // nil: every ns trial runs cold
 	sessionPool *session.Pool // nil: every session opens cold
 
@@ -175,6 +180,11 @@ func NewService(cfg Config) (*Service, error) {
 		return nil, err
 	}
 	s := &Service{cfg: cfg, store: st, state: sd, slots: newQueue(cfg.MaxTrials, cfg.MaxQueue), sessions: map[string]*Live{}}
+	if cfg.Decide == nil {
+		if s.signer, err = receipt.LoadOrCreate(cfg.StoreDir); err != nil {
+			return nil, err
+		}
+	}
 	s.ctx, s.cancel = context.WithCancel(context.Background())
 	if cfg.SessionIdle > 0 {
 		go s.reapIdle()
@@ -438,7 +448,7 @@ func (s *Service) RunTrial(ctx context.Context, req TrialRequest, hooks TrialHoo
 // wired by the CLI). A policy the engine refuses is the caller's mistake.
 func (s *Service) judge(doc json.RawMessage) (func(context.Context, *dryexec.StateDelta) error, error) {
 	if s.cfg.Decide == nil {
-		return nil, nil
+		return func(_ context.Context, d *dryexec.StateDelta) error { return s.signer.Sign(d) }, nil
 	}
 	if len(doc) == 0 || string(doc) == "null" {
 		doc = nil

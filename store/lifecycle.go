@@ -7,13 +7,16 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"os/user"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"time"
 
 	"github.com/dryexec/dryexec"
 	"github.com/dryexec/dryexec/cgroup"
 	"github.com/dryexec/dryexec/commit"
+	"github.com/dryexec/dryexec/policy"
 )
 
 // State is where a stored trial is in its life.
@@ -23,6 +26,24 @@ type State struct {
 	At     time.Time `json:"at,omitzero"`
 	// Paths are what a selective commit applied (empty: everything).
 	Paths []string `json:"paths,omitempty"`
+	// Skipped are the paths a commit left out because they cannot be
+	// committed (CommitOptions.SkipUncommittable).
+	Skipped []dryexec.Uncommittable `json:"skipped,omitempty"`
+	// Override is set when a trial decided block was committed because the
+	// caller asked (CommitOptions.AllowBlocked).
+	Override *Override `json:"override,omitempty"`
+}
+
+// Override records a commit of a trial the policy decided block.
+type Override struct {
+	// By is who asked, as the interface that committed knows them (the CLI:
+	// the user and uid; the API: what its caller said, else the daemon's
+	// user).
+	By string    `json:"by"`
+	At time.Time `json:"at"`
+	// Decision and Reasons are the policy's, as signed in the trial.
+	Decision string   `json:"decision"`
+	Reasons  []string `json:"reasons,omitempty"`
 }
 
 // Trial statuses.
@@ -67,13 +88,48 @@ type CommitOptions struct {
 	Paths      []string
 	Force      bool
 	ForcePaths []string
+	// AllowBlocked commits a trial the policy decided block (without it,
+	// such a commit is refused with dryexec.ErrBlocked). The override is
+	// recorded with the trial (State.Override): By says who asked (empty:
+	// the user this process runs as).
+	AllowBlocked bool
+	By           string
+	// SkipUncommittable commits everything but the paths commit cannot write
+	// (sockets and device nodes, contents that were not kept), which are
+	// otherwise refused with a *dryexec.UncommittableError; the result and
+	// the trial's state list them.
+	SkipUncommittable bool
 	// Hook is passed to commit.Options.Hook (crash tests).
 	Hook func(point int)
 }
 
-// Commit applies trial id's changes to the host (see package commit) and marks
-// the trial committed. A trial commits once.
+// CommitResult is what a commit did.
+type CommitResult struct {
+	Applied []dryexec.FileChange
+	// Skipped: left out on request (CommitOptions.SkipUncommittable).
+	Skipped []dryexec.Uncommittable
+	// Override: the trial was decided block and committed on request.
+	Override *Override
+}
+
+// Commit is CommitWith, returning the changes applied.
 func (s *Store) Commit(ctx context.Context, id string, opt CommitOptions) ([]dryexec.FileChange, error) {
+	r, err := s.CommitWith(ctx, id, opt)
+	if r == nil {
+		return nil, err
+	}
+	return r.Applied, err
+}
+
+// CommitWith applies trial id's changes to the host (see package commit) and
+// marks the trial committed. A trial commits once. Before anything on the host
+// changes, the stored delta must verify against the install's receipt key
+// (else an error matching dryexec.ErrUnverified), every content it will write
+// is re-hashed against that signed delta (else a *CorruptError that also
+// matches dryexec.ErrUnverified), and a trial decided block needs
+// AllowBlocked (else dryexec.ErrBlocked). Every interface commits through
+// here.
+func (s *Store) CommitWith(ctx context.Context, id string, opt CommitOptions) (*CommitResult, error) {
 	l, err := s.lock()
 	if err != nil {
 		return nil, err
@@ -82,24 +138,45 @@ func (s *Store) Commit(ctx context.Context, id string, opt CommitOptions) ([]dry
 	if _, err := s.recoverLocked(); err != nil {
 		return nil, err
 	}
-	d, err := s.Load(id)
+	st := s.readState(id)
+	switch st.Status {
+	case StatusCommitted:
+		if _, err := s.loadRaw(id); err != nil {
+			return nil, err
+		}
+		return nil, fmt.Errorf("%w: %s (at %s)", dryexec.ErrAlreadyCommitted, id, st.At.Format(time.RFC3339))
+	case StatusDiscarded:
+		if _, err := s.loadRaw(id); err != nil {
+			return nil, err
+		}
+		return nil, fmt.Errorf("%w: %s", dryexec.ErrDiscarded, id)
+	}
+	d, err := s.loadSigned(id)
 	if err != nil {
 		return nil, err
 	}
-	switch st := s.readState(id); st.Status {
-	case StatusCommitted:
-		return nil, fmt.Errorf("%w: %s (at %s)", dryexec.ErrAlreadyCommitted, id, st.At.Format(time.RFC3339))
-	case StatusDiscarded:
-		return nil, fmt.Errorf("%w: %s", dryexec.ErrDiscarded, id)
+	res := &CommitResult{}
+	if d.Decision.Choice == policy.Block {
+		if !opt.AllowBlocked {
+			return nil, fmt.Errorf("%w: %s (%s); committing it anyway needs an explicit override", dryexec.ErrBlocked, id, blockReasons(d))
+		}
+		by := opt.By
+		if by == "" {
+			by = processUser()
+		}
+		res.Override = &Override{By: by, At: time.Now().UTC(), Decision: d.Decision.Choice, Reasons: d.Decision.Reasons}
 	}
 	// The trial is marked committed before the journal goes (Applied): a
 	// crash between the two would otherwise leave the host changed and the
 	// trial pending, with nothing left to say it was committed.
 	applied, err := commit.Apply(ctx, d, commit.Options{
 		Paths: opt.Paths, Force: opt.Force, ForcePaths: opt.ForcePaths, Hook: opt.Hook,
-		JournalDir: s.JournalDir(),
+		SkipUncommittable: opt.SkipUncommittable,
+		OnSkip:            func(u dryexec.Uncommittable) { res.Skipped = append(res.Skipped, u) },
+		JournalDir:        s.JournalDir(),
 		Applied: func() error {
-			if err := s.writeState(id, State{Status: StatusCommitted, At: time.Now().UTC(), Paths: opt.Paths}); err != nil {
+			if err := s.writeState(id, State{Status: StatusCommitted, At: time.Now().UTC(), Paths: opt.Paths,
+				Skipped: res.Skipped, Override: res.Override}); err != nil {
 				return fmt.Errorf("marking %s committed failed: %w", id, err)
 			}
 			return nil
@@ -110,15 +187,36 @@ func (s *Store) Commit(ctx context.Context, id string, opt CommitOptions) ([]dry
 			}
 			f, err := os.Open(s.BlobPath(id, sha))
 			if errors.Is(err, os.ErrNotExist) {
-				return nil, &CorruptError{ID: id, What: "content blob " + sha, Err: err}
+				return nil, &CorruptError{ID: id, What: "content blob " + sha, Err: fmt.Errorf("%w: %w", dryexec.ErrUnverified, err)}
 			}
 			return f, err
 		},
 	})
 	if errors.Is(err, commit.ErrContentMismatch) {
-		return nil, &CorruptError{ID: id, What: "content blob", Err: err}
+		return nil, &CorruptError{ID: id, What: "content blob", Err: fmt.Errorf("%w: %w", dryexec.ErrUnverified, err)}
 	}
-	return applied, err
+	if err != nil && applied == nil {
+		return nil, err
+	}
+	res.Applied = applied
+	return res, err
+}
+
+// blockReasons is the policy's reasons for a block, for the refusal.
+func blockReasons(d *dryexec.StateDelta) string {
+	if len(d.Decision.Reasons) == 0 {
+		return "decided block"
+	}
+	return "decided block: " + strings.Join(d.Decision.Reasons, "; ")
+}
+
+// processUser names the user this process runs as: "name (uid N)".
+func processUser() string {
+	uid := os.Getuid()
+	if u, err := user.LookupId(strconv.Itoa(uid)); err == nil {
+		return fmt.Sprintf("%s (uid %d)", u.Username, uid)
+	}
+	return fmt.Sprintf("uid %d", uid)
 }
 
 // Recover finishes or rolls back commits a crash interrupted, and removes trials

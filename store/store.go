@@ -217,21 +217,9 @@ func writeJSON(path string, v any, durable bool) error {
 
 // Load returns the stored delta of trial id.
 func (s *Store) Load(id string) (*dryexec.StateDelta, error) {
-	if !ValidID(id) {
-		return nil, fmt.Errorf("%w: %q is not a trial id", dryexec.ErrTrialNotFound, id)
-	}
-	p := filepath.Join(s.trialDir(id), "delta.json")
-	b, err := os.ReadFile(p)
-	if errors.Is(err, os.ErrNotExist) {
-		return nil, fmt.Errorf("%w: %s", dryexec.ErrTrialNotFound, id)
-	}
+	b, err := s.loadRaw(id)
 	if err != nil {
-		return nil, fmt.Errorf("store: %w", err)
-	}
-	// Expired is gone, whether or not a sweep has run since (SweepDue).
-	if st, err := os.Stat(p); err == nil && time.Since(st.ModTime()) > s.ttl {
-		os.RemoveAll(s.trialDir(id))
-		return nil, fmt.Errorf("%w: %s (expired)", dryexec.ErrTrialNotFound, id)
+		return nil, err
 	}
 	var d dryexec.StateDelta
 	if err := json.Unmarshal(b, &d); err != nil {

@@ -26,7 +26,7 @@ import (
 // the command itself failed (its own code is in the delta). The command's own
 // code is never passed through, so that none of these can be faked by it.
 const (
-	ExitRefused       = 1   // commit/discard/show/verify refused: unknown trial, conflict, a receipt that does not verify
+	ExitRefused       = 1   // commit/discard/show/verify refused: unknown trial, conflict, a receipt that does not verify, a blocked trial, paths commit cannot write
 	ExitUsage         = 2   // bad flags, arguments or policy file
 	ExitReview        = 3   // run: a person should look before this is committed
 	ExitBlock         = 4   // run: the policy forbids committing this
@@ -66,7 +66,8 @@ func Run(ctx context.Context, args []string, env Env) int {
 			return ExitUsage
 		case errors.Is(err, dryexec.ErrTrialNotFound), errors.Is(err, dryexec.ErrAlreadyCommitted),
 			errors.Is(err, dryexec.ErrDiscarded), errors.Is(err, dryexec.ErrCommitConflict),
-			errors.Is(err, dryexec.ErrUnsafePath), errors.Is(err, receipt.ErrVerify), errors.Is(err, receipt.ErrMalformed):
+			errors.Is(err, dryexec.ErrUnsafePath), errors.Is(err, receipt.ErrVerify), errors.Is(err, receipt.ErrMalformed),
+			errors.Is(err, dryexec.ErrCommitRefused):
 			return ExitRefused
 		}
 		return ExitInternal
@@ -239,6 +240,12 @@ func describeState(st store.State) string {
 		s := "committed " + st.At.Local().Format(time.DateTime)
 		if len(st.Paths) > 0 {
 			s += " (only " + strings.Join(st.Paths, ", ") + ")"
+		}
+		if o := st.Override; o != nil {
+			s += fmt.Sprintf("\noverride: decided %s, committed anyway by %s at %s", o.Decision, o.By, o.At.Local().Format(time.DateTime))
+		}
+		for _, u := range st.Skipped {
+			s += fmt.Sprintf("\nskipped: %s: %s", dryexec.QuotePath(u.Path), u.Reason)
 		}
 		return s
 	case store.StatusDiscarded:

@@ -15,12 +15,18 @@ import (
 )
 
 func commitCmd(env Env) *cobra.Command {
-	var force bool
+	var force, allowBlocked, skip bool
 	var forcePaths []string
 	c := &cobra.Command{
 		Use:   "commit ID [PATH...]",
 		Short: "Apply a stored trial's changes to the host (all, or only PATHs and what is under them)",
-		Args:  usage(cobra.MinimumNArgs(1)),
+		Long: `Apply a stored trial's changes to the host (all, or only PATHs and what is under them).
+The stored trial must verify against this install's receipt key, and every content
+is checked against it, before anything on the host changes. A trial decided block is
+refused unless --allow-blocked says a person decided otherwise (recorded with the
+trial: dryexec show). Sockets, device nodes and contents that were not kept cannot be
+committed: the commit is refused, naming them, unless --skip-uncommittable.`,
+		Args: usage(cobra.MinimumNArgs(1)),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			s, err := openStore(env)
 			if err != nil {
@@ -34,26 +40,30 @@ func commitCmd(env Env) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			// A person may commit what the policy held back; say so, once.
-			if d, err := s.Load(args[0]); err == nil && d.Decision.Choice != "" && d.Decision.Choice != "auto_commit" {
-				fmt.Fprintf(env.Stderr, "dryexec: note: %s was decided %s; committing because you asked (dryexec show %s for the reasons)\n",
-					args[0], d.Decision.Choice, args[0])
-			}
-			return doCommit(cmd.Context(), env, s, args[0], store.CommitOptions{Paths: paths, Force: force, ForcePaths: fps})
+			return doCommit(cmd.Context(), env, s, args[0], store.CommitOptions{Paths: paths, Force: force, ForcePaths: fps,
+				AllowBlocked: allowBlocked, SkipUncommittable: skip})
 		},
 	}
 	c.Flags().BoolVar(&force, "force", false, "commit even where the host changed since the trial (never through a symlink)")
 	c.Flags().StringArrayVar(&forcePaths, "force-path", nil, "like --force, only at and under this path (repeatable)")
+	c.Flags().BoolVar(&allowBlocked, "allow-blocked", false, "commit a trial the policy decided block (the override is recorded with the trial)")
+	c.Flags().BoolVar(&skip, "skip-uncommittable", false, "commit the rest when some paths cannot be committed (sockets, device nodes, contents not kept); they are listed")
 	return c
 }
 
 func doCommit(ctx context.Context, env Env, s *store.Store, id string, opt store.CommitOptions) error {
 	opt.Hook = crashHook(env)
-	applied, err := s.Commit(ctx, id, opt)
+	r, err := s.CommitWith(ctx, id, opt)
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(env.Stdout, "committed %s: %d change%s applied\n", id, len(applied), plural(len(applied)))
+	if o := r.Override; o != nil {
+		fmt.Fprintf(env.Stderr, "dryexec: %s was decided %s; committed because you asked (recorded: dryexec show %s)\n", id, o.Decision, id)
+	}
+	for _, u := range r.Skipped {
+		fmt.Fprintf(env.Stderr, "dryexec: skipped %s: %s\n", dryexec.QuotePath(u.Path), u.Reason)
+	}
+	fmt.Fprintf(env.Stdout, "committed %s: %d change%s applied\n", id, len(r.Applied), plural(len(r.Applied)))
 	return nil
 }
 

@@ -290,6 +290,8 @@ func TestRunCommitAndInteractive(t *testing.T) {
 			Getenv: func(k string) string { return env[k] }})
 		return code, out.String(), errb.String()
 	}
+	block := filepath.Join(t.TempDir(), "block.json")
+	os.WriteFile(block, []byte(`{"rules": [{"name": "no", "expr": "true", "result": "block", "reason": "never"}]}`), 0o644)
 	tests := []struct {
 		name  string
 		stdin string
@@ -304,6 +306,11 @@ func TestRunCommitAndInteractive(t *testing.T) {
 		{"-i select", "s\nn\ny\n", []string{"run", "-i", "--", "sh", "-c", "echo a > a; echo b > b"}, []string{"b"}},
 		{"-i select a dir answers for its contents", "s\ny\n", []string{"run", "-i", "--", "sh", "-c", "mkdir d; echo x > d/x; echo y > d/y"}, []string{"d", "d/x", "d/y"}},
 		{"-i with no answer commits nothing", "", []string{"run", "-i", "--", "sh", "-c", "echo a > a"}, nil},
+		// A block is not offered, nor committed, unless --force says a person decided.
+		{"-i on a block", "y\n", []string{"run", "-i", "--policy", block, "--", "sh", "-c", "echo a > a"}, nil},
+		{"-i --force on a block", "y\n", []string{"run", "-i", "--force", "--policy", block, "--", "sh", "-c", "echo a > a"}, []string{"a"}},
+		{"--commit on a block", "", []string{"run", "--commit", "--policy", block, "--", "sh", "-c", "echo a > a"}, nil},
+		{"--commit --force on a block", "", []string{"run", "--commit", "--force", "--policy", block, "--", "sh", "-c", "echo a > a"}, []string{"a"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -322,5 +329,43 @@ func TestRunCommitAndInteractive(t *testing.T) {
 				t.Fatalf("host has %v, want %v", got, tt.want)
 			}
 		})
+	}
+}
+
+// TestCommitTamperedStore is the red team's finding: trials/ID/delta.json
+// edited after the trial to point a file elsewhere (at /etc/… in the
+// finding; at another directory here). `dryexec verify` says the delta
+// changed after signing, and `dryexec commit` must refuse it, writing
+// nothing anywhere.
+func TestCommitTamperedStore(t *testing.T) {
+	requireNS(t)
+	dir, elsewhere, home := t.TempDir(), t.TempDir(), t.TempDir()
+	code, out, errs := cli(t, home, "run", "--json", "-C", dir, "--", "sh", "-c", "echo harmless > notes.txt")
+	if code != 0 {
+		t.Fatalf("run: %d %s", code, errs)
+	}
+	d := decode(t, out)
+	stored := filepath.Join(home, "trials", d.TrialID, "delta.json")
+	b, err := os.ReadFile(stored)
+	if err != nil {
+		t.Fatal(err)
+	}
+	target := filepath.Join(elsewhere, "passwd")
+	edited := strings.Replace(string(b), `"path": "`+filepath.Join(dir, "notes.txt")+`"`, `"path": "`+target+`"`, 1)
+	if edited == string(b) {
+		t.Fatal("the delta does not name notes.txt")
+	}
+	os.WriteFile(stored, []byte(edited), 0o600)
+	if code, _, errs := cli(t, home, "verify", d.TrialID); code != ExitRefused || !strings.Contains(errs, "changed after it was signed") {
+		t.Fatalf("verify: %d %s", code, errs)
+	}
+	code, _, errs = cli(t, home, "commit", d.TrialID)
+	if code != ExitRefused || !strings.Contains(errs, "does not verify") || !strings.Contains(errs, "changed after it was signed") {
+		t.Fatalf("commit of a tampered trial: %d %q", code, errs)
+	}
+	for _, d := range []string{dir, elsewhere} {
+		if ents, _ := os.ReadDir(d); len(ents) > 0 {
+			t.Errorf("%s holds %v after the refused commit", d, ents)
+		}
 	}
 }

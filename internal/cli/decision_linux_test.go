@@ -55,12 +55,26 @@ func TestPolicyBuildOnly(t *testing.T) {
 			if _, err := os.Stat(filepath.Join(dir, "src")); err == nil {
 				t.Fatal("a blocked trial reached the host")
 			}
-			// A person can still commit it by name; dryexec says what the policy thought.
-			if code, _, errs := cli(t, home, "commit", d.TrialID); code != 0 || !strings.Contains(errs, "was decided block; committing because you asked") {
+			// Committing it by name is refused too, and changes nothing...
+			if code, _, errs := cli(t, home, "commit", d.TrialID); code != ExitRefused || !strings.Contains(errs, "decided block") ||
+				!strings.Contains(errs, "explicit override") {
 				t.Fatalf("commit of a blocked trial: %d %q", code, errs)
 			}
+			if _, err := os.Stat(filepath.Join(dir, "src")); err == nil {
+				t.Fatal("dryexec commit ID committed a blocked trial")
+			}
+			if _, out, _ := cli(t, home, "show", d.TrialID); !strings.Contains(out, "status: pending") {
+				t.Errorf("show after the refusal:\n%s", out)
+			}
+			// ...unless a person overrides the block, which the trial records.
+			if code, _, errs := cli(t, home, "commit", "--allow-blocked", d.TrialID); code != 0 || !strings.Contains(errs, "was decided block; committed because you asked") {
+				t.Fatalf("commit --allow-blocked of a blocked trial: %d %q", code, errs)
+			}
 			if _, err := os.Stat(filepath.Join(dir, "src", "x")); err != nil {
-				t.Fatal("dryexec commit ID did not commit")
+				t.Fatal("dryexec commit --allow-blocked ID did not commit")
+			}
+			if _, out, _ := cli(t, home, "show", d.TrialID); !strings.Contains(out, "override: decided block, committed anyway by root (uid 0) at ") {
+				t.Errorf("show does not tell the override:\n%s", out)
 			}
 
 			code, out, errs = cli(t, home, "run", "--json", "--commit", "--policy", pol, "-C", dir, "--", "sh", "-c", "mkdir -p build && echo x > build/x")

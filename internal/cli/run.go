@@ -158,11 +158,17 @@ func runCmd(env Env, code *int) *cobra.Command {
 				return err
 			}
 			if interactive {
+				// A block is not offered: commit refuses it unless --force
+				// says a person has decided.
+				if !force && d.Decision.Choice == policy.Block {
+					fmt.Fprintf(env.Stderr, "dryexec: not asking to commit %s: the decision is block (see its reasons; --force asks anyway)\n", d.TrialID)
+					return nil
+				}
 				all, paths, err := askCommit(env, d)
 				if err != nil || (!all && len(paths) == 0) {
 					return err
 				}
-				return doCommit(cmd.Context(), env, st, d.TrialID, store.CommitOptions{Paths: paths})
+				return doCommit(cmd.Context(), env, st, d.TrialID, store.CommitOptions{Paths: paths, AllowBlocked: force})
 			}
 			// --commit applies only what the policy lets through without a
 			// person, unless --force says a person has decided.
@@ -173,7 +179,7 @@ func runCmd(env Env, code *int) *cobra.Command {
 			if asJSON {
 				env.Stdout = env.Stderr // stdout holds only the delta
 			}
-			return doCommit(cmd.Context(), env, st, d.TrialID, store.CommitOptions{})
+			return doCommit(cmd.Context(), env, st, d.TrialID, store.CommitOptions{AllowBlocked: force})
 		},
 	}
 	f := c.Flags()
@@ -196,7 +202,7 @@ func runCmd(env Env, code *int) *cobra.Command {
 	f.StringVar(&policyFile, "policy", "", "decide with this policy file (YAML or JSON; default: the built-in policy, docs/decision.md)")
 	f.BoolVar(&doCommitFlag, "commit", false, "commit the changes right after the run, if the decision is auto_commit")
 	f.BoolVarP(&interactive, "interactive", "i", false, "show the summary, then ask what to commit")
-	f.BoolVar(&force, "force", false, "with --commit: commit whatever the decision")
+	f.BoolVar(&force, "force", false, "with --commit or -i: commit whatever the decision, block included (recorded with the trial)")
 	return c
 }
 
