@@ -7,12 +7,9 @@
 package store
 
 import (
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -28,8 +25,9 @@ import (
 // once: every write goes to a temp name and is renamed into place, and commits
 // are serialised by a lock file.
 type Store struct {
-	dir string
-	ttl time.Duration
+	dir    string
+	ttl    time.Duration
+	limits Limits
 }
 
 // DefaultTTL is how long a trial is kept when nothing says otherwise.
@@ -82,6 +80,12 @@ type Trial struct {
 	once sync.Once // open
 	err  error     // open's
 	lock *os.File  // flocked while recording: Sweep leaves a locked .partial alone
+
+	// What PutBlob may still store (limits.go), taken at the first blob.
+	capOverride int64
+	budgetTaken bool
+	budget      budget
+	buf         []byte // PutBlob's, made at the first blob
 }
 
 var _ dryexec.BlobSink = (*Trial)(nil)
@@ -113,32 +117,6 @@ func (t *Trial) open() error {
 		t.lock = lock
 	})
 	return t.err
-}
-
-// PutBlob implements dryexec.BlobSink.
-func (t *Trial) PutBlob(r io.Reader) (string, int64, error) {
-	if err := t.open(); err != nil {
-		return "", 0, err
-	}
-	f, err := os.CreateTemp(filepath.Join(t.dir, "blobs"), ".tmp-*")
-	if err != nil {
-		return "", 0, fmt.Errorf("store: %w", err)
-	}
-	h := sha256.New()
-	n, err := io.Copy(io.MultiWriter(f, h), r)
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err != nil {
-		os.Remove(f.Name())
-		return "", n, fmt.Errorf("store: writing blob: %w", err)
-	}
-	sha := hex.EncodeToString(h.Sum(nil))
-	if err := os.Rename(f.Name(), filepath.Join(t.dir, "blobs", sha)); err != nil {
-		os.Remove(f.Name())
-		return "", n, fmt.Errorf("store: %w", err)
-	}
-	return sha, n, nil
 }
 
 // Save writes the delta, drops blobs it does not refer to (identical rewrites),

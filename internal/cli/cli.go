@@ -105,6 +105,21 @@ func openStore(env Env) (*store.Store, error) {
 	if err != nil {
 		return nil, err
 	}
+	// What the store keeps on the host's disk (docs/limits.md).
+	var lim store.Limits
+	for _, v := range []struct {
+		name string
+		to   *int64
+	}{
+		{"DRYEXEC_TRIAL_CONTENT_CAP", &lim.TrialBytes},
+		{"DRYEXEC_STORE_QUOTA", &lim.TotalBytes},
+		{"DRYEXEC_STORE_MIN_FREE", &lim.MinFreeBytes},
+	} {
+		if *v.to, err = parseBytes(env.Getenv(v.name)); err != nil {
+			return nil, usageError{fmt.Errorf("%s: %w", v.name, err)}
+		}
+	}
+	s.SetLimits(lim)
 	rec, err := s.Recover()
 	for _, r := range rec {
 		if r.Committed {

@@ -29,6 +29,8 @@ func runCmd(env Env, code *int) *cobra.Command {
 		withStdin bool
 		outputCap int
 		upperSize int64
+		// content the store keeps of this trial (docs/limits.md)
+		contentCap string
 		noStore   bool
 		cwd       string
 		// --commit, -i and --force
@@ -131,6 +133,13 @@ func runCmd(env Env, code *int) *cobra.Command {
 				if err != nil {
 					return err
 				}
+				if contentCap != "" {
+					n, err := parseBytes(contentCap)
+					if err != nil {
+						return usageError{fmt.Errorf("--content-cap: %w", err)}
+					}
+					t.SetTrialCap(n)
+				}
 				spec.Blobs, spec.Exchanges, rec = t, t, t
 			}
 			d, err := r.Trial(cmd.Context(), spec)
@@ -191,6 +200,7 @@ func runCmd(env Env, code *int) *cobra.Command {
 	f.BoolVar(&withStdin, "stdin", false, "pass dryexec's standard input to the command (default: /dev/null)")
 	f.IntVar(&outputCap, "output-cap", dryexec.DefaultOutputCap, "bytes of stdout and of stderr kept (the tail)")
 	f.Int64Var(&upperSize, "upper-size", dryexec.DefaultUpperSizeBytes, "bytes the trial may write in all")
+	f.StringVar(&contentCap, "content-cap", "", fmt.Sprintf("bytes of file content the store keeps of this trial, K, M or G (default $DRYEXEC_TRIAL_CONTENT_CAP, else %d GiB; -1: no cap); a file past it is listed without its content", store.DefaultTrialBytes>>30))
 	f.BoolVar(&noStore, "no-store", false, "do not keep the trial for a later commit")
 	f.StringVarP(&cwd, "cwd", "C", "", "run in this directory (default: the current one)")
 	f.StringVar(&policyFile, "policy", "", "decide with this policy file (YAML or JSON; default: the built-in policy, docs/decision.md)")
