@@ -10,8 +10,8 @@ package dryexec
 
 import (
 	"crypto/rand"
-	"math"
 	"encoding/base32"
+	"math"
 	"strings"
 	"time"
 )

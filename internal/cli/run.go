@@ -31,8 +31,8 @@ func runCmd(env Env, code *int) *cobra.Command {
 		upperSize int64
 		// content the store keeps of this trial (docs/limits.md)
 		contentCap string
-		noStore   bool
-		cwd       string
+		noStore    bool
+		cwd        string
 		// --commit, -i and --force
 		doCommitFlag, interactive, force bool
 		policyFile                       string

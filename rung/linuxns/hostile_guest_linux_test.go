@@ -50,6 +50,15 @@ func hostileGuest(script string) int {
 	case "entry escaping its mount":
 		conn.Send(wire.KindEvent, wire.VerbTrialExit, 0, exit)
 		conn.Send(wire.KindEvent, wire.VerbFSEntry, 0, escaping)
+	case "hole longer than the file", "hole of no bytes":
+		conn.Send(wire.KindEvent, wire.VerbTrialExit, 0, exit)
+		conn.Send(wire.KindEvent, wire.VerbFSEntry, 0, &fsdelta.Entry{Path: "dryexec-hostile-x", Kind: fsdelta.EntryFile, Mode: 0o644, Size: 10})
+		n := int64(11)
+		if script == "hole of no bytes" {
+			n = 0
+		}
+		conn.Send(wire.KindEvent, wire.VerbFSData, 0, nil, []byte("abc"))
+		conn.Send(wire.KindEvent, wire.VerbFSHole, 0, &wire.FSHole{N: n})
 	case "entry on an unknown mount":
 		conn.Send(wire.KindEvent, wire.VerbTrialExit, 0, exit)
 		conn.Send(wire.KindEvent, wire.VerbFSEntry, 0, &fsdelta.Entry{Mount: 7, Path: "x", Kind: fsdelta.EntryDir, Mode: 0o755})
@@ -78,6 +87,8 @@ func TestHostileGuest(t *testing.T) {
 		{"done before exit", "trial.done before trial.exit"},
 		{"entry escaping its mount", "../etc/shadow"},
 		{"entry on an unknown mount", "mount"},
+		{"hole longer than the file", "a hole of 11 bytes with 7 left"},
+		{"hole of no bytes", "a hole of 0 bytes"},
 		{"upper not a clean absolute path", "outside the planned mounts"},
 	}
 	for _, tc := range cases {
