@@ -40,6 +40,8 @@ type Differ struct {
 	seen    map[mkey]EntryKind // every upper path reported so far
 	changes []dryexec.FileChange
 
+	diffBytes int64 // of every Diff so far (maxDiffTotal)
+
 	deadline time.Time // SetDeadline's
 	expired  bool      // the deadline cut work short
 
@@ -303,12 +305,18 @@ func (d *Differ) addFile(e *Entry, content io.Reader, lo lower, hp, mode string,
 			}
 		}
 	}
-	if small != nil {
+	if small != nil && d.diffBytes < maxDiffTotal {
 		fc.Diff = unifiedDiff(hp, old, small.Bytes(), lo.exists && lo.kind == dryexec.KindFile)
+		d.diffBytes += int64(len(fc.Diff))
 	}
 	d.add(fc)
 	return nil
 }
+
+// maxDiffTotal bounds the diffs of one delta: past it, files get none. A
+// million small text files would otherwise carry ≈ 100 MB of diffs (held in
+// memory, then written), far more than anyone reads.
+const maxDiffTotal = 16 << 20
 
 // errDeadline is what a read past the Differ's deadline fails with.
 var errDeadline = errors.New("past the deadline for collecting the trial's content")
@@ -442,6 +450,9 @@ func (d *Differ) Finish() ([]dryexec.FileChange, error) {
 // dir (rmdir) comes after everything it held, and so does whatever replaced it.
 // Changes to the same path keep the order they were made in: a path replaced by
 // another kind has its delete (or rmdir) first.
+//
+// It sorts indices and then moves each change once, in place: a copy of a
+// million changes (and of their split paths) cost hundreds of MB.
 func sortChanges(changes []dryexec.FileChange) {
 	rmdirs := map[string]bool{}
 	for _, fc := range changes {
@@ -449,37 +460,80 @@ func sortChanges(changes []dryexec.FileChange) {
 			rmdirs[fc.Path] = true
 		}
 	}
-	type keyed struct {
-		parts []string
-		post  bool // sorts after every path below it
-		fc    dryexec.FileChange
+	post := make([]bool, len(changes)) // sorts after every path below it
+	idx := make([]int, len(changes))
+	for i := range changes {
+		idx[i], post[i] = i, len(rmdirs) > 0 && rmdirs[changes[i].Path]
 	}
-	ks := make([]keyed, len(changes))
-	for i, fc := range changes {
-		ks[i] = keyed{strings.Split(fc.Path, "/"), rmdirs[fc.Path], fc}
-	}
-	slices.SortStableFunc(ks, func(a, b keyed) int {
-		for i := 0; i < len(a.parts) && i < len(b.parts); i++ {
-			if c := strings.Compare(a.parts[i], b.parts[i]); c != 0 {
-				return c
-			}
-		}
-		switch {
-		case len(a.parts) < len(b.parts): // a is a dir b is in
-			if a.post {
+	slices.SortStableFunc(idx, func(a, b int) int {
+		switch c, nested := comparePaths(changes[a].Path, changes[b].Path); {
+		case nested < 0: // a is a dir b is in
+			if post[a] {
 				return 1
 			}
 			return -1
-		case len(a.parts) > len(b.parts):
-			if b.post {
+		case nested > 0:
+			if post[b] {
 				return -1
 			}
 			return 1
+		default:
+			return c
 		}
-		return 0
 	})
-	for i := range ks {
-		changes[i] = ks[i].fc
+	// changes[j] becomes changes[idx[j]], one cycle of the permutation at a time.
+	for i := range idx {
+		if idx[i] < 0 {
+			continue
+		}
+		tmp := changes[i]
+		for j := i; ; {
+			k := idx[j]
+			idx[j] = -1
+			if k == i {
+				changes[j] = tmp
+				break
+			}
+			changes[j] = changes[k]
+			j = k
+		}
+	}
+}
+
+// comparePaths compares a and b component by component, as
+// strings.Split(p, "/") would give them. nested is -1 when a's components are
+// a proper prefix of b's (a is a dir b is in), 1 when b's are of a's, and 0
+// otherwise, when c says which sorts first.
+func comparePaths(a, b string) (c, nested int) {
+	n := min(len(a), len(b))
+	for j := 0; j < n; j++ {
+		if a[j] == b[j] {
+			continue
+		}
+		switch {
+		case a[j] == '/': // a's component ends first: it is a prefix of b's
+			return -1, 0
+		case b[j] == '/':
+			return 1, 0
+		case a[j] < b[j]:
+			return -1, 0
+		default:
+			return 1, 0
+		}
+	}
+	switch {
+	case len(a) == len(b):
+		return 0, 0
+	case len(a) < len(b):
+		if b[len(a)] == '/' {
+			return 0, -1
+		}
+		return -1, 0
+	default:
+		if a[len(b)] == '/' {
+			return 0, 1
+		}
+		return 1, 0
 	}
 }
 

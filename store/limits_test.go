@@ -64,6 +64,8 @@ func TestPutBlobSparse(t *testing.T) {
 		{"data in the middle", []io.Reader{&zeros{64 * mib}, bytes.NewReader(data), &zeros{64 * mib}}, 128*mib + 4096, 64 << 10},
 		{"data at the start", []io.Reader{bytes.NewReader(data), &zeros{100 * mib}}, 100*mib + 4096, 64 << 10},
 		{"data at the end, unaligned", []io.Reader{&zeros{100*mib + 3}, strings.NewReader("tail")}, 100*mib + 7, 64 << 10},
+		{"small, all zeros", []io.Reader{&zeros{8192}}, 8192, 0},
+		{"small, a zero tail", []io.Reader{strings.NewReader("x"), &zeros{10000}}, 10001, 8192},
 		{"no holes", []io.Reader{bytes.NewReader(bytes.Repeat(data, 256))}, mib, 2 * mib},
 	}
 	for _, tt := range tests {

@@ -13,6 +13,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -125,24 +126,35 @@ func (t *Trial) Save(d *dryexec.StateDelta) error {
 	if err := t.open(); err != nil {
 		return err
 	}
-	keep := map[string]bool{}
+	// A sorted list, not a set: for a million files it is 16 MB, a map
+	// several times that.
+	keep := make([]string, 0, len(d.Files))
 	for _, f := range d.Files {
 		if f.SHA256 != "" {
-			keep[f.SHA256] = true
+			keep = append(keep, f.SHA256)
 		}
 	}
-	blobs, _ := os.ReadDir(filepath.Join(t.dir, "blobs"))
-	for _, b := range blobs {
-		if !keep[b.Name()] {
-			os.Remove(filepath.Join(t.dir, "blobs", b.Name()))
+	slices.Sort(keep)
+	if dir, err := os.Open(filepath.Join(t.dir, "blobs")); err == nil {
+		for {
+			names, err := dir.Readdirnames(4096)
+			for _, name := range names {
+				if _, found := slices.BinarySearch(keep, name); !found {
+					os.Remove(filepath.Join(t.dir, "blobs", name))
+				}
+			}
+			if err != nil {
+				break
+			}
 		}
+		dir.Close()
 	}
 	// Not synced: a trial's record is what a later commit reviews, and a
 	// commit re-hashes every byte it applies (its blobs were never synced
 	// either). After a machine crash an unsynced record may be missing or
 	// read back as corrupt (ErrCorrupt), never wrong; the fsync cost a
 	// daemon's warm trial 1–3 ms here, a third of it.
-	if err := writeJSON(filepath.Join(t.dir, "delta.json"), d, false); err != nil {
+	if err := writeDelta(filepath.Join(t.dir, "delta.json"), d); err != nil {
 		return err
 	}
 	os.Remove(filepath.Join(t.dir, "lock"))
@@ -151,6 +163,29 @@ func (t *Trial) Save(d *dryexec.StateDelta) error {
 	}
 	t.dir = t.s.trialDir(t.id)
 	t.lock.Close()
+	return nil
+}
+
+// writeDelta writes d to path as writeJSON would (not synced), streaming its
+// files (StateDelta.WriteJSON): a delta of a million files is never whole in
+// memory as JSON.
+func writeDelta(path string, d *dryexec.StateDelta) error {
+	tmp := path + ".tmp"
+	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
+	if err != nil {
+		return fmt.Errorf("store: %w", err)
+	}
+	err = d.WriteJSON(f)
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Rename(tmp, path)
+	}
+	if err != nil {
+		os.Remove(tmp)
+		return fmt.Errorf("store: writing %s: %w", filepath.Base(path), err)
+	}
 	return nil
 }
 

@@ -143,6 +143,9 @@ func isTerminal(w io.Writer, env Env) bool {
 }
 
 func printJSON(w io.Writer, v any) error {
+	if d, ok := v.(*dryexec.StateDelta); ok {
+		return d.WriteJSON(w) // the same bytes, one file at a time
+	}
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")
 	return enc.Encode(v)
