@@ -749,7 +749,17 @@ func readDirNames(fd int) ([]string, error) {
 	return names, err
 }
 
-func modeString(m uint32) string { return fmt.Sprintf("%04o", m&07777) }
+func modeString(m uint32) string { return modeStrings[m&07777] }
+
+// modeStrings are the 4096 mode strings, made once: one allocation per
+// change (twice for a modify) was a million small objects for a million
+// files. Never written after init.
+var modeStrings = func() (t [07777 + 1]string) {
+	for m := range t {
+		t[m] = fmt.Sprintf("%04o", m)
+	}
+	return t
+}()
 
 // unifiedDiff returns a unified diff of old → new when both are text, else "".
 func unifiedDiff(p string, old, new []byte, hadOld bool) string {

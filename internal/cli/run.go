@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"bufio"
 	"context"
 	"fmt"
 	"os"
@@ -160,7 +161,13 @@ func runCmd(env Env, code *int) *cobra.Command {
 			if asJSON {
 				err = printJSON(env.Stdout, d)
 			} else {
-				err = render.Summary(env.Stdout, d, render.Options{Color: isTerminal(env.Stdout, env)})
+				// Buffered: the summary is a line per file, and a line per
+				// write(2) made a million-file summary take minutes.
+				bw := bufio.NewWriterSize(env.Stdout, 64<<10)
+				err = render.Summary(bw, d, render.Options{Color: isTerminal(env.Stdout, env)})
+				if ferr := bw.Flush(); err == nil {
+					err = ferr
+				}
 			}
 			*code = exitCode(d)
 			if err != nil || (!doCommitFlag && !interactive) {
