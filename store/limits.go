@@ -98,7 +98,7 @@ func (t *Trial) budgetOnce() {
 	if mf := lim(l.MinFreeBytes, DefaultMinFreeBytes); mf >= 0 {
 		var st syscall.Statfs_t
 		if err := syscall.Statfs(t.s.dir, &st); err == nil {
-			tighter(int64(st.Bavail)*st.Bsize-mf, fmt.Sprintf("the store's disk would have less than %d bytes free (DRYEXEC_STORE_MIN_FREE)", mf))
+			tighter(int64(st.Bavail)*int64(st.Bsize)-mf, fmt.Sprintf("the store's disk would have less than %d bytes free (DRYEXEC_STORE_MIN_FREE)", mf))
 		}
 	}
 }
