@@ -105,19 +105,9 @@ func openStore(env Env) (*store.Store, error) {
 	if err != nil {
 		return nil, err
 	}
-	// What the store keeps on the host's disk (docs/limits.md).
-	var lim store.Limits
-	for _, v := range []struct {
-		name string
-		to   *int64
-	}{
-		{"DRYEXEC_TRIAL_CONTENT_CAP", &lim.TrialBytes},
-		{"DRYEXEC_STORE_QUOTA", &lim.TotalBytes},
-		{"DRYEXEC_STORE_MIN_FREE", &lim.MinFreeBytes},
-	} {
-		if *v.to, err = parseBytes(env.Getenv(v.name)); err != nil {
-			return nil, usageError{fmt.Errorf("%s: %w", v.name, err)}
-		}
+	lim, err := storeLimits(env)
+	if err != nil {
+		return nil, err
 	}
 	s.SetLimits(lim)
 	rec, err := s.Recover()
@@ -135,6 +125,26 @@ func openStore(env Env) (*store.Store, error) {
 		return nil, err
 	}
 	return s, nil
+}
+
+// storeLimits reads what the store keeps on the host's disk from the
+// environment (docs/limits.md); unset variables take the store's defaults.
+func storeLimits(env Env) (store.Limits, error) {
+	var lim store.Limits
+	for _, v := range []struct {
+		name string
+		to   *int64
+	}{
+		{"DRYEXEC_TRIAL_CONTENT_CAP", &lim.TrialBytes},
+		{"DRYEXEC_STORE_QUOTA", &lim.TotalBytes},
+		{"DRYEXEC_STORE_MIN_FREE", &lim.MinFreeBytes},
+	} {
+		var err error
+		if *v.to, err = parseBytes(env.Getenv(v.name)); err != nil {
+			return lim, usageError{fmt.Errorf("%s: %w", v.name, err)}
+		}
+	}
+	return lim, nil
 }
 
 func isTerminal(w io.Writer, env Env) bool {
