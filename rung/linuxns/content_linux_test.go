@@ -215,3 +215,33 @@ func TestContentLimitsInATrial(t *testing.T) {
 		})
 	}
 }
+
+// TestCollectDeadline: content is collected until the end of the timeout, but
+// never for less than half the timeout (at least CollectMin) after the
+// command; without a timeout, for CollectTimeout after it.
+func TestCollectDeadline(t *testing.T) {
+	start := time.Unix(1000, 0)
+	s := func(d time.Duration) time.Time { return start.Add(d) }
+	tests := []struct {
+		name    string
+		r       Rung
+		timeout time.Duration
+		end     time.Duration // the command's, after start
+		want    time.Duration // after start
+	}{
+		{"fast command, short timeout: CollectMin", Rung{}, 5 * time.Second, 10 * time.Millisecond, 5*time.Second + 10*time.Millisecond},
+		{"fast command, timeout past CollectMin", Rung{}, 20 * time.Second, 10 * time.Millisecond, 20 * time.Second},
+		{"command used its timeout", Rung{}, 5 * time.Second, 5 * time.Second, 10 * time.Second},
+		{"long timeout used up: half of it", Rung{}, time.Minute, time.Minute, 90 * time.Second},
+		{"long timeout, fast command", Rung{}, time.Minute, time.Second, time.Minute},
+		{"own minimum", Rung{CollectMin: 20 * time.Second}, 10 * time.Second, 9 * time.Second, 29 * time.Second},
+		{"no timeout", Rung{}, 0, 3 * time.Second, 3*time.Second + DefaultCollectTimeout},
+		{"no timeout, own", Rung{CollectTimeout: time.Second}, 0, 3 * time.Second, 4 * time.Second},
+	}
+	for _, tt := range tests {
+		a := dryexec.Action{TimeoutMS: tt.timeout.Milliseconds()}
+		if got := tt.r.collectDeadline(a, start, s(tt.end)); !got.Equal(s(tt.want)) {
+			t.Errorf("%s: deadline %v after the start, want %v", tt.name, got.Sub(start), tt.want)
+		}
+	}
+}

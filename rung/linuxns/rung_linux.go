@@ -35,19 +35,21 @@ const Name = "ns"
 // Defaults of Rung.CollectMin and Rung.CollectTimeout.
 const (
 	DefaultCollectMin     = 5 * time.Second
-	DefaultCollectTimeout = 60 * time.Second
+	DefaultCollectTimeout = 5 * time.Minute
 )
 
 // collectDeadline is when a trial whose command was started at start and
 // ended at end must be done hashing and storing content: the end of its
-// timeout, but never less than CollectMin after the command; without a
+// timeout, but never less than half the timeout (at least CollectMin) after
+// the command, so that a command that used its whole timeout still has time
+// to be collected, and a trial ends within 1.5 times its timeout; without a
 // timeout, CollectTimeout after the command.
 func (r *Rung) collectDeadline(a dryexec.Action, start, end time.Time) time.Time {
 	if a.TimeoutMS <= 0 {
 		return end.Add(cmp.Or(r.CollectTimeout, DefaultCollectTimeout))
 	}
 	dl := start.Add(a.Timeout())
-	if least := end.Add(cmp.Or(r.CollectMin, DefaultCollectMin)); dl.Before(least) {
+	if least := end.Add(max(cmp.Or(r.CollectMin, DefaultCollectMin), a.Timeout()/2)); dl.Before(least) {
 		dl = least
 	}
 	return dl
@@ -67,7 +69,8 @@ type Rung struct {
 	WalkGrace time.Duration
 	// CollectMin is the least time a trial with a timeout gets, after its
 	// command, to hash and store what it wrote, when the command left less
-	// of the timeout than that; 0 means DefaultCollectMin. CollectTimeout
+	// of the timeout than that (or than half the timeout, if more); 0 means
+	// DefaultCollectMin. CollectTimeout
 	// is that time for a trial without a timeout; 0 means
 	// DefaultCollectTimeout. Past it the delta lists the remaining files with
 	// their sizes but without their content, and says it is incomplete
