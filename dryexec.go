@@ -11,6 +11,7 @@ package dryexec
 import (
 	"crypto/rand"
 	"encoding/base32"
+	"math"
 	"strings"
 	"time"
 )
@@ -253,7 +254,13 @@ func (d *StateDelta) ComputeTotals() {
 			t.FilesDeleted++
 		}
 		if f.Op == OpCreate || f.Op == OpModify {
-			t.BytesWritten += f.Size
+			// Saturating: two sparse files of 2^63-1 bytes each must not add
+			// up to a negative total that a max_bytes_written limit passes.
+			if f.Size > 0 && t.BytesWritten > math.MaxInt64-f.Size {
+				t.BytesWritten = math.MaxInt64
+			} else {
+				t.BytesWritten += f.Size
+			}
 		}
 	}
 	t.NetworkRequests = len(d.Network)

@@ -107,3 +107,21 @@ func (e *CommitConflictError) Error() string {
 
 // Is makes errors.Is(err, ErrCommitConflict) true.
 func (e *CommitConflictError) Is(target error) bool { return target == ErrCommitConflict }
+
+// ErrContentNotKept: a file's new content was not stored with its trial (a
+// per-trial cap, the store's quota, a full disk, the trial's deadline). The
+// file is still listed in the delta, marked with FileChange.NotKept; see
+// *ContentNotKeptError.
+var ErrContentNotKept = errors.New("content not kept")
+
+// ContentNotKeptError says why one file's content was not stored. A BlobSink
+// returns it from PutBlob when it refuses to keep a blob but has still read
+// all of it: its sha256 and length are then those of the whole content.
+type ContentNotKeptError struct {
+	Reason string
+}
+
+func (e *ContentNotKeptError) Error() string { return "content not kept: " + e.Reason }
+
+// Is makes errors.Is(err, ErrContentNotKept) true.
+func (e *ContentNotKeptError) Is(target error) bool { return target == ErrContentNotKept }

@@ -21,6 +21,9 @@ type Rung interface {
 // that were reviewed, whatever happens to the sandbox afterwards.
 type BlobSink interface {
 	// PutBlob stores all of r's bytes and returns their sha256 (hex) and length.
+	// A sink that will not keep them (a cap, a quota, a full disk) still reads
+	// them all and returns their sha256 and length with a
+	// *ContentNotKeptError: the file is then listed without its content.
 	PutBlob(r io.Reader) (sha256hex string, n int64, err error)
 }
 

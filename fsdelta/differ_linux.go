@@ -11,6 +11,7 @@ import (
 	"path"
 	"slices"
 	"strings"
+	"time"
 	"unicode/utf8"
 
 	"github.com/aymanbagabas/go-udiff"
@@ -38,6 +39,11 @@ type Differ struct {
 	opaque  []mkey             // opaque dirs with a host dir under them
 	seen    map[mkey]EntryKind // every upper path reported so far
 	changes []dryexec.FileChange
+
+	diffBytes int64 // of every Diff so far (maxDiffTotal)
+
+	deadline time.Time // SetDeadline's
+	expired  bool      // the deadline cut work short
 
 	forceOwner         bool // SetOwner was called
 	ownerUID, ownerGID int
@@ -216,30 +222,60 @@ func (d *Differ) addFile(e *Entry, content io.Reader, lo lower, hp, mode string,
 	if content == nil {
 		content = bytes.NewReader(nil)
 	}
+	fc := dryexec.FileChange{Path: hp, Op: dryexec.OpCreate, Kind: dryexec.KindFile, Mode: mode, Size: e.Size, UID: uid, GID: gid}
 	var small *bytes.Buffer
-	r := io.LimitReader(content, e.Size)
-	if d.diffMax >= 0 && e.Size <= d.diffMax {
-		small = new(bytes.Buffer)
-		r = io.TeeReader(r, small)
-	}
-	// A read error is the guest stream's; anything else that fails the
-	// put is the store's.
-	cr := &checkedReader{r: r}
-	sha, n, err := d.put(cr)
-	if err != nil {
-		if cr.err != nil {
-			return fmt.Errorf("reading the content of %s: %w", hp, cr.err)
+	if d.cannotHash(e.Size) {
+		// Could not be hashed in the time left even at a rate no CPU has:
+		// not tried, so that the files after it still are.
+		if err := discard(content, e.Size); err != nil {
+			return fmt.Errorf("reading the content of %s: %w", hp, err)
 		}
-		return &StoreError{Path: hp, Err: err}
+		fc.NotKept(fmt.Sprintf("deadline: hashing its %d bytes could not end by the trial's deadline", e.Size))
+	} else if d.pastDeadline() {
+		// Out of time: the file is listed, its content neither hashed nor
+		// kept. Its frames are skipped (holes without making their zeros).
+		if err := discard(content, e.Size); err != nil {
+			return fmt.Errorf("reading the content of %s: %w", hp, err)
+		}
+		fc.NotKept(d.deadlineReason())
+	} else {
+		r := io.LimitReader(content, e.Size)
+		if d.diffMax >= 0 && e.Size <= d.diffMax {
+			small = new(bytes.Buffer)
+			r = io.TeeReader(r, small)
+		}
+		// A read error is the guest stream's (or the deadline's); anything
+		// else that fails the put is the store's.
+		cr := &checkedReader{r: &deadlineReader{r: r, d: d}}
+		sha, n, err := d.put(cr)
+		var nk *dryexec.ContentNotKeptError
+		switch {
+		case errors.Is(cr.err, errDeadline):
+			// Cut short: what was hashed is not the whole content, so no
+			// hash at all; the rest of its frames is skipped.
+			if err := discard(content, e.Size-n); err != nil {
+				return fmt.Errorf("reading the content of %s: %w", hp, err)
+			}
+			sha, n, small = "", e.Size, nil
+			fc.NotKept(d.deadlineReason())
+		case cr.err != nil:
+			return fmt.Errorf("reading the content of %s: %w", hp, cr.err)
+		case errors.As(err, &nk):
+			// Refused by the store (a cap, the quota, a full disk) but read
+			// whole: sha and n are the content's own.
+			fc.NotKept(nk.Reason)
+		case err != nil:
+			return &StoreError{Path: hp, Err: err}
+		}
+		if n != e.Size {
+			return &ErrBadEntry{Entry: *e, Reason: fmt.Sprintf("content is %d bytes, entry says %d", n, e.Size)}
+		}
+		// The LimitReader stops at Size: make sure nothing was left behind.
+		if extra, _ := io.CopyN(io.Discard, content, 1); extra != 0 {
+			return &ErrBadEntry{Entry: *e, Reason: fmt.Sprintf("content is longer than the %d bytes the entry says", e.Size)}
+		}
+		fc.SHA256 = sha
 	}
-	if n != e.Size {
-		return &ErrBadEntry{Entry: *e, Reason: fmt.Sprintf("content is %d bytes, entry says %d", n, e.Size)}
-	}
-	// The LimitReader stops at Size: make sure nothing was left behind.
-	if extra, _ := io.CopyN(io.Discard, content, 1); extra != 0 {
-		return &ErrBadEntry{Entry: *e, Reason: fmt.Sprintf("content is longer than the %d bytes the entry says", e.Size)}
-	}
-	fc := dryexec.FileChange{Path: hp, Op: dryexec.OpCreate, Kind: dryexec.KindFile, Mode: mode, Size: n, SHA256: sha, UID: uid, GID: gid}
 	var old []byte
 	if lo.exists {
 		if lo.kind != dryexec.KindFile {
@@ -252,10 +288,13 @@ func (d *Differ) addFile(e *Entry, content io.Reader, lo lower, hp, mode string,
 				return err
 			}
 			fc.BeforeSHA256, fc.BeforeMode = beforeSHA, modeString(lo.mode)
+			// Only two hashes taken whole say "same bytes": a hash cut
+			// short by the deadline is empty.
+			same := fc.SHA256 != "" && beforeSHA == fc.SHA256
 			switch {
-			case beforeSHA == sha && lo.mode == e.Mode:
+			case same && lo.mode == e.Mode:
 				return nil // rewritten with the same bytes, or only touched
-			case beforeSHA == sha:
+			case same:
 				fc.Op = dryexec.OpChmod
 				d.add(fc)
 				return nil
@@ -266,11 +305,89 @@ func (d *Differ) addFile(e *Entry, content io.Reader, lo lower, hp, mode string,
 			}
 		}
 	}
-	if small != nil {
+	if small != nil && d.diffBytes < maxDiffTotal {
 		fc.Diff = unifiedDiff(hp, old, small.Bytes(), lo.exists && lo.kind == dryexec.KindFile)
+		d.diffBytes += int64(len(fc.Diff))
 	}
 	d.add(fc)
 	return nil
+}
+
+// maxDiffTotal bounds the diffs of one delta: past it, files get none. A
+// million small text files would otherwise carry ≈ 100 MB of diffs (held in
+// memory, then written), far more than anyone reads.
+const maxDiffTotal = 16 << 20
+
+// errDeadline is what a read past the Differ's deadline fails with.
+var errDeadline = errors.New("past the deadline for collecting the trial's content")
+
+// SetDeadline bounds the Differ's work on contents (hashing, storing, reading
+// host files to compare): past t, a file is still listed, with its size, but
+// its content is neither hashed nor kept (FileChange.NotKept), and a host
+// file's hash is not taken. Hashing is CPU-bound (a 100 GiB sparse file is
+// 100 GiB of zeros to hash) and must not outlast the trial's own deadline.
+// The zero time means none.
+func (d *Differ) SetDeadline(t time.Time) { d.deadline = t }
+
+// Expired reports whether the deadline cut any work short: some content was
+// not hashed or kept, or a host file's hash not taken.
+func (d *Differ) Expired() bool { return d.expired }
+
+func (d *Differ) pastDeadline() bool {
+	if !d.expired && !d.deadline.IsZero() && time.Now().After(d.deadline) {
+		d.expired = true
+	}
+	return d.expired
+}
+
+// maxHashRate is a sha256 rate above any CPU's (≈ 1.3–2 GB/s with SHA-NI
+// here): content larger than the time left at this rate is not even tried.
+const maxHashRate = 8 << 30 // bytes per second
+
+// cannotHash reports whether n bytes cannot be hashed before the deadline.
+func (d *Differ) cannotHash(n int64) bool {
+	if d.deadline.IsZero() || n < maxHashRate/8 {
+		return false
+	}
+	left := time.Until(d.deadline).Seconds()
+	return left*maxHashRate < float64(n)
+}
+
+func (d *Differ) deadlineReason() string {
+	return "deadline: the trial ran out of time to collect its content"
+}
+
+// deadlineReader fails with errDeadline once its Differ is past its deadline.
+// It checks at every read: reads are at least tens of KiB, and a clock read
+// costs tens of ns.
+type deadlineReader struct {
+	r io.Reader
+	d *Differ
+}
+
+func (r *deadlineReader) Read(p []byte) (int, error) {
+	if r.d.pastDeadline() {
+		return 0, errDeadline
+	}
+	return r.r.Read(p)
+}
+
+// Discarder is content that can skip what is left of itself without reading
+// it: a hole is not made into zeros to be thrown away.
+type Discarder interface {
+	Discard() error
+}
+
+// discard skips the rest of content (at most n bytes).
+func discard(content io.Reader, n int64) error {
+	if dc, ok := content.(Discarder); ok {
+		return dc.Discard()
+	}
+	_, err := io.CopyN(io.Discard, content, n)
+	if err == io.EOF {
+		err = nil
+	}
+	return err
 }
 
 // checkedReader remembers its reader's error (io.EOF aside).
@@ -333,6 +450,9 @@ func (d *Differ) Finish() ([]dryexec.FileChange, error) {
 // dir (rmdir) comes after everything it held, and so does whatever replaced it.
 // Changes to the same path keep the order they were made in: a path replaced by
 // another kind has its delete (or rmdir) first.
+//
+// It sorts indices and then moves each change once, in place: a copy of a
+// million changes (and of their split paths) cost hundreds of MB.
 func sortChanges(changes []dryexec.FileChange) {
 	rmdirs := map[string]bool{}
 	for _, fc := range changes {
@@ -340,37 +460,80 @@ func sortChanges(changes []dryexec.FileChange) {
 			rmdirs[fc.Path] = true
 		}
 	}
-	type keyed struct {
-		parts []string
-		post  bool // sorts after every path below it
-		fc    dryexec.FileChange
+	post := make([]bool, len(changes)) // sorts after every path below it
+	idx := make([]int, len(changes))
+	for i := range changes {
+		idx[i], post[i] = i, len(rmdirs) > 0 && rmdirs[changes[i].Path]
 	}
-	ks := make([]keyed, len(changes))
-	for i, fc := range changes {
-		ks[i] = keyed{strings.Split(fc.Path, "/"), rmdirs[fc.Path], fc}
-	}
-	slices.SortStableFunc(ks, func(a, b keyed) int {
-		for i := 0; i < len(a.parts) && i < len(b.parts); i++ {
-			if c := strings.Compare(a.parts[i], b.parts[i]); c != 0 {
-				return c
-			}
-		}
-		switch {
-		case len(a.parts) < len(b.parts): // a is a dir b is in
-			if a.post {
+	slices.SortStableFunc(idx, func(a, b int) int {
+		switch c, nested := comparePaths(changes[a].Path, changes[b].Path); {
+		case nested < 0: // a is a dir b is in
+			if post[a] {
 				return 1
 			}
 			return -1
-		case len(a.parts) > len(b.parts):
-			if b.post {
+		case nested > 0:
+			if post[b] {
 				return -1
 			}
 			return 1
+		default:
+			return c
 		}
-		return 0
 	})
-	for i := range ks {
-		changes[i] = ks[i].fc
+	// changes[j] becomes changes[idx[j]], one cycle of the permutation at a time.
+	for i := range idx {
+		if idx[i] < 0 {
+			continue
+		}
+		tmp := changes[i]
+		for j := i; ; {
+			k := idx[j]
+			idx[j] = -1
+			if k == i {
+				changes[j] = tmp
+				break
+			}
+			changes[j] = changes[k]
+			j = k
+		}
+	}
+}
+
+// comparePaths compares a and b component by component, as
+// strings.Split(p, "/") would give them. nested is -1 when a's components are
+// a proper prefix of b's (a is a dir b is in), 1 when b's are of a's, and 0
+// otherwise, when c says which sorts first.
+func comparePaths(a, b string) (c, nested int) {
+	n := min(len(a), len(b))
+	for j := 0; j < n; j++ {
+		if a[j] == b[j] {
+			continue
+		}
+		switch {
+		case a[j] == '/': // a's component ends first: it is a prefix of b's
+			return -1, 0
+		case b[j] == '/':
+			return 1, 0
+		case a[j] < b[j]:
+			return -1, 0
+		default:
+			return 1, 0
+		}
+	}
+	switch {
+	case len(a) == len(b):
+		return 0, 0
+	case len(a) < len(b):
+		if b[len(a)] == '/' {
+			return 0, -1
+		}
+		return -1, 0
+	default:
+		if a[len(b)] == '/' {
+			return 0, 1
+		}
+		return 1, 0
 	}
 }
 
@@ -549,6 +712,10 @@ func (d *Differ) hashLower(m int, p string, size int64) (string, []byte, error) 
 	}
 	f := os.NewFile(uintptr(fd), d.hostPath(m, p))
 	defer f.Close()
+	if d.cannotHash(size) {
+		d.expired = true // no hash of the host's file: the delta says it is incomplete
+		return "", nil, nil
+	}
 	h := sha256.New()
 	var small *bytes.Buffer
 	var w io.Writer = h
@@ -556,7 +723,10 @@ func (d *Differ) hashLower(m int, p string, size int64) (string, []byte, error) 
 		small = new(bytes.Buffer)
 		w = io.MultiWriter(h, small)
 	}
-	if _, err := io.Copy(w, f); err != nil {
+	if _, err := io.Copy(w, &deadlineReader{r: f, d: d}); err != nil {
+		if errors.Is(err, errDeadline) {
+			return "", nil, nil // no hash: the delta says it is incomplete
+		}
 		return "", nil, fmt.Errorf("reading host %s: %w", d.hostPath(m, p), err)
 	}
 	var b []byte
@@ -579,7 +749,17 @@ func readDirNames(fd int) ([]string, error) {
 	return names, err
 }
 
-func modeString(m uint32) string { return fmt.Sprintf("%04o", m&07777) }
+func modeString(m uint32) string { return modeStrings[m&07777] }
+
+// modeStrings are the 4096 mode strings, made once: one allocation per
+// change (twice for a modify) was a million small objects for a million
+// files. Never written after init.
+var modeStrings = func() (t [07777 + 1]string) {
+	for m := range t {
+		t[m] = fmt.Sprintf("%04o", m)
+	}
+	return t
+}()
 
 // unifiedDiff returns a unified diff of old → new when both are text, else "".
 func unifiedDiff(p string, old, new []byte, hadOld bool) string {

@@ -3,7 +3,6 @@ package guest
 import (
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"strconv"
 	"strings"
@@ -223,21 +222,45 @@ func sendFailure(conn *wire.Conn, code string, err error) int {
 	return 1
 }
 
-// sendContent streams exactly size bytes of f as fs.data frames. A file that
-// changed size under us (it cannot: every sandbox process is dead) is an error.
+// sendContent streams exactly size bytes of f: its data as fs.data frames,
+// its holes (SEEK_DATA/SEEK_HOLE) as fs.hole frames, so that a sparse file
+// costs the stream (and the host's store) only what it holds: `truncate -s
+// 100G` is one frame. A file that changed size under us (it cannot: every
+// sandbox process is dead) is an error.
 func sendContent(conn *wire.Conn, f *os.File, size int64, buf []byte) error {
-	for size > 0 {
-		n := int64(len(buf))
-		if size < n {
-			n = size
+	fd := int(f.Fd())
+	for off := int64(0); off < size; {
+		data, err := unix.Seek(fd, off, unix.SEEK_DATA)
+		switch {
+		case errors.Is(err, unix.ENXIO): // no data from off on: a hole to the end
+			data = size
+		case err != nil: // no SEEK_DATA here: all of it is data
+			data = off
 		}
-		if _, err := io.ReadFull(f, buf[:n]); err != nil {
-			return fmt.Errorf("reading upper file: %w", err)
+		if data > size {
+			data = size
 		}
-		if err := conn.Send(wire.KindEvent, wire.VerbFSData, 0, nil, buf[:n]); err != nil {
-			return err
+		if data > off {
+			if err := conn.Send(wire.KindEvent, wire.VerbFSHole, 0, &wire.FSHole{N: data - off}); err != nil {
+				return err
+			}
+			off = data
+			continue
 		}
-		size -= n
+		end, err := unix.Seek(fd, off, unix.SEEK_HOLE)
+		if err != nil || end > size || end <= off {
+			end = size
+		}
+		for off < end {
+			n := min(int64(len(buf)), end-off)
+			if _, err := f.ReadAt(buf[:n], off); err != nil {
+				return fmt.Errorf("reading upper file: %w", err)
+			}
+			if err := conn.Send(wire.KindEvent, wire.VerbFSData, 0, nil, buf[:n]); err != nil {
+				return err
+			}
+			off += n
+		}
 	}
 	return nil
 }

@@ -214,6 +214,7 @@ func (e *Engine) Decide(ctx context.Context, d *dryexec.StateDelta) Result {
 	e.checkViolations(&c, &facts)
 	e.checkNetwork(&c, &facts)
 	failed := e.checkProcess(&c, &facts)
+	e.checkContent(&c, &facts)
 	allowedBy := e.checkRules(ctx, &c, &facts)
 	score := e.score(&c, sensitive, failed, &facts)
 

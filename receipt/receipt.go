@@ -7,6 +7,7 @@
 package receipt
 
 import (
+	"bytes"
 	"crypto/ed25519"
 	"crypto/rand"
 	"crypto/sha256"
@@ -81,17 +82,56 @@ func (s *Signer) KeyID() string { return s.id }
 // in d afterwards: the receipt would no longer verify.
 func (s *Signer) Sign(d *dryexec.StateDelta) error {
 	d.Receipt = dryexec.Receipt{}
-	doc, err := json.Marshal(d)
-	if err != nil {
-		return fmt.Errorf("receipt: encoding the delta: %w", err)
-	}
-	sum, err := Digest(doc)
+	sum, err := DeltaDigest(d)
 	if err != nil {
 		return fmt.Errorf("receipt: %w", err)
 	}
 	sig := ed25519.Sign(s.priv, message(sum))
 	d.Receipt = dryexec.Receipt{DeltaSHA256: sum, Signature: base64.StdEncoding.EncodeToString(sig), KeyID: s.id}
 	return nil
+}
+
+// canonFiles is how the canonical form writes an empty Files: top-level
+// members are the only ones named "files", and no other member holds an
+// array of that name (env, the only map, holds strings).
+const canonFiles = `"files":[]`
+
+// DeltaDigest is Digest(json.Marshal(d)) without the whole document in
+// memory: the canonical form is hashed as it is made, one FileChange at a
+// time (a delta of a million files is hundreds of MB of JSON, twice over).
+func DeltaDigest(d *dryexec.StateDelta) (string, error) {
+	c := *d
+	c.Files = []dryexec.FileChange{}
+	doc, err := json.Marshal(&c)
+	if err != nil {
+		return "", fmt.Errorf("encoding the delta: %w", err)
+	}
+	head, err := Canonical(doc)
+	if err != nil {
+		return "", err
+	}
+	i := bytes.Index(head, []byte(canonFiles))
+	if i < 0 || bytes.Count(head, []byte(canonFiles)) != 1 {
+		return "", fmt.Errorf("%w: no single files member", ErrMalformed)
+	}
+	h := sha256.New()
+	h.Write(head[:i+len(canonFiles)-1])
+	for k := range d.Files {
+		if k > 0 {
+			h.Write([]byte{','})
+		}
+		b, err := json.Marshal(&d.Files[k])
+		if err != nil {
+			return "", fmt.Errorf("encoding the delta: %w", err)
+		}
+		cb, err := Canonical(b)
+		if err != nil {
+			return "", err
+		}
+		h.Write(cb)
+	}
+	h.Write(head[i+len(canonFiles)-1:])
+	return hex.EncodeToString(h.Sum(nil)), nil
 }
 
 func message(hexSum string) []byte {

@@ -39,6 +39,8 @@ type Config struct {
 	Socket string
 	// TTL is how long trials are kept (0: store.DefaultTTL).
 	TTL time.Duration
+	// StoreLimits bound what the store keeps (zero fields: store's defaults).
+	StoreLimits store.Limits
 	// MaxTrials is how many trials run at once (default 4); MaxQueue how many
 	// more may wait for a slot (default 64). Beyond that a request is refused
 	// with ErrBusy (HTTP 503) rather than held without bound.
@@ -163,6 +165,7 @@ func NewService(cfg Config) (*Service, error) {
 	if err != nil {
 		return nil, err
 	}
+	st.SetLimits(cfg.StoreLimits)
 	rec, err := st.Recover()
 	for _, r := range rec {
 		cfg.Log.Info("recovered an interrupted commit", "trial", r.Trial, "committed", r.Committed)

@@ -7,15 +7,13 @@
 package store
 
 import (
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -28,8 +26,9 @@ import (
 // once: every write goes to a temp name and is renamed into place, and commits
 // are serialised by a lock file.
 type Store struct {
-	dir string
-	ttl time.Duration
+	dir    string
+	ttl    time.Duration
+	limits Limits
 }
 
 // DefaultTTL is how long a trial is kept when nothing says otherwise.
@@ -82,6 +81,12 @@ type Trial struct {
 	once sync.Once // open
 	err  error     // open's
 	lock *os.File  // flocked while recording: Sweep leaves a locked .partial alone
+
+	// What PutBlob may still store (limits.go), taken at the first blob.
+	capOverride int64
+	budgetTaken bool
+	budget      budget
+	buf         []byte // PutBlob's, made at the first blob
 }
 
 var _ dryexec.BlobSink = (*Trial)(nil)
@@ -115,56 +120,41 @@ func (t *Trial) open() error {
 	return t.err
 }
 
-// PutBlob implements dryexec.BlobSink.
-func (t *Trial) PutBlob(r io.Reader) (string, int64, error) {
-	if err := t.open(); err != nil {
-		return "", 0, err
-	}
-	f, err := os.CreateTemp(filepath.Join(t.dir, "blobs"), ".tmp-*")
-	if err != nil {
-		return "", 0, fmt.Errorf("store: %w", err)
-	}
-	h := sha256.New()
-	n, err := io.Copy(io.MultiWriter(f, h), r)
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err != nil {
-		os.Remove(f.Name())
-		return "", n, fmt.Errorf("store: writing blob: %w", err)
-	}
-	sha := hex.EncodeToString(h.Sum(nil))
-	if err := os.Rename(f.Name(), filepath.Join(t.dir, "blobs", sha)); err != nil {
-		os.Remove(f.Name())
-		return "", n, fmt.Errorf("store: %w", err)
-	}
-	return sha, n, nil
-}
-
 // Save writes the delta, drops blobs it does not refer to (identical rewrites),
 // and publishes the trial under its id.
 func (t *Trial) Save(d *dryexec.StateDelta) error {
 	if err := t.open(); err != nil {
 		return err
 	}
-	keep := map[string]bool{}
+	// A sorted list, not a set: for a million files it is 16 MB, a map
+	// several times that.
+	keep := make([]string, 0, len(d.Files))
 	for _, f := range d.Files {
 		if f.SHA256 != "" {
-			keep[f.SHA256] = true
+			keep = append(keep, f.SHA256)
 		}
 	}
-	blobs, _ := os.ReadDir(filepath.Join(t.dir, "blobs"))
-	for _, b := range blobs {
-		if !keep[b.Name()] {
-			os.Remove(filepath.Join(t.dir, "blobs", b.Name()))
+	slices.Sort(keep)
+	if dir, err := os.Open(filepath.Join(t.dir, "blobs")); err == nil {
+		for {
+			names, err := dir.Readdirnames(4096)
+			for _, name := range names {
+				if _, found := slices.BinarySearch(keep, name); !found {
+					os.Remove(filepath.Join(t.dir, "blobs", name))
+				}
+			}
+			if err != nil {
+				break
+			}
 		}
+		dir.Close()
 	}
 	// Not synced: a trial's record is what a later commit reviews, and a
 	// commit re-hashes every byte it applies (its blobs were never synced
 	// either). After a machine crash an unsynced record may be missing or
 	// read back as corrupt (ErrCorrupt), never wrong; the fsync cost a
 	// daemon's warm trial 1–3 ms here, a third of it.
-	if err := writeJSON(filepath.Join(t.dir, "delta.json"), d, false); err != nil {
+	if err := writeDelta(filepath.Join(t.dir, "delta.json"), d); err != nil {
 		return err
 	}
 	os.Remove(filepath.Join(t.dir, "lock"))
@@ -173,6 +163,29 @@ func (t *Trial) Save(d *dryexec.StateDelta) error {
 	}
 	t.dir = t.s.trialDir(t.id)
 	t.lock.Close()
+	return nil
+}
+
+// writeDelta writes d to path as writeJSON would (not synced), streaming its
+// files (StateDelta.WriteJSON): a delta of a million files is never whole in
+// memory as JSON.
+func writeDelta(path string, d *dryexec.StateDelta) error {
+	tmp := path + ".tmp"
+	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
+	if err != nil {
+		return fmt.Errorf("store: %w", err)
+	}
+	err = d.WriteJSON(f)
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Rename(tmp, path)
+	}
+	if err != nil {
+		os.Remove(tmp)
+		return fmt.Errorf("store: writing %s: %w", filepath.Base(path), err)
+	}
 	return nil
 }
 

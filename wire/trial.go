@@ -14,7 +14,8 @@ import "golang.org/x/sys/unix"
 // and the rest when a trial is asked for; a cold trial sends all at once.
 // The guest then answers with events: VerbTrialExit
 // once the command and everything it started are gone, then
-// VerbFSEntry/VerbFSData for each upper-dir entry, then VerbTrialDone. A
+// VerbFSEntry/VerbFSData/VerbFSHole for each upper-dir entry, then
+// VerbTrialDone. A
 // guest-side failure is a KindErr frame.
 const (
 	VerbTrialStart  = "trial.start"
@@ -22,10 +23,19 @@ const (
 	VerbTrialJoined = "trial.joined" // no body
 	VerbTrialRun    = "trial.run"    // body: TrialRun
 	VerbTrialExit   = "trial.exit"
-	VerbFSEntry     = "fs.entry"   // body: fsdelta.Entry; a file's content follows as fs.data frames
-	VerbFSData      = "fs.data"    // one attachment of file content
-	VerbTrialDone   = "trial.done" // body: TrialDone
+	VerbFSEntry     = "fs.entry" // body: fsdelta.Entry; a file's content follows as fs.data frames
+	VerbFSData      = "fs.data"  // one attachment of file content
+	// VerbFSHole is a run of zeros in a file's content that the file does
+	// not store (a hole: SEEK_HOLE): body FSHole, no attachment. A sparse
+	// file of 8 EiB costs one frame, not 8 EiB of zeros on the stream.
+	VerbFSHole    = "fs.hole"
+	VerbTrialDone = "trial.done" // body: TrialDone
 )
+
+// FSHole is the body of fs.hole: N bytes of zeros come next in the content.
+type FSHole struct {
+	N int64 `json:"n"`
+}
 
 // MountSpec is one host mount the guest must overlay.
 type MountSpec struct {

@@ -24,8 +24,8 @@ import (
 
 // Version is the protocol version carried in the guest's hello. A host
 // refuses a guest of another version (a stale dryexec-guest beside a newer
-// dryexec). 2: the command stub (trial.joined, StubFD).
-const Version = 2
+// dryexec). 2: the command stub (trial.joined, StubFD). 3: fs.hole.
+const Version = 3
 
 // Limits. A header is small metadata; attachments carry bulk bytes in bounded
 // chunks so that neither side ever buffers a whole large file.

@@ -106,6 +106,11 @@ func openStore(env Env) (*store.Store, error) {
 	if err != nil {
 		return nil, err
 	}
+	lim, err := storeLimits(env)
+	if err != nil {
+		return nil, err
+	}
+	s.SetLimits(lim)
 	rec, err := s.Recover()
 	for _, r := range rec {
 		if r.Committed {
@@ -123,12 +128,35 @@ func openStore(env Env) (*store.Store, error) {
 	return s, nil
 }
 
+// storeLimits reads what the store keeps on the host's disk from the
+// environment (docs/limits.md); unset variables take the store's defaults.
+func storeLimits(env Env) (store.Limits, error) {
+	var lim store.Limits
+	for _, v := range []struct {
+		name string
+		to   *int64
+	}{
+		{"DRYEXEC_TRIAL_CONTENT_CAP", &lim.TrialBytes},
+		{"DRYEXEC_STORE_QUOTA", &lim.TotalBytes},
+		{"DRYEXEC_STORE_MIN_FREE", &lim.MinFreeBytes},
+	} {
+		var err error
+		if *v.to, err = parseBytes(env.Getenv(v.name)); err != nil {
+			return lim, usageError{fmt.Errorf("%s: %w", v.name, err)}
+		}
+	}
+	return lim, nil
+}
+
 func isTerminal(w io.Writer, env Env) bool {
 	f, ok := w.(*os.File)
 	return ok && render.ColorWanted(f, env.Getenv)
 }
 
 func printJSON(w io.Writer, v any) error {
+	if d, ok := v.(*dryexec.StateDelta); ok {
+		return d.WriteJSON(w) // the same bytes, one file at a time
+	}
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")
 	return enc.Encode(v)

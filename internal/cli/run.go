@@ -1,10 +1,12 @@
 package cli
 
 import (
+	"bufio"
 	"context"
 	"fmt"
 	"os"
 	"path/filepath"
+	"runtime/debug"
 	"strconv"
 	"strings"
 	"time"
@@ -29,8 +31,10 @@ func runCmd(env Env, code *int) *cobra.Command {
 		withStdin bool
 		outputCap int
 		upperSize int64
-		noStore   bool
-		cwd       string
+		// content the store keeps of this trial (docs/limits.md)
+		contentCap string
+		noStore    bool
+		cwd        string
 		// --commit, -i and --force
 		doCommitFlag, interactive, force bool
 		policyFile                       string
@@ -48,6 +52,16 @@ func runCmd(env Env, code *int) *cobra.Command {
 		Short: "Run CMD in a trial, print what it would change, change nothing",
 		Args:  usage(cobra.MinimumNArgs(1)),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			// A soft limit on this process's heap, unless GOMEMLIMIT sets
+			// one: Go's default lets the heap grow to twice what is live
+			// before it collects, and a trial of a million files has
+			// hundreds of MB live. Under the limit the collector runs more
+			// often instead (at most half a CPU, by the runtime's own
+			// guard, when more than the limit is live). A small trial never
+			// gets near it. docs/limits.md, "Big deltas: memory".
+			if env.Getenv("GOMEMLIMIT") == "" {
+				debug.SetMemoryLimit(runMemoryLimit)
+			}
 			// The policy is read first: a mistake in it is the caller's (exit 2)
 			// and must not cost a trial.
 			pol, err := policy.Default(), error(nil)
@@ -131,6 +145,13 @@ func runCmd(env Env, code *int) *cobra.Command {
 				if err != nil {
 					return err
 				}
+				if contentCap != "" {
+					n, err := parseBytes(contentCap)
+					if err != nil {
+						return usageError{fmt.Errorf("--content-cap: %w", err)}
+					}
+					t.SetTrialCap(n)
+				}
 				spec.Blobs, spec.Exchanges, rec = t, t, t
 			}
 			d, err := r.Trial(cmd.Context(), spec)
@@ -151,7 +172,13 @@ func runCmd(env Env, code *int) *cobra.Command {
 			if asJSON {
 				err = printJSON(env.Stdout, d)
 			} else {
-				err = render.Summary(env.Stdout, d, render.Options{Color: isTerminal(env.Stdout, env)})
+				// Buffered: the summary is a line per file, and a line per
+				// write(2) made a million-file summary take minutes.
+				bw := bufio.NewWriterSize(env.Stdout, 64<<10)
+				err = render.Summary(bw, d, render.Options{Color: isTerminal(env.Stdout, env)})
+				if ferr := bw.Flush(); err == nil {
+					err = ferr
+				}
 			}
 			*code = exitCode(d)
 			if err != nil || (!doCommitFlag && !interactive) {
@@ -197,6 +224,7 @@ func runCmd(env Env, code *int) *cobra.Command {
 	f.BoolVar(&withStdin, "stdin", false, "pass dryexec's standard input to the command (default: /dev/null)")
 	f.IntVar(&outputCap, "output-cap", dryexec.DefaultOutputCap, "bytes of stdout and of stderr kept (the tail)")
 	f.Int64Var(&upperSize, "upper-size", dryexec.DefaultUpperSizeBytes, "bytes the trial may write in all")
+	f.StringVar(&contentCap, "content-cap", "", fmt.Sprintf("bytes of file content the store keeps of this trial, K, M or G (default $DRYEXEC_TRIAL_CONTENT_CAP, else %d GiB; -1: no cap); a file past it is listed without its content", store.DefaultTrialBytes>>30))
 	f.BoolVar(&noStore, "no-store", false, "do not keep the trial for a later commit")
 	f.StringVarP(&cwd, "cwd", "C", "", "run in this directory (default: the current one)")
 	f.StringVar(&policyFile, "policy", "", "decide with this policy file (YAML or JSON; default: the built-in policy, docs/decision.md)")
@@ -205,6 +233,10 @@ func runCmd(env Env, code *int) *cobra.Command {
 	f.BoolVar(&force, "force", false, "with --commit or -i: commit whatever the decision, block included (recorded with the trial)")
 	return c
 }
+
+// runMemoryLimit is `dryexec run`'s soft heap limit (debug.SetMemoryLimit)
+// when GOMEMLIMIT does not set one.
+const runMemoryLimit = 160 << 20
 
 // decideAndSign fills d's decision with engine's verdict and then its receipt,
 // signed with the install's key (receipt.LoadOrCreate of the store directory).

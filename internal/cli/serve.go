@@ -48,8 +48,12 @@ func newService(env Env, log *slog.Logger, maxTrials, maxQueue, pool, sessionPoo
 	if err != nil {
 		return nil, err
 	}
+	lim, err := storeLimits(env)
+	if err != nil {
+		return nil, err
+	}
 	return server.NewService(server.Config{
-		StoreDir: dir, Socket: socket, TTL: ttl, MaxTrials: maxTrials, MaxQueue: maxQueue, Pool: pool, SessionPool: sessionPool, PoolIdle: poolIdle,
+		StoreDir: dir, Socket: socket, TTL: ttl, StoreLimits: lim, MaxTrials: maxTrials, MaxQueue: maxQueue, Pool: pool, SessionPool: sessionPool, PoolIdle: poolIdle,
 		Getenv: env.Getenv, Environ: callerEnviron(env), Version: buildVersion(), Log: log,
 		Decide: decide,
 	})

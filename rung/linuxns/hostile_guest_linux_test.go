@@ -60,6 +60,15 @@ func hostileGuest(script string) int {
 	case "entry escaping its mount":
 		conn.Send(wire.KindEvent, wire.VerbTrialExit, 0, exit)
 		conn.Send(wire.KindEvent, wire.VerbFSEntry, 0, escaping)
+	case "hole longer than the file", "hole of no bytes":
+		conn.Send(wire.KindEvent, wire.VerbTrialExit, 0, exit)
+		conn.Send(wire.KindEvent, wire.VerbFSEntry, 0, &fsdelta.Entry{Path: "dryexec-hostile-x", Kind: fsdelta.EntryFile, Mode: 0o644, Size: 10})
+		n := int64(11)
+		if script == "hole of no bytes" {
+			n = 0
+		}
+		conn.Send(wire.KindEvent, wire.VerbFSData, 0, nil, []byte("abc"))
+		conn.Send(wire.KindEvent, wire.VerbFSHole, 0, &wire.FSHole{N: n})
 	case "entry on an unknown mount":
 		conn.Send(wire.KindEvent, wire.VerbTrialExit, 0, exit)
 		conn.Send(wire.KindEvent, wire.VerbFSEntry, 0, &fsdelta.Entry{Mount: 7, Path: "x", Kind: fsdelta.EntryDir, Mode: 0o755})
@@ -130,6 +139,8 @@ func TestHostileGuest(t *testing.T) {
 		{"entry on an unknown mount", "mount", true},
 		{"exits without a report", "exited (status 0)", true},
 		{"garbage frame", "no.such.verb", true},
+		{"hole longer than the file", "a hole of 11 bytes with 7 left", true},
+		{"hole of no bytes", "a hole of 0 bytes", true},
 		{"hangs without a report", "no report within the command's timeout and 200ms more", true},
 		{"upper not a clean absolute path", "outside the planned mounts", false},
 	}

@@ -1,6 +1,7 @@
 package linuxns
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -31,6 +32,29 @@ import (
 // Name is the rung's contract name.
 const Name = "ns"
 
+// Defaults of Rung.CollectMin and Rung.CollectTimeout.
+const (
+	DefaultCollectMin     = 5 * time.Second
+	DefaultCollectTimeout = 5 * time.Minute
+)
+
+// collectDeadline is when a trial whose command was started at start and
+// ended at end must be done hashing and storing content: the end of its
+// timeout, but never less than half the timeout (at least CollectMin) after
+// the command, so that a command that used its whole timeout still has time
+// to be collected, and a trial ends within 1.5 times its timeout; without a
+// timeout, CollectTimeout after the command.
+func (r *Rung) collectDeadline(a dryexec.Action, start, end time.Time) time.Time {
+	if a.TimeoutMS <= 0 {
+		return end.Add(cmp.Or(r.CollectTimeout, DefaultCollectTimeout))
+	}
+	dl := start.Add(a.Timeout())
+	if least := end.Add(max(cmp.Or(r.CollectMin, DefaultCollectMin), a.Timeout()/2)); dl.Before(least) {
+		dl = least
+	}
+	return dl
+}
+
 // Rung runs trials in Linux namespaces. The zero value is ready to use.
 type Rung struct {
 	// GuestExe is the binary started as the guest supervisor with
@@ -43,6 +67,15 @@ type Rung struct {
 	// WalkGrace bounds how long the guest may take to report its upper dirs after
 	// the command's own timeout; 0 means 60s.
 	WalkGrace time.Duration
+	// CollectMin is the least time a trial with a timeout gets, after its
+	// command, to hash and store what it wrote, when the command left less
+	// of the timeout than that (or than half the timeout, if more); 0 means
+	// DefaultCollectMin. CollectTimeout
+	// is that time for a trial without a timeout; 0 means
+	// DefaultCollectTimeout. Past it the delta lists the remaining files with
+	// their sizes but without their content, and says it is incomplete
+	// (docs/limits.md).
+	CollectMin, CollectTimeout time.Duration
 	// Trace, when set, is called as a trial passes each phase ("start": guest
 	// process started, "hello": guest runtime up, "view": overlays mounted,
 	// "exit": command and its descendants gone, "done": delta built), to see
@@ -680,6 +713,8 @@ func (t *trial) converse() (*dryexec.StateDelta, error) {
 		return nil, fmt.Errorf("%w: %w", dryexec.ErrBadAction, err)
 	}
 	run.StartMonoNS = wire.MonoNow()
+	started := time.Now()
+	var deadline time.Time // for collecting the content, set at trial.exit
 	_, err = t.stubW.Write(req)
 	t.stubW.Close()
 	t.stubW = nil
@@ -725,6 +760,8 @@ func (t *trial) converse() (*dryexec.StateDelta, error) {
 			}
 			t.exit = exit
 			t.r.trace("exit")
+			deadline = t.r.collectDeadline(a, started, time.Now())
+			differ.SetDeadline(deadline)
 			// Everything the command started is dead; the guest lives on
 			// (walking), so its view and group can still be read, and
 			// netsim has seen the last packet it will get. netsim is
@@ -766,6 +803,11 @@ func (t *trial) converse() (*dryexec.StateDelta, error) {
 				d.Memory.PeakRSSBytes = done.MaxRSS
 			} else {
 				d.Process.PeakRSSBytes = d.Memory.PeakRSSBytes
+			}
+			if differ.Expired() {
+				d.Incomplete = true
+				d.IncompleteReason = fmt.Sprintf("the trial ran out of time to collect what it wrote (%s after the command's start): "+
+					"files past it are listed with their size, without their content", deadline.Sub(started).Round(time.Millisecond))
 			}
 			d.Normalize()
 			d.ComputeTotals()
@@ -842,32 +884,76 @@ func (t *trial) guestErr(doing string, err error) error {
 	return fmt.Errorf("%w: %s: %w", dryexec.ErrGuest, doing, err)
 }
 
-// dataReader reads a file's content from the fs.data frames that follow its entry.
+// dataReader reads a file's content from the fs.data and fs.hole frames that
+// follow its entry. A hole reads as zeros, made here: the stream carries only
+// its length.
 type dataReader struct {
 	conn *wire.Conn
 	left int64
 	cur  []byte
+	hole int64 // zeros still to read of the current hole
 }
 
 func (r *dataReader) Read(p []byte) (int, error) {
 	if r.left == 0 {
 		return 0, io.EOF
 	}
-	for len(r.cur) == 0 {
-		f, err := r.conn.Read()
-		if err != nil {
+	for len(r.cur) == 0 && r.hole == 0 {
+		if err := r.next(); err != nil {
 			return 0, err
 		}
-		if f.Verb != wire.VerbFSData || len(f.Bin) != 1 || len(f.Bin[0]) == 0 {
-			return 0, fmt.Errorf("%w: expected fs.data, got %s %q", wire.ErrProtocol, f.Kind, f.Verb)
-		}
-		if int64(len(f.Bin[0])) > r.left {
-			return 0, fmt.Errorf("%w: more content than announced", wire.ErrProtocol)
-		}
-		r.cur = f.Bin[0]
+	}
+	if r.hole > 0 {
+		n := int(min(int64(len(p)), r.hole))
+		clear(p[:n])
+		r.hole -= int64(n)
+		r.left -= int64(n)
+		return n, nil
 	}
 	n := copy(p, r.cur)
 	r.cur = r.cur[n:]
 	r.left -= int64(n)
 	return n, nil
+}
+
+// next reads the next frame of the content into cur or hole.
+func (r *dataReader) next() error {
+	f, err := r.conn.Read()
+	if err != nil {
+		return err
+	}
+	switch {
+	case f.Verb == wire.VerbFSData && len(f.Bin) == 1 && len(f.Bin[0]) > 0:
+		if int64(len(f.Bin[0])) > r.left {
+			return fmt.Errorf("%w: more content than announced", wire.ErrProtocol)
+		}
+		r.cur = f.Bin[0]
+	case f.Verb == wire.VerbFSHole && len(f.Bin) == 0:
+		var h wire.FSHole
+		if err := f.Decode(&h); err != nil {
+			return err
+		}
+		if h.N <= 0 || h.N > r.left {
+			return fmt.Errorf("%w: a hole of %d bytes with %d left", wire.ErrProtocol, h.N, r.left)
+		}
+		r.hole = h.N
+	default:
+		return fmt.Errorf("%w: expected fs.data, got %s %q", wire.ErrProtocol, f.Kind, f.Verb)
+	}
+	return nil
+}
+
+// Discard skips the rest of the content (fsdelta.Discarder): data frames are
+// dropped, holes skipped without making their zeros.
+func (r *dataReader) Discard() error {
+	for {
+		r.left -= int64(len(r.cur)) + r.hole
+		r.cur, r.hole = nil, 0
+		if r.left == 0 {
+			return nil
+		}
+		if err := r.next(); err != nil {
+			return err
+		}
+	}
 }

@@ -15,6 +15,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"flag"
@@ -39,7 +40,7 @@ import (
 const inNetNS = "DRYEXEC_BENCH_OWN_NETNS"
 
 // groupKeys are the groups in the order they run; -only picks among them.
-var groupKeys = []string{"trial", "warm", "throughput", "diff", "commit", "sessions", "net", "memory"}
+var groupKeys = []string{"trial", "warm", "throughput", "diff", "commit", "sessions", "net", "memory", "bigdelta", "collect"}
 
 func main() {
 	guest.MaybeMain(os.Args)
@@ -51,6 +52,7 @@ func main() {
 	flag.StringVar(&cfg.out, "out", "", "directory for the Markdown report and the PNG chart (default: stdout only)")
 	flag.IntVar(&cfg.tree, "tree", 100000, "files in the largest tree of the diff and session benchmarks")
 	flag.IntVar(&cfg.files, "files", 1000, "files a trial writes for the commit benchmark")
+	flag.IntVar(&cfg.bigFiles, "bigfiles", 1000000, "files the trial of the bigdelta benchmark creates")
 	flag.StringVar(&cfg.only, "only", "", "comma-separated groups to run ("+strings.Join(groupKeys, ", ")+"); default all")
 	flag.StringVar(&cfg.note, "note", "", "a line printed at the top of the report (e.g. that the machine was busy)")
 	flag.Parse()
@@ -63,8 +65,8 @@ func main() {
 }
 
 type config struct {
-	rounds, tree, files int
-	out, only, note     string
+	rounds, tree, files, bigFiles int
+	out, only, note               string
 }
 
 // ownNetNS re-executes the benchmark in a network namespace of its own (root
@@ -121,6 +123,9 @@ type group struct {
 	extra func() string
 	// close, when set, releases what the group held, once it is measured.
 	close func()
+	// rounds, when set, replaces -n, and the warm-up run is skipped: a
+	// group whose sample takes minutes.
+	rounds int
 }
 
 // env is what every group's setup shares.
@@ -180,6 +185,7 @@ func run(ctx context.Context, cfg config) (err error) {
 	makers := map[string]func(*env) ([]group, error){
 		"trial": trialGroup, "warm": warmGroup, "throughput": throughputGroup, "diff": diffGroup,
 		"commit": commitGroup, "sessions": sessionGroup, "net": netGroup, "memory": memoryGroup,
+		"bigdelta": bigDeltaGroup, "collect": collectGroup,
 	}
 	var groups []group
 	var sections [][]result
@@ -203,8 +209,8 @@ func run(ctx context.Context, cfg config) (err error) {
 			return fmt.Errorf("setting up %s: %w", k, err)
 		}
 		for _, g := range gs {
-			fmt.Fprintf(os.Stderr, "%s: %d candidates × %d rounds\n", g.title, len(g.cands), cfg.rounds)
-			res, err := measure(g, cfg.rounds)
+			fmt.Fprintf(os.Stderr, "%s: %d candidates × %d rounds\n", g.title, len(g.cands), cmp.Or(g.rounds, cfg.rounds))
+			res, err := measure(g, cmp.Or(g.rounds, cfg.rounds))
 			if g.close != nil {
 				g.close()
 			}
@@ -270,6 +276,9 @@ func measure(g group, rounds int) ([]result, error) {
 	}
 	for i, c := range g.cands {
 		res[i].name, res[i].label = c.name, c.label
+		if g.rounds > 0 {
+			continue
+		}
 		if _, err := one(c); err != nil {
 			return nil, err
 		}
