@@ -18,7 +18,8 @@ type PathClass struct {
 	// Paths are globs as for the targets, except that a relative pattern is
 	// refused (whose working directory would make it persistent?) and "~/"
 	// is allowed: it stands for the action's home (HOME in its environment),
-	// or for any directory ("**/") when the action has no absolute HOME.
+	// or for any usual home (/home/*, /root, /Users/*, /var/home/*) when the
+	// action has no absolute HOME.
 	Paths []string `json:"paths"`
 }
 
@@ -107,10 +108,14 @@ func DefaultPersistence() []PathClass {
 	}
 }
 
+// anyHomes stand for "~/" when the action has no absolute HOME: every usual
+// place of a home directory (Linux, root's, macOS, Fedora Silverblue's).
+var anyHomes = []string{"/home/*/", "/root/", "/Users/*/", "/var/home/*/"}
+
 // persistSet is a policy's persistence classes compiled. "~/" patterns are
 // compiled twice: once beneath a stand-in home "/~" (a path beneath the
-// action's HOME is rewritten to it before matching), once as "**/…" for
-// actions without an absolute HOME.
+// action's HOME is rewritten to it before matching), once beneath each of
+// anyHomes for actions without an absolute HOME.
 type persistSet struct {
 	class            []string // per class
 	home, noHome     *globSet
@@ -129,15 +134,22 @@ func compilePersistence(classes []PathClass) (*persistSet, error) {
 		}
 		ps.class = append(ps.class, c.Class)
 		for _, p := range c.Paths {
-			h, n := p, p
+			h, n := p, []string{p}
 			switch {
 			case strings.HasPrefix(p, "~/"):
-				h, n = "/~/"+p[2:], "**/"+p[2:]
+				h, n = "/~/"+p[2:], nil
+				for _, anyHome := range anyHomes {
+					n = append(n, anyHome+p[2:])
+				}
 			case !strings.HasPrefix(p, "/") && !strings.HasPrefix(p, "**/"):
 				return nil, fmt.Errorf("%w: persistence %q: pattern %q must be absolute, **/… or ~/…", ErrInvalid, c.Class, p)
 			}
-			home, noHome = append(home, h), append(noHome, n)
-			ps.homeOf, ps.noHomeOf = append(ps.homeOf, ci), append(ps.noHomeOf, ci)
+			home = append(home, h)
+			ps.homeOf = append(ps.homeOf, ci)
+			for _, x := range n {
+				noHome = append(noHome, x)
+				ps.noHomeOf = append(ps.noHomeOf, ci)
+			}
 		}
 	}
 	var err error

@@ -218,7 +218,7 @@ func TestPersistenceNotOverbroad(t *testing.T) {
 }
 
 // TestPersistenceHome: "~/" patterns follow the action's HOME; without one
-// they match beneath any directory (fail closed).
+// they match beneath any usual home (fail closed).
 func TestPersistenceHome(t *testing.T) {
 	e, err := Compile(Default())
 	if err != nil {
@@ -233,6 +233,9 @@ func TestPersistenceHome(t *testing.T) {
 		{"/root", "/root/bin/ls", true},
 		{"/root", "/root/.local/bin/sudo", true},
 		{"", "/home/v/bin/ls", true},
+		{"", "/root/bin/ls", true},
+		{"", "/Users/v/.local/bin/ls", true},
+		{"", "/srv/app/bin/ls", false},
 		{"relative", "/home/v/.local/bin/ls", true},
 	} {
 		d := userDelta(tt.path)
