@@ -264,3 +264,24 @@ func validName(h string) bool {
 	}
 	return true
 }
+
+// Rules returns every allow rule the configuration holds: Allow, then the
+// mock file's, checked as New checks them. A front end calls it to judge
+// the rules before a sandbox starts (a mock file that cannot be read or a
+// rule that is malformed is an ErrBadConfig here too).
+func (c *Config) Rules() ([]Rule, error) {
+	out := append([]Rule(nil), c.Allow...)
+	if c.MockFile != "" {
+		f, err := loadFile(c.MockFile)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, f.Allow...)
+	}
+	for _, r := range out {
+		if err := checkRule(r); err != nil {
+			return nil, fmt.Errorf("%w: allow rule %q: %v", ErrBadConfig, r.Host, err)
+		}
+	}
+	return out, nil
+}

@@ -14,11 +14,11 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/dryexec/dryexec"
 	"github.com/dryexec/dryexec/netsim"
-	"github.com/dryexec/dryexec/receipt"
 	"github.com/dryexec/dryexec/rung"
 	"github.com/dryexec/dryexec/session"
 	"github.com/dryexec/dryexec/store"
@@ -140,6 +140,10 @@ type Service struct {
 	mu       sync.Mutex // guards sessions and closed
 	sessions map[string]*Live
 	closed   bool
+
+	// listen is the TCP address Serve listens on ("" for a unix socket):
+	// no network rule of a trial or session may reach it.
+	listen atomic.Pointer[string]
 }
 
 // NewService opens the store (finishing or rolling back commits a crash
@@ -245,9 +249,22 @@ func checkMasks(masks []string) error {
 	return nil
 }
 
-// keyMask is the install's receipt key, masked in every sandbox: a command
-// that could read it could forge receipts (as `dryexec run` does).
-func (s *Service) keyMask() string { return filepath.Join(s.cfg.StoreDir, receipt.KeyFile) }
+// ownMasks are dryexec's own directories, masked in every sandbox (as
+// `dryexec run` masks its store): the store (the receipt key, whose reader
+// could forge receipts; netsim's CA, whose key could forge any certificate;
+// other trials' contents) and the state dir (the TCP listener's bearer token,
+// with which a sandbox that reaches the listener could commit trials).
+func (s *Service) ownMasks() []string {
+	if beneathDir(s.cfg.StateDir, s.cfg.StoreDir) {
+		return []string{s.cfg.StoreDir}
+	}
+	return []string{s.cfg.StoreDir, s.cfg.StateDir}
+}
+
+// beneathDir reports whether p is dir or inside it (both clean).
+func beneathDir(p, dir string) bool {
+	return p == dir || strings.HasPrefix(p, strings.TrimSuffix(dir, "/")+"/")
+}
 
 // netCADir holds netsim's per-install CA, where `dryexec run` keeps it; masked
 // in every sandbox like the receipt key (its key could forge any certificate).
@@ -317,6 +334,29 @@ func checkNet(specs []string) error {
 	return nil
 }
 
+// checkNetRules judges the allow rules of specs (already parsed by checkNet),
+// the mock file's included, before any sandbox starts: a mock file that
+// cannot be read, or a rule that reaches the daemon's own listener, is a bad
+// request with what to do.
+func (s *Service) checkNetRules(specs []string) error {
+	var nc netsim.Config
+	for _, spec := range specs {
+		if err := nc.AddSpec(spec); err != nil {
+			return badRequest("net: %v", err)
+		}
+	}
+	rules, err := nc.Rules()
+	if err != nil {
+		return badRequest("net: %v", err)
+	}
+	if l := s.listen.Load(); l != nil {
+		if err := CheckReach(rules, *l); err != nil {
+			return badRequest("net: %v", err)
+		}
+	}
+	return nil
+}
+
 // TrialHooks lets a caller watch a trial while it runs. Every field may be nil.
 type TrialHooks struct {
 	// Queued is called if the trial has to wait for a slot.
@@ -331,6 +371,9 @@ type TrialHooks struct {
 // NoStore) and decided. It waits for a slot; ErrBusy if the queue is full.
 func (s *Service) RunTrial(ctx context.Context, req TrialRequest, hooks TrialHooks) (*dryexec.StateDelta, error) {
 	if err := req.check(); err != nil {
+		return nil, err
+	}
+	if err := s.checkNetRules(req.Net); err != nil {
 		return nil, err
 	}
 	if req.Rung == "" {
@@ -374,7 +417,7 @@ func (s *Service) RunTrial(ctx context.Context, req TrialRequest, hooks TrialHoo
 		Action:    dryexec.Action{Argv: req.Argv, Cwd: req.Cwd, Env: env, TimeoutMS: req.TimeoutMS},
 		OutputCap: req.OutputCap, UpperSizeBytes: req.UpperSizeBytes,
 		Stdout: hooks.Stdout, Stderr: hooks.Stderr,
-		Limits: req.Limits.limits(), Masks: append(slices.Clone(req.Masks), s.keyMask(), s.netCADir()), NoDefaultMasks: req.NoDefaultMasks,
+		Limits: req.Limits.limits(), Masks: append(slices.Clone(req.Masks), s.ownMasks()...), NoDefaultMasks: req.NoDefaultMasks,
 		Net: req.Net, NetCADir: s.netCADir(),
 	}
 	if req.Stdin != nil {
@@ -504,6 +547,13 @@ func (s *Service) Commit(ctx context.Context, id string, req CommitRequest) ([]d
 			return nil, err
 		}
 	}
+	if len(req.Paths) > 0 {
+		if d, err := s.store.Load(id); err == nil {
+			if err := CheckCommitPaths(d, req.Paths); err != nil {
+				return nil, badRequest("%v", err)
+			}
+		}
+	}
 	applied, err := s.store.Commit(ctx, id, store.CommitOptions{Paths: req.Paths, Force: req.Force})
 	if applied == nil && err == nil {
 		applied = []dryexec.FileChange{}
@@ -628,6 +678,9 @@ func (s *Service) OpenSession(ctx context.Context, req SessionRequest) (*Live, e
 		return nil, err
 	}
 	if err := checkNet(req.Net); err != nil {
+		return nil, err
+	}
+	if err := s.checkNetRules(req.Net); err != nil {
 		return nil, err
 	}
 	if len(req.HostObjects) > maxHostObjects {
@@ -837,7 +890,7 @@ func (s *Service) Close() error {
 func (s *Service) sessionOptions(req SessionRequest) session.Options {
 	return session.Options{Rung: req.Rung, Workspace: req.Workspace, Env: req.Env, OutputCap: req.OutputCap,
 		GuestExe: s.cfg.GuestExe, Log: s.cfg.Log, CacheReadOnly: req.CacheReadOnly,
-		Limits: req.Limits.limits(), Masks: append(slices.Clone(req.Masks), s.keyMask(), s.netCADir()), NoDefaultMasks: req.NoDefaultMasks,
+		Limits: req.Limits.limits(), Masks: append(slices.Clone(req.Masks), s.ownMasks()...), NoDefaultMasks: req.NoDefaultMasks,
 		Net: req.Net, NetCADir: s.netCADir()}
 }
 
@@ -858,7 +911,7 @@ func (s *Service) startPool() {
 	if s.cfg.Pool <= 0 {
 		return
 	}
-	template := dryexec.TrialSpec{Masks: []string{s.keyMask(), s.netCADir()}, NetCADir: s.netCADir()}
+	template := dryexec.TrialSpec{Masks: s.ownMasks(), NetCADir: s.netCADir()}
 	p, err := newPool(s.ctx, s.cfg, template)
 	if err != nil {
 		s.cfg.Log.Warn("no warm pool: every ns trial starts cold", "err", err)

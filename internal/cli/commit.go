@@ -11,6 +11,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/dryexec/dryexec"
+	"github.com/dryexec/dryexec/server"
 	"github.com/dryexec/dryexec/store"
 )
 
@@ -34,8 +35,15 @@ func commitCmd(env Env) *cobra.Command {
 			if err != nil {
 				return err
 			}
+			d, err := s.Load(args[0])
+			if err != nil {
+				return err
+			}
+			if err := server.CheckCommitPaths(d, paths); err != nil {
+				return usageError{err}
+			}
 			// A person may commit what the policy held back; say so, once.
-			if d, err := s.Load(args[0]); err == nil && d.Decision.Choice != "" && d.Decision.Choice != "auto_commit" {
+			if d.Decision.Choice != "" && d.Decision.Choice != "auto_commit" {
 				fmt.Fprintf(env.Stderr, "dryexec: note: %s was decided %s; committing because you asked (dryexec show %s for the reasons)\n",
 					args[0], d.Decision.Choice, args[0])
 			}
