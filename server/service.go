@@ -19,6 +19,7 @@ import (
 
 	"github.com/dryexec/dryexec"
 	"github.com/dryexec/dryexec/netsim"
+	"github.com/dryexec/dryexec/receipt"
 	"github.com/dryexec/dryexec/rung"
 	"github.com/dryexec/dryexec/session"
 	"github.com/dryexec/dryexec/store"
@@ -249,21 +250,14 @@ func checkMasks(masks []string) error {
 	return nil
 }
 
-// ownMasks are dryexec's own directories, masked in every sandbox (as
-// `dryexec run` masks its store): the store (the receipt key, whose reader
-// could forge receipts; netsim's CA, whose key could forge any certificate;
-// other trials' contents) and the state dir (the TCP listener's bearer token,
-// with which a sandbox that reaches the listener could commit trials).
+// ownMasks are dryexec's own secrets, masked in every sandbox (as `dryexec
+// run` masks them): the install's receipt key (its reader could forge
+// receipts), netsim's CA (its key could forge any certificate) and the state
+// dir (the TCP listener's bearer token, with which a sandbox that reaches the
+// listener could commit trials). Not the whole store: a mask mirrors the
+// names beneath it at every sandbox's start, and the store holds every trial.
 func (s *Service) ownMasks() []string {
-	if beneathDir(s.cfg.StateDir, s.cfg.StoreDir) {
-		return []string{s.cfg.StoreDir}
-	}
-	return []string{s.cfg.StoreDir, s.cfg.StateDir}
-}
-
-// beneathDir reports whether p is dir or inside it (both clean).
-func beneathDir(p, dir string) bool {
-	return p == dir || strings.HasPrefix(p, strings.TrimSuffix(dir, "/")+"/")
+	return []string{filepath.Join(s.cfg.StoreDir, receipt.KeyFile), s.netCADir(), s.cfg.StateDir}
 }
 
 // netCADir holds netsim's per-install CA, where `dryexec run` keeps it; masked

@@ -125,11 +125,10 @@ func runCmd(env Env, code *int) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			// The whole store is masked: the key, netsim's CA (whose key could
-			// forge any certificate), other trials' contents and a daemon's
-			// bearer token (serve/token), with which a sandbox that reaches
-			// its listener could commit trials.
-			spec.Masks = append(spec.Masks, home)
+			// So are netsim's CA (its key could forge any certificate) and a
+			// daemon's state dir (serve/: its bearer token, with which a
+			// sandbox that reaches its listener could commit trials).
+			spec.Masks = append(spec.Masks, filepath.Join(home, receipt.KeyFile), filepath.Join(home, "netsim-ca"), filepath.Join(home, "serve"))
 			spec.Net, spec.NetCADir = netSpecs, filepath.Join(home, "netsim-ca")
 			var rec interface {
 				Save(*dryexec.StateDelta) error
