@@ -6,6 +6,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"os"
@@ -257,7 +258,15 @@ func TestBadInput(t *testing.T) {
 		{"relative mock file", "POST", "/v1/trials", server.TrialRequest{Argv: []string{"ls"}, Cwd: wd, Net: []string{"mock:mocks.yaml"}}, 400, "bad_request"},
 		{"mock file traversal", "POST", "/v1/trials", server.TrialRequest{Argv: []string{"ls"}, Cwd: wd, Net: []string{"mock:/tmp/../etc/shadow"}}, 400, "bad_request"},
 		{"bad policy", "POST", "/v1/trials", `{"argv":["ls"],"cwd":"/","policy":{"nonsense":1}}`, 400, "policy"},
-		{"unknown rung", "POST", "/v1/trials", server.TrialRequest{Argv: []string{"ls"}, Cwd: wd, Rung: "nope"}, 500, "internal"},
+		{"unknown rung", "POST", "/v1/trials", server.TrialRequest{Argv: []string{"ls"}, Cwd: wd, Rung: "nope"}, 400, "bad_request"},
+		{"session unknown rung", "POST", "/v1/sessions", server.SessionRequest{Rung: "nope"}, 400, "bad_request"},
+		{"net none then allow", "POST", "/v1/trials", server.TrialRequest{Argv: []string{"ls"}, Cwd: wd, Net: []string{"none", "allow:example.com:443"}}, 400, "bad_request"},
+		{"session net none then allow", "POST", "/v1/sessions", server.SessionRequest{Net: []string{"none", "allow:example.com:443"}}, 400, "bad_request"},
+		{"net loopback rule", "POST", "/v1/trials", server.TrialRequest{Argv: []string{"ls"}, Cwd: wd, Net: []string{"allow:127.0.0.1:8080"}}, 400, "bad_request"},
+		{"net missing mock file", "POST", "/v1/trials", server.TrialRequest{Argv: []string{"ls"}, Cwd: wd, Net: []string{"mock:/nonexistent/mock.yaml"}}, 400, "bad_request"},
+		{"missing cwd", "POST", "/v1/trials", server.TrialRequest{Argv: []string{"ls"}, Cwd: "/nonexistent/dir"}, 400, "bad_request"},
+		{"empty argv[0]", "POST", "/v1/trials", server.TrialRequest{Argv: []string{""}, Cwd: wd}, 400, "bad_request"},
+		{"negative pids", "POST", "/v1/trials", server.TrialRequest{Argv: []string{"ls"}, Cwd: wd, Limits: &server.LimitsRequest{Pids: -5}}, 400, "bad_request"},
 		{"unavailable rung", "POST", "/v1/trials", server.TrialRequest{Argv: []string{"ls"}, Cwd: wd, Rung: "vm"}, 503, "isolation_unavailable"},
 		{"trial id traversal", "GET", "/v1/trials/..%2F..%2Fetc", nil, 400, "bad_request"},
 		{"trial id shape", "GET", "/v1/trials/tr_x", nil, 400, "bad_request"},
@@ -324,6 +333,16 @@ func TestBadInput(t *testing.T) {
 	// Nothing above ran a trial.
 	if list, _ := d.svc.Trials(); len(list) != 0 {
 		t.Fatalf("refused requests ran trials: %+v", list)
+	}
+	// A commit of a path the trial did not change: 400, naming what it did
+	// change, and nothing committed.
+	tr := d.trial(t, wd, "sh", "-c", "echo a > a")
+	e := d.fails(t, "POST", "/v1/trials/"+tr.TrialID+"/commit", server.CommitRequest{Paths: []string{wd + "/b"}}, 400, "bad_request")
+	if !strings.Contains(e.Message, "changed nothing at or beneath "+wd+"/b") || !strings.Contains(e.Message, wd+"/a") {
+		t.Errorf("commit of a path not in the trial: %q", e.Message)
+	}
+	if _, err := os.Stat(wd + "/a"); err == nil {
+		t.Error("a refused commit changed the host")
 	}
 }
 
@@ -568,5 +587,85 @@ func TestReceiptKeyMasked(t *testing.T) {
 	d.ok(t, "POST", "/v1/sessions/"+info.SessionID+"/shell", server.ShellRequest{Command: "cat " + key}, 200, &sr)
 	if strings.Contains(sr.Transcript, "PRIVATE KEY") {
 		t.Fatal("a session read the receipt key")
+	}
+}
+
+// TestListenerUnreachable: while the daemon serves TCP, no rule of a trial or
+// session may reach its listener — by its address, any address of the host
+// when it listens on all of them, or a mock file's rule — and its bearer
+// token is masked in every trial. A trial once used the token through such a
+// rule to commit a host write.
+func TestListenerUnreachable(t *testing.T) {
+	requireNS(t)
+	home := filepath.Join(t.TempDir(), "home")
+	svc, err := server.NewService(server.Config{StoreDir: home})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	addr := make(chan string, 1)
+	done := make(chan error, 1)
+	go func() {
+		done <- server.Serve(ctx, svc, server.ServeOptions{Listen: "0.0.0.0:0", Ready: func(a string) { addr <- a }})
+	}()
+	listen := <-addr
+	defer func() { cancel(); <-done }()
+	_, portStr, _ := net.SplitHostPort(listen)
+	base := "http://127.0.0.1:" + portStr
+	if got := server.ReadListen(svc.Config().StateDir); got != listen {
+		t.Fatalf("listen file says %q, want %q", got, listen)
+	}
+	tok, err := server.LoadOrCreateToken(server.TokenFile(svc.Config().StateDir))
+	if err != nil {
+		t.Fatal(err)
+	}
+	post := func(path string, body any) (int, string) {
+		b, _ := json.Marshal(body)
+		req, _ := http.NewRequest("POST", base+path, bytes.NewReader(b))
+		req.Header.Set("Authorization", "Bearer "+tok)
+		req.Header.Set("Content-Type", "application/json")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		rb, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(rb)
+	}
+	var local string
+	addrs, _ := net.InterfaceAddrs()
+	for _, a := range addrs {
+		if ipn, ok := a.(*net.IPNet); ok && ipn.IP.To4() != nil && !ipn.IP.IsLoopback() {
+			local = ipn.IP.String()
+		}
+	}
+	wd := t.TempDir()
+	mock := filepath.Join(wd, "m.yaml")
+	specs := [][]string{{"allow:127.0.0.1:" + portStr}, {"allow:[::]:" + portStr}, {"allow:localhost"}}
+	if local != "" {
+		if err := os.WriteFile(mock, []byte("allow:\n  - host: "+local+"\n    port: "+portStr+"\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		specs = append(specs, []string{"allow:" + local + ":" + portStr}, []string{"allow:" + local}, []string{"mock:" + mock})
+	}
+	for _, spec := range specs {
+		code, body := post("/v1/trials", server.TrialRequest{Argv: []string{"true"}, Cwd: wd, Net: spec})
+		if code != 400 || !strings.Contains(body, "bad_request") {
+			t.Errorf("trial with --net %v: %d %s", spec, code, body)
+		}
+		code, body = post("/v1/sessions", server.SessionRequest{Net: spec})
+		if code != 400 || !strings.Contains(body, "bad_request") {
+			t.Errorf("session with --net %v: %d %s", spec, code, body)
+		}
+	}
+	if local != "" {
+		if code, body := post("/v1/trials", server.TrialRequest{Argv: []string{"true"}, Cwd: wd, Net: []string{"allow:" + local + ":1"}}); code != 201 {
+			t.Errorf("a rule for another port of the host was refused: %d %s", code, body)
+		}
+	}
+	// The token is masked.
+	code, body := post("/v1/trials", server.TrialRequest{Argv: []string{"sh", "-c", "cat " + server.TokenFile(svc.Config().StateDir) + " || true"}, Cwd: wd, NoStore: true})
+	if code != 201 || strings.Contains(body, tok) {
+		t.Fatalf("a trial read the daemon's token (or failed: %d)", code)
 	}
 }

@@ -288,6 +288,9 @@ func (r *TrialRequest) check() error {
 	if err := checkHostPath("cwd", r.Cwd); err != nil {
 		return err
 	}
+	if err := checkRungName(r.Rung); err != nil {
+		return err
+	}
 	for k, v := range r.Env {
 		if k == "" || strings.ContainsAny(k, "=\x00") || strings.ContainsRune(v, 0) {
 			return badRequest("env: %q is not a usable variable name (or its value has a NUL)", k)
@@ -326,6 +329,14 @@ func checkNet(specs []string) error {
 		}
 	}
 	return nil
+}
+
+// checkRungName refuses a rung this build does not know ("" is the default).
+func checkRungName(name string) error {
+	if name == "" || name == "best" || slices.Contains(rung.Names(), name) {
+		return nil
+	}
+	return badRequest("rung %q: unknown; choose one of %s, or best", name, strings.Join(rung.Names(), ", "))
 }
 
 // checkNetRules judges the allow rules of specs (already parsed by checkNet),
@@ -642,6 +653,9 @@ const maxHostObjects = 64
 func (s *Service) OpenSession(ctx context.Context, req SessionRequest) (*Live, error) {
 	if req.Rung == "" {
 		req.Rung = "ns"
+	}
+	if err := checkRungName(req.Rung); err != nil {
+		return nil, err
 	}
 	if req.Rung != "ns" && req.Rung != "host" {
 		if _, err := rung.Select(ctx, req.Rung); err != nil {
