@@ -221,7 +221,12 @@ func summarize(d *dryexec.StateDelta, status string) (TrialOut, string) {
 	}
 	var b bytes.Buffer
 	render.Summary(&b, d, render.Options{Color: false})
-	fmt.Fprintf(&b, "trial %s: %s (dryexec commit %s | dryexec discard %s)\n", d.TrialID, status, d.TrialID, d.TrialID)
+	if d.Decision.Choice == "block" {
+		// The policy forbids committing it: no commit command is offered.
+		fmt.Fprintf(&b, "trial %s: %s, blocked by the policy (dryexec discard %s)\n", d.TrialID, status, d.TrialID)
+	} else {
+		fmt.Fprintf(&b, "trial %s: %s (dryexec commit %s | dryexec discard %s)\n", d.TrialID, status, d.TrialID, d.TrialID)
+	}
 	return out, clip(b.String())
 }
 
