@@ -669,3 +669,24 @@ func TestListenerUnreachable(t *testing.T) {
 		t.Fatalf("a trial read the daemon's token (or failed: %d)", code)
 	}
 }
+
+// TestSocketUnreachable: a trial cannot talk to the daemon through its unix
+// socket, which its view of the file system shows (the overlay's inode is not
+// the listener's).
+func TestSocketUnreachable(t *testing.T) {
+	requireNS(t)
+	d := startDaemon(t, server.Config{}, server.HandlerOptions{})
+	tr := d.trial(t, t.TempDir(), "python3", "-c", `
+import socket, sys
+s = socket.socket(socket.AF_UNIX)
+try:
+    s.connect(sys.argv[1])
+    s.sendall(b"GET /v1/version HTTP/1.0\r\n\r\n")
+    print("REACHED", s.recv(100))
+except OSError as e:
+    print("refused", e.errno)
+`, d.sock)
+	if strings.Contains(tr.Process.Stdout, "REACHED") || !strings.Contains(tr.Process.Stdout, "refused") {
+		t.Fatalf("a trial and the daemon's socket: %q %q", tr.Process.Stdout, tr.Process.Stderr)
+	}
+}
