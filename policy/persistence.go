@@ -212,8 +212,8 @@ func (e *Engine) checkPersistence(d *dryexec.StateDelta, fs *facts) {
 			continue // deletes and unclean paths have reasons of their own
 		}
 		p := f.Path
-		if dirs[path.Dir(p)] || dirs[p] {
-			onPath.add(p)
+		if len(dirs) > 0 && (dirs[p[:max(strings.LastIndexByte(p, '/'), 1)]] || dirs[p]) {
+			onPath.add(p) // p is clean and absolute: its parent is up to the last slash
 		}
 		if ps == nil {
 			continue
