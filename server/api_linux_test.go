@@ -7,10 +7,13 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
+	"math/rand/v2"
 	"net"
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -688,5 +691,59 @@ except OSError as e:
 `, d.sock)
 	if strings.Contains(tr.Process.Stdout, "REACHED") || !strings.Contains(tr.Process.Stdout, "refused") {
 		t.Fatalf("a trial and the daemon's socket: %q %q", tr.Process.Stdout, tr.Process.Stderr)
+	}
+}
+
+// TestRequestCombinationsNever500: combinations of valid and broken fields
+// for trials, sessions and commits are answered 2xx or 4xx (or 503 for a
+// rung the host lacks), never 500: a 500 is for the daemon's own faults.
+func TestRequestCombinationsNever500(t *testing.T) {
+	requireNS(t)
+	d := startDaemon(t, server.Config{}, server.HandlerOptions{})
+	wd := t.TempDir()
+	rnd := rand.New(rand.NewPCG(3, 4))
+	pick := func(xs ...any) any { return xs[rnd.IntN(len(xs))] }
+	strs := []any{"", "x", "\x00", "/", "..", "/nonexistent", wd, "rel/dir", "tr_aaaaaaaaaaaaaaaaaaaa", "none", "mock:/nonexistent", "allow:", "allow:127.0.0.1", "allow:example.com:0", "ns", "host", "best", "vm", "bogus"}
+	nums := []any{-1, 0, 1, -9223372036854775808, 1e300, "7", nil}
+	fields := map[string]func() any{
+		"argv":             func() any { return pick([]any{}, []any{""}, []any{"true"}, []any{pick(strs...)}, "true", nil) },
+		"cwd":              func() any { return pick(strs...) },
+		"env":              func() any { return pick(map[string]any{"": "x"}, map[string]any{"A=B": "x"}, map[string]any{"A": "\x00"}, map[string]any{"A": 1}, nil) },
+		"pass_env":         func() any { return pick([]any{"*"}, []any{""}, []any{"="}, "x") },
+		"timeout_ms":       func() any { return pick(nums...) },
+		"rung":             func() any { return pick(strs...) },
+		"output_cap":       func() any { return pick(nums...) },
+		"upper_size_bytes": func() any { return pick(nums...) },
+		"limits":           func() any { return pick(map[string]any{"pids": pick(nums...)}, map[string]any{"memory_bytes": pick(nums...)}, map[string]any{"cpus": pick(nums...)}, "x") },
+		"masks":            func() any { return pick([]any{pick(strs...)}, "x") },
+		"net":              func() any { return pick([]any{pick(strs...)}, []any{"none", pick(strs...)}, []any{pick(strs...), "none"}, "none") },
+		"policy":           func() any { return pick(map[string]any{"persistence": []any{map[string]any{"class": ""}}}, map[string]any{"thresholds": "x"}, "x", nil) },
+		"workspace":        func() any { return pick(strs...) },
+		"paths":            func() any { return pick([]any{pick(strs...)}, "x") },
+		"force":            func() any { return pick(true, "yes", nil) },
+	}
+	names := slices.Sorted(maps.Keys(fields))
+	for i := range 80 {
+		// Mostly a valid request with one or two fields broken, so that
+		// checks deep in the request are reached, not only the first.
+		body := map[string]any{"no_store": true, "argv": []any{"true"}, "cwd": wd}
+		for n := 1 + rnd.IntN(2); n > 0; n-- {
+			f := names[rnd.IntN(len(names))]
+			body[f] = fields[f]()
+		}
+		path := pick("/v1/trials", "/v1/trials", "/v1/sessions", "/v1/trials/tr_aaaaaaaaaaaaaaaaaaaa/commit").(string)
+		if path == "/v1/sessions" {
+			delete(body, "no_store")
+		}
+		resp, data := d.do(t, "POST", path, body)
+		if resp.StatusCode >= 500 && resp.StatusCode != 503 {
+			t.Errorf("%d: POST %s %v: %d %s", i, path, body, resp.StatusCode, data)
+		}
+		if resp.StatusCode == 201 && path == "/v1/sessions" {
+			var info server.SessionInfo
+			if json.Unmarshal(data, &info) == nil && info.SessionID != "" {
+				d.do(t, "DELETE", "/v1/sessions/"+info.SessionID, nil)
+			}
+		}
 	}
 }
