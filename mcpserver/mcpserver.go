@@ -69,6 +69,7 @@ type TrialIDIn struct {
 type CommitIn struct {
 	TrialID string   `json:"trial_id" jsonschema:"the trial's id, tr_…"`
 	Paths   []string `json:"paths,omitempty" jsonschema:"absolute paths to commit (a directory selects all beneath it); empty: everything"`
+	Force   bool     `json:"force,omitempty" jsonschema:"a person decided: commit even a trial the policy blocked, and even where the host changed since the trial (never through a symlink)"`
 }
 
 // CommitOut lists what was applied.
@@ -262,7 +263,7 @@ func (t *tools) showTrial(ctx context.Context, _ *mcp.CallToolRequest, in TrialI
 }
 
 func (t *tools) commitTrial(ctx context.Context, _ *mcp.CallToolRequest, in CommitIn) (*mcp.CallToolResult, CommitOut, error) {
-	applied, err := t.svc.Commit(ctx, in.TrialID, server.CommitRequest{Paths: in.Paths})
+	applied, err := t.svc.Commit(ctx, in.TrialID, server.CommitRequest{Paths: in.Paths, Force: in.Force})
 	if err != nil {
 		return nil, CommitOut{}, err
 	}
