@@ -706,21 +706,29 @@ func TestRequestCombinationsNever500(t *testing.T) {
 	strs := []any{"", "x", "\x00", "/", "..", "/nonexistent", wd, "rel/dir", "tr_aaaaaaaaaaaaaaaaaaaa", "none", "mock:/nonexistent", "allow:", "allow:127.0.0.1", "allow:example.com:0", "ns", "host", "best", "vm", "bogus"}
 	nums := []any{-1, 0, 1, -9223372036854775808, 1e300, "7", nil}
 	fields := map[string]func() any{
-		"argv":             func() any { return pick([]any{}, []any{""}, []any{"true"}, []any{pick(strs...)}, "true", nil) },
-		"cwd":              func() any { return pick(strs...) },
-		"env":              func() any { return pick(map[string]any{"": "x"}, map[string]any{"A=B": "x"}, map[string]any{"A": "\x00"}, map[string]any{"A": 1}, nil) },
+		"argv": func() any { return pick([]any{}, []any{""}, []any{"true"}, []any{pick(strs...)}, "true", nil) },
+		"cwd":  func() any { return pick(strs...) },
+		"env": func() any {
+			return pick(map[string]any{"": "x"}, map[string]any{"A=B": "x"}, map[string]any{"A": "\x00"}, map[string]any{"A": 1}, nil)
+		},
 		"pass_env":         func() any { return pick([]any{"*"}, []any{""}, []any{"="}, "x") },
 		"timeout_ms":       func() any { return pick(nums...) },
 		"rung":             func() any { return pick(strs...) },
 		"output_cap":       func() any { return pick(nums...) },
 		"upper_size_bytes": func() any { return pick(nums...) },
-		"limits":           func() any { return pick(map[string]any{"pids": pick(nums...)}, map[string]any{"memory_bytes": pick(nums...)}, map[string]any{"cpus": pick(nums...)}, "x") },
-		"masks":            func() any { return pick([]any{pick(strs...)}, "x") },
-		"net":              func() any { return pick([]any{pick(strs...)}, []any{"none", pick(strs...)}, []any{pick(strs...), "none"}, "none") },
-		"policy":           func() any { return pick(map[string]any{"persistence": []any{map[string]any{"class": ""}}}, map[string]any{"thresholds": "x"}, "x", nil) },
-		"workspace":        func() any { return pick(strs...) },
-		"paths":            func() any { return pick([]any{pick(strs...)}, "x") },
-		"force":            func() any { return pick(true, "yes", nil) },
+		"limits": func() any {
+			return pick(map[string]any{"pids": pick(nums...)}, map[string]any{"memory_bytes": pick(nums...)}, map[string]any{"cpus": pick(nums...)}, "x")
+		},
+		"masks": func() any { return pick([]any{pick(strs...)}, "x") },
+		"net": func() any {
+			return pick([]any{pick(strs...)}, []any{"none", pick(strs...)}, []any{pick(strs...), "none"}, "none")
+		},
+		"policy": func() any {
+			return pick(map[string]any{"persistence": []any{map[string]any{"class": ""}}}, map[string]any{"thresholds": "x"}, "x", nil)
+		},
+		"workspace": func() any { return pick(strs...) },
+		"paths":     func() any { return pick([]any{pick(strs...)}, "x") },
+		"force":     func() any { return pick(true, "yes", nil) },
 	}
 	names := slices.Sorted(maps.Keys(fields))
 	for i := range 80 {
