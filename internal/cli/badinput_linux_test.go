@@ -52,7 +52,7 @@ func TestBadInputExitCodes(t *testing.T) {
 		{"malformed mock file", []string{"run", "--net", "mock:" + badYAML, "--", "true"}, ExitUsage, "bad.yaml"},
 		{"two mock files", []string{"run", "--net", "mock:" + file, "--net", "mock:" + file, "--", "true"}, ExitUsage, "only one mock file"},
 		{"missing policy", []string{"run", "--policy", "/nonexistent.yaml", "--", "true"}, ExitUsage, "invalid policy"},
-		{"--force without --commit", []string{"run", "--force", "--", "true"}, ExitUsage, "add --commit"},
+		{"--force without --commit", []string{"run", "--force", "--", "true"}, ExitUsage, "add one, or drop --force"},
 		{"--commit with --no-store", []string{"run", "--commit", "--no-store", "--", "true"}, ExitUsage, "drop --no-store"},
 		{"no command at all", []string{"run"}, ExitUsage, "requires at least 1 arg"},
 		{"unknown flag", []string{"run", "--bogus", "--", "true"}, ExitUsage, "unknown flag"},

@@ -78,8 +78,8 @@ func runCmd(env Env, code *int) *cobra.Command {
 			if noStore && (doCommitFlag || interactive) {
 				return usageError{fmt.Errorf("--commit and -i need the trial stored; drop --no-store")}
 			}
-			if force && !doCommitFlag {
-				return usageError{fmt.Errorf("--force only says what --commit may commit; add --commit, or drop --force")}
+			if force && !doCommitFlag && !interactive {
+				return usageError{fmt.Errorf("--force only says what --commit or -i may commit; add one, or drop --force")}
 			}
 			home, err := store.DefaultDir(env.Getenv)
 			if err != nil {
