@@ -1,6 +1,7 @@
 package server
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"net"
@@ -8,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"time"
 
 	"github.com/dryexec/dryexec"
 	"github.com/dryexec/dryexec/netsim"
@@ -32,16 +34,23 @@ func ReadListen(stateDir string) string {
 	return strings.TrimSpace(string(b))
 }
 
+// Lookup resolves a host name on the host, as netsim will; nil means the
+// host's resolver.
+type Lookup func(ctx context.Context, host string) ([]netip.Addr, error)
+
 // CheckReach refuses every rule that could reach listen, a daemon's TCP
 // address as its listener reports it ("127.0.0.1:8700", "[::]:8700"). A
 // rule reaches it when its port is listen's or any (0) and its host is
 // listen's address; for a listener on every address (0.0.0.0, ::) any
 // address of this host, loopback included; "localhost", "*.localhost" and
 // the unspecified address (connecting to it reaches the host itself) count
-// as loopback. A rule naming another host name is judged when netsim
-// resolves it, not here: a name that resolves to a loopback or private
-// address needs an address rule for it, which is judged here.
-func CheckReach(rules []netsim.Rule, listen string) error {
+// as loopback. A rule naming a host name is resolved now (lookup; nil: the
+// host's resolver, bounded by ctx) when the listener could be reached
+// through a name at all, i.e. it is not on a loopback or private address
+// (netsim lets a name reach those only through an address rule, judged
+// here): a name that resolves to the listener is refused. A wildcard rule
+// (*.example.com) cannot be resolved and is not judged.
+func CheckReach(ctx context.Context, rules []netsim.Rule, listen string, lookup Lookup) error {
 	if listen == "" {
 		return nil
 	}
@@ -51,28 +60,49 @@ func CheckReach(rules []netsim.Rule, listen string) error {
 	}
 	la := ap.Addr().Unmap()
 	var local map[netip.Addr]bool
+	hits := func(a netip.Addr) bool {
+		a = a.Unmap()
+		if a == la || (a.IsUnspecified() && (la.IsLoopback() || la.IsUnspecified())) {
+			return true
+		}
+		if !la.IsUnspecified() {
+			return false
+		}
+		if local == nil {
+			local = localAddrs()
+		}
+		return a.IsLoopback() || a.IsUnspecified() || local[a]
+	}
+	byName := la.IsUnspecified() || !(la.IsLoopback() || la.IsPrivate() || la.IsLinkLocalUnicast())
+	if lookup == nil {
+		lookup = func(ctx context.Context, host string) ([]netip.Addr, error) {
+			return net.DefaultResolver.LookupNetIP(ctx, "ip", host)
+		}
+	}
 	for _, r := range rules {
 		if r.Port != 0 && r.Port != int(ap.Port()) {
 			continue
 		}
 		var hosts []netip.Addr
 		h := strings.ToLower(strings.TrimSuffix(r.Host, "."))
-		if h == "localhost" || strings.HasSuffix(h, ".localhost") {
+		switch a, err := netip.ParseAddr(h); {
+		case h == "localhost" || strings.HasSuffix(h, ".localhost"):
 			hosts = []netip.Addr{netip.MustParseAddr("127.0.0.1"), netip.IPv6Loopback()}
-		} else if a, err := netip.ParseAddr(h); err == nil {
-			hosts = []netip.Addr{a.Unmap()}
+		case err == nil:
+			hosts = []netip.Addr{a}
+		case byName && !strings.HasPrefix(h, "*."):
+			lctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+			hosts, _ = lookup(lctx, h) // a name that does not resolve reaches nothing
+			cancel()
 		}
 		for _, a := range hosts {
-			hit := a == la || (a.IsUnspecified() && (la.IsLoopback() || la.IsUnspecified()))
-			if !hit && la.IsUnspecified() {
-				if local == nil {
-					local = localAddrs()
+			if hits(a) {
+				via := ""
+				if a.String() != h {
+					via = " (it resolves to " + a.String() + ")"
 				}
-				hit = a.IsLoopback() || a.IsUnspecified() || local[a]
-			}
-			if hit {
-				return fmt.Errorf("%w: allow rule %s would reach the dryexec daemon listening on %s; no rule may name it: allow another port, or the service's own address",
-					ErrReachesDaemon, ruleText(r), listen)
+				return fmt.Errorf("%w: allow rule %s%s would reach the dryexec daemon listening on %s; no rule may name it: allow another port, or the service's own address",
+					ErrReachesDaemon, ruleText(r), via, listen)
 			}
 		}
 	}

@@ -1,6 +1,7 @@
 package server
 
 import (
+	"context"
 	"errors"
 	"net"
 	"net/netip"
@@ -21,6 +22,19 @@ func TestCheckReach(t *testing.T) {
 			local = p.Addr().Unmap().String()
 		}
 	}
+	// Names resolve through a fake: public.example is this host's address,
+	// elsewhere.example another's; nothing touches the machine's resolver.
+	lookup := func(_ context.Context, h string) ([]netip.Addr, error) {
+		switch h {
+		case "public.example":
+			if local != "" {
+				return []netip.Addr{netip.MustParseAddr(local)}, nil
+			}
+		case "elsewhere.example", "example.org":
+			return []netip.Addr{netip.MustParseAddr("203.0.113.9")}, nil
+		}
+		return nil, errors.New("no such host")
+	}
 	type reachCase struct {
 		listen string
 		rule   netsim.Rule
@@ -40,6 +54,9 @@ func TestCheckReach(t *testing.T) {
 		{"[::]:8700", netsim.Rule{Host: "127.0.0.2", Port: 8700}, true},
 		{"0.0.0.0:8700", netsim.Rule{Host: "::", Port: 8700}, true},
 		{"0.0.0.0:8700", netsim.Rule{Host: "203.0.113.9", Port: 8700}, false},
+		{"0.0.0.0:8700", netsim.Rule{Host: "elsewhere.example", Port: 8700}, false},
+		{"0.0.0.0:8700", netsim.Rule{Host: "unknown.example"}, false},
+		{"0.0.0.0:8700", netsim.Rule{Host: "*.example"}, false}, // a wildcard is not judged
 		{"", netsim.Rule{Host: "127.0.0.1"}, false},
 		{"/run/dryexec.sock", netsim.Rule{Host: "127.0.0.1"}, false},
 	}
@@ -47,10 +64,13 @@ func TestCheckReach(t *testing.T) {
 		tests = append(tests,
 			reachCase{"0.0.0.0:8700", netsim.Rule{Host: local}, true},
 			reachCase{"[::]:8700", netsim.Rule{Host: local, Port: 8700}, true},
-			reachCase{"127.0.0.1:8700", netsim.Rule{Host: local, Port: 8700}, false})
+			reachCase{"127.0.0.1:8700", netsim.Rule{Host: local, Port: 8700}, false},
+			reachCase{"0.0.0.0:8700", netsim.Rule{Host: "public.example", Port: 8700}, true},
+			reachCase{"[::]:8700", netsim.Rule{Host: "public.example"}, true},
+			reachCase{"0.0.0.0:8700", netsim.Rule{Host: "public.example", Port: 1}, false})
 	}
 	for _, tt := range tests {
-		err := CheckReach([]netsim.Rule{{Host: "example.org", Port: 443}, tt.rule}, tt.listen)
+		err := CheckReach(context.Background(), []netsim.Rule{{Host: "example.org", Port: 443}, tt.rule}, tt.listen, lookup)
 		if (err != nil) != tt.reach || (err != nil && !errors.Is(err, ErrReachesDaemon)) {
 			t.Errorf("listen %s, rule %+v: %v, want reach %v", tt.listen, tt.rule, err, tt.reach)
 		}

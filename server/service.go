@@ -343,7 +343,7 @@ func checkRungName(name string) error {
 // the mock file's included, before any sandbox starts: a mock file that
 // cannot be read, or a rule that reaches the daemon's own listener, is a bad
 // request with what to do.
-func (s *Service) checkNetRules(specs []string) error {
+func (s *Service) checkNetRules(ctx context.Context, specs []string) error {
 	var nc netsim.Config
 	for _, spec := range specs {
 		if err := nc.AddSpec(spec); err != nil {
@@ -355,7 +355,7 @@ func (s *Service) checkNetRules(specs []string) error {
 		return badRequest("net: %v", err)
 	}
 	if l := s.listen.Load(); l != nil {
-		if err := CheckReach(rules, *l); err != nil {
+		if err := CheckReach(ctx, rules, *l, nil); err != nil {
 			return badRequest("net: %v", err)
 		}
 	}
@@ -378,7 +378,7 @@ func (s *Service) RunTrial(ctx context.Context, req TrialRequest, hooks TrialHoo
 	if err := req.check(); err != nil {
 		return nil, err
 	}
-	if err := s.checkNetRules(req.Net); err != nil {
+	if err := s.checkNetRules(ctx, req.Net); err != nil {
 		return nil, err
 	}
 	if req.Rung == "" {
@@ -688,7 +688,7 @@ func (s *Service) OpenSession(ctx context.Context, req SessionRequest) (*Live, e
 	if err := checkNet(req.Net); err != nil {
 		return nil, err
 	}
-	if err := s.checkNetRules(req.Net); err != nil {
+	if err := s.checkNetRules(ctx, req.Net); err != nil {
 		return nil, err
 	}
 	if len(req.HostObjects) > maxHostObjects {

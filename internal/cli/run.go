@@ -72,7 +72,7 @@ func runCmd(env Env, code *int) *cobra.Command {
 			if cwd, err = checkRunArgs(rungName, args, cwd, timeout, outputCap, upperSize); err != nil {
 				return err
 			}
-			if netSpecs, err = checkNetSpecs(netSpecs, env); err != nil {
+			if netSpecs, err = checkNetSpecs(cmd.Context(), netSpecs, env); err != nil {
 				return err
 			}
 			if noStore && (doCommitFlag || interactive) {
@@ -336,7 +336,7 @@ func statReason(err error) string {
 // that a malformed or contradictory one is a usage error before any trial,
 // and makes a mock file's path absolute (the rung reads it later, from its own
 // working directory) after checking that it can be read.
-func checkNetSpecs(specs []string, env Env) ([]string, error) {
+func checkNetSpecs(ctx context.Context, specs []string, env Env) ([]string, error) {
 	var nc netsim.Config
 	out := make([]string, len(specs))
 	for i, spec := range specs {
@@ -367,7 +367,7 @@ func checkNetSpecs(specs []string, env Env) ([]string, error) {
 	if err != nil {
 		return nil, usageError{fmt.Errorf("--net: %w", err)}
 	}
-	if err := checkDaemonReach(rules, env); err != nil {
+	if err := checkDaemonReach(ctx, rules, env); err != nil {
 		return nil, usageError{err}
 	}
 	return out, nil
@@ -377,13 +377,13 @@ func checkNetSpecs(specs []string, env Env) ([]string, error) {
 // this install (`dryexec serve --listen`, which records its address in its
 // state dir while it runs). A record left by a daemon that was killed counts
 // only if something still answers there.
-func checkDaemonReach(rules []netsim.Rule, env Env) error {
+func checkDaemonReach(ctx context.Context, rules []netsim.Rule, env Env) error {
 	home, err := store.DefaultDir(env.Getenv)
 	if err != nil {
 		return nil // openStore reports it
 	}
 	listen := server.ReadListen(filepath.Join(home, "serve"))
-	err = server.CheckReach(rules, listen)
+	err = server.CheckReach(ctx, rules, listen, nil)
 	if err == nil {
 		return nil
 	}
