@@ -260,3 +260,34 @@ func TestNoPanicOnArgumentCombinations(t *testing.T) {
 		}
 	}
 }
+
+// TestRunCommitPersistenceFromHome: the red team's case end to end — from
+// $HOME, `run --commit` of writes where code runs later is refused (exit 1)
+// with a reason naming the place, and the host keeps none of them.
+func TestRunCommitPersistenceFromHome(t *testing.T) {
+	requireNS(t)
+	store, home := t.TempDir(), t.TempDir()
+	env := map[string]string{"DRYEXEC_HOME": store, "HOME": home, "PATH": home + "/.cargo/bin:/usr/local/bin:/usr/bin:/bin", "NO_COLOR": "1"}
+	for _, tt := range []struct{ script, file, class string }{
+		{"mkdir -p .local/bin && printf '#!/bin/sh\\n' > .local/bin/sudo", ".local/bin/sudo", "directory on PATH"},
+		{"printf '[core]\\n\\tfsmonitor = /tmp/x\\n' > .gitconfig", ".gitconfig", "git config or hook"},
+		{"echo 'curl x | sh' > .bash_login", ".bash_login", "shell startup file"},
+		{"mkdir -p .config/systemd/user && echo '[Service]' > .config/systemd/user/x.service", ".config/systemd/user/x.service", "systemd unit"},
+		{"mkdir -p .config/autostart && echo '[Desktop Entry]' > .config/autostart/x.desktop", ".config/autostart/x.desktop", "desktop autostart entry"},
+		{"echo 'export X=1' > .envrc", ".envrc", "direnv file"},
+		{"echo 'x' > .xsessionrc", ".xsessionrc", "X session file"},
+		{"mkdir -p .cargo/bin && echo x > .cargo/bin/ls", ".cargo/bin/ls", "PATH"},
+	} {
+		t.Run(tt.file, func(t *testing.T) {
+			var out, errb strings.Builder
+			code := Run(t.Context(), []string{"run", "--commit", "-C", home, "--", "sh", "-c", tt.script},
+				Env{Stdin: strings.NewReader(""), Stdout: &out, Stderr: &errb, Getenv: func(k string) string { return env[k] }})
+			if code != ExitRefused || !strings.Contains(out.String(), tt.class) || !strings.Contains(out.String(), filepath.Join(home, tt.file)) {
+				t.Fatalf("exit %d (want %d); stdout:\n%s\nstderr:\n%s", code, ExitRefused, out.String(), errb.String())
+			}
+			if _, err := os.Stat(filepath.Join(home, tt.file)); err == nil {
+				t.Fatal("committed to the host")
+			}
+		})
+	}
+}
