@@ -2,6 +2,7 @@ package dryexec
 
 import (
 	"errors"
+	"math"
 	"reflect"
 	"testing"
 )
@@ -91,7 +92,8 @@ func TestMaskPaths(t *testing.T) {
 }
 
 func TestLimitsCheck(t *testing.T) {
-	for _, l := range []Limits{{MemoryBytes: 1}, {Pids: 2}, {CPUs: 0.001}, {CPUWeight: 20000}} {
+	for _, l := range []Limits{{MemoryBytes: 1}, {Pids: 2}, {CPUs: 0.001}, {CPUWeight: 20000},
+		{MemoryBytes: -2}, {Pids: -5}, {CPUs: math.NaN()}, {CPUs: math.Inf(1)}} {
 		if err := l.Check(); !errors.Is(err, ErrBadAction) {
 			t.Errorf("%+v: %v", l, err)
 		}

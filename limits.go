@@ -30,6 +30,14 @@ const DefaultPids = 4096
 
 // Check reports a limit that cannot be set.
 func (l Limits) Check() error {
+	// -1 is "no limit" for memory and pids, 0 the default; anything below is
+	// a mistake, not a stricter limit.
+	if l.MemoryBytes < -1 || l.Pids < -1 {
+		return fmt.Errorf("%w: memory and pids limits are -1 (none), 0 (the default) or positive, not %d and %d", ErrBadAction, l.MemoryBytes, l.Pids)
+	}
+	if l.CPUs != l.CPUs || l.CPUs > 1<<20 {
+		return fmt.Errorf("%w: cpu quota %g is not a number of CPUs", ErrBadAction, l.CPUs)
+	}
 	if l.MemoryBytes > 0 && l.MemoryBytes < 16<<20 {
 		return fmt.Errorf("%w: memory limit %d bytes is below 16 MiB, too small to start anything", ErrBadAction, l.MemoryBytes)
 	}

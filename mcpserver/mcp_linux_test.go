@@ -206,3 +206,62 @@ func TestMCPHTTP(t *testing.T) {
 	defer s.Close()
 	exercise(t, s)
 }
+
+// TestMCPBadInput: every mistake an agent can make is a tool error with a
+// message that says what to do (never a protocol failure or a crash), found
+// before any trial runs; a blocked trial's summary offers no commit command.
+func TestMCPBadInput(t *testing.T) {
+	requireNS(t)
+	cmd := exec.Command(os.Args[0], "mcp")
+	cmd.Env = append(os.Environ(), "DRYEXEC_TEST_AS_CLI=1", "DRYEXEC_HOME="+t.TempDir())
+	cmd.Stderr = os.Stderr
+	client := mcp.NewClient(&mcp.Implementation{Name: "test", Version: "1"}, nil)
+	s, err := client.Connect(context.Background(), &mcp.CommandTransport{Command: cmd}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	wd := t.TempDir()
+	var tr mcpserver.TrialOut
+	call(t, s, "run_trial", map[string]any{"command": "echo a > a", "cwd": wd}, &tr)
+	for _, tc := range []struct {
+		name string
+		tool string
+		args map[string]any
+		want string
+	}{
+		{"net none then allow", "run_trial", map[string]any{"command": "true", "cwd": wd, "net": []string{"none", "allow:example.com:443"}}, "contradicts --net none"},
+		{"net allow then none", "run_trial", map[string]any{"command": "true", "cwd": wd, "net": []string{"allow:example.com:443", "none"}}, "none contradicts"},
+		{"session net none then allow", "session_open", map[string]any{"net": []string{"none", "allow:example.com:443"}}, "contradicts --net none"},
+		{"loopback rule", "run_trial", map[string]any{"command": "true", "cwd": wd, "net": []string{"allow:127.0.0.1:8080"}}, "own loopback"},
+		{"missing mock file", "run_trial", map[string]any{"command": "true", "cwd": wd, "net": []string{"mock:/nonexistent/m.yaml"}}, "mock file"},
+		{"unknown rung", "run_trial", map[string]any{"command": "true", "cwd": wd, "rung": "nope"}, "unknown; choose one of"},
+		{"session unknown rung", "session_open", map[string]any{"rung": "nope"}, "unknown; choose one of"},
+		{"relative cwd", "run_trial", map[string]any{"command": "true", "cwd": "rel"}, "cwd"},
+		{"missing cwd", "run_trial", map[string]any{"command": "true", "cwd": "/nonexistent/dir"}, "/nonexistent/dir"},
+		{"negative timeout", "run_trial", map[string]any{"command": "true", "cwd": wd, "timeout_ms": -1}, "negative"},
+		{"no command", "run_trial", map[string]any{"cwd": wd}, "give argv"},
+		{"empty argv[0]", "run_trial", map[string]any{"argv": []string{""}, "cwd": wd}, "argv"},
+		{"unknown trial", "show_trial", map[string]any{"trial_id": "tr_aaaaaaaaaaaaaaaaaaaa"}, "not found"},
+		{"bad trial id", "commit_trial", map[string]any{"trial_id": "../../etc"}, "not a trial id"},
+		{"commit path not in trial", "commit_trial", map[string]any{"trial_id": tr.TrialID, "paths": []string{filepath.Join(wd, "b")}}, "changed nothing at or beneath"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r, err := s.CallTool(context.Background(), &mcp.CallToolParams{Name: tc.tool, Arguments: tc.args})
+			if err != nil {
+				t.Fatalf("a protocol failure: %v", err)
+			}
+			if !r.IsError || !strings.Contains(text(r), tc.want) {
+				t.Fatalf("error %v, text %q; want a tool error with %q", r.IsError, text(r), tc.want)
+			}
+		})
+	}
+	if _, err := os.Stat(filepath.Join(wd, "a")); err == nil {
+		t.Fatal("a refused commit changed the host")
+	}
+	// Blocked: the summary offers discard, not commit.
+	r := call(t, s, "run_trial", map[string]any{"command": "mkdir -p /etc/dryexec-mcp-block && echo x > /etc/dryexec-mcp-block/x", "cwd": wd}, &tr)
+	if tr.Decision.Choice != "block" || strings.Contains(text(r), "dryexec commit") || !strings.Contains(text(r), "dryexec discard "+tr.TrialID) {
+		t.Fatalf("blocked trial summary (%s): %s", tr.Decision.Choice, text(r))
+	}
+}

@@ -69,6 +69,7 @@ type TrialIDIn struct {
 type CommitIn struct {
 	TrialID string   `json:"trial_id" jsonschema:"the trial's id, tr_…"`
 	Paths   []string `json:"paths,omitempty" jsonschema:"absolute paths to commit (a directory selects all beneath it); empty: everything"`
+	Force   bool     `json:"force,omitempty" jsonschema:"a person decided: commit even a trial the policy blocked, and even where the host changed since the trial (never through a symlink)"`
 }
 
 // CommitOut lists what was applied.
@@ -221,7 +222,12 @@ func summarize(d *dryexec.StateDelta, status string) (TrialOut, string) {
 	}
 	var b bytes.Buffer
 	render.Summary(&b, d, render.Options{Color: false})
-	fmt.Fprintf(&b, "trial %s: %s (dryexec commit %s | dryexec discard %s)\n", d.TrialID, status, d.TrialID, d.TrialID)
+	if d.Decision.Choice == "block" {
+		// The policy forbids committing it: no commit command is offered.
+		fmt.Fprintf(&b, "trial %s: %s, blocked by the policy (dryexec discard %s)\n", d.TrialID, status, d.TrialID)
+	} else {
+		fmt.Fprintf(&b, "trial %s: %s (dryexec commit %s | dryexec discard %s)\n", d.TrialID, status, d.TrialID, d.TrialID)
+	}
 	return out, clip(b.String())
 }
 
@@ -257,7 +263,7 @@ func (t *tools) showTrial(ctx context.Context, _ *mcp.CallToolRequest, in TrialI
 }
 
 func (t *tools) commitTrial(ctx context.Context, _ *mcp.CallToolRequest, in CommitIn) (*mcp.CallToolResult, CommitOut, error) {
-	applied, err := t.svc.Commit(ctx, in.TrialID, server.CommitRequest{Paths: in.Paths})
+	applied, err := t.svc.Commit(ctx, in.TrialID, server.CommitRequest{Paths: in.Paths, Force: in.Force})
 	if err != nil {
 		return nil, CommitOut{}, err
 	}

@@ -51,6 +51,10 @@ type Config struct {
 	// MaxEvents bounds the log (default 10000); later events are counted in
 	// Sim.Dropped only.
 	MaxEvents int
+
+	// none records that AddSpec saw "none", so that a mock or rule added
+	// after it is refused as well as one added before it.
+	none bool
 }
 
 // Rule allows real traffic. Every field given must match.
@@ -96,15 +100,20 @@ func (c *Config) Mode() string {
 
 // AddSpec applies one --net value: "none", "mock:FILE" or
 // "allow:RULE[,RULE…]". Repeat it to combine (mock first, then allow).
-// "none" with anything else is an error: it would be ambiguous.
+// "none" with anything else is an error in either order: it contradicts them.
+// An allow rule for the sandbox's loopback is refused (see loopbackRule).
 func (c *Config) AddSpec(spec string) error {
 	switch {
 	case spec == "none":
 		if c.MockFile != "" || len(c.Allow) > 0 {
-			return fmt.Errorf("%w: --net none cannot be combined with mocks or allow rules", ErrBadConfig)
+			return fmt.Errorf("%w: --net none contradicts the mocks or allow rules given before it: drop none, or drop them", ErrBadConfig)
 		}
+		c.none = true
 		return nil
 	case strings.HasPrefix(spec, "mock:"):
+		if c.none {
+			return fmt.Errorf("%w: --net %s contradicts --net none given before it: drop none, or drop the mock", ErrBadConfig, spec)
+		}
 		f := strings.TrimPrefix(spec, "mock:")
 		if f == "" {
 			return fmt.Errorf("%w: mock: needs a file", ErrBadConfig)
@@ -115,14 +124,41 @@ func (c *Config) AddSpec(spec string) error {
 		c.MockFile = f
 		return nil
 	case strings.HasPrefix(spec, "allow:"):
+		if c.none {
+			return fmt.Errorf("%w: --net %s contradicts --net none given before it: drop none, or drop the rule", ErrBadConfig, spec)
+		}
 		rules, err := ParseRules(strings.TrimPrefix(spec, "allow:"))
 		if err != nil {
 			return err
+		}
+		for _, r := range rules {
+			if err := loopbackRule(r); err != nil {
+				return err
+			}
 		}
 		c.Allow = append(c.Allow, rules...)
 		return nil
 	}
 	return fmt.Errorf("%w: --net %q: want none, mock:FILE or allow:HOST[:PORT][/PATH],…", ErrBadConfig, spec)
+}
+
+// loopbackRule refuses an allow rule for a loopback address or name. Inside
+// a trial, 127.0.0.1, ::1 and localhost are the sandbox's own loopback: a
+// connection to them stays in the sandbox's network namespace and never
+// reaches netsim, so such a rule could never apply, and a program that
+// meant the host's service would fail with nothing in the log saying why.
+// dryexec does not forward the host's loopback into a trial: the host's
+// loopback is where its own API (and often unauthenticated development
+// services) listen.
+func loopbackRule(r Rule) error {
+	h := strings.ToLower(strings.TrimSuffix(r.Host, "."))
+	a, err := netip.ParseAddr(h)
+	if (err == nil && (a.Unmap().IsLoopback() || a.IsUnspecified())) || h == "localhost" || strings.HasSuffix(h, ".localhost") {
+		return fmt.Errorf("%w: allow rule %q: inside a trial %s is the sandbox's own loopback, which never reaches netsim, so this rule could never apply; "+
+			"dryexec does not forward the host's loopback into a trial: start the service inside the command, answer it with --net mock:FILE, "+
+			"or have it listen on another address of the host's and allow that address", ErrBadConfig, ruleString(&r), r.Host)
+	}
+	return nil
 }
 
 // ParseRules parses comma-separated HOST[:PORT][/PATH-PREFIX] rules, as given
@@ -227,4 +263,25 @@ func validName(h string) bool {
 		}
 	}
 	return true
+}
+
+// Rules returns every allow rule the configuration holds: Allow, then the
+// mock file's, checked as New checks them. A front end calls it to judge
+// the rules before a sandbox starts (a mock file that cannot be read or a
+// rule that is malformed is an ErrBadConfig here too).
+func (c *Config) Rules() ([]Rule, error) {
+	out := append([]Rule(nil), c.Allow...)
+	if c.MockFile != "" {
+		f, err := loadFile(c.MockFile)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, f.Allow...)
+	}
+	for _, r := range out {
+		if err := checkRule(r); err != nil {
+			return nil, fmt.Errorf("%w: allow rule %q: %v", ErrBadConfig, r.Host, err)
+		}
+	}
+	return out, nil
 }

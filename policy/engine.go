@@ -23,6 +23,7 @@ type Engine struct {
 	budgets                    Budgets
 	weights                    Weights
 	scorer                     *scorer
+	persist                    *persistSet
 }
 
 // patternSet keeps the source patterns and, if none is relative, their
@@ -111,6 +112,9 @@ func Compile(p Policy) (*Engine, error) {
 	}
 	if w == (Weights{}) {
 		e.weights = DefaultWeights()
+	}
+	if e.persist, err = compilePersistence(p.Persistence); err != nil {
+		return nil, err
 	}
 	if e.rules, err = compileRules(p.Rules); err != nil {
 		return nil, err
@@ -210,6 +214,7 @@ func (e *Engine) Decide(ctx context.Context, d *dryexec.StateDelta) Result {
 		facts.add(EffectBlock, "the delta is incomplete: %s", c.IncompleteReason)
 	}
 	sensitive := e.checkFiles(&c, &facts)
+	e.checkPersistence(&c, &facts)
 	e.checkLimits(&c, &facts)
 	e.checkViolations(&c, &facts)
 	e.checkNetwork(&c, &facts)

@@ -158,9 +158,12 @@ func TestPrecedence(t *testing.T) {
 
 		// allow rules
 		{"allow rule waives the threshold", func(p *Policy) {
-			p.Rules = []Rule{{Name: "env-ok", Expr: `delta.files.all(f, f.path == "/w/.env")`, Result: Allow, Reason: "the project's own .env"}}
-		}, func(d *dryexec.StateDelta) { d.Files[0].Path = "/w/.env" }, AutoCommit,
-			[]string{"allow: rule env-ok: the project's own .env", "info: risk 0.60 is above the review threshold 0.50, waived by rule env-ok"}},
+			p.Rules = []Rule{{Name: "cert-ok", Expr: `delta.files.all(f, f.path == "/w/test.pem")`, Result: Allow, Reason: "the project's test certificate"}}
+		}, func(d *dryexec.StateDelta) { d.Files[0].Path = "/w/test.pem" }, AutoCommit,
+			[]string{"allow: rule cert-ok: the project's test certificate", "info: risk 0.60 is above the review threshold 0.50, waived by rule cert-ok"}},
+		{"allow rule does not waive persistence", func(p *Policy) {
+			p.Rules = []Rule{{Name: "any", Expr: "true", Result: Allow, Reason: "all fine"}}
+		}, func(d *dryexec.StateDelta) { d.Files[0].Path = "/w/.envrc" }, Review, []string{"review: writes a direnv file"}},
 		{"allow rule does not waive a failure", func(p *Policy) {
 			p.Rules = []Rule{{Name: "any", Expr: "true", Result: Allow, Reason: "all fine"}}
 		}, func(d *dryexec.StateDelta) { d.Process.ExitCode = 2 }, Review, []string{"review: the command failed"}},

@@ -255,6 +255,14 @@ func compileGlobs(field string, patterns []string, base string) (*globSet, error
 
 // first returns the earliest-listed pattern matching p (split as segs), or nil.
 func (set *globSet) first(p string, segs []string) *glob {
+	if i := set.firstIndex(p, segs); i >= 0 {
+		return &set.gs[i]
+	}
+	return nil
+}
+
+// firstIndex is first as an index into set.gs, or -1.
+func (set *globSet) firstIndex(p string, segs []string) int {
 	best := -1
 	try := func(i int) {
 		if (best < 0 || i < best) && set.gs[i].match(p, segs) {
@@ -300,10 +308,7 @@ func (set *globSet) first(p string, segs []string) *glob {
 	for _, i := range set.rest {
 		try(i)
 	}
-	if best < 0 {
-		return nil
-	}
-	return &set.gs[best]
+	return best
 }
 
 // sources lists the patterns as written.

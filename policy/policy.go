@@ -53,6 +53,11 @@ type Policy struct {
 	DeniedMutationTargets []string `json:"denied_mutation_targets"`
 	// ReviewWhen sends common risky shapes of change to review.
 	ReviewWhen ReviewWhen `json:"review_when"`
+	// Persistence lists the places where a file written now makes code run
+	// later (shell startup files, PATH directories, services, schedulers,
+	// hooks, editor and runtime startup files), by class. A change at one
+	// (anything but a delete) goes to review, the class named in the reason.
+	Persistence []PathClass `json:"persistence"`
 	// SensitivePaths raise the risk score (factor "sensitive") when changed.
 	SensitivePaths []string `json:"sensitive_paths"`
 	// Violations tunes how the boundary's refusals count (default: all block).
@@ -78,6 +83,9 @@ type ReviewWhen struct {
 	Deletes bool `json:"deletes"`
 	// SetID: a created or changed path with the setuid or setgid bit.
 	SetID bool `json:"setid"`
+	// PathDirs: a created or changed path directly in a directory of the
+	// action's PATH (its absolute entries): a command name would run it.
+	PathDirs bool `json:"path_dirs"`
 }
 
 // Violations: every violation blocks, except those whose kind (syscall, path,
@@ -266,12 +274,13 @@ func Default() Policy {
 			"**/.bashrc", "**/.bash_profile", "**/.profile", "**/.zshrc", "**/.zprofile", "**/.config/fish/**",
 			"**/.github/workflows/**", "**/.gitlab-ci.yml", "**/authorized_keys",
 		},
-		Limits:     Limits{MaxBytesWritten: &maxBytes, MaxFilesChanged: &maxChanged, MaxFilesDeleted: &maxDeleted},
-		Network:    Network{MaxRequests: &maxReq, ReviewEgress: true},
-		Thresholds: Thresholds{ReviewAbove: 0.5},
-		Budgets:    DefaultBudgets(),
-		Weights:    DefaultWeights(),
-		ReviewWhen: ReviewWhen{OutsideCwd: true, Deletes: true, SetID: true},
+		Limits:      Limits{MaxBytesWritten: &maxBytes, MaxFilesChanged: &maxChanged, MaxFilesDeleted: &maxDeleted},
+		Network:     Network{MaxRequests: &maxReq, ReviewEgress: true},
+		Thresholds:  Thresholds{ReviewAbove: 0.5},
+		Budgets:     DefaultBudgets(),
+		Weights:     DefaultWeights(),
+		ReviewWhen:  ReviewWhen{OutsideCwd: true, Deletes: true, SetID: true, PathDirs: true},
+		Persistence: DefaultPersistence(),
 	}
 }
 
@@ -302,8 +311,18 @@ func parseOnto(p Policy, data []byte) (Policy, error) {
 	if doc == nil {
 		return p, nil
 	}
-	if _, ok := doc.(map[string]any); !ok {
+	m, ok := doc.(map[string]any)
+	if !ok {
 		return Policy{}, fmt.Errorf("%w: the document must be a mapping of policy fields", ErrInvalid)
+	}
+	// A list given replaces the default's. encoding/json would decode a list
+	// of structs into the elements already there, so that an entry the file
+	// leaves a field out of would keep the default entry's value.
+	if _, ok := m["persistence"]; ok {
+		p.Persistence = nil
+	}
+	if _, ok := m["rules"]; ok {
+		p.Rules = nil
 	}
 	// YAML → generic → JSON → Policy keeps one set of field names and lets the
 	// JSON decoder refuse unknown fields.

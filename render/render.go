@@ -159,6 +159,12 @@ func Summary(w io.Writer, d *dryexec.StateDelta, opt Options) error {
 	}
 
 	id := shellQuote(d.TrialID)
+	if d.Decision.Choice == "block" {
+		// The policy forbids committing it: offering the command would
+		// invite the one step the decision exists to stop.
+		p.line("blocked: the policy forbids committing this (see the reasons)   discard: dryexec discard %s", id)
+		return p.err
+	}
 	p.line("commit: dryexec commit %s   discard: dryexec discard %s", id, id)
 	return p.err
 }

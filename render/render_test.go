@@ -158,6 +158,21 @@ func TestSummaryExact(t *testing.T) {
 				"0 files changed (0 created, 0 deleted, 0 bytes written)\n" +
 				"commit: dryexec commit tr_05   discard: dryexec discard tr_05\n",
 		},
+		{
+			// A blocked trial's summary offers no commit command.
+			name: "blocked",
+			d: func() *dryexec.StateDelta {
+				return &dryexec.StateDelta{TrialID: "tr_06", Rung: "ns",
+					Action:   dryexec.Action{Argv: []string{"true"}},
+					Process:  dryexec.Process{DurationNS: 850},
+					Decision: dryexec.Decision{Choice: "block", RiskScore: 1, Reasons: []string{"block: touches a denied target: /etc/x (/etc/**)"}}}
+			},
+			want: "trial tr_06 (ns): $ true → exit 0 in 850ns\n" +
+				"0 files changed (0 created, 0 deleted, 0 bytes written)\n" +
+				"decision: block (risk 1.00)\n" +
+				"  - block: touches a denied target: /etc/x (/etc/**)\n" +
+				"blocked: the policy forbids committing this (see the reasons)   discard: dryexec discard tr_06\n",
+		},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -314,7 +329,7 @@ func TestControlCharactersEscaped(t *testing.T) {
 				`http://x/\x1b`,
 				`path: \x1bP (/e\x1b)`,
 				`  - r\x1b`,
-				`dryexec commit 'tr_\x1bx'`,
+				`dryexec discard 'tr_\x1bx'`,
 			},
 		},
 	}

@@ -6,10 +6,14 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
+	"maps"
+	"math/rand/v2"
 	"net"
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -257,7 +261,15 @@ func TestBadInput(t *testing.T) {
 		{"relative mock file", "POST", "/v1/trials", server.TrialRequest{Argv: []string{"ls"}, Cwd: wd, Net: []string{"mock:mocks.yaml"}}, 400, "bad_request"},
 		{"mock file traversal", "POST", "/v1/trials", server.TrialRequest{Argv: []string{"ls"}, Cwd: wd, Net: []string{"mock:/tmp/../etc/shadow"}}, 400, "bad_request"},
 		{"bad policy", "POST", "/v1/trials", `{"argv":["ls"],"cwd":"/","policy":{"nonsense":1}}`, 400, "policy"},
-		{"unknown rung", "POST", "/v1/trials", server.TrialRequest{Argv: []string{"ls"}, Cwd: wd, Rung: "nope"}, 500, "internal"},
+		{"unknown rung", "POST", "/v1/trials", server.TrialRequest{Argv: []string{"ls"}, Cwd: wd, Rung: "nope"}, 400, "bad_request"},
+		{"session unknown rung", "POST", "/v1/sessions", server.SessionRequest{Rung: "nope"}, 400, "bad_request"},
+		{"net none then allow", "POST", "/v1/trials", server.TrialRequest{Argv: []string{"ls"}, Cwd: wd, Net: []string{"none", "allow:example.com:443"}}, 400, "bad_request"},
+		{"session net none then allow", "POST", "/v1/sessions", server.SessionRequest{Net: []string{"none", "allow:example.com:443"}}, 400, "bad_request"},
+		{"net loopback rule", "POST", "/v1/trials", server.TrialRequest{Argv: []string{"ls"}, Cwd: wd, Net: []string{"allow:127.0.0.1:8080"}}, 400, "bad_request"},
+		{"net missing mock file", "POST", "/v1/trials", server.TrialRequest{Argv: []string{"ls"}, Cwd: wd, Net: []string{"mock:/nonexistent/mock.yaml"}}, 400, "bad_request"},
+		{"missing cwd", "POST", "/v1/trials", server.TrialRequest{Argv: []string{"ls"}, Cwd: "/nonexistent/dir"}, 400, "bad_request"},
+		{"empty argv[0]", "POST", "/v1/trials", server.TrialRequest{Argv: []string{""}, Cwd: wd}, 400, "bad_request"},
+		{"negative pids", "POST", "/v1/trials", server.TrialRequest{Argv: []string{"ls"}, Cwd: wd, Limits: &server.LimitsRequest{Pids: -5}}, 400, "bad_request"},
 		{"unavailable rung", "POST", "/v1/trials", server.TrialRequest{Argv: []string{"ls"}, Cwd: wd, Rung: "vm"}, 503, "isolation_unavailable"},
 		{"trial id traversal", "GET", "/v1/trials/..%2F..%2Fetc", nil, 400, "bad_request"},
 		{"trial id shape", "GET", "/v1/trials/tr_x", nil, 400, "bad_request"},
@@ -324,6 +336,16 @@ func TestBadInput(t *testing.T) {
 	// Nothing above ran a trial.
 	if list, _ := d.svc.Trials(); len(list) != 0 {
 		t.Fatalf("refused requests ran trials: %+v", list)
+	}
+	// A commit of a path the trial did not change: 400, naming what it did
+	// change, and nothing committed.
+	tr := d.trial(t, wd, "sh", "-c", "echo a > a")
+	e := d.fails(t, "POST", "/v1/trials/"+tr.TrialID+"/commit", server.CommitRequest{Paths: []string{wd + "/b"}}, 400, "bad_request")
+	if !strings.Contains(e.Message, "changed nothing at or beneath "+wd+"/b") || !strings.Contains(e.Message, wd+"/a") {
+		t.Errorf("commit of a path not in the trial: %q", e.Message)
+	}
+	if _, err := os.Stat(wd + "/a"); err == nil {
+		t.Error("a refused commit changed the host")
 	}
 }
 
@@ -568,5 +590,168 @@ func TestReceiptKeyMasked(t *testing.T) {
 	d.ok(t, "POST", "/v1/sessions/"+info.SessionID+"/shell", server.ShellRequest{Command: "cat " + key}, 200, &sr)
 	if strings.Contains(sr.Transcript, "PRIVATE KEY") {
 		t.Fatal("a session read the receipt key")
+	}
+}
+
+// TestListenerUnreachable: while the daemon serves TCP, no rule of a trial or
+// session may reach its listener — by its address, any address of the host
+// when it listens on all of them, or a mock file's rule — and its bearer
+// token is masked in every trial. A trial once used the token through such a
+// rule to commit a host write.
+func TestListenerUnreachable(t *testing.T) {
+	requireNS(t)
+	home := filepath.Join(t.TempDir(), "home")
+	svc, err := server.NewService(server.Config{StoreDir: home})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	addr := make(chan string, 1)
+	done := make(chan error, 1)
+	go func() {
+		done <- server.Serve(ctx, svc, server.ServeOptions{Listen: "0.0.0.0:0", Ready: func(a string) { addr <- a }})
+	}()
+	listen := <-addr
+	defer func() { cancel(); <-done }()
+	_, portStr, _ := net.SplitHostPort(listen)
+	base := "http://127.0.0.1:" + portStr
+	if got := server.ReadListen(svc.Config().StateDir); got != listen {
+		t.Fatalf("listen file says %q, want %q", got, listen)
+	}
+	tok, err := server.LoadOrCreateToken(server.TokenFile(svc.Config().StateDir))
+	if err != nil {
+		t.Fatal(err)
+	}
+	post := func(path string, body any) (int, string) {
+		b, _ := json.Marshal(body)
+		req, _ := http.NewRequest("POST", base+path, bytes.NewReader(b))
+		req.Header.Set("Authorization", "Bearer "+tok)
+		req.Header.Set("Content-Type", "application/json")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		rb, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(rb)
+	}
+	var local string
+	addrs, _ := net.InterfaceAddrs()
+	for _, a := range addrs {
+		if ipn, ok := a.(*net.IPNet); ok && ipn.IP.To4() != nil && !ipn.IP.IsLoopback() {
+			local = ipn.IP.String()
+		}
+	}
+	wd := t.TempDir()
+	mock := filepath.Join(wd, "m.yaml")
+	specs := [][]string{{"allow:127.0.0.1:" + portStr}, {"allow:[::]:" + portStr}, {"allow:localhost"}}
+	if local != "" {
+		if err := os.WriteFile(mock, []byte("allow:\n  - host: "+local+"\n    port: "+portStr+"\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		specs = append(specs, []string{"allow:" + local + ":" + portStr}, []string{"allow:" + local}, []string{"mock:" + mock})
+	}
+	for _, spec := range specs {
+		code, body := post("/v1/trials", server.TrialRequest{Argv: []string{"true"}, Cwd: wd, Net: spec})
+		if code != 400 || !strings.Contains(body, "bad_request") {
+			t.Errorf("trial with --net %v: %d %s", spec, code, body)
+		}
+		code, body = post("/v1/sessions", server.SessionRequest{Net: spec})
+		if code != 400 || !strings.Contains(body, "bad_request") {
+			t.Errorf("session with --net %v: %d %s", spec, code, body)
+		}
+	}
+	if local != "" {
+		if code, body := post("/v1/trials", server.TrialRequest{Argv: []string{"true"}, Cwd: wd, Net: []string{"allow:" + local + ":1"}}); code != 201 {
+			t.Errorf("a rule for another port of the host was refused: %d %s", code, body)
+		}
+	}
+	// The token is masked.
+	code, body := post("/v1/trials", server.TrialRequest{Argv: []string{"sh", "-c", "cat " + server.TokenFile(svc.Config().StateDir) + " || true"}, Cwd: wd, NoStore: true})
+	if code != 201 || strings.Contains(body, tok) {
+		t.Fatalf("a trial read the daemon's token (or failed: %d)", code)
+	}
+}
+
+// TestSocketUnreachable: a trial cannot talk to the daemon through its unix
+// socket, which its view of the file system shows (the overlay's inode is not
+// the listener's).
+func TestSocketUnreachable(t *testing.T) {
+	requireNS(t)
+	d := startDaemon(t, server.Config{}, server.HandlerOptions{})
+	tr := d.trial(t, t.TempDir(), "python3", "-c", `
+import socket, sys
+s = socket.socket(socket.AF_UNIX)
+try:
+    s.connect(sys.argv[1])
+    s.sendall(b"GET /v1/version HTTP/1.0\r\n\r\n")
+    print("REACHED", s.recv(100))
+except OSError as e:
+    print("refused", e.errno)
+`, d.sock)
+	if strings.Contains(tr.Process.Stdout, "REACHED") || !strings.Contains(tr.Process.Stdout, "refused") {
+		t.Fatalf("a trial and the daemon's socket: %q %q", tr.Process.Stdout, tr.Process.Stderr)
+	}
+}
+
+// TestRequestCombinationsNever500: combinations of valid and broken fields
+// for trials, sessions and commits are answered 2xx or 4xx (or 503 for a
+// rung the host lacks), never 500: a 500 is for the daemon's own faults.
+func TestRequestCombinationsNever500(t *testing.T) {
+	requireNS(t)
+	d := startDaemon(t, server.Config{}, server.HandlerOptions{})
+	wd := t.TempDir()
+	rnd := rand.New(rand.NewPCG(3, 4))
+	pick := func(xs ...any) any { return xs[rnd.IntN(len(xs))] }
+	strs := []any{"", "x", "\x00", "/", "..", "/nonexistent", wd, "rel/dir", "tr_aaaaaaaaaaaaaaaaaaaa", "none", "mock:/nonexistent", "allow:", "allow:127.0.0.1", "allow:example.com:0", "ns", "host", "best", "vm", "bogus"}
+	nums := []any{-1, 0, 1, -9223372036854775808, 1e300, "7", nil}
+	fields := map[string]func() any{
+		"argv": func() any { return pick([]any{}, []any{""}, []any{"true"}, []any{pick(strs...)}, "true", nil) },
+		"cwd":  func() any { return pick(strs...) },
+		"env": func() any {
+			return pick(map[string]any{"": "x"}, map[string]any{"A=B": "x"}, map[string]any{"A": "\x00"}, map[string]any{"A": 1}, nil)
+		},
+		"pass_env":         func() any { return pick([]any{"*"}, []any{""}, []any{"="}, "x") },
+		"timeout_ms":       func() any { return pick(nums...) },
+		"rung":             func() any { return pick(strs...) },
+		"output_cap":       func() any { return pick(nums...) },
+		"upper_size_bytes": func() any { return pick(nums...) },
+		"limits": func() any {
+			return pick(map[string]any{"pids": pick(nums...)}, map[string]any{"memory_bytes": pick(nums...)}, map[string]any{"cpus": pick(nums...)}, "x")
+		},
+		"masks": func() any { return pick([]any{pick(strs...)}, "x") },
+		"net": func() any {
+			return pick([]any{pick(strs...)}, []any{"none", pick(strs...)}, []any{pick(strs...), "none"}, "none")
+		},
+		"policy": func() any {
+			return pick(map[string]any{"persistence": []any{map[string]any{"class": ""}}}, map[string]any{"thresholds": "x"}, "x", nil)
+		},
+		"workspace": func() any { return pick(strs...) },
+		"paths":     func() any { return pick([]any{pick(strs...)}, "x") },
+		"force":     func() any { return pick(true, "yes", nil) },
+	}
+	names := slices.Sorted(maps.Keys(fields))
+	for i := range 80 {
+		// Mostly a valid request with one or two fields broken, so that
+		// checks deep in the request are reached, not only the first.
+		body := map[string]any{"no_store": true, "argv": []any{"true"}, "cwd": wd}
+		for n := 1 + rnd.IntN(2); n > 0; n-- {
+			f := names[rnd.IntN(len(names))]
+			body[f] = fields[f]()
+		}
+		path := pick("/v1/trials", "/v1/trials", "/v1/sessions", "/v1/trials/tr_aaaaaaaaaaaaaaaaaaaa/commit").(string)
+		if path == "/v1/sessions" {
+			delete(body, "no_store")
+		}
+		resp, data := d.do(t, "POST", path, body)
+		if resp.StatusCode >= 500 && resp.StatusCode != 503 {
+			t.Errorf("%d: POST %s %v: %d %s", i, path, body, resp.StatusCode, data)
+		}
+		if resp.StatusCode == 201 && path == "/v1/sessions" {
+			var info server.SessionInfo
+			if json.Unmarshal(data, &info) == nil && info.SessionID != "" {
+				d.do(t, "DELETE", "/v1/sessions/"+info.SessionID, nil)
+			}
+		}
 	}
 }

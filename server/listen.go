@@ -58,6 +58,14 @@ func Serve(ctx context.Context, svc *Service, opt ServeOptions) error {
 			return fmt.Errorf("server: %w", err)
 		}
 		addr = ln.Addr().String()
+		// From now on no rule of a trial or session may reach addr, and a
+		// `dryexec run` of this install reads it from the state dir.
+		svc.listen.Store(&addr)
+		if err := os.WriteFile(ListenFile(svc.cfg.StateDir), []byte(addr+"\n"), 0o600); err != nil {
+			ln.Close()
+			return fmt.Errorf("server: %w", err)
+		}
+		defer os.Remove(ListenFile(svc.cfg.StateDir))
 	} else {
 		if ln, err = listenUnix(opt.Socket); err != nil {
 			return err

@@ -14,6 +14,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/dryexec/dryexec"
@@ -151,6 +152,10 @@ type Service struct {
 	mu       sync.Mutex // guards sessions and closed
 	sessions map[string]*Live
 	closed   bool
+
+	// listen is the TCP address Serve listens on ("" for a unix socket):
+	// no network rule of a trial or session may reach it.
+	listen atomic.Pointer[string]
 }
 
 // NewService opens the store (finishing or rolling back commits a crash
@@ -313,6 +318,9 @@ func (r *TrialRequest) check() error {
 	if err := checkHostPath("cwd", r.Cwd); err != nil {
 		return err
 	}
+	if err := checkRungName(r.Rung); err != nil {
+		return err
+	}
 	for k, v := range r.Env {
 		if k == "" || strings.ContainsAny(k, "=\x00") || strings.ContainsRune(v, 0) {
 			return badRequest("env: %q is not a usable variable name (or its value has a NUL)", k)
@@ -353,6 +361,37 @@ func checkNet(specs []string) error {
 	return nil
 }
 
+// checkRungName refuses a rung this build does not know ("" is the default).
+func checkRungName(name string) error {
+	if name == "" || name == "best" || slices.Contains(rung.Names(), name) {
+		return nil
+	}
+	return badRequest("rung %q: unknown; choose one of %s, or best", name, strings.Join(rung.Names(), ", "))
+}
+
+// checkNetRules judges the allow rules of specs (already parsed by checkNet),
+// the mock file's included, before any sandbox starts: a mock file that
+// cannot be read, or a rule that reaches the daemon's own listener, is a bad
+// request with what to do.
+func (s *Service) checkNetRules(ctx context.Context, specs []string) error {
+	var nc netsim.Config
+	for _, spec := range specs {
+		if err := nc.AddSpec(spec); err != nil {
+			return badRequest("net: %v", err)
+		}
+	}
+	rules, err := nc.Rules()
+	if err != nil {
+		return badRequest("net: %v", err)
+	}
+	if l := s.listen.Load(); l != nil {
+		if err := CheckReach(ctx, rules, *l, nil); err != nil {
+			return badRequest("net: %v", err)
+		}
+	}
+	return nil
+}
+
 // TrialHooks lets a caller watch a trial while it runs. Every field may be nil.
 type TrialHooks struct {
 	// Queued is called if the trial has to wait for a slot.
@@ -367,6 +406,9 @@ type TrialHooks struct {
 // NoStore) and decided. It waits for a slot; ErrBusy if the queue is full.
 func (s *Service) RunTrial(ctx context.Context, req TrialRequest, hooks TrialHooks) (*dryexec.StateDelta, error) {
 	if err := req.check(); err != nil {
+		return nil, err
+	}
+	if err := s.checkNetRules(ctx, req.Net); err != nil {
 		return nil, err
 	}
 	if req.Rung == "" {
@@ -540,6 +582,13 @@ func (s *Service) Commit(ctx context.Context, id string, req CommitRequest) ([]d
 			return nil, err
 		}
 	}
+	if len(req.Paths) > 0 {
+		if d, err := s.store.Load(id); err == nil {
+			if err := CheckCommitPaths(d, req.Paths); err != nil {
+				return nil, badRequest("%v", err)
+			}
+		}
+	}
 	applied, err := s.store.Commit(ctx, id, store.CommitOptions{Paths: req.Paths, Force: req.Force})
 	if applied == nil && err == nil {
 		applied = []dryexec.FileChange{}
@@ -635,6 +684,9 @@ func (s *Service) OpenSession(ctx context.Context, req SessionRequest) (*Live, e
 	if req.Rung == "" {
 		req.Rung = "ns"
 	}
+	if err := checkRungName(req.Rung); err != nil {
+		return nil, err
+	}
 	if req.Rung != "ns" && req.Rung != "host" {
 		if _, err := rung.Select(ctx, req.Rung); err != nil {
 			return nil, err
@@ -664,6 +716,9 @@ func (s *Service) OpenSession(ctx context.Context, req SessionRequest) (*Live, e
 		return nil, err
 	}
 	if err := checkNet(req.Net); err != nil {
+		return nil, err
+	}
+	if err := s.checkNetRules(ctx, req.Net); err != nil {
 		return nil, err
 	}
 	if len(req.HostObjects) > maxHostObjects {

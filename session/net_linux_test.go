@@ -53,7 +53,7 @@ func TestNetRootlessFallback(t *testing.T) {
 	if err := os.WriteFile(mock, []byte("routes:\n  - host: api.example.com\n    body: x\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	for _, spec := range []string{"mock:" + mock, "allow:127.0.0.1:8080"} {
+	for _, spec := range []string{"mock:" + mock, "allow:example.com:8080"} {
 		s, err := Open(ctx, Options{Rung: "ns", Net: []string{spec}, NetCADir: filepath.Join(t.TempDir(), "ca")})
 		if err == nil {
 			s.Close()

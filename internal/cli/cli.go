@@ -16,6 +16,8 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/dryexec/dryexec"
+	"github.com/dryexec/dryexec/netsim"
+	"github.com/dryexec/dryexec/policy"
 	"github.com/dryexec/dryexec/receipt"
 	"github.com/dryexec/dryexec/render"
 	"github.com/dryexec/dryexec/store"
@@ -62,8 +64,15 @@ func Run(ctx context.Context, args []string, env Env) int {
 		fmt.Fprintln(env.Stderr, "dryexec:", err)
 		var ue usageError
 		switch {
-		case errors.As(err, &ue) || strings.HasPrefix(err.Error(), "unknown command"):
+		case errors.As(err, &ue) || strings.HasPrefix(err.Error(), "unknown command"),
+			errors.Is(err, dryexec.ErrBadAction), errors.Is(err, netsim.ErrBadConfig), errors.Is(err, policy.ErrInvalid):
+			// The caller's mistake, however deep it was found.
 			return ExitUsage
+		case errors.Is(err, dryexec.ErrIsolationUnavailable):
+			// The host cannot give the isolation asked for: dryexec refuses
+			// rather than run with less (dryexec doctor says what is missing).
+			fmt.Fprintln(env.Stderr, "dryexec: see dryexec doctor for what this host provides")
+			return ExitRefused
 		case errors.Is(err, dryexec.ErrTrialNotFound), errors.Is(err, dryexec.ErrAlreadyCommitted),
 			errors.Is(err, dryexec.ErrDiscarded), errors.Is(err, dryexec.ErrCommitConflict),
 			errors.Is(err, dryexec.ErrUnsafePath), errors.Is(err, receipt.ErrVerify), errors.Is(err, receipt.ErrMalformed),

@@ -135,18 +135,18 @@ func TestRunExitCodes(t *testing.T) {
 		{"timeout", []string{"run", "--no-store", "--timeout", "200ms", "--", "sleep", "5"}, ExitCommandFailed, ""},
 		{"signal", []string{"run", "--no-store", "--", "sh", "-c", "kill -9 $$"}, ExitCommandFailed, ""},
 		{"missing policy file", []string{"run", "--policy", "/no/such/policy.yaml", "--", "true"}, ExitUsage, "no such file"},
-		{"unknown rung", []string{"run", "--rung", "nope", "--", "true"}, ExitInternal, "unknown rung"},
-		{"unbuilt rung", []string{"run", "--rung", "gvisor", "--", "true"}, ExitInternal, "unavailable"},
-		{"bad cwd", []string{"run", "-C", "/no/such/dir", "--", "true"}, ExitInternal, "bad action"},
+		{"unknown rung", []string{"run", "--rung", "nope", "--", "true"}, ExitUsage, "unknown; choose one of"},
+		{"unbuilt rung", []string{"run", "--rung", "gvisor", "--", "true"}, ExitRefused, "unavailable"},
+		{"bad cwd", []string{"run", "-C", "/no/such/dir", "--", "true"}, ExitUsage, "not a directory on the host"},
 		{"bad env", []string{"run", "--env", "=x", "--", "true"}, ExitUsage, "NAME=VALUE"},
 		{"no command", []string{"run"}, ExitUsage, ""},
 		{"unknown flag", []string{"run", "--frobnicate", "--", "true"}, ExitUsage, "unknown flag"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			code, _, errs := cli(t, home, tt.args...)
+			code, out, errs := cli(t, home, tt.args...)
 			if code != tt.code || !strings.Contains(errs, tt.err) {
-				t.Fatalf("code %d (want %d), stderr %q (want %q)", code, tt.code, errs, tt.err)
+				t.Fatalf("code %d (want %d), stderr %q (want %q)\n%s", code, tt.code, errs, tt.err, out)
 			}
 		})
 	}

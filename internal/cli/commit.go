@@ -11,6 +11,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/dryexec/dryexec"
+	"github.com/dryexec/dryexec/server"
 	"github.com/dryexec/dryexec/store"
 )
 
@@ -39,6 +40,13 @@ committed: the commit is refused, naming them, unless --skip-uncommittable.`,
 			fps, err := absPaths(forcePaths)
 			if err != nil {
 				return err
+			}
+			d, err := s.Load(args[0])
+			if err != nil {
+				return err
+			}
+			if err := server.CheckCommitPaths(d, paths); err != nil {
+				return usageError{err}
 			}
 			return doCommit(cmd.Context(), env, s, args[0], store.CommitOptions{Paths: paths, Force: force, ForcePaths: fps,
 				AllowBlocked: allowBlocked, SkipUncommittable: skip})

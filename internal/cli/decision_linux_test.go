@@ -46,7 +46,8 @@ func TestPolicyBuildOnly(t *testing.T) {
 
 			code, out, errs := cli(t, home, "run", "--json", "--commit", "--policy", pol, "-C", dir, "--", "sh", "-c", "mkdir -p src && echo x > src/x")
 			d := decode(t, out)
-			if code != ExitBlock || d.Decision.Choice != "block" || !reasonsContain(d, "changes outside the allowed targets ("+pattern+"): "+dir+"/src") {
+			// --commit refused: exit 1 (README), the decision is in the delta.
+			if code != ExitRefused || d.Decision.Choice != "block" || !reasonsContain(d, "changes outside the allowed targets ("+pattern+"): "+dir+"/src") {
 				t.Fatalf("src/x: exit %d, %+v\n%s", code, d.Decision, errs)
 			}
 			if !strings.Contains(errs, "not committing") {

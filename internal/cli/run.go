@@ -3,10 +3,14 @@ package cli
 import (
 	"bufio"
 	"context"
+	"errors"
 	"fmt"
+	"net"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"runtime/debug"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -14,10 +18,12 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/dryexec/dryexec"
+	"github.com/dryexec/dryexec/netsim"
 	"github.com/dryexec/dryexec/policy"
 	"github.com/dryexec/dryexec/receipt"
 	"github.com/dryexec/dryexec/render"
 	"github.com/dryexec/dryexec/rung"
+	"github.com/dryexec/dryexec/server"
 	"github.com/dryexec/dryexec/store"
 )
 
@@ -74,20 +80,26 @@ func runCmd(env Env, code *int) *cobra.Command {
 			if err != nil {
 				return usageError{err}
 			}
+			// Everything the caller could have got wrong is checked before
+			// anything runs or is stored: a mistake is exit 2 with what to do,
+			// never 125 ("dryexec itself failed").
+			if cwd, err = checkRunArgs(rungName, args, cwd, timeout, outputCap, upperSize); err != nil {
+				return err
+			}
+			if netSpecs, err = checkNetSpecs(cmd.Context(), netSpecs, env); err != nil {
+				return err
+			}
+			if noStore && (doCommitFlag || interactive) {
+				return usageError{fmt.Errorf("--commit and -i need the trial stored; drop --no-store")}
+			}
+			if force && !doCommitFlag && !interactive {
+				return usageError{fmt.Errorf("--force only says what --commit or -i may commit; add one, or drop --force")}
+			}
 			home, err := store.DefaultDir(env.Getenv)
 			if err != nil {
 				return err
 			}
 			r, err := rung.Select(cmd.Context(), rungName)
-			if err != nil {
-				return err
-			}
-			if cwd == "" {
-				if cwd, err = os.Getwd(); err != nil {
-					return err
-				}
-			}
-			cwd, err = filepath.Abs(cwd)
 			if err != nil {
 				return err
 			}
@@ -127,11 +139,11 @@ func runCmd(env Env, code *int) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			spec.Masks = append(spec.Masks, filepath.Join(home, receipt.KeyFile), filepath.Join(home, "netsim-ca"))
+			// So are netsim's CA (its key could forge any certificate) and a
+			// daemon's state dir (serve/: its bearer token, with which a
+			// sandbox that reaches its listener could commit trials).
+			spec.Masks = append(spec.Masks, filepath.Join(home, receipt.KeyFile), filepath.Join(home, "netsim-ca"), filepath.Join(home, "serve"))
 			spec.Net, spec.NetCADir = netSpecs, filepath.Join(home, "netsim-ca")
-			if noStore && (doCommitFlag || interactive) {
-				return usageError{fmt.Errorf("--commit and -i need the trial stored; drop --no-store")}
-			}
 			var rec interface {
 				Save(*dryexec.StateDelta) error
 				Abort()
@@ -198,9 +210,12 @@ func runCmd(env Env, code *int) *cobra.Command {
 				return doCommit(cmd.Context(), env, st, d.TrialID, store.CommitOptions{Paths: paths, AllowBlocked: force})
 			}
 			// --commit applies only what the policy lets through without a
-			// person, unless --force says a person has decided.
+			// person, unless --force says a person has decided. A refusal
+			// exits 1 (README): the trial stays stored for a later commit.
 			if !force && d.Decision.Choice != policy.AutoCommit {
-				fmt.Fprintf(env.Stderr, "dryexec: not committing %s: the decision is %s (see its reasons; --force commits anyway)\n", d.TrialID, d.Decision.Choice)
+				fmt.Fprintf(env.Stderr, "dryexec: not committing %s: the decision is %s (see its reasons above; dryexec commit %s commits it anyway, or discard it)\n",
+					d.TrialID, d.Decision.Choice, d.TrialID)
+				*code = ExitRefused
 				return nil
 			}
 			if asJSON {
@@ -295,4 +310,129 @@ func parseBytes(s string) (int64, error) {
 		return 0, fmt.Errorf("%q is not a size (want bytes, or a number with K, M or G)", s)
 	}
 	return v * mult, nil
+}
+
+// checkRunArgs checks `run`'s arguments that need no trial and returns the
+// working directory, absolute. Every failure is a usage error that says what
+// to do.
+func checkRunArgs(rungName string, argv []string, cwd string, timeout time.Duration, outputCap int, upperSize int64) (string, error) {
+	if rungName != "best" && !slices.Contains(rung.Names(), rungName) {
+		return "", usageError{fmt.Errorf("--rung %q: unknown; choose one of %s, or best", rungName, strings.Join(rung.Names(), ", "))}
+	}
+	if len(argv) == 0 || argv[0] == "" {
+		return "", usageError{errors.New("no command: give it after --, as in dryexec run -- make test")}
+	}
+	for _, a := range argv {
+		if strings.ContainsRune(a, 0) {
+			return "", usageError{errors.New("an argument of the command contains a NUL byte, which no program can receive")}
+		}
+	}
+	if timeout < 0 {
+		return "", usageError{fmt.Errorf("--timeout %s: must not be negative (0: no timeout)", timeout)}
+	}
+	if outputCap < 0 {
+		return "", usageError{fmt.Errorf("--output-cap %d: must not be negative", outputCap)}
+	}
+	if upperSize < 0 {
+		return "", usageError{fmt.Errorf("--upper-size %d: must not be negative (0: the default, %d)", upperSize, dryexec.DefaultUpperSizeBytes)}
+	}
+	if cwd == "" {
+		wd, err := os.Getwd()
+		if err != nil {
+			return "", usageError{fmt.Errorf("the current directory cannot be read (%v): give one with -C DIR", err)}
+		}
+		cwd = wd
+	}
+	if strings.ContainsRune(cwd, 0) {
+		return "", usageError{errors.New("-C: the directory name contains a NUL byte")}
+	}
+	abs, err := filepath.Abs(cwd)
+	if err != nil {
+		return "", usageError{fmt.Errorf("-C %s: %v", cwd, err)}
+	}
+	if fi, err := os.Stat(abs); err != nil || !fi.IsDir() {
+		return "", usageError{fmt.Errorf("-C %s: not a directory on the host (%s); give an existing directory", cwd, statReason(err))}
+	}
+	return abs, nil
+}
+
+// statReason words a failed or successful stat of something that had to be a
+// directory.
+func statReason(err error) string {
+	switch {
+	case err == nil:
+		return "it is not a directory"
+	case errors.Is(err, os.ErrNotExist):
+		return "it does not exist"
+	case errors.Is(err, os.ErrPermission):
+		return "permission denied"
+	}
+	return err.Error()
+}
+
+// checkNetSpecs parses the --net values as the rung will (netsim.AddSpec), so
+// that a malformed or contradictory one is a usage error before any trial,
+// and makes a mock file's path absolute (the rung reads it later, from its own
+// working directory) after checking that it can be read.
+func checkNetSpecs(ctx context.Context, specs []string, env Env) ([]string, error) {
+	var nc netsim.Config
+	out := make([]string, len(specs))
+	for i, spec := range specs {
+		if f, ok := strings.CutPrefix(spec, "mock:"); ok && f != "" {
+			abs, err := filepath.Abs(f)
+			if err != nil {
+				return nil, usageError{fmt.Errorf("--net %s: %v", spec, err)}
+			}
+			fh, err := os.Open(abs)
+			if err == nil {
+				var fi os.FileInfo
+				if fi, err = fh.Stat(); err == nil && fi.IsDir() {
+					err = errors.New("it is a directory")
+				}
+				fh.Close()
+			}
+			if err != nil {
+				return nil, usageError{fmt.Errorf("--net %s: the mock file cannot be read (%v); give a readable YAML or JSON file (docs/network.md)", spec, err)}
+			}
+			spec = "mock:" + abs
+		}
+		if err := nc.AddSpec(spec); err != nil {
+			return nil, usageError{fmt.Errorf("--net: %w", err)}
+		}
+		out[i] = spec
+	}
+	rules, err := nc.Rules()
+	if err != nil {
+		return nil, usageError{fmt.Errorf("--net: %w", err)}
+	}
+	if err := checkDaemonReach(ctx, rules, env); err != nil {
+		return nil, usageError{err}
+	}
+	return out, nil
+}
+
+// checkDaemonReach refuses rules that reach the TCP listener of a daemon of
+// this install (`dryexec serve --listen`, which records its address in its
+// state dir while it runs). A record left by a daemon that was killed counts
+// only if something still answers there.
+func checkDaemonReach(ctx context.Context, rules []netsim.Rule, env Env) error {
+	home, err := store.DefaultDir(env.Getenv)
+	if err != nil {
+		return nil // openStore reports it
+	}
+	listen := server.ReadListen(filepath.Join(home, "serve"))
+	err = server.CheckReach(ctx, rules, listen, nil)
+	if err == nil {
+		return nil
+	}
+	addr := listen
+	if ap, perr := netip.ParseAddrPort(listen); perr == nil && ap.Addr().IsUnspecified() {
+		addr = net.JoinHostPort("127.0.0.1", strconv.Itoa(int(ap.Port())))
+	}
+	c, derr := net.DialTimeout("tcp", addr, 200*time.Millisecond)
+	if derr != nil {
+		return nil // nobody listens: the record is stale
+	}
+	c.Close()
+	return err
 }

@@ -98,6 +98,9 @@ func readDelta(env Env, arg string) ([]byte, string, error) {
 			return nil, "", usageError{err}
 		}
 		defer f.Close()
+		if fi, err := f.Stat(); err == nil && fi.IsDir() {
+			return nil, "", usageError{fmt.Errorf("%s is a directory: give a trial id, a delta file or - (standard input)", arg)}
+		}
 		r = f
 	}
 	b, err := io.ReadAll(io.LimitReader(r, maxDeltaFile+1))

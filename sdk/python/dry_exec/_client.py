@@ -64,7 +64,7 @@ class Client:
     def run(self, command: Command, *, cwd: Optional[str] = None, env: Optional[Mapping[str, str]] = None,
             timeout: Optional[float] = None, rung: Optional[str] = None, stdin: Optional[str] = None,
             environment: Optional[Environment] = None, on_output: Optional[OutputCallback] = None,
-            store: bool = True, net: Optional[Sequence[str]] = None) -> StateDelta:
+            store: bool = True, net: Optional[Union[str, Sequence[str]]] = None) -> StateDelta:
         """Runs command in a trial and returns its StateDelta. A str is run
         with /bin/sh -c; a list is an argv. cwd defaults to the current
         directory; timeout is in seconds. on_output, if given, receives the
@@ -85,7 +85,8 @@ class Client:
             if environment.net is not None and net is None:
                 net = environment.net
         if net is not None:
-            req["net"] = list(net)
+            # One spec given as a str is one spec, not its characters.
+            req["net"] = [net] if isinstance(net, str) else list(net)
         if timeout:
             req["timeout_ms"] = int(timeout * 1000)
         if rung:

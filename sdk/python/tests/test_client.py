@@ -149,6 +149,24 @@ class Errors(unittest.TestCase):
         with self.assertRaises(dry_exec.BadRequest):
             dry_exec.run("true", environment=Environment(net=["mock:relative.yaml"]))
 
+    def test_net_contradictions_and_bad_input(self) -> None:
+        # Refused in either order, before anything runs, with what to do.
+        for net in (["none", "allow:example.com:443"], ["allow:example.com:443", "none"]):
+            with self.assertRaisesRegex(dry_exec.BadRequest, "contradicts"):
+                dry_exec.run("true", net=net)
+        with self.assertRaisesRegex(dry_exec.BadRequest, "own loopback"):
+            dry_exec.run("true", net=["allow:127.0.0.1:8080"])
+        with self.assertRaisesRegex(dry_exec.BadRequest, "unknown; choose one of"):
+            dry_exec.run("true", rung="nope")
+        with self.assertRaisesRegex(dry_exec.BadRequest, "not a directory|does not exist|cwd"):
+            dry_exec.run("true", cwd="/nonexistent/dir")
+        # One spec as a str is that spec, not its characters.
+        self.assertEqual(dry_exec.run("true", net="none").exit_code, 0)
+        d = dry_exec.run("echo a > a", cwd=tempfile.mkdtemp(dir=_env._ROOT))
+        with self.assertRaisesRegex(dry_exec.BadRequest, "changed nothing at or beneath"):
+            d.commit(paths=["/nonexistent/b"])
+        d.discard()
+
     def test_corrupt_trial(self) -> None:
         # A stored trial whose delta is torn: showing it says corrupt, as
         # the daemon's 500 corrupt maps to Corrupt.
