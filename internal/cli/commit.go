@@ -49,10 +49,10 @@ committed: the commit is refused, naming them, unless --skip-uncommittable.`,
 				return usageError{err}
 			}
 			return doCommit(cmd.Context(), env, s, args[0], store.CommitOptions{Paths: paths, Force: force, ForcePaths: fps,
-				AllowBlocked: allowBlocked, SkipUncommittable: skip})
+				AllowBlocked: allowBlocked || force, SkipUncommittable: skip})
 		},
 	}
-	c.Flags().BoolVar(&force, "force", false, "commit even where the host changed since the trial (never through a symlink)")
+	c.Flags().BoolVar(&force, "force", false, "commit even a trial decided block, and where the host changed since the trial (never through a symlink); the override is recorded")
 	c.Flags().StringArrayVar(&forcePaths, "force-path", nil, "like --force, only at and under this path (repeatable)")
 	c.Flags().BoolVar(&allowBlocked, "allow-blocked", false, "commit a trial the policy decided block (the override is recorded with the trial)")
 	c.Flags().BoolVar(&skip, "skip-uncommittable", false, "commit the rest when some paths cannot be committed (sockets, device nodes, contents not kept); they are listed")
