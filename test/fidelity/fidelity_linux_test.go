@@ -65,16 +65,20 @@ type row struct {
 func TestFidelity(t *testing.T) {
 	if err := (&linuxns.Rung{}).Available(t.Context()); err != nil {
 		if required() {
-			t.Fatalf("ns rung unavailable here: %v", err)
+			// Not the skip's wording, which rootless.Rerun turns into a skip.
+			t.Fatalf("the ns rung is not available: %v", err)
 		}
 		t.Skipf("ns rung unavailable here: %v", err)
 	}
 	h := newHarness(t)
 	var rows []*row
 	for _, w := range workloads {
-		r := &row{Workload: w.name, Mode: h.mode}
-		rows = append(rows, r)
-		t.Run(w.name, func(t *testing.T) { h.workload(t, w, r) })
+		t.Run(w.name, func(t *testing.T) {
+			// The row goes in first: it records a skip or a harness failure too.
+			r := &row{Workload: w.name, Mode: h.mode}
+			rows = append(rows, r)
+			h.workload(t, w, r)
+		})
 	}
 	if rootless.Active() {
 		if p := os.Getenv(rowsEnv); p != "" {
@@ -539,7 +543,7 @@ func removeTree(root string) {
 }
 
 // rootless re-runs TestFidelity as uid 65534 and returns its rows.
-func (h *harness) rootless(t *testing.T) []*row {
+func (h *harness) rootless(t *testing.T) (rows []*row) {
 	if _, err := h.goCache(); err != nil && h.hasTool("go") {
 		t.Fatal(err)
 	}
@@ -562,8 +566,7 @@ func (h *harness) rootless(t *testing.T) []*row {
 			env = append(env, k+"="+v)
 		}
 	}
-	var rows []*row
-	// Read the rows even when the re-run fails: the table shows why.
+	// Read the rows even when the re-run fails (t.Fatal): the table shows why.
 	defer func() {
 		b, err := os.ReadFile(rowsFile)
 		if err == nil {
@@ -574,7 +577,7 @@ func (h *harness) rootless(t *testing.T) []*row {
 		}
 	}()
 	rootless.Rerun(t, pattern, 20*time.Minute, env...)
-	return rows
+	return nil // the deferred read fills rows
 }
 
 func writeRows(t *testing.T, path string, rows []*row) {
@@ -636,14 +639,35 @@ func writeTable(path string, rows []*row, calibrate bool) error {
 		if r.Known != "" {
 			fmt.Fprintf(&b, "Known (knownDiffering): %s\n\n", md(r.Known))
 		}
+		// At most maxPerClass of each class (a venv has 1,489 of one); the
+		// test's log has them all.
+		shown, total := map[string]int{}, map[string]int{}
 		for _, d := range r.Diffs {
-			fmt.Fprintf(&b, "- %s\n", md(d))
+			total[diffClass(d)]++
+		}
+		for _, d := range r.Diffs {
+			c := diffClass(d)
+			if shown[c]++; shown[c] <= maxPerClass {
+				fmt.Fprintf(&b, "- %s\n", md(d))
+			} else if shown[c] == maxPerClass+1 {
+				fmt.Fprintf(&b, "- … and %d more %s (the test's log lists them)\n", total[c]-maxPerClass, c)
+			}
 		}
 	}
 	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 		return err
 	}
 	return os.WriteFile(path, []byte(b.String()), 0o644)
+}
+
+// maxPerClass is how many differences of one class the table lists for a
+// workload.
+const maxPerClass = 12
+
+// diffClass is the class of a diff's String().
+func diffClass(s string) string {
+	c, _, _ := strings.Cut(s, ": ")
+	return c
 }
 
 // md makes s safe in a Markdown table cell or list item.
