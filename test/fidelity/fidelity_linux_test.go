@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"sort"
 	"strings"
@@ -70,6 +71,7 @@ func TestFidelity(t *testing.T) {
 		}
 		t.Skipf("ns rung unavailable here: %v", err)
 	}
+	loadBefore := loadAverage()
 	h := newHarness(t)
 	var rows []*row
 	for _, w := range workloads {
@@ -88,7 +90,8 @@ func TestFidelity(t *testing.T) {
 	}
 	t.Run("rootless", func(t *testing.T) { rows = append(rows, h.rootless(t)...) })
 	if p := os.Getenv(tableEnv); p != "" {
-		if err := writeTable(p, rows, h.calibrate); err != nil {
+		load := fmt.Sprintf("load average %s at the start, %s at the end", loadBefore, loadAverage())
+		if err := writeTable(p, rows, h.calibrate, load); err != nil {
 			t.Error(err)
 		}
 		t.Logf("table written to %s", p)
@@ -592,7 +595,7 @@ func writeRows(t *testing.T, path string, rows []*row) {
 
 // writeTable writes the results as Markdown: one row per workload and mode,
 // then every difference.
-func writeTable(path string, rows []*row, calibrate bool) error {
+func writeTable(path string, rows []*row, calibrate bool, load string) error {
 	order := map[string]int{}
 	for i, w := range workloads {
 		order[w.name] = i
@@ -607,8 +610,8 @@ func writeTable(path string, rows []*row, calibrate bool) error {
 	rev, _ := exec.Command("git", "rev-parse", "--short", "HEAD").Output()
 	kernel, _ := exec.Command("uname", "-r").Output()
 	fmt.Fprintf(&b, "# Fidelity: native runs vs dryexec trials (`make fidelity`)\n\n")
-	fmt.Fprintf(&b, "%s, commit %s, kernel %s, ns rung. How to read it: docs/fidelity.md.\n\n",
-		time.Now().UTC().Format("2006-01-02 15:04 UTC"), strings.TrimSpace(string(rev)), strings.TrimSpace(string(kernel)))
+	fmt.Fprintf(&b, "%s, commit %s, kernel %s, ns rung, %d CPUs, %s (times move with it). How to read it: docs/fidelity.md.\n\n",
+		time.Now().UTC().Format("2006-01-02 15:04 UTC"), strings.TrimSpace(string(rev)), strings.TrimSpace(string(kernel)), runtime.NumCPU(), load)
 	if calibrate {
 		b.WriteString("**Calibration run**: \"trial\" is a second native run; differences are nondeterminism.\n\n")
 	}
@@ -668,6 +671,15 @@ const maxPerClass = 12
 func diffClass(s string) string {
 	c, _, _ := strings.Cut(s, ": ")
 	return c
+}
+
+// loadAverage is the 1-minute load average, for the table's header.
+func loadAverage() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if f := strings.Fields(string(b)); err == nil && len(f) > 0 {
+		return f[0]
+	}
+	return "?"
 }
 
 // md makes s safe in a Markdown table cell or list item.
