@@ -132,7 +132,7 @@ var knownDiffering = []knownFailure{
 	{"git_init_commit", "", causeMtime},
 	{"git_branch_merge", "", causeMtime + "; " + causeTouch},
 	{"git_gc", "", causeMtime},
-	{"git_clone_local", "", causeRefer + " (git links the objects, then falls back to copies with mode 0644 instead of 0444); " + causeLinks + "; " + causeMtime},
+	{"git_clone_local", "", causeRefer + " (git links the objects, then falls back to copies with mode 0644 instead of 0444); " + causeLinks + " (here links to files the trial did not change, src's objects, which a link_group among the delta's own paths cannot express); " + causeMtime},
 	{"python_venv", "", causeMtime + " (so 723 .pyc files are stale after commit)"},
 	{"python_compileall", "", causeMtime},
 	{"sqlite_migration", "", causeMtime},
@@ -153,7 +153,7 @@ var knownDiffering = []knownFailure{
 	{"big_file", "", causeMtime},
 	{"fifo", "", causeFIFO},
 	{"python_cross_dir", "", causeRefer + "; " + causeLinks},
-	{"hard_links", "", causeRefer + " (cp -al, ln into another directory); " + causeLinks + "; " + causeMtime},
+	{"hard_links", "", causeRefer + " (cp -al, ln into another directory); " + causeLinks + " (cp -al links to files the trial did not change, which a link_group among the delta's own paths cannot express); " + causeMtime},
 	{"non_utf8_names", "", causeBytes + "; " + causeRefer},
 }
 
