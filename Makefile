@@ -8,13 +8,18 @@ GOBIN         := $(shell $(GO) env GOPATH)/bin
 # setpriv (util-linux) runs the rootless tests, python3 runs exec_python and the
 # escape corpus's syscall attempts, ip (iproute2) and curl are real clients
 # inside trials; git, rsync, tar and nodejs are the real programs the
-# cross-directory rename and link tests run in trials (test/escape).
-APT_PACKAGES  := bubblewrap util-linux python3 iproute2 curl git rsync tar nodejs
+# cross-directory rename and link tests run in trials (test/escape). The rest
+# are the fidelity harness's workloads (docs/fidelity.md): python3-venv and
+# python3-wheel-whl let pip build a package offline; npm is checked as a
+# command, because NodeSource's nodejs bundles it and conflicts with Debian's
+# npm package.
+APT_PACKAGES  := bubblewrap util-linux python3 iproute2 curl git rsync tar nodejs \
+                 unzip zip make gcc sqlite3 python3-venv python3-wheel-whl
 # Static build: dryexec re-executes itself as the guest on every trial, and a
 # dynamically linked binary starts measurably slower.
 export CGO_ENABLED ?= 0
 
-.PHONY: all build deps test lint unit bench soak stub clean
+.PHONY: all build deps test lint unit fidelity bench soak stub clean
 
 all: build
 
@@ -27,6 +32,7 @@ build:
 
 deps:
 	@missing=""; for p in $(APT_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
+	command -v npm >/dev/null 2>&1 || missing="$$missing npm"; \
 	if [ -n "$$missing" ]; then \
 		echo "installing:$$missing"; \
 		SUDO=""; [ "$$(id -u)" = 0 ] || SUDO=sudo; \
@@ -41,11 +47,20 @@ lint: deps
 	GOOS=darwin $(GO) vet ./...
 	$(GOBIN)/staticcheck ./...
 
-# The race detector needs cgo.
+# The race detector needs cgo. test/fidelity runs in `make fidelity` instead:
+# what it tests runs in the dryexec binary it builds, which -race does not reach.
 unit:
-	CGO_ENABLED=1 $(GO) test -race -count=1 -timeout 40m ./...
+	CGO_ENABLED=1 $(GO) test -race -count=1 -timeout 40m $$($(GO) list ./... | grep -v '/test/fidelity$$')
 
-test: deps lint unit
+# The fidelity harness (docs/fidelity.md): realistic workloads natively and as
+# trials in identical trees, as root and as uid 65534 (≈ 4 minutes on 2 CPUs);
+# every difference not in its knownDiffering table fails it, and a missing
+# tool fails it too. The table goes to bench/results/fidelity.md.
+fidelity: deps
+	DRYEXEC_REQUIRE=1 DRYEXEC_FIDELITY_TABLE=$(CURDIR)/bench/results/fidelity.md \
+		$(GO) test -count=1 -timeout 30m ./test/fidelity
+
+test: deps lint unit fidelity
 
 # The whole benchmark suite (docs/benchmarks.md): a Markdown table and a PNG
 # chart in bench/results/ (latest.md, latest.png and dated copies). BENCH_ROUNDS
