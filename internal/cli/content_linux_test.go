@@ -23,7 +23,7 @@ func cliWith(t *testing.T, home string, vars map[string]string, args ...string) 
 
 // TestRunContentLimits: --content-cap and DRYEXEC_STORE_QUOTA reach the
 // store; a file past them is in the delta, not kept, with why, and the
-// decision is review, not auto_commit, so --commit applies nothing. Bad
+// decision is review, not auto_commit, so --commit applies nothing and exits 1. Bad
 // values are usage errors, before any trial.
 func TestRunContentLimits(t *testing.T) {
 	requireNS(t)
@@ -42,8 +42,10 @@ func TestRunContentLimits(t *testing.T) {
 			home, work := t.TempDir(), t.TempDir()
 			args := append([]string{"run", "--json", "--commit", "-C", work}, tt.flags...)
 			code, out, errb := cliWith(t, home, tt.vars, append(args, "--", "sh", "-c", "head -c 4096 /dev/urandom > big")...)
-			if code != ExitReview {
-				t.Fatalf("exit %d, want %d (review): %s", code, ExitReview, errb)
+			// --commit refused for a review exits 1 (README), not the
+			// decision's own code.
+			if code != ExitRefused {
+				t.Fatalf("exit %d, want %d (--commit refused): %s", code, ExitRefused, errb)
 			}
 			d := decode(t, out)
 			if len(d.Files) != 1 || d.Files[0].Kept() || !strings.Contains(d.Files[0].ContentReason, tt.reason) ||
