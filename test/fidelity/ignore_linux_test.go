@@ -126,7 +126,7 @@ const (
 	causeLinks = "hard links are committed as separate files: the delta has no link_group"
 	causeHost  = "links to files the trial did not change cannot be expressed by a link_group among the delta's own paths"
 	causeBytes = "a name that is not UTF-8 comes back in the delta with U+FFFD in place of its bytes"
-	causeClone = "git's local clone aborts in the trial with \"fatal: hardlink different from source\": it links src's objects (host files) into dst, overlayfs copies each source up, and git's check that the link and its source are one file fails"
+	causeClone = "git's local clone aborts in the trial with \"fatal: hardlink different from source\": it links src's objects (host files) into dst, and in the overlay the source keeps its host device and inode number while the new link shows the overlay's (ln a/f b/f; stat: 44:10011133 vs 43:26), so git's check that the two are one file fails"
 )
 
 var knownDiffering = []knownFailure{
