@@ -55,7 +55,12 @@ type ovCase struct {
 	outside []node // built in a dir outside the lower; "$OUT" in link targets is its path
 	do      func(f fsops)
 	want    []wc // "$OUT" in link is the outside dir's path
-	extra   func(t *testing.T, lower, outside string, got []dryexec.FileChange)
+	// groups are the paths that must share a link group, each list its own;
+	// every other change must have none.
+	groups [][]string
+	extra  func(t *testing.T, lower, outside string, got []dryexec.FileChange)
+	// redirect: only where dirs can be renamed (redirect_dir=on).
+	redirect bool
 }
 
 // The lower most cases start from.
@@ -529,7 +534,7 @@ func overlayCases() []ovCase {
 			do: func(f fsops) {
 				must(f.t, unix.Mkfifo(f.p("d/fifo"), 0o640))
 			},
-			want: []wc{{path: "d/fifo", op: dryexec.OpCreate, kind: dryexec.KindOther, mode: "0640"}},
+			want: []wc{{path: "d/fifo", op: dryexec.OpCreate, kind: dryexec.KindFIFO, mode: "0640"}},
 		},
 		{
 			name:    "host symlink to outside replaced by a dir",
@@ -647,7 +652,7 @@ func overlayCases() []ovCase {
 				f.chmod("fifo", 0o640)
 			},
 			want: []wc{
-				{path: "fifo", op: dryexec.OpCreate, kind: dryexec.KindOther, mode: "0640", owned: true, uid: 5, gid: 6},
+				{path: "fifo", op: dryexec.OpCreate, kind: dryexec.KindFIFO, mode: "0640", owned: true, uid: 5, gid: 6},
 				wSymlink("ln", "a.txt").by(3000, 4000),
 				wMkdir("nd", "0755").by(2000, 3000),
 				wCreate("new", "n\n", "0644", "+n").by(1234, 5678),
@@ -744,9 +749,11 @@ var overlayModes = []struct {
 	name      string
 	opts      string
 	userXattr bool
+	redirects bool
 }{
-	{"trusted", "redirect_dir=nofollow,metacopy=off,index=off", false},
-	{"userxattr", "redirect_dir=nofollow,metacopy=off,index=off,userxattr", true},
+	{"trusted", "redirect_dir=nofollow,metacopy=off,index=off", false, false},
+	{"userxattr", "redirect_dir=nofollow,metacopy=off,index=off,userxattr", true, false},
+	{"redirect", "redirect_dir=on,metacopy=off,index=off", false, true},
 }
 
 func TestOverlayDelta(t *testing.T) {
@@ -754,13 +761,15 @@ func TestOverlayDelta(t *testing.T) {
 	for _, mode := range overlayModes {
 		t.Run(mode.name, func(t *testing.T) {
 			for _, c := range overlayCases() {
-				t.Run(c.name, func(t *testing.T) { runOverlayCase(t, c, mode.opts, mode.userXattr) })
+				t.Run(c.name, func(t *testing.T) {
+					runOverlayCase(t, c, mode.opts, WalkOptions{UserXattr: mode.userXattr, Redirects: mode.redirects})
+				})
 			}
 		})
 	}
 }
 
-func runOverlayCase(t *testing.T, c ovCase, opts string, userXattr bool) {
+func runOverlayCase(t *testing.T, c ovCase, opts string, wo WalkOptions) {
 	base := tempDir(t)
 	lower, outside := base+"/lower", base+"/outside"
 	must(t, os.Mkdir(lower, 0o755))
@@ -776,14 +785,17 @@ func runOverlayCase(t *testing.T, c ovCase, opts string, userXattr bool) {
 	o := mountOverlay(t, lower, opts)
 	c.do(fsops{t, o.merged})
 	view := contentTree(t, o.merged)
+	times := mtimes(t, o.merged)
 	o.unmount()
 
-	got := diffUpper(t, o.upper, lower, userXattr, diffMax)
+	got, blobs := diffUpperOpts(t, o.upper, lower, wo, diffMax)
 	want := append([]wc{}, c.want...)
 	for i := range want {
 		want[i].link = strings.ReplaceAll(want[i].link, "$OUT", outside)
 	}
 	checkChanges(t, lower, got, want)
+	checkMtimes(t, lower, got, times)
+	checkGroups(t, lower, got, c.groups)
 	if c.extra != nil {
 		c.extra(t, lower, outside, got)
 	}
@@ -793,12 +805,83 @@ func runOverlayCase(t *testing.T, c ovCase, opts string, userXattr bool) {
 	// The delta, applied in order to a copy of the lower, gives the merged view.
 	cp := base + "/applied"
 	copyTree(t, lower, cp)
-	applyChanges(t, lower, cp, o.upper, got)
+	applyChanges(t, lower, cp, blobs, got)
 	if t.Failed() {
 		return
 	}
 	applied := contentTree(t, cp)
 	checkSameSnapshot(t, "applied delta vs merged view", view, applied)
+}
+
+// mtimes returns the mtime of every path below root, relative to it.
+func mtimes(t testing.TB, root string) map[string]int64 {
+	t.Helper()
+	out := map[string]int64{}
+	err := filepath.WalkDir(root, func(p string, de fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		var st unix.Stat_t
+		if err := unix.Lstat(p, &st); err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel(root, p)
+		out[rel] = st.Mtim.Nano()
+		return nil
+	})
+	must(t, err)
+	return out
+}
+
+// checkMtimes checks that every change but a deletion carries the mtime the
+// merged view showed (what the command left), and a deletion none.
+func checkMtimes(t testing.TB, lower string, got []dryexec.FileChange, view map[string]int64) {
+	t.Helper()
+	for _, c := range got {
+		rel := strings.TrimPrefix(c.Path, lower+"/")
+		if c.Op == dryexec.OpDelete || c.Op == dryexec.OpRmdir {
+			if c.MtimeNS != 0 {
+				t.Errorf("%s %s has an mtime", c.Op, dryexec.QuotePath(rel))
+			}
+			continue
+		}
+		if want, ok := view[rel]; !ok || c.MtimeNS != want {
+			t.Errorf("%s %s: mtime_ns %d, the merged view has %d", c.Op, dryexec.QuotePath(rel), c.MtimeNS, want)
+		}
+	}
+}
+
+// checkGroups checks that the changes' link groups are exactly groups.
+func checkGroups(t testing.TB, lower string, got []dryexec.FileChange, groups [][]string) {
+	t.Helper()
+	byPath := map[string]int{}
+	for _, c := range got {
+		if c.Op != dryexec.OpDelete && c.Op != dryexec.OpRmdir {
+			byPath[strings.TrimPrefix(c.Path, lower+"/")] = c.LinkGroup
+		} else if c.LinkGroup != 0 {
+			t.Errorf("%s %s has a link group", c.Op, c.Path)
+		}
+	}
+	inGroup := map[string]bool{}
+	used := map[int]bool{}
+	for _, g := range groups {
+		id := byPath[g[0]]
+		if id == 0 || used[id] {
+			t.Errorf("%s: link group %d, want a group of its own with %q", g[0], id, g)
+		}
+		used[id] = true
+		for _, p := range g {
+			inGroup[p] = true
+			if byPath[p] != id {
+				t.Errorf("%s: link group %d, want %d (that of %s)", p, byPath[p], id, g[0])
+			}
+		}
+	}
+	for p, id := range byPath {
+		if id != 0 && !inGroup[p] {
+			t.Errorf("%s: link group %d, want none", p, id)
+		}
+	}
 }
 
 // contentTree describes what is below root, relative to it, without times.
@@ -821,7 +904,7 @@ func contentTree(t testing.TB, root string) map[string]string {
 			if err != nil {
 				return err
 			}
-			desc += " sha=" + sha(string(b))
+			desc += fmt.Sprintf(" sha=%s nlink=%d", sha(string(b)), st.Nlink)
 		case unix.S_IFLNK:
 			l, _ := os.Readlink(p)
 			desc += " link=" + l
@@ -836,9 +919,11 @@ func contentTree(t testing.TB, root string) map[string]string {
 	return out
 }
 
-// copyTree copies src to dst (which must not exist), never following symlinks.
+// copyTree copies src to dst (which must not exist), never following symlinks;
+// hard links in src are hard links in dst.
 func copyTree(t testing.TB, src, dst string) {
 	t.Helper()
+	inodes := map[uint64]string{}
 	err := filepath.WalkDir(src, func(p string, de fs.DirEntry, err error) error {
 		if err != nil {
 			return err
@@ -855,6 +940,10 @@ func copyTree(t testing.TB, src, dst string) {
 				return err
 			}
 		case unix.S_IFREG:
+			if first, ok := inodes[st.Ino]; ok {
+				return os.Link(first, to)
+			}
+			inodes[st.Ino] = to
 			b, err := os.ReadFile(p)
 			if err != nil {
 				return err
@@ -879,10 +968,12 @@ func copyTree(t testing.TB, src, dst string) {
 }
 
 // applyChanges applies changes, in order, to dst, a copy of the host dir lower,
-// taking new file contents from upper. Every change must apply exactly: a delete
+// taking new file contents from blobs. Every change must apply exactly: a delete
 // finds a file (with its before_sha256), an rmdir an empty dir, a create nothing.
-func applyChanges(t testing.TB, lower, dst, upper string, changes []dryexec.FileChange) {
+// The second and later paths of a link group are linked to the first.
+func applyChanges(t testing.TB, lower, dst string, blobs memBlobs, changes []dryexec.FileChange) {
 	t.Helper()
+	firstOfGroup := map[int]string{}
 	for _, c := range changes {
 		rel, ok := strings.CutPrefix(c.Path, lower+"/")
 		if !ok {
@@ -901,14 +992,27 @@ func applyChanges(t testing.TB, lower, dst, upper string, changes []dryexec.File
 			}
 		}
 		newContent := func() []byte {
-			b, err := os.ReadFile(filepath.Join(upper, rel))
-			if err != nil {
-				t.Errorf("%s %s: reading upper: %v", c.Op, rel, err)
+			b, ok := blobs[c.SHA256]
+			if !ok {
+				t.Errorf("%s %s: content not kept", c.Op, rel)
 			}
 			if sha(string(b)) != c.SHA256 || int64(len(b)) != c.Size {
-				t.Errorf("%s %s: sha256/size do not match the upper's content", c.Op, rel)
+				t.Errorf("%s %s: sha256/size do not match the content kept", c.Op, rel)
 			}
 			return b
+		}
+		if first, ok := firstOfGroup[c.LinkGroup]; ok && c.LinkGroup != 0 {
+			if c.Op == dryexec.OpModify {
+				checkBefore()
+				must(t, unix.Unlink(p))
+			}
+			if err := unix.Link(first, p); err != nil {
+				t.Errorf("linking %s to %s: %v", rel, first, err)
+			}
+			continue
+		}
+		if c.LinkGroup != 0 {
+			firstOfGroup[c.LinkGroup] = p
 		}
 		var err error
 		switch c.Op {
@@ -926,8 +1030,14 @@ func applyChanges(t testing.TB, lower, dst, upper string, changes []dryexec.File
 		case dryexec.OpSymlink:
 			err = unix.Symlink(c.LinkTarget, p)
 		case dryexec.OpCreate:
-			if c.Kind == dryexec.KindOther {
+			switch c.Kind {
+			case dryexec.KindFIFO:
 				err = unix.Mkfifo(p, mode)
+			case dryexec.KindOther:
+				// The only kind of "other" the cases make.
+				err = unix.Mknod(p, unix.S_IFSOCK|mode, 0)
+			}
+			if c.Kind != dryexec.KindFile {
 				break
 			}
 			var f *os.File

@@ -100,7 +100,7 @@ func TestWalkUpperKinds(t *testing.T) {
 				{Entry: Entry{Path: "c-opaque-user", Kind: EntryDir, Mode: 0o755, Opaque: user}},
 				{Entry: Entry{Path: "c-x-not-opaque", Kind: EntryDir, Mode: 0o755}},
 				{Entry: Entry{Path: "empty", Kind: EntryFile, Mode: 0o644}},
-				{Entry: Entry{Path: "fifo", Kind: EntryOther, Mode: 0o640}},
+				{Entry: Entry{Path: "fifo", Kind: EntryFIFO, Mode: 0o640}},
 				{Entry: Entry{Path: "ln", Kind: EntrySymlink, Mode: 0o777, Link: "../target"}},
 				{Entry: Entry{Path: "null", Kind: EntryOther, Mode: 0o666}},
 				{Entry: Entry{Path: "owned", Kind: EntryFile, Mode: 0o640, Size: 1, UID: 1234, GID: 5678}, content: "o"},
@@ -119,6 +119,13 @@ func TestWalkUpperKinds(t *testing.T) {
 				t.Fatalf("got %d entries, want %d:\n%+v", len(got), len(want), got)
 			}
 			for i := range want {
+				// The mtime is the upper's, none for a whiteout.
+				var st unix.Stat_t
+				must(t, unix.Lstat(up+"/"+got[i].Path, &st))
+				if mt := st.Mtim.Nano(); got[i].Kind == EntryWhiteout && got[i].MtimeNS != 0 || got[i].Kind != EntryWhiteout && got[i].MtimeNS != mt {
+					t.Errorf("entry %d (%s): mtime %d, the upper's is %d", i, got[i].Path, got[i].MtimeNS, mt)
+				}
+				got[i].MtimeNS = 0
 				if got[i] != want[i] {
 					t.Errorf("entry %d:\n got %+v\nwant %+v", i, got[i], want[i])
 				}
