@@ -51,8 +51,9 @@ func ownedBy(uid, gid int, n node) node {
 func file(p, content string, mode os.FileMode) node {
 	return node{path: p, kind: 'f', content: content, mode: mode}
 }
-func dir(p string, mode os.FileMode) node { return node{path: p, kind: 'd', mode: mode} }
-func link(p, target string) node          { return node{path: p, kind: 'l', link: target} }
+func dir(p string, mode os.FileMode) node  { return node{path: p, kind: 'd', mode: mode} }
+func link(p, target string) node           { return node{path: p, kind: 'l', link: target} }
+func fifo(p string, mode os.FileMode) node { return node{path: p, kind: 'p', mode: mode} }
 
 func buildTree(t testing.TB, root string, nodes []node) {
 	t.Helper()
@@ -67,6 +68,9 @@ func buildTree(t testing.TB, root string, nodes []node) {
 			must(t, unix.Chmod(p, uint32(n.mode)))
 		case 'l':
 			must(t, os.Symlink(n.link, p))
+		case 'p':
+			must(t, unix.Mkfifo(p, 0o600))
+			must(t, unix.Chmod(p, uint32(n.mode)))
 		default:
 			t.Fatalf("bad node kind %q", n.kind)
 		}
@@ -333,7 +337,7 @@ func (w wc) expected(lower string) dryexec.FileChange {
 func showChanges(lower string, cs []dryexec.FileChange) string {
 	var b strings.Builder
 	for _, c := range cs {
-			fmt.Fprintf(&b, "\n\t%-7s %-7s %s %d:%d %s", c.Op, c.Kind, c.Mode, c.UID, c.GID, dryexec.QuotePath(strings.TrimPrefix(c.Path, lower+"/")))
+		fmt.Fprintf(&b, "\n\t%-7s %-7s %s %d:%d %s", c.Op, c.Kind, c.Mode, c.UID, c.GID, dryexec.QuotePath(strings.TrimPrefix(c.Path, lower+"/")))
 		if c.LinkGroup != 0 {
 			fmt.Fprintf(&b, " link_group=%d", c.LinkGroup)
 		}

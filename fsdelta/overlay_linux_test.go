@@ -39,6 +39,7 @@ func (f fsops) chmod(rel string, m uint32) { f.t.Helper(); must(f.t, unix.Chmod(
 func (f fsops) symlink(target, rel string) { f.t.Helper(); must(f.t, os.Symlink(target, f.p(rel))) }
 func (f fsops) mkdir(rel string)           { f.t.Helper(); must(f.t, os.Mkdir(f.p(rel), 0o755)) }
 func (f fsops) mkdirAll(rel string)        { f.t.Helper(); must(f.t, os.MkdirAll(f.p(rel), 0o755)) }
+func (f fsops) link(a, b string)           { f.t.Helper(); must(f.t, os.Link(f.p(a), f.p(b))) }
 func (f fsops) chown(rel string, uid, gid int) {
 	f.t.Helper()
 	must(f.t, os.Lchown(f.p(rel), uid, gid))
@@ -728,6 +729,179 @@ func overlayCases() []ovCase {
 				wModify("zz", "zz\n", "ZZ\n", "0644", "0644", "-zz", "+ZZ"),
 			},
 		},
+		// Names are bytes: two host names that differ only in bytes that are
+		// not UTF-8 (one of them the U+FFFD the JSON form would turn them
+		// into) stay two names, and a deletion names the right one.
+		{
+			name: "names that are not UTF-8",
+			lower: with(
+				file("v\xff", "bytes\n", 0o644),
+				file("v\ufffd", "replacement\n", 0o644),
+				link("l\xfe", "t\xff"),
+				dir("d\xff", 0o755),
+				file("d\xff/in\xfe", "in\n", 0o644),
+			),
+			do: func(f fsops) {
+				f.remove("v\xff")
+				f.write("bad\xff\xfe.txt", "new\n")
+				f.symlink("to\xff\xfe", "s\xff")
+				f.remove("l\xfe")
+				f.symlink("t\xfe", "l\xfe")
+				f.write("d\xff/in\xfe", "changed\n")
+			},
+			want: []wc{
+				wCreate("bad\xff\xfe.txt", "new\n", "0644", "+new"),
+				wModify("d\xff/in\xfe", "in\n", "changed\n", "0644", "0644", "-in", "+changed"),
+				wDeleteLink("l\xfe", "t\xff"),
+				wSymlink("l\xfe", "t\xfe"),
+				wSymlink("s\xff", "to\xff\xfe"),
+				wDelete("v\xff", "bytes\n", "0644"),
+			},
+		},
+		{
+			name:  "socket stays other",
+			lower: baseLower,
+			do: func(f fsops) {
+				fd, err := unix.Socket(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+				must(f.t, err)
+				defer unix.Close(fd)
+				must(f.t, unix.Bind(fd, &unix.SockaddrUnix{Name: f.p("sock")}))
+				f.chmod("sock", 0o700)
+			},
+			want: []wc{{path: "sock", op: dryexec.OpCreate, kind: dryexec.KindOther, mode: "0700"}},
+		},
+		{
+			name:  "host fifo chmod-ed is recreated",
+			lower: with(fifo("p", 0o644)),
+			do:    func(f fsops) { f.chmod("p", 0o600) },
+			want: []wc{
+				{path: "p", op: dryexec.OpDelete, kind: dryexec.KindFIFO, mode: "0644"},
+				{path: "p", op: dryexec.OpCreate, kind: dryexec.KindFIFO, mode: "0600"},
+			},
+		},
+		// mtimes: what the command left is in the change (checkMtimes, for
+		// every case); a change of mtime alone is no change ("touch only").
+		{
+			name:  "mtimes set back on new paths",
+			lower: baseLower,
+			do: func(f fsops) {
+				f.mkdir("n")
+				f.write("n/f", "f\n")
+				f.symlink("f", "n/l")
+				f.write("a.txt", "one\nthree\n")
+				ts := []unix.Timespec{{Sec: 981173106, Nsec: 123456789}, {Sec: 981173106, Nsec: 123456789}}
+				for _, p := range []string{"n/f", "n/l", "n", "a.txt"} {
+					must(f.t, unix.UtimesNanoAt(unix.AT_FDCWD, f.p(p), ts, unix.AT_SYMLINK_NOFOLLOW))
+				}
+			},
+			want: []wc{
+				wModify("a.txt", "one\ntwo\n", "one\nthree\n", "0644", "0644", "-two", "+three"),
+				wMkdir("n", "0755"),
+				wCreate("n/f", "f\n", "0644", "+f"),
+				wSymlink("n/l", "f"),
+			},
+			extra: func(t *testing.T, lower, outside string, got []dryexec.FileChange) {
+				for _, c := range got {
+					if c.MtimeNS != 981173106123456789 {
+						t.Errorf("%s: mtime_ns %d, want the one set", c.Path, c.MtimeNS)
+					}
+				}
+			},
+		},
+		// Hard links: every path of one inode in the delta shares a link group.
+		{
+			name:  "hard links of a new file",
+			lower: baseLower,
+			do: func(f fsops) {
+				f.write("n", "n\n")
+				f.link("n", "m")
+				f.link("n", "d/o")
+				f.write("single", "s\n")
+			},
+			want: []wc{
+				wCreate("d/o", "n\n", "0644", "+n"),
+				wCreate("m", "n\n", "0644", "+n"),
+				wCreate("n", "n\n", "0644", "+n"),
+				wCreate("single", "s\n", "0644", "+s"),
+			},
+			groups: [][]string{{"d/o", "m", "n"}},
+		},
+		{
+			name:  "hard link to a host file",
+			lower: baseLower,
+			do:    func(f fsops) { f.link("a.txt", "d/al") },
+			// The host file is unchanged but is now one inode with d/al: a
+			// modify with its own content, so commit can link d/al to it.
+			want: []wc{
+				wModify("a.txt", "one\ntwo\n", "one\ntwo\n", "0644", "0644"),
+				wCreate("d/al", "one\ntwo\n", "0644", "+one"),
+			},
+			groups: [][]string{{"a.txt", "d/al"}},
+		},
+		{
+			name:  "hard link to a host file, written through the link",
+			lower: baseLower,
+			do: func(f fsops) {
+				f.link("a.txt", "al")
+				f.write("al", "new\n")
+			},
+			want: []wc{
+				wModify("a.txt", "one\ntwo\n", "new\n", "0644", "0644", "-one", "+new"),
+				wCreate("al", "new\n", "0644", "+new"),
+			},
+			groups: [][]string{{"a.txt", "al"}},
+		},
+		{
+			name:  "two host files made one",
+			lower: with(file("same1", "same\n", 0o644), file("same2", "same\n", 0o644)),
+			do: func(f fsops) {
+				f.remove("same2")
+				f.link("same1", "same2")
+			},
+			want: []wc{
+				wModify("same1", "same\n", "same\n", "0644", "0644"),
+				wModify("same2", "same\n", "same\n", "0644", "0644"),
+			},
+			groups: [][]string{{"same1", "same2"}},
+		},
+		{
+			name:  "hard link made and its other path removed",
+			lower: baseLower,
+			do: func(f fsops) {
+				f.link("a.txt", "al")
+				f.remove("a.txt")
+			},
+			want: []wc{
+				wDelete("a.txt", "one\ntwo\n", "0644"),
+				wCreate("al", "one\ntwo\n", "0644", "+one"),
+			},
+		},
+		{
+			name: "cp -al of a host tree",
+			lower: with(
+				dir("d/sub", 0o750),
+				file("d/sub/c", "c\n", 0o600),
+				link("d/ln", "b.txt"),
+			),
+			do: func(f fsops) {
+				// What cp -al and tar's hard-link members do: mkdir, link.
+				f.mkdir("e")
+				f.mkdir("e/sub")
+				f.link("d/b.txt", "e/b.txt")
+				f.link("d/sub/c", "e/sub/c")
+				f.symlink("b.txt", "e/ln")
+			},
+			want: []wc{
+				wModify("d/b.txt", "bee\n", "bee\n", "0644", "0644"),
+				wModify("d/sub/c", "c\n", "c\n", "0600", "0600"),
+				wMkdir("e", "0755"),
+				wCreate("e/b.txt", "bee\n", "0644", "+bee"),
+				wSymlink("e/ln", "b.txt"),
+				wMkdir("e/sub", "0755"),
+				wCreate("e/sub/c", "c\n", "0600", "+c"),
+			},
+			groups: [][]string{{"d/b.txt", "e/b.txt"}, {"d/sub/c", "e/sub/c"}},
+		},
 	}
 }
 
@@ -957,6 +1131,10 @@ func copyTree(t testing.TB, src, dst string) {
 				return err
 			}
 			return os.Symlink(l, to)
+		case unix.S_IFIFO:
+			if err := unix.Mkfifo(to, 0o600); err != nil {
+				return err
+			}
 		default:
 			return fmt.Errorf("copyTree: unexpected file type of %s", p)
 		}
