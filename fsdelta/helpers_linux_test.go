@@ -55,6 +55,9 @@ func dir(p string, mode os.FileMode) node  { return node{path: p, kind: 'd', mod
 func link(p, target string) node           { return node{path: p, kind: 'l', link: target} }
 func fifo(p string, mode os.FileMode) node { return node{path: p, kind: 'p', mode: mode} }
 
+// hardlink is p, a hard link to the earlier node of path to.
+func hardlink(p, to string) node { return node{path: p, kind: 'h', link: to} }
+
 func buildTree(t testing.TB, root string, nodes []node) {
 	t.Helper()
 	for _, n := range nodes {
@@ -71,6 +74,9 @@ func buildTree(t testing.TB, root string, nodes []node) {
 		case 'p':
 			must(t, unix.Mkfifo(p, 0o600))
 			must(t, unix.Chmod(p, uint32(n.mode)))
+		case 'h':
+			must(t, os.Link(filepath.Join(root, n.link), p))
+			continue
 		default:
 			t.Fatalf("bad node kind %q", n.kind)
 		}

@@ -2,6 +2,7 @@ package fsdelta
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"io/fs"
 	"os"
@@ -34,7 +35,9 @@ func (f fsops) removeAll(rel string) {
 	}
 	must(f.t, os.RemoveAll(f.p(rel)))
 }
-func (f fsops) rename(a, b string)         { f.t.Helper(); must(f.t, os.Rename(f.p(a), f.p(b))) }
+
+// rename is rename(2) itself: os.Rename refuses to replace a dir.
+func (f fsops) rename(a, b string)         { f.t.Helper(); must(f.t, unix.Rename(f.p(a), f.p(b))) }
 func (f fsops) chmod(rel string, m uint32) { f.t.Helper(); must(f.t, unix.Chmod(f.p(rel), m)) }
 func (f fsops) symlink(target, rel string) { f.t.Helper(); must(f.t, os.Symlink(target, f.p(rel))) }
 func (f fsops) mkdir(rel string)           { f.t.Helper(); must(f.t, os.Mkdir(f.p(rel), 0o755)) }
@@ -902,6 +905,186 @@ func overlayCases() []ovCase {
 			},
 			groups: [][]string{{"d/b.txt", "e/b.txt"}, {"d/sub/c", "e/sub/c"}},
 		},
+		// Dirs renamed with rename(2) (redirect_dir=on): the old tree deleted,
+		// every path of the new one created with its content.
+		{
+			name:     "rename a host dir",
+			redirect: true,
+			lower: with(
+				dir("d/sub", 0o750),
+				file("d/sub/c", "c\n", 0o600),
+				link("d/ln", "b.txt"),
+			),
+			do: func(f fsops) { f.rename("d", "d2") },
+			want: []wc{
+				wDelete("d/b.txt", "bee\n", "0644"),
+				wDeleteLink("d/ln", "b.txt"),
+				wDelete("d/sub/c", "c\n", "0600"),
+				wRmdir("d/sub", "0750"),
+				wRmdir("d", "0755"),
+				wMkdir("d2", "0755"),
+				wCreate("d2/b.txt", "bee\n", "0644", "+bee"),
+				wSymlink("d2/ln", "b.txt"),
+				wMkdir("d2/sub", "0750"),
+				wCreate("d2/sub/c", "c\n", "0600", "+c"),
+			},
+		},
+		{
+			name:     "rename a host dir, then change inside",
+			redirect: true,
+			lower: with(
+				dir("d/sub", 0o750),
+				file("d/sub/c", "c\n", 0o600),
+				link("d/ln", "b.txt"),
+			),
+			do: func(f fsops) {
+				f.rename("d", "d2")
+				f.write("d2/b.txt", "changed\n")
+				f.remove("d2/sub/c")
+				f.write("d2/new", "n\n")
+				f.chmod("d2/sub", 0o700)
+			},
+			want: []wc{
+				wDelete("d/b.txt", "bee\n", "0644"),
+				wDeleteLink("d/ln", "b.txt"),
+				wDelete("d/sub/c", "c\n", "0600"),
+				wRmdir("d/sub", "0750"),
+				wRmdir("d", "0755"),
+				wMkdir("d2", "0755"),
+				wCreate("d2/b.txt", "changed\n", "0644", "+changed"),
+				wSymlink("d2/ln", "b.txt"),
+				wCreate("d2/new", "n\n", "0644", "+n"),
+				wMkdir("d2/sub", "0700"),
+			},
+		},
+		{
+			name:     "rename a dir twice",
+			redirect: true,
+			lower: with(
+				dir("d/sub", 0o750),
+				file("d/sub/c", "c\n", 0o600),
+				link("d/ln", "b.txt"),
+			),
+			do: func(f fsops) {
+				f.rename("d", "d2")
+				f.rename("d2", "d3")
+			},
+			want: []wc{
+				wDelete("d/b.txt", "bee\n", "0644"),
+				wDeleteLink("d/ln", "b.txt"),
+				wDelete("d/sub/c", "c\n", "0600"),
+				wRmdir("d/sub", "0750"),
+				wRmdir("d", "0755"),
+				wMkdir("d3", "0755"),
+				wCreate("d3/b.txt", "bee\n", "0644", "+bee"),
+				wSymlink("d3/ln", "b.txt"),
+				wMkdir("d3/sub", "0750"),
+				wCreate("d3/sub/c", "c\n", "0600", "+c"),
+			},
+		},
+		{
+			name:     "rename into a subdir",
+			redirect: true,
+			lower: append(with(
+				dir("d/sub", 0o750),
+				file("d/sub/c", "c\n", 0o600),
+				link("d/ln", "b.txt"),
+			), dir("e", 0o755)),
+			do: func(f fsops) { f.rename("d", "e/d") },
+			want: []wc{
+				wDelete("d/b.txt", "bee\n", "0644"),
+				wDeleteLink("d/ln", "b.txt"),
+				wDelete("d/sub/c", "c\n", "0600"),
+				wRmdir("d/sub", "0750"),
+				wRmdir("d", "0755"),
+				wMkdir("e/d", "0755"),
+				wCreate("e/d/b.txt", "bee\n", "0644", "+bee"),
+				wSymlink("e/d/ln", "b.txt"),
+				wMkdir("e/d/sub", "0750"),
+				wCreate("e/d/sub/c", "c\n", "0600", "+c"),
+			},
+		},
+		{
+			name:     "rename a dir, then its subdir out of it",
+			redirect: true,
+			lower: with(
+				dir("d/sub", 0o750),
+				file("d/sub/c", "c\n", 0o600),
+				link("d/ln", "b.txt"),
+			),
+			do: func(f fsops) {
+				f.rename("d", "d2")
+				f.rename("d2/sub", "s")
+			},
+			want: []wc{
+				wDelete("d/b.txt", "bee\n", "0644"),
+				wDeleteLink("d/ln", "b.txt"),
+				wDelete("d/sub/c", "c\n", "0600"),
+				wRmdir("d/sub", "0750"),
+				wRmdir("d", "0755"),
+				wMkdir("d2", "0755"),
+				wCreate("d2/b.txt", "bee\n", "0644", "+bee"),
+				wSymlink("d2/ln", "b.txt"),
+				wMkdir("s", "0750"),
+				wCreate("s/c", "c\n", "0600", "+c"),
+			},
+		},
+		{
+			name:     "rename over an empty host dir",
+			redirect: true,
+			lower:    with(dir("t", 0o700)),
+			do:       func(f fsops) { f.rename("d", "t") },
+			// The host's t stays (a chmod), and gets d's tree.
+			want: []wc{
+				wDelete("d/b.txt", "bee\n", "0644"),
+				wRmdir("d", "0755"),
+				wChmodDir("t", "0700", "0755"),
+				wCreate("t/b.txt", "bee\n", "0644", "+bee"),
+			},
+		},
+		{
+			name:     "rename over an emptied host dir",
+			redirect: true,
+			lower:    with(dir("t", 0o755), file("t/x", "x\n", 0o644)),
+			do: func(f fsops) {
+				f.remove("t/x")
+				f.rename("d", "t")
+			},
+			want: []wc{
+				wDelete("d/b.txt", "bee\n", "0644"),
+				wRmdir("d", "0755"),
+				wCreate("t/b.txt", "bee\n", "0644", "+bee"),
+				wDelete("t/x", "x\n", "0644"),
+			},
+		},
+		{
+			name:     "rename a dir and back",
+			redirect: true,
+			lower: with(
+				dir("d/sub", 0o750),
+				file("d/sub/c", "c\n", 0o600),
+				link("d/ln", "b.txt"),
+			),
+			do: func(f fsops) {
+				f.rename("d", "d2")
+				f.rename("d2", "d")
+			},
+		},
+		{
+			name:     "rename a dir holding hard links",
+			redirect: true,
+			lower:    with(hardlink("d/b2", "d/b.txt")),
+			do:       func(f fsops) { f.rename("d", "d2") },
+			want: []wc{
+				wDelete("d/b.txt", "bee\n", "0644"),
+				wDelete("d/b2", "bee\n", "0644"),
+				wRmdir("d", "0755"),
+				wMkdir("d2", "0755"),
+				wCreate("d2/b.txt", "bee\n", "0644", "+bee"),
+				wCreate("d2/b2", "bee\n", "0644", "+bee"),
+			},
+			groups: [][]string{{"d2/b.txt", "d2/b2"}},
+		},
 	}
 }
 
@@ -935,6 +1118,9 @@ func TestOverlayDelta(t *testing.T) {
 	for _, mode := range overlayModes {
 		t.Run(mode.name, func(t *testing.T) {
 			for _, c := range overlayCases() {
+				if c.redirect && !mode.redirects {
+					continue // TestDirRenameWithoutRedirect
+				}
 				t.Run(c.name, func(t *testing.T) {
 					runOverlayCase(t, c, mode.opts, WalkOptions{UserXattr: mode.userXattr, Redirects: mode.redirects})
 				})
@@ -1257,4 +1443,25 @@ func mustRead(t testing.TB, p string) []byte {
 		t.Error(err)
 	}
 	return b
+}
+
+// Without redirect_dir (rootless, where overlayfs refuses it, and sessions)
+// renaming a host dir fails with EXDEV, as it does in the sandbox: mv falls
+// back to copy and delete.
+func TestDirRenameWithoutRedirect(t *testing.T) {
+	rootOrSkip(t)
+	for _, mode := range overlayModes {
+		t.Run(mode.name, func(t *testing.T) {
+			lower := tempDir(t)
+			buildTree(t, lower, baseLower)
+			o := mountOverlay(t, lower, mode.opts)
+			err := os.Rename(o.merged+"/d", o.merged+"/d2")
+			if mode.redirects != (err == nil) {
+				t.Fatalf("rename of a host dir: %v", err)
+			}
+			if err != nil && !errors.Is(err, unix.EXDEV) {
+				t.Fatalf("rename of a host dir: %v, want EXDEV", err)
+			}
+		})
+	}
 }
