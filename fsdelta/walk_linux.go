@@ -354,11 +354,12 @@ func readlinkat(fd int, name string) (string, error) {
 
 // readDirNames returns the names in dir fd, sorted; fd stays open.
 func readDirNames(fd int) ([]string, error) {
-	nfd, err := unix.Dup(fd)
+	// A dup shares the offset, which only this listing uses; fd itself serves
+	// the *at calls.
+	nfd, err := unix.FcntlInt(uintptr(fd), unix.F_DUPFD_CLOEXEC, 0)
 	if err != nil {
 		return nil, err
 	}
-	unix.CloseOnExec(nfd)
 	f := os.NewFile(uintptr(nfd), "")
 	defer f.Close()
 	names, err := f.Readdirnames(-1)
