@@ -1030,6 +1030,28 @@ func overlayCases() []ovCase {
 			},
 		},
 		{
+			name:     "rename a dir, then a subdir within it",
+			redirect: true,
+			lower: with(
+				dir("d/sub", 0o750),
+				file("d/sub/c", "c\n", 0o600),
+			),
+			do: func(f fsops) {
+				f.rename("d", "d2")
+				f.rename("d2/sub", "d2/sub2") // a relative redirect, below a redirected dir
+			},
+			want: []wc{
+				wDelete("d/b.txt", "bee\n", "0644"),
+				wDelete("d/sub/c", "c\n", "0600"),
+				wRmdir("d/sub", "0750"),
+				wRmdir("d", "0755"),
+				wMkdir("d2", "0755"),
+				wCreate("d2/b.txt", "bee\n", "0644", "+bee"),
+				wMkdir("d2/sub2", "0750"),
+				wCreate("d2/sub2/c", "c\n", "0600", "+c"),
+			},
+		},
+		{
 			name:     "rename over an empty host dir",
 			redirect: true,
 			lower:    with(dir("t", 0o700)),
