@@ -2,16 +2,21 @@
 //
 // Two halves, split along the trust boundary:
 //
-//   - the guest half (WalkUpper) walks an overlayfs upper directory inside the
+//   - the guest half (Walk) walks an overlayfs upper directory inside the
 //     sandbox and reports each entry it holds: files, directories, symlinks,
-//     whiteouts (both the 0/0 character-device form and the xattr form) and
-//     opaque directories, reading overlay xattrs only in the namespace the
-//     overlay was mounted with. Its cost is O(what was written), never O(the tree).
+//     fifos, whiteouts (both the 0/0 character-device form and the xattr form),
+//     opaque directories and (with redirect_dir=on) renamed directories,
+//     reading overlay xattrs only in the namespace the overlay was mounted
+//     with. Its cost is O(what was written), never O(the tree); it reaches
+//     every level one name at a time, so any depth, with a bounded number of
+//     fds.
 //   - the host half (Differ) receives those entries, which it does not trust,
 //     checks every path, compares each entry with the host's own state (read with
-//     openat2 and RESOLVE_NO_SYMLINKS, so a symlink on the host is never followed),
-//     hashes contents into a BlobSink and produces the changes as the host would
-//     see them if committed.
+//     openat2 and RESOLVE_NO_SYMLINKS, one name at a time, so a symlink on the
+//     host is never followed and no path is too long), hashes contents into a
+//     BlobSink and produces the changes as the host would see them if
+//     committed: exact name bytes, mtimes, hard-link groups, and a renamed
+//     dir as its source's tree created at its new path.
 package fsdelta
 
 import (
