@@ -34,11 +34,21 @@ type Differ struct {
 	blobs   dryexec.BlobSink
 	diffMax int64
 
-	roots   []int              // O_PATH fd of each mount's host root, -1 until opened
-	noLower map[mkey]bool      // dirs below which the host has nothing to compare
-	opaque  []mkey             // opaque dirs with a host dir under them
-	seen    map[mkey]EntryKind // every upper path reported so far
+	roots   []int         // O_PATH fd of each mount's host root, -1 until opened
+	dirs    dirCache      // O_PATH fds of host dirs recently looked in
+	noLower map[mkey]bool // dirs below which the host has nothing to compare
+	opaque  []mkey        // opaque dirs with a host dir under them
+	seen    map[mkey]seen // every upper path reported so far
 	changes []dryexec.FileChange
+	// redirects are the dirs the overlay renamed, whose host trees Finish
+	// reports as created at their new paths.
+	redirects []redirect
+	// links holds, for each inode with more than one link, the changes of its
+	// paths: by index into changes, or (a host file that only gained a link)
+	// held back until Finish knows the inode has another path in the delta.
+	links     map[linkKey][]int
+	linkOrder []linkKey
+	heldBack  map[linkKey][]dryexec.FileChange
 
 	diffBytes int64 // of every Diff so far (maxDiffTotal)
 
@@ -54,14 +64,42 @@ type mkey struct {
 	p string
 }
 
+// seen is what the Differ keeps of one upper path.
+type seen struct {
+	kind EntryKind
+	// merges: a dir that shows its host dir's entries beneath its own
+	// (neither opaque nor redirected).
+	merges bool
+	// hidden: the host has nothing to compare below this path (it, or a dir
+	// above it, was created, replaced or deleted by the sandbox).
+	hidden bool
+}
+
+// redirect is a dir at p (of mount m) that the overlay renamed from src.
+type redirect struct {
+	m      int
+	p, src string
+}
+
+// linkKey is one inode: of an upper dir (an inode number the guest reported)
+// or of the host (a file shown through a renamed dir).
+type linkKey struct {
+	host bool
+	m    int
+	dev  uint64
+	ino  uint64
+}
+
 // NewDiffer returns a Differ for mounts. blobs may be nil (contents are hashed but
 // not kept). diffMax is the largest text file that gets a unified diff (<0: none).
 func NewDiffer(mounts []Mount, blobs dryexec.BlobSink, diffMax int64) *Differ {
 	d := &Differ{
 		mounts: mounts, blobs: blobs, diffMax: diffMax,
-		roots:   make([]int, len(mounts)),
-		noLower: map[mkey]bool{},
-		seen:    map[mkey]EntryKind{},
+		roots:    make([]int, len(mounts)),
+		noLower:  map[mkey]bool{},
+		seen:     map[mkey]seen{},
+		links:    map[linkKey][]int{},
+		heldBack: map[linkKey][]dryexec.FileChange{},
 	}
 	for i := range d.roots {
 		d.roots[i] = -1
@@ -95,6 +133,7 @@ func (d *Differ) Close() {
 			d.roots[i] = -1
 		}
 	}
+	d.dirs.close()
 }
 
 // lower describes the host's state of one path.
@@ -106,6 +145,10 @@ type lower struct {
 	link   string
 	uid    int
 	gid    int
+	mtime  int64 // ns since the epoch
+	nlink  uint64
+	dev    uint64
+	ino    uint64
 }
 
 func (d *Differ) hostPath(m int, p string) string { return path.Join(d.mounts[m].Path, p) }
@@ -115,8 +158,45 @@ func (d *Differ) Add(e *Entry, content io.Reader) error {
 	if err := d.check(e); err != nil {
 		return err
 	}
+	var lk *linkKey
+	if e.Nlink > 1 && e.Kind != EntryDir && e.Kind != EntryWhiteout {
+		lk = &linkKey{m: e.Mount, ino: e.Ino}
+	}
+	return d.record(e, content, lk)
+}
+
+// record adds checked entry e, one path of inode lk (nil: no other path).
+func (d *Differ) record(e *Entry, content io.Reader, lk *linkKey) error {
 	k := mkey{e.Mount, e.Path}
-	d.seen[k] = e.Kind
+	s := seen{kind: e.Kind, hidden: d.seen[mkey{e.Mount, path.Dir(e.Path)}].hidden}
+	s.merges = e.Kind == EntryDir && !e.Opaque && e.Redirect == ""
+	d.seen[k] = s
+	n0 := len(d.changes)
+	if err := d.add1(e, content); err != nil {
+		return err
+	}
+	if d.noLower[k] {
+		s.hidden = true
+		d.seen[k] = s
+	}
+	// The entry's own change, if it made one, is the last (deletes of what it
+	// replaced come first).
+	if i := len(d.changes) - 1; lk != nil && i >= n0 && d.changes[i].Op != dryexec.OpDelete && d.changes[i].Op != dryexec.OpRmdir {
+		d.link(*lk, i)
+	}
+	return nil
+}
+
+// link records that change i is one path of inode lk.
+func (d *Differ) link(lk linkKey, i int) {
+	if _, ok := d.links[lk]; !ok {
+		d.linkOrder = append(d.linkOrder, lk)
+	}
+	d.links[lk] = append(d.links[lk], i)
+}
+
+func (d *Differ) add1(e *Entry, content io.Reader) error {
+	k := mkey{e.Mount, e.Path}
 	lo, err := d.lookup(e.Mount, e.Path)
 	if err != nil {
 		return err
@@ -124,6 +204,33 @@ func (d *Differ) Add(e *Entry, content io.Reader) error {
 	hp := d.hostPath(e.Mount, e.Path)
 	mode := modeString(e.Mode)
 	uid, gid := d.owner(e)
+	if e.Redirect != "" {
+		// A dir the overlay renamed: reported as a new dir, and every path of
+		// its source's host tree as created beneath it (Finish), so that commit
+		// reproduces it without a rename. Whatever the host had at the new
+		// path is gone.
+		d.redirects = append(d.redirects, redirect{m: e.Mount, p: e.Path, src: e.Redirect})
+		if lo.exists && lo.kind == dryexec.KindDir {
+			// Renamed over a host dir (which the sandbox had emptied): that
+			// dir stays, compared with what it now holds, and loses what the
+			// new tree does not have, as an opaque dir does. Not an rmdir
+			// and a mkdir of one path, which no order of the changes could
+			// apply (each must come after the other's children).
+			if lo.mode != e.Mode {
+				d.add(dryexec.FileChange{Path: hp, Op: dryexec.OpChmod, Kind: dryexec.KindDir, Mode: mode, BeforeMode: modeString(lo.mode), UID: uid, GID: gid, MtimeNS: e.MtimeNS})
+			}
+			d.opaque = append(d.opaque, k)
+			return nil
+		}
+		if lo.exists {
+			if err := d.deleteTree(e.Mount, e.Path, lo); err != nil {
+				return err
+			}
+		}
+		d.noLower[k] = true
+		d.add(dryexec.FileChange{Path: hp, Op: dryexec.OpMkdir, Kind: dryexec.KindDir, Mode: mode, UID: uid, GID: gid, MtimeNS: e.MtimeNS})
+		return nil
+	}
 	switch e.Kind {
 	case EntryWhiteout:
 		// The host's tree is listed before noLower hides it from lookups.
@@ -137,10 +244,10 @@ func (d *Differ) Add(e *Entry, content io.Reader) error {
 		switch {
 		case !lo.exists:
 			d.noLower[k] = true
-			d.add(dryexec.FileChange{Path: hp, Op: dryexec.OpMkdir, Kind: dryexec.KindDir, Mode: mode, UID: uid, GID: gid})
+			d.add(dryexec.FileChange{Path: hp, Op: dryexec.OpMkdir, Kind: dryexec.KindDir, Mode: mode, UID: uid, GID: gid, MtimeNS: e.MtimeNS})
 		case lo.kind == dryexec.KindDir:
 			if lo.mode != e.Mode {
-				d.add(dryexec.FileChange{Path: hp, Op: dryexec.OpChmod, Kind: dryexec.KindDir, Mode: mode, BeforeMode: modeString(lo.mode), UID: uid, GID: gid})
+				d.add(dryexec.FileChange{Path: hp, Op: dryexec.OpChmod, Kind: dryexec.KindDir, Mode: mode, BeforeMode: modeString(lo.mode), UID: uid, GID: gid, MtimeNS: e.MtimeNS})
 			}
 			if e.Opaque {
 				d.opaque = append(d.opaque, k)
@@ -150,7 +257,7 @@ func (d *Differ) Add(e *Entry, content io.Reader) error {
 				return err
 			}
 			d.noLower[k] = true
-			d.add(dryexec.FileChange{Path: hp, Op: dryexec.OpMkdir, Kind: dryexec.KindDir, Mode: mode, UID: uid, GID: gid})
+			d.add(dryexec.FileChange{Path: hp, Op: dryexec.OpMkdir, Kind: dryexec.KindDir, Mode: mode, UID: uid, GID: gid, MtimeNS: e.MtimeNS})
 		}
 	case EntryFile:
 		return d.addFile(e, content, lo, hp, mode, uid, gid)
@@ -163,17 +270,21 @@ func (d *Differ) Add(e *Entry, content io.Reader) error {
 				return err
 			}
 		}
-		d.add(dryexec.FileChange{Path: hp, Op: dryexec.OpSymlink, Kind: dryexec.KindSymlink, Mode: "0777", LinkTarget: e.Link, Size: int64(len(e.Link)), UID: uid, GID: gid})
-	case EntryOther:
+		d.add(dryexec.FileChange{Path: hp, Op: dryexec.OpSymlink, Kind: dryexec.KindSymlink, Mode: "0777", LinkTarget: e.Link, Size: int64(len(e.Link)), UID: uid, GID: gid, MtimeNS: e.MtimeNS})
+	case EntryFIFO, EntryOther:
+		kind := dryexec.KindOther
+		if e.Kind == EntryFIFO {
+			kind = dryexec.KindFIFO
+		}
 		if lo.exists {
-			if lo.kind == dryexec.KindOther && lo.mode == e.Mode {
+			if lo.kind == kind && lo.mode == e.Mode {
 				return nil
 			}
 			if err := d.deleteTree(e.Mount, e.Path, lo); err != nil {
 				return err
 			}
 		}
-		d.add(dryexec.FileChange{Path: hp, Op: dryexec.OpCreate, Kind: dryexec.KindOther, Mode: mode, UID: uid, GID: gid})
+		d.add(dryexec.FileChange{Path: hp, Op: dryexec.OpCreate, Kind: kind, Mode: mode, UID: uid, GID: gid, MtimeNS: e.MtimeNS})
 	}
 	return nil
 }
@@ -199,7 +310,7 @@ func (d *Differ) check(e *Entry) error {
 		if e.Size < 0 {
 			return bad("negative size")
 		}
-	case EntryDir, EntryWhiteout, EntryOther:
+	case EntryDir, EntryWhiteout, EntryOther, EntryFIFO:
 	case EntrySymlink:
 		if e.Link == "" || strings.ContainsRune(e.Link, 0) {
 			return bad("bad symlink target")
@@ -207,9 +318,22 @@ func (d *Differ) check(e *Entry) error {
 	default:
 		return bad("unknown kind")
 	}
+	if e.Redirect != "" {
+		// Only a dir the overlay renamed has one, and the host reads its
+		// source only beneath the same mount (openLower).
+		if e.Kind != EntryDir || e.Opaque {
+			return bad("redirect on an entry that is not a merged dir")
+		}
+		if err := CheckRelPath(e.Redirect); err != nil {
+			return bad("redirect: " + err.Error())
+		}
+	}
+	if e.Nlink > 1 && e.Ino == 0 {
+		return bad("hard link without an inode number")
+	}
 	// Entries arrive in pre-order: a parent is reported before its children, so
 	// every parent of a path must have been seen (as a directory) already.
-	if dir := path.Dir(e.Path); dir != "." && d.seen[mkey{e.Mount, dir}] != EntryDir {
+	if dir := path.Dir(e.Path); dir != "." && d.seen[mkey{e.Mount, dir}].kind != EntryDir {
 		return bad("parent not reported first as a directory")
 	}
 	if _, dup := d.seen[mkey{e.Mount, e.Path}]; dup {
@@ -222,7 +346,7 @@ func (d *Differ) addFile(e *Entry, content io.Reader, lo lower, hp, mode string,
 	if content == nil {
 		content = bytes.NewReader(nil)
 	}
-	fc := dryexec.FileChange{Path: hp, Op: dryexec.OpCreate, Kind: dryexec.KindFile, Mode: mode, Size: e.Size, UID: uid, GID: gid}
+	fc := dryexec.FileChange{Path: hp, Op: dryexec.OpCreate, Kind: dryexec.KindFile, Mode: mode, Size: e.Size, UID: uid, GID: gid, MtimeNS: e.MtimeNS}
 	var small *bytes.Buffer
 	if d.cannotHash(e.Size) {
 		// Could not be hashed in the time left even at a rate no CPU has:
@@ -293,7 +417,16 @@ func (d *Differ) addFile(e *Entry, content io.Reader, lo lower, hp, mode string,
 			same := fc.SHA256 != "" && beforeSHA == fc.SHA256
 			switch {
 			case same && lo.mode == e.Mode:
-				return nil // rewritten with the same bytes, or only touched
+				// Rewritten with the same bytes, or only touched: no change,
+				// unless the file is now one inode with another path of the
+				// delta (a hard link made to it copied it up), which commit
+				// must link to it (see Finish).
+				if e.Nlink > 1 {
+					fc.Op = dryexec.OpModify
+					lk := linkKey{m: e.Mount, ino: e.Ino}
+					d.heldBack[lk] = append(d.heldBack[lk], fc)
+				}
+				return nil
 			case same:
 				fc.Op = dryexec.OpChmod
 				d.add(fc)
@@ -416,33 +549,90 @@ func (d *Differ) put(r io.Reader) (string, int64, error) {
 
 func (d *Differ) add(fc dryexec.FileChange) { d.changes = append(d.changes, fc) }
 
-// Finish reports deletions implied by opaque dirs and returns all changes in an
-// order they can be applied in (see sortChanges): by path, a dir before what it
-// holds, a deleted dir after what it held, and a path replaced by another kind
-// with its delete (or its tree's deletes) first.
+// Finish reports deletions implied by opaque dirs and the trees of renamed
+// dirs, groups hard links, and returns all changes in an order they can be
+// applied in (see sortChanges): by path, a dir before what it holds, a deleted
+// dir after what it held, and a path replaced by another kind with its delete
+// (or its tree's deletes) first.
 func (d *Differ) Finish() ([]dryexec.FileChange, error) {
+	// Renamed dirs first: what they hold counts as seen for the opaque dirs.
+	for _, r := range d.redirects {
+		if err := d.expand(r); err != nil {
+			return nil, err
+		}
+	}
 	done := map[mkey]bool{}
 	for _, k := range d.opaque {
 		if done[k] {
 			continue // an opaque dir below another one, already listed with it
 		}
-		fd, err := d.openLower(k.m, k.p, unix.O_RDONLY|unix.O_DIRECTORY)
-		if err != nil {
+		if err := d.deleteUnseen(k.m, k.p, done); err != nil {
 			return nil, err
 		}
-		if fd < 0 {
-			continue
-		}
-		err = d.deleteUnseen(k.m, k.p, fd, done)
-		unix.Close(fd)
-		if err != nil {
-			return nil, err
-		}
+	}
+	if err := d.groupLinks(); err != nil {
+		return nil, err
 	}
 	out := d.changes
 	d.changes = nil
 	sortChanges(out)
+	// Link groups are numbered in the order the delta lists them.
+	ids := map[int]int{}
+	for i := range out {
+		if g := out[i].LinkGroup; g != 0 {
+			if ids[g] == 0 {
+				ids[g] = len(ids) + 1
+			}
+			out[i].LinkGroup = ids[g]
+		}
+	}
 	return out, nil
+}
+
+// groupLinks gives the changes of each inode that has more than one path in
+// the delta one LinkGroup (numbered later). A host file that only gained a
+// link (copied up unchanged) joins the delta here, as a modify whose content
+// is what it was: its identity changed, and commit must link the other paths
+// to it. Paths of one inode in the upper are one file: a guest reporting
+// otherwise (other content, mode, owner, time) is lying.
+func (d *Differ) groupLinks() error {
+	for lk, held := range d.heldBack {
+		if len(d.links[lk])+len(held) < 2 {
+			continue
+		}
+		if _, ok := d.links[lk]; !ok {
+			d.linkOrder = append(d.linkOrder, lk)
+		}
+		for _, fc := range held {
+			d.links[lk] = append(d.links[lk], len(d.changes))
+			d.add(fc)
+		}
+	}
+	for g, lk := range d.linkOrder {
+		idx := d.links[lk]
+		if len(idx) < 2 {
+			continue
+		}
+		first := d.changes[idx[0]]
+		same := true
+		for _, i := range idx[1:] {
+			c := d.changes[i]
+			same = same && c.Kind == first.Kind && c.SHA256 == first.SHA256 && c.Size == first.Size &&
+				c.LinkTarget == first.LinkTarget && c.Mode == first.Mode && c.UID == first.UID && c.GID == first.GID &&
+				c.MtimeNS == first.MtimeNS
+		}
+		if !same {
+			if lk.host {
+				continue // the host changed while it was read: copies, then
+			}
+			return &ErrBadEntry{Entry: Entry{Mount: lk.m, Path: strings.TrimPrefix(first.Path, d.mounts[lk.m].Path+"/"), Ino: lk.ino},
+				Reason: "hard links (one inode) that differ"}
+		}
+		for _, i := range idx {
+			d.changes[i].LinkGroup = g + 1
+		}
+	}
+	return nil
 }
 
 // sortChanges puts changes in the order they can be applied in: by path, compared
@@ -537,106 +727,204 @@ func comparePaths(a, b string) (c, nested int) {
 	}
 }
 
-// deleteUnseen deletes every host entry below dir p (open as dirfd) that the upper
-// does not have: an opaque dir hides its whole host subtree. done holds the dirs
-// already listed, so that none is listed twice.
-func (d *Differ) deleteUnseen(m int, p string, dirfd int, done map[mkey]bool) error {
-	done[mkey{m, p}] = true
-	names, err := readDirNames(dirfd)
-	if err != nil {
-		return fmt.Errorf("listing host dir %s: %w", d.hostPath(m, p), err)
-	}
-	for _, name := range names {
-		cp := p + "/" + name
-		if _, ok := d.seen[mkey{m, cp}]; !ok {
-			lo, err := d.lookup(m, cp)
-			if err != nil {
-				return err
-			}
-			if lo.exists {
-				if err := d.deleteTree(m, cp, lo); err != nil {
-					return err
-				}
-			}
-			continue
-		}
-		// Seen in the upper: an upper dir under an opaque dir hides the host's
-		// children too, so recurse into a host dir that is still a dir above. A
-		// host dir the upper replaced with a file, symlink or whiteout was listed
-		// whole when that entry was added.
-		if d.seen[mkey{m, cp}] != EntryDir || d.noLower[mkey{m, cp}] || done[mkey{m, cp}] {
-			continue
-		}
-		lo, err := d.lookup(m, cp)
-		if err != nil || !lo.exists || lo.kind != dryexec.KindDir {
-			continue
-		}
-		cfd, err := unix.Openat(dirfd, name, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
-		if err != nil {
-			continue
-		}
-		err = d.deleteUnseen(m, cp, cfd, done)
-		unix.Close(cfd)
+// deleteUnseen deletes every host entry below dir p that the upper does not
+// have: an opaque dir hides its whole host subtree. done holds the dirs already
+// listed, so that none is listed twice.
+func (d *Differ) deleteUnseen(m int, p string, done map[mkey]bool) error {
+	// A work list, not recursion: a tree may be deeper than a stack should be.
+	todo := []string{p}
+	for len(todo) > 0 {
+		p := todo[len(todo)-1]
+		todo = todo[:len(todo)-1]
+		done[mkey{m, p}] = true
+		names, err := d.listLower(m, p)
 		if err != nil {
 			return err
+		}
+		for _, name := range names {
+			cp := p + "/" + name
+			s, ok := d.seen[mkey{m, cp}]
+			if !ok {
+				lo, err := d.lookup(m, cp)
+				if err != nil {
+					return err
+				}
+				if lo.exists {
+					if err := d.deleteTree(m, cp, lo); err != nil {
+						return err
+					}
+				}
+				continue
+			}
+			// Seen in the upper: an upper dir under an opaque dir hides the
+			// host's children too, so look into a host dir that is still a
+			// dir above. A host dir the upper replaced with a file, symlink
+			// or whiteout was listed whole when that entry was added.
+			if s.kind != EntryDir || d.noLower[mkey{m, cp}] || done[mkey{m, cp}] {
+				continue
+			}
+			lo, err := d.lookup(m, cp)
+			if err != nil || !lo.exists || lo.kind != dryexec.KindDir {
+				continue
+			}
+			todo = append(todo, cp)
 		}
 	}
 	return nil
 }
 
-// deleteTree records the deletion of host path p, which has state lo; for a dir,
-// every file and dir beneath it is listed, children first.
-func (d *Differ) deleteTree(m int, p string, lo lower) error {
-	hp := d.hostPath(m, p)
-	if lo.kind != dryexec.KindDir {
-		fc := dryexec.FileChange{Path: hp, Op: dryexec.OpDelete, Kind: lo.kind, Mode: modeString(lo.mode), Size: lo.size, LinkTarget: lo.link,
-			UID: lo.uid, GID: lo.gid}
-		if lo.kind == dryexec.KindFile {
-			sha, _, err := d.hashLower(m, p, lo.size)
-			if err != nil {
-				return err
-			}
-			fc.BeforeSHA256 = sha
-		}
-		d.add(fc)
-		return nil
-	}
+// listLower lists the host dir p of mount m (nothing, when the host has no
+// dir there).
+func (d *Differ) listLower(m int, p string) ([]string, error) {
 	fd, err := d.openLower(m, p, unix.O_RDONLY|unix.O_DIRECTORY)
-	if err != nil {
-		return err
+	if err != nil || fd < 0 {
+		return nil, err
 	}
-	if fd >= 0 {
-		names, err := readDirNames(fd)
-		unix.Close(fd)
+	defer unix.Close(fd)
+	names, err := readDirNames(fd)
+	if err != nil {
+		return nil, fmt.Errorf("listing host dir %s: %w", d.hostPath(m, p), err)
+	}
+	return names, nil
+}
+
+// deleteTree records the deletion of host path p, which has state lo; for a dir,
+// every file and dir beneath it is listed.
+func (d *Differ) deleteTree(m int, p string, lo lower) error {
+	type item struct {
+		p  string
+		lo lower
+	}
+	todo := []item{{p, lo}}
+	for len(todo) > 0 {
+		it := todo[len(todo)-1]
+		todo = todo[:len(todo)-1]
+		hp := d.hostPath(m, it.p)
+		if it.lo.kind != dryexec.KindDir {
+			fc := dryexec.FileChange{Path: hp, Op: dryexec.OpDelete, Kind: it.lo.kind, Mode: modeString(it.lo.mode), Size: it.lo.size,
+				LinkTarget: it.lo.link, UID: it.lo.uid, GID: it.lo.gid}
+			if it.lo.kind == dryexec.KindFile {
+				sha, _, err := d.hashLower(m, it.p, it.lo.size)
+				if err != nil {
+					return err
+				}
+				fc.BeforeSHA256 = sha
+			}
+			d.add(fc)
+			continue
+		}
+		names, err := d.listLower(m, it.p)
 		if err != nil {
-			return fmt.Errorf("listing host dir %s: %w", hp, err)
+			return err
 		}
 		for _, name := range names {
-			cp := p + "/" + name
+			cp := it.p + "/" + name
 			clo, err := d.lookup(m, cp)
 			if err != nil {
 				return err
 			}
 			if clo.exists {
-				if err := d.deleteTree(m, cp, clo); err != nil {
-					return err
-				}
+				todo = append(todo, item{cp, clo})
 			}
 		}
+		// The changes are sorted at the end (a rmdir after what the dir held).
+		d.add(dryexec.FileChange{Path: hp, Op: dryexec.OpRmdir, Kind: dryexec.KindDir, Mode: modeString(it.lo.mode), UID: it.lo.uid, GID: it.lo.gid})
 	}
-	d.add(dryexec.FileChange{Path: hp, Op: dryexec.OpRmdir, Kind: dryexec.KindDir, Mode: modeString(lo.mode), UID: lo.uid, GID: lo.gid})
 	return nil
 }
 
-// lookup returns the host's state of mount m's path p, never following a symlink
-// and never leaving the mount. Paths under a dir the sandbox created or replaced
-// have no host state.
-func (d *Differ) lookup(m int, p string) (lower, error) {
-	for dir := path.Dir(p); dir != "."; dir = path.Dir(dir) {
-		if d.noLower[mkey{m, dir}] {
-			return lower{}, nil
+// expand reports the host tree beneath r.src, which the overlay shows at r.p
+// (a renamed dir), as if the upper held it at r.p: created there (or compared
+// with what the host has there, for a dir renamed over a host dir), except
+// where the upper holds something itself (paths it replaced or deleted,
+// opaque dirs, dirs renamed again, whose own expansion reports them).
+// Contents come from the host and are kept like any new content.
+func (d *Differ) expand(r redirect) error {
+	type item struct{ src, p string }
+	todo := []item{{r.src, r.p}}
+	for len(todo) > 0 {
+		it := todo[len(todo)-1]
+		todo = todo[:len(todo)-1]
+		names, err := d.listLower(r.m, it.src)
+		if err != nil {
+			return err
+		}
+		for _, name := range names {
+			src, p := it.src+"/"+name, it.p+"/"+name
+			s, inUpper := d.seen[mkey{r.m, p}]
+			if inUpper && !s.merges {
+				continue
+			}
+			lo, err := d.lookupHost(r.m, src)
+			if err != nil {
+				return err
+			}
+			if !lo.exists {
+				continue
+			}
+			if !inUpper {
+				if err := d.addFromHost(r.m, src, p, lo); err != nil {
+					return err
+				}
+			}
+			// A dir shows the host dir at src beneath what the upper holds.
+			if lo.kind == dryexec.KindDir {
+				todo = append(todo, item{src, p})
+			}
 		}
 	}
+	return nil
+}
+
+// addFromHost adds host path src (state lo) as an entry at p.
+func (d *Differ) addFromHost(m int, src, p string, lo lower) error {
+	e := &Entry{Mount: m, Path: p, Mode: lo.mode, UID: lo.uid, GID: lo.gid, MtimeNS: lo.mtime, Link: lo.link}
+	var content io.Reader
+	switch lo.kind {
+	case dryexec.KindDir:
+		e.Kind = EntryDir
+	case dryexec.KindSymlink:
+		e.Kind = EntrySymlink
+	case dryexec.KindFIFO:
+		e.Kind = EntryFIFO
+	case dryexec.KindFile:
+		e.Kind = EntryFile
+		fd, err := d.openLower(m, src, unix.O_RDONLY|unix.O_NOFOLLOW)
+		if err != nil {
+			return err
+		}
+		if fd < 0 {
+			return nil // gone meanwhile
+		}
+		f := os.NewFile(uintptr(fd), d.hostPath(m, src))
+		defer f.Close()
+		var st unix.Stat_t
+		if err := unix.Fstat(fd, &st); err != nil {
+			return fmt.Errorf("stat host %s: %w", d.hostPath(m, src), err)
+		}
+		e.Size, content = st.Size, f
+	default:
+		e.Kind = EntryOther
+	}
+	var lk *linkKey
+	if lo.nlink > 1 && lo.kind != dryexec.KindDir {
+		lk = &linkKey{host: true, m: m, dev: lo.dev, ino: lo.ino}
+	}
+	return d.record(e, content, lk)
+}
+
+// lookup returns the host's state of mount m's path p, never following a symlink
+// and never leaving the mount. Paths under a dir the sandbox created, replaced or
+// renamed have no host state.
+func (d *Differ) lookup(m int, p string) (lower, error) {
+	if d.seen[mkey{m, path.Dir(p)}].hidden {
+		return lower{}, nil
+	}
+	return d.lookupHost(m, p)
+}
+
+// lookupHost is lookup of what the host has at p, whatever the sandbox did.
+func (d *Differ) lookupHost(m int, p string) (lower, error) {
 	fd, err := d.openLower(m, p, unix.O_PATH|unix.O_NOFOLLOW)
 	if err != nil || fd < 0 {
 		return lower{}, err
@@ -646,7 +934,8 @@ func (d *Differ) lookup(m int, p string) (lower, error) {
 	if err := unix.Fstat(fd, &st); err != nil {
 		return lower{}, fmt.Errorf("stat host %s: %w", d.hostPath(m, p), err)
 	}
-	lo := lower{exists: true, mode: st.Mode & 07777, size: st.Size, uid: int(st.Uid), gid: int(st.Gid)}
+	lo := lower{exists: true, mode: st.Mode & 07777, size: st.Size, uid: int(st.Uid), gid: int(st.Gid),
+		mtime: st.Mtim.Nano(), nlink: uint64(st.Nlink), dev: st.Dev, ino: st.Ino}
 	switch st.Mode & unix.S_IFMT {
 	case unix.S_IFREG:
 		lo.kind = dryexec.KindFile
@@ -660,16 +949,48 @@ func (d *Differ) lookup(m int, p string) (lower, error) {
 			return lower{}, fmt.Errorf("readlink host %s: %w", d.hostPath(m, p), err)
 		}
 		lo.link = string(buf[:n])
+	case unix.S_IFIFO:
+		lo.kind, lo.size = dryexec.KindFIFO, 0
 	default:
 		lo.kind, lo.size = dryexec.KindOther, 0
 	}
 	return lo, nil
 }
 
-// openLower opens the host's p beneath mount m with openat2: no symlinks, no
-// magic links, no crossing into another mount. It returns -1 (and no error) when
-// the host has nothing there, or a parent on the host is a symlink or mount point.
+// openLower opens the host's p beneath mount m: no symlinks, no magic links, no
+// crossing into another mount. It returns -1 (and no error) when the host has
+// nothing there, or a parent on the host is a symlink or mount point.
+//
+// Only the last name of p goes to openat2, relative to an fd of its parent dir
+// (dirFD): p may be longer than PATH_MAX.
 func (d *Differ) openLower(m int, p string, flags int) (int, error) {
+	dir, name := path.Split(p)
+	parent, err := d.dirFD(m, strings.TrimSuffix(dir, "/"))
+	if err != nil || parent < 0 {
+		return -1, err
+	}
+	return d.openBeneath(m, parent, name, p, flags)
+}
+
+// openBeneath opens name in host dir fd parent (p is its path in mount m, for
+// errors), as openLower does.
+func (d *Differ) openBeneath(m, parent int, name, p string, flags int) (int, error) {
+	fd, err := unix.Openat2(parent, name, &unix.OpenHow{
+		Flags:   uint64(flags | unix.O_CLOEXEC),
+		Resolve: unix.RESOLVE_BENEATH | unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_NO_XDEV | unix.RESOLVE_NO_MAGICLINKS,
+	})
+	switch {
+	case err == nil:
+		return fd, nil
+	case errors.Is(err, unix.ENOENT), errors.Is(err, unix.ELOOP), errors.Is(err, unix.EXDEV), errors.Is(err, unix.ENOTDIR):
+		return -1, nil
+	default:
+		return -1, fmt.Errorf("opening host %s: %w", d.hostPath(m, p), err)
+	}
+}
+
+// rootFD returns the O_PATH fd of mount m's host root.
+func (d *Differ) rootFD(m int) (int, error) {
 	if d.roots[m] < 0 {
 		// The mount's path came from the sandbox side: never follow a symlink
 		// on the way to it either.
@@ -682,18 +1003,101 @@ func (d *Differ) openLower(m int, p string, flags int) (int, error) {
 		}
 		d.roots[m] = fd
 	}
-	fd, err := unix.Openat2(d.roots[m], p, &unix.OpenHow{
-		Flags:   uint64(flags | unix.O_CLOEXEC),
-		Resolve: unix.RESOLVE_BENEATH | unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_NO_XDEV | unix.RESOLVE_NO_MAGICLINKS,
-	})
-	switch {
-	case err == nil:
-		return fd, nil
-	case errors.Is(err, unix.ENOENT), errors.Is(err, unix.ELOOP), errors.Is(err, unix.EXDEV), errors.Is(err, unix.ENOTDIR):
-		return -1, nil
-	default:
-		return -1, fmt.Errorf("opening host %s: %w", d.hostPath(m, p), err)
+	return d.roots[m], nil
+}
+
+// dirFD returns an O_PATH fd of host dir p ("" for the root) of mount m, or -1
+// when the host has no dir there; it stays the Differ's (the caller must not
+// close it) and is valid until the next call. Each dir is opened from its
+// parent's fd, one name at a time, the way openLower opens anything.
+func (d *Differ) dirFD(m int, p string) (int, error) {
+	if p == "" {
+		return d.rootFD(m)
 	}
+	if fd, ok := d.dirs.get(mkey{m, p}); ok {
+		return fd, nil
+	}
+	// The nearest dir above p whose fd is at hand, then down from there.
+	start, fd := 0, -1
+	for i := strings.LastIndexByte(p, '/'); i > 0; i = strings.LastIndexByte(p[:i], '/') {
+		if f, ok := d.dirs.get(mkey{m, p[:i]}); ok {
+			start, fd = i+1, f
+			break
+		}
+	}
+	if fd < 0 {
+		var err error
+		if fd, err = d.rootFD(m); err != nil {
+			return -1, err
+		}
+	}
+	for start <= len(p) {
+		end := strings.IndexByte(p[start:], '/')
+		if end < 0 {
+			end = len(p)
+		} else {
+			end += start
+		}
+		nfd, err := d.openBeneath(m, fd, p[start:end], p[:end], unix.O_PATH|unix.O_DIRECTORY)
+		if err != nil || nfd < 0 {
+			return -1, err
+		}
+		d.dirs.put(mkey{m, p[:end]}, nfd)
+		fd, start = nfd, end+1
+	}
+	return fd, nil
+}
+
+// dirCache holds a bounded number of host dir fds, dropping the least
+// recently used: the Differ looks mostly in the dirs along the current path,
+// and a tree may be deeper than the fds a process may hold.
+type dirCache struct {
+	fds   map[mkey]dirFD
+	clock uint64
+}
+
+type dirFD struct {
+	fd   int
+	used uint64
+}
+
+// maxDirFDs bounds the dir fds a Differ holds.
+const maxDirFDs = 64
+
+func (c *dirCache) get(k mkey) (int, bool) {
+	e, ok := c.fds[k]
+	if ok {
+		c.clock++
+		e.used = c.clock
+		c.fds[k] = e
+	}
+	return e.fd, ok
+}
+
+func (c *dirCache) put(k mkey, fd int) {
+	if c.fds == nil {
+		c.fds = map[mkey]dirFD{}
+	}
+	if len(c.fds) >= maxDirFDs {
+		var oldest mkey
+		var min uint64 = ^uint64(0)
+		for k, e := range c.fds {
+			if e.used < min {
+				oldest, min = k, e.used
+			}
+		}
+		unix.Close(c.fds[oldest].fd)
+		delete(c.fds, oldest)
+	}
+	c.clock++
+	c.fds[k] = dirFD{fd, c.clock}
+}
+
+func (c *dirCache) close() {
+	for _, e := range c.fds {
+		unix.Close(e.fd)
+	}
+	c.fds = nil
 }
 
 // hashLower returns the sha256 of the host file, and its bytes when it is small
@@ -735,18 +1139,6 @@ func (d *Differ) hashLower(m int, p string, size int64) (string, []byte, error) 
 		b = append([]byte{}, small.Bytes()...)
 	}
 	return hex.EncodeToString(h.Sum(nil)), b, nil
-}
-
-func readDirNames(fd int) ([]string, error) {
-	nfd, err := unix.Dup(fd)
-	if err != nil {
-		return nil, err
-	}
-	f := os.NewFile(uintptr(nfd), "")
-	defer f.Close()
-	names, err := f.Readdirnames(-1)
-	slices.Sort(names)
-	return names, err
 }
 
 func modeString(m uint32) string { return modeStrings[m&07777] }

@@ -81,7 +81,7 @@ func TestForgedUserXattrsOnTrustedOverlay(t *testing.T) {
 		}
 	}
 
-	got := diffUpper(t, o.upper, lower, mode.userXattr, diffMax)
+	got, blobs := diffUpperOpts(t, o.upper, lower, WalkOptions{UserXattr: mode.userXattr}, diffMax)
 	checkChanges(t, lower, got, []wc{
 		wCreate("hd/new", "n\n", "0644", "+n"),
 		wCreate("new-empty", "", "0644"),
@@ -98,7 +98,7 @@ func TestForgedUserXattrsOnTrustedOverlay(t *testing.T) {
 	// And the delta is what the merged view showed.
 	cp := tempDir(t) + "/applied"
 	copyTree(t, lower, cp)
-	applyChanges(t, lower, cp, o.upper, got)
+	applyChanges(t, lower, cp, blobs, got)
 	checkSameSnapshot(t, "applied delta vs merged view", view, contentTree(t, cp))
 }
 

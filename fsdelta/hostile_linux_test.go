@@ -41,6 +41,10 @@ func lEntry(p, target string) add {
 	return mine(add{e: Entry{Path: p, Kind: EntrySymlink, Mode: 0o777, Link: target}})
 }
 
+func rEntry(p, src string) add {
+	return mine(add{e: Entry{Path: p, Kind: EntryDir, Mode: 0o755, Redirect: src}})
+}
+
 func mine(a add) add {
 	a.e.UID, a.e.GID = os.Geteuid(), os.Getegid()
 	return a
@@ -126,6 +130,18 @@ func TestDifferRejectsHostileEntries(t *testing.T) {
 			badEntry: true},
 		{name: "negative gid of a whiteout", bad: add{e: Entry{Path: "a.txt", Kind: EntryWhiteout, GID: -2}}, badEntry: true},
 		{name: "symlink with NUL in target", bad: lEntry("ln", "/etc\x00passwd"), badEntry: true},
+		{name: "redirect out of the mount", bad: rEntry("nd", "../outside"), badEntry: true},
+		{name: "redirect absolute", bad: rEntry("nd", "/etc"), badEntry: true},
+		{name: "redirect not clean", bad: rEntry("nd", "d/../../outside"), badEntry: true},
+		{name: "redirect on a file",
+			bad:      add{e: Entry{Path: "n", Kind: EntryFile, Mode: 0o644, Redirect: "d"}, data: str("")},
+			badEntry: true},
+		{name: "redirect on an opaque dir",
+			bad:      add{e: Entry{Path: "n", Kind: EntryDir, Mode: 0o755, Opaque: true, Redirect: "d"}},
+			badEntry: true},
+		{name: "hard link without an inode",
+			bad:      add{e: Entry{Path: "n", Kind: EntryFile, Mode: 0o644, Nlink: 2}, data: str("")},
+			badEntry: true},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -315,5 +331,43 @@ func TestDifferTwoMounts(t *testing.T) {
 	if len(got) != 2 || got[0].Path != l0+"/f" || got[0].Op != dryexec.OpDelete || got[0].BeforeSHA256 != sha("zero\n") ||
 		got[1].Path != l1+"/f" || got[1].Op != dryexec.OpModify || got[1].BeforeSHA256 != sha("one\n") {
 		t.Fatalf("got %+v", got)
+	}
+}
+
+// A renamed dir's source is read on the host like any other path: beneath the
+// mount, never through a symlink. A redirect to a host symlink (which the
+// overlay would never set) shows nothing of where it points.
+func TestDifferRedirectNeverFollowsHostSymlinks(t *testing.T) {
+	for _, src := range []string{"esc", "rel", "d/esc", "esc/sub"} {
+		t.Run(src, func(t *testing.T) {
+			base, lower, outside := hostileDirs(t)
+			before := snapshot(t, base)
+			d := NewDiffer([]Mount{{Path: lower}}, nil, diffMax)
+			defer d.Close()
+			a := rEntry("moved", src)
+			must(t, d.Add(&a.e, nil))
+			got, err := d.Finish()
+			must(t, err)
+			checkChanges(t, lower, got, []wc{wMkdir("moved", "0755")})
+			noOutside(t, lower, outside, got)
+			checkSameSnapshot(t, "lower and outside", before, snapshot(t, base))
+		})
+	}
+}
+
+// Paths of one upper inode are one file: a guest that reports hard links with
+// different contents is refused, not believed.
+func TestDifferRefusesHardLinksThatDiffer(t *testing.T) {
+	_, lower, _ := hostileDirs(t)
+	d := NewDiffer([]Mount{{Path: lower}}, nil, diffMax)
+	defer d.Close()
+	for _, a := range []add{fEntry("x", "x\n"), fEntry("y", "not x\n")} {
+		a.e.Ino, a.e.Nlink = 42, 2
+		must(t, d.Add(&a.e, a.reader()))
+	}
+	_, err := d.Finish()
+	var be *ErrBadEntry
+	if !errors.As(err, &be) {
+		t.Fatalf("Finish: %v, want an *ErrBadEntry", err)
 	}
 }

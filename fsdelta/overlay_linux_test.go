@@ -2,6 +2,7 @@ package fsdelta
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"io/fs"
 	"os"
@@ -34,11 +35,14 @@ func (f fsops) removeAll(rel string) {
 	}
 	must(f.t, os.RemoveAll(f.p(rel)))
 }
-func (f fsops) rename(a, b string)         { f.t.Helper(); must(f.t, os.Rename(f.p(a), f.p(b))) }
+
+// rename is rename(2) itself: os.Rename refuses to replace a dir.
+func (f fsops) rename(a, b string)         { f.t.Helper(); must(f.t, unix.Rename(f.p(a), f.p(b))) }
 func (f fsops) chmod(rel string, m uint32) { f.t.Helper(); must(f.t, unix.Chmod(f.p(rel), m)) }
 func (f fsops) symlink(target, rel string) { f.t.Helper(); must(f.t, os.Symlink(target, f.p(rel))) }
 func (f fsops) mkdir(rel string)           { f.t.Helper(); must(f.t, os.Mkdir(f.p(rel), 0o755)) }
 func (f fsops) mkdirAll(rel string)        { f.t.Helper(); must(f.t, os.MkdirAll(f.p(rel), 0o755)) }
+func (f fsops) link(a, b string)           { f.t.Helper(); must(f.t, os.Link(f.p(a), f.p(b))) }
 func (f fsops) chown(rel string, uid, gid int) {
 	f.t.Helper()
 	must(f.t, os.Lchown(f.p(rel), uid, gid))
@@ -55,7 +59,12 @@ type ovCase struct {
 	outside []node // built in a dir outside the lower; "$OUT" in link targets is its path
 	do      func(f fsops)
 	want    []wc // "$OUT" in link is the outside dir's path
-	extra   func(t *testing.T, lower, outside string, got []dryexec.FileChange)
+	// groups are the paths that must share a link group, each list its own;
+	// every other change must have none.
+	groups [][]string
+	extra  func(t *testing.T, lower, outside string, got []dryexec.FileChange)
+	// redirect: only where dirs can be renamed (redirect_dir=on).
+	redirect bool
 }
 
 // The lower most cases start from.
@@ -529,7 +538,7 @@ func overlayCases() []ovCase {
 			do: func(f fsops) {
 				must(f.t, unix.Mkfifo(f.p("d/fifo"), 0o640))
 			},
-			want: []wc{{path: "d/fifo", op: dryexec.OpCreate, kind: dryexec.KindOther, mode: "0640"}},
+			want: []wc{{path: "d/fifo", op: dryexec.OpCreate, kind: dryexec.KindFIFO, mode: "0640"}},
 		},
 		{
 			name:    "host symlink to outside replaced by a dir",
@@ -647,7 +656,7 @@ func overlayCases() []ovCase {
 				f.chmod("fifo", 0o640)
 			},
 			want: []wc{
-				{path: "fifo", op: dryexec.OpCreate, kind: dryexec.KindOther, mode: "0640", owned: true, uid: 5, gid: 6},
+				{path: "fifo", op: dryexec.OpCreate, kind: dryexec.KindFIFO, mode: "0640", owned: true, uid: 5, gid: 6},
 				wSymlink("ln", "a.txt").by(3000, 4000),
 				wMkdir("nd", "0755").by(2000, 3000),
 				wCreate("new", "n\n", "0644", "+n").by(1234, 5678),
@@ -723,6 +732,381 @@ func overlayCases() []ovCase {
 				wModify("zz", "zz\n", "ZZ\n", "0644", "0644", "-zz", "+ZZ"),
 			},
 		},
+		// Names are bytes: two host names that differ only in bytes that are
+		// not UTF-8 (one of them the U+FFFD the JSON form would turn them
+		// into) stay two names, and a deletion names the right one.
+		{
+			name: "names that are not UTF-8",
+			lower: with(
+				file("v\xff", "bytes\n", 0o644),
+				file("v\ufffd", "replacement\n", 0o644),
+				link("l\xfe", "t\xff"),
+				dir("d\xff", 0o755),
+				file("d\xff/in\xfe", "in\n", 0o644),
+			),
+			do: func(f fsops) {
+				f.remove("v\xff")
+				f.write("bad\xff\xfe.txt", "new\n")
+				f.symlink("to\xff\xfe", "s\xff")
+				f.remove("l\xfe")
+				f.symlink("t\xfe", "l\xfe")
+				f.write("d\xff/in\xfe", "changed\n")
+			},
+			want: []wc{
+				wCreate("bad\xff\xfe.txt", "new\n", "0644", "+new"),
+				wModify("d\xff/in\xfe", "in\n", "changed\n", "0644", "0644", "-in", "+changed"),
+				wDeleteLink("l\xfe", "t\xff"),
+				wSymlink("l\xfe", "t\xfe"),
+				wSymlink("s\xff", "to\xff\xfe"),
+				wDelete("v\xff", "bytes\n", "0644"),
+			},
+		},
+		{
+			name:  "socket stays other",
+			lower: baseLower,
+			do: func(f fsops) {
+				fd, err := unix.Socket(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+				must(f.t, err)
+				defer unix.Close(fd)
+				must(f.t, unix.Bind(fd, &unix.SockaddrUnix{Name: f.p("sock")}))
+				f.chmod("sock", 0o700)
+			},
+			want: []wc{{path: "sock", op: dryexec.OpCreate, kind: dryexec.KindOther, mode: "0700"}},
+		},
+		{
+			name:  "host fifo chmod-ed is recreated",
+			lower: with(fifo("p", 0o644)),
+			do:    func(f fsops) { f.chmod("p", 0o600) },
+			want: []wc{
+				{path: "p", op: dryexec.OpDelete, kind: dryexec.KindFIFO, mode: "0644"},
+				{path: "p", op: dryexec.OpCreate, kind: dryexec.KindFIFO, mode: "0600"},
+			},
+		},
+		// mtimes: what the command left is in the change (checkMtimes, for
+		// every case); a change of mtime alone is no change ("touch only").
+		{
+			name:  "mtimes set back on new paths",
+			lower: baseLower,
+			do: func(f fsops) {
+				f.mkdir("n")
+				f.write("n/f", "f\n")
+				f.symlink("f", "n/l")
+				f.write("a.txt", "one\nthree\n")
+				ts := []unix.Timespec{{Sec: 981173106, Nsec: 123456789}, {Sec: 981173106, Nsec: 123456789}}
+				for _, p := range []string{"n/f", "n/l", "n", "a.txt"} {
+					must(f.t, unix.UtimesNanoAt(unix.AT_FDCWD, f.p(p), ts, unix.AT_SYMLINK_NOFOLLOW))
+				}
+			},
+			want: []wc{
+				wModify("a.txt", "one\ntwo\n", "one\nthree\n", "0644", "0644", "-two", "+three"),
+				wMkdir("n", "0755"),
+				wCreate("n/f", "f\n", "0644", "+f"),
+				wSymlink("n/l", "f"),
+			},
+			extra: func(t *testing.T, lower, outside string, got []dryexec.FileChange) {
+				for _, c := range got {
+					if c.MtimeNS != 981173106123456789 {
+						t.Errorf("%s: mtime_ns %d, want the one set", c.Path, c.MtimeNS)
+					}
+				}
+			},
+		},
+		// Hard links: every path of one inode in the delta shares a link group.
+		{
+			name:  "hard links of a new file",
+			lower: baseLower,
+			do: func(f fsops) {
+				f.write("n", "n\n")
+				f.link("n", "m")
+				f.link("n", "d/o")
+				f.write("single", "s\n")
+			},
+			want: []wc{
+				wCreate("d/o", "n\n", "0644", "+n"),
+				wCreate("m", "n\n", "0644", "+n"),
+				wCreate("n", "n\n", "0644", "+n"),
+				wCreate("single", "s\n", "0644", "+s"),
+			},
+			groups: [][]string{{"d/o", "m", "n"}},
+		},
+		{
+			name:  "hard link to a host file",
+			lower: baseLower,
+			do:    func(f fsops) { f.link("a.txt", "d/al") },
+			// The host file is unchanged but is now one inode with d/al: a
+			// modify with its own content, so commit can link d/al to it.
+			want: []wc{
+				wModify("a.txt", "one\ntwo\n", "one\ntwo\n", "0644", "0644"),
+				wCreate("d/al", "one\ntwo\n", "0644", "+one"),
+			},
+			groups: [][]string{{"a.txt", "d/al"}},
+		},
+		{
+			name:  "hard link to a host file, written through the link",
+			lower: baseLower,
+			do: func(f fsops) {
+				f.link("a.txt", "al")
+				f.write("al", "new\n")
+			},
+			want: []wc{
+				wModify("a.txt", "one\ntwo\n", "new\n", "0644", "0644", "-one", "+new"),
+				wCreate("al", "new\n", "0644", "+new"),
+			},
+			groups: [][]string{{"a.txt", "al"}},
+		},
+		{
+			name:  "two host files made one",
+			lower: with(file("same1", "same\n", 0o644), file("same2", "same\n", 0o644)),
+			do: func(f fsops) {
+				f.remove("same2")
+				f.link("same1", "same2")
+			},
+			want: []wc{
+				wModify("same1", "same\n", "same\n", "0644", "0644"),
+				wModify("same2", "same\n", "same\n", "0644", "0644"),
+			},
+			groups: [][]string{{"same1", "same2"}},
+		},
+		{
+			name:  "hard link made and its other path removed",
+			lower: baseLower,
+			do: func(f fsops) {
+				f.link("a.txt", "al")
+				f.remove("a.txt")
+			},
+			want: []wc{
+				wDelete("a.txt", "one\ntwo\n", "0644"),
+				wCreate("al", "one\ntwo\n", "0644", "+one"),
+			},
+		},
+		{
+			name: "cp -al of a host tree",
+			lower: with(
+				dir("d/sub", 0o750),
+				file("d/sub/c", "c\n", 0o600),
+				link("d/ln", "b.txt"),
+			),
+			do: func(f fsops) {
+				// What cp -al and tar's hard-link members do: mkdir, link.
+				f.mkdir("e")
+				f.mkdir("e/sub")
+				f.link("d/b.txt", "e/b.txt")
+				f.link("d/sub/c", "e/sub/c")
+				f.symlink("b.txt", "e/ln")
+			},
+			want: []wc{
+				wModify("d/b.txt", "bee\n", "bee\n", "0644", "0644"),
+				wModify("d/sub/c", "c\n", "c\n", "0600", "0600"),
+				wMkdir("e", "0755"),
+				wCreate("e/b.txt", "bee\n", "0644", "+bee"),
+				wSymlink("e/ln", "b.txt"),
+				wMkdir("e/sub", "0755"),
+				wCreate("e/sub/c", "c\n", "0600", "+c"),
+			},
+			groups: [][]string{{"d/b.txt", "e/b.txt"}, {"d/sub/c", "e/sub/c"}},
+		},
+		// Dirs renamed with rename(2) (redirect_dir=on): the old tree deleted,
+		// every path of the new one created with its content.
+		{
+			name:     "rename a host dir",
+			redirect: true,
+			lower: with(
+				dir("d/sub", 0o750),
+				file("d/sub/c", "c\n", 0o600),
+				link("d/ln", "b.txt"),
+			),
+			do: func(f fsops) { f.rename("d", "d2") },
+			want: []wc{
+				wDelete("d/b.txt", "bee\n", "0644"),
+				wDeleteLink("d/ln", "b.txt"),
+				wDelete("d/sub/c", "c\n", "0600"),
+				wRmdir("d/sub", "0750"),
+				wRmdir("d", "0755"),
+				wMkdir("d2", "0755"),
+				wCreate("d2/b.txt", "bee\n", "0644", "+bee"),
+				wSymlink("d2/ln", "b.txt"),
+				wMkdir("d2/sub", "0750"),
+				wCreate("d2/sub/c", "c\n", "0600", "+c"),
+			},
+		},
+		{
+			name:     "rename a host dir, then change inside",
+			redirect: true,
+			lower: with(
+				dir("d/sub", 0o750),
+				file("d/sub/c", "c\n", 0o600),
+				link("d/ln", "b.txt"),
+			),
+			do: func(f fsops) {
+				f.rename("d", "d2")
+				f.write("d2/b.txt", "changed\n")
+				f.remove("d2/sub/c")
+				f.write("d2/new", "n\n")
+				f.chmod("d2/sub", 0o700)
+			},
+			want: []wc{
+				wDelete("d/b.txt", "bee\n", "0644"),
+				wDeleteLink("d/ln", "b.txt"),
+				wDelete("d/sub/c", "c\n", "0600"),
+				wRmdir("d/sub", "0750"),
+				wRmdir("d", "0755"),
+				wMkdir("d2", "0755"),
+				wCreate("d2/b.txt", "changed\n", "0644", "+changed"),
+				wSymlink("d2/ln", "b.txt"),
+				wCreate("d2/new", "n\n", "0644", "+n"),
+				wMkdir("d2/sub", "0700"),
+			},
+		},
+		{
+			name:     "rename a dir twice",
+			redirect: true,
+			lower: with(
+				dir("d/sub", 0o750),
+				file("d/sub/c", "c\n", 0o600),
+				link("d/ln", "b.txt"),
+			),
+			do: func(f fsops) {
+				f.rename("d", "d2")
+				f.rename("d2", "d3")
+			},
+			want: []wc{
+				wDelete("d/b.txt", "bee\n", "0644"),
+				wDeleteLink("d/ln", "b.txt"),
+				wDelete("d/sub/c", "c\n", "0600"),
+				wRmdir("d/sub", "0750"),
+				wRmdir("d", "0755"),
+				wMkdir("d3", "0755"),
+				wCreate("d3/b.txt", "bee\n", "0644", "+bee"),
+				wSymlink("d3/ln", "b.txt"),
+				wMkdir("d3/sub", "0750"),
+				wCreate("d3/sub/c", "c\n", "0600", "+c"),
+			},
+		},
+		{
+			name:     "rename into a subdir",
+			redirect: true,
+			lower: append(with(
+				dir("d/sub", 0o750),
+				file("d/sub/c", "c\n", 0o600),
+				link("d/ln", "b.txt"),
+			), dir("e", 0o755)),
+			do: func(f fsops) { f.rename("d", "e/d") },
+			want: []wc{
+				wDelete("d/b.txt", "bee\n", "0644"),
+				wDeleteLink("d/ln", "b.txt"),
+				wDelete("d/sub/c", "c\n", "0600"),
+				wRmdir("d/sub", "0750"),
+				wRmdir("d", "0755"),
+				wMkdir("e/d", "0755"),
+				wCreate("e/d/b.txt", "bee\n", "0644", "+bee"),
+				wSymlink("e/d/ln", "b.txt"),
+				wMkdir("e/d/sub", "0750"),
+				wCreate("e/d/sub/c", "c\n", "0600", "+c"),
+			},
+		},
+		{
+			name:     "rename a dir, then its subdir out of it",
+			redirect: true,
+			lower: with(
+				dir("d/sub", 0o750),
+				file("d/sub/c", "c\n", 0o600),
+				link("d/ln", "b.txt"),
+			),
+			do: func(f fsops) {
+				f.rename("d", "d2")
+				f.rename("d2/sub", "s")
+			},
+			want: []wc{
+				wDelete("d/b.txt", "bee\n", "0644"),
+				wDeleteLink("d/ln", "b.txt"),
+				wDelete("d/sub/c", "c\n", "0600"),
+				wRmdir("d/sub", "0750"),
+				wRmdir("d", "0755"),
+				wMkdir("d2", "0755"),
+				wCreate("d2/b.txt", "bee\n", "0644", "+bee"),
+				wSymlink("d2/ln", "b.txt"),
+				wMkdir("s", "0750"),
+				wCreate("s/c", "c\n", "0600", "+c"),
+			},
+		},
+		{
+			name:     "rename a dir, then a subdir within it",
+			redirect: true,
+			lower: with(
+				dir("d/sub", 0o750),
+				file("d/sub/c", "c\n", 0o600),
+			),
+			do: func(f fsops) {
+				f.rename("d", "d2")
+				f.rename("d2/sub", "d2/sub2") // a relative redirect, below a redirected dir
+			},
+			want: []wc{
+				wDelete("d/b.txt", "bee\n", "0644"),
+				wDelete("d/sub/c", "c\n", "0600"),
+				wRmdir("d/sub", "0750"),
+				wRmdir("d", "0755"),
+				wMkdir("d2", "0755"),
+				wCreate("d2/b.txt", "bee\n", "0644", "+bee"),
+				wMkdir("d2/sub2", "0750"),
+				wCreate("d2/sub2/c", "c\n", "0600", "+c"),
+			},
+		},
+		{
+			name:     "rename over an empty host dir",
+			redirect: true,
+			lower:    with(dir("t", 0o700)),
+			do:       func(f fsops) { f.rename("d", "t") },
+			// The host's t stays (a chmod), and gets d's tree.
+			want: []wc{
+				wDelete("d/b.txt", "bee\n", "0644"),
+				wRmdir("d", "0755"),
+				wChmodDir("t", "0700", "0755"),
+				wCreate("t/b.txt", "bee\n", "0644", "+bee"),
+			},
+		},
+		{
+			name:     "rename over an emptied host dir",
+			redirect: true,
+			lower:    with(dir("t", 0o755), file("t/x", "x\n", 0o644)),
+			do: func(f fsops) {
+				f.remove("t/x")
+				f.rename("d", "t")
+			},
+			want: []wc{
+				wDelete("d/b.txt", "bee\n", "0644"),
+				wRmdir("d", "0755"),
+				wCreate("t/b.txt", "bee\n", "0644", "+bee"),
+				wDelete("t/x", "x\n", "0644"),
+			},
+		},
+		{
+			name:     "rename a dir and back",
+			redirect: true,
+			lower: with(
+				dir("d/sub", 0o750),
+				file("d/sub/c", "c\n", 0o600),
+				link("d/ln", "b.txt"),
+			),
+			do: func(f fsops) {
+				f.rename("d", "d2")
+				f.rename("d2", "d")
+			},
+		},
+		{
+			name:     "rename a dir holding hard links",
+			redirect: true,
+			lower:    with(hardlink("d/b2", "d/b.txt")),
+			do:       func(f fsops) { f.rename("d", "d2") },
+			want: []wc{
+				wDelete("d/b.txt", "bee\n", "0644"),
+				wDelete("d/b2", "bee\n", "0644"),
+				wRmdir("d", "0755"),
+				wMkdir("d2", "0755"),
+				wCreate("d2/b.txt", "bee\n", "0644", "+bee"),
+				wCreate("d2/b2", "bee\n", "0644", "+bee"),
+			},
+			groups: [][]string{{"d2/b.txt", "d2/b2"}},
+		},
 	}
 }
 
@@ -744,9 +1128,11 @@ var overlayModes = []struct {
 	name      string
 	opts      string
 	userXattr bool
+	redirects bool
 }{
-	{"trusted", "redirect_dir=nofollow,metacopy=off,index=off", false},
-	{"userxattr", "redirect_dir=nofollow,metacopy=off,index=off,userxattr", true},
+	{"trusted", "redirect_dir=nofollow,metacopy=off,index=off", false, false},
+	{"userxattr", "redirect_dir=nofollow,metacopy=off,index=off,userxattr", true, false},
+	{"redirect", "redirect_dir=on,metacopy=off,index=off", false, true},
 }
 
 func TestOverlayDelta(t *testing.T) {
@@ -754,13 +1140,18 @@ func TestOverlayDelta(t *testing.T) {
 	for _, mode := range overlayModes {
 		t.Run(mode.name, func(t *testing.T) {
 			for _, c := range overlayCases() {
-				t.Run(c.name, func(t *testing.T) { runOverlayCase(t, c, mode.opts, mode.userXattr) })
+				if c.redirect && !mode.redirects {
+					continue // TestDirRenameWithoutRedirect
+				}
+				t.Run(c.name, func(t *testing.T) {
+					runOverlayCase(t, c, mode.opts, WalkOptions{UserXattr: mode.userXattr, Redirects: mode.redirects})
+				})
 			}
 		})
 	}
 }
 
-func runOverlayCase(t *testing.T, c ovCase, opts string, userXattr bool) {
+func runOverlayCase(t *testing.T, c ovCase, opts string, wo WalkOptions) {
 	base := tempDir(t)
 	lower, outside := base+"/lower", base+"/outside"
 	must(t, os.Mkdir(lower, 0o755))
@@ -776,14 +1167,17 @@ func runOverlayCase(t *testing.T, c ovCase, opts string, userXattr bool) {
 	o := mountOverlay(t, lower, opts)
 	c.do(fsops{t, o.merged})
 	view := contentTree(t, o.merged)
+	times := mtimes(t, o.merged)
 	o.unmount()
 
-	got := diffUpper(t, o.upper, lower, userXattr, diffMax)
+	got, blobs := diffUpperOpts(t, o.upper, lower, wo, diffMax)
 	want := append([]wc{}, c.want...)
 	for i := range want {
 		want[i].link = strings.ReplaceAll(want[i].link, "$OUT", outside)
 	}
 	checkChanges(t, lower, got, want)
+	checkMtimes(t, lower, got, times)
+	checkGroups(t, lower, got, c.groups)
 	if c.extra != nil {
 		c.extra(t, lower, outside, got)
 	}
@@ -793,12 +1187,83 @@ func runOverlayCase(t *testing.T, c ovCase, opts string, userXattr bool) {
 	// The delta, applied in order to a copy of the lower, gives the merged view.
 	cp := base + "/applied"
 	copyTree(t, lower, cp)
-	applyChanges(t, lower, cp, o.upper, got)
+	applyChanges(t, lower, cp, blobs, got)
 	if t.Failed() {
 		return
 	}
 	applied := contentTree(t, cp)
 	checkSameSnapshot(t, "applied delta vs merged view", view, applied)
+}
+
+// mtimes returns the mtime of every path below root, relative to it.
+func mtimes(t testing.TB, root string) map[string]int64 {
+	t.Helper()
+	out := map[string]int64{}
+	err := filepath.WalkDir(root, func(p string, de fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		var st unix.Stat_t
+		if err := unix.Lstat(p, &st); err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel(root, p)
+		out[rel] = st.Mtim.Nano()
+		return nil
+	})
+	must(t, err)
+	return out
+}
+
+// checkMtimes checks that every change but a deletion carries the mtime the
+// merged view showed (what the command left), and a deletion none.
+func checkMtimes(t testing.TB, lower string, got []dryexec.FileChange, view map[string]int64) {
+	t.Helper()
+	for _, c := range got {
+		rel := strings.TrimPrefix(c.Path, lower+"/")
+		if c.Op == dryexec.OpDelete || c.Op == dryexec.OpRmdir {
+			if c.MtimeNS != 0 {
+				t.Errorf("%s %s has an mtime", c.Op, dryexec.QuotePath(rel))
+			}
+			continue
+		}
+		if want, ok := view[rel]; !ok || c.MtimeNS != want {
+			t.Errorf("%s %s: mtime_ns %d, the merged view has %d", c.Op, dryexec.QuotePath(rel), c.MtimeNS, want)
+		}
+	}
+}
+
+// checkGroups checks that the changes' link groups are exactly groups.
+func checkGroups(t testing.TB, lower string, got []dryexec.FileChange, groups [][]string) {
+	t.Helper()
+	byPath := map[string]int{}
+	for _, c := range got {
+		if c.Op != dryexec.OpDelete && c.Op != dryexec.OpRmdir {
+			byPath[strings.TrimPrefix(c.Path, lower+"/")] = c.LinkGroup
+		} else if c.LinkGroup != 0 {
+			t.Errorf("%s %s has a link group", c.Op, c.Path)
+		}
+	}
+	inGroup := map[string]bool{}
+	used := map[int]bool{}
+	for _, g := range groups {
+		id := byPath[g[0]]
+		if id == 0 || used[id] {
+			t.Errorf("%s: link group %d, want a group of its own with %q", g[0], id, g)
+		}
+		used[id] = true
+		for _, p := range g {
+			inGroup[p] = true
+			if byPath[p] != id {
+				t.Errorf("%s: link group %d, want %d (that of %s)", p, byPath[p], id, g[0])
+			}
+		}
+	}
+	for p, id := range byPath {
+		if id != 0 && !inGroup[p] {
+			t.Errorf("%s: link group %d, want none", p, id)
+		}
+	}
 }
 
 // contentTree describes what is below root, relative to it, without times.
@@ -821,7 +1286,7 @@ func contentTree(t testing.TB, root string) map[string]string {
 			if err != nil {
 				return err
 			}
-			desc += " sha=" + sha(string(b))
+			desc += fmt.Sprintf(" sha=%s nlink=%d", sha(string(b)), st.Nlink)
 		case unix.S_IFLNK:
 			l, _ := os.Readlink(p)
 			desc += " link=" + l
@@ -836,9 +1301,11 @@ func contentTree(t testing.TB, root string) map[string]string {
 	return out
 }
 
-// copyTree copies src to dst (which must not exist), never following symlinks.
+// copyTree copies src to dst (which must not exist), never following symlinks;
+// hard links in src are hard links in dst.
 func copyTree(t testing.TB, src, dst string) {
 	t.Helper()
+	inodes := map[uint64]string{}
 	err := filepath.WalkDir(src, func(p string, de fs.DirEntry, err error) error {
 		if err != nil {
 			return err
@@ -855,6 +1322,10 @@ func copyTree(t testing.TB, src, dst string) {
 				return err
 			}
 		case unix.S_IFREG:
+			if first, ok := inodes[st.Ino]; ok {
+				return os.Link(first, to)
+			}
+			inodes[st.Ino] = to
 			b, err := os.ReadFile(p)
 			if err != nil {
 				return err
@@ -868,6 +1339,10 @@ func copyTree(t testing.TB, src, dst string) {
 				return err
 			}
 			return os.Symlink(l, to)
+		case unix.S_IFIFO:
+			if err := unix.Mkfifo(to, 0o600); err != nil {
+				return err
+			}
 		default:
 			return fmt.Errorf("copyTree: unexpected file type of %s", p)
 		}
@@ -879,10 +1354,12 @@ func copyTree(t testing.TB, src, dst string) {
 }
 
 // applyChanges applies changes, in order, to dst, a copy of the host dir lower,
-// taking new file contents from upper. Every change must apply exactly: a delete
+// taking new file contents from blobs. Every change must apply exactly: a delete
 // finds a file (with its before_sha256), an rmdir an empty dir, a create nothing.
-func applyChanges(t testing.TB, lower, dst, upper string, changes []dryexec.FileChange) {
+// The second and later paths of a link group are linked to the first.
+func applyChanges(t testing.TB, lower, dst string, blobs memBlobs, changes []dryexec.FileChange) {
 	t.Helper()
+	firstOfGroup := map[int]string{}
 	for _, c := range changes {
 		rel, ok := strings.CutPrefix(c.Path, lower+"/")
 		if !ok {
@@ -901,14 +1378,27 @@ func applyChanges(t testing.TB, lower, dst, upper string, changes []dryexec.File
 			}
 		}
 		newContent := func() []byte {
-			b, err := os.ReadFile(filepath.Join(upper, rel))
-			if err != nil {
-				t.Errorf("%s %s: reading upper: %v", c.Op, rel, err)
+			b, ok := blobs[c.SHA256]
+			if !ok {
+				t.Errorf("%s %s: content not kept", c.Op, rel)
 			}
 			if sha(string(b)) != c.SHA256 || int64(len(b)) != c.Size {
-				t.Errorf("%s %s: sha256/size do not match the upper's content", c.Op, rel)
+				t.Errorf("%s %s: sha256/size do not match the content kept", c.Op, rel)
 			}
 			return b
+		}
+		if first, ok := firstOfGroup[c.LinkGroup]; ok && c.LinkGroup != 0 {
+			if c.Op == dryexec.OpModify {
+				checkBefore()
+				must(t, unix.Unlink(p))
+			}
+			if err := unix.Link(first, p); err != nil {
+				t.Errorf("linking %s to %s: %v", rel, first, err)
+			}
+			continue
+		}
+		if c.LinkGroup != 0 {
+			firstOfGroup[c.LinkGroup] = p
 		}
 		var err error
 		switch c.Op {
@@ -926,8 +1416,14 @@ func applyChanges(t testing.TB, lower, dst, upper string, changes []dryexec.File
 		case dryexec.OpSymlink:
 			err = unix.Symlink(c.LinkTarget, p)
 		case dryexec.OpCreate:
-			if c.Kind == dryexec.KindOther {
+			switch c.Kind {
+			case dryexec.KindFIFO:
 				err = unix.Mkfifo(p, mode)
+			case dryexec.KindOther:
+				// The only kind of "other" the cases make.
+				err = unix.Mknod(p, unix.S_IFSOCK|mode, 0)
+			}
+			if c.Kind != dryexec.KindFile {
 				break
 			}
 			var f *os.File
@@ -969,4 +1465,25 @@ func mustRead(t testing.TB, p string) []byte {
 		t.Error(err)
 	}
 	return b
+}
+
+// Without redirect_dir (rootless, where overlayfs refuses it, and sessions)
+// renaming a host dir fails with EXDEV, as it does in the sandbox: mv falls
+// back to copy and delete.
+func TestDirRenameWithoutRedirect(t *testing.T) {
+	rootOrSkip(t)
+	for _, mode := range overlayModes {
+		t.Run(mode.name, func(t *testing.T) {
+			lower := tempDir(t)
+			buildTree(t, lower, baseLower)
+			o := mountOverlay(t, lower, mode.opts)
+			err := os.Rename(o.merged+"/d", o.merged+"/d2")
+			if mode.redirects != (err == nil) {
+				t.Fatalf("rename of a host dir: %v", err)
+			}
+			if err != nil && !errors.Is(err, unix.EXDEV) {
+				t.Fatalf("rename of a host dir: %v, want EXDEV", err)
+			}
+		})
+	}
 }

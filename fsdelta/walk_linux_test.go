@@ -100,7 +100,7 @@ func TestWalkUpperKinds(t *testing.T) {
 				{Entry: Entry{Path: "c-opaque-user", Kind: EntryDir, Mode: 0o755, Opaque: user}},
 				{Entry: Entry{Path: "c-x-not-opaque", Kind: EntryDir, Mode: 0o755}},
 				{Entry: Entry{Path: "empty", Kind: EntryFile, Mode: 0o644}},
-				{Entry: Entry{Path: "fifo", Kind: EntryOther, Mode: 0o640}},
+				{Entry: Entry{Path: "fifo", Kind: EntryFIFO, Mode: 0o640}},
 				{Entry: Entry{Path: "ln", Kind: EntrySymlink, Mode: 0o777, Link: "../target"}},
 				{Entry: Entry{Path: "null", Kind: EntryOther, Mode: 0o666}},
 				{Entry: Entry{Path: "owned", Kind: EntryFile, Mode: 0o640, Size: 1, UID: 1234, GID: 5678}, content: "o"},
@@ -119,6 +119,13 @@ func TestWalkUpperKinds(t *testing.T) {
 				t.Fatalf("got %d entries, want %d:\n%+v", len(got), len(want), got)
 			}
 			for i := range want {
+				// The mtime is the upper's, none for a whiteout.
+				var st unix.Stat_t
+				must(t, unix.Lstat(up+"/"+got[i].Path, &st))
+				if mt := st.Mtim.Nano(); got[i].Kind == EntryWhiteout && got[i].MtimeNS != 0 || got[i].Kind != EntryWhiteout && got[i].MtimeNS != mt {
+					t.Errorf("entry %d (%s): mtime %d, the upper's is %d", i, got[i].Path, got[i].MtimeNS, mt)
+				}
+				got[i].MtimeNS = 0
 				if got[i] != want[i] {
 					t.Errorf("entry %d:\n got %+v\nwant %+v", i, got[i], want[i])
 				}
@@ -252,4 +259,83 @@ func TestWalkRefusesRedirectAndMetacopy(t *testing.T) {
 	t.Run("metacopy=on chmod", func(t *testing.T) {
 		try(t, "redirect_dir=on,metacopy=on", func(m string) error { return os.Chmod(m+"/a.txt", 0o600) }, "metacopy")
 	})
+}
+
+// A redirect is honoured only where the overlay was mounted with
+// redirect_dir=on, only in the overlay's own xattr namespace, and only when it
+// names a path within the lower; anything else is refused or, in the other
+// namespace, an ordinary xattr of an ordinary dir.
+func TestWalkRedirects(t *testing.T) {
+	rootOrSkip(t)
+	cases := []struct {
+		name    string
+		xattr   string
+		parent  string // made opaque when "opaque"
+		value   string
+		want    string // Entry.Redirect of "p/moved"
+		wantErr string
+	}{
+		{name: "absolute", xattr: "trusted.overlay.redirect", value: "/orig/x", want: "orig/x"},
+		{name: "relative", xattr: "trusted.overlay.redirect", value: "orig", want: "p/orig"},
+		{name: "to its own path", xattr: "trusted.overlay.redirect", value: "moved"},
+		{name: "user namespace is not the overlay's", xattr: "user.overlay.redirect", value: "/etc"},
+		{name: "dot-dot", xattr: "trusted.overlay.redirect", value: "/../etc", wantErr: "bad redirect"},
+		{name: "relative dot-dot", xattr: "trusted.overlay.redirect", value: "..", wantErr: "bad redirect"},
+		{name: "root", xattr: "trusted.overlay.redirect", value: "/", wantErr: "bad redirect"},
+		{name: "not clean", xattr: "trusted.overlay.redirect", value: "/a//b", wantErr: "bad redirect"},
+		{name: "relative with a slash", xattr: "trusted.overlay.redirect", value: "a/b", wantErr: "bad relative redirect"},
+		{name: "relative below an opaque dir", xattr: "trusted.overlay.redirect", parent: "opaque", value: "x", wantErr: "bad relative redirect"},
+		{name: "absolute below an opaque dir", xattr: "trusted.overlay.redirect", parent: "opaque", value: "/x", want: "x"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			up := t.TempDir()
+			buildTree(t, up, []node{dir("p", 0o755), dir("p/moved", 0o755)})
+			if c.parent == "opaque" {
+				setxattr(t, up+"/p", "trusted.overlay.opaque", "y")
+			}
+			setxattr(t, up+"/p/moved", c.xattr, c.value)
+			var got []Entry
+			err := Walk(up, 0, WalkOptions{Redirects: true}, func(e *Entry, _ *os.File) error {
+				got = append(got, *e)
+				return nil
+			})
+			if c.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), c.wantErr) {
+					t.Fatalf("walk: %v, want an error about %q", err, c.wantErr)
+				}
+				return
+			}
+			must(t, err)
+			if len(got) != 2 || got[1].Path != "p/moved" || got[1].Redirect != c.want {
+				t.Fatalf("entries %+v, want p/moved redirected to %q", got, c.want)
+			}
+		})
+	}
+	t.Run("never with userxattr", func(t *testing.T) {
+		if err := Walk(t.TempDir(), 0, WalkOptions{UserXattr: true, Redirects: true}, nil); err == nil {
+			t.Fatal("a walk honouring user.overlay.redirect was allowed")
+		}
+	})
+}
+
+// On an overlay mounted with redirect_dir=on the command can neither set the
+// overlay's redirect (trusted.*) nor make the walk read its own user.* one: a
+// forged redirect copies nothing of the host into the delta.
+func TestForgedRedirectOnRedirectOverlay(t *testing.T) {
+	rootOrSkip(t)
+	mode := overlayModes[2]
+	if !mode.redirects {
+		t.Fatal("overlayModes[2] is not the redirect mode")
+	}
+	lower := tempDir(t)
+	buildTree(t, lower, with(dir("secret", 0o700), file("secret/key", "K\n", 0o600)))
+	o := mountOverlay(t, lower, mode.opts)
+	f := fsops{t, o.merged}
+	f.mkdir("nd")
+	setxattr(t, f.p("nd"), "user.overlay.redirect", "/secret")
+	mustNotReachUpper(t, f, o.upper, "nd", "trusted.overlay.redirect")
+	o.unmount()
+	got, _ := diffUpperOpts(t, o.upper, lower, WalkOptions{Redirects: true}, diffMax)
+	checkChanges(t, lower, got, []wc{wMkdir("nd", "0755")})
 }

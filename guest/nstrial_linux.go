@@ -149,8 +149,10 @@ func walkUppers(conn *wire.Conn, scratch, n int, rootless bool) error {
 	var buf []byte
 	for i := range n {
 		// Only the xattr namespace the overlays use is read: as root that is
-		// trusted.*, and user.* is the command's own to set.
-		err := fsdelta.WalkUpper("u/"+strconv.Itoa(i), i, rootless, func(e *fsdelta.Entry, content *os.File) error {
+		// trusted.*, and user.* is the command's own to set. As root the
+		// overlays have redirect_dir=on (overlayBuilder.overlay).
+		o := fsdelta.WalkOptions{UserXattr: rootless, Redirects: !rootless}
+		err := fsdelta.Walk("u/"+strconv.Itoa(i), i, o, func(e *fsdelta.Entry, content *os.File) error {
 			if err := conn.Send(wire.KindEvent, wire.VerbFSEntry, 0, e); err != nil {
 				return err
 			}

@@ -184,17 +184,27 @@ func (b *overlayBuilder) overlay(hostPath, lowerPath, target string) error {
 	if err := os.Mkdir(w, 0o755); err != nil {
 		return err
 	}
-	// Redirects, metacopy and the index are off whatever the kernel's defaults
-	// (CONFIG_OVERLAY_FS_*, module parameters): a redirected dir or a metacopy
-	// file in an upper does not hold what the merged view shows, and the walk
-	// refuses such uppers (fsdelta.WalkUpper); the index only serves those and
-	// nfs_export. redirect_dir=nofollow, not off: "off" means "follow" where the
-	// module's redirect_always_follow is set (the usual default), and userxattr
-	// refuses any explicit redirect_dir but nofollow.
+	// Metacopy and the index are off whatever the kernel's defaults
+	// (CONFIG_OVERLAY_FS_*, module parameters): a metacopy file in an upper
+	// does not hold what the merged view shows, and the walk refuses it
+	// (fsdelta.Walk); the index only serves those and nfs_export.
+	//
+	// As root, redirect_dir=on: renaming a host dir with rename(2) then works
+	// as on the host (without it overlayfs says EXDEV, which mv survives by
+	// copying, but programs that call rename(2) directly do not), and the
+	// walk reports such a dir from its redirect xattr (trusted.*, which the
+	// command cannot write). A user namespace refuses redirect_dir=on
+	// ("redirect_dir requires permission to access trusted xattrs", and with
+	// userxattr "conflicting options"), so rootless it stays nofollow: the
+	// rename fails with EXDEV. nofollow, not off: "off" means "follow" where
+	// the module's redirect_always_follow is set (the usual default), and
+	// userxattr refuses any explicit redirect_dir but nofollow.
 	opts := "lowerdir=/proc/self/fd/" + strconv.Itoa(fd) + ",upperdir=" + u + ",workdir=" + w +
-		",redirect_dir=nofollow,metacopy=off,index=off"
+		",metacopy=off,index=off"
 	if b.rootless {
-		opts += ",userxattr"
+		opts += ",redirect_dir=nofollow,userxattr"
+	} else {
+		opts += ",redirect_dir=on"
 	}
 	// nodev: a device node somewhere in a host directory (a chroot's /dev, a
 	// container image) must not open the host's device; the sandbox's own
