@@ -24,8 +24,8 @@ func commitCmd(env Env) *cobra.Command {
 		Long: `Apply a stored trial's changes to the host (all, or only PATHs and what is under them).
 The stored trial must verify against this install's receipt key, and every content
 is checked against it, before anything on the host changes. A trial decided block is
-refused unless --allow-blocked says a person decided otherwise (recorded with the
-trial: dryexec show). Sockets, device nodes and contents that were not kept cannot be
+refused unless --force or --allow-blocked (the block alone) says a person decided
+otherwise (recorded with the trial: dryexec show). Sockets, device nodes and contents that were not kept cannot be
 committed: the commit is refused, naming them, unless --skip-uncommittable.`,
 		Args: usage(cobra.MinimumNArgs(1)),
 		RunE: func(cmd *cobra.Command, args []string) error {
