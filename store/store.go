@@ -121,7 +121,7 @@ func (t *Trial) open() error {
 }
 
 // Save writes the delta, drops blobs it does not refer to (identical rewrites),
-// and publishes the trial under its id.
+// and publishes the trial under its id. When it fails, the trial is aborted.
 func (t *Trial) Save(d *dryexec.StateDelta) error {
 	if err := t.open(); err != nil {
 		return err
@@ -154,11 +154,15 @@ func (t *Trial) Save(d *dryexec.StateDelta) error {
 	// either). After a machine crash an unsynced record may be missing or
 	// read back as corrupt (ErrCorrupt), never wrong; the fsync cost a
 	// daemon's warm trial 1–3 ms here, a third of it.
+	// A trial that cannot be saved is dropped whole here, so that no caller
+	// can leave a half-recorded .partial behind (a full disk did).
 	if err := writeDelta(filepath.Join(t.dir, "delta.json"), d); err != nil {
+		t.Abort()
 		return err
 	}
 	os.Remove(filepath.Join(t.dir, "lock"))
 	if err := os.Rename(t.dir, t.s.trialDir(t.id)); err != nil {
+		t.Abort()
 		return fmt.Errorf("store: publishing trial: %w", err)
 	}
 	t.dir = t.s.trialDir(t.id)

@@ -41,8 +41,10 @@ func TestGuestKilledMidTrial(t *testing.T) {
 	done := make(chan result, 1)
 	go func() {
 		// The command never ends on its own: only the guest's death ends it.
+		// The marker comes last, so everything the test expects is written
+		// before the guest is killed.
 		script := "printf new > new; echo changed > old; mkdir -p d/e; printf deep > d/e/f; " +
-			"chmod 000 d/e/f; echo files-written; echo on-stderr >&2; exec sleep 1000"
+			"chmod 000 d/e/f; echo on-stderr >&2; echo files-written; exec sleep 1000"
 		d, err := r.Trial(ctx, dryexec.TrialSpec{Action: dryexec.Action{Argv: []string{"/bin/sh", "-c", script},
 			Cwd: dir, Env: testPath}, Stdout: outW})
 		outW.Close()
