@@ -199,8 +199,14 @@ func (b *overlayBuilder) overlay(hostPath, lowerPath, target string) error {
 	// rename fails with EXDEV. nofollow, not off: "off" means "follow" where
 	// the module's redirect_always_follow is set (the usual default), and
 	// userxattr refuses any explicit redirect_dir but nofollow.
+	//
+	// xino=auto: without it a file the sandbox hard-links to a host file shows
+	// another st_dev and st_ino through the new name than through the old one
+	// (the old name still reports the lower's), and git's local clone aborts
+	// ("hardlink different from source"). auto, not on: it never fails a mount
+	// where the layers leave no spare inode bits, it only does without.
 	opts := "lowerdir=/proc/self/fd/" + strconv.Itoa(fd) + ",upperdir=" + u + ",workdir=" + w +
-		",metacopy=off,index=off"
+		",metacopy=off,index=off,xino=auto"
 	if b.rootless {
 		opts += ",redirect_dir=nofollow,userxattr"
 	} else {

@@ -187,7 +187,7 @@ type overlayStaging struct {
 func (st *overlayStaging) name() string { return "overlay" }
 
 func (st *overlayStaging) mount() error {
-	opts := "lowerdir=" + st.base + ",upperdir=" + st.upper + ",workdir=" + st.work + ",redirect_dir=nofollow,metacopy=off,index=off"
+	opts := "lowerdir=" + st.base + ",upperdir=" + st.upper + ",workdir=" + st.work + ",redirect_dir=nofollow,metacopy=off,index=off,xino=auto"
 	if st.userXattr {
 		opts += ",userxattr"
 	}
