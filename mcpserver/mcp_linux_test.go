@@ -260,8 +260,19 @@ func TestMCPBadInput(t *testing.T) {
 		t.Fatal("a refused commit changed the host")
 	}
 	// Blocked: the summary offers discard, not commit.
-	r := call(t, s, "run_trial", map[string]any{"command": "mkdir -p /etc/dryexec-mcp-block && echo x > /etc/dryexec-mcp-block/x", "cwd": wd}, &tr)
+	wd = t.TempDir()
+	r := call(t, s, "run_trial", map[string]any{"command": "echo a > a; mkdir -p /etc/dryexec-mcp-block && echo x > /etc/dryexec-mcp-block/x", "cwd": wd}, &tr)
 	if tr.Decision.Choice != "block" || strings.Contains(text(r), "dryexec commit") || !strings.Contains(text(r), "dryexec discard "+tr.TrialID) {
 		t.Fatalf("blocked trial summary (%s): %s", tr.Decision.Choice, text(r))
+	}
+	// Its commit is refused until force says a person decided.
+	bad, err := s.CallTool(context.Background(), &mcp.CallToolParams{Name: "commit_trial", Arguments: map[string]any{"trial_id": tr.TrialID}})
+	if err != nil || !bad.IsError || !strings.Contains(text(bad), "block") {
+		t.Fatalf("commit of a blocked trial: %v %s", err, text(bad))
+	}
+	var co mcpserver.CommitOut
+	call(t, s, "commit_trial", map[string]any{"trial_id": tr.TrialID, "paths": []string{filepath.Join(wd, "a")}, "force": true}, &co)
+	if len(co.Applied) != 1 {
+		t.Fatalf("forced commit: %+v", co)
 	}
 }

@@ -567,8 +567,10 @@ type CommitRequest struct {
 	// Paths are absolute host paths; empty commits everything. A directory
 	// selects everything beneath it.
 	Paths []string `json:"paths,omitempty"`
-	// Force commits even where the host changed since the trial (never
-	// through a symlink).
+	// Force says a person decided: it commits a trial the policy blocked
+	// (the override is recorded with the trial) and commits even where the
+	// host changed since the trial (never through a symlink). Without it a
+	// blocked trial is refused: 403 blocked.
 	Force bool `json:"force,omitempty"`
 }
 
@@ -589,7 +591,7 @@ func (s *Service) Commit(ctx context.Context, id string, req CommitRequest) ([]d
 			}
 		}
 	}
-	applied, err := s.store.Commit(ctx, id, store.CommitOptions{Paths: req.Paths, Force: req.Force})
+	applied, err := s.store.Commit(ctx, id, store.CommitOptions{Paths: req.Paths, Force: req.Force, AllowBlocked: req.Force})
 	if applied == nil && err == nil {
 		applied = []dryexec.FileChange{}
 	}

@@ -291,3 +291,32 @@ func TestRunCommitPersistenceFromHome(t *testing.T) {
 		})
 	}
 }
+
+// TestCommitForceOverridesBlock: `dryexec commit` refuses a blocked trial
+// with what to do, and `--force` (a person decided) commits it, recorded.
+func TestCommitForceOverridesBlock(t *testing.T) {
+	requireNS(t)
+	home, dir := t.TempDir(), t.TempDir()
+	pol := writeFile(t, t.TempDir(), "p.yaml", "rules: [{name: no, expr: 'true', result: block, reason: never}]\n")
+	code, out, errs := cli(t, home, "run", "--json", "--policy", pol, "-C", dir, "--", "sh", "-c", "echo a > a")
+	if code != ExitBlock {
+		t.Fatalf("run: %d %s", code, errs)
+	}
+	id := decode(t, out).TrialID
+	code, _, errs = cli(t, home, "commit", id)
+	if code != ExitRefused || !strings.Contains(errs, "dryexec commit --force "+id) {
+		t.Fatalf("commit of a blocked trial: exit %d; stderr %s", code, errs)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "a")); err == nil {
+		t.Fatal("a refused commit changed the host")
+	}
+	if code, _, errs = cli(t, home, "commit", "--force", id); code != 0 {
+		t.Fatalf("commit --force: %d %s", code, errs)
+	}
+	if b, err := os.ReadFile(filepath.Join(dir, "a")); err != nil || string(b) != "a\n" {
+		t.Fatalf("commit --force did not commit: %q %v", b, err)
+	}
+	if _, out, _ = cli(t, home, "show", id); !strings.Contains(out, "override: decided block") {
+		t.Fatalf("the override is not shown:\n%s", out)
+	}
+}

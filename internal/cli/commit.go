@@ -3,6 +3,7 @@ package cli
 import (
 	"bufio"
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -24,8 +25,8 @@ func commitCmd(env Env) *cobra.Command {
 		Long: `Apply a stored trial's changes to the host (all, or only PATHs and what is under them).
 The stored trial must verify against this install's receipt key, and every content
 is checked against it, before anything on the host changes. A trial decided block is
-refused unless --force or --allow-blocked (the block alone) says a person decided
-otherwise (recorded with the trial: dryexec show). Sockets, device nodes and contents that were not kept cannot be
+refused unless --force (or --allow-blocked, which overrides only that) says a person
+decided otherwise (recorded with the trial: dryexec show). Sockets, device nodes and contents that were not kept cannot be
 committed: the commit is refused, naming them, unless --skip-uncommittable.`,
 		Args: usage(cobra.MinimumNArgs(1)),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -48,8 +49,14 @@ committed: the commit is refused, naming them, unless --skip-uncommittable.`,
 			if err := server.CheckCommitPaths(d, paths); err != nil {
 				return usageError{err}
 			}
-			return doCommit(cmd.Context(), env, s, args[0], store.CommitOptions{Paths: paths, Force: force, ForcePaths: fps,
+			// --force is a person's decision: over the policy's block as over
+			// the host's changes. --allow-blocked overrides only the block.
+			err = doCommit(cmd.Context(), env, s, args[0], store.CommitOptions{Paths: paths, Force: force, ForcePaths: fps,
 				AllowBlocked: allowBlocked || force, SkipUncommittable: skip})
+			if errors.Is(err, dryexec.ErrBlocked) {
+				return fmt.Errorf("%w\nif a person decided to commit it anyway: dryexec commit --force %s (recorded with the trial)", err, args[0])
+			}
+			return err
 		},
 	}
 	c.Flags().BoolVar(&force, "force", false, "commit even a trial decided block, and where the host changed since the trial (never through a symlink); the override is recorded")

@@ -14,8 +14,9 @@ stopped at exit) and uses the standard library only.
 """
 
 from ._client import Client, DryExecClient, default_client, dry_run, run
-from ._errors import (AlreadyDone, BadRequest, Busy, CommitConflict, Corrupt, DaemonUnavailable, DryExecError,
-                      IsolationUnavailable, NoSpace, NotFound, NotRepresentable, PolicyError, SessionLost, Unauthorized)
+from ._errors import (AlreadyDone, BadRequest, Blocked, Busy, CommitConflict, Corrupt, DaemonUnavailable, DryExecError,
+                      IsolationUnavailable, NoSpace, NotFound, NotRepresentable, PolicyError, SessionLost, Unauthorized,
+                      Uncommittable, Unverified)
 from ._session import AsyncSession, Session, SessionCache, session
 from ._types import (Action, ActionRecord, Decision, Diff, Environment, Event, FileChange, Memory, NetworkEvent,
                      PrintEntry, Process, PythonError, PythonResult, Receipt, SessionInfo, ShellResult, StateDelta,
@@ -24,9 +25,9 @@ from ._types import (Action, ActionRecord, Decision, Diff, Environment, Event, F
 __version__ = "0.1.0"
 
 __all__ = [
-    "Action", "ActionRecord", "AlreadyDone", "AsyncSession", "BadRequest", "Busy", "Client", "CommitConflict",
+    "Action", "ActionRecord", "AlreadyDone", "AsyncSession", "BadRequest", "Blocked", "Busy", "Client", "CommitConflict",
     "Corrupt", "DaemonUnavailable", "Decision", "Diff", "DryExecClient", "DryExecError", "Environment", "Event", "FileChange",
     "IsolationUnavailable", "Memory", "NetworkEvent", "NoSpace", "NotFound", "NotRepresentable", "PolicyError", "PrintEntry",
     "Process", "PythonError", "PythonResult", "Receipt", "Session", "SessionCache", "SessionInfo", "SessionLost",
-    "ShellResult", "StateDelta", "Totals", "Unauthorized", "Violation", "default_client", "dry_run", "run", "session",
+    "ShellResult", "StateDelta", "Totals", "Unauthorized", "Uncommittable", "Unverified", "Violation", "default_client", "dry_run", "run", "session",
 ]

@@ -139,7 +139,9 @@ class Client:
 
     def commit(self, trial_id: str, paths: Optional[Iterable[str]] = None, force: bool = False) -> List[FileChange]:
         """Applies a trial's changes to the host (all, or paths: absolute, or
-        relative to the current directory)."""
+        relative to the current directory). A trial the policy blocked raises
+        Blocked unless force: a person decided (the override is recorded with
+        the trial); force also commits where the host changed since the trial."""
         body: Dict[str, Any] = {}
         if paths is not None:
             body["paths"] = [os.path.abspath(p) for p in paths]

@@ -60,6 +60,26 @@ class CommitConflict(DryExecError):
         return list(self.detail.get("conflicts") or [])
 
 
+class Blocked(DryExecError, PermissionError):
+    """The policy decided block: the trial is not committed unless a person
+    overrides it (``commit(force=True)``, recorded with the trial)."""
+
+    code = "blocked"
+
+
+class Uncommittable(DryExecError):
+    """The trial holds paths commit cannot write (sockets, device nodes,
+    contents that were not kept); nothing was changed."""
+
+    code = "uncommittable"
+
+
+class Unverified(DryExecError):
+    """The stored trial is not what this install signed: it is not committed."""
+
+    code = "unverified"
+
+
 class NotRepresentable(DryExecError, TypeError):
     """A value cannot cross the sandbox boundary: only JSON values, bytes and
     pathlib paths do (no pickle, ever)."""
@@ -119,7 +139,8 @@ class DaemonUnavailable(DryExecError):
 
 
 _BY_CODE = {c.code: c for c in (IsolationUnavailable, SessionLost, PolicyError, CommitConflict, NotRepresentable,
-                                 BadRequest, NotFound, AlreadyDone, Busy, Unauthorized, Corrupt, NoSpace)}
+                                 BadRequest, NotFound, AlreadyDone, Busy, Unauthorized, Corrupt, NoSpace,
+                                 Blocked, Uncommittable, Unverified)}
 # Refusals that have no class of their own are still bad requests.
 for _c in ("no_route", "method_not_allowed", "too_large", "unsupported_media_type", "unsafe_path"):
     _BY_CODE.setdefault(_c, BadRequest if _c != "unsafe_path" else DryExecError)

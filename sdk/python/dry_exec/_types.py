@@ -225,7 +225,9 @@ class StateDelta:
 
     def commit(self, paths: Optional[List[str]] = None, force: bool = False) -> List[FileChange]:
         """Applies the trial's changes to the host (all, or only ``paths`` and
-        what is beneath them). Raises CommitConflict if the host changed."""
+        what is beneath them). Raises CommitConflict if the host changed, and
+        Blocked if the policy decided block; ``force=True`` says a person
+        decided, over both (the override is recorded with the trial)."""
         return self._need_client().commit(self.trial_id, paths=paths, force=force)
 
     def discard(self) -> None:

@@ -167,6 +167,21 @@ class Errors(unittest.TestCase):
             d.commit(paths=["/nonexistent/b"])
         d.discard()
 
+    def test_blocked_needs_force(self) -> None:
+        # A trial the policy blocks is refused until a person forces it; the
+        # override is recorded with the trial.
+        d = dry_exec.run("echo x > f.txt; mkdir -p /etc/dry-exec-sdk-block && echo y > /etc/dry-exec-sdk-block/y",
+                         cwd=tempfile.mkdtemp(dir=_env._ROOT))
+        self.assertEqual(d.decision.choice, "block")
+        here = os.path.join(d.action.cwd, "f.txt")
+        with self.assertRaises(dry_exec.Blocked) as cm:
+            d.commit(paths=[here])
+        self.assertIsInstance(cm.exception, PermissionError)
+        self.assertFalse(os.path.exists(here))
+        applied = d.commit(paths=[here], force=True)
+        self.assertEqual([c.path for c in applied], [here])
+        self.assertFalse(os.path.exists("/etc/dry-exec-sdk-block"))
+
     def test_corrupt_trial(self) -> None:
         # A stored trial whose delta is torn: showing it says corrupt, as
         # the daemon's 500 corrupt maps to Corrupt.
