@@ -139,10 +139,12 @@ func runCmd(env Env, code *int) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			// So are netsim's CA (its key could forge any certificate) and a
-			// daemon's state dir (serve/: its bearer token, with which a
-			// sandbox that reaches its listener could commit trials).
-			spec.Masks = append(spec.Masks, filepath.Join(home, receipt.KeyFile), filepath.Join(home, "netsim-ca"), filepath.Join(home, "serve"))
+			spec.Masks = append(spec.Masks, filepath.Join(home, receipt.KeyFile), filepath.Join(home, "netsim-ca"))
+			// The store is dryexec's own state, hidden whole (with a daemon's
+			// state dir and its bearer token beneath it): named here because
+			// this process's DRYEXEC_HOME is what env says, which the rung's
+			// own defaults (read from the process environment) may not know.
+			spec.OwnPaths = append(spec.OwnPaths, home)
 			spec.Net, spec.NetCADir = netSpecs, filepath.Join(home, "netsim-ca")
 			var rec interface {
 				Save(*dryexec.StateDelta) error
