@@ -594,6 +594,9 @@ func (a *applier) stage(s *step) error {
 // path (s.LinkTo): at that path once placed, else at its temp. Where the two
 // are on different filesystems (no link possible) it writes a copy.
 func (a *applier) linkTemp(dfd int, name string, s *step) (uint64, error) {
+	if s.LinkHost {
+		return a.linkHost(dfd, name, s)
+	}
 	lead := a.byPath[s.LinkTo]
 	if lead == nil {
 		return 0, fmt.Errorf("commit: %s links to %s, which this commit does not write", dryexec.QuotePath(s.Path), dryexec.QuotePath(s.LinkTo))
@@ -618,6 +621,44 @@ func (a *applier) linkTemp(dfd int, name string, s *step) (uint64, error) {
 	}
 	if st.Ino != lead.TempIno || kindOf(st.Mode) != dryexec.KindFile {
 		return 0, fmt.Errorf("commit: %s was replaced while committing", dryexec.QuotePath(from))
+	}
+	return st.Ino, nil
+}
+
+// linkHost makes s's temp a hard link to the host file s.LinkTo, which this
+// commit leaves as it is. The conflict check saw that file as the trial did;
+// the link is re-hashed after it is made, so a file swapped in meanwhile is
+// never what the new path gets. Where no link is possible it writes a copy.
+func (a *applier) linkHost(dfd int, name string, s *step) (uint64, error) {
+	ldfd, err := a.dir(s.LinkTo)
+	if err != nil {
+		return 0, err
+	}
+	if err := unix.Linkat(ldfd, path.Base(s.LinkTo), dfd, name, 0); err != nil {
+		if errors.Is(err, unix.EXDEV) || errors.Is(err, unix.EPERM) || errors.Is(err, unix.EMLINK) {
+			return a.writeTemp(dfd, name, s)
+		}
+		return 0, fmt.Errorf("commit: linking %s to %s: %w", dryexec.QuotePath(s.Path), dryexec.QuotePath(s.LinkTo), err)
+	}
+	fd, err := unix.Openat(dfd, name, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_CLOEXEC|unix.O_NONBLOCK, 0)
+	if err != nil {
+		return 0, fmt.Errorf("commit: opening the link %s: %w", dryexec.QuotePath(s.Temp), err)
+	}
+	f := os.NewFile(uintptr(fd), s.Temp)
+	defer f.Close()
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		return 0, fmt.Errorf("commit: stat %s: %w", dryexec.QuotePath(s.Temp), err)
+	}
+	h := sha256.New()
+	if kindOf(st.Mode) != dryexec.KindFile {
+		return 0, fmt.Errorf("commit: %s was replaced while committing", dryexec.QuotePath(s.LinkTo))
+	}
+	if _, err := io.Copy(h, f); err != nil {
+		return 0, fmt.Errorf("commit: reading %s: %w", dryexec.QuotePath(s.LinkTo), err)
+	}
+	if hex.EncodeToString(h.Sum(nil)) != s.SHA {
+		return 0, fmt.Errorf("commit: %s was replaced while committing", dryexec.QuotePath(s.LinkTo))
 	}
 	return st.Ino, nil
 }

@@ -532,3 +532,38 @@ func TestRecoverOldJournal(t *testing.T) {
 	}
 	checkRecovered(t, f, n, state, snap, every.after)
 }
+
+// TestLinkToHostFile: a host file that only gained hard links in the trial
+// (cp -al, git's local clone) stays the same inode, mtime and bytes, and the
+// new paths become links to it; a host file swapped for other bytes after the
+// conflict check is never what a new path gets.
+func TestLinkToHostFile(t *testing.T) {
+	requireRoot(t)
+	f := newFx(t, common.with("h", reg("host\n", 0o644)))
+	old := time.Now().Add(-time.Hour)
+	if err := os.Chtimes(f.p("h"), old, old); err != nil {
+		t.Fatal(err)
+	}
+	var before unix.Stat_t
+	if err := unix.Lstat(f.p("h"), &before); err != nil {
+		t.Fatal(err)
+	}
+	d := f.delta(f.mkdir("nd", 0o755),
+		linked(f.modify("h", "host\n", 0o644, "host\n", 0o644), 1),
+		linked(f.create("nd/h", "host\n", 0o644), 1),
+		linked(f.create("keepdir/h", "host\n", 0o644), 1))
+	if _, err := Apply(context.Background(), d, f.opt()); err != nil {
+		t.Fatalf("Apply: %v", err)
+	}
+	for _, p := range []string{"h", "nd/h", "keepdir/h"} {
+		var st unix.Stat_t
+		if err := unix.Lstat(f.p(p), &st); err != nil {
+			t.Fatal(err)
+		}
+		if st.Ino != before.Ino || st.Nlink != 3 || st.Mtim != before.Mtim {
+			t.Errorf("%s: inode %d nlink %d mtime %v, want the host file's inode %d, 3 links, mtime %v",
+				p, st.Ino, st.Nlink, st.Mtim, before.Ino, before.Mtim)
+		}
+	}
+	noLeftovers(t, f.base, f.jdir)
+}

@@ -45,6 +45,10 @@ type step struct {
 	// LinkTo is the path of the first file of this one's hard-link group:
 	// the temp is a link to that content, not a copy.
 	LinkTo string `json:"link_to,omitempty"`
+	// LinkHost: LinkTo is a host file this commit does not write (it only
+	// gained links in the trial, as with cp -al or git's local clone); the
+	// temp links to it as it is, once its bytes are re-hashed.
+	LinkHost bool `json:"link_host,omitempty"`
 	// Mtime is the mtime (ns) the trial left, set once the content is in place.
 	Mtime int64 `json:"mtime_ns,omitempty"`
 }
@@ -203,10 +207,19 @@ func makePlan(trialID string, changes []dryexec.FileChange) (*plan, error) {
 		return path.Join(path.Dir(p), fmt.Sprintf(".dryexec-%s-%d%s", tag, n, suffix))
 	}
 	var removes, mkdirs, places, chmods []step
-	groups := map[int][]int{} // hard-link group → indexes in places
+	groups := map[int][]int{}    // hard-link group → indexes in places
+	hostLead := map[int]string{} // hard-link group → a host file it links to
 	for _, p := range order {
 		for _, f := range byPath[p] {
 			s := step{Path: p, Mode: parseMode(f.Mode), UID: f.UID, GID: f.GID}
+			if linkedOnly(f) {
+				// Nothing to write: the host file stays as it is (same inode,
+				// mtime and parent), and the group's new paths link to it.
+				if _, ok := hostLead[f.LinkGroup]; !ok {
+					hostLead[f.LinkGroup] = p
+				}
+				continue
+			}
 			switch f.Op {
 			case dryexec.OpDelete, dryexec.OpRmdir:
 				s.Kind, s.Backup = stepRemove, name(p, ".old")
@@ -241,7 +254,7 @@ func makePlan(trialID string, changes []dryexec.FileChange) (*plan, error) {
 	for i := range places {
 		places[i].InNewDir = pl.created[parentDir(places[i].Path)]
 	}
-	if err := linkGroups(places, groups); err != nil {
+	if err := linkGroups(places, groups, hostLead); err != nil {
 		return nil, err
 	}
 	// A mkdir where something else stood remembers that thing's backup name:
@@ -264,8 +277,14 @@ func makePlan(trialID string, changes []dryexec.FileChange) (*plan, error) {
 // that one: the first not in a directory this commit creates (so it is
 // staged before anything links to it), else the first. The files of a group
 // are one inode in the trial, so they must have one content.
-func linkGroups(places []step, groups map[int][]int) error {
-	for _, idx := range groups {
+func linkGroups(places []step, groups map[int][]int, hostLead map[int]string) error {
+	for g, idx := range groups {
+		if h, ok := hostLead[g]; ok {
+			for _, i := range idx {
+				places[i].LinkTo, places[i].LinkHost = h, true
+			}
+			continue
+		}
 		if len(idx) < 2 {
 			continue
 		}
@@ -287,6 +306,14 @@ func linkGroups(places []step, groups map[int][]int) error {
 		}
 	}
 	return nil
+}
+
+// linkedOnly reports whether f is a host file whose only change in the trial
+// is that it gained hard links: a modify in a link group with the same
+// content and mode as before.
+func linkedOnly(f dryexec.FileChange) bool {
+	return f.Op == dryexec.OpModify && f.Kind == dryexec.KindFile && f.LinkGroup != 0 &&
+		f.SHA256 != "" && f.SHA256 == f.BeforeSHA256 && (f.BeforeMode == "" || f.BeforeMode == f.Mode)
 }
 
 // uncommittable says why commit cannot write f as the trial left it ("" when
