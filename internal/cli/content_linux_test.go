@@ -42,8 +42,8 @@ func TestRunContentLimits(t *testing.T) {
 			home, work := t.TempDir(), t.TempDir()
 			args := append([]string{"run", "--json", "--commit", "-C", work}, tt.flags...)
 			code, out, errb := cliWith(t, home, tt.vars, append(args, "--", "sh", "-c", "head -c 4096 /dev/urandom > big")...)
-			if code != ExitReview {
-				t.Fatalf("exit %d, want %d (review): %s", code, ExitReview, errb)
+			if code != ExitRefused {
+				t.Fatalf("exit %d, want %d (--commit refused): %s", code, ExitRefused, errb)
 			}
 			d := decode(t, out)
 			if len(d.Files) != 1 || d.Files[0].Kept() || !strings.Contains(d.Files[0].ContentReason, tt.reason) ||
