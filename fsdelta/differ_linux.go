@@ -553,7 +553,7 @@ func (d *Differ) add(fc dryexec.FileChange) { d.changes = append(d.changes, fc) 
 // dirs, groups hard links, and returns all changes in an order they can be
 // applied in (see sortChanges): by path, a dir before what it holds, a deleted
 // dir after what it held, and a path replaced by another kind with its delete
-// (or its tree's deletes) first.
+// (or its tree's deletes) first. The Differ takes no entries after it.
 func (d *Differ) Finish() ([]dryexec.FileChange, error) {
 	// Renamed dirs first: what they hold counts as seen for the opaque dirs.
 	for _, r := range d.redirects {
@@ -574,7 +574,10 @@ func (d *Differ) Finish() ([]dryexec.FileChange, error) {
 		return nil, err
 	}
 	out := d.changes
-	d.changes = nil
+	// What validated the entries is done with: for a million paths it is
+	// tens of MB that the caller's later steps (policy, receipt, store)
+	// need not carry.
+	d.changes, d.seen, d.noLower, d.opaque = nil, nil, nil, nil
 	sortChanges(out)
 	// Link groups are numbered in the order the delta lists them.
 	ids := map[int]int{}
