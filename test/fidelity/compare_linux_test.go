@@ -252,6 +252,13 @@ func (c *comparison) delta(d *dryexec.StateDelta, root string) []diff {
 		a := c.native[p]
 		switch {
 		case !changed[p]:
+			// A host file that only gained hard links (cp -al, git's local
+			// clone) is in the delta as a modify with the same content, in
+			// the link group of its new names, so that commit can link them
+			// to it: the native file's link count grew and nothing else.
+			if f != nil && a != nil && c.before[p] != nil && linkedOnly(f, a, c.before[p]) {
+				continue
+			}
 			if f != nil {
 				out = append(out, diff{"delta extra", p, fmt.Sprintf("%s %s, natively unchanged (%s)", f.Op, f.Kind, describe(a))})
 			} else {
@@ -424,4 +431,11 @@ func identical(a, b tree) []diff {
 	}
 	c := &comparison{}
 	return append(out, c.links(a.linkGroups(c.skip), b.linkGroups(c.skip), "then")...)
+}
+
+// linkedOnly reports whether f is how a delta says that the host file at its
+// path gained hard links and did not change otherwise (native before → a).
+func linkedOnly(f *dryexec.FileChange, a, before *entry) bool {
+	return f.Op == dryexec.OpModify && f.Kind == dryexec.KindFile && f.LinkGroup != 0 &&
+		f.SHA256 == f.BeforeSHA256 && f.SHA256 == a.sha && a.nlink > before.nlink
 }
