@@ -127,7 +127,7 @@ const (
 	causeDir = "rootless, rename(2) of a directory that exists on the host fails with EXDEV in the trial: a user namespace refuses overlayfs's redirect_dir=on"
 	// In a user namespace overlayfs reports a new link to a host file with
 	// the upper's inode number while the host name keeps the lower's.
-	causeClone     = "rootless, git's local clone aborts with \"fatal: hardlink different from source\": a new link to a host file shows another inode number than the file, even with xino"
+	causeClone = "rootless, git's local clone aborts with \"fatal: hardlink different from source\": a new link to a host file shows another inode number than the file, even with xino"
 )
 
 var knownDiffering = []knownFailure{
