@@ -161,9 +161,16 @@ func TestHostileGuest(t *testing.T) {
 			defer cancel()
 			dir := t.TempDir()
 			// A guest that never reports is given the command's timeout and
-			// the walk grace (both short here), then killed.
-			d, err := (&Rung{GuestExe: script, WalkGrace: 200 * time.Millisecond}).Trial(ctx, dryexec.TrialSpec{
-				Action: dryexec.Action{Argv: []string{"true"}, Cwd: dir, Env: testPath, TimeoutMS: 100}})
+			// the walk grace, then killed: both are short for the case that
+			// hangs, and long for the others, whose guest ends by itself and
+			// must be seen to (a slow start under -race once let the short
+			// timer fire first).
+			timeout, grace := int64(30_000), 30*time.Second
+			if tc.script == "hangs without a report" {
+				timeout, grace = 100, 200*time.Millisecond
+			}
+			d, err := (&Rung{GuestExe: script, WalkGrace: grace}).Trial(ctx, dryexec.TrialSpec{
+				Action: dryexec.Action{Argv: []string{"true"}, Cwd: dir, Env: testPath, TimeoutMS: timeout}})
 			if !tc.ran {
 				if !errors.Is(err, dryexec.ErrGuest) || !strings.Contains(err.Error(), tc.want) {
 					t.Fatalf("err %v, want ErrGuest about %q", err, tc.want)
