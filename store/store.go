@@ -10,6 +10,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -174,23 +175,7 @@ func (t *Trial) Save(d *dryexec.StateDelta) error {
 // files (StateDelta.WriteJSON): a delta of a million files is never whole in
 // memory as JSON.
 func writeDelta(path string, d *dryexec.StateDelta) error {
-	tmp := path + ".tmp"
-	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
-	if err != nil {
-		return fmt.Errorf("store: %w", err)
-	}
-	err = d.WriteJSON(f)
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Rename(tmp, path)
-	}
-	if err != nil {
-		os.Remove(tmp)
-		return fmt.Errorf("store: writing %s: %w", filepath.Base(path), err)
-	}
-	return nil
+	return writeFile(path, false, d.WriteJSON)
 }
 
 // Abort removes a trial that will not be saved.
@@ -210,12 +195,22 @@ func writeJSON(path string, v any, durable bool) error {
 	if err != nil {
 		return fmt.Errorf("store: encoding %s: %w", filepath.Base(path), err)
 	}
+	return writeFile(path, durable, func(w io.Writer) error {
+		_, err := w.Write(append(b, '\n'))
+		return err
+	})
+}
+
+// writeFile writes what write produces to path through a temporary file and
+// a rename (synced first with durable); on failure nothing is left but the
+// old file, if any.
+func writeFile(path string, durable bool, write func(io.Writer) error) error {
 	tmp := path + ".tmp"
 	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
 	if err != nil {
 		return fmt.Errorf("store: %w", err)
 	}
-	_, err = f.Write(append(b, '\n'))
+	err = write(f)
 	if err == nil && durable {
 		err = f.Sync()
 	}
