@@ -17,7 +17,7 @@ const filesMember = "\n  \"files\": []"
 // never exists whole as JSON in memory (hundreds of MB).
 func (d *StateDelta) WriteJSON(w io.Writer) error {
 	c := *d
-	c.Files = []FileChange{}
+	c.Files, c.fileSrc = []FileChange{}, nil
 	head, err := json.MarshalIndent(&c, "", "  ")
 	if err != nil {
 		return err
@@ -27,20 +27,25 @@ func (d *StateDelta) WriteJSON(w io.Writer) error {
 		return fmt.Errorf("dryexec: encoding the delta: no files member")
 	}
 	bw := bufio.NewWriterSize(w, 64<<10)
-	if len(d.Files) == 0 {
+	if d.NumFiles() == 0 {
 		bw.Write(head)
 	} else {
 		bw.Write(head[:i+len(filesMember)-1])
-		for k := range d.Files {
+		k := 0
+		if err := d.EachFile(func(f *FileChange) error {
 			if k > 0 {
 				bw.WriteByte(',')
 			}
+			k++
 			bw.WriteString("\n    ")
-			b, err := json.MarshalIndent(&d.Files[k], "    ", "  ")
+			b, err := json.MarshalIndent(f, "    ", "  ")
 			if err != nil {
 				return err
 			}
-			bw.Write(b)
+			_, err = bw.Write(b)
+			return err
+		}); err != nil {
+			return err
 		}
 		bw.WriteString("\n  ]")
 		bw.Write(head[i+len(filesMember):])

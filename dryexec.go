@@ -57,13 +57,17 @@ type StateDelta struct {
 	// what it could see itself. Such a delta is always decided block.
 	Incomplete       bool   `json:"incomplete,omitempty"`
 	IncompleteReason string `json:"incomplete_reason,omitempty"`
+
+	// fileSrc, when not nil, holds the file changes instead of Files
+	// (SetFileSource).
+	fileSrc FileSource
 }
 
 // Normalize makes the empty sections of d encode as [] rather than null, so that
 // every produced delta has the same shape, and fills Schema.
 func (d *StateDelta) Normalize() {
 	d.Schema = SchemaV1
-	if d.Files == nil {
+	if d.Files == nil && d.fileSrc == nil {
 		d.Files = []FileChange{}
 	}
 	if d.Network == nil {
@@ -245,7 +249,11 @@ type Receipt struct {
 // ComputeTotals fills d.Totals from d.Files and d.Network.
 func (d *StateDelta) ComputeTotals() {
 	var t Totals
-	for _, f := range d.Files {
+	// A spilled delta's source is a file this process wrote: a read error
+	// there leaves the totals short, and every consumer that must not accept
+	// that (the policy, the receipt, the store) reads the changes again and
+	// fails on it.
+	_ = d.EachFile(func(f *FileChange) error {
 		t.FilesChanged++
 		switch f.Op {
 		case OpCreate, OpSymlink, OpMkdir:
@@ -262,7 +270,8 @@ func (d *StateDelta) ComputeTotals() {
 				t.BytesWritten += f.Size
 			}
 		}
-	}
+		return nil
+	})
 	t.NetworkRequests = len(d.Network)
 	d.Totals = t
 }

@@ -9,7 +9,6 @@ import (
 	"io"
 	"os"
 	"path"
-	"slices"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -39,7 +38,7 @@ type Differ struct {
 	noLower map[mkey]bool // dirs below which the host has nothing to compare
 	opaque  []mkey        // opaque dirs with a host dir under them
 	seen    map[mkey]seen // every upper path reported so far
-	changes []dryexec.FileChange
+	changes *spool
 	// redirects are the dirs the overlay renamed, whose host trees Finish
 	// reports as created at their new paths.
 	redirects []redirect
@@ -97,6 +96,7 @@ func NewDiffer(mounts []Mount, blobs dryexec.BlobSink, diffMax int64) *Differ {
 		mounts: mounts, blobs: blobs, diffMax: diffMax,
 		roots:    make([]int, len(mounts)),
 		noLower:  map[mkey]bool{},
+		changes:  newSpool("", 0),
 		seen:     map[mkey]seen{},
 		links:    map[linkKey][]int{},
 		heldBack: map[linkKey][]dryexec.FileChange{},
@@ -171,7 +171,7 @@ func (d *Differ) record(e *Entry, content io.Reader, lk *linkKey) error {
 	s := seen{kind: e.Kind, hidden: d.seen[mkey{e.Mount, path.Dir(e.Path)}].hidden}
 	s.merges = e.Kind == EntryDir && !e.Opaque && e.Redirect == ""
 	d.seen[k] = s
-	n0 := len(d.changes)
+	n0 := len(d.changes.recs)
 	if err := d.add1(e, content); err != nil {
 		return err
 	}
@@ -181,7 +181,8 @@ func (d *Differ) record(e *Entry, content io.Reader, lk *linkKey) error {
 	}
 	// The entry's own change, if it made one, is the last (deletes of what it
 	// replaced come first).
-	if i := len(d.changes) - 1; lk != nil && i >= n0 && d.changes[i].Op != dryexec.OpDelete && d.changes[i].Op != dryexec.OpRmdir {
+	if i := len(d.changes.recs) - 1; lk != nil && i >= n0 && d.changes.last.Op != dryexec.OpDelete && d.changes.last.Op != dryexec.OpRmdir {
+		d.changes.hold(i)
 		d.link(*lk, i)
 	}
 	return nil
@@ -547,18 +548,43 @@ func (d *Differ) put(r io.Reader) (string, int64, error) {
 	return hex.EncodeToString(h.Sum(nil)), n, err
 }
 
-func (d *Differ) add(fc dryexec.FileChange) { d.changes = append(d.changes, fc) }
+func (d *Differ) add(fc dryexec.FileChange) { d.changes.add(&fc) }
+
+// SpillTo makes the Differ keep its changes in an unlinked file in dir once
+// their encodings pass spillBytes (0: 8 MiB), instead of in memory: Finish
+// then returns a FileSource (FinishDelta). Call it before the first Add.
+func (d *Differ) SpillTo(dir string, spillBytes int) {
+	if spillBytes <= 0 {
+		spillBytes = 8 << 20
+	}
+	d.changes.dir, d.changes.spillBytes = dir, spillBytes
+}
 
 // Finish reports deletions implied by opaque dirs and the trees of renamed
 // dirs, groups hard links, and returns all changes in an order they can be
-// applied in (see sortChanges): by path, a dir before what it holds, a deleted
+// applied in (changeOrder): by path, a dir before what it holds, a deleted
 // dir after what it held, and a path replaced by another kind with its delete
 // (or its tree's deletes) first. The Differ takes no entries after it.
+// Changes that were spilled (SpillTo) are read back into memory: FinishDelta
+// leaves them where they are.
 func (d *Differ) Finish() ([]dryexec.FileChange, error) {
+	var sd dryexec.StateDelta
+	if err := d.FinishDelta(&sd); err != nil {
+		return nil, err
+	}
+	if err := sd.LoadFiles(); err != nil {
+		return nil, err
+	}
+	return sd.Files, nil
+}
+
+// FinishDelta is Finish that puts the changes in sd: in sd.Files, or, when
+// they were spilled, as sd's FileSource (StateDelta.SetFileSource).
+func (d *Differ) FinishDelta(sd *dryexec.StateDelta) error {
 	// Renamed dirs first: what they hold counts as seen for the opaque dirs.
 	for _, r := range d.redirects {
 		if err := d.expand(r); err != nil {
-			return nil, err
+			return err
 		}
 	}
 	done := map[mkey]bool{}
@@ -567,37 +593,35 @@ func (d *Differ) Finish() ([]dryexec.FileChange, error) {
 			continue // an opaque dir below another one, already listed with it
 		}
 		if err := d.deleteUnseen(k.m, k.p, done); err != nil {
-			return nil, err
+			return err
 		}
 	}
 	if err := d.groupLinks(); err != nil {
-		return nil, err
+		return err
 	}
-	out := d.changes
 	// What validated the entries is done with: for a million paths it is
 	// tens of MB that the caller's later steps (policy, receipt, store)
 	// need not carry.
-	d.changes, d.seen, d.noLower, d.opaque = nil, nil, nil, nil
-	sortChanges(out)
-	// Link groups are numbered in the order the delta lists them.
-	ids := map[int]int{}
-	for i := range out {
-		if g := out[i].LinkGroup; g != 0 {
-			if ids[g] == 0 {
-				ids[g] = len(ids) + 1
-			}
-			out[i].LinkGroup = ids[g]
-		}
+	d.seen, d.noLower, d.opaque, d.links, d.heldBack = nil, nil, nil, nil, nil
+	files, src, err := d.changes.finish()
+	if err != nil {
+		return err
 	}
-	return out, nil
+	d.changes = newSpool("", 0)
+	if src != nil {
+		sd.SetFileSource(src)
+	} else {
+		sd.Files = files
+	}
+	return nil
 }
 
 // groupLinks gives the changes of each inode that has more than one path in
-// the delta one LinkGroup (numbered later). A host file that only gained a
-// link (copied up unchanged) joins the delta here, as a modify whose content
-// is what it was: its identity changed, and commit must link the other paths
-// to it. Paths of one inode in the upper are one file: a guest reporting
-// otherwise (other content, mode, owner, time) is lying.
+// the delta one LinkGroup (numbered later, in the delta's order). A host file
+// that only gained a link (copied up unchanged) joins the delta here, as a
+// modify whose content is what it was: its identity changed, and commit must
+// link the other paths to it. Paths of one inode in the upper are one file: a
+// guest reporting otherwise (other content, mode, owner, time) is lying.
 func (d *Differ) groupLinks() error {
 	for lk, held := range d.heldBack {
 		if len(d.links[lk])+len(held) < 2 {
@@ -607,8 +631,9 @@ func (d *Differ) groupLinks() error {
 			d.linkOrder = append(d.linkOrder, lk)
 		}
 		for _, fc := range held {
-			d.links[lk] = append(d.links[lk], len(d.changes))
-			d.add(fc)
+			i := d.changes.add(&fc)
+			d.changes.hold(i)
+			d.links[lk] = append(d.links[lk], i)
 		}
 	}
 	for g, lk := range d.linkOrder {
@@ -616,10 +641,10 @@ func (d *Differ) groupLinks() error {
 		if len(idx) < 2 {
 			continue
 		}
-		first := d.changes[idx[0]]
+		first := d.changes.heldAt(idx[0])
 		same := true
 		for _, i := range idx[1:] {
-			c := d.changes[i]
+			c := d.changes.heldAt(i)
 			same = same && c.Kind == first.Kind && c.SHA256 == first.SHA256 && c.Size == first.Size &&
 				c.LinkTarget == first.LinkTarget && c.Mode == first.Mode && c.UID == first.UID && c.GID == first.GID &&
 				c.MtimeNS == first.MtimeNS
@@ -632,64 +657,29 @@ func (d *Differ) groupLinks() error {
 				Reason: "hard links (one inode) that differ"}
 		}
 		for _, i := range idx {
-			d.changes[i].LinkGroup = g + 1
+			d.changes.heldAt(i).LinkGroup = g + 1
 		}
 	}
 	return nil
 }
 
-// sortChanges puts changes in the order they can be applied in: by path, compared
-// component by component, each dir before what it holds, except that a removed
-// dir (rmdir) comes after everything it held, and so does whatever replaced it.
-// Changes to the same path keep the order they were made in: a path replaced by
-// another kind has its delete (or rmdir) first.
-//
-// It sorts indices and then moves each change once, in place: a copy of a
-// million changes (and of their split paths) cost hundreds of MB.
-func sortChanges(changes []dryexec.FileChange) {
-	rmdirs := map[string]bool{}
-	for _, fc := range changes {
-		if fc.Op == dryexec.OpRmdir {
-			rmdirs[fc.Path] = true
-		}
-	}
-	post := make([]bool, len(changes)) // sorts after every path below it
-	idx := make([]int, len(changes))
-	for i := range changes {
-		idx[i], post[i] = i, len(rmdirs) > 0 && rmdirs[changes[i].Path]
-	}
-	slices.SortStableFunc(idx, func(a, b int) int {
-		switch c, nested := comparePaths(changes[a].Path, changes[b].Path); {
-		case nested < 0: // a is a dir b is in
-			if post[a] {
-				return 1
-			}
-			return -1
-		case nested > 0:
-			if post[b] {
-				return -1
-			}
+// changeOrder is the order of a delta's changes: by path, component by
+// component; a dir before what it holds unless it is post (removed, or
+// replacing a removed dir), then after.
+func changeOrder(pa string, posta bool, pb string, postb bool) int {
+	switch c, nested := comparePaths(pa, pb); {
+	case nested < 0: // a is a dir b is in
+		if posta {
 			return 1
-		default:
-			return c
 		}
-	})
-	// changes[j] becomes changes[idx[j]], one cycle of the permutation at a time.
-	for i := range idx {
-		if idx[i] < 0 {
-			continue
+		return -1
+	case nested > 0:
+		if postb {
+			return -1
 		}
-		tmp := changes[i]
-		for j := i; ; {
-			k := idx[j]
-			idx[j] = -1
-			if k == i {
-				changes[j] = tmp
-				break
-			}
-			changes[j] = changes[k]
-			j = k
-		}
+		return 1
+	default:
+		return c
 	}
 }
 

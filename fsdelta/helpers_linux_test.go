@@ -10,6 +10,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
 
@@ -235,9 +236,26 @@ func (m memBlobs) PutBlob(r io.Reader) (string, int64, error) {
 // between guest and host.
 func diffUpperOpts(t testing.TB, upper, lower string, o WalkOptions, diffMax int64) ([]dryexec.FileChange, memBlobs) {
 	t.Helper()
+	changes, blobs := diffUpperSpill(t, upper, lower, o, diffMax, "")
+	// The same walk again, every change spilled to a file from the first
+	// (SpillTo): the delta read back must be the same, change for change.
+	spilled, _ := diffUpperSpill(t, upper, lower, o, diffMax, t.TempDir())
+	if !reflect.DeepEqual(changes, spilled) {
+		t.Fatalf("spilled changes differ from the in-memory ones:\nmemory:\n%s\nspilled:\n%s", showChanges(lower, changes), showChanges(lower, spilled))
+	}
+	return changes, blobs
+}
+
+// diffUpperSpill is diffUpperOpts' one run: in memory, or with the Differ
+// spilling to spillDir from its first change.
+func diffUpperSpill(t testing.TB, upper, lower string, o WalkOptions, diffMax int64, spillDir string) ([]dryexec.FileChange, memBlobs) {
+	t.Helper()
 	blobs := memBlobs{}
 	d := NewDiffer([]Mount{{Path: lower}}, blobs, diffMax)
 	defer d.Close()
+	if spillDir != "" {
+		d.SpillTo(spillDir, 1)
+	}
 	err := Walk(upper, 0, o, func(e *Entry, content *os.File) error {
 		var r io.Reader
 		if content != nil {
@@ -256,11 +274,23 @@ func diffUpperOpts(t testing.TB, upper, lower string, o WalkOptions, diffMax int
 	if err != nil {
 		t.Fatalf("walk+add: %v", err)
 	}
-	changes, err := d.Finish()
-	if err != nil {
+	var sd dryexec.StateDelta
+	if err := d.FinishDelta(&sd); err != nil {
 		t.Fatalf("finish: %v", err)
 	}
-	return changes, blobs
+	if spillDir != "" && sd.NumFiles() > 0 && !sd.Spilled() {
+		t.Fatalf("SpillTo(dir, 1): %d changes not spilled", sd.NumFiles())
+	}
+	if spillDir != "" {
+		// Unlinked at once: nothing is left in the dir, even before exit.
+		if ents, _ := os.ReadDir(spillDir); len(ents) != 0 {
+			t.Fatalf("the spill dir holds %d entries", len(ents))
+		}
+	}
+	if err := sd.LoadFiles(); err != nil {
+		t.Fatalf("reading the spilled changes: %v", err)
+	}
+	return sd.Files, blobs
 }
 
 // wc is one expected change, path relative to the lower dir.

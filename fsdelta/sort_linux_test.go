@@ -78,3 +78,18 @@ func TestSortChangesInPlace(t *testing.T) {
 		}
 	}
 }
+
+// sortChanges sorts a slice of changes as the Differ sorts its spool
+// (sortRecs), for the tests that check that order.
+func sortChanges(changes []dryexec.FileChange) {
+	recs := make([]rec, len(changes))
+	for i := range changes {
+		recs[i] = rec{path: changes[i].Path, off: int64(i), rmdir: changes[i].Op == dryexec.OpRmdir}
+	}
+	sortRecs(recs)
+	out := make([]dryexec.FileChange, len(changes))
+	for i, r := range recs {
+		out[i] = changes[r.off]
+	}
+	copy(changes, out)
+}
