@@ -79,6 +79,12 @@ type TrialSpec struct {
 	// NetCADir holds netsim's per-install CA; empty means
 	// $DRYEXEC_HOME/netsim-ca.
 	NetCADir string
+	// SpillDir, when set, is a directory where the rung may keep the delta's
+	// file changes once they are many (an unlinked file, gone with the
+	// process): the delta then holds them as a FileSource (StateDelta.EachFile)
+	// rather than in Files, and a million changed paths cost tens of MB
+	// instead of hundreds. Empty keeps them all in Files.
+	SpillDir string
 }
 
 // Defaults for TrialSpec's zero values.

@@ -37,7 +37,12 @@ type Differ struct {
 	dirs    dirCache      // O_PATH fds of host dirs recently looked in
 	noLower map[mkey]bool // dirs below which the host has nothing to compare
 	opaque  []mkey        // opaque dirs with a host dir under them
-	seen    map[mkey]seen // every upper path reported so far
+	// seen holds every dir reported so far, and every other path beneath an
+	// opaque or renamed dir (Finish compares those with the host's tree):
+	// a million files elsewhere cost nothing here. Entries arrive in walk
+	// order (check), so a path reported twice is told by last alone.
+	seen map[mkey]seen
+	last []string // per mount: the last path Add took ("" before the first)
 	changes *spool
 	// redirects are the dirs the overlay renamed, whose host trees Finish
 	// reports as created at their new paths.
@@ -72,6 +77,9 @@ type seen struct {
 	// hidden: the host has nothing to compare below this path (it, or a dir
 	// above it, was created, replaced or deleted by the sandbox).
 	hidden bool
+	// special: a dir whose entries Finish compares with the host's (see
+	// record): what it holds is kept in seen.
+	special bool
 }
 
 // redirect is a dir at p (of mount m) that the overlay renamed from src.
@@ -95,6 +103,7 @@ func NewDiffer(mounts []Mount, blobs dryexec.BlobSink, diffMax int64) *Differ {
 	d := &Differ{
 		mounts: mounts, blobs: blobs, diffMax: diffMax,
 		roots:    make([]int, len(mounts)),
+		last:     make([]string, len(mounts)),
 		noLower:  map[mkey]bool{},
 		changes:  newSpool("", 0),
 		seen:     map[mkey]seen{},
@@ -158,6 +167,7 @@ func (d *Differ) Add(e *Entry, content io.Reader) error {
 	if err := d.check(e); err != nil {
 		return err
 	}
+	d.last[e.Mount] = e.Path
 	var lk *linkKey
 	if e.Nlink > 1 && e.Kind != EntryDir && e.Kind != EntryWhiteout {
 		lk = &linkKey{m: e.Mount, ino: e.Ino}
@@ -168,15 +178,28 @@ func (d *Differ) Add(e *Entry, content io.Reader) error {
 // record adds checked entry e, one path of inode lk (nil: no other path).
 func (d *Differ) record(e *Entry, content io.Reader, lk *linkKey) error {
 	k := mkey{e.Mount, e.Path}
-	s := seen{kind: e.Kind, hidden: d.seen[mkey{e.Mount, path.Dir(e.Path)}].hidden}
+	parent := d.seen[mkey{e.Mount, path.Dir(e.Path)}]
+	s := seen{kind: e.Kind, hidden: parent.hidden}
 	s.merges = e.Kind == EntryDir && !e.Opaque && e.Redirect == ""
-	d.seen[k] = s
+	keep := e.Kind == EntryDir || parent.special
+	if keep {
+		d.seen[k] = s
+	}
 	n0 := len(d.changes.recs)
 	if err := d.add1(e, content); err != nil {
 		return err
 	}
 	if d.noLower[k] {
 		s.hidden = true
+	}
+	if e.Kind == EntryDir {
+		// What Finish compares with the host's tree: beneath a renamed dir
+		// (expand), beneath an opaque dir over a host dir (deleteUnseen),
+		// and beneath a dir that merges within either. A new dir (opaque
+		// too, in the upper) has no host tree beneath.
+		s.special = e.Redirect != "" || (e.Opaque && !s.hidden) || (s.merges && parent.special)
+	}
+	if keep {
 		d.seen[k] = s
 	}
 	// The entry's own change, if it made one, is the last (deletes of what it
@@ -337,8 +360,15 @@ func (d *Differ) check(e *Entry) error {
 	if dir := path.Dir(e.Path); dir != "." && d.seen[mkey{e.Mount, dir}].kind != EntryDir {
 		return bad("parent not reported first as a directory")
 	}
-	if _, dup := d.seen[mkey{e.Mount, e.Path}]; dup {
-		return bad("reported twice")
+	// And in the walk's order (pre-order, names sorted: changeOrder's), so
+	// that a path reported twice is always the one just before.
+	if last := d.last[e.Mount]; last != "" {
+		switch c, nested := comparePaths(last, e.Path); {
+		case c == 0 && nested == 0:
+			return bad("reported twice")
+		case c > 0 || nested > 0:
+			return bad("out of order (the walk reports a dir before what it holds, names sorted)")
+		}
 	}
 	return nil
 }

@@ -107,6 +107,13 @@ func TestDifferRejectsHostileEntries(t *testing.T) {
 		{name: "child of a host symlink", bad: fEntry("esc/secret", "S\n"), badEntry: true},
 		{name: "same path twice", prior: []add{dEntry("nd")}, bad: dEntry("nd"), badEntry: true},
 		{name: "same path twice, other kind", prior: []add{fEntry("a.txt", "x")}, bad: wEntry("a.txt"), badEntry: true},
+		// The Differ keeps files' paths only beneath opaque and renamed dirs:
+		// walk order is what catches a path reported again later.
+		{name: "same path twice, another between", prior: []add{fEntry("a.txt", "x"), fEntry("b.txt", "y")}, bad: fEntry("a.txt", "z"), badEntry: true},
+		{name: "same file twice in a new dir, another between",
+			prior: []add{dEntry("nd"), fEntry("nd/a", "x"), fEntry("nd/b", "y")}, bad: fEntry("nd/a", "z"), badEntry: true},
+		{name: "names out of order", prior: []add{fEntry("b.txt", "y")}, bad: fEntry("a.txt", "x"), badEntry: true},
+		{name: "a dir after what it holds", prior: []add{dEntry("nd"), dEntry("nd/sub"), fEntry("nd/sub/f", "x")}, bad: dEntry("nd/sub"), badEntry: true},
 		{name: "content shorter than size",
 			bad:      add{e: Entry{Path: "n", Kind: EntryFile, Mode: 0o644, Size: 10}, data: str("short")},
 			badEntry: true},
@@ -195,7 +202,7 @@ func TestDifferNeverFollowsHostSymlinks(t *testing.T) {
 	}{
 		{
 			name: "dir over a host symlink, with a file the outside also has",
-			adds: []add{dEntry("esc"), fEntry("esc/secret", "S\n"), fEntry("esc/other", "O\n")},
+			adds: []add{dEntry("esc"), fEntry("esc/other", "O\n"), fEntry("esc/secret", "S\n")},
 			want: []wc{
 				wDeleteLink("esc", "$OUT"),
 				wMkdir("esc", "0755"),

@@ -209,8 +209,11 @@ func summarize(d *dryexec.StateDelta, status string) (TrialOut, string) {
 	if out.Decision.Reasons == nil {
 		out.Decision.Reasons = []string{}
 	}
-	for _, f := range d.Files {
+	if err := d.EachFile(func(f *dryexec.FileChange) error {
 		out.Files = append(out.Files, string(f.Op)+" "+f.Path)
+		return nil
+	}); err != nil {
+		out.Files = append(out.Files, "(the rest could not be read: "+err.Error()+")")
 	}
 	out.Network = []string{}
 	for _, n := range d.Network {

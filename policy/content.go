@@ -16,14 +16,15 @@ func (e *Engine) checkContent(d *dryexec.StateDelta, fs *facts) {
 	}
 	var notKept examples
 	why := ""
-	for i := range d.Files {
-		if f := &d.Files[i]; !f.Kept() {
+	_ = d.EachFile(func(f *dryexec.FileChange) error { // a read error: checkFiles blocks
+		if !f.Kept() {
 			notKept.add(dryexec.QuotePath(f.Path))
 			if why == "" {
 				why = f.ContentReason
 			}
 		}
-	}
+		return nil
+	})
 	if notKept.n > 0 {
 		fs.add(EffectReview, "the content of %d file(s) was not kept, so commit cannot apply them: %s (%s)", notKept.n, notKept.String(), why)
 	}

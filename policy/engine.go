@@ -220,6 +220,14 @@ func (e *Engine) Decide(ctx context.Context, d *dryexec.StateDelta) Result {
 	e.checkNetwork(&c, &facts)
 	failed := e.checkProcess(&c, &facts)
 	e.checkContent(&c, &facts)
+	if c.Spilled() && len(e.rules) > 0 {
+		// Rules are CEL over the delta's fields: they see every change only
+		// in Files. A policy with rules holds the whole list in memory
+		// (docs/limits.md); c is a copy, d keeps its source.
+		if err := c.LoadFiles(); err != nil {
+			facts.add(EffectBlock, "the delta's file changes could not be read back for the rules: %v", err)
+		}
+	}
 	allowedBy := e.checkRules(ctx, &c, &facts)
 	score := e.score(&c, sensitive, failed, &facts)
 
@@ -340,17 +348,16 @@ func (e *Engine) checkFiles(d *dryexec.StateDelta, fs *facts) (sensitive string)
 	cwd, rw := d.Action.Cwd, e.p.ReviewWhen
 	var bad, outside, deny, touched, away, setid, deleted examples
 	segs := make([]string, 0, 16)
-	for i := range d.Files {
-		p := d.Files[i].Path
+	readErr := d.EachFile(func(f *dryexec.FileChange) error {
+		p := f.Path
 		if !cleanAbs(p) {
 			bad.add(strconv.Quote(p))
-			continue
+			return nil
 		}
 		segs = splitPath(p, segs[:0])
 		if !allowed.all && allowed.first(p, segs) == nil {
 			outside.add(p)
 		}
-		f := &d.Files[i]
 		if rw.OutsideCwd && !beneath(p, cwd) {
 			away.add(p)
 		}
@@ -366,6 +373,10 @@ func (e *Engine) checkFiles(d *dryexec.StateDelta, fs *facts) (sensitive string)
 		if g := sens.first(p, segs); g != nil {
 			touched.add(p + " (" + g.src + ")")
 		}
+		return nil
+	})
+	if readErr != nil {
+		fs.add(EffectBlock, "the delta's file changes could not be read back: %v", readErr)
 	}
 	if bad.n > 0 {
 		fs.add(EffectBlock, "paths that are not absolute and clean: %s", bad.String())

@@ -206,17 +206,17 @@ func (e *Engine) checkPersistence(d *dryexec.StateDelta, fs *facts) {
 	}
 	var onPath examples
 	segs := make([]string, 0, 16)
-	for i := range d.Files {
-		f := &d.Files[i]
+	// A read error is checkFiles' reason to block: the same changes.
+	_ = d.EachFile(func(f *dryexec.FileChange) error {
 		if f.Op == dryexec.OpDelete || f.Op == dryexec.OpRmdir || !cleanAbs(f.Path) {
-			continue // deletes and unclean paths have reasons of their own
+			return nil // deletes and unclean paths have reasons of their own
 		}
 		p := f.Path
 		if len(dirs) > 0 && (dirs[p[:max(strings.LastIndexByte(p, '/'), 1)]] || dirs[p]) {
 			onPath.add(p) // p is clean and absolute: its parent is up to the last slash
 		}
 		if ps == nil {
-			continue
+			return nil
 		}
 		set, of, q := ps.noHome, ps.noHomeOf, p
 		if home != "" {
@@ -232,7 +232,7 @@ func (e *Engine) checkPersistence(d *dryexec.StateDelta, fs *facts) {
 				src = "~/" + src[3:]
 			}
 			byClass[of[g]].add(p + " (" + src + ")")
-			continue
+			return nil
 		}
 		if q != p {
 			// Beneath home, but an absolute or **/ pattern may still hold
@@ -242,7 +242,8 @@ func (e *Engine) checkPersistence(d *dryexec.StateDelta, fs *facts) {
 				byClass[of[g]].add(p + " (" + set.gs[g].src + ")")
 			}
 		}
-	}
+		return nil
+	})
 	for ci := range byClass {
 		if byClass[ci].n > 0 {
 			fs.add(EffectReview, "writes a %s, where code runs later without being asked: %s", ps.class[ci], byClass[ci].String())

@@ -101,7 +101,7 @@ const canonFiles = `"files":[]`
 // time (a delta of a million files is hundreds of MB of JSON, twice over).
 func DeltaDigest(d *dryexec.StateDelta) (string, error) {
 	c := *d
-	c.Files = []dryexec.FileChange{}
+	c.SetFileSource(nil) // the head alone: c.Files is empty
 	doc, err := json.Marshal(&c)
 	if err != nil {
 		return "", fmt.Errorf("encoding the delta: %w", err)
@@ -116,19 +116,24 @@ func DeltaDigest(d *dryexec.StateDelta) (string, error) {
 	}
 	h := sha256.New()
 	h.Write(head[:i+len(canonFiles)-1])
-	for k := range d.Files {
+	k := 0
+	if err := d.EachFile(func(f *dryexec.FileChange) error {
 		if k > 0 {
 			h.Write([]byte{','})
 		}
-		b, err := json.Marshal(&d.Files[k])
+		k++
+		b, err := json.Marshal(f)
 		if err != nil {
-			return "", fmt.Errorf("encoding the delta: %w", err)
+			return fmt.Errorf("encoding the delta: %w", err)
 		}
 		cb, err := Canonical(b)
 		if err != nil {
-			return "", err
+			return err
 		}
 		h.Write(cb)
+		return nil
+	}); err != nil {
+		return "", err
 	}
 	h.Write(head[i+len(canonFiles)-1:])
 	return hex.EncodeToString(h.Sum(nil)), nil

@@ -121,11 +121,14 @@ func Summary(w io.Writer, d *dryexec.StateDelta, opt Options) error {
 	p.line("%s changed (%d created, %d deleted, %s written)",
 		plural(t.FilesChanged, "file", "files"), t.FilesCreated, t.FilesDeleted,
 		plural64(t.BytesWritten, "byte", "bytes"))
-	for _, f := range d.Files {
-		p.line("  %s %s", opSymbol(f.Op, c), fileDescription(f))
+	if err := d.EachFile(func(f *dryexec.FileChange) error {
+		p.line("  %s %s", opSymbol(f.Op, c), fileDescription(*f))
 		if f.Diff != "" {
 			writeDiff(p, f.Diff, maxDiff, c)
 		}
+		return nil
+	}); err != nil {
+		return err
 	}
 
 	// Violations.
@@ -232,7 +235,7 @@ func writeStream(p *printer, name, text string, truncated bool) {
 }
 
 func totalsOf(d *dryexec.StateDelta) dryexec.Totals {
-	cp := dryexec.StateDelta{Files: d.Files, Network: d.Network}
+	cp := *d
 	cp.ComputeTotals()
 	return cp.Totals
 }

@@ -170,6 +170,11 @@ func (a *api) wrap(h func(http.ResponseWriter, *http.Request) error) http.Handle
 func writeJSON(w http.ResponseWriter, status int, v any) error {
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(status)
+	if d, ok := v.(*dryexec.StateDelta); ok && d.Spilled() {
+		// One change at a time from where the trial spilled them, never
+		// the whole document in memory.
+		return d.WriteJSON(w)
+	}
 	return json.NewEncoder(w).Encode(v)
 }
 

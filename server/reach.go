@@ -142,21 +142,28 @@ var ErrPathNotInTrial = errors.New("the trial changed nothing there")
 func CheckCommitPaths(d *dryexec.StateDelta, paths []string) error {
 	for _, p := range paths {
 		dir := strings.TrimSuffix(p, "/") + "/"
-		found := false
-		for i := range d.Files {
-			if f := d.Files[i].Path; f == p || strings.HasPrefix(f, dir) {
-				found = true
-				break
+		errFound := errors.New("found")
+		err := d.EachFile(func(f *dryexec.FileChange) error {
+			if f.Path == p || strings.HasPrefix(f.Path, dir) {
+				return errFound
 			}
+			return nil
+		})
+		if err != nil && !errors.Is(err, errFound) {
+			return err
 		}
-		if !found {
+		if err == nil {
 			var changed []string
-			for i := range d.Files {
+			errEnough := errors.New("enough")
+			if err := d.EachFile(func(f *dryexec.FileChange) error {
 				if len(changed) == 3 {
 					changed = append(changed, "…")
-					break
+					return errEnough
 				}
-				changed = append(changed, dryexec.QuotePath(d.Files[i].Path))
+				changed = append(changed, dryexec.QuotePath(f.Path))
+				return nil
+			}); err != nil && !errors.Is(err, errEnough) {
+				return err
 			}
 			what := "nothing at all"
 			if len(changed) > 0 {

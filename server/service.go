@@ -465,6 +465,11 @@ func (s *Service) RunTrial(ctx context.Context, req TrialRequest, hooks TrialHoo
 		}
 		spec.Blobs, spec.Exchanges = rec, rec
 	}
+	if s.store != nil {
+		// A trial of a million paths keeps its changes in a file there, not
+		// in the daemon's memory (docs/limits.md, "Big deltas: memory").
+		spec.SpillDir = s.store.Dir()
+	}
 	if hooks.Started != nil {
 		hooks.Started(spec.TrialID)
 	}

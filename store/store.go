@@ -7,6 +7,9 @@
 package store
 
 import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -127,20 +130,29 @@ func (t *Trial) Save(d *dryexec.StateDelta) error {
 	if err := t.open(); err != nil {
 		return err
 	}
-	// A sorted list, not a set: for a million files it is 16 MB, a map
-	// several times that.
-	keep := make([]string, 0, len(d.Files))
-	for _, f := range d.Files {
-		if f.SHA256 != "" {
-			keep = append(keep, f.SHA256)
+	// A sorted list of binary hashes, not a set of strings: for a million
+	// files it is 32 MB, a map or strings several times that.
+	keep := make([][sha256.Size]byte, 0, d.NumFiles())
+	if err := d.EachFile(func(f *dryexec.FileChange) error {
+		var h [sha256.Size]byte
+		if n, err := hex.Decode(h[:], []byte(f.SHA256)); err == nil && n == len(h) {
+			keep = append(keep, h)
 		}
+		return nil
+	}); err != nil {
+		t.Abort()
+		return err
 	}
-	slices.Sort(keep)
+	slices.SortFunc(keep, func(a, b [sha256.Size]byte) int { return bytes.Compare(a[:], b[:]) })
+	keep = slices.Compact(keep)
 	if dir, err := os.Open(filepath.Join(t.dir, "blobs")); err == nil {
 		for {
 			names, err := dir.Readdirnames(4096)
 			for _, name := range names {
-				if _, found := slices.BinarySearch(keep, name); !found {
+				var h [sha256.Size]byte
+				n, herr := hex.Decode(h[:], []byte(name))
+				_, found := slices.BinarySearchFunc(keep, h, func(a, b [sha256.Size]byte) int { return bytes.Compare(a[:], b[:]) })
+				if herr != nil || n != len(h) || !found {
 					os.Remove(filepath.Join(t.dir, "blobs", name))
 				}
 			}

@@ -132,10 +132,11 @@ func askCommit(env Env, d *dryexec.StateDelta) (all bool, paths []string, err er
 		}
 		return strings.ToLower(strings.TrimSpace(line)), nil
 	}
-	if len(d.Files) == 0 {
+	n := d.NumFiles()
+	if n == 0 {
 		return false, nil, nil
 	}
-	a, err := ask(fmt.Sprintf("Commit %d change%s to the host? [y]es, [n]o, [s]elect: ", len(d.Files), plural(len(d.Files))))
+	a, err := ask(fmt.Sprintf("Commit %d change%s to the host? [y]es, [n]o, [s]elect: ", n, plural(n)))
 	if err != nil {
 		return false, nil, err
 	}
@@ -149,17 +150,17 @@ func askCommit(env Env, d *dryexec.StateDelta) (all bool, paths []string, err er
 	// One question per top-most changed path: a directory answers for all
 	// beneath it, as `dryexec commit ID DIR` would.
 	var asked []string
-	for _, f := range d.Files {
+	err = d.EachFile(func(f *dryexec.FileChange) error {
 		covered := false
 		for _, p := range asked {
 			covered = covered || strings.HasPrefix(f.Path, p+"/")
 		}
 		if covered {
-			continue
+			return nil
 		}
 		a, err := ask(fmt.Sprintf("  %s %s? [y/N] ", f.Op, f.Path))
 		if err != nil {
-			return false, nil, err
+			return err
 		}
 		if f.Kind == dryexec.KindDir {
 			asked = append(asked, f.Path)
@@ -167,6 +168,10 @@ func askCommit(env Env, d *dryexec.StateDelta) (all bool, paths []string, err er
 		if a == "y" || a == "yes" {
 			paths = append(paths, f.Path)
 		}
+		return nil
+	})
+	if err != nil {
+		return false, nil, err
 	}
 	return false, paths, nil
 }

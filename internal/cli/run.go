@@ -167,6 +167,12 @@ func runCmd(env Env, code *int) *cobra.Command {
 					t.SetTrialCap(n)
 				}
 				spec.Blobs, spec.Exchanges, rec = t, t, t
+				// A trial of a million paths keeps its changes in a file
+				// there rather than in this process (docs/limits.md, "Big
+				// deltas: memory").
+				spec.SpillDir = st.Dir()
+			} else {
+				spec.SpillDir = os.TempDir()
 			}
 			d, err := r.Trial(cmd.Context(), spec)
 			if err == nil {

@@ -729,6 +729,9 @@ func (t *trial) converse() (*dryexec.StateDelta, error) {
 	}
 	differ := fsdelta.NewDiffer(t.uppers, t.spec.Blobs, t.spec.DiffMaxBytes)
 	defer differ.Close()
+	if t.spec.SpillDir != "" {
+		differ.SpillTo(t.spec.SpillDir, 0)
+	}
 	if os.Getuid() != 0 {
 		// The guest sees the ids of its own user namespace (what the
 		// command made shows as 0 there): the caller owns what it wrote.
@@ -788,11 +791,9 @@ func (t *trial) converse() (*dryexec.StateDelta, error) {
 			if err := f.Decode(&done); err != nil {
 				return nil, t.guestErr("decoding trial.done", err)
 			}
-			files, err := differ.Finish()
-			if err != nil {
+			if err := differ.FinishDelta(d); err != nil {
 				return nil, err
 			}
-			d.Files = files
 			d.Violations = append(d.Violations, t.seen.Violations...)
 			d.Warnings = append(d.Warnings, t.seen.Warnings...)
 			d.Memory.PeakRSSBytes = t.seen.Memory.PeakRSSBytes
