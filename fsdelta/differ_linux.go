@@ -41,8 +41,8 @@ type Differ struct {
 	// opaque or renamed dir (Finish compares those with the host's tree):
 	// a million files elsewhere cost nothing here. Entries arrive in walk
 	// order (check), so a path reported twice is told by last alone.
-	seen map[mkey]seen
-	last []string // per mount: the last path Add took ("" before the first)
+	seen    map[mkey]seen
+	last    []string // per mount: the last path Add took ("" before the first)
 	changes *spool
 	// redirects are the dirs the overlay renamed, whose host trees Finish
 	// reports as created at their new paths.
