@@ -3,6 +3,7 @@ package dryexec
 import (
 	"bytes"
 	"encoding/json"
+	"strings"
 	"testing"
 )
 
@@ -37,6 +38,79 @@ func TestWriteJSON(t *testing.T) {
 			if got.String() != string(want)+"\n" {
 				t.Fatalf("got\n%s\nwant\n%s", got.String(), want)
 			}
+			// The same delta with its changes spilled (SetFileSource):
+			// WriteJSON and MarshalJSON read them from the source.
+			sp := tt.d
+			sp.SetFileSource(sliceSource(tt.d.Files))
+			got.Reset()
+			if err := sp.WriteJSON(&got); err != nil {
+				t.Fatal(err)
+			}
+			if got.String() != string(want)+"\n" {
+				t.Fatalf("spilled: got\n%s\nwant\n%s", got.String(), want)
+			}
+			indented, err := json.MarshalIndent(&sp, "", "  ")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if string(indented) != string(want) {
+				t.Fatalf("spilled, json.MarshalIndent: got\n%s\nwant\n%s", indented, want)
+			}
 		})
+	}
+}
+
+// sliceSource is a FileSource over a slice, as a spilled delta's would be.
+type sliceSource []FileChange
+
+func (s sliceSource) Len() int { return len(s) }
+func (s sliceSource) Each(fn func(*FileChange) error) error {
+	for i := range s {
+		c := s[i] // a copy: fn must not change the source
+		if err := fn(&c); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// TestSpilledDelta: a delta whose changes are in a FileSource counts, totals,
+// normalizes and loads them as if they were in Files.
+func TestSpilledDelta(t *testing.T) {
+	files := []FileChange{
+		{Path: "/w/a", Op: OpCreate, Kind: KindFile, Size: 3},
+		{Path: "/w/b", Op: OpDelete, Kind: KindFile, Size: 5},
+		{Path: "/w/c", Op: OpModify, Kind: KindFile, Size: 7},
+	}
+	mem := StateDelta{Files: files}
+	mem.Normalize()
+	mem.ComputeTotals()
+	var sp StateDelta
+	sp.SetFileSource(sliceSource(files))
+	sp.Normalize()
+	sp.ComputeTotals()
+	if sp.Files != nil || !sp.Spilled() || sp.NumFiles() != 3 {
+		t.Fatalf("spilled: Files %v, Spilled %v, NumFiles %d", sp.Files, sp.Spilled(), sp.NumFiles())
+	}
+	if sp.Totals != mem.Totals {
+		t.Fatalf("totals: spilled %+v, in memory %+v", sp.Totals, mem.Totals)
+	}
+	var paths []string
+	if err := sp.EachFile(func(c *FileChange) error { paths = append(paths, c.Path); return nil }); err != nil {
+		t.Fatal(err)
+	}
+	if strings.Join(paths, " ") != "/w/a /w/b /w/c" {
+		t.Fatalf("EachFile: %v", paths)
+	}
+	a, _ := json.Marshal(&mem)
+	b, _ := json.Marshal(&sp)
+	if string(a) != string(b) {
+		t.Fatalf("json.Marshal: spilled\n%s\nin memory\n%s", b, a)
+	}
+	if err := sp.LoadFiles(); err != nil {
+		t.Fatal(err)
+	}
+	if sp.Spilled() || len(sp.Files) != 3 || sp.Files[2].Path != "/w/c" {
+		t.Fatalf("after LoadFiles: spilled %v, files %v", sp.Spilled(), sp.Files)
 	}
 }

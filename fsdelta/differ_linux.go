@@ -581,11 +581,11 @@ func (d *Differ) put(r io.Reader) (string, int64, error) {
 func (d *Differ) add(fc dryexec.FileChange) { d.changes.add(&fc) }
 
 // SpillTo makes the Differ keep its changes in an unlinked file in dir once
-// their encodings pass spillBytes (0: 8 MiB), instead of in memory: Finish
+// their encodings pass spillBytes (0: 1 MiB, about 5,000 changes), instead of in memory: Finish
 // then returns a FileSource (FinishDelta). Call it before the first Add.
 func (d *Differ) SpillTo(dir string, spillBytes int) {
 	if spillBytes <= 0 {
-		spillBytes = 8 << 20
+		spillBytes = 1 << 20
 	}
 	d.changes.dir, d.changes.spillBytes = dir, spillBytes
 }

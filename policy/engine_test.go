@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/dryexec/dryexec"
+	"github.com/dryexec/dryexec/internal/deltatest"
 )
 
 // baseDelta: one small file created in the working directory by a command
@@ -156,6 +157,11 @@ func TestPrecedence(t *testing.T) {
 			}
 		}, Review, []string{"risk: +0.25 writes 20.0 MiB (budget 10.0 MiB)", "risk: +0.25 11 network requests (budget 10)", "review: risk 0.50 is above the review threshold 0.45"}},
 
+		{"rule over the files", func(p *Policy) {
+			p.Rules = []Rule{{Name: "no-scripts", Expr: `delta.files.exists(f, f.path.endsWith(".sh"))`, Result: Block, Reason: "writes a script"}}
+		}, func(d *dryexec.StateDelta) { d.Files = append(d.Files, file("/w/x.sh", dryexec.OpCreate)) }, Block,
+			[]string{"block: rule no-scripts: writes a script"}},
+
 		// allow rules
 		{"allow rule waives the threshold", func(p *Policy) {
 			p.Rules = []Rule{{Name: "cert-ok", Expr: `delta.files.all(f, f.path == "/w/test.pem")`, Result: Allow, Reason: "the project's test certificate"}}
@@ -208,6 +214,18 @@ func TestPrecedence(t *testing.T) {
 			}
 			if d.Decision.Choice != "" || d.Totals != before.Totals {
 				t.Error("Decide modified the delta")
+			}
+			// The same delta with its changes spilled (a big trial's, read
+			// back one at a time) gets the same decision, rules included.
+			sp := deltatest.Spilled(d)
+			rs := e.Decide(context.Background(), sp)
+			if rs.Decision.Choice != r.Decision.Choice || rs.Decision.RiskScore != r.Decision.RiskScore ||
+				strings.Join(rs.Decision.Reasons, "\n") != all {
+				t.Errorf("spilled: %s %v\n  %s\nin memory: %s %v\n  %s", rs.Decision.Choice, rs.Decision.RiskScore,
+					strings.Join(rs.Decision.Reasons, "\n  "), r.Decision.Choice, r.Decision.RiskScore, strings.Join(r.Decision.Reasons, "\n  "))
+			}
+			if !sp.Spilled() {
+				t.Error("Decide took a spilled delta's changes into Files")
 			}
 		})
 	}

@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/dryexec/dryexec"
+	"github.com/dryexec/dryexec/internal/deltatest"
 )
 
 // TestDeltaDigestStreams: the digest hashed one file at a time is the one
@@ -42,6 +43,10 @@ func TestDeltaDigestStreams(t *testing.T) {
 			got, err := DeltaDigest(&tt.d)
 			if err != nil || got != want {
 				t.Fatalf("DeltaDigest %s, %v; want %s", got, err, want)
+			}
+			// Spilled (a big trial's changes, read back one at a time).
+			if got, err := DeltaDigest(deltatest.Spilled(&tt.d)); err != nil || got != want {
+				t.Fatalf("spilled: DeltaDigest %s, %v; want %s", got, err, want)
 			}
 		})
 	}
