@@ -259,7 +259,7 @@ func runCmd(env Env, code *int) *cobra.Command {
 
 // runMemoryLimit is `dryexec run`'s soft heap limit (debug.SetMemoryLimit)
 // when GOMEMLIMIT does not set one.
-const runMemoryLimit = 160 << 20
+const runMemoryLimit = 128 << 20
 
 // decideAndSign fills d's decision with engine's verdict and then its receipt,
 // signed with the install's key (receipt.LoadOrCreate of the store directory).
