@@ -64,7 +64,7 @@ func (s *session) start() error {
 		if err := os.MkdirAll(s.ws, 0o755); err != nil {
 			return fmt.Errorf("creating the workspace mount point: %w", err)
 		}
-		conf, err := newConfinement()
+		conf, err := newConfinement(s.cfg.Rootless)
 		if err != nil {
 			return fmt.Errorf("confining the sandbox: %w", err)
 		}
