@@ -278,6 +278,13 @@ func TestTrialDirRename(t *testing.T) {
 	}
 }
 
+func who() string {
+	if os.Getuid() == 0 {
+		return "root"
+	}
+	return "rootless"
+}
+
 // lineDiff lists the lines only in a (-) or only in b (+).
 func lineDiff(a, b string) string {
 	in := func(s string) map[string]bool {
@@ -343,4 +350,133 @@ func TestTrialDirRenameModes(t *testing.T) {
 	if d.Process.Stdout != string(out) || d.Process.ExitCode != 0 {
 		t.Fatalf("in the trial (exit %d):\n%s\n%s", d.Process.ExitCode, lineDiff(string(out), d.Process.Stdout), d.Process.Stderr)
 	}
+}
+
+// renameEscapeScript tries to move masked and protected things with
+// rename(2), through paths the supervisor's renamer resolves differently
+// from the caller (magic links), and races a symlink swap against it.
+const renameEscapeScript = `
+import ctypes, errno, os, sys, threading
+libc = ctypes.CDLL(None, use_errno=True)
+def call(a, b):
+    if libc.renameat2(-100, a.encode(), -100, b.encode(), 0) == 0:
+        return "ok"
+    return errno.errorcode[ctypes.get_errno()]
+def r(name, a, b):
+    print(name + ": " + call(a, b))
+fd = os.open(".", os.O_RDONLY | os.O_DIRECTORY)
+r("mask_itself", "proj/keys", "k2")
+r("mask_subdir", "proj/keys/sub", "k3")
+r("into_mask", "d", "proj/keys/d")
+r("out_of_sys", "/sys/kernel", "k")
+r("into_sys", "d", "/sys/d")
+r("own_state", sys.argv[1], "st2")
+r("own_state_parent", os.path.dirname(sys.argv[1]), "st3")
+r("guest_cwd", "/proc/1/cwd/x", "x3")
+r("guest_root", "/proc/1/root/" + os.getcwd() + "/x", "x4")
+r("proc_self_fd", "/proc/self/fd/%d/x" % fd, "x2")
+if sys.argv[2] == "rootless":
+    r("mask_parent", "proj", "proj2")
+# The race: sw flips between a dir of ours and a symlink to the mask (and
+# to /proc/self/cwd, which is the guest's cwd for the supervisor) while
+# its subdir is renamed back and forth.
+stop = False
+def flip():
+    targets = ["proj/keys", "/proc/self/cwd", "/proc/1/cwd"]
+    i = 0
+    while not stop:
+        os.rename("sw", "swdir")
+        os.symlink(targets[i % 3], "sw")
+        os.unlink("sw")
+        os.rename("swdir", "sw")
+        i += 1
+t = threading.Thread(target=flip)
+t.start()
+seen = set()
+for _ in range(400):
+    res = call("sw/sub", "sw/sub2")
+    seen.add(res)
+    if res == "ok":
+        call("sw/sub2", "sw/sub")
+stop = True
+t.join()
+print("race: done")
+print("mask:", sorted(os.listdir("proj/keys")), repr(open("proj/keys/id").read()))
+`
+
+// TestTrialDirRenameEscapes: renames that would move a masked path or
+// dryexec's own state out of its mask, reach a read-only mount, or go
+// through a magic link (which the supervisor must not follow: its
+// /proc/self is the guest) fail exactly as they did before the renamer
+// (rootless: the overlay's EXDEV, or the kernel's own refusal), a symlink
+// swapped under the renamer gains nothing, and no secret reaches the output
+// or the delta. The host is untouched.
+func TestTrialDirRenameEscapes(t *testing.T) {
+	requireNS(t)
+	if _, err := os.Stat("/usr/bin/python3"); err != nil {
+		t.Skip("no /usr/bin/python3")
+	}
+	tree, state := t.TempDir(), t.TempDir()
+	makeTree(t, tree, map[string]string{"proj/keys/id": "SECRET", "proj/keys/sub/k": "SECRET", "proj/a": "a\n",
+		"d/f": "f\n", "x/f": "f\n", "sw/sub/f": "f\n"}, nil, func() {})
+	own := filepath.Join(state, "daemon-home")
+	if err := os.MkdirAll(filepath.Join(own, "trials"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(own, "token"), []byte("SECRET"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	before, beforeState := snapshot(t, tree), snapshot(t, state)
+	sink := &memSink{}
+	d := runTrial(t, tree, dryexec.TrialSpec{Blobs: sink, Masks: []string{filepath.Join(tree, "proj/keys")}, OwnPaths: []string{own}},
+		"/usr/bin/python3", "-c", renameEscapeScript, filepath.Join(own, "trials"), who())
+	// Rootless the renamer refuses a tree with a mount in it (the mask),
+	// with the overlay's EXDEV. As root (not tried here) the overlay renames
+	// proj with the mask inside, the mount moving with its dir, and the
+	// delta then holds the host's masked file under the new name (the
+	// Differ reads a renamed dir's host tree): see docs/limits.md.
+	maskParent, selfFD, ownState := "mask_parent: EXDEV\n", "EXDEV", "EACCES"
+	if os.Getuid() == 0 {
+		maskParent, selfFD, ownState = "", "ok", "ENOENT"
+	}
+	want := `mask_itself: EBUSY
+mask_subdir: EXDEV
+into_mask: EXDEV
+out_of_sys: EXDEV
+into_sys: EXDEV
+own_state: ` + ownState + `
+own_state_parent: EBUSY
+guest_cwd: EACCES
+guest_root: EACCES
+proc_self_fd: ` + selfFD + `
+` + maskParent + `race: done
+mask: ['id', 'sub'] ''
+`
+	if os.Getuid() == 0 {
+		// As root the renamer is not there (the overlays have
+		// redirect_dir=on): only what must hold whatever the kernel says.
+		for _, l := range strings.Split(d.Process.Stdout, "\n") {
+			name, res, _ := strings.Cut(l, ": ")
+			if res == "ok" && name != "proc_self_fd" && name != "race" {
+				t.Errorf("%s succeeded", name)
+			}
+		}
+		if !strings.HasSuffix(d.Process.Stdout, "mask: ['id', 'sub'] ''\n") {
+			t.Errorf("stdout %s\nstderr %s", d.Process.Stdout, d.Process.Stderr)
+		}
+	} else if d.Process.Stdout != want {
+		t.Errorf("stdout:\n%s\nwant:\n%s\nstderr %s", d.Process.Stdout, want, d.Process.Stderr)
+	}
+	for sha, b := range sink.blobs {
+		if bytes.Contains(b, []byte("SECRET")) {
+			t.Errorf("a secret is in the delta's content %s", sha)
+		}
+	}
+	for _, f := range d.Files {
+		if !strings.HasPrefix(f.Path, tree+"/") {
+			t.Errorf("a change outside the tree: %s %s", f.Op, f.Path)
+		}
+	}
+	sameSnapshot(t, before, snapshot(t, tree))
+	sameSnapshot(t, beforeState, snapshot(t, state))
 }
