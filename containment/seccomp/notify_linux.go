@@ -106,10 +106,12 @@ type Server struct {
 	// the caller's exit implies its reports were made). It is called from
 	// Serve's goroutine.
 	Report func(*Event)
-	// Handle answers a call of a Handled rule, in a goroutine of its own
-	// (it may take long: others are answered meanwhile). Nil: such calls
-	// proceed (SECCOMP_USER_NOTIF_FLAG_CONTINUE).
-	Handle func(ctx context.Context, n *Notification) Answer
+	// Handle answers a call of a Handled rule. It runs on Serve's goroutine
+	// and must be quick: it returns the answer, or (with slow set) only
+	// decides that slow, run in a goroutine of its own, will (it may take
+	// long: other calls are answered meanwhile, and Quiesce waits for it).
+	// Nil: such calls proceed (SECCOMP_USER_NOTIF_FLAG_CONTINUE).
+	Handle func(ctx context.Context, n *Notification) (a Answer, slow func() Answer)
 
 	// answering is held while one notification is answered (Quiesce).
 	answering sync.Mutex
@@ -236,10 +238,14 @@ func (s *Server) answer(ctx context.Context, fd int) error {
 				resp.Flags = unix.SECCOMP_USER_NOTIF_FLAG_CONTINUE
 				return send(fd, &resp)
 			}
+			a, slow := s.Handle(ctx, &Notification{Call: *c, id: n.ID, fd: fd})
+			if slow == nil {
+				return send(fd, a.resp(n.ID))
+			}
 			s.mu.Lock()
 			s.handlers++
 			s.mu.Unlock()
-			go s.handle(ctx, fd, &Notification{Call: *c, id: n.ID, fd: fd})
+			go s.handle(fd, n.ID, slow)
 			return nil
 		}
 	}
@@ -260,8 +266,8 @@ func (s *Server) answer(ctx context.Context, fd int) error {
 	return send(fd, &resp)
 }
 
-// handle runs Handle for one notification and answers it.
-func (s *Server) handle(ctx context.Context, fd int, n *Notification) {
+// handle runs a slow Handle answer and sends it.
+func (s *Server) handle(fd int, id uint64, slow func() Answer) {
 	defer func() {
 		s.mu.Lock()
 		s.handlers--
@@ -270,8 +276,11 @@ func (s *Server) handle(ctx context.Context, fd int, n *Notification) {
 		}
 		s.mu.Unlock()
 	}()
-	a := s.Handle(ctx, n)
-	resp := notifResp{ID: n.id}
+	send(fd, slow().resp(id)) // ENOENT: the caller died meanwhile; nothing else can fail here
+}
+
+func (a Answer) resp(id uint64) *notifResp {
+	resp := &notifResp{ID: id}
 	switch {
 	case a.Continue:
 		resp.Flags = unix.SECCOMP_USER_NOTIF_FLAG_CONTINUE
@@ -280,7 +289,7 @@ func (s *Server) handle(ctx context.Context, fd int, n *Notification) {
 	default:
 		resp.Val = a.Val
 	}
-	send(fd, &resp) // ENOENT: the caller died meanwhile; nothing else can fail here
+	return resp
 }
 
 func send(fd int, resp *notifResp) error {
