@@ -89,13 +89,23 @@ type confinement struct {
 	// nested is the ruleset a trial's command stub enters (nestedRuleset),
 	// or -1 (no Landlock signal scope).
 	nested int
+	// renames, when set, performs the sandbox's renames of lower dirs that
+	// the overlays refuse (rootless: see renamer).
+	renames bool
 }
 
 // newConfinement compiles the filter and builds the Landlock ruleset; it must
 // run after the sandbox's view is in place (pivot_root done, the workspace's
 // mount point made), since Landlock rules hold the view's directories.
-func newConfinement() (*confinement, error) {
+//
+// With renames (rootless, where the overlays cannot have redirect_dir=on),
+// the filter hands rename, renameat and renameat2 to the supervisor, whose
+// renamer moves the host's dirs the overlay refuses to.
+func newConfinement(renames bool) (*confinement, error) {
 	p := seccomp.Default()
+	if renames {
+		p.Handle("a rootless overlay refuses to rename a host dir (EXDEV): the supervisor does it with the caller's rights", renameCalls...)
+	}
 	prog, err := p.Program(true)
 	if err != nil {
 		return nil, err
@@ -111,7 +121,7 @@ func newConfinement() (*confinement, error) {
 		}
 		return nil, err
 	}
-	return &confinement{prog: prog, profile: p, landlock: ll, nested: nested}, nil
+	return &confinement{prog: prog, profile: p, landlock: ll, nested: nested, renames: renames}, nil
 }
 
 func (c *confinement) close() {
@@ -124,6 +134,13 @@ func (c *confinement) close() {
 
 // startLauncher starts a launcher thread confined by c.
 func startLauncher(c *confinement) (*launcher, error) {
+	var rn *renamer
+	if c.renames {
+		var err error
+		if rn, err = newRenamer(c); err != nil {
+			return nil, fmt.Errorf("the renamer: %w", err)
+		}
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	l := &launcher{reqs: make(chan func()), stopping: make(chan struct{}), exited: make(chan struct{}), served: make(chan struct{}), log: &violationLog{}, cancel: cancel}
 	type ready struct {
@@ -156,12 +173,21 @@ func startLauncher(c *confinement) (*launcher, error) {
 	if r.err != nil {
 		cancel()
 		<-l.exited
+		if rn != nil {
+			rn.close()
+		}
 		return nil, r.err
 	}
 	l.srv = &seccomp.Server{Profile: c.profile, Report: l.log.add}
+	if rn != nil {
+		l.srv.Handle = rn.handle
+	}
 	go func() {
 		defer close(l.served)
 		l.srv.Serve(ctx, r.fd)
+		if rn != nil {
+			rn.close()
+		}
 	}()
 	return l, nil
 }

@@ -53,7 +53,7 @@ func runNSTrial() int {
 	if err != nil {
 		return fail("setup", err)
 	}
-	l, err := startConfined()
+	l, err := startConfined(cfg.Rootless)
 	if err != nil {
 		return fail("setup", fmt.Errorf("confining the sandbox: %w", err))
 	}
@@ -478,8 +478,8 @@ type confinedLauncher struct {
 	l    *launcher
 }
 
-func startConfined() (*confinedLauncher, error) {
-	conf, err := newConfinement()
+func startConfined(rootless bool) (*confinedLauncher, error) {
+	conf, err := newConfinement(rootless)
 	if err != nil {
 		return nil, err
 	}

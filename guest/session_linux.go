@@ -6,7 +6,9 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
+	"strings"
 	"syscall"
 
 	"golang.org/x/sys/unix"
@@ -62,7 +64,7 @@ func (s *session) start() error {
 		if err := os.MkdirAll(s.ws, 0o755); err != nil {
 			return fmt.Errorf("creating the workspace mount point: %w", err)
 		}
-		conf, err := newConfinement()
+		conf, err := newConfinement(s.cfg.Rootless)
 		if err != nil {
 			return fmt.Errorf("confining the sandbox: %w", err)
 		}
@@ -186,10 +188,20 @@ type overlayStaging struct {
 
 func (st *overlayStaging) name() string { return "overlay" }
 
+// mount mounts the workspace overlay. As root with redirect_dir=on, as a
+// trial's overlays are (overlayBuilder.overlay): rename(2) of a baseline dir
+// then works as on a real disk, and diff and rebase follow the redirects
+// (walkOptions). It used to be nofollow because neither did: a renamed dir's
+// children stayed in the baseline under the old name, so a diff missed them
+// where the new path was an existing empty dir, and rebase lost them.
+// Rootless, a user namespace refuses redirect_dir=on: the guest's supervisor
+// performs such renames instead (renamer).
 func (st *overlayStaging) mount() error {
-	opts := "lowerdir=" + st.base + ",upperdir=" + st.upper + ",workdir=" + st.work + ",redirect_dir=nofollow,metacopy=off,index=off,xino=auto"
+	opts := "lowerdir=" + st.base + ",upperdir=" + st.upper + ",workdir=" + st.work + ",metacopy=off,index=off,xino=auto"
 	if st.userXattr {
-		opts += ",userxattr"
+		opts += ",redirect_dir=nofollow,userxattr"
+	} else {
+		opts += ",redirect_dir=on"
 	}
 	if err := unix.Mount("overlay", st.ws, "overlay", unix.MS_NODEV, opts); err != nil {
 		return fmt.Errorf("mounting the workspace: %w", err)
@@ -213,10 +225,18 @@ func (st *overlayStaging) remount(change func() error) error {
 	return err
 }
 
+// walkOptions: the upper's markers are in the xattr namespace the overlay
+// uses, and its redirects are followed where it has redirect_dir=on (root).
+func (st *overlayStaging) walkOptions() fsdelta.WalkOptions {
+	return fsdelta.WalkOptions{UserXattr: st.userXattr, Redirects: !st.userXattr}
+}
+
 func (st *overlayStaging) diff() (*wire.Diff, error) {
 	w := newWSDiffer(st.ws, st.base, false)
-	err := fsdelta.WalkUpper(st.upper, 0, st.userXattr, func(e *fsdelta.Entry, _ *os.File) error {
-		if e.Kind == fsdelta.EntryDir && e.Opaque {
+	err := fsdelta.Walk(st.upper, 0, st.walkOptions(), func(e *fsdelta.Entry, _ *os.File) error {
+		// A renamed dir shows another baseline dir's children than its
+		// own path's, so all of them are compared, as for an opaque one.
+		if e.Kind == fsdelta.EntryDir && (e.Opaque || e.Redirect != "") {
 			w.opaque[e.Path] = true
 		}
 		return w.path(e.Path)
@@ -252,10 +272,14 @@ func (st *overlayStaging) replace(r io.Reader) error {
 func (st *overlayStaging) rebase() error {
 	return st.remount(func() error {
 		var entries []fsdelta.Entry
-		err := fsdelta.WalkUpper(st.upper, 0, st.userXattr, func(e *fsdelta.Entry, _ *os.File) error {
+		err := fsdelta.Walk(st.upper, 0, st.walkOptions(), func(e *fsdelta.Entry, _ *os.File) error {
 			entries = append(entries, *e)
 			return nil
 		})
+		if err != nil {
+			return err
+		}
+		moved, err := st.takeRedirected(entries)
 		if err != nil {
 			return err
 		}
@@ -268,8 +292,14 @@ func (st *overlayStaging) rebase() error {
 				}
 			case fsdelta.EntryDir:
 				fi, err := os.Lstat(b)
-				if e.Opaque || (err == nil && !fi.IsDir()) {
+				if e.Opaque || e.Redirect != "" || (err == nil && !fi.IsDir()) {
 					if err := os.RemoveAll(b); err != nil {
+						return err
+					}
+				}
+				if tmp, ok := moved[e.Path]; ok {
+					// A renamed dir: the baseline dir it shows comes along.
+					if err := os.Rename(tmp, b); err != nil {
 						return err
 					}
 				}
@@ -288,8 +318,51 @@ func (st *overlayStaging) rebase() error {
 				}
 			}
 		}
+		if err := os.RemoveAll(st.rebaseTmp()); err != nil {
+			return err
+		}
 		return clearDir(st.upper)
 	})
+}
+
+// rebaseTmp holds, during a rebase, the baseline dirs that renamed dirs show:
+// beside the baseline on the same tmpfs, where no name of the workspace is.
+func (st *overlayStaging) rebaseTmp() string { return filepath.Join(filepath.Dir(st.base), "rebase") }
+
+// takeRedirected moves the baseline dir each renamed dir of entries shows
+// (its redirect) aside, before anything else of the baseline changes: the
+// whiteout at its old path would delete it, and a later rename may have
+// reused that path. The deepest go first, so that one inside another moves
+// on its own. It returns where each went, by the renamed dir's path.
+func (st *overlayStaging) takeRedirected(entries []fsdelta.Entry) (map[string]string, error) {
+	var rs []fsdelta.Entry
+	for _, e := range entries {
+		if e.Kind == fsdelta.EntryDir && e.Redirect != "" {
+			rs = append(rs, e)
+		}
+	}
+	if len(rs) == 0 {
+		return nil, nil
+	}
+	slices.SortStableFunc(rs, func(a, b fsdelta.Entry) int {
+		return strings.Count(b.Redirect, "/") - strings.Count(a.Redirect, "/")
+	})
+	tmp := st.rebaseTmp()
+	if err := os.RemoveAll(tmp); err != nil {
+		return nil, err
+	}
+	if err := os.Mkdir(tmp, 0o700); err != nil {
+		return nil, err
+	}
+	moved := map[string]string{}
+	for i, e := range rs {
+		to := filepath.Join(tmp, strconv.Itoa(i))
+		if err := os.Rename(filepath.Join(st.base, e.Redirect), to); err != nil {
+			return nil, fmt.Errorf("rebase: the baseline of renamed dir %q: %w", e.Path, err)
+		}
+		moved[e.Path] = to
+	}
+	return moved, nil
 }
 
 func setNotDumpable() { unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0) }

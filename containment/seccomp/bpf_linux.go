@@ -78,10 +78,19 @@ func (p *Profile) Program(notify bool) ([]unix.SockFilter, error) {
 	if x32Bit != 0 {
 		emit(jmp(unix.BPF_JGE, x32Bit, "foreign", ""))
 	}
+	handled := false
 	for _, nr := range nrs {
 		rs := groups[nr]
 		target := fmt.Sprintf("g%d", nr)
-		if len(rs) == 1 && len(rs[0].Conds) == 0 && !rs[0].Silent {
+		for _, r := range rs {
+			if r.Handled && len(rs) > 1 {
+				return nil, fmt.Errorf("seccomp: %s is handled and has other rules", r.Name)
+			}
+		}
+		switch {
+		case rs[0].Handled:
+			target, handled = "handle", true
+		case len(rs) == 1 && len(rs[0].Conds) == 0 && !rs[0].Silent:
 			target = "refuse_" + rs[0].Errno.Error()
 		}
 		emit(jmp(unix.BPF_JEQ, uint32(nr), target, ""))
@@ -93,10 +102,19 @@ func (p *Profile) Program(notify bool) ([]unix.SockFilter, error) {
 	f := ret(refuse(unix.ENOSYS))
 	f.label = "foreign"
 	emit(f)
+	if handled {
+		// The supervisor performs these calls; without one they run.
+		h := ret(unix.SECCOMP_RET_ALLOW)
+		if notify {
+			h = ret(unix.SECCOMP_RET_USER_NOTIF)
+		}
+		h.label = "handle"
+		emit(h)
+	}
 	// One shared refusal per errno used by unconditional rules.
 	errnos := map[unix.Errno]bool{}
 	for _, nr := range nrs {
-		if rs := groups[nr]; len(rs) == 1 && len(rs[0].Conds) == 0 && !rs[0].Silent {
+		if rs := groups[nr]; len(rs) == 1 && len(rs[0].Conds) == 0 && !rs[0].Silent && !rs[0].Handled {
 			errnos[rs[0].Errno] = true
 		}
 	}
@@ -112,7 +130,7 @@ func (p *Profile) Program(notify bool) ([]unix.SockFilter, error) {
 	}
 	for _, nr := range nrs {
 		rs := groups[nr]
-		if len(rs) == 1 && len(rs[0].Conds) == 0 && !rs[0].Silent {
+		if len(rs) == 1 && len(rs[0].Conds) == 0 && !rs[0].Silent || rs[0].Handled {
 			continue
 		}
 		for j, r := range rs {

@@ -31,9 +31,19 @@ func Install(prog []unix.SockFilter, listener bool) (int, error) {
 	fp := unix.SockFprog{Len: uint16(len(prog)), Filter: &prog[0]}
 	var flags uintptr
 	if listener {
-		flags = unix.SECCOMP_FILTER_FLAG_NEW_LISTENER
+		// WAIT_KILLABLE_RECV (Linux 5.19): once the supervisor has read a
+		// notification, only a fatal signal interrupts the caller. A call the
+		// supervisor performs (Rule.Handled) must not be restarted by a
+		// signal after it took effect: the restarted call would fail where
+		// the first one succeeded.
+		flags = unix.SECCOMP_FILTER_FLAG_NEW_LISTENER | unix.SECCOMP_FILTER_FLAG_WAIT_KILLABLE_RECV
 	}
 	fd, _, errno := unix.Syscall(unix.SYS_SECCOMP, unix.SECCOMP_SET_MODE_FILTER, flags, uintptr(unsafe.Pointer(&fp)))
+	if errno == unix.EINVAL && listener {
+		// An older kernel: handled calls are then interruptible (Handle).
+		flags = unix.SECCOMP_FILTER_FLAG_NEW_LISTENER
+		fd, _, errno = unix.Syscall(unix.SYS_SECCOMP, unix.SECCOMP_SET_MODE_FILTER, flags, uintptr(unsafe.Pointer(&fp)))
+	}
 	if errno != 0 {
 		return -1, fmt.Errorf("seccomp: installing the filter: %w", errno)
 	}
@@ -96,9 +106,45 @@ type Server struct {
 	// the caller's exit implies its reports were made). It is called from
 	// Serve's goroutine.
 	Report func(*Event)
+	// Handle answers a call of a Handled rule. It runs on Serve's goroutine
+	// and must be quick: it returns the answer, or (with slow set) only
+	// decides that slow, run in a goroutine of its own, will (it may take
+	// long: other calls are answered meanwhile, and Quiesce waits for it).
+	// Nil: such calls proceed (SECCOMP_USER_NOTIF_FLAG_CONTINUE).
+	Handle func(ctx context.Context, n *Notification) (a Answer, slow func() Answer)
 
 	// answering is held while one notification is answered (Quiesce).
 	answering sync.Mutex
+	// handlers counts the Handle calls under way; idle is signalled when it
+	// drops to 0.
+	mu       sync.Mutex
+	handlers int
+	idle     *sync.Cond
+}
+
+// Notification is a pending call handed to Server.Handle.
+type Notification struct {
+	Call
+	id uint64
+	fd int
+}
+
+// Valid reports whether the call is still pending: its caller has not died
+// (or been interrupted, on a kernel without WAIT_KILLABLE_RECV). What was
+// read of /proc/PID before Valid returned true was the caller's, not a
+// process that reused its pid.
+func (n *Notification) Valid() bool {
+	id := n.id
+	return ioctl(n.fd, ioctlNotifIDValid, unsafe.Pointer(&id)) == nil
+}
+
+// Answer is Handle's answer to a call.
+type Answer struct {
+	// Continue lets the call run as the caller made it; Val and Errno are
+	// then unused.
+	Continue bool
+	Val      int64      // the call's return value when Errno is 0
+	Errno    unix.Errno // what the caller gets, or 0
 }
 
 // Quiesce waits until no notification is being answered. Once every process
@@ -107,16 +153,39 @@ type Server struct {
 // unanswered took its pending notification with it. So a trial can take its
 // violations at once, without waiting for Serve to see the filter's last
 // user go (which costs a few thread wake-ups).
+//
+// It also waits until every Handle call has answered: a trial walks its
+// upper dirs after Quiesce, and a handled call changes them. A handler whose
+// caller died stops at its next Valid check.
 func (s *Server) Quiesce() {
 	s.answering.Lock()
 	//lint:ignore SA2001 an empty critical section: waiting for the holder is the point
 	s.answering.Unlock()
+	s.waitHandlers()
+}
+
+func (s *Server) waitHandlers() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for s.handlers > 0 {
+		s.cond().Wait()
+	}
+}
+
+// cond returns idle, made on first use; s.mu must be held.
+func (s *Server) cond() *sync.Cond {
+	if s.idle == nil {
+		s.idle = sync.NewCond(&s.mu)
+	}
+	return s.idle
 }
 
 // Serve answers notifications on fd until no process uses the filter any more
 // (the kernel then reports POLLHUP), or ctx is done. It closes fd.
 func (s *Server) Serve(ctx context.Context, fd int) error {
 	defer unix.Close(fd)
+	// The handlers answer on fd: it stays open until they are done.
+	defer s.waitHandlers()
 	wake, err := unix.Eventfd(0, unix.EFD_CLOEXEC|unix.EFD_NONBLOCK)
 	if err != nil {
 		return fmt.Errorf("seccomp: eventfd: %w", err)
@@ -140,7 +209,7 @@ func (s *Server) Serve(ctx context.Context, fd int) error {
 		}
 		if fds[0].Revents&unix.POLLIN != 0 {
 			s.answering.Lock()
-			err := s.answer(fd)
+			err := s.answer(ctx, fd)
 			s.answering.Unlock()
 			if err != nil {
 				return err
@@ -153,7 +222,7 @@ func (s *Server) Serve(ctx context.Context, fd int) error {
 	}
 }
 
-func (s *Server) answer(fd int) error {
+func (s *Server) answer(ctx context.Context, fd int) error {
 	var n notif // the kernel wants it zeroed
 	if err := ioctl(fd, unix.SECCOMP_IOCTL_NOTIF_RECV, unsafe.Pointer(&n)); err != nil {
 		if err == unix.EINTR || err == unix.ENOENT {
@@ -163,6 +232,23 @@ func (s *Server) answer(fd int) error {
 	}
 	c := &Call{PID: int(n.PID), Arch: n.Arch, Nr: int(n.Nr), Args: n.Args}
 	resp := notifResp{ID: n.ID}
+	if c.Arch == nativeArch && (x32Bit == 0 || c.Nr&x32Bit == 0) {
+		if r := s.Profile.Lookup(c.Nr, c.Args); r != nil && r.Handled {
+			if s.Handle == nil {
+				resp.Flags = unix.SECCOMP_USER_NOTIF_FLAG_CONTINUE
+				return send(fd, &resp)
+			}
+			a, slow := s.Handle(ctx, &Notification{Call: *c, id: n.ID, fd: fd})
+			if slow == nil {
+				return send(fd, a.resp(n.ID))
+			}
+			s.mu.Lock()
+			s.handlers++
+			s.mu.Unlock()
+			go s.handle(fd, n.ID, slow)
+			return nil
+		}
+	}
 	if s.Continue != nil && s.Continue(c) {
 		resp.Flags = unix.SECCOMP_USER_NOTIF_FLAG_CONTINUE
 	} else {
@@ -177,7 +263,37 @@ func (s *Server) answer(fd int) error {
 			s.Report(ev)
 		}
 	}
-	if err := ioctl(fd, unix.SECCOMP_IOCTL_NOTIF_SEND, unsafe.Pointer(&resp)); err != nil && err != unix.ENOENT {
+	return send(fd, &resp)
+}
+
+// handle runs a slow Handle answer and sends it.
+func (s *Server) handle(fd int, id uint64, slow func() Answer) {
+	defer func() {
+		s.mu.Lock()
+		s.handlers--
+		if s.handlers == 0 {
+			s.cond().Broadcast()
+		}
+		s.mu.Unlock()
+	}()
+	send(fd, slow().resp(id)) // ENOENT: the caller died meanwhile; nothing else can fail here
+}
+
+func (a Answer) resp(id uint64) *notifResp {
+	resp := &notifResp{ID: id}
+	switch {
+	case a.Continue:
+		resp.Flags = unix.SECCOMP_USER_NOTIF_FLAG_CONTINUE
+	case a.Errno != 0:
+		resp.Error = -int32(a.Errno)
+	default:
+		resp.Val = a.Val
+	}
+	return resp
+}
+
+func send(fd int, resp *notifResp) error {
+	if err := ioctl(fd, unix.SECCOMP_IOCTL_NOTIF_SEND, unsafe.Pointer(resp)); err != nil && err != unix.ENOENT {
 		return fmt.Errorf("seccomp: answering a notification: %w", err)
 	}
 	return nil

@@ -41,6 +41,11 @@ type Rule struct {
 	Errno unix.Errno // what the caller sees
 	Conds []Cond     // all must match; none: always
 	Why   string     // the reason, for docs and reports
+	// Handled hands the call to the supervisor to perform or let through
+	// (Server.Handle) instead of refusing it: the call returns
+	// SECCOMP_RET_USER_NOTIF, or is allowed where there is no supervisor
+	// (Program without notify). Errno and Conds are unused.
+	Handled bool
 	// Silent answers with Errno in the filter itself, without a report. Only
 	// for calls refused as a matter of mechanism, not policy: clone3 is
 	// refused with ENOSYS so that libc falls back to clone, whose flags the
@@ -133,6 +138,13 @@ func Default() *Profile {
 	return &Profile{Rules: rs}
 }
 
+// Handle adds a Handled rule for each call named (see Rule.Handled).
+func (p *Profile) Handle(why string, names ...string) {
+	for _, n := range names {
+		p.Rules = append(p.Rules, Rule{Name: n, Handled: true, Why: why})
+	}
+}
+
 // Lookup returns the first rule for call nr whose conditions match args, or
 // nil. The supervisor uses it to answer a notification with the rule's errno
 // and reason.
@@ -184,7 +196,7 @@ func (p *Profile) Names() []string {
 	seen := map[string]bool{}
 	var out []string
 	for _, r := range p.Rules {
-		if _, ok := t[r.Name]; ok && !seen[r.Name] {
+		if _, ok := t[r.Name]; ok && !seen[r.Name] && !r.Handled {
 			seen[r.Name] = true
 			out = append(out, r.Name)
 		}

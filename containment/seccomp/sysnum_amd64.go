@@ -76,5 +76,8 @@ func table() map[string]int {
 		"socket":            unix.SYS_SOCKET,
 		"ioctl":             unix.SYS_IOCTL,
 		"prlimit64":         unix.SYS_PRLIMIT64,
+		"rename":            unix.SYS_RENAME,
+		"renameat":          unix.SYS_RENAMEAT,
+		"renameat2":         unix.SYS_RENAMEAT2,
 	}
 }

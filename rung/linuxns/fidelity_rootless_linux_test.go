@@ -8,8 +8,7 @@ import (
 )
 
 // TestTrialFileFidelityRootless is TestTrialFileFidelity as an unprivileged
-// caller: all but the rename of a host dir, which fails there with EXDEV (a
-// user namespace refuses redirect_dir=on).
+// caller, the rename of a host dir included (the supervisor's renamer).
 func TestTrialFileFidelityRootless(t *testing.T) {
 	if rootless.Active() {
 		t.Skip("the rootless run itself")

@@ -123,8 +123,6 @@ const (
 	// rewrite (and its mtime) is not in the delta and commit leaves the old
 	// mtime. Closing it needs a decision on the contract, not a fix.
 	causeTouch = "a change of mtime alone (touch, a rewrite with the same bytes, git freshening an object) is not in the delta (the contract: rewriting identical bytes is not a change), so commit leaves the old mtime"
-	// A user namespace refuses overlayfs's redirect_dir=on.
-	causeDir = "rootless, rename(2) of a directory that exists on the host fails with EXDEV in the trial: a user namespace refuses overlayfs's redirect_dir=on"
 	// In a user namespace overlayfs reports a new link to a host file with
 	// the upper's inode number while the host name keeps the lower's.
 	causeClone = "rootless, git's local clone aborts with \"fatal: hardlink different from source\": a new link to a host file shows another inode number than the file, even with xino"
@@ -133,10 +131,8 @@ const (
 var knownDiffering = []knownFailure{
 	{"git_branch_merge", "", causeTouch},
 	{"git_clone_local", "rootless", causeClone},
-	{"node_fs_rename", "rootless", causeDir + " (fs.renameSync of a/sub throws, the rest of the script does not run)"},
 	{"c_make_incremental", "", causeTouch + " (the touched header, and objects rebuilt with the same bytes)"},
 	{"sed_inplace", "", causeTouch + " (sed -i rewrites a file without a match)"},
-	{"python_rename_host_dir", "rootless", causeDir},
 }
 
 // known returns the entry for workload w in mode, if there is one.

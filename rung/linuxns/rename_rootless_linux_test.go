@@ -1,0 +1,18 @@
+package linuxns_test
+
+import (
+	"testing"
+	"time"
+
+	"github.com/dryexec/dryexec/internal/rootless"
+)
+
+// TestTrialDirRenameRootless runs the dir-rename tests as an unprivileged
+// caller, where the supervisor's renamer does what redirect_dir=on does as
+// root.
+func TestTrialDirRenameRootless(t *testing.T) {
+	if rootless.Active() {
+		t.Skip("the rootless run itself")
+	}
+	rootless.Rerun(t, "^TestTrialDirRename", 5*time.Minute)
+}
