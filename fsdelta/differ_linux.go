@@ -9,6 +9,7 @@ import (
 	"io"
 	"os"
 	"path"
+	"slices"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -58,6 +59,10 @@ type Differ struct {
 
 	deadline time.Time // SetDeadline's
 	expired  bool      // the deadline cut work short
+
+	// hidden are host paths the sandbox saw masked or hidden (SetHidden);
+	// crossed, those of them the Differ was asked to look into.
+	hidden, crossed []string
 
 	forceOwner         bool // SetOwner was called
 	ownerUID, ownerGID int
@@ -132,6 +137,36 @@ func (d *Differ) owner(e *Entry) (int, int) {
 		return d.ownerUID, d.ownerGID
 	}
 	return e.UID, e.GID
+}
+
+// SetHidden names host paths (absolute, clean) that the sandbox saw masked
+// or hidden: credential masks, dryexec's own state. The Differ never opens,
+// lists or reads anything at or beneath them. A dir renamed or replaced
+// around one (redirect_dir=on lets the kernel move a dir that holds a mount)
+// would otherwise have the Differ report the host's tree beneath it, secret
+// contents included; instead that part is left out and Crossed names it.
+// Call it before the first Add.
+func (d *Differ) SetHidden(hostPaths []string) {
+	d.hidden = hostPaths
+}
+
+// Crossed lists the hidden paths (SetHidden) the Differ refused to look into:
+// when it is not empty, the delta does not report everything the command did
+// there and must say so (StateDelta.Incomplete).
+func (d *Differ) Crossed() []string { return d.crossed }
+
+// isHidden reports whether host path hp is at or beneath a hidden path, and
+// records it.
+func (d *Differ) isHidden(hp string) bool {
+	for _, h := range d.hidden {
+		if hp == h || (strings.HasPrefix(hp, h) && (h == "/" || hp[len(h)] == '/')) {
+			if len(d.crossed) < 16 && !slices.Contains(d.crossed, h) {
+				d.crossed = append(d.crossed, h)
+			}
+			return true
+		}
+	}
+	return false
 }
 
 // Close releases the host fds the Differ holds.
@@ -987,6 +1022,9 @@ func (d *Differ) lookupHost(m int, p string) (lower, error) {
 // Only the last name of p goes to openat2, relative to an fd of its parent dir
 // (dirFD): p may be longer than PATH_MAX.
 func (d *Differ) openLower(m int, p string, flags int) (int, error) {
+	if len(d.hidden) > 0 && d.isHidden(d.hostPath(m, p)) {
+		return -1, nil // as if the host had nothing there; Crossed says it did
+	}
 	dir, name := path.Split(p)
 	parent, err := d.dirFD(m, strings.TrimSuffix(dir, "/"))
 	if err != nil || parent < 0 {

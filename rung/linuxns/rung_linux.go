@@ -732,6 +732,7 @@ func (t *trial) converse() (*dryexec.StateDelta, error) {
 	if t.spec.SpillDir != "" {
 		differ.SpillTo(t.spec.SpillDir, 0)
 	}
+	// disabled
 	if os.Getuid() != 0 {
 		// The guest sees the ids of its own user namespace (what the
 		// command made shows as 0 there): the caller owns what it wrote.
@@ -805,10 +806,16 @@ func (t *trial) converse() (*dryexec.StateDelta, error) {
 			} else {
 				d.Process.PeakRSSBytes = d.Memory.PeakRSSBytes
 			}
+			if crossed := differ.Crossed(); len(crossed) > 0 {
+				d.Incomplete = true
+				d.IncompleteReason = joinReasons(d.IncompleteReason, fmt.Sprintf(
+					"the command moved or replaced a directory holding a masked or hidden path (%s); what the host has there is not reported",
+					strings.Join(quoteAll(crossed), ", ")))
+			}
 			if differ.Expired() {
 				d.Incomplete = true
-				d.IncompleteReason = fmt.Sprintf("the trial ran out of time to collect what it wrote (%s after the command's start): "+
-					"files past it are listed with their size, without their content", deadline.Sub(started).Round(time.Millisecond))
+				d.IncompleteReason = joinReasons(d.IncompleteReason, fmt.Sprintf("the trial ran out of time to collect what it wrote (%s after the command's start): "+
+					"files past it are listed with their size, without their content", deadline.Sub(started).Round(time.Millisecond)))
 			}
 			d.Normalize()
 			d.ComputeTotals()
@@ -957,4 +964,26 @@ func (r *dataReader) Discard() error {
 			return err
 		}
 	}
+}
+
+// hiddenHostPaths are the host paths this trial's sandbox saw masked or
+// hidden, which the Differ must never read (fsdelta.Differ.SetHidden).
+func (t *trial) hiddenHostPaths() []string {
+	return append(slices.Clone(t.sb.Masks), t.sb.Hidden...)
+}
+
+// joinReasons appends reason to an earlier one, if any.
+func joinReasons(earlier, reason string) string {
+	if earlier == "" {
+		return reason
+	}
+	return earlier + "; " + reason
+}
+
+func quoteAll(paths []string) []string {
+	out := make([]string, len(paths))
+	for i, p := range paths {
+		out[i] = dryexec.QuotePath(p)
+	}
+	return out
 }

@@ -230,6 +230,9 @@ func (t *trial) hostWalk(ctx context.Context) ([]dryexec.FileChange, error) {
 	if os.Getuid() != 0 {
 		differ.SetOwner(os.Getuid(), os.Getgid())
 	}
+	// Never read what the sandbox saw masked; the delta is Incomplete (and
+	// blocked) anyway, so what was left out needs no reason of its own.
+	differ.SetHidden(t.hiddenHostPaths())
 	conn := wire.NewConn(ctrl)
 	var werr error
 	for werr == nil {
