@@ -16,3 +16,12 @@ func TestTrialDirRenameRootless(t *testing.T) {
 	}
 	rootless.Rerun(t, "^TestTrialDirRename", 5*time.Minute)
 }
+
+// TestRenamedDirHoldingMaskRootless: the same as an unprivileged caller (the
+// supervisor's renamer refuses a tree holding a mount).
+func TestRenamedDirHoldingMaskRootless(t *testing.T) {
+	if rootless.Active() {
+		t.Skip("the rootless run itself")
+	}
+	rootless.Rerun(t, "^TestRenamedDirHoldingMaskLeaksNothing$", 2*time.Minute)
+}

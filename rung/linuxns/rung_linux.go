@@ -732,7 +732,7 @@ func (t *trial) converse() (*dryexec.StateDelta, error) {
 	if t.spec.SpillDir != "" {
 		differ.SpillTo(t.spec.SpillDir, 0)
 	}
-	// disabled
+	differ.SetHidden(t.hiddenHostPaths())
 	if os.Getuid() != 0 {
 		// The guest sees the ids of its own user namespace (what the
 		// command made shows as 0 there): the caller owns what it wrote.
