@@ -14,10 +14,11 @@ const filesMember = "\n  \"files\": []"
 
 // WriteJSON writes d to w exactly as json.MarshalIndent(d, "", "  ") and a
 // newline would, but one FileChange at a time: a delta of a million files
-// never exists whole as JSON in memory (hundreds of MB).
+// never exists whole as JSON in memory (hundreds of MB). Touched, which
+// follows Files and is left out when empty, is streamed the same way.
 func (d *StateDelta) WriteJSON(w io.Writer) error {
 	c := *d
-	c.Files, c.fileSrc = []FileChange{}, nil
+	c.Files, c.fileSrc, c.Touched = []FileChange{}, nil, nil
 	head, err := json.MarshalIndent(&c, "", "  ")
 	if err != nil {
 		return err
@@ -27,29 +28,43 @@ func (d *StateDelta) WriteJSON(w io.Writer) error {
 		return fmt.Errorf("dryexec: encoding the delta: no files member")
 	}
 	bw := bufio.NewWriterSize(w, 64<<10)
-	if d.NumFiles() == 0 {
-		bw.Write(head)
-	} else {
-		bw.Write(head[:i+len(filesMember)-1])
-		k := 0
-		if err := d.EachFile(func(f *FileChange) error {
-			if k > 0 {
-				bw.WriteByte(',')
-			}
-			k++
-			bw.WriteString("\n    ")
-			b, err := json.MarshalIndent(f, "    ", "  ")
-			if err != nil {
+	bw.Write(head[:i+len(filesMember)-1])
+	k := 0
+	if err := d.EachFile(func(f *FileChange) error {
+		k++
+		return writeChange(bw, k, f)
+	}); err != nil {
+		return err
+	}
+	if k > 0 {
+		bw.WriteString("\n  ")
+	}
+	bw.WriteByte(']')
+	if len(d.Touched) > 0 {
+		bw.WriteString(",\n  \"touched\": [")
+		for k := range d.Touched {
+			if err := writeChange(bw, k+1, &d.Touched[k]); err != nil {
 				return err
 			}
-			_, err = bw.Write(b)
-			return err
-		}); err != nil {
-			return err
 		}
 		bw.WriteString("\n  ]")
-		bw.Write(head[i+len(filesMember):])
 	}
+	bw.Write(head[i+len(filesMember):])
 	bw.WriteByte('\n')
 	return bw.Flush()
+}
+
+// writeChange writes f, the k-th (from 1) member of an array of changes, as
+// MarshalIndent indents it one level below the top.
+func writeChange(bw *bufio.Writer, k int, f *FileChange) error {
+	if k > 1 {
+		bw.WriteByte(',')
+	}
+	bw.WriteString("\n    ")
+	b, err := json.MarshalIndent(f, "    ", "  ")
+	if err != nil {
+		return err
+	}
+	_, err = bw.Write(b)
+	return err
 }

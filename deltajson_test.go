@@ -3,13 +3,15 @@ package dryexec
 import (
 	"bytes"
 	"encoding/json"
+	"reflect"
 	"strings"
 	"testing"
 )
 
 // TestWriteJSON: the streamed encoding is byte for byte json.MarshalIndent's,
 // whatever the files hold (none, a non-UTF-8 path, HTML-escaped characters, a
-// member named "files" elsewhere).
+// member named "files" elsewhere), with and without touched entries, which
+// survive a round trip exactly (a non-UTF-8 path too).
 func TestWriteJSON(t *testing.T) {
 	tests := []struct {
 		name string
@@ -21,6 +23,12 @@ func TestWriteJSON(t *testing.T) {
 			{Path: "/w/\xff\xfe", Op: OpSymlink, Kind: KindSymlink, LinkTarget: "\x80"},
 			{Path: "/w/c", Op: OpDelete, Kind: KindFile},
 		}}},
+		{"touched", StateDelta{Files: []FileChange{{Path: "/w/a", Op: OpCreate, Kind: KindFile}},
+			Touched: []FileChange{
+				{Path: "/w/t\xff", Op: OpTouch, Kind: KindFile, Size: 2, MtimeNS: 5, BeforeMtimeNS: 4},
+				{Path: "/w", Op: OpTouch, Kind: KindDir, MtimeNS: 7},
+			}}},
+		{"touched only", StateDelta{Touched: []FileChange{{Path: "/w/t", Op: OpTouch, Kind: KindFile}}}},
 		{"files elsewhere", StateDelta{Action: Action{Env: map[string]string{"files": "[]", "x": "\n  \"files\": []"}},
 			Files: []FileChange{{Path: "/w/a"}}, Warnings: []string{"\n  \"files\": []"}}},
 	}
@@ -55,6 +63,13 @@ func TestWriteJSON(t *testing.T) {
 			}
 			if string(indented) != string(want) {
 				t.Fatalf("spilled, json.MarshalIndent: got\n%s\nwant\n%s", indented, want)
+			}
+			var back StateDelta
+			if err := json.Unmarshal(got.Bytes(), &back); err != nil {
+				t.Fatal(err)
+			}
+			if !reflect.DeepEqual(back.Touched, tt.d.Touched) {
+				t.Errorf("touched after a round trip: %+v, want %+v", back.Touched, tt.d.Touched)
 			}
 		})
 	}

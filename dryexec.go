@@ -36,12 +36,20 @@ func (a Action) Timeout() time.Duration { return time.Duration(a.TimeoutMS) * ti
 // StateDelta is everything one trial did, as the host would see it if committed.
 // Its JSON form is the contract `dryexec.statedelta/v1` (schema/statedelta.v1.json).
 type StateDelta struct {
-	Schema     string         `json:"schema"`
-	TrialID    string         `json:"trial_id"`
-	Rung       string         `json:"rung"`
-	Action     Action         `json:"action"`
-	Process    Process        `json:"process"`
-	Files      []FileChange   `json:"files"`
+	Schema  string       `json:"schema"`
+	TrialID string       `json:"trial_id"`
+	Rung    string       `json:"rung"`
+	Action  Action       `json:"action"`
+	Process Process      `json:"process"`
+	Files   []FileChange `json:"files"`
+	// Touched lists the paths whose only change is their mtime (op touch):
+	// content, mode, kind, owner and link target are as the host has them
+	// (touch, sed -i or a rebuild writing identical bytes, git freshening an
+	// object, a directory that gained and lost an entry). Not changes in the
+	// contract's sense, so not in Files nor in Totals and not seen by the
+	// policy; commit sets these mtimes, so that make and other mtime-driven
+	// tools see what they saw in the trial.
+	Touched    []FileChange   `json:"touched,omitempty"`
 	Network    []NetworkEvent `json:"network"`
 	Memory     Memory         `json:"memory"`
 	Violations []Violation    `json:"violations"`
@@ -114,6 +122,9 @@ const (
 	OpMkdir   Op = "mkdir"
 	OpRmdir   Op = "rmdir"
 	OpSymlink Op = "symlink"
+	// OpTouch is only in StateDelta.Touched: the path's mtime moved and
+	// nothing else about it changed.
+	OpTouch Op = "touch"
 )
 
 // Kind is the type of the path after the change (before it, for delete/rmdir).
@@ -158,6 +169,10 @@ type FileChange struct {
 	// epoch) on a created or modified file, directory or symlink; commit sets it,
 	// as cp -a does, so that make and .pyc checks see what they saw in the trial.
 	MtimeNS int64 `json:"mtime_ns,omitempty"`
+	// BeforeMtimeNS is the host's mtime when the trial started, on a touch
+	// (StateDelta.Touched): commit refuses to set MtimeNS over a file whose
+	// mtime moved since.
+	BeforeMtimeNS int64 `json:"before_mtime_ns,omitempty"`
 	// LinkGroup, when not 0, is shared by every path in this delta that is one
 	// inode (hard links) after the trial; commit links them instead of copying.
 	LinkGroup int `json:"link_group,omitempty"`

@@ -50,6 +50,12 @@ func populated() dryexec.StateDelta {
 				LinkTarget: "build"},
 			{Path: "/work/proj/fifo", Op: dryexec.OpCreate, Kind: dryexec.KindOther, Mode: "0644"},
 		},
+		Touched: []dryexec.FileChange{
+			{Path: "/work/proj/util.o", Op: dryexec.OpTouch, Kind: dryexec.KindFile, Size: 12, Mode: "0644",
+				SHA256: hashA, MtimeNS: 1_700_000_000_123_456_789, BeforeMtimeNS: 1_600_000_000_000_000_001},
+			{Path: "/work/proj/caf\xe9", Op: dryexec.OpTouch, Kind: dryexec.KindDir, Mode: "0755",
+				MtimeNS: 1_700_000_000_000_000_000, BeforeMtimeNS: 1_600_000_000_000_000_000},
+		},
 		Network: []dryexec.NetworkEvent{{
 			Proto: "https", Method: "POST", URL: "https://api.example/v1/charges", Host: "api.example",
 			Port: 443, Status: 200, Action: "mocked", Reason: "openapi mock", BytesIn: 120, BytesOut: 64,
@@ -113,12 +119,13 @@ func TestValidDocuments(t *testing.T) {
 func TestPopulatedCoversEnums(t *testing.T) {
 	ops := map[dryexec.Op]bool{}
 	kinds := map[dryexec.Kind]bool{}
-	for _, f := range populated().Files {
+	d := populated()
+	for _, f := range append(d.Files, d.Touched...) {
 		ops[f.Op] = true
 		kinds[f.Kind] = true
 	}
 	for _, op := range []dryexec.Op{dryexec.OpCreate, dryexec.OpModify, dryexec.OpDelete, dryexec.OpChmod,
-		dryexec.OpMkdir, dryexec.OpRmdir, dryexec.OpSymlink} {
+		dryexec.OpMkdir, dryexec.OpRmdir, dryexec.OpSymlink, dryexec.OpTouch} {
 		if !ops[op] {
 			t.Errorf("fixture lacks op %q", op)
 		}
@@ -133,6 +140,7 @@ func TestPopulatedCoversEnums(t *testing.T) {
 func TestInvalidDocuments(t *testing.T) {
 	v := newValidator(t)
 	file0 := func(m map[string]any) map[string]any { return m["files"].([]any)[0].(map[string]any) }
+	touched0 := func(m map[string]any) map[string]any { return m["touched"].([]any)[0].(map[string]any) }
 	tests := []struct {
 		name   string
 		mutate func(m map[string]any)
@@ -143,6 +151,10 @@ func TestInvalidDocuments(t *testing.T) {
 		{"unknown nested field", func(m map[string]any) { file0(m)["owner"] = "root" }},
 		{"relative file path", func(m map[string]any) { file0(m)["path"] = "work/proj/new.txt" }},
 		{"bad op", func(m map[string]any) { file0(m)["op"] = "rename" }},
+		{"touch among files", func(m map[string]any) { file0(m)["op"] = "touch" }},
+		{"create among touched", func(m map[string]any) { touched0(m)["op"] = "create" }},
+		{"touched null", func(m map[string]any) { m["touched"] = nil }},
+		{"touched path relative", func(m map[string]any) { touched0(m)["path"] = "work/proj/util.o" }},
 		{"bad mode", func(m map[string]any) { file0(m)["mode"] = "999" }},
 		{"sha256 too short", func(m map[string]any) { file0(m)["sha256"] = "abc123" }},
 		{"files null", func(m map[string]any) { m["files"] = nil }},
