@@ -53,7 +53,9 @@ type Differ struct {
 	// held back until Finish knows the inode has another path in the delta.
 	links     map[linkKey][]int
 	linkOrder []linkKey
-	heldBack  map[linkKey][]dryexec.FileChange
+	heldBack  map[linkKey][]held
+	// touched are the paths whose only change is their mtime (Touched).
+	touched []dryexec.FileChange
 
 	diffBytes int64 // of every Diff so far (maxDiffTotal)
 
@@ -93,6 +95,13 @@ type redirect struct {
 	p, src string
 }
 
+// held is a host file that only gained a link, held back until Finish: fc
+// is its change should it join a link group, touch (Path "" for none) its
+// touch should it not.
+type held struct {
+	fc, touch dryexec.FileChange
+}
+
 // linkKey is one inode: of an upper dir (an inode number the guest reported)
 // or of the host (a file shown through a renamed dir).
 type linkKey struct {
@@ -113,7 +122,7 @@ func NewDiffer(mounts []Mount, blobs dryexec.BlobSink, diffMax int64) *Differ {
 		changes:  newSpool("", 0),
 		seen:     map[mkey]seen{},
 		links:    map[linkKey][]int{},
-		heldBack: map[linkKey][]dryexec.FileChange{},
+		heldBack: map[linkKey][]held{},
 	}
 	for i := range d.roots {
 		d.roots[i] = -1
@@ -277,6 +286,8 @@ func (d *Differ) add1(e *Entry, content io.Reader) error {
 			// apply (each must come after the other's children).
 			if lo.mode != e.Mode {
 				d.add(dryexec.FileChange{Path: hp, Op: dryexec.OpChmod, Kind: dryexec.KindDir, Mode: mode, BeforeMode: modeString(lo.mode), UID: uid, GID: gid, MtimeNS: e.MtimeNS})
+			} else {
+				d.touch(e, lo, dryexec.FileChange{Path: hp, Kind: dryexec.KindDir, Mode: mode, UID: uid, GID: gid})
 			}
 			d.opaque = append(d.opaque, k)
 			return nil
@@ -307,6 +318,12 @@ func (d *Differ) add1(e *Entry, content io.Reader) error {
 		case lo.kind == dryexec.KindDir:
 			if lo.mode != e.Mode {
 				d.add(dryexec.FileChange{Path: hp, Op: dryexec.OpChmod, Kind: dryexec.KindDir, Mode: mode, BeforeMode: modeString(lo.mode), UID: uid, GID: gid, MtimeNS: e.MtimeNS})
+			} else {
+				// A dir that gained or lost entries (also one made and
+				// removed again: a temp file) has a new mtime and nothing
+				// else; one merely copied up (its child was) keeps the
+				// host's, which overlayfs preserves.
+				d.touch(e, lo, dryexec.FileChange{Path: hp, Kind: dryexec.KindDir, Mode: mode, UID: uid, GID: gid})
 			}
 			if e.Opaque {
 				d.opaque = append(d.opaque, k)
@@ -322,6 +339,7 @@ func (d *Differ) add1(e *Entry, content io.Reader) error {
 		return d.addFile(e, content, lo, hp, mode, uid, gid)
 	case EntrySymlink:
 		if lo.exists && lo.kind == dryexec.KindSymlink && lo.link == e.Link {
+			d.touch(e, lo, dryexec.FileChange{Path: hp, Kind: dryexec.KindSymlink, Mode: "0777", LinkTarget: e.Link, Size: int64(len(e.Link)), UID: uid, GID: gid})
 			return nil
 		}
 		if lo.exists {
@@ -337,6 +355,9 @@ func (d *Differ) add1(e *Entry, content io.Reader) error {
 		}
 		if lo.exists {
 			if lo.kind == kind && lo.mode == e.Mode {
+				if kind == dryexec.KindFIFO { // commit makes no device node or socket: nor touches one
+					d.touch(e, lo, dryexec.FileChange{Path: hp, Kind: kind, Mode: mode, UID: uid, GID: gid})
+				}
 				return nil
 			}
 			if err := d.deleteTree(e.Mount, e.Path, lo); err != nil {
@@ -483,15 +504,23 @@ func (d *Differ) addFile(e *Entry, content io.Reader, lo lower, hp, mode string,
 			same := fc.SHA256 != "" && beforeSHA == fc.SHA256
 			switch {
 			case same && lo.mode == e.Mode:
-				// Rewritten with the same bytes, or only touched: no change,
-				// unless the file is now one inode with another path of the
-				// delta (a hard link made to it copied it up), which commit
-				// must link to it (see Finish).
+				// Rewritten with the same bytes, or only touched: no change
+				// but (where it moved) of the mtime, unless the file is now
+				// one inode with another path of the delta (a hard link made
+				// to it copied it up), which commit must link to it (see
+				// Finish).
+				tc := dryexec.FileChange{Path: hp, Kind: dryexec.KindFile, Mode: mode, Size: e.Size, SHA256: fc.SHA256, UID: uid, GID: gid}
 				if e.Nlink > 1 {
 					fc.Op = dryexec.OpModify
 					lk := linkKey{m: e.Mount, ino: e.Ino}
-					d.heldBack[lk] = append(d.heldBack[lk], fc)
+					h := held{fc: fc}
+					if t, ok := touchOf(e, lo, tc); ok {
+						h.touch = t
+					}
+					d.heldBack[lk] = append(d.heldBack[lk], h)
+					return nil
 				}
+				d.touch(e, lo, tc)
 				return nil
 			case same:
 				fc.Op = dryexec.OpChmod
@@ -625,13 +654,40 @@ func (d *Differ) SpillTo(dir string, spillBytes int) {
 	d.changes.dir, d.changes.spillBytes = dir, spillBytes
 }
 
+// touch records that entry e, at a host path whose state is lo and which fc
+// describes as it is (kind, mode, owner, content or target), changed only in
+// mtime, if it did.
+func (d *Differ) touch(e *Entry, lo lower, fc dryexec.FileChange) {
+	if t, ok := touchOf(e, lo, fc); ok {
+		d.touched = append(d.touched, t)
+	}
+}
+
+// touchOf is fc as a touch when e's mtime differs from the host's and its
+// owner is the host's (a path whose owner moved is not only touched; a chown
+// is not in the contract, so it is left as it was).
+func touchOf(e *Entry, lo lower, fc dryexec.FileChange) (dryexec.FileChange, bool) {
+	if e.MtimeNS == 0 || e.MtimeNS == lo.mtime || fc.UID != lo.uid || fc.GID != lo.gid {
+		return dryexec.FileChange{}, false
+	}
+	fc.Op, fc.MtimeNS, fc.BeforeMtimeNS = dryexec.OpTouch, e.MtimeNS, lo.mtime
+	return fc, true
+}
+
+// Touched returns, once Finish has run, the paths whose only change is their
+// mtime (op touch, in path order): content (sha256 and size), mode, kind,
+// owner and link target are the host's. They are not changes of the contract
+// (Finish does not list them); commit sets their mtimes.
+func (d *Differ) Touched() []dryexec.FileChange { return d.touched }
+
 // Finish reports deletions implied by opaque dirs and the trees of renamed
 // dirs, groups hard links, and returns all changes in an order they can be
 // applied in (changeOrder): by path, a dir before what it holds, a deleted
 // dir after what it held, and a path replaced by another kind with its delete
 // (or its tree's deletes) first. The Differ takes no entries after it.
 // Changes that were spilled (SpillTo) are read back into memory: FinishDelta
-// leaves them where they are.
+// leaves them where they are. The paths whose mtime alone moved are not
+// changes: see Touched.
 func (d *Differ) Finish() ([]dryexec.FileChange, error) {
 	var sd dryexec.StateDelta
 	if err := d.FinishDelta(&sd); err != nil {
@@ -668,6 +724,8 @@ func (d *Differ) FinishDelta(sd *dryexec.StateDelta) error {
 	// tens of MB that the caller's later steps (policy, receipt, store)
 	// need not carry.
 	d.seen, d.noLower, d.opaque, d.links, d.heldBack = nil, nil, nil, nil, nil
+	slices.SortFunc(d.touched, func(a, b dryexec.FileChange) int { return changeOrder(a.Path, false, b.Path, false) })
+	sd.Touched = d.touched
 	files, src, err := d.changes.finish()
 	if err != nil {
 		return err
@@ -688,15 +746,22 @@ func (d *Differ) FinishDelta(sd *dryexec.StateDelta) error {
 // link the other paths to it. Paths of one inode in the upper are one file: a
 // guest reporting otherwise (other content, mode, owner, time) is lying.
 func (d *Differ) groupLinks() error {
-	for lk, held := range d.heldBack {
-		if len(d.links[lk])+len(held) < 2 {
+	for lk, hs := range d.heldBack {
+		if len(d.links[lk])+len(hs) < 2 {
+			// No other path of the delta is this inode: only touched, if
+			// its mtime moved.
+			for _, h := range hs {
+				if h.touch.Path != "" {
+					d.touched = append(d.touched, h.touch)
+				}
+			}
 			continue
 		}
 		if _, ok := d.links[lk]; !ok {
 			d.linkOrder = append(d.linkOrder, lk)
 		}
-		for _, fc := range held {
-			i := d.changes.add(&fc)
+		for _, h := range hs {
+			i := d.changes.add(&h.fc)
 			d.changes.hold(i)
 			d.links[lk] = append(d.links[lk], i)
 		}

@@ -236,19 +236,29 @@ func (m memBlobs) PutBlob(r io.Reader) (string, int64, error) {
 // between guest and host.
 func diffUpperOpts(t testing.TB, upper, lower string, o WalkOptions, diffMax int64) ([]dryexec.FileChange, memBlobs) {
 	t.Helper()
-	changes, blobs := diffUpperSpill(t, upper, lower, o, diffMax, "")
+	got, _, blobs := diffUpperAll(t, upper, lower, o, diffMax)
+	return got, blobs
+}
+
+// diffUpperAll is diffUpperOpts that also returns the touched paths.
+func diffUpperAll(t testing.TB, upper, lower string, o WalkOptions, diffMax int64) ([]dryexec.FileChange, []dryexec.FileChange, memBlobs) {
+	t.Helper()
+	changes, touched, blobs := diffUpperSpill(t, upper, lower, o, diffMax, "")
 	// The same walk again, every change spilled to a file from the first
 	// (SpillTo): the delta read back must be the same, change for change.
-	spilled, _ := diffUpperSpill(t, upper, lower, o, diffMax, t.TempDir())
+	spilled, spilledTouched, _ := diffUpperSpill(t, upper, lower, o, diffMax, t.TempDir())
 	if !reflect.DeepEqual(changes, spilled) {
 		t.Fatalf("spilled changes differ from the in-memory ones:\nmemory:\n%s\nspilled:\n%s", showChanges(lower, changes), showChanges(lower, spilled))
 	}
-	return changes, blobs
+	if !reflect.DeepEqual(touched, spilledTouched) {
+		t.Fatalf("touched differ when spilled:\nmemory:\n%s\nspilled:\n%s", showChanges(lower, touched), showChanges(lower, spilledTouched))
+	}
+	return changes, touched, blobs
 }
 
-// diffUpperSpill is diffUpperOpts' one run: in memory, or with the Differ
+// diffUpperSpill is diffUpperAll's one run: in memory, or with the Differ
 // spilling to spillDir from its first change.
-func diffUpperSpill(t testing.TB, upper, lower string, o WalkOptions, diffMax int64, spillDir string) ([]dryexec.FileChange, memBlobs) {
+func diffUpperSpill(t testing.TB, upper, lower string, o WalkOptions, diffMax int64, spillDir string) ([]dryexec.FileChange, []dryexec.FileChange, memBlobs) {
 	t.Helper()
 	blobs := memBlobs{}
 	d := NewDiffer([]Mount{{Path: lower}}, blobs, diffMax)
@@ -290,7 +300,10 @@ func diffUpperSpill(t testing.TB, upper, lower string, o WalkOptions, diffMax in
 	if err := sd.LoadFiles(); err != nil {
 		t.Fatalf("reading the spilled changes: %v", err)
 	}
-	return sd.Files, blobs
+	if !reflect.DeepEqual(sd.Touched, d.Touched()) {
+		t.Fatalf("FinishDelta's touched differ from Touched()")
+	}
+	return sd.Files, sd.Touched, blobs
 }
 
 // wc is one expected change, path relative to the lower dir.

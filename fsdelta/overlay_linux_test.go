@@ -65,6 +65,14 @@ type ovCase struct {
 	extra  func(t *testing.T, lower, outside string, got []dryexec.FileChange)
 	// redirect: only where dirs can be renamed (redirect_dir=on).
 	redirect bool
+	// touched, when not nil, are exactly the paths the delta must list as
+	// touched (mtime only), in order. Whatever it says, the touched list
+	// must be what the merged view and the lower say (checkTouched).
+	touched []string
+	// oldTimes: every host path gets an mtime long past before the
+	// overlay is mounted, so that a write in the same clock tick as the
+	// tree was built still shows as another mtime.
+	oldTimes bool
 }
 
 // The lower most cases start from.
@@ -125,21 +133,23 @@ func overlayCases() []ovCase {
 			want:  []wc{wModify("a.txt", "one\ntwo\n", "", "0644", "0644", "-one", "-two")},
 		},
 		{
-			name:  "identical rewrite is no change",
+			name:  "identical rewrite is only touched",
 			lower: baseLower,
 			do: func(f fsops) {
 				f.write("a.txt", "one\ntwo\n")
 				f.write("d/b.txt", "bee\n")
 			},
+			touched: []string{"a.txt", "d/b.txt"},
 		},
 		{
-			name:  "touch only is no change",
+			name:  "touch only is only touched",
 			lower: baseLower,
 			do: func(f fsops) {
 				f.touch("a.txt")
 				f.touch("d/b.txt")
 				f.touch("d")
 			},
+			touched: []string{"a.txt", "d", "d/b.txt"},
 		},
 		{
 			name:  "chmod only",
@@ -1162,15 +1172,21 @@ func runOverlayCase(t *testing.T, c ovCase, opts string, wo WalkOptions) {
 		nodes[i].link = strings.ReplaceAll(nodes[i].link, "$OUT", outside)
 	}
 	buildTree(t, lower, nodes)
+	if c.oldTimes {
+		ageTree(t, lower)
+	}
 	lowerBefore, outsideBefore := snapshot(t, lower), snapshot(t, outside)
 
+	lowerStates := pathStates(t, lower)
 	o := mountOverlay(t, lower, opts)
 	c.do(fsops{t, o.merged})
 	view := contentTree(t, o.merged)
 	times := mtimes(t, o.merged)
+	viewStates := pathStates(t, o.merged)
 	o.unmount()
 
-	got, blobs := diffUpperOpts(t, o.upper, lower, wo, diffMax)
+	got, touched, blobs := diffUpperAll(t, o.upper, lower, wo, diffMax)
+	checkTouched(t, lower, got, touched, lowerStates, viewStates, c.touched)
 	want := append([]wc{}, c.want...)
 	for i := range want {
 		want[i].link = strings.ReplaceAll(want[i].link, "$OUT", outside)
