@@ -115,6 +115,16 @@ func (b *overlayBuilder) dir(p string) error {
 				return err
 			}
 		}
+		// A copy keeps the host's mtime, as a lower shows it: overlayfs
+		// preserves it when the sandbox copies the file up without writing
+		// (a chmod, an open for writing), and the host would otherwise see
+		// a touch (fsdelta's Touched) that never happened.
+		if k := cst.Mode & unix.S_IFMT; k == unix.S_IFLNK || (k == unix.S_IFREG && cst.Size <= maxSkeletonCopy && !b.locked[hp]) {
+			ts := []unix.Timespec{unix.NsecToTimespec(cst.Atim.Nano()), unix.NsecToTimespec(cst.Mtim.Nano())}
+			if err := unix.UtimesNanoAt(unix.AT_FDCWD, sp, ts, unix.AT_SYMLINK_NOFOLLOW); err != nil {
+				return fmt.Errorf("copying the times of %s: %w", hp, err)
+			}
+		}
 	}
 	if err := b.overlay(p, skel, target); err != nil {
 		return err

@@ -99,7 +99,7 @@ func (t *trial) salvage(ctx context.Context, cause error) (*dryexec.StateDelta, 
 	a := t.spec.Action
 	d := &dryexec.StateDelta{TrialID: t.spec.TrialID, Rung: Name, Action: a, Incomplete: true}
 	why := []string{fmt.Sprintf("the guest supervisor %s mid-trial (%v)", state, cause)}
-	files, werr := t.hostWalk(ctx)
+	files, touched, werr := t.hostWalk(ctx)
 	switch {
 	case werr != nil && files == nil:
 		why = append(why, fmt.Sprintf("the host could not walk the upper dirs (%v): the file changes are unknown", werr))
@@ -108,7 +108,7 @@ func (t *trial) salvage(ctx context.Context, cause error) (*dryexec.StateDelta, 
 	default:
 		why = append(why, "the files are the host's own walk of the upper dirs")
 	}
-	d.Files = files
+	d.Files, d.Touched = files, touched
 	d.Violations = append(d.Violations, t.seen.Violations...)
 	d.Warnings = append(d.Warnings, t.seen.Warnings...)
 	d.Memory.Method = "none"
@@ -181,13 +181,13 @@ const cldExited = 1
 // the helper is root of a user namespace of its own that maps the caller,
 // which owns every upper entry: it can read what the command made unreadable
 // (mode 000), as the guest could.
-func (t *trial) hostWalk(ctx context.Context) ([]dryexec.FileChange, error) {
+func (t *trial) hostWalk(ctx context.Context) (files, touched []dryexec.FileChange, err error) {
 	if t.scratch == nil {
-		return nil, errors.New(t.scratchErr)
+		return nil, nil, errors.New(t.scratchErr)
 	}
 	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
 	if err != nil {
-		return nil, fmt.Errorf("socketpair: %w", err)
+		return nil, nil, fmt.Errorf("socketpair: %w", err)
 	}
 	unix.SetNonblock(fds[0], true)
 	ctrl := os.NewFile(uintptr(fds[0]), "walk")
@@ -211,7 +211,7 @@ func (t *trial) hostWalk(ctx context.Context) ([]dryexec.FileChange, error) {
 	err = cmd.Start()
 	helperEnd.Close()
 	if err != nil {
-		return nil, fmt.Errorf("starting the walk helper: %w", err)
+		return nil, nil, fmt.Errorf("starting the walk helper: %w", err)
 	}
 	// The helper starts a process of its own (tens of ms, more on a busy
 	// host): a short WalkGrace, which bounds the guest's report, must not
@@ -250,17 +250,18 @@ func (t *trial) hostWalk(ctx context.Context) ([]dryexec.FileChange, error) {
 		case f.Verb == wire.VerbFSEntry:
 			werr = t.addEntry(conn, differ, f)
 		case f.Verb == wire.VerbTrialDone:
-			return differ.Finish()
+			files, err := differ.Finish()
+			return files, differ.Touched(), err
 		default:
 			werr = fmt.Errorf("unexpected %s %q from the walk", f.Kind, f.Verb)
 		}
 	}
 	if se := (*fsdelta.StoreError)(nil); errors.As(werr, &se) {
-		return nil, werr
+		return nil, nil, werr
 	}
-	files, err := differ.Finish()
+	files, err = differ.Finish()
 	if err != nil {
-		return nil, werr
+		return nil, nil, werr
 	}
-	return files, werr
+	return files, differ.Touched(), werr
 }
