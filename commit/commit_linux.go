@@ -23,7 +23,7 @@ import (
 // Apply commits the selected changes of d to the host, or changes nothing and
 // returns an error (a *dryexec.CommitConflictError when the host moved on).
 func Apply(ctx context.Context, d *dryexec.StateDelta, opt Options) ([]dryexec.FileChange, error) {
-	changes, err := selectChanges(d, opt.Paths)
+	changes, touched, err := selectChanges(d, opt.Paths)
 	if err != nil {
 		return nil, err
 	}
@@ -34,6 +34,7 @@ func Apply(ctx context.Context, d *dryexec.StateDelta, opt Options) ([]dryexec.F
 	if err != nil {
 		return nil, err
 	}
+	pl.touched = touched
 	if err := pl.check(d.TrialID, opt); err != nil {
 		return nil, err
 	}
@@ -127,11 +128,16 @@ func (pl *plan) check(trialID string, opt Options) error {
 			fixes[p] = v
 		}
 	}
+	tconflicts, touches, err := pl.checkTouches(dirs, forced)
+	if err != nil {
+		return err
+	}
+	conflicts = append(conflicts, tconflicts...)
 	if len(conflicts) > 0 {
 		return &dryexec.CommitConflictError{TrialID: trialID, Conflicts: conflicts}
 	}
 	pl.adapt(fixes, hostModes)
-	return nil
+	return pl.addTouchSteps(dirs, touches)
 }
 
 // forceFix says how forcing a conflict adapts the plan.
@@ -743,6 +749,9 @@ func (w fdWriter) Write(p []byte) (int, error) {
 
 // do carries out one step.
 func (a *applier) do(s *step) error {
+	if s.Kind == stepTouch {
+		return nil // once applied (finish)
+	}
 	dfd, err := a.dir(s.Path)
 	if err != nil {
 		return err
@@ -894,6 +903,9 @@ func underCreated(p string, created map[string]bool) bool {
 }
 
 func undoStep(s step, created map[string]bool, dirs *dirs) error {
+	if s.Kind == stepTouch {
+		return nil // set only once the commit is applied: nothing to undo
+	}
 	dfd, err := dirs.open(path.Dir(s.Path))
 	switch {
 	case errors.Is(err, unix.ENOENT):
@@ -1012,6 +1024,10 @@ func finish(j *journal) {
 			dirs.forget(p)
 			removeAllAt(dfd, path.Base(p))
 		}
+	}
+	// Last, the mtimes: the deletes above moved their dirs'.
+	if applyTouches(j, dirs) {
+		dirs.sync()
 	}
 }
 

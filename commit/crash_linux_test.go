@@ -341,8 +341,9 @@ func TestNotRoot(t *testing.T) {
 	const uid = 65534
 	u := func(n node) node { return n.own(uid, uid) }
 	before := tree{"mine.txt": u(reg("mine\n", 0o644)), "del": u(reg("del\n", 0o644)), "x": u(reg("x\n", 0o644)),
-		"src": u(dir(0o755)), "src/old": u(reg("old\n", 0o644))}
+		"src": u(dir(0o755)), "src/old": u(reg("old\n", 0o644)), "theirs": reg("theirs\n", 0o666)}
 	f := newFx(t, before)
+	f.age()
 	// The user needs to reach everything: the test's temp dirs are 0700 root's.
 	for d := f.base; d != os.TempDir() && d != "/"; d = filepath.Dir(d) {
 		os.Chmod(d, 0o755)
@@ -350,7 +351,9 @@ func TestNotRoot(t *testing.T) {
 	os.Chown(f.root, uid, uid)
 	os.MkdirAll(f.jdir, 0o700)
 	os.Chown(f.jdir, uid, uid)
-	d := f.delta(
+	// Touched: the user's own file (its mtime is set) and root's, whose
+	// mtime the user may not set: left as it is, the commit goes on.
+	d := f.deltaT(changeList{f.touched("src/old", trialNS(1)), f.touched("theirs", trialNS(2))},
 		f.modify("mine.txt", "mine\n", 0o644, "mine 2\n", 0o600),
 		f.del("del", "del\n", 0o644),
 		f.chmodFile("x", "x\n", 0o644, 0o755),
@@ -388,7 +391,8 @@ func TestNotRoot(t *testing.T) {
 		"mod": u(dir(0o555)), "mod/a.go": u(reg("package a\n", 0o444)), "mod/sub": u(dir(0o555)),
 		"mod/sub/b.go": u(reg("package b\n", 0o444)), "mod/sub/ln": u(sym("b.go")),
 		"src": u(dir(0o755)), "src/old": u(reg("old\n", 0o644)), "src/new": u(reg("new\n", 0o644)),
-		"wx": u(dir(0o300)), "wx/hidden": u(reg("h\n", 0o600)),
+		"wx": u(dir(0o300)), "wx/hidden": u(reg("h\n", 0o600)), "theirs": reg("theirs\n", 0o666),
 	}, f.hostSnap(), false)
+	f.wantMtimes("after commit", map[string]int64{"src/old": trialNS(1), "theirs": old})
 	noLeftovers(t, f.base, f.jdir)
 }

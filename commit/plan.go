@@ -16,6 +16,11 @@ const (
 	stepMkdir  stepKind = "mkdir"
 	stepPlace  stepKind = "place" // Temp (new content) becomes Path
 	stepChmod  stepKind = "chmod"
+	// stepTouch sets Path's mtime to Mtime once the commit is applied
+	// (finish), if Path is still what the trial left there: a touched path
+	// (StateDelta.Touched), or a host dir whose entries the commit only
+	// swapped, which gets back the mtime it had before the commit.
+	stepTouch stepKind = "touch"
 )
 
 // step is one journaled action. Everything rollback needs is in it.
@@ -53,10 +58,17 @@ type step struct {
 	Mtime int64 `json:"mtime_ns,omitempty"`
 }
 
+// touchStep is the step that sets t's mtime (a touched path).
+func touchStep(t dryexec.FileChange) step {
+	return step{Kind: stepTouch, Path: t.Path, FileKnd: t.Kind, Mode: parseMode(t.Mode), UID: t.UID, GID: t.GID,
+		SHA: t.SHA256, Size: t.Size, Link: t.LinkTarget, Mtime: t.MtimeNS}
+}
+
 // plan is the ordered steps of one commit plus what conflict checking needs.
 type plan struct {
 	steps   []step
 	changes []dryexec.FileChange // the selected changes, for the result
+	touched []dryexec.FileChange // the selected touched paths (StateDelta.Touched)
 	// first is the first change at each path in delta order: it says what the
 	// host must look like there now.
 	first   map[string]dryexec.FileChange
@@ -102,15 +114,33 @@ func parentDir(p string) string {
 }
 
 // selectChanges returns the changes of d under any of paths (all when none),
-// plus every mkdir of an ancestor they need.
-func selectChanges(d *dryexec.StateDelta, paths []string) ([]dryexec.FileChange, error) {
+// plus every mkdir of an ancestor they need, and the touched paths under any
+// of paths (no touched ancestor: its mtime is the trial's after every change
+// in it, selected or not).
+func selectChanges(d *dryexec.StateDelta, paths []string) ([]dryexec.FileChange, []dryexec.FileChange, error) {
 	for _, f := range d.Files {
 		if !strings.HasPrefix(f.Path, "/") || f.Path == "/" || path.Clean(f.Path) != f.Path || strings.ContainsRune(f.Path, 0) {
-			return nil, fmt.Errorf("commit: trial %s holds a bad path %q", d.TrialID, f.Path)
+			return nil, nil, fmt.Errorf("commit: trial %s holds a bad path %q", d.TrialID, f.Path)
 		}
 	}
+	if err := checkTouched(d); err != nil {
+		return nil, nil, err
+	}
 	if len(paths) == 0 {
-		return slices.Clone(d.Files), nil
+		return slices.Clone(d.Files), slices.Clone(d.Touched), nil
+	}
+	var touched []dryexec.FileChange
+	matched := make([]bool, len(paths))
+	for _, t := range d.Touched {
+		sel := false
+		for i, p := range paths {
+			if t.Path == p || strings.HasPrefix(t.Path, strings.TrimSuffix(p, "/")+"/") {
+				sel, matched[i] = true, true
+			}
+		}
+		if sel {
+			touched = append(touched, t)
+		}
 	}
 	mkdirs := map[string]bool{}
 	for _, f := range d.Files {
@@ -119,7 +149,6 @@ func selectChanges(d *dryexec.StateDelta, paths []string) ([]dryexec.FileChange,
 		}
 	}
 	want := map[string]bool{}
-	matched := make([]bool, len(paths))
 	for _, f := range d.Files {
 		for i, p := range paths {
 			if f.Path == p || strings.HasPrefix(f.Path, strings.TrimSuffix(p, "/")+"/") {
@@ -130,7 +159,7 @@ func selectChanges(d *dryexec.StateDelta, paths []string) ([]dryexec.FileChange,
 	}
 	for i, ok := range matched {
 		if !ok {
-			return nil, fmt.Errorf("commit: trial %s changed nothing at or under %s", d.TrialID, paths[i])
+			return nil, nil, fmt.Errorf("commit: trial %s changed nothing at or under %s", d.TrialID, paths[i])
 		}
 	}
 	// Every ancestor of a wanted path, each looked at once (a deep tree's
@@ -152,7 +181,43 @@ func selectChanges(d *dryexec.StateDelta, paths []string) ([]dryexec.FileChange,
 			out = append(out, f)
 		}
 	}
-	return out, nil
+	return out, touched, nil
+}
+
+// checkTouched refuses a delta whose touched list is not what a Differ makes:
+// a bad path, another op, no mtime, a kind commit cannot touch, or a path that
+// also has a change.
+func checkTouched(d *dryexec.StateDelta) error {
+	if len(d.Touched) == 0 {
+		return nil
+	}
+	changed := make(map[string]bool, len(d.Files))
+	for _, f := range d.Files {
+		changed[f.Path] = true
+	}
+	seen := make(map[string]bool, len(d.Touched))
+	for _, t := range d.Touched {
+		why := ""
+		switch {
+		case !strings.HasPrefix(t.Path, "/") || t.Path == "/" || path.Clean(t.Path) != t.Path || strings.ContainsRune(t.Path, 0):
+			why = "a bad path"
+		case t.Op != dryexec.OpTouch:
+			why = fmt.Sprintf("op %q", t.Op)
+		case t.MtimeNS == 0:
+			why = "no mtime"
+		case t.Kind != dryexec.KindFile && t.Kind != dryexec.KindDir && t.Kind != dryexec.KindSymlink && t.Kind != dryexec.KindFIFO:
+			why = fmt.Sprintf("kind %q", t.Kind)
+		case t.Kind == dryexec.KindFile && t.SHA256 == "":
+			why = "no sha256"
+		case changed[t.Path] || seen[t.Path]:
+			why = "a path listed twice"
+		}
+		if why != "" {
+			return fmt.Errorf("commit: trial %s touches %s with %s", d.TrialID, dryexec.QuotePath(t.Path), why)
+		}
+		seen[t.Path] = true
+	}
+	return nil
 }
 
 func parseMode(s string) uint32 {
