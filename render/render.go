@@ -130,6 +130,11 @@ func Summary(w io.Writer, d *dryexec.StateDelta, opt Options) error {
 	}); err != nil {
 		return err
 	}
+	// Paths whose mtime alone moved are not changes (Totals leave them
+	// out), but commit sets their mtimes: say how many.
+	if n := len(d.Touched); n > 0 {
+		p.line("%d touched (mtime only)", n)
+	}
 
 	// Violations.
 	if len(d.Violations) > 0 {

@@ -137,6 +137,26 @@ func TestSummaryExact(t *testing.T) {
 				"commit: dryexec commit tr_03   discard: dryexec discard tr_03\n",
 		},
 		{
+			// Touched paths are no change: counted apart, not listed.
+			name: "touched",
+			d: func() *dryexec.StateDelta {
+				return &dryexec.StateDelta{TrialID: "tr_07", Rung: "ns",
+					Action:  dryexec.Action{Argv: []string{"make"}},
+					Process: dryexec.Process{DurationNS: 850},
+					Files:   []dryexec.FileChange{{Path: "/w/new.o", Op: dryexec.OpCreate, Kind: dryexec.KindFile, Size: 2}},
+					Touched: []dryexec.FileChange{
+						{Path: "/w/util.o", Op: dryexec.OpTouch, Kind: dryexec.KindFile, Size: 9, MtimeNS: 2},
+						{Path: "/w/util.h", Op: dryexec.OpTouch, Kind: dryexec.KindFile, Size: 3, MtimeNS: 2},
+						{Path: "/w", Op: dryexec.OpTouch, Kind: dryexec.KindDir, MtimeNS: 2},
+					}}
+			},
+			want: "trial tr_07 (ns): $ make → exit 0 in 850ns\n" +
+				"1 file changed (1 created, 0 deleted, 2 bytes written)\n" +
+				"  + /w/new.o\n" +
+				"3 touched (mtime only)\n" +
+				"commit: dryexec commit tr_07   discard: dryexec discard tr_07\n",
+		},
+		{
 			name: "signal",
 			d: func() *dryexec.StateDelta {
 				return &dryexec.StateDelta{TrialID: "tr_04", Rung: "vm",
