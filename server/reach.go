@@ -137,8 +137,8 @@ func ruleText(r netsim.Rule) string {
 var ErrPathNotInTrial = errors.New("the trial changed nothing there")
 
 // CheckCommitPaths refuses, before the commit takes any lock or touches the
-// host, a selected path at and beneath which d changed nothing, naming what
-// it did change.
+// host, a selected path at and beneath which d changed nothing (no change and
+// no touched path), naming what it did change.
 func CheckCommitPaths(d *dryexec.StateDelta, paths []string) error {
 	for _, p := range paths {
 		dir := strings.TrimSuffix(p, "/") + "/"
@@ -151,6 +151,12 @@ func CheckCommitPaths(d *dryexec.StateDelta, paths []string) error {
 		})
 		if err != nil && !errors.Is(err, errFound) {
 			return err
+		}
+		// A path whose mtime alone moved is committed too (its mtime).
+		for i := 0; err == nil && i < len(d.Touched); i++ {
+			if f := d.Touched[i].Path; f == p || strings.HasPrefix(f, dir) {
+				err = errFound
+			}
 		}
 		if err == nil {
 			var changed []string

@@ -77,12 +77,14 @@ func TestCheckReach(t *testing.T) {
 	}
 }
 
-// TestCheckCommitPaths: a path at or beneath a change passes; a sibling
+// TestCheckCommitPaths: a path at or beneath a change or a touched path
+// (mtime only) passes; a sibling
 // with a common prefix, or a path the trial never touched, is refused with
 // what it did change.
 func TestCheckCommitPaths(t *testing.T) {
-	d := &dryexec.StateDelta{TrialID: "tr_x", Files: []dryexec.FileChange{{Path: "/w/a"}, {Path: "/w/d/x"}}}
-	for _, p := range []string{"/w/a", "/w/d", "/w/d/", "/w/d/x", "/w", "/"} {
+	d := &dryexec.StateDelta{TrialID: "tr_x", Files: []dryexec.FileChange{{Path: "/w/a"}, {Path: "/w/d/x"}},
+		Touched: []dryexec.FileChange{{Path: "/w/t/util.o", Op: dryexec.OpTouch}}}
+	for _, p := range []string{"/w/a", "/w/d", "/w/d/", "/w/d/x", "/w", "/", "/w/t", "/w/t/util.o"} {
 		if err := CheckCommitPaths(d, []string{p}); err != nil {
 			t.Errorf("%s: %v", p, err)
 		}

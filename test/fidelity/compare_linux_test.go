@@ -233,6 +233,18 @@ func (c *comparison) delta(d *dryexec.StateDelta, root string) []diff {
 			final[rel] = f
 		}
 	}
+	// Paths whose mtime alone moved (touch, identical bytes rewritten, a
+	// dir whose entries came and went): compared like changes.
+	touched := map[string]*dryexec.FileChange{}
+	for i := range d.Touched {
+		f := &d.Touched[i]
+		rel, ok := strings.CutPrefix(f.Path, root+"/")
+		if !ok {
+			out = append(out, diff{"delta outside the tree", f.Path, fmt.Sprintf("%s %s", f.Op, f.Kind)})
+			continue
+		}
+		touched[rel] = f
+	}
 	changed := c.nativeChanges()
 	paths := map[string]bool{}
 	for p := range changed {
@@ -244,13 +256,25 @@ func (c *comparison) delta(d *dryexec.StateDelta, root string) []diff {
 	for p := range deleted {
 		paths[p] = true
 	}
+	for p := range touched {
+		paths[p] = true
+	}
 	for _, p := range sortedKeys(paths) {
 		if c.skip(p) {
 			continue
 		}
 		f, inDelta := final[p], final[p] != nil || deleted[p]
+		if t := touched[p]; t != nil {
+			f, inDelta = t, true
+		}
 		a := c.native[p]
 		switch {
+		case !changed[p] && f != nil && f.Op == dryexec.OpTouch && a != nil && a.kind == dryexec.KindDir &&
+			c.before[p] != nil && c.before[p].mtime != a.mtime:
+			// A dir whose mtime moved natively too (its entries changed),
+			// which nativeChanges does not count as a change of its own.
+			out = append(out, c.change(p, a, f)...)
+			continue
 		case !changed[p]:
 			// A host file that only gained hard links (cp -al, git's local
 			// clone) is in the delta as a modify with the same content, in

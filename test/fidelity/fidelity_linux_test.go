@@ -249,7 +249,7 @@ func (h *harness) workload(t *testing.T, w workload, r *row) {
 
 	// The native run.
 	before := h.copyTemplate(t, tmpl, root)
-	stamp := h.startAfter(t, before)
+	stamp := h.startAfter(t, before, w.nextSecond)
 	nat := h.native(t.Context(), root, env, w.run, timeout)
 	if nat.err != nil {
 		t.Fatalf("native run: %v", nat.err)
@@ -273,7 +273,7 @@ func (h *harness) workload(t *testing.T, w workload, r *row) {
 		if d := identical(before, again); len(d) > 0 {
 			t.Fatalf("the two copies of the template differ: %v", d)
 		}
-		stamp := h.startAfter(t, again)
+		stamp := h.startAfter(t, again, w.nextSecond)
 		nat2 := h.native(t.Context(), root, env, w.run, timeout)
 		r.TrialS = nat2.dur.Seconds()
 		c.tWin = window{stamp, nat2.win.end}
@@ -291,15 +291,15 @@ func (h *harness) workload(t *testing.T, w workload, r *row) {
 	if d := identical(before, again); len(d) > 0 {
 		t.Fatalf("the two copies of the template differ: %v", d)
 	}
-	stamp = h.startAfter(t, again)
+	stamp = h.startAfter(t, again, w.nextSecond)
 	d, twin, err := h.trial(t.Context(), root, env, w.run, timeout)
 	if err != nil {
 		t.Fatalf("trial: %v", err)
 	}
 	r.TrialS = twin.seconds()
 	c.tWin = window{stamp, twin.end}
-	t.Logf("trial %s: exit %d in %.2f s, %d changes, decision %s\n%s%s", d.TrialID, d.Process.ExitCode, r.TrialS,
-		len(d.Files), d.Decision.Choice, d.Process.Stdout, d.Process.Stderr)
+	t.Logf("trial %s: exit %d in %.2f s, %d changes, %d touched, decision %s\n%s%s", d.TrialID, d.Process.ExitCode, r.TrialS,
+		len(d.Files), len(d.Touched), d.Decision.Choice, d.Process.Stdout, d.Process.Stderr)
 	for _, d := range identical(again, mustScan(t, root)) {
 		diffs = append(diffs, diff{"trial changed the host", d.path, d.detail})
 	}
@@ -310,7 +310,8 @@ func (h *harness) workload(t *testing.T, w workload, r *row) {
 	// The commit, then the committed tree against the native one.
 	// A trial that changed nothing in the tree has nothing to commit (and
 	// commit says so with an error).
-	if slices.ContainsFunc(d.Files, func(f dryexec.FileChange) bool { return strings.HasPrefix(f.Path, root+"/") }) {
+	inTree := func(f dryexec.FileChange) bool { return strings.HasPrefix(f.Path, root+"/") }
+	if slices.ContainsFunc(d.Files, inTree) || slices.ContainsFunc(d.Touched, inTree) {
 		start := time.Now()
 		if out, err := h.cli(t.Context(), env, "commit", d.TrialID, root); err != nil {
 			diffs = append(diffs, diff{"commit failed", "", commitError(out)})
@@ -507,14 +508,18 @@ func (h *harness) fileClock(t *testing.T) int64 {
 // startAfter returns the start of a run's window: the file clock, once it has
 // passed every mtime of the tree before the run (the template was made just
 // before), so that the run's own writes are exactly those stamped at or after
-// it. It waits at most a clock tick or two.
-func (h *harness) startAfter(t *testing.T, before tree) int64 {
+// it. It waits at most a clock tick or two; with nextSecond, until the next
+// wall-clock second (see workload.nextSecond).
+func (h *harness) startAfter(t *testing.T, before tree, nextSecond bool) int64 {
 	now := time.Now().UnixNano()
 	var latest int64
 	for _, e := range before {
 		if e.mtime <= now && e.mtime > latest {
 			latest = e.mtime
 		}
+	}
+	if nextSecond {
+		latest = latest - latest%int64(time.Second) + int64(time.Second) - 1
 	}
 	for {
 		if c := h.fileClock(t); c > latest {
