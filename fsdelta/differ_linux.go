@@ -666,8 +666,19 @@ func (d *Differ) touch(e *Entry, lo lower, fc dryexec.FileChange) {
 // touchOf is fc as a touch when e's mtime differs from the host's and its
 // owner is the host's (a path whose owner moved is not only touched; a chown
 // is not in the contract, so it is left as it was).
+//
+// A dir only when its mtime is later than the host's: a host dir that is an
+// ancestor of anything the sandbox wrote was copied up with the mtime it had
+// then, and a busy one (/tmp, a home, a project someone is editing) has a
+// later one by the time the trial is diffed. Reported, that stale mtime
+// would be set back on the host by commit. What is lost: a trial that sets
+// an existing host dir to an earlier mtime (tar -x or rsync -t into it,
+// touch -d) is not reported, as before touched paths existed. A file only
+// copied up keeps its mtime unless the host changes it meanwhile, when its
+// content is as stale (that is a modify already).
 func touchOf(e *Entry, lo lower, fc dryexec.FileChange) (dryexec.FileChange, bool) {
-	if e.MtimeNS == 0 || e.MtimeNS == lo.mtime || fc.UID != lo.uid || fc.GID != lo.gid {
+	if e.MtimeNS == 0 || e.MtimeNS == lo.mtime || fc.UID != lo.uid || fc.GID != lo.gid ||
+		(fc.Kind == dryexec.KindDir && e.MtimeNS < lo.mtime) {
 		return dryexec.FileChange{}, false
 	}
 	fc.Op, fc.MtimeNS, fc.BeforeMtimeNS = dryexec.OpTouch, e.MtimeNS, lo.mtime

@@ -47,6 +47,13 @@ func (f fsops) chown(rel string, uid, gid int) {
 	f.t.Helper()
 	must(f.t, os.Lchown(f.p(rel), uid, gid))
 }
+
+// touchLater sets rel's mtime an hour after now.
+func (f fsops) touchLater(rel string) {
+	f.t.Helper()
+	ts := time.Now().Add(time.Hour)
+	must(f.t, os.Chtimes(f.p(rel), ts, ts))
+}
 func (f fsops) touch(rel string) {
 	f.t.Helper()
 	ts := time.Date(2001, 2, 3, 4, 5, 6, 0, time.UTC)
@@ -147,7 +154,7 @@ func overlayCases() []ovCase {
 			do: func(f fsops) {
 				f.touch("a.txt")
 				f.touch("d/b.txt")
-				f.touch("d")
+				f.touchLater("d")
 			},
 			touched: []string{"a.txt", "d", "d/b.txt"},
 		},
