@@ -3,6 +3,7 @@ package fsdelta
 import (
 	"errors"
 	"os"
+	"strings"
 	"testing"
 
 	"golang.org/x/sys/unix"
@@ -147,4 +148,72 @@ func TestUserxattrOverlayGuardsItsXattrs(t *testing.T) {
 	}
 	got := diffUpper(t, o.upper, lower, mode.userXattr, diffMax)
 	checkChanges(t, lower, got, []wc{wMkdir("nd", "0755"), wCreate("new", "", "0644")})
+}
+
+// TestForgedOriginMakesNoHostLink: the Differ says a new path is a hard link
+// to a host file only when the upper holds the two as one inode, which only a
+// link(2) through the overlay makes; it never reads overlayfs's origin xattr
+// (which names the lower file a copy-up came from). A command that writes a
+// copy of a host file and marks it with the origin of that file (as far as it
+// can: user.overlay.* through the overlay as root; here also the exact
+// trusted.*/user.* origin bytes of a real copy-up, planted in the upper
+// behind the overlay's back, which no command can do) gets a plain create:
+// commit then writes a copy and never links a host file natively not linked.
+// Linking a host file and then changing it through the link, or deleting the
+// host name, is no host link to the file as it was either.
+func TestForgedOriginMakesNoHostLink(t *testing.T) {
+	rootOrSkip(t)
+	for _, mode := range overlayModes[:2] {
+		t.Run(mode.name, func(t *testing.T) {
+			lower := tempDir(t) + "/lower"
+			must(t, os.Mkdir(lower, 0o755))
+			buildTree(t, lower, with(file("secret", "host content\n", 0o644), file("h2", "two\n", 0o644),
+				file("h3", "three\n", 0o644), file("probe", "probe\n", 0o644)))
+			o := mountOverlay(t, lower, mode.opts)
+			f := fsops{t, o.merged}
+			prefix := "trusted.overlay."
+			if mode.userXattr {
+				prefix = "user.overlay."
+			}
+			// A real copy-up, whose origin xattr the forgery copies.
+			f.chmod("probe", 0o600)
+			// The copy, marked as best the command can.
+			f.write("d/copy", "host content\n")
+			for _, name := range []string{"user.overlay.origin", "user.overlay.nlink", "trusted.overlay.origin"} {
+				unix.Lsetxattr(f.p("d/copy"), name, []byte("forged"), 0) // refused or stored escaped, or an ordinary xattr
+			}
+			// A link, then the host file changed through it.
+			f.link("h2", "d/h2link")
+			must(t, os.WriteFile(f.p("d/h2link"), []byte("two, changed\n"), 0o644))
+			// A link, then the host name deleted: the new name alone.
+			f.link("h3", "d/h3link")
+			f.remove("h3")
+			o.unmount()
+			// The strongest forgery: the real origin bytes on the copy.
+			buf := make([]byte, 4096)
+			n, err := unix.Lgetxattr(o.upper+"/probe", prefix+"origin", buf)
+			if err != nil {
+				t.Fatalf("the copy-up of probe has no %sorigin: %v", prefix, err)
+			}
+			must(t, unix.Lsetxattr(o.upper+"/d/copy", prefix+"origin", buf[:n], 0))
+
+			got, touched, _ := diffUpperAll(t, o.upper, lower, WalkOptions{UserXattr: mode.userXattr}, diffMax)
+			checkChanges(t, lower, got, []wc{
+				wCreate("d/copy", "host content\n", "0644", "+host content"),
+				wCreate("d/h2link", "two, changed\n", "0644", "+two, changed"),
+				wCreate("d/h3link", "three\n", "0644", "+three"),
+				wModify("h2", "two\n", "two, changed\n", "0644", "0644", "-two", "+two, changed"),
+				wDelete("h3", "three\n", "0644"),
+				wChmod("probe", "probe\n", "0644", "0600"),
+			})
+			// One group: h2 and its new name, with the new content (commit
+			// writes it; no link to the old host file). Nothing else.
+			checkGroups(t, lower, got, [][]string{{"d/h2link", "h2"}})
+			for _, c := range append(got, touched...) {
+				if strings.HasSuffix(c.Path, "/secret") {
+					t.Errorf("the host file the copy claims to be is in the delta: %+v", c)
+				}
+			}
+		})
+	}
 }
