@@ -237,6 +237,7 @@ func appendChange(b []byte, c *dryexec.FileChange) []byte {
 	str(c.BeforeMode)
 	str(c.Diff)
 	b = binary.AppendVarint(b, c.MtimeNS)
+	b = binary.AppendVarint(b, c.BeforeMtimeNS)
 	b = binary.AppendVarint(b, int64(c.LinkGroup))
 	switch {
 	case c.ContentKept == nil:
@@ -288,6 +289,7 @@ func decodeChange(b []byte, c *dryexec.FileChange) error {
 	c.BeforeMode = str()
 	c.Diff = str()
 	c.MtimeNS = num()
+	c.BeforeMtimeNS = num()
 	c.LinkGroup = int(num())
 	if len(b) == 0 {
 		return errSpoolCorrupt
