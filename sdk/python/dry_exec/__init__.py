@@ -11,9 +11,14 @@ stopped at exit) and uses the standard library only.
 
     with dry_exec.session(rung="ns") as s:
         s.shell("echo hi > a.txt"); s.diff().writes
+
+    result = await dry_exec.Agent(task="…").run()   # a model proposes, trials decide
 """
 
-from ._client import Client, DryExecClient, default_client, dry_run, run
+from ._agent import Agent, AgentResult, AgentStep
+from ._client import Client, DryExecClient, default_client, run
+from ._dryrun import FunctionDelta, TrialFunctionError, TrialFunctionWarning, dry_run
+from ._models import ModelConfig, ModelError, ModelNotConfigured
 from ._errors import (AlreadyDone, BadRequest, Blocked, Busy, CommitConflict, Corrupt, DaemonUnavailable, DryExecError,
                       IsolationUnavailable, NoSpace, NotFound, NotRepresentable, PolicyError, SessionLost, Unauthorized,
                       Uncommittable, Unverified)
@@ -25,6 +30,8 @@ from ._types import (Action, ActionRecord, Decision, Diff, Environment, Event, F
 __version__ = "0.1.0"
 
 __all__ = [
+    "Agent", "AgentResult", "AgentStep", "FunctionDelta", "ModelConfig", "ModelError", "ModelNotConfigured",
+    "TrialFunctionError", "TrialFunctionWarning",
     "Action", "ActionRecord", "AlreadyDone", "AsyncSession", "BadRequest", "Blocked", "Busy", "Client", "CommitConflict",
     "Corrupt", "DaemonUnavailable", "Decision", "Diff", "DryExecClient", "DryExecError", "Environment", "Event", "FileChange",
     "IsolationUnavailable", "Memory", "NetworkEvent", "NoSpace", "NotFound", "NotRepresentable", "PolicyError", "PrintEntry",

@@ -6,19 +6,14 @@ from __future__ import annotations
 import asyncio
 import atexit
 import functools
-import inspect
-import json
 import os
-import secrets
 import sys
-import textwrap
 import threading
 import urllib.parse
 from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Union
 
-from ._codec import encode
 from ._daemon import Daemon
-from ._errors import BadRequest, NotRepresentable
+from ._errors import BadRequest
 from ._types import Action, Environment, FileChange, StateDelta, _build
 
 Command = Union[str, Sequence[str]]
@@ -230,90 +225,5 @@ def run(command: Command, **kwargs: Any) -> StateDelta:
     return default_client().run(command, **kwargs)
 
 
-def _function_source(fn: Callable[..., Any]) -> str:
-    try:
-        src = textwrap.dedent(inspect.getsource(fn))
-    except (OSError, TypeError) as e:
-        raise NotRepresentable("@dry_run needs %s's source code, and Python has none (%s): define it in a file"
-                               % (getattr(fn, "__name__", fn), e)) from None
-    lines = src.splitlines()
-    # Drop the decorators: in the trial the function is defined bare.
-    i = 0
-    while i < len(lines) and not lines[i].lstrip().startswith(("def ", "async def ")):
-        i += 1
-    if i == len(lines):
-        raise BadRequest("@dry_run: cannot find the def of %s" % getattr(fn, "__name__", fn))
-    return "\n".join(lines[i:]) + "\n"
-
-
-_RUNNER = """
-import json as _dx_json, sys as _dx_sys, traceback as _dx_tb
-{source}
-_dx_args = _dx_json.loads({args!r})
-_dx_kwargs = _dx_json.loads({kwargs!r})
-try:
-    _dx_value = {name}(*_dx_args, **_dx_kwargs)
-    _dx_out = {{"ok": True, "value": _dx_value}}
-except BaseException as _dx_e:
-    _dx_tb.print_exc()
-    _dx_out = {{"ok": False, "error": type(_dx_e).__name__ + ": " + str(_dx_e)}}
-try:
-    _dx_line = _dx_json.dumps(_dx_out)
-except (TypeError, ValueError):
-    _dx_line = _dx_json.dumps({{"ok": True, "value": repr(_dx_out.get("value")), "repr": True}})
-_dx_sys.stdout.flush()
-_dx_sys.stdout.write("\\n{marker}" + _dx_line + "\\n")
-_dx_sys.exit(0 if _dx_out["ok"] else 1)
-"""
-
-
-def dry_run(fn: Optional[Callable[..., Any]] = None, *, environment: Optional[Environment] = None,
-            timeout: Optional[float] = None, python: Optional[str] = None,
-            client: Optional[Client] = None) -> Any:
-    """Decorator: calling the function runs its source with those arguments in
-    a Python trial (this interpreter, or ``python``) and returns the
-    StateDelta, with ``return_value`` (JSON-decoded; repr() if not JSON) and
-    ``error`` ("Type: message" if it raised) attached. Arguments must be JSON
-    values. The function sees only its own source and the standard library:
-    names from its module are not defined in the trial."""
-
-    def wrap(f: Callable[..., Any]) -> Callable[..., StateDelta]:
-        source = _function_source(f)
-
-        @functools.wraps(f)
-        def inner(*args: Any, **kwargs: Any) -> StateDelta:
-            for i, a in enumerate(args):
-                encode(a, "argument %d" % (i + 1))
-            for k, v in kwargs.items():
-                encode(v, "argument %s" % k)
-            marker = "__dryexec_return_%s__" % secrets.token_hex(8)
-            try:
-                script = _RUNNER.format(source=source, args=json.dumps(list(args)), kwargs=json.dumps(kwargs),
-                                        name=f.__name__, marker=marker)
-            except (TypeError, ValueError) as e:
-                raise NotRepresentable("@dry_run arguments: %s" % e) from None
-            c = client or default_client()
-            delta = c.run([python or sys.executable or "python3", "-c", script], environment=environment,
-                          timeout=timeout)
-            out = delta.process.stdout
-            at = out.rfind("\n" + marker)
-            if at >= 0:
-                line = out[at + 1 + len(marker):].split("\n", 1)[0]
-                delta.process.stdout = out[:at]
-                try:
-                    res = json.loads(line)
-                except ValueError:
-                    res = {}
-                if res.get("ok"):
-                    delta.return_value = res.get("value")
-                else:
-                    delta.error = res.get("error")
-            elif delta.error is None:
-                delta.error = "the function did not finish (exit %d)" % delta.exit_code
-            return delta
-
-        return inner
-
-    if fn is not None:
-        return wrap(fn)
-    return wrap
+# @dry_run lives in _dryrun.py; dry_exec.dry_run is that one.
+from ._dryrun import dry_run  # noqa: E402,F401

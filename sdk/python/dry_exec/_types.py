@@ -201,7 +201,10 @@ class StateDelta:
 
     @property
     def total_bytes_mutated(self) -> int:
-        return self.totals.bytes_written
+        """File bytes written (the new files' and rewritten files' sizes,
+        totals.bytes_written) plus memory bytes written (the pages the
+        trial's processes dirtied, memory.bytes_written)."""
+        return self.totals.bytes_written + self.memory.bytes_written
 
     @property
     def duration_nanos(self) -> int:
