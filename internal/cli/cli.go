@@ -60,6 +60,7 @@ func Run(ctx context.Context, args []string, env Env) int {
 	root.SetErr(env.Stderr)
 	root.AddCommand(runCmd(env, &code), showCmd(env), lsCmd(env), commitCmd(env), discardCmd(env), doctorCmd(env, &code), verifyCmd(env), policyCmd(env, &code))
 	root.AddCommand(serveCmd(env), mcpCmd(env))
+	root.AddCommand(agentCmd(env, &code))
 	if err := root.ExecuteContext(ctx); err != nil {
 		fmt.Fprintln(env.Stderr, "dryexec:", err)
 		var ue usageError
