@@ -61,17 +61,17 @@ fidelity: deps
 	DRYEXEC_REQUIRE=1 DRYEXEC_FIDELITY_TABLE=$(CURDIR)/bench/results/fidelity.md \
 		$(GO) test -count=1 -timeout 30m ./test/fidelity
 
-# The five examples (examples/README.md), offline: the agent ones talk to a
+# The examples (examples/README.md; model_scorer.py runs its --demo), offline: the agent ones talk to a
 # scripted model server on loopback even where a model is configured, and
 # mocked APIs never leave the machine. Each runs in its own scratch directory
 # against a private daemon and store, removed afterwards (≈ 15 s on 2 CPUs).
-EXAMPLES      := quickstart native_agent type_safe_db_migration api_payment_exploration langchain_tool
+EXAMPLES      := quickstart native_agent type_safe_db_migration api_payment_exploration langchain_tool model_scorer
 examples: build
 	@tmp=$$(mktemp -d); trap 'rm -rf "$$tmp"' EXIT; mkdir -p "$$tmp/run"; \
 	for ex in $(EXAMPLES); do \
 		echo "== examples/$$ex.py"; \
 		DRYEXEC_EXAMPLES_OFFLINE=1 DRYEXEC_BIN=$(CURDIR)/bin/dryexec DRYEXEC_HOME="$$tmp/home" \
-		XDG_RUNTIME_DIR="$$tmp/run" TMPDIR="$$tmp" python3 examples/$$ex.py || exit 1; \
+		XDG_RUNTIME_DIR="$$tmp/run" TMPDIR="$$tmp" python3 examples/$$ex.py $$([ $$ex = model_scorer ] && echo --demo) || exit 1; \
 	done
 
 test: deps lint unit fidelity examples
