@@ -164,6 +164,12 @@ type Rule struct {
 
 // Scorer is an external scorer, consulted only when the deterministic engine
 // did not block. Exactly one of Command and URL is set.
+//
+// A model can be the scorer: a command that sends a summary of the delta to
+// a model and prints the score it answers, exiting non-zero when it has none
+// (the deterministic decision then stands). examples/model_scorer.py is one,
+// worked through in docs/decision.md ("A model as the scorer"). Give it a
+// TimeoutMS that covers a model's answer: the default is 2 s.
 type Scorer struct {
 	// Command is run (no shell) with the delta's JSON on stdin and must print a
 	// score: a bare number or {"score": N}, N in [0,1].
