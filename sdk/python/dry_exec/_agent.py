@@ -249,17 +249,11 @@ class _Loop:
                 return self.stop("timeout", "the agent ran out of time (%gs)" % a.timeout)
             if self.res.tokens_used >= a.max_tokens:
                 return self.stop("max_tokens", "the agent used %d tokens of %d" % (self.res.tokens_used, a.max_tokens))
-            timeout = getattr(self.be, "cfg", None)
-            saved = None
-            if timeout is not None and timeout.timeout > left:
-                saved, timeout.timeout = timeout.timeout, left
             try:
-                reply = self.be.complete(system, self.messages, TOOLS)
+                # A request gets what is left of the run's time, at most.
+                reply = self.be.complete(system, self.messages, TOOLS, timeout=left)
             except ModelError as e:
                 return self.stop("model_timeout" if e.kind == "timeout" else "model_error", str(e))
-            finally:
-                if saved is not None:
-                    timeout.timeout = saved
             self.res.tokens_used += max(0, int(reply.tokens))
             if reply.refusal:
                 self.step(AgentStep(len(self.res.steps), "refusal", text=reply.refusal))

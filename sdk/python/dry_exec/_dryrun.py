@@ -32,7 +32,6 @@ import decimal
 import dis
 import fractions
 import functools
-import importlib
 import inspect
 import json
 import math

@@ -193,8 +193,13 @@ class Backend:
     def __init__(self, cfg: ModelConfig) -> None:
         self.cfg = cfg
 
-    def complete(self, system: str, messages: List[Dict[str, Any]], tools: List[Dict[str, Any]]) -> Reply:
+    def complete(self, system: str, messages: List[Dict[str, Any]], tools: List[Dict[str, Any]],
+                 timeout: Optional[float] = None) -> Reply:
+        """The model's answer; timeout (seconds) cuts the configured one."""
         raise NotImplementedError
+
+    def _timeout(self, timeout: Optional[float]) -> float:
+        return self.cfg.timeout if timeout is None else max(0.001, min(self.cfg.timeout, timeout))
 
 
 def _tokens_estimate(obj: Any) -> int:
@@ -209,18 +214,20 @@ class OpenAIBackend(Backend):
     def _headers(self) -> Dict[str, str]:
         return {"Authorization": "Bearer " + self.cfg.api_key} if self.cfg.api_key else {}
 
-    def _model(self) -> str:
+    def _model(self, timeout: float) -> str:
         if not self.cfg.model:
             # A local server (llama.cpp, vLLM, Ollama) serves the models it
             # lists; with none named, the first is the one it has loaded.
-            got = _get(self.cfg.base_url.rstrip("/") + "/models", self._headers(), self.cfg.timeout)
+            got = _get(self.cfg.base_url.rstrip("/") + "/models", self._headers(), timeout)
             data = got.get("data") or []
             if not data or not isinstance(data[0], dict) or not data[0].get("id"):
                 raise ModelNotConfigured("%s lists no models: set OPENAI_MODEL (or DRYEXEC_MODEL)" % self.cfg.base_url)
             self.cfg.model = str(data[0]["id"])
         return self.cfg.model
 
-    def complete(self, system: str, messages: List[Dict[str, Any]], tools: List[Dict[str, Any]]) -> Reply:
+    def complete(self, system: str, messages: List[Dict[str, Any]], tools: List[Dict[str, Any]],
+                 timeout: Optional[float] = None) -> Reply:
+        t = self._timeout(timeout)
         msgs: List[Dict[str, Any]] = [{"role": "system", "content": system}]
         for m in messages:
             if m["role"] == "assistant":
@@ -234,10 +241,10 @@ class OpenAIBackend(Backend):
                 msgs.append({"role": "tool", "tool_call_id": m["id"], "content": m["text"]})
             else:
                 msgs.append({"role": "user", "content": m["text"]})
-        body = {"model": self._model(), "messages": msgs, "max_tokens": self.cfg.max_output_tokens,
+        body = {"model": self._model(t), "messages": msgs, "max_tokens": self.cfg.max_output_tokens,
                 "tools": [{"type": "function", "function": {"name": t["name"], "description": t["description"],
                                                             "parameters": t["schema"]}} for t in tools]}
-        out = _post(self.cfg.base_url.rstrip("/") + "/chat/completions", body, self._headers(), self.cfg.timeout)
+        out = _post(self.cfg.base_url.rstrip("/") + "/chat/completions", body, self._headers(), t)
         try:
             choice = out["choices"][0]
             msg = choice["message"]
@@ -261,7 +268,9 @@ class OpenAIBackend(Backend):
 class AnthropicBackend(Backend):
     """The Anthropic Messages API with tools."""
 
-    def complete(self, system: str, messages: List[Dict[str, Any]], tools: List[Dict[str, Any]]) -> Reply:
+    def complete(self, system: str, messages: List[Dict[str, Any]], tools: List[Dict[str, Any]],
+                 timeout: Optional[float] = None) -> Reply:
+        t = self._timeout(timeout)
         msgs: List[Dict[str, Any]] = []
         for m in messages:
             if m["role"] == "assistant":
@@ -291,7 +300,7 @@ class AnthropicBackend(Backend):
                 "tools": [{"name": t["name"], "description": t["description"], "input_schema": t["schema"]}
                           for t in tools]}
         headers = {"x-api-key": self.cfg.api_key, "anthropic-version": ANTHROPIC_VERSION}
-        out = _post(self.cfg.base_url.rstrip("/") + "/v1/messages", body, headers, self.cfg.timeout)
+        out = _post(self.cfg.base_url.rstrip("/") + "/v1/messages", body, headers, t)
         content = out.get("content")
         if not isinstance(content, list):
             raise ModelError("the answer has no content list: %s" % json.dumps(out)[:300], "malformed")

@@ -38,7 +38,7 @@ class Trials(unittest.TestCase):
         self.assertEqual(d.network, [])
         self.assertIsInstance(d.memory, dry_exec.Memory)
         self.assertEqual(d.violations, [])
-        self.assertEqual(d.total_bytes_mutated, 2)
+        self.assertEqual(d.total_bytes_mutated, 2 + d.memory.bytes_written)  # file + memory bytes
         self.assertGreater(d.duration_nanos, 0)
         self.assertIsInstance(d.fs_mutations[0], dry_exec.FileChange)
         self.assertIn(d.decision.choice, ("auto_commit", "review", "block"))
