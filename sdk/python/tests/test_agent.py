@@ -89,6 +89,10 @@ class AgentLoop(unittest.TestCase):
         self.assertFalse(res.committed)
         self.assertFalse(res.success, "a model that claims success over a block does not succeed")
         self.assertFalse(os.path.exists(self.path("secrets")))
+        with ScriptedModel([call("run_trial", command="mkdir -p secrets && echo k > secrets/key"),
+                            call("finish", success=True)]) as m:
+            res = self.agent(m, environment=env, commit="never").run_sync()
+        self.assertFalse(res.success, "nor when nothing is committed anyway")
 
     def test_commit_modes(self) -> None:
         seen = []
@@ -125,6 +129,11 @@ class AgentLoop(unittest.TestCase):
                             call("finish", success=True)]) as m:
             res = self.agent(m).run_sync()
         self.assertEqual((res.stop_reason, res.success, res.trials_conducted), ("done", True, 1))
+        # A good call resets the count: 2 bad, 1 good, 2 bad is not 3 in a row.
+        with ScriptedModel([call("run_trial", "{"), call("run_trial", "{"), call("run_trial", command="true"),
+                            call("run_trial", "{"), call("run_trial", "{"), call("finish", success=True)]) as m:
+            res = self.agent(m).run_sync()
+        self.assertEqual((res.stop_reason, res.success), ("done", True))
 
     def test_refusal(self) -> None:
         for api in ("openai", "anthropic"):
