@@ -42,7 +42,7 @@ async def main():
     return result
 
 
-with _support.model(script):
+with _support.model(script) as scripted:
     result = asyncio.run(main())
 
 print("transcript:")
@@ -51,3 +51,5 @@ for s in result.transcript:
     if s.kind == "trial":
         print("  receipt of %s: sha256 %s…, signed by %s" % (s.trial_id, s.receipt.delta_sha256[:16], s.receipt.key_id))
 print("calc.py on the host now:", open("calc.py").read().splitlines()[1].strip())
+if scripted:  # what the script does; a real model's run may differ
+    assert result.success and result.committed and "a + b" in open("calc.py").read()

@@ -41,7 +41,7 @@ script = [call("run_trial", command="find cache -name '*.tmp' -delete && "
           call("finish", success=True, summary="users migrated to users_v2.csv; deleting cache/*.tmp was sent "
                                                "to review (deletes need a person)")]
 
-with _support.model(script):
+with _support.model(script) as scripted:
     # ---- the description's snippet, as is
     import asyncio
     from dry_exec import Agent
@@ -54,8 +54,9 @@ with _support.model(script):
 
     asyncio.run(main())
 
-print("users_v2.csv on the host:", open("users_v2.csv").read().splitlines())
-print("cache/ still holds:", sorted(os.listdir("cache")), "(the delete was not committed)")
+if scripted:  # what the script does; a real model's run may differ
+    print("users_v2.csv on the host:", open("users_v2.csv").read().splitlines())
+    print("cache/ still holds:", sorted(os.listdir("cache")), "(the delete was not committed)")
 
 print("\n== Path 2: direct ephemeral client execution")
 # ---- the description's snippet, as is

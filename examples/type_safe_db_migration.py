@@ -69,16 +69,18 @@ script = [call("run_trial", command=migration(BROKEN), reason="rebuild users wit
           call("finish", success=True, summary="status added; the schema check passes")]
 
 env = Environment(name="migration", allowed_mutation_targets={os.path.join(work, "users.db")})
-with _support.model(script):
+with _support.model(script) as scripted:
     result = asyncio.run(Agent(task="Add a NOT NULL `status` column (default 'active') to the users table "
                                     "in users.db; run check_schema.py after the migration in the same trial",
                                environment=env).run())
 
 print(f"Success: {result.success}, Trials: {result.trials_conducted}, Committed: {result.committed}")
 _support.show_steps(result)
-first = next(s for s in result.transcript if s.kind == "trial")
-print("what the check said about the first migration:", first.delta.stderr.strip())
+first = next((s for s in result.transcript if s.kind == "trial"), None)
+if first is not None:
+    print("what the check said about the first migration:", first.delta.stderr.strip() or "(nothing)")
 cols = [r[1] for r in sqlite3.connect("users.db").execute("PRAGMA table_info(users)")]
 rows = sqlite3.connect("users.db").execute("SELECT name, email, status FROM users ORDER BY id").fetchall()
 print("users.db on the host:", cols, rows)
-assert cols == ["id", "name", "email", "status"] and len(rows) == 3
+if scripted:  # what the script does; a real model's run may differ
+    assert result.success and cols == ["id", "name", "email", "status"] and len(rows) == 3

@@ -371,7 +371,9 @@ def capture(fn: Callable[..., Any]) -> List[Tuple[str, str]]:
 
 _RUNNER = """\
 import json as _dx_json, sys as _dx_sys, traceback as _dx_tb
-_dx_sys.path[:] = _dx_json.loads({path!r})
+_dx_path = _dx_json.loads({path!r})
+if _dx_path is not None:
+    _dx_sys.path[:] = _dx_path
 _dx_g = {{"__name__": "__dry_run__", "__builtins__": __builtins__}}
 _dx_g.update((_dx_k, __import__(_dx_m)) for _dx_k, _dx_m in {modules!r}.items())
 _dx_pieces = _dx_json.loads({pieces!r})
@@ -395,7 +397,8 @@ _dx_sys.exit(0 if _dx_out["ok"] else 1)
 """
 
 
-def _script(fn: Callable[..., Any], args: Tuple[Any, ...], kwargs: Dict[str, Any], marker: str) -> str:
+def _script(fn: Callable[..., Any], args: Tuple[Any, ...], kwargs: Dict[str, Any], marker: str,
+            same_python: bool = True) -> str:
     pieces = capture(fn)
     name = inspect.unwrap(fn).__name__
     call_args = [_literal(a, "argument %d of %s" % (i + 1, name)) for i, a in enumerate(args)]
@@ -405,7 +408,9 @@ def _script(fn: Callable[..., Any], args: Tuple[Any, ...], kwargs: Dict[str, Any
         call = "import asyncio as _dx_asyncio\n_dx_value = _dx_asyncio.run(%s)\n" % call
     else:
         call = "_dx_value = %s\n" % call
-    path = [p for p in sys.path]
+    # The caller's interpreter imports what the caller imports; another one
+    # (python=) keeps its own path.
+    path = list(sys.path) if same_python else None
     return _RUNNER.format(path=json.dumps(path), modules=_VALUE_MODULES, pieces=json.dumps(pieces), call=call, marker=marker)
 
 
@@ -434,7 +439,7 @@ def dry_run(fn: Optional[Callable[..., Any]] = None, *, environment: Any = None,
         def inner(*args: Any, **kwargs: Any) -> FunctionDelta:
             marker = "__dryexec_return_%s__" % secrets.token_hex(8)
             # Everything the trial needs is checked here, before it runs.
-            script = _script(f, args, kwargs, marker)
+            script = _script(f, args, kwargs, marker, same_python=python is None)
             from ._client import default_client
             c = client or default_client()
             base = c.run([python or sys.executable or "python3", "-"], stdin=script, environment=environment,
