@@ -304,6 +304,17 @@ func TestListedModel(t *testing.T) {
 	if got := srv.Requests()[0].Body["model"]; got != "qwen-local" {
 		t.Fatalf("model %v", got)
 	}
+	// A server that lists no model gets the default name.
+	srv2 := agenttest.New(agenttest.Turns(finishOK))
+	defer srv2.Close()
+	srv2.Model = ""
+	m, _ = agent.NewModel(agent.ModelConfig{Provider: "openai", BaseURL: srv2.URL + "/v1"})
+	if res, err := agent.Run(context.Background(), agent.Config{Task: "x", Cwd: "/w"}, m, &decidingExec{}); err != nil || !res.Success {
+		t.Fatalf("%v %+v", err, res)
+	}
+	if got := srv2.Requests()[0].Body["model"]; got != agent.OpenAIDefaultModel {
+		t.Fatalf("model %v", got)
+	}
 }
 
 func TestBadConfig(t *testing.T) {

@@ -43,7 +43,7 @@ var ErrNoModel = errors.New("no usable model configured")
 type ModelConfig struct {
 	Provider string // "openai" (any OpenAI-compatible endpoint) or "anthropic"
 	BaseURL  string
-	Model    string // empty with a local OpenAI-compatible server: the first it lists
+	Model    string // empty with a local OpenAI-compatible server: the first it lists, else OpenAIDefaultModel
 	APIKey   string
 	Timeout  time.Duration
 	// MaxOutputTokens asked for per request (default 2048).
@@ -274,20 +274,22 @@ func (m *openAI) model(ctx context.Context) (string, error) {
 	for k, v := range m.headers() {
 		req.Header.Set(k, v)
 	}
+	// A server that lists none (or has no /models) gets the hosted API's
+	// default name: many local servers ignore the name anyway.
+	m.cfg.Model = OpenAIDefaultModel
 	out, err := do(ctx, m.hc, req, u, m.cfg.Timeout)
 	if err != nil {
-		return "", err
+		return m.cfg.Model, nil
 	}
 	data, _ := out["data"].([]any)
 	if len(data) > 0 {
 		if d, ok := data[0].(map[string]any); ok {
 			if id, ok := d["id"].(string); ok && id != "" {
 				m.cfg.Model = id
-				return id, nil
 			}
 		}
 	}
-	return "", fmt.Errorf("%w: %s lists no models: set OPENAI_MODEL (or DRYEXEC_MODEL)", ErrNoModel, m.cfg.BaseURL)
+	return m.cfg.Model, nil
 }
 
 func (m *openAI) Complete(ctx context.Context, system string, msgs []Message, tools []Tool) (Reply, error) {

@@ -218,11 +218,14 @@ class OpenAIBackend(Backend):
         if not self.cfg.model:
             # A local server (llama.cpp, vLLM, Ollama) serves the models it
             # lists; with none named, the first is the one it has loaded.
-            got = _get(self.cfg.base_url.rstrip("/") + "/models", self._headers(), timeout)
-            data = got.get("data") or []
-            if not data or not isinstance(data[0], dict) or not data[0].get("id"):
-                raise ModelNotConfigured("%s lists no models: set OPENAI_MODEL (or DRYEXEC_MODEL)" % self.cfg.base_url)
-            self.cfg.model = str(data[0]["id"])
+            # A server that lists none (or has no /models) gets the hosted
+            # API's default name: many local servers ignore the name anyway.
+            try:
+                data = _get(self.cfg.base_url.rstrip("/") + "/models", self._headers(), timeout).get("data") or []
+            except ModelError:
+                data = []
+            ok = data and isinstance(data[0], dict) and data[0].get("id")
+            self.cfg.model = str(data[0]["id"]) if ok else OPENAI_DEFAULT_MODEL
         return self.cfg.model
 
     def complete(self, system: str, messages: List[Dict[str, Any]], tools: List[Dict[str, Any]],

@@ -229,6 +229,10 @@ class AgentLoop(unittest.TestCase):
             res = Agent(task="nothing to do", model=cfg, cwd=self.dir).run_sync()
         self.assertEqual((res.stop_reason, res.success), ("done", True))
         self.assertEqual(m.requests[0].body["model"], "qwen-local")
+        # A server that lists no model gets the default name.
+        with ScriptedModel([call("finish", success=True)], model="") as m:
+            res = Agent(task="x", model=ModelConfig.from_env({"OPENAI_BASE_URL": m.openai_base}), cwd=self.dir).run_sync()
+        self.assertEqual((res.success, m.requests[0].body["model"]), (True, "gpt-4o-mini"))
 
     def test_bad_arguments(self) -> None:
         for kw in [dict(task=""), dict(task="x", commit="yolo"), dict(task="x", commit="approve"),
