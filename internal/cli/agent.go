@@ -16,6 +16,7 @@ import (
 	"github.com/dryexec/dryexec"
 	"github.com/dryexec/dryexec/agent"
 	"github.com/dryexec/dryexec/policy"
+	"github.com/dryexec/dryexec/render"
 )
 
 // agentCmd is `dryexec agent --task "…"`: the agent loop (docs/agent.md) with
@@ -161,17 +162,21 @@ func (e *cliExecutor) Commit(ctx context.Context, trialID string) error {
 	return nil
 }
 
-// printStep is the live view of one step.
-func printStep(w io.Writer, s agent.Step) {
+// printStep is the live view of one step. Everything the model or the
+// sandbox wrote (commands, reasons, texts, paths in reasons) goes through
+// clean (render.Sanitize): a model's answer must not steer the terminal either.
+func printStep(w io.Writer, s agent.Step) { printStepWith(w, s, render.Sanitize) }
+
+func printStepWith(w io.Writer, s agent.Step, clean func(string) string) {
 	switch s.Kind {
 	case "trial":
-		fmt.Fprintf(w, "[%d] $ %s", s.Index+1, s.Command)
+		fmt.Fprintf(w, "[%d] $ %s", s.Index+1, clean(s.Command))
 		if s.Reason != "" {
-			fmt.Fprintf(w, "   # %s", s.Reason)
+			fmt.Fprintf(w, "   # %s", clean(s.Reason))
 		}
 		fmt.Fprintln(w)
 		if s.Error != "" {
-			fmt.Fprintf(w, "    refused: %s\n", s.Error)
+			fmt.Fprintf(w, "    refused: %s\n", clean(s.Error))
 			return
 		}
 		fmt.Fprintf(w, "    %s (risk %.2f) %s: exit %d, %d file(s) changed", s.Decision.Choice, s.Decision.RiskScore, s.TrialID, *s.ExitCode, s.FilesChanged)
@@ -179,20 +184,20 @@ func printStep(w io.Writer, s agent.Step) {
 		case s.Committed:
 			fmt.Fprint(w, " — committed")
 		case s.CommitError != "":
-			fmt.Fprintf(w, " — commit failed: %s", s.CommitError)
+			fmt.Fprintf(w, " — commit failed: %s", clean(s.CommitError))
 		}
 		fmt.Fprintln(w)
 		for _, r := range s.Decision.Reasons {
 			if !strings.HasPrefix(r, "info:") && !strings.HasPrefix(r, "risk:") {
-				fmt.Fprintf(w, "      %s\n", r)
+				fmt.Fprintf(w, "      %s\n", clean(r))
 			}
 		}
 	case "finish", "answer":
-		fmt.Fprintf(w, "[%d] %s: %s\n", s.Index+1, s.Kind, s.Text)
+		fmt.Fprintf(w, "[%d] %s: %s\n", s.Index+1, s.Kind, clean(s.Text))
 	case "refusal":
-		fmt.Fprintf(w, "[%d] the model refused: %s\n", s.Index+1, s.Text)
+		fmt.Fprintf(w, "[%d] the model refused: %s\n", s.Index+1, clean(s.Text))
 	default:
-		fmt.Fprintf(w, "[%d] %s: %s\n", s.Index+1, s.Kind, s.Error)
+		fmt.Fprintf(w, "[%d] %s: %s\n", s.Index+1, s.Kind, clean(s.Error))
 	}
 }
 

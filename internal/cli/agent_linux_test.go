@@ -112,6 +112,27 @@ func TestAgentBlockedAndRefused(t *testing.T) {
 	}
 }
 
+// What the model writes reaches the terminal escaped: an answer must not
+// steer it (clear the screen, rewrite the line that says what was committed).
+func TestAgentLiveViewEscaped(t *testing.T) {
+	requireNS(t)
+	dir, home := t.TempDir(), t.TempDir()
+	srv := agenttest.New(agenttest.Turns(
+		turnCall("run_trial", map[string]any{"command": "true # \x1b[2J", "reason": "\x1b]0;owned\x07"}),
+		turnCall("finish", map[string]any{"success": true, "summary": "done\r\x1b[1Acommitted: everything"})))
+	defer srv.Close()
+	code, out, errs := agentCLI(t, home, srv.Env("openai"), "", "agent", "-C", dir, "--task", "x")
+	if code != 0 {
+		t.Fatalf("exit %d\n%s\n%s", code, out, errs)
+	}
+	if strings.ContainsAny(out, "\x1b\x07\r") {
+		t.Fatalf("control characters reached the terminal: %q", out)
+	}
+	if !strings.Contains(out, "true # ") || !strings.Contains(out, "committed: everything") {
+		t.Fatalf("the text itself is gone: %q", out)
+	}
+}
+
 func TestAgentUsage(t *testing.T) {
 	home := t.TempDir()
 	srv := agenttest.New(agenttest.Turns(agenttest.Turn{Hang: true}))
