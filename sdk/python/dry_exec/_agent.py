@@ -364,7 +364,7 @@ class _Loop:
         a = self.a
         if not d.files or d.decision.choice == "block" or a.commit == "never":
             return False
-        if d.exit_code != 0 or d.timed_out:
+        if d.exit_code != 0 or d.timed_out or d.process.signal:
             return False
         if a.commit == "auto" and d.decision.choice == "auto_commit":
             return True
