@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"hash"
 	"io"
 	"os"
 	"path"
@@ -697,8 +698,17 @@ func (a *applier) fill(fd int, src io.Reader, s *step) (uint64, error) {
 		a.buf = make([]byte, 64<<10)
 	}
 	h := sha256.New()
-	// struct{ io.Reader } hides a WriterTo, which would bring its own buffer.
-	n, err := io.CopyBuffer(io.MultiWriter(fdWriter(fd), h), struct{ io.Reader }{src}, a.buf)
+	var n int64
+	var err error
+	if f, ok := src.(*os.File); ok {
+		// A stored file keeps the trial file's holes (docs/limits.md): so
+		// does the committed one, as cp --sparse and rsync -S keep them; a
+		// 100 GiB sparse file must not become 100 GiB of zeros on the host.
+		n, err = copySparse(fd, f, h, a.buf)
+	} else {
+		// struct{ io.Reader } hides a WriterTo, which would bring its own buffer.
+		n, err = io.CopyBuffer(io.MultiWriter(fdWriter(fd), h), struct{ io.Reader }{src}, a.buf)
+	}
 	if err != nil {
 		return 0, fmt.Errorf("commit: writing %s: %w", dryexec.QuotePath(s.Path), err)
 	}
@@ -1065,4 +1075,82 @@ func removeAllAt(dfd int, name string) error {
 		errs = append(errs, err)
 	}
 	return errors.Join(errs...)
+}
+
+// copySparse copies src to the new, empty file fd with src's holes left as
+// holes, hashing every byte (a hole as its zeros) into h, and returns the
+// length. Where src's file system cannot tell holes (SEEK_DATA fails with
+// EINVAL), everything is data.
+func copySparse(fd int, src *os.File, h hash.Hash, buf []byte) (int64, error) {
+	var st unix.Stat_t
+	if err := unix.Fstat(int(src.Fd()), &st); err != nil {
+		return 0, err
+	}
+	size := st.Size
+	zeros := make([]byte, min(int64(len(buf)), max(size, 1)))
+	hashZeros := func(n int64) {
+		for n > 0 {
+			k := min(n, int64(len(zeros)))
+			h.Write(zeros[:k])
+			n -= k
+		}
+	}
+	for off := int64(0); off < size; {
+		data, err := unix.Seek(int(src.Fd()), off, unix.SEEK_DATA)
+		switch {
+		case errors.Is(err, unix.ENXIO):
+			data = size // a hole to the end
+		case errors.Is(err, unix.EINVAL):
+			data = off // holes cannot be told: all data
+		case err != nil:
+			return off, err
+		}
+		if data > off {
+			hashZeros(data - off)
+			off = data
+		}
+		if off >= size {
+			break
+		}
+		end, err := unix.Seek(int(src.Fd()), off, unix.SEEK_HOLE)
+		if err != nil || end > size || end <= off {
+			end = size
+		}
+		for off < end {
+			k, err := src.ReadAt(buf[:min(int64(len(buf)), end-off)], off)
+			if k > 0 {
+				h.Write(buf[:k])
+				if werr := pwriteAll(fd, buf[:k], off); werr != nil {
+					return off, werr
+				}
+				off += int64(k)
+			}
+			if err != nil && !(errors.Is(err, io.EOF) && off == end) {
+				if errors.Is(err, io.EOF) {
+					return off, io.ErrUnexpectedEOF
+				}
+				return off, err
+			}
+		}
+	}
+	// The length, holes at the end included.
+	if err := unix.Ftruncate(fd, size); err != nil {
+		return size, err
+	}
+	return size, nil
+}
+
+// pwriteAll writes all of p at off in fd.
+func pwriteAll(fd int, p []byte, off int64) error {
+	for len(p) > 0 {
+		n, err := unix.Pwrite(fd, p, off)
+		if errors.Is(err, unix.EINTR) {
+			continue
+		}
+		if err != nil {
+			return err
+		}
+		p, off = p[n:], off+int64(n)
+	}
+	return nil
 }
