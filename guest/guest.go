@@ -26,6 +26,12 @@ const (
 	// RoleHostWalk: a short-lived helper of the host's that walks a dead
 	// trial's upper dirs (hostwalk_linux.go).
 	RoleHostWalk = "host-walk"
+	// RoleGVisorView: the gvisor rung's view builder on the host kernel,
+	// which becomes runsc (gvisor_linux.go, wire.VerbGVisorExec).
+	RoleGVisorView = "gvisor-view"
+	// RoleGVisorTrial: the gvisor rung's supervisor inside gVisor: it runs
+	// the command and reports how it ended; the host walks the upper dirs.
+	RoleGVisorTrial = "gvisor-trial"
 )
 
 // MaybeMain runs the guest and exits if args (os.Args) ask for a guest role;
@@ -70,6 +76,10 @@ func Main(args []string) int {
 		return runSession()
 	case RoleHostWalk:
 		return runHostWalk(args[1:])
+	case RoleGVisorView:
+		return runGVisorView()
+	case RoleGVisorTrial:
+		return runGVisorTrial()
 	}
 	fmt.Fprintf(os.Stderr, "dryexec guest: unknown role %q\n", args[0])
 	return 2

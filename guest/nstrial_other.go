@@ -21,3 +21,10 @@ func runHostWalk([]string) int {
 	fmt.Fprintln(os.Stderr, "dryexec guest: the host walk needs Linux")
 	return 2
 }
+
+func runGVisorView() int {
+	fmt.Fprintln(os.Stderr, "dryexec guest: the gvisor rung needs Linux")
+	return 2
+}
+
+func runGVisorTrial() int { return runGVisorView() }

@@ -2,6 +2,7 @@ package rung
 
 import (
 	"github.com/dryexec/dryexec"
+	"github.com/dryexec/dryexec/rung/gvisor"
 	"github.com/dryexec/dryexec/rung/linuxns"
 )
 
@@ -9,6 +10,8 @@ func build(name string) dryexec.Rung {
 	switch name {
 	case "ns":
 		return &linuxns.Rung{}
+	case "gvisor":
+		return &gvisor.Rung{}
 	}
 	return nil
 }

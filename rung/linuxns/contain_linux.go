@@ -420,6 +420,21 @@ func (w *MaskWatch) Pin(pid int, masks []string) error {
 		return nil
 	}
 	defer unix.Close(root)
+	w.pinAt(root, masks)
+	return nil
+}
+
+// PinRoot is Pin for a view whose root is the directory root (a descriptor)
+// rather than a guest's own root: the gvisor rung's view, which runsc serves
+// to its sandbox from the host side.
+func (w *MaskWatch) PinRoot(root int, masks []string) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.pinAt(root, masks)
+}
+
+// pinAt pins masks beneath root; w.mu is held.
+func (w *MaskWatch) pinAt(root int, masks []string) {
 	for _, p := range masks {
 		fd, err := unix.Openat2(root, strings.TrimPrefix(p, "/"), &unix.OpenHow{
 			Flags:   unix.O_PATH | unix.O_NOFOLLOW | unix.O_CLOEXEC,
@@ -435,7 +450,6 @@ func (w *MaskWatch) Pin(pid int, masks []string) error {
 		}
 		w.pins = append(w.pins, maskPin{path: p, fd: fd})
 	}
-	return nil
 }
 
 // Check returns a {kind: secret} violation for each masked path read since

@@ -1,0 +1,200 @@
+package guest
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path"
+	"strconv"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/dryexec/dryexec/wire"
+)
+
+// runGVisorView is the gvisor rung's view guest (wire.VerbGVisorExec): on the
+// host kernel, in a mount namespace of its own, it builds the same overlays
+// and masks as an ns trial's view, beneath a scratch tmpfs, but does not
+// enter them: it hands them to runsc as the container's root (with runsc's
+// own overlay off, so that every write of the sandbox lands in these upper
+// dirs, which the host walks), then becomes runsc. The host takes its own
+// handle on the scratch tmpfs (trial.mounts' ScratchFD) before that.
+func runGVisorView() int {
+	conn := wire.NewConn(os.NewFile(wire.CtrlFD, "ctrl"))
+	fail := func(code string, err error) int { return sendFailure(conn, code, err) }
+	if err := conn.Send(wire.KindHello, "", 0, &wire.Hello{Version: wire.Version, Role: RoleGVisorView}); err != nil {
+		return 1
+	}
+	f, err := conn.Read()
+	if err != nil {
+		return 1
+	}
+	var cfg wire.TrialStart
+	if f.Verb != wire.VerbTrialStart {
+		return fail("protocol", fmt.Errorf("expected %s, got %q", wire.VerbTrialStart, f.Verb))
+	}
+	if err := f.Decode(&cfg); err != nil {
+		return fail("protocol", err)
+	}
+	if cfg.Rootless || cfg.Net {
+		return fail("setup", errors.New("the gvisor view supports neither rootless sandboxes nor a network"))
+	}
+	scratchDir, scratch, uppers, err := buildGVisorView(&cfg)
+	if err != nil {
+		return fail("setup", err)
+	}
+	if err := conn.Send(wire.KindEvent, wire.VerbTrialMounts, 0, &wire.TrialMounts{Paths: uppers, ScratchFD: scratch}); err != nil {
+		return 1
+	}
+	if f, err = conn.Read(); err != nil {
+		return 1
+	}
+	var ex wire.GVisorExec
+	if f.Verb != wire.VerbGVisorExec {
+		return fail("protocol", fmt.Errorf("expected %s, got %q", wire.VerbGVisorExec, f.Verb))
+	}
+	if err := f.Decode(&ex); err != nil {
+		return fail("protocol", err)
+	}
+	if !path.IsAbs(ex.Path) || len(ex.Argv) == 0 {
+		return fail("protocol", errors.New("gvisor.exec without an absolute runsc path"))
+	}
+	bundle := scratchDir + "/" + wire.GVisorBundle
+	if err := os.WriteFile(bundle+"/config.json", ex.Config, 0o600); err != nil {
+		return fail("setup", err)
+	}
+	for _, fd := range ex.Keep {
+		if fd <= wire.CtrlFD {
+			return fail("protocol", fmt.Errorf("gvisor.exec cannot keep descriptor %d", fd))
+		}
+		if _, err := unix.FcntlInt(uintptr(fd), unix.F_SETFD, 0); err != nil {
+			return fail("setup", fmt.Errorf("keeping descriptor %d for runsc: %w", fd, err))
+		}
+	}
+	// runsc is run from the scratch dir: its state (--root) and the bundle
+	// are named relative to it, so the host needs not know where it is.
+	if err := unix.Chdir(scratchDir); err != nil {
+		return fail("setup", err)
+	}
+	// The stream closes at the exec (close-on-exec): the host reads that as
+	// runsc having started; its errors go to the stderr the host gave us.
+	err = unix.Exec(ex.Path, ex.Argv, []string{"PATH=/usr/sbin:/usr/bin:/sbin:/bin"})
+	return fail("setup", fmt.Errorf("exec %s: %w", ex.Path, err))
+}
+
+// buildGVisorView mounts the scratch tmpfs, the overlays of every planned
+// host mount beneath scratch/root and the masks over them (as buildView, but
+// without /proc, /dev and /sys, which gVisor provides, and without entering
+// the view). It returns the scratch dir, a descriptor of it and the host
+// path each upper dir stands for.
+func buildGVisorView(cfg *wire.TrialStart) (string, int, []string, error) {
+	if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
+		return "", -1, nil, fmt.Errorf("making mounts private: %w", err)
+	}
+	scratchDir := ""
+	for _, c := range scratchCandidates {
+		if st, err := os.Lstat(c); err == nil && st.IsDir() {
+			scratchDir = c
+			break
+		}
+	}
+	if scratchDir == "" {
+		return "", -1, nil, errors.New("no directory to mount the scratch tmpfs on")
+	}
+	opts := "mode=0700"
+	if cfg.UpperSize > 0 {
+		opts += ",size=" + strconv.FormatInt(cfg.UpperSize, 10)
+	}
+	if err := unix.Mount("dryexec", scratchDir, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, opts); err != nil {
+		return "", -1, nil, fmt.Errorf("mounting scratch tmpfs: %w", err)
+	}
+	scratch, err := unix.Open(scratchDir, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return "", -1, nil, fmt.Errorf("opening scratch: %w", err)
+	}
+	for _, d := range []string{"root", "u", "w", "s", wire.GVisorBundle, "state"} {
+		if err := os.Mkdir(scratchDir+"/"+d, 0o700); err != nil {
+			return "", -1, nil, err
+		}
+	}
+	root := scratchDir + "/root"
+	b := &overlayBuilder{scratch: scratchDir, root: root}
+	for _, m := range cfg.Mounts {
+		if err := b.dir(m.Path); err != nil && !(errors.Is(err, errVanished) && m.Path != "/") {
+			return "", -1, nil, err
+		}
+	}
+	if err := mountMasks(scratchDir, root, cfg.Masks, cfg.Hidden, false); err != nil {
+		return "", -1, nil, err
+	}
+	return scratchDir, scratch, b.uppers, nil
+}
+
+// runGVisorTrial is the gvisor rung's trial guest, the container's first
+// process inside gVisor. It runs the command as the ns guest does (the
+// command stub, in a session and user namespace of its own, the host
+// writing the command to the stub's pipe), kills whatever the command left
+// once it has ended, and reports how it ended. What gVisor provides itself
+// it does not do: no view (the container's root is the view guest's), no
+// seccomp or Landlock (the sandbox's system calls go to gVisor's kernel),
+// no memory tracer, no walk (the host walks the upper dirs, which are on
+// its side, once the sandbox is gone).
+func runGVisorTrial() int {
+	conn := wire.NewConn(os.NewFile(wire.CtrlFD, "ctrl"))
+	fail := func(code string, err error) int { return sendFailure(conn, code, err) }
+	if err := conn.Send(wire.KindHello, "", 0, &wire.Hello{Version: wire.Version, Role: RoleGVisorTrial}); err != nil {
+		return 1
+	}
+	f, err := conn.Read()
+	if err != nil {
+		return 1
+	}
+	var cfg wire.TrialStart
+	if f.Verb != wire.VerbTrialStart {
+		return fail("protocol", fmt.Errorf("expected %s, got %q", wire.VerbTrialStart, f.Verb))
+	}
+	if err := f.Decode(&cfg); err != nil {
+		return fail("protocol", err)
+	}
+	if cfg.Hostname != "" {
+		unix.Sethostname([]byte(cfg.Hostname))
+	}
+	stub, err := startGVisorStub(&cfg)
+	if err != nil {
+		return fail("setup", err)
+	}
+	ran := make(chan runStarted, 1)
+	timedOut := make(chan struct{})
+	go readRun(conn, &cfg, ran, timedOut)
+	settled := func(exit *wire.TrialExit) error {
+		// gVisor may hold written pages in its own cache (a file's shared
+		// mapping): sync puts them in the upper dirs before the host walks.
+		unix.Sync()
+		return conn.Send(wire.KindEvent, wire.VerbTrialExit, 0, exit)
+	}
+	done, err := runCommand(&cfg, stub, nil, ran, timedOut, settled)
+	if err != nil {
+		return 1
+	}
+	if err := conn.Send(wire.KindEvent, wire.VerbTrialDone, 0, done); err != nil {
+		return 1
+	}
+	return 0
+}
+
+// startGVisorStub starts the command's stub inside gVisor: the guest binary
+// plays it (RoleStub), not the native stub, which takes any answer but EBADF
+// from landlock_restrict_self on its fd 7 as a failure, and gVisor answers
+// ENOSYS (it has no Landlock). Its exec costs ≈ 3 ms more, little next to
+// runsc's start. The guest's copies of the trial's pipes are closed then,
+// as startTrialStub does.
+func startGVisorStub(cfg *wire.TrialStart) (*cmdStub, error) {
+	stub, err := startStub(guestStubExe(), commandAttr(cfg), 0, wire.StdoutFD, wire.StderrFD, wire.StubFD, wire.StdinFD, ^uintptr(0), nil)
+	if err != nil {
+		return nil, err
+	}
+	for _, fd := range []int{wire.StdoutFD, wire.StderrFD, wire.StubFD, wire.StdinFD} {
+		unix.Close(fd)
+	}
+	return stub, nil
+}

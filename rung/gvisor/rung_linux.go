@@ -1,0 +1,798 @@
+package gvisor
+
+import (
+	"bytes"
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/exec"
+	"path"
+	"path/filepath"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/dryexec/dryexec"
+	"github.com/dryexec/dryexec/cgroup"
+	"github.com/dryexec/dryexec/fsdelta"
+	"github.com/dryexec/dryexec/guest"
+	"github.com/dryexec/dryexec/internal/tail"
+	"github.com/dryexec/dryexec/rung/linuxns"
+	"github.com/dryexec/dryexec/wire"
+)
+
+// Name is the rung's contract name.
+const Name = "gvisor"
+
+// RunscEnv names the runsc binary to use instead of the one found on PATH
+// or installed by `make` ($(go env GOPATH)/bin/runsc).
+const RunscEnv = "DRYEXEC_RUNSC"
+
+// RunscVersion is the runsc `make` installs (go install gvisor.dev/gvisor/runsc@RunscVersion).
+const RunscVersion = "v0.0.0-20260905035102-160fafc42237"
+
+// DefaultPlatform is the gVisor platform used unless Rung.Platform says
+// otherwise: systrap needs no virtualisation (KVM is not usable in a nested
+// VM without it) and is faster than ptrace.
+const DefaultPlatform = "systrap"
+
+// Rung runs trials in gVisor. The zero value is ready to use; it runs as root
+// only (Available says so otherwise).
+type Rung struct {
+	// Runsc is the runsc binary; empty means $DRYEXEC_RUNSC, else runsc on
+	// PATH, else $GOPATH/bin/runsc (where `make` installs it).
+	Runsc string
+	// Platform is runsc's --platform; empty means DefaultPlatform.
+	Platform string
+	// GuestExe is the guest binary (guest.Executable when empty): it builds
+	// the view on the host and supervises the command inside gVisor.
+	GuestExe string
+	// Log receives debug records; nil logs nothing.
+	Log *slog.Logger
+	// WalkGrace bounds how long the sandbox may take to report and end after
+	// the command's own timeout; 0 means 60s.
+	WalkGrace time.Duration
+	// CollectMin and CollectTimeout are linuxns.Rung's: how long a trial
+	// gets, after its command, to hash and store what it wrote.
+	CollectMin, CollectTimeout time.Duration
+	// Cgroups says where sandboxes' cgroups are made (see package cgroup).
+	Cgroups cgroup.Options
+	// Trace, when set, is called as a trial passes each phase ("view": the
+	// overlays are built, "hello": the guest runs inside gVisor, "exit": the
+	// command and its descendants are gone, "gone": the sandbox has ended,
+	// "done": the delta is built).
+	Trace func(phase string)
+}
+
+var _ dryexec.Rung = (*Rung)(nil)
+
+// Name implements dryexec.Rung.
+func (r *Rung) Name() string { return Name }
+
+func (r *Rung) trace(phase string) {
+	if r.Trace != nil {
+		r.Trace(phase)
+	}
+}
+
+func (r *Rung) platform() string { return cmp.Or(r.Platform, DefaultPlatform) }
+
+func (r *Rung) walkGrace() time.Duration { return cmp.Or(r.WalkGrace, 60*time.Second) }
+
+func unavailable(missing string) error {
+	return &dryexec.IsolationUnavailableError{Rung: Name, Missing: missing}
+}
+
+// FindRunsc returns the runsc binary: path if set, else $DRYEXEC_RUNSC,
+// else runsc on PATH, else $GOPATH/bin/runsc (or ~/go/bin/runsc).
+func FindRunsc(path string) (string, error) {
+	if path = cmp.Or(path, os.Getenv(RunscEnv)); path != "" {
+		return exec.LookPath(path)
+	}
+	if p, err := exec.LookPath("runsc"); err == nil {
+		return filepath.Abs(p)
+	}
+	var cands []string
+	if b := os.Getenv("GOBIN"); b != "" {
+		cands = append(cands, filepath.Join(b, "runsc"))
+	}
+	for _, gp := range filepath.SplitList(os.Getenv("GOPATH")) {
+		cands = append(cands, filepath.Join(gp, "bin", "runsc"))
+	}
+	if h, err := os.UserHomeDir(); err == nil {
+		cands = append(cands, filepath.Join(h, "go", "bin", "runsc"))
+	}
+	for _, c := range cands {
+		if st, err := os.Stat(c); err == nil && st.Mode().IsRegular() && st.Mode()&0o111 != 0 {
+			return c, nil
+		}
+	}
+	return "", fmt.Errorf("runsc not found on PATH nor in $GOPATH/bin (`make` installs it: go install gvisor.dev/gvisor/runsc@%s; or set %s)", RunscVersion, RunscEnv)
+}
+
+// Available runs runsc: `runsc --platform=P --network=none do true` must
+// succeed. Looking for the binary would not do: runsc may be there and
+// unable to start a sandbox (no permission for its namespaces, a platform
+// the host cannot give, a seccomp profile in the way).
+func (r *Rung) Available(ctx context.Context) error {
+	if os.Geteuid() != 0 {
+		return unavailable("root: the gvisor rung runs runsc as root (rootless runsc is not supported yet)")
+	}
+	runsc, err := FindRunsc(r.Runsc)
+	if err != nil {
+		return unavailable(err.Error())
+	}
+	state, err := os.MkdirTemp("", "dryexec-runsc-probe-")
+	if err != nil {
+		return unavailable("a directory for runsc's state: " + err.Error())
+	}
+	defer os.RemoveAll(state)
+	ctx, cancel := context.WithTimeout(ctx, 60*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, runsc, "--root", state, "--platform="+r.platform(), "--network=none",
+		"--ignore-cgroups", "do", "/bin/true")
+	cmd.Dir = state
+	var out tailWriter
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Run(); err != nil {
+		msg := strings.TrimSpace(out.String())
+		if msg != "" {
+			msg = ": " + msg
+		}
+		return unavailable(fmt.Sprintf("%s --platform=%s do /bin/true failed (%v)%s", runsc, r.platform(), err, msg))
+	}
+	return nil
+}
+
+// tailWriter keeps the last 2 KiB written to it (runsc's error output).
+type tailWriter struct {
+	mu sync.Mutex
+	b  []byte
+}
+
+func (w *tailWriter) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.b = append(w.b, p...)
+	if len(w.b) > 2048 {
+		w.b = w.b[len(w.b)-2048:]
+	}
+	return len(p), nil
+}
+
+func (w *tailWriter) String() string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return string(bytes.ToValidUTF8(w.b, []byte("?")))
+}
+
+// Trial implements dryexec.Rung.
+func (r *Rung) Trial(ctx context.Context, spec dryexec.TrialSpec) (*dryexec.StateDelta, error) {
+	spec = spec.WithDefaults()
+	if err := linuxns.CheckAction(spec.Action); err != nil {
+		return nil, err
+	}
+	if spec.TrialID == "" {
+		spec.TrialID = dryexec.NewTrialID()
+	}
+	for _, n := range spec.Net {
+		if n != "none" {
+			return nil, unavailable(fmt.Sprintf("--net %s: the gvisor rung has no network yet, only --net none (the ns rung has netsim)", n))
+		}
+	}
+	if os.Geteuid() != 0 {
+		return nil, unavailable("root: the gvisor rung runs runsc as root (rootless runsc is not supported yet)")
+	}
+	runsc, err := FindRunsc(r.Runsc)
+	if err != nil {
+		return nil, unavailable(err.Error())
+	}
+	mounts, err := linuxns.Mounts()
+	if err != nil {
+		return nil, err
+	}
+	// netsim's CA key is masked in every sandbox, as on ns, whether or
+	// not this one has a network: it signs what sandboxes trust.
+	caDir, err := linuxns.EnsureCA(spec.NetCADir)
+	if err != nil {
+		return nil, err
+	}
+	cover, err := linuxns.ResolveCover(append(slices.Clone(spec.Masks), caDir), spec.NoDefaultMasks, spec.OwnPaths)
+	if err != nil {
+		return nil, err
+	}
+	t := &trial{r: r, spec: spec, runsc: runsc, mounts: mounts, cover: cover, scratchFD: -1}
+	defer t.cleanup()
+	if err := t.start(); err != nil {
+		return nil, err
+	}
+	return t.run(ctx)
+}
+
+// trial is one sandbox: the view guest (which becomes runsc), the host ends
+// of its descriptors, and what the host keeps of it.
+type trial struct {
+	r      *Rung
+	spec   dryexec.TrialSpec
+	runsc  string
+	mounts []wire.MountSpec
+	cover  linuxns.Cover
+
+	cmd       *exec.Cmd // the view guest, then runsc
+	waited    chan struct{}
+	waitErr   error
+	view      *wire.Conn // the view guest's stream (until it execs runsc)
+	viewCtrl  *os.File
+	inner     *wire.Conn // the trial guest's, inside gVisor
+	innerCtrl *os.File
+	outR      *os.File
+	errR      *os.File
+	stdinW    *os.File
+	stubW     *os.File
+	runscErr  tailWriter // runsc's own error output
+	runscErrR *os.File
+	out, errb *tail.Buffer
+	pipes     sync.WaitGroup
+
+	group    *cgroup.Group // nil: no cgroup here (a warning says so)
+	before   cgroup.Stats
+	warnings []string
+	watch    *linuxns.MaskWatch
+
+	uppers    []fsdelta.Mount
+	scratch   *os.File // the host's handle on the scratch tmpfs (upper dirs)
+	scratchFD int
+
+	sent    bool
+	sentAt  time.Time
+	expired bool // the walk ran out of time to keep content
+	exit    *wire.TrialExit
+	done    *wire.TrialDone
+}
+
+// Descriptors of the view guest: wire.CtrlFD is its own stream; the trial
+// guest's descriptors follow, and runsc passes each into the sandbox at the
+// number the ns guest has it (--pass-fd).
+const (
+	viewStdoutFD = 4
+	viewStderrFD = 5
+	viewStdinFD  = 6
+	viewStubFD   = 7
+	viewInnerFD  = 8
+)
+
+// start starts the view guest in a mount namespace of its own, in the
+// trial's cgroup, with every descriptor the sandbox will need.
+func (t *trial) start() error {
+	pair := func(name string) (*os.File, *os.File, error) {
+		fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+		if err != nil {
+			return nil, nil, fmt.Errorf("socketpair: %w", err)
+		}
+		// Non-blocking: the runtime poller owns our end, and Close
+		// interrupts a Read in progress.
+		unix.SetNonblock(fds[0], true)
+		return os.NewFile(uintptr(fds[0]), name), os.NewFile(uintptr(fds[1]), name+"-guest"), nil
+	}
+	var ends []*os.File
+	defer func() {
+		for _, f := range ends {
+			f.Close()
+		}
+	}()
+	var err error
+	var viewEnd, innerEnd, outW, errW, stdinR, stubR, runscErrW *os.File
+	if t.viewCtrl, viewEnd, err = pair("view"); err != nil {
+		return err
+	}
+	ends = append(ends, viewEnd)
+	if t.innerCtrl, innerEnd, err = pair("inner"); err != nil {
+		return err
+	}
+	ends = append(ends, innerEnd)
+	for _, p := range []struct{ r, w **os.File }{{&t.outR, &outW}, {&t.errR, &errW}, {&stdinR, &t.stdinW}, {&stubR, &t.stubW}, {&t.runscErrR, &runscErrW}} {
+		if *p.r, *p.w, err = os.Pipe(); err != nil {
+			return err
+		}
+	}
+	ends = append(ends, outW, errW, stdinR, stubR, runscErrW)
+
+	name := "gv-" + t.spec.TrialID
+	if m, merr := cgroup.NewManager(t.r.Cgroups); merr != nil {
+		err = merr
+	} else {
+		t.group, t.warnings, err = m.New(name, t.hostLimits())
+	}
+	switch {
+	case errors.Is(err, cgroup.ErrUnavailable):
+		t.group = nil
+		t.warnings = append(t.warnings, fmt.Sprintf("%v: the sandbox's memory and CPU are not limited", err))
+	case err != nil:
+		return err
+	}
+	if t.group != nil {
+		t.before = t.group.Stats()
+	}
+
+	exe := t.r.GuestExe
+	if exe == "" {
+		exe = guest.Executable()
+	}
+	attr := &syscall.SysProcAttr{
+		// A mount namespace for the view; runsc makes the sandbox's
+		// other namespaces itself. The view guest (then runsc) dies with us.
+		Cloneflags: syscall.CLONE_NEWNS,
+		Pdeathsig:  syscall.SIGKILL,
+	}
+	if t.group != nil && t.group.CgroupFD() >= 0 {
+		attr.UseCgroupFD, attr.CgroupFD = true, t.group.CgroupFD()
+	}
+	t.cmd = &exec.Cmd{
+		Path:        exe,
+		Args:        []string{"dryexec", "guest", guest.RoleGVisorView},
+		Env:         []string{},
+		ExtraFiles:  []*os.File{viewEnd, outW, errW, stdinR, stubR, innerEnd},
+		Stderr:      runscErrW,
+		SysProcAttr: attr,
+	}
+	if err := t.cmd.Start(); err != nil {
+		return fmt.Errorf("starting the gvisor view guest: %w", err)
+	}
+	t.waited = make(chan struct{})
+	go func() {
+		t.waitErr = t.cmd.Wait()
+		close(t.waited)
+	}()
+	runscErrR := t.runscErrR
+	t.runscErrR = nil
+	t.pipes.Go(func() { copyOut(&t.runscErr, runscErrR) })
+	if t.group != nil && t.group.CgroupFD() < 0 {
+		if err := t.group.Attach(t.cmd.Process.Pid); err != nil {
+			return fmt.Errorf("putting the gvisor sandbox in its cgroup: %w", err)
+		}
+	}
+	t.view = wire.NewConn(t.viewCtrl)
+	t.inner = wire.NewConn(t.innerCtrl)
+	return nil
+}
+
+// hostLimits are the limits of the cgroup that holds runsc and its
+// sandbox: the trial's memory and CPU; the pids limit bounds gVisor's
+// own threads and helper processes (a sandbox's processes are not host
+// processes), so it is the trial's with room for those.
+func (t *trial) hostLimits() dryexec.Limits {
+	l := t.spec.Limits
+	if l.Pids >= 0 {
+		l.Pids = cmp.Or(l.Pids, dryexec.DefaultPids) + runscThreads
+	}
+	return l
+}
+
+// runscThreads is room in the host's pids limit for runsc, its gofer and
+// its sentry's threads.
+const runscThreads = 512
+
+// cleanup ends the sandbox (if it still runs) and frees everything.
+func (t *trial) cleanup() {
+	for _, f := range []*os.File{t.viewCtrl, t.innerCtrl, t.stdinW, t.stubW} {
+		if f != nil {
+			f.Close()
+		}
+	}
+	if t.cmd != nil && t.cmd.Process != nil {
+		t.cmd.Process.Kill()
+		<-t.waited
+	}
+	if t.group != nil {
+		// Kills what runsc left (its sandbox and gofer processes are in
+		// the group), then removes it.
+		if err := t.group.Remove(); err != nil && t.r.Log != nil {
+			t.r.Log.Warn("removing the trial's cgroup", "trial", t.spec.TrialID, "err", err)
+		}
+	}
+	for _, f := range []*os.File{t.outR, t.errR, t.runscErrR} {
+		if f != nil {
+			f.Close()
+		}
+	}
+	t.pipes.Wait()
+	t.watch.Close()
+	if t.scratch != nil {
+		t.scratch.Close()
+	}
+}
+
+func (t *trial) guestErr(doing string, err error) error {
+	if msg := strings.TrimSpace(t.runscErr.String()); msg != "" {
+		return fmt.Errorf("%w: %s: %w (runsc: %s)", dryexec.ErrGuest, doing, err, msg)
+	}
+	return fmt.Errorf("%w: %s: %w", dryexec.ErrGuest, doing, err)
+}
+
+// readFrame reads the next frame of conn, turning a guest's error frame
+// into an error.
+func readFrame(conn *wire.Conn) (*wire.Frame, error) {
+	f, err := conn.Read()
+	if err != nil {
+		return nil, err
+	}
+	if f.Kind == wire.KindErr {
+		var re wire.RemoteError
+		f.Decode(&re)
+		return nil, &re
+	}
+	return f, nil
+}
+
+// hello reads and checks a guest's hello.
+func (t *trial) hello(conn *wire.Conn, role string) error {
+	f, err := readFrame(conn)
+	if err != nil {
+		return t.guestErr("reading the "+role+" guest's hello", err)
+	}
+	var h wire.Hello
+	if f.Kind != wire.KindHello || f.Decode(&h) != nil {
+		return fmt.Errorf("%w: bad hello from the %s guest", dryexec.ErrGuest, role)
+	}
+	if h.Version != wire.Version || h.Role != role {
+		return fmt.Errorf("%w: the guest %s speaks protocol %d as %q, this dryexec %d as %q (a dryexec-guest from another build?)",
+			dryexec.ErrGuest, t.cmd.Path, h.Version, h.Role, wire.Version, role)
+	}
+	return nil
+}
+
+// prepare builds the view, pins the masks, and hands the view to runsc.
+func (t *trial) prepare() error {
+	if err := t.hello(t.view, guest.RoleGVisorView); err != nil {
+		return err
+	}
+	start := wire.TrialStart{Mounts: t.mounts, UpperSize: t.spec.UpperSizeBytes, Masks: t.cover.Masks, Hidden: t.cover.Hidden}
+	if err := t.view.Send(wire.KindReq, wire.VerbTrialStart, 1, &start); err != nil {
+		return t.guestErr("sending trial.start", err)
+	}
+	f, err := readFrame(t.view)
+	if err != nil {
+		return t.guestErr("building the view", err)
+	}
+	var tm wire.TrialMounts
+	if f.Verb != wire.VerbTrialMounts || f.Decode(&tm) != nil {
+		return fmt.Errorf("%w: unexpected %s %q before trial.mounts", dryexec.ErrGuest, f.Kind, f.Verb)
+	}
+	if t.uppers, err = checkUppers(tm.Paths, t.mounts); err != nil {
+		return err
+	}
+	if err := t.openScratch(tm.ScratchFD); err != nil {
+		return err
+	}
+	t.watch = linuxns.NewMaskWatch()
+	if len(t.cover.Masks) > 0 {
+		root, err := unix.Openat(t.scratchFD, "root", unix.O_PATH|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+		if err != nil {
+			return fmt.Errorf("opening the view's root: %w", err)
+		}
+		t.watch.PinRoot(root, t.cover.Masks)
+		unix.Close(root)
+	}
+	t.r.trace("view")
+	cfg, err := t.ociSpec()
+	if err != nil {
+		return err
+	}
+	argv := []string{t.runsc, "--root", "state", "--platform=" + t.r.platform(), "--network=none",
+		"--overlay2=none", "--ignore-cgroups", "run", "--bundle", wire.GVisorBundle}
+	keep := []int{viewStdoutFD, viewStderrFD, viewStdinFD, viewStubFD, viewInnerFD}
+	for _, m := range [][2]int{{viewInnerFD, wire.CtrlFD}, {viewStdoutFD, wire.StdoutFD}, {viewStderrFD, wire.StderrFD},
+		{viewStdinFD, wire.StdinFD}, {viewStubFD, wire.StubFD}} {
+		argv = append(argv, "--pass-fd", strconv.Itoa(m[0])+":"+strconv.Itoa(m[1]))
+	}
+	argv = append(argv, "dryexec-"+t.spec.TrialID)
+	ex := wire.GVisorExec{Path: t.runsc, Argv: argv, Config: cfg, Keep: keep}
+	if err := t.view.Send(wire.KindReq, wire.VerbGVisorExec, 2, &ex); err != nil {
+		return t.guestErr("sending gvisor.exec", err)
+	}
+	// The stream closes when the view guest execs runsc (close-on-exec).
+	if f, err := readFrame(t.view); err == nil {
+		return fmt.Errorf("%w: unexpected %s %q instead of runsc", dryexec.ErrGuest, f.Kind, f.Verb)
+	} else if re := (*wire.RemoteError)(nil); errors.As(err, &re) {
+		return t.guestErr("starting runsc", err)
+	}
+	t.viewCtrl.Close()
+	t.viewCtrl = nil
+	return nil
+}
+
+// openScratch takes the host's own handle on the view guest's scratch
+// tmpfs, through /proc/PID/fd, before anything of the sandbox's runs: the
+// host walks the upper dirs through it once the sandbox is gone.
+func (t *trial) openScratch(fd int) error {
+	if fd <= 0 {
+		return fmt.Errorf("%w: the view guest named no scratch tmpfs", dryexec.ErrGuest)
+	}
+	h, err := unix.Open("/proc/"+strconv.Itoa(t.cmd.Process.Pid)+"/fd/"+strconv.Itoa(fd), unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return fmt.Errorf("opening the view's scratch tmpfs: %w", err)
+	}
+	var sfs unix.Statfs_t
+	if err := unix.Fstatfs(h, &sfs); err != nil || sfs.Type != unix.TMPFS_MAGIC {
+		unix.Close(h)
+		return fmt.Errorf("%w: the view guest's scratch descriptor is not a tmpfs", dryexec.ErrGuest)
+	}
+	t.scratch, t.scratchFD = os.NewFile(uintptr(h), "scratch"), h
+	return nil
+}
+
+// checkUppers validates the view guest's list of upper dirs: each must be a
+// clean absolute path within a planned mount.
+func checkUppers(paths []string, mounts []wire.MountSpec) ([]fsdelta.Mount, error) {
+	if len(paths) == 0 || len(paths) > 4096 {
+		return nil, fmt.Errorf("%w: %d upper dirs", dryexec.ErrGuest, len(paths))
+	}
+	dm := make([]fsdelta.Mount, len(paths))
+	for i, p := range paths {
+		ok := false
+		for _, m := range mounts {
+			ok = ok || p == m.Path || m.Path == "/" || strings.HasPrefix(p, m.Path+"/")
+		}
+		if !strings.HasPrefix(p, "/") || path.Clean(p) != p || !ok {
+			return nil, fmt.Errorf("%w: upper dir for %q is outside the planned mounts", dryexec.ErrGuest, p)
+		}
+		dm[i] = fsdelta.Mount{Path: p}
+	}
+	return dm, nil
+}
+
+// run prepares the sandbox, runs the command and builds the delta.
+func (t *trial) run(ctx context.Context) (*dryexec.StateDelta, error) {
+	a := t.spec.Action
+	outer := ctx
+	if a.TimeoutMS > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeoutCause(ctx, a.Timeout()+t.r.walkGrace(), errOverdue)
+		defer cancel()
+	}
+	// Cancelling ctx kills runsc, which breaks every stream.
+	stop := context.AfterFunc(ctx, t.kill)
+	defer stop()
+	if err := t.prepare(); err != nil {
+		if ctx.Err() != nil {
+			return nil, fmt.Errorf("trial %s: %w", t.spec.TrialID, context.Cause(ctx))
+		}
+		return nil, err
+	}
+	t.out, t.errb = tail.New(t.spec.OutputCap), tail.New(t.spec.OutputCap)
+	err := t.converse()
+	if err != nil && !t.sent {
+		if ctx.Err() != nil {
+			return nil, fmt.Errorf("trial %s: %w", t.spec.TrialID, context.Cause(ctx))
+		}
+		return nil, err
+	}
+	if err != nil && ctx.Err() != nil && !errors.Is(context.Cause(ctx), errOverdue) {
+		return nil, fmt.Errorf("trial %s: %w", t.spec.TrialID, ctx.Err())
+	}
+	if err != nil && errors.Is(context.Cause(ctx), errOverdue) {
+		err = fmt.Errorf("%w: no report within the command's timeout and %v more", dryexec.ErrGuest, t.r.walkGrace())
+	}
+	// Every write of the sandbox is in the upper dirs once runsc (and so
+	// its sandbox) has ended: the host walks them only then.
+	if err != nil {
+		t.kill()
+	}
+	select {
+	case <-t.waited:
+	case <-ctx.Done():
+		t.kill()
+		<-t.waited
+	}
+	if t.group != nil {
+		// runsc's sandbox and gofer may outlive runsc for a moment.
+		t.group.Remove()
+		t.group = nil
+	}
+	t.r.trace("gone")
+	return t.report(outer, err)
+}
+
+var errOverdue = errors.New("the gvisor sandbox did not report in time")
+
+// kill ends runsc and, through the cgroup, its sandbox.
+func (t *trial) kill() {
+	if t.cmd != nil && t.cmd.Process != nil {
+		t.cmd.Process.Kill()
+	}
+}
+
+// converse starts the command inside gVisor and reads how it ended.
+func (t *trial) converse() error {
+	if err := t.hello(t.inner, guest.RoleGVisorTrial); err != nil {
+		return err
+	}
+	t.r.trace("hello")
+	a := t.spec.Action
+	host, _ := os.Hostname()
+	start := wire.TrialStart{Hostname: host, CommandUserNS: true}
+	if err := t.inner.Send(wire.KindReq, wire.VerbTrialStart, 1, &start); err != nil {
+		return t.guestErr("sending trial.start", err)
+	}
+	env := make([]string, 0, len(a.Env))
+	for k, v := range a.Env {
+		env = append(env, k+"="+v)
+	}
+	sort.Strings(env)
+	// gVisor's monotonic clock is its own: the guest times the command from
+	// trial.run, which therefore goes before the command.
+	run := wire.TrialRun{Argv: a.Argv, Env: env, Cwd: a.Cwd, TimeoutMS: a.TimeoutMS, Stdin: t.spec.Stdin != nil}
+	req, err := wire.StubRequest(&run)
+	if err != nil {
+		return fmt.Errorf("%w: %w", dryexec.ErrBadAction, err)
+	}
+	run.Env = nil
+	if err := t.inner.Send(wire.KindReq, wire.VerbTrialRun, 2, &run); err != nil {
+		return t.guestErr("sending trial.run", err)
+	}
+	t.sent, t.sentAt = true, time.Now()
+	_, err = t.stubW.Write(req)
+	t.stubW.Close()
+	t.stubW = nil
+	if err != nil {
+		return t.guestErr("sending the command", err)
+	}
+	t.startIO()
+	for {
+		f, err := readFrame(t.inner)
+		if err != nil {
+			return t.guestErr("reading the report", err)
+		}
+		switch f.Verb {
+		case wire.VerbTrialExit:
+			if t.exit != nil {
+				return fmt.Errorf("%w: trial.exit twice", dryexec.ErrGuest)
+			}
+			ex := new(wire.TrialExit)
+			if err := f.Decode(ex); err != nil {
+				return t.guestErr("decoding trial.exit", err)
+			}
+			t.exit = ex
+			t.r.trace("exit")
+		case wire.VerbTrialDone:
+			if t.exit == nil {
+				return fmt.Errorf("%w: trial.done before trial.exit", dryexec.ErrGuest)
+			}
+			done := new(wire.TrialDone)
+			if err := f.Decode(done); err != nil {
+				return t.guestErr("decoding trial.done", err)
+			}
+			t.done = done
+			return nil
+		default:
+			return fmt.Errorf("%w: unexpected %s %q", dryexec.ErrGuest, f.Kind, f.Verb)
+		}
+	}
+}
+
+// startIO copies the command's output into the delta's buffers (and the
+// caller's live writers), and its stdin from the caller.
+func (t *trial) startIO() {
+	spec := t.spec
+	outR, errR := t.outR, t.errR
+	t.outR, t.errR = nil, nil
+	t.pipes.Go(func() { copyOut(teeOf(t.out, spec.Stdout), outR) })
+	t.pipes.Go(func() { copyOut(teeOf(t.errb, spec.Stderr), errR) })
+	if stdinW := t.stdinW; spec.Stdin != nil {
+		go func() {
+			io.Copy(stdinW, spec.Stdin)
+			stdinW.Close()
+		}()
+	} else {
+		stdinW.Close()
+	}
+	t.stdinW = nil
+}
+
+func copyOut(dst io.Writer, src *os.File) {
+	defer src.Close()
+	io.Copy(dst, src)
+}
+
+// teeOf writes to buf and, if live is not nil, to live, whose errors are
+// ignored: a caller that stops reading must not cut the delta's output short.
+func teeOf(buf *tail.Buffer, live io.Writer) io.Writer {
+	if live == nil {
+		return buf
+	}
+	return liveTee{buf, live}
+}
+
+type liveTee struct {
+	buf  *tail.Buffer
+	live io.Writer
+}
+
+func (l liveTee) Write(p []byte) (int, error) {
+	l.live.Write(p)
+	return l.buf.Write(p)
+}
+
+// report walks the upper dirs and builds the delta; cause is why the
+// sandbox's own report is missing or cut short (nil: it is complete).
+func (t *trial) report(ctx context.Context, cause error) (*dryexec.StateDelta, error) {
+	a := t.spec.Action
+	d := &dryexec.StateDelta{TrialID: t.spec.TrialID, Rung: Name, Action: a}
+	if t.group != nil {
+		now := t.group.Stats()
+		d.Violations = append(d.Violations, cgroup.Violations(t.group.Limits(), t.group.PidsHeadroom(), t.before, now)...)
+	}
+	d.Violations = append(d.Violations, t.watch.Check()...)
+	d.Warnings = append(d.Warnings, t.warnings...)
+	if w := t.watch.Warning(); w != "" {
+		d.Warnings = append(d.Warnings, w)
+	}
+	end := time.Now()
+	deadline := (&linuxns.Rung{CollectMin: t.r.CollectMin, CollectTimeout: t.r.CollectTimeout}).CollectDeadline(a, t.sentAt, end)
+	files, werr := t.walk(ctx, deadline)
+	var se *fsdelta.StoreError
+	if errors.As(werr, &se) {
+		return nil, fmt.Errorf("trial %s: %w", t.spec.TrialID, werr)
+	}
+	d.Files = files
+	var why []string
+	if cause != nil {
+		why = append(why, fmt.Sprintf("the gvisor sandbox failed mid-trial (%v)", cause))
+	}
+	if werr != nil {
+		why = append(why, fmt.Sprintf("the host's walk of the upper dirs failed (%v): the files listed are those walked before", werr))
+	}
+	d.Memory.Method = "none"
+	p := &d.Process
+	if ex := t.exit; ex != nil {
+		p.ExitCode, p.Signal, p.TimedOut, p.DurationNS = ex.ExitCode, ex.Signal, ex.TimedOut, ex.DurationNS
+		if ex.StartError != "" {
+			t.errb.Write([]byte("dryexec: " + ex.StartError + "\n"))
+		}
+	} else {
+		p.ExitCode = -1
+		p.DurationNS = int64(end.Sub(t.sentAt))
+		why = append(why, "the command's exit status is unknown (exit_code -1), and so are its CPU time and memory")
+	}
+	if dn := t.done; dn != nil {
+		p.CPUUserNS, p.CPUSysNS, p.PeakRSSBytes = dn.CPUUserNS, dn.CPUSysNS, dn.MaxRSS
+		d.Memory.PeakRSSBytes = dn.MaxRSS
+	}
+	var sfs unix.Statfs_t
+	if unix.Fstatfs(t.scratchFD, &sfs) == nil && (sfs.Bavail == 0 || sfs.Ffree == 0) {
+		d.Violations = append(d.Violations, dryexec.Violation{Kind: "limit",
+			Detail: fmt.Sprintf("upper storage full: the trial may write at most %d bytes (--upper-size)", t.spec.UpperSizeBytes)})
+	}
+	if len(why) > 0 {
+		d.Incomplete = true
+		d.IncompleteReason = strings.Join(why, "; ")
+		if t.r.Log != nil {
+			t.r.Log.Warn("trial incomplete", "trial", t.spec.TrialID, "reason", d.IncompleteReason)
+		}
+	}
+	if t.expired {
+		d.Incomplete = true
+		msg := fmt.Sprintf("the trial ran out of time to collect what it wrote (%s after the command's start): "+
+			"files past it are listed with their size, without their content", deadline.Sub(t.sentAt).Round(time.Millisecond))
+		d.IncompleteReason = strings.TrimPrefix(d.IncompleteReason+"; "+msg, "; ")
+	}
+	t.pipes.Wait()
+	out, otr := t.out.Bytes()
+	errb, etr := t.errb.Bytes()
+	p.Stdout, p.StdoutTruncated = string(out), otr
+	p.Stderr, p.StderrTruncated = string(errb), etr
+	d.Normalize()
+	d.ComputeTotals()
+	t.r.trace("done")
+	return d, nil
+}

@@ -1,0 +1,132 @@
+package gvisor
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/dryexec/dryexec"
+	"github.com/dryexec/dryexec/fsdelta"
+	"github.com/dryexec/dryexec/guest"
+	"github.com/dryexec/dryexec/wire"
+)
+
+// walk walks every upper dir through the host's handle on the scratch
+// tmpfs and diffs it with the host, as fsdelta.Differ diffs a guest's
+// report. runsc and its sandbox are gone: nothing writes there any more.
+// The walk runs in this process: the upper dirs are on the host side of
+// gVisor, and fsdelta.Walk passes the kernel one name at a time relative to
+// a directory fd, never following a link the sandbox made.
+func (t *trial) walk(ctx context.Context, deadline time.Time) ([]dryexec.FileChange, error) {
+	differ := fsdelta.NewDiffer(t.uppers, t.spec.Blobs, t.spec.DiffMaxBytes)
+	defer differ.Close()
+	differ.SetDeadline(deadline)
+	base := "/proc/self/fd/" + strconv.Itoa(t.scratchFD) + "/u/"
+	var werr error
+	for i := range t.uppers {
+		// As root the view's overlays have redirect_dir=on and their
+		// markers are trusted.overlay.* (guest.buildGVisorView).
+		werr = fsdelta.Walk(base+strconv.Itoa(i), i, fsdelta.WalkOptions{Redirects: true}, func(e *fsdelta.Entry, content *os.File) error {
+			if err := ctx.Err(); err != nil {
+				return err
+			}
+			if content == nil {
+				return differ.Add(e, nil)
+			}
+			return differ.Add(e, content)
+		})
+		if werr != nil {
+			break
+		}
+	}
+	files, err := differ.Finish()
+	t.expired = differ.Expired()
+	if se := (*fsdelta.StoreError)(nil); errors.As(werr, &se) {
+		return nil, werr
+	}
+	if err != nil {
+		if werr == nil {
+			werr = err
+		}
+		return nil, werr
+	}
+	return files, werr
+}
+
+// ociSpec is the container's config.json: the trial guest as its process,
+// root, with every capability (the command gets a user namespace of its own,
+// as on ns), the view as its root (relative to the bundle), gVisor's own
+// /proc, /dev and /sys, and no network.
+func (t *trial) ociSpec() ([]byte, error) {
+	exe := t.r.GuestExe
+	if exe == "" {
+		exe = guest.Executable()
+	}
+	if strings.HasPrefix(exe, "/proc/") {
+		// The running binary: its host path, which the view shows too.
+		self, err := os.Executable()
+		if err != nil {
+			return nil, fmt.Errorf("finding the guest binary: %w", err)
+		}
+		exe = self
+	}
+	exe, err := filepath.EvalSymlinks(exe)
+	if err != nil {
+		return nil, fmt.Errorf("finding the guest binary: %w", err)
+	}
+	for _, h := range t.cover.Hidden {
+		if exe == h || strings.HasPrefix(exe, h+"/") {
+			return nil, fmt.Errorf("the guest binary %s is beneath %s, which every sandbox hides", exe, h)
+		}
+	}
+	host, _ := os.Hostname()
+	caps := map[string][]string{"bounding": allCaps, "effective": allCaps, "permitted": allCaps}
+	spec := map[string]any{
+		"ociVersion": "1.0.2",
+		"process": map[string]any{
+			"user":         map[string]int{"uid": 0, "gid": 0},
+			"args":         []string{exe, "guest", guest.RoleGVisorTrial},
+			"env":          []string{},
+			"cwd":          "/",
+			"capabilities": caps,
+		},
+		"root":     map[string]any{"path": wire.GVisorRoot, "readonly": false},
+		"hostname": host,
+		"mounts": []map[string]any{
+			{"destination": "/proc", "type": "proc", "source": "proc"},
+			{"destination": "/dev", "type": "tmpfs", "source": "tmpfs", "options": []string{"nosuid", "mode=755"}},
+			{"destination": "/dev/pts", "type": "devpts", "source": "devpts"},
+			{"destination": "/dev/shm", "type": "tmpfs", "source": "shm", "options": []string{"nosuid", "nodev", "mode=1777"}},
+			{"destination": "/sys", "type": "sysfs", "source": "sysfs", "options": []string{"ro", "nosuid", "nodev", "noexec"}},
+		},
+		"linux": map[string]any{
+			"namespaces": []map[string]string{{"type": "pid"}, {"type": "ipc"}, {"type": "uts"}, {"type": "mount"}, {"type": "network"}},
+		},
+	}
+	if l := t.spec.Limits; l.Pids > 0 || l.Pids == 0 {
+		pids := l.Pids
+		if pids == 0 {
+			pids = dryexec.DefaultPids
+		}
+		spec["linux"].(map[string]any)["resources"] = map[string]any{"pids": map[string]int64{"limit": pids}}
+	}
+	return json.Marshal(spec)
+}
+
+// allCaps are the capabilities the trial guest has inside gVisor (gVisor's
+// own, which reach nothing of the host's).
+var allCaps = []string{
+	"CAP_CHOWN", "CAP_DAC_OVERRIDE", "CAP_DAC_READ_SEARCH", "CAP_FOWNER", "CAP_FSETID", "CAP_KILL", "CAP_SETGID",
+	"CAP_SETUID", "CAP_SETPCAP", "CAP_LINUX_IMMUTABLE", "CAP_NET_BIND_SERVICE", "CAP_NET_BROADCAST", "CAP_NET_ADMIN",
+	"CAP_NET_RAW", "CAP_IPC_LOCK", "CAP_IPC_OWNER", "CAP_SYS_MODULE", "CAP_SYS_RAWIO", "CAP_SYS_CHROOT",
+	"CAP_SYS_PTRACE", "CAP_SYS_PACCT", "CAP_SYS_ADMIN", "CAP_SYS_BOOT", "CAP_SYS_NICE", "CAP_SYS_RESOURCE",
+	"CAP_SYS_TIME", "CAP_SYS_TTY_CONFIG", "CAP_MKNOD", "CAP_LEASE", "CAP_AUDIT_WRITE", "CAP_AUDIT_CONTROL",
+	"CAP_SETFCAP", "CAP_MAC_OVERRIDE", "CAP_MAC_ADMIN", "CAP_SYSLOG", "CAP_WAKE_ALARM", "CAP_BLOCK_SUSPEND",
+	"CAP_AUDIT_READ",
+}

@@ -1,0 +1,33 @@
+package wire
+
+// The gvisor rung's two guests. The view guest (guest.RoleGVisorView) runs on
+// the host kernel, in a mount namespace of its own: it takes VerbTrialStart
+// (mounts, masks, upper size) and builds the sandbox's view as the ns guest
+// does, overlays whose upper dirs are on a scratch tmpfs, but does not enter
+// it; it answers VerbTrialMounts, and on VerbGVisorExec writes the OCI
+// bundle and execs runsc with the view as the container's root. Inside
+// gVisor, the trial guest (guest.RoleGVisorTrial) is the container's first
+// process: it speaks the ns trial's verbs (VerbTrialStart, VerbTrialRun;
+// VerbTrialExit, VerbTrialDone) on the descriptors below (passed in with
+// runsc's --pass-fd), except that it walks nothing: the upper dirs are on
+// the host side, and the host walks them itself once the sandbox is gone.
+const VerbGVisorExec = "gvisor.exec"
+
+// GVisorExec is the body of gvisor.exec: runsc's path and arguments (argv[0]
+// included), the OCI runtime spec written as config.json beside the view,
+// and the view guest's descriptors runsc must find open (runsc's
+// --pass-fd hands them to the sandbox).
+type GVisorExec struct {
+	Path   string   `json:"path"`
+	Argv   []string `json:"argv"`
+	Config []byte   `json:"config"`
+	Keep   []int    `json:"keep,omitempty"`
+}
+
+// GVisorBundle is where, beneath the view guest's scratch tmpfs, the OCI
+// bundle (config.json) is written; the container's root is GVisorRoot,
+// named relative to the bundle in the spec.
+const (
+	GVisorBundle = "bundle"
+	GVisorRoot   = "../root"
+)
