@@ -112,7 +112,18 @@ func buildGVisorView(cfg *wire.TrialStart) (string, int, []string, error) {
 	if err != nil {
 		return "", -1, nil, fmt.Errorf("opening scratch: %w", err)
 	}
-	for _, d := range []string{"root", "u", "w", "s", wire.GVisorBundle, "state"} {
+	for _, d := range []string{"root", "u", "w", "s", wire.GVisorRun} {
+		if err := os.Mkdir(scratchDir+"/"+d, 0o700); err != nil {
+			return "", -1, nil, err
+		}
+	}
+	// runsc's state and the bundle get a tmpfs of their own: the scratch
+	// tmpfs holds only what the sandbox wrote, so that it being full (the
+	// trial's write budget) is still seen after runsc removed its state.
+	if err := unix.Mount("dryexec-runsc", scratchDir+"/"+wire.GVisorRun, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, "mode=0700,size=16m"); err != nil {
+		return "", -1, nil, fmt.Errorf("mounting runsc's tmpfs: %w", err)
+	}
+	for _, d := range []string{wire.GVisorBundle, wire.GVisorState} {
 		if err := os.Mkdir(scratchDir+"/"+d, 0o700); err != nil {
 			return "", -1, nil, err
 		}

@@ -24,10 +24,13 @@ type GVisorExec struct {
 	Keep   []int    `json:"keep,omitempty"`
 }
 
-// GVisorBundle is where, beneath the view guest's scratch tmpfs, the OCI
-// bundle (config.json) is written; the container's root is GVisorRoot,
-// named relative to the bundle in the spec.
+// Where, beneath the view guest's scratch tmpfs (runsc's working
+// directory), runsc's own tmpfs is (GVisorRun), with the OCI bundle
+// (config.json) and runsc's state (--root) in it. The container's root is
+// GVisorRoot, named relative to the bundle in the spec.
 const (
-	GVisorBundle = "bundle"
-	GVisorRoot   = "../root"
+	GVisorRun    = "run"
+	GVisorBundle = "run/bundle"
+	GVisorState  = "run/state"
+	GVisorRoot   = "../../root"
 )

@@ -256,6 +256,9 @@ type trial struct {
 	sent    bool
 	sentAt  time.Time
 	expired bool // the walk ran out of time to keep content
+	// upperFull: the scratch tmpfs (the write budget) was full at the
+	// command's end or after the sandbox's.
+	upperFull bool
 	exit    *wire.TrialExit
 	done    *wire.TrialDone
 }
@@ -488,8 +491,8 @@ func (t *trial) prepare() error {
 	if err != nil {
 		return err
 	}
-	argv := []string{t.runsc, "--root", "state", "--platform=" + t.r.platform(), "--network=none",
-		"--overlay2=none", "--ignore-cgroups", "run", "--bundle", wire.GVisorBundle}
+	argv := []string{t.runsc, "--root", wire.GVisorState, "--platform=" + t.r.platform(), "--network=none",
+		"--overlay2=none", "--ignore-cgroups", "--file-access=shared", "run", "--bundle", wire.GVisorBundle}
 	keep := []int{viewStdoutFD, viewStderrFD, viewStdinFD, viewStubFD, viewInnerFD}
 	for _, m := range [][2]int{{viewInnerFD, wire.CtrlFD}, {viewStdoutFD, wire.StdoutFD}, {viewStderrFD, wire.StderrFD},
 		{viewStdinFD, wire.StdinFD}, {viewStubFD, wire.StubFD}} {
@@ -603,6 +606,12 @@ func (t *trial) run(ctx context.Context) (*dryexec.StateDelta, error) {
 	return t.report(outer, err)
 }
 
+// upperFull says whether the tmpfs at fd has no block or inode left.
+func upperFull(fd int) bool {
+	var sfs unix.Statfs_t
+	return unix.Fstatfs(fd, &sfs) == nil && (sfs.Bavail == 0 || sfs.Ffree == 0)
+}
+
 var errOverdue = errors.New("the gvisor sandbox did not report in time")
 
 // kill ends runsc and, through the cgroup, its sandbox.
@@ -662,6 +671,7 @@ func (t *trial) converse() error {
 			if err := f.Decode(ex); err != nil {
 				return t.guestErr("decoding trial.exit", err)
 			}
+			t.upperFull = t.upperFull || upperFull(t.scratchFD)
 			t.exit = ex
 			t.r.trace("exit")
 		case wire.VerbTrialDone:
@@ -768,8 +778,7 @@ func (t *trial) report(ctx context.Context, cause error) (*dryexec.StateDelta, e
 		p.CPUUserNS, p.CPUSysNS, p.PeakRSSBytes = dn.CPUUserNS, dn.CPUSysNS, dn.MaxRSS
 		d.Memory.PeakRSSBytes = dn.MaxRSS
 	}
-	var sfs unix.Statfs_t
-	if unix.Fstatfs(t.scratchFD, &sfs) == nil && (sfs.Bavail == 0 || sfs.Ffree == 0) {
+	if t.upperFull || upperFull(t.scratchFD) {
 		d.Violations = append(d.Violations, dryexec.Violation{Kind: "limit",
 			Detail: fmt.Sprintf("upper storage full: the trial may write at most %d bytes (--upper-size)", t.spec.UpperSizeBytes)})
 	}
