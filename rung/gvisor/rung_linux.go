@@ -259,8 +259,8 @@ type trial struct {
 	// upperFull: the scratch tmpfs (the write budget) was full at the
 	// command's end or after the sandbox's.
 	upperFull bool
-	exit    *wire.TrialExit
-	done    *wire.TrialDone
+	exit      *wire.TrialExit
+	done      *wire.TrialDone
 }
 
 // Descriptors of the view guest: wire.CtrlFD is its own stream; the trial
