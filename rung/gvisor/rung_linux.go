@@ -244,10 +244,11 @@ type trial struct {
 	out, errb *tail.Buffer
 	pipes     sync.WaitGroup
 
-	group    *cgroup.Group // nil: no cgroup here (a warning says so)
-	before   cgroup.Stats
-	warnings []string
-	watch    *linuxns.MaskWatch
+	group     *cgroup.Group // nil: no cgroup here (a warning says so)
+	before    cgroup.Stats
+	limitHits []dryexec.Violation // the group's, once the sandbox is gone
+	warnings  []string
+	watch     *linuxns.MaskWatch
 
 	uppers    []fsdelta.Mount
 	scratch   *os.File // the host's handle on the scratch tmpfs (upper dirs)
@@ -359,7 +360,9 @@ func (t *trial) start() error {
 	runscErrR := t.runscErrR
 	t.runscErrR = nil
 	t.pipes.Go(func() { copyOut(&t.runscErr, runscErrR) })
-	if t.group != nil && t.group.CgroupFD() < 0 {
+	if t.group != nil {
+		// v1 groups (on a hybrid host, the v2 fd above holds no memory or
+		// pids controller) are joined by pid, before runsc starts.
 		if err := t.group.Attach(t.cmd.Process.Pid); err != nil {
 			return fmt.Errorf("putting the gvisor sandbox in its cgroup: %w", err)
 		}
@@ -598,7 +601,10 @@ func (t *trial) run(ctx context.Context) (*dryexec.StateDelta, error) {
 		<-t.waited
 	}
 	if t.group != nil {
-		// runsc's sandbox and gofer may outlive runsc for a moment.
+		// What the sandbox hit, read before the group goes: runsc's
+		// sandbox and gofer may outlive runsc for a moment, and removing
+		// the group kills them.
+		t.limitHits = cgroup.Violations(t.group.Limits(), t.group.PidsHeadroom(), t.before, t.group.Stats())
 		t.group.Remove()
 		t.group = nil
 	}
@@ -738,10 +744,7 @@ func (l liveTee) Write(p []byte) (int, error) {
 func (t *trial) report(ctx context.Context, cause error) (*dryexec.StateDelta, error) {
 	a := t.spec.Action
 	d := &dryexec.StateDelta{TrialID: t.spec.TrialID, Rung: Name, Action: a}
-	if t.group != nil {
-		now := t.group.Stats()
-		d.Violations = append(d.Violations, cgroup.Violations(t.group.Limits(), t.group.PidsHeadroom(), t.before, now)...)
-	}
+	d.Violations = append(d.Violations, t.limitHits...)
 	d.Violations = append(d.Violations, t.watch.Check()...)
 	d.Warnings = append(d.Warnings, t.warnings...)
 	if w := t.watch.Warning(); w != "" {
@@ -804,4 +807,15 @@ func (t *trial) report(ctx context.Context, cause error) (*dryexec.StateDelta, e
 	d.ComputeTotals()
 	t.r.trace("done")
 	return d, nil
+}
+
+// Notes are what `dryexec doctor` says of an available gvisor rung: which
+// runsc and platform it runs, and what differs from ns.
+func (r *Rung) Notes() []string {
+	runsc, _ := FindRunsc(r.Runsc)
+	return []string{
+		"runsc: " + runsc + " --platform=" + r.platform() + " (probed by running it)",
+		"network: --net none only (netsim is not wired to gVisor's netstack yet)",
+		"limits: memory and CPU of runsc's whole sandbox by cgroup; the pids limit counts runsc's host threads and processes",
+	}
 }

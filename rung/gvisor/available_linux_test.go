@@ -1,0 +1,59 @@
+package gvisor
+
+import (
+	"context"
+	"errors"
+	"os"
+	"strings"
+	"testing"
+
+	"github.com/dryexec/dryexec"
+)
+
+// TestAvailableRunsRunsc: the probe runs runsc, so a runsc that is there but
+// cannot start a sandbox (here: a platform it does not know) is unavailable,
+// and the error names what is missing; so is one that is not there.
+func TestAvailableRunsRunsc(t *testing.T) {
+	requireGVisor(t)
+	cases := []struct {
+		name string
+		r    Rung
+		want string
+	}{
+		{"no_binary", Rung{Runsc: "/nonexistent/runsc"}, "/nonexistent/runsc"},
+		{"platform_refused", Rung{Platform: "no-such-platform"}, "--platform=no-such-platform do /bin/true failed"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			err := c.r.Available(context.Background())
+			var iu *dryexec.IsolationUnavailableError
+			if !errors.As(err, &iu) || !errors.Is(err, dryexec.ErrIsolationUnavailable) || iu.Rung != Name {
+				t.Fatalf("Available: %v, want an IsolationUnavailableError of rung %s", err, Name)
+			}
+			if !strings.Contains(err.Error(), c.want) {
+				t.Fatalf("Available: %v, want it to name %q", err, c.want)
+			}
+		})
+	}
+}
+
+// TestNetRefused: the gvisor rung has no network simulator yet; a trial
+// asking for more than --net none is refused by name, not run without it.
+func TestNetRefused(t *testing.T) {
+	requireGVisor(t)
+	dir := t.TempDir()
+	for _, net := range [][]string{{"allow:127.0.0.1"}, {"none", "mock:/dev/null"}} {
+		_, err := (&Rung{}).Trial(context.Background(), dryexec.TrialSpec{Net: net,
+			Action: dryexec.Action{Argv: []string{"/bin/sh", "-c", "echo ran > ran"}, Cwd: dir, Env: testPath}})
+		if !errors.Is(err, dryexec.ErrIsolationUnavailable) || !strings.Contains(err.Error(), "--net") {
+			t.Fatalf("net %v: %v, want an IsolationUnavailableError about --net", net, err)
+		}
+	}
+	if _, err := os.Stat(dir + "/ran"); err == nil {
+		t.Fatal("the command ran")
+	}
+	d := runTrial(t, nil, dir, dryexec.TrialSpec{Net: []string{"none"}}, "/bin/sh", "-c", "echo ran > ran")
+	if len(d.Files) != 1 {
+		t.Fatalf("--net none: %+v", d.Files)
+	}
+}

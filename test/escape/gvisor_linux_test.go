@@ -1,0 +1,64 @@
+package escape
+
+import (
+	"context"
+	"os"
+	"regexp"
+	"runtime"
+	"testing"
+
+	"github.com/dryexec/dryexec"
+	"github.com/dryexec/dryexec/rung/gvisor"
+)
+
+const gvisorName = gvisor.Name
+
+// gvisorRefusal is how an attempt says the kernel refused it: the Python
+// attempts print "refused NAME ERRNO", the shell ones the tool's error.
+var gvisorRefusal = regexp.MustCompile(`(?m)^refused |Operation not permitted|Permission denied|not implemented|Function not implemented|Read-only file system|No such file or directory|Connection refused|Bad address|Invalid argument`)
+
+// gvisorRefused: on gvisor a refusal is gVisor's kernel answering with an
+// error, which it does not record as a violation (no seccomp supervisor
+// reports it, docs/architecture.md "The gvisor rung"): the attempt's own
+// output is the record.
+func gvisorRefused(d *dryexec.StateDelta) bool {
+	return gvisorRefusal.MatchString(d.Process.Stdout + d.Process.Stderr)
+}
+
+// TestEscapeGVisor runs the escape corpus on the gvisor rung: the host must
+// be unchanged and no attempt may report success; each refusal must be on
+// record, as ns records it (a violation, a file in the delta, a timeout) or
+// as the error the attempt met.
+func TestEscapeGVisor(t *testing.T) {
+	if os.Getuid() != 0 {
+		t.Skip("the gvisor rung runs as root only")
+	}
+	if err := (&gvisor.Rung{}).Available(context.Background()); err != nil {
+		if os.Getenv("DRYEXEC_REQUIRE") != "" || os.Getenv("CI") == "true" {
+			t.Fatalf("gvisor rung unavailable where it is required: %v", err)
+		}
+		t.Skipf("gvisor rung unavailable here: %v", err)
+	}
+	for _, a := range attempts {
+		t.Run(a.name, func(t *testing.T) {
+			if a.amd64 && runtime.GOARCH != "amd64" {
+				t.Skip("uses amd64 syscall numbers")
+			}
+			runOn(t, &gvisor.Rung{}, a)
+		})
+	}
+}
+
+// gvisorOwn are the attempts that succeed on gvisor, and why that is no
+// escape: what ns's seccomp profile refuses on the host's kernel, gVisor's
+// kernel (the sentry, itself confined by runsc's seccomp filter) implements
+// for the sandbox alone. For these only (a) is checked: the host, its
+// files, sockets and watched paths are unchanged.
+var gvisorOwn = map[string]string{
+	"unshare_user":                "a user namespace of gVisor's kernel; the host's is never reached",
+	"unshare_mount":               "a mount namespace of gVisor's kernel",
+	"clone_newuser_newns":         "namespaces of gVisor's kernel",
+	"clone_newuser_gains_nothing": "namespaces and mounts of gVisor's kernel",
+	"keyctl_join":                 "a keyring of gVisor's kernel (the host's keyrings are not reachable)",
+	"setuid_binary_gains_nothing": "gVisor does not set no_new_privs on the command; a setuid binary gains root of gVisor's kernel, which the command has already",
+}
