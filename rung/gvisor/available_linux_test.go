@@ -57,3 +57,14 @@ func TestNetRefused(t *testing.T) {
 		t.Fatalf("--net none: %+v", d.Files)
 	}
 }
+
+// TestMakefilePinsRunsc: `make` installs the runsc this package names.
+func TestMakefilePinsRunsc(t *testing.T) {
+	b, err := os.ReadFile("../../Makefile")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(b), "gvisor.dev/gvisor/runsc@"+RunscVersion) {
+		t.Fatalf("the Makefile does not install runsc@%s", RunscVersion)
+	}
+}
