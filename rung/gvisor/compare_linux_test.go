@@ -53,9 +53,7 @@ type comparable struct {
 func comparableOf(d *dryexec.StateDelta, setMtimes map[string]bool) comparable {
 	c := comparable{Process: d.Process, Violations: d.Violations, Totals: d.Totals, Incomplete: d.Incomplete,
 		Decision: string(d.Decision.Choice), Env: d.Action.Env}
-	for _, r := range d.Decision.Reasons {
-		c.Reasons = append(c.Reasons, r)
-	}
+	c.Reasons = append(c.Reasons, d.Decision.Reasons...)
 	c.Process.DurationNS, c.Process.CPUUserNS, c.Process.CPUSysNS, c.Process.PeakRSSBytes = 0, 0, 0, 0
 	for _, f := range d.Files {
 		if !setMtimes[filepath.Base(f.Path)] {
@@ -97,6 +95,10 @@ func TestSameDeltaAsNS(t *testing.T) {
 		{name: "daemon", args: []string{"--", "sh", "-c", "(sleep 60 > /dev/null 2>&1 &); echo left"}},
 		{name: "output_cap", args: []string{"--output-cap", "1000", "--", "sh", "-c", "head -c 300000 /dev/zero | tr '\\0' a"}},
 		{name: "mask", args: []string{"--mask", secrets, "--", "sh", "-c", "ls -a " + secrets + "; cat " + secrets + "/key | wc -c"}},
+		// dryexec's own state (DRYEXEC_HOME) is hidden whole: no names, no
+		// content, no writes.
+		{name: "own_state", args: []string{"--env", "H={home}", "--", "sh", "-c",
+			`ls -A "$H"; echo ls=$?; cat "$H/secret.txt"; echo cat=$?; echo x > "$H/new"; echo write=$?`}},
 		{name: "upper_full", args: []string{"--upper-size", "4194304", "--", "sh", "-c", "dd if=/dev/zero of=big bs=1M count=8 2>/dev/null; echo $?"}, sizesDiffer: true},
 	}
 	for _, c := range cases {
@@ -111,9 +113,19 @@ func TestSameDeltaAsNS(t *testing.T) {
 			if c.name == "files" {
 				os.Chmod(filepath.Join(dir, "s.sh"), 0o644)
 			}
+			// One DRYEXEC_HOME for both runs (its path may be in the output).
+			home := t.TempDir()
+			os.WriteFile(filepath.Join(home, "secret.txt"), []byte("hunter2\n"), 0o600)
 			args := append([]string{"-C", dir, "--no-store"}, c.args...)
-			nsCode, nsD := cliRun(t, t.TempDir(), linuxns.Name, c.stdin, args...)
-			gvCode, gvD := cliRun(t, t.TempDir(), gvisor.Name, c.stdin, args...)
+			for i := range args {
+				args[i] = strings.ReplaceAll(args[i], "{home}", home)
+			}
+			nsCode, nsD := cliRun(t, home, linuxns.Name, c.stdin, args...)
+			gvCode, gvD := cliRun(t, home, gvisor.Name, c.stdin, args...)
+			if c.name == "own_state" && (strings.Contains(gvD.Process.Stdout, "secret.txt") || strings.Contains(gvD.Process.Stdout, "hunter2") ||
+				strings.Contains(gvD.Process.Stdout, "write=0")) {
+				t.Errorf("dryexec's own state reached the gvisor sandbox:\n%s", gvD.Process.Stdout)
+			}
 			if gvD.Rung != gvisor.Name || nsD.Rung != linuxns.Name {
 				t.Fatalf("rungs %q and %q", nsD.Rung, gvD.Rung)
 			}
