@@ -170,7 +170,10 @@ func runGVisorTrial() int {
 	if cfg.Hostname != "" {
 		unix.Sethostname([]byte(cfg.Hostname))
 	}
-	stub, err := startGVisorStub(&cfg)
+	// The native stub (the guest binary where it cannot run), as on ns:
+	// no Landlock ruleset (gVisor has none; stub.c takes its ENOSYS), no
+	// memory tracer.
+	stub, err := startTrialStub(&cfg, nil, -1)
 	if err != nil {
 		return fail("setup", err)
 	}
@@ -193,19 +196,3 @@ func runGVisorTrial() int {
 	return 0
 }
 
-// startGVisorStub starts the command's stub inside gVisor: the guest binary
-// plays it (RoleStub), not the native stub, which takes any answer but EBADF
-// from landlock_restrict_self on its fd 7 as a failure, and gVisor answers
-// ENOSYS (it has no Landlock). Its exec costs ≈ 3 ms more, little next to
-// runsc's start. The guest's copies of the trial's pipes are closed then,
-// as startTrialStub does.
-func startGVisorStub(cfg *wire.TrialStart) (*cmdStub, error) {
-	stub, err := startStub(guestStubExe(), commandAttr(cfg), 0, wire.StdoutFD, wire.StderrFD, wire.StubFD, wire.StdinFD, ^uintptr(0), nil)
-	if err != nil {
-		return nil, err
-	}
-	for _, fd := range []int{wire.StdoutFD, wire.StderrFD, wire.StubFD, wire.StdinFD} {
-		unix.Close(fd)
-	}
-	return stub, nil
-}
