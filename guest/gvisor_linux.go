@@ -36,8 +36,21 @@ func runGVisorView() int {
 	if err := f.Decode(&cfg); err != nil {
 		return fail("protocol", err)
 	}
-	if cfg.Rootless || cfg.Net {
-		return fail("setup", errors.New("the gvisor view supports neither rootless sandboxes nor a network"))
+	if len(f.Bin) > 0 {
+		cfg.TrustBundle = f.Bin[0]
+	}
+	if cfg.Rootless {
+		return fail("setup", errors.New("the gvisor view does not support rootless sandboxes"))
+	}
+	// The network namespace is the view guest's own (the host made it):
+	// lo, and with a network netsim's TUN device, which runsc's
+	// --network=sandbox serves to gVisor's netstack; the device's other end
+	// goes to the host, as the ns guest's does.
+	if err := loopbackUp(); err != nil {
+		return fail("net", err)
+	}
+	if err := sendTUN(&cfg); err != nil {
+		return fail("net", err)
 	}
 	scratchDir, scratch, uppers, err := buildGVisorView(&cfg)
 	if err != nil {
@@ -85,7 +98,8 @@ func runGVisorView() int {
 // buildGVisorView mounts the scratch tmpfs, the overlays of every planned
 // host mount beneath scratch/root and the masks over them (as buildView, but
 // without /proc, /dev and /sys, which gVisor provides, and without entering
-// the view). It returns the scratch dir, a descriptor of it and the host
+// the view), with netsim's resolv.conf and trust bundle bound in when the
+// sandbox has a network. It returns the scratch dir, a descriptor of it and the host
 // path each upper dir stands for.
 func buildGVisorView(cfg *wire.TrialStart) (string, int, []string, error) {
 	if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
@@ -136,6 +150,9 @@ func buildGVisorView(cfg *wire.TrialStart) (string, int, []string, error) {
 		}
 	}
 	if err := mountMasks(scratchDir, root, cfg.Masks, cfg.Hidden, false); err != nil {
+		return "", -1, nil, err
+	}
+	if err := bindNetFiles(cfg, scratchDir, root); err != nil {
 		return "", -1, nil, err
 	}
 	return scratchDir, scratch, b.uppers, nil

@@ -37,27 +37,6 @@ func TestAvailableRunsRunsc(t *testing.T) {
 	}
 }
 
-// TestNetRefused: the gvisor rung has no network simulator yet; a trial
-// asking for more than --net none is refused by name, not run without it.
-func TestNetRefused(t *testing.T) {
-	requireGVisor(t)
-	dir := t.TempDir()
-	for _, net := range [][]string{{"allow:127.0.0.1"}, {"none", "mock:/dev/null"}} {
-		_, err := (&Rung{}).Trial(context.Background(), dryexec.TrialSpec{Net: net,
-			Action: dryexec.Action{Argv: []string{"/bin/sh", "-c", "echo ran > ran"}, Cwd: dir, Env: testPath}})
-		if !errors.Is(err, dryexec.ErrIsolationUnavailable) || !strings.Contains(err.Error(), "--net") {
-			t.Fatalf("net %v: %v, want an IsolationUnavailableError about --net", net, err)
-		}
-	}
-	if _, err := os.Stat(dir + "/ran"); err == nil {
-		t.Fatal("the command ran")
-	}
-	d := runTrial(t, nil, dir, dryexec.TrialSpec{Net: []string{"none"}}, "/bin/sh", "-c", "echo ran > ran")
-	if len(d.Files) != 1 {
-		t.Fatalf("--net none: %+v", d.Files)
-	}
-}
-
 // TestMakefilePinsRunsc: `make` installs the runsc this package names.
 func TestMakefilePinsRunsc(t *testing.T) {
 	b, err := os.ReadFile("../../Makefile")

@@ -43,6 +43,7 @@ type comparable struct {
 	Files      []dryexec.FileChange
 	Process    dryexec.Process
 	Violations []dryexec.Violation
+	Network    []dryexec.NetworkEvent
 	Totals     dryexec.Totals
 	Incomplete bool
 	Decision   string
@@ -51,7 +52,7 @@ type comparable struct {
 }
 
 func comparableOf(d *dryexec.StateDelta, setMtimes map[string]bool) comparable {
-	c := comparable{Process: d.Process, Violations: d.Violations, Totals: d.Totals, Incomplete: d.Incomplete,
+	c := comparable{Process: d.Process, Violations: d.Violations, Network: d.Network, Totals: d.Totals, Incomplete: d.Incomplete,
 		Decision: string(d.Decision.Choice), Env: d.Action.Env}
 	c.Reasons = append(c.Reasons, d.Decision.Reasons...)
 	c.Process.DurationNS, c.Process.CPUUserNS, c.Process.CPUSysNS, c.Process.PeakRSSBytes = 0, 0, 0, 0
@@ -99,6 +100,13 @@ func TestSameDeltaAsNS(t *testing.T) {
 		// content, no writes.
 		{name: "own_state", args: []string{"--env", "H={home}", "--", "sh", "-c",
 			`ls -A "$H"; echo ls=$?; cat "$H/secret.txt"; echo cat=$?; echo x > "$H/new"; echo write=$?`}},
+		// The network goes through netsim on both: every attempt logged,
+		// nothing but mocks answered; DNS is netsim's. No allow rule: no
+		// packet can leave netsim.
+		{name: "net_none", args: []string{"--", "sh", "-c",
+			"curl -sS -m 10 http://api.example.com/v1/ping; echo rc=$?; getent hosts api.example.com >/dev/null; echo dns=$?"}},
+		{name: "net_mock", args: []string{"--net", "mock:{mock}", "--", "sh", "-c",
+			"curl -sS -m 10 https://api.example.com/v1/ping; echo; curl -sS -m 10 -o /dev/null -w '%{http_code}' http://api.example.com/other; echo; curl -sS -m 5 http://other.example.org/; echo rc=$?"}},
 		{name: "upper_full", args: []string{"--upper-size", "4194304", "--", "sh", "-c", "dd if=/dev/zero of=big bs=1M count=8 2>/dev/null; echo $?"}, sizesDiffer: true},
 	}
 	for _, c := range cases {
@@ -117,8 +125,10 @@ func TestSameDeltaAsNS(t *testing.T) {
 			home := t.TempDir()
 			os.WriteFile(filepath.Join(home, "secret.txt"), []byte("hunter2\n"), 0o600)
 			args := append([]string{"-C", dir, "--no-store"}, c.args...)
+			mock := filepath.Join(home, "mock.yaml")
+			os.WriteFile(mock, []byte("routes:\n  - host: api.example.com\n    path: /v1/ping\n    json: {pong: true}\n"), 0o644)
 			for i := range args {
-				args[i] = strings.ReplaceAll(args[i], "{home}", home)
+				args[i] = strings.NewReplacer("{home}", home, "{mock}", mock).Replace(args[i])
 			}
 			nsCode, nsD := cliRun(t, home, linuxns.Name, c.stdin, args...)
 			gvCode, gvD := cliRun(t, home, gvisor.Name, c.stdin, args...)

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"cmp"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -54,6 +55,9 @@ type Rung struct {
 	Runsc string
 	// Platform is runsc's --platform; empty means DefaultPlatform.
 	Platform string
+	// RunscFlags are more of runsc's global flags, after dryexec's own (a
+	// later flag wins): tuning, debugging (--debug --debug-log=DIR/).
+	RunscFlags []string
 	// GuestExe is the guest binary (guest.Executable when empty): it builds
 	// the view on the host and supervises the command inside gVisor.
 	GuestExe string
@@ -185,11 +189,6 @@ func (r *Rung) Trial(ctx context.Context, spec dryexec.TrialSpec) (*dryexec.Stat
 	if spec.TrialID == "" {
 		spec.TrialID = dryexec.NewTrialID()
 	}
-	for _, n := range spec.Net {
-		if n != "none" {
-			return nil, unavailable(fmt.Sprintf("--net %s: the gvisor rung has no network yet, only --net none (the ns rung has netsim)", n))
-		}
-	}
 	if os.Geteuid() != 0 {
 		return nil, unavailable("root: the gvisor rung runs runsc as root (rootless runsc is not supported yet)")
 	}
@@ -211,7 +210,14 @@ func (r *Rung) Trial(ctx context.Context, spec dryexec.TrialSpec) (*dryexec.Stat
 	if err != nil {
 		return nil, err
 	}
-	t := &trial{r: r, spec: spec, runsc: runsc, mounts: mounts, cover: cover, scratchFD: -1}
+	// The same netsim as an ns trial's, serving a TUN device in the view
+	// guest's network namespace, which runsc hands to gVisor's netstack.
+	nw, err := linuxns.NewNet(ctx, spec.Net, caDir, spec.TrialID)
+	if err != nil {
+		return nil, err
+	}
+	defer nw.Close()
+	t := &trial{r: r, spec: spec, runsc: runsc, mounts: mounts, cover: cover, scratchFD: -1, net: nw}
 	defer t.cleanup()
 	if err := t.start(); err != nil {
 		return nil, err
@@ -244,6 +250,9 @@ type trial struct {
 	out, errb *tail.Buffer
 	pipes     sync.WaitGroup
 
+	net      *linuxns.Net
+	trustEnv []string // netsim's trust variables for the command
+
 	group     *cgroup.Group // nil: no cgroup here (a warning says so)
 	before    cgroup.Stats
 	limitHits []dryexec.Violation // the group's, once the sandbox is gone
@@ -273,6 +282,7 @@ const (
 	viewStdinFD  = 6
 	viewStubFD   = 7
 	viewInnerFD  = 8
+	viewNetFD    = 9 // the TUN hand-over socket, when the sandbox has netsim
 )
 
 // start starts the view guest in a mount namespace of its own, in the
@@ -333,10 +343,16 @@ func (t *trial) start() error {
 		exe = guest.Executable()
 	}
 	attr := &syscall.SysProcAttr{
-		// A mount namespace for the view; runsc makes the sandbox's
-		// other namespaces itself. The view guest (then runsc) dies with us.
-		Cloneflags: syscall.CLONE_NEWNS,
+		// A mount namespace for the view and a network namespace for
+		// netsim's TUN device (runsc's --network=sandbox takes the
+		// sandbox's links from there); runsc makes the sandbox's other
+		// namespaces itself. The view guest (then runsc) dies with us.
+		Cloneflags: syscall.CLONE_NEWNS | syscall.CLONE_NEWNET,
 		Pdeathsig:  syscall.SIGKILL,
+	}
+	extra := []*os.File{viewEnd, outW, errW, stdinR, stubR, innerEnd}
+	if g := t.net.GuestFile(); g != nil {
+		extra = append(extra, g)
 	}
 	if t.group != nil && t.group.CgroupFD() >= 0 {
 		attr.UseCgroupFD, attr.CgroupFD = true, t.group.CgroupFD()
@@ -345,7 +361,7 @@ func (t *trial) start() error {
 		Path:        exe,
 		Args:        []string{"dryexec", "guest", guest.RoleGVisorView},
 		Env:         []string{},
-		ExtraFiles:  []*os.File{viewEnd, outW, errW, stdinR, stubR, innerEnd},
+		ExtraFiles:  extra,
 		Stderr:      runscErrW,
 		SysProcAttr: attr,
 	}
@@ -367,6 +383,7 @@ func (t *trial) start() error {
 			return fmt.Errorf("putting the gvisor sandbox in its cgroup: %w", err)
 		}
 	}
+	t.net.Serve(context.Background())
 	t.view = wire.NewConn(t.viewCtrl)
 	t.inner = wire.NewConn(t.innerCtrl)
 	return nil
@@ -463,7 +480,16 @@ func (t *trial) prepare() error {
 		return err
 	}
 	start := wire.TrialStart{Mounts: t.mounts, UpperSize: t.spec.UpperSizeBytes, Masks: t.cover.Masks, Hidden: t.cover.Hidden}
-	if err := t.view.Send(wire.KindReq, wire.VerbTrialStart, 1, &start); err != nil {
+	if t.net.GuestFile() != nil {
+		// What a session guest gets for its TUN device and trust files
+		// is what the view guest needs: the same fields, and the trust
+		// variables for the command.
+		var ss wire.SessionStart
+		t.net.SetupSession(&ss, viewNetFD)
+		start.Net, start.NetFD, start.TrustBundle, start.TrustPath = ss.Net, ss.NetFD, ss.TrustBundle, ss.TrustPath
+		t.trustEnv = ss.Env
+	}
+	if err := t.view.Send(wire.KindReq, wire.VerbTrialStart, 1, &start, wire.Attachments(start.TrustBundle)...); err != nil {
 		return t.guestErr("sending trial.start", err)
 	}
 	f, err := readFrame(t.view)
@@ -494,8 +520,23 @@ func (t *trial) prepare() error {
 	if err != nil {
 		return err
 	}
-	argv := []string{t.runsc, "--root", wire.GVisorState, "--platform=" + t.r.platform(), "--network=none",
-		"--overlay2=none", "--ignore-cgroups", "--file-access=shared", "run", "--bundle", wire.GVisorBundle}
+	// runsc's global flags: the view as the root with runsc's overlay off
+	// (every write lands in our upper dirs); --file-access=shared, so that
+	// gVisor asks the host for what it reads (with its default, exclusive,
+	// it answered a read of an empty mask from its own cache, and the host
+	// never saw the read); with netsim, --network=sandbox takes the TUN
+	// device from the view guest's namespace, and --gso=false, as with host
+	// segmentation offload gVisor handed the device segments netsim cannot
+	// take (DNS over UDP went through, no TCP connection did).
+	argv := []string{t.runsc, "--root", wire.GVisorState, "--platform=" + t.r.platform(),
+		"--overlay2=none", "--ignore-cgroups", "--file-access=shared"}
+	if t.net.GuestFile() != nil {
+		argv = append(argv, "--network=sandbox", "--gso=false")
+	} else {
+		argv = append(argv, "--network=none")
+	}
+	argv = append(argv, t.r.RunscFlags...)
+	argv = append(argv, "run", "--bundle", wire.GVisorBundle)
 	keep := []int{viewStdoutFD, viewStderrFD, viewStdinFD, viewStubFD, viewInnerFD}
 	for _, m := range [][2]int{{viewInnerFD, wire.CtrlFD}, {viewStdoutFD, wire.StdoutFD}, {viewStderrFD, wire.StderrFD},
 		{viewStdinFD, wire.StdinFD}, {viewStubFD, wire.StubFD}} {
@@ -600,6 +641,8 @@ func (t *trial) run(ctx context.Context) (*dryexec.StateDelta, error) {
 		t.kill()
 		<-t.waited
 	}
+	// Every packet the sandbox sent has reached netsim: its log is final.
+	t.net.Close()
 	if t.group != nil {
 		// What the sandbox hit, read before the group goes: runsc's
 		// sandbox and gofer may outlive runsc for a moment, and removing
@@ -643,6 +686,14 @@ func (t *trial) converse() error {
 	for k, v := range a.Env {
 		env = append(env, k+"="+v)
 	}
+	// netsim's trust variables win over the caller's own (a CA bundle the
+	// command was told about elsewhere would not hold netsim's CA); they
+	// are the sandbox's plumbing, not recorded in the action.
+	env = slices.DeleteFunc(env, func(kv string) bool {
+		k, _, _ := strings.Cut(kv, "=")
+		return slices.ContainsFunc(t.trustEnv, func(tv string) bool { return strings.HasPrefix(tv, k+"=") })
+	})
+	env = append(env, t.trustEnv...)
 	sort.Strings(env)
 	// gVisor's monotonic clock is its own: the guest times the command from
 	// trial.run, which therefore goes before the command.
@@ -745,6 +796,19 @@ func (t *trial) report(ctx context.Context, cause error) (*dryexec.StateDelta, e
 	a := t.spec.Action
 	d := &dryexec.StateDelta{TrialID: t.spec.TrialID, Rung: Name, Action: a}
 	d.Violations = append(d.Violations, t.limitHits...)
+	d.Network = t.net.Log()
+	if w := t.net.Warning(); w != "" {
+		d.Warnings = append(d.Warnings, w)
+	}
+	if recs := t.net.Records(); t.spec.Exchanges != nil && len(recs) > 0 {
+		b, err := json.Marshal(recs)
+		if err == nil {
+			err = t.spec.Exchanges.PutExchanges(b)
+		}
+		if err != nil {
+			d.Warnings = append(d.Warnings, "the network exchanges' bodies were not kept: "+err.Error())
+		}
+	}
 	d.Violations = append(d.Violations, t.watch.Check()...)
 	d.Warnings = append(d.Warnings, t.warnings...)
 	if w := t.watch.Warning(); w != "" {
@@ -815,7 +879,7 @@ func (r *Rung) Notes() []string {
 	runsc, _ := FindRunsc(r.Runsc)
 	return []string{
 		"runsc: " + runsc + " --platform=" + r.platform() + " (probed by running it)",
-		"network: --net none only (netsim is not wired to gVisor's netstack yet)",
+		"network: netsim, as on ns, through a TUN device that runsc's --network=sandbox serves to gVisor's netstack",
 		"limits: memory and CPU of runsc's whole sandbox by cgroup; the pids limit counts runsc's host threads and processes",
 	}
 }

@@ -86,6 +86,13 @@ func (t *trial) ociSpec() ([]byte, error) {
 		}
 	}
 	host, _ := os.Hostname()
+	// With netsim, runsc takes the sandbox's links from the view guest's
+	// network namespace (its own, once it is runsc: /proc/self); without,
+	// a new, empty one (runsc's --network=none gives loopback only).
+	netns := map[string]string{"type": "network"}
+	if t.net.GuestFile() != nil {
+		netns["path"] = "/proc/self/ns/net"
+	}
 	caps := map[string][]string{"bounding": allCaps, "effective": allCaps, "permitted": allCaps}
 	spec := map[string]any{
 		"ociVersion": "1.0.2",
@@ -106,7 +113,7 @@ func (t *trial) ociSpec() ([]byte, error) {
 			{"destination": "/sys", "type": "sysfs", "source": "sysfs", "options": []string{"ro", "nosuid", "nodev", "noexec"}},
 		},
 		"linux": map[string]any{
-			"namespaces": []map[string]string{{"type": "pid"}, {"type": "ipc"}, {"type": "uts"}, {"type": "mount"}, {"type": "network"}},
+			"namespaces": []map[string]string{{"type": "pid"}, {"type": "ipc"}, {"type": "uts"}, {"type": "mount"}, netns},
 		},
 	}
 	if l := t.spec.Limits; l.Pids > 0 || l.Pids == 0 {

@@ -4,6 +4,7 @@ import (
 	"time"
 
 	"github.com/dryexec/dryexec"
+	"github.com/dryexec/dryexec/netsim"
 )
 
 // What other rungs (rung/gvisor) share with ns rather than copy: the checks
@@ -17,4 +18,13 @@ func CheckAction(a dryexec.Action) error { return checkAction(a) }
 // at end must be done collecting what it wrote (see Rung.CollectMin).
 func (r *Rung) CollectDeadline(a dryexec.Action, start, end time.Time) time.Time {
 	return r.collectDeadline(a, start, end)
+}
+
+// Records are the network exchanges netsim kept (headers and bodies,
+// bounded and redacted) for TrialSpec.Exchanges; nil without a netsim.
+func (n *Net) Records() []netsim.Record {
+	if n.n.sim == nil {
+		return nil
+	}
+	return n.n.sim.Records()
 }
