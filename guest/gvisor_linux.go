@@ -4,11 +4,14 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"os/signal"
 	"path"
+	"runtime"
 	"strconv"
 
 	"golang.org/x/sys/unix"
 
+	"github.com/dryexec/dryexec/containment/seccomp"
 	"github.com/dryexec/dryexec/wire"
 )
 
@@ -187,13 +190,17 @@ func runGVisorTrial() int {
 	if cfg.Hostname != "" {
 		unix.Sethostname([]byte(cfg.Hostname))
 	}
-	// The native stub (the guest binary where it cannot run), as on ns:
-	// no Landlock ruleset (gVisor has none; stub.c takes its ENOSYS), no
-	// memory tracer.
-	stub, err := startTrialStub(&cfg, nil, -1)
+	stub, err := startGVisorStub(&cfg)
 	if err != nil {
 		return fail("setup", err)
 	}
+	// The command may signal this process: it is uid 0 as the guest is,
+	// and gVisor has no Landlock to scope its signals as the ns guest does.
+	// PID 1 of a pid namespace gets from inside it only the signals it
+	// handles, and the Go runtime handles them all (SIGTERM would end the
+	// guest): ignored, none reaches it. Only now, after the stub's fork, so
+	// that the command does not inherit the ignored dispositions.
+	signal.Ignore(guestIgnored...)
 	ran := make(chan runStarted, 1)
 	timedOut := make(chan struct{})
 	go readRun(conn, &cfg, ran, timedOut)
@@ -213,3 +220,57 @@ func runGVisorTrial() int {
 	return 0
 }
 
+// guestIgnored are the signals whose default action ends a process and
+// which may be caught: the trial guest inside gVisor ignores them all.
+var guestIgnored = []os.Signal{unix.SIGHUP, unix.SIGINT, unix.SIGQUIT, unix.SIGILL, unix.SIGTRAP, unix.SIGABRT,
+	unix.SIGBUS, unix.SIGFPE, unix.SIGUSR1, unix.SIGSEGV, unix.SIGUSR2, unix.SIGPIPE, unix.SIGALRM, unix.SIGTERM,
+	unix.SIGSTKFLT, unix.SIGTSTP, unix.SIGTTIN, unix.SIGTTOU, unix.SIGXCPU, unix.SIGXFSZ, unix.SIGVTALRM,
+	unix.SIGPROF, unix.SIGIO, unix.SIGPWR, unix.SIGSYS}
+
+// startGVisorStub starts the command's stub (the native one, as on ns; no
+// Landlock ruleset, which gVisor does not have, and no memory tracer) from a
+// thread of its own under no_new_privs and gvisorProfile's seccomp filter,
+// which the stub and so the command inherit. The thread is never given back
+// to the runtime: it ends with its goroutine.
+func startGVisorStub(cfg *wire.TrialStart) (*cmdStub, error) {
+	type started struct {
+		stub *cmdStub
+		err  error
+	}
+	ch := make(chan started, 1)
+	go func() {
+		runtime.LockOSThread()
+		prog, err := gvisorProfile().Program(false)
+		if err == nil {
+			_, err = seccomp.Install(prog, false)
+		}
+		if err != nil {
+			ch <- started{err: fmt.Errorf("confining the command: %w", err)}
+			return
+		}
+		s, err := startTrialStub(cfg, nil, -1)
+		ch <- started{s, err}
+	}()
+	s := <-ch
+	return s.stub, s.err
+}
+
+// gvisorProfile is the seccomp profile of a command inside gVisor: the ns
+// rung's (gVisor's kernel implements what it refuses, but for the sandbox
+// alone: refusing it keeps the two rungs' commands alike), and, in place of
+// the Landlock signal scope that keeps an ns command's signals from its
+// guest, no signal to PID 1 (this guest) by any call. The refusals are
+// answered in the filter (no user notification in gVisor), so they are not
+// reported as violations.
+func gvisorProfile() *seccomp.Profile {
+	p := seccomp.Default()
+	pid1 := []seccomp.Cond{{Arg: 0, Op: seccomp.OpEq, Value: 1}}
+	const why = "the guest supervisor (pid 1)"
+	for _, name := range []string{"kill", "tgkill", "rt_sigqueueinfo", "rt_tgsigqueueinfo", "pidfd_open"} {
+		p.Rules = append(p.Rules, seccomp.Rule{Name: name, Errno: unix.EPERM, Conds: pid1, Why: why})
+	}
+	// tkill names a thread only, and the guest's threads are the
+	// sandbox's first tids: refused whole (libc signals threads with tgkill).
+	p.Rules = append(p.Rules, seccomp.Rule{Name: "tkill", Errno: unix.EPERM, Why: why})
+	return p
+}

@@ -18,7 +18,14 @@ const maxKnown = unix.SYS_FILE_SETATTR
 // name missing here does not exist on it.
 func table() map[string]int {
 	return map[string]int{
-		"mount":             unix.SYS_MOUNT,
+		"mount": unix.SYS_MOUNT,
+		// Signals (the gvisor rung's command may not signal its guest).
+		"kill":              unix.SYS_KILL,
+		"tkill":             unix.SYS_TKILL,
+		"tgkill":            unix.SYS_TGKILL,
+		"rt_sigqueueinfo":   unix.SYS_RT_SIGQUEUEINFO,
+		"rt_tgsigqueueinfo": unix.SYS_RT_TGSIGQUEUEINFO,
+		"pidfd_open":        unix.SYS_PIDFD_OPEN,
 		"umount2":           unix.SYS_UMOUNT2,
 		"pivot_root":        unix.SYS_PIVOT_ROOT,
 		"chroot":            unix.SYS_CHROOT,

@@ -401,6 +401,18 @@ func (t *trial) hostLimits() dryexec.Limits {
 	return l
 }
 
+// commandNPROC is the command's RLIMIT_NPROC inside gVisor: the trial's
+// pids limit (its default when 0; none when negative).
+func commandNPROC(l dryexec.Limits) int64 {
+	switch {
+	case l.Pids < 0:
+		return 0
+	case l.Pids == 0:
+		return dryexec.DefaultPids
+	}
+	return l.Pids
+}
+
 // runscThreads is room in the host's pids limit for runsc, its gofer and
 // its sentry's threads.
 const runscThreads = 512
@@ -678,7 +690,11 @@ func (t *trial) converse() error {
 	t.r.trace("hello")
 	a := t.spec.Action
 	host, _ := os.Hostname()
-	start := wire.TrialStart{Hostname: host, CommandUserNS: true}
+	// The pids limit inside gVisor: the sandbox's processes are gVisor's,
+	// not the host's, so the host's pids limit (the cgroup's) cannot count
+	// them; gVisor enforces RLIMIT_NPROC, which the stub puts on the
+	// command, as ns's rlimit fallback does.
+	start := wire.TrialStart{Hostname: host, CommandUserNS: true, CommandNPROC: commandNPROC(t.spec.Limits)}
 	if err := t.inner.Send(wire.KindReq, wire.VerbTrialStart, 1, &start); err != nil {
 		return t.guestErr("sending trial.start", err)
 	}
@@ -880,6 +896,6 @@ func (r *Rung) Notes() []string {
 	return []string{
 		"runsc: " + runsc + " --platform=" + r.platform() + " (probed by running it)",
 		"network: netsim, as on ns, through a TUN device that runsc's --network=sandbox serves to gVisor's netstack",
-		"limits: memory and CPU of runsc's whole sandbox by cgroup; the pids limit counts runsc's host threads and processes",
+		"limits: memory and CPU of runsc's whole sandbox by cgroup; pids as RLIMIT_NPROC inside gVisor (hitting it is not recorded) and, with room for runsc, on its host threads by cgroup",
 	}
 }

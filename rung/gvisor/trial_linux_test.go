@@ -2,8 +2,10 @@ package gvisor
 
 import (
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/dryexec/dryexec"
@@ -29,5 +31,71 @@ func TestAcceptance(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join(dir, "a.txt")); err == nil {
 		t.Fatal("a.txt reached the host")
+	}
+}
+
+// TestCommandKillsGuest: the command tries to end or stop its supervisor
+// (PID 1 of gVisor's pid namespace, the same uid) with every way a signal
+// is sent. On ns Landlock's signal scope keeps it out; here the command's
+// seccomp filter refuses any signal to PID 1 and the guest ignores the
+// catchable ones: the trial ends with the guest's full report.
+func TestCommandKillsGuest(t *testing.T) {
+	requireGVisor(t)
+	dir := t.TempDir()
+	py := `import os, signal, ctypes
+libc = ctypes.CDLL(None, use_errno=True)
+for s in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGUSR1, signal.SIGSTOP, signal.SIGKILL):
+    for name, call in (("kill", lambda: os.kill(1, s)), ("tgkill", lambda: libc.syscall(234, 1, 1, s)),
+                       ("tkill", lambda: libc.syscall(200, 1, s)), ("sigqueue", lambda: libc.syscall(129, 1, s, 0))):
+        try:
+            r = call()
+            if r is not None and r < 0:
+                print("refused", name, s, ctypes.get_errno())
+            elif r is None or r >= 0:
+                print("sent", name, s)
+        except OSError as e:
+            print("refused", name, s, e.errno)
+open("after.txt", "w").write("after")
+`
+	d := runTrial(t, nil, dir, dryexec.TrialSpec{}, "/usr/bin/python3", "-c", py)
+	t.Logf("exit %d incomplete %v (%s)\n%s%s", d.Process.ExitCode, d.Incomplete, d.IncompleteReason, d.Process.Stdout, d.Process.Stderr)
+	if d.Incomplete || d.Process.ExitCode != 0 {
+		t.Fatalf("the guest did not report: incomplete %v exit %d", d.Incomplete, d.Process.ExitCode)
+	}
+	if strings.Contains(d.Process.Stdout, "sent") {
+		t.Fatalf("a signal reached PID 1:\n%s", d.Process.Stdout)
+	}
+	if len(d.Files) != 1 || d.Files[0].Path != filepath.Join(dir, "after.txt") {
+		t.Fatalf("files %+v, want after.txt alone", d.Files)
+	}
+}
+
+// TestPidsLimit: the pids limit holds inside gVisor, whose processes the
+// host's pids controller does not see: a command that starts more
+// processes than the limit allows gets fork failures.
+func TestPidsLimit(t *testing.T) {
+	requireGVisor(t)
+	py := `import os, time, errno
+n = 0
+for i in range(48):
+    try:
+        pid = os.fork()
+    except OSError as e:
+        print("refused", errno.errorcode[e.errno])
+        break
+    if pid == 0:
+        time.sleep(30)
+        os._exit(0)
+    n += 1
+print("started", n)
+`
+	d := runTrial(t, nil, t.TempDir(), dryexec.TrialSpec{Limits: dryexec.Limits{Pids: 24}}, "/usr/bin/python3", "-c", py)
+	n := -1
+	if i := strings.Index(d.Process.Stdout, "started"); i >= 0 {
+		fmt.Sscanf(d.Process.Stdout[i:], "started %d", &n)
+	}
+	if n < 0 || n >= 24 ||
+		!strings.Contains(d.Process.Stdout, "refused EAGAIN") {
+		t.Fatalf("under a limit of 24 processes:\n%s%s", d.Process.Stdout, d.Process.Stderr)
 	}
 }

@@ -116,13 +116,6 @@ func (t *trial) ociSpec() ([]byte, error) {
 			"namespaces": []map[string]string{{"type": "pid"}, {"type": "ipc"}, {"type": "uts"}, {"type": "mount"}, netns},
 		},
 	}
-	if l := t.spec.Limits; l.Pids > 0 || l.Pids == 0 {
-		pids := l.Pids
-		if pids == 0 {
-			pids = dryexec.DefaultPids
-		}
-		spec["linux"].(map[string]any)["resources"] = map[string]any{"pids": map[string]int64{"limit": pids}}
-	}
 	return json.Marshal(spec)
 }
 
