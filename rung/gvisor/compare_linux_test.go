@@ -41,6 +41,7 @@ func cliRun(t *testing.T, home, rungName, stdin string, args ...string) (int, *d
 // its own time; a set mtime, touch -d, is compared).
 type comparable struct {
 	Files      []dryexec.FileChange
+	Touched    []dryexec.FileChange
 	Process    dryexec.Process
 	Violations []dryexec.Violation
 	Network    []dryexec.NetworkEvent
@@ -51,7 +52,7 @@ type comparable struct {
 	Env        map[string]string
 }
 
-func comparableOf(d *dryexec.StateDelta, setMtimes map[string]bool) comparable {
+func comparableOf(d *dryexec.StateDelta, dir string, setMtimes map[string]bool) comparable {
 	c := comparable{Process: d.Process, Violations: d.Violations, Network: d.Network, Totals: d.Totals, Incomplete: d.Incomplete,
 		Decision: string(d.Decision.Choice), Env: d.Action.Env}
 	c.Reasons = append(c.Reasons, d.Decision.Reasons...)
@@ -61,6 +62,17 @@ func comparableOf(d *dryexec.StateDelta, setMtimes map[string]bool) comparable {
 			f.MtimeNS = min(f.MtimeNS, 1) // present or not
 		}
 		c.Files = append(c.Files, f)
+	}
+	for _, f := range d.Touched {
+		if !setMtimes[filepath.Base(f.Path)] {
+			f.MtimeNS = min(f.MtimeNS, 1)
+		}
+		if !strings.HasPrefix(f.Path, dir+"/") {
+			// A shared host dir (/tmp) whose mtime others move between
+			// the two runs.
+			f.BeforeMtimeNS = min(f.BeforeMtimeNS, 1)
+		}
+		c.Touched = append(c.Touched, f)
 	}
 	return c
 }
@@ -87,6 +99,8 @@ func TestSameDeltaAsNS(t *testing.T) {
 			chmod 755 s.sh; mkdir -p d/e; ln -s keep.txt l; ln keep.txt hard; truncate -s 10M sparse;
 			touch -d @1700000000 a.txt; mv sub sub2; rm -r del; echo x > /tmp/dryexec-gvisor-compare`},
 			setMtimes: map[string]bool{"a.txt": true}},
+		{name: "touch", args: []string{"--", "sh", "-c", "touch -d @1600000000 keep.txt; touch gone.txt; cat s.sh > /dev/null"},
+			setMtimes: map[string]bool{"keep.txt": true}},
 		{name: "exit", args: []string{"--", "sh", "-c", "echo out; echo err >&2; exit 3"}},
 		{name: "signal", args: []string{"--", "sh", "-c", "echo before; kill -TERM $$"}},
 		{name: "timeout", args: []string{"--timeout", "1s", "--", "sh", "-c", "echo started; sleep 30"}},
@@ -142,7 +156,7 @@ func TestSameDeltaAsNS(t *testing.T) {
 			if nsCode != gvCode {
 				t.Errorf("exit %d on ns, %d on gvisor", nsCode, gvCode)
 			}
-			ns, gv := comparableOf(nsD, c.setMtimes), comparableOf(gvD, c.setMtimes)
+			ns, gv := comparableOf(nsD, dir, c.setMtimes), comparableOf(gvD, dir, c.setMtimes)
 			if c.sizesDiffer {
 				for _, x := range []*comparable{&ns, &gv} {
 					x.Totals.BytesWritten, x.Reasons = 0, nil
@@ -170,7 +184,7 @@ func diffFields(a, b comparable) string {
 		if reflect.DeepEqual(x, y) {
 			continue
 		}
-		if xs, ok := x.([]dryexec.FileChange); ok {
+		if xs, ok := x.([]dryexec.FileChange); ok && len(xs)+len(y.([]dryexec.FileChange)) > 0 {
 			ys := y.([]dryexec.FileChange)
 			for j := range max(len(xs), len(ys)) {
 				var xj, yj any

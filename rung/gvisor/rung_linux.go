@@ -832,12 +832,11 @@ func (t *trial) report(ctx context.Context, cause error) (*dryexec.StateDelta, e
 	}
 	end := time.Now()
 	deadline := (&linuxns.Rung{CollectMin: t.r.CollectMin, CollectTimeout: t.r.CollectTimeout}).CollectDeadline(a, t.sentAt, end)
-	files, werr := t.walk(ctx, deadline)
+	werr := t.walk(ctx, deadline, d)
 	var se *fsdelta.StoreError
 	if errors.As(werr, &se) {
 		return nil, fmt.Errorf("trial %s: %w", t.spec.TrialID, werr)
 	}
-	d.Files = files
 	var why []string
 	if cause != nil {
 		why = append(why, fmt.Sprintf("the gvisor sandbox failed mid-trial (%v)", cause))

@@ -1,6 +1,7 @@
 package gvisor
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -18,14 +19,19 @@ import (
 )
 
 // walk walks every upper dir through the host's handle on the scratch
-// tmpfs and diffs it with the host, as fsdelta.Differ diffs a guest's
-// report. runsc and its sandbox are gone: nothing writes there any more.
-// The walk runs in this process: the upper dirs are on the host side of
-// gVisor, and fsdelta.Walk passes the kernel one name at a time relative to
-// a directory fd, never following a link the sandbox made.
-func (t *trial) walk(ctx context.Context, deadline time.Time) ([]dryexec.FileChange, error) {
+// tmpfs and diffs it with the host into d (its files, which may be spilled
+// to spec.SpillDir, and its touched paths), as the ns rung's host diffs a
+// guest's report. runsc and its sandbox are gone: nothing writes there any
+// more. The walk runs in this process: the upper dirs are on the host side
+// of gVisor, and fsdelta.Walk passes the kernel one name at a time relative
+// to a directory fd, never following a link the sandbox made. After a walk
+// error, d holds what was walked before it.
+func (t *trial) walk(ctx context.Context, deadline time.Time, d *dryexec.StateDelta) error {
 	differ := fsdelta.NewDiffer(t.uppers, t.spec.Blobs, t.spec.DiffMaxBytes)
 	defer differ.Close()
+	if t.spec.SpillDir != "" {
+		differ.SpillTo(t.spec.SpillDir, 0)
+	}
 	differ.SetDeadline(deadline)
 	base := "/proc/self/fd/" + strconv.Itoa(t.scratchFD) + "/u/"
 	var werr error
@@ -45,18 +51,12 @@ func (t *trial) walk(ctx context.Context, deadline time.Time) ([]dryexec.FileCha
 			break
 		}
 	}
-	files, err := differ.Finish()
-	t.expired = differ.Expired()
 	if se := (*fsdelta.StoreError)(nil); errors.As(werr, &se) {
-		return nil, werr
+		return werr
 	}
-	if err != nil {
-		if werr == nil {
-			werr = err
-		}
-		return nil, werr
-	}
-	return files, werr
+	err := differ.FinishDelta(d)
+	t.expired = differ.Expired()
+	return cmp.Or(werr, err)
 }
 
 // ociSpec is the container's config.json: the trial guest as its process,
