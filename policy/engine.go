@@ -105,7 +105,7 @@ func Compile(p Policy) (*Engine, error) {
 	for _, f := range []struct {
 		n string
 		v float64
-	}{{"bytes", w.Bytes}, {"network", w.Network}, {"deletes", w.Deletes}, {"sensitive", w.Sensitive}, {"violations", w.Violations}, {"failure", w.Failure}} {
+	}{{"bytes", w.Bytes}, {"network", w.Network}, {"deletes", w.Deletes}, {"sensitive", w.Sensitive}, {"violations", w.Violations}, {"failure", w.Failure}, {"secrets", w.Secrets}} {
 		if f.v < 0 || math.IsNaN(f.v) || math.IsInf(f.v, 0) {
 			return nil, fmt.Errorf("%w: weights.%s must be a number ≥ 0", ErrInvalid, f.n)
 		}
@@ -491,6 +491,13 @@ func (e *Engine) checkViolations(d *dryexec.StateDelta, fs *facts) {
 		x.add(s)
 	}
 	for _, k := range kinds {
+		if k == dryexec.ViolationSecret && slices.Contains(e.p.Violations.ReviewKinds, k) {
+			// Contained: the mask showed the command an empty path, so what
+			// it read was nothing. A person may want to know which tool
+			// looks at credentials; nothing needs stopping.
+			fs.add(EffectReview, "read masked credential paths (contained: the command saw them empty; review_kinds): %s", byKind[k].String())
+			continue
+		}
 		if slices.Contains(e.p.Violations.ReviewKinds, k) {
 			fs.add(EffectReview, "the boundary refused something (%s violation, review_kinds): %s", k, byKind[k].String())
 			continue
@@ -591,7 +598,8 @@ func (e *Engine) checkProcess(d *dryexec.StateDelta, fs *facts) bool {
 //	x_network    = min(1, requests / budgets.network_requests)
 //	x_deletes    = min(1, files_deleted / budgets.files_deleted)
 //	x_sensitive  = 1 if a changed path matches sensitive_paths, else 0
-//	x_violations = 1 if the delta has a violation, else 0
+//	x_violations = 1 if the delta has a violation other than "secret", else 0
+//	x_secrets    = 1 if the delta has a "secret" violation (a contained read of a masked path), else 0
 //	x_failure    = 1 if the command failed (exit ≠ 0, signal, timeout), else 0
 //
 // rounded to 4 decimals. Each non-zero term is a reason.
@@ -615,8 +623,17 @@ func (e *Engine) score(d *dryexec.StateDelta, sensitive string, failed bool, fs 
 	if sensitive != "" {
 		term(w.Sensitive, 1, "changes sensitive paths: %s", sensitive)
 	}
-	if len(d.Violations) > 0 {
-		term(w.Violations, 1, "%s", count(len(d.Violations), "violation"))
+	secrets := 0
+	for _, v := range d.Violations {
+		if v.Kind == dryexec.ViolationSecret {
+			secrets++
+		}
+	}
+	if n := len(d.Violations) - secrets; n > 0 {
+		term(w.Violations, 1, "%s", count(n, "violation"))
+	}
+	if secrets > 0 {
+		term(w.Secrets, 1, "%s (contained)", count(secrets, "read of a masked credential path"))
 	}
 	if failed {
 		term(w.Failure, 1, "the command failed")

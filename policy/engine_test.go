@@ -64,6 +64,17 @@ func TestPrecedence(t *testing.T) {
 		{"other violation kinds still block", func(p *Policy) { p.Violations.ReviewKinds = []string{"syscall"} }, func(d *dryexec.StateDelta) {
 			d.Violations = append(d.Violations, dryexec.Violation{Kind: "secret", Detail: "/root/.ssh/id_rsa"})
 		}, Block, []string{"block: the boundary refused something (secret violation): /root/.ssh/id_rsa"}},
+		{"masked read is contained: review, modest risk, by default", nil, func(d *dryexec.StateDelta) {
+			d.Violations = append(d.Violations, dryexec.Violation{Kind: "secret", Detail: "/root/.npmrc"})
+		}, Review, []string{"review: read masked credential paths (contained: the command saw them empty; review_kinds): /root/.npmrc",
+			"risk: +0.20 1 read of a masked credential path (contained)"}},
+		{"masked read beside a refused syscall still blocks", nil, func(d *dryexec.StateDelta) {
+			d.Violations = append(d.Violations, dryexec.Violation{Kind: "secret", Detail: "/root/.npmrc"},
+				dryexec.Violation{Kind: "syscall", Detail: "mount(2) refused"})
+		}, Block, []string{"block: the boundary refused something (syscall violation): mount(2) refused", "review: read masked credential paths"}},
+		{"masked read blocks when review_kinds leaves it out", func(p *Policy) { p.Violations.ReviewKinds = nil }, func(d *dryexec.StateDelta) {
+			d.Violations = append(d.Violations, dryexec.Violation{Kind: "secret", Detail: "/root/.npmrc"})
+		}, Block, []string{"block: the boundary refused something (secret violation): /root/.npmrc"}},
 		{"denied target", nil, func(d *dryexec.StateDelta) { d.Files = append(d.Files, file("/etc/passwd", dryexec.OpModify)) }, Block,
 			[]string{"block: touches a denied target: /etc/passwd (/etc/**)"}},
 		{"denied beats allowed", func(p *Policy) { p.DeniedMutationTargets = []string{"/w/a.txt"} }, nil, Block, []string{"denied target: /w/a.txt"}},
@@ -276,6 +287,13 @@ func TestScore(t *testing.T) {
 			d.Process.ExitCode = 1
 			d.Violations = []dryexec.Violation{{Kind: "path"}}
 		}, 1},
+		{"a masked read is modest", nil, func(d *dryexec.StateDelta) {
+			d.Violations = []dryexec.Violation{{Kind: "secret", Detail: "/root/.npmrc"}, {Kind: "secret", Detail: "/root/.netrc"}}
+		}, 0.2},
+		{"a masked read does not make a violation's 1", nil, func(d *dryexec.StateDelta) {
+			d.Process.ExitCode = 1
+			d.Violations = []dryexec.Violation{{Kind: "secret", Detail: "/root/.npmrc"}}
+		}, 0.5},
 		{"custom weights", func(p *Policy) { p.Weights = Weights{Failure: 0.9} }, func(d *dryexec.StateDelta) { d.Process.ExitCode = 1 }, 0.9},
 		{"custom budget", func(p *Policy) { p.Budgets.BytesWritten = 20 }, nil, 0.125},
 		{"zero weights mean the defaults", func(p *Policy) { p.Weights = Weights{} }, func(d *dryexec.StateDelta) { d.Process.ExitCode = 1 }, 0.3},

@@ -22,6 +22,8 @@ import (
 	"strings"
 
 	"go.yaml.in/yaml/v3"
+
+	"github.com/dryexec/dryexec"
 )
 
 // ErrInvalid is wrapped by every error about a policy itself (bad file, bad
@@ -91,7 +93,10 @@ type ReviewWhen struct {
 // Violations: every violation blocks, except those whose kind (syscall, path,
 // network, limit, secret, …) is listed in ReviewKinds, which go to review — for
 // programs whose harmless probes the boundary refuses (a runtime trying
-// io_uring and falling back).
+// io_uring and falling back). The default lists "secret": a read of a masked
+// credential path was contained (the command saw it empty), and everyday tools
+// read their configs (npm reads ~/.npmrc on every start); a person should know,
+// nothing needs stopping. A policy that states review_kinds replaces the list.
 type Violations struct {
 	ReviewKinds []string `json:"review_kinds,omitempty"`
 }
@@ -146,6 +151,9 @@ type Weights struct {
 	Sensitive  float64 `json:"sensitive"`
 	Violations float64 `json:"violations"`
 	Failure    float64 `json:"failure"`
+	// Secrets weighs reads of masked credential paths (kind "secret"), which
+	// do not count as Violations: the read was contained.
+	Secrets float64 `json:"secrets"`
 }
 
 // Rule is a CEL expression over the delta.
@@ -286,6 +294,7 @@ func Default() Policy {
 		Budgets:     DefaultBudgets(),
 		Weights:     DefaultWeights(),
 		ReviewWhen:  ReviewWhen{OutsideCwd: true, Deletes: true, SetID: true, PathDirs: true},
+		Violations:  Violations{ReviewKinds: []string{dryexec.ViolationSecret}},
 		Persistence: DefaultPersistence(),
 	}
 }
@@ -295,11 +304,11 @@ func DefaultBudgets() Budgets {
 	return Budgets{BytesWritten: 10 << 20, NetworkRequests: 10, FilesDeleted: 10}
 }
 
-// DefaultWeights: bytes and network weigh the same (as in the seed's formula);
-// a sensitive path alone exceeds the default review threshold; a violation alone
-// reaches 1.
+// DefaultWeights: bytes and network weigh the same; a sensitive path alone
+// exceeds the default review threshold; a violation alone reaches 1; a
+// contained read of a masked credential path adds a modest 0.2.
 func DefaultWeights() Weights {
-	return Weights{Bytes: 0.25, Network: 0.25, Deletes: 0.2, Sensitive: 0.6, Violations: 1, Failure: 0.3}
+	return Weights{Bytes: 0.25, Network: 0.25, Deletes: 0.2, Sensitive: 0.6, Violations: 1, Failure: 0.3, Secrets: 0.2}
 }
 
 // Parse reads a policy from JSON or YAML (YAML is a superset; both give the same
