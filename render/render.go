@@ -35,6 +35,16 @@ type Options struct {
 	// MaxDiffLines is how many lines of each file's diff are printed before the
 	// rest is cut with a note. 0 means DefaultMaxDiffLines; negative means no limit.
 	MaxDiffLines int
+	// MaxFileLines bounds the list of changes: a delta with more changes is
+	// shown grouped by directory, large subtrees collapsed to a line of
+	// counts, in at most about this many lines, without diffs, ending with
+	// how to see every change (`dryexec show ID --files`). 0 means
+	// DefaultMaxFileLines; negative means every change, with its diff.
+	MaxFileLines int
+	// OutputShown says the process's stdout and stderr were already shown
+	// as it ran (dryexec run's live output): the summary does not repeat
+	// them.
+	OutputShown bool
 }
 
 // ColorWanted reports whether output to f should be coloured: only when f is a
@@ -113,21 +123,12 @@ func Summary(w io.Writer, d *dryexec.StateDelta, opt Options) error {
 		"→ "+exitStatus(pr, c)+" "+durationPreposition(pr)+" "+humanDuration(time.Duration(pr.DurationNS)))
 
 	// Process output.
-	writeStream(p, "stdout", pr.Stdout, pr.StdoutTruncated)
-	writeStream(p, "stderr", pr.Stderr, pr.StderrTruncated)
+	if !opt.OutputShown {
+		writeStream(p, "stdout", pr.Stdout, pr.StdoutTruncated)
+		writeStream(p, "stderr", pr.Stderr, pr.StderrTruncated)
+	}
 
-	// Files. Totals are recomputed from Files so the line always agrees with the list.
-	t := totalsOf(d)
-	p.line("%s changed (%d created, %d deleted, %s written)",
-		plural(t.FilesChanged, "file", "files"), t.FilesCreated, t.FilesDeleted,
-		plural64(t.BytesWritten, "byte", "bytes"))
-	if err := d.EachFile(func(f *dryexec.FileChange) error {
-		p.line("  %s %s", opSymbol(f.Op, c), fileDescription(*f))
-		if f.Diff != "" {
-			writeDiff(p, f.Diff, maxDiff, c)
-		}
-		return nil
-	}); err != nil {
+	if err := writeFiles(p, d, opt, maxDiff, c); err != nil {
 		return err
 	}
 	// Paths whose mtime alone moved are not changes (Totals leave them
@@ -239,10 +240,76 @@ func writeStream(p *printer, name, text string, truncated bool) {
 	}
 }
 
-func totalsOf(d *dryexec.StateDelta) dryexec.Totals {
-	cp := *d
-	cp.ComputeTotals()
-	return cp.Totals
+// writeFiles prints the headline of the changes and then either every change
+// (with its diff) or, past opt.MaxFileLines changes, the changes grouped by
+// directory. Counts are made from the changes themselves so that the line
+// always agrees with the list (a delta's totals are not trusted), in one
+// pass and bounded memory (fileSummary).
+func writeFiles(p *printer, d *dryexec.StateDelta, opt Options, maxDiff int, c palette) error {
+	max := opt.MaxFileLines
+	if max == 0 {
+		max = DefaultMaxFileLines
+	}
+	max = maxInt(max, 2)
+	all := opt.MaxFileLines < 0 || d.NumFiles() <= max
+	s := newFileSummary(d.Action.Cwd, max)
+	if all {
+		if err := d.EachFile(func(f *dryexec.FileChange) error { s.total.add(f); return nil }); err != nil {
+			return err
+		}
+	} else if err := d.EachFile(func(f *dryexec.FileChange) error { s.add(f); return nil }); err != nil {
+		return err
+	}
+	t := s.total
+	p.line("%s changed (%s created, %s modified, %s deleted, %s written)",
+		plural64(int64(t.n()), "file", "files"), thousands(int64(t.created)), thousands(int64(t.modified)),
+		thousands(int64(t.deleted)), bytesText(t.bytes))
+	if all {
+		return d.EachFile(func(f *dryexec.FileChange) error {
+			p.line("  %s %s", opSymbol(f.Op, c), fileDescription(*f))
+			if f.Diff != "" {
+				writeDiff(p, f.Diff, maxDiff, c)
+			}
+			return nil
+		})
+	}
+	groups, rest := s.pick()
+	if len(groups) > 0 && !strings.HasPrefix(groups[0].key, "/") {
+		p.line("  in %s:", cleanField(s.cwd))
+	}
+	for _, g := range groups {
+		p.line("  %s", groupLine(g, c))
+	}
+	id := shellQuote(d.TrialID)
+	if rest.n() > 0 {
+		p.line("  %s", c.yellow.Sprint("… "+thousands(int64(rest.n()))+" more "+pluralWord(rest.n(), "change", "changes")+" — dryexec show "+id+" --files"))
+	} else {
+		p.line("  %s", c.yellow.Sprint("… every change, with diffs: dryexec show "+id+" --files"))
+	}
+	return p.err
+}
+
+// bytesText is a number of bytes as the headline words it: exact below a
+// KiB ("13 bytes"), else for people ("22.8 MiB").
+func bytesText(n int64) string {
+	if n < 1024 {
+		return plural64(n, "byte", "bytes")
+	}
+	return humanBytes(n)
+}
+
+func maxInt(a, b int) int {
+	if a > b {
+		return a
+	}
+	return b
+}
+
+func pluralWord(n int, one, many string) string {
+	if n == 1 {
+		return one
+	}
+	return many
 }
 
 func plural(n int, one, many string) string { return plural64(int64(n), one, many) }
@@ -251,7 +318,7 @@ func plural64(n int64, one, many string) string {
 	if n == 1 {
 		return "1 " + one
 	}
-	return strconv.FormatInt(n, 10) + " " + many
+	return thousands(n) + " " + many
 }
 
 // opSymbol is git --name-status's letter, as a symbol.

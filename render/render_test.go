@@ -63,7 +63,7 @@ stdout:
   	world
 stderr:
   warn: x
-8 files changed (3 created, 2 deleted, 13 bytes written)
+8 files changed (3 created, 3 modified, 2 deleted, 13 bytes written)
   + /w/new.txt
     --- /dev/null
     +++ b/w/new.txt
@@ -117,7 +117,7 @@ func TestSummaryExact(t *testing.T) {
 					Process: dryexec.Process{DurationNS: 850}}
 			},
 			want: "trial tr_02 (host): $ true → exit 0 in 850ns\n" +
-				"0 files changed (0 created, 0 deleted, 0 bytes written)\n" +
+				"0 files changed (0 created, 0 modified, 0 deleted, 0 bytes written)\n" +
 				"commit: dryexec commit tr_02   discard: dryexec discard tr_02\n",
 		},
 		{
@@ -132,7 +132,7 @@ func TestSummaryExact(t *testing.T) {
 			want: "trial tr_03 (ns): $ make '' → exit 2 in 1.25s\n" +
 				"stdout (truncated, tail kept):\n  tail\n" +
 				"stderr (truncated, tail kept):\n  err\n" +
-				"1 file changed (1 created, 0 deleted, 1 byte written)\n" +
+				"1 file changed (1 created, 0 modified, 0 deleted, 1 byte written)\n" +
 				"  + /a\n" +
 				"commit: dryexec commit tr_03   discard: dryexec discard tr_03\n",
 		},
@@ -164,7 +164,7 @@ func TestSummaryExact(t *testing.T) {
 					Process: dryexec.Process{ExitCode: -1, Signal: "SIGKILL", DurationNS: 12_500}}
 			},
 			want: "trial tr_04 (vm): $ sleep 9 → killed by signal SIGKILL after 12.5µs\n" +
-				"0 files changed (0 created, 0 deleted, 0 bytes written)\n" +
+				"0 files changed (0 created, 0 modified, 0 deleted, 0 bytes written)\n" +
 				"commit: dryexec commit tr_04   discard: dryexec discard tr_04\n",
 		},
 		{
@@ -175,7 +175,7 @@ func TestSummaryExact(t *testing.T) {
 					Process: dryexec.Process{Signal: "SIGKILL", TimedOut: true, DurationNS: 123_400_000_000}}
 			},
 			want: "trial tr_05 (ns): $ sleep 999 → timed out after 2m3s\n" +
-				"0 files changed (0 created, 0 deleted, 0 bytes written)\n" +
+				"0 files changed (0 created, 0 modified, 0 deleted, 0 bytes written)\n" +
 				"commit: dryexec commit tr_05   discard: dryexec discard tr_05\n",
 		},
 		{
@@ -188,7 +188,7 @@ func TestSummaryExact(t *testing.T) {
 					Decision: dryexec.Decision{Choice: "block", RiskScore: 1, Reasons: []string{"block: touches a denied target: /etc/x (/etc/**)"}}}
 			},
 			want: "trial tr_06 (ns): $ true → exit 0 in 850ns\n" +
-				"0 files changed (0 created, 0 deleted, 0 bytes written)\n" +
+				"0 files changed (0 created, 0 modified, 0 deleted, 0 bytes written)\n" +
 				"decision: block (risk 1.00)\n" +
 				"  - block: touches a denied target: /etc/x (/etc/**)\n" +
 				"blocked: the policy forbids committing this (see the reasons)   discard: dryexec discard tr_06\n",

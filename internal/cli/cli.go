@@ -3,6 +3,7 @@
 package cli
 
 import (
+	"bufio"
 	"context"
 	"encoding/json"
 	"errors"
@@ -173,9 +174,9 @@ func printJSON(w io.Writer, v any) error {
 }
 
 func showCmd(env Env) *cobra.Command {
-	var asJSON, network bool
+	var asJSON, network, files bool
 	c := &cobra.Command{
-		Use:   "show ID [--network]",
+		Use:   "show ID [--files | --network]",
 		Short: "Print a stored trial",
 		Args:  usage(cobra.ExactArgs(1)),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -204,7 +205,16 @@ func showCmd(env Env) *cobra.Command {
 			if asJSON {
 				return printJSON(env.Stdout, d)
 			}
-			if err := render.Summary(env.Stdout, d, render.Options{Color: isTerminal(env.Stdout, env)}); err != nil {
+			opt := render.Options{Color: isTerminal(env.Stdout, env)}
+			if files {
+				opt.MaxFileLines = -1 // every change, with its diff
+			}
+			bw := bufio.NewWriterSize(env.Stdout, 64<<10)
+			err = render.Summary(bw, d, opt)
+			if ferr := bw.Flush(); err == nil {
+				err = ferr
+			}
+			if err != nil {
 				return err
 			}
 			st, err := s.StateOf(args[0])
@@ -220,6 +230,7 @@ func showCmd(env Env) *cobra.Command {
 	}
 	c.Flags().BoolVar(&asJSON, "json", false, "print the StateDelta as JSON")
 	c.Flags().BoolVar(&network, "network", false, "print the network exchanges' headers and bodies (bounded, credentials redacted)")
+	c.Flags().BoolVar(&files, "files", false, "list every change with its diff (by default a large trial's changes are grouped by directory)")
 	return c
 }
 
