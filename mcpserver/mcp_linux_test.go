@@ -3,12 +3,14 @@ package mcpserver_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"net"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -274,5 +276,55 @@ func TestMCPBadInput(t *testing.T) {
 	call(t, s, "commit_trial", map[string]any{"trial_id": tr.TrialID, "paths": []string{filepath.Join(wd, "a")}, "force": true}, &co)
 	if len(co.Applied) != 1 {
 		t.Fatalf("forced commit: %+v", co)
+	}
+}
+
+// TestMCPProgress: a run_trial call that carries a progress token gets the
+// command's output as progress notifications while it runs. The command
+// prints "ready" and then sleeps for a minute; the client cancels the call
+// when a notification brings "ready", so the call ends cancelled only if the
+// output came live (else it would end, successful, after the sleep).
+func TestMCPProgress(t *testing.T) {
+	requireNS(t)
+	cmd := exec.Command(os.Args[0], "mcp")
+	cmd.Env = append(os.Environ(), "DRYEXEC_TEST_AS_CLI=1", "DRYEXEC_HOME="+t.TempDir())
+	cmd.Stderr = os.Stderr
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var mu sync.Mutex
+	var got []*mcp.ProgressNotificationParams
+	client := mcp.NewClient(&mcp.Implementation{Name: "test", Version: "1"}, &mcp.ClientOptions{
+		ProgressNotificationHandler: func(_ context.Context, r *mcp.ProgressNotificationClientRequest) {
+			mu.Lock()
+			defer mu.Unlock()
+			got = append(got, r.Params)
+			if strings.Contains(r.Params.Message, "ready") {
+				cancel()
+			}
+		}})
+	s, err := client.Connect(context.Background(), &mcp.CommandTransport{Command: cmd}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	params := &mcp.CallToolParams{Name: "run_trial", Arguments: map[string]any{"command": "echo ready; sleep 60", "cwd": t.TempDir(), "timeout_ms": 120000}}
+	params.SetProgressToken("tok-1")
+	_, err = s.CallTool(ctx, params)
+	if !errors.Is(err, context.Canceled) {
+		t.Fatalf("the call ended with %v, not cancelled on the live output", err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(got) == 0 || got[0].ProgressToken != "tok-1" || got[0].Message != "ready\n" || got[0].Progress != 6 {
+		t.Errorf("progress notifications: %+v", got)
+	}
+	// Without a token, no notification (and the call completes as before).
+	n := len(got)
+	mu.Unlock()
+	var tr mcpserver.TrialOut
+	call(t, s, "run_trial", map[string]any{"command": "echo quiet", "cwd": t.TempDir()}, &tr)
+	mu.Lock()
+	if len(got) != n || tr.Stdout != "quiet\n" {
+		t.Errorf("a call without a token: %d more notifications, stdout %q", len(got)-n, tr.Stdout)
 	}
 }

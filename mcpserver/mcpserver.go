@@ -15,6 +15,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
@@ -234,7 +235,41 @@ func summarize(d *dryexec.StateDelta, status string) (TrialOut, string) {
 	return out, clip(b.String())
 }
 
-func (t *tools) runTrial(ctx context.Context, _ *mcp.CallToolRequest, in RunTrialIn) (*mcp.CallToolResult, TrialOut, error) {
+// progressWriter sends what a running command writes as MCP progress
+// notifications (notifications/progress with the request's progress token):
+// one per chunk of output, its text as the message (a chunk of more than
+// maxText bytes is cut to its tail), the progress the bytes of output so far.
+// A client that sent no token gets none.
+type progressWriter struct {
+	ctx   context.Context
+	req   *mcp.CallToolRequest
+	token any
+	mu    *sync.Mutex
+	total *float64
+}
+
+func (p progressWriter) Write(b []byte) (int, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	*p.total += float64(len(b))
+	// An error (the client went away) is the trial's to notice, not ours:
+	// the output still goes into the delta.
+	_ = p.req.Session.NotifyProgress(p.ctx, &mcp.ProgressNotificationParams{ProgressToken: p.token,
+		Message: clip(strings.ToValidUTF8(string(b), "\ufffd")), Progress: *p.total})
+	return len(b), nil
+}
+
+// progressHooks streams the trial's output to the client when its request
+// asked for progress.
+func progressHooks(ctx context.Context, req *mcp.CallToolRequest) server.TrialHooks {
+	if req == nil || req.Session == nil || req.Params == nil || req.Params.GetProgressToken() == nil {
+		return server.TrialHooks{}
+	}
+	w := progressWriter{ctx: ctx, req: req, token: req.Params.GetProgressToken(), mu: &sync.Mutex{}, total: new(float64)}
+	return server.TrialHooks{Stdout: w, Stderr: w}
+}
+
+func (t *tools) runTrial(ctx context.Context, req *mcp.CallToolRequest, in RunTrialIn) (*mcp.CallToolResult, TrialOut, error) {
 	argv := in.Argv
 	switch {
 	case len(argv) > 0 && in.Command != "":
@@ -248,7 +283,7 @@ func (t *tools) runTrial(ctx context.Context, _ *mcp.CallToolRequest, in RunTria
 	if cwd == "" {
 		cwd = t.cwd
 	}
-	d, err := t.svc.RunTrial(ctx, server.TrialRequest{Argv: argv, Cwd: cwd, TimeoutMS: in.TimeoutMS, Rung: in.Rung, Net: in.Net}, server.TrialHooks{})
+	d, err := t.svc.RunTrial(ctx, server.TrialRequest{Argv: argv, Cwd: cwd, TimeoutMS: in.TimeoutMS, Rung: in.Rung, Net: in.Net}, progressHooks(ctx, req))
 	if err != nil {
 		return nil, TrialOut{}, err
 	}

@@ -14,6 +14,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/mattn/go-isatty"
 	"github.com/spf13/cobra"
 
 	"github.com/dryexec/dryexec"
@@ -162,6 +163,13 @@ func storeLimits(env Env) (store.Limits, error) {
 func isTerminal(w io.Writer, env Env) bool {
 	f, ok := w.(*os.File)
 	return ok && render.ColorWanted(f, env.Getenv)
+}
+
+// isTTY reports whether w is a terminal (whatever NO_COLOR says): live output
+// to it is escaped (render.LiveWriter).
+func isTTY(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	return ok && (isatty.IsTerminal(f.Fd()) || isatty.IsCygwinTerminal(f.Fd()))
 }
 
 func printJSON(w io.Writer, v any) error {

@@ -52,6 +52,8 @@ func runCmd(env Env, code *int) *cobra.Command {
 		noDefaultMasks bool
 		// network (docs/network.md)
 		netSpecs []string
+		// live output
+		quiet bool
 	)
 	c := &cobra.Command{
 		Use:   "run [flags] -- CMD [ARG...]",
@@ -132,6 +134,19 @@ func runCmd(env Env, code *int) *cobra.Command {
 			if withStdin {
 				spec.Stdin = env.Stdin
 			}
+			// Live output: the command's stdout and stderr as it runs (the
+			// delta still holds their tails, within --output-cap). With
+			// --json, stdout holds only the delta, so both go to stderr.
+			var live []*render.LiveWriter
+			if !quiet {
+				outW := env.Stdout
+				if asJSON {
+					outW = env.Stderr
+				}
+				lo := render.NewLiveWriter(outW, isTTY(outW))
+				le := render.NewLiveWriter(env.Stderr, isTTY(env.Stderr))
+				spec.Stdout, spec.Stderr, live = lo, le, []*render.LiveWriter{lo, le}
+			}
 			// The install's receipt key is loaded before the trial (a bad key
 			// costs no trial) and masked inside the sandbox: a command that could
 			// read it could forge receipts for any delta.
@@ -175,6 +190,9 @@ func runCmd(env Env, code *int) *cobra.Command {
 				spec.SpillDir = os.TempDir()
 			}
 			d, err := r.Trial(cmd.Context(), spec)
+			for _, l := range live {
+				l.Flush()
+			}
 			if err == nil {
 				err = decideAndSign(cmd.Context(), engine, signer, d)
 			}
@@ -195,7 +213,7 @@ func runCmd(env Env, code *int) *cobra.Command {
 				// Buffered: the summary is a line per file, and a line per
 				// write(2) made a million-file summary take minutes.
 				bw := bufio.NewWriterSize(env.Stdout, 64<<10)
-				err = render.Summary(bw, d, render.Options{Color: isTerminal(env.Stdout, env)})
+				err = render.Summary(bw, d, render.Options{Color: isTerminal(env.Stdout, env), OutputShown: live != nil})
 				if ferr := bw.Flush(); err == nil {
 					err = ferr
 				}
@@ -244,6 +262,7 @@ func runCmd(env Env, code *int) *cobra.Command {
 	f.StringArrayVar(&masks, "mask", nil, "a host path the sandbox sees empty, absolute or ~/… (repeatable; added to the default credential paths)")
 	f.BoolVar(&noDefaultMasks, "no-default-masks", false, "do not mask the default credential paths (~/.ssh, ~/.aws, …; docs/limits.md)")
 	f.StringArrayVar(&netSpecs, "net", nil, "what the network reaches: none (default), mock:FILE, allow:HOST[:PORT][/PREFIX][,…]; repeat to combine (mocks, then allow rules, else blocked; docs/network.md)")
+	f.BoolVarP(&quiet, "quiet", "q", false, "do not show the command's output as it runs (the summary shows its tail after)")
 	f.BoolVar(&withStdin, "stdin", false, "pass dryexec's standard input to the command (default: /dev/null)")
 	f.IntVar(&outputCap, "output-cap", dryexec.DefaultOutputCap, "bytes of stdout and of stderr kept (the tail)")
 	f.Int64Var(&upperSize, "upper-size", dryexec.DefaultUpperSizeBytes, "bytes the trial may write in all")

@@ -6,6 +6,7 @@ import pathlib
 import subprocess
 import sys
 import tempfile
+import time
 import unittest
 
 from . import _env
@@ -90,6 +91,23 @@ class Trials(unittest.TestCase):
         d = dry_exec.default_client().run("echo one; echo two >&2", cwd=self.dir, on_output=lambda s, t: got.append((s, t)))
         self.assertEqual(sorted(got), [("stderr", "two\n"), ("stdout", "one\n")])
         self.assertEqual(d.stdout, "one\n")
+
+    def test_streamed_output_is_live(self) -> None:
+        # on_output gets the output while the command runs: the command
+        # prints "ready" and sleeps a minute; the callback stops the call on
+        # "ready". Had the output come only at the end, the stop would come
+        # after the minute.
+        class Stop(Exception):
+            pass
+
+        def stop(stream: str, text: str) -> None:
+            if "ready" in text:
+                raise Stop()
+
+        t0 = time.monotonic()
+        with self.assertRaises(Stop):
+            dry_exec.default_client().run("echo ready; sleep 60", cwd=self.dir, timeout=120, on_output=stop)
+        self.assertLess(time.monotonic() - t0, 30)
 
     def test_environment_is_the_policy(self) -> None:
         env = Environment(name="only-build", allowed_mutation_targets={"build/**"})
