@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/user"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -21,10 +22,13 @@ import (
 
 // State is where a stored trial is in its life.
 type State struct {
-	// Status is "pending", "committed" or "discarded".
+	// Status is "pending", "partial", "committed" or "discarded".
 	Status string    `json:"status"`
 	At     time.Time `json:"at,omitzero"`
-	// Paths are what a selective commit applied (empty: everything).
+	// Paths are what selective commits applied, all of them so far, each a
+	// path and everything beneath it (empty: everything). A partial trial's
+	// other changes are still to commit or discard (Remaining); a discarded
+	// one with Paths was partly committed, the rest discarded.
 	Paths []string `json:"paths,omitempty"`
 	// Skipped are the paths a commit left out because they cannot be
 	// committed (CommitOptions.SkipUncommittable).
@@ -48,10 +52,65 @@ type Override struct {
 
 // Trial statuses.
 const (
-	StatusPending   = "pending"
+	StatusPending = "pending"
+	// StatusPartial: selective commits applied some of the changes
+	// (State.Paths); the rest can still be committed or discarded.
+	StatusPartial   = "partial"
 	StatusCommitted = "committed"
 	StatusDiscarded = "discarded"
 )
+
+// covers reports whether the selection sel (a path and everything beneath
+// it, as commit.Options.Paths) holds p.
+func covers(sel []string, p string) bool {
+	for _, s := range sel {
+		if p == s || strings.HasPrefix(p, strings.TrimSuffix(s, "/")+"/") {
+			return true
+		}
+	}
+	return false
+}
+
+// Remaining returns the changes of d that are still to commit in state st:
+// all of them while pending, none once committed or discarded, and for a
+// partly committed trial every change that no commit so far applied. A
+// selective commit applies what its paths select and the trial's mkdirs of
+// their parents (package commit); those are not left either.
+func Remaining(d *dryexec.StateDelta, st State) ([]dryexec.FileChange, error) {
+	switch st.Status {
+	case StatusCommitted, StatusDiscarded:
+		return nil, nil
+	case StatusPartial:
+		return without(d, st.Paths)
+	}
+	var out []dryexec.FileChange
+	err := d.EachFile(func(f *dryexec.FileChange) error { out = append(out, *f); return nil })
+	return out, err
+}
+
+// without is d's changes less those a commit of sel applies: the selected
+// ones and the mkdirs of their parents.
+func without(d *dryexec.StateDelta, sel []string) ([]dryexec.FileChange, error) {
+	parents := map[string]bool{}
+	if err := d.EachFile(func(f *dryexec.FileChange) error {
+		if covers(sel, f.Path) {
+			for a := filepath.Dir(f.Path); a != "/" && a != "." && !parents[a]; a = filepath.Dir(a) {
+				parents[a] = true
+			}
+		}
+		return nil
+	}); err != nil {
+		return nil, err
+	}
+	var out []dryexec.FileChange
+	err := d.EachFile(func(f *dryexec.FileChange) error {
+		if !covers(sel, f.Path) && !(f.Op == dryexec.OpMkdir && parents[f.Path]) {
+			out = append(out, *f)
+		}
+		return nil
+	})
+	return out, err
+}
 
 // StateOf returns trial id's state.
 func (s *Store) StateOf(id string) (State, error) {
@@ -155,6 +214,36 @@ func (s *Store) CommitWith(ctx context.Context, id string, opt CommitOptions) (*
 	if err != nil {
 		return nil, err
 	}
+	// What this commit leaves: a partly committed trial commits only what
+	// is left of it, a path already committed is said to be so, and the
+	// trial stays partial while anything remains.
+	sel := st.Paths
+	if st.Status == StatusPartial {
+		rest, err := without(d, st.Paths)
+		if err != nil {
+			return nil, err
+		}
+		for _, p := range opt.Paths {
+			if covers(st.Paths, p) || !slices.ContainsFunc(rest, func(f dryexec.FileChange) bool { return covers([]string{p}, f.Path) }) &&
+				slices.ContainsFunc(d.Files, func(f dryexec.FileChange) bool { return covers([]string{p}, f.Path) }) {
+				return nil, fmt.Errorf("%w: %s at %s (dryexec show %s says what is left)", dryexec.ErrAlreadyCommitted, id, p, id)
+			}
+		}
+		d.SetFileSource(nil)
+		d.Files = rest
+	} else {
+		sel = nil
+	}
+	status, left := StatusCommitted, []dryexec.FileChange(nil)
+	if len(opt.Paths) > 0 {
+		sel = append(slices.Clone(sel), opt.Paths...)
+		if left, err = without(d, opt.Paths); err != nil {
+			return nil, err
+		}
+		if len(left) > 0 {
+			status = StatusPartial
+		}
+	}
 	res := &CommitResult{}
 	if d.Decision.Choice == policy.Block {
 		if !opt.AllowBlocked {
@@ -175,8 +264,17 @@ func (s *Store) CommitWith(ctx context.Context, id string, opt CommitOptions) (*
 		OnSkip:            func(u dryexec.Uncommittable) { res.Skipped = append(res.Skipped, u) },
 		JournalDir:        s.JournalDir(),
 		Applied: func() error {
-			if err := s.writeState(id, State{Status: StatusCommitted, At: time.Now().UTC(), Paths: opt.Paths,
-				Skipped: res.Skipped, Override: res.Override}); err != nil {
+			if status == StatusCommitted {
+				// Everything is committed now: a first commit records
+				// its selection ("only …") as before; the last of several
+				// leaves nothing to single out.
+				sel = nil
+				if st.Status != StatusPartial {
+					sel = opt.Paths
+				}
+			}
+			if err := s.writeState(id, State{Status: status, At: time.Now().UTC(), Paths: sel,
+				Skipped: append(slices.Clone(st.Skipped), res.Skipped...), Override: firstOverride(st.Override, res.Override)}); err != nil {
 				return fmt.Errorf("marking %s committed failed: %w", id, err)
 			}
 			return nil
@@ -199,7 +297,44 @@ func (s *Store) CommitWith(ctx context.Context, id string, opt CommitOptions) (*
 		return nil, err
 	}
 	res.Applied = applied
+	if err == nil {
+		// Committed content is on the host: the store keeps only what is
+		// left to commit (the delta and its receipt stay, for show and
+		// verify). A crash before this is gc's to finish.
+		s.dropBlobs(id, left)
+	}
 	return res, err
+}
+
+// firstOverride keeps the first override a trial was committed under.
+func firstOverride(a, b *Override) *Override {
+	if a != nil {
+		return a
+	}
+	return b
+}
+
+// dropBlobs removes trial id's content blobs but those of keep (all of them
+// when keep is empty).
+func (s *Store) dropBlobs(id string, keep []dryexec.FileChange) {
+	dir := filepath.Join(s.trialDir(id), "blobs")
+	if len(keep) == 0 {
+		os.RemoveAll(dir)
+		return
+	}
+	want := map[string]bool{}
+	for _, f := range keep {
+		want[f.SHA256] = true
+	}
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		return
+	}
+	for _, e := range ents {
+		if !want[e.Name()] {
+			os.Remove(filepath.Join(dir, e.Name()))
+		}
+	}
 }
 
 // blockReasons is the policy's reasons for a block, for the refusal.
@@ -339,13 +474,17 @@ func (s *Store) Discard(id string) error {
 	} else if err != nil {
 		return err
 	}
-	switch st := s.readState(id); st.Status {
+	st := s.readState(id)
+	switch st.Status {
 	case StatusCommitted:
 		return fmt.Errorf("%w: %s", dryexec.ErrAlreadyCommitted, id)
 	case StatusDiscarded:
 		return fmt.Errorf("%w: %s", dryexec.ErrDiscarded, id)
 	}
-	if err := s.writeState(id, State{Status: StatusDiscarded, At: time.Now().UTC()}); err != nil {
+	// A partly committed trial keeps the record of what was committed
+	// (Paths); the rest is what is discarded.
+	if err := s.writeState(id, State{Status: StatusDiscarded, At: time.Now().UTC(), Paths: st.Paths,
+		Skipped: st.Skipped, Override: st.Override}); err != nil {
 		return err
 	}
 	return os.RemoveAll(filepath.Join(s.trialDir(id), "blobs"))

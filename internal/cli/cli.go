@@ -229,10 +229,14 @@ func showCmd(env Env) *cobra.Command {
 			if err != nil {
 				return err
 			}
+			left, err := store.Remaining(d, st)
+			if err != nil {
+				return err
+			}
 			if d.Receipt.Signature != "" {
 				fmt.Fprintf(env.Stdout, "receipt: signed by %s, sha256 %s (dryexec verify %s)\n", d.Receipt.KeyID, d.Receipt.DeltaSHA256, d.TrialID)
 			}
-			fmt.Fprintf(env.Stdout, "status: %s\n", describeState(st))
+			fmt.Fprintf(env.Stdout, "status: %s\n", describeState(d.TrialID, st, left))
 			return nil
 		},
 	}
@@ -264,8 +268,13 @@ func lsCmd(env Env) *cobra.Command {
 				if choice == "" {
 					choice = "-"
 				}
+				status := t.State.Status
+				if status == store.StatusPartial {
+					left, _ := store.Remaining(d, t.State)
+					status = fmt.Sprintf("partly committed (%d left)", len(left))
+				}
 				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%d\t%s\n", t.ID, time.Since(t.Created).Round(time.Second),
-					t.State.Status, choice, d.Process.ExitCode, d.Totals.FilesChanged, render.CommandLine(d.Action.Argv))
+					status, choice, d.Process.ExitCode, d.Totals.FilesChanged, render.CommandLine(d.Action.Argv))
 			}
 			return tw.Flush()
 		},
@@ -291,22 +300,44 @@ func discardCmd(env Env) *cobra.Command {
 	}
 }
 
-func describeState(st store.State) string {
+// describeState words a trial's state for show; left is what is still to
+// commit of a partly committed trial (store.Remaining).
+func describeState(id string, st store.State, left []dryexec.FileChange) string {
+	var s string
+	only := ""
+	if len(st.Paths) > 0 {
+		q := make([]string, len(st.Paths))
+		for i, p := range st.Paths {
+			q[i] = dryexec.QuotePath(p)
+		}
+		only = " (only " + strings.Join(q, ", ") + ")"
+	}
 	switch st.Status {
 	case store.StatusCommitted:
-		s := "committed " + st.At.Local().Format(time.DateTime)
-		if len(st.Paths) > 0 {
-			s += " (only " + strings.Join(st.Paths, ", ") + ")"
+		s = "committed " + st.At.Local().Format(time.DateTime) + only
+	case store.StatusPartial:
+		s = fmt.Sprintf("partly committed %s%s; %d change%s left (dryexec commit %s [PATH…] | dryexec discard %s):",
+			st.At.Local().Format(time.DateTime), only, len(left), plural(len(left)), id, id)
+		for i, f := range left {
+			if i == 10 {
+				s += fmt.Sprintf("\n  … %d more", len(left)-i)
+				break
+			}
+			s += fmt.Sprintf("\n  %s %s", f.Op, dryexec.QuotePath(f.Path))
 		}
-		if o := st.Override; o != nil {
-			s += fmt.Sprintf("\noverride: decided %s, committed anyway by %s at %s", o.Decision, o.By, o.At.Local().Format(time.DateTime))
-		}
-		for _, u := range st.Skipped {
-			s += fmt.Sprintf("\nskipped: %s: %s", dryexec.QuotePath(u.Path), u.Reason)
-		}
-		return s
 	case store.StatusDiscarded:
+		if only != "" {
+			return "partly committed" + only + ", the rest discarded " + st.At.Local().Format(time.DateTime)
+		}
 		return "discarded " + st.At.Local().Format(time.DateTime)
+	default:
+		return "pending (dryexec commit ID | dryexec discard ID)"
 	}
-	return "pending (dryexec commit ID | dryexec discard ID)"
+	if o := st.Override; o != nil {
+		s += fmt.Sprintf("\noverride: decided %s, committed anyway by %s at %s", o.Decision, o.By, o.At.Local().Format(time.DateTime))
+	}
+	for _, u := range st.Skipped {
+		s += fmt.Sprintf("\nskipped: %s: %s", dryexec.QuotePath(u.Path), u.Reason)
+	}
+	return s
 }

@@ -78,7 +78,15 @@ func doCommit(ctx context.Context, env Env, s *store.Store, id string, opt store
 	for _, u := range r.Skipped {
 		fmt.Fprintf(env.Stderr, "dryexec: skipped %s: %s\n", dryexec.QuotePath(u.Path), u.Reason)
 	}
-	fmt.Fprintf(env.Stdout, "committed %s: %d change%s applied\n", id, len(r.Applied), plural(len(r.Applied)))
+	left := ""
+	if st, err := s.StateOf(id); err == nil && st.Status == store.StatusPartial {
+		if d, err := s.Load(id); err == nil {
+			if rest, err := store.Remaining(d, st); err == nil {
+				left = fmt.Sprintf("; %d left to commit or discard (dryexec show %s)", len(rest), id)
+			}
+		}
+	}
+	fmt.Fprintf(env.Stdout, "committed %s: %d change%s applied%s\n", id, len(r.Applied), plural(len(r.Applied)), left)
 	return nil
 }
 

@@ -117,6 +117,34 @@ func TestSelectiveCommit(t *testing.T) {
 	if b, _ := os.ReadFile(filepath.Join(dir, "f3")); string(b) != "3\n" {
 		t.Fatalf("f3 = %q", b)
 	}
+	// The rest stays to commit or discard, and ls, show and commit say so.
+	steps := []struct {
+		args   []string
+		code   int
+		onHost int
+		show   string // in show's status, or ls's line
+	}{
+		{[]string{"show", d.TrialID}, 0, 1, "status: partly committed "},
+		{[]string{"show", d.TrialID}, 0, 1, "4 changes left (dryexec commit " + d.TrialID},
+		{[]string{"ls"}, 0, 1, "partly committed (4 left)"},
+		{[]string{"commit", d.TrialID, filepath.Join(dir, "f3")}, ExitRefused, 1, ""},
+		{[]string{"commit", d.TrialID, filepath.Join(dir, "f1")}, 0, 2, "3 left to commit or discard"},
+		{[]string{"commit", d.TrialID, filepath.Join(dir, "f2"), filepath.Join(dir, "f4")}, 0, 4, "1 left"},
+		{[]string{"discard", d.TrialID}, 0, 4, ""},
+		{[]string{"show", d.TrialID}, 0, 4, "partly committed (only " + filepath.Join(dir, "f3")},
+		{[]string{"show", d.TrialID}, 0, 4, "the rest discarded"},
+		{[]string{"commit", d.TrialID}, ExitRefused, 4, ""},
+	}
+	for i, st := range steps {
+		code, out, errs := cli(t, home, st.args...)
+		ents, _ := os.ReadDir(dir)
+		if code != st.code || len(ents) != st.onHost || !strings.Contains(out, st.show) {
+			t.Fatalf("step %d %v: exit %d, %d files on the host, want %d, %d, %q in\n%s%s", i, st.args, code, len(ents), st.code, st.onHost, st.show, out, errs)
+		}
+	}
+	if _, err := os.Stat(filepath.Join(dir, "f5")); err == nil {
+		t.Error("the discarded rest reached the host")
+	}
 }
 
 func TestCommitConflictLeavesHost(t *testing.T) {
