@@ -426,13 +426,13 @@ func (s *Store) sweep(expired bool) (int, error) {
 	return n, nil
 }
 
-// SweepDue is Sweep, except that expired trials are looked for only if that
-// was last done a while ago (a minute, or a tenth of the TTL when that is
-// shorter; a stamp file in the store records it). Why: that part stats every
-// stored trial, and the CLI, which starts once per trial, opened the store
-// with a full sweep each time — with a few hundred trials kept, milliseconds
-// of a trial that takes twenty. What crashes leave (half-recorded trials,
-// interrupted discards) is found by name and removed every time.
+// SweepDue is GC (unmeasured) when it was last done a while ago (a minute,
+// or a tenth of the TTL when that is shorter; a stamp file in the store
+// records it), else only what crashes left that is found by name. Why: GC
+// stats every stored trial, and the CLI, which starts once per trial, ran a
+// full sweep each time — with a few hundred trials kept, milliseconds of a
+// trial that takes twenty. The CLI calls it after a command's output (a
+// cheap moment: the user has the answer), the daemon at its start.
 func (s *Store) SweepDue() (int, error) {
 	every := min(time.Minute, s.ttl/10)
 	stamp := filepath.Join(s.dir, "swept")
@@ -441,9 +441,9 @@ func (s *Store) SweepDue() (int, error) {
 			return s.sweep(false)
 		}
 	}
-	n, err := s.sweep(true)
+	r, err := s.gc(false)
 	if err != nil {
-		return n, err
+		return r.Removed, err
 	}
 	now := time.Now()
 	if err := os.Chtimes(stamp, now, now); errors.Is(err, os.ErrNotExist) {
@@ -451,7 +451,7 @@ func (s *Store) SweepDue() (int, error) {
 			f.Close()
 		}
 	}
-	return n, nil
+	return r.Removed, nil
 }
 
 // Discard drops trial id's contents and remembers that it was discarded (until

@@ -66,6 +66,9 @@ func Open(dir string, ttl time.Duration) (*Store, error) {
 	return &Store{dir: dir, ttl: ttl}, nil
 }
 
+// TTL is how long a trial is kept.
+func (s *Store) TTL() time.Duration { return s.ttl }
+
 // Dir is the store's root directory.
 func (s *Store) Dir() string { return s.dir }
 
@@ -301,7 +304,10 @@ func (s *Store) List() ([]Summary, error) {
 		if err != nil {
 			continue
 		}
-		info, err := e.Info()
+		// When the trial was recorded: delta.json is written once, by
+		// Save (the directory's own time moves with every commit or
+		// discard, which reordered the list and reset AGE).
+		info, err := os.Stat(filepath.Join(s.trialDir(e.Name()), "delta.json"))
 		if err != nil {
 			continue
 		}

@@ -60,7 +60,7 @@ func Run(ctx context.Context, args []string, env Env) int {
 	root.SetIn(env.Stdin)
 	root.SetOut(env.Stdout)
 	root.SetErr(env.Stderr)
-	root.AddCommand(runCmd(env, &code), showCmd(env), lsCmd(env), commitCmd(env), discardCmd(env), doctorCmd(env, &code), verifyCmd(env), policyCmd(env, &code))
+	root.AddCommand(runCmd(env, &code), showCmd(env), lsCmd(env), commitCmd(env), discardCmd(env), gcCmd(env), doctorCmd(env, &code), verifyCmd(env), policyCmd(env, &code))
 	root.AddCommand(serveCmd(env), mcpCmd(env))
 	root.AddCommand(agentCmd(env, &code))
 	if err := root.ExecuteContext(ctx); err != nil {
@@ -134,10 +134,22 @@ func openStore(env Env) (*store.Store, error) {
 	if err != nil {
 		return nil, err
 	}
-	if _, err := s.SweepDue(); err != nil {
+	// What crashes left, found by name: cheap. The rest of the store's
+	// cleaning (expired trials, content of finished ones) is autoGC's, after
+	// the command's output.
+	if _, err := s.SweepLeftovers(); err != nil {
 		return nil, err
 	}
 	return s, nil
+}
+
+// autoGC cleans the store when that is due (store.SweepDue: at most once a
+// minute), called once a command has given its answer, so that the user does
+// not wait for it. Its failure is not the command's.
+func autoGC(s *store.Store) {
+	if s != nil {
+		s.SweepDue()
+	}
 }
 
 // storeLimits reads what the store keeps on the host's disk from the
@@ -256,6 +268,7 @@ func lsCmd(env Env) *cobra.Command {
 			if err != nil {
 				return err
 			}
+			defer autoGC(s)
 			list, err := s.List()
 			if err != nil {
 				return err
@@ -276,9 +289,61 @@ func lsCmd(env Env) *cobra.Command {
 				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%d\t%s\n", t.ID, time.Since(t.Created).Round(time.Second),
 					status, choice, d.Process.ExitCode, d.Totals.FilesChanged, render.CommandLine(d.Action.Argv))
 			}
-			return tw.Flush()
+			if err := tw.Flush(); err != nil {
+				return err
+			}
+			u, err := s.Usage()
+			if err != nil {
+				return err
+			}
+			_, err = fmt.Fprintf(env.Stdout, "store: %d trial%s, %s in %s (expired after %s; dryexec gc prunes now)\n",
+				u.Trials, plural(u.Trials), humanSize(u.Bytes), s.Dir(), s.TTL())
+			return err
 		},
 	}
+}
+
+func gcCmd(env Env) *cobra.Command {
+	return &cobra.Command{
+		Use:   "gc",
+		Short: "Prune the trial store now: expired trials, and what crashes left",
+		Long: `Prune the trial store now: trials older than the TTL (DRYEXEC_TRIAL_TTL, default 24h),
+trials a killed run left half-recorded, and the content of committed or discarded trials that a
+crash left behind (a commit or discard drops it at once). Every dryexec command does this by
+itself at most once a minute, after its answer; gc is for now.`,
+		Args: usage(cobra.NoArgs),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			s, err := openStore(env)
+			if err != nil {
+				return err
+			}
+			r, err := s.GC()
+			if err != nil {
+				return err
+			}
+			u, err := s.Usage()
+			if err != nil {
+				return err
+			}
+			_, err = fmt.Fprintf(env.Stdout, "gc: removed %d trial%s, dropped the content of %d finished trial%s, freed %s; the store holds %d trial%s, %s\n",
+				r.Removed, plural(r.Removed), r.Dropped, plural(r.Dropped), humanSize(r.Freed), u.Trials, plural(u.Trials), humanSize(u.Bytes))
+			return err
+		},
+	}
+}
+
+// humanSize is a size for people: 512 B, 1.5 KiB, 192.0 MiB.
+func humanSize(n int64) string {
+	if n < 1024 {
+		return fmt.Sprintf("%d B", n)
+	}
+	v, units := float64(n), "KMGTPE"
+	i := -1
+	for v >= 1024 && i < len(units)-1 {
+		v /= 1024
+		i++
+	}
+	return fmt.Sprintf("%.1f %ciB", v, units[i])
 }
 
 func discardCmd(env Env) *cobra.Command {
@@ -291,6 +356,7 @@ func discardCmd(env Env) *cobra.Command {
 			if err != nil {
 				return err
 			}
+			defer autoGC(s)
 			if err := s.Discard(args[0]); err != nil {
 				return err
 			}

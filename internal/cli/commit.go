@@ -34,6 +34,7 @@ committed: the commit is refused, naming them, unless --skip-uncommittable.`,
 			if err != nil {
 				return err
 			}
+			defer autoGC(s)
 			paths, err := absPaths(args[1:])
 			if err != nil {
 				return err

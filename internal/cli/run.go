@@ -170,6 +170,7 @@ func runCmd(env Env, code *int) *cobra.Command {
 				if st, err = openStore(env); err != nil {
 					return err
 				}
+				defer autoGC(st)
 				t, err := st.Begin(spec.TrialID)
 				if err != nil {
 					return err
