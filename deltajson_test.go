@@ -8,10 +8,11 @@ import (
 	"testing"
 )
 
-// TestWriteJSON: the streamed encoding is byte for byte json.MarshalIndent's,
-// whatever the files hold (none, a non-UTF-8 path, HTML-escaped characters, a
-// member named "files" elsewhere), with and without touched entries, which
-// survive a round trip exactly (a non-UTF-8 path too).
+// TestWriteJSON: the streamed encoding is byte for byte json.MarshalIndent's
+// but for <, > and & written as themselves (UnescapeHTML), whatever the files
+// hold (none, a non-UTF-8 path, HTML characters, a member named "files"
+// elsewhere), with and without touched entries, which survive a round trip
+// exactly (a non-UTF-8 path too).
 func TestWriteJSON(t *testing.T) {
 	tests := []struct {
 		name string
@@ -43,8 +44,12 @@ func TestWriteJSON(t *testing.T) {
 			if err := tt.d.WriteJSON(&got); err != nil {
 				t.Fatal(err)
 			}
-			if got.String() != string(want)+"\n" {
-				t.Fatalf("got\n%s\nwant\n%s", got.String(), want)
+			written := string(UnescapeHTML(append([]byte(nil), want...))) + "\n"
+			if got.String() != written {
+				t.Fatalf("got\n%s\nwant\n%s", got.String(), written)
+			}
+			if strings.Contains(got.String(), `\u003c`) || strings.Contains(got.String(), `\u0026`) {
+				t.Fatalf("WriteJSON escapes HTML:\n%s", got.String())
 			}
 			// The same delta with its changes spilled (SetFileSource):
 			// WriteJSON and MarshalJSON read them from the source.
@@ -54,8 +59,8 @@ func TestWriteJSON(t *testing.T) {
 			if err := sp.WriteJSON(&got); err != nil {
 				t.Fatal(err)
 			}
-			if got.String() != string(want)+"\n" {
-				t.Fatalf("spilled: got\n%s\nwant\n%s", got.String(), want)
+			if got.String() != written {
+				t.Fatalf("spilled: got\n%s\nwant\n%s", got.String(), written)
 			}
 			indented, err := json.MarshalIndent(&sp, "", "  ")
 			if err != nil {
@@ -127,5 +132,25 @@ func TestSpilledDelta(t *testing.T) {
 	}
 	if sp.Spilled() || len(sp.Files) != 3 || sp.Files[2].Path != "/w/c" {
 		t.Fatalf("after LoadFiles: spilled %v, files %v", sp.Spilled(), sp.Files)
+	}
+}
+
+// TestUnescapeHTML: <, > and & come out as themselves, every other escape
+// stays (a backslash before "u003c" in the text is not an escape of <), and
+// the value is the same.
+func TestUnescapeHTML(t *testing.T) {
+	for _, s := range []string{"a<b>&c", `\u003c`, `x\`, "\\\\u003c", "é\u2028\x00", `"<"`, ""} {
+		b, err := json.Marshal(map[string]string{"k": s})
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := UnescapeHTML(append([]byte(nil), b...))
+		var back map[string]string
+		if err := json.Unmarshal(got, &back); err != nil || back["k"] != s {
+			t.Errorf("%q: %s → %s decodes to %q (%v)", s, b, got, back["k"], err)
+		}
+		if bytes.Contains(got, []byte(`\u003c`)) && !bytes.Contains([]byte(s), []byte(`\u003c`)) || bytes.Contains(got, []byte(`\u0026`)) {
+			t.Errorf("%q: %s still escapes HTML", s, got)
+		}
 	}
 }

@@ -339,8 +339,10 @@ func (w walker) value(where string, typ reflect.Type, node map[string]any) {
 }
 
 // marshalOnly are schema properties written by a type's MarshalJSON rather
-// than by a Go field: the lossless forms of a path that is not UTF-8.
+// than by a Go field: the lossless forms of a path that is not UTF-8; and
+// the stored trial's state, which `dryexec show --json` adds (store.State).
 var marshalOnly = map[string]bool{
+	"StateDelta.status":          true,
 	"FileChange.path_b64":        true,
 	"FileChange.link_target_b64": true,
 }

@@ -177,6 +177,50 @@ func isTerminal(w io.Writer, env Env) bool {
 	return ok && render.ColorWanted(f, env.Getenv)
 }
 
+// shownStatus is the "status" member `show --json` adds to the delta: the
+// trial's state and how many changes are left to commit.
+type shownStatus struct {
+	store.State
+	Left int `json:"left"`
+}
+
+// writeDeltaWithStatus writes d as printJSON does, with the trial's state as
+// one more top-level member, "status" (last; not signed: verify leaves it
+// out). The delta is streamed (WriteJSON) and only its closing brace held back.
+func writeDeltaWithStatus(w io.Writer, d *dryexec.StateDelta, st shownStatus) error {
+	b, err := json.MarshalIndent(st, "  ", "  ")
+	if err != nil {
+		return err
+	}
+	hw := &holdBack{w: w, n: 2} // "}\n"
+	if err := d.WriteJSON(hw); err != nil {
+		return err
+	}
+	if string(hw.held) != "}\n" {
+		return fmt.Errorf("dryexec: the delta's JSON does not end as expected")
+	}
+	_, err = fmt.Fprintf(w, ",\n  \"status\": %s\n}\n", dryexec.UnescapeHTML(b))
+	return err
+}
+
+// holdBack passes writes on to w but for the last n bytes.
+type holdBack struct {
+	w    io.Writer
+	n    int
+	held []byte
+}
+
+func (h *holdBack) Write(p []byte) (int, error) {
+	h.held = append(h.held, p...)
+	if k := len(h.held) - h.n; k > 0 {
+		if _, err := h.w.Write(h.held[:k]); err != nil {
+			return 0, err
+		}
+		h.held = append(h.held[:0], h.held[k:]...)
+	}
+	return len(p), nil
+}
+
 // isTTY reports whether w is a terminal (whatever NO_COLOR says): live output
 // to it is escaped (render.LiveWriter).
 func isTTY(w io.Writer) bool {
@@ -188,9 +232,14 @@ func printJSON(w io.Writer, v any) error {
 	if d, ok := v.(*dryexec.StateDelta); ok {
 		return d.WriteJSON(w) // the same bytes, one file at a time
 	}
-	enc := json.NewEncoder(w)
-	enc.SetIndent("", "  ")
-	return enc.Encode(v)
+	b, err := json.MarshalIndent(v, "", "  ")
+	if err != nil {
+		return err
+	}
+	// <, > and & as themselves (encoding/json escapes them for HTML, and
+	// a FileChange's own encoder does whatever the caller asks).
+	_, err = w.Write(append(dryexec.UnescapeHTML(b), '\n'))
+	return err
 }
 
 func showCmd(env Env) *cobra.Command {
@@ -223,7 +272,15 @@ func showCmd(env Env) *cobra.Command {
 				return render.Exchanges(env.Stdout, recs, render.Options{Color: isTerminal(env.Stdout, env)})
 			}
 			if asJSON {
-				return printJSON(env.Stdout, d)
+				st, err := s.StateOf(args[0])
+				if err != nil {
+					return err
+				}
+				left, err := store.Remaining(d, st)
+				if err != nil {
+					return err
+				}
+				return writeDeltaWithStatus(env.Stdout, d, shownStatus{State: st, Left: len(left)})
 			}
 			opt := render.Options{Color: isTerminal(env.Stdout, env)}
 			if files {

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 
 	"github.com/spf13/cobra"
@@ -133,19 +134,32 @@ func crashHook(env Env) func(int) {
 // asks whether to commit all, nothing, or a choice of paths.
 func askCommit(env Env, d *dryexec.StateDelta) (all bool, paths []string, err error) {
 	in := bufio.NewReader(env.Stdin)
-	ask := func(q string) (string, error) {
-		fmt.Fprint(env.Stdout, q)
-		line, err := in.ReadString('\n')
-		if err != nil && line == "" {
-			return "", fmt.Errorf("no answer on standard input: %w", err)
+	// ask asks q until the answer is one of valid ("" is valid when a
+	// default is offered): an answer it does not know is asked again,
+	// never taken for a no.
+	ask := func(q string, valid ...string) (string, error) {
+		for {
+			fmt.Fprint(env.Stdout, q)
+			line, err := in.ReadString('\n')
+			if err != nil && line == "" {
+				fmt.Fprintln(env.Stdout)
+				return "", fmt.Errorf("no answer on standard input: %w", err)
+			}
+			a := strings.ToLower(strings.TrimSpace(line))
+			if slices.Contains(valid, a) {
+				return a, nil
+			}
+			fmt.Fprintf(env.Stdout, "%q is not an answer here: type one of %s\n", strings.TrimSpace(line), strings.Join(slices.DeleteFunc(slices.Clone(valid), func(s string) bool { return s == "" }), ", "))
+			if err != nil {
+				return "", fmt.Errorf("no answer on standard input: %w", err)
+			}
 		}
-		return strings.ToLower(strings.TrimSpace(line)), nil
 	}
 	n := d.NumFiles()
 	if n == 0 {
 		return false, nil, nil
 	}
-	a, err := ask(fmt.Sprintf("Commit %d change%s to the host? [y]es, [n]o, [s]elect: ", n, plural(n)))
+	a, err := ask(fmt.Sprintf("Commit %d change%s to the host? [y]es, [n]o, [s]elect: ", n, plural(n)), "y", "yes", "n", "no", "s", "select")
 	if err != nil {
 		return false, nil, err
 	}
@@ -167,7 +181,7 @@ func askCommit(env Env, d *dryexec.StateDelta) (all bool, paths []string, err er
 		if covered {
 			return nil
 		}
-		a, err := ask(fmt.Sprintf("  %s %s? [y/N] ", f.Op, f.Path))
+		a, err := ask(fmt.Sprintf("  %s %s? [y/N] ", f.Op, dryexec.QuotePath(f.Path)), "y", "yes", "n", "no", "")
 		if err != nil {
 			return err
 		}

@@ -331,20 +331,36 @@ func TestRunCommitAndInteractive(t *testing.T) {
 		{"--commit --force applies a failed command", "", []string{"run", "--commit", "--force", "--", "sh", "-c", "echo a > a; exit 1"}, []string{"a"}},
 		{"-i yes", "y\n", []string{"run", "-i", "--", "sh", "-c", "echo a > a; echo b > b"}, []string{"a", "b"}},
 		{"-i no", "n\n", []string{"run", "-i", "--", "sh", "-c", "echo a > a"}, nil},
+		{"-i no says the trial is left pending", "n\n", []string{"run", "-i", "--", "sh", "-c", "echo a > a"}, nil},
+		{"-i asks again on an unknown answer", "maybe\nyes\n", []string{"run", "-i", "--", "sh", "-c", "echo a > a; echo b > b"}, []string{"a", "b"}},
+		{"-i select asks again on an unknown answer", "s\nsure\ny\n", []string{"run", "-i", "--", "sh", "-c", "echo a > a"}, []string{"a"}},
 		{"-i select", "s\nn\ny\n", []string{"run", "-i", "--", "sh", "-c", "echo a > a; echo b > b"}, []string{"b"}},
 		{"-i select a dir answers for its contents", "s\ny\n", []string{"run", "-i", "--", "sh", "-c", "mkdir d; echo x > d/x; echo y > d/y"}, []string{"d", "d/x", "d/y"}},
 		{"-i with no answer commits nothing", "", []string{"run", "-i", "--", "sh", "-c", "echo a > a"}, nil},
+		{"-i with only unknown answers commits nothing", "what\n", []string{"run", "-i", "--", "sh", "-c", "echo a > a"}, nil},
 		// A block is not offered, nor committed, unless --force says a person decided.
 		{"-i on a block", "y\n", []string{"run", "-i", "--policy", block, "--", "sh", "-c", "echo a > a"}, nil},
 		{"-i --force on a block", "y\n", []string{"run", "-i", "--force", "--policy", block, "--", "sh", "-c", "echo a > a"}, []string{"a"}},
 		{"--commit on a block", "", []string{"run", "--commit", "--policy", block, "--", "sh", "-c", "echo a > a"}, nil},
 		{"--commit --force on a block", "", []string{"run", "--commit", "--force", "--policy", block, "--", "sh", "-c", "echo a > a"}, []string{"a"}},
 	}
+	// What a case must also say (stdout or stderr).
+	says := map[string]string{
+		"-i no":                                        "nothing committed; tr_",
+		"-i no says the trial is left pending":         "is left pending (dryexec commit tr_",
+		"-i asks again on an unknown answer":           `"maybe" is not an answer here: type one of y, yes, n, no, s, select`,
+		"-i select asks again on an unknown answer":    `"sure" is not an answer here`,
+		"-i with no answer commits nothing":            "is left pending",
+		"-i with only unknown answers commits nothing": "is left pending",
+	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			dir := t.TempDir()
 			args := append([]string{tt.args[0], "-C", dir}, tt.args[1:]...)
-			run(tt.stdin, args...)
+			_, out, errs := run(tt.stdin, args...)
+			if !strings.Contains(out+errs, says[tt.name]) {
+				t.Errorf("no %q in\n%s%s", says[tt.name], out, errs)
+			}
 			var got []string
 			filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
 				if err == nil && p != dir {

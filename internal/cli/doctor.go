@@ -5,6 +5,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/dryexec/dryexec/netsim/tun"
 	"github.com/dryexec/dryexec/rung"
 )
 
@@ -16,6 +17,11 @@ func doctorCmd(env Env, code *int) *cobra.Command {
 		Args:  usage(cobra.NoArgs),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			st := rung.Doctor(cmd.Context())
+			for i := range st {
+				if st[i].Name == "ns" && st[i].Available {
+					st[i].Notes = append(st[i].Notes, netNote(tun.CheckTUN()))
+				}
+			}
 			if asJSON {
 				return printJSON(env.Stdout, st)
 			}
@@ -34,4 +40,15 @@ func doctorCmd(env Env, code *int) *cobra.Command {
 	}
 	c.Flags().BoolVar(&asJSON, "json", false, "print as JSON")
 	return c
+}
+
+// netNote says whether this user's sandboxes can have their network
+// intercepted (netsim needs /dev/net/tun, opened as this user: rootless, a
+// node of mode 0600 is not enough), so that --net mock:/allow: failing later
+// is no surprise.
+func netNote(tunErr error) string {
+	if tunErr == nil {
+		return "network: interception ok (/dev/net/tun): --net none logs attempts, mock: and allow: work"
+	}
+	return "network: interception unavailable (" + tunErr.Error() + "): --net mock: and allow: are refused (exit 1), --net none runs with loopback only and does not log attempts; make /dev/net/tun readable and writable by this user (mode 0666, as distributions ship it) to have it (docs/network.md)"
 }

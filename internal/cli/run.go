@@ -58,7 +58,14 @@ func runCmd(env Env, code *int) *cobra.Command {
 	c := &cobra.Command{
 		Use:   "run [flags] -- CMD [ARG...]",
 		Short: "Run CMD in a trial, print what it would change, change nothing",
-		Args:  usage(cobra.MinimumNArgs(1)),
+		Args: func(cmd *cobra.Command, args []string) error {
+			if len(args) == 0 {
+				// Nothing to run: how to use it says more than an error.
+				fmt.Fprint(env.Stderr, cmd.UsageString())
+				return usageError{errors.New("no command: give it after --, as in dryexec run -- make test")}
+			}
+			return nil
+		},
 		RunE: func(cmd *cobra.Command, args []string) error {
 			// A soft limit on this process's heap, unless GOMEMLIMIT sets
 			// one: Go's default lets the heap grow to twice what is live
@@ -232,6 +239,9 @@ func runCmd(env Env, code *int) *cobra.Command {
 				}
 				all, paths, err := askCommit(env, d)
 				if err != nil || (!all && len(paths) == 0) {
+					// Nothing committed: the trial is stored, as a plain
+					// run leaves it.
+					fmt.Fprintf(env.Stderr, "dryexec: nothing committed; %s is left pending (dryexec commit %s | dryexec discard %s)\n", d.TrialID, d.TrialID, d.TrialID)
 					return err
 				}
 				return doCommit(cmd.Context(), env, st, d.TrialID, store.CommitOptions{Paths: paths, AllowBlocked: force})

@@ -1,7 +1,9 @@
 package cli
 
 import (
+	"bytes"
 	"crypto/ed25519"
+	"encoding/json"
 	"fmt"
 	"io"
 	"os"
@@ -44,6 +46,10 @@ another install's public key file. Exit 0 when it verifies, 1 when it does not.`
 			doc, name, err := readDelta(env, args[0])
 			if err != nil {
 				return err
+			}
+			doc, err = withoutStatus(doc)
+			if err != nil {
+				return fmt.Errorf("%s: %w", name, err)
 			}
 			r, err := receipt.Verify(doc, pub)
 			if err != nil {
@@ -111,4 +117,27 @@ func readDelta(env Env, arg string) ([]byte, string, error) {
 		return nil, "", fmt.Errorf("%w: %s is larger than %d bytes", receipt.ErrMalformed, name, maxDeltaFile)
 	}
 	return b, name, nil
+}
+
+// withoutStatus removes the top-level "status" member that `dryexec show
+// --json` adds to a delta (the trial's state, never signed), so that what
+// show printed verifies as what was stored. Any other member counts.
+func withoutStatus(doc []byte) ([]byte, error) {
+	if !bytes.Contains(doc, []byte(`"status"`)) {
+		return doc, nil
+	}
+	// A document the canonical form refuses (a duplicate member, which a
+	// map would quietly drop) is left for receipt.Verify to refuse.
+	if _, err := receipt.Canonical(doc); err != nil {
+		return doc, nil
+	}
+	var m map[string]json.RawMessage
+	if err := json.Unmarshal(doc, &m); err != nil {
+		return doc, nil // receipt.Verify says what is wrong with it
+	}
+	if _, ok := m["status"]; !ok {
+		return doc, nil
+	}
+	delete(m, "status")
+	return json.Marshal(m)
 }
