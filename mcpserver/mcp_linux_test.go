@@ -104,6 +104,12 @@ func exercise(t *testing.T, s *mcp.ClientSession) {
 	if b, _ := os.ReadFile(filepath.Join(wd, "a.txt")); string(b) != "hi\n" {
 		t.Fatalf("a.txt after commit: %q", b)
 	}
+	// The selective commit left b.txt: a commit of the trial applies it.
+	var rest mcpserver.CommitOut
+	call(t, s, "commit_trial", map[string]any{"trial_id": tr.TrialID}, &rest)
+	if len(rest.Applied) != 1 || !strings.HasSuffix(rest.Applied[0], "b.txt") {
+		t.Fatalf("commit_trial of the rest: %+v", rest)
+	}
 	// Errors are tool errors the agent can read, not protocol failures.
 	bad, err := s.CallTool(ctx, &mcp.CallToolParams{Name: "commit_trial", Arguments: map[string]any{"trial_id": tr.TrialID}})
 	if err != nil || !bad.IsError || !strings.Contains(text(bad), "already committed") {
@@ -326,5 +332,45 @@ func TestMCPProgress(t *testing.T) {
 	mu.Lock()
 	if len(got) != n || tr.Stdout != "quiet\n" {
 		t.Errorf("a call without a token: %d more notifications, stdout %q", len(got)-n, tr.Stdout)
+	}
+}
+
+// TestMCPScriptedStdin: a client that writes its requests and closes stdin
+// at once (a script: printf … | dryexec mcp) gets an answer to every
+// request it sent, a trial's included, before dryexec mcp exits.
+func TestMCPScriptedStdin(t *testing.T) {
+	requireNS(t)
+	wd := t.TempDir()
+	reqs := []string{
+		`{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"script","version":"1"}}}`,
+		`{"jsonrpc":"2.0","method":"notifications/initialized"}`,
+		`{"jsonrpc":"2.0","id":2,"method":"tools/list"}`,
+		`{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"run_trial","arguments":{"command":"echo hi","cwd":"` + wd + `"}}}`,
+		`{"jsonrpc":"2.0","id":4,"method":"tools/call","params":{"name":"show_trial","arguments":{"trial_id":"tr_aaaaaaaaaaaaaaaaaaaa"}}}`,
+	}
+	for range 3 { // it used to lose replies some of the time
+		cmd := exec.Command(os.Args[0], "mcp")
+		cmd.Env = append(os.Environ(), "DRYEXEC_TEST_AS_CLI=1", "DRYEXEC_HOME="+t.TempDir())
+		cmd.Stdin = strings.NewReader(strings.Join(reqs, "\n") + "\n")
+		var stderr strings.Builder
+		cmd.Stderr = &stderr
+		out, err := cmd.Output()
+		if err != nil {
+			t.Fatalf("dryexec mcp: %v\n%s", err, stderr.String())
+		}
+		got := map[float64]bool{}
+		for _, l := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+			var m map[string]any
+			if json.Unmarshal([]byte(l), &m) == nil {
+				if id, ok := m["id"].(float64); ok {
+					got[id] = true
+				}
+			}
+		}
+		for _, id := range []float64{1, 2, 3, 4} {
+			if !got[id] {
+				t.Errorf("no answer to request %v:\n%s\n%s", id, out, stderr.String())
+			}
+		}
 	}
 }

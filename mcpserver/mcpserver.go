@@ -180,7 +180,8 @@ func Run(ctx context.Context, svc *server.Service, version string, in io.Reader,
 	if err != nil {
 		return err
 	}
-	return New(svc, version, cwd).Run(ctx, &mcp.IOTransport{Reader: io.NopCloser(in), Writer: nopWriteCloser{out}})
+	d := newDrain(ctx, in, out)
+	return New(svc, version, cwd).Run(ctx, &mcp.IOTransport{Reader: io.NopCloser(d), Writer: nopWriteCloser{d}})
 }
 
 type nopWriteCloser struct{ io.Writer }

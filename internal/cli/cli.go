@@ -49,6 +49,7 @@ type Env struct {
 // code.
 func Run(ctx context.Context, args []string, env Env) int {
 	code := 0
+	note := &interruptNote{s: "nothing was changed"}
 	root := &cobra.Command{
 		Use:           "dryexec",
 		Short:         "Run a command in an ephemeral trial and see what it would change",
@@ -60,10 +61,18 @@ func Run(ctx context.Context, args []string, env Env) int {
 	root.SetIn(env.Stdin)
 	root.SetOut(env.Stdout)
 	root.SetErr(env.Stderr)
-	root.AddCommand(runCmd(env, &code), showCmd(env), lsCmd(env), commitCmd(env), discardCmd(env), gcCmd(env), doctorCmd(env, &code), verifyCmd(env), policyCmd(env, &code))
+	root.AddCommand(runCmd(env, &code, note), showCmd(env), lsCmd(env), commitCmd(env, note), discardCmd(env), gcCmd(env), doctorCmd(env, &code), verifyCmd(env), policyCmd(env, &code))
 	root.AddCommand(serveCmd(env), mcpCmd(env))
 	root.AddCommand(agentCmd(env, &code))
-	if err := root.ExecuteContext(ctx); err != nil {
+	err := root.ExecuteContext(ctx)
+	if ctx.Err() != nil {
+		// Ctrl-C or SIGTERM (main's signal.NotifyContext): say what became
+		// of the trial, and exit as a shell reports a death by that signal.
+		sig, c := interruptedBy(ctx)
+		fmt.Fprintf(env.Stderr, "dryexec: interrupted (%s): %s\n", sig, note.s)
+		return c
+	}
+	if err != nil {
 		fmt.Fprintln(env.Stderr, "dryexec:", err)
 		var ue usageError
 		switch {
@@ -85,6 +94,32 @@ func Run(ctx context.Context, args []string, env Env) int {
 		return ExitInternal
 	}
 	return code
+}
+
+// interruptNote says what an interrupt at this point did to the trial;
+// commands update it as they go.
+type interruptNote struct{ s string }
+
+func (n *interruptNote) set(format string, a ...any) { n.s = fmt.Sprintf(format, a...) }
+
+// Exit codes after an interrupt: 128 + the signal's number, as shells report.
+const (
+	ExitInterrupted = 130 // SIGINT
+	ExitTerminated  = 143 // SIGTERM
+)
+
+// interruptedBy names what ended ctx and the exit code for it. The cause of
+// signal.NotifyContext's cancellation names the signal ("interrupt signal
+// received", "terminated signal received").
+func interruptedBy(ctx context.Context) (string, int) {
+	cause := context.Cause(ctx)
+	if cause != nil && strings.HasPrefix(cause.Error(), "terminated") {
+		return "SIGTERM", ExitTerminated
+	}
+	if cause != nil && strings.HasPrefix(cause.Error(), "interrupt") {
+		return "SIGINT", ExitInterrupted
+	}
+	return "cancelled", ExitInterrupted
 }
 
 // usageError marks a mistake in how dryexec was called (exit 2).

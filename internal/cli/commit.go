@@ -17,7 +17,7 @@ import (
 	"github.com/dryexec/dryexec/store"
 )
 
-func commitCmd(env Env) *cobra.Command {
+func commitCmd(env Env, note *interruptNote) *cobra.Command {
 	var force, allowBlocked, skip bool
 	var forcePaths []string
 	c := &cobra.Command{
@@ -53,7 +53,7 @@ committed: the commit is refused, naming them, unless --skip-uncommittable.`,
 			}
 			// --force is a person's decision: over the policy's block as over
 			// the host's changes. --allow-blocked overrides only the block.
-			err = doCommit(cmd.Context(), env, s, args[0], store.CommitOptions{Paths: paths, Force: force, ForcePaths: fps,
+			err = doCommit(cmd.Context(), env, note, s, args[0], store.CommitOptions{Paths: paths, Force: force, ForcePaths: fps,
 				AllowBlocked: allowBlocked || force, SkipUncommittable: skip})
 			if errors.Is(err, dryexec.ErrBlocked) {
 				return fmt.Errorf("%w\nif a person decided to commit it anyway: dryexec commit --force %s (recorded with the trial)", err, args[0])
@@ -68,12 +68,14 @@ committed: the commit is refused, naming them, unless --skip-uncommittable.`,
 	return c
 }
 
-func doCommit(ctx context.Context, env Env, s *store.Store, id string, opt store.CommitOptions) error {
+func doCommit(ctx context.Context, env Env, note *interruptNote, s *store.Store, id string, opt store.CommitOptions) error {
 	opt.Hook = crashHook(env)
+	note.set("the commit of %s was stopped: it is all or nothing, so either it completed or the host is as it was (dryexec show %s says which)", id, id)
 	r, err := s.CommitWith(ctx, id, opt)
 	if err != nil {
 		return err
 	}
+	note.set("%s was committed", id)
 	if o := r.Override; o != nil {
 		fmt.Fprintf(env.Stderr, "dryexec: %s was decided %s; committed because you asked (recorded: dryexec show %s)\n", id, o.Decision, id)
 	}

@@ -3,6 +3,8 @@ package cli
 import (
 	"context"
 	"os"
+	"os/signal"
+	"syscall"
 	"testing"
 
 	"github.com/dryexec/dryexec/guest"
@@ -14,7 +16,11 @@ import (
 func TestMain(m *testing.M) {
 	guest.MaybeMain(os.Args)
 	if os.Getenv("DRYEXEC_TEST_AS_CLI") == "1" {
-		os.Exit(Run(context.Background(), os.Args[1:], Env{Stdin: os.Stdin, Stdout: os.Stdout, Stderr: os.Stderr, Getenv: os.Getenv}))
+		// As cmd/dryexec's main: Ctrl-C and SIGTERM cancel the context.
+		ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+		code := Run(ctx, os.Args[1:], Env{Stdin: os.Stdin, Stdout: os.Stdout, Stderr: os.Stderr, Getenv: os.Getenv})
+		stop()
+		os.Exit(code)
 	}
 	os.Exit(m.Run())
 }

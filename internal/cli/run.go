@@ -27,7 +27,7 @@ import (
 	"github.com/dryexec/dryexec/store"
 )
 
-func runCmd(env Env, code *int) *cobra.Command {
+func runCmd(env Env, code *int, note *interruptNote) *cobra.Command {
 	var (
 		rungName  string
 		asJSON    bool
@@ -197,6 +197,7 @@ func runCmd(env Env, code *int) *cobra.Command {
 			} else {
 				spec.SpillDir = os.TempDir()
 			}
+			note.set("trial %s was stopped before it finished; nothing of it was kept (a trial never changes the host)", spec.TrialID)
 			d, err := r.Trial(cmd.Context(), spec)
 			for _, l := range live {
 				l.Flush()
@@ -214,6 +215,9 @@ func runCmd(env Env, code *int) *cobra.Command {
 				if err := rec.Save(d); err != nil {
 					return err
 				}
+				note.set("trial %s ran and is stored, pending (dryexec show %s | dryexec commit %s | dryexec discard %s); the host is unchanged", d.TrialID, d.TrialID, d.TrialID, d.TrialID)
+			} else {
+				note.set("trial %s ran; it was not stored (--no-store) and the host is unchanged", d.TrialID)
 			}
 			if asJSON {
 				err = printJSON(env.Stdout, d)
@@ -244,7 +248,7 @@ func runCmd(env Env, code *int) *cobra.Command {
 					fmt.Fprintf(env.Stderr, "dryexec: nothing committed; %s is left pending (dryexec commit %s | dryexec discard %s)\n", d.TrialID, d.TrialID, d.TrialID)
 					return err
 				}
-				return doCommit(cmd.Context(), env, st, d.TrialID, store.CommitOptions{Paths: paths, AllowBlocked: force})
+				return doCommit(cmd.Context(), env, note, st, d.TrialID, store.CommitOptions{Paths: paths, AllowBlocked: force})
 			}
 			// --commit applies only what the policy lets through without a
 			// person, unless --force says a person has decided. A refusal
@@ -258,7 +262,7 @@ func runCmd(env Env, code *int) *cobra.Command {
 			if asJSON {
 				env.Stdout = env.Stderr // stdout holds only the delta
 			}
-			return doCommit(cmd.Context(), env, st, d.TrialID, store.CommitOptions{AllowBlocked: force})
+			return doCommit(cmd.Context(), env, note, st, d.TrialID, store.CommitOptions{AllowBlocked: force})
 		},
 	}
 	f := c.Flags()
