@@ -54,7 +54,7 @@ func TestBadInputExitCodes(t *testing.T) {
 		{"missing policy", []string{"run", "--policy", "/nonexistent.yaml", "--", "true"}, ExitUsage, "invalid policy"},
 		{"--force without --commit", []string{"run", "--force", "--", "true"}, ExitUsage, "add one, or drop --force"},
 		{"--commit with --no-store", []string{"run", "--commit", "--no-store", "--", "true"}, ExitUsage, "drop --no-store"},
-		{"no command at all", []string{"run"}, ExitUsage, "requires at least 1 arg"},
+		{"no command at all", []string{"run"}, ExitUsage, "no command: give it after --"},
 		{"unknown flag", []string{"run", "--bogus", "--", "true"}, ExitUsage, "unknown flag"},
 		{"unknown subcommand", []string{"frobnicate"}, ExitUsage, "unknown command"},
 		{"unknown trial id", []string{"commit", "tr_aaaaaaaaaaaaaaaaaaaa"}, ExitRefused, "trial not found"},
