@@ -536,6 +536,16 @@ func TestTrialLifecycle(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(wd, "b")); !os.IsNotExist(err) {
 		t.Fatal("b was committed though not selected")
 	}
+	// The selective commit left b: the trial is partial, a path already
+	// committed is refused, a commit applies the rest, and then it is done.
+	if resp, _ := d.do(t, "GET", "/v1/trials/"+delta.TrialID, nil); resp.Header.Get("X-Dryexec-Status") != "partial" {
+		t.Fatalf("status after a selective commit: %q", resp.Header.Get("X-Dryexec-Status"))
+	}
+	d.fails(t, "POST", "/v1/trials/"+delta.TrialID+"/commit", server.CommitRequest{Paths: []string{filepath.Join(wd, "a")}}, 409, "already_done")
+	d.ok(t, "POST", "/v1/trials/"+delta.TrialID+"/commit", nil, 200, &res)
+	if len(res.Applied) != 1 || res.Applied[0].Path != filepath.Join(wd, "b") {
+		t.Fatalf("commit of the rest applied %+v", res.Applied)
+	}
 	d.fails(t, "POST", "/v1/trials/"+delta.TrialID+"/commit", nil, 409, "already_done")
 	d.fails(t, "POST", "/v1/trials/"+delta.TrialID+"/discard", nil, 409, "already_done")
 	other := d.trial(t, wd, "sh", "-c", "echo c > c")

@@ -64,10 +64,12 @@ func Run(ctx context.Context, args []string, env Env) int {
 	root.AddCommand(runCmd(env, &code, note), showCmd(env), lsCmd(env), commitCmd(env, note), discardCmd(env), gcCmd(env), doctorCmd(env, &code), verifyCmd(env), policyCmd(env, &code))
 	root.AddCommand(serveCmd(env), mcpCmd(env))
 	root.AddCommand(agentCmd(env, &code))
-	err := root.ExecuteContext(ctx)
-	if ctx.Err() != nil {
+	ran, err := root.ExecuteContextC(ctx)
+	if ctx.Err() != nil && ran != nil && ran.Name() != "serve" && ran.Name() != "mcp" && ran.Name() != "agent" {
 		// Ctrl-C or SIGTERM (main's signal.NotifyContext): say what became
 		// of the trial, and exit as a shell reports a death by that signal.
+		// (A daemon's SIGTERM is its ordinary stop: it drains and exits 0;
+		// agent reports its own trials.)
 		sig, c := interruptedBy(ctx)
 		fmt.Fprintf(env.Stderr, "dryexec: interrupted (%s): %s\n", sig, note.s)
 		return c

@@ -52,6 +52,10 @@ class Trials(unittest.TestCase):
         self.assertEqual([c.path for c in applied], [os.path.join(self.dir, "a")])
         self.assertTrue(os.path.exists(os.path.join(self.dir, "a")))
         self.assertFalse(os.path.exists(os.path.join(self.dir, "b")))
+        # The rest stays to commit: a commit applies it, and then it is done.
+        with self.assertRaises(dry_exec.AlreadyDone):
+            d.commit(paths=[os.path.join(self.dir, "a")])
+        self.assertEqual([c.path for c in d.commit()], [os.path.join(self.dir, "b")])
         with self.assertRaises(dry_exec.AlreadyDone):
             d.commit()
         d2 = dry_exec.run("echo c > c", cwd=self.dir)
