@@ -231,6 +231,9 @@ func (s *Store) CommitWith(ctx context.Context, id string, opt CommitOptions) (*
 		}
 		d.SetFileSource(nil)
 		d.Files = rest
+		// Touched paths (mtime only) under what was committed had their
+		// mtimes set then.
+		d.Touched = slices.DeleteFunc(slices.Clone(d.Touched), func(t dryexec.FileChange) bool { return covers(st.Paths, t.Path) })
 	} else {
 		sel = nil
 	}
