@@ -151,7 +151,7 @@ func TestSummaryExact(t *testing.T) {
 					}}
 			},
 			want: "trial tr_07 (ns): $ make → exit 0 in 850ns\n" +
-				"1 file changed (1 created, 0 deleted, 2 bytes written)\n" +
+				"1 file changed (1 created, 0 modified, 0 deleted, 2 bytes written)\n" +
 				"  + /w/new.o\n" +
 				"3 touched (mtime only)\n" +
 				"commit: dryexec commit tr_07   discard: dryexec discard tr_07\n",
