@@ -1,6 +1,10 @@
 package guest
 
-import "syscall"
+import (
+	"syscall"
+
+	"golang.org/x/sys/unix"
+)
 
 // runnerAttr adds to an exec's attributes what only the Python runner gets: it
 // dies with the guest (on the host rung nothing else would end a runner blocked
@@ -10,3 +14,6 @@ func runnerAttr(a *syscall.SysProcAttr) *syscall.SysProcAttr {
 	a.Pdeathsig = syscall.SIGKILL
 	return a
 }
+
+// fionread is the ioctl that counts a pipe's unread bytes (FIONREAD).
+const fionread = unix.TIOCINQ

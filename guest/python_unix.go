@@ -10,6 +10,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"golang.org/x/sys/unix"
 	"io"
 	"os"
 	"syscall"
@@ -219,10 +220,13 @@ wait:
 	killGroup(pid)
 	s.reapOrphans()
 	cancel()
+	// The runner is dead, so everything it wrote is in the pipe: the relay
+	// reads it all, however late a loaded machine schedules it (a fixed wait
+	// here lost the result of a big print under load). Then, if a process
+	// outside the group still holds fd 3 open, stop listening.
 	select {
 	case <-relayDone:
-	case <-time.After(100 * time.Millisecond):
-		// A process outside the group still holds fd 3 or 4: stop listening.
+	case <-pipeDrained(r.reqR, relayDone):
 		r.reqR.Close()
 		r.respW.Close()
 		<-relayDone
@@ -660,4 +664,33 @@ func (x *pyExec) cacheSet(key string, v []byte) error {
 			return nil
 		}
 	}
+}
+
+// pipeDrained is closed once pipe f holds no unread bytes (FIONREAD; what a
+// reader has taken into its buffer is its own), or done is closed. It polls:
+// a pipe has no event for "emptied".
+func pipeDrained(f *os.File, done <-chan struct{}) <-chan struct{} {
+	out := make(chan struct{})
+	rc, err := f.SyscallConn()
+	if err != nil {
+		close(out)
+		return out
+	}
+	go func() {
+		defer close(out)
+		tick := time.NewTicker(5 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			n, ierr := 0, error(nil)
+			if cerr := rc.Control(func(fd uintptr) { n, ierr = unix.IoctlGetInt(int(fd), fionread) }); cerr != nil || ierr != nil || n == 0 {
+				return
+			}
+			select {
+			case <-done:
+				return
+			case <-tick.C:
+			}
+		}
+	}()
+	return out
 }
