@@ -104,7 +104,7 @@ class Client:
         raise BadRequest("the trial's stream ended without a delta")
 
     def execute(self, action: Action, environment: Optional[Environment] = None) -> StateDelta:
-        """Runs a seeds-style Action under environment's policy."""
+        """Runs a description-style Action under environment's policy."""
         p = dict(action.payload or {})
         if action.target_resource in ("shell_command", "shell", "command"):
             cmd = p.get("command")
@@ -165,7 +165,7 @@ def _seg(s: str) -> str:
 
 
 class DryExecClient:
-    """The asynchronous client (the seeds' DryExecClient). Each call runs the
+    """The asynchronous client (the product description's DryExecClient). Each call runs the
     synchronous client in a worker thread, so the event loop never blocks."""
 
     def __init__(self, client: Optional[Client] = None, **kwargs: Any) -> None:

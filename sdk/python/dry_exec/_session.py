@@ -1,5 +1,5 @@
 """Sessions: one sandbox kept alive over a workspace (tree in → execute → diff
-out), in the shape of the seeds' session() API."""
+out), in the shape of the product description's session() API."""
 
 from __future__ import annotations
 

@@ -22,7 +22,7 @@ def _build(cls: Any, d: Optional[Mapping[str, Any]]) -> Any:
 
 @dataclass
 class Environment:
-    """Where an action may act: the seeds' environment, sent to the daemon as
+    """Where an action may act: the product description's environment, sent to the daemon as
     its policy (docs/decision.md). ``allowed_mutation_targets`` are path globs
     ("*": anywhere the default policy allows)."""
 
@@ -45,7 +45,7 @@ class Environment:
 
 @dataclass
 class Action:
-    """A proposed action, in the seeds' shape. ``target_resource`` says what
+    """A proposed action, in the product description's shape. ``target_resource`` says what
     ``payload`` holds:
 
     - "shell_command": payload["command"] is an argv list, or a string run
@@ -194,7 +194,7 @@ class StateDelta:
             totals=_build(Totals, d.get("totals")), decision=_build(Decision, d.get("decision")),
             receipt=_build(Receipt, d.get("receipt")), warnings=list(d.get("warnings") or []), _client=client)
 
-    # The seeds' names.
+    # The product description's names.
     @property
     def fs_mutations(self) -> List[FileChange]:
         return self.files
