@@ -100,11 +100,14 @@ type confinement struct {
 //
 // With renames (rootless, where the overlays cannot have redirect_dir=on),
 // the filter hands rename, renameat and renameat2 to the supervisor, whose
-// renamer moves the host's dirs the overlay refuses to.
+// renamer moves the host's dirs the overlay refuses to; link and linkat go
+// to it too, so that a host file and its new link report one identity
+// (link_linux.go).
 func newConfinement(renames bool) (*confinement, error) {
 	p := seccomp.Default()
 	if renames {
 		p.Handle("a rootless overlay refuses to rename a host dir (EXDEV): the supervisor does it with the caller's rights", renameCalls...)
+		p.Handle("a rootless overlay gives a host file linked to two identities: the supervisor links it with the caller's rights", linkCalls...)
 	}
 	prog, err := p.Program(true)
 	if err != nil {

@@ -112,6 +112,9 @@ var contAnswer = seccomp.Answer{Continue: true}
 // goroutine, it must be quick) for all but a dir, which slow renames on a
 // worker thread.
 func (r *renamer) handle(ctx context.Context, n *seccomp.Notification) (seccomp.Answer, func() seccomp.Answer) {
+	if slices.Contains(linkCalls, seccomp.Name(n.Nr)) {
+		return r.handleLink(ctx, n)
+	}
 	req, ok := decodeRename(n)
 	if !ok || req.flags&^unix.RENAME_NOREPLACE != 0 {
 		// RENAME_EXCHANGE of a host dir stays EXDEV (docs/limits.md);
@@ -132,48 +135,66 @@ func (r *renamer) handle(ctx context.Context, n *seccomp.Notification) (seccomp.
 	if unix.Lstat(magicPath(proc, req.oldDir, req.oldPath), &st) != nil || st.Mode&unix.S_IFMT != unix.S_IFDIR {
 		return contAnswer, nil
 	}
-	cr, err := readCreds(proc)
-	if err != nil || cr.capEff != 0 {
-		return contAnswer, nil
-	}
-	if ns, err := os.Readlink(proc + "/ns/mnt"); err != nil || ns != r.mntNS {
-		return contAnswer, nil
-	}
-	var root unix.Stat_t
-	if unix.Stat(proc+"/root", &root) != nil || root.Dev != r.root.Dev || root.Ino != r.root.Ino {
-		return contAnswer, nil
-	}
-	oldBase, err := openBase(proc, req.oldDir, req.oldPath)
-	if err != nil {
-		return contAnswer, nil
-	}
-	newBase, err := openBase(proc, req.newDir, req.newPath)
-	if err != nil {
-		closeBase(oldBase)
-		return contAnswer, nil
-	}
-	// What was read of /proc/PID was the caller's only if it still waits.
-	if !n.Valid() {
-		closeBase(oldBase)
-		closeBase(newBase)
+	cr, oldBase, newBase, ok := r.prepare(n, proc, req.oldDir, req.oldPath, req.newDir, req.newPath)
+	if !ok {
 		return contAnswer, nil
 	}
 	return seccomp.Answer{}, func() seccomp.Answer {
 		defer closeBase(oldBase)
 		defer closeBase(newBase)
-		done := make(chan seccomp.Answer, 1)
-		go func() {
-			// Never unlocked: the thread's credentials die with it.
-			runtime.LockOSThread()
-			if err := r.become(cr); err != nil {
-				done <- contAnswer
-				return
-			}
+		return r.worker(cr, func() seccomp.Answer {
 			w := &renameWork{ctx: ctx, n: n, creds: cr}
-			done <- w.rename(oldBase, newBase, req)
-		}()
-		return <-done
+			return w.rename(oldBase, newBase, req)
+		})
 	}
+}
+
+// prepare reads the caller's credentials and opens what its two paths are
+// relative to, once the caller proves one the worker can stand in for (no
+// capability, the sandbox's mount namespace and root). ok false: let the
+// call through as the caller made it.
+func (r *renamer) prepare(n *seccomp.Notification, proc string, oldDir int32, oldPath string, newDir int32, newPath string) (cr *callerCreds, oldBase, newBase int, ok bool) {
+	cr, err := readCreds(proc)
+	if err != nil || cr.capEff != 0 {
+		return nil, -1, -1, false
+	}
+	if ns, err := os.Readlink(proc + "/ns/mnt"); err != nil || ns != r.mntNS {
+		return nil, -1, -1, false
+	}
+	var root unix.Stat_t
+	if unix.Stat(proc+"/root", &root) != nil || root.Dev != r.root.Dev || root.Ino != r.root.Ino {
+		return nil, -1, -1, false
+	}
+	if oldBase, err = openBase(proc, oldDir, oldPath); err != nil {
+		return nil, -1, -1, false
+	}
+	if newBase, err = openBase(proc, newDir, newPath); err != nil {
+		closeBase(oldBase)
+		return nil, -1, -1, false
+	}
+	// What was read of /proc/PID was the caller's only if it still waits.
+	if !n.Valid() {
+		closeBase(oldBase)
+		closeBase(newBase)
+		return nil, -1, -1, false
+	}
+	return cr, oldBase, newBase, true
+}
+
+// worker runs f on a new thread that holds exactly the caller's rights
+// (become), and returns its answer; the thread ends with it.
+func (r *renamer) worker(cr *callerCreds, f func() seccomp.Answer) seccomp.Answer {
+	done := make(chan seccomp.Answer, 1)
+	go func() {
+		// Never unlocked: the thread's credentials die with it.
+		runtime.LockOSThread()
+		if err := r.become(cr); err != nil {
+			done <- contAnswer
+			return
+		}
+		done <- f()
+	}()
+	return <-done
 }
 
 // decodeRename reads the call's arguments from its registers.

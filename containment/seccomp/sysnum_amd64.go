@@ -86,5 +86,7 @@ func table() map[string]int {
 		"rename":            unix.SYS_RENAME,
 		"renameat":          unix.SYS_RENAMEAT,
 		"renameat2":         unix.SYS_RENAMEAT2,
+		"link":              unix.SYS_LINK,
+		"linkat":            unix.SYS_LINKAT,
 	}
 }

@@ -77,5 +77,6 @@ func table() map[string]int {
 		"prlimit64":         unix.SYS_PRLIMIT64,
 		"renameat":          unix.SYS_RENAMEAT,
 		"renameat2":         unix.SYS_RENAMEAT2,
+		"linkat":            unix.SYS_LINKAT,
 	}
 }

@@ -25,3 +25,13 @@ func TestRenamedDirHoldingMaskRootless(t *testing.T) {
 	}
 	rootless.Rerun(t, "^TestRenamedDirHoldingMaskLeaksNothing$", 2*time.Minute)
 }
+
+// TestTrialHostLinkRootless runs the hard-link tests as an unprivileged
+// caller, where the supervisor's link worker gives a host file and its new
+// link one identity.
+func TestTrialHostLinkRootless(t *testing.T) {
+	if rootless.Active() {
+		t.Skip("the rootless run itself")
+	}
+	rootless.Rerun(t, "^TestTrial(HostLink|LinkEscapes|GitCloneLocal)$", 5*time.Minute)
+}

@@ -1,0 +1,208 @@
+package linuxns
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/dryexec/dryexec"
+	"github.com/dryexec/dryexec/commit"
+)
+
+// hostLinkScript hard-links host files with link(2)/linkat(2) themselves and
+// prints each call's result and, for a link made, whether the two names are
+// one file as stat sees it (st_dev and st_ino equal) and their link counts,
+// then whether the bytes read through either name are the same. Run natively
+// and in a trial on identical trees, the two outputs must be equal.
+const hostLinkScript = `
+import ctypes, errno, os, stat
+libc = ctypes.CDLL(None, use_errno=True)
+def l(name, a, b, flags=0, olddir=-100, newdir=-100, plain=False):
+    if plain:
+        rc = libc.link(a.encode(), b.encode())
+    else:
+        rc = libc.linkat(olddir, a.encode(), newdir, b.encode(), flags)
+    if rc != 0:
+        print(name + ": " + errno.errorcode[ctypes.get_errno()])
+        return
+    base = lambda p, d: p if d == -100 or p.startswith("/") else "/proc/self/fd/%d/%s" % (d, p)
+    sa, sb = os.lstat(base(a, olddir)), os.lstat(base(b, newdir))
+    same = (sa.st_dev, sa.st_ino) == (sb.st_dev, sb.st_ino)
+    content = "-"
+    if stat.S_ISREG(sa.st_mode) and stat.S_ISREG(sb.st_mode):
+        content = open(base(a, olddir), "rb").read() == open(base(b, newdir), "rb").read()
+    print(name + ": ok same=%s nlink=%d,%d content=%s" % (same, sa.st_nlink, sb.st_nlink, content))
+l("across", "a/f", "b/g", plain=True)
+l("same_dir", "a/s", "a/s2")
+l("readonly", "a/ro", "b/ro")
+l("xattr", "a/x", "b/x")
+l("third_name", "a/f", "a/f3")
+l("of_host_links", "a/h1", "b/h3")
+l("trial_file", "a/new", "b/new")
+l("modified", "a/m", "b/m")
+l("into_new_dir", "a/n", "newdir/n")
+l("exists", "a/s", "b/g")
+l("missing", "a/none", "b/none")
+l("dir", "a", "b/adir")
+l("trailing_slash", "a/s/", "b/s")
+l("symlink_nofollow", "a/sym", "b/sym")
+l("symlink_follow", "a/sym", "b/symf", 0x400)
+fd = os.open("a", os.O_RDONLY | os.O_DIRECTORY)
+l("dirfd", "t", "t2", 0, fd, fd)
+l("absolute", os.path.abspath("a/abs"), os.path.abspath("b/abs"))
+print("a/new:", repr(open("a/new").read()), "a/m:", repr(open("a/m").read()))
+`
+
+const hostLinkWant = `across: ok same=True nlink=2,2 content=True
+same_dir: ok same=True nlink=2,2 content=True
+readonly: ok same=True nlink=2,2 content=True
+xattr: ok same=True nlink=2,2 content=True
+third_name: ok same=True nlink=3,3 content=True
+of_host_links: ok same=True nlink=3,3 content=True
+trial_file: ok same=True nlink=2,2 content=True
+modified: ok same=True nlink=2,2 content=True
+into_new_dir: ok same=True nlink=2,2 content=True
+exists: EEXIST
+missing: ENOENT
+dir: EPERM
+trailing_slash: ENOTDIR
+symlink_nofollow: ok same=True nlink=2,2 content=-
+symlink_follow: ok same=False nlink=2,2 content=-
+dirfd: ok same=True nlink=2,2 content=True
+absolute: ok same=True nlink=2,2 content=True
+a/new: 'new\n' a/m: 'changed\n'
+`
+
+// hostLinkTree makes the tree hostLinkScript works on.
+func hostLinkTree(t *testing.T, root string) {
+	t.Helper()
+	makeTree(t, root, map[string]string{"a/f": "f\n", "a/s": "s\n", "a/ro": "ro\n", "a/x": "x\n", "a/h1": "h\n",
+		"a/m": "m\n", "a/n": "n\n", "a/sym_target": "st\n", "a/t": "t\n", "a/abs": "abs\n", "b/keep": "k\n"},
+		map[string]os.FileMode{"a/ro": 0o444, "a/x": 0o640}, func() {
+			must := func(err error) {
+				t.Helper()
+				if err != nil {
+					t.Fatal(err)
+				}
+			}
+			must(os.Link(filepath.Join(root, "a/h1"), filepath.Join(root, "a/h2")))
+			must(os.Symlink("sym_target", filepath.Join(root, "a/sym")))
+			must(syscall.Setxattr(filepath.Join(root, "a/x"), "user.mark", []byte("v1"), 0))
+		})
+}
+
+// hostLinkPrep is run before the script, natively and in the trial: a file
+// made in the trial, a host file changed in place (copied up before the
+// link), a new dir.
+const hostLinkPrep = `printf 'new\n' > a/new && printf 'changed\n' > a/m && mkdir newdir && touch -r b/keep newdir`
+
+// TestTrialHostLink: a hard link to a host file (in place, across dirs,
+// into a new dir, of a read-only file, of one with an xattr, of a host file
+// with two names, of one already changed in the trial) shows one identity
+// (st_dev, st_ino) and link count through both names, as natively, and every
+// call's result equals a native run's; the committed tree equals the native
+// one, the new names linked to the host's inodes. Rootless this is the
+// supervisor's link worker (guest/link_linux.go); without it "same" is False
+// for host files.
+func TestTrialHostLink(t *testing.T) {
+	requireNS(t)
+	if _, err := os.Stat("/usr/bin/python3"); err != nil {
+		t.Skip("no /usr/bin/python3")
+	}
+	native, trial := t.TempDir(), t.TempDir()
+	hostLinkTree(t, native)
+	hostLinkTree(t, trial)
+	if err := syscall.Setxattr(native, "user.probe", []byte("1"), 0); err != nil {
+		t.Skipf("no user xattrs on %s: %v", native, err)
+	}
+	syscall.Removexattr(native, "user.probe")
+	script := hostLinkPrep + " && /usr/bin/python3 -c '" + strings.ReplaceAll(hostLinkScript, "'", `'"'"'`) + "'"
+	cmd := exec.Command("/bin/sh", "-c", script)
+	cmd.Dir = native
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("native run: %v\n%s", err, out)
+	}
+	if string(out) != hostLinkWant {
+		t.Fatalf("native run:\n%s\nwant:\n%s", out, hostLinkWant)
+	}
+	sink := &memSink{}
+	d := runTrial(t, trial, dryexec.TrialSpec{Blobs: sink}, "/bin/sh", "-c", script)
+	if d.Process.Stdout != string(out) || d.Process.ExitCode != 0 {
+		t.Fatalf("in the trial (exit %d):\n%s\nstderr %s", d.Process.ExitCode, lineDiff(string(out), d.Process.Stdout), d.Process.Stderr)
+	}
+	for _, f := range d.Files {
+		if strings.Contains(f.Path, ".dryexec-link-") {
+			t.Errorf("a temporary file of the link worker is in the delta: %s %s", f.Op, f.Path)
+		}
+	}
+	blobs := func(sha string) (io.ReadCloser, error) {
+		b, ok := sink.blobs[sha]
+		if !ok {
+			return nil, fmt.Errorf("no blob %s", sha)
+		}
+		return io.NopCloser(bytes.NewReader(b)), nil
+	}
+	hostIno := func(root, p string) uint64 {
+		fi, err := os.Lstat(filepath.Join(root, p))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return fi.Sys().(*syscall.Stat_t).Ino
+	}
+	inoBefore := map[string]uint64{}
+	for _, p := range []string{"a/f", "a/s", "a/ro", "a/x", "a/h1", "a/n", "a/t", "a/abs"} {
+		inoBefore[p] = hostIno(trial, p)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if _, err := commit.Apply(ctx, d, commit.Options{OpenBlob: blobs, JournalDir: t.TempDir()}); err != nil {
+		t.Fatalf("commit: %v", err)
+	}
+	if a, b := hostLinkState(t, native), hostLinkState(t, trial); a != b {
+		t.Errorf("the committed tree differs from the native one:\n%s", lineDiff(a, b))
+	}
+	// The host files kept their inodes (natively the link is one more name
+	// of the same file): commit linked the new names to them.
+	for p, ino := range inoBefore {
+		if now := hostIno(trial, p); now != ino {
+			t.Errorf("%s is another inode after the commit (%d, was %d)", p, now, ino)
+		}
+	}
+}
+
+// hostLinkState is treeState, with the xattr of a/x and b/x, and without the
+// mtimes of the dirs the script changes (their host times are now).
+func hostLinkState(t *testing.T, root string) string {
+	t.Helper()
+	s := treeState(t, root)
+	var keep []string
+	for _, l := range strings.Split(s, "\n") {
+		name, _, _ := strings.Cut(l, " ")
+		switch name {
+		case "a", "b", "newdir", "a/new", "b/new", "a/m", "b/m":
+			if i := strings.LastIndex(l, " mtime="); i >= 0 {
+				l = l[:i]
+			}
+		}
+		keep = append(keep, l)
+	}
+	for _, p := range []string{"a/x", "b/x"} {
+		buf := make([]byte, 64)
+		n, err := syscall.Getxattr(filepath.Join(root, p), "user.mark", buf)
+		if err != nil {
+			keep = append(keep, p+" xattr: "+err.Error())
+		} else {
+			keep = append(keep, p+" xattr: "+string(buf[:n]))
+		}
+	}
+	return strings.Join(keep, "\n")
+}
