@@ -2,14 +2,7 @@ package guest
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
-	"errors"
-	"io"
-	"os"
-	"slices"
 	"strconv"
-	"strings"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
@@ -47,10 +40,6 @@ import (
 
 // linkCalls are the link calls the renamer handles.
 var linkCalls = []string{"link", "linkat"}
-
-// linkTempPrefix begins the names of the temporary files the link worker
-// makes (and removes, or renames over the link's names).
-const linkTempPrefix = ".dryexec-link-"
 
 // decodeLink reads a link call's arguments from its registers; the paths are
 // read later. ok false: a call the worker does not make (AT_EMPTY_PATH, an
@@ -133,28 +122,34 @@ func (w *renameWork) link(oldBase, newBase int, req renameReq) seccomp.Answer {
 		return errAnswer(err)
 	}
 	// The link is made: whatever happens next, the call succeeded.
-	w.unshareLink(opd, on, npd, nn)
+	w.swapLink(opd, on, npd, nn, &st)
 	return seccomp.Answer{}
 }
 
-// unshareLink makes on (in opd) and nn (in npd), one inode that the overlay
-// reports with two identities, a plain upper file with one. It gives up,
-// leaving the link as the overlay made it, on anything it cannot do exactly
-// as the caller could.
-func (w *renameWork) unshareLink(opd int, on string, npd int, nn string) {
+// swapLink gives the new name nn (in npd) the identity the source on (in
+// opd) showed before the link, where the overlay gave it another. Only the
+// source's dentry knows the lower file, so it is moved to the new name: the
+// new name unlinked, the source renamed to it (which keeps the dentry), and
+// the source linked back (looked up afresh, it then shows the copy's
+// identity). The overlay refuses a rename between two names of one upper
+// inode (ESTALE), RENAME_EXCHANGE included, hence the three steps. Each step
+// the caller could make itself; a step that fails puts back what the ones
+// before did. It gives up, leaving the link as the overlay made it, on
+// anything odd.
+func (w *renameWork) swapLink(opd int, on string, npd int, nn string, before *unix.Stat_t) {
 	var so, sn unix.Stat_t
 	if unix.Fstatat(opd, on, &so, unix.AT_SYMLINK_NOFOLLOW) != nil || unix.Fstatat(npd, nn, &sn, unix.AT_SYMLINK_NOFOLLOW) != nil {
 		return
 	}
-	if so.Dev == sn.Dev && so.Ino == sn.Ino {
-		return // one identity already (a file of the upper's own)
+	if sn.Dev == before.Dev && sn.Ino == before.Ino {
+		return // the identity it had: nothing to do
 	}
-	if so.Mode&unix.S_IFMT != unix.S_IFREG || sn.Mode&unix.S_IFMT != unix.S_IFREG || so.Nlink != sn.Nlink || so.Size != sn.Size {
-		return
+	if so.Dev != before.Dev || so.Ino != before.Ino || so.Mode&unix.S_IFMT != unix.S_IFREG || sn.Mode&unix.S_IFMT != unix.S_IFREG ||
+		so.Nlink != sn.Nlink || so.Size != sn.Size || so.Mtim != sn.Mtim || so.Uid != sn.Uid || so.Gid != sn.Gid {
+		return // not the overlay's two views of one file
 	}
-	// The caller must be able to make the file exactly: its own, with a
-	// group it may give it.
-	if int(so.Uid) != w.creds.fsuid || (int(so.Gid) != w.creds.fsgid && !slices.Contains(w.creds.groups, int(so.Gid))) {
+	// The caller's own file: a sticky dir lets it unlink and rename it.
+	if int(so.Uid) != w.creds.fsuid {
 		return
 	}
 	var fs unix.Statfs_t
@@ -168,121 +163,31 @@ func (w *renameWork) unshareLink(opd int, on string, npd int, nn string) {
 	if nm, _, err := mntID(npd, nn); err != nil || nm != om {
 		return
 	}
+	// The source's dir: a native link leaves its times, the moves below do
+	// not (read after the link, so a link within one dir keeps the link's).
 	dir, err := unix.Openat(opd, ".", unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
 	if err != nil {
 		return
 	}
 	defer unix.Close(dir)
 	var ds unix.Stat_t
-	if unix.Fstat(dir, &ds) != nil {
+	if unix.Fstat(dir, &ds) != nil || !w.live() {
 		return
 	}
-	tmp, err := w.plainCopy(opd, on, &so)
-	if err != nil {
+	if unix.Unlinkat(npd, nn, 0) != nil {
 		return
 	}
-	if !w.live() {
-		unix.Unlinkat(opd, tmp, 0)
+	if unix.Renameat(opd, on, npd, nn) != nil {
+		unix.Linkat(opd, on, npd, nn, 0)
 		return
 	}
-	if err := unix.Renameat(opd, tmp, opd, on); err != nil {
-		unix.Unlinkat(opd, tmp, 0)
-		return
-	}
-	// The new name to the plain file: linked apart, then renamed over, so it
-	// is never missing.
-	if tmp2, err := tempName(); err == nil {
-		if unix.Linkat(opd, on, npd, tmp2, 0) == nil {
-			if unix.Renameat(npd, tmp2, npd, nn) != nil {
-				unix.Unlinkat(npd, tmp2, 0)
-			}
+	if unix.Linkat(npd, nn, opd, on, 0) != nil {
+		if unix.Renameat(npd, nn, opd, on) == nil {
+			unix.Linkat(opd, on, npd, nn, 0)
 		}
+		return
 	}
-	// A native link leaves the source's dir as it was (its times were read
-	// after the link, so a link within one dir keeps the link's).
 	setTimes(dir, &ds)
-}
-
-// plainCopy copies file on in dfd (st) to a new file in dfd with the same
-// bytes, group, xattrs the caller can see, mode and times, and returns its
-// name; on an error it leaves nothing behind.
-func (w *renameWork) plainCopy(dfd int, on string, st *unix.Stat_t) (name string, err error) {
-	sfd, err := unix.Openat(dfd, on, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
-	if err != nil {
-		return "", err
-	}
-	src := os.NewFile(uintptr(sfd), on)
-	defer src.Close()
-	var again unix.Stat_t
-	if err := unix.Fstat(sfd, &again); err != nil || !sameFile(st, &again) {
-		return "", errCannot
-	}
-	name, err = tempName()
-	if err != nil {
-		return "", err
-	}
-	dfdNew, err := unix.Openat(dfd, name, unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o600)
-	if err != nil {
-		return "", err
-	}
-	dst := os.NewFile(uintptr(dfdNew), name)
-	defer dst.Close()
-	defer func() {
-		if err != nil {
-			unix.Unlinkat(dfd, name, 0)
-		}
-	}()
-	n, err := io.Copy(dst, src)
-	if err != nil {
-		return "", err
-	}
-	if n != st.Size {
-		return "", errCannot
-	}
-	var now unix.Stat_t
-	if err := unix.Fstat(dfdNew, &now); err != nil {
-		return "", err
-	}
-	if now.Gid != st.Gid {
-		if err := unix.Fchown(dfdNew, -1, int(st.Gid)); err != nil {
-			return "", err
-		}
-	}
-	if err := copyXattrsExact(sfd, dfdNew); err != nil {
-		return "", err
-	}
-	if err := unix.Fchmod(dfdNew, st.Mode&0o7777); err != nil {
-		return "", err
-	}
-	if err := setTimes(dfdNew, st); err != nil {
-		return "", err
-	}
-	if err := unix.Fstat(dfdNew, &now); err != nil {
-		return "", err
-	}
-	if now.Mode != st.Mode || now.Uid != st.Uid || now.Gid != st.Gid || now.Size != st.Size || now.Mtim != st.Mtim {
-		return "", errCannot
-	}
-	// Changed while it was copied (by the caller itself): the copy may not
-	// hold what the file holds.
-	if err := unix.Fstatat(dfd, on, &again, unix.AT_SYMLINK_NOFOLLOW); err != nil || !sameFile(st, &again) || again.Ctim != st.Ctim {
-		return "", errCannot
-	}
-	return name, nil
-}
-
-// sameFile reports whether b is still the file a was: identity, size, mtime.
-func sameFile(a, b *unix.Stat_t) bool {
-	return a.Dev == b.Dev && a.Ino == b.Ino && a.Size == b.Size && a.Mtim == b.Mtim
-}
-
-// tempName is a new temporary name for the link worker's files.
-func tempName() (string, error) {
-	var b [8]byte
-	if _, err := rand.Read(b[:]); err != nil {
-		return "", err
-	}
-	return linkTempPrefix + hex.EncodeToString(b[:]), nil
 }
 
 // setTimes sets fd's access and modification times to st's.
@@ -290,43 +195,6 @@ func setTimes(fd int, st *unix.Stat_t) error {
 	ts := [2]unix.Timespec{st.Atim, st.Mtim}
 	if _, _, e := unix.Syscall6(unix.SYS_UTIMENSAT, uintptr(fd), 0, uintptr(unsafe.Pointer(&ts[0])), 0, 0, 0); e != 0 {
 		return e
-	}
-	return nil
-}
-
-// copyXattrsExact copies every xattr the caller can see from one file to
-// another, and fails if one cannot be copied (the copy would not be the
-// file).
-func copyXattrsExact(from, to int) error {
-	sz, err := unix.Flistxattr(from, nil)
-	if err != nil || sz == 0 {
-		if errors.Is(err, unix.ENOTSUP) {
-			return nil
-		}
-		return err
-	}
-	buf := make([]byte, sz)
-	if sz, err = unix.Flistxattr(from, buf); err != nil {
-		return err
-	}
-	for name := range strings.SplitSeq(string(buf[:sz]), "\x00") {
-		if name == "" {
-			// The end, or all there was: the overlay counts its own
-			// xattrs (user.overlay.*) when asked for the size, then
-			// leaves them out.
-			continue
-		}
-		vsz, err := unix.Fgetxattr(from, name, nil)
-		if err != nil {
-			return err
-		}
-		v := make([]byte, vsz)
-		if vsz, err = unix.Fgetxattr(from, name, v); err != nil {
-			return err
-		}
-		if err := unix.Fsetxattr(to, name, v[:vsz], 0); err != nil {
-			return err
-		}
 	}
 	return nil
 }
