@@ -353,3 +353,196 @@ func cloneState(t *testing.T, dir, src, name string) string {
 	})
 	return strings.Join(lines, "\n")
 }
+
+// linkEscapeScript tries to link masked and protected files, files the
+// caller may not link, and files through paths the supervisor would resolve
+// differently from the caller (magic links), and races a symlink swap
+// against the link worker. Each call prints its result; a link made prints
+// the first bytes it reads through the new name.
+const linkEscapeScript = `
+import ctypes, errno, os, sys, threading
+libc = ctypes.CDLL(None, use_errno=True)
+def call(a, b, flags=0):
+    if libc.linkat(-100, a.encode(), -100, b.encode(), flags) == 0:
+        return "ok"
+    return errno.errorcode[ctypes.get_errno()]
+def l(name, a, b, flags=0):
+    res = call(a, b, flags)
+    if res == "ok":
+        try:
+            res += " " + repr(open(b, "rb").read(8))
+        except OSError as e:
+            res += " " + errno.errorcode[e.errno]
+    print(name + ": " + res)
+fd = os.open(".", os.O_RDONLY | os.O_DIRECTORY)
+l("masked_file", "proj/keys/id", "k1")
+l("masked_subdir_file", "proj/keys/sub/k", "k2")
+l("masked_single_file", "proj/key.pem", "k3")
+l("into_mask", "d/f", "proj/keys/f2")
+l("own_state", sys.argv[1], "st2")
+l("sys", "/sys/kernel/notes", "n")
+if sys.argv[2] == "rootless":
+    # Not the caller's, and not writable by it: protected_hardlinks says
+    # EPERM (/etc is another overlay than the tree: EXDEV first).
+    l("shadow", "/etc/shadow", "sh")
+    l("foreign", "../foreign", "fo")
+l("no_access_own", "noaccess", "na2")
+l("into_readonly_dir", "d/f", "ro/f")
+l("from_unsearchable_dir", "nosearch/f", "ns")
+l("guest_cwd", "/proc/1/cwd/x", "x3")
+l("guest_root", "/proc/1/root/" + os.getcwd() + "/x", "x4")
+l("proc_self_fd", "/proc/self/fd/%d/x" % fd, "x2")
+l("follow_magic", "magic", "x5", 0x400)
+l("follow_mask", "tomask", "x6", 0x400)
+# The race: sw flips between a file of ours and symlinks to the mask and to
+# magic links while it is linked (following symlinks) and unlinked again.
+stop = False
+def flip():
+    targets = ["proj/keys/id", "/proc/self/cwd/x", "/proc/1/cwd/x"]
+    i = 0
+    while not stop:
+        os.rename("sw", "swf")
+        os.symlink(targets[i % 3], "sw")
+        os.unlink("sw")
+        os.rename("swf", "sw")
+        i += 1
+t = threading.Thread(target=flip)
+t.start()
+seen = set()
+for i in range(400):
+    if call("sw", "swl", 0x400) == "ok":
+        try:
+            seen.add(open("swl", "rb").read(8))
+        except OSError:
+            pass
+        os.unlink("swl")
+stop = True
+t.join()
+# What the links read: our file, or (the kernel following a symlink for the
+# caller) x; a link of the symlink itself, made in the race, reads the mask.
+print("race:", "ok" if seen <= {b"mine\n", b"x\n", b""} else sorted(seen))
+print("mask:", sorted(os.listdir("proj/keys")), repr(open("proj/keys/id").read()))
+`
+
+// TestTrialLinkEscapes: links of masked files (a masked dir's, a masked
+// file), into a mask, of dryexec's own state, of a read-only mount's file,
+// of files the caller may not link (protected_hardlinks: EPERM) and through
+// magic links give exactly the result they gave before the link worker
+// (checked with it off), a symlink race gains nothing, no masked content
+// reaches the output, the delta or any file, and the host is untouched.
+func TestTrialLinkEscapes(t *testing.T) {
+	requireNS(t)
+	if _, err := os.Stat("/usr/bin/python3"); err != nil {
+		t.Skip("no /usr/bin/python3")
+	}
+	tree, state := t.TempDir(), t.TempDir()
+	if d := os.Getenv(linkTreeEnv); d != "" {
+		// Rootless: a dir the caller owns, holding root's file "foreign"
+		// (TestTrialHostLinkRootless made them), the tree beneath it.
+		tree = filepath.Join(d, "t")
+		if err := os.Mkdir(tree, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	makeTree(t, tree, map[string]string{"proj/keys/id": "SECRET", "proj/keys/sub/k": "SECRET", "proj/key.pem": "SECRET",
+		"d/f": "f\n", "x": "x\n", "sw": "mine\n", "noaccess": "n\n", "ro/r": "r\n", "nosearch/f": "f\n"},
+		map[string]os.FileMode{"noaccess": 0}, func() {
+		for name, target := range map[string]string{"magic": "/proc/1/cwd/x", "tomask": "proj/keys/id"} {
+			if err := os.Symlink(target, filepath.Join(tree, name)); err != nil {
+				t.Fatal(err)
+			}
+		}
+	})
+	own := filepath.Join(state, "daemon-home")
+	if err := os.MkdirAll(own, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(own, "token"), []byte("SECRET"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	before, beforeState := snapshot(t, tree), snapshot(t, state)
+	// Modes that keep the caller out, set once the host is recorded and
+	// put back before it is compared.
+	for p, m := range map[string]os.FileMode{"ro": 0o555, "nosearch": 0o600} {
+		if err := os.Chmod(filepath.Join(tree, p), m); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { os.Chmod(filepath.Join(tree, p), 0o755) })
+	}
+	sink := &memSink{}
+	d := runTrial(t, tree, dryexec.TrialSpec{Blobs: sink, OwnPaths: []string{own},
+		Masks: []string{filepath.Join(tree, "proj/keys"), filepath.Join(tree, "proj/key.pem")}},
+		"/usr/bin/python3", "-c", linkEscapeScript, filepath.Join(own, "token"), who())
+	want := linkEscapeWant
+	if os.Getuid() == 0 {
+		want = linkEscapeWantRoot
+	}
+	if d.Process.Stdout != want {
+		t.Errorf("stdout:\n%s\nwant:\n%s\nstderr %s", d.Process.Stdout, want, d.Process.Stderr)
+	}
+	if strings.Contains(d.Process.Stdout+d.Process.Stderr, "SECRET") {
+		t.Errorf("a secret is in the output")
+	}
+	for sha, b := range sink.blobs {
+		if bytes.Contains(b, []byte("SECRET")) {
+			t.Errorf("a secret is in the delta's content %s", sha)
+		}
+	}
+	for _, f := range d.Files {
+		if !strings.HasPrefix(f.Path, tree+"/") {
+			t.Errorf("a change outside the tree: %s %s", f.Op, f.Path)
+		}
+		if strings.Contains(f.Diff, "SECRET") {
+			t.Errorf("a secret is in the diff of %s", f.Path)
+		}
+	}
+	for _, p := range []string{"ro", "nosearch"} {
+		os.Chmod(filepath.Join(tree, p), 0o755)
+	}
+	sameSnapshot(t, before, snapshot(t, tree))
+	sameSnapshot(t, beforeState, snapshot(t, state))
+}
+
+// linkTreeEnv names the tree TestTrialLinkEscapes works in, when set.
+const linkTreeEnv = "DRYEXEC_TEST_LINK_TREE"
+
+// linkEscapeWant is what the script prints rootless, the same with the link
+// worker as without it (checked).
+const linkEscapeWant = `masked_file: EXDEV
+masked_subdir_file: EXDEV
+masked_single_file: EXDEV
+into_mask: EXDEV
+own_state: EACCES
+sys: EXDEV
+shadow: EXDEV
+foreign: EPERM
+no_access_own: ok EACCES
+into_readonly_dir: EACCES
+from_unsearchable_dir: EACCES
+guest_cwd: EACCES
+guest_root: EACCES
+proc_self_fd: ok b'x\n'
+follow_magic: EACCES
+follow_mask: EXDEV
+race: ok
+mask: ['id', 'sub'] ''
+`
+
+// linkEscapeWantRoot is what it prints as root (no link worker).
+const linkEscapeWantRoot = `masked_file: EXDEV
+masked_subdir_file: EXDEV
+masked_single_file: EXDEV
+into_mask: EXDEV
+own_state: ENOENT
+sys: EXDEV
+no_access_own: ok b'n\n'
+into_readonly_dir: ok b'f\n'
+from_unsearchable_dir: ok b'f\n'
+guest_cwd: EACCES
+guest_root: EACCES
+proc_self_fd: ok b'x\n'
+follow_magic: EACCES
+follow_mask: EXDEV
+race: ok
+mask: ['id', 'sub'] ''
+`

@@ -1,6 +1,8 @@
 package linuxns_test
 
 import (
+	"os"
+	"path/filepath"
 	"testing"
 	"time"
 
@@ -33,5 +35,18 @@ func TestTrialHostLinkRootless(t *testing.T) {
 	if rootless.Active() {
 		t.Skip("the rootless run itself")
 	}
-	rootless.Rerun(t, "^TestTrial(HostLink|LinkEscapes|GitCloneLocal)$", 5*time.Minute)
+	// The escape test's tree: a dir nobody owns holding root's 0644 file
+	// "foreign", which nobody may read but not link (protected_hardlinks).
+	tree, err := os.MkdirTemp("", "dryexec-link-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(tree) })
+	if err := os.WriteFile(filepath.Join(tree, "foreign"), []byte("root's\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chown(tree, rootless.UID, rootless.UID); err != nil {
+		t.Fatal(err)
+	}
+	rootless.Rerun(t, "^TestTrial(HostLink|LinkEscapes|GitCloneLocal)$", 5*time.Minute, "DRYEXEC_TEST_LINK_TREE="+tree)
 }
