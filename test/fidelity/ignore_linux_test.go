@@ -117,20 +117,13 @@ type knownFailure struct {
 	cause    string
 }
 
-// The causes, as the table names them.
-const (
-	// In a user namespace overlayfs cannot decode the origin file handle of
-	// a copied-up file (that needs CAP_DAC_READ_SEARCH in the initial user
-	// namespace; so does xino): a new link to a host file, looked up afresh
-	// after link(2), shows the upper's st_dev and st_ino while the host name
-	// showed the lower's. The trial's own command fails; the delta and
-	// commit would link (hard_links is exact rootless).
-	causeClone = "rootless, git's local clone aborts in the trial with \"fatal: hardlink different from source\": a user namespace's overlayfs cannot follow a copy-up's origin (nor use xino) without CAP_DAC_READ_SEARCH in the initial namespace, so a new link to a host file shows the upper's st_dev/st_ino while the host name showed the lower's"
-)
-
-var knownDiffering = []knownFailure{
-	{"git_clone_local", "rootless", causeClone},
-}
+// knownDiffering is empty: every workload is exact, root and rootless. The
+// last entry, git_clone_local rootless (a new link to a host file showed the
+// overlay's copy's st_dev/st_ino, so git's local clone aborted with
+// "hardlink different from source"), went when the supervisor's link worker
+// began giving the new name the identity the source showed before the link
+// (docs/containment.md, "Links the supervisor performs").
+var knownDiffering = []knownFailure{}
 
 // known returns the entry for workload w in mode, if there is one.
 func known(w, mode string) (knownFailure, bool) {
