@@ -25,18 +25,18 @@ import (
 //
 // Rootless the filter therefore hands link and linkat to the supervisor too.
 // A worker thread with exactly the caller's rights (see renamer) makes the
-// call itself; when the two names then report two identities and the source
-// is a regular file the caller owns (with a group it may give), it makes the
-// source a plain upper file the caller could have made itself: the same
-// bytes copied to a temporary name in the source's dir, its group, the xattrs
-// it can see, mode and times set, renamed over the source; the new name is
-// then linked to it afresh (another temporary name renamed over it), and the
-// source dir gets back the times it had after the link (a native link leaves
-// them). Both names are then one inode with one identity, as natively; the
-// Differ reports the source as a host file that only gained a link (same
-// bytes, mode and mtime as the host's) and commit links the new name to the
-// host file. Anything the worker cannot do exactly leaves the link as the
-// overlay made it (two identities, as before).
+// call itself; when the new name then shows another identity than the source
+// showed before the link (the overlay's two views of one file the caller
+// owns), it moves the source's dentry, the only one that knows the lower
+// file, to the new name (swapLink). The new name is then the file the source
+// was, which is what git checks; the source, looked up afresh, shows the
+// copy's identity (docs/limits.md). Both names are one inode in the upper:
+// the Differ reports the source as a host file that only gained a link and
+// commit links the new name to the host file. Making the source a plain
+// upper file first (a copy renamed over it) was tried: both names then show
+// the copy's identity, not the one git saw before the link, and the clone
+// still aborted. Anything the worker cannot do exactly leaves the link as the
+// overlay made it.
 
 // linkCalls are the link calls the renamer handles.
 var linkCalls = []string{"link", "linkat"}
