@@ -437,7 +437,7 @@ func (h *harness) trial(ctx context.Context, root string, env []string, script s
 	args = append(args, "--", "/bin/sh", "-c", script)
 	var win window
 	win.start = time.Now().UnixNano()
-	out, err := h.cli(ctx, env, args...)
+	out, errOut, err := h.cliSplit(ctx, env, args...)
 	win.end = time.Now().UnixNano()
 	var ee *exec.ExitError
 	// 3, 4, 5: the trial ran and the policy wants a person (docs/decision.md).
@@ -445,8 +445,9 @@ func (h *harness) trial(ctx context.Context, root string, env []string, script s
 		err = nil
 	}
 	if err != nil {
-		return nil, win, fmt.Errorf("%v\n%s", err, out)
+		return nil, win, fmt.Errorf("%v\n%s%s", err, out, errOut)
 	}
+	// stdout is the delta alone; the command's live output went to stderr.
 	var d dryexec.StateDelta
 	if err := json.Unmarshal([]byte(out), &d); err != nil {
 		return nil, win, fmt.Errorf("decoding the delta: %v\n%.2000s", err, out)
@@ -457,16 +458,22 @@ func (h *harness) trial(ctx context.Context, root string, env []string, script s
 // cli runs the dryexec CLI with the workload's environment and this mode's
 // store; it returns stdout (stderr too when it fails).
 func (h *harness) cli(ctx context.Context, env []string, args ...string) (string, error) {
+	out, errOut, err := h.cliSplit(ctx, env, args...)
+	if err != nil {
+		return out + errOut, err
+	}
+	return out, nil
+}
+
+// cliSplit is cli with stdout and stderr apart, whatever the exit.
+func (h *harness) cliSplit(ctx context.Context, env []string, args ...string) (string, string, error) {
 	cmd := exec.CommandContext(ctx, h.bin, args...)
 	cmd.Env = append(slices.Clone(env), "DRYEXEC_HOME="+filepath.Join(h.base, "state"))
 	cmd.Dir = h.base
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	err := cmd.Run()
-	if err != nil {
-		return stdout.String() + stderr.String(), err
-	}
-	return stdout.String(), nil
+	return stdout.String(), stderr.String(), err
 }
 
 // copyTemplate copies the template to root (cp -a keeps modes, owners, mtimes,
