@@ -17,7 +17,7 @@ import (
 // escape the bytes go through as they are (a file or a pipe gets what the
 // command wrote).
 type LiveWriter struct {
-	mu      sync.Mutex
+	mu      *sync.Mutex // shared by a pair (NewLiveWriterPair)
 	w       io.Writer
 	escape  bool
 	pending []byte // the start of a rune cut by the last write
@@ -27,7 +27,16 @@ type LiveWriter struct {
 
 // NewLiveWriter returns a LiveWriter to w.
 func NewLiveWriter(w io.Writer, escape bool) *LiveWriter {
-	return &LiveWriter{w: w, escape: escape}
+	return &LiveWriter{mu: new(sync.Mutex), w: w, escape: escape}
+}
+
+// NewLiveWriterPair returns LiveWriters for a command's stdout (to outW) and
+// stderr (to errW) that write one at a time: the two streams are copied by
+// two goroutines, and often end up in one writer (run --json sends both to
+// stderr), which need not be safe for concurrent writes.
+func NewLiveWriterPair(outW io.Writer, escapeOut bool, errW io.Writer, escapeErr bool) (stdout, stderr *LiveWriter) {
+	mu := new(sync.Mutex)
+	return &LiveWriter{mu: mu, w: outW, escape: escapeOut}, &LiveWriter{mu: mu, w: errW, escape: escapeErr}
 }
 
 // Write passes p on. Its error is the first write error to w, after which

@@ -2,6 +2,8 @@ package render
 
 import (
 	"bytes"
+	"strings"
+	"sync"
 	"testing"
 )
 
@@ -42,5 +44,29 @@ func TestLiveWriter(t *testing.T) {
 				t.Errorf("got %q, want %q", b.String(), tt.want)
 			}
 		})
+	}
+}
+
+// TestLiveWriterPairOneWriter: a command's stdout and stderr, copied by two
+// goroutines into one writer that is not safe for concurrent use (run --json
+// sends both to stderr), arrive whole, each write intact (go test -race
+// fails without the pair's shared lock).
+func TestLiveWriterPairOneWriter(t *testing.T) {
+	var b bytes.Buffer
+	out, errw := NewLiveWriterPair(&b, true, &b, true)
+	const n = 2000
+	var wg sync.WaitGroup
+	for _, w := range []*LiveWriter{out, errw} {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for range n {
+				w.Write([]byte("line\n"))
+			}
+		}()
+	}
+	wg.Wait()
+	if got := strings.Count(b.String(), "line\n"); got != 2*n || b.Len() != 2*n*len("line\n") {
+		t.Fatalf("%d whole lines of %d, %d bytes", got, 2*n, b.Len())
 	}
 }

@@ -150,8 +150,7 @@ func runCmd(env Env, code *int, note *interruptNote) *cobra.Command {
 				if asJSON {
 					outW = env.Stderr
 				}
-				lo := render.NewLiveWriter(outW, isTTY(outW))
-				le := render.NewLiveWriter(env.Stderr, isTTY(env.Stderr))
+				lo, le := render.NewLiveWriterPair(outW, isTTY(outW), env.Stderr, isTTY(env.Stderr))
 				spec.Stdout, spec.Stderr, live = lo, le, []*render.LiveWriter{lo, le}
 			}
 			// The install's receipt key is loaded before the trial (a bad key
