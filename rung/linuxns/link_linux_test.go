@@ -447,12 +447,12 @@ func TestTrialLinkEscapes(t *testing.T) {
 	makeTree(t, tree, map[string]string{"proj/keys/id": "SECRET", "proj/keys/sub/k": "SECRET", "proj/key.pem": "SECRET",
 		"d/f": "f\n", "x": "x\n", "sw": "mine\n", "noaccess": "n\n", "ro/r": "r\n", "nosearch/f": "f\n"},
 		map[string]os.FileMode{"noaccess": 0}, func() {
-		for name, target := range map[string]string{"magic": "/proc/1/cwd/x", "tomask": "proj/keys/id"} {
-			if err := os.Symlink(target, filepath.Join(tree, name)); err != nil {
-				t.Fatal(err)
+			for name, target := range map[string]string{"magic": "/proc/1/cwd/x", "tomask": "proj/keys/id"} {
+				if err := os.Symlink(target, filepath.Join(tree, name)); err != nil {
+					t.Fatal(err)
+				}
 			}
-		}
-	})
+		})
 	own := filepath.Join(state, "daemon-home")
 	if err := os.MkdirAll(own, 0o700); err != nil {
 		t.Fatal(err)
