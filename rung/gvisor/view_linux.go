@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -33,6 +34,9 @@ func (t *trial) walk(ctx context.Context, deadline time.Time, d *dryexec.StateDe
 		differ.SpillTo(t.spec.SpillDir, 0)
 	}
 	differ.SetDeadline(deadline)
+	// As on ns: a dir renamed around a mask or dryexec's own state must not
+	// bring the host's contents there into the delta (Differ.SetHidden).
+	differ.SetHidden(append(slices.Clone(t.cover.Masks), t.cover.Hidden...))
 	base := "/proc/self/fd/" + strconv.Itoa(t.scratchFD) + "/u/"
 	var werr error
 	for i := range t.uppers {
@@ -55,7 +59,7 @@ func (t *trial) walk(ctx context.Context, deadline time.Time, d *dryexec.StateDe
 		return werr
 	}
 	err := differ.FinishDelta(d)
-	t.expired = differ.Expired()
+	t.expired, t.crossed = differ.Expired(), differ.Crossed()
 	return cmp.Or(werr, err)
 }
 
