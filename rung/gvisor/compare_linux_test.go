@@ -67,10 +67,11 @@ func comparableOf(d *dryexec.StateDelta, dir string, setMtimes map[string]bool) 
 		if !setMtimes[filepath.Base(f.Path)] {
 			f.MtimeNS = min(f.MtimeNS, 1)
 		}
-		if !strings.HasPrefix(f.Path, dir+"/") {
-			// A shared host dir (/tmp) whose mtime others move between
-			// the two runs.
-			f.BeforeMtimeNS = min(f.BeforeMtimeNS, 1)
+		if f.Path != dir && !strings.HasPrefix(f.Path, dir+"/") && f.Kind == dryexec.KindDir {
+			// A shared host dir (/tmp): whether it counts as touched
+			// depends on when others last wrote into it (a dir is touched
+			// only when the trial left it later than the host's).
+			continue
 		}
 		c.Touched = append(c.Touched, f)
 	}
