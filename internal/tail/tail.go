@@ -3,7 +3,10 @@
 // sees how it ended.
 package tail
 
-import "sync"
+import (
+	"io"
+	"sync"
+)
 
 // Buffer keeps the last cap bytes written to it. It is safe for concurrent use.
 type Buffer struct {
@@ -56,4 +59,24 @@ func (t *Buffer) Bytes() ([]byte, bool) {
 	out = append(out, t.buf[t.start:]...)
 	out = append(out, t.buf[:t.start]...)
 	return out, t.truncated
+}
+
+// Tee returns a writer to t that also passes everything to live (a caller
+// streaming a command's output), ignoring live's errors: a caller that stops
+// reading must not cut the kept tail short. A nil live is t alone.
+func (t *Buffer) Tee(live io.Writer) io.Writer {
+	if live == nil {
+		return t
+	}
+	return tee{t, live}
+}
+
+type tee struct {
+	buf  *Buffer
+	live io.Writer
+}
+
+func (l tee) Write(p []byte) (int, error) {
+	l.live.Write(p)
+	return l.buf.Write(p)
 }

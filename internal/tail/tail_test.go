@@ -2,6 +2,8 @@ package tail
 
 import (
 	"bytes"
+	"errors"
+	"io"
 	"strings"
 	"testing"
 )
@@ -39,5 +41,30 @@ func TestBuffer(t *testing.T) {
 				t.Fatalf("%q is not a tail of %q", got, all.Bytes())
 			}
 		})
+	}
+}
+
+type failWriter struct{ n int }
+
+func (f *failWriter) Write(p []byte) (int, error) { f.n += len(p); return 0, errFail }
+
+var errFail = errors.New("reader went away")
+
+// TestTee: the live writer sees every byte, and its failure does not cut
+// what the buffer keeps.
+func TestTee(t *testing.T) {
+	b := New(1 << 10)
+	live := &failWriter{}
+	w := b.Tee(live)
+	for range 3 {
+		if n, err := w.Write([]byte("abc")); n != 3 || err != nil {
+			t.Fatalf("write: %d, %v", n, err)
+		}
+	}
+	if got, _ := b.Bytes(); string(got) != "abcabcabc" || live.n != 9 {
+		t.Fatalf("kept %q, live saw %d bytes", got, live.n)
+	}
+	if b.Tee(nil) != io.Writer(b) {
+		t.Fatal("Tee(nil) is not the buffer itself")
 	}
 }

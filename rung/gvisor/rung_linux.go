@@ -770,8 +770,8 @@ func (t *trial) startIO() {
 	spec := t.spec
 	outR, errR := t.outR, t.errR
 	t.outR, t.errR = nil, nil
-	t.pipes.Go(func() { copyOut(teeOf(t.out, spec.Stdout), outR) })
-	t.pipes.Go(func() { copyOut(teeOf(t.errb, spec.Stderr), errR) })
+	t.pipes.Go(func() { copyOut(t.out.Tee(spec.Stdout), outR) })
+	t.pipes.Go(func() { copyOut(t.errb.Tee(spec.Stderr), errR) })
 	if stdinW := t.stdinW; spec.Stdin != nil {
 		go func() {
 			io.Copy(stdinW, spec.Stdin)
@@ -786,25 +786,6 @@ func (t *trial) startIO() {
 func copyOut(dst io.Writer, src *os.File) {
 	defer src.Close()
 	io.Copy(dst, src)
-}
-
-// teeOf writes to buf and, if live is not nil, to live, whose errors are
-// ignored: a caller that stops reading must not cut the delta's output short.
-func teeOf(buf *tail.Buffer, live io.Writer) io.Writer {
-	if live == nil {
-		return buf
-	}
-	return liveTee{buf, live}
-}
-
-type liveTee struct {
-	buf  *tail.Buffer
-	live io.Writer
-}
-
-func (l liveTee) Write(p []byte) (int, error) {
-	l.live.Write(p)
-	return l.buf.Write(p)
 }
 
 // report walks the upper dirs and builds the delta; cause is why the

@@ -580,8 +580,8 @@ func (t *trial) trial(ctx context.Context, spec dryexec.TrialSpec) (*dryexec.Sta
 func (t *trial) startIO() {
 	spec := t.spec
 	t.pipes.Add(2)
-	go t.copy(teeOf(t.out, spec.Stdout), t.outR)
-	go t.copy(teeOf(t.errb, spec.Stderr), t.errR)
+	go t.copy(t.out.Tee(spec.Stdout), t.outR)
+	go t.copy(t.errb.Tee(spec.Stderr), t.errR)
 	t.outR, t.errR = nil, nil
 	if stdinW := t.stdinW; spec.Stdin != nil {
 		go func() {
@@ -592,25 +592,6 @@ func (t *trial) startIO() {
 		stdinW.Close()
 	}
 	t.stdinW = nil
-}
-
-// teeOf writes to buf and, if live is not nil, to live, whose errors are
-// ignored: a caller that stops reading must not cut the delta's output short.
-func teeOf(buf *tail.Buffer, live io.Writer) io.Writer {
-	if live == nil {
-		return buf
-	}
-	return liveTee{buf, live}
-}
-
-type liveTee struct {
-	buf  *tail.Buffer
-	live io.Writer
-}
-
-func (l liveTee) Write(p []byte) (int, error) {
-	l.live.Write(p)
-	return l.buf.Write(p)
 }
 
 func (t *trial) copy(dst io.Writer, src *os.File) {
