@@ -25,22 +25,9 @@ import (
 func runGVisorView() int {
 	conn := wire.NewConn(os.NewFile(wire.CtrlFD, "ctrl"))
 	fail := func(code string, err error) int { return sendFailure(conn, code, err) }
-	if err := conn.Send(wire.KindHello, "", 0, &wire.Hello{Version: wire.Version, Role: RoleGVisorView}); err != nil {
-		return 1
-	}
-	f, err := conn.Read()
-	if err != nil {
-		return 1
-	}
-	var cfg wire.TrialStart
-	if f.Verb != wire.VerbTrialStart {
-		return fail("protocol", fmt.Errorf("expected %s, got %q", wire.VerbTrialStart, f.Verb))
-	}
-	if err := f.Decode(&cfg); err != nil {
-		return fail("protocol", err)
-	}
-	if len(f.Bin) > 0 {
-		cfg.TrustBundle = f.Bin[0]
+	cfg, code, ok := greet(conn, RoleGVisorView)
+	if !ok {
+		return code
 	}
 	if cfg.Rootless {
 		return fail("setup", errors.New("the gvisor view does not support rootless sandboxes"))
@@ -62,7 +49,8 @@ func runGVisorView() int {
 	if err := conn.Send(wire.KindEvent, wire.VerbTrialMounts, 0, &wire.TrialMounts{Paths: uppers, ScratchFD: scratch}); err != nil {
 		return 1
 	}
-	if f, err = conn.Read(); err != nil {
+	f, err := conn.Read()
+	if err != nil {
 		return 1
 	}
 	var ex wire.GVisorExec
@@ -173,19 +161,9 @@ func buildGVisorView(cfg *wire.TrialStart) (string, int, []string, error) {
 func runGVisorTrial() int {
 	conn := wire.NewConn(os.NewFile(wire.CtrlFD, "ctrl"))
 	fail := func(code string, err error) int { return sendFailure(conn, code, err) }
-	if err := conn.Send(wire.KindHello, "", 0, &wire.Hello{Version: wire.Version, Role: RoleGVisorTrial}); err != nil {
-		return 1
-	}
-	f, err := conn.Read()
-	if err != nil {
-		return 1
-	}
-	var cfg wire.TrialStart
-	if f.Verb != wire.VerbTrialStart {
-		return fail("protocol", fmt.Errorf("expected %s, got %q", wire.VerbTrialStart, f.Verb))
-	}
-	if err := f.Decode(&cfg); err != nil {
-		return fail("protocol", err)
+	cfg, code, ok := greet(conn, RoleGVisorTrial)
+	if !ok {
+		return code
 	}
 	if cfg.Hostname != "" {
 		unix.Sethostname([]byte(cfg.Hostname))

@@ -29,22 +29,9 @@ func runNSTrial() int {
 	ctrl := os.NewFile(wire.CtrlFD, "ctrl")
 	conn := wire.NewConn(ctrl)
 	fail := func(code string, err error) int { return sendFailure(conn, code, err) }
-	if err := conn.Send(wire.KindHello, "", 0, &wire.Hello{Version: wire.Version, Role: RoleNSTrial}); err != nil {
-		return 1
-	}
-	f, err := conn.Read()
-	if err != nil {
-		return 1
-	}
-	var cfg wire.TrialStart
-	if f.Verb != wire.VerbTrialStart {
-		return fail("protocol", fmt.Errorf("expected %s, got %q", wire.VerbTrialStart, f.Verb))
-	}
-	if err := f.Decode(&cfg); err != nil {
-		return fail("protocol", err)
-	}
-	if len(f.Bin) > 0 {
-		cfg.TrustBundle = f.Bin[0]
+	cfg, code, ok := greet(conn, RoleNSTrial)
+	if !ok {
+		return code
 	}
 	if err := sendTUN(&cfg); err != nil {
 		return fail("net", err)
@@ -64,7 +51,7 @@ func runNSTrial() int {
 	// (ptrace binds a tracee to one thread), waits for the command and
 	// reports from there, so that no hand-off between threads (≈ 0.1–0.2 ms
 	// each here) is on the trial's path.
-	code := 1
+	code = 1
 	if err := l.l.do(func() { code = serveTrial(conn, &cfg, l, scratch, uppers) }); err != nil {
 		return fail("setup", fmt.Errorf("confining the sandbox: %w", err))
 	}
@@ -676,4 +663,28 @@ func startFailure(cfg *wire.TrialStart, err error) (int, string) {
 		return 126, prog + ": permission denied"
 	}
 	return 126, fmt.Sprintf("exec %s: %v", prog, err)
+}
+
+// greet says hello as role on conn and reads the trial.start that follows
+// (with the trust bundle, when the host sent one). When ok is false the
+// trial cannot go on and code is the process's exit status: 1 when the host
+// is gone, else what sendFailure gave after telling it why.
+func greet(conn *wire.Conn, role string) (cfg wire.TrialStart, code int, ok bool) {
+	if err := conn.Send(wire.KindHello, "", 0, &wire.Hello{Version: wire.Version, Role: role}); err != nil {
+		return cfg, 1, false
+	}
+	f, err := conn.Read()
+	if err != nil {
+		return cfg, 1, false
+	}
+	if f.Verb != wire.VerbTrialStart {
+		return cfg, sendFailure(conn, "protocol", fmt.Errorf("expected %s, got %q", wire.VerbTrialStart, f.Verb)), false
+	}
+	if err := f.Decode(&cfg); err != nil {
+		return cfg, sendFailure(conn, "protocol", err), false
+	}
+	if len(f.Bin) > 0 {
+		cfg.TrustBundle = f.Bin[0]
+	}
+	return cfg, 0, true
 }
