@@ -96,21 +96,11 @@ func (r *renamer) handleLink(ctx context.Context, n *seccomp.Notification) (secc
 // link makes the link with the caller's rights and, where the overlay left
 // the two names two identities, makes them one (unshareLink).
 func (w *renameWork) link(oldBase, newBase int, req renameReq) seccomp.Answer {
-	od, on, ok1 := splitPath(req.oldPath)
-	nd, nn, ok2 := splitPath(req.newPath)
-	if !ok1 || !ok2 {
-		return contAnswer
-	}
-	how := &unix.OpenHow{Flags: unix.O_PATH | unix.O_DIRECTORY | unix.O_CLOEXEC, Resolve: unix.RESOLVE_NO_MAGICLINKS}
-	opd, err := unix.Openat2(oldBase, od, how)
-	if err != nil {
+	opd, on, npd, nn, ok := openParents(oldBase, newBase, req)
+	if !ok {
 		return contAnswer
 	}
 	defer unix.Close(opd)
-	npd, err := unix.Openat2(newBase, nd, how)
-	if err != nil {
-		return contAnswer
-	}
 	defer unix.Close(npd)
 	// The worker never follows the source: a symlink swapped in since the
 	// supervisor's look is left to the kernel (the caller's own call).

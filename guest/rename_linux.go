@@ -516,29 +516,41 @@ func splitPath(p string) (dir, name string, ok bool) {
 	return q[:i], p[i+1:], true
 }
 
-// rename makes the call with the caller's rights and, where the overlay
-// refuses to move a dir, moves it by hand.
-func (w *renameWork) rename(oldBase, newBase int, req renameReq) seccomp.Answer {
+// openParents opens the parent dirs of req's two paths (relative to the
+// caller's dirfds, oldBase and newBase) and returns them with the last
+// names; ok is false when either cannot be, and the call is then left to
+// the kernel. The parents are resolved as the kernel would, symlinks
+// followed, except magic links: the worker's /proc/self is the guest, not
+// the caller. A path through one is left to the kernel.
+func openParents(oldBase, newBase int, req renameReq) (opd int, on string, npd int, nn string, ok bool) {
 	od, on, ok1 := splitPath(req.oldPath)
 	nd, nn, ok2 := splitPath(req.newPath)
 	if !ok1 || !ok2 {
-		return contAnswer
+		return -1, "", -1, "", false
 	}
-	// The parents are resolved as the kernel would, symlinks followed,
-	// except magic links: the worker's /proc/self is the guest, not the
-	// caller. A path through one is left to the kernel.
 	how := &unix.OpenHow{Flags: unix.O_PATH | unix.O_DIRECTORY | unix.O_CLOEXEC, Resolve: unix.RESOLVE_NO_MAGICLINKS}
 	opd, err := unix.Openat2(oldBase, od, how)
 	if err != nil {
+		return -1, "", -1, "", false
+	}
+	npd, err = unix.Openat2(newBase, nd, how)
+	if err != nil {
+		unix.Close(opd)
+		return -1, "", -1, "", false
+	}
+	return opd, on, npd, nn, true
+}
+
+// rename makes the call with the caller's rights and, where the overlay
+// refuses to move a dir, moves it by hand.
+func (w *renameWork) rename(oldBase, newBase int, req renameReq) seccomp.Answer {
+	opd, on, npd, nn, ok := openParents(oldBase, newBase, req)
+	if !ok {
 		return contAnswer
 	}
 	defer unix.Close(opd)
-	npd, err := unix.Openat2(newBase, nd, how)
-	if err != nil {
-		return contAnswer
-	}
 	defer unix.Close(npd)
-	err = unix.Renameat2(opd, on, npd, nn, req.flags)
+	err := unix.Renameat2(opd, on, npd, nn, req.flags)
 	if err != unix.EXDEV {
 		return errAnswer(err)
 	}
