@@ -64,7 +64,8 @@ type Differ struct {
 
 	// hidden are host paths the sandbox saw masked or hidden (SetHidden);
 	// crossed, those of them the Differ was asked to look into.
-	hidden, crossed []string
+	hidden  [][]hiddenPath // by mount: the hidden paths at or beneath it
+	crossed []string
 
 	forceOwner         bool // SetOwner was called
 	ownerUID, ownerGID int
@@ -156,7 +157,30 @@ func (d *Differ) owner(e *Entry) (int, int) {
 // contents included; instead that part is left out and Crossed names it.
 // Call it before the first Add.
 func (d *Differ) SetHidden(hostPaths []string) {
-	d.hidden = hostPaths
+	d.hidden = make([][]hiddenPath, len(d.mounts))
+	for m, mt := range d.mounts {
+		for _, h := range hostPaths {
+			switch {
+			case h == mt.Path || beneath(mt.Path, h):
+				d.hidden[m] = append(d.hidden[m], hiddenPath{host: h}) // the whole mount
+			case beneath(h, mt.Path):
+				d.hidden[m] = append(d.hidden[m], hiddenPath{host: h, rel: strings.TrimPrefix(strings.TrimPrefix(h, mt.Path), "/")})
+			}
+		}
+	}
+}
+
+// hiddenPath is one hidden host path, as a path relative to a mount ("":
+// the mount itself), so that the check on every host lookup is a string
+// comparison with no path built.
+type hiddenPath struct{ host, rel string }
+
+// beneath reports whether clean absolute path p is strictly beneath dir.
+func beneath(p, dir string) bool {
+	if dir == "/" {
+		return p != "/"
+	}
+	return len(p) > len(dir) && p[len(dir)] == '/' && p[:len(dir)] == dir
 }
 
 // Crossed lists the hidden paths (SetHidden) the Differ refused to look into:
@@ -164,13 +188,13 @@ func (d *Differ) SetHidden(hostPaths []string) {
 // there and must say so (StateDelta.Incomplete).
 func (d *Differ) Crossed() []string { return d.crossed }
 
-// isHidden reports whether host path hp is at or beneath a hidden path, and
-// records it.
-func (d *Differ) isHidden(hp string) bool {
-	for _, h := range d.hidden {
-		if hp == h || (strings.HasPrefix(hp, h) && (h == "/" || hp[len(h)] == '/')) {
-			if len(d.crossed) < 16 && !slices.Contains(d.crossed, h) {
-				d.crossed = append(d.crossed, h)
+// isHidden reports whether mount m's path p is at or beneath a hidden path,
+// and records it.
+func (d *Differ) isHidden(m int, p string) bool {
+	for _, h := range d.hidden[m] {
+		if h.rel == "" || p == h.rel || (len(p) > len(h.rel) && p[len(h.rel)] == '/' && p[:len(h.rel)] == h.rel) {
+			if len(d.crossed) < 16 && !slices.Contains(d.crossed, h.host) {
+				d.crossed = append(d.crossed, h.host)
 			}
 			return true
 		}
@@ -1098,7 +1122,7 @@ func (d *Differ) lookupHost(m int, p string) (lower, error) {
 // Only the last name of p goes to openat2, relative to an fd of its parent dir
 // (dirFD): p may be longer than PATH_MAX.
 func (d *Differ) openLower(m int, p string, flags int) (int, error) {
-	if len(d.hidden) > 0 && d.isHidden(d.hostPath(m, p)) {
+	if len(d.hidden) > 0 && d.isHidden(m, p) {
 		return -1, nil // as if the host had nothing there; Crossed says it did
 	}
 	dir, name := path.Split(p)
