@@ -188,6 +188,20 @@ func beneath(p, dir string) bool {
 // there and must say so (StateDelta.Incomplete).
 func (d *Differ) Crossed() []string { return d.crossed }
 
+// CrossedReason says, for StateDelta.IncompleteReason, what Crossed lists;
+// "" when it lists nothing.
+func (d *Differ) CrossedReason() string {
+	if len(d.crossed) == 0 {
+		return ""
+	}
+	q := make([]string, len(d.crossed))
+	for i, p := range d.crossed {
+		q[i] = dryexec.QuotePath(p)
+	}
+	return "the command moved or replaced a directory holding a masked or hidden path (" + strings.Join(q, ", ") +
+		"); what the host has there is not reported"
+}
+
 // isHidden reports whether mount m's path p is at or beneath a hidden path,
 // and records it.
 func (d *Differ) isHidden(m int, p string) bool {

@@ -265,8 +265,8 @@ type trial struct {
 
 	sent    bool
 	sentAt  time.Time
-	expired bool     // the walk ran out of time to keep content
-	crossed []string // masked or hidden paths the walk refused to look into
+	expired bool   // the walk ran out of time to keep content
+	crossed string // why the walk refused to look into masked or hidden paths ("": it did not)
 	// upperFull: the scratch tmpfs (the write budget) was full at the
 	// command's end or after the sandbox's.
 	upperFull bool
@@ -853,11 +853,9 @@ func (t *trial) report(ctx context.Context, cause error) (*dryexec.StateDelta, e
 			t.r.Log.Warn("trial incomplete", "trial", t.spec.TrialID, "reason", d.IncompleteReason)
 		}
 	}
-	if len(t.crossed) > 0 {
+	if t.crossed != "" {
 		d.Incomplete = true
-		msg := fmt.Sprintf("the command moved or replaced a directory holding a masked or hidden path (%s); what the host has there is not reported",
-			strings.Join(t.crossed, ", "))
-		d.IncompleteReason = strings.TrimPrefix(d.IncompleteReason+"; "+msg, "; ")
+		d.IncompleteReason = strings.TrimPrefix(d.IncompleteReason+"; "+t.crossed, "; ")
 	}
 	if t.expired {
 		d.Incomplete = true

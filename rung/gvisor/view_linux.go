@@ -59,7 +59,7 @@ func (t *trial) walk(ctx context.Context, deadline time.Time, d *dryexec.StateDe
 		return werr
 	}
 	err := differ.FinishDelta(d)
-	t.expired, t.crossed = differ.Expired(), differ.Crossed()
+	t.expired, t.crossed = differ.Expired(), differ.CrossedReason()
 	return cmp.Or(werr, err)
 }
 

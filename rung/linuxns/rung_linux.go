@@ -787,11 +787,9 @@ func (t *trial) converse() (*dryexec.StateDelta, error) {
 			} else {
 				d.Process.PeakRSSBytes = d.Memory.PeakRSSBytes
 			}
-			if crossed := differ.Crossed(); len(crossed) > 0 {
+			if why := differ.CrossedReason(); why != "" {
 				d.Incomplete = true
-				d.IncompleteReason = joinReasons(d.IncompleteReason, fmt.Sprintf(
-					"the command moved or replaced a directory holding a masked or hidden path (%s); what the host has there is not reported",
-					strings.Join(quoteAll(crossed), ", ")))
+				d.IncompleteReason = joinReasons(d.IncompleteReason, why)
 			}
 			if differ.Expired() {
 				d.Incomplete = true
@@ -959,12 +957,4 @@ func joinReasons(earlier, reason string) string {
 		return reason
 	}
 	return earlier + "; " + reason
-}
-
-func quoteAll(paths []string) []string {
-	out := make([]string, len(paths))
-	for i, p := range paths {
-		out[i] = dryexec.QuotePath(p)
-	}
-	return out
 }
