@@ -250,5 +250,20 @@ func gvisorProfile() *seccomp.Profile {
 	// tkill names a thread only, and the guest's threads are the
 	// sandbox's first tids: refused whole (libc signals threads with tgkill).
 	p.Rules = append(p.Rules, seccomp.Rule{Name: "tkill", Errno: unix.EPERM, Why: why})
+	// gVisor's gofer creates only regular files on the host: a FIFO (or a
+	// socket node) made by mknod would live in gVisor's memory alone,
+	// present for the command and absent from the upper dirs the delta is
+	// read from, so the delta would silently lack it. EPERM is what Linux
+	// answers for a filesystem that does not support the node type.
+	const noNode = "a FIFO or socket node inside gVisor exists in its memory only, where the delta cannot see it"
+	for _, c := range []struct {
+		name string
+		arg  int
+	}{{"mknod", 1}, {"mknodat", 2}} {
+		for _, kind := range []uint32{unix.S_IFIFO, unix.S_IFSOCK} {
+			p.Rules = append(p.Rules, seccomp.Rule{Name: c.name, Errno: unix.EPERM, Why: noNode,
+				Conds: []seccomp.Cond{{Arg: c.arg, Op: seccomp.OpMaskedEq, Mask: unix.S_IFMT, Value: kind}}})
+		}
+	}
 	return p
 }

@@ -88,5 +88,7 @@ func table() map[string]int {
 		"renameat2":         unix.SYS_RENAMEAT2,
 		"link":              unix.SYS_LINK,
 		"linkat":            unix.SYS_LINKAT,
+		"mknod":             unix.SYS_MKNOD,
+		"mknodat":           unix.SYS_MKNODAT,
 	}
 }

@@ -78,5 +78,6 @@ func table() map[string]int {
 		"renameat":          unix.SYS_RENAMEAT,
 		"renameat2":         unix.SYS_RENAMEAT2,
 		"linkat":            unix.SYS_LINKAT,
+		"mknodat":           unix.SYS_MKNODAT,
 	}
 }

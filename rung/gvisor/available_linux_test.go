@@ -3,7 +3,9 @@ package gvisor
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -45,5 +47,45 @@ func TestMakefilePinsRunsc(t *testing.T) {
 	}
 	if !strings.Contains(string(b), "gvisor.dev/gvisor/runsc@"+RunscVersion) {
 		t.Fatalf("the Makefile does not install runsc@%s", RunscVersion)
+	}
+}
+
+// TestAvailableRemembersSuccessOnly: a runsc that passed the probe is not
+// probed again (every `dryexec run` asks, and a probe costs a trial), unless
+// the binary changes; one that failed is probed every time.
+func TestAvailableRemembersSuccessOnly(t *testing.T) {
+	requireGVisor(t)
+	dir := t.TempDir()
+	count := filepath.Join(dir, "count")
+	runsc := filepath.Join(dir, "runsc")
+	write := func(exit int) {
+		t.Helper()
+		script := fmt.Sprintf("#!/bin/sh\necho probe >> %s\nexit %d\n", count, exit)
+		if err := os.WriteFile(runsc, []byte(script), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	probes := func() int {
+		b, _ := os.ReadFile(count)
+		return strings.Count(string(b), "probe")
+	}
+	r := Rung{Runsc: runsc}
+	write(1)
+	for range 2 {
+		if r.Available(t.Context()) == nil {
+			t.Fatal("a runsc that fails is available")
+		}
+	}
+	if n := probes(); n != 2 {
+		t.Fatalf("a failing runsc was probed %d times in two calls, want 2", n)
+	}
+	write(0) // a new mtime (and content): probed again
+	for range 3 {
+		if err := r.Available(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := probes(); n != 3 {
+		t.Fatalf("%d probes after three calls on a runsc that succeeds, want 3 (one more)", n)
 	}
 }

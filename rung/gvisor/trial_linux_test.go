@@ -99,3 +99,38 @@ print("started", n)
 		t.Fatalf("under a limit of 24 processes:\n%s%s", d.Process.Stdout, d.Process.Stderr)
 	}
 }
+
+// TestNoNodeTheDeltaCannotSee: gVisor keeps a FIFO or a socket node made by
+// mknod in its own memory (its gofer creates regular files only), where the
+// delta, read from the upper dirs on the host, cannot see it. Every way of
+// making one is refused with EPERM, so a trial never reports a delta that
+// lacks what the command saw itself make; a regular file made by mknod
+// still works and is in the delta.
+func TestNoNodeTheDeltaCannotSee(t *testing.T) {
+	requireGVisor(t)
+	dir := t.TempDir()
+	py := `import os, stat, errno
+def try_(name, f):
+    try:
+        f()
+        print("made", name)
+    except OSError as e:
+        print("refused", name, errno.errorcode[e.errno])
+try_("mkfifo", lambda: os.mkfifo("p1"))
+try_("mknod_fifo", lambda: os.mknod("p2", 0o600 | stat.S_IFIFO))
+try_("mknodat_fifo", lambda: os.mknod("p3", 0o600 | stat.S_IFIFO, dir_fd=os.open(".", os.O_RDONLY)))
+try_("mknod_sock", lambda: os.mknod("s1", 0o600 | stat.S_IFSOCK))
+try_("mknod_reg", lambda: os.mknod("r1", 0o600 | stat.S_IFREG))
+`
+	d := runTrial(t, nil, dir, dryexec.TrialSpec{}, "/usr/bin/python3", "-c", py)
+	t.Logf("exit %d\n%s%s", d.Process.ExitCode, d.Process.Stdout, d.Process.Stderr)
+	for _, want := range []string{"refused mkfifo EPERM", "refused mknod_fifo EPERM", "refused mknodat_fifo EPERM",
+		"refused mknod_sock EPERM", "made mknod_reg"} {
+		if !strings.Contains(d.Process.Stdout, want) {
+			t.Errorf("want %q in the command's output", want)
+		}
+	}
+	if len(d.Files) != 1 || d.Files[0].Path != filepath.Join(dir, "r1") {
+		t.Errorf("files %+v, want r1 alone", d.Files)
+	}
+}

@@ -23,6 +23,7 @@ import (
 	"github.com/dryexec/dryexec"
 	"github.com/dryexec/dryexec/guest"
 	"github.com/dryexec/dryexec/internal/rootless"
+	gvisorrung "github.com/dryexec/dryexec/rung/gvisor"
 	"github.com/dryexec/dryexec/rung/linuxns"
 )
 
@@ -89,6 +90,7 @@ func TestFidelity(t *testing.T) {
 		return
 	}
 	t.Run("rootless", func(t *testing.T) { rows = append(rows, h.rootless(t)...) })
+	t.Run("gvisor", func(t *testing.T) { rows = append(rows, h.gvisor(t)...) })
 	if p := os.Getenv(tableEnv); p != "" {
 		load := fmt.Sprintf("load average %s at the start, %s at the end", loadBefore, loadAverage())
 		if err := writeTable(p, rows, h.calibrate, load); err != nil {
@@ -102,14 +104,16 @@ func TestFidelity(t *testing.T) {
 type harness struct {
 	base      string // this process's temp dir: trees, templates, the store
 	bin       string // the dryexec CLI, dryexec-guest beside it
-	mode      string // root or rootless
+	mode      string // root, rootless or gvisor
+	rung      string // the rung trials run on: ns or gvisor
+	runsc     string // for gvisor: the runsc the CLI runs (workloads' PATH lacks GOPATH/bin)
 	path      string // PATH of every workload
 	calibrate bool
 	goCache   func() (string, error) // a warm GOCACHE for go_build's template
 }
 
 func newHarness(t *testing.T) *harness {
-	h := &harness{mode: "root", calibrate: os.Getenv(calibrateEnv) == "1"}
+	h := &harness{mode: "root", rung: "ns", calibrate: os.Getenv(calibrateEnv) == "1"}
 	if os.Getuid() != 0 {
 		h.mode = "rootless"
 	}
@@ -428,9 +432,9 @@ func (h *harness) native(ctx context.Context, root string, env []string, script 
 	return res
 }
 
-// trial runs script as a dryexec trial (the CLI, ns rung) in root/work.
+// trial runs script as a dryexec trial (the CLI, on h.rung) in root/work.
 func (h *harness) trial(ctx context.Context, root string, env []string, script string, timeout time.Duration) (*dryexec.StateDelta, window, error) {
-	args := []string{"run", "--json", "--rung", "ns", "--cwd", filepath.Join(root, "work"), "--timeout", timeout.String()}
+	args := []string{"run", "--json", "--rung", h.rung, "--cwd", filepath.Join(root, "work"), "--timeout", timeout.String()}
 	for _, kv := range env {
 		args = append(args, "--env", kv)
 	}
@@ -469,6 +473,9 @@ func (h *harness) cli(ctx context.Context, env []string, args ...string) (string
 func (h *harness) cliSplit(ctx context.Context, env []string, args ...string) (string, string, error) {
 	cmd := exec.CommandContext(ctx, h.bin, args...)
 	cmd.Env = append(slices.Clone(env), "DRYEXEC_HOME="+filepath.Join(h.base, "state"))
+	if h.runsc != "" {
+		cmd.Env = append(cmd.Env, gvisorrung.RunscEnv+"="+h.runsc)
+	}
 	cmd.Dir = h.base
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
@@ -557,6 +564,33 @@ func removeTree(root string) {
 	os.RemoveAll(root)
 }
 
+// gvisor runs every workload again with its trial on the gvisor rung (root
+// only: the rung needs it) and returns its rows. Unavailable, it fails when
+// the run is required (make deps installs runsc) and skips otherwise.
+func (h *harness) gvisor(t *testing.T) []*row {
+	if err := (&gvisorrung.Rung{}).Available(t.Context()); err != nil {
+		if required() {
+			t.Fatalf("the gvisor rung is not available: %v", err)
+		}
+		t.Skipf("gvisor rung unavailable here: %v", err)
+	}
+	runsc, err := gvisorrung.FindRunsc("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := *h
+	g.mode, g.rung, g.runsc = "gvisor", "gvisor", runsc
+	var rows []*row
+	for _, w := range workloads {
+		t.Run(w.name, func(t *testing.T) {
+			r := &row{Workload: w.name, Mode: g.mode}
+			rows = append(rows, r)
+			g.workload(t, w, r)
+		})
+	}
+	return rows
+}
+
 // rootless re-runs TestFidelity as uid 65534 and returns its rows.
 func (h *harness) rootless(t *testing.T) (rows []*row) {
 	if _, err := h.goCache(); err != nil && h.hasTool("go") {
@@ -622,7 +656,7 @@ func writeTable(path string, rows []*row, calibrate bool, load string) error {
 	rev, _ := exec.Command("git", "rev-parse", "--short", "HEAD").Output()
 	kernel, _ := exec.Command("uname", "-r").Output()
 	fmt.Fprintf(&b, "# Fidelity: native runs vs dryexec trials (`make fidelity`)\n\n")
-	fmt.Fprintf(&b, "%s, commit %s, kernel %s, ns rung, %d CPUs, %s (times move with it). How to read it: docs/fidelity.md.\n\n",
+	fmt.Fprintf(&b, "%s, commit %s, kernel %s, ns rung (root, rootless) and gvisor rung, %d CPUs, %s (times move with it). How to read it: docs/fidelity.md.\n\n",
 		time.Now().UTC().Format("2006-01-02 15:04 UTC"), strings.TrimSpace(string(rev)), strings.TrimSpace(string(kernel)), runtime.NumCPU(), load)
 	if calibrate {
 		b.WriteString("**Calibration run**: \"trial\" is a second native run; differences are nondeterminism.\n\n")

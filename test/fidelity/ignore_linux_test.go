@@ -113,7 +113,7 @@ func rulesFor(workload string) []ignoreRule {
 // harness proves is closed when this table is empty.
 type knownFailure struct {
 	workload string
-	mode     string // "root", "rootless" or "" for both
+	mode     string // "root", "rootless", "gvisor" or "" for every mode
 	cause    string
 }
 
