@@ -192,6 +192,22 @@ func (c *FileChange) NotKept(reason string) {
 	c.ContentKept, c.ContentReason = &f, reason
 }
 
+// Exchange is one NetworkEvent with the bounded bodies and headers netsim
+// kept for `dryexec show --network` (ExchangeSink's records are a JSON
+// array of them). Credential header values are redacted. Headers are
+// net/http's Header shape (canonical names to values) without the import,
+// which the guest binary does not otherwise link.
+type Exchange struct {
+	NetworkEvent
+	Time              time.Time           `json:"time"`
+	RequestHeader     map[string][]string `json:"request_header,omitempty"`
+	RequestBody       []byte              `json:"request_body,omitempty"`
+	RequestTruncated  bool                `json:"request_truncated,omitempty"`
+	ResponseHeader    map[string][]string `json:"response_header,omitempty"`
+	ResponseBody      []byte              `json:"response_body,omitempty"`
+	ResponseTruncated bool                `json:"response_truncated,omitempty"`
+}
+
 // NetworkEvent is one request that left (or tried to leave) the sandbox.
 type NetworkEvent struct {
 	Proto        string `json:"proto"`

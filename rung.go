@@ -30,7 +30,7 @@ type BlobSink interface {
 // ExchangeSink keeps the bounded, credential-redacted requests and responses
 // (headers and bodies) of a trial's network exchanges, for `dryexec show
 // --network`: the delta's Network lists every attempt, the sink keeps what
-// was said. records is netsim's []Record as JSON.
+// was said. records is a JSON array of Exchange.
 type ExchangeSink interface {
 	PutExchanges(records []byte) error
 }

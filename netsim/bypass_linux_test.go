@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"fmt"
 	"net"
+	"net/http"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -235,7 +236,7 @@ func TestLogRedactsAndBounds(t *testing.T) {
 	if rec == nil {
 		t.Fatalf("no http record: %s", dumpLog(t, sim.Log()))
 	}
-	if rec.RequestHeader.Get("Authorization") != "[redacted]" || rec.RequestHeader.Get("Cookie") != "[redacted]" {
+	if http.Header(rec.RequestHeader).Get("Authorization") != "[redacted]" || http.Header(rec.RequestHeader).Get("Cookie") != "[redacted]" {
 		t.Errorf("headers not redacted: %v", rec.RequestHeader)
 	}
 	if string(rec.RequestBody) != "a-long-r" || !rec.RequestTruncated || string(rec.ResponseBody) != "a-long-r" || !rec.ResponseTruncated {

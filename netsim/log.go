@@ -25,18 +25,10 @@ const redacted = "[redacted]"
 // alwaysRedacted are headers whose values never enter the log.
 var alwaysRedacted = []string{"Authorization", "Proxy-Authorization", "Cookie", "Set-Cookie"}
 
-// Record is one NetworkEvent with the bounded bodies and headers kept for
-// `dryexec show`. Credential values are redacted.
-type Record struct {
-	dryexec.NetworkEvent
-	Time              time.Time   `json:"time"`
-	RequestHeader     http.Header `json:"request_header,omitempty"`
-	RequestBody       []byte      `json:"request_body,omitempty"`
-	RequestTruncated  bool        `json:"request_truncated,omitempty"`
-	ResponseHeader    http.Header `json:"response_header,omitempty"`
-	ResponseBody      []byte      `json:"response_body,omitempty"`
-	ResponseTruncated bool        `json:"response_truncated,omitempty"`
-}
+// Record is one network exchange as netsim keeps it: the root package's
+// type, so that what reads a stored log (render, the store, a client)
+// need not link netsim and the network stack it carries.
+type Record = dryexec.Exchange
 
 func (s *Sim) record(r Record) {
 	r.Time = time.Now()

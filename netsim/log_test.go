@@ -29,7 +29,7 @@ func TestLogBounds(t *testing.T) {
 		t.Fatalf("body budget: %d, %d bytes (truncated %v)", len(recs[0].ResponseBody), len(recs[1].ResponseBody), recs[1].ResponseTruncated)
 	}
 	for _, r := range recs {
-		if strings.Contains(r.URL+r.Reason+r.RequestHeader.Get("X-Echo"), "hunter2") {
+		if strings.Contains(r.URL+r.Reason+http.Header(r.RequestHeader).Get("X-Echo"), "hunter2") {
 			t.Fatalf("secret in %+v", r.NetworkEvent)
 		}
 	}

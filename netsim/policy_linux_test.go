@@ -233,7 +233,7 @@ func TestCredentialInjection(t *testing.T) {
 	for _, r := range recs {
 		if r.Proto == "http" && r.Action == netsim.ActionAllowed {
 			found = true
-			if r.RequestHeader.Get("Cookie") != "[redacted]" {
+			if http.Header(r.RequestHeader).Get("Cookie") != "[redacted]" {
 				t.Errorf("cookie not redacted: %v", r.RequestHeader)
 			}
 		}

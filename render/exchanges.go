@@ -4,24 +4,23 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"net/http"
 	"sort"
 	"strings"
 	"unicode/utf8"
 
-	"github.com/dryexec/dryexec/netsim"
+	"github.com/dryexec/dryexec"
 )
 
 // maxBodyLines bounds how much of one body Exchanges prints.
 const maxBodyLines = 40
 
-// Exchanges writes a trial's kept network exchanges (netsim records as JSON,
+// Exchanges writes a trial's kept network exchanges (dryexec.Exchange records as JSON,
 // what store.Exchanges returns) for a person: each event's line as in the
 // summary, then its request and response headers and bodies. Bodies that
 // are not text are summarised by size; everything is escaped like the rest
 // of the sandbox's output.
 func Exchanges(w io.Writer, records []byte, opt Options) error {
-	var recs []netsim.Record
+	var recs []dryexec.Exchange
 	if len(records) > 0 {
 		if err := json.Unmarshal(records, &recs); err != nil {
 			return fmt.Errorf("render: the stored network exchanges are damaged: %w", err)
@@ -44,7 +43,7 @@ func Exchanges(w io.Writer, records []byte, opt Options) error {
 	return p.err
 }
 
-func writeExchangePart(p *printer, name string, h http.Header, body []byte, truncated bool) {
+func writeExchangePart(p *printer, name string, h map[string][]string, body []byte, truncated bool) {
 	if len(h) == 0 && len(body) == 0 {
 		return
 	}
