@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/dryexec/dryexec"
+	"github.com/dryexec/dryexec/wire"
 )
 
 // hookReader reads r and calls at once, before its first read: a marker for
@@ -117,7 +118,7 @@ func TestContentDeadline(t *testing.T) {
 			defer d.Close()
 			d.SetDeadline(time.Now().Add(time.Minute))
 			for _, a := range tt.adds {
-				if err := d.Add(&Entry{Path: a.path, Kind: EntryFile, Mode: 0o644, Size: a.size}, a.content(d)); err != nil {
+				if err := d.Add(&wire.FSEntry{Path: a.path, Kind: wire.EntryFile, Mode: 0o644, Size: a.size}, a.content(d)); err != nil {
 					t.Fatalf("Add %s: %v (huge file read: %v)", a.path, err, huge != nil && huge.overread)
 				}
 			}
@@ -163,7 +164,7 @@ func TestContentNotKeptByTheStore(t *testing.T) {
 	d := NewDiffer([]Mount{{Path: lower}}, &notKeptSink{}, 0)
 	defer d.Close()
 	for _, p := range []string{"a", "b"} {
-		if err := d.Add(&Entry{Path: p, Kind: EntryFile, Mode: 0o644, Size: 5}, strings.NewReader("x"+p+"yzw")); err != nil {
+		if err := d.Add(&wire.FSEntry{Path: p, Kind: wire.EntryFile, Mode: 0o644, Size: 5}, strings.NewReader("x"+p+"yzw")); err != nil {
 			t.Fatalf("Add %s: %v", p, err)
 		}
 	}

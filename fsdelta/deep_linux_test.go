@@ -10,6 +10,8 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/dryexec/dryexec"
+	"github.com/dryexec/dryexec/fswalk"
+	"github.com/dryexec/dryexec/wire"
 )
 
 // deepDepth is deeper than any path a path-based system call takes (PATH_MAX
@@ -149,7 +151,7 @@ func TestDeepTree(t *testing.T) {
 				d := NewDiffer([]Mount{{Path: lower}}, nil, diffMax)
 				defer d.Close()
 				var n int
-				err := Walk(o.upper, 0, WalkOptions{UserXattr: mode.userXattr, Redirects: mode.redirects}, func(e *Entry, content *os.File) error {
+				err := fswalk.Walk(o.upper, 0, fswalk.WalkOptions{UserXattr: mode.userXattr, Redirects: mode.redirects}, func(e *wire.FSEntry, content *os.File) error {
 					if n++; n%500 == 0 {
 						maxFDs = max(maxFDs, openFDs(t))
 					}

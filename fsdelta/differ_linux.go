@@ -18,6 +18,8 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/dryexec/dryexec"
+	"github.com/dryexec/dryexec/fswalk"
+	"github.com/dryexec/dryexec/wire"
 )
 
 // Mount is one overlaid host mount as the Differ sees it.
@@ -78,7 +80,7 @@ type mkey struct {
 
 // seen is what the Differ keeps of one upper path.
 type seen struct {
-	kind EntryKind
+	kind wire.EntryKind
 	// merges: a dir that shows its host dir's entries beneath its own
 	// (neither opaque nor redirected).
 	merges bool
@@ -142,7 +144,7 @@ func (d *Differ) SetOwner(uid, gid int) {
 }
 
 // owner returns the owner a change made from e gets.
-func (d *Differ) owner(e *Entry) (int, int) {
+func (d *Differ) owner(e *wire.FSEntry) (int, int) {
 	if d.forceOwner {
 		return d.ownerUID, d.ownerGID
 	}
@@ -244,26 +246,26 @@ type lower struct {
 
 func (d *Differ) hostPath(m int, p string) string { return path.Join(d.mounts[m].Path, p) }
 
-// Add takes one entry. For EntryFile, content must yield exactly e.Size bytes.
-func (d *Differ) Add(e *Entry, content io.Reader) error {
+// Add takes one entry. For wire.EntryFile, content must yield exactly e.Size bytes.
+func (d *Differ) Add(e *wire.FSEntry, content io.Reader) error {
 	if err := d.check(e); err != nil {
 		return err
 	}
 	d.last[e.Mount] = e.Path
 	var lk *linkKey
-	if e.Nlink > 1 && e.Kind != EntryDir && e.Kind != EntryWhiteout {
+	if e.Nlink > 1 && e.Kind != wire.EntryDir && e.Kind != wire.EntryWhiteout {
 		lk = &linkKey{m: e.Mount, ino: e.Ino}
 	}
 	return d.record(e, content, lk)
 }
 
 // record adds checked entry e, one path of inode lk (nil: no other path).
-func (d *Differ) record(e *Entry, content io.Reader, lk *linkKey) error {
+func (d *Differ) record(e *wire.FSEntry, content io.Reader, lk *linkKey) error {
 	k := mkey{e.Mount, e.Path}
 	parent := d.seen[mkey{e.Mount, path.Dir(e.Path)}]
 	s := seen{kind: e.Kind, hidden: parent.hidden}
-	s.merges = e.Kind == EntryDir && !e.Opaque && e.Redirect == ""
-	keep := e.Kind == EntryDir || parent.special
+	s.merges = e.Kind == wire.EntryDir && !e.Opaque && e.Redirect == ""
+	keep := e.Kind == wire.EntryDir || parent.special
 	if keep {
 		d.seen[k] = s
 	}
@@ -274,7 +276,7 @@ func (d *Differ) record(e *Entry, content io.Reader, lk *linkKey) error {
 	if d.noLower[k] {
 		s.hidden = true
 	}
-	if e.Kind == EntryDir {
+	if e.Kind == wire.EntryDir {
 		// What Finish compares with the host's tree: beneath a renamed dir
 		// (expand), beneath an opaque dir over a host dir (deleteUnseen),
 		// and beneath a dir that merges within either. A new dir (opaque
@@ -301,7 +303,7 @@ func (d *Differ) link(lk linkKey, i int) {
 	d.links[lk] = append(d.links[lk], i)
 }
 
-func (d *Differ) add1(e *Entry, content io.Reader) error {
+func (d *Differ) add1(e *wire.FSEntry, content io.Reader) error {
 	k := mkey{e.Mount, e.Path}
 	lo, err := d.lookup(e.Mount, e.Path)
 	if err != nil {
@@ -340,7 +342,7 @@ func (d *Differ) add1(e *Entry, content io.Reader) error {
 		return nil
 	}
 	switch e.Kind {
-	case EntryWhiteout:
+	case wire.EntryWhiteout:
 		// The host's tree is listed before noLower hides it from lookups.
 		if lo.exists {
 			if err := d.deleteTree(e.Mount, e.Path, lo); err != nil {
@@ -348,7 +350,7 @@ func (d *Differ) add1(e *Entry, content io.Reader) error {
 			}
 		}
 		d.noLower[k] = true
-	case EntryDir:
+	case wire.EntryDir:
 		switch {
 		case !lo.exists:
 			d.noLower[k] = true
@@ -373,9 +375,9 @@ func (d *Differ) add1(e *Entry, content io.Reader) error {
 			d.noLower[k] = true
 			d.add(dryexec.FileChange{Path: hp, Op: dryexec.OpMkdir, Kind: dryexec.KindDir, Mode: mode, UID: uid, GID: gid, MtimeNS: e.MtimeNS})
 		}
-	case EntryFile:
+	case wire.EntryFile:
 		return d.addFile(e, content, lo, hp, mode, uid, gid)
-	case EntrySymlink:
+	case wire.EntrySymlink:
 		if lo.exists && lo.kind == dryexec.KindSymlink && lo.link == e.Link {
 			d.touch(e, lo, dryexec.FileChange{Path: hp, Kind: dryexec.KindSymlink, Mode: "0777", LinkTarget: e.Link, Size: int64(len(e.Link)), UID: uid, GID: gid})
 			return nil
@@ -386,9 +388,9 @@ func (d *Differ) add1(e *Entry, content io.Reader) error {
 			}
 		}
 		d.add(dryexec.FileChange{Path: hp, Op: dryexec.OpSymlink, Kind: dryexec.KindSymlink, Mode: "0777", LinkTarget: e.Link, Size: int64(len(e.Link)), UID: uid, GID: gid, MtimeNS: e.MtimeNS})
-	case EntryFIFO, EntryOther:
+	case wire.EntryFIFO, wire.EntryOther:
 		kind := dryexec.KindOther
-		if e.Kind == EntryFIFO {
+		if e.Kind == wire.EntryFIFO {
 			kind = dryexec.KindFIFO
 		}
 		if lo.exists {
@@ -407,12 +409,12 @@ func (d *Differ) add1(e *Entry, content io.Reader) error {
 	return nil
 }
 
-func (d *Differ) check(e *Entry) error {
+func (d *Differ) check(e *wire.FSEntry) error {
 	bad := func(r string) error { return &ErrBadEntry{Entry: *e, Reason: r} }
 	if e.Mount < 0 || e.Mount >= len(d.mounts) {
 		return bad("unknown mount")
 	}
-	if err := CheckRelPath(e.Path); err != nil {
+	if err := wire.CheckRelPath(e.Path); err != nil {
 		return bad(err.Error())
 	}
 	if e.Mode&^07777 != 0 {
@@ -424,12 +426,12 @@ func (d *Differ) check(e *Entry) error {
 		return bad("negative owner id")
 	}
 	switch e.Kind {
-	case EntryFile:
+	case wire.EntryFile:
 		if e.Size < 0 {
 			return bad("negative size")
 		}
-	case EntryDir, EntryWhiteout, EntryOther, EntryFIFO:
-	case EntrySymlink:
+	case wire.EntryDir, wire.EntryWhiteout, wire.EntryOther, wire.EntryFIFO:
+	case wire.EntrySymlink:
 		if e.Link == "" || strings.ContainsRune(e.Link, 0) {
 			return bad("bad symlink target")
 		}
@@ -439,10 +441,10 @@ func (d *Differ) check(e *Entry) error {
 	if e.Redirect != "" {
 		// Only a dir the overlay renamed has one, and the host reads its
 		// source only beneath the same mount (openLower).
-		if e.Kind != EntryDir || e.Opaque {
+		if e.Kind != wire.EntryDir || e.Opaque {
 			return bad("redirect on an entry that is not a merged dir")
 		}
-		if err := CheckRelPath(e.Redirect); err != nil {
+		if err := wire.CheckRelPath(e.Redirect); err != nil {
 			return bad("redirect: " + err.Error())
 		}
 	}
@@ -451,7 +453,7 @@ func (d *Differ) check(e *Entry) error {
 	}
 	// Entries arrive in pre-order: a parent is reported before its children, so
 	// every parent of a path must have been seen (as a directory) already.
-	if dir := path.Dir(e.Path); dir != "." && d.seen[mkey{e.Mount, dir}].kind != EntryDir {
+	if dir := path.Dir(e.Path); dir != "." && d.seen[mkey{e.Mount, dir}].kind != wire.EntryDir {
 		return bad("parent not reported first as a directory")
 	}
 	// And in the walk's order (pre-order, names sorted: changeOrder's), so
@@ -467,7 +469,7 @@ func (d *Differ) check(e *Entry) error {
 	return nil
 }
 
-func (d *Differ) addFile(e *Entry, content io.Reader, lo lower, hp, mode string, uid, gid int) error {
+func (d *Differ) addFile(e *wire.FSEntry, content io.Reader, lo lower, hp, mode string, uid, gid int) error {
 	if content == nil {
 		content = bytes.NewReader(nil)
 	}
@@ -695,7 +697,7 @@ func (d *Differ) SpillTo(dir string, spillBytes int) {
 // touch records that entry e, at a host path whose state is lo and which fc
 // describes as it is (kind, mode, owner, content or target), changed only in
 // mtime, if it did.
-func (d *Differ) touch(e *Entry, lo lower, fc dryexec.FileChange) {
+func (d *Differ) touch(e *wire.FSEntry, lo lower, fc dryexec.FileChange) {
 	if t, ok := touchOf(e, lo, fc); ok {
 		d.touched = append(d.touched, t)
 	}
@@ -714,7 +716,7 @@ func (d *Differ) touch(e *Entry, lo lower, fc dryexec.FileChange) {
 // touch -d) is not reported, as before touched paths existed. A file only
 // copied up keeps its mtime unless the host changes it meanwhile, when its
 // content is as stale (that is a modify already).
-func touchOf(e *Entry, lo lower, fc dryexec.FileChange) (dryexec.FileChange, bool) {
+func touchOf(e *wire.FSEntry, lo lower, fc dryexec.FileChange) (dryexec.FileChange, bool) {
 	if e.MtimeNS == 0 || e.MtimeNS == lo.mtime || fc.UID != lo.uid || fc.GID != lo.gid ||
 		(fc.Kind == dryexec.KindDir && e.MtimeNS < lo.mtime) {
 		return dryexec.FileChange{}, false
@@ -832,7 +834,7 @@ func (d *Differ) groupLinks() error {
 			if lk.host {
 				continue // the host changed while it was read: copies, then
 			}
-			return &ErrBadEntry{Entry: Entry{Mount: lk.m, Path: strings.TrimPrefix(first.Path, d.mounts[lk.m].Path+"/"), Ino: lk.ino},
+			return &ErrBadEntry{Entry: wire.FSEntry{Mount: lk.m, Path: strings.TrimPrefix(first.Path, d.mounts[lk.m].Path+"/"), Ino: lk.ino},
 				Reason: "hard links (one inode) that differ"}
 		}
 		for _, i := range idx {
@@ -932,7 +934,7 @@ func (d *Differ) deleteUnseen(m int, p string, done map[mkey]bool) error {
 			// host's children too, so look into a host dir that is still a
 			// dir above. A host dir the upper replaced with a file, symlink
 			// or whiteout was listed whole when that entry was added.
-			if s.kind != EntryDir || d.noLower[mkey{m, cp}] || done[mkey{m, cp}] {
+			if s.kind != wire.EntryDir || d.noLower[mkey{m, cp}] || done[mkey{m, cp}] {
 				continue
 			}
 			lo, err := d.lookup(m, cp)
@@ -953,7 +955,7 @@ func (d *Differ) listLower(m int, p string) ([]string, error) {
 		return nil, err
 	}
 	defer unix.Close(fd)
-	names, err := readDirNames(fd)
+	names, err := fswalk.ReadDirNames(fd)
 	if err != nil {
 		return nil, fmt.Errorf("listing host dir %s: %w", d.hostPath(m, p), err)
 	}
@@ -1050,17 +1052,17 @@ func (d *Differ) expand(r redirect) error {
 
 // addFromHost adds host path src (state lo) as an entry at p.
 func (d *Differ) addFromHost(m int, src, p string, lo lower) error {
-	e := &Entry{Mount: m, Path: p, Mode: lo.mode, UID: lo.uid, GID: lo.gid, MtimeNS: lo.mtime, Link: lo.link}
+	e := &wire.FSEntry{Mount: m, Path: p, Mode: lo.mode, UID: lo.uid, GID: lo.gid, MtimeNS: lo.mtime, Link: lo.link}
 	var content io.Reader
 	switch lo.kind {
 	case dryexec.KindDir:
-		e.Kind = EntryDir
+		e.Kind = wire.EntryDir
 	case dryexec.KindSymlink:
-		e.Kind = EntrySymlink
+		e.Kind = wire.EntrySymlink
 	case dryexec.KindFIFO:
-		e.Kind = EntryFIFO
+		e.Kind = wire.EntryFIFO
 	case dryexec.KindFile:
-		e.Kind = EntryFile
+		e.Kind = wire.EntryFile
 		fd, err := d.openLower(m, src, unix.O_RDONLY|unix.O_NOFOLLOW)
 		if err != nil {
 			return err
@@ -1076,7 +1078,7 @@ func (d *Differ) addFromHost(m int, src, p string, lo lower) error {
 		}
 		e.Size, content = st.Size, f
 	default:
-		e.Kind = EntryOther
+		e.Kind = wire.EntryOther
 	}
 	var lk *linkKey
 	if lo.nlink > 1 && lo.kind != dryexec.KindDir {

@@ -9,6 +9,8 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/dryexec/dryexec"
+	"github.com/dryexec/dryexec/fswalk"
+	"github.com/dryexec/dryexec/wire"
 )
 
 // As root the overlay keeps its markers in trusted.overlay.*, and nothing guards
@@ -66,7 +68,7 @@ func TestForgedUserXattrsOnTrustedOverlay(t *testing.T) {
 	must(t, err)
 	var nForged int
 	for _, e := range forged {
-		if e.Kind == EntryWhiteout || e.Opaque {
+		if e.Kind == wire.EntryWhiteout || e.Opaque {
 			nForged++
 		}
 	}
@@ -77,12 +79,12 @@ func TestForgedUserXattrsOnTrustedOverlay(t *testing.T) {
 	entries, err := walkAll(t, o.upper, 0, mode.userXattr)
 	must(t, err)
 	for _, e := range entries {
-		if e.Kind == EntryWhiteout || e.Opaque {
-			t.Errorf("forged marker taken for the overlay's: %+v", e.Entry)
+		if e.Kind == wire.EntryWhiteout || e.Opaque {
+			t.Errorf("forged marker taken for the overlay's: %+v", e.FSEntry)
 		}
 	}
 
-	got, blobs := diffUpperOpts(t, o.upper, lower, WalkOptions{UserXattr: mode.userXattr}, diffMax)
+	got, blobs := diffUpperOpts(t, o.upper, lower, fswalk.WalkOptions{UserXattr: mode.userXattr}, diffMax)
 	checkChanges(t, lower, got, []wc{
 		wCreate("hd/new", "n\n", "0644", "+n"),
 		wCreate("new-empty", "", "0644"),
@@ -142,8 +144,8 @@ func TestUserxattrOverlayGuardsItsXattrs(t *testing.T) {
 	entries, err := walkAll(t, o.upper, 0, mode.userXattr)
 	must(t, err)
 	for _, e := range entries {
-		if e.Kind == EntryWhiteout || e.Opaque {
-			t.Errorf("forged marker taken for the overlay's: %+v", e.Entry)
+		if e.Kind == wire.EntryWhiteout || e.Opaque {
+			t.Errorf("forged marker taken for the overlay's: %+v", e.FSEntry)
 		}
 	}
 	got := diffUpper(t, o.upper, lower, mode.userXattr, diffMax)
@@ -197,7 +199,7 @@ func TestForgedOriginMakesNoHostLink(t *testing.T) {
 			}
 			must(t, unix.Lsetxattr(o.upper+"/d/copy", prefix+"origin", buf[:n], 0))
 
-			got, touched, _ := diffUpperAll(t, o.upper, lower, WalkOptions{UserXattr: mode.userXattr}, diffMax)
+			got, touched, _ := diffUpperAll(t, o.upper, lower, fswalk.WalkOptions{UserXattr: mode.userXattr}, diffMax)
 			checkChanges(t, lower, got, []wc{
 				wCreate("d/copy", "host content\n", "0644", "+host content"),
 				wCreate("d/h2link", "two, changed\n", "0644", "+two, changed"),

@@ -17,6 +17,8 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/dryexec/dryexec"
+	"github.com/dryexec/dryexec/fswalk"
+	"github.com/dryexec/dryexec/wire"
 )
 
 func TestMain(m *testing.M) {
@@ -214,7 +216,7 @@ func (o *overlay) unmount() {
 // feeds every entry to a fresh Differ for lower.
 func diffUpper(t testing.TB, upper, lower string, userXattr bool, diffMax int64) []dryexec.FileChange {
 	t.Helper()
-	got, _ := diffUpperOpts(t, upper, lower, WalkOptions{UserXattr: userXattr}, diffMax)
+	got, _ := diffUpperOpts(t, upper, lower, fswalk.WalkOptions{UserXattr: userXattr}, diffMax)
 	return got
 }
 
@@ -234,14 +236,14 @@ func (m memBlobs) PutBlob(r io.Reader) (string, int64, error) {
 // diffUpperOpts is diffUpper for an overlay mounted as o says; it also returns
 // the contents the Differ kept. Every entry crosses the wire form (JSON), as
 // between guest and host.
-func diffUpperOpts(t testing.TB, upper, lower string, o WalkOptions, diffMax int64) ([]dryexec.FileChange, memBlobs) {
+func diffUpperOpts(t testing.TB, upper, lower string, o fswalk.WalkOptions, diffMax int64) ([]dryexec.FileChange, memBlobs) {
 	t.Helper()
 	got, _, blobs := diffUpperAll(t, upper, lower, o, diffMax)
 	return got, blobs
 }
 
 // diffUpperAll is diffUpperOpts that also returns the touched paths.
-func diffUpperAll(t testing.TB, upper, lower string, o WalkOptions, diffMax int64) ([]dryexec.FileChange, []dryexec.FileChange, memBlobs) {
+func diffUpperAll(t testing.TB, upper, lower string, o fswalk.WalkOptions, diffMax int64) ([]dryexec.FileChange, []dryexec.FileChange, memBlobs) {
 	t.Helper()
 	changes, touched, blobs := diffUpperSpill(t, upper, lower, o, diffMax, "")
 	// The same walk again, every change spilled to a file from the first
@@ -258,7 +260,7 @@ func diffUpperAll(t testing.TB, upper, lower string, o WalkOptions, diffMax int6
 
 // diffUpperSpill is diffUpperAll's one run: in memory, or with the Differ
 // spilling to spillDir from its first change.
-func diffUpperSpill(t testing.TB, upper, lower string, o WalkOptions, diffMax int64, spillDir string) ([]dryexec.FileChange, []dryexec.FileChange, memBlobs) {
+func diffUpperSpill(t testing.TB, upper, lower string, o fswalk.WalkOptions, diffMax int64, spillDir string) ([]dryexec.FileChange, []dryexec.FileChange, memBlobs) {
 	t.Helper()
 	blobs := memBlobs{}
 	d := NewDiffer([]Mount{{Path: lower}}, blobs, diffMax)
@@ -266,7 +268,7 @@ func diffUpperSpill(t testing.TB, upper, lower string, o WalkOptions, diffMax in
 	if spillDir != "" {
 		d.SpillTo(spillDir, 1)
 	}
-	err := Walk(upper, 0, o, func(e *Entry, content *os.File) error {
+	err := fswalk.Walk(upper, 0, o, func(e *wire.FSEntry, content *os.File) error {
 		var r io.Reader
 		if content != nil {
 			r = content
@@ -275,7 +277,7 @@ func diffUpperSpill(t testing.TB, upper, lower string, o WalkOptions, diffMax in
 		if err != nil {
 			return err
 		}
-		var we Entry
+		var we wire.FSEntry
 		if err := json.Unmarshal(b, &we); err != nil {
 			return err
 		}

@@ -9,11 +9,12 @@ import (
 	"testing/iotest"
 
 	"github.com/dryexec/dryexec"
+	"github.com/dryexec/dryexec/wire"
 )
 
 // add is one Differ.Add call: an entry and, for files, its content.
 type add struct {
-	e    Entry
+	e    wire.FSEntry
 	data *string   // content, when r is nil
 	r    io.Reader // content
 }
@@ -30,19 +31,21 @@ func (a add) reader() io.Reader {
 
 // The entries below are owned by the test's user, as if it had made them.
 func fEntry(p, content string) add {
-	return mine(add{e: Entry{Path: p, Kind: EntryFile, Mode: 0o644, Size: int64(len(content))}, data: str(content)})
+	return mine(add{e: wire.FSEntry{Path: p, Kind: wire.EntryFile, Mode: 0o644, Size: int64(len(content))}, data: str(content)})
 }
-func dEntry(p string) add { return mine(add{e: Entry{Path: p, Kind: EntryDir, Mode: 0o755}}) }
+func dEntry(p string) add {
+	return mine(add{e: wire.FSEntry{Path: p, Kind: wire.EntryDir, Mode: 0o755}})
+}
 func oEntry(p string) add {
-	return mine(add{e: Entry{Path: p, Kind: EntryDir, Mode: 0o755, Opaque: true}})
+	return mine(add{e: wire.FSEntry{Path: p, Kind: wire.EntryDir, Mode: 0o755, Opaque: true}})
 }
-func wEntry(p string) add { return mine(add{e: Entry{Path: p, Kind: EntryWhiteout}}) }
+func wEntry(p string) add { return mine(add{e: wire.FSEntry{Path: p, Kind: wire.EntryWhiteout}}) }
 func lEntry(p, target string) add {
-	return mine(add{e: Entry{Path: p, Kind: EntrySymlink, Mode: 0o777, Link: target}})
+	return mine(add{e: wire.FSEntry{Path: p, Kind: wire.EntrySymlink, Mode: 0o777, Link: target}})
 }
 
 func rEntry(p, src string) add {
-	return mine(add{e: Entry{Path: p, Kind: EntryDir, Mode: 0o755, Redirect: src}})
+	return mine(add{e: wire.FSEntry{Path: p, Kind: wire.EntryDir, Mode: 0o755, Redirect: src}})
 }
 
 func mine(a add) add {
@@ -92,13 +95,13 @@ func TestDifferRejectsHostileEntries(t *testing.T) {
 		{name: "trailing slash", bad: wEntry("d/"), badEntry: true},
 		{name: "double slash", bad: wEntry("d//b.txt"), badEntry: true},
 		{name: "NUL", bad: wEntry("a.txt\x00/../../outside"), badEntry: true},
-		{name: "unknown mount", bad: add{e: Entry{Mount: 1, Path: "a.txt", Kind: EntryWhiteout}}, badEntry: true},
-		{name: "negative mount", bad: add{e: Entry{Mount: -1, Path: "a.txt", Kind: EntryWhiteout}}, badEntry: true},
-		{name: "unknown kind", bad: add{e: Entry{Path: "a.txt", Kind: "x"}}, badEntry: true},
-		{name: "empty kind", bad: add{e: Entry{Path: "a.txt"}}, badEntry: true},
-		{name: "mode with file type bits", bad: add{e: Entry{Path: "n", Kind: EntryFile, Mode: 0o100644}, data: str("")}, badEntry: true},
-		{name: "mode with dir type bits", bad: add{e: Entry{Path: "n", Kind: EntryDir, Mode: 0o40755}}, badEntry: true},
-		{name: "negative size", bad: add{e: Entry{Path: "n", Kind: EntryFile, Mode: 0o644, Size: -1}, data: str("")}, badEntry: true},
+		{name: "unknown mount", bad: add{e: wire.FSEntry{Mount: 1, Path: "a.txt", Kind: wire.EntryWhiteout}}, badEntry: true},
+		{name: "negative mount", bad: add{e: wire.FSEntry{Mount: -1, Path: "a.txt", Kind: wire.EntryWhiteout}}, badEntry: true},
+		{name: "unknown kind", bad: add{e: wire.FSEntry{Path: "a.txt", Kind: "x"}}, badEntry: true},
+		{name: "empty kind", bad: add{e: wire.FSEntry{Path: "a.txt"}}, badEntry: true},
+		{name: "mode with file type bits", bad: add{e: wire.FSEntry{Path: "n", Kind: wire.EntryFile, Mode: 0o100644}, data: str("")}, badEntry: true},
+		{name: "mode with dir type bits", bad: add{e: wire.FSEntry{Path: "n", Kind: wire.EntryDir, Mode: 0o40755}}, badEntry: true},
+		{name: "negative size", bad: add{e: wire.FSEntry{Path: "n", Kind: wire.EntryFile, Mode: 0o644, Size: -1}, data: str("")}, badEntry: true},
 		{name: "child before parent", bad: fEntry("newdir/f", "f"), badEntry: true},
 		{name: "child of a host dir not reported", bad: wEntry("d/b.txt"), badEntry: true},
 		{name: "child of a file", prior: []add{fEntry("a.txt", "one\ntwo\n")}, bad: fEntry("a.txt/x", "x"), badEntry: true},
@@ -115,39 +118,39 @@ func TestDifferRejectsHostileEntries(t *testing.T) {
 		{name: "names out of order", prior: []add{fEntry("b.txt", "y")}, bad: fEntry("a.txt", "x"), badEntry: true},
 		{name: "a dir after what it holds", prior: []add{dEntry("nd"), dEntry("nd/sub"), fEntry("nd/sub/f", "x")}, bad: dEntry("nd/sub"), badEntry: true},
 		{name: "content shorter than size",
-			bad:      add{e: Entry{Path: "n", Kind: EntryFile, Mode: 0o644, Size: 10}, data: str("short")},
+			bad:      add{e: wire.FSEntry{Path: "n", Kind: wire.EntryFile, Mode: 0o644, Size: 10}, data: str("short")},
 			badEntry: true},
 		{name: "content longer than size",
-			bad:      add{e: Entry{Path: "n", Kind: EntryFile, Mode: 0o644, Size: 3}, data: &longer},
+			bad:      add{e: wire.FSEntry{Path: "n", Kind: wire.EntryFile, Mode: 0o644, Size: 3}, data: &longer},
 			badEntry: true},
 		{name: "content longer than size, over a host file",
-			bad:      add{e: Entry{Path: "a.txt", Kind: EntryFile, Mode: 0o644, Size: 4}, data: str("one\ntwo\n")},
+			bad:      add{e: wire.FSEntry{Path: "a.txt", Kind: wire.EntryFile, Mode: 0o644, Size: 4}, data: str("one\ntwo\n")},
 			badEntry: true},
-		{name: "no content", bad: add{e: Entry{Path: "n", Kind: EntryFile, Mode: 0o644, Size: 5}}, badEntry: true},
+		{name: "no content", bad: add{e: wire.FSEntry{Path: "n", Kind: wire.EntryFile, Mode: 0o644, Size: 5}}, badEntry: true},
 		{name: "content reader fails",
-			bad: add{e: Entry{Path: "n", Kind: EntryFile, Mode: 0o644, Size: 5}, r: iotest.ErrReader(errors.New("boom"))}},
+			bad: add{e: wire.FSEntry{Path: "n", Kind: wire.EntryFile, Mode: 0o644, Size: 5}, r: iotest.ErrReader(errors.New("boom"))}},
 		{name: "content reader fails after some bytes",
-			bad: add{e: Entry{Path: "n", Kind: EntryFile, Mode: 0o644, Size: 5},
+			bad: add{e: wire.FSEntry{Path: "n", Kind: wire.EntryFile, Mode: 0o644, Size: 5},
 				r: io.MultiReader(strings.NewReader("ab"), iotest.ErrReader(errors.New("boom")))}},
 		{name: "symlink with empty target", bad: lEntry("ln", ""), badEntry: true},
-		{name: "negative uid", bad: add{e: Entry{Path: "n", Kind: EntryDir, Mode: 0o755, UID: -1}}, badEntry: true},
-		{name: "negative gid", bad: add{e: Entry{Path: "n", Kind: EntryDir, Mode: 0o755, GID: -1}}, badEntry: true},
+		{name: "negative uid", bad: add{e: wire.FSEntry{Path: "n", Kind: wire.EntryDir, Mode: 0o755, UID: -1}}, badEntry: true},
+		{name: "negative gid", bad: add{e: wire.FSEntry{Path: "n", Kind: wire.EntryDir, Mode: 0o755, GID: -1}}, badEntry: true},
 		{name: "negative uid of a file",
-			bad:      add{e: Entry{Path: "a.txt", Kind: EntryFile, Mode: 0o644, Size: 1, UID: -5}, data: str("x")},
+			bad:      add{e: wire.FSEntry{Path: "a.txt", Kind: wire.EntryFile, Mode: 0o644, Size: 1, UID: -5}, data: str("x")},
 			badEntry: true},
-		{name: "negative gid of a whiteout", bad: add{e: Entry{Path: "a.txt", Kind: EntryWhiteout, GID: -2}}, badEntry: true},
+		{name: "negative gid of a whiteout", bad: add{e: wire.FSEntry{Path: "a.txt", Kind: wire.EntryWhiteout, GID: -2}}, badEntry: true},
 		{name: "symlink with NUL in target", bad: lEntry("ln", "/etc\x00passwd"), badEntry: true},
 		{name: "redirect out of the mount", bad: rEntry("nd", "../outside"), badEntry: true},
 		{name: "redirect absolute", bad: rEntry("nd", "/etc"), badEntry: true},
 		{name: "redirect not clean", bad: rEntry("nd", "d/../../outside"), badEntry: true},
 		{name: "redirect on a file",
-			bad:      add{e: Entry{Path: "n", Kind: EntryFile, Mode: 0o644, Redirect: "d"}, data: str("")},
+			bad:      add{e: wire.FSEntry{Path: "n", Kind: wire.EntryFile, Mode: 0o644, Redirect: "d"}, data: str("")},
 			badEntry: true},
 		{name: "redirect on an opaque dir",
-			bad:      add{e: Entry{Path: "n", Kind: EntryDir, Mode: 0o755, Opaque: true, Redirect: "d"}},
+			bad:      add{e: wire.FSEntry{Path: "n", Kind: wire.EntryDir, Mode: 0o755, Opaque: true, Redirect: "d"}},
 			badEntry: true},
 		{name: "hard link without an inode",
-			bad:      add{e: Entry{Path: "n", Kind: EntryFile, Mode: 0o644, Nlink: 2}, data: str("")},
+			bad:      add{e: wire.FSEntry{Path: "n", Kind: wire.EntryFile, Mode: 0o644, Nlink: 2}, data: str("")},
 			badEntry: true},
 	}
 	for _, c := range cases {
@@ -181,13 +184,13 @@ func TestCheckRelPath(t *testing.T) {
 	good := []string{"a", "a/b", "a.b/c..d", "...", "..a", "a/..b", "a b/ c", "\xff"}
 	bad := []string{"", ".", "..", "../a", "a/..", "a/../b", "/a", "/", "a/", "a//b", "./a", "a/./b", "a\x00b"}
 	for _, p := range good {
-		if err := CheckRelPath(p); err != nil {
-			t.Errorf("CheckRelPath(%q) = %v, want ok", p, err)
+		if err := wire.CheckRelPath(p); err != nil {
+			t.Errorf("wire.CheckRelPath(%q) = %v, want ok", p, err)
 		}
 	}
 	for _, p := range bad {
-		if err := CheckRelPath(p); err == nil {
-			t.Errorf("CheckRelPath(%q) ok, want an error", p)
+		if err := wire.CheckRelPath(p); err == nil {
+			t.Errorf("wire.CheckRelPath(%q) ok, want an error", p)
 		}
 	}
 }
@@ -329,8 +332,8 @@ func TestDifferTwoMounts(t *testing.T) {
 	buildTree(t, l1, []node{file("f", "one\n", 0o644)})
 	d := NewDiffer([]Mount{{Path: l0}, {Path: l1}}, nil, diffMax)
 	defer d.Close()
-	e0 := Entry{Mount: 0, Path: "f", Kind: EntryWhiteout}
-	e1 := Entry{Mount: 1, Path: "f", Kind: EntryFile, Mode: 0o644, Size: 4}
+	e0 := wire.FSEntry{Mount: 0, Path: "f", Kind: wire.EntryWhiteout}
+	e1 := wire.FSEntry{Mount: 1, Path: "f", Kind: wire.EntryFile, Mode: 0o644, Size: 4}
 	must(t, d.Add(&e0, nil))
 	must(t, d.Add(&e1, strings.NewReader("ONE\n")))
 	got, err := d.Finish()

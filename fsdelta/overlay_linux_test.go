@@ -14,6 +14,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/dryexec/dryexec"
+	"github.com/dryexec/dryexec/fswalk"
 )
 
 // fsops runs ordinary file operations in an overlay's merged dir.
@@ -1161,14 +1162,14 @@ func TestOverlayDelta(t *testing.T) {
 					continue // TestDirRenameWithoutRedirect
 				}
 				t.Run(c.name, func(t *testing.T) {
-					runOverlayCase(t, c, mode.opts, WalkOptions{UserXattr: mode.userXattr, Redirects: mode.redirects})
+					runOverlayCase(t, c, mode.opts, fswalk.WalkOptions{UserXattr: mode.userXattr, Redirects: mode.redirects})
 				})
 			}
 		})
 	}
 }
 
-func runOverlayCase(t *testing.T, c ovCase, opts string, wo WalkOptions) {
+func runOverlayCase(t *testing.T, c ovCase, opts string, wo fswalk.WalkOptions) {
 	base := tempDir(t)
 	lower, outside := base+"/lower", base+"/outside"
 	must(t, os.Mkdir(lower, 0o755))

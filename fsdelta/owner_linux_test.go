@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/dryexec/dryexec"
+	"github.com/dryexec/dryexec/wire"
 )
 
 // ownerAdds are entries with owners a guest might report: its own ids, ids of
@@ -15,9 +16,9 @@ func ownerAdds() []add {
 		a.e.UID, a.e.GID = uid, gid
 		return a
 	}
-	chmodD := add{e: Entry{Path: "d", Kind: EntryDir, Mode: 0o700}}
-	chmodB := add{e: Entry{Path: "d/b.txt", Kind: EntryFile, Mode: 0o600, Size: 4}, data: str("bee\n")}
-	fifo := add{e: Entry{Path: "fifo", Kind: EntryOther, Mode: 0o640}}
+	chmodD := add{e: wire.FSEntry{Path: "d", Kind: wire.EntryDir, Mode: 0o700}}
+	chmodB := add{e: wire.FSEntry{Path: "d/b.txt", Kind: wire.EntryFile, Mode: 0o600, Size: 4}, data: str("bee\n")}
+	fifo := add{e: wire.FSEntry{Path: "fifo", Kind: wire.EntryOther, Mode: 0o640}}
 	return []add{
 		owned(fEntry("a.txt", "changed\n"), 0, 0),
 		owned(chmodD, 65534, 65534),
@@ -86,9 +87,9 @@ func TestDifferSetOwnerStillRefusesNegativeIDs(t *testing.T) {
 	d := NewDiffer([]Mount{{Path: lower}}, nil, diffMax)
 	defer d.Close()
 	d.SetOwner(os.Getuid(), os.Getgid())
-	for _, e := range []Entry{
-		{Path: "a", Kind: EntryDir, Mode: 0o755, UID: -1},
-		{Path: "b", Kind: EntryDir, Mode: 0o755, GID: -1},
+	for _, e := range []wire.FSEntry{
+		{Path: "a", Kind: wire.EntryDir, Mode: 0o755, UID: -1},
+		{Path: "b", Kind: wire.EntryDir, Mode: 0o755, GID: -1},
 	} {
 		var be *ErrBadEntry
 		if err := d.Add(&e, nil); !errors.As(err, &be) {

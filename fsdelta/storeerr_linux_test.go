@@ -8,6 +8,8 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+
+	"github.com/dryexec/dryexec/wire"
 )
 
 // failingSink refuses every blob, as a full disk does.
@@ -41,7 +43,7 @@ func TestStoreErrorIsTheStores(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			d := NewDiffer([]Mount{{Path: lower}}, tt.sink, 0)
 			defer d.Close()
-			err := d.Add(&Entry{Path: "f", Kind: EntryFile, Mode: 0o644, Size: 5}, tt.content)
+			err := d.Add(&wire.FSEntry{Path: "f", Kind: wire.EntryFile, Mode: 0o644, Size: 5}, tt.content)
 			var se *StoreError
 			if got := errors.As(err, &se); got != tt.wantStore {
 				t.Fatalf("Add: %v; StoreError %v, want %v", err, got, tt.wantStore)

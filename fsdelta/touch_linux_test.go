@@ -13,6 +13,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/dryexec/dryexec"
+	"github.com/dryexec/dryexec/fswalk"
 )
 
 // pstate is what the delta's contract says about one path, and its mtime.
@@ -232,7 +233,7 @@ func TestTouched(t *testing.T) {
 			for _, c := range cases {
 				t.Run(c.name, func(t *testing.T) {
 					c.lower, c.oldTimes = lowerNodes, true
-					runOverlayCase(t, c, mode.opts, WalkOptions{UserXattr: mode.userXattr})
+					runOverlayCase(t, c, mode.opts, fswalk.WalkOptions{UserXattr: mode.userXattr})
 				})
 			}
 		})
@@ -261,7 +262,7 @@ func TestTouchedStaleDir(t *testing.T) {
 					later := time.Now().Add(time.Hour)
 					must(t, os.Chtimes(lower+"/d", later, later))
 				}
-				_, touched, _ := diffUpperAll(t, o.upper, lower, WalkOptions{UserXattr: mode.userXattr}, diffMax)
+				_, touched, _ := diffUpperAll(t, o.upper, lower, fswalk.WalkOptions{UserXattr: mode.userXattr}, diffMax)
 				var got []string
 				for _, c := range touched {
 					got = append(got, strings.TrimPrefix(c.Path, lower+"/"))

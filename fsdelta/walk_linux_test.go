@@ -8,20 +8,22 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/dryexec/dryexec/fswalk"
+	"github.com/dryexec/dryexec/wire"
 	"golang.org/x/sys/unix"
 )
 
 type walked struct {
-	Entry
+	wire.FSEntry
 	content string
 }
 
 func walkAll(t testing.TB, root string, mount int, userXattr bool) ([]walked, error) {
 	t.Helper()
 	var out []walked
-	err := WalkUpper(root, mount, userXattr, func(e *Entry, content *os.File) error {
-		w := walked{Entry: *e}
-		if (content != nil) != (e.Kind == EntryFile) {
+	err := fswalk.WalkUpper(root, mount, userXattr, func(e *wire.FSEntry, content *os.File) error {
+		w := walked{FSEntry: *e}
+		if (content != nil) != (e.Kind == wire.EntryFile) {
 			t.Errorf("%s: kind %s with content %v", e.Path, e.Kind, content != nil)
 		}
 		if content != nil {
@@ -85,30 +87,30 @@ func TestWalkUpperKinds(t *testing.T) {
 		t.Run(fmt.Sprintf("userxattr=%v", userXattr), func(t *testing.T) {
 			// kind is k when the marker is in the walk's namespace, else other.
 			trusted, user := !userXattr, userXattr
-			kind := func(mine bool, k, other EntryKind) EntryKind {
+			kind := func(mine bool, k, other wire.EntryKind) wire.EntryKind {
 				if mine {
 					return k
 				}
 				return other
 			}
 			want := []walked{
-				{Entry: Entry{Path: "a", Kind: EntryDir, Mode: 0o755}},
-				{Entry: Entry{Path: "a/f", Kind: EntryFile, Mode: 0o644, Size: 6}, content: "hello\n"},
-				{Entry: Entry{Path: "a/wh", Kind: EntryWhiteout}},
-				{Entry: Entry{Path: "b-opaque-trusted", Kind: EntryDir, Mode: 0o700, Opaque: trusted}},
-				{Entry: Entry{Path: "b-opaque-trusted/in", Kind: EntryFile, Mode: 0o600, Size: 2}, content: "in"},
-				{Entry: Entry{Path: "c-opaque-user", Kind: EntryDir, Mode: 0o755, Opaque: user}},
-				{Entry: Entry{Path: "c-x-not-opaque", Kind: EntryDir, Mode: 0o755}},
-				{Entry: Entry{Path: "empty", Kind: EntryFile, Mode: 0o644}},
-				{Entry: Entry{Path: "fifo", Kind: EntryFIFO, Mode: 0o640}},
-				{Entry: Entry{Path: "ln", Kind: EntrySymlink, Mode: 0o777, Link: "../target"}},
-				{Entry: Entry{Path: "null", Kind: EntryOther, Mode: 0o666}},
-				{Entry: Entry{Path: "owned", Kind: EntryFile, Mode: 0o640, Size: 1, UID: 1234, GID: 5678}, content: "o"},
-				{Entry: Entry{Path: "owned-ln", Kind: EntrySymlink, Mode: 0o777, Link: "owned", UID: 4321, GID: 8765}},
-				{Entry: Entry{Path: "suid", Kind: EntryFile, Mode: 0o4755, Size: 3}, content: "#!\n"},
-				{Entry: Entry{Path: "xw-trusted", Kind: kind(trusted, EntryWhiteout, EntryFile), Mode: 0o644}},
-				{Entry: Entry{Path: "xw-user", Kind: kind(user, EntryWhiteout, EntryFile), Mode: 0o644}},
-				{Entry: Entry{Path: "xw-user-nonempty", Kind: EntryFile, Mode: 0o644, Size: 4}, content: "data"},
+				{FSEntry: wire.FSEntry{Path: "a", Kind: wire.EntryDir, Mode: 0o755}},
+				{FSEntry: wire.FSEntry{Path: "a/f", Kind: wire.EntryFile, Mode: 0o644, Size: 6}, content: "hello\n"},
+				{FSEntry: wire.FSEntry{Path: "a/wh", Kind: wire.EntryWhiteout}},
+				{FSEntry: wire.FSEntry{Path: "b-opaque-trusted", Kind: wire.EntryDir, Mode: 0o700, Opaque: trusted}},
+				{FSEntry: wire.FSEntry{Path: "b-opaque-trusted/in", Kind: wire.EntryFile, Mode: 0o600, Size: 2}, content: "in"},
+				{FSEntry: wire.FSEntry{Path: "c-opaque-user", Kind: wire.EntryDir, Mode: 0o755, Opaque: user}},
+				{FSEntry: wire.FSEntry{Path: "c-x-not-opaque", Kind: wire.EntryDir, Mode: 0o755}},
+				{FSEntry: wire.FSEntry{Path: "empty", Kind: wire.EntryFile, Mode: 0o644}},
+				{FSEntry: wire.FSEntry{Path: "fifo", Kind: wire.EntryFIFO, Mode: 0o640}},
+				{FSEntry: wire.FSEntry{Path: "ln", Kind: wire.EntrySymlink, Mode: 0o777, Link: "../target"}},
+				{FSEntry: wire.FSEntry{Path: "null", Kind: wire.EntryOther, Mode: 0o666}},
+				{FSEntry: wire.FSEntry{Path: "owned", Kind: wire.EntryFile, Mode: 0o640, Size: 1, UID: 1234, GID: 5678}, content: "o"},
+				{FSEntry: wire.FSEntry{Path: "owned-ln", Kind: wire.EntrySymlink, Mode: 0o777, Link: "owned", UID: 4321, GID: 8765}},
+				{FSEntry: wire.FSEntry{Path: "suid", Kind: wire.EntryFile, Mode: 0o4755, Size: 3}, content: "#!\n"},
+				{FSEntry: wire.FSEntry{Path: "xw-trusted", Kind: kind(trusted, wire.EntryWhiteout, wire.EntryFile), Mode: 0o644}},
+				{FSEntry: wire.FSEntry{Path: "xw-user", Kind: kind(user, wire.EntryWhiteout, wire.EntryFile), Mode: 0o644}},
+				{FSEntry: wire.FSEntry{Path: "xw-user-nonempty", Kind: wire.EntryFile, Mode: 0o644, Size: 4}, content: "data"},
 			}
 			for i := range want {
 				want[i].Mount = 3
@@ -122,7 +124,7 @@ func TestWalkUpperKinds(t *testing.T) {
 				// The mtime is the upper's, none for a whiteout.
 				var st unix.Stat_t
 				must(t, unix.Lstat(up+"/"+got[i].Path, &st))
-				if mt := st.Mtim.Nano(); got[i].Kind == EntryWhiteout && got[i].MtimeNS != 0 || got[i].Kind != EntryWhiteout && got[i].MtimeNS != mt {
+				if mt := st.Mtim.Nano(); got[i].Kind == wire.EntryWhiteout && got[i].MtimeNS != 0 || got[i].Kind != wire.EntryWhiteout && got[i].MtimeNS != mt {
 					t.Errorf("entry %d (%s): mtime %d, the upper's is %d", i, got[i].Path, got[i].MtimeNS, mt)
 				}
 				got[i].MtimeNS = 0
@@ -146,7 +148,7 @@ func TestWalkUpperEmptyAndErrors(t *testing.T) {
 	buildTree(t, up, []node{dir("a", 0o755), file("a/b", "b", 0o644), file("c", "c", 0o644)})
 	stop := errors.New("stop")
 	var n int
-	err = WalkUpper(up, 0, false, func(e *Entry, _ *os.File) error {
+	err = fswalk.WalkUpper(up, 0, false, func(e *wire.FSEntry, _ *os.File) error {
 		n++
 		if e.Path == "a/b" {
 			return stop
@@ -210,7 +212,7 @@ func TestWalkRefusesRedirectAndMetacopy(t *testing.T) {
 				t.Errorf("%s: walk error %v", x, err)
 			}
 			// The other namespace's walk sees an ordinary dir.
-			if got, err := walkAll(t, up, 0, !userXattr); err != nil || len(got) != 1 || got[0].Kind != EntryDir {
+			if got, err := walkAll(t, up, 0, !userXattr); err != nil || len(got) != 1 || got[0].Kind != wire.EntryDir {
 				t.Errorf("%s, userxattr=%v: %+v, %v", x, !userXattr, got, err)
 			}
 		}
@@ -224,7 +226,7 @@ func TestWalkRefusesRedirectAndMetacopy(t *testing.T) {
 			if _, err := walkAll(t, up, 0, userXattr); err == nil || !strings.Contains(err.Error(), "metacopy") {
 				t.Errorf("%s: walk error %v", x, err)
 			}
-			if got, err := walkAll(t, up, 0, !userXattr); err != nil || len(got) != 1 || got[0].Kind != EntryFile {
+			if got, err := walkAll(t, up, 0, !userXattr); err != nil || len(got) != 1 || got[0].Kind != wire.EntryFile {
 				t.Errorf("%s, userxattr=%v: %+v, %v", x, !userXattr, got, err)
 			}
 		}
@@ -272,7 +274,7 @@ func TestWalkRedirects(t *testing.T) {
 		xattr   string
 		parent  string // made opaque when "opaque"
 		value   string
-		want    string // Entry.Redirect of "p/moved"
+		want    string // wire.FSEntry.Redirect of "p/moved"
 		wantErr string
 	}{
 		{name: "absolute", xattr: "trusted.overlay.redirect", value: "/orig/x", want: "orig/x"},
@@ -295,8 +297,8 @@ func TestWalkRedirects(t *testing.T) {
 				setxattr(t, up+"/p", "trusted.overlay.opaque", "y")
 			}
 			setxattr(t, up+"/p/moved", c.xattr, c.value)
-			var got []Entry
-			err := Walk(up, 0, WalkOptions{Redirects: true}, func(e *Entry, _ *os.File) error {
+			var got []wire.FSEntry
+			err := fswalk.Walk(up, 0, fswalk.WalkOptions{Redirects: true}, func(e *wire.FSEntry, _ *os.File) error {
 				got = append(got, *e)
 				return nil
 			})
@@ -313,7 +315,7 @@ func TestWalkRedirects(t *testing.T) {
 		})
 	}
 	t.Run("never with userxattr", func(t *testing.T) {
-		if err := Walk(t.TempDir(), 0, WalkOptions{UserXattr: true, Redirects: true}, nil); err == nil {
+		if err := fswalk.Walk(t.TempDir(), 0, fswalk.WalkOptions{UserXattr: true, Redirects: true}, nil); err == nil {
 			t.Fatal("a walk honouring user.overlay.redirect was allowed")
 		}
 	})
@@ -336,6 +338,6 @@ func TestForgedRedirectOnRedirectOverlay(t *testing.T) {
 	setxattr(t, f.p("nd"), "user.overlay.redirect", "/secret")
 	mustNotReachUpper(t, f, o.upper, "nd", "trusted.overlay.redirect")
 	o.unmount()
-	got, _ := diffUpperOpts(t, o.upper, lower, WalkOptions{Redirects: true}, diffMax)
+	got, _ := diffUpperOpts(t, o.upper, lower, fswalk.WalkOptions{Redirects: true}, diffMax)
 	checkChanges(t, lower, got, []wc{wMkdir("nd", "0755")})
 }

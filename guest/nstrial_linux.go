@@ -12,7 +12,7 @@ import (
 	"github.com/moby/sys/mountinfo"
 	"golang.org/x/sys/unix"
 
-	"github.com/dryexec/dryexec/fsdelta"
+	"github.com/dryexec/dryexec/fswalk"
 	"github.com/dryexec/dryexec/wire"
 )
 
@@ -83,7 +83,7 @@ func serveTrial(conn *wire.Conn, cfg *wire.TrialStart, l *confinedLauncher, scra
 	}
 	// The codecs of what the trial's own frames carry are built now, while
 	// a pooled sandbox waits, rather than at trial.run.
-	wire.Prime(&wire.TrialRun{}, &wire.TrialExit{Memory: &wire.MemoryUse{}, Violations: []wire.Violation{{}}}, &fsdelta.Entry{}, &wire.TrialDone{})
+	wire.Prime(&wire.TrialRun{}, &wire.TrialExit{Memory: &wire.MemoryUse{}, Violations: []wire.Violation{{}}}, &wire.FSEntry{}, &wire.TrialDone{})
 	// The sandbox is ready: a warm pool keeps it so until a trial is asked
 	// for (the host closing the stream ends it), a cold trial sends the
 	// command at once. The host writes the command to the stub, then sends
@@ -138,8 +138,8 @@ func walkUppers(conn *wire.Conn, scratch, n int, rootless bool) error {
 		// Only the xattr namespace the overlays use is read: as root that is
 		// trusted.*, and user.* is the command's own to set. As root the
 		// overlays have redirect_dir=on (overlayBuilder.overlay).
-		o := fsdelta.WalkOptions{UserXattr: rootless, Redirects: !rootless}
-		err := fsdelta.Walk("u/"+strconv.Itoa(i), i, o, func(e *fsdelta.Entry, content *os.File) error {
+		o := fswalk.WalkOptions{UserXattr: rootless, Redirects: !rootless}
+		err := fswalk.Walk("u/"+strconv.Itoa(i), i, o, func(e *wire.FSEntry, content *os.File) error {
 			if err := conn.Send(wire.KindEvent, wire.VerbFSEntry, 0, e); err != nil {
 				return err
 			}

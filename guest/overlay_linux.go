@@ -197,7 +197,7 @@ func (b *overlayBuilder) overlay(hostPath, lowerPath, target string) error {
 	// Metacopy and the index are off whatever the kernel's defaults
 	// (CONFIG_OVERLAY_FS_*, module parameters): a metacopy file in an upper
 	// does not hold what the merged view shows, and the walk refuses it
-	// (fsdelta.Walk); the index only serves those and nfs_export.
+	// (fswalk.Walk); the index only serves those and nfs_export.
 	//
 	// As root, redirect_dir=on: renaming a host dir with rename(2) then works
 	// as on the host (without it overlayfs says EXDEV, which mv survives by

@@ -13,7 +13,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/dryexec/dryexec/fsdelta"
+	"github.com/dryexec/dryexec/fswalk"
 	"github.com/dryexec/dryexec/wire"
 )
 
@@ -227,16 +227,16 @@ func (st *overlayStaging) remount(change func() error) error {
 
 // walkOptions: the upper's markers are in the xattr namespace the overlay
 // uses, and its redirects are followed where it has redirect_dir=on (root).
-func (st *overlayStaging) walkOptions() fsdelta.WalkOptions {
-	return fsdelta.WalkOptions{UserXattr: st.userXattr, Redirects: !st.userXattr}
+func (st *overlayStaging) walkOptions() fswalk.WalkOptions {
+	return fswalk.WalkOptions{UserXattr: st.userXattr, Redirects: !st.userXattr}
 }
 
 func (st *overlayStaging) diff() (*wire.Diff, error) {
 	w := newWSDiffer(st.ws, st.base, false)
-	err := fsdelta.Walk(st.upper, 0, st.walkOptions(), func(e *fsdelta.Entry, _ *os.File) error {
+	err := fswalk.Walk(st.upper, 0, st.walkOptions(), func(e *wire.FSEntry, _ *os.File) error {
 		// A renamed dir shows another baseline dir's children than its
 		// own path's, so all of them are compared, as for an opaque one.
-		if e.Kind == fsdelta.EntryDir && (e.Opaque || e.Redirect != "") {
+		if e.Kind == wire.EntryDir && (e.Opaque || e.Redirect != "") {
 			w.opaque[e.Path] = true
 		}
 		return w.path(e.Path)
@@ -271,8 +271,8 @@ func (st *overlayStaging) replace(r io.Reader) error {
 // tmpfs, so new contents move by rename.
 func (st *overlayStaging) rebase() error {
 	return st.remount(func() error {
-		var entries []fsdelta.Entry
-		err := fsdelta.Walk(st.upper, 0, st.walkOptions(), func(e *fsdelta.Entry, _ *os.File) error {
+		var entries []wire.FSEntry
+		err := fswalk.Walk(st.upper, 0, st.walkOptions(), func(e *wire.FSEntry, _ *os.File) error {
 			entries = append(entries, *e)
 			return nil
 		})
@@ -286,11 +286,11 @@ func (st *overlayStaging) rebase() error {
 		for _, e := range entries {
 			b, u := filepath.Join(st.base, e.Path), filepath.Join(st.upper, e.Path)
 			switch e.Kind {
-			case fsdelta.EntryWhiteout:
+			case wire.EntryWhiteout:
 				if err := os.RemoveAll(b); err != nil {
 					return err
 				}
-			case fsdelta.EntryDir:
+			case wire.EntryDir:
 				fi, err := os.Lstat(b)
 				if e.Opaque || e.Redirect != "" || (err == nil && !fi.IsDir()) {
 					if err := os.RemoveAll(b); err != nil {
@@ -334,17 +334,17 @@ func (st *overlayStaging) rebaseTmp() string { return filepath.Join(filepath.Dir
 // whiteout at its old path would delete it, and a later rename may have
 // reused that path. The deepest go first, so that one inside another moves
 // on its own. It returns where each went, by the renamed dir's path.
-func (st *overlayStaging) takeRedirected(entries []fsdelta.Entry) (map[string]string, error) {
-	var rs []fsdelta.Entry
+func (st *overlayStaging) takeRedirected(entries []wire.FSEntry) (map[string]string, error) {
+	var rs []wire.FSEntry
 	for _, e := range entries {
-		if e.Kind == fsdelta.EntryDir && e.Redirect != "" {
+		if e.Kind == wire.EntryDir && e.Redirect != "" {
 			rs = append(rs, e)
 		}
 	}
 	if len(rs) == 0 {
 		return nil, nil
 	}
-	slices.SortStableFunc(rs, func(a, b fsdelta.Entry) int {
+	slices.SortStableFunc(rs, func(a, b wire.FSEntry) int {
 		return strings.Count(b.Redirect, "/") - strings.Count(a.Redirect, "/")
 	})
 	tmp := st.rebaseTmp()

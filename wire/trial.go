@@ -23,7 +23,7 @@ const (
 	VerbTrialJoined = "trial.joined" // no body
 	VerbTrialRun    = "trial.run"    // body: TrialRun
 	VerbTrialExit   = "trial.exit"
-	VerbFSEntry     = "fs.entry" // body: fsdelta.Entry; a file's content follows as fs.data frames
+	VerbFSEntry     = "fs.entry" // body: FSEntry; a file's content follows as fs.data frames
 	VerbFSData      = "fs.data"  // one attachment of file content
 	// VerbFSHole is a run of zeros in a file's content that the file does
 	// not store (a hole: SEEK_HOLE): body FSHole, no attachment. A sparse

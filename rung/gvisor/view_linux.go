@@ -15,6 +15,7 @@ import (
 
 	"github.com/dryexec/dryexec"
 	"github.com/dryexec/dryexec/fsdelta"
+	"github.com/dryexec/dryexec/fswalk"
 	"github.com/dryexec/dryexec/guest"
 	"github.com/dryexec/dryexec/wire"
 )
@@ -24,7 +25,7 @@ import (
 // to spec.SpillDir, and its touched paths), as the ns rung's host diffs a
 // guest's report. runsc and its sandbox are gone: nothing writes there any
 // more. The walk runs in this process: the upper dirs are on the host side
-// of gVisor, and fsdelta.Walk passes the kernel one name at a time relative
+// of gVisor, and fswalk.Walk passes the kernel one name at a time relative
 // to a directory fd, never following a link the sandbox made. After a walk
 // error, d holds what was walked before it.
 func (t *trial) walk(ctx context.Context, deadline time.Time, d *dryexec.StateDelta) error {
@@ -42,7 +43,7 @@ func (t *trial) walk(ctx context.Context, deadline time.Time, d *dryexec.StateDe
 	for i := range t.uppers {
 		// As root the view's overlays have redirect_dir=on and their
 		// markers are trusted.overlay.* (guest.buildGVisorView).
-		werr = fsdelta.Walk(base+strconv.Itoa(i), i, fsdelta.WalkOptions{Redirects: true}, func(e *fsdelta.Entry, content *os.File) error {
+		werr = fswalk.Walk(base+strconv.Itoa(i), i, fswalk.WalkOptions{Redirects: true}, func(e *wire.FSEntry, content *os.File) error {
 			if err := ctx.Err(); err != nil {
 				return err
 			}

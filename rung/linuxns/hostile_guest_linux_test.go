@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/dryexec/dryexec"
-	"github.com/dryexec/dryexec/fsdelta"
 	"github.com/dryexec/dryexec/guest"
 	"github.com/dryexec/dryexec/policy"
 	"github.com/dryexec/dryexec/wire"
@@ -48,13 +47,13 @@ func hostileGuest(script string) int {
 	conn.Read() // trial.joined
 	conn.Read() // trial.run
 	exit := &wire.TrialExit{}
-	escaping := &fsdelta.Entry{Mount: 0, Path: "../etc/shadow", Kind: fsdelta.EntryDir, Mode: 0o755}
+	escaping := &wire.FSEntry{Mount: 0, Path: "../etc/shadow", Kind: wire.EntryDir, Mode: 0o755}
 	switch script {
 	case "exit twice":
 		conn.Send(wire.KindEvent, wire.VerbTrialExit, 0, exit)
 		conn.Send(wire.KindEvent, wire.VerbTrialExit, 0, exit)
 	case "entry before exit":
-		conn.Send(wire.KindEvent, wire.VerbFSEntry, 0, &fsdelta.Entry{Path: "x", Kind: fsdelta.EntryDir, Mode: 0o755})
+		conn.Send(wire.KindEvent, wire.VerbFSEntry, 0, &wire.FSEntry{Path: "x", Kind: wire.EntryDir, Mode: 0o755})
 	case "done before exit":
 		conn.Send(wire.KindEvent, wire.VerbTrialDone, 0, &wire.TrialDone{})
 	case "entry escaping its mount":
@@ -62,7 +61,7 @@ func hostileGuest(script string) int {
 		conn.Send(wire.KindEvent, wire.VerbFSEntry, 0, escaping)
 	case "hole longer than the file", "hole of no bytes":
 		conn.Send(wire.KindEvent, wire.VerbTrialExit, 0, exit)
-		conn.Send(wire.KindEvent, wire.VerbFSEntry, 0, &fsdelta.Entry{Path: "dryexec-hostile-x", Kind: fsdelta.EntryFile, Mode: 0o644, Size: 10})
+		conn.Send(wire.KindEvent, wire.VerbFSEntry, 0, &wire.FSEntry{Path: "dryexec-hostile-x", Kind: wire.EntryFile, Mode: 0o644, Size: 10})
 		n := int64(11)
 		if script == "hole of no bytes" {
 			n = 0
@@ -71,7 +70,7 @@ func hostileGuest(script string) int {
 		conn.Send(wire.KindEvent, wire.VerbFSHole, 0, &wire.FSHole{N: n})
 	case "entry on an unknown mount":
 		conn.Send(wire.KindEvent, wire.VerbTrialExit, 0, exit)
-		conn.Send(wire.KindEvent, wire.VerbFSEntry, 0, &fsdelta.Entry{Mount: 7, Path: "x", Kind: fsdelta.EntryDir, Mode: 0o755})
+		conn.Send(wire.KindEvent, wire.VerbFSEntry, 0, &wire.FSEntry{Mount: 7, Path: "x", Kind: wire.EntryDir, Mode: 0o755})
 	case "exits without a report":
 		return 0
 	case "garbage frame":

@@ -810,12 +810,12 @@ func (t *trial) converse() (*dryexec.StateDelta, error) {
 // that follow it on conn) to differ: a guest's report and the host's own
 // walk (salvage) pass the same checks.
 func (t *trial) addEntry(conn *wire.Conn, differ *fsdelta.Differ, f *wire.Frame) error {
-	var e fsdelta.Entry
+	var e wire.FSEntry
 	if err := f.Decode(&e); err != nil {
 		return t.guestErr("decoding fs.entry", err)
 	}
 	var content io.Reader
-	if e.Kind == fsdelta.EntryFile {
+	if e.Kind == wire.EntryFile {
 		content = &dataReader{conn: conn, left: e.Size}
 	}
 	if err := differ.Add(&e, content); err != nil {

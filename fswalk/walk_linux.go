@@ -1,4 +1,4 @@
-package fsdelta
+package fswalk
 
 import (
 	"errors"
@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/dryexec/dryexec/wire"
 	"golang.org/x/sys/unix"
 )
 
@@ -56,7 +57,7 @@ type WalkOptions struct {
 
 // WalkUpper walks the overlay upper dir at root with WalkOptions{UserXattr:
 // userXattr}; see Walk.
-func WalkUpper(root string, mount int, userXattr bool, emit func(e *Entry, content *os.File) error) error {
+func WalkUpper(root string, mount int, userXattr bool, emit func(e *wire.FSEntry, content *os.File) error) error {
 	return Walk(root, mount, WalkOptions{UserXattr: userXattr}, emit)
 }
 
@@ -70,7 +71,7 @@ func WalkUpper(root string, mount int, userXattr bool, emit func(e *Entry, conte
 // The upper must not change meanwhile (in a trial, every process that could
 // change it is dead): an ancestor whose fd was closed is reopened through
 // ".." and must be the same dir.
-func Walk(root string, mount int, o WalkOptions, emit func(e *Entry, content *os.File) error) error {
+func Walk(root string, mount int, o WalkOptions, emit func(e *wire.FSEntry, content *os.File) error) error {
 	if o.Redirects && o.UserXattr {
 		return errors.New("fsdelta: redirects are never honoured on a userxattr overlay")
 	}
@@ -97,7 +98,7 @@ type walker struct {
 	mount     int
 	x         overlayXattrs
 	redirects bool
-	emit      func(*Entry, *os.File) error
+	emit      func(*wire.FSEntry, *os.File) error
 }
 
 // frame is one directory on the walk's current path.
@@ -123,7 +124,7 @@ func newFrame(fd int, rel, lower string, hasLower bool) (*frame, error) {
 		return nil, fmt.Errorf("stat upper dir %q: %w", rel, err)
 	}
 	f.dev, f.ino = st.Dev, st.Ino
-	names, err := readDirNames(fd)
+	names, err := ReadDirNames(fd)
 	if err != nil {
 		unix.Close(fd)
 		return nil, fmt.Errorf("reading upper dir %q: %w", rel, err)
@@ -198,7 +199,7 @@ func (w *walker) one(f *frame, name string) (*frame, error) {
 	if err := unix.Fstatat(f.fd, name, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
 		return nil, fmt.Errorf("stat %q: %w", rel, err)
 	}
-	e := &Entry{Mount: w.mount, Path: rel, Mode: st.Mode & 07777, UID: int(st.Uid), GID: int(st.Gid),
+	e := &wire.FSEntry{Mount: w.mount, Path: rel, Mode: st.Mode & 07777, UID: int(st.Uid), GID: int(st.Gid),
 		MtimeNS: st.Mtim.Nano()}
 	if st.Nlink > 1 && st.Mode&unix.S_IFMT != unix.S_IFDIR {
 		// Whiteouts share one inode too (overlayfs links them): cleared below.
@@ -210,7 +211,7 @@ func (w *walker) one(f *frame, name string) (*frame, error) {
 		if err != nil {
 			return nil, fmt.Errorf("opening upper dir %q: %w", rel, err)
 		}
-		e.Kind = EntryDir
+		e.Kind = wire.EntryDir
 		e.Opaque = fxattrIs(fd, w.x.opaque, "y")
 		lower, hasLower, err := w.lowerOf(fd, f, name, e)
 		if err != nil {
@@ -224,14 +225,14 @@ func (w *walker) one(f *frame, name string) (*frame, error) {
 		return newFrame(fd, rel, lower, hasLower)
 	case unix.S_IFCHR:
 		if st.Rdev == 0 {
-			e.Kind, e.Ino, e.Nlink, e.MtimeNS = EntryWhiteout, 0, 0, 0
+			e.Kind, e.Ino, e.Nlink, e.MtimeNS = wire.EntryWhiteout, 0, 0, 0
 		} else {
-			e.Kind = EntryOther
+			e.Kind = wire.EntryOther
 		}
 	case unix.S_IFIFO:
-		e.Kind = EntryFIFO
+		e.Kind = wire.EntryFIFO
 	case unix.S_IFLNK:
-		e.Kind = EntrySymlink
+		e.Kind = wire.EntrySymlink
 		l, err := readlinkat(f.fd, name)
 		if err != nil {
 			return nil, fmt.Errorf("readlink %q: %w", rel, err)
@@ -245,17 +246,17 @@ func (w *walker) one(f *frame, name string) (*frame, error) {
 		file := os.NewFile(uintptr(fd), rel)
 		defer file.Close()
 		if st.Size == 0 && fxattrIs(fd, w.x.whiteout, "") {
-			e.Kind, e.Ino, e.Nlink, e.MtimeNS = EntryWhiteout, 0, 0, 0
+			e.Kind, e.Ino, e.Nlink, e.MtimeNS = wire.EntryWhiteout, 0, 0, 0
 			break
 		}
 		if fxattrIs(fd, w.x.metacopy, "") || fxattrIs(fd, w.x.redirect, "") {
 			return nil, fmt.Errorf("upper file %q is metadata only (overlay metacopy=on is not supported)", rel)
 		}
-		e.Kind = EntryFile
+		e.Kind = wire.EntryFile
 		e.Size = st.Size
 		return nil, w.emit(e, file)
 	default:
-		e.Kind = EntryOther
+		e.Kind = wire.EntryOther
 	}
 	return nil, w.emit(e, nil)
 }
@@ -267,7 +268,7 @@ func (w *walker) one(f *frame, name string) (*frame, error) {
 // redirect_dir=on, and then its xattr namespace (trusted.*) is one the
 // command cannot write; the path it names is checked to stay within the
 // lower. The host reads that path beneath the same mount only (Differ).
-func (w *walker) lowerOf(fd int, f *frame, name string, e *Entry) (string, bool, error) {
+func (w *walker) lowerOf(fd int, f *frame, name string, e *wire.FSEntry) (string, bool, error) {
 	natural := name
 	if f.lower != "" {
 		natural = f.lower + "/" + name
@@ -300,7 +301,7 @@ func (w *walker) lowerOf(fd int, f *frame, name string, e *Entry) (string, bool,
 		// Relative: a name in the lower dir the parent shows.
 		lower = f.lower + "/" + r
 	}
-	if err := CheckRelPath(lower); err != nil || path.Clean(lower) != lower {
+	if err := wire.CheckRelPath(lower); err != nil || path.Clean(lower) != lower {
 		return "", false, fmt.Errorf("upper dir %q has a bad redirect %q", e.Path, r)
 	}
 	if lower != natural || !f.hasLower {
@@ -352,8 +353,9 @@ func readlinkat(fd int, name string) (string, error) {
 	}
 }
 
-// readDirNames returns the names in dir fd, sorted; fd stays open.
-func readDirNames(fd int) ([]string, error) {
+// ReadDirNames returns the names in dir fd, sorted; fd stays open. The
+// host's differ lists host dirs with it too.
+func ReadDirNames(fd int) ([]string, error) {
 	// A dup shares the offset, which only this listing uses; fd itself serves
 	// the *at calls.
 	nfd, err := unix.FcntlInt(uintptr(fd), unix.F_DUPFD_CLOEXEC, 0)
