@@ -13,6 +13,7 @@ import (
 	"log/slog"
 	"os"
 	"os/exec"
+	"os/user"
 	"path"
 	"path/filepath"
 	"slices"
@@ -115,7 +116,16 @@ func FindRunsc(path string) (string, error) {
 	for _, gp := range filepath.SplitList(os.Getenv("GOPATH")) {
 		cands = append(cands, filepath.Join(gp, "bin", "runsc"))
 	}
-	if h, err := os.UserHomeDir(); err == nil {
+	// $HOME, else the passwd entry's home: a service or a cleaned
+	// environment (env -i, some sudo setups) has no HOME, and `make`
+	// installed runsc in that user's ~/go/bin.
+	h, err := os.UserHomeDir()
+	if err != nil {
+		if u, uerr := user.Current(); uerr == nil {
+			h, err = u.HomeDir, nil
+		}
+	}
+	if err == nil && h != "" {
 		cands = append(cands, filepath.Join(h, "go", "bin", "runsc"))
 	}
 	for _, c := range cands {

@@ -32,7 +32,6 @@ import (
 
 	"github.com/dryexec/dryexec"
 	"github.com/dryexec/dryexec/guest"
-	"github.com/dryexec/dryexec/rung/linuxns"
 )
 
 // inNetNS marks the re-executed benchmark running in a network namespace of
@@ -40,7 +39,7 @@ import (
 const inNetNS = "DRYEXEC_BENCH_OWN_NETNS"
 
 // groupKeys are the groups in the order they run; -only picks among them.
-var groupKeys = []string{"trial", "warm", "throughput", "diff", "commit", "sessions", "net", "memory", "bigdelta", "collect"}
+var groupKeys = []string{"trial", "rungs", "warm", "throughput", "diff", "commit", "sessions", "net", "memory", "bigdelta", "collect"}
 
 func main() {
 	guest.MaybeMain(os.Args)
@@ -183,7 +182,7 @@ func run(ctx context.Context, cfg config) (err error) {
 	}
 	m := describeMachine()
 	makers := map[string]func(*env) ([]group, error){
-		"trial": trialGroup, "warm": warmGroup, "throughput": throughputGroup, "diff": diffGroup,
+		"trial": trialGroup, "rungs": rungsGroup, "warm": warmGroup, "throughput": throughputGroup, "diff": diffGroup,
 		"commit": commitGroup, "sessions": sessionGroup, "net": netGroup, "memory": memoryGroup,
 		"bigdelta": bigDeltaGroup, "collect": collectGroup,
 	}
@@ -322,7 +321,7 @@ func (e *env) command(dir string, argv ...string) func() error {
 var benchEnv = map[string]string{"PATH": "/usr/bin:/bin"}
 
 // trial runs argv in dir as an ns trial and fails unless it exits 0.
-func (e *env) trial(r *linuxns.Rung, dir string, argv ...string) error {
+func (e *env) trial(r dryexec.Rung, dir string, argv ...string) error {
 	return checkDelta(r.Trial(e.ctx, dryexec.TrialSpec{Action: dryexec.Action{Argv: argv, Cwd: dir, Env: benchEnv}}))
 }
 
