@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"slices"
 	"testing"
 
 	"github.com/dryexec/dryexec/session"
@@ -120,6 +121,17 @@ var diffCases = []conformanceCase{
 	// ---- modes ----
 	{"chmod_adds_exec_bit", diffAfter("chmod 755 a.txt", want{modes: map[string]fs.FileMode{"a.txt": 0o755}})},
 	{"chmod_removes_exec_bit", diffAfter("chmod 644 run.sh", want{modes: map[string]fs.FileMode{"run.sh": 0o644}})},
+	// A chmod alone is a change by every measure: not empty, listed in
+	// Paths, and carrying the mode to apply.
+	{"chmod_only_is_not_empty", func(t *testing.T, open opener) {
+		s := seeded(t, open)
+		run(t, s, "chmod 700 b.txt")
+		d := getDiff(t, s, false)
+		checkDiff(t, d, want{modes: map[string]fs.FileMode{"b.txt": 0o700}})
+		if d.Empty() || !slices.Equal(d.Paths(), []string{"b.txt"}) {
+			t.Fatalf("a chmod-only diff: Empty %v, Paths %q", d.Empty(), d.Paths())
+		}
+	}},
 	{"chmod_restricts", diffAfter("chmod 600 a.txt; chmod 444 b.txt", want{modes: map[string]fs.FileMode{"a.txt": 0o600, "b.txt": 0o444}})},
 	{"setuid_stripped", diffAfter("chmod 4755 a.txt", want{modes: map[string]fs.FileMode{"a.txt": 0o755}})},
 	{"setuid_on_exec_file_is_no_change", diffAfter("chmod 4755 run.sh", want{})},
@@ -130,7 +142,9 @@ var diffCases = []conformanceCase{
 	// ---- symlinks ----
 	{"symlink_reported_as_link", diffAfter("ln -s a.txt l; ln -s d/sub ld", want{links: map[string]string{"l": "a.txt", "ld": "d/sub"}})},
 	{"dangling_symlink", diffAfter("ln -s nowhere/at/all dl", want{links: map[string]string{"dl": "nowhere/at/all"}})},
-	{"symlink_replaces_file", diffAfter("rm a.txt && ln -s b.txt a.txt", want{links: map[string]string{"a.txt": "b.txt"}})},
+	// A change of kind is the old path deleted and the new thing made, so a
+	// diff applied elsewhere removes the file before making the link.
+	{"symlink_replaces_file", diffAfter("rm a.txt && ln -s b.txt a.txt", want{deletes: []string{"a.txt"}, links: map[string]string{"a.txt": "b.txt"}})},
 	{"symlink_replaces_dir", diffAfter("rm -r d && ln -s /etc d", want{deletes: []string{"d/sub/y", "d/x"}, links: map[string]string{"d": "/etc"}})},
 	{"symlink_retarget", func(t *testing.T, open opener) {
 		s := openDefault(t, open)
@@ -142,7 +156,7 @@ var diffCases = []conformanceCase{
 		s := openDefault(t, open)
 		seed(t, s, tree{"a": file("a"), "l": symlink("a")})
 		run(t, s, "rm l && echo f > l")
-		checkDiff(t, getDiff(t, s, false), want{writes: map[string]string{"l": "f\n"}})
+		checkDiff(t, getDiff(t, s, false), want{deletes: []string{"l"}, writes: map[string]string{"l": "f\n"}})
 	}},
 	{"delete_symlink", func(t *testing.T, open opener) {
 		s := openDefault(t, open)

@@ -62,6 +62,7 @@ func TestConformance(t *testing.T) {
 		{"python", pythonCases},
 		{"cache", cacheCases},
 		{"host_objects", hostObjectCases},
+		{"environment", environmentCases},
 	}
 	seen := map[string]bool{}
 	for _, g := range groups {
@@ -322,6 +323,9 @@ func checkDiff(t *testing.T, d *session.Diff, w want) {
 	}
 	if !equalMaps(d.Modes, modes) {
 		errs = append(errs, fmt.Sprintf("modes %s, want %s", showModes(d.Modes), showModes(modes)))
+	}
+	if wantEmpty := len(w.writes)+len(w.links)+len(w.deletes)+len(w.modes) == 0; d.Empty() != wantEmpty {
+		errs = append(errs, fmt.Sprintf("Empty() %v, want %v", d.Empty(), wantEmpty))
 	}
 	if len(errs) > 0 {
 		t.Fatalf("diff is not as expected:\n  %s", strings.Join(errs, "\n  "))

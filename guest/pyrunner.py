@@ -583,6 +583,11 @@ def _main():
             os.chdir(cwd)
         if _path0 is not None:
             sys.path.insert(0, _path0)
+        # "" follows the cwd: after the code's own os.chdir, modules at the
+        # workspace's root would stop importing. The root itself comes
+        # right after it, as an absolute path.
+        if req.get("workspace") and _ws not in sys.path:
+            sys.path.insert(1 if _path0 is not None else 0, _ws)
         for name, v in (req.get("inputs") or {}).items():
             if not name.isidentifier():
                 raise ValueError("input name %r is not a Python identifier" % name)

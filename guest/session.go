@@ -100,6 +100,16 @@ func (s *session) handle(ctx context.Context, f *wire.Frame) (any, [][]byte, err
 		if err := s.start(); err != nil {
 			return nil, nil, remote("setup", "%v", err)
 		}
+		sh, err := resolveShell(s.cfg.Shell)
+		if err != nil {
+			return nil, nil, remote("setup", "%v", err)
+		}
+		s.shell.path = sh
+		// Code that must find the workspace after a cd (a build script, a
+		// test fixture) reads it from the environment, on every rung alike.
+		s.shell.env = append(slices.DeleteFunc(slices.Clone(s.shell.env), func(kv string) bool {
+			return strings.HasPrefix(kv, wire.WorkspaceEnv+"=")
+		}), wire.WorkspaceEnv+"="+s.ws)
 		// The view is ready: the first exec_python's runner can start.
 		s.prestartPython()
 		return s.ping(), nil, nil
@@ -199,7 +209,7 @@ func (s *session) handle(ctx context.Context, f *wire.Frame) (any, [][]byte, err
 }
 
 func (s *session) ping() *wire.Ping {
-	return &wire.Ping{Rung: s.cfg.Rung, Staging: s.st.name(), Version: wire.Version, Workspace: s.ws, Python: pythonPath()}
+	return &wire.Ping{Rung: s.cfg.Rung, Staging: s.st.name(), Version: wire.Version, Workspace: s.ws, Python: pythonPath(), Shell: s.shell.path}
 }
 
 // readFile returns one chunk of a workspace file, refusing paths that leave the

@@ -10,6 +10,7 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"slices"
 	"sort"
 	"strings"
@@ -25,8 +26,9 @@ const oNoFollow = syscall.O_NOFOLLOW
 
 // shellState is what survives from one exec_shell to the next.
 type shellState struct {
-	cwd string
-	env []string
+	path string // the shell's binary (resolveShell)
+	cwd  string
+	env  []string
 	// dropped holds the warnings for variables the last exec exported but which
 	// were too large to keep; the next exec (the first without them) reports them.
 	dropped []string
@@ -375,7 +377,7 @@ func (s *session) execShell(ctx context.Context, req *wire.ExecShell) *wire.Shel
 	case !s.shell.probed:
 		probe, limit = envProbe, exportPLimit
 	}
-	cmd := exec.Command("/bin/sh", "-c", wrapper, "sh", s.shell.cwd, s.ws, req.Command, probe)
+	cmd := exec.Command(s.shell.path, "-c", wrapper, "sh", s.shell.cwd, s.ws, req.Command, probe)
 	cmd.Env = env
 	cmd.Stdin = nil
 	cmd.Stdout = streamWriter{t, out}
@@ -501,4 +503,29 @@ func (s *session) announce(pid int) {
 	if s.cfg.Rung == "host" && s.peer != nil {
 		s.peer.Notify(wire.VerbExecStarted, &wire.ExecStarted{PID: pid})
 	}
+}
+
+// resolveShell turns SessionStart.Shell into the binary execs run in, looked
+// for in the sandbox's own view: "" is bash where /bin/bash is there (what
+// agents write assumes it: $'a\nb', arrays, [[ ]]), else /bin/sh.
+func resolveShell(want string) (string, error) {
+	executable := func(p string) bool {
+		st, err := os.Stat(p)
+		return err == nil && st.Mode().IsRegular() && st.Mode()&0o111 != 0
+	}
+	switch want {
+	case "":
+		if executable("/bin/bash") {
+			return "/bin/bash", nil
+		}
+		return "/bin/sh", nil
+	case "bash":
+		want = "/bin/bash"
+	case "sh":
+		want = "/bin/sh"
+	}
+	if !filepath.IsAbs(want) || !executable(want) {
+		return "", fmt.Errorf("shell %s: not an executable file in the sandbox", want)
+	}
+	return want, nil
 }

@@ -85,6 +85,11 @@ func (w *wsDiffer) path(rel string) error {
 	}
 	// Both are non-directories.
 	if ci.Mode().Type() != bi.Mode().Type() {
+		// A file became a symlink, or the reverse: the old thing is gone
+		// and a new one is there. Reported as both, as a directory that
+		// became a file is, so that a diff applied elsewhere removes the
+		// old kind before making the new one.
+		w.diff.Deletes = append(w.diff.Deletes, rel)
 		return w.written(rel, ci)
 	}
 	if ci.Mode()&fs.ModeSymlink != 0 {

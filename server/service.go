@@ -620,6 +620,9 @@ type SessionRequest struct {
 	Workspace string            `json:"workspace,omitempty"`
 	Env       map[string]string `json:"env,omitempty"`
 	OutputCap int               `json:"output_cap,omitempty"`
+	// Shell is "" (bash where the sandbox has it, else sh), "bash", "sh" or
+	// an absolute path in the sandbox.
+	Shell string `json:"shell,omitempty"`
 	// CacheReadOnly refuses the sandbox's cache writes.
 	CacheReadOnly bool `json:"cache_read_only,omitempty"`
 	// HostObjects names the objects the client serves, each with the methods
@@ -665,6 +668,7 @@ type SessionInfo struct {
 	Staging     string              `json:"staging"`
 	Workspace   string              `json:"workspace"`
 	Python      string              `json:"python"`
+	Shell       string              `json:"shell"`
 	Created     time.Time           `json:"created"`
 	HostObjects map[string][]string `json:"host_objects"`
 	// Warnings say what the session does not enforce as asked (e.g. no
@@ -679,7 +683,7 @@ func (l *Live) Info() SessionInfo {
 	if objs == nil {
 		objs = map[string][]string{}
 	}
-	return SessionInfo{SessionID: l.ID, Rung: p.Rung, Staging: p.Staging, Workspace: p.Workspace, Python: p.Python, Created: l.Created.UTC(), HostObjects: objs,
+	return SessionInfo{SessionID: l.ID, Rung: p.Rung, Staging: p.Staging, Workspace: p.Workspace, Python: p.Python, Shell: p.Shell, Created: l.Created.UTC(), HostObjects: objs,
 		Warnings: l.Session.Warnings()}
 }
 
@@ -710,6 +714,9 @@ func (s *Service) OpenSession(ctx context.Context, req SessionRequest) (*Live, e
 	}
 	if req.OutputCap < 0 || req.OutputCap > maxOutputCap {
 		return nil, badRequest("output_cap: between 0 and %d", maxOutputCap)
+	}
+	if err := session.CheckShell(req.Shell); err != nil {
+		return nil, badRequest("%v", err)
 	}
 	for k, v := range req.Env {
 		if k == "" || strings.ContainsAny(k, "=\x00") || strings.ContainsRune(v, 0) {
@@ -933,7 +940,7 @@ func (s *Service) Close() error {
 
 // sessionOptions are the options of a session for req (host objects aside).
 func (s *Service) sessionOptions(req SessionRequest) session.Options {
-	return session.Options{Rung: req.Rung, Workspace: req.Workspace, Env: req.Env, OutputCap: req.OutputCap,
+	return session.Options{Rung: req.Rung, Workspace: req.Workspace, Env: req.Env, OutputCap: req.OutputCap, Shell: req.Shell,
 		GuestExe: s.cfg.GuestExe, Log: s.cfg.Log, CacheReadOnly: req.CacheReadOnly,
 		Limits: req.Limits.limits(), Masks: append(slices.Clone(req.Masks), s.keyMask(), s.netCADir()), NoDefaultMasks: req.NoDefaultMasks,
 		OwnPaths: s.ownPaths(), Net: req.Net, NetCADir: s.netCADir()}

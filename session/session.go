@@ -71,6 +71,8 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -93,6 +95,11 @@ type Options struct {
 	Env map[string]string
 	// OutputCap bounds each exec's transcript and streams (0: 1 MiB).
 	OutputCap int
+	// Shell is what shell execs run in: "" means bash where the sandbox has
+	// /bin/bash (ANSI-C quoting, arrays, [[ ]] work as agents expect), else
+	// /bin/sh; "bash" (refused where there is none), "sh", or an absolute
+	// path inside the sandbox.
+	Shell string
 	// GuestExe is the binary started as `guest session` (default /proc/self/exe,
 	// which must call guest.MaybeMain first in main).
 	GuestExe string
@@ -184,6 +191,9 @@ type Session struct {
 // Open starts a session.
 func Open(ctx context.Context, opt Options) (*Session, error) {
 	opt = opt.withDefaults()
+	if err := CheckShell(opt.Shell); err != nil {
+		return nil, fmt.Errorf("session: %w", err)
+	}
 	hostObjects, err := newHostObjects(opt.HostObjects, opt.Allow)
 	if err != nil {
 		return nil, err
@@ -194,6 +204,19 @@ func Open(ctx context.Context, opt Options) (*Session, error) {
 	}
 	s.bind(hostObjects, opt.OnEmit)
 	return s, nil
+}
+
+// CheckShell says whether shell is a value Options.Shell takes: "", "bash",
+// "sh" or an absolute path. Whether that shell exists is known only inside
+// the sandbox, where opening the session fails if it does not.
+func CheckShell(shell string) error {
+	switch {
+	case shell == "" || shell == "bash" || shell == "sh":
+		return nil
+	case strings.HasPrefix(shell, "/") && !strings.ContainsRune(shell, 0):
+		return nil
+	}
+	return fmt.Errorf("shell %q: want bash, sh or an absolute path in the sandbox", shell)
 }
 
 func (o Options) withDefaults() Options {
@@ -234,7 +257,7 @@ func open(ctx context.Context, opt Options) (*Session, error) {
 	s := &Session{rung: opt.Rung, ctrl: ctrlFile, runErr: make(chan error, 1),
 		cache: newCache(opt.CacheReadOnly)}
 	s.hostCtx, s.hostCancel = context.WithCancel(context.Background())
-	start := wire.SessionStart{Rung: opt.Rung, Workspace: opt.Workspace, OutputCap: opt.OutputCap}
+	start := wire.SessionStart{Rung: opt.Rung, Workspace: opt.Workspace, OutputCap: opt.OutputCap, Shell: opt.Shell}
 	switch opt.Rung {
 	case "host":
 		if len(opt.Net) > 0 {
@@ -487,6 +510,28 @@ type Diff struct {
 	// Modes maps paths whose permissions alone changed (and every written file)
 	// to their mode: exec bits kept, setuid/setgid stripped.
 	Modes map[string]fs.FileMode
+}
+
+// Empty reports whether nothing changed: no write, link, delete, or mode
+// change (a chmod alone is a change).
+func (d *Diff) Empty() bool { return len(d.Paths()) == 0 }
+
+// Paths lists every changed path once, sorted: written, linked, deleted or
+// with a new mode.
+func (d *Diff) Paths() []string {
+	var ps []string
+	for p := range d.Writes {
+		ps = append(ps, p)
+	}
+	for p := range d.Links {
+		ps = append(ps, p)
+	}
+	for p := range d.Modes {
+		ps = append(ps, p)
+	}
+	ps = append(ps, d.Deletes...)
+	slices.Sort(ps)
+	return slices.Compact(ps)
 }
 
 // Diff returns the changes since the baseline; rebase makes the current state

@@ -28,6 +28,7 @@ type Ping struct {
 	Version   int    `json:"version"`
 	Workspace string `json:"workspace"`
 	Python    string `json:"python,omitempty"` // the interpreter exec_python uses, "" if none
+	Shell     string `json:"shell,omitempty"`  // the shell exec_shell runs in
 }
 
 // ExecShell runs a shell command with the session's persistent cwd and env.
@@ -114,6 +115,10 @@ type PullDiff struct {
 	Rebase bool `json:"rebase,omitempty"` // and make the current state the new baseline
 }
 
+// WorkspaceEnv names the variable that holds the workspace's path in every
+// shell and Python exec of a session, on every rung.
+const WorkspaceEnv = "DRYEXEC_WORKSPACE"
+
 // Diff lists the changes: each write's content follows as attachments, in order,
 // Size bytes each, chunked to MaxAttachment.
 type Diff struct {
@@ -185,6 +190,9 @@ type SessionStart struct {
 	Env []string `json:"env"`
 	// OutputCap bounds each exec's transcript and streams (the tail is kept).
 	OutputCap int `json:"output_cap"`
+	// Shell is the shell execs run in: "" for bash where the sandbox has
+	// /bin/bash, else /bin/sh; "bash", "sh", or an absolute path.
+	Shell string `json:"shell,omitempty"`
 	// ns rung only:
 	Mounts        []MountSpec `json:"mounts,omitempty"`
 	UpperSize     int64       `json:"upper_size,omitempty"`

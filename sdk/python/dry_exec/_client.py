@@ -153,11 +153,12 @@ class Client:
     def session(self, rung: str = "ns", workspace: Optional[str] = None, *,
                 host_objects: Optional[Mapping[str, Any]] = None,
                 allow: Optional[Mapping[str, Iterable[str]]] = None, env: Optional[Mapping[str, str]] = None,
-                cache_read_only: bool = False, output_cap: int = 0, net: Optional[Iterable[str]] = None) -> "Session":
+                cache_read_only: bool = False, output_cap: int = 0, net: Optional[Iterable[str]] = None,
+                shell: Optional[str] = None) -> "Session":
         """Opens a session (see dry_exec.Session)."""
         from ._session import Session
         return Session(self, rung=rung, workspace=workspace, host_objects=host_objects, allow=allow, env=env,
-                       cache_read_only=cache_read_only, output_cap=output_cap, net=net)
+                       cache_read_only=cache_read_only, output_cap=output_cap, net=net, shell=shell)
 
 
 def _seg(s: str) -> str:

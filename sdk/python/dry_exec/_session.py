@@ -107,7 +107,7 @@ class Session:
     def __init__(self, client: "Client", rung: str = "ns", workspace: Optional[str] = None, *,
                  host_objects: Optional[Mapping[str, Any]] = None, allow: Optional[Mapping[str, Iterable[str]]] = None,
                  env: Optional[Mapping[str, str]] = None, cache_read_only: bool = False, output_cap: int = 0,
-                 net: Optional[Iterable[str]] = None) -> None:
+                 net: Optional[Iterable[str]] = None, shell: Optional[str] = None) -> None:
         self._client = client
         self._t = client.transport
         self._objects = dict(host_objects or {})
@@ -121,6 +121,8 @@ class Session:
             req["cache_read_only"] = True
         if output_cap:
             req["output_cap"] = output_cap
+        if shell:
+            req["shell"] = shell
         if self._objects:
             req["host_objects"] = self._allow
         if net is not None:
@@ -337,8 +339,9 @@ class AsyncSession:
 def session(rung: str = "ns", workspace: Optional[str] = None, *, host_objects: Optional[Mapping[str, Any]] = None,
             allow: Optional[Mapping[str, Iterable[str]]] = None, env: Optional[Mapping[str, str]] = None,
             cache_read_only: bool = False, output_cap: int = 0, net: Optional[Iterable[str]] = None,
-            client: Optional["Client"] = None) -> Session:
+            shell: Optional[str] = None, client: Optional["Client"] = None) -> Session:
     """Opens a session on the default client: ``with dry_exec.session(...) as s``."""
     from ._client import default_client
     return (client or default_client()).session(rung, workspace, host_objects=host_objects, allow=allow, env=env,
-                                                cache_read_only=cache_read_only, output_cap=output_cap, net=net)
+                                                cache_read_only=cache_read_only, output_cap=output_cap, net=net,
+                                                shell=shell)

@@ -315,6 +315,25 @@ class Diff:
     modes: Dict[str, int] = field(default_factory=dict)
     links: Dict[str, str] = field(default_factory=dict)
 
+    @property
+    def paths(self) -> List[str]:
+        """Every changed path once, sorted: written, linked, deleted or with a new mode."""
+        return sorted(set(self.writes) | set(self.links) | set(self.deletes) | set(self.modes))
+
+    @property
+    def empty(self) -> bool:
+        """True when nothing changed; a chmod alone is a change."""
+        return not self.paths
+
+    def is_empty(self) -> bool:
+        return self.empty
+
+    def __bool__(self) -> bool:
+        return not self.empty
+
+    def __len__(self) -> int:
+        return len(self.paths)
+
     @classmethod
     def from_json(cls, d: Mapping[str, Any]) -> "Diff":
         return cls(writes={k: base64.b64decode(v) for k, v in (d.get("writes") or {}).items()},
@@ -337,6 +356,8 @@ class SessionInfo:
     staging: str = ""
     workspace: str = ""
     python: str = ""
+    #: The shell shell() runs in (bash where the sandbox has it, else sh).
+    shell: str = ""
     created: str = ""
     host_objects: Dict[str, List[str]] = field(default_factory=dict)
     #: What the session does not enforce as asked (e.g. no network interception).
