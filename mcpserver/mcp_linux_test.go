@@ -75,7 +75,7 @@ func exercise(t *testing.T, s *mcp.ClientSession) {
 			t.Errorf("tool %s lacks a typed input or output schema", tl.Name)
 		}
 	}
-	want := "commit_trial discard_trial run_trial session_close session_diff session_open session_python session_shell show_trial"
+	want := "commit_trial discard_trial run_trial session_close session_commit session_diff session_network session_open session_python session_shell show_trial"
 	if got := strings.Join(sortStrings(names), " "); got != want {
 		t.Fatalf("tools: %s", got)
 	}
@@ -87,6 +87,11 @@ func exercise(t *testing.T, s *mcp.ClientSession) {
 	}
 	if !strings.Contains(text(r), "a.txt") || !strings.Contains(text(r), tr.TrialID) {
 		t.Fatalf("run_trial summary: %s", text(r))
+	}
+	// What to do next is said in MCP tools, never in CLI commands.
+	if !strings.Contains(text(r), `commit_trial {"trial_id": "`+tr.TrialID+`"}`) || strings.Contains(text(r), "dryexec commit") ||
+		len(tr.Next) != 2 || !strings.HasPrefix(tr.Next[0], "commit_trial") || !strings.HasPrefix(tr.Next[1], "discard_trial") {
+		t.Fatalf("run_trial next steps: %q\n%s", tr.Next, text(r))
 	}
 	if _, err := os.Stat(filepath.Join(wd, "a.txt")); !os.IsNotExist(err) {
 		t.Fatal("run_trial changed the host")
@@ -144,7 +149,7 @@ func exercise(t *testing.T, s *mcp.ClientSession) {
 	}
 	var df mcpserver.DiffOut
 	call(t, s, "session_diff", map[string]any{"session_id": so.SessionID}, &df)
-	if df.Writes["h.txt"] != 6 {
+	if len(df.Writes) != 1 || df.Writes[0].Path != "h.txt" || df.Writes[0].Size != 6 || df.Writes[0].Text != "hello\n" {
 		t.Fatalf("session_diff: %+v", df)
 	}
 	var cl mcpserver.SessionOut
@@ -251,6 +256,26 @@ func TestMCPBadInput(t *testing.T) {
 		{"no command", "run_trial", map[string]any{"cwd": wd}, "give argv"},
 		{"empty argv[0]", "run_trial", map[string]any{"argv": []string{""}, "cwd": wd}, "argv"},
 		{"unknown trial", "show_trial", map[string]any{"trial_id": "tr_aaaaaaaaaaaaaaaaaaaa"}, "not found"},
+		// The arguments' shape: sentences naming the argument, what it
+		// must be and what came (the SDK's validator said `validating
+		// "arguments": validating root: …`, or `<invalid reflect.Value>`).
+		{"timeout a string", "run_trial", map[string]any{"command": "true", "cwd": wd, "timeout_ms": "abc"}, `argument "timeout_ms" must be an integer, not a string`},
+		{"timeout a fraction", "run_trial", map[string]any{"command": "true", "cwd": wd, "timeout_ms": 1.5}, `argument "timeout_ms" must be an integer, not a fraction`},
+		{"timeout too big", "run_trial", map[string]any{"command": "true", "cwd": wd, "timeout_ms": 1e30}, `argument "timeout_ms" must be an integer`},
+		{"argv a string", "run_trial", map[string]any{"argv": "ls -l", "cwd": wd}, `argument "argv" must be a list of strings, e.g. ["a", "b"], not a string`},
+		{"argv and command", "run_trial", map[string]any{"argv": []string{"ls"}, "command": "ls", "cwd": wd}, "give argv (a list) or command (a shell line), not both"},
+		{"unknown argument", "run_trial", map[string]any{"cmd": "ls", "cwd": wd}, `argument "cmd" is not one of this tool's arguments (argv, command, cwd, net, rung, timeout_ms)`},
+		{"missing trial id", "show_trial", map[string]any{}, `argument "trial_id" is required: a string`},
+		{"null trial id", "discard_trial", map[string]any{"trial_id": nil}, `argument "trial_id" is required and cannot be null`},
+		{"force a string", "commit_trial", map[string]any{"trial_id": tr.TrialID, "force": "yes"}, `argument "force" must be true or false, not a string`},
+		{"rung not in the enum", "run_trial", map[string]any{"command": "true", "cwd": wd, "rung": "vm"}, `argument "rung" is "vm": unknown; choose one of`},
+		{"session rung gvisor", "session_open", map[string]any{"rung": "gvisor"}, `argument "rung" is "gvisor": unknown; choose one of ns, host`},
+		{"unknown session", "session_shell", map[string]any{"session_id": "se_aaaaaaaaaaaaaaaaaaaa", "command": "ls"}, "not found"},
+		{"session negative timeout", "session_shell", map[string]any{"session_id": "se_aaaaaaaaaaaaaaaaaaaa", "command": "ls", "timeout_ms": -5}, `argument "timeout_ms" must not be negative`},
+		{"seed dir relative", "session_open", map[string]any{"seed_dir": "src"}, `argument "seed_dir" is "src": want a clean absolute host directory`},
+		{"seed dir missing", "session_open", map[string]any{"seed_dir": "/nonexistent/src"}, "not a directory on the host"},
+		{"diff path escapes", "session_diff", map[string]any{"session_id": "se_aaaaaaaaaaaaaaaaaaaa", "paths": []string{"../x"}}, "without .."},
+		{"commit unseeded unknown", "session_commit", map[string]any{"session_id": "se_aaaaaaaaaaaaaaaaaaaa"}, "not found"},
 		{"bad trial id", "commit_trial", map[string]any{"trial_id": "../../etc"}, "not a trial id"},
 		{"commit path not in trial", "commit_trial", map[string]any{"trial_id": tr.TrialID, "paths": []string{filepath.Join(wd, "b")}}, "changed nothing at or beneath"},
 	} {
@@ -262,6 +287,11 @@ func TestMCPBadInput(t *testing.T) {
 			if !r.IsError || !strings.Contains(text(r), tc.want) {
 				t.Fatalf("error %v, text %q; want a tool error with %q", r.IsError, text(r), tc.want)
 			}
+			for _, jargon := range []string{"reflect", "validating", "unmarshal", "json:"} {
+				if strings.Contains(text(r), jargon) {
+					t.Errorf("the message has %q: %s", jargon, text(r))
+				}
+			}
 		})
 	}
 	if _, err := os.Stat(filepath.Join(wd, "a")); err == nil {
@@ -270,7 +300,8 @@ func TestMCPBadInput(t *testing.T) {
 	// Blocked: the summary offers discard, not commit.
 	wd = t.TempDir()
 	r := call(t, s, "run_trial", map[string]any{"command": "echo a > a; mkdir -p /etc/dryexec-mcp-block && echo x > /etc/dryexec-mcp-block/x", "cwd": wd}, &tr)
-	if tr.Decision.Choice != "block" || strings.Contains(text(r), "dryexec commit") || !strings.Contains(text(r), "dryexec discard "+tr.TrialID) {
+	if tr.Decision.Choice != "block" || strings.Contains(text(r), "commit_trial") || !strings.Contains(text(r), `discard_trial {"trial_id": "`+tr.TrialID+`"}`) ||
+		len(tr.Next) != 1 || !strings.HasPrefix(tr.Next[0], "discard_trial") {
 		t.Fatalf("blocked trial summary (%s): %s", tr.Decision.Choice, text(r))
 	}
 	// Its commit is refused until force says a person decided.
