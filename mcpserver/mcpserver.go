@@ -29,6 +29,7 @@ import (
 	"github.com/dryexec/dryexec/render"
 	"github.com/dryexec/dryexec/rung"
 	"github.com/dryexec/dryexec/server"
+	"github.com/dryexec/dryexec/session"
 )
 
 // maxText bounds the stdout/stderr/transcript text a tool returns: an agent's
@@ -591,7 +592,7 @@ func (t *tools) sessionDiff(ctx context.Context, _ *mcp.CallToolRequest, in Diff
 			f.Omitted = fmt.Sprintf("%d bytes, over the %d a file's content may have here", len(c), maxText)
 		case len(c) > budget:
 			f.Omitted = fmt.Sprintf("this answer already carries %d bytes of content: ask for this path alone", maxDiffText-budget)
-		case utf8.Valid(c):
+		case utf8.Valid(c) && !bytes.ContainsRune(c, 0): // text; a NUL says binary, as git and diff judge
 			f.Text, budget = string(c), budget-len(c)
 		default:
 			f.Base64, budget = base64.StdEncoding.EncodeToString(c), budget-len(c)
@@ -623,7 +624,7 @@ func (t *tools) sessionDiff(ctx context.Context, _ *mcp.CallToolRequest, in Diff
 		}
 	}
 	for _, p := range slices.Sorted(maps.Keys(d.Modes)) {
-		if _, written := d.Writes[p]; !written && beneath(p, in.Paths) {
+		if modeOnly(d, p) && beneath(p, in.Paths) {
 			out.Modes[p] = fmt.Sprintf("%04o", d.Modes[p].Perm())
 			fmt.Fprintf(&b, "chmod %s %s\n", out.Modes[p], p)
 		}
@@ -634,6 +635,14 @@ func (t *tools) sessionDiff(ctx context.Context, _ *mcp.CallToolRequest, in Diff
 		fmt.Fprintf(&b, "next: session_commit {\"session_id\": %q} applies them to %s\n", in.SessionID, t.seedOf(in.SessionID).dir)
 	}
 	return b.String(), out, nil
+}
+
+// modeOnly says whether p's entry in d.Modes is a change of permissions alone
+// (d.Modes also has every written file, and symlinks, whose mode means nothing).
+func modeOnly(d *session.Diff, p string) bool {
+	_, written := d.Writes[p]
+	_, link := d.Links[p]
+	return !written && !link
 }
 
 func (t *tools) sessionNetwork(ctx context.Context, _ *mcp.CallToolRequest, in NetworkIn) (string, NetworkOut, error) {

@@ -142,7 +142,7 @@ func (t *tools) sessionCommit(ctx context.Context, _ *mcp.CallToolRequest, in Se
 		}
 	}
 	for _, p := range slices.Sorted(maps.Keys(d.Modes)) {
-		if _, w := d.Writes[p]; !w && beneath(p, in.Paths) {
+		if modeOnly(d, p) && beneath(p, in.Paths) {
 			chmods = append(chmods, p)
 		}
 	}
