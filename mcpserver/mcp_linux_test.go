@@ -260,6 +260,7 @@ func TestMCPBadInput(t *testing.T) {
 		// must be and what came (the SDK's validator said `validating
 		// "arguments": validating root: …`, or `<invalid reflect.Value>`).
 		{"timeout a string", "run_trial", map[string]any{"command": "true", "cwd": wd, "timeout_ms": "abc"}, `argument "timeout_ms" must be an integer, not a string`},
+		{"timeout null (what the Inspector CLI sends for abc)", "run_trial", map[string]any{"command": "true", "cwd": wd, "timeout_ms": nil}, `argument "timeout_ms" must be an integer, not null (leave it out for the default)`},
 		{"timeout a fraction", "run_trial", map[string]any{"command": "true", "cwd": wd, "timeout_ms": 1.5}, `argument "timeout_ms" must be an integer, not a fraction`},
 		{"timeout too big", "run_trial", map[string]any{"command": "true", "cwd": wd, "timeout_ms": 1e30}, `argument "timeout_ms" must be an integer`},
 		{"argv a string", "run_trial", map[string]any{"argv": "ls -l", "cwd": wd}, `argument "argv" must be a list of strings, e.g. ["a", "b"], not a string`},

@@ -133,11 +133,14 @@ func decodeArgs(tool string, raw json.RawMessage, schema *jsonschema.Schema, enu
 			return &ArgumentError{Tool: tool, Arg: k, Msg: fmt.Sprintf("is not one of this tool's arguments (%s)", strings.Join(known, ", "))}
 		}
 		if string(val) == "null" {
+			// Not taken as "not given": a client that could not convert
+			// what it was told sends null (the MCP Inspector's CLI turns
+			// timeout_ms=abc into NaN, which JSON writes as null), and
+			// running without the timeout asked for would be wrong.
 			if slices.Contains(schema.Required, k) {
 				return &ArgumentError{Tool: tool, Arg: k, Msg: "is required and cannot be null: " + want(p)}
 			}
-			delete(obj, k) // null is "not given", as leaving it out
-			continue
+			return &ArgumentError{Tool: tool, Arg: k, Msg: "must be " + want(p) + ", not null (leave it out for the default)"}
 		}
 		if got := jsonKind(val); !typeOK(p, got) {
 			return &ArgumentError{Tool: tool, Arg: k, Msg: fmt.Sprintf("must be %s, not %s", want(p), got)}
