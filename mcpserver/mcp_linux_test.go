@@ -18,7 +18,6 @@ import (
 
 	"github.com/dryexec/dryexec/mcpserver"
 	"github.com/dryexec/dryexec/netsim/tun"
-	"github.com/dryexec/dryexec/policy"
 	"github.com/dryexec/dryexec/rung/linuxns"
 	"github.com/dryexec/dryexec/server"
 )
@@ -188,16 +187,7 @@ func TestMCPStdio(t *testing.T) {
 // /mcp on the daemon (streamable HTTP over its unix socket).
 func TestMCPHTTP(t *testing.T) {
 	requireNS(t)
-	home := t.TempDir()
-	decide, err := server.PolicyDecider(home, policy.Default())
-	if err != nil {
-		t.Fatal(err)
-	}
-	svc, err := server.NewService(server.Config{StoreDir: home, Decide: decide,
-		Getenv: func(k string) string { return map[string]string{"PATH": "/usr/bin:/bin"}[k] }})
-	if err != nil {
-		t.Fatal(err)
-	}
+	svc := newService(t)
 	sock := filepath.Join(t.TempDir(), "d.sock")
 	ctx, cancel := context.WithCancel(context.Background())
 	ready := make(chan string, 1)

@@ -581,10 +581,8 @@ func (t *tools) sessionDiff(ctx context.Context, _ *mcp.CallToolRequest, in Diff
 	out := DiffOut{Writes: []DiffFile{}, Links: map[string]string{}, Deletes: []string{}, Modes: map[string]string{}}
 	var b strings.Builder
 	budget := maxDiffText
-	for _, p := range slices.Sorted(maps.Keys(d.Writes)) {
-		if !beneath(p, in.Paths) {
-			continue
-		}
+	sel := selectDiff(d, in.Paths)
+	for _, p := range sel.writes {
 		c := d.Writes[p]
 		f := DiffFile{Path: p, Size: len(c), Mode: fmt.Sprintf("%04o", d.Modes[p].Perm())}
 		switch {
@@ -611,23 +609,17 @@ func (t *tools) sessionDiff(ctx context.Context, _ *mcp.CallToolRequest, in Diff
 			}
 		}
 	}
-	for _, p := range slices.Sorted(maps.Keys(d.Links)) {
-		if beneath(p, in.Paths) {
-			out.Links[p] = d.Links[p]
-			fmt.Fprintf(&b, "link %s -> %s\n", p, d.Links[p])
-		}
+	for _, p := range sel.links {
+		out.Links[p] = d.Links[p]
+		fmt.Fprintf(&b, "link %s -> %s\n", p, d.Links[p])
 	}
-	for _, p := range d.Deletes {
-		if beneath(p, in.Paths) {
-			out.Deletes = append(out.Deletes, p)
-			fmt.Fprintf(&b, "delete %s\n", p)
-		}
+	for _, p := range sel.deletes {
+		out.Deletes = append(out.Deletes, p)
+		fmt.Fprintf(&b, "delete %s\n", p)
 	}
-	for _, p := range slices.Sorted(maps.Keys(d.Modes)) {
-		if modeOnly(d, p) && beneath(p, in.Paths) {
-			out.Modes[p] = fmt.Sprintf("%04o", d.Modes[p].Perm())
-			fmt.Fprintf(&b, "chmod %s %s\n", out.Modes[p], p)
-		}
+	for _, p := range sel.chmods {
+		out.Modes[p] = fmt.Sprintf("%04o", d.Modes[p].Perm())
+		fmt.Fprintf(&b, "chmod %s %s\n", out.Modes[p], p)
 	}
 	if b.Len() == 0 {
 		b.WriteString("no changes\n")
@@ -635,6 +627,31 @@ func (t *tools) sessionDiff(ctx context.Context, _ *mcp.CallToolRequest, in Diff
 		fmt.Fprintf(&b, "next: session_commit {\"session_id\": %q} applies them to %s\n", in.SessionID, t.seedOf(in.SessionID).dir)
 	}
 	return b.String(), out, nil
+}
+
+// diffSel is what of a session diff a call selected, each list sorted:
+// written files, symlinks, deletes, and changes of permissions alone.
+type diffSel struct{ writes, links, deletes, chmods []string }
+
+// selectDiff is d's changes at or beneath the workspace-relative paths sel
+// (all of them when sel is empty).
+func selectDiff(d *session.Diff, sel []string) diffSel {
+	var out diffSel
+	pick := func(paths []string, ok func(string) bool) []string {
+		var keep []string
+		for _, p := range paths {
+			if ok(p) && beneath(p, sel) {
+				keep = append(keep, p)
+			}
+		}
+		return keep
+	}
+	all := func(string) bool { return true }
+	out.writes = pick(slices.Sorted(maps.Keys(d.Writes)), all)
+	out.links = pick(slices.Sorted(maps.Keys(d.Links)), all)
+	out.deletes = pick(slices.Sorted(slices.Values(d.Deletes)), all)
+	out.chmods = pick(slices.Sorted(maps.Keys(d.Modes)), func(p string) bool { return modeOnly(d, p) })
+	return out
 }
 
 // modeOnly says whether p's entry in d.Modes is a change of permissions alone

@@ -15,9 +15,8 @@ import (
 	"github.com/dryexec/dryexec/server"
 )
 
-// inProcess connects the official Go SDK's client to the tools over an
-// in-memory transport, on a service with its own store.
-func inProcess(t *testing.T) *mcp.ClientSession {
+// newService is a service with its own store and the default policy.
+func newService(t *testing.T) *server.Service {
 	t.Helper()
 	home := t.TempDir()
 	decide, err := server.PolicyDecider(home, policy.Default())
@@ -30,6 +29,14 @@ func inProcess(t *testing.T) *mcp.ClientSession {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { svc.Close() })
+	return svc
+}
+
+// inProcess connects the official Go SDK's client to the tools over an
+// in-memory transport.
+func inProcess(t *testing.T) *mcp.ClientSession {
+	t.Helper()
+	svc := newService(t)
 	ct, st := mcp.NewInMemoryTransports()
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)

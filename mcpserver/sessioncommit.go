@@ -125,27 +125,8 @@ func (t *tools) sessionCommit(ctx context.Context, _ *mcp.CallToolRequest, in Se
 	if err != nil {
 		return "", SessionCommitOut{}, err
 	}
-	var writes, links, deletes, chmods []string
-	for _, p := range slices.Sorted(maps.Keys(d.Writes)) {
-		if beneath(p, in.Paths) {
-			writes = append(writes, p)
-		}
-	}
-	for _, p := range slices.Sorted(maps.Keys(d.Links)) {
-		if beneath(p, in.Paths) {
-			links = append(links, p)
-		}
-	}
-	for _, p := range d.Deletes {
-		if beneath(p, in.Paths) {
-			deletes = append(deletes, p)
-		}
-	}
-	for _, p := range slices.Sorted(maps.Keys(d.Modes)) {
-		if modeOnly(d, p) && beneath(p, in.Paths) {
-			chmods = append(chmods, p)
-		}
-	}
+	sel := selectDiff(d, in.Paths)
+	writes, links, deletes, chmods := sel.writes, sel.links, sel.deletes, sel.chmods
 	all := slices.Concat(writes, links, deletes, chmods)
 	if len(all) == 0 {
 		if len(in.Paths) > 0 {
