@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/jsonschema-go/jsonschema"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/dryexec/dryexec/mcpserver"
@@ -40,6 +41,32 @@ func call(t *testing.T, s *mcp.ClientSession, name string, args map[string]any, 
 	}
 	if r.IsError {
 		t.Fatalf("%s: tool error: %s", name, text(r))
+	}
+	// The structured result is what the tool's output schema says (the
+	// SDK's own check is not in the path: mcpserver registers raw handlers).
+	tools, err := s.ListTools(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tl := range tools.Tools {
+		if tl.Name != name {
+			continue
+		}
+		b, _ := json.Marshal(tl.OutputSchema)
+		var sch jsonschema.Schema
+		if err := json.Unmarshal(b, &sch); err != nil {
+			t.Fatal(err)
+		}
+		res, err := sch.Resolve(nil)
+		if err != nil {
+			t.Fatalf("%s: output schema: %v", name, err)
+		}
+		var v any
+		b, _ = json.Marshal(r.StructuredContent)
+		json.Unmarshal(b, &v)
+		if err := res.Validate(v); err != nil {
+			t.Fatalf("%s: the result does not match the output schema: %v\n%s", name, err, b)
+		}
 	}
 	if out != nil {
 		b, _ := json.Marshal(r.StructuredContent)
@@ -135,10 +162,11 @@ func exercise(t *testing.T, s *mcp.ClientSession) {
 		t.Fatalf("run_trial network: %q", tr3.Network)
 	}
 	var so mcpserver.SessionOut
-	call(t, s, "session_open", map[string]any{"rung": "ns"}, &so)
+	seedDir := t.TempDir()
+	call(t, s, "session_open", map[string]any{"rung": "ns", "seed_dir": seedDir}, &so)
 	var sh mcpserver.ShellOut
-	call(t, s, "session_shell", map[string]any{"session_id": so.SessionID, "command": "echo hello > h.txt; cat h.txt"}, &sh)
-	if sh.ExitCode != 0 || sh.Transcript != "hello\n" {
+	call(t, s, "session_shell", map[string]any{"session_id": so.SessionID, "command": "echo hello > h.txt; cat h.txt; echo e >&2"}, &sh)
+	if sh.ExitCode != 0 || sh.Transcript != "hello\ne\n" || sh.Stdout != "hello\n" || sh.Stderr != "e\n" {
 		t.Fatalf("session_shell: %+v", sh)
 	}
 	var py mcpserver.PythonOut
@@ -150,6 +178,16 @@ func exercise(t *testing.T, s *mcp.ClientSession) {
 	call(t, s, "session_diff", map[string]any{"session_id": so.SessionID}, &df)
 	if len(df.Writes) != 1 || df.Writes[0].Path != "h.txt" || df.Writes[0].Size != 6 || df.Writes[0].Text != "hello\n" {
 		t.Fatalf("session_diff: %+v", df)
+	}
+	var nl mcpserver.NetworkOut
+	call(t, s, "session_network", map[string]any{"session_id": so.SessionID}, &nl)
+	if len(nl.Network) != 0 || nl.Next != 0 {
+		t.Fatalf("session_network: %+v", nl)
+	}
+	var sc mcpserver.SessionCommitOut
+	call(t, s, "session_commit", map[string]any{"session_id": so.SessionID}, &sc)
+	if b, _ := os.ReadFile(filepath.Join(seedDir, "h.txt")); string(b) != "hello\n" || len(sc.Applied) != 1 {
+		t.Fatalf("session_commit: %+v, h.txt %q", sc, b)
 	}
 	var cl mcpserver.SessionOut
 	call(t, s, "session_close", map[string]any{"session_id": so.SessionID}, &cl)
