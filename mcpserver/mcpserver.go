@@ -480,7 +480,20 @@ func (t *tools) sessionOpen(ctx context.Context, _ *mcp.CallToolRequest, in Sess
 			t.svc.CloseSession(info.SessionID)
 			return "", SessionOut{}, fmt.Errorf("seeding the workspace from %s: %w", sd.dir, err)
 		}
+		// Sessions end without session_close too (idle, the API's DELETE,
+		// a lost sandbox): their seeds go here, not to pile up in a daemon.
+		// Sessions(), not Session(id), which would count as a use and keep
+		// an idle session from being closed.
+		live := map[string]bool{}
+		for _, si := range t.svc.Sessions() {
+			live[si.SessionID] = true
+		}
 		t.mu.Lock()
+		for id := range t.seeds {
+			if !live[id] {
+				delete(t.seeds, id)
+			}
+		}
 		t.seeds[info.SessionID] = sd
 		t.mu.Unlock()
 	}
