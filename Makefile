@@ -64,7 +64,8 @@ lint: deps
 # Zero errors and zero warnings from two real linters: Spectral's oas ruleset
 # and Redocly's recommended-strict (server/lint/*.yaml; docs/api.md, "The
 # OpenAPI document"). The stamp names the pinned versions, so bumping one
-# reinstalls.
+# reinstalls. Redocly's telemetry and update check are off: lint reaches no
+# network.
 openapi-lint:
 	@stamp="$(OASLINT_DIR)/.installed-$$(echo '$(SPECTRAL) $(REDOCLY)' | tr -c 'a-zA-Z0-9.\n' _)"; \
 	if [ ! -e "$$stamp" ]; then \
@@ -73,7 +74,8 @@ openapi-lint:
 		npm install --silent --no-audit --no-fund --prefix "$(OASLINT_DIR)" $(SPECTRAL) $(REDOCLY) && touch "$$stamp"; \
 	fi
 	$(OASLINT_DIR)/node_modules/.bin/spectral lint --fail-severity=warn -r server/lint/spectral.yaml server/openapi.json
-	$(OASLINT_DIR)/node_modules/.bin/redocly lint --config server/lint/redocly.yaml server/openapi.json
+	REDOCLY_TELEMETRY=off REDOCLY_SUPPRESS_UPDATE_NOTICE=true \
+		$(OASLINT_DIR)/node_modules/.bin/redocly lint --config server/lint/redocly.yaml server/openapi.json
 
 # The race detector needs cgo. test/fidelity runs in `make fidelity` instead:
 # what it tests runs in the dryexec binary it builds, which -race does not reach.
