@@ -24,7 +24,13 @@ APT_PACKAGES  := bubblewrap util-linux python3 iproute2 curl git rsync tar nodej
 # dynamically linked binary starts measurably slower.
 export CGO_ENABLED ?= 0
 
-.PHONY: all build deps test lint unit fidelity examples bench soak stub clean
+# The OpenAPI linters `make lint` runs on server/openapi.json, pinned, from npm,
+# installed once into OASLINT_DIR (outside the tree) and reused.
+SPECTRAL      := @stoplight/spectral-cli@6.16.3
+REDOCLY       := @redocly/cli@2.77.0
+OASLINT_DIR   ?= $(HOME)/.cache/dryexec/oaslint
+
+.PHONY: all build deps test lint openapi-lint unit fidelity examples bench soak stub clean
 
 all: build
 
@@ -53,6 +59,23 @@ lint: deps
 	$(GO) vet ./...
 	GOOS=darwin $(GO) vet ./...
 	$(GOBIN)/staticcheck ./...
+	$(MAKE) openapi-lint
+
+# Zero errors and zero warnings from two real linters: Spectral's oas ruleset
+# and Redocly's recommended-strict (server/lint/*.yaml; docs/api.md, "The
+# OpenAPI document"). The stamp names the pinned versions, so bumping one
+# reinstalls. Redocly's telemetry and update check are off: lint reaches no
+# network.
+openapi-lint:
+	@stamp="$(OASLINT_DIR)/.installed-$$(echo '$(SPECTRAL) $(REDOCLY)' | tr -c 'a-zA-Z0-9.\n' _)"; \
+	if [ ! -e "$$stamp" ]; then \
+		echo "installing $(SPECTRAL) $(REDOCLY) into $(OASLINT_DIR)"; \
+		rm -rf "$(OASLINT_DIR)" && mkdir -p "$(OASLINT_DIR)" && \
+		npm install --silent --no-audit --no-fund --prefix "$(OASLINT_DIR)" $(SPECTRAL) $(REDOCLY) && touch "$$stamp"; \
+	fi
+	$(OASLINT_DIR)/node_modules/.bin/spectral lint --fail-severity=warn -r server/lint/spectral.yaml server/openapi.json
+	REDOCLY_TELEMETRY=off REDOCLY_SUPPRESS_UPDATE_NOTICE=true \
+		$(OASLINT_DIR)/node_modules/.bin/redocly lint --config server/lint/redocly.yaml server/openapi.json
 
 # The race detector needs cgo. test/fidelity runs in `make fidelity` instead:
 # what it tests runs in the dryexec binary it builds, which -race does not reach.

@@ -14,11 +14,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/jsonschema-go/jsonschema"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/dryexec/dryexec/mcpserver"
 	"github.com/dryexec/dryexec/netsim/tun"
-	"github.com/dryexec/dryexec/policy"
 	"github.com/dryexec/dryexec/rung/linuxns"
 	"github.com/dryexec/dryexec/server"
 )
@@ -41,6 +41,32 @@ func call(t *testing.T, s *mcp.ClientSession, name string, args map[string]any, 
 	}
 	if r.IsError {
 		t.Fatalf("%s: tool error: %s", name, text(r))
+	}
+	// The structured result is what the tool's output schema says (the
+	// SDK's own check is not in the path: mcpserver registers raw handlers).
+	tools, err := s.ListTools(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tl := range tools.Tools {
+		if tl.Name != name {
+			continue
+		}
+		b, _ := json.Marshal(tl.OutputSchema)
+		var sch jsonschema.Schema
+		if err := json.Unmarshal(b, &sch); err != nil {
+			t.Fatal(err)
+		}
+		res, err := sch.Resolve(nil)
+		if err != nil {
+			t.Fatalf("%s: output schema: %v", name, err)
+		}
+		var v any
+		b, _ = json.Marshal(r.StructuredContent)
+		json.Unmarshal(b, &v)
+		if err := res.Validate(v); err != nil {
+			t.Fatalf("%s: the result does not match the output schema: %v\n%s", name, err, b)
+		}
 	}
 	if out != nil {
 		b, _ := json.Marshal(r.StructuredContent)
@@ -75,7 +101,7 @@ func exercise(t *testing.T, s *mcp.ClientSession) {
 			t.Errorf("tool %s lacks a typed input or output schema", tl.Name)
 		}
 	}
-	want := "commit_trial discard_trial run_trial session_close session_diff session_open session_python session_shell show_trial"
+	want := "commit_trial discard_trial run_trial session_close session_commit session_diff session_network session_open session_python session_shell show_trial"
 	if got := strings.Join(sortStrings(names), " "); got != want {
 		t.Fatalf("tools: %s", got)
 	}
@@ -87,6 +113,11 @@ func exercise(t *testing.T, s *mcp.ClientSession) {
 	}
 	if !strings.Contains(text(r), "a.txt") || !strings.Contains(text(r), tr.TrialID) {
 		t.Fatalf("run_trial summary: %s", text(r))
+	}
+	// What to do next is said in MCP tools, never in CLI commands.
+	if !strings.Contains(text(r), `commit_trial {"trial_id": "`+tr.TrialID+`"}`) || strings.Contains(text(r), "dryexec commit") ||
+		len(tr.Next) != 2 || !strings.HasPrefix(tr.Next[0], "commit_trial") || !strings.HasPrefix(tr.Next[1], "discard_trial") {
+		t.Fatalf("run_trial next steps: %q\n%s", tr.Next, text(r))
 	}
 	if _, err := os.Stat(filepath.Join(wd, "a.txt")); !os.IsNotExist(err) {
 		t.Fatal("run_trial changed the host")
@@ -131,10 +162,12 @@ func exercise(t *testing.T, s *mcp.ClientSession) {
 		t.Fatalf("run_trial network: %q", tr3.Network)
 	}
 	var so mcpserver.SessionOut
-	call(t, s, "session_open", map[string]any{"rung": "ns"}, &so)
+	seedDir := t.TempDir()
+	call(t, s, "session_open", map[string]any{"rung": "ns", "seed_dir": seedDir}, &so)
 	var sh mcpserver.ShellOut
-	call(t, s, "session_shell", map[string]any{"session_id": so.SessionID, "command": "echo hello > h.txt; cat h.txt"}, &sh)
-	if sh.ExitCode != 0 || sh.Transcript != "hello\n" {
+	call(t, s, "session_shell", map[string]any{"session_id": so.SessionID, "command": "echo hello > h.txt; cat h.txt; echo e >&2"}, &sh)
+	// The transcript merges the two pipes as their bytes arrive: either order.
+	if sh.ExitCode != 0 || (sh.Transcript != "hello\ne\n" && sh.Transcript != "e\nhello\n") || sh.Stdout != "hello\n" || sh.Stderr != "e\n" {
 		t.Fatalf("session_shell: %+v", sh)
 	}
 	var py mcpserver.PythonOut
@@ -144,8 +177,18 @@ func exercise(t *testing.T, s *mcp.ClientSession) {
 	}
 	var df mcpserver.DiffOut
 	call(t, s, "session_diff", map[string]any{"session_id": so.SessionID}, &df)
-	if df.Writes["h.txt"] != 6 {
+	if len(df.Writes) != 1 || df.Writes[0].Path != "h.txt" || df.Writes[0].Size != 6 || df.Writes[0].Text != "hello\n" {
 		t.Fatalf("session_diff: %+v", df)
+	}
+	var nl mcpserver.NetworkOut
+	call(t, s, "session_network", map[string]any{"session_id": so.SessionID}, &nl)
+	if len(nl.Network) != 0 || nl.Next != 0 {
+		t.Fatalf("session_network: %+v", nl)
+	}
+	var sc mcpserver.SessionCommitOut
+	call(t, s, "session_commit", map[string]any{"session_id": so.SessionID}, &sc)
+	if b, _ := os.ReadFile(filepath.Join(seedDir, "h.txt")); string(b) != "hello\n" || len(sc.Applied) != 1 {
+		t.Fatalf("session_commit: %+v, h.txt %q", sc, b)
 	}
 	var cl mcpserver.SessionOut
 	call(t, s, "session_close", map[string]any{"session_id": so.SessionID}, &cl)
@@ -183,16 +226,7 @@ func TestMCPStdio(t *testing.T) {
 // /mcp on the daemon (streamable HTTP over its unix socket).
 func TestMCPHTTP(t *testing.T) {
 	requireNS(t)
-	home := t.TempDir()
-	decide, err := server.PolicyDecider(home, policy.Default())
-	if err != nil {
-		t.Fatal(err)
-	}
-	svc, err := server.NewService(server.Config{StoreDir: home, Decide: decide,
-		Getenv: func(k string) string { return map[string]string{"PATH": "/usr/bin:/bin"}[k] }})
-	if err != nil {
-		t.Fatal(err)
-	}
+	svc := newService(t)
 	sock := filepath.Join(t.TempDir(), "d.sock")
 	ctx, cancel := context.WithCancel(context.Background())
 	ready := make(chan string, 1)
@@ -251,6 +285,27 @@ func TestMCPBadInput(t *testing.T) {
 		{"no command", "run_trial", map[string]any{"cwd": wd}, "give argv"},
 		{"empty argv[0]", "run_trial", map[string]any{"argv": []string{""}, "cwd": wd}, "argv"},
 		{"unknown trial", "show_trial", map[string]any{"trial_id": "tr_aaaaaaaaaaaaaaaaaaaa"}, "not found"},
+		// The arguments' shape: sentences naming the argument, what it
+		// must be and what came (the SDK's validator said `validating
+		// "arguments": validating root: …`, or `<invalid reflect.Value>`).
+		{"timeout a string", "run_trial", map[string]any{"command": "true", "cwd": wd, "timeout_ms": "abc"}, `argument "timeout_ms" must be an integer, not a string`},
+		{"timeout null (what the Inspector CLI sends for abc)", "run_trial", map[string]any{"command": "true", "cwd": wd, "timeout_ms": nil}, `argument "timeout_ms" must be an integer, not null (leave it out for the default)`},
+		{"timeout a fraction", "run_trial", map[string]any{"command": "true", "cwd": wd, "timeout_ms": 1.5}, `argument "timeout_ms" must be an integer, not a fraction`},
+		{"timeout too big", "run_trial", map[string]any{"command": "true", "cwd": wd, "timeout_ms": 1e30}, `argument "timeout_ms" must be an integer`},
+		{"argv a string", "run_trial", map[string]any{"argv": "ls -l", "cwd": wd}, `argument "argv" must be a list of strings, e.g. ["a", "b"], not a string`},
+		{"argv and command", "run_trial", map[string]any{"argv": []string{"ls"}, "command": "ls", "cwd": wd}, "give argv (a list) or command (a shell line), not both"},
+		{"unknown argument", "run_trial", map[string]any{"cmd": "ls", "cwd": wd}, `argument "cmd" is not one of this tool's arguments (argv, command, cwd, net, rung, timeout_ms)`},
+		{"missing trial id", "show_trial", map[string]any{}, `argument "trial_id" is required: a string`},
+		{"null trial id", "discard_trial", map[string]any{"trial_id": nil}, `argument "trial_id" is required and cannot be null`},
+		{"force a string", "commit_trial", map[string]any{"trial_id": tr.TrialID, "force": "yes"}, `argument "force" must be true or false, not a string`},
+		{"rung not in the enum", "run_trial", map[string]any{"command": "true", "cwd": wd, "rung": "vm"}, `argument "rung" is "vm": unknown; choose one of`},
+		{"session rung gvisor", "session_open", map[string]any{"rung": "gvisor"}, `argument "rung" is "gvisor": unknown; choose one of ns, host`},
+		{"unknown session", "session_shell", map[string]any{"session_id": "se_aaaaaaaaaaaaaaaaaaaa", "command": "ls"}, "not found"},
+		{"session negative timeout", "session_shell", map[string]any{"session_id": "se_aaaaaaaaaaaaaaaaaaaa", "command": "ls", "timeout_ms": -5}, `argument "timeout_ms" must not be negative`},
+		{"seed dir relative", "session_open", map[string]any{"seed_dir": "src"}, `argument "seed_dir" is "src": want a clean absolute host directory`},
+		{"seed dir missing", "session_open", map[string]any{"seed_dir": "/nonexistent/src"}, "not a directory on the host"},
+		{"diff path escapes", "session_diff", map[string]any{"session_id": "se_aaaaaaaaaaaaaaaaaaaa", "paths": []string{"../x"}}, "without .."},
+		{"commit unseeded unknown", "session_commit", map[string]any{"session_id": "se_aaaaaaaaaaaaaaaaaaaa"}, "not found"},
 		{"bad trial id", "commit_trial", map[string]any{"trial_id": "../../etc"}, "not a trial id"},
 		{"commit path not in trial", "commit_trial", map[string]any{"trial_id": tr.TrialID, "paths": []string{filepath.Join(wd, "b")}}, "changed nothing at or beneath"},
 	} {
@@ -262,6 +317,11 @@ func TestMCPBadInput(t *testing.T) {
 			if !r.IsError || !strings.Contains(text(r), tc.want) {
 				t.Fatalf("error %v, text %q; want a tool error with %q", r.IsError, text(r), tc.want)
 			}
+			for _, jargon := range []string{"reflect", "validating", "unmarshal", "json:"} {
+				if strings.Contains(text(r), jargon) {
+					t.Errorf("the message has %q: %s", jargon, text(r))
+				}
+			}
 		})
 	}
 	if _, err := os.Stat(filepath.Join(wd, "a")); err == nil {
@@ -270,7 +330,8 @@ func TestMCPBadInput(t *testing.T) {
 	// Blocked: the summary offers discard, not commit.
 	wd = t.TempDir()
 	r := call(t, s, "run_trial", map[string]any{"command": "echo a > a; mkdir -p /etc/dryexec-mcp-block && echo x > /etc/dryexec-mcp-block/x", "cwd": wd}, &tr)
-	if tr.Decision.Choice != "block" || strings.Contains(text(r), "dryexec commit") || !strings.Contains(text(r), "dryexec discard "+tr.TrialID) {
+	if tr.Decision.Choice != "block" || strings.Contains(text(r), "commit_trial") || !strings.Contains(text(r), `discard_trial {"trial_id": "`+tr.TrialID+`"}`) ||
+		len(tr.Next) != 1 || !strings.HasPrefix(tr.Next[0], "discard_trial") {
 		t.Fatalf("blocked trial summary (%s): %s", tr.Decision.Choice, text(r))
 	}
 	// Its commit is refused until force says a person decided.

@@ -8,40 +8,55 @@ package mcpserver
 import (
 	"bytes"
 	"context"
+	"encoding/base64"
 	"fmt"
 	"io"
+	"maps"
 	"net"
 	"net/http"
 	"os"
+	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
 	"time"
+	"unicode/utf8"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/dryexec/dryexec"
 	"github.com/dryexec/dryexec/render"
+	"github.com/dryexec/dryexec/rung"
 	"github.com/dryexec/dryexec/server"
+	"github.com/dryexec/dryexec/session"
 )
 
 // maxText bounds the stdout/stderr/transcript text a tool returns: an agent's
 // context is small, and the full output stays in the stored trial.
 const maxText = 16 << 10
 
-// RunTrialIn is run_trial's input.
+// maxDiffText bounds the file contents one session_diff answer carries (each
+// file is also cut at maxText): past it, files are listed without content and
+// a call with paths gets them.
+const maxDiffText = 64 << 10
+
+// RunTrialIn is run_trial's input. Exactly one of Argv and Command: the
+// schema's descriptions say so (a oneOf at the top of an input schema is
+// refused by several model providers), and a call with both or neither is a
+// tool error that says so.
 type RunTrialIn struct {
-	Argv      []string `json:"argv,omitempty" jsonschema:"the command and its arguments, e.g. [\"make\", \"test\"]; or use command"`
-	Command   string   `json:"command,omitempty" jsonschema:"a shell command line, run with /bin/sh -c; or use argv"`
+	Argv      []string `json:"argv,omitempty" jsonschema:"the command and its arguments, run without a shell, e.g. [\"make\", \"test\"]. Give exactly one of argv and command"`
+	Command   string   `json:"command,omitempty" jsonschema:"a shell command line, run with /bin/sh -c, e.g. \"make test && ls\". Give exactly one of argv and command"`
 	Cwd       string   `json:"cwd,omitempty" jsonschema:"absolute directory to run in (default: the server's working directory)"`
-	TimeoutMS int64    `json:"timeout_ms,omitempty" jsonschema:"kill the command after this many milliseconds (0: none)"`
-	Rung      string   `json:"rung,omitempty" jsonschema:"isolation rung: ns (default) or best"`
-	Net       []string `json:"net,omitempty" jsonschema:"network: [\"none\"] (default: nothing leaves, every attempt logged), [\"mock:FILE\"] (answers from a mock or OpenAPI file), [\"allow:HOST[:PORT]\"] (forwarded for real and logged); combined, mocks first (docs/network.md)"`
+	TimeoutMS int64    `json:"timeout_ms,omitempty" jsonschema:"kill the command after this many milliseconds (0 or absent: no limit)"`
+	Rung      string   `json:"rung,omitempty" jsonschema:"isolation rung (default ns); best picks the strongest this host can run"`
+	Net       []string `json:"net,omitempty" jsonschema:"network: [\"none\"] (the default: nothing leaves, every attempt logged), [\"mock:/abs/FILE\"] (answers from a mock or OpenAPI file), [\"allow:HOST[:PORT]\"] (forwarded for real and logged); mocks and rules may be combined, mocks first"`
 }
 
 // DecisionOut is the policy's verdict.
 type DecisionOut struct {
-	Choice    string   `json:"choice"`
+	Choice    string   `json:"choice" jsonschema:"auto_commit, review or block"`
 	RiskScore float64  `json:"risk_score"`
 	Reasons   []string `json:"reasons"`
 }
@@ -49,7 +64,7 @@ type DecisionOut struct {
 // TrialOut summarises a trial.
 type TrialOut struct {
 	TrialID      string      `json:"trial_id"`
-	Status       string      `json:"status"`
+	Status       string      `json:"status" jsonschema:"pending, partial, committed or discarded"`
 	ExitCode     int         `json:"exit_code"`
 	TimedOut     bool        `json:"timed_out"`
 	FilesChanged int         `json:"files_changed"`
@@ -59,24 +74,25 @@ type TrialOut struct {
 	Decision     DecisionOut `json:"decision"`
 	Violations   int         `json:"violations"`
 	Network      []string    `json:"network" jsonschema:"action (mocked, allowed, blocked), protocol and URL or host:port of each network attempt"`
+	Next         []string    `json:"next" jsonschema:"the tools to call next, with their arguments"`
 }
 
 // TrialIDIn names a stored trial.
 type TrialIDIn struct {
-	TrialID string `json:"trial_id" jsonschema:"the trial's id, tr_…"`
+	TrialID string `json:"trial_id" jsonschema:"the trial's id, tr_…, as run_trial returned it"`
 }
 
 // CommitIn selects what to commit.
 type CommitIn struct {
 	TrialID string   `json:"trial_id" jsonschema:"the trial's id, tr_…"`
-	Paths   []string `json:"paths,omitempty" jsonschema:"absolute paths to commit (a directory selects all beneath it); empty: everything"`
-	Force   bool     `json:"force,omitempty" jsonschema:"a person decided: commit even a trial the policy blocked, and even where the host changed since the trial (never through a symlink)"`
+	Paths   []string `json:"paths,omitempty" jsonschema:"absolute host paths to commit (a directory selects all beneath it); absent: everything"`
+	Force   bool     `json:"force,omitempty" jsonschema:"only when a person decided: commit even a trial the policy blocked, and even where the host changed since the trial (never through a symlink)"`
 }
 
 // CommitOut lists what was applied.
 type CommitOut struct {
 	TrialID string   `json:"trial_id"`
-	Applied []string `json:"applied"`
+	Applied []string `json:"applied" jsonschema:"op and path of each change applied to the host"`
 }
 
 // DiscardOut confirms a discard.
@@ -87,82 +103,172 @@ type DiscardOut struct {
 
 // SessionOpenIn opens a session.
 type SessionOpenIn struct {
-	Rung      string   `json:"rung,omitempty" jsonschema:"ns (default) or host (no isolation)"`
-	Workspace string   `json:"workspace,omitempty" jsonschema:"where the workspace appears in the sandbox (default /workspace)"`
-	Net       []string `json:"net,omitempty" jsonschema:"network: [\"none\"] (default: nothing leaves, every attempt logged), [\"mock:FILE\"] (answers from a mock or OpenAPI file), [\"allow:HOST[:PORT]\"] (forwarded for real and logged); combined, mocks first (docs/network.md)"`
+	Rung      string   `json:"rung,omitempty" jsonschema:"ns (the default: a sandbox) or host (no isolation)"`
+	Workspace string   `json:"workspace,omitempty" jsonschema:"absolute path where the workspace appears in the sandbox (default /workspace)"`
+	SeedDir   string   `json:"seed_dir,omitempty" jsonschema:"absolute host directory whose copy becomes the workspace (and its baseline); session_commit applies the session's changes back to it. Absent: the workspace starts empty"`
+	Net       []string `json:"net,omitempty" jsonschema:"network: [\"none\"] (the default: nothing leaves, every attempt logged), [\"mock:/abs/FILE\"] (answers from a mock or OpenAPI file), [\"allow:HOST[:PORT]\"] (forwarded for real and logged); mocks and rules may be combined, mocks first"`
 }
 
 // SessionIDIn names a live session.
 type SessionIDIn struct {
-	SessionID string `json:"session_id" jsonschema:"the session's id, se_…"`
+	SessionID string `json:"session_id" jsonschema:"the session's id, se_…, as session_open returned it"`
 }
 
 // ShellIn runs a shell command in a session.
 type ShellIn struct {
 	SessionID string `json:"session_id" jsonschema:"the session's id, se_…"`
-	Command   string `json:"command" jsonschema:"shell command; cwd and exported variables persist between calls"`
-	TimeoutMS int64  `json:"timeout_ms,omitempty"`
+	Command   string `json:"command" jsonschema:"shell command line; cwd and exported variables persist between calls"`
+	TimeoutMS int64  `json:"timeout_ms,omitempty" jsonschema:"kill the command after this many milliseconds (0 or absent: no limit)"`
 }
 
 // ShellOut is a shell exec's result.
 type ShellOut struct {
-	ExitCode   int    `json:"exit_code"`
-	TimedOut   bool   `json:"timed_out"`
-	Transcript string `json:"transcript"`
-	Cwd        string `json:"cwd"`
+	ExitCode   int      `json:"exit_code"`
+	TimedOut   bool     `json:"timed_out"`
+	Transcript string   `json:"transcript" jsonschema:"stdout and stderr merged in the order they came"`
+	Stdout     string   `json:"stdout"`
+	Stderr     string   `json:"stderr"`
+	Cwd        string   `json:"cwd" jsonschema:"the shell's directory after the command"`
+	Network    []string `json:"network" jsonschema:"the network attempts of this command, as run_trial lists them"`
 }
 
 // PythonIn runs Python in a session.
 type PythonIn struct {
 	SessionID string `json:"session_id" jsonschema:"the session's id, se_…"`
-	Code      string `json:"code" jsonschema:"Python source; a trailing expression is echoed"`
-	TimeoutMS int64  `json:"timeout_ms,omitempty"`
+	Code      string `json:"code" jsonschema:"Python source; a trailing expression is echoed; variables persist between calls"`
+	TimeoutMS int64  `json:"timeout_ms,omitempty" jsonschema:"stop the code after this many milliseconds (0 or absent: no limit)"`
 }
 
 // PythonOut is a Python exec's result.
 type PythonOut struct {
-	OK         bool   `json:"ok"`
-	TimedOut   bool   `json:"timed_out"`
-	Transcript string `json:"transcript"`
-	Error      string `json:"error,omitempty"`
+	OK         bool     `json:"ok"`
+	TimedOut   bool     `json:"timed_out"`
+	Transcript string   `json:"transcript"`
+	Error      string   `json:"error,omitempty" jsonschema:"the exception, with its traceback"`
+	Network    []string `json:"network" jsonschema:"the network attempts of this code, as run_trial lists them"`
 }
 
 // DiffIn asks for a session's diff.
 type DiffIn struct {
-	SessionID string `json:"session_id" jsonschema:"the session's id, se_…"`
-	Rebase    bool   `json:"rebase,omitempty" jsonschema:"make the current state the new baseline"`
+	SessionID string   `json:"session_id" jsonschema:"the session's id, se_…"`
+	Paths     []string `json:"paths,omitempty" jsonschema:"workspace-relative paths to show (a directory selects all beneath it); absent: everything"`
+	Rebase    bool     `json:"rebase,omitempty" jsonschema:"afterwards make the current state the new baseline (later diffs and session_commit then start from it)"`
+}
+
+// DiffFile is one written file of a session diff.
+type DiffFile struct {
+	Path    string `json:"path" jsonschema:"relative to the workspace"`
+	Size    int    `json:"size"`
+	Mode    string `json:"mode" jsonschema:"octal permissions"`
+	Text    string `json:"text,omitempty" jsonschema:"the content, when it is UTF-8 text"`
+	Base64  string `json:"base64,omitempty" jsonschema:"the content, when it is not text"`
+	Omitted string `json:"omitted,omitempty" jsonschema:"why the content is not here (ask again with paths)"`
 }
 
 // DiffOut lists a session's changes (paths relative to the workspace).
 type DiffOut struct {
-	Writes  map[string]int    `json:"writes" jsonschema:"path → size in bytes"`
-	Links   map[string]string `json:"links"`
+	Writes  []DiffFile        `json:"writes" jsonschema:"new or changed files with their content, sorted by path"`
+	Links   map[string]string `json:"links" jsonschema:"path → target of each new or changed symlink"`
 	Deletes []string          `json:"deletes"`
-	Modes   map[string]string `json:"modes" jsonschema:"path → octal mode"`
+	Modes   map[string]string `json:"modes" jsonschema:"path → octal mode of each path whose permissions alone changed"`
+}
+
+// SessionCommitIn applies a session's changes to the directory it was seeded from.
+type SessionCommitIn struct {
+	SessionID string   `json:"session_id" jsonschema:"the session's id, se_…; it must have been opened with seed_dir"`
+	Paths     []string `json:"paths,omitempty" jsonschema:"workspace-relative paths to commit (a directory selects all beneath it); absent: every change"`
+	Force     bool     `json:"force,omitempty" jsonschema:"only when a person decided: commit even what the policy blocked, and over host files that changed since the session was seeded"`
+}
+
+// SessionCommitOut is what session_commit applied, through which trial.
+type SessionCommitOut struct {
+	SessionID string      `json:"session_id"`
+	TrialID   string      `json:"trial_id" jsonschema:"the trial that recorded the changes; show_trial shows it"`
+	Decision  DecisionOut `json:"decision"`
+	Applied   []string    `json:"applied" jsonschema:"op and absolute host path of each change applied"`
+}
+
+// NetworkIn asks for a session's network log.
+type NetworkIn struct {
+	SessionID string `json:"session_id" jsonschema:"the session's id, se_…"`
+	After     int    `json:"after,omitempty" jsonschema:"skip the first this many events (the next of an earlier answer)"`
+}
+
+// NetworkOut is a session's network log.
+type NetworkOut struct {
+	Network []string `json:"network" jsonschema:"action (mocked, allowed, blocked), protocol and URL or host:port of each attempt"`
+	Next    int      `json:"next" jsonschema:"pass as after to get only later events"`
 }
 
 // SessionOut describes a session.
 type SessionOut struct {
-	SessionID string `json:"session_id"`
-	Rung      string `json:"rung"`
-	Workspace string `json:"workspace"`
-	Closed    bool   `json:"closed,omitempty"`
+	SessionID string   `json:"session_id"`
+	Rung      string   `json:"rung"`
+	Workspace string   `json:"workspace"`
+	SeedDir   string   `json:"seed_dir,omitempty"`
+	Closed    bool     `json:"closed,omitempty"`
+	Warnings  []string `json:"warnings,omitempty"`
 }
+
+// instructions is what the server tells a client (and its model) at
+// initialization: the workflow the tools are built for.
+const instructions = `dryexec runs commands as trials: in a sandbox over a copy-on-write view of the host, so nothing on the host changes until a change is committed.
+Trials: run_trial runs one command and answers what it would change (files, output, exit code, network attempts) with the policy's decision (auto_commit, review, block). Read it, then call commit_trial to apply the changes to the host (all, or some paths) or discard_trial to drop them. Never commit a trial that is blocked or that did something unintended; force is for a person's decision only. show_trial shows a stored trial again.
+Sessions: for many steps in one sandbox, session_open (seed_dir copies a host directory in as the workspace), then session_shell and session_python (files, cwd and variables persist), session_diff to see the workspace's changes with their content, session_network for network attempts, session_commit to apply the changes to the seed directory (recorded and decided as a trial), and session_close at the end.
+Network: nothing leaves a sandbox unless net allows it; every attempt is logged.`
 
 // New returns an MCP server whose tools act on svc. cwd is the default
 // directory of run_trial.
 func New(svc *server.Service, version, cwd string) *mcp.Server {
-	s := mcp.NewServer(&mcp.Implementation{Name: "dryexec", Version: version}, nil)
-	t := &tools{svc: svc, cwd: cwd}
-	mcp.AddTool(s, &mcp.Tool{Name: "run_trial", Description: "Run a command in an ephemeral sandboxed trial against a copy-on-write view of the host. Nothing on the host changes; returns what the command would change (files, output, exit code) and the policy's decision. Commit or discard it afterwards by trial_id."}, t.runTrial)
-	mcp.AddTool(s, &mcp.Tool{Name: "show_trial", Description: "Show a stored trial: its summary, changes and status."}, t.showTrial)
-	mcp.AddTool(s, &mcp.Tool{Name: "commit_trial", Description: "Apply a trial's file changes to the host (all, or only the given paths). Refused if the host changed since the trial."}, t.commitTrial)
-	mcp.AddTool(s, &mcp.Tool{Name: "discard_trial", Description: "Drop a trial without changing the host."}, t.discardTrial)
-	mcp.AddTool(s, &mcp.Tool{Name: "session_open", Description: "Open a sandbox session over a workspace; shell and python calls share its files, cwd and environment until session_close."}, t.sessionOpen)
-	mcp.AddTool(s, &mcp.Tool{Name: "session_shell", Description: "Run a shell command in a session."}, t.sessionShell)
-	mcp.AddTool(s, &mcp.Tool{Name: "session_python", Description: "Run Python code in a session."}, t.sessionPython)
-	mcp.AddTool(s, &mcp.Tool{Name: "session_diff", Description: "List a session's workspace changes since its baseline."}, t.sessionDiff)
-	mcp.AddTool(s, &mcp.Tool{Name: "session_close", Description: "Close a session and drop its sandbox."}, t.sessionClose)
+	s := mcp.NewServer(&mcp.Implementation{Name: "dryexec", Title: "dryexec: trials before changes", Version: version},
+		&mcp.ServerOptions{Instructions: instructions})
+	t := &tools{svc: svc, cwd: cwd, seeds: map[string]*seed{}}
+	trialRungs := append(rung.Built(), "best")
+	sessionRungs := []string{"host"}
+	if slices.Contains(rung.Built(), "ns") {
+		sessionRungs = []string{"ns", "host"}
+	}
+	no, yes := new(bool), new(bool)
+	*yes = true
+	// Hints, per the MCP spec: readOnly (changes nothing), destructive
+	// (may change or drop what cannot be had back), idempotent (a repeat
+	// changes nothing more), openWorld (reaches outside: a sandboxed
+	// command may, through net allow rules).
+	addTool(s, toolSpec{tool: &mcp.Tool{Name: "run_trial", Title: "Run a command as a trial",
+		Description: "Run a command in an ephemeral sandboxed trial against a copy-on-write view of the host. Nothing on the host changes: it returns what the command would change (files, output, exit code, network attempts) and the policy's decision. Then call commit_trial or discard_trial with its trial_id.",
+		Annotations: &mcp.ToolAnnotations{ReadOnlyHint: false, DestructiveHint: no, IdempotentHint: false, OpenWorldHint: yes}},
+		enums: map[string][]string{"rung": trialRungs}}, t.runTrial)
+	addTool(s, toolSpec{tool: &mcp.Tool{Name: "show_trial", Title: "Show a stored trial",
+		Description: "Show a stored trial again: its changes, output, decision and status (pending, partial, committed, discarded).",
+		Annotations: &mcp.ToolAnnotations{ReadOnlyHint: true, IdempotentHint: true, OpenWorldHint: no}}}, t.showTrial)
+	addTool(s, toolSpec{tool: &mcp.Tool{Name: "commit_trial", Title: "Apply a trial's changes to the host",
+		Description: "Apply a trial's file changes to the host (all, or only the given paths). Refused, changing nothing, if the host changed since the trial or the policy blocked it.",
+		Annotations: &mcp.ToolAnnotations{DestructiveHint: yes, IdempotentHint: false, OpenWorldHint: no}}}, t.commitTrial)
+	addTool(s, toolSpec{tool: &mcp.Tool{Name: "discard_trial", Title: "Drop a trial",
+		Description: "Drop a stored trial and its recorded changes without changing the host.",
+		Annotations: &mcp.ToolAnnotations{DestructiveHint: yes, IdempotentHint: true, OpenWorldHint: no}}}, t.discardTrial)
+	addTool(s, toolSpec{tool: &mcp.Tool{Name: "session_open", Title: "Open a sandbox session",
+		Description: "Open a sandbox session over a workspace (empty, or a copy of seed_dir); session_shell and session_python calls share its files, cwd and environment until session_close.",
+		Annotations: &mcp.ToolAnnotations{DestructiveHint: no, OpenWorldHint: no}},
+		enums: map[string][]string{"rung": sessionRungs}}, t.sessionOpen)
+	addTool(s, toolSpec{tool: &mcp.Tool{Name: "session_shell", Title: "Run a shell command in a session",
+		Description: "Run a shell command in a session; stdout and stderr come separately and merged, with the network attempts it made.",
+		Annotations: &mcp.ToolAnnotations{DestructiveHint: no, OpenWorldHint: yes}}}, t.sessionShell)
+	addTool(s, toolSpec{tool: &mcp.Tool{Name: "session_python", Title: "Run Python in a session",
+		Description: "Run Python code in a session's interpreter; a trailing expression is echoed.",
+		Annotations: &mcp.ToolAnnotations{DestructiveHint: no, OpenWorldHint: yes}}}, t.sessionPython)
+	addTool(s, toolSpec{tool: &mcp.Tool{Name: "session_diff", Title: "Show a session's changes",
+		Description: "List a session's workspace changes since its baseline, with each written file's content (text, or base64).",
+		Annotations: &mcp.ToolAnnotations{DestructiveHint: no, OpenWorldHint: no}}}, t.sessionDiff)
+	addTool(s, toolSpec{tool: &mcp.Tool{Name: "session_network", Title: "Show a session's network log",
+		Description: "List the network attempts the session's commands made (mocked, allowed or blocked).",
+		Annotations: &mcp.ToolAnnotations{ReadOnlyHint: true, IdempotentHint: true, OpenWorldHint: no}}}, t.sessionNetwork)
+	addTool(s, toolSpec{tool: &mcp.Tool{Name: "session_commit", Title: "Apply a session's changes to its seed directory",
+		Description: "Apply a session's changes (all, or the given paths) to the host directory it was seeded from. They are recorded as a trial, decided by the policy and committed like commit_trial: refused, changing nothing, if the policy blocks them or the host changed since the seeding.",
+		Annotations: &mcp.ToolAnnotations{DestructiveHint: yes, IdempotentHint: false, OpenWorldHint: no}}}, t.sessionCommit)
+	addTool(s, toolSpec{tool: &mcp.Tool{Name: "session_close", Title: "Close a session",
+		Description: "Close a session and drop its sandbox, with whatever it did not commit.",
+		Annotations: &mcp.ToolAnnotations{DestructiveHint: yes, IdempotentHint: false, OpenWorldHint: no}}}, t.sessionClose)
 	return s
 }
 
@@ -191,6 +297,9 @@ func (nopWriteCloser) Close() error { return nil }
 type tools struct {
 	svc *server.Service
 	cwd string
+
+	mu    sync.Mutex       // guards seeds
+	seeds map[string]*seed // by session id: the sessions opened with seed_dir
 }
 
 func clip(s string) string {
@@ -200,39 +309,63 @@ func clip(s string) string {
 	return "…(" + fmt.Sprint(len(s)-maxText) + " bytes cut)…" + s[len(s)-maxText:]
 }
 
-func text(s string) *mcp.CallToolResult {
-	return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: s}}}
+// netLines is each network event as one line: action, protocol, method and
+// URL or host:port.
+func netLines(evs []dryexec.NetworkEvent) []string {
+	out := []string{}
+	for _, n := range evs {
+		where := n.URL
+		if where == "" {
+			where = net.JoinHostPort(n.Host, strconv.Itoa(n.Port))
+		}
+		out = append(out, strings.Join(strings.Fields(n.Action+" "+n.Proto+" "+n.Method+" "+where), " "))
+	}
+	return out
+}
+
+func decisionOut(d dryexec.Decision) DecisionOut {
+	out := DecisionOut{Choice: d.Choice, RiskScore: d.RiskScore, Reasons: d.Reasons}
+	if out.Reasons == nil {
+		out.Reasons = []string{}
+	}
+	return out
+}
+
+// nextSteps names the MCP tools (never CLI commands: the agent has the tools,
+// not a shell on the host) that act on a trial in its state.
+func nextSteps(id, choice, status string) []string {
+	arg := fmt.Sprintf(`{"trial_id": %q}`, id)
+	switch {
+	case status == "committed" || status == "discarded":
+		return []string{}
+	case choice == "block":
+		// The policy forbids committing it: no commit is offered.
+		return []string{"discard_trial " + arg}
+	}
+	return []string{"commit_trial " + arg + ` (or with "paths": [...] for some changes)`, "discard_trial " + arg}
 }
 
 func summarize(d *dryexec.StateDelta, status string) (TrialOut, string) {
 	out := TrialOut{TrialID: d.TrialID, Status: status, ExitCode: d.Process.ExitCode, TimedOut: d.Process.TimedOut,
 		FilesChanged: d.Totals.FilesChanged, Files: []string{}, Stdout: clip(d.Process.Stdout), Stderr: clip(d.Process.Stderr),
-		Decision: DecisionOut{Choice: d.Decision.Choice, RiskScore: d.Decision.RiskScore, Reasons: d.Decision.Reasons}, Violations: len(d.Violations)}
-	if out.Decision.Reasons == nil {
-		out.Decision.Reasons = []string{}
-	}
+		Decision: decisionOut(d.Decision), Violations: len(d.Violations), Network: netLines(d.Network),
+		Next: nextSteps(d.TrialID, d.Decision.Choice, status)}
 	if err := d.EachFile(func(f *dryexec.FileChange) error {
 		out.Files = append(out.Files, string(f.Op)+" "+f.Path)
 		return nil
 	}); err != nil {
 		out.Files = append(out.Files, "(the rest could not be read: "+err.Error()+")")
 	}
-	out.Network = []string{}
-	for _, n := range d.Network {
-		where := n.URL
-		if where == "" {
-			where = net.JoinHostPort(n.Host, strconv.Itoa(n.Port))
-		}
-		out.Network = append(out.Network, strings.TrimSpace(n.Action+" "+n.Proto+" "+n.Method+" "+where))
-	}
 	var b bytes.Buffer
-	render.Summary(&b, d, render.Options{Color: false})
+	render.Summary(&b, d, render.Options{Color: false, NoCommands: true})
+	fmt.Fprintf(&b, "trial %s: %s", d.TrialID, status)
 	if d.Decision.Choice == "block" {
-		// The policy forbids committing it: no commit command is offered.
-		fmt.Fprintf(&b, "trial %s: %s, blocked by the policy (dryexec discard %s)\n", d.TrialID, status, d.TrialID)
-	} else {
-		fmt.Fprintf(&b, "trial %s: %s (dryexec commit %s | dryexec discard %s)\n", d.TrialID, status, d.TrialID, d.TrialID)
+		b.WriteString(", blocked by the policy")
 	}
+	if len(out.Next) > 0 {
+		fmt.Fprintf(&b, "; next: %s", strings.Join(out.Next, " | "))
+	}
+	b.WriteString("\n")
 	return out, clip(b.String())
 }
 
@@ -270,15 +403,15 @@ func progressHooks(ctx context.Context, req *mcp.CallToolRequest) server.TrialHo
 	return server.TrialHooks{Stdout: w, Stderr: w}
 }
 
-func (t *tools) runTrial(ctx context.Context, req *mcp.CallToolRequest, in RunTrialIn) (*mcp.CallToolResult, TrialOut, error) {
+func (t *tools) runTrial(ctx context.Context, req *mcp.CallToolRequest, in RunTrialIn) (string, TrialOut, error) {
 	argv := in.Argv
 	switch {
 	case len(argv) > 0 && in.Command != "":
-		return nil, TrialOut{}, fmt.Errorf("give argv or command, not both")
+		return "", TrialOut{}, &ArgumentError{Tool: "run_trial", Msg: "give argv (a list) or command (a shell line), not both"}
 	case in.Command != "":
 		argv = []string{"/bin/sh", "-c", in.Command}
 	case len(argv) == 0:
-		return nil, TrialOut{}, fmt.Errorf("give argv (a list) or command (a shell line)")
+		return "", TrialOut{}, &ArgumentError{Tool: "run_trial", Msg: `give argv (a list, e.g. ["make", "test"]) or command (a shell line, e.g. "make test")`}
 	}
 	cwd := in.Cwd
 	if cwd == "" {
@@ -286,120 +419,300 @@ func (t *tools) runTrial(ctx context.Context, req *mcp.CallToolRequest, in RunTr
 	}
 	d, err := t.svc.RunTrial(ctx, server.TrialRequest{Argv: argv, Cwd: cwd, TimeoutMS: in.TimeoutMS, Rung: in.Rung, Net: in.Net}, progressHooks(ctx, req))
 	if err != nil {
-		return nil, TrialOut{}, err
+		return "", TrialOut{}, err
 	}
 	out, summary := summarize(d, "pending")
-	return text(summary), out, nil
+	return summary, out, nil
 }
 
-func (t *tools) showTrial(ctx context.Context, _ *mcp.CallToolRequest, in TrialIDIn) (*mcp.CallToolResult, TrialOut, error) {
+func (t *tools) showTrial(ctx context.Context, _ *mcp.CallToolRequest, in TrialIDIn) (string, TrialOut, error) {
 	d, st, err := t.svc.Trial(in.TrialID)
 	if err != nil {
-		return nil, TrialOut{}, err
+		return "", TrialOut{}, err
 	}
 	out, summary := summarize(d, st.Status)
-	return text(summary), out, nil
+	return summary, out, nil
 }
 
-func (t *tools) commitTrial(ctx context.Context, _ *mcp.CallToolRequest, in CommitIn) (*mcp.CallToolResult, CommitOut, error) {
+func (t *tools) commitTrial(ctx context.Context, _ *mcp.CallToolRequest, in CommitIn) (string, CommitOut, error) {
 	applied, err := t.svc.Commit(ctx, in.TrialID, server.CommitRequest{Paths: in.Paths, Force: in.Force})
 	if err != nil {
-		return nil, CommitOut{}, err
+		return "", CommitOut{}, err
 	}
-	out := CommitOut{TrialID: in.TrialID, Applied: []string{}}
-	for _, f := range applied {
-		out.Applied = append(out.Applied, string(f.Op)+" "+f.Path)
-	}
-	return text(fmt.Sprintf("committed %s: %d change(s) applied\n%s", in.TrialID, len(applied), strings.Join(out.Applied, "\n"))), out, nil
+	out := CommitOut{TrialID: in.TrialID, Applied: changeLines(applied)}
+	return fmt.Sprintf("committed %s: %d change(s) applied\n%s", in.TrialID, len(applied), strings.Join(out.Applied, "\n")), out, nil
 }
 
-func (t *tools) discardTrial(ctx context.Context, _ *mcp.CallToolRequest, in TrialIDIn) (*mcp.CallToolResult, DiscardOut, error) {
+func changeLines(fs []dryexec.FileChange) []string {
+	out := []string{}
+	for _, f := range fs {
+		out = append(out, string(f.Op)+" "+f.Path)
+	}
+	return out
+}
+
+func (t *tools) discardTrial(ctx context.Context, _ *mcp.CallToolRequest, in TrialIDIn) (string, DiscardOut, error) {
 	if err := t.svc.Discard(in.TrialID); err != nil {
-		return nil, DiscardOut{}, err
+		return "", DiscardOut{}, err
 	}
-	return text("discarded " + in.TrialID), DiscardOut{TrialID: in.TrialID, Discarded: true}, nil
+	return "discarded " + in.TrialID + "; the host is unchanged", DiscardOut{TrialID: in.TrialID, Discarded: true}, nil
 }
 
-func (t *tools) sessionOpen(ctx context.Context, _ *mcp.CallToolRequest, in SessionOpenIn) (*mcp.CallToolResult, SessionOut, error) {
+func (t *tools) sessionOpen(ctx context.Context, _ *mcp.CallToolRequest, in SessionOpenIn) (string, SessionOut, error) {
+	var sd *seed
+	if in.SeedDir != "" {
+		var err error
+		// The snapshot comes first: a file that changes while it is copied
+		// then differs from it, and session_commit refuses it (never the
+		// other way round, a change overwritten unseen).
+		if sd, err = snapshot(in.SeedDir); err != nil {
+			return "", SessionOut{}, err
+		}
+	}
 	l, err := t.svc.OpenSession(ctx, server.SessionRequest{Rung: in.Rung, Workspace: in.Workspace, Net: in.Net})
 	if err != nil {
-		return nil, SessionOut{}, err
+		return "", SessionOut{}, err
 	}
 	info := l.Info()
-	out := SessionOut{SessionID: info.SessionID, Rung: info.Rung, Workspace: info.Workspace}
-	return text(fmt.Sprintf("session %s open (%s rung, workspace %s)", out.SessionID, out.Rung, out.Workspace)), out, nil
+	out := SessionOut{SessionID: info.SessionID, Rung: info.Rung, Workspace: info.Workspace, SeedDir: in.SeedDir, Warnings: info.Warnings}
+	if sd != nil {
+		if err := l.Session.PushDir(ctx, sd.dir); err != nil {
+			t.svc.CloseSession(info.SessionID)
+			return "", SessionOut{}, fmt.Errorf("seeding the workspace from %s: %w", sd.dir, err)
+		}
+		// Sessions end without session_close too (idle, the API's DELETE,
+		// a lost sandbox): their seeds go here, not to pile up in a daemon.
+		// Sessions(), not Session(id), which would count as a use and keep
+		// an idle session from being closed.
+		live := map[string]bool{}
+		for _, si := range t.svc.Sessions() {
+			live[si.SessionID] = true
+		}
+		t.mu.Lock()
+		for id := range t.seeds {
+			if !live[id] {
+				delete(t.seeds, id)
+			}
+		}
+		t.seeds[info.SessionID] = sd
+		t.mu.Unlock()
+	}
+	text := fmt.Sprintf("session %s open (%s rung, workspace %s", out.SessionID, out.Rung, out.Workspace)
+	if sd != nil {
+		text += ", a copy of " + sd.dir
+	}
+	text += fmt.Sprintf("); next: session_shell or session_python with {\"session_id\": %q}", out.SessionID)
+	for _, w := range out.Warnings {
+		text += "\nwarning: " + w
+	}
+	return text, out, nil
 }
 
-func (t *tools) sessionShell(ctx context.Context, _ *mcp.CallToolRequest, in ShellIn) (*mcp.CallToolResult, ShellOut, error) {
+func (t *tools) sessionShell(ctx context.Context, _ *mcp.CallToolRequest, in ShellIn) (string, ShellOut, error) {
+	if in.TimeoutMS < 0 {
+		return "", ShellOut{}, &ArgumentError{Tool: "session_shell", Arg: "timeout_ms", Msg: "must not be negative"}
+	}
 	l, err := t.svc.Session(in.SessionID)
 	if err != nil {
-		return nil, ShellOut{}, err
+		return "", ShellOut{}, err
 	}
 	r, err := l.Session.Shell(ctx, in.Command, time.Duration(in.TimeoutMS)*time.Millisecond)
 	if err != nil {
-		return nil, ShellOut{}, err
+		return "", ShellOut{}, err
 	}
-	out := ShellOut{ExitCode: r.ExitCode, TimedOut: r.TimedOut, Transcript: clip(r.Transcript), Cwd: r.Cwd}
-	return text(fmt.Sprintf("%s[exit %d, cwd %s]", out.Transcript, out.ExitCode, out.Cwd)), out, nil
+	out := ShellOut{ExitCode: r.ExitCode, TimedOut: r.TimedOut, Transcript: clip(r.Transcript), Stdout: clip(r.Stdout), Stderr: clip(r.Stderr),
+		Cwd: r.Cwd, Network: netLines(r.Network)}
+	text := fmt.Sprintf("%s[exit %d, cwd %s]", out.Transcript, out.ExitCode, out.Cwd)
+	if out.TimedOut {
+		text += " (timed out)"
+	}
+	for _, n := range out.Network {
+		text += "\nnetwork: " + n
+	}
+	return text, out, nil
 }
 
-func (t *tools) sessionPython(ctx context.Context, _ *mcp.CallToolRequest, in PythonIn) (*mcp.CallToolResult, PythonOut, error) {
+func (t *tools) sessionPython(ctx context.Context, _ *mcp.CallToolRequest, in PythonIn) (string, PythonOut, error) {
+	if in.TimeoutMS < 0 {
+		return "", PythonOut{}, &ArgumentError{Tool: "session_python", Arg: "timeout_ms", Msg: "must not be negative"}
+	}
 	l, err := t.svc.Session(in.SessionID)
 	if err != nil {
-		return nil, PythonOut{}, err
+		return "", PythonOut{}, err
 	}
 	r, err := l.Session.Python(ctx, in.Code, nil, time.Duration(in.TimeoutMS)*time.Millisecond)
 	if err != nil {
-		return nil, PythonOut{}, err
+		return "", PythonOut{}, err
 	}
-	out := PythonOut{OK: r.OK, TimedOut: r.TimedOut, Transcript: clip(r.Transcript)}
+	out := PythonOut{OK: r.OK, TimedOut: r.TimedOut, Transcript: clip(r.Transcript), Network: netLines(r.Network)}
 	if r.Error != nil {
 		out.Error = clip(r.Error.Type + ": " + r.Error.Message + "\n" + r.Error.Traceback)
 	}
-	return text(out.Transcript + out.Error), out, nil
+	text := out.Transcript + out.Error
+	for _, n := range out.Network {
+		text += "\nnetwork: " + n
+	}
+	return text, out, nil
 }
 
-func (t *tools) sessionDiff(ctx context.Context, _ *mcp.CallToolRequest, in DiffIn) (*mcp.CallToolResult, DiffOut, error) {
+// beneath says whether rel, a workspace-relative path, is one of sel or
+// beneath one (everything when sel is empty).
+func beneath(rel string, sel []string) bool {
+	if len(sel) == 0 {
+		return true
+	}
+	for _, s := range sel {
+		s = strings.TrimSuffix(s, "/")
+		if s == "." || rel == s || strings.HasPrefix(rel, s+"/") {
+			return true
+		}
+	}
+	return false
+}
+
+func checkRelPaths(tool string, paths []string) error {
+	for _, p := range paths {
+		if !filepath.IsLocal(strings.TrimSuffix(p, "/")) && p != "." {
+			return &ArgumentError{Tool: tool, Arg: "paths", Msg: fmt.Sprintf("has %q: want paths relative to the workspace, without ..", p)}
+		}
+	}
+	return nil
+}
+
+func (t *tools) sessionDiff(ctx context.Context, _ *mcp.CallToolRequest, in DiffIn) (string, DiffOut, error) {
+	if err := checkRelPaths("session_diff", in.Paths); err != nil {
+		return "", DiffOut{}, err
+	}
 	l, err := t.svc.Session(in.SessionID)
 	if err != nil {
-		return nil, DiffOut{}, err
+		return "", DiffOut{}, err
 	}
 	d, err := l.Session.Diff(ctx, in.Rebase)
 	if err != nil {
-		return nil, DiffOut{}, err
+		return "", DiffOut{}, err
 	}
-	out := DiffOut{Writes: map[string]int{}, Links: d.Links, Deletes: d.Deletes, Modes: map[string]string{}}
-	if out.Links == nil {
-		out.Links = map[string]string{}
-	}
-	if out.Deletes == nil {
-		out.Deletes = []string{}
-	}
+	out := DiffOut{Writes: []DiffFile{}, Links: map[string]string{}, Deletes: []string{}, Modes: map[string]string{}}
 	var b strings.Builder
-	for p, c := range d.Writes {
-		out.Writes[p] = len(c)
-		fmt.Fprintf(&b, "write %s (%d bytes)\n", p, len(c))
+	budget := maxDiffText
+	sel := selectDiff(d, in.Paths)
+	for _, p := range sel.writes {
+		c := d.Writes[p]
+		f := DiffFile{Path: p, Size: len(c), Mode: fmt.Sprintf("%04o", d.Modes[p].Perm())}
+		switch {
+		case len(c) > maxText:
+			f.Omitted = fmt.Sprintf("%d bytes, over the %d a file's content may have here", len(c), maxText)
+		case len(c) > budget:
+			f.Omitted = fmt.Sprintf("this answer already carries %d bytes of content: ask for this path alone", maxDiffText-budget)
+		case utf8.Valid(c) && !bytes.ContainsRune(c, 0): // text; a NUL says binary, as git and diff judge
+			f.Text, budget = string(c), budget-len(c)
+		default:
+			f.Base64, budget = base64.StdEncoding.EncodeToString(c), budget-len(c)
+		}
+		out.Writes = append(out.Writes, f)
+		fmt.Fprintf(&b, "write %s (%d bytes, mode %s)", p, f.Size, f.Mode)
+		switch {
+		case f.Omitted != "":
+			fmt.Fprintf(&b, ": content omitted, %s\n", f.Omitted)
+		case f.Base64 != "":
+			b.WriteString(": binary (base64 in the structured result)\n")
+		default:
+			fmt.Fprintf(&b, ":\n%s", f.Text)
+			if !strings.HasSuffix(f.Text, "\n") {
+				b.WriteString("\n\\ no newline at end of file\n")
+			}
+		}
 	}
-	for p, m := range d.Modes {
-		out.Modes[p] = fmt.Sprintf("%04o", m.Perm())
+	for _, p := range sel.links {
+		out.Links[p] = d.Links[p]
+		fmt.Fprintf(&b, "link %s -> %s\n", p, d.Links[p])
 	}
-	for _, p := range out.Deletes {
+	for _, p := range sel.deletes {
+		out.Deletes = append(out.Deletes, p)
 		fmt.Fprintf(&b, "delete %s\n", p)
+	}
+	for _, p := range sel.chmods {
+		out.Modes[p] = fmt.Sprintf("%04o", d.Modes[p].Perm())
+		fmt.Fprintf(&b, "chmod %s %s\n", out.Modes[p], p)
 	}
 	if b.Len() == 0 {
 		b.WriteString("no changes\n")
+	} else if t.seedOf(in.SessionID) != nil {
+		fmt.Fprintf(&b, "next: session_commit {\"session_id\": %q} applies them to %s\n", in.SessionID, t.seedOf(in.SessionID).dir)
 	}
-	return text(b.String()), out, nil
+	return b.String(), out, nil
 }
 
-func (t *tools) sessionClose(ctx context.Context, _ *mcp.CallToolRequest, in SessionIDIn) (*mcp.CallToolResult, SessionOut, error) {
+// diffSel is what of a session diff a call selected, each list sorted:
+// written files, symlinks, deletes, and changes of permissions alone.
+type diffSel struct{ writes, links, deletes, chmods []string }
+
+// selectDiff is d's changes at or beneath the workspace-relative paths sel
+// (all of them when sel is empty).
+func selectDiff(d *session.Diff, sel []string) diffSel {
+	var out diffSel
+	pick := func(paths []string, ok func(string) bool) []string {
+		var keep []string
+		for _, p := range paths {
+			if ok(p) && beneath(p, sel) {
+				keep = append(keep, p)
+			}
+		}
+		return keep
+	}
+	all := func(string) bool { return true }
+	out.writes = pick(slices.Sorted(maps.Keys(d.Writes)), all)
+	out.links = pick(slices.Sorted(maps.Keys(d.Links)), all)
+	out.deletes = pick(slices.Sorted(slices.Values(d.Deletes)), all)
+	out.chmods = pick(slices.Sorted(maps.Keys(d.Modes)), func(p string) bool { return modeOnly(d, p) })
+	return out
+}
+
+// modeOnly says whether p's entry in d.Modes is a change of permissions alone
+// (d.Modes also has every written file, and symlinks, whose mode means nothing).
+func modeOnly(d *session.Diff, p string) bool {
+	_, written := d.Writes[p]
+	_, link := d.Links[p]
+	return !written && !link
+}
+
+func (t *tools) sessionNetwork(ctx context.Context, _ *mcp.CallToolRequest, in NetworkIn) (string, NetworkOut, error) {
+	if in.After < 0 {
+		return "", NetworkOut{}, &ArgumentError{Tool: "session_network", Arg: "after", Msg: "must not be negative"}
+	}
 	l, err := t.svc.Session(in.SessionID)
 	if err != nil {
-		return nil, SessionOut{}, err
+		return "", NetworkOut{}, err
+	}
+	all := l.Session.Network()
+	out := NetworkOut{Network: netLines(all[min(in.After, len(all)):]), Next: len(all)}
+	if len(out.Network) == 0 {
+		return "no network attempts", out, nil
+	}
+	return strings.Join(out.Network, "\n"), out, nil
+}
+
+func (t *tools) seedOf(id string) *seed {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.seeds[id]
+}
+
+func (t *tools) sessionClose(ctx context.Context, _ *mcp.CallToolRequest, in SessionIDIn) (string, SessionOut, error) {
+	l, err := t.svc.Session(in.SessionID)
+	if err != nil {
+		return "", SessionOut{}, err
 	}
 	info := l.Info()
 	if err := t.svc.CloseSession(in.SessionID); err != nil {
-		return nil, SessionOut{}, err
+		return "", SessionOut{}, err
 	}
-	return text("closed " + in.SessionID), SessionOut{SessionID: info.SessionID, Rung: info.Rung, Workspace: info.Workspace, Closed: true}, nil
+	t.mu.Lock()
+	sd := t.seeds[in.SessionID]
+	delete(t.seeds, in.SessionID)
+	t.mu.Unlock()
+	out := SessionOut{SessionID: info.SessionID, Rung: info.Rung, Workspace: info.Workspace, Closed: true}
+	if sd != nil {
+		out.SeedDir = sd.dir
+	}
+	return "closed " + in.SessionID, out, nil
 }

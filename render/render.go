@@ -45,6 +45,10 @@ type Options struct {
 	// as it ran (dryexec run's live output): the summary does not repeat
 	// them.
 	OutputShown bool
+	// NoCommands leaves out the closing line of CLI commands (dryexec
+	// commit/discard): for a reader that acts through other means, such as
+	// an agent calling MCP tools, which says its own next steps.
+	NoCommands bool
 }
 
 // ColorWanted reports whether output to f should be coloured: only when f is a
@@ -167,6 +171,9 @@ func Summary(w io.Writer, d *dryexec.StateDelta, opt Options) error {
 		}
 	}
 
+	if opt.NoCommands {
+		return p.err
+	}
 	id := shellQuote(d.TrialID)
 	if d.Decision.Choice == "block" {
 		// The policy forbids committing it: offering the command would

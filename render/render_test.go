@@ -541,3 +541,18 @@ func TestSummaryErrors(t *testing.T) {
 		t.Errorf("nil delta: no error")
 	}
 }
+
+// TestNoCommands: for an agent acting through MCP tools the summary ends
+// with the decision, offering no CLI command (blocked or not).
+func TestNoCommands(t *testing.T) {
+	for _, choice := range []string{"auto_commit", "review", "block"} {
+		t.Run(choice, func(t *testing.T) {
+			d := &dryexec.StateDelta{TrialID: "tr_09", Rung: "ns", Action: dryexec.Action{Argv: []string{"true"}},
+				Decision: dryexec.Decision{Choice: choice, Reasons: []string{"r"}}}
+			out := summary(t, d, Options{NoCommands: true})
+			if strings.Contains(out, "dryexec ") || !strings.HasSuffix(out, "  - r\n") {
+				t.Errorf("summary:\n%s", out)
+			}
+		})
+	}
+}

@@ -300,14 +300,34 @@ func TestBadInput(t *testing.T) {
 			d.fails(t, tc.method, tc.path, tc.body, tc.status, tc.code)
 		})
 	}
-	// Content types.
-	req, _ := http.NewRequest("POST", d.base+"/v1/trials", strings.NewReader(`{"argv":["ls"],"cwd":"/"}`))
-	req.Header.Set("Content-Type", "text/plain")
-	resp, _ := d.client.Do(req)
-	if resp.StatusCode != 415 {
-		t.Fatalf("text/plain body: %d", resp.StatusCode)
+	// Content types: a body must be declared JSON (a missing header is a
+	// 415 too); an optional body that is absent needs no header.
+	for _, tc := range []struct {
+		name, path, ct, body string
+		status               int
+	}{
+		{"text/plain body", "/v1/trials", "text/plain", `{"argv":["ls"],"cwd":"/"}`, 415},
+		{"no Content-Type", "/v1/trials", "", `{"argv":["ls"],"cwd":"/"}`, 415},
+		{"no Content-Type, optional body sent", "/v1/trials/tr_aaaaaaaaaaaaaaaaaaaa/commit", "", `{}`, 415},
+		{"a lookalike type", "/v1/trials", "application/jsonx", `{"argv":["ls"],"cwd":"/"}`, 415},
+		{"no Content-Type, no optional body", "/v1/trials/tr_aaaaaaaaaaaaaaaaaaaa/discard", "", "", 404},
+		{"JSON with a charset", "/v1/trials/tr_aaaaaaaaaaaaaaaaaaaa/commit", "application/json; charset=utf-8", `{}`, 404},
+	} {
+		req, _ := http.NewRequest("POST", d.base+tc.path, strings.NewReader(tc.body))
+		if tc.ct != "" {
+			req.Header.Set("Content-Type", tc.ct)
+		}
+		resp, err := d.client.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var e struct{ Error server.APIError }
+		json.NewDecoder(resp.Body).Decode(&e)
+		resp.Body.Close()
+		if resp.StatusCode != tc.status || (tc.status == 415 && e.Error.Code != "unsupported_media_type") {
+			t.Errorf("%s: %d %+v, want %d", tc.name, resp.StatusCode, e, tc.status)
+		}
 	}
-	resp.Body.Close()
 	// Trees that would land outside the workspace never reach the session.
 	for _, tc := range []struct {
 		name string

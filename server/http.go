@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"mime"
 	"net/http"
 	"os"
 	"strconv"
@@ -182,8 +183,8 @@ func writeJSON(w http.ResponseWriter, status int, v any) error {
 // fields, trailing data, a wrong content type or a body over the limit are
 // refused with a message saying which.
 func (a *api) decode(w http.ResponseWriter, r *http.Request, v any, optional bool) error {
-	if ct := r.Header.Get("Content-Type"); ct != "" && !strings.HasPrefix(ct, "application/json") {
-		return &requestError{status: http.StatusUnsupportedMediaType, code: "unsupported_media_type", msg: fmt.Sprintf("Content-Type %q: want application/json", ct)}
+	if err := checkJSONType(r, optional); err != nil {
+		return err
 	}
 	body := http.MaxBytesReader(w, r.Body, a.opt.MaxBody)
 	dec := json.NewDecoder(body)
@@ -214,6 +215,26 @@ func (a *api) decode(w http.ResponseWriter, r *http.Request, v any, optional boo
 			return err
 		}
 		return badRequest("bad JSON: data after the object")
+	}
+	return nil
+}
+
+// checkJSONType refuses, with 415, a body that is not declared JSON. A body
+// without a Content-Type is refused too (the docs promise 415, and a client
+// that forgot the header would otherwise depend on our guessing); a POST that
+// sends no body at all where the body is optional (discard, reset, ping…)
+// needs no header, so that `curl -X POST …/discard` works.
+func checkJSONType(r *http.Request, optional bool) error {
+	ct := r.Header.Get("Content-Type")
+	if ct == "" {
+		if optional && r.ContentLength == 0 {
+			return nil
+		}
+		return &requestError{status: http.StatusUnsupportedMediaType, code: "unsupported_media_type",
+			msg: "the request has a body but no Content-Type: send Content-Type: application/json"}
+	}
+	if mt, _, err := mime.ParseMediaType(ct); err != nil || mt != "application/json" {
+		return &requestError{status: http.StatusUnsupportedMediaType, code: "unsupported_media_type", msg: fmt.Sprintf("Content-Type %q: want application/json", ct)}
 	}
 	return nil
 }

@@ -54,6 +54,8 @@ func runCmd(env Env, code *int, note *interruptNote) *cobra.Command {
 		netSpecs []string
 		// live output
 		quiet bool
+		// what run's own status says (exitstatus.go)
+		exitStatus string
 	)
 	c := &cobra.Command{
 		Use:   "run [flags] -- CMD [ARG...]",
@@ -76,6 +78,9 @@ func runCmd(env Env, code *int, note *interruptNote) *cobra.Command {
 			// gets near it. docs/limits.md, "Big deltas: memory".
 			if env.Getenv("GOMEMLIMIT") == "" {
 				debug.SetMemoryLimit(runMemoryLimit)
+			}
+			if err := checkExitStatus(exitStatus); err != nil {
+				return err
 			}
 			// The policy is read first: a mistake in it is the caller's (exit 2)
 			// and must not cost a trial.
@@ -229,7 +234,7 @@ func runCmd(env Env, code *int, note *interruptNote) *cobra.Command {
 					err = ferr
 				}
 			}
-			*code = exitCode(d)
+			*code = runStatus(exitStatus, d)
 			if err != nil || (!doCommitFlag && !interactive) {
 				return err
 			}
@@ -286,6 +291,7 @@ func runCmd(env Env, code *int, note *interruptNote) *cobra.Command {
 	f.StringVar(&policyFile, "policy", "", "decide with this policy file (YAML or JSON; default: the built-in policy, docs/decision.md)")
 	f.BoolVar(&doCommitFlag, "commit", false, "commit the changes right after the run, if the decision is auto_commit")
 	f.BoolVarP(&interactive, "interactive", "i", false, "show the summary, then ask what to commit")
+	f.StringVar(&exitStatus, "exit-status", exitDecision, "what dryexec run exits with: decision (0 auto_commit, 3 review, 4 block, 5 the command failed) or command (the command's own status: 124 timed out, 128+N killed by signal N; the decision stays in the summary and --json)")
 	f.BoolVar(&force, "force", false, "with --commit or -i: commit whatever the decision, block included (recorded with the trial)")
 	return c
 }
