@@ -74,15 +74,7 @@ func TestFidelity(t *testing.T) {
 	}
 	loadBefore := loadAverage()
 	h := newHarness(t)
-	var rows []*row
-	for _, w := range workloads {
-		t.Run(w.name, func(t *testing.T) {
-			// The row goes in first: it records a skip or a harness failure too.
-			r := &row{Workload: w.name, Mode: h.mode}
-			rows = append(rows, r)
-			h.workload(t, w, r)
-		})
-	}
+	rows := h.all(t)
 	if rootless.Active() {
 		if p := os.Getenv(rowsEnv); p != "" {
 			writeRows(t, p, rows)
@@ -580,12 +572,19 @@ func (h *harness) gvisor(t *testing.T) []*row {
 	}
 	g := *h
 	g.mode, g.rung, g.runsc = "gvisor", "gvisor", runsc
+	return g.all(t)
+}
+
+// all runs every workload in h's mode, one subtest each, and returns a row
+// per workload.
+func (h *harness) all(t *testing.T) []*row {
 	var rows []*row
 	for _, w := range workloads {
 		t.Run(w.name, func(t *testing.T) {
-			r := &row{Workload: w.name, Mode: g.mode}
+			// The row goes in first: it records a skip or a harness failure too.
+			r := &row{Workload: w.name, Mode: h.mode}
 			rows = append(rows, r)
-			g.workload(t, w, r)
+			h.workload(t, w, r)
 		})
 	}
 	return rows
