@@ -28,7 +28,7 @@ import (
 
 // Config configures a Service. Zero fields take the defaults named beside them.
 type Config struct {
-	// StoreDir holds the trials (store.DefaultDir's answer, usually).
+	// StoreDir holds the trials (dryexec.DefaultHome's answer, usually).
 	StoreDir string
 	// StateDir holds the daemon's own records (token, pid, live sessions' host
 	// leftovers) so the next start can clean what a crash left. Default:

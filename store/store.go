@@ -38,22 +38,6 @@ type Store struct {
 // DefaultTTL is how long a trial is kept when nothing says otherwise.
 const DefaultTTL = 24 * time.Hour
 
-// DefaultDir is $DRYEXEC_HOME, else $XDG_STATE_HOME/dryexec, else
-// ~/.local/state/dryexec.
-func DefaultDir(getenv func(string) string) (string, error) {
-	if d := getenv("DRYEXEC_HOME"); d != "" {
-		return d, nil
-	}
-	if d := getenv("XDG_STATE_HOME"); d != "" {
-		return filepath.Join(d, "dryexec"), nil
-	}
-	home := getenv("HOME")
-	if home == "" {
-		return "", errors.New("store: no DRYEXEC_HOME, XDG_STATE_HOME or HOME to keep trials in")
-	}
-	return filepath.Join(home, ".local", "state", "dryexec"), nil
-}
-
 // Open creates dir (0700) if needed and returns the store in it. Trials older
 // than ttl (0: DefaultTTL) count as expired and are removed by Sweep.
 func Open(dir string, ttl time.Duration) (*Store, error) {

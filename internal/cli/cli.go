@@ -141,7 +141,7 @@ func usage(check cobra.PositionalArgs) cobra.PositionalArgs {
 // a crash interrupted and removes expired or half-recorded trials, so that every
 // command starts from a clean state.
 func openStore(env Env) (*store.Store, error) {
-	dir, err := store.DefaultDir(env.Getenv)
+	dir, err := dryexec.DefaultHome(env.Getenv)
 	if err != nil {
 		return nil, err
 	}

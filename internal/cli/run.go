@@ -109,7 +109,7 @@ func runCmd(env Env, code *int, note *interruptNote) *cobra.Command {
 			if force && !doCommitFlag && !interactive {
 				return usageError{fmt.Errorf("--force only says what --commit or -i may commit; add one, or drop --force")}
 			}
-			home, err := store.DefaultDir(env.Getenv)
+			home, err := dryexec.DefaultHome(env.Getenv)
 			if err != nil {
 				return err
 			}
@@ -463,7 +463,7 @@ func checkNetSpecs(ctx context.Context, specs []string, env Env) ([]string, erro
 // state dir while it runs). A record left by a daemon that was killed counts
 // only if something still answers there.
 func checkDaemonReach(ctx context.Context, rules []netsim.Rule, env Env) error {
-	home, err := store.DefaultDir(env.Getenv)
+	home, err := dryexec.DefaultHome(env.Getenv)
 	if err != nil {
 		return nil // openStore reports it
 	}

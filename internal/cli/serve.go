@@ -9,10 +9,10 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/dryexec/dryexec"
 	"github.com/dryexec/dryexec/mcpserver"
 	"github.com/dryexec/dryexec/policy"
 	"github.com/dryexec/dryexec/server"
-	"github.com/dryexec/dryexec/store"
 )
 
 // buildVersion is the module version dryexec was built from ("devel" in a
@@ -28,7 +28,7 @@ func buildVersion() string {
 // shares: the CLI's store, the env allowlist over this process's environment,
 // and the decision engine of `dryexec run`.
 func newService(env Env, log *slog.Logger, maxTrials, maxQueue, pool, sessionPool int, poolIdle time.Duration, policyFile, socket string) (*server.Service, error) {
-	dir, err := store.DefaultDir(env.Getenv)
+	dir, err := dryexec.DefaultHome(env.Getenv)
 	if err != nil {
 		return nil, err
 	}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/dryexec/dryexec"
 	"github.com/dryexec/dryexec/receipt"
 	"github.com/dryexec/dryexec/store"
 )
@@ -30,7 +31,7 @@ the key is this install's ($DRYEXEC_HOME/` + receipt.PublicKeyFile + `); --key n
 another install's public key file. Exit 0 when it verifies, 1 when it does not.`,
 		Args: usage(cobra.ExactArgs(1)),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			home, err := store.DefaultDir(env.Getenv)
+			home, err := dryexec.DefaultHome(env.Getenv)
 			if err != nil {
 				return err
 			}

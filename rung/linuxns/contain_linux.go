@@ -253,7 +253,7 @@ func coverPaths(homes, extra []string, noDefaults bool, own []string) (masks, hi
 }
 
 // ownPathDefaults are where dryexec keeps its state unless told otherwise
-// (store.DefaultDir, server.DefaultSocket), for the environment of this
+// (dryexec.DefaultHome, server.DefaultSocket), for the environment of this
 // process and, beneath every home of homes, the XDG default: a sandbox of
 // root's must not read the token or trials of a daemon another user runs
 // either.

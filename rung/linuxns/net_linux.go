@@ -18,7 +18,6 @@ import (
 	"github.com/dryexec/dryexec/netsim"
 	"github.com/dryexec/dryexec/netsim/ca"
 	"github.com/dryexec/dryexec/netsim/tun"
-	"github.com/dryexec/dryexec/store"
 	"github.com/dryexec/dryexec/wire"
 )
 
@@ -115,7 +114,7 @@ func caDirOf(dir string) (string, error) {
 	if dir != "" {
 		return dir, nil
 	}
-	home, err := store.DefaultDir(os.Getenv)
+	home, err := dryexec.DefaultHome(os.Getenv)
 	if err != nil {
 		return "", err
 	}
