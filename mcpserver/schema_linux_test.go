@@ -10,7 +10,6 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/dryexec/dryexec/mcpserver"
-	"github.com/dryexec/dryexec/policy"
 	"github.com/dryexec/dryexec/rung"
 	"github.com/dryexec/dryexec/server"
 )
@@ -19,11 +18,7 @@ import (
 func newService(t *testing.T) *server.Service {
 	t.Helper()
 	home := t.TempDir()
-	decide, err := server.PolicyDecider(home, policy.Default())
-	if err != nil {
-		t.Fatal(err)
-	}
-	svc, err := server.NewService(server.Config{StoreDir: home, Decide: decide,
+	svc, err := server.NewService(server.Config{StoreDir: home,
 		Getenv: func(k string) string { return map[string]string{"PATH": "/usr/bin:/bin"}[k] }})
 	if err != nil {
 		t.Fatal(err)

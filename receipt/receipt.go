@@ -70,7 +70,12 @@ func KeyID(pub ed25519.PublicKey) string {
 type Signer struct {
 	priv ed25519.PrivateKey
 	id   string
+	path string // the private key's file
 }
+
+// KeyPath is the private key's file: whoever runs a sandbox for this install
+// masks it there, since a command that could read it could forge receipts.
+func (s *Signer) KeyPath() string { return s.path }
 
 // PublicKey returns the key verifiers need.
 func (s *Signer) PublicKey() ed25519.PublicKey { return s.priv.Public().(ed25519.PublicKey) }
@@ -194,7 +199,7 @@ func LoadOrCreate(dir string) (*Signer, error) {
 			return nil, err
 		}
 	}
-	return &Signer{priv: priv, id: KeyID(pub)}, nil
+	return &Signer{priv: priv, id: KeyID(pub), path: path}, nil
 }
 
 func loadPrivate(path string) (ed25519.PrivateKey, error) {

@@ -17,7 +17,6 @@ import (
 	"time"
 
 	"github.com/dryexec/dryexec"
-	"github.com/dryexec/dryexec/policy"
 	"github.com/dryexec/dryexec/rung/linuxns"
 	"github.com/dryexec/dryexec/server"
 )
@@ -63,13 +62,6 @@ func startDaemon(t testing.TB, cfg server.Config, hopt server.HandlerOptions) *d
 			}
 			return ""
 		}
-	}
-	if cfg.Decide == nil {
-		decide, err := server.PolicyDecider(cfg.StoreDir, policy.Default())
-		if err != nil {
-			t.Fatal(err)
-		}
-		cfg.Decide = decide
 	}
 	if cfg.Socket == "" {
 		// As `dryexec serve --socket` does: the daemon hides it.

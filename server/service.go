@@ -19,8 +19,10 @@ import (
 
 	"github.com/dryexec/dryexec"
 	"github.com/dryexec/dryexec/netsim"
+	"github.com/dryexec/dryexec/policy"
 	"github.com/dryexec/dryexec/receipt"
 	"github.com/dryexec/dryexec/rung"
+	"github.com/dryexec/dryexec/runner"
 	"github.com/dryexec/dryexec/session"
 	"github.com/dryexec/dryexec/store"
 	"github.com/dryexec/dryexec/wire"
@@ -72,13 +74,11 @@ type Config struct {
 	// requests with the daemon's defaults (no env, workspace, limits, masks,
 	// network or output cap of their own); 0 keeps none.
 	SessionPool int
-	// Decide is the decision engine as `dryexec run` uses it: given a
-	// request's policy document (JSON, on top of the daemon's policy; nil: the
-	// daemon's policy) it returns the judge that fills a delta's Decision and
-	// Receipt, or an error if the document is invalid (before anything runs).
-	// Nil leaves Decision empty; the receipt is still signed with the
-	// install's key, without which no trial can be committed.
-	Decide func(policyDoc []byte) (func(ctx context.Context, d *dryexec.StateDelta) error, error)
+	// Policy is the daemon's policy (`serve --policy`): every trial is
+	// decided by it, or by a request's own policy document on top of
+	// policy.Default, and signed with the install's key, as `dryexec run`
+	// does. Nil: policy.Default(). There is no way to run a trial undecided.
+	Policy *policy.Policy
 	// Version is reported by /v1/version.
 	Version string
 	// Log receives the daemon's records; nil logs nothing.
@@ -142,9 +142,10 @@ type Service struct {
 	cancel context.CancelFunc
 	trials sync.WaitGroup // running trials
 
-	// signer signs trials when Config.Decide is nil (a commit refuses a
-	// trial this install did not sign).
-	signer *receipt.Signer
+	// runner is the trial pipeline (the one `dryexec run` uses) over the
+	// store and the install's key; engine is the daemon's policy compiled.
+	runner *runner.Runner
+	engine *policy.Engine
 
 	pool        trialPool     // nil: every ns trial runs cold
 	sessionPool *session.Pool // nil: every session opens cold
@@ -158,9 +159,9 @@ type Service struct {
 	listen atomic.Pointer[string]
 }
 
-// NewService opens the store (finishing or rolling back commits a crash
-// interrupted, removing half-recorded trials) and cleans what an earlier
-// daemon left (see stateDir).
+// NewService opens the store and the daemon's state dir, loads the install's
+// receipt key and compiles the daemon's policy. It cleans nothing: a daemon
+// calls Recover at start-up, before it serves.
 func NewService(cfg Config) (*Service, error) {
 	cfg = cfg.withDefaults()
 	if cfg.StoreDir == "" {
@@ -171,34 +172,61 @@ func NewService(cfg Config) (*Service, error) {
 		return nil, err
 	}
 	st.SetLimits(cfg.StoreLimits)
-	rec, err := st.Recover()
-	for _, r := range rec {
-		cfg.Log.Info("recovered an interrupted commit", "trial", r.Trial, "committed", r.Committed)
-	}
-	if err != nil {
-		return nil, err
-	}
-	if n, err := st.Sweep(); err != nil {
-		return nil, err
-	} else if n > 0 {
-		cfg.Log.Info("removed expired or half-recorded trials", "count", n)
-	}
 	sd, err := openStateDir(cfg.StateDir, cfg.Log)
 	if err != nil {
 		return nil, err
 	}
-	s := &Service{cfg: cfg, store: st, state: sd, slots: newQueue(cfg.MaxTrials, cfg.MaxQueue), sessions: map[string]*Live{}}
-	if cfg.Decide == nil {
-		if s.signer, err = receipt.LoadOrCreate(cfg.StoreDir); err != nil {
-			return nil, err
-		}
+	signer, err := receipt.LoadOrCreate(cfg.StoreDir)
+	if err != nil {
+		return nil, err
 	}
+	run, err := runner.New(st, signer)
+	if err != nil {
+		return nil, err
+	}
+	base := policy.Default()
+	if cfg.Policy != nil {
+		base = *cfg.Policy
+	}
+	engine, err := policy.Compile(base)
+	if err != nil {
+		return nil, fmt.Errorf("server: the daemon's policy: %w", err)
+	}
+	s := &Service{cfg: cfg, store: st, state: sd, slots: newQueue(cfg.MaxTrials, cfg.MaxQueue), sessions: map[string]*Live{},
+		runner: run, engine: engine}
 	s.ctx, s.cancel = context.WithCancel(context.Background())
 	if cfg.SessionIdle > 0 {
 		go s.reapIdle()
 	}
 	s.startPool()
 	return s, nil
+}
+
+// Recover cleans what an earlier daemon, or a `dryexec run`, killed before it
+// finished left: its sandboxes' groups and whatever still runs in them,
+// interrupted commits, half-recorded and expired trials (runner.Recover and
+// store.Sweep), and what its host-rung sessions left running and on disk
+// (the state dir's records). A daemon calls it once at start-up, before it
+// serves; nothing else does it implicitly. Sessions of another live daemon
+// sharing the state dir are left alone.
+func (s *Service) Recover() error {
+	rec, err := runner.Recover(s.store)
+	if rec.Groups > 0 {
+		s.cfg.Log.Info("removed the groups of sandboxes whose process is gone, and what ran in them", "groups", rec.Groups)
+	}
+	for _, r := range rec.Commits {
+		s.cfg.Log.Info("recovered an interrupted commit", "trial", r.Trial, "committed", r.Committed)
+	}
+	if err != nil {
+		return err
+	}
+	if n, err := s.store.Sweep(); err != nil {
+		return err
+	} else if n+rec.Leftovers > 0 {
+		s.cfg.Log.Info("removed expired or half-recorded trials", "count", n+rec.Leftovers)
+	}
+	s.state.cleanLeftovers()
+	return nil
 }
 
 // Config returns the configuration in effect (defaults filled).
@@ -422,7 +450,7 @@ func (s *Service) RunTrial(ctx context.Context, req TrialRequest, hooks TrialHoo
 		env[k] = v
 	}
 	env["PWD"] = req.Cwd
-	judge, err := s.judge(req.Policy)
+	engine, err := s.engineFor(req.Policy)
 	if err != nil {
 		return nil, err
 	}
@@ -448,66 +476,26 @@ func (s *Service) RunTrial(ctx context.Context, req TrialRequest, hooks TrialHoo
 	}
 	defer s.trials.Done()
 	spec := dryexec.TrialSpec{
-		TrialID:   dryexec.NewTrialID(),
 		Action:    dryexec.Action{Argv: req.Argv, Cwd: req.Cwd, Env: env, TimeoutMS: req.TimeoutMS},
 		OutputCap: req.OutputCap, UpperSizeBytes: req.UpperSizeBytes,
 		Stdout: hooks.Stdout, Stderr: hooks.Stderr,
-		Limits: req.Limits.limits(), Masks: append(slices.Clone(req.Masks), s.keyMask(), s.netCADir()), NoDefaultMasks: req.NoDefaultMasks,
-		OwnPaths: s.ownPaths(), Net: req.Net, NetCADir: s.netCADir(),
+		Limits: req.Limits.limits(), Masks: slices.Clone(req.Masks), NoDefaultMasks: req.NoDefaultMasks,
+		OwnPaths: s.ownPaths(), Net: req.Net,
 	}
 	if req.Stdin != nil {
 		spec.Stdin = strings.NewReader(*req.Stdin)
 	}
-	var rec *store.Trial
-	if !req.NoStore {
-		if rec, err = s.store.Begin(spec.TrialID); err != nil {
-			return nil, err
+	d, err := s.runner.Run(ctx, r, engine, spec, runner.Options{NoStore: req.NoStore, Started: func(id string) {
+		if hooks.Started != nil {
+			hooks.Started(id)
 		}
-		spec.Blobs, spec.Exchanges = rec, rec
-	}
-	if s.store != nil {
-		// A trial of a million paths keeps its changes in a file there, not
-		// in the daemon's memory (docs/limits.md, "Big deltas: memory").
-		spec.SpillDir = s.store.Dir()
-	}
-	if hooks.Started != nil {
-		hooks.Started(spec.TrialID)
-	}
-	s.cfg.Log.Debug("trial start", "trial", spec.TrialID, "argv", req.Argv)
-	d, err := r.Trial(ctx, spec)
-	if err == nil && judge != nil {
-		err = judge(ctx, d)
-	}
+		s.cfg.Log.Debug("trial start", "trial", id, "argv", req.Argv)
+	}})
 	if err != nil {
-		if rec != nil {
-			rec.Abort()
-		}
 		return nil, err
-	}
-	if rec != nil {
-		if err := rec.Save(d); err != nil {
-			return nil, err
-		}
 	}
 	s.cfg.Log.Info("trial done", "trial", d.TrialID, "exit", d.Process.ExitCode, "files", d.Totals.FilesChanged)
 	return d, nil
-}
-
-// judge is the single place a daemon trial meets the decision engine, so its
-// Decision and Receipt are those `dryexec run` would give (Config.Decide is
-// wired by the CLI). A policy the engine refuses is the caller's mistake.
-func (s *Service) judge(doc json.RawMessage) (func(context.Context, *dryexec.StateDelta) error, error) {
-	if s.cfg.Decide == nil {
-		return func(_ context.Context, d *dryexec.StateDelta) error { return s.signer.Sign(d) }, nil
-	}
-	if len(doc) == 0 || string(doc) == "null" {
-		doc = nil
-	}
-	j, err := s.cfg.Decide(doc)
-	if err != nil {
-		return nil, &requestError{status: 400, code: "policy", msg: "policy: " + err.Error()}
-	}
-	return j, nil
 }
 
 func (s *Service) beginTrial() bool {
@@ -963,7 +951,9 @@ func (s *Service) startPool() {
 	if s.cfg.Pool <= 0 {
 		return
 	}
-	template := dryexec.TrialSpec{Masks: []string{s.keyMask(), s.netCADir()}, OwnPaths: s.ownPaths(), NetCADir: s.netCADir()}
+	// Protected as RunTrial's specs are (by the runner), so that they
+	// compare equal.
+	template := s.runner.Protect(dryexec.TrialSpec{OwnPaths: s.ownPaths()})
 	p, err := newPool(s.ctx, s.cfg, template)
 	if err != nil {
 		s.cfg.Log.Warn("no warm pool: every ns trial starts cold", "err", err)

@@ -21,7 +21,8 @@ import (
 // that the next start removes it if this daemon is killed. An ns sandbox needs
 // no record: its guest dies with the daemon (parent-death signal) and its
 // namespaces, overlays and scratch tmpfs with the guest. Half-recorded trials
-// are the store's (Sweep), interrupted commits the journal's (Recover).
+// are the store's (Sweep), interrupted commits the journal's (Recover); all
+// are cleaned by Service.Recover, never by opening the dir.
 type stateDir struct {
 	dir string
 	log *slog.Logger
@@ -45,13 +46,11 @@ func openStateDir(dir string, log *slog.Logger) (*stateDir, error) {
 	if err := os.Chmod(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("server: state dir: %w", err)
 	}
-	sd := &stateDir{dir: dir, log: log}
-	sd.cleanLeftovers()
-	return sd, nil
+	return &stateDir{dir: dir, log: log}, nil
 }
 
 // cleanLeftovers removes what sessions of a daemon that did not shut down
-// cleanly left on the host. The records are written by this daemon only, but
+// cleanly left on the host (Service.Recover, at start-up). The records are written by this daemon only, but
 // a removal is still limited to the temp dirs sessions make.
 func (sd *stateDir) cleanLeftovers() {
 	recs, _ := filepath.Glob(filepath.Join(sd.dir, "sessions", "*.json"))

@@ -15,7 +15,6 @@ import (
 	"time"
 
 	"github.com/dryexec/dryexec"
-	"github.com/dryexec/dryexec/cgroup"
 	"github.com/dryexec/dryexec/commit"
 	"github.com/dryexec/dryexec/policy"
 )
@@ -357,8 +356,9 @@ func processUser() string {
 	return fmt.Sprintf("uid %d", uid)
 }
 
-// Recover finishes or rolls back commits a crash interrupted, and removes trials
-// a crash left half-recorded. Call it before using the store.
+// Recover finishes or rolls back commits a crash interrupted. Call it before
+// committing from the store. It touches nothing outside the store and its
+// journal: killing what a crashed sandbox left running is runner.Recover's.
 func (s *Store) Recover() ([]commit.Recovered, error) {
 	l, err := s.lock()
 	if err != nil {
@@ -369,10 +369,6 @@ func (s *Store) Recover() ([]commit.Recovered, error) {
 }
 
 func (s *Store) recoverLocked() ([]commit.Recovered, error) {
-	// A killed run leaves its sandbox's cgroup behind (the sandbox itself died
-	// with it): remove every dryexec group whose creator is gone. Best effort:
-	// rootless cannot remove a root's groups, and nothing here depends on it.
-	cgroup.Sweep()
 	rec, err := commit.Recover(s.JournalDir())
 	for _, r := range rec {
 		if r.Committed && s.readState(r.Trial).Status != StatusCommitted {

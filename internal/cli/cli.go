@@ -22,6 +22,7 @@ import (
 	"github.com/dryexec/dryexec/policy"
 	"github.com/dryexec/dryexec/receipt"
 	"github.com/dryexec/dryexec/render"
+	"github.com/dryexec/dryexec/runner"
 	"github.com/dryexec/dryexec/store"
 )
 
@@ -137,10 +138,10 @@ func usage(check cobra.PositionalArgs) cobra.PositionalArgs {
 	}
 }
 
-// openStore opens the trial store and, first, finishes or rolls back any commit
-// a crash interrupted and removes expired or half-recorded trials, so that every
-// command starts from a clean state.
-func openStore(env Env) (*store.Store, error) {
+// startStore is the start-up of every command that uses the store: it opens
+// the store and then recovers what a killed dryexec left (runner.Recover), so
+// that every such command starts from a clean state.
+func startStore(env Env) (*store.Store, error) {
 	dir, err := dryexec.DefaultHome(env.Getenv)
 	if err != nil {
 		return nil, err
@@ -160,8 +161,14 @@ func openStore(env Env) (*store.Store, error) {
 		return nil, err
 	}
 	s.SetLimits(lim)
-	rec, err := s.Recover()
-	for _, r := range rec {
+	// Start-up recovery, explicitly (opening a store has no side effects):
+	// what a killed dryexec left — its sandboxes' groups and what still runs
+	// in them, interrupted commits, half-recorded trials — is cleaned before
+	// the command uses the store. The rest of the store's cleaning (expired
+	// trials, content of finished ones) is autoGC's, after the command's
+	// output.
+	rec, err := runner.Recover(s)
+	for _, r := range rec.Commits {
 		if r.Committed {
 			fmt.Fprintf(env.Stderr, "dryexec: finished the interrupted commit of %s\n", r.Trial)
 		} else {
@@ -169,12 +176,6 @@ func openStore(env Env) (*store.Store, error) {
 		}
 	}
 	if err != nil {
-		return nil, err
-	}
-	// What crashes left, found by name: cheap. The rest of the store's
-	// cleaning (expired trials, content of finished ones) is autoGC's, after
-	// the command's output.
-	if _, err := s.SweepLeftovers(); err != nil {
 		return nil, err
 	}
 	return s, nil
@@ -286,7 +287,7 @@ func showCmd(env Env) *cobra.Command {
 		Short: "Print a stored trial",
 		Args:  usage(cobra.ExactArgs(1)),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			s, err := openStore(env)
+			s, err := startStore(env)
 			if err != nil {
 				return err
 			}
@@ -358,7 +359,7 @@ func lsCmd(env Env) *cobra.Command {
 		Short: "List stored trials, newest first",
 		Args:  usage(cobra.NoArgs),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			s, err := openStore(env)
+			s, err := startStore(env)
 			if err != nil {
 				return err
 			}
@@ -407,7 +408,7 @@ crash left behind (a commit or discard drops it at once). Every dryexec command 
 itself at most once a minute, after its answer; gc is for now.`,
 		Args: usage(cobra.NoArgs),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			s, err := openStore(env)
+			s, err := startStore(env)
 			if err != nil {
 				return err
 			}
@@ -446,7 +447,7 @@ func discardCmd(env Env) *cobra.Command {
 		Short: "Drop a stored trial without changing the host",
 		Args:  usage(cobra.ExactArgs(1)),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			s, err := openStore(env)
+			s, err := startStore(env)
 			if err != nil {
 				return err
 			}

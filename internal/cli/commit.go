@@ -31,7 +31,7 @@ decided otherwise (recorded with the trial: dryexec show). Sockets, device nodes
 committed: the commit is refused, naming them, unless --skip-uncommittable.`,
 		Args: usage(cobra.MinimumNArgs(1)),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			s, err := openStore(env)
+			s, err := startStore(env)
 			if err != nil {
 				return err
 			}

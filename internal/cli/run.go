@@ -23,6 +23,7 @@ import (
 	"github.com/dryexec/dryexec/receipt"
 	"github.com/dryexec/dryexec/render"
 	"github.com/dryexec/dryexec/rung"
+	"github.com/dryexec/dryexec/runner"
 	"github.com/dryexec/dryexec/server"
 	"github.com/dryexec/dryexec/store"
 )
@@ -159,66 +160,53 @@ func runCmd(env Env, code *int, note *interruptNote) *cobra.Command {
 				spec.Stdout, spec.Stderr, live = lo, le, []*render.LiveWriter{lo, le}
 			}
 			// The install's receipt key is loaded before the trial (a bad key
-			// costs no trial) and masked inside the sandbox: a command that could
-			// read it could forge receipts for any delta.
+			// costs no trial); the runner masks it inside the sandbox.
 			signer, err := receipt.LoadOrCreate(home)
 			if err != nil {
 				return err
 			}
-			spec.Masks = append(spec.Masks, filepath.Join(home, receipt.KeyFile), filepath.Join(home, "netsim-ca"))
-			// The store is dryexec's own state, hidden whole (with a daemon's
-			// state dir and its bearer token beneath it): named here because
-			// this process's DRYEXEC_HOME is what env says, which the rung's
-			// own defaults (read from the process environment) may not know.
-			spec.OwnPaths = append(spec.OwnPaths, home)
-			spec.Net, spec.NetCADir = netSpecs, filepath.Join(home, "netsim-ca")
-			var rec interface {
-				Save(*dryexec.StateDelta) error
-				Abort()
-			}
+			spec.Net = netSpecs
+			// The runner hides the store whole (with a daemon's state dir and
+			// its bearer token beneath it), the store this process's
+			// DRYEXEC_HOME names, as env says, which the rung's own defaults
+			// (read from the process environment) may not know.
 			var st *store.Store
-			if !noStore {
-				if st, err = openStore(env); err != nil {
+			var opt runner.Options
+			if noStore {
+				// Opened only to be hidden: nothing is recorded, so nothing
+				// needs recovering first.
+				if st, err = store.Open(home, 0); err != nil {
+					return err
+				}
+				opt.NoStore, spec.SpillDir = true, os.TempDir()
+			} else {
+				if st, err = startStore(env); err != nil {
 					return err
 				}
 				defer autoGC(st)
-				t, err := st.Begin(spec.TrialID)
-				if err != nil {
-					return err
-				}
 				if contentCap != "" {
-					n, err := parseBytes(contentCap)
-					if err != nil {
+					if opt.ContentCap, err = parseBytes(contentCap); err != nil {
 						return usageError{fmt.Errorf("--content-cap: %w", err)}
 					}
-					t.SetTrialCap(n)
 				}
-				spec.Blobs, spec.Exchanges, rec = t, t, t
-				// A trial of a million paths keeps its changes in a file
-				// there rather than in this process (docs/limits.md, "Big
-				// deltas: memory").
-				spec.SpillDir = st.Dir()
-			} else {
-				spec.SpillDir = os.TempDir()
 			}
-			note.set("trial %s was stopped before it finished; nothing of it was kept (a trial never changes the host)", spec.TrialID)
-			d, err := r.Trial(cmd.Context(), spec)
-			for _, l := range live {
-				l.Flush()
-			}
-			if err == nil {
-				err = decideAndSign(cmd.Context(), engine, signer, d)
-			}
+			run, err := runner.New(st, signer)
 			if err != nil {
-				if rec != nil {
-					rec.Abort()
-				}
 				return err
 			}
-			if rec != nil {
-				if err := rec.Save(d); err != nil {
-					return err
+			opt.Started = func(id string) {
+				note.set("trial %s was stopped before it finished; nothing of it was kept (a trial never changes the host)", id)
+			}
+			opt.Ran = func() {
+				for _, l := range live {
+					l.Flush()
 				}
+			}
+			d, err := run.Run(cmd.Context(), r, engine, spec, opt)
+			if err != nil {
+				return err
+			}
+			if !noStore {
 				note.set("trial %s ran and is stored, pending (dryexec show %s | dryexec commit %s | dryexec discard %s); the host is unchanged", d.TrialID, d.TrialID, d.TrialID, d.TrialID)
 			} else {
 				note.set("trial %s ran; it was not stored (--no-store) and the host is unchanged", d.TrialID)
@@ -299,13 +287,6 @@ func runCmd(env Env, code *int, note *interruptNote) *cobra.Command {
 // runMemoryLimit is `dryexec run`'s soft heap limit (debug.SetMemoryLimit)
 // when GOMEMLIMIT does not set one.
 const runMemoryLimit = 128 << 20
-
-// decideAndSign fills d's decision with engine's verdict and then its receipt,
-// signed with the install's key (receipt.LoadOrCreate of the store directory).
-func decideAndSign(ctx context.Context, engine *policy.Engine, signer *receipt.Signer, d *dryexec.StateDelta) error {
-	engine.Apply(ctx, d)
-	return signer.Sign(d)
-}
 
 // exitCode is `dryexec run`'s status for a trial that ran (docs/decision.md):
 // the decision, with a failed command told apart from other reviews.
@@ -465,7 +446,7 @@ func checkNetSpecs(ctx context.Context, specs []string, env Env) ([]string, erro
 func checkDaemonReach(ctx context.Context, rules []netsim.Rule, env Env) error {
 	home, err := dryexec.DefaultHome(env.Getenv)
 	if err != nil {
-		return nil // openStore reports it
+		return nil // startStore reports it
 	}
 	listen := server.ReadListen(filepath.Join(home, "serve"))
 	err = server.CheckReach(ctx, rules, listen, nil)

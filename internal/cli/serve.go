@@ -26,7 +26,7 @@ func buildVersion() string {
 
 // newService builds the daemon's core the way every front end (serve, mcp)
 // shares: the CLI's store, the env allowlist over this process's environment,
-// and the decision engine of `dryexec run`.
+// and the decision engine of `dryexec run`; then recovers (Service.Recover).
 func newService(env Env, log *slog.Logger, maxTrials, maxQueue, pool, sessionPool int, poolIdle time.Duration, policyFile, socket string) (*server.Service, error) {
 	dir, err := dryexec.DefaultHome(env.Getenv)
 	if err != nil {
@@ -44,19 +44,25 @@ func newService(env Env, log *slog.Logger, maxTrials, maxQueue, pool, sessionPoo
 			return nil, usageError{err}
 		}
 	}
-	decide, err := server.PolicyDecider(dir, base)
-	if err != nil {
-		return nil, err
-	}
 	lim, err := storeLimits(env)
 	if err != nil {
 		return nil, err
 	}
-	return server.NewService(server.Config{
+	svc, err := server.NewService(server.Config{
 		StoreDir: dir, Socket: socket, TTL: ttl, StoreLimits: lim, MaxTrials: maxTrials, MaxQueue: maxQueue, Pool: pool, SessionPool: sessionPool, PoolIdle: poolIdle,
 		Getenv: env.Getenv, Environ: callerEnviron(env), Version: buildVersion(), Log: log,
-		Decide: decide,
+		Policy: &base,
 	})
+	if err != nil {
+		return nil, err
+	}
+	// The daemon's start-up recovery, explicitly: what a killed daemon or
+	// run left is cleaned before anything is served.
+	if err := svc.Recover(); err != nil {
+		svc.Close()
+		return nil, err
+	}
+	return svc, nil
 }
 
 func serveCmd(env Env) *cobra.Command {

@@ -85,7 +85,7 @@ func readDelta(env Env, arg string) ([]byte, string, error) {
 	case arg == "-":
 		r, name = env.Stdin, "standard input"
 	case store.ValidID(arg):
-		s, err := openStore(env)
+		s, err := startStore(env)
 		if err != nil {
 			return nil, "", err
 		}

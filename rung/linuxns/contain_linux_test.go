@@ -18,6 +18,7 @@ import (
 	"github.com/dryexec/dryexec"
 	"github.com/dryexec/dryexec/cgroup"
 	"github.com/dryexec/dryexec/cgroup/cgrouptest"
+	"github.com/dryexec/dryexec/runner"
 	"github.com/dryexec/dryexec/store"
 )
 
@@ -204,12 +205,12 @@ func TestKilledHostLeavesNothingAfterSweep(t *testing.T) {
 	if len(left) == 0 {
 		t.Fatal("the killed host left no group: the test proves nothing")
 	}
-	// The next start: opening the store recovers, which sweeps.
+	// The next start recovers (runner.Recover), which sweeps.
 	st, err := store.Open(t.TempDir(), 0)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := st.Recover(); err != nil {
+	if _, err := runner.Recover(st); err != nil {
 		t.Fatal(err)
 	}
 	for _, p := range left {
