@@ -1,0 +1,171 @@
+package runner_test
+
+import (
+	"bufio"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/dryexec/dryexec"
+	"github.com/dryexec/dryexec/cgroup"
+	"github.com/dryexec/dryexec/runner"
+	"github.com/dryexec/dryexec/store"
+)
+
+// orphanEnv makes the test binary the dryexec process that dies mid-trial:
+// it makes a sandbox group as the ns rung does, moves the process whose pid
+// is in the variable into it, says where the group is, and exits without
+// removing it (as a SIGKILL would leave it).
+const orphanEnv = "DRYEXEC_RUNNER_TEST_ORPHAN"
+
+func orphanMain() {
+	fail := func(err error) {
+		fmt.Println("ERROR", err)
+		os.Exit(1)
+	}
+	pid, err := strconv.Atoi(os.Getenv(orphanEnv))
+	if err != nil {
+		fail(err)
+	}
+	m, err := cgroup.NewManager(cgroup.Options{})
+	if err != nil {
+		fail(err)
+	}
+	g, _, err := m.New(dryexec.NewTrialID(), dryexec.Limits{Pids: 64})
+	if err != nil {
+		fail(err)
+	}
+	if err := g.Attach(pid); err != nil {
+		fail(err)
+	}
+	if g.CgroupFD() >= 0 {
+		// v2 places a process at clone time; a running one is moved by hand.
+		for _, p := range g.Paths() {
+			os.WriteFile(filepath.Join(p, "cgroup.procs"), []byte(strconv.Itoa(pid)), 0)
+		}
+	}
+	for _, p := range g.Paths() {
+		fmt.Println("GROUP", p)
+	}
+	os.Exit(0)
+}
+
+// orphan leaves a sandbox group whose creator is gone with a live process in
+// it (a child of this test), and a half-recorded trial in st. It returns the
+// group's dirs and a channel closed when the process has died.
+func orphan(t *testing.T, st *store.Store) (groups []string, partial string, dead <-chan struct{}) {
+	t.Helper()
+	sleeper := exec.Command("sleep", "600")
+	if err := sleeper.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() { sleeper.Wait(); close(done) }()
+	t.Cleanup(func() { sleeper.Process.Kill(); <-done })
+	helper := exec.Command(os.Args[0], "-test.run=^$")
+	helper.Env = append(os.Environ(), orphanEnv+"="+strconv.Itoa(sleeper.Process.Pid))
+	out, err := helper.CombinedOutput()
+	sc := bufio.NewScanner(strings.NewReader(string(out)))
+	for sc.Scan() {
+		if p, ok := strings.CutPrefix(sc.Text(), "GROUP "); ok {
+			groups = append(groups, p)
+		}
+	}
+	if err != nil || len(groups) == 0 {
+		if strings.Contains(string(out), cgroup.ErrUnavailable.Error()) {
+			t.Skipf("no cgroups here: %s", out)
+		}
+		t.Fatalf("the dying process: %v\n%s", err, out)
+	}
+	// What a killed recording leaves: a .partial whose lock nobody holds.
+	partial = filepath.Join(st.Dir(), "trials", dryexec.NewTrialID()+".partial")
+	if err := os.MkdirAll(filepath.Join(partial, "blobs"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(partial, "lock"), nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return groups, partial, done
+}
+
+func exists(p string) bool {
+	_, err := os.Stat(p)
+	return err == nil
+}
+
+// TestRecoverIsExplicit: opening a store, and everything a reader of it does,
+// kills nothing and removes nothing a dead process left; runner.Recover, the
+// call every start-up makes, kills the orphaned sandbox's process, removes
+// its group and the half-recorded trial.
+//
+// Other dryexec processes on the machine (tests of other packages) sweep
+// orphaned groups too, whoever left them: an attempt whose group vanished
+// before this test's own call proves nothing either way and is made again.
+// If opening the store swept, the group would vanish in every attempt.
+func TestRecoverIsExplicit(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root to create cgroups")
+	}
+	for attempt := 1; ; attempt++ {
+		if attempt > 3 {
+			t.Fatal("the orphan vanished before runner.Recover in every attempt: something that is not an explicit recovery swept it")
+		}
+		home := t.TempDir()
+		st, err := store.Open(home, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		groups, partial, dead := orphan(t, st)
+		// Everything but the explicit call.
+		st, err = store.Open(home, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := st.Recover(); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := st.List(); err != nil {
+			t.Fatal(err)
+		}
+		if !exists(partial) {
+			t.Fatal("opening the store removed a half-recorded trial")
+		}
+		select {
+		case <-dead:
+			t.Logf("attempt %d: the orphan's process died before runner.Recover", attempt)
+			continue
+		default:
+		}
+		if !exists(groups[0]) {
+			t.Logf("attempt %d: the orphan's group went before runner.Recover", attempt)
+			continue
+		}
+		rec, err := runner.Recover(st)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, g := range groups {
+			if exists(g) {
+				t.Fatalf("runner.Recover left the orphaned group %s (%+v)", g, rec)
+			}
+		}
+		select {
+		case <-dead:
+		case <-time.After(30 * time.Second):
+			t.Fatal("the orphaned sandbox's process survived runner.Recover")
+		}
+		if exists(partial) || rec.Leftovers != 1 {
+			t.Fatalf("the half-recorded trial: left %v, counted %d", exists(partial), rec.Leftovers)
+		}
+		if rec.Groups == 0 {
+			t.Logf("attempt %d: another process swept the group during runner.Recover", attempt)
+			continue
+		}
+		return
+	}
+}
