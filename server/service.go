@@ -208,7 +208,10 @@ func NewService(cfg Config) (*Service, error) {
 // store.Sweep), and what its host-rung sessions left running and on disk
 // (the state dir's records). A daemon calls it once at start-up, before it
 // serves; nothing else does it implicitly. Sessions of another live daemon
-// sharing the state dir are left alone.
+// sharing the state dir are left alone, but a record with this process's pid
+// is taken for a previous daemon's (a container's daemon often has the same
+// pid each start): called later, it would end this daemon's own host
+// sessions.
 func (s *Service) Recover() error {
 	rec, err := runner.Recover(s.store)
 	if rec.Groups > 0 {
