@@ -277,18 +277,28 @@ func (c *Cache) unpack(ctx context.Context, l v1.Layer, diffID, dir string, pr *
 	}
 	zh := sha256.New()
 	br := bufio.NewReaderSize(io.TeeReader(&countingReader{r: rc, pr: pr, ctx: ctx}, zh), 1<<20)
+	// A blob that is not what its digest says is the cause of whatever
+	// else fails on it (a broken gzip stream, a torn tar): say so.
+	blame := func(err error) error {
+		if cerr := ctx.Err(); cerr != nil {
+			return cerr
+		}
+		if _, cerr := io.Copy(io.Discard, br); cerr == nil {
+			if serr := checkSum(zh, want.String(), "layer"); serr != nil {
+				return serr
+			}
+		}
+		return err
+	}
 	plain, err := decompress(br)
 	if err != nil {
-		return 0, fmt.Errorf("%w: %w", ErrUnsafeLayer, err)
+		return 0, blame(fmt.Errorf("%w: %w", ErrUnsafeLayer, err))
 	}
 	uh := sha256.New()
 	tr := io.TeeReader(plain, uh)
 	skipped, err := unpackLayer(ctx, tr, dir, c.log)
 	if err != nil {
-		if cerr := ctx.Err(); cerr != nil {
-			return 0, cerr
-		}
-		return 0, err
+		return 0, blame(err)
 	}
 	// The tar ends before its stream does (padding, the compressor's
 	// trailer): both digests cover every byte.

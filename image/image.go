@@ -103,7 +103,7 @@ func (r Ref) String() string {
 
 // ParseRef parses s: a registry reference as docker takes it, or one of
 // oci:DIR, oci-archive:FILE, docker-archive:FILE, each optionally followed by
-// :TAG or @DIGEST (a path with a colon in its last element needs the suffix).
+// :TAG or @DIGEST (so the path itself cannot hold a colon or an @).
 func ParseRef(s string) (Ref, error) {
 	for _, k := range []Kind{FromOCILayout, FromOCIArchive, FromDockerArchive} {
 		rest, ok := strings.CutPrefix(s, string(k)+":")
@@ -116,10 +116,10 @@ func ParseRef(s string) (Ref, error) {
 				return Ref{}, fmt.Errorf("%w: %s: %w", ErrBadDigest, s, err)
 			}
 			r.Name, r.Digest = p, d
-		} else if i := strings.Index(rest, ":"); i >= 0 && !strings.Contains(rest[i:], "/") {
-			// The first colon after the last slash starts the tag
-			// (a docker-archive tag is repo:tag itself).
-			r.Name, r.Tag = rest[:i], rest[i+1:]
+		} else if p, tag, ok := strings.Cut(rest, ":"); ok {
+			// The first colon starts the tag, as in skopeo (a docker-archive
+			// tag is repo:tag itself), so the path cannot hold one.
+			r.Name, r.Tag = p, tag
 		}
 		if r.Name == "" {
 			return Ref{}, fmt.Errorf("%w: %q names no path", ErrBadReference, s)
