@@ -86,7 +86,13 @@ func tarLayer(t *testing.T, ents ...ent) v1.Layer {
 // mkImage stacks layers on an empty image for linux/GOARCH.
 func mkImage(t *testing.T, layers ...v1.Layer) v1.Image {
 	t.Helper()
-	img, err := mutate.AppendLayers(empty.Image, layers...)
+	return mkImageOn(t, empty.Image, layers...)
+}
+
+// mkImageOn stacks layers on base, for linux/GOARCH.
+func mkImageOn(t *testing.T, base v1.Image, layers ...v1.Layer) v1.Image {
+	t.Helper()
+	img, err := mutate.AppendLayers(base, layers...)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -186,6 +186,9 @@ func (u *unpacker) entry(h *tar.Header, body io.Reader) error {
 			return err
 		}
 		tfd, tbase, err := u.parent(t, false)
+		if errors.Is(err, unix.ENOENT) {
+			return fmt.Errorf("%w: hardlink to %q, which this layer does not hold", ErrUnsafeLayer, h.Linkname)
+		}
 		if err != nil {
 			return fmt.Errorf("hardlink to %q: %w", h.Linkname, err)
 		}
