@@ -9,8 +9,6 @@ import (
 	"syscall"
 	"testing"
 
-	"github.com/google/go-containerregistry/pkg/v1/empty"
-	"github.com/google/go-containerregistry/pkg/v1/layout"
 	"golang.org/x/sys/unix"
 )
 
@@ -21,14 +19,7 @@ func pullLayers(t *testing.T, c *Cache, ents ...[]ent) (*PullResult, error) {
 	for _, e := range ents {
 		img = mkImageOn(t, img, tarLayer(t, e...))
 	}
-	lay := t.TempDir()
-	p, err := layout.Write(lay, empty.Index)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := p.AppendImage(img); err != nil {
-		t.Fatal(err)
-	}
+	lay := layoutOf(t, img)
 	return c.Pull(context.Background(), "oci:"+lay, PullOptions{})
 }
 
