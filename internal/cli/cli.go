@@ -65,6 +65,7 @@ func Run(ctx context.Context, args []string, env Env) int {
 	root.AddCommand(runCmd(env, &code, note), showCmd(env), lsCmd(env), commitCmd(env, note), discardCmd(env), gcCmd(env), doctorCmd(env, &code), verifyCmd(env), policyCmd(env, &code))
 	root.AddCommand(serveCmd(env), mcpCmd(env))
 	root.AddCommand(agentCmd(env, &code))
+	root.AddCommand(imagesCmd(env, &code))
 	ran, err := root.ExecuteContextC(ctx)
 	if ctx.Err() != nil && ran != nil && ran.Name() != "serve" && ran.Name() != "mcp" && ran.Name() != "agent" {
 		// Ctrl-C or SIGTERM (main's signal.NotifyContext): say what became
