@@ -70,10 +70,10 @@ func (e *PlatformError) Is(target error) bool { return target == ErrPlatformNotF
 type Kind string
 
 const (
-	FromRegistry     Kind = "registry"      // name[:tag][@digest]
-	FromOCILayout    Kind = "oci"           // oci:DIR[:tag|@digest]
+	FromRegistry      Kind = "registry"       // name[:tag][@digest]
+	FromOCILayout     Kind = "oci"            // oci:DIR[:tag|@digest]
 	FromDockerArchive Kind = "docker-archive" // docker-archive:FILE[:repo:tag]
-	FromOCIArchive   Kind = "oci-archive"   // oci-archive:FILE[:tag|@digest]
+	FromOCIArchive    Kind = "oci-archive"    // oci-archive:FILE[:tag|@digest]
 )
 
 // Ref is a parsed image reference. The prefixes follow skopeo's transport
