@@ -110,7 +110,7 @@ func (u *unpacker) entry(h *tar.Header, body io.Reader) error {
 		u.log.Debug("image: device node skipped", "path", p)
 		u.skipped++
 		return nil
-	case tar.TypeDir, tar.TypeReg, tar.TypeRegA, tar.TypeSymlink, tar.TypeLink, tar.TypeFifo:
+	case tar.TypeDir, tar.TypeReg, tar.TypeSymlink, tar.TypeLink, tar.TypeFifo:
 	default:
 		u.log.Debug("image: entry of unknown type skipped", "path", p, "type", h.Typeflag)
 		u.skipped++
@@ -151,7 +151,7 @@ func (u *unpacker) entry(h *tar.Header, body io.Reader) error {
 		return err
 	}
 	switch h.Typeflag {
-	case tar.TypeReg, tar.TypeRegA:
+	case tar.TypeReg: // tar.Reader turns the old TypeRegA into TypeReg
 		fd, err := unix.Openat(pfd, base, unix.O_CREAT|unix.O_EXCL|unix.O_WRONLY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o600)
 		if err != nil {
 			return err
