@@ -620,3 +620,19 @@ func removeAll(p string) error {
 	})
 	return os.RemoveAll(p)
 }
+
+// Use finds ref in the cache and holds gc.lock shared until release is
+// called, so that rm and prune wait rather than remove a layer a sandbox is
+// mounting. It never pulls.
+func (c *Cache) Use(ctx context.Context, ref string) (img Image, release func(), err error) {
+	gc, err := flock(ctx, filepath.Join(c.dir, "gc.lock"), false)
+	if err != nil {
+		return Image{}, nil, err
+	}
+	img, err = c.Lookup(ref)
+	if err != nil {
+		gc.Close()
+		return Image{}, nil, err
+	}
+	return img, func() { gc.Close() }, nil
+}

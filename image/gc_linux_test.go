@@ -78,3 +78,33 @@ func TestRemoveAndPrune(t *testing.T) {
 		t.Errorf("layers after prune: %v", got)
 	}
 }
+
+// TestUseHoldsLayers: while an image is in use, rm and prune cannot take the
+// lock they need; after release they can.
+func TestUseHoldsLayers(t *testing.T) {
+	needRoot(t)
+	c, err := Open(t.TempDir(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lay := layoutOf(t, mkImage(t, tarLayer(t, ent{name: "f", body: "x"})))
+	if _, err := c.Pull(context.Background(), "oci:"+lay, PullOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	img, release, err := c.Use(context.Background(), "oci:"+lay)
+	if err != nil || len(img.Layers) != 1 {
+		t.Fatalf("Use = %+v, %v", img, err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if _, err := c.Prune(ctx); !errors.Is(err, context.Canceled) {
+		t.Errorf("prune while in use = %v, want it to wait (and give up on its cancelled context)", err)
+	}
+	release()
+	if _, err := c.Remove(context.Background(), "oci:"+lay); err != nil {
+		t.Errorf("rm after release: %v", err)
+	}
+	if _, _, err := c.Use(context.Background(), "oci:"+lay); !errors.Is(err, ErrNotFound) {
+		t.Errorf("Use after rm = %v, want ErrNotFound", err)
+	}
+}
