@@ -181,7 +181,7 @@ func TestCrashChild(t *testing.T) {
 }
 
 // layoutOf writes img to a fresh OCI layout directory.
-func layoutOf(t *testing.T, img v1.Image) string {
+func layoutOf(t testing.TB, img v1.Image) string {
 	t.Helper()
 	lay := t.TempDir()
 	p, err := layout.Write(lay, empty.Index)

@@ -24,7 +24,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
 )
 
-func needRoot(t *testing.T) {
+func needRoot(t testing.TB) {
 	t.Helper()
 	if os.Geteuid() != 0 {
 		t.Skip("unpacking images needs root")
@@ -46,7 +46,7 @@ type ent struct {
 
 // tarLayer builds a gzip layer from entries, exactly as written (no
 // normalisation: hostile names stay hostile).
-func tarLayer(t *testing.T, ents ...ent) v1.Layer {
+func tarLayer(t testing.TB, ents ...ent) v1.Layer {
 	t.Helper()
 	var buf bytes.Buffer
 	tw := tar.NewWriter(&buf)
@@ -84,13 +84,13 @@ func tarLayer(t *testing.T, ents ...ent) v1.Layer {
 }
 
 // mkImage stacks layers on an empty image for linux/GOARCH.
-func mkImage(t *testing.T, layers ...v1.Layer) v1.Image {
+func mkImage(t testing.TB, layers ...v1.Layer) v1.Image {
 	t.Helper()
 	return mkImageOn(t, empty.Image, layers...)
 }
 
 // mkImageOn stacks layers on base, for linux/GOARCH.
-func mkImageOn(t *testing.T, base v1.Image, layers ...v1.Layer) v1.Image {
+func mkImageOn(t testing.TB, base v1.Image, layers ...v1.Layer) v1.Image {
 	t.Helper()
 	img, err := mutate.AppendLayers(base, layers...)
 	if err != nil {
@@ -111,7 +111,7 @@ func mkImageOn(t *testing.T, base v1.Image, layers ...v1.Layer) v1.Image {
 }
 
 // randomLayer is a layer of random content of about size bytes.
-func randomLayer(t *testing.T, size int64) v1.Layer {
+func randomLayer(t testing.TB, size int64) v1.Layer {
 	t.Helper()
 	img, err := random.Image(size, 1)
 	if err != nil {
@@ -127,7 +127,7 @@ func randomLayer(t *testing.T, size int64) v1.Layer {
 // serveRegistry serves go-containerregistry's registry on loopback; with a
 // user, behind HTTP basic auth that challenges as registries do. wrap, if
 // set, sees every request first.
-func serveRegistry(t *testing.T, user, pass string, wrap func(http.Handler) http.Handler) string {
+func serveRegistry(t testing.TB, user, pass string, wrap func(http.Handler) http.Handler) string {
 	t.Helper()
 	var h http.Handler = registry.New(registry.Logger(log.New(io.Discard, "", 0)))
 	if user != "" {
@@ -151,7 +151,7 @@ func serveRegistry(t *testing.T, user, pass string, wrap func(http.Handler) http
 	return strings.TrimPrefix(srv.URL, "http://")
 }
 
-func push(t *testing.T, ref string, img v1.Image, opts ...remote.Option) {
+func push(t testing.TB, ref string, img v1.Image, opts ...remote.Option) {
 	t.Helper()
 	r, err := name.ParseReference(ref)
 	if err != nil {
@@ -162,7 +162,7 @@ func push(t *testing.T, ref string, img v1.Image, opts ...remote.Option) {
 	}
 }
 
-func digestOf(t *testing.T, img v1.Image) string {
+func digestOf(t testing.TB, img v1.Image) string {
 	t.Helper()
 	d, err := img.Digest()
 	if err != nil {
@@ -173,7 +173,7 @@ func digestOf(t *testing.T, img v1.Image) string {
 
 // dockerConfig writes a docker config granting user:pass on host and points
 // DOCKER_CONFIG at it.
-func dockerConfig(t *testing.T, host, user, pass string) {
+func dockerConfig(t testing.TB, host, user, pass string) {
 	t.Helper()
 	dir := t.TempDir()
 	auth := base64.StdEncoding.EncodeToString([]byte(user + ":" + pass))
@@ -185,7 +185,7 @@ func dockerConfig(t *testing.T, host, user, pass string) {
 }
 
 // tarDir writes dir as a tar file (an OCI archive when dir is a layout).
-func tarDir(t *testing.T, dir, file string) {
+func tarDir(t testing.TB, dir, file string) {
 	t.Helper()
 	f, err := os.Create(file)
 	if err != nil {
@@ -201,7 +201,7 @@ func tarDir(t *testing.T, dir, file string) {
 	}
 }
 
-func entries(t *testing.T, dir string) []string {
+func entries(t testing.TB, dir string) []string {
 	t.Helper()
 	ents, err := os.ReadDir(dir)
 	if err != nil {
