@@ -10,11 +10,11 @@ import (
 	"text/tabwriter"
 	"time"
 
+	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/spf13/cobra"
 
+	"github.com/dryexec/dryexec"
 	"github.com/dryexec/dryexec/image"
-	"github.com/dryexec/dryexec/store"
-	v1 "github.com/google/go-containerregistry/pkg/v1"
 )
 
 // imagesCmd is `dryexec images pull|ls|rm|prune`: the image cache under
@@ -141,10 +141,10 @@ Registry credentials come from the docker config ($DOCKER_CONFIG or
 	return cmd
 }
 
-// openImages opens the cache in $DRYEXEC_HOME/images (store.DefaultDir's
-// rules for the home).
+// openImages opens the cache in $DRYEXEC_HOME/images (the home by
+// dryexec.DefaultHome's rules).
 func openImages(env Env) (*image.Cache, error) {
-	home, err := store.DefaultDir(env.Getenv)
+	home, err := dryexec.DefaultHome(env.Getenv)
 	if err != nil {
 		return nil, err
 	}
