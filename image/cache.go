@@ -45,10 +45,10 @@ type Cache struct {
 type Image struct {
 	Digest   string    `json:"digest"` // of the manifest
 	Names    []string  `json:"names"`
-	Platform string    `json:"platform"`
-	Layers   []string  `json:"layers"` // diff IDs, lowest first
-	Size     int64     `json:"size"`   // compressed bytes, as pulled
-	Config   string    `json:"config"` // digest of the config blob
+	Platform string    `json:"platform"` // the config's, else the one pulled for
+	Layers   []string  `json:"layers"`   // diff IDs, lowest first
+	Size     int64     `json:"size"`     // compressed bytes, as pulled
+	Config   string    `json:"config"`   // digest of the config blob
 	Pulled   time.Time `json:"pulled"`
 }
 
@@ -179,7 +179,7 @@ func (c *Cache) Pull(ctx context.Context, ref string, opts PullOptions) (*PullRe
 	if err != nil {
 		return nil, registryErr(r.String(), err)
 	}
-	res := &PullResult{Image: Image{Digest: src.digest.String(), Platform: plat.String(), Config: cfg.String()}}
+	res := &PullResult{Image: Image{Digest: src.digest.String(), Platform: src.platform, Config: cfg.String()}}
 	var total int64
 	var todo []bool
 	for _, l := range ls {

@@ -27,6 +27,8 @@ import (
 type source struct {
 	img    v1.Image
 	digest v1.Hash // of the manifest
+	// platform is the image's own, from its config, else the one asked for.
+	platform string
 	// cleanup removes what opening the source made (an OCI archive's
 	// extracted layout).
 	cleanup func()
@@ -174,13 +176,14 @@ func fromImage(img v1.Image, ref Ref, plat v1.Platform) (*source, error) {
 	}
 	// A single-platform image whose config names another platform cannot
 	// run here; one that names none (scratch-built images) is taken.
+	have := plat
 	if cf.OS != "" && cf.Architecture != "" {
-		have := v1.Platform{OS: cf.OS, Architecture: cf.Architecture, Variant: cf.Variant}
+		have = v1.Platform{OS: cf.OS, Architecture: cf.Architecture, Variant: cf.Variant}
 		if !have.Satisfies(plat) {
 			return nil, &PlatformError{Want: plat.String(), Available: []string{have.String()}}
 		}
 	}
-	return &source{img: img, digest: dg}, nil
+	return &source{img: img, digest: dg, platform: have.String()}, nil
 }
 
 // openLayout finds ref in the OCI layout at dir: by digest, by tag (the

@@ -69,6 +69,9 @@ func TestPullSources(t *testing.T) {
 			if tc.name[:6] != "docker" && res.Digest != dg {
 				t.Errorf("digest %s, want %s", res.Digest, dg)
 			}
+			if want := DefaultPlatform().String(); res.Platform != want {
+				t.Errorf("platform %s, want %s (the config's)", res.Platform, want)
+			}
 			if res.Unpacked != 2 || len(res.Layers) != 2 {
 				t.Errorf("unpacked %d of %d layers, want 2 of 2", res.Unpacked, len(res.Layers))
 			}
