@@ -20,6 +20,16 @@ RUNSC         := gvisor.dev/gvisor/runsc@v0.0.0-20260905035102-160fafc42237
 # npm package.
 APT_PACKAGES  := bubblewrap util-linux python3 iproute2 curl git rsync tar nodejs \
                  unzip zip make gcc sqlite3 python3-venv python3-wheel-whl
+# The capabilities (internal/testreq) a CI machine has once `make deps` ran as
+# root: under CI=true, `make test` requires them (DRYEXEC_REQUIRE), so a test
+# that needs one fails instead of skipping when it is missing, and a capability
+# probe that misfires fails the run. "kernel" (overlayfs options, a Landlock
+# ABI, a cgroup v1 hierarchy, ...) is left out: it depends on the host's kernel,
+# not on anything `make deps` installs. DRYEXEC_REQUIRE=all requires it too.
+CI_REQUIRE    := root,ns,rootless,netsim,gvisor,python,tool
+ifeq ($(CI),true)
+export DRYEXEC_REQUIRE ?= $(CI_REQUIRE)
+endif
 # Static build: dryexec re-executes itself as the guest on every trial, and a
 # dynamically linked binary starts measurably slower.
 export CGO_ENABLED ?= 0

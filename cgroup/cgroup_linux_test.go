@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/dryexec/dryexec"
+	"github.com/dryexec/dryexec/internal/testreq"
 )
 
 // boundGroup makes a v1/v2 group of the test's own, holding the dryexec parent,
@@ -21,12 +22,10 @@ import (
 // instead of taking the machine down. It returns the Options.Parent to use.
 func boundGroup(t testing.TB) Options {
 	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("needs root to create cgroups on this host")
-	}
+	testreq.NeedRoot(t)
 	m, err := NewManager(Options{})
 	if err != nil {
-		t.Skip(err)
+		testreq.Needf(t, testreq.Kernel, "cgroups", err)
 	}
 	own, err := ownGroups()
 	if err != nil {
@@ -220,11 +219,9 @@ func TestSweepRemovesOrphans(t *testing.T) {
 }
 
 func TestV2GroupOnHybridHost(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("needs root")
-	}
+	testreq.NeedRoot(t)
 	if _, err := os.Stat("/sys/fs/cgroup/unified/cgroup.procs"); err != nil {
-		t.Skip("no hybrid v2 tree here")
+		testreq.Needf(t, testreq.Kernel, "cgroup hybrid v2 tree", err)
 	}
 	m, err := NewManager(Options{V2Mount: "/sys/fs/cgroup/unified"})
 	if err != nil {
@@ -294,7 +291,7 @@ func TestSweepSparesLiveShelters(t *testing.T) {
 		t.Fatal(err)
 	}
 	if len(g.sheltered) == 0 {
-		t.Skip("no v1 pids hierarchy: nothing is sheltered")
+		testreq.Needf(t, testreq.Kernel, "cgroup v1 pids", errors.New("no v1 pids hierarchy: nothing is sheltered"))
 	}
 	if _, err := Sweep(); err != nil {
 		t.Fatal(err)
@@ -375,12 +372,10 @@ i=0; while [ $i -lt 64 ]; do sleep 1 & i=$((i+1)); done 2>/dev/null; wait'`
 // BenchmarkGroupLifecycle is what limits add to each trial: make a group in
 // every hierarchy with the defaults, then remove it.
 func BenchmarkGroupLifecycle(b *testing.B) {
-	if os.Geteuid() != 0 {
-		b.Skip("needs root")
-	}
+	testreq.NeedRoot(b)
 	m, err := NewManager(Options{})
 	if err != nil {
-		b.Skip(err)
+		testreq.Needf(b, testreq.Kernel, "cgroups", err)
 	}
 	for i := 0; b.Loop(); i++ {
 		g, _, err := m.New("tr_bench"+strconv.Itoa(i), dryexec.Limits{})

@@ -13,13 +13,12 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/dryexec/dryexec"
+	"github.com/dryexec/dryexec/internal/testreq"
 )
 
 func requireRoot(t testing.TB) {
 	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("needs root: the trees have files owned by other users")
-	}
+	testreq.NeedRoot(t)
 }
 
 func TestApply(t *testing.T) {

@@ -16,6 +16,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/dryexec/dryexec"
+	"github.com/dryexec/dryexec/internal/testreq"
 )
 
 // crashPanic is what the hook panics with to stop Apply where a crash would.
@@ -334,10 +335,7 @@ func TestKillRecovery(t *testing.T) {
 // dir (as the Go module cache makes them) must still be filled.
 func TestNotRoot(t *testing.T) {
 	requireRoot(t)
-	setpriv, err := exec.LookPath("setpriv")
-	if err != nil {
-		t.Skip("no setpriv (util-linux)")
-	}
+	setpriv := testreq.NeedRootless(t)
 	const uid = 65534
 	u := func(n node) node { return n.own(uid, uid) }
 	before := tree{"mine.txt": u(reg("mine\n", 0o644)), "del": u(reg("del\n", 0o644)), "x": u(reg("x\n", 0o644)),

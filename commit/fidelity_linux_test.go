@@ -17,6 +17,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/dryexec/dryexec"
+	"github.com/dryexec/dryexec/internal/testreq"
 )
 
 // chainDepth is how many levels of name/name/… stand under root, walked one
@@ -377,10 +378,7 @@ func TestMtimes(t *testing.T) {
 // commit's own clock would make the target look older.
 func TestMakeUpToDate(t *testing.T) {
 	requireRoot(t)
-	mk, err := exec.LookPath("make")
-	if err != nil {
-		t.Skip("no make")
-	}
+	mk := testreq.NeedTool(t, "make")
 	makefile := "prog: gen.h\n\tcat gen.h > prog\ngen.h: gen.in\n\tcat gen.in > gen.h\n"
 	f := newFx(t, tree{"Makefile": reg(makefile, 0o644), "gen.in": reg("in\n", 0o644)})
 	old := time.Now().Add(-time.Hour)

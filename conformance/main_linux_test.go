@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/dryexec/dryexec/guest"
+	"github.com/dryexec/dryexec/internal/testreq"
 	"github.com/dryexec/dryexec/rung/linuxns"
 	"github.com/dryexec/dryexec/session"
 	"github.com/dryexec/dryexec/wire"
@@ -103,9 +104,7 @@ func forEachRung(t *testing.T, fn func(t *testing.T, open opener)) {
 		t.Run(r, func(t *testing.T) {
 			if r == "ns" {
 				nsOnce.Do(func() { nsUnavl = (&linuxns.Rung{}).Available(context.Background()) })
-				if nsUnavl != nil {
-					t.Skipf("ns rung unavailable here: %v", nsUnavl)
-				}
+				testreq.Need(t, testreq.NS, nsUnavl)
 			}
 			fn(t, func(t *testing.T, opt session.Options) *session.Session {
 				t.Helper()

@@ -18,6 +18,7 @@ import (
 
 	"github.com/dryexec/dryexec"
 	"github.com/dryexec/dryexec/fswalk"
+	"github.com/dryexec/dryexec/internal/testreq"
 	"github.com/dryexec/dryexec/wire"
 )
 
@@ -157,9 +158,7 @@ func checkSameSnapshot(t testing.TB, what string, before, after map[string]strin
 // rootOrSkip skips a test that needs root.
 func rootOrSkip(t testing.TB) {
 	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("needs root (overlayfs mounts, trusted.* xattrs)")
-	}
+	testreq.NeedRoot(t)
 }
 
 // tempDir is t.TempDir without the test's name in the path: overlay's mount
@@ -196,7 +195,7 @@ func mountOverlay(t testing.TB, lower, extra string) *overlay {
 	}
 	if err := unix.Mount("overlay", o.merged, "overlay", 0, opts); err != nil {
 		if errors.Is(err, unix.EPERM) || errors.Is(err, unix.ENODEV) {
-			t.Skipf("cannot mount overlayfs: %v", err)
+			testreq.Needf(t, testreq.Kernel, "overlayfs mount", err)
 		}
 		t.Fatalf("mount overlay %s: %v", opts, err)
 	}

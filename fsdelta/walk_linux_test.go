@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/dryexec/dryexec/fswalk"
+	"github.com/dryexec/dryexec/internal/testreq"
 	"github.com/dryexec/dryexec/wire"
 	"golang.org/x/sys/unix"
 )
@@ -43,7 +44,7 @@ func setxattr(t testing.TB, p, name, value string) {
 	t.Helper()
 	if err := unix.Lsetxattr(p, name, []byte(value), 0); err != nil {
 		if errors.Is(err, unix.ENOTSUP) || errors.Is(err, unix.EPERM) {
-			t.Skipf("cannot set %s here: %v", name, err)
+			testreq.Needf(t, testreq.Kernel, "xattr "+name, err)
 		}
 		t.Fatalf("setxattr %s on %s: %v", name, p, err)
 	}
@@ -242,12 +243,12 @@ func TestWalkRefusesRedirectAndMetacopy(t *testing.T) {
 		err := unix.Mount("overlay", o.merged, "overlay", 0,
 			fmt.Sprintf("lowerdir=%s,upperdir=%s,workdir=%s,%s", lower, o.upper, o.work, opts))
 		if err != nil {
-			t.Skipf("mount with %s: %v", opts, err)
+			testreq.Needf(t, testreq.Kernel, "overlayfs "+opts, err)
 		}
 		o.mounted = true
 		t.Cleanup(o.unmount)
 		if err := do(o.merged); err != nil {
-			t.Skipf("%s: %v", opts, err)
+			testreq.Needf(t, testreq.Kernel, "overlayfs "+opts, err)
 		}
 		o.unmount()
 		_, err = walkAll(t, o.upper, 0, false)

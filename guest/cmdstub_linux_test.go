@@ -14,6 +14,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/dryexec/dryexec/internal/testreq"
 	"github.com/dryexec/dryexec/wire"
 )
 
@@ -331,9 +332,7 @@ func TestLastAlive(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			if strings.Contains(tc.script, "python3") {
-				if _, err := os.Stat("/usr/bin/python3"); err != nil {
-					t.Skip("no python3")
-				}
+				testreq.NeedPython(t)
 			}
 			var last bool
 			got := runStubOpts(t, exe, &wire.TrialRun{Argv: []string{"/bin/sh", "-c", tc.script}, Cwd: "/"}, stubOpts{trace: true, lastAtExit: &last})
@@ -368,7 +367,7 @@ sleep 100 & kill -TERM $! && wait $!; echo child=$?`
 		for _, nested := range []bool{false, true} {
 			t.Run(kind+"/nested="+strconv.FormatBool(nested), func(t *testing.T) {
 				if nested && !landlockScope(t) {
-					t.Skip("no Landlock signal scope (ABI < 6) on this kernel")
+					testreq.Needf(t, testreq.Kernel, "Landlock ABI 6", errors.New("no Landlock signal scope on this kernel"))
 				}
 				got := runStubOpts(t, exe, r, stubOpts{blocked: true, nested: nested})
 				if got.startErr != nil {

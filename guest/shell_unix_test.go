@@ -3,6 +3,7 @@
 package guest
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -10,6 +11,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/dryexec/dryexec/internal/testreq"
 )
 
 // TestParseState: the environment is taken only when its listing is closed
@@ -146,7 +149,7 @@ func TestShellProbe(t *testing.T) {
 		t.Errorf("probe variable kept: %q", want)
 	}
 	if !fast {
-		t.Skipf("/bin/sh's export -p is not read exactly here; the env -0 path stays")
+		testreq.Needf(t, testreq.Tool, "/bin/sh export -p", errors.New("not read exactly here; the env -0 path stays"))
 	}
 	_, cwd2, got, envOK, ok := exportPState(run(shellWrapperFast, cmd, ""))
 	if !ok || !envOK || cwd2 != cwd || !slices.Equal(got, want) {

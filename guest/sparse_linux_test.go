@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"testing"
 
+	"github.com/dryexec/dryexec/internal/testreq"
 	"github.com/dryexec/dryexec/wire"
 )
 
@@ -49,7 +50,7 @@ func TestSendContentSparse(t *testing.T) {
 				want[e.off] = e.data
 			}
 			if err := f.Truncate(tt.size); err != nil {
-				t.Skipf("this filesystem does not take a file of %d bytes: %v", tt.size, err)
+				testreq.Needf(t, testreq.Kernel, "large sparse files", err)
 			}
 			a, b := net.Pipe()
 			defer a.Close()

@@ -17,6 +17,7 @@ import (
 	"github.com/google/jsonschema-go/jsonschema"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/dryexec/dryexec/internal/testreq"
 	"github.com/dryexec/dryexec/mcpserver"
 	"github.com/dryexec/dryexec/netsim/tun"
 	"github.com/dryexec/dryexec/rung/linuxns"
@@ -25,9 +26,7 @@ import (
 
 func requireNS(t *testing.T) {
 	t.Helper()
-	if err := (&linuxns.Rung{}).Available(context.Background()); err != nil {
-		t.Skipf("ns rung unavailable here: %v", err)
-	}
+	testreq.Need(t, testreq.NS, (&linuxns.Rung{}).Available(context.Background()))
 }
 
 // call invokes a tool and decodes its structured output into out.

@@ -7,6 +7,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/dryexec/dryexec/internal/testreq"
 )
 
 // TestRootless runs the core sandbox tests again as an unprivileged user
@@ -16,16 +18,12 @@ import (
 // 0600, so the test binds a 0666 node over it in a mount namespace of its
 // own (the host's node is not touched).
 func TestRootless(t *testing.T) {
-	if os.Getuid() != 0 {
-		t.Skip("needs root to switch to an unprivileged user")
-	}
 	if os.Getenv("NETSIM_TEST_ROOTLESS") != "" {
 		t.Skip("already rootless")
 	}
-	for _, tool := range []string{"unshare", "setpriv", "mknod", "mount"} {
-		if _, err := exec.LookPath(tool); err != nil {
-			t.Skipf("%s not installed: %v", tool, err)
-		}
+	testreq.NeedRootless(t)
+	for _, tool := range []string{"unshare", "mknod", "mount"} {
+		testreq.NeedTool(t, tool)
 	}
 	dir := t.TempDir()
 	for d := dir; d != "/" && d != os.TempDir(); d = filepath.Dir(d) {

@@ -13,6 +13,7 @@ import (
 	"github.com/fatih/color"
 
 	"github.com/dryexec/dryexec"
+	"github.com/dryexec/dryexec/internal/testreq"
 )
 
 // fullDelta has one FileChange of each op kind, output on both streams, a
@@ -513,7 +514,7 @@ func TestColorWanted(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			if tt.f == nil && strings.HasPrefix(tt.name, "tty") {
-				t.Skip("no pseudo-terminal available")
+				testreq.Needf(t, testreq.Kernel, "pseudo-terminal", errors.New("no pseudo-terminal available"))
 			}
 			if got := ColorWanted(tt.f, env(tt.env)); got != tt.want {
 				t.Errorf("ColorWanted = %v, want %v", got, tt.want)

@@ -2,9 +2,12 @@ package rung
 
 import (
 	"context"
+	"errors"
 	"os"
 	"strings"
 	"testing"
+
+	"github.com/dryexec/dryexec/internal/testreq"
 )
 
 // TestDoctorSaysHowLimitsAreEnforced: doctor's ns line names the cgroup
@@ -27,5 +30,5 @@ func TestDoctorSaysHowLimitsAreEnforced(t *testing.T) {
 		t.Log(s.Notes[0])
 		return
 	}
-	t.Skip("no ns rung here")
+	testreq.Need(t, testreq.NS, errors.New("Doctor lists no available ns rung"))
 }

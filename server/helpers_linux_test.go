@@ -17,15 +17,14 @@ import (
 	"time"
 
 	"github.com/dryexec/dryexec"
+	"github.com/dryexec/dryexec/internal/testreq"
 	"github.com/dryexec/dryexec/rung/linuxns"
 	"github.com/dryexec/dryexec/server"
 )
 
 func requireNS(t testing.TB) {
 	t.Helper()
-	if err := (&linuxns.Rung{}).Available(context.Background()); err != nil {
-		t.Skipf("ns rung unavailable here: %v", err)
-	}
+	testreq.Need(t, testreq.NS, (&linuxns.Rung{}).Available(context.Background()))
 }
 
 // daemon is a real server on a temp unix socket (in-process), with a client.

@@ -7,6 +7,8 @@ import (
 	"path/filepath"
 	"testing"
 	"time"
+
+	"github.com/dryexec/dryexec/internal/testreq"
 )
 
 // The Python SDK's tests (sdk/python/tests, `python3 -m unittest`) against a
@@ -14,10 +16,7 @@ import (
 // exactly as it would start the real binary.
 func TestPythonSDK(t *testing.T) {
 	requireNS(t)
-	py := "/usr/bin/python3"
-	if _, err := os.Stat(py); err != nil {
-		t.Skipf("no %s: %v", py, err)
-	}
+	py := testreq.NeedPython(t)
 	root, err := filepath.Abs("../sdk/python")
 	if err != nil {
 		t.Fatal(err)

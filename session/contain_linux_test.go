@@ -9,6 +9,7 @@ import (
 
 	"github.com/dryexec/dryexec"
 	"github.com/dryexec/dryexec/cgroup/cgrouptest"
+	"github.com/dryexec/dryexec/internal/testreq"
 )
 
 // TestNSSessionContainment: an ns session runs in a cgroup with its limits
@@ -30,7 +31,7 @@ func TestNSSessionContainment(t *testing.T) {
 		Limits: dryexec.Limits{Pids: 32, MemoryBytes: 128 << 20},
 		Env:    map[string]string{"PATH": "/usr/bin:/bin", "HOME": home}})
 	if err != nil {
-		t.Skipf("no ns session here: %v", err)
+		testreq.Need(t, testreq.NS, err)
 	}
 	defer s.Close()
 	if w := s.Warnings(); len(w) != 0 {

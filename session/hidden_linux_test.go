@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dryexec/dryexec/internal/testreq"
 	"github.com/dryexec/dryexec/rung/linuxns"
 )
 
@@ -14,9 +15,7 @@ import (
 // tries every way we know to reach them; each must fail, and the diff must stay
 // exactly what the command did through the workspace.
 func TestNSLayersUnreachable(t *testing.T) {
-	if err := (&linuxns.Rung{}).Available(context.Background()); err != nil {
-		t.Skipf("ns rung unavailable: %v", err)
-	}
+	testreq.Need(t, testreq.NS, (&linuxns.Rung{}).Available(context.Background()))
 	ctx := context.Background()
 	s, err := Open(ctx, Options{Rung: "ns"})
 	if err != nil {

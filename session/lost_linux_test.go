@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/dryexec/dryexec"
+	"github.com/dryexec/dryexec/internal/testreq"
 	"github.com/dryexec/dryexec/rung/linuxns"
 )
 
@@ -19,9 +20,7 @@ import (
 // the exec's effects are unknown); every later call is session_lost, saying
 // the guest is gone.
 func TestGuestKilledDuringExec(t *testing.T) {
-	if err := (&linuxns.Rung{}).Available(context.Background()); err != nil {
-		t.Skipf("ns rung unavailable: %v", err)
-	}
+	testreq.Need(t, testreq.NS, (&linuxns.Rung{}).Available(context.Background()))
 	ctx := testCtx(t)
 	s, err := Open(ctx, Options{Rung: "ns"})
 	if err != nil {

@@ -10,6 +10,7 @@ import (
 
 	"github.com/dryexec/dryexec"
 	"github.com/dryexec/dryexec/internal/rootless"
+	"github.com/dryexec/dryexec/internal/testreq"
 	"github.com/dryexec/dryexec/netsim/tun"
 )
 
@@ -33,7 +34,7 @@ func TestNetRootlessFallback(t *testing.T) {
 	s, err := Open(ctx, Options{Rung: "ns", Net: []string{"none"}, NetCADir: filepath.Join(t.TempDir(), "ca")})
 	if err != nil {
 		if errors.As(err, new(*dryexec.IsolationUnavailableError)) {
-			t.Skipf("ns rung unavailable here: %v", err)
+			testreq.Need(t, testreq.NS, err)
 		}
 		t.Fatal(err)
 	}

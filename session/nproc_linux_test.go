@@ -11,6 +11,7 @@ import (
 
 	"github.com/dryexec/dryexec"
 	"github.com/dryexec/dryexec/internal/rootless"
+	"github.com/dryexec/dryexec/internal/testreq"
 )
 
 // TestRootlessForkBomb: under the rlimit fallback (rootless, no cgroup), a
@@ -33,7 +34,7 @@ func TestRootlessForkBomb(t *testing.T) {
 		Env:    map[string]string{"PATH": "/usr/bin:/bin"}})
 	if err != nil {
 		if errors.As(err, new(*dryexec.IsolationUnavailableError)) {
-			t.Skipf("ns rung unavailable here: %v", err)
+			testreq.Need(t, testreq.NS, err)
 		}
 		t.Fatal(err)
 	}
@@ -67,9 +68,7 @@ func TestRootlessForkBomb(t *testing.T) {
 			t.Fatalf("after the shell bomb: %q", got)
 		}
 	}
-	if _, err := os.Stat("/usr/bin/python3"); err != nil {
-		t.Skip("no python3 for the exec_python bomb")
-	}
+	testreq.NeedPython(t)
 	// The runner forks until refused; the children sleep (and are killed
 	// with the runner's group when the exec ends), so they all count.
 	bomb := `import os, resource, time

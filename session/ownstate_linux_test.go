@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/dryexec/dryexec/internal/ownstate"
+	"github.com/dryexec/dryexec/internal/testreq"
 	"github.com/dryexec/dryexec/rung/linuxns"
 )
 
@@ -16,9 +17,7 @@ import (
 // here) — with no default masks asked for; the host's files are unchanged
 // and the session's diff holds nothing of them.
 func TestNSSessionOwnStateHidden(t *testing.T) {
-	if err := (&linuxns.Rung{}).Available(context.Background()); err != nil {
-		t.Skipf("ns rung unavailable: %v", err)
-	}
+	testreq.Need(t, testreq.NS, (&linuxns.Rung{}).Available(context.Background()))
 	tmp := t.TempDir()
 	home := tmp + "/dryexec-home"
 	t.Setenv("DRYEXEC_HOME", home)

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dryexec/dryexec/internal/testreq"
 	"github.com/dryexec/dryexec/rung/linuxns"
 )
 
@@ -27,9 +28,7 @@ func waitPool(t *testing.T, p *Pool, ok func(ready int) bool) {
 // works; other options open a session of their own; Close closes the unused
 // ones.
 func TestSessionPool(t *testing.T) {
-	if err := (&linuxns.Rung{}).Available(context.Background()); err != nil {
-		t.Skipf("ns rung unavailable: %v", err)
-	}
+	testreq.Need(t, testreq.NS, (&linuxns.Rung{}).Available(context.Background()))
 	p := NewPool(context.Background(), PoolOptions{Size: 1, Template: Options{Rung: "ns"}})
 	defer p.Close()
 	waitPool(t, p, func(n int) bool { return n == 1 })
@@ -89,9 +88,7 @@ func TestSessionPool(t *testing.T) {
 // session was opened ahead makes that session stale: Open does not hand it
 // out, and the session it opens sees the credential masked.
 func TestSessionPoolNewSecretNotExposed(t *testing.T) {
-	if err := (&linuxns.Rung{}).Available(context.Background()); err != nil {
-		t.Skipf("ns rung unavailable: %v", err)
-	}
+	testreq.Need(t, testreq.NS, (&linuxns.Rung{}).Available(context.Background()))
 	home := t.TempDir()
 	t.Setenv("HOME", home)
 	p := NewPool(context.Background(), PoolOptions{Size: 1, Template: Options{Rung: "ns"}})

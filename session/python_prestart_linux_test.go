@@ -11,6 +11,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/dryexec/dryexec/internal/testreq"
 )
 
 // The pre-started python runner (guest/python_prestart_unix.go). A runner's
@@ -241,7 +243,7 @@ func TestPythonPrestartStartupFilesChange(t *testing.T) {
 			sh(t, s, "export PYTHONUSERBASE=$PWD/ub && mkdir extra")
 			out := pyOut(t, s, "import site\nus = site.getusersitepackages()\nen = site.ENABLE_USER_SITE\nimport os\nextra = os.path.abspath('extra')")
 			if out["en"] != "true" {
-				t.Skipf("user site directories are disabled here (%s)", out["en"])
+				testreq.Needf(t, testreq.Python, "user site directories", fmt.Errorf("disabled here (%s)", out["en"]))
 			}
 			us, extra := unquote(t, out["us"]), unquote(t, out["extra"])
 			// The next call's runner has run its startup: it did not see

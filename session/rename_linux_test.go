@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/dryexec/dryexec/internal/rootless"
+	"github.com/dryexec/dryexec/internal/testreq"
 )
 
 // renameScript renames baseline dirs with rename(2) itself (no copy
@@ -62,9 +63,7 @@ func TestSessionDirRename(t *testing.T) {
 	if os.Getuid() == 0 && !rootless.Active() {
 		t.Run("rootless", func(t *testing.T) { rootless.Rerun(t, "^TestSessionDirRename$", 3*time.Minute) })
 	}
-	if _, err := os.Stat("/usr/bin/python3"); err != nil {
-		t.Skip("no /usr/bin/python3")
-	}
+	testreq.NeedPython(t)
 	src := t.TempDir()
 	for p, c := range map[string]string{
 		"top.txt": "top\n", "proj/build/b.o": "b\n", "proj/src/s.py": "s\n", "proj/src/sub/x": "x\n",

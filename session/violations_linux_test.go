@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dryexec/dryexec/internal/testreq"
 	"github.com/dryexec/dryexec/rung/linuxns"
 )
 
@@ -14,9 +15,7 @@ import (
 // result (shell and Python), and only in that one. A signal to the guest is
 // refused (Landlock scope) and the session lives on.
 func TestNSExecViolations(t *testing.T) {
-	if err := (&linuxns.Rung{}).Available(context.Background()); err != nil {
-		t.Skipf("ns rung unavailable: %v", err)
-	}
+	testreq.Need(t, testreq.NS, (&linuxns.Rung{}).Available(context.Background()))
 	ctx := testCtx(t)
 	s, err := Open(ctx, Options{Rung: "ns"})
 	if err != nil {

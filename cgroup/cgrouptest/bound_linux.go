@@ -5,6 +5,8 @@
 package cgrouptest
 
 import (
+	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -13,6 +15,7 @@ import (
 	"time"
 
 	"github.com/dryexec/dryexec/cgroup"
+	"github.com/dryexec/dryexec/internal/testreq"
 )
 
 // Bound makes the bound group (memBytes of memory, pids tasks) in every v1
@@ -22,9 +25,7 @@ import (
 // dryexec group created by this process is left anywhere in the host's tree.
 func Bound(t testing.TB, memBytes, pids int64) cgroup.Options {
 	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("needs root to create cgroups on this host")
-	}
+	testreq.NeedRoot(t)
 	b, err := os.ReadFile("/proc/self/cgroup")
 	if err != nil {
 		t.Fatal(err)
@@ -42,7 +43,7 @@ func Bound(t testing.TB, memBytes, pids int64) cgroup.Options {
 			}
 			d := filepath.Join("/sys/fs/cgroup", c, f[2], name)
 			if err := os.Mkdir(d, 0o755); err != nil {
-				t.Skipf("cannot make a bound group: %v", err)
+				testreq.Needf(t, testreq.Kernel, "cgroup v1", fmt.Errorf("cannot make a bound group: %w", err))
 			}
 			made = append(made, d)
 			os.WriteFile(filepath.Join(d, "memory.limit_in_bytes"), []byte(strconv.FormatInt(memBytes, 10)), 0)
@@ -50,7 +51,7 @@ func Bound(t testing.TB, memBytes, pids int64) cgroup.Options {
 		}
 	}
 	if len(made) == 0 {
-		t.Skip("no v1 memory/pids/cpu hierarchy to bound the test with")
+		testreq.Needf(t, testreq.Kernel, "cgroup v1", errors.New("no v1 memory/pids/cpu hierarchy to bound the test with"))
 	}
 	t.Cleanup(func() {
 		mine := "." + strconv.Itoa(os.Getpid()) + "-"

@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"errors"
 	"fmt"
 	"maps"
 	"math/rand/v2"
@@ -10,6 +11,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/dryexec/dryexec/internal/testreq"
 )
 
 // TestBadInputExitCodes: every mistake a caller can make is a usage error
@@ -175,7 +178,7 @@ func TestDaemonListenerUnreachable(t *testing.T) {
 		}
 	}
 	if local == "" {
-		t.Skip("no non-loopback IPv4 address on this host to name in a rule")
+		testreq.Needf(t, testreq.Kernel, "non-loopback IPv4 address", errors.New("none on this host to name in a rule"))
 	}
 	for _, spec := range []string{
 		fmt.Sprintf("allow:%s:%d", local, port),

@@ -12,14 +12,13 @@ import (
 
 	"github.com/dryexec/dryexec"
 	"github.com/dryexec/dryexec/internal/acceptance"
+	"github.com/dryexec/dryexec/internal/testreq"
 	"github.com/dryexec/dryexec/rung/linuxns"
 )
 
 func requireNS(t *testing.T) {
 	t.Helper()
-	if err := (&linuxns.Rung{}).Available(context.Background()); err != nil {
-		t.Skipf("ns rung unavailable: %v", err)
-	}
+	testreq.Need(t, testreq.NS, (&linuxns.Rung{}).Available(context.Background()))
 }
 
 // cli runs the CLI in-process with a private DRYEXEC_HOME.
@@ -176,13 +175,7 @@ func TestDoctor(t *testing.T) {
 // (nobody) with the real binary, and expects the same delta as root gets.
 func TestRootlessSameDelta(t *testing.T) {
 	requireNS(t)
-	if os.Getuid() != 0 {
-		t.Skip("needs root to switch to an unprivileged user")
-	}
-	setpriv, err := exec.LookPath("setpriv")
-	if err != nil {
-		t.Skip("no setpriv (util-linux)")
-	}
+	setpriv := testreq.NeedRootless(t)
 	base, err := os.MkdirTemp("", "dryexec-rootless-")
 	if err != nil {
 		t.Fatal(err)
@@ -190,10 +183,7 @@ func TestRootlessSameDelta(t *testing.T) {
 	t.Cleanup(func() { os.RemoveAll(base) })
 	os.Chmod(base, 0o755)
 	bin := filepath.Join(base, "dryexec")
-	goTool, err := exec.LookPath("go")
-	if err != nil {
-		t.Skip("no go tool on PATH to build the CLI with")
-	}
+	goTool := testreq.NeedTool(t, "go")
 	build := exec.Command(goTool, "build", "-o", bin, "../../cmd/dryexec")
 	build.Env = append(os.Environ(), "CGO_ENABLED=0")
 	if out, err := build.CombinedOutput(); err != nil {

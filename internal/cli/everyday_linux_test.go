@@ -9,6 +9,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/dryexec/dryexec/internal/testreq"
 	"github.com/dryexec/dryexec/policy"
 )
 
@@ -82,8 +83,8 @@ func TestEverydayCommandsDoNotBlock(t *testing.T) {
 	ran := 0
 	for _, c := range everydayCommands {
 		t.Run(strings.Join(c.argv, " "), func(t *testing.T) {
-			if _, err := exec.LookPath(c.tool); c.tool != "git" && c.tool != "python" && err != nil {
-				t.Skipf("%s not installed", c.tool)
+			if c.tool != "git" && c.tool != "python" {
+				testreq.NeedTool(t, c.tool)
 			}
 			args := append([]string{"run", "--json", "--no-store", "-C", proj, "--env", "GOCACHE", "--env", "GOFLAGS", "--env", "GOTOOLCHAIN"}, masks...)
 			code, out, errs := cliWith(t, store, vars, append(append(args, "--"), c.argv...)...)

@@ -3,6 +3,8 @@ package procfs
 import (
 	"os"
 	"testing"
+
+	"github.com/dryexec/dryexec/internal/testreq"
 )
 
 func TestField(t *testing.T) {
@@ -53,9 +55,8 @@ func TestField(t *testing.T) {
 
 // TestRollup reads this process's own figures: real, not zero.
 func TestRollup(t *testing.T) {
-	if _, err := os.Stat("/proc/self/smaps_rollup"); err != nil {
-		t.Skip("no smaps_rollup here")
-	}
+	_, err := os.Stat("/proc/self/smaps_rollup")
+	testreq.Needf(t, testreq.Kernel, "smaps_rollup", err)
 	rss, pss := Rollup(os.Getpid())
 	if rss <= 0 || pss <= 0 || pss > rss {
 		t.Fatalf("Rollup(self) = rss %d, pss %d", rss, pss)

@@ -8,6 +8,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"fmt"
 	"io"
 	"os"
 	"os/exec"
@@ -17,6 +18,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dryexec/dryexec/internal/testreq"
 	"github.com/dryexec/dryexec/rung/linuxns"
 )
 
@@ -40,16 +42,8 @@ func Rerun(t *testing.T, pattern string, timeout time.Duration, env ...string) (
 	if Active() {
 		t.Skip("this is already the rootless re-run")
 	}
-	if os.Getuid() != 0 {
-		t.Skip("needs root to switch to an unprivileged user")
-	}
-	setpriv, err := exec.LookPath("setpriv")
-	if err != nil {
-		t.Skip("no setpriv (util-linux)")
-	}
-	if err := (&linuxns.Rung{}).Available(context.Background()); err != nil {
-		t.Skipf("ns rung unavailable: %v", err)
-	}
+	setpriv := testreq.NeedRootless(t)
+	testreq.Need(t, testreq.NS, (&linuxns.Rung{}).Available(context.Background()))
 	self, err := os.Executable()
 	if err != nil {
 		t.Fatal(err)
@@ -84,8 +78,13 @@ func Rerun(t *testing.T, pattern string, timeout time.Duration, env ...string) (
 	start := time.Now()
 	out, err := cmd.CombinedOutput()
 	t.Logf("rootless run (uid %d) took %v", UID, time.Since(start).Round(time.Millisecond))
-	if bytes.Contains(out, []byte("ns rung unavailable here")) {
-		t.Skipf("the ns rung is unavailable to uid %d:\n%s", UID, firstLine(out, "ns rung unavailable here"))
+	// The ns rung's skip for that user (testreq.Need's wording, and the
+	// older one).
+	if m := "ns unavailable here"; bytes.Contains(out, []byte(m)) || bytes.Contains(out, []byte("ns rung unavailable here")) {
+		if !bytes.Contains(out, []byte(m)) {
+			m = "ns rung unavailable here"
+		}
+		testreq.Need(t, testreq.Rootless, fmt.Errorf("the ns rung is unavailable to uid %d:\n%s", UID, firstLine(out, m)))
 	}
 	if err != nil {
 		t.Fatalf("the re-run failed as uid %d: %v\n%s", UID, err, out)

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/dryexec/dryexec"
+	"github.com/dryexec/dryexec/internal/testreq"
 	"github.com/dryexec/dryexec/rung/linuxns"
 )
 
@@ -19,17 +20,10 @@ import (
 //
 //	go test -run '^$' -bench ColdTrial -benchtime 20x ./rung/gvisor
 func BenchmarkColdTrial(b *testing.B) {
-	if err := (&Rung{}).Available(context.Background()); err != nil {
-		b.Skip(err)
-	}
+	testreq.Need(b, testreq.GVisor, (&Rung{}).Available(context.Background()))
 	runsc, err := FindRunsc("")
-	if err != nil {
-		b.Skip(err)
-	}
-	bwrap, err := exec.LookPath("bwrap")
-	if err != nil {
-		b.Skip("no bwrap")
-	}
+	testreq.Needf(b, testreq.GVisor, "runsc", err)
+	bwrap := testreq.NeedTool(b, "bwrap")
 	state := b.TempDir()
 	dir := b.TempDir()
 	spec := dryexec.TrialSpec{Action: dryexec.Action{Argv: []string{"/bin/true"}, Cwd: dir, Env: testPath}}

@@ -13,6 +13,7 @@ import (
 
 	"github.com/dryexec/dryexec"
 	"github.com/dryexec/dryexec/internal/cli"
+	"github.com/dryexec/dryexec/internal/testreq"
 	"github.com/dryexec/dryexec/rung/gvisor"
 	"github.com/dryexec/dryexec/rung/linuxns"
 )
@@ -214,13 +215,6 @@ func diffFields(a, b comparable) string {
 // required and missing).
 func requireBoth(t *testing.T) {
 	t.Helper()
-	if err := (&linuxns.Rung{}).Available(context.Background()); err != nil {
-		t.Skipf("ns rung unavailable: %v", err)
-	}
-	if err := (&gvisor.Rung{}).Available(context.Background()); err != nil {
-		if os.Getenv("DRYEXEC_REQUIRE") != "" || os.Getenv("CI") == "true" {
-			t.Fatalf("gvisor rung unavailable where it is required: %v", err)
-		}
-		t.Skipf("gvisor rung unavailable: %v", err)
-	}
+	testreq.Need(t, testreq.NS, (&linuxns.Rung{}).Available(context.Background()))
+	testreq.Need(t, testreq.GVisor, (&gvisor.Rung{}).Available(context.Background()))
 }

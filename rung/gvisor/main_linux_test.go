@@ -10,6 +10,7 @@ import (
 
 	"github.com/dryexec/dryexec"
 	"github.com/dryexec/dryexec/guest"
+	"github.com/dryexec/dryexec/internal/testreq"
 	"github.com/dryexec/dryexec/schema"
 )
 
@@ -21,22 +22,12 @@ func TestMain(m *testing.M) {
 	os.Exit(m.Run())
 }
 
-// required: where the rung must be there (CI, DRYEXEC_REQUIRE), its absence
-// fails the tests instead of skipping them (`make test` installs runsc).
-func required() bool { return os.Getenv("DRYEXEC_REQUIRE") != "" || os.Getenv("CI") == "true" }
-
 // requireGVisor skips (or, where required, fails) a test on a host where the
 // rung cannot run; the probe runs once per test binary.
 func requireGVisor(t *testing.T) {
 	t.Helper()
 	probeOnce.Do(func() { probeErr = (&Rung{}).Available(context.Background()) })
-	if probeErr == nil {
-		return
-	}
-	if required() {
-		t.Fatalf("gvisor rung unavailable where it is required: %v", probeErr)
-	}
-	t.Skipf("gvisor rung unavailable here: %v", probeErr)
+	testreq.Need(t, testreq.GVisor, probeErr)
 }
 
 // The probe's outcome, once per test binary (it starts a sandbox).

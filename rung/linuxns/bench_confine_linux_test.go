@@ -7,15 +7,14 @@ import (
 	"time"
 
 	"github.com/dryexec/dryexec"
+	"github.com/dryexec/dryexec/internal/testreq"
 )
 
 // BenchmarkColdTrialTrue is one cold trial of /bin/true, everything on
 // (seccomp with its supervisor, Landlock, memory tracing): run it on a tree
 // without the containment to see what it costs (docs/containment.md).
 func BenchmarkColdTrialTrue(b *testing.B) {
-	if err := (&Rung{}).Available(context.Background()); err != nil {
-		b.Skip(err)
-	}
+	testreq.Need(b, testreq.NS, (&Rung{}).Available(context.Background()))
 	dir := b.TempDir()
 	r := &Rung{}
 	for b.Loop() {
@@ -33,9 +32,7 @@ func BenchmarkColdTrialTrue(b *testing.B) {
 // the pool refills, one sandbox per cold-start time, as in an agent's loop
 // where each action follows a model call.
 func BenchmarkWarmTrialTrue(b *testing.B) {
-	if err := (&Rung{}).Available(context.Background()); err != nil {
-		b.Skip(err)
-	}
+	testreq.Need(b, testreq.NS, (&Rung{}).Available(context.Background()))
 	dir := b.TempDir()
 	b.Run("pool", func(b *testing.B) {
 		p, err := NewPool(context.Background(), &Rung{}, PoolOptions{Size: 1, Spec: dryexec.TrialSpec{Action: dryexec.Action{Cwd: dir}}})

@@ -18,6 +18,7 @@ import (
 	"github.com/dryexec/dryexec"
 	"github.com/dryexec/dryexec/cgroup"
 	"github.com/dryexec/dryexec/cgroup/cgrouptest"
+	"github.com/dryexec/dryexec/internal/testreq"
 	"github.com/dryexec/dryexec/runner"
 	"github.com/dryexec/dryexec/store"
 )
@@ -273,9 +274,7 @@ func TestRlimitFallback(t *testing.T) {
 // masks and limits, against the same trial without masks (the cgroup is made
 // either way; cgroup.BenchmarkGroupLifecycle has its share).
 func BenchmarkTrialContainment(b *testing.B) {
-	if err := (&Rung{}).Available(context.Background()); err != nil {
-		b.Skip(err)
-	}
+	testreq.Need(b, testreq.NS, (&Rung{}).Available(context.Background()))
 	dir := b.TempDir()
 	for _, bc := range []struct {
 		name string
@@ -304,9 +303,7 @@ func BenchmarkTrialContainment(b *testing.B) {
 // only the host's wait for it keeps the command inside.
 func TestCommandInTrialGroup(t *testing.T) {
 	requireNS(t)
-	if os.Getuid() != 0 {
-		t.Skip("no cgroups rootless here")
-	}
+	testreq.NeedRoot(t)
 	dir := t.TempDir()
 	// A pooled sandbox's group is named by the id it was prepared under.
 	group := regexp.MustCompile(`/dryexec/(tr_[a-z0-9]+)\.[0-9]+-[0-9]+/run$`)

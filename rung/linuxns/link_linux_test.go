@@ -15,6 +15,7 @@ import (
 
 	"github.com/dryexec/dryexec"
 	"github.com/dryexec/dryexec/commit"
+	"github.com/dryexec/dryexec/internal/testreq"
 )
 
 // hostLinkScript hard-links host files with link(2)/linkat(2) themselves and
@@ -126,14 +127,12 @@ const hostLinkPrep = `printf 'new\n' > a/new && printf 'changed\n' > a/m && mkdi
 // source's dentry (docs/limits.md).
 func TestTrialHostLink(t *testing.T) {
 	requireNS(t)
-	if _, err := os.Stat("/usr/bin/python3"); err != nil {
-		t.Skip("no /usr/bin/python3")
-	}
+	testreq.NeedPython(t)
 	native, trial := t.TempDir(), t.TempDir()
 	hostLinkTree(t, native)
 	hostLinkTree(t, trial)
 	if err := syscall.Setxattr(native, "user.probe", []byte("1"), 0); err != nil {
-		t.Skipf("no user xattrs on %s: %v", native, err)
+		testreq.Needf(t, testreq.Kernel, "user xattrs on "+native, err)
 	}
 	syscall.Removexattr(native, "user.probe")
 	script := hostLinkPrep + " && /usr/bin/python3 -c '" + strings.ReplaceAll(hostLinkScript, "'", `'"'"'`) + "'"
@@ -262,9 +261,7 @@ printf 'three\n' >> a.txt && git commit -qam second
 // supervisor's link worker now moves the source's dentry to it.
 func TestTrialGitCloneLocal(t *testing.T) {
 	requireNS(t)
-	if _, err := exec.LookPath("git"); err != nil {
-		t.Skip("no git")
-	}
+	testreq.NeedTool(t, "git")
 	dir := t.TempDir()
 	env := append(os.Environ(), "HOME="+dir, "GIT_CONFIG_NOSYSTEM=1")
 	cmd := exec.Command("/bin/sh", "-c", gitCloneRepo)
@@ -432,9 +429,7 @@ print("mask:", sorted(os.listdir("proj/keys")), repr(open("proj/keys/id").read()
 // reaches the output, the delta or any file, and the host is untouched.
 func TestTrialLinkEscapes(t *testing.T) {
 	requireNS(t)
-	if _, err := os.Stat("/usr/bin/python3"); err != nil {
-		t.Skip("no /usr/bin/python3")
-	}
+	testreq.NeedPython(t)
 	tree, state := t.TempDir(), t.TempDir()
 	if d := os.Getenv(linkTreeEnv); d != "" {
 		// Rootless: a dir the caller owns, holding root's file "foreign"

@@ -6,13 +6,12 @@ import (
 	"slices"
 	"testing"
 
+	"github.com/dryexec/dryexec/internal/testreq"
 	"github.com/dryexec/dryexec/wire"
 )
 
 func TestOwnedRoots(t *testing.T) {
-	if os.Getuid() != 0 {
-		t.Skip("needs root to make directories owned by another uid")
-	}
+	testreq.NeedRoot(t)
 	const uid = 4242
 	base := t.TempDir() // root's
 	mine := filepath.Join(base, "mine")

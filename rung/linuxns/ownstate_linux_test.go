@@ -10,6 +10,7 @@ import (
 
 	"github.com/dryexec/dryexec"
 	"github.com/dryexec/dryexec/internal/ownstate"
+	"github.com/dryexec/dryexec/internal/testreq"
 	"golang.org/x/sys/unix"
 )
 
@@ -45,9 +46,7 @@ func TestOwnStateHidden(t *testing.T) {
 			home, sock := tmp+"/data/daemon-home", run+"/d.sock"
 			return home, sock, dryexec.TrialSpec{OwnPaths: []string{home, sock}}
 		}, func(t *testing.T, tmp, home string) string {
-			if os.Getuid() != 0 {
-				t.Skip("a bind mount on the host needs root; the rootless sandbox covers aliases with the same code")
-			}
+			testreq.NeedRoot(t)
 			if err := os.Mkdir(tmp+"/alias", 0o755); err != nil {
 				t.Fatal(err)
 			}

@@ -15,6 +15,7 @@ import (
 	"github.com/dryexec/dryexec"
 	"github.com/dryexec/dryexec/internal/acceptance"
 	"github.com/dryexec/dryexec/internal/procfs"
+	"github.com/dryexec/dryexec/internal/testreq"
 )
 
 // newTestPool starts a pool for dir and waits until n sandboxes are ready.
@@ -212,9 +213,7 @@ func TestPoolNewSecretNotExposed(t *testing.T) {
 // stale (the pool's cached mount plan must notice), and the trial both sees
 // the new mount's files and has its writes to it captured, not applied.
 func TestPoolNewMountSeen(t *testing.T) {
-	if os.Getuid() != 0 {
-		t.Skip("mounting needs root")
-	}
+	testreq.NeedRoot(t)
 	dir := t.TempDir()
 	p := newTestPool(t, dir, PoolOptions{Size: 1}, 1)
 	// Twice: the first change is seen through the cached plan's poll, the

@@ -17,6 +17,7 @@ import (
 
 	"github.com/dryexec/dryexec"
 	"github.com/dryexec/dryexec/commit"
+	"github.com/dryexec/dryexec/internal/testreq"
 )
 
 // dirRenameScript renames host dirs with rename(2)/renameat2 themselves (no
@@ -226,9 +227,7 @@ func treeState(t *testing.T, root string) string {
 // with EXDEV). TestTrialDirRenameRootless runs it as nobody.
 func TestTrialDirRename(t *testing.T) {
 	requireNS(t)
-	if _, err := os.Stat("/usr/bin/python3"); err != nil {
-		t.Skip("no /usr/bin/python3")
-	}
+	testreq.NeedPython(t)
 	native, trial := t.TempDir(), t.TempDir()
 	dirRenameTree(t, native)
 	dirRenameTree(t, trial)
@@ -319,9 +318,7 @@ func lineDiff(a, b string) string {
 // dir's move as its files' deletes and creates), so it is not committed.
 func TestTrialDirRenameModes(t *testing.T) {
 	requireNS(t)
-	if _, err := os.Stat("/usr/bin/python3"); err != nil {
-		t.Skip("no /usr/bin/python3")
-	}
+	testreq.NeedPython(t)
 	mk := func(root string) {
 		makeTree(t, root, map[string]string{"ro/d/f": "f\n", "rodir/f": "f\n", "rodir_b/f": "f\n", "dst/g": "g\n",
 			"tree/ro/r": "r\n", "tree/t": "t\n"},
@@ -413,9 +410,7 @@ print("mask:", sorted(os.listdir("proj/keys")), repr(open("proj/keys/id").read()
 // or the delta. The host is untouched.
 func TestTrialDirRenameEscapes(t *testing.T) {
 	requireNS(t)
-	if _, err := os.Stat("/usr/bin/python3"); err != nil {
-		t.Skip("no /usr/bin/python3")
-	}
+	testreq.NeedPython(t)
 	tree, state := t.TempDir(), t.TempDir()
 	makeTree(t, tree, map[string]string{"proj/keys/id": "SECRET", "proj/keys/sub/k": "SECRET", "proj/a": "a\n",
 		"d/f": "f\n", "x/f": "f\n", "sw/sub/f": "f\n"}, nil, func() {})

@@ -1,6 +1,7 @@
 package linuxns
 
 import (
+	"errors"
 	"os"
 	"path/filepath"
 	"strings"
@@ -10,6 +11,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/dryexec/dryexec"
+	"github.com/dryexec/dryexec/internal/testreq"
 )
 
 // seccompProbe runs each refused call family from Python inside one trial and
@@ -89,9 +91,7 @@ sock("udp", socket.AF_INET, socket.SOCK_DGRAM)
 // host's mounts and a canary are untouched.
 func TestSeccompRefusesAndReports(t *testing.T) {
 	requireNS(t)
-	if _, err := os.Stat("/usr/bin/python3"); err != nil {
-		t.Skip("no /usr/bin/python3")
-	}
+	testreq.NeedPython(t)
 	dir := t.TempDir()
 	canary := filepath.Join(dir, "canary")
 	if err := os.WriteFile(canary, []byte("host"), 0o644); err != nil {
@@ -159,7 +159,7 @@ func TestSeccompRefusesAndReports(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			if tt.name == "i386_getpid" && !i386 {
-				t.Skip("int 0x80 faults on this machine (no i386 ABI): the filter's arch check is covered by containment/seccomp's TestProgramShape")
+				testreq.Needf(t, testreq.Kernel, "i386 ABI", errors.New("int 0x80 faults on this machine: the filter's arch check is covered by containment/seccomp's TestProgramShape"))
 			}
 			if got[tt.name] != tt.errno {
 				t.Errorf("errno %q, want %s", got[tt.name], tt.errno)

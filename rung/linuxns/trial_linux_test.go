@@ -17,14 +17,13 @@ import (
 
 	"github.com/dryexec/dryexec"
 	"github.com/dryexec/dryexec/internal/acceptance"
+	"github.com/dryexec/dryexec/internal/testreq"
 	"github.com/dryexec/dryexec/schema"
 )
 
 func requireNS(t *testing.T) {
 	t.Helper()
-	if err := (&Rung{}).Available(context.Background()); err != nil {
-		t.Skipf("ns rung unavailable here: %v", err)
-	}
+	testreq.Need(t, testreq.NS, (&Rung{}).Available(context.Background()))
 }
 
 var testPath = map[string]string{"PATH": "/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin"}
@@ -334,9 +333,7 @@ func TestDevIsMinimalAndWorks(t *testing.T) {
 // teardown outlasts the walk.
 func TestWalkAtExit(t *testing.T) {
 	requireNS(t)
-	if _, err := os.Stat("/usr/bin/python3"); err != nil {
-		t.Skip("no python3")
-	}
+	testreq.NeedPython(t)
 	script := `import hashlib, mmap, os
 heap = b"h" * (96 << 20)
 n = 4 << 20
@@ -375,9 +372,7 @@ os._exit(0)
 // Before netsim noted SYNs as they are delivered, 6 trials in 100 lost it.
 func TestConnectThenExit(t *testing.T) {
 	requireNS(t)
-	if _, err := os.Stat("/usr/bin/python3"); err != nil {
-		t.Skip("no python3")
-	}
+	testreq.NeedPython(t)
 	dir := t.TempDir()
 	p := newTestPool(t, dir, PoolOptions{Size: 2}, 1)
 	script := `import os, socket
@@ -399,7 +394,7 @@ os._exit(0)
 			t.Fatalf("trial %d: exit %d: %s", i, d.Process.ExitCode, d.Process.Stderr)
 		}
 		if slices.ContainsFunc(d.Warnings, func(w string) bool { return strings.HasPrefix(w, "network not intercepted") }) {
-			t.Skipf("network not intercepted here: %v", d.Warnings)
+			testreq.Need(t, testreq.Netsim, fmt.Errorf("network not intercepted here: %v", d.Warnings))
 		}
 		if len(d.Network) != 1 || d.Network[0].Host != "10.9.8.7" || d.Network[0].Action != "blocked" {
 			t.Fatalf("trial %d: network %+v, want the one blocked attempt to 10.9.8.7", i, d.Network)

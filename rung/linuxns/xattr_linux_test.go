@@ -1,6 +1,7 @@
 package linuxns
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -9,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/dryexec/dryexec"
+	"github.com/dryexec/dryexec/internal/testreq"
 )
 
 // xattrSet is one xattr the sandboxed command tries to set.
@@ -71,7 +73,7 @@ func TestForgedOverlayXattrsDeleteNothing(t *testing.T) {
 	}
 	set := setXattrsScript(xs)
 	if set == "" {
-		t.Skip("neither /usr/bin/python3 nor setfattr to set xattrs with")
+		testreq.Need(t, testreq.Python, errors.New("neither /usr/bin/python3 nor setfattr to set xattrs with"))
 	}
 	before := snapshot(t, dir)
 	// touch copies the empty host file up unchanged; ": >" truncates the other
@@ -103,7 +105,7 @@ func TestForgedOverlayXattrsDeleteNothing(t *testing.T) {
 	if os.Getuid() == 0 && strings.Count(d.Process.Stdout, "set ") != len(xs) {
 		// As root the overlay uses trusted.*, and user.* xattrs on the scratch
 		// tmpfs need Linux 6.6; without them there was no attack to refuse.
-		t.Skipf("the command could not set every xattr (no attack made): %s", d.Process.Stdout)
+		testreq.Needf(t, testreq.Kernel, "user xattrs on tmpfs", fmt.Errorf("the command could not set every xattr (no attack made): %s", d.Process.Stdout))
 	}
 	t.Logf("command: %s", strings.TrimSpace(d.Process.Stdout))
 }

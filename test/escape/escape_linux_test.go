@@ -18,6 +18,7 @@ import (
 	"github.com/dryexec/dryexec"
 	"github.com/dryexec/dryexec/guest"
 	"github.com/dryexec/dryexec/internal/rootless"
+	"github.com/dryexec/dryexec/internal/testreq"
 	"github.com/dryexec/dryexec/rung/linuxns"
 	"github.com/dryexec/dryexec/schema"
 )
@@ -125,9 +126,7 @@ def sock(name, *a):
 `
 
 func TestEscape(t *testing.T) {
-	if err := (&linuxns.Rung{}).Available(context.Background()); err != nil {
-		t.Skipf("ns rung unavailable here: %v", err)
-	}
+	testreq.Need(t, testreq.NS, (&linuxns.Rung{}).Available(context.Background()))
 	if len(attempts) < 40 {
 		t.Fatalf("the corpus has %d attempts; it must keep at least 40", len(attempts))
 	}
@@ -142,7 +141,7 @@ func TestEscape(t *testing.T) {
 				t.Skip("uses amd64 syscall numbers")
 			}
 			if a.rootOnly != "" && os.Getuid() != 0 {
-				t.Skip(a.rootOnly)
+				testreq.Needf(t, testreq.Root, a.rootOnly, testreq.ErrNotRoot)
 			}
 			if a.smallRlimit && raceEnabled && os.Getuid() != 0 {
 				t.Skip("rootless, the memory limit is an RLIMIT_DATA on the guest as well, and this race-instrumented guest cannot start under it")

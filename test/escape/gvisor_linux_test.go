@@ -2,12 +2,12 @@ package escape
 
 import (
 	"context"
-	"os"
 	"regexp"
 	"runtime"
 	"testing"
 
 	"github.com/dryexec/dryexec"
+	"github.com/dryexec/dryexec/internal/testreq"
 	"github.com/dryexec/dryexec/rung/gvisor"
 )
 
@@ -30,15 +30,8 @@ func gvisorRefused(d *dryexec.StateDelta) bool {
 // record, as ns records it (a violation, a file in the delta, a timeout) or
 // as the error the attempt met.
 func TestEscapeGVisor(t *testing.T) {
-	if os.Getuid() != 0 {
-		t.Skip("the gvisor rung runs as root only")
-	}
-	if err := (&gvisor.Rung{}).Available(context.Background()); err != nil {
-		if os.Getenv("DRYEXEC_REQUIRE") != "" || os.Getenv("CI") == "true" {
-			t.Fatalf("gvisor rung unavailable where it is required: %v", err)
-		}
-		t.Skipf("gvisor rung unavailable here: %v", err)
-	}
+	testreq.NeedRoot(t)
+	testreq.Need(t, testreq.GVisor, (&gvisor.Rung{}).Available(context.Background()))
 	for _, a := range attempts {
 		t.Run(a.name, func(t *testing.T) {
 			if a.amd64 && runtime.GOARCH != "amd64" {

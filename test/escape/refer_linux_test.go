@@ -12,6 +12,7 @@ import (
 
 	"github.com/dryexec/dryexec"
 	"github.com/dryexec/dryexec/internal/rootless"
+	"github.com/dryexec/dryexec/internal/testreq"
 	"github.com/dryexec/dryexec/rung/linuxns"
 )
 
@@ -87,7 +88,7 @@ func TestCrossDirectoryMoves(t *testing.T) {
 			}
 			t.Run(name, func(t *testing.T) {
 				if lower && tc.createdOnly != "" && os.Geteuid() != 0 {
-					t.Skip(tc.createdOnly)
+					testreq.Needf(t, testreq.Root, tc.createdOnly, testreq.ErrNotRoot)
 				}
 				if _, err := exec.LookPath(tc.needs); err != nil {
 					t.Fatalf("%s is not installed (make deps installs it): %v", tc.needs, err)

@@ -10,6 +10,7 @@ import (
 
 	"github.com/dryexec/dryexec"
 	"github.com/dryexec/dryexec/internal/rootless"
+	"github.com/dryexec/dryexec/internal/testreq"
 	"github.com/dryexec/dryexec/rung/linuxns"
 	"github.com/dryexec/dryexec/session"
 )
@@ -149,9 +150,7 @@ print("broadcast-done", flush=True)
 // nsAvailable skips where the ns rung cannot run.
 func nsAvailable(t *testing.T) {
 	t.Helper()
-	if err := (&linuxns.Rung{}).Available(context.Background()); err != nil {
-		t.Skipf("ns rung unavailable here: %v", err)
-	}
+	testreq.Need(t, testreq.NS, (&linuxns.Rung{}).Available(context.Background()))
 }
 
 // TestSignalsToGuestTrial: a trial's command aims every signal at the guest

@@ -19,6 +19,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/dryexec/dryexec"
+	"github.com/dryexec/dryexec/internal/testreq"
 	"github.com/dryexec/dryexec/rung/linuxns"
 	"github.com/dryexec/dryexec/server"
 	"github.com/dryexec/dryexec/test/soak/harness"
@@ -43,12 +44,8 @@ type fixture struct {
 
 func setup(t *testing.T) *fixture {
 	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("the fault tests need root: they count the host's mounts and cgroups, and mount a tmpfs")
-	}
-	if err := (&linuxns.Rung{}).Available(context.Background()); err != nil {
-		t.Skipf("ns rung unavailable: %v", err)
-	}
+	testreq.NeedRoot(t)
+	testreq.Need(t, testreq.NS, (&linuxns.Rung{}).Available(context.Background()))
 	root := t.TempDir()
 	return &fixture{t: t, root: root}
 }
@@ -509,7 +506,7 @@ func TestStateDirFull(t *testing.T) {
 		t.Fatal(err)
 	}
 	if err := unix.Mount("tmpfs", home, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, "size=16m,mode=0700"); err != nil {
-		t.Skipf("cannot mount a tmpfs: %v", err)
+		testreq.Needf(t, testreq.Kernel, "tmpfs mount", err)
 	}
 	t.Cleanup(func() {
 		if err := unix.Unmount(home, unix.MNT_DETACH); err != nil {

@@ -23,6 +23,7 @@ import (
 	"github.com/dryexec/dryexec"
 	"github.com/dryexec/dryexec/guest"
 	"github.com/dryexec/dryexec/internal/rootless"
+	"github.com/dryexec/dryexec/internal/testreq"
 	gvisorrung "github.com/dryexec/dryexec/rung/gvisor"
 	"github.com/dryexec/dryexec/rung/linuxns"
 )
@@ -49,8 +50,8 @@ func TestMain(m *testing.M) {
 	os.Exit(m.Run())
 }
 
-// required says a missing tool or rung must fail the test, not skip it.
-func required() bool { return os.Getenv("DRYEXEC_REQUIRE") != "" || os.Getenv("CI") == "true" }
+// required says a missing tool must fail the test, not skip it.
+func required() bool { return testreq.Required(testreq.Tool) }
 
 // row is one workload's result in one mode, for the table.
 type row struct {
@@ -65,13 +66,7 @@ type row struct {
 }
 
 func TestFidelity(t *testing.T) {
-	if err := (&linuxns.Rung{}).Available(t.Context()); err != nil {
-		if required() {
-			// Not the skip's wording, which rootless.Rerun turns into a skip.
-			t.Fatalf("the ns rung is not available: %v", err)
-		}
-		t.Skipf("ns rung unavailable here: %v", err)
-	}
+	testreq.Need(t, testreq.NS, (&linuxns.Rung{}).Available(t.Context()))
 	loadBefore := loadAverage()
 	h := newHarness(t)
 	rows := h.all(t)
@@ -202,10 +197,7 @@ func (h *harness) workload(t *testing.T, w workload, r *row) {
 	for _, tool := range w.tools {
 		if !h.hasTool(tool) {
 			r.Verdict = "missing tool " + tool
-			if required() {
-				t.Fatalf("%s needs %s, which is not installed (make deps installs it)", w.name, tool)
-			}
-			t.Skipf("%s needs %s, which is not installed", w.name, tool)
+			testreq.Needf(t, testreq.Tool, tool, fmt.Errorf("%s needs %s, which is not installed (make deps installs it)", w.name, tool))
 		}
 	}
 	r.Verdict = "harness error"
@@ -609,7 +601,7 @@ func (h *harness) rootless(t *testing.T) (rows []*row) {
 		pattern = "^" + f.Value.String()
 	}
 	env := []string{"PATH=" + h.path, binEnv + "=" + h.bin, goCacheEnv + "=" + cache, rowsEnv + "=" + rowsFile}
-	for _, k := range []string{"DRYEXEC_REQUIRE", "CI", calibrateEnv} {
+	for _, k := range []string{testreq.Env, testreq.LogEnv, calibrateEnv} {
 		if v, ok := os.LookupEnv(k); ok {
 			env = append(env, k+"="+v)
 		}

@@ -10,15 +10,17 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/dryexec/dryexec/guest"
-	"github.com/dryexec/dryexec/rung/linuxns"
-	"github.com/dryexec/dryexec/schema"
 	"net"
 	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/dryexec/dryexec/guest"
+	"github.com/dryexec/dryexec/internal/testreq"
+	"github.com/dryexec/dryexec/rung/linuxns"
+	"github.com/dryexec/dryexec/schema"
 
 	"github.com/dryexec/dryexec"
 	"github.com/dryexec/dryexec/netsim/tun"
@@ -91,9 +93,7 @@ var testPath = map[string]string{"PATH": "/usr/local/bin:/usr/bin:/bin:/usr/sbin
 
 func requireNS(t *testing.T) {
 	t.Helper()
-	if err := (&linuxns.Rung{}).Available(context.Background()); err != nil {
-		t.Skipf("ns rung unavailable here: %v", err)
-	}
+	testreq.Need(t, testreq.NS, (&linuxns.Rung{}).Available(context.Background()))
 }
 
 // runTrial runs argv in dir and checks the delta against the JSON schema.
@@ -122,9 +122,7 @@ func runTrial(t *testing.T, dir string, spec dryexec.TrialSpec, argv ...string) 
 func requireTUN(t *testing.T) {
 	t.Helper()
 	requireNS(t)
-	if err := tun.CheckTUN(); err != nil {
-		t.Skipf("no TUN here: %v", err)
-	}
+	testreq.Need(t, testreq.Netsim, tun.CheckTUN())
 }
 
 func netSpec(t *testing.T, specs ...string) dryexec.TrialSpec {

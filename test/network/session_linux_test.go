@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/dryexec/dryexec"
+	"github.com/dryexec/dryexec/internal/testreq"
 	"github.com/dryexec/dryexec/netsim/tun"
 	"github.com/dryexec/dryexec/session"
 )
@@ -290,9 +291,7 @@ func openFDs(t *testing.T) int {
 // true, close; and, in one open session, an exec whose curl resolves a name
 // and connects (both refused and logged).
 func BenchmarkSessionNet(b *testing.B) {
-	if err := tun.CheckTUN(); err != nil {
-		b.Skipf("no TUN here: %v", err)
-	}
+	testreq.Need(b, testreq.Netsim, tun.CheckTUN())
 	ca := filepath.Join(b.TempDir(), "ca")
 	open := func(b *testing.B) *session.Session {
 		s, err := session.Open(b.Context(), session.Options{Rung: "ns", Net: []string{"none"}, NetCADir: ca, Env: testPath})

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/dryexec/dryexec"
+	"github.com/dryexec/dryexec/internal/testreq"
 	"github.com/dryexec/dryexec/rung/linuxns"
 	"github.com/dryexec/dryexec/server"
 	"github.com/dryexec/dryexec/test/soak/harness"
@@ -67,12 +68,8 @@ type soak struct {
 // two at a time, then asserts that nothing leaked and that the daemon's
 // memory stayed flat.
 func TestSoak(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("the soak needs root: it counts the host's mounts and cgroups")
-	}
-	if err := (&linuxns.Rung{}).Available(context.Background()); err != nil {
-		t.Skipf("ns rung unavailable: %v", err)
-	}
+	testreq.NeedRoot(t)
+	testreq.Need(t, testreq.NS, (&linuxns.Rung{}).Available(context.Background()))
 	nTrials, nSessions, full := size(t)
 	root := t.TempDir()
 	e := harness.NewEnv(t, root)

@@ -7,15 +7,14 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/dryexec/dryexec/internal/testreq"
 	"golang.org/x/sys/unix"
 )
 
 // The leak counts see what they are meant to: a mount under the test's own
 // dir (and not one under another test's), a marked process, a temp entry.
 func TestLeaksSeeWhatIsLeft(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("needs root to mount")
-	}
+	testreq.NeedRoot(t)
 	root, other := t.TempDir(), t.TempDir()
 	e := NewEnv(t, root)
 	b := TakeBaseline()
@@ -26,7 +25,7 @@ func TestLeaksSeeWhatIsLeft(t *testing.T) {
 	for _, d := range []string{mine, theirs} {
 		os.Mkdir(d, 0o755)
 		if err := unix.Mount("tmpfs", d, "tmpfs", 0, "size=1m"); err != nil {
-			t.Skipf("mount: %v", err)
+			testreq.Needf(t, testreq.Kernel, "tmpfs mount", err)
 		}
 		t.Cleanup(func() { unix.Unmount(d, unix.MNT_DETACH) })
 	}
