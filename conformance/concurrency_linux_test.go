@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -104,23 +105,47 @@ var concurrencyCases = []conformanceCase{
 	{"calls_during_exec", func(t *testing.T, open opener) {
 		s := openDefault(t, open)
 		done := make(chan error, 1)
+		// The exec blocks in a sleep only this test runs, which the test ends
+		// itself: the calls are made during the exec.
+		marker := uniqueSleep()
 		go func() {
-			r, err := s.Shell(ctx(t), "sleep 0.3; echo x > f", shellTimeout)
+			r, err := s.Shell(ctx(t), marker+"; echo x > f", shellTimeout)
 			if err == nil && r.ExitCode != 0 {
 				err = fmt.Errorf("exit %d", r.ExitCode)
 			}
 			done <- err
 		}()
-		time.Sleep(100 * time.Millisecond)
+		pids := waitRunning(t, marker, 1)
 		if _, err := s.Ping(ctx(t)); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := s.Diff(ctx(t), false); err != nil {
-			t.Fatal(err)
+		select {
+		case err := <-done:
+			t.Fatalf("the exec ended (%v) before its sleep was ended", err)
+		default: // the ping was answered during the exec
+		}
+		// A diff asked for during the exec waits for it: it sees what the
+		// exec writes after the sleep this test ends.
+		type diffResult struct {
+			d   *session.Diff
+			err error
+		}
+		diffc := make(chan diffResult, 1)
+		go func() {
+			d, err := s.Diff(ctx(t), false)
+			diffc <- diffResult{d, err}
+		}()
+		for _, p := range pids {
+			syscall.Kill(p, syscall.SIGTERM)
 		}
 		if err := <-done; err != nil {
 			t.Fatal(err)
 		}
+		r := <-diffc
+		if r.err != nil {
+			t.Fatal(r.err)
+		}
+		checkDiff(t, r.d, want{writes: map[string]string{"f": "x\n"}})
 		checkDiff(t, getDiff(t, s, false), want{writes: map[string]string{"f": "x\n"}})
 	}},
 }

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/dryexec/dryexec"
+	"github.com/dryexec/dryexec/internal/testwait"
 	"github.com/dryexec/dryexec/session"
 )
 
@@ -30,13 +31,7 @@ func onlyGuest(t *testing.T) int {
 // waitGone waits until pid is no longer our child (exited and reaped).
 func waitGone(t *testing.T, pid int) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for ppid(pid) == os.Getpid() {
-		if time.Now().After(deadline) {
-			t.Fatalf("guest %d is still running", pid)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	testwait.For(t, 10*time.Second, fmt.Sprintf("guest %d to be reaped", pid), func() bool { return ppid(pid) != os.Getpid() })
 }
 
 // calls are every session call, for "after Close" and "after a kill".
@@ -120,8 +115,10 @@ var lifecycleCases = []conformanceCase{
 		pid := onlyGuest(t)
 		marker := uniqueSleep()
 		go func() {
-			time.Sleep(500 * time.Millisecond)
-			syscall.Kill(pid, syscall.SIGKILL)
+			// The exec has started both its sleeps: the kill lands during it.
+			if testwait.Until(30*time.Second, func() bool { return len(running(marker)) == 2 }) == nil {
+				syscall.Kill(pid, syscall.SIGKILL)
+			}
 		}()
 		start := time.Now()
 		_, err := s.Shell(ctx(t), marker+" & "+marker, 0)
@@ -146,7 +143,7 @@ var lifecycleCases = []conformanceCase{
 			_, err := s.Shell(ctx(t), marker+" & "+marker, 0)
 			done <- err
 		}()
-		time.Sleep(500 * time.Millisecond)
+		waitRunning(t, marker, 2)
 		start := time.Now()
 		s.Close()
 		if took := time.Since(start); took > 15*time.Second {
@@ -225,33 +222,42 @@ func uniqueSleep() string {
 // waitNoProcess waits up to 5s for every process whose command line is
 // command to end, and kills (and returns) any left.
 func waitNoProcess(command string) []int {
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		var left []int
-		ents, _ := os.ReadDir("/proc")
-		for _, e := range ents {
-			pid, err := strconv.Atoi(e.Name())
-			if err != nil {
-				continue
-			}
-			cl, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
-			if err != nil || strings.Join(strings.Split(strings.TrimRight(string(cl), "\x00"), "\x00"), " ") != command {
-				continue
-			}
-			if st, _ := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid)); strings.Contains(string(st), ") Z ") {
-				continue
-			}
-			left = append(left, pid)
-		}
-		if len(left) == 0 {
-			return nil
-		}
-		if time.Now().After(deadline) {
-			for _, p := range left {
-				syscall.Kill(p, syscall.SIGKILL)
-			}
-			return left
-		}
-		time.Sleep(50 * time.Millisecond)
+	var left []int
+	if testwait.Until(5*time.Second, func() bool { left = running(command); return len(left) == 0 }) == nil {
+		return nil
 	}
+	for _, p := range left {
+		syscall.Kill(p, syscall.SIGKILL)
+	}
+	return left
+}
+
+// waitRunning waits until n processes whose command line is command run (the
+// exec has reached its marker) and returns them.
+func waitRunning(t *testing.T, command string, n int) []int {
+	t.Helper()
+	var pids []int
+	testwait.For(t, 30*time.Second, fmt.Sprintf("%d processes %q", n, command), func() bool { pids = running(command); return len(pids) >= n })
+	return pids
+}
+
+// running lists the live (not zombie) processes whose command line is command.
+func running(command string) []int {
+	var pids []int
+	ents, _ := os.ReadDir("/proc")
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		cl, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+		if err != nil || strings.Join(strings.Split(strings.TrimRight(string(cl), "\x00"), "\x00"), " ") != command {
+			continue
+		}
+		if st, _ := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid)); strings.Contains(string(st), ") Z ") {
+			continue
+		}
+		pids = append(pids, pid)
+	}
+	return pids
 }

@@ -4,13 +4,15 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"github.com/dryexec/dryexec/session"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/dryexec/dryexec/internal/testwait"
+	"github.com/dryexec/dryexec/session"
 
 	"github.com/dryexec/dryexec/wire"
 )
@@ -424,11 +426,5 @@ func marked(mark string) []int {
 // waitFor polls cond for up to 10 s.
 func waitFor(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	testwait.For(t, 10*time.Second, what, cond)
 }

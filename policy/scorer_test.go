@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/dryexec/dryexec"
+	"github.com/dryexec/dryexec/internal/testwait"
 )
 
 // scriptScorer writes an executable shell script and returns its command.
@@ -50,7 +51,9 @@ func TestExternalScorerCommand(t *testing.T) {
 		{"garbage answer", "cat >/dev/null; echo lots", 0, nil, [2]float64{}, Review, 0.3, `answer "lots" is not a number`},
 		{"out of range", "cat >/dev/null; echo 1.5", 0, nil, [2]float64{}, Review, 0.3, "outside [0,1]"},
 		{"timeout", "sleep 5; echo 0", 100, nil, [2]float64{}, Review, 0.3, "failed (timed out after 100ms); the deterministic decision stands"},
-		{"timeout with a child holding stdout", "sh -c 'echo $$ > " + filepath.Join(dir, "child.pid") + "; exec sleep 5' & sleep 5", 100, nil, [2]float64{}, Review, 0.3, "timed out"},
+		// The scorer waits for its child's pid file (the marker that the child
+		// runs) before it sleeps into the timeout, so the kill finds a child.
+		{"timeout with a child holding stdout", "sh -c 'echo $$ > " + filepath.Join(dir, "child.pid.tmp") + "; mv " + filepath.Join(dir, "child.pid.tmp") + " " + filepath.Join(dir, "child.pid") + "; exec sleep 5' & while [ ! -e " + filepath.Join(dir, "child.pid") + " ]; do :; done; sleep 5", 1000, nil, [2]float64{}, Review, 0.3, "timed out"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -180,15 +183,12 @@ func TestExternalScorerHTTP(t *testing.T) {
 // gone reports whether process pid has exited (is absent or a zombie) within
 // a second.
 func gone(pid string) bool {
-	for range 100 {
+	return testwait.Until(time.Second, func() bool {
 		b, err := os.ReadFile("/proc/" + pid + "/stat")
 		if err != nil {
 			return true
 		}
-		if _, rest, ok := strings.Cut(string(b), ") "); ok && strings.HasPrefix(rest, "Z") {
-			return true
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-	return false
+		_, rest, ok := strings.Cut(string(b), ") ")
+		return ok && strings.HasPrefix(rest, "Z")
+	}) == nil
 }

@@ -23,6 +23,7 @@ import (
 	"github.com/getkin/kin-openapi/openapi3"
 
 	"github.com/dryexec/dryexec"
+	"github.com/dryexec/dryexec/internal/testwait"
 	"github.com/dryexec/dryexec/schema"
 	"github.com/dryexec/dryexec/server"
 )
@@ -583,17 +584,10 @@ func TestTrialLifecycle(t *testing.T) {
 // waitIdle waits (bounded) until the daemon runs no trial.
 func waitIdle(t *testing.T, d *daemon) {
 	t.Helper()
-	deadline := time.Now().Add(time.Minute)
-	for {
+	testwait.For(t, time.Minute, "no trial running or queued", func() bool {
 		running, queued, _ := d.svc.Counts()
-		if running == 0 && queued == 0 {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("still %d trials running, %d queued", running, queued)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		return running == 0 && queued == 0
+	})
 }
 
 // The install's receipt key is masked in every daemon sandbox, trial and

@@ -18,6 +18,7 @@ import (
 
 	"github.com/dryexec/dryexec"
 	"github.com/dryexec/dryexec/internal/testreq"
+	"github.com/dryexec/dryexec/internal/testwait"
 	"github.com/dryexec/dryexec/rung/linuxns"
 	"github.com/dryexec/dryexec/server"
 )
@@ -294,9 +295,9 @@ func descendants(pid int) []int {
 
 // gone waits (bounded) until none of pids exists or is anything but a zombie.
 func gone(pids []int, within time.Duration) []int {
-	deadline := time.Now().Add(within)
-	for {
-		var left []int
+	var left []int
+	testwait.Until(within, func() bool {
+		left = nil
 		for _, p := range pids {
 			b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", p))
 			if err == nil {
@@ -306,9 +307,7 @@ func gone(pids []int, within time.Duration) []int {
 				}
 			}
 		}
-		if len(left) == 0 || time.Now().After(deadline) {
-			return left
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return len(left) == 0
+	})
+	return left
 }

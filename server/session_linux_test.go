@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dryexec/dryexec/internal/testwait"
 	"github.com/dryexec/dryexec/server"
 	"github.com/dryexec/dryexec/wire"
 )
@@ -119,21 +120,14 @@ func TestHostObjectForwarding(t *testing.T) {
 	type poolHealth struct {
 		SessionPool *struct{ Ready, Busy, Hits int } `json:"session_pool"`
 	}
-	deadline := time.Now().Add(time.Minute)
-	for {
+	testwait.For(t, time.Minute, "the session pool to fill", func() bool {
 		var h poolHealth
 		d.ok(t, "GET", "/v1/health", nil, 200, &h)
 		if h.SessionPool == nil {
 			t.Fatal("no session pool in health")
 		}
-		if h.SessionPool.Ready == 1 && h.SessionPool.Busy == 0 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the session pool never filled: %+v", *h.SessionPool)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+		return h.SessionPool.Ready == 1 && h.SessionPool.Busy == 0
+	})
 	var info server.SessionInfo
 	d.ok(t, "POST", "/v1/sessions", server.SessionRequest{Rung: "ns", HostObjects: map[string][]string{"db": {"query", "fail"}}}, 201, &info)
 	var h poolHealth
@@ -206,27 +200,18 @@ func TestIdleSessionClosed(t *testing.T) {
 	var idle, busy server.SessionInfo
 	d.ok(t, "POST", "/v1/sessions", server.SessionRequest{Rung: "host"}, 201, &idle)
 	d.ok(t, "POST", "/v1/sessions", server.SessionRequest{Rung: "host"}, 201, &busy)
-	deadline := time.Now().Add(30 * time.Second)
-	for {
+	testwait.For(t, 30*time.Second, "the idle session to be closed", func() bool {
 		d.ok(t, "POST", "/v1/sessions/"+busy.SessionID+"/ping", nil, 200, nil)
 		open := false // listing does not touch a session; a GET of it would
 		for _, si := range d.svc.Sessions() {
 			open = open || si.SessionID == idle.SessionID
 		}
-		if !open {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the idle session was never closed")
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return !open
+	})
 	// Closing finishes just after the session leaves the list.
-	for _, err := os.Stat(filepath.Dir(idle.Workspace)); !os.IsNotExist(err); _, err = os.Stat(filepath.Dir(idle.Workspace)) {
-		if time.Now().After(deadline) {
-			t.Fatalf("the idle session's workspace is left: %v", err)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	testwait.For(t, 30*time.Second, "the idle session's workspace to be removed", func() bool {
+		_, err := os.Stat(filepath.Dir(idle.Workspace))
+		return os.IsNotExist(err)
+	})
 	d.ok(t, "GET", "/v1/sessions/"+busy.SessionID, nil, 200, nil)
 }

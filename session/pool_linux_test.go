@@ -9,18 +9,13 @@ import (
 	"time"
 
 	"github.com/dryexec/dryexec/internal/testreq"
+	"github.com/dryexec/dryexec/internal/testwait"
 	"github.com/dryexec/dryexec/rung/linuxns"
 )
 
 func waitPool(t *testing.T, p *Pool, ok func(ready int) bool) {
 	t.Helper()
-	deadline := time.Now().Add(time.Minute)
-	for s := p.Stats(); !ok(s.Ready) || s.Busy > 0; s = p.Stats() {
-		if time.Now().After(deadline) {
-			t.Fatalf("pool never got there: %+v", s)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	testwait.For(t, time.Minute, "the pool to settle", func() bool { s := p.Stats(); return ok(s.Ready) && s.Busy == 0 })
 }
 
 // TestSessionPool: Open with the template's options hands out a session

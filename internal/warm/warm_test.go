@@ -6,6 +6,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/dryexec/dryexec/internal/testwait"
 )
 
 // thing is what the tests pool: a generation (what it was made from) and an
@@ -43,13 +45,7 @@ func (m *maker) funcs() Funcs[thing] {
 
 func waitFor(t *testing.T, what string, ok func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !ok() {
-		if time.Now().After(deadline) {
-			t.Fatalf("never: %s", what)
-		}
-		time.Sleep(time.Millisecond)
-	}
+	testwait.For(t, 10*time.Second, what, ok)
 }
 
 func TestPool(t *testing.T) {

@@ -3,6 +3,7 @@ package linuxns
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"runtime"
 	"strconv"
@@ -16,6 +17,7 @@ import (
 	"github.com/dryexec/dryexec/internal/acceptance"
 	"github.com/dryexec/dryexec/internal/procfs"
 	"github.com/dryexec/dryexec/internal/testreq"
+	"github.com/dryexec/dryexec/internal/testwait"
 )
 
 // newTestPool starts a pool for dir and waits until n sandboxes are ready.
@@ -34,13 +36,7 @@ func newTestPool(t *testing.T, dir string, opts PoolOptions, n int) *Pool {
 
 func waitReady(t *testing.T, p *Pool, n int) {
 	t.Helper()
-	deadline := time.Now().Add(time.Minute)
-	for p.Stats().Ready < n {
-		if time.Now().After(deadline) {
-			t.Fatalf("pool never had %d ready: %+v", n, p.Stats())
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	testwait.For(t, time.Minute, fmt.Sprintf("%d ready in the pool", n), func() bool { return p.Stats().Ready >= n })
 }
 
 func poolTrial(t *testing.T, p *Pool, dir string, argv ...string) *dryexec.StateDelta {
@@ -159,13 +155,7 @@ func TestPoolClose(t *testing.T) {
 func TestPoolIdleTimeout(t *testing.T) {
 	dir := t.TempDir()
 	p := newTestPool(t, dir, PoolOptions{Size: 1, IdleTimeout: time.Second}, 1)
-	deadline := time.Now().Add(time.Minute)
-	for p.Stats().Ready != 0 {
-		if time.Now().After(deadline) {
-			t.Fatal("the idle pool kept its sandbox")
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	testwait.For(t, time.Minute, "the idle pool to let its sandbox go", func() bool { return p.Stats().Ready == 0 })
 	poolTrial(t, p, dir, "true")
 	waitReady(t, p, 1)
 }
@@ -278,11 +268,8 @@ func TestPoolCommandStubReady(t *testing.T) {
 	// Ready means trial.joined was sent: the guest starts its stub then (and
 	// until it execs, the stub shows the guest's binary).
 	ok := func(exes []string) bool { return len(exes) == 1 && strings.HasPrefix(exes[0], want) }
-	exes := stubs()
-	for deadline := time.Now().Add(10 * time.Second); !ok(exes) && time.Now().Before(deadline); exes = stubs() {
-		time.Sleep(time.Millisecond)
-	}
-	if !ok(exes) {
+	var exes []string
+	if testwait.Until(10*time.Second, func() bool { exes = stubs(); return ok(exes) }) != nil {
 		t.Fatalf("grandchildren of the test while one sandbox is ready: %q, want one stub running %s", exes, want)
 	}
 	d := poolTrial(t, p, dir, "sh", "-c", "echo ran")

@@ -216,7 +216,7 @@ func TestTimeoutKillsEverything(t *testing.T) {
 	marker := "dryexec-sleeper-" + strings.TrimPrefix(dryexec.NewTrialID(), "tr_")
 	// A background job, a daemon in its own session, and a foreground sleep: all
 	// must die, and what they wrote before dying must be in the delta.
-	script := fmt.Sprintf(`cp /bin/sleep ./%[1]s; ./%[1]s 100 & setsid sh -c 'echo early > early.txt; exec ./%[1]s 100' & sleep 0.3; exec ./%[1]s 100`, marker)
+	script := fmt.Sprintf(`cp /bin/sleep ./%[1]s; ./%[1]s 100 & setsid sh -c 'echo early > early.txt; exec ./%[1]s 100' & while [ ! -e early.txt ]; do sleep 0.01; done; exec ./%[1]s 100`, marker)
 	d := runTrial(t, dir, dryexec.TrialSpec{Action: dryexec.Action{TimeoutMS: 1000}}, "sh", "-c", script)
 	if !d.Process.TimedOut || d.Process.ExitCode != 124 {
 		t.Fatalf("process: %+v", d.Process)

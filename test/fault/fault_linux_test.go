@@ -20,6 +20,7 @@ import (
 
 	"github.com/dryexec/dryexec"
 	"github.com/dryexec/dryexec/internal/testreq"
+	"github.com/dryexec/dryexec/internal/testwait"
 	"github.com/dryexec/dryexec/rung/linuxns"
 	"github.com/dryexec/dryexec/server"
 	"github.com/dryexec/dryexec/test/soak/harness"
@@ -139,16 +140,9 @@ func (f *fixture) finish(d *harness.Daemon) {
 // with what is running.
 func (f *fixture) waitMarked(what string) {
 	f.t.Helper()
-	deadline := time.Now().Add(time.Minute)
-	for time.Now().Before(deadline) {
-		for _, p := range harness.Marked(f.env.Mark) {
-			if strings.Contains(p, ": "+what) {
-				return
-			}
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-	f.t.Fatalf("no process %q started", what)
+	testwait.For(f.t, time.Minute, fmt.Sprintf("a process %q", what), func() bool {
+		return slices.ContainsFunc(harness.Marked(f.env.Mark), func(p string) bool { return strings.Contains(p, ": "+what) })
+	})
 }
 
 // SIGKILL of the daemon while a trial runs: the sandbox dies with it, and the
@@ -704,13 +698,7 @@ func TestKillDaemonMidPoolRefill(t *testing.T) {
 	f.begin()
 	d := f.start()
 	f.recordBystander(d)
-	deadline := time.Now().Add(time.Minute)
-	for h := f.pool(d); h.Pool.Ready < h.Pool.Size || h.Pool.Busy > 0; h = f.pool(d) {
-		if time.Now().After(deadline) {
-			t.Fatalf("the pool never filled: %+v", *h.Pool)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	testwait.For(t, time.Minute, "the pool to fill", func() bool { h := f.pool(d); return h.Pool.Ready >= h.Pool.Size && h.Pool.Busy == 0 })
 	wd := f.dir("wd")
 	var delta dryexec.StateDelta
 	if err := d.Do(context.Background(), "POST", "/v1/trials", f.req(wd, "echo warm > w"), &delta); err != nil {
@@ -718,7 +706,7 @@ func TestKillDaemonMidPoolRefill(t *testing.T) {
 	}
 	// The used sandbox is torn down and a new one prepared, in the
 	// background: kill the daemon as soon as that is under way.
-	deadline = time.Now().Add(time.Minute)
+	deadline := time.Now().Add(time.Minute)
 	h := f.pool(d)
 	for h.Pool.Busy == 0 || h.Pool.Ready == h.Pool.Size {
 		if time.Now().After(deadline) {

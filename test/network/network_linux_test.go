@@ -19,6 +19,7 @@ import (
 
 	"github.com/dryexec/dryexec/guest"
 	"github.com/dryexec/dryexec/internal/testreq"
+	"github.com/dryexec/dryexec/internal/testwait"
 	"github.com/dryexec/dryexec/rung/linuxns"
 	"github.com/dryexec/dryexec/schema"
 
@@ -271,10 +272,7 @@ os._exit(0)`, n+1)
 		}
 		defer p.Close()
 		for i := 0; i < 3; i++ {
-			deadline := time.Now().Add(time.Minute)
-			for p.Stats().Ready < 1 && time.Now().Before(deadline) {
-				time.Sleep(5 * time.Millisecond)
-			}
+			testwait.For(t, time.Minute, "a ready sandbox", func() bool { return p.Stats().Ready >= 1 })
 			spec.Action.Argv = []string{"python3", "-c", script}
 			d, err := p.Trial(t.Context(), spec)
 			if err != nil {
