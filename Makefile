@@ -26,7 +26,7 @@ APT_PACKAGES  := bubblewrap util-linux python3 iproute2 curl git rsync tar nodej
 # probe that misfires fails the run. "kernel" (overlayfs options, a Landlock
 # ABI, a cgroup v1 hierarchy, ...) is left out: it depends on the host's kernel,
 # not on anything `make deps` installs. DRYEXEC_REQUIRE=all requires it too.
-CI_REQUIRE    := root,ns,rootless,netsim,gvisor,python,tool
+CI_REQUIRE    := root,ns,rootless,netsim,gvisor,python,tool,testhooks
 ifeq ($(CI),true)
 export DRYEXEC_REQUIRE ?= $(CI_REQUIRE)
 endif
@@ -68,7 +68,9 @@ lint: deps
 	$(GO) mod tidy -diff
 	$(GO) vet ./...
 	GOOS=darwin $(GO) vet ./...
+	$(GO) vet -tags $(TEST_TAGS) ./...
 	$(GOBIN)/staticcheck ./...
+	$(GOBIN)/staticcheck -tags $(TEST_TAGS) ./...
 	$(MAKE) openapi-lint
 
 # Zero errors and zero warnings from two real linters: Spectral's oas ruleset
@@ -89,8 +91,11 @@ openapi-lint:
 
 # The race detector needs cgo. test/fidelity runs in `make fidelity` instead:
 # what it tests runs in the dryexec binary it builds, which -race does not reach.
+# The tests build with the test hooks (crash points, injected delays: package
+# internal/testhooks), which `make build` leaves out of the shipped binaries.
+TEST_TAGS     := dryexec_testhooks
 unit:
-	CGO_ENABLED=1 $(GO) test -race -count=1 -timeout 40m $$($(GO) list ./... | grep -v '/test/fidelity$$')
+	CGO_ENABLED=1 $(GO) test -race -tags $(TEST_TAGS) -count=1 -timeout 40m $$($(GO) list ./... | grep -v '/test/fidelity$$')
 
 # The fidelity harness (docs/fidelity.md): realistic workloads natively and as
 # trials in identical trees, as root and as uid 65534 (≈ 4 minutes on 2 CPUs);

@@ -75,9 +75,9 @@ const (
 type stubExe struct {
 	path string
 	argv []string
-	// afterStart, when set, runs between the stub's start and its set-up:
-	// a test's way of losing the race the gate is there for.
-	afterStart func()
+	// hooks are the tests' (cmdstub_testhooks_linux.go); empty in a release
+	// build.
+	hooks stubHooks
 }
 
 // newStubExe loads the native stub, falling back to the guest binary.
@@ -167,9 +167,7 @@ func startStub(exe *stubExe, attr *syscall.SysProcAttr, nproc int64, stdout, std
 		return nil, fmt.Errorf("starting the command's stub: %w", err)
 	}
 	s := &cmdStub{pid: pid, status: statR}
-	if exe.afterStart != nil {
-		exe.afterStart()
-	}
+	exe.hooks.afterStart()
 	if nproc > 0 {
 		if err := limitNPROC(pid, nproc); err != nil {
 			s.kill()

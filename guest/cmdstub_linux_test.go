@@ -293,7 +293,7 @@ func TestStubGate(t *testing.T) {
 	for kind, exe := range stubExes(t) {
 		t.Run(kind, func(t *testing.T) {
 			slow := *exe
-			slow.afterStart = func() { time.Sleep(50 * time.Millisecond) }
+			setSlowStart(t, &slow, func() { time.Sleep(50 * time.Millisecond) })
 			for range 3 {
 				got := runStubOpts(t, &slow, r, stubOpts{trace: true, early: true, nproc: 4242})
 				if got.startErr != nil || !strings.Contains(got.stdout, " 4242 ") {

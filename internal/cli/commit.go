@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -112,24 +111,6 @@ func absPaths(ps []string) ([]string, error) {
 		out[i] = a
 	}
 	return out, nil
-}
-
-// crashHook exists for the crash-safety tests only: DRYEXEC_TEST_CRASH_AT=N makes
-// the process SIGKILL itself at commit point N, as a power cut or OOM kill would.
-func crashHook(env Env) func(int) {
-	v := env.Getenv("DRYEXEC_TEST_CRASH_AT")
-	if v == "" {
-		return nil
-	}
-	var at int
-	fmt.Sscanf(v, "%d", &at)
-	return func(point int) {
-		if point == at {
-			p, _ := os.FindProcess(os.Getpid())
-			p.Kill()
-			select {}
-		}
-	}
 }
 
 // askCommit is `run -i`: it shows nothing itself (the summary was printed) and

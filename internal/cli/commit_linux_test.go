@@ -11,6 +11,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/dryexec/dryexec/internal/testreq"
 )
 
 // manifest describes a tree the same way inside a trial and on the host: every
@@ -224,6 +226,7 @@ func TestTrialsExpire(t *testing.T) {
 // commit, runs the next command, and checks the host is entirely old or entirely
 // new, with no temp or backup files left.
 func TestCommitSurvivesSIGKILL(t *testing.T) {
+	testreq.NeedTestHooks(t)
 	requireNS(t)
 	dir, home := t.TempDir(), t.TempDir()
 	makeRoundTripTree(t, dir)

@@ -9,7 +9,8 @@
 // DRYEXEC_TESTREQ_LOG when it is set, so that a CI run can print what ran and
 // what was skipped per capability (see Summarize and ./summary). It is a test
 // helper: only _test files and test helper packages import it, and it imports
-// nothing of dryexec's so that any package's in-package tests can use it.
+// nothing of dryexec's (but testhooks, which imports nothing) so that any
+// package's in-package tests can use it.
 package testreq
 
 import (
@@ -19,6 +20,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/dryexec/dryexec/internal/testhooks"
 )
 
 // Env names the switch: a comma-separated list of capabilities (root,ns,…), or
@@ -56,10 +59,13 @@ const (
 	// does not require it by default: whether it is there depends on the
 	// kernel and the host, not on `make deps`.
 	Kernel Cap = "kernel"
+	// TestHooks is a build with the test hooks compiled in (package
+	// testhooks: crash points, injected delays), which release builds lack.
+	TestHooks Cap = "testhooks"
 )
 
 // All is every capability, in the order the summary prints them.
-var All = []Cap{Root, NS, Rootless, Netsim, GVisor, Python, Tool, Kernel}
+var All = []Cap{Root, NS, Rootless, Netsim, GVisor, Python, Tool, Kernel, TestHooks}
 
 // Required reports whether the switch requires c.
 func Required(c Cap) bool { return required(os.Getenv(Env), c) }
@@ -216,4 +222,10 @@ func NeedRootless(t testing.TB) string {
 	}
 	needf(t, Rootless, "", err)
 	return setpriv
+}
+
+// NeedTestHooks gates t on a build with the test hooks (testhooks.Tag).
+func NeedTestHooks(t testing.TB) {
+	t.Helper()
+	needf(t, TestHooks, "", testhooks.Missing())
 }

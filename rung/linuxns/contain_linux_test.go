@@ -328,7 +328,8 @@ func TestCommandInTrialGroup(t *testing.T) {
 		}
 	}
 	t.Run("cold", func(t *testing.T) {
-		r := &Rung{attachDelay: 300 * time.Millisecond}
+		r := &Rung{}
+		setAttachDelay(t, r, 300*time.Millisecond)
 		d, err := r.Trial(t.Context(), dryexec.TrialSpec{Action: dryexec.Action{Argv: []string{"cat", "/proc/self/cgroup"}, Cwd: dir, Env: testPath}})
 		if err != nil {
 			t.Fatal(err)

@@ -85,12 +85,9 @@ type Rung struct {
 	// cgroup); the limits themselves come from each TrialSpec.
 	Cgroups cgroup.Options
 
-	// attachDelay holds back the guest's cgroup join (tests: a join that
-	// ends after the view is built must still come before the command).
-	attachDelay time.Duration
-	// guestStarted, when set, gets each guest's pid as it starts (tests:
-	// killing a guest from the host side mid-trial).
-	guestStarted func(pid int)
+	// hooks are the tests' (hooks_testhooks_linux.go); empty in a release
+	// build.
+	hooks testHooks
 	// sweepOnce: the first limiter sweeps cgroups that dead processes left.
 	sweepOnce sync.Once
 }
@@ -335,7 +332,7 @@ func (r *Rung) startGuest(role string, files []*os.File, lim *Limiter) (*exec.Cm
 		attached <- nil
 	} else {
 		go func() {
-			time.Sleep(r.attachDelay)
+			r.hooks.beforeAttach()
 			attached <- lim.attach(cmd.Process.Pid)
 		}()
 	}
@@ -476,9 +473,7 @@ func (r *Rung) start(sb sandbox, id string, nt *trialNet) (*trial, error) {
 		return nil, err
 	}
 	r.trace("start")
-	if r.guestStarted != nil {
-		r.guestStarted(t.cmd.Process.Pid)
-	}
+	r.hooks.started(t.cmd.Process.Pid)
 	t.conn = wire.NewConn(t.ctrl)
 	return t, nil
 }

@@ -29,7 +29,8 @@ func TestGuestKilledMidTrial(t *testing.T) {
 	}
 	before := snapshot(t, dir)
 	pids := make(chan int, 4)
-	r := &Rung{guestStarted: func(pid int) { pids <- pid }}
+	r := &Rung{}
+	setGuestStarted(t, r, func(pid int) { pids <- pid })
 	outR, outW := io.Pipe()
 	defer outR.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)

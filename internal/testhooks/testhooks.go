@@ -1,0 +1,25 @@
+// Package testhooks owns the build tag that lets tests reach inside the
+// product: crash points in a commit, a delayed cgroup join, a slow stub
+// set-up, a callback on each guest start. Code built without the
+// dryexec_testhooks tag (every release build: `make build`, `go build`,
+// `go install`) has none of them, so no environment variable or input can make
+// the shipped binary crash itself or slow down on purpose; `make unit` builds
+// the tests with the tag. A test that needs a hook says so with
+// testreq.NeedTestHooks.
+package testhooks
+
+import "errors"
+
+// Tag is the build tag that compiles the hooks in.
+const Tag = "dryexec_testhooks"
+
+// ErrNotBuilt is why a hook is missing: the build lacked Tag.
+var ErrNotBuilt = errors.New("built without -tags " + Tag + " (make unit sets it)")
+
+// Missing reports ErrNotBuilt where the hooks are not compiled in.
+func Missing() error {
+	if Enabled {
+		return nil
+	}
+	return ErrNotBuilt
+}

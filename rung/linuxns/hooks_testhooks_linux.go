@@ -1,0 +1,23 @@
+//go:build dryexec_testhooks
+
+package linuxns
+
+import "time"
+
+// testHooks are the tests' ways into a trial (package testhooks).
+type testHooks struct {
+	// attachDelay holds back the guest's cgroup join (a join that ends after
+	// the view is built must still come before the command).
+	attachDelay time.Duration
+	// guestStarted, when set, gets each guest's pid as it starts (killing a
+	// guest from the host side mid-trial).
+	guestStarted func(pid int)
+}
+
+func (h *testHooks) beforeAttach() { time.Sleep(h.attachDelay) }
+
+func (h *testHooks) started(pid int) {
+	if h.guestStarted != nil {
+		h.guestStarted(pid)
+	}
+}
