@@ -11,7 +11,8 @@ GOBIN         := $(shell $(GO) env GOPATH)/bin
 RUNSC         := gvisor.dev/gvisor/runsc@v0.0.0-20260905035102-160fafc42237
 # Debian packages the tests and benchmarks use: bwrap is the benchmark baseline,
 # setpriv (util-linux) runs the rootless tests, python3 runs exec_python and the
-# escape corpus's syscall attempts, ip (iproute2) and curl are real clients
+# escape corpus's syscall attempts, gcc rebuilds the command stub that `make
+# lint` compares with the committed one, ip (iproute2) and curl are real clients
 # inside trials; git, rsync, tar and nodejs are the real programs the
 # cross-directory rename and link tests run in trials (test/escape). The rest
 # are the fidelity harness's workloads (docs/fidelity.md): python3-venv and
@@ -62,10 +63,14 @@ deps:
 	@test -x $(GOBIN)/staticcheck || $(GO) install $(STATICCHECK)
 	@test -x $(GOBIN)/runsc || { echo "installing runsc ($(RUNSC))"; CGO_ENABLED=0 $(GO) install $(RUNSC); }
 
+# lint also fails on an untidy go.mod and on a committed command stub that is
+# not what guest/cmdstub/stub.c builds to (reproducibly: guest/cmdstub/gen.go;
+# gcc comes from `make deps`; the stub is x86-64 code, checked there only).
 lint: deps
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
 	if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
 	$(GO) mod tidy -diff
+	if [ "$$(uname -m)" = x86_64 ]; then $(GO) run guest/cmdstub/gen.go -check; fi
 	$(GO) vet ./...
 	GOOS=darwin $(GO) vet ./...
 	$(GO) vet -tags $(TEST_TAGS) ./...
@@ -135,7 +140,8 @@ soak:
 
 # The native command stub (guest/cmdstub/stub.c) is committed as generated Go,
 # guest/cmdstub_amd64.go, so that building dryexec needs no C compiler; this
-# regenerates it (needs gcc).
+# regenerates it (needs gcc; the build is reproducible, and `make lint` checks
+# that the committed file matches stub.c).
 stub:
 	$(GO) run guest/cmdstub/gen.go
 

@@ -1,11 +1,19 @@
 //go:build ignore
 
 // gen builds stub.c with gcc and writes it, as a Go string constant, to
-// ../cmdstub_amd64.go. Run it from the repository root: `make stub`.
+// ../cmdstub_amd64.go. Run it from the repository root: `make stub`; with
+// -check (`make lint`) it writes nothing and fails when the committed file is
+// not what stub.c builds to.
+//
+// The build is reproducible: the flags are fixed here, -fno-ident keeps the
+// compiler's version string out of the binary, there is no build id, no
+// symbol table and no source path, so one stub.c gives one file byte for byte
+// with the same gcc release (Debian's, which `make deps` installs).
 package main
 
 import (
 	"bytes"
+	"flag"
 	"fmt"
 	"log"
 	"os"
@@ -13,7 +21,12 @@ import (
 	"path/filepath"
 )
 
+// generated is the committed file, relative to the repository root.
+const generated = "guest/cmdstub_amd64.go"
+
 func main() {
+	check := flag.Bool("check", false, "fail if "+generated+" is not what stub.c builds to; write nothing")
+	flag.Parse()
 	dir, err := os.MkdirTemp("", "cmdstub")
 	if err != nil {
 		log.Fatal(err)
@@ -21,7 +34,7 @@ func main() {
 	defer os.RemoveAll(dir)
 	out := filepath.Join(dir, "stub")
 	gcc := exec.Command("gcc", "-Os", "-static", "-nostdlib", "-ffreestanding", "-fno-pic", "-no-pie",
-		"-fno-stack-protector", "-fno-asynchronous-unwind-tables", "-fno-tree-loop-distribute-patterns", "-fcf-protection=none", "-Wall", "-Werror",
+		"-fno-stack-protector", "-fno-asynchronous-unwind-tables", "-fno-ident", "-fno-tree-loop-distribute-patterns", "-fcf-protection=none", "-Wall", "-Werror",
 		"-Wl,--build-id=none", "-Wl,-z,norelro", "-Wl,-n", "-s", "-o", out, "guest/cmdstub/stub.c")
 	gcc.Stdout, gcc.Stderr = os.Stdout, os.Stderr
 	if err := gcc.Run(); err != nil {
@@ -43,7 +56,19 @@ func main() {
 		fmt.Fprintf(&b, "\\x%02x", c)
 	}
 	b.WriteString("\"\n")
-	if err := os.WriteFile("guest/cmdstub_amd64.go", b.Bytes(), 0o644); err != nil {
+	if *check {
+		old, err := os.ReadFile(generated)
+		if err != nil {
+			log.Fatal(err)
+		}
+		if !bytes.Equal(old, b.Bytes()) {
+			v, _ := exec.Command("gcc", "--version").Output()
+			first, _, _ := bytes.Cut(v, []byte("\n"))
+			log.Fatalf("%s is stale: stub.c builds to something else (with %s); run `make stub` and commit the result", generated, first)
+		}
+		return
+	}
+	if err := os.WriteFile(generated, b.Bytes(), 0o644); err != nil {
 		log.Fatal(err)
 	}
 }
