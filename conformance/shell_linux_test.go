@@ -246,7 +246,7 @@ var shellCases = []conformanceCase{
 		r, err := s.Shell(ctx(t), `echo before
 sleep 300 & echo $! > pids
 sh -c 'sleep 300 & echo $! >> pids; exec sleep 301' & echo $! >> pids
-sleep 0.2
+while [ "$(wc -l < pids)" -lt 3 ]; do sleep 0.01; done
 echo ready
 sleep 302`, 1500*time.Millisecond)
 		if err != nil {
