@@ -9,6 +9,7 @@ import (
 
 	"github.com/dryexec/dryexec/guest"
 	"github.com/dryexec/dryexec/internal/cli"
+	"go.uber.org/goleak"
 )
 
 // The test binary acts as dryexec when asked, so the stdio test runs a real
@@ -21,5 +22,6 @@ func TestMain(m *testing.M) {
 		stop()
 		os.Exit(code)
 	}
-	os.Exit(m.Run())
+	// Every goroutine a test started must be gone when the tests end.
+	goleak.VerifyTestMain(m)
 }

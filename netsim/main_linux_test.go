@@ -18,6 +18,7 @@ import (
 
 	"github.com/dryexec/dryexec/netsim"
 	"github.com/dryexec/dryexec/netsim/tun"
+	"go.uber.org/goleak"
 	"golang.org/x/sys/unix"
 )
 
@@ -44,7 +45,8 @@ func TestMain(m *testing.M) {
 			fmt.Fprintln(os.Stderr, "lo up:", err)
 			os.Exit(1)
 		}
-		os.Exit(m.Run())
+		// Every goroutine a test started must be gone when the tests end.
+		goleak.VerifyTestMain(m)
 	}
 	cmd := exec.Command("/proc/self/exe", os.Args[1:]...)
 	cmd.Env = append(os.Environ(), roleEnv+"="+roleHost)

@@ -9,6 +9,7 @@ import (
 
 	"github.com/dryexec/dryexec/guest"
 	"github.com/dryexec/dryexec/internal/cli"
+	"go.uber.org/goleak"
 )
 
 // asCLI makes the test binary act as the dryexec binary, so that tests (and
@@ -24,5 +25,6 @@ func TestMain(m *testing.M) {
 		stop()
 		os.Exit(code)
 	}
-	os.Exit(m.Run())
+	// Every goroutine a test started must be gone when the tests end.
+	goleak.VerifyTestMain(m)
 }

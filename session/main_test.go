@@ -5,9 +5,11 @@ import (
 	"testing"
 
 	"github.com/dryexec/dryexec/guest"
+	"go.uber.org/goleak"
 )
 
 func TestMain(m *testing.M) {
 	guest.MaybeMain(os.Args)
-	os.Exit(m.Run())
+	// Every goroutine a test started must be gone when the tests end.
+	goleak.VerifyTestMain(m)
 }

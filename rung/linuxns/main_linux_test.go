@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/dryexec/dryexec/guest"
+	"go.uber.org/goleak"
 )
 
 // TestMain lets this test binary serve as the guest: the rung re-executes
@@ -17,5 +18,6 @@ func TestMain(m *testing.M) {
 		os.Exit(hostileGuest(script))
 	}
 	guest.MaybeMain(os.Args)
-	os.Exit(m.Run())
+	// Every goroutine a test started must be gone when the tests end.
+	goleak.VerifyTestMain(m)
 }
