@@ -50,9 +50,6 @@ func TestMain(m *testing.M) {
 	os.Exit(m.Run())
 }
 
-// required says a missing tool must fail the test, not skip it.
-func required() bool { return testreq.Required(testreq.Tool) }
-
 // row is one workload's result in one mode, for the table.
 type row struct {
 	Workload string   `json:"workload"`

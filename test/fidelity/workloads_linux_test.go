@@ -8,7 +8,8 @@ import "time"
 type workload struct {
 	name string
 	// tools are the commands it needs on PATH; a missing one fails the
-	// workload under DRYEXEC_REQUIRE or CI=true and skips it otherwise.
+	// workload where DRYEXEC_REQUIRE names tool (testreq) and skips it
+	// otherwise.
 	tools []string
 	// setup makes the template tree (natively, once; not compared). Both runs
 	// start from exact copies of it.
