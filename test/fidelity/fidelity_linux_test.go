@@ -546,15 +546,10 @@ func removeTree(root string) {
 }
 
 // gvisor runs every workload again with its trial on the gvisor rung (root
-// only: the rung needs it) and returns its rows. Unavailable, it fails when
-// the run is required (make deps installs runsc) and skips otherwise.
+// only: the rung needs it) and returns its rows. Unavailable, it fails where
+// DRYEXEC_REQUIRE names gvisor (make deps installs runsc) and skips otherwise.
 func (h *harness) gvisor(t *testing.T) []*row {
-	if err := (&gvisorrung.Rung{}).Available(t.Context()); err != nil {
-		if required() {
-			t.Fatalf("the gvisor rung is not available: %v", err)
-		}
-		t.Skipf("gvisor rung unavailable here: %v", err)
-	}
+	testreq.Need(t, testreq.GVisor, (&gvisorrung.Rung{}).Available(t.Context()))
 	runsc, err := gvisorrung.FindRunsc("")
 	if err != nil {
 		t.Fatal(err)
