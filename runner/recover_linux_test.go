@@ -13,6 +13,7 @@ import (
 
 	"github.com/dryexec/dryexec"
 	"github.com/dryexec/dryexec/cgroup"
+	"github.com/dryexec/dryexec/internal/testreq"
 	"github.com/dryexec/dryexec/runner"
 	"github.com/dryexec/dryexec/store"
 )
@@ -78,7 +79,7 @@ func orphan(t *testing.T, st *store.Store) (groups []string, partial string, dea
 	}
 	if err != nil || len(groups) == 0 {
 		if strings.Contains(string(out), cgroup.ErrUnavailable.Error()) {
-			t.Skipf("no cgroups here: %s", out)
+			testreq.Needf(t, testreq.Kernel, "cgroups", fmt.Errorf("%s", out))
 		}
 		t.Fatalf("the dying process: %v\n%s", err, out)
 	}
@@ -108,9 +109,7 @@ func exists(p string) bool {
 // before this test's own call proves nothing either way and is made again.
 // If opening the store swept, the group would vanish in every attempt.
 func TestRecoverIsExplicit(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("needs root to create cgroups")
-	}
+	testreq.NeedRoot(t)
 	for attempt := 1; ; attempt++ {
 		if attempt > 3 {
 			t.Fatal("the orphan vanished before runner.Recover in every attempt: something that is not an explicit recovery swept it")

@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/dryexec/dryexec"
+	"github.com/dryexec/dryexec/internal/testreq"
 	"github.com/dryexec/dryexec/policy"
 	"github.com/dryexec/dryexec/receipt"
 	"github.com/dryexec/dryexec/rung"
@@ -44,9 +45,7 @@ func (f *failAfter) Trial(ctx context.Context, spec dryexec.TrialSpec) (*dryexec
 func TestRun(t *testing.T) {
 	ctx := context.Background()
 	ns, err := rung.Select(ctx, "ns")
-	if err != nil {
-		t.Skipf("ns rung unavailable here: %v", err)
-	}
+	testreq.Need(t, testreq.NS, err)
 	engine, err := policy.Compile(policy.Default())
 	if err != nil {
 		t.Fatal(err)
