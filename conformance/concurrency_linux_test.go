@@ -116,29 +116,34 @@ var concurrencyCases = []conformanceCase{
 			done <- err
 		}()
 		pids := waitRunning(t, marker, 1)
-		if _, err := s.Ping(ctx(t)); err != nil {
-			t.Fatal(err)
-		}
-		select {
-		case err := <-done:
-			t.Fatalf("the exec ended (%v) before its sleep was ended", err)
-		default: // the ping was answered during the exec
-		}
-		// A diff asked for during the exec waits for it: it sees what the
-		// exec writes after the sleep this test ends.
+		// A ping and a diff asked for during the exec wait for it (both
+		// rungs): they see what the exec writes after the sleep this test
+		// ends, and nothing fails.
 		type diffResult struct {
 			d   *session.Diff
 			err error
 		}
-		diffc := make(chan diffResult, 1)
+		pingc, diffc := make(chan error, 1), make(chan diffResult, 1)
+		go func() {
+			_, err := s.Ping(ctx(t))
+			pingc <- err
+		}()
 		go func() {
 			d, err := s.Diff(ctx(t), false)
 			diffc <- diffResult{d, err}
 		}()
+		select {
+		case err := <-done:
+			t.Fatalf("the exec ended (%v) before its sleep was ended", err)
+		default:
+		}
 		for _, p := range pids {
-			syscall.Kill(p, syscall.SIGTERM)
+			syscall.Kill(p, syscall.SIGKILL)
 		}
 		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+		if err := <-pingc; err != nil {
 			t.Fatal(err)
 		}
 		r := <-diffc
