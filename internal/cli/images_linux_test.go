@@ -12,6 +12,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/dryexec/dryexec/internal/testreq"
 	"github.com/google/go-containerregistry/pkg/name"
 	"github.com/google/go-containerregistry/pkg/registry"
 	"github.com/google/go-containerregistry/pkg/v1/random"
@@ -104,7 +105,7 @@ func openPTY(t *testing.T) (*os.File, *os.File) {
 	t.Helper()
 	ptm, err := os.OpenFile("/dev/ptmx", os.O_RDWR|unix.O_NOCTTY, 0)
 	if err != nil {
-		t.Skipf("no pty: %v", err)
+		testreq.Needf(t, testreq.Kernel, "pseudo-terminal", err)
 	}
 	t.Cleanup(func() { ptm.Close() })
 	if err := unix.IoctlSetPointerInt(int(ptm.Fd()), unix.TIOCSPTLCK, 0); err != nil {
