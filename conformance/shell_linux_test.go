@@ -76,14 +76,15 @@ var shellCases = []conformanceCase{
 		wantOut(t, s, "pwd", s.Info().Workspace+"\n")
 	}},
 	// With Options.Env the exec sees exactly those variables (and nothing of
-	// the host process's environment), plus, on the ns rung, netsim's trust
-	// variables (docs/network.md, "Sessions"), as a trial's command does.
+	// the host process's environment), plus DRYEXEC_WORKSPACE and, on the ns
+	// rung, netsim's trust variables (docs/network.md, "Sessions"), as a
+	// trial's command does.
 	{"initial_env_exact", func(t *testing.T, open opener) {
 		t.Setenv("DRYEXEC_CONFORMANCE_HOST_SECRET", "leak")
 		s := open(t, session.Options{Env: map[string]string{"PATH": "/usr/bin:/bin", "ONE": "1", "EMPTY": ""}})
 		out := run(t, s, "env | grep -v -e '^PWD=' -e '^OLDPWD=' -e '^SHLVL=' -e '^_=' "+
 			"-e '^SSL_CERT_FILE=' -e '^REQUESTS_CA_BUNDLE=' -e '^CURL_CA_BUNDLE=' -e '^NODE_EXTRA_CA_CERTS=' -e '^GIT_SSL_CAINFO=' -e '^PIP_CERT=' | sort")
-		if out != "EMPTY=\nONE=1\nPATH=/usr/bin:/bin\n" {
+		if want := "DRYEXEC_WORKSPACE=" + s.Info().Workspace + "\nEMPTY=\nONE=1\nPATH=/usr/bin:/bin\n"; out != want {
 			t.Fatalf("env:\n%s", out)
 		}
 	}},

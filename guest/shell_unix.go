@@ -65,7 +65,7 @@ const (
 // the end mark and a newline: probeState decides from that whether the later
 // execs may use shellWrapperFast.
 const shellWrapper = `__dx_save() { __dx_rc=$?
-__dx_big=$(export -p | while IFS= read -r __dx_l; do case $__dx_l in "export "*=*) __dx_n=${__dx_l#export }; __dx_n=${__dx_n%%=*}; eval "__dx_v=\${$__dx_n-}"; [ ${#__dx_v} -gt 131000 ] && printf '%s ' "$__dx_n";; esac; done)
+__dx_big=$(export -p | while IFS= read -r __dx_l; do case $__dx_l in "export "*=*|"declare -x "*=*) __dx_n=${__dx_l#export }; __dx_n=${__dx_n#declare -x }; __dx_n=${__dx_n%%=*}; eval "__dx_v=\${$__dx_n-}"; [ ${#__dx_v} -gt 131000 ] && printf '%s ' "$__dx_n";; esac; done)
 for __dx_n in $__dx_big; do unset "$__dx_n"; done
 [ -n "$__dx_p" ] && { __dx_probe=$__dx_p; export __dx_probe; }
 { printf '%s\n' "$__dx_big"; pwd -P 2>/dev/null || printf '%s\n' "$__dx_ws"; printf '\0'; env -0 && printf '=dryexec-env-end\0' && [ -n "$__dx_probe" ] && printf '%s\n' "${BASH_VERSION+bash}${ZSH_VERSION+zsh}" && export -p && printf '=dryexec-env-end\n'; } >&3 2>/dev/null
