@@ -218,7 +218,8 @@ func (s *session) handle(ctx context.Context, f *wire.Frame) (any, [][]byte, err
 }
 
 func (s *session) ping() *wire.Ping {
-	return &wire.Ping{Rung: s.cfg.Rung, Staging: s.st.name(), Version: wire.Version, Workspace: s.ws, Python: pythonPath(), Shell: s.shell.path, Renderer: wire.PrintRenderer}
+	return &wire.Ping{Rung: s.cfg.Rung, Staging: s.st.name(), Version: wire.Version, Workspace: s.ws, Python: pythonPath(), Shell: s.shell.path, Renderer: wire.PrintRenderer,
+		PythonReady: s.runner != nil}
 }
 
 // readFile returns one chunk of a workspace file, refusing paths that leave the

@@ -32,6 +32,9 @@ type Ping struct {
 	// Renderer names how print entries render the printed objects
 	// (PrintObject.Repr) and the echo of a final expression.
 	Renderer string `json:"renderer,omitempty"`
+	// PythonReady: a runner waits for the next exec_python (none until the
+	// first one, unless SessionStart.PythonWarm).
+	PythonReady bool `json:"python_ready,omitempty"`
 }
 
 // Caps are one exec's output caps, over the session's defaults: Entry bounds
