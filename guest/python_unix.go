@@ -78,21 +78,21 @@ type runnerLimits struct {
 type runnerMsg struct {
 	Op string `json:"op"`
 	// print
-	Type      string `json:"type"`
-	Len       int    `json:"len"`
-	Text      string `json:"text"`
+	Type      string             `json:"type"`
+	Len       int                `json:"len"`
+	Text      string             `json:"text"`
 	Truncated bool               `json:"truncated"`
 	Objects   []wire.PrintObject `json:"objects"`
 	// print: "" or "echo"; cache.set: the value's kind ("" or "pickle")
 	Kind string `json:"kind"`
 	// requests
-	Key    string       `json:"key"`
-	NBytes int64        `json:"nbytes"`
-	Name   string       `json:"name"`
-	Value  *wire.Value  `json:"value"`
-	Object string       `json:"object"`
-	Method string       `json:"method"`
-	Args   []wire.Value `json:"args"`
+	Key    string                `json:"key"`
+	NBytes int64                 `json:"nbytes"`
+	Name   string                `json:"name"`
+	Value  *wire.Value           `json:"value"`
+	Object string                `json:"object"`
+	Method string                `json:"method"`
+	Args   []wire.Value          `json:"args"`
 	Kwargs map[string]wire.Value `json:"kwargs"`
 	// result
 	OK             bool                  `json:"ok"`
@@ -124,16 +124,16 @@ type pyExec struct {
 	kill  func()
 	start runnerStart
 
-	prints    []wire.PrintEntry
-	printed   int // bytes of text kept in prints
+	prints  []wire.PrintEntry
+	printed int // bytes of text kept in prints
 	// entryMax and totalMax are the print caps (the exec's caps or the
 	// defaults); marked: the exec gave caps, so dropped output is marked.
 	entryMax, totalMax int
 	marked             bool
-	dropped   int
-	result    *runnerMsg
-	violation string
-	gotResult chan struct{} // closed when the result arrives
+	dropped            int
+	result             *runnerMsg
+	violation          string
+	gotResult          chan struct{} // closed when the result arrives
 }
 
 // execPython runs one piece of Python in a runner process of its own: the

@@ -71,7 +71,7 @@ type cacheEntry struct {
 type cacheExec struct {
 	readOnly bool // this exec may not write (PythonOptions.CacheReadOnly)
 	writes   map[string]*cacheEntry
-	uploads map[string]*cacheUpload // values arriving in chunks
+	uploads  map[string]*cacheUpload // values arriving in chunks
 }
 
 type cacheUpload struct {
