@@ -17,19 +17,22 @@
 // (wire.Value: json, bytes, or file — a pathlib.Path, relative to the workspace
 // when inside it); other values are listed in outputs_skipped by type name;
 // names starting with "_", modules, functions, classes and the injected
-// helpers are not outputs. Nothing is pickled anywhere.
+// helpers are not outputs. Nothing the codec carries is pickled; the cache's
+// pickles (below) are opaque bytes outside the sandbox.
 //
 // The code sees three helpers as globals:
 //
 //   - cache: the session's Cache, dict-like (cache[k], cache.get(k), k in
-//     cache, cache.keys(), cache[k] = bytes|str, del cache[k]); str keys, bytes
-//     values. An exec's writes and deletes are visible to its own reads and
+//     cache, cache.keys(), cache[k] = v, del cache[k]); str keys; bytes and
+//     str values stored raw, any other value pickled and unpickled in the
+//     sandbox only (CachePickle). An exec's writes and deletes are visible to its own reads and
 //     reach the host only if it succeeds. Options.CacheReadOnly refuses writes
 //     (PermissionError in Python).
 //   - emit(name, value): an event for the host, delivered in order to
 //     Session.Emits and Options.OnEmit, kept even if the exec fails. A value
 //     the codec cannot carry is a TypeError in Python; nothing is sent.
-//   - host: proxies for host objects, host.db or host.get("db").
+//   - host: proxies for host objects, host.db or host.get("db"); each is
+//     also a global of its own name (db) unless Options.NoHostGlobals.
 //
 // # Host objects
 //
