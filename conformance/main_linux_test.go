@@ -64,6 +64,7 @@ func TestConformance(t *testing.T) {
 		{"cache", cacheCases},
 		{"host_objects", hostObjectCases},
 		{"environment", environmentCases},
+		{"values", valueCases},
 	}
 	seen := map[string]bool{}
 	for _, g := range groups {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -56,8 +57,13 @@ print('err', file=sys.stderr)
 			{Type: "str", Len: 2, Text: "é"},
 			{Type: "str", Len: 3, Text: "err"},
 		}
-		if jsonOf(t, r.Prints) != jsonOf(t, want) {
-			t.Errorf("prints %+v, want %+v", r.Prints, want)
+		// The printed objects are the values group's (values_linux_test.go).
+		got := slices.Clone(r.Prints)
+		for i := range got {
+			got[i].Objects = nil
+		}
+		if jsonOf(t, got) != jsonOf(t, want) {
+			t.Errorf("prints %+v, want %+v", got, want)
 		}
 		if want := "hi 3\n\na-b!é\nerr\n"; r.Transcript != want {
 			t.Errorf("transcript %q, want %q", r.Transcript, want)

@@ -107,6 +107,8 @@ type CacheRequest struct {
 	Size   int64  `json:"size,omitempty"`
 	Gen    uint64 `json:"gen,omitempty"`
 	Head   bool   `json:"head,omitempty"`
+	// Kind tags a set's value ("" raw bytes, "pickle"); stored with it.
+	Kind string `json:"kind,omitempty"`
 }
 
 // CacheReply answers cache.get and cache.del: wire.CacheValue plus the value's
@@ -115,6 +117,7 @@ type CacheReply struct {
 	Found bool   `json:"found"`
 	Size  int64  `json:"size,omitempty"`
 	Gen   uint64 `json:"gen,omitempty"`
+	Kind  string `json:"kind,omitempty"`
 }
 
 // CheckValue reports whether v is a well-formed wire.Value: a known type with

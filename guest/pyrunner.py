@@ -29,22 +29,26 @@
 #
 #     {"code": str, "inputs": {name: Value}, "workspace": str, "cwd": str,
 #      "setenv": {name: str}, "unsetenv": [name],  (PWD, OLDPWD: see shellDirVars)
+#      "host_objects": [name],  (bound as globals of their own name too)
 #      "limits": {"entry": n, "entries": n, "total": n, "outputs": n, "line": n,
 #                 "value": n}}
 #
 # and after that only replies. The runner writes, until the last message:
 #
 #   one-way:
-#     {"op": "print", "type": "str,int", "len": n, "text": str, "truncated": b}
+#     {"op": "print", "kind": "" | "echo", "type": "str,int", "len": n, "text": str,
+#      "truncated": b, "objects": [{"type": t, "repr": s, "truncated": b, "len": n | null}]}
+#                                  ("echo": the value of a final bare expression)
 #     {"op": "drop"}               a print past the caps (the guest counts them)
 #   requests, each answered by exactly one reply before the runner writes again:
-#     {"op": "cache.get", "key": k}          -> {"ok": true, "found": b, "nbytes": n} + value
+#     {"op": "cache.get", "key": k}          -> {"ok": true, "found": b, "kind": "" | "pickle", "nbytes": n} + value
 #     {"op": "cache.has", "key": k}          -> {"ok": true, "found": b}
 #     {"op": "cache.keys"}                   -> {"ok": true, "keys": [k, ...]}
-#     {"op": "cache.set", "key": k, "nbytes": n} + value -> {"ok": true}
+#     {"op": "cache.set", "key": k, "kind": "" | "pickle", "nbytes": n} + value -> {"ok": true}
 #     {"op": "cache.del", "key": k}          -> {"ok": true, "found": b}
 #     {"op": "emit", "name": s, "value": Value}                   -> {"ok": true}
-#     {"op": "hostcall", "object": s, "method": s, "args": [Value]} -> {"ok": true, "value": Value}
+#     {"op": "hostcall", "object": s, "method": s, "args": [Value], "kwargs": {name: Value}}
+#                                                                -> {"ok": true, "value": Value}
 #     or a refusal {"ok": false, "code": c, "message": m}, raised here as the
 #     exception _EXCEPTIONS names for c (permission, read_only: PermissionError;
 #     type: TypeError; limit: OSError; anything else, e.g. host_error:
@@ -57,7 +61,10 @@
 #
 # Value is wire.Value's JSON: {"type": "json", "json": any} | {"type": "bytes",
 # "bytes": base64} | {"type": "file", "path": str}. Nothing else crosses the
-# boundary; there is no pickle anywhere.
+# boundary as a value. The one pickle is the cache's: a value that is neither
+# bytes nor str is pickled here and stored on the host with kind "pickle" as
+# opaque bytes; only this side (the sandbox, which runs any code anyway)
+# ever unpickles it.
 #
 # The user's code runs in this process and can write anything to fd 3: the
 # guest trusts nothing here, bounds every line and payload, and applies the
@@ -243,7 +250,7 @@ class _Printer:
         self.count = 0
         self.used = 0
 
-    def record(self, args, text):
+    def record(self, args, text, kind=""):
         try:
             b = text.encode("utf-8", "surrogateescape")
         except UnicodeError:
@@ -260,11 +267,37 @@ class _Printer:
         self.used += keep
         _chan.send({
             "op": "print",
+            "kind": kind,
             "type": ",".join(type(a).__name__ for a in args),
             "len": len(b),
             "text": b[:keep].decode("utf-8", "replace"),
             "truncated": truncated,
+            "objects": [_describe_object(a) for a in args[:_OBJECTS_MAX]],
         })
+
+
+_OBJECTS_MAX = 32   # wire.MaxPrintObjects
+_REPR_MAX = 1024    # wire.PrintReprMax (bytes of UTF-8)
+
+
+def _describe_object(a):
+    """One printed object: its type, repr() clipped to _REPR_MAX bytes, and
+    len() when it has one (a list's items, not its text's bytes)."""
+    try:
+        r = repr(a)
+    except Exception as e:
+        r = "<repr failed: %s>" % type(e).__name__
+    b = r.encode("utf-8", "replace")
+    truncated = len(b) > _REPR_MAX
+    if truncated:
+        r = b[:_REPR_MAX].decode("utf-8", "ignore")
+    n = None
+    if hasattr(type(a), "__len__"):
+        try:
+            n = len(a)
+        except Exception:
+            n = None
+    return {"type": type(a).__name__, "repr": r, "truncated": truncated, "len": n}
 
 
 _printer = None
@@ -300,7 +333,9 @@ def _check_key(key):
 
 
 class Cache:
-    """The session's cache: str keys, bytes values (a str is stored as UTF-8).
+    """The session's cache: str keys; bytes values (a str is stored as UTF-8
+    and read back as bytes), any other value pickled (here, in the sandbox)
+    and unpickled here when read.
 
     Reads see this exec's own writes; writes and deletes reach the host only if
     the exec succeeds.
@@ -311,7 +346,12 @@ class Cache:
     def get(self, key, default=None):
         _check_key(key)
         rep, data = _chan.request({"op": "cache.get", "key": key})
-        return data if rep.get("found") else default
+        if not rep.get("found"):
+            return default
+        if rep.get("kind") == "pickle":
+            import pickle
+            return pickle.loads(data)
+        return data
 
     def __getitem__(self, key):
         v = self.get(key, _MISSING)
@@ -340,15 +380,21 @@ class Cache:
 
     def __setitem__(self, key, value):
         _check_key(key)
+        kind = ""
         if isinstance(value, str):
             value = value.encode("utf-8")
         elif isinstance(value, (bytes, bytearray, memoryview)):
             value = bytes(value)
         else:
-            raise TypeError("cache values are bytes or str, not %s" % type(value).__name__)
+            import pickle
+            try:
+                value = pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL)
+            except Exception as e:
+                raise TypeError("cache values are bytes, str or values that pickle; %s does not: %s" % (type(value).__name__, e)) from None
+            kind = "pickle"
         if len(value) > _value_max:
             raise ValueError("a cache value of %d bytes is more than the %d allowed" % (len(value), _value_max))
-        _chan.request({"op": "cache.set", "key": key, "nbytes": len(value)}, value)
+        _chan.request({"op": "cache.set", "key": key, "kind": kind, "nbytes": len(value)}, value)
 
     def __delitem__(self, key):
         _check_key(key)
@@ -385,10 +431,12 @@ class _HostMethod:
         self._obj, self._name = obj, name
 
     def __call__(self, *args, **kwargs):
-        if kwargs:
-            raise TypeError("host methods take positional arguments only")
         enc = [_encode_or_type_error(a, "%s.%s argument %d" % (self._obj, self._name, i + 1)) for i, a in enumerate(args)]
-        rep, _ = _chan.request({"op": "hostcall", "object": self._obj, "method": self._name, "args": enc})
+        msg = {"op": "hostcall", "object": self._obj, "method": self._name, "args": enc}
+        if kwargs:
+            # The host checks the names (identifiers, never private).
+            msg["kwargs"] = {k: _encode_or_type_error(v, "%s.%s keyword %s" % (self._obj, self._name, k)) for k, v in kwargs.items()}
+        rep, _ = _chan.request(msg)
         return _decode(rep.get("value") or {"type": "json"})
 
     def __repr__(self):
@@ -453,7 +501,9 @@ def _run(code, g):
     if last is not None:
         v = eval(compile(last, _FILENAME, "eval"), g)
         if v is not None:
-            sys.stdout.write(repr(v) + "\n")
+            text = repr(v)
+            sys.stdout.write(text + "\n")
+            _printer.record((v,), text, "echo")
 
 
 def _describe(e):
@@ -570,6 +620,14 @@ def _main():
     sys.modules["__main__"] = mod
     sys.argv = [""]
     injected = {"cache": Cache(), "emit": emit, "host": Host()}
+    names = req.get("host_objects") or ()
+    if names:
+        import keyword
+    for name in names:
+        # Each host object under its own name too (db.query(...)); the
+        # helpers' own names and inputs (bound below) win.
+        if isinstance(name, str) and name.isidentifier() and not keyword.iskeyword(name) and name not in injected:
+            injected[name] = _HostProxy(name)
     g.update(injected)
     builtins.print = _print
     ok, error = True, None

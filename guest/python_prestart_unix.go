@@ -247,7 +247,7 @@ func startupNeedsCwd(env []string) bool {
 // as if it had been started in line.
 func (s *session) prestartPython() {
 	s.awaitPrestart()
-	if s.runner != nil || s.pyClosed {
+	if s.runner != nil || s.pyClosed || !s.pyUsed {
 		return
 	}
 	py := pythonPath()

@@ -61,6 +61,8 @@ type runnerStart struct {
 	SetEnv   map[string]string `json:"setenv,omitempty"`
 	UnsetEnv []string          `json:"unsetenv,omitempty"`
 	Limits   runnerLimits      `json:"limits"`
+	// HostObjects are bound as globals of their own name too.
+	HostObjects []string `json:"host_objects,omitempty"`
 }
 
 type runnerLimits struct {
@@ -76,18 +78,22 @@ type runnerLimits struct {
 type runnerMsg struct {
 	Op string `json:"op"`
 	// print
-	Type      string `json:"type"`
-	Len       int    `json:"len"`
-	Text      string `json:"text"`
-	Truncated bool   `json:"truncated"`
+	Type      string             `json:"type"`
+	Len       int                `json:"len"`
+	Text      string             `json:"text"`
+	Truncated bool               `json:"truncated"`
+	Objects   []wire.PrintObject `json:"objects"`
+	// print: "" or "echo"; cache.set: the value's kind ("" or "pickle")
+	Kind string `json:"kind"`
 	// requests
-	Key    string       `json:"key"`
-	NBytes int64        `json:"nbytes"`
-	Name   string       `json:"name"`
-	Value  *wire.Value  `json:"value"`
-	Object string       `json:"object"`
-	Method string       `json:"method"`
-	Args   []wire.Value `json:"args"`
+	Key    string                `json:"key"`
+	NBytes int64                 `json:"nbytes"`
+	Name   string                `json:"name"`
+	Value  *wire.Value           `json:"value"`
+	Object string                `json:"object"`
+	Method string                `json:"method"`
+	Args   []wire.Value          `json:"args"`
+	Kwargs map[string]wire.Value `json:"kwargs"`
 	// result
 	OK             bool                  `json:"ok"`
 	Error          *wire.PythonError     `json:"error"`
@@ -104,6 +110,7 @@ type runnerReply struct {
 	NBytes  int         `json:"nbytes,omitempty"`
 	Keys    []string    `json:"keys,omitempty"`
 	Value   *wire.Value `json:"value,omitempty"`
+	Kind    string      `json:"kind,omitempty"` // cache.get: the value's kind
 }
 
 var dropLine = []byte(`{"op":"drop"}`)
@@ -117,12 +124,16 @@ type pyExec struct {
 	kill  func()
 	start runnerStart
 
-	prints    []wire.PrintEntry
-	printed   int // bytes of text kept in prints
-	dropped   int
-	result    *runnerMsg
-	violation string
-	gotResult chan struct{} // closed when the result arrives
+	prints  []wire.PrintEntry
+	printed int // bytes of text kept in prints
+	// entryMax and totalMax are the print caps (the exec's caps or the
+	// defaults); marked: the exec gave caps, so dropped output is marked.
+	entryMax, totalMax int
+	marked             bool
+	dropped            int
+	result             *runnerMsg
+	violation          string
+	gotResult          chan struct{} // closed when the result arrives
 }
 
 // execPython runs one piece of Python in a runner process of its own: the
@@ -136,6 +147,8 @@ func (s *session) execPython(ctx context.Context, req *wire.ExecPython) (*wire.P
 		s.dropRunner()
 		return nil, remote("no_python", "there is no python3 in the sandbox")
 	}
+	// From the first exec_python on, the next one's runner waits ready.
+	s.pyUsed = true
 	if !req.Fresh {
 		defer s.prestartPython()
 	}
@@ -183,12 +196,14 @@ func (s *session) execPython(ctx context.Context, req *wire.ExecPython) (*wire.P
 	s.announce(pid)
 	execCtx, cancel := context.WithCancel(ctx)
 	defer cancel()
+	entryMax, totalMax := printCaps(req.Caps)
 	x := &pyExec{
 		s: s, ctx: execCtx, r: r,
 		kill:      func() { killGroup(pid) },
 		gotResult: make(chan struct{}),
-		start: runnerStart{Code: req.Code, Inputs: req.Inputs, Workspace: s.ws, Cwd: cwd, Limits: runnerLimits{
-			Entry: printEntryMax, Entries: printEntriesMax, Total: printTotalMax, Outputs: outputsMax, Line: runnerLineMax, Value: MaxCacheValue}},
+		entryMax:  entryMax, totalMax: totalMax, marked: req.Caps != nil,
+		start: runnerStart{Code: req.Code, Inputs: req.Inputs, Workspace: s.ws, Cwd: cwd, HostObjects: req.HostObjects, Limits: runnerLimits{
+			Entry: entryMax, Entries: printEntriesMax, Total: totalMax, Outputs: outputsMax, Line: runnerLineMax, Value: MaxCacheValue}},
 	}
 	x.start.SetEnv, x.start.UnsetEnv = envChanges(r.env, env)
 	relayDone := make(chan struct{})
@@ -233,12 +248,13 @@ wait:
 	}
 	res.DurationNS = time.Since(start).Nanoseconds()
 	res.Violations = s.takeViolations()
+	x.markDropped()
 	res.Prints, res.PrintsDropped = x.prints, x.dropped
 	if res.Prints == nil {
 		res.Prints = []wire.PrintEntry{}
 	}
 	tb, _ := r.out.Bytes()
-	res.Transcript = string(tb)
+	res.Transcript = capTranscript(string(tb), req.Caps)
 	switch {
 	case res.TimedOut:
 		res.Error = &wire.PythonError{Type: "TimeoutError", Message: fmt.Sprintf("exec_python timed out after %v; the runner was killed", time.Duration(req.TimeoutMS)*time.Millisecond)}
@@ -413,6 +429,10 @@ func (x *pyExec) relay() {
 				close(x.gotResult)
 			}
 		case "cache.get", "cache.has", "cache.keys", "cache.set", "cache.del", "emit", "hostcall":
+			if m.Op == "cache.set" && m.Kind != "" && m.Kind != "pickle" {
+				x.violate(fmt.Sprintf("cache.set of kind %q", m.Kind))
+				return
+			}
 			var payload []byte
 			if m.Op == "cache.set" {
 				if m.NBytes < 0 || m.NBytes > MaxCacheValue {
@@ -486,16 +506,24 @@ func readLine(r *bufio.Reader, max int) ([]byte, error) {
 
 // addPrint keeps one print entry within the caps, or counts it as dropped.
 func (x *pyExec) addPrint(m *runnerMsg) {
-	if len(x.prints) >= printEntriesMax || x.printed >= printTotalMax {
+	if len(x.prints) >= printEntriesMax || x.printed >= x.totalMax {
 		x.dropped++
 		return
 	}
 	text, truncated := m.Text, m.Truncated
-	if keep := min(printEntryMax, printTotalMax-x.printed); len(text) > keep {
+	if keep := min(x.entryMax, x.totalMax-x.printed); len(text) > keep {
 		text, truncated = clipHead(text, keep), true
 	}
 	x.printed += len(text)
-	x.prints = append(x.prints, wire.PrintEntry{Type: clipHead(m.Type, 1024), Len: max(m.Len, len(m.Text)), Text: text, Truncated: truncated})
+	if truncated && x.marked {
+		text += wire.CapsMarker
+	}
+	kind := ""
+	if m.Kind == "echo" {
+		kind = "echo"
+	}
+	x.prints = append(x.prints, wire.PrintEntry{Kind: kind, Type: clipHead(m.Type, 1024), Len: max(m.Len, len(m.Text)), Text: text, Truncated: truncated,
+		Objects: printObjects(m.Objects)})
 }
 
 // serve relays one runner request to the host.
@@ -505,11 +533,11 @@ func (x *pyExec) serve(m *runnerMsg, payload []byte) (*runnerReply, []byte) {
 	}
 	switch m.Op {
 	case "cache.get", "cache.has":
-		found, v, err := x.cacheGet(m.Key, m.Op == "cache.has")
+		found, kind, v, err := x.cacheGet(m.Key, m.Op == "cache.has")
 		if err != nil {
 			return refusal(err), nil
 		}
-		return &runnerReply{OK: true, Found: found, NBytes: len(v)}, v
+		return &runnerReply{OK: true, Found: found, NBytes: len(v), Kind: kind}, v
 	case "cache.keys":
 		f, err := x.s.peer.Call(x.ctx, wire.VerbCacheKeys, nil)
 		if err != nil {
@@ -521,7 +549,7 @@ func (x *pyExec) serve(m *runnerMsg, payload []byte) (*runnerReply, []byte) {
 		}
 		return &runnerReply{OK: true, Keys: ks.Keys}, nil
 	case "cache.set":
-		if err := x.cacheSet(m.Key, payload); err != nil {
+		if err := x.cacheSet(m.Key, m.Kind, payload); err != nil {
 			return refusal(err), nil
 		}
 		return &runnerReply{OK: true}, nil
@@ -560,7 +588,12 @@ func (x *pyExec) serve(m *runnerMsg, payload []byte) (*runnerReply, []byte) {
 				return refuse("type", "argument %d: %v", i+1, err), nil
 			}
 		}
-		body, bin, err := EncodeBody(&wire.HostCall{Object: m.Object, Method: m.Method, Args: args})
+		for k, v := range m.Kwargs {
+			if err := CheckValue(&v); err != nil {
+				return refuse("type", "keyword %q: %v", k, err), nil
+			}
+		}
+		body, bin, err := EncodeBody(&wire.HostCall{Object: m.Object, Method: m.Method, Args: args, Kwargs: m.Kwargs})
 		if err != nil {
 			return refuse("limit", "hostcall: %v", err), nil
 		}
@@ -596,66 +629,66 @@ func refusal(err error) *runnerReply {
 
 // cacheGet fetches a value from the host in chunks (see CacheRequest). If the
 // value changes on the host between chunks, it starts again.
-func (x *pyExec) cacheGet(key string, head bool) (bool, []byte, error) {
+func (x *pyExec) cacheGet(key string, head bool) (bool, string, []byte, error) {
 	var lastErr error
 	for attempt := 0; attempt < 4; attempt++ {
-		found, v, err := x.cacheGetOnce(key, head)
+		found, kind, v, err := x.cacheGetOnce(key, head)
 		var re *wire.RemoteError
 		if errors.As(err, &re) && re.Code == "changed" {
 			lastErr = err
 			continue
 		}
-		return found, v, err
+		return found, kind, v, err
 	}
-	return false, nil, lastErr
+	return false, "", nil, lastErr
 }
 
-func (x *pyExec) cacheGetOnce(key string, head bool) (bool, []byte, error) {
+func (x *pyExec) cacheGetOnce(key string, head bool) (bool, string, []byte, error) {
 	var buf []byte
 	var gen uint64
 	var off int64
 	for {
 		f, err := x.s.peer.Call(x.ctx, wire.VerbCacheGet, &CacheRequest{Key: key, Offset: off, Gen: gen, Head: head})
 		if err != nil {
-			return false, nil, err
+			return false, "", nil, err
 		}
 		var rep CacheReply
 		if err := f.Decode(&rep); err != nil {
-			return false, nil, err
+			return false, "", nil, err
 		}
 		if !rep.Found {
-			return false, nil, nil
+			return false, "", nil, nil
 		}
 		if head {
-			return true, nil, nil
+			return true, "", nil, nil
 		}
-		if rep.Size < 0 || rep.Size > MaxCacheValue || len(f.Bin) != 1 {
-			return false, nil, fmt.Errorf("cache.get: a malformed answer from the host")
+		if rep.Size < 0 || rep.Size > MaxCacheValue || len(f.Bin) != 1 || (rep.Kind != "" && rep.Kind != "pickle") {
+			return false, "", nil, fmt.Errorf("cache.get: a malformed answer from the host")
 		}
 		if off == 0 {
 			gen = rep.Gen
 			buf = make([]byte, 0, rep.Size)
 		} else if rep.Gen != gen {
-			return false, nil, &wire.RemoteError{Code: "changed", Message: "the value changed while it was read"}
+			return false, "", nil, &wire.RemoteError{Code: "changed", Message: "the value changed while it was read"}
 		}
 		chunk := f.Bin[0]
 		if off+int64(len(chunk)) > rep.Size || (len(chunk) == 0 && off < rep.Size) {
-			return false, nil, fmt.Errorf("cache.get: a chunk that does not fit the value's size")
+			return false, "", nil, fmt.Errorf("cache.get: a chunk that does not fit the value's size")
 		}
 		buf = append(buf, chunk...)
 		off += int64(len(chunk))
 		if off == rep.Size {
-			return true, buf, nil
+			return true, rep.Kind, buf, nil
 		}
 	}
 }
 
 // cacheSet sends a value to the host in chunks of one attachment each.
-func (x *pyExec) cacheSet(key string, v []byte) error {
+func (x *pyExec) cacheSet(key, kind string, v []byte) error {
 	var off int
 	for {
 		n := min(len(v)-off, wire.MaxAttachment)
-		_, err := x.s.peer.Call(x.ctx, wire.VerbCacheSet, &CacheRequest{Key: key, Offset: int64(off), Size: int64(len(v))}, v[off:off+n])
+		_, err := x.s.peer.Call(x.ctx, wire.VerbCacheSet, &CacheRequest{Key: key, Offset: int64(off), Size: int64(len(v)), Kind: kind}, v[off:off+n])
 		if err != nil {
 			return err
 		}

@@ -53,6 +53,10 @@ type session struct {
 	// (python_prestart_unix.go).
 	runner   *runnerProc
 	pyClosed bool
+	// pyUsed: an exec_python ran (or SessionStart.PythonWarm): only then is
+	// a runner pre-started, so that a session that never runs Python keeps
+	// no idle interpreter.
+	pyUsed bool
 	// prestarting delivers the runner being started in the background (nil
 	// if it failed), or is nil; a request takes it before anything else.
 	prestarting chan *runnerProc
@@ -110,7 +114,12 @@ func (s *session) handle(ctx context.Context, f *wire.Frame) (any, [][]byte, err
 		s.shell.env = append(slices.DeleteFunc(slices.Clone(s.shell.env), func(kv string) bool {
 			return strings.HasPrefix(kv, wire.WorkspaceEnv+"=")
 		}), wire.WorkspaceEnv+"="+s.ws)
-		// The view is ready: the first exec_python's runner can start.
+		// The view is ready: the first exec_python's runner can start, if
+		// the session asked for it warm (otherwise it starts with the
+		// first exec_python: an interpreter costs ~9 MiB idle).
+		if s.cfg.PythonWarm {
+			s.pyUsed = true
+		}
 		s.prestartPython()
 		return s.ping(), nil, nil
 	case wire.VerbPing:
@@ -209,7 +218,8 @@ func (s *session) handle(ctx context.Context, f *wire.Frame) (any, [][]byte, err
 }
 
 func (s *session) ping() *wire.Ping {
-	return &wire.Ping{Rung: s.cfg.Rung, Staging: s.st.name(), Version: wire.Version, Workspace: s.ws, Python: pythonPath(), Shell: s.shell.path}
+	return &wire.Ping{Rung: s.cfg.Rung, Staging: s.st.name(), Version: wire.Version, Workspace: s.ws, Python: pythonPath(), Shell: s.shell.path, Renderer: wire.PrintRenderer,
+		PythonReady: s.runner != nil}
 }
 
 // readFile returns one chunk of a workspace file, refusing paths that leave the

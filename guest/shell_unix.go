@@ -367,7 +367,7 @@ func (s *session) execShell(ctx context.Context, req *wire.ExecShell) *wire.Shel
 		return res
 	}
 	defer stateR.Close()
-	cap := s.cfg.OutputCap
+	cap := shellCap(s.cfg.OutputCap, req.Caps)
 	t := &transcript{all: tail.New(cap)}
 	out, errb := tail.New(cap), tail.New(cap)
 	wrapper, probe, limit := shellWrapper, "", int64(maxEnvTotal+1<<16)
@@ -480,6 +480,17 @@ func (s *session) execShell(ctx context.Context, req *wire.ExecShell) *wire.Shel
 	eb, etr := errb.Bytes()
 	res.Transcript, res.Stdout, res.Stderr = string(tb), string(ob), string(eb)
 	res.Truncated = ttr || otr || etr
+	if req.Caps != nil {
+		// An exec that set its own caps gets the marker where its head went.
+		for _, f := range []struct {
+			s  *string
+			tr bool
+		}{{&res.Transcript, ttr}, {&res.Stdout, otr}, {&res.Stderr, etr}} {
+			if f.tr {
+				*f.s = markHead(*f.s)
+			}
+		}
+	}
 	return res
 }
 

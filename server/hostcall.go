@@ -17,6 +17,9 @@ type HostCall struct {
 	Object string       `json:"object"`
 	Method string       `json:"method"`
 	Args   []wire.Value `json:"args"`
+	// Kwargs are keyword arguments (identifiers, never "_..."; checked by
+	// the session before the call is queued).
+	Kwargs map[string]wire.Value `json:"kwargs,omitempty"`
 
 	answer chan HostAnswer
 }
@@ -96,9 +99,15 @@ type forwarder struct {
 }
 
 func (f *forwarder) CallMethod(ctx context.Context, method string, args []wire.Value) (wire.Value, error) {
+	return f.CallMethodKw(ctx, method, args, nil)
+}
+
+// CallMethodKw makes forwarder a session.KwDispatcher: the client calls the
+// real object with the keyword arguments.
+func (f *forwarder) CallMethodKw(ctx context.Context, method string, args []wire.Value, kwargs map[string]wire.Value) (wire.Value, error) {
 	var idb [12]byte
 	rand.Read(idb[:])
-	c := &HostCall{CallID: "hc_" + hex.EncodeToString(idb[:]), Object: f.object, Method: method, Args: args, answer: make(chan HostAnswer, 1)}
+	c := &HostCall{CallID: "hc_" + hex.EncodeToString(idb[:]), Object: f.object, Method: method, Args: args, Kwargs: kwargs, answer: make(chan HostAnswer, 1)}
 	if c.Args == nil {
 		c.Args = []wire.Value{}
 	}

@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/dryexec/dryexec"
+	"github.com/dryexec/dryexec/session"
 	"github.com/dryexec/dryexec/wire"
 )
 
@@ -446,6 +447,8 @@ func (a *api) ping(w http.ResponseWriter, r *http.Request) error {
 type ShellRequest struct {
 	Command   string `json:"command"`
 	TimeoutMS int64  `json:"timeout_ms,omitempty"`
+	// Caps are this exec's output caps (total) over the session's output_cap.
+	Caps *wire.Caps `json:"caps,omitempty"`
 }
 
 func (a *api) shell(w http.ResponseWriter, r *http.Request) error {
@@ -460,7 +463,10 @@ func (a *api) shell(w http.ResponseWriter, r *http.Request) error {
 	if req.TimeoutMS < 0 {
 		return badRequest("timeout_ms must not be negative")
 	}
-	res, err := l.Session.Shell(r.Context(), req.Command, time.Duration(req.TimeoutMS)*time.Millisecond)
+	if err := checkCaps(req.Caps); err != nil {
+		return err
+	}
+	res, err := l.Session.ShellWith(r.Context(), req.Command, session.ShellOptions{Timeout: time.Duration(req.TimeoutMS) * time.Millisecond, Caps: req.Caps})
 	if err != nil {
 		return err
 	}
@@ -472,6 +478,10 @@ type PythonRequest struct {
 	Code      string                `json:"code"`
 	Inputs    map[string]wire.Value `json:"inputs,omitempty"`
 	TimeoutMS int64                 `json:"timeout_ms,omitempty"`
+	// CacheReadOnly refuses this exec's cache writes.
+	CacheReadOnly bool `json:"cache_readonly,omitempty"`
+	// Caps are this exec's output caps (entry, total).
+	Caps *wire.Caps `json:"caps,omitempty"`
 }
 
 func (a *api) python(w http.ResponseWriter, r *http.Request) error {
@@ -494,7 +504,11 @@ func (a *api) python(w http.ResponseWriter, r *http.Request) error {
 			return err
 		}
 	}
-	res, err := l.Session.Python(r.Context(), req.Code, req.Inputs, time.Duration(req.TimeoutMS)*time.Millisecond)
+	if err := checkCaps(req.Caps); err != nil {
+		return err
+	}
+	res, err := l.Session.PythonWith(r.Context(), req.Code, req.Inputs, session.PythonOptions{
+		Timeout: time.Duration(req.TimeoutMS) * time.Millisecond, CacheReadOnly: req.CacheReadOnly, Caps: req.Caps})
 	if err != nil {
 		if strings.Contains(err.Error(), "session: input") {
 			return fmt.Errorf("%w: %v", ErrNotRepresentable, err)
@@ -705,12 +719,15 @@ func (a *api) cacheGet(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	v, ok := l.Session.Cache().Get(k)
+	it, ok := l.Session.Cache().GetEntry(k)
 	if !ok {
 		return &requestError{status: http.StatusNotFound, code: "not_found", msg: fmt.Sprintf("cache key %q is not set", k)}
 	}
 	w.Header().Set("Content-Type", "application/octet-stream")
-	_, err = w.Write(v)
+	if it.Kind != "" {
+		w.Header().Set(cacheKindHeader, it.Kind)
+	}
+	_, err = w.Write(it.Value)
 	return err
 }
 
@@ -723,11 +740,17 @@ func (a *api) cacheSet(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
+	kind, err := cacheKindOf(r)
+	if err != nil {
+		return err
+	}
 	v, err := io.ReadAll(http.MaxBytesReader(w, r.Body, a.opt.MaxBody))
 	if err != nil {
 		return err
 	}
-	l.Session.Cache().Set(k, v)
+	if err := l.Session.Cache().SetEntry(k, session.CacheItem{Value: v, Kind: kind}); err != nil {
+		return badRequest("%v", err)
+	}
 	return writeJSON(w, 200, map[string]any{"key": k, "size": len(v)})
 }
 

@@ -626,6 +626,19 @@ type SessionRequest struct {
 	// Net is the session's network, as TrialRequest.Net (ns rung; default
 	// none).
 	Net []string `json:"net,omitempty"`
+	// Cache is the cache's initial content (session.Options.Cache).
+	Cache map[string]CacheItem `json:"cache,omitempty"`
+	// NoHostGlobals binds host objects only as host.NAME.
+	NoHostGlobals bool `json:"no_host_globals,omitempty"`
+	// PythonWarm starts a Python runner at open (session.Options.PythonWarm).
+	PythonWarm bool `json:"python_warm,omitempty"`
+}
+
+// CacheItem is one initial cache value: bytes (base64 in JSON) and a kind, ""
+// or "pickle" (the caller pickled it; only the sandbox unpickles it).
+type CacheItem struct {
+	Bytes []byte `json:"bytes"`
+	Kind  string `json:"kind,omitempty"`
 }
 
 // Live is one open session.
@@ -706,6 +719,9 @@ func (s *Service) OpenSession(ctx context.Context, req SessionRequest) (*Live, e
 	if req.OutputCap < 0 || req.OutputCap > maxOutputCap {
 		return nil, badRequest("output_cap: between 0 and %d", maxOutputCap)
 	}
+	if err := checkCacheInit(req.Cache); err != nil {
+		return nil, err
+	}
 	if err := session.CheckShell(req.Shell); err != nil {
 		return nil, badRequest("%v", err)
 	}
@@ -766,6 +782,7 @@ func (s *Service) OpenSession(ctx context.Context, req SessionRequest) (*Live, e
 	if len(objs) > 0 {
 		opt.HostObjects, opt.Allow = objs, allow
 	}
+	opt.Cache, opt.NoHostGlobals = cacheItems(req.Cache), req.NoHostGlobals
 	open := session.Open
 	if s.sessionPool != nil {
 		open = s.sessionPool.Open
@@ -932,7 +949,7 @@ func (s *Service) Close() error {
 // sessionOptions are the options of a session for req (host objects aside).
 func (s *Service) sessionOptions(req SessionRequest) session.Options {
 	return session.Options{Rung: req.Rung, Workspace: req.Workspace, Env: req.Env, OutputCap: req.OutputCap, Shell: req.Shell,
-		GuestExe: s.cfg.GuestExe, Log: s.cfg.Log, CacheReadOnly: req.CacheReadOnly,
+		GuestExe: s.cfg.GuestExe, Log: s.cfg.Log, CacheReadOnly: req.CacheReadOnly, PythonWarm: req.PythonWarm,
 		Limits: req.Limits.limits(), Masks: append(slices.Clone(req.Masks), s.keyMask(), s.netCADir()), NoDefaultMasks: req.NoDefaultMasks,
 		OwnPaths: s.ownPaths(), Net: req.Net, NetCADir: s.netCADir()}
 }

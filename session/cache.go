@@ -2,6 +2,8 @@ package session
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"maps"
 	"slices"
 	"sync"
@@ -9,6 +11,30 @@ import (
 	"github.com/dryexec/dryexec/guest"
 	"github.com/dryexec/dryexec/wire"
 )
+
+// CachePickle is the kind of a cache value that is a pickle: the sandbox's
+// Python pickled it (cache[k] = 41) and unpickles it when it reads it back.
+// Outside the sandbox it is opaque bytes: the host stores and returns them and
+// never unpickles them, which is why the sandbox may write any pickle it
+// likes; unpickling runs code, and only the sandbox, which runs any code
+// anyway, does it.
+const CachePickle = "pickle"
+
+// CacheItem is a value with its kind ("" raw bytes, or CachePickle).
+type CacheItem struct {
+	Value []byte
+	Kind  string
+}
+
+// ErrCacheKind: a value's kind is neither "" nor CachePickle.
+var ErrCacheKind = errors.New("session: a cache value's kind is \"\" (bytes) or \"pickle\"")
+
+func checkCacheKind(kind string) error {
+	if kind != "" && kind != CachePickle {
+		return fmt.Errorf("%w, not %q", ErrCacheKind, kind)
+	}
+	return nil
+}
 
 // Limits on what the sandbox may put in the cache (Go callers' own Sets are
 // not limited): the host keeps every value in memory.
@@ -36,19 +62,22 @@ type Cache struct {
 }
 
 type cacheEntry struct {
-	v   []byte // never modified once stored: chunks of it are sent as is
-	gen uint64
+	v    []byte // never modified once stored: chunks of it are sent as is
+	gen  uint64
+	kind string // "" or CachePickle
 }
 
 // cacheExec is what one exec wrote: a nil entry is a delete.
 type cacheExec struct {
-	writes  map[string]*cacheEntry
-	uploads map[string]*cacheUpload // values arriving in chunks
+	readOnly bool // this exec may not write (PythonOptions.CacheReadOnly)
+	writes   map[string]*cacheEntry
+	uploads  map[string]*cacheUpload // values arriving in chunks
 }
 
 type cacheUpload struct {
 	buf  []byte
 	size int64
+	kind string
 }
 
 func newCache(readOnly bool) *Cache {
@@ -68,7 +97,29 @@ func (c *Cache) Get(key string) ([]byte, bool) {
 
 // Set stores a copy of value under key.
 func (c *Cache) Set(key string, value []byte) {
-	v := slices.Clone(value)
+	_ = c.SetEntry(key, CacheItem{Value: value}) // kind "" is always valid
+}
+
+// GetEntry returns a copy of key's value with its kind: "" for raw bytes (a
+// str is stored as its UTF-8), CachePickle for a pickle made in the sandbox
+// (or by a caller, for the sandbox to unpickle). The host never unpickles.
+func (c *Cache) GetEntry(key string) (CacheItem, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	e, ok := c.m[key]
+	if !ok {
+		return CacheItem{}, false
+	}
+	return CacheItem{Value: slices.Clone(e.v), Kind: e.kind}, true
+}
+
+// SetEntry stores a copy of item under key; its kind must be "" or
+// CachePickle.
+func (c *Cache) SetEntry(key string, item CacheItem) error {
+	if err := checkCacheKind(item.Kind); err != nil {
+		return err
+	}
+	v := slices.Clone(item.Value)
 	if v == nil {
 		v = []byte{}
 	}
@@ -76,7 +127,8 @@ func (c *Cache) Set(key string, value []byte) {
 	defer c.mu.Unlock()
 	c.gen++
 	c.size += int64(len(v)) - int64(len(c.m[key].v))
-	c.m[key] = cacheEntry{v: v, gen: c.gen}
+	c.m[key] = cacheEntry{v: v, gen: c.gen, kind: item.Kind}
+	return nil
 }
 
 // Delete removes key.
@@ -94,11 +146,11 @@ func (c *Cache) Keys() []string {
 	return slices.Sorted(maps.Keys(c.m))
 }
 
-// begin starts collecting an exec's writes.
-func (c *Cache) begin() {
+// begin starts collecting an exec's writes; readOnly refuses them.
+func (c *Cache) begin(readOnly bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	c.exec = &cacheExec{writes: map[string]*cacheEntry{}, uploads: map[string]*cacheUpload{}}
+	c.exec = &cacheExec{readOnly: readOnly, writes: map[string]*cacheEntry{}, uploads: map[string]*cacheUpload{}}
 }
 
 // end applies the exec's writes if commit, drops them otherwise.
@@ -171,6 +223,18 @@ func (c *Cache) after(key string, n int64) (int64, int) {
 	return size + n, count
 }
 
+// writable refuses a sandbox write when the session or the exec is read-only.
+// c.mu is held.
+func (c *Cache) writable() error {
+	switch {
+	case c.readOnly:
+		return cacheRefusal("read_only", "the cache is read-only in this session")
+	case c.exec.readOnly:
+		return cacheRefusal("read_only", "the cache is read-only in this exec (cache_readonly)")
+	}
+	return nil
+}
+
 func cacheRefusal(code, format string, a ...any) error {
 	return remoteErr(code, format, a...)
 }
@@ -222,16 +286,19 @@ func (c *Cache) serve(_ context.Context, f *wire.Frame) (any, [][]byte, error) {
 			return nil, nil, cacheRefusal("changed", "%q changed since its first chunk was read", req.Key)
 		}
 		if req.Head {
-			return &guest.CacheReply{Found: true, Size: size, Gen: e.gen}, nil, nil
+			return &guest.CacheReply{Found: true, Size: size, Gen: e.gen, Kind: e.kind}, nil, nil
 		}
 		if req.Offset < 0 || req.Offset > size {
 			return nil, nil, cacheRefusal("value", "offset %d outside a value of %d bytes", req.Offset, size)
 		}
 		end := min(req.Offset+wire.MaxAttachment, size)
-		return &guest.CacheReply{Found: true, Size: size, Gen: e.gen}, [][]byte{e.v[req.Offset:end]}, nil
+		return &guest.CacheReply{Found: true, Size: size, Gen: e.gen, Kind: e.kind}, [][]byte{e.v[req.Offset:end]}, nil
 	case wire.VerbCacheSet:
-		if c.readOnly {
-			return nil, nil, cacheRefusal("read_only", "the cache is read-only in this session")
+		if err := c.writable(); err != nil {
+			return nil, nil, err
+		}
+		if err := checkCacheKind(req.Kind); err != nil {
+			return nil, nil, cacheRefusal("value", "%v", err)
 		}
 		if len(f.Bin) != 1 {
 			return nil, nil, cacheRefusal("protocol", "cache.set carries one attachment, not %d", len(f.Bin))
@@ -248,10 +315,10 @@ func (c *Cache) serve(_ context.Context, f *wire.Frame) (any, [][]byte, error) {
 			if count > MaxCacheEntries {
 				return nil, nil, cacheRefusal("limit", "the cache would hold %d keys (max %d)", count, MaxCacheEntries)
 			}
-			c.exec.uploads[req.Key] = &cacheUpload{buf: make([]byte, 0, req.Size), size: req.Size}
+			c.exec.uploads[req.Key] = &cacheUpload{buf: make([]byte, 0, req.Size), size: req.Size, kind: req.Kind}
 		}
 		u := c.exec.uploads[req.Key]
-		if u == nil || req.Size != u.size || req.Offset != int64(len(u.buf)) || int64(len(u.buf)+len(chunk)) > u.size {
+		if u == nil || req.Size != u.size || req.Kind != u.kind || req.Offset != int64(len(u.buf)) || int64(len(u.buf)+len(chunk)) > u.size {
 			delete(c.exec.uploads, req.Key)
 			return nil, nil, cacheRefusal("protocol", "cache.set chunk out of order for %q", req.Key)
 		}
@@ -259,12 +326,12 @@ func (c *Cache) serve(_ context.Context, f *wire.Frame) (any, [][]byte, error) {
 		if int64(len(u.buf)) == u.size {
 			delete(c.exec.uploads, req.Key)
 			c.gen++
-			c.exec.writes[req.Key] = &cacheEntry{v: u.buf, gen: c.gen}
+			c.exec.writes[req.Key] = &cacheEntry{v: u.buf, gen: c.gen, kind: u.kind}
 		}
 		return nil, nil, nil
 	case wire.VerbCacheDel:
-		if c.readOnly {
-			return nil, nil, cacheRefusal("read_only", "the cache is read-only in this session")
+		if err := c.writable(); err != nil {
+			return nil, nil, err
 		}
 		found := c.lookup(req.Key) != nil
 		delete(c.exec.uploads, req.Key)

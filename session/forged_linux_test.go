@@ -57,7 +57,7 @@ func TestForgedGuestCallsRefusedOnHost(t *testing.T) {
 	if c := code(call(wire.VerbCacheGet, &guest.CacheRequest{Key: "k"})); c != "no_exec" {
 		t.Errorf("cache.get outside an exec: %s", c)
 	}
-	s.cache.begin()
+	s.cache.begin(false)
 	defer s.cache.end(false)
 	for _, tc := range []struct {
 		name string

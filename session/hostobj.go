@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
+	"slices"
 	"strings"
 	"unicode"
 	"unicode/utf8"
@@ -35,6 +36,14 @@ type hostObject struct {
 // (permission, type, host_error); any other error is a host_error.
 type Dispatcher interface {
 	CallMethod(ctx context.Context, method string, args []wire.Value) (wire.Value, error)
+}
+
+// KwDispatcher is a Dispatcher that also takes keyword arguments. A call with
+// keyword arguments to a Dispatcher that is not one is a TypeError in Python.
+// The names reaching it are identifiers that do not start with "_".
+type KwDispatcher interface {
+	Dispatcher
+	CallMethodKw(ctx context.Context, method string, args []wire.Value, kwargs map[string]wire.Value) (wire.Value, error)
 }
 
 // hostMethod is one allowlisted method, its signature checked at Open.
@@ -221,12 +230,19 @@ func isBytes(t reflect.Type) bool {
 // call runs one allowlisted method. Refusals are RemoteErrors with the code the
 // Python side turns into its exception (permission → PermissionError, type →
 // TypeError, host_error → RuntimeError).
-func (ho *hostObject) call(ctx context.Context, method string, args []wire.Value) (val wire.Value, err error) {
+func (ho *hostObject) call(ctx context.Context, method string, args []wire.Value, kwargs map[string]wire.Value) (val wire.Value, err error) {
 	if ho.dispatch != nil {
 		if !ho.allowed[method] {
 			return val, remoteErr("permission", "host object %q: method %q is not allowed", ho.name, method)
 		}
-		v, err := ho.dispatch.CallMethod(ctx, method, args)
+		var v wire.Value
+		if len(kwargs) == 0 {
+			v, err = ho.dispatch.CallMethod(ctx, method, args)
+		} else if kd, ok := ho.dispatch.(KwDispatcher); ok {
+			v, err = kd.CallMethodKw(ctx, method, args, kwargs)
+		} else {
+			return val, remoteErr("type", "%s.%s() takes no keyword arguments", ho.name, method)
+		}
 		var re *wire.RemoteError
 		switch {
 		case errors.As(err, &re):
@@ -242,6 +258,13 @@ func (ho *hostObject) call(ctx context.Context, method string, args []wire.Value
 	hm := ho.methods[goMethodName(method)]
 	if hm == nil {
 		return val, remoteErr("permission", "host object %q: method %q is not allowed", ho.name, method)
+	}
+	if len(kwargs) > 0 {
+		kw, err := kwargsParam(hm, len(args), kwargs)
+		if err != nil {
+			return val, remoteErr("type", "%s.%s(): %v", ho.name, method, err)
+		}
+		args = append(slices.Clone(args), kw)
 	}
 	n := len(hm.in)
 	if (!hm.variadic && len(args) != n) || (hm.variadic && len(args) < n-1) {
@@ -339,6 +362,75 @@ func toValue(v reflect.Value) (wire.Value, error) {
 	return wire.Value{Type: "json", JSON: json.RawMessage(b)}, nil
 }
 
+// kwargsParam folds keyword arguments into the method's last parameter: Go
+// methods have no parameter names, so keyword arguments are accepted by a
+// method whose last parameter is a struct (or pointer to one) or a map with
+// string keys, and whose other parameters the positional arguments fill. They
+// become one JSON object decoded into it, unknown fields refused: a keyword
+// the struct does not have is a TypeError, as in Python.
+func kwargsParam(hm *hostMethod, positional int, kwargs map[string]wire.Value) (wire.Value, error) {
+	n := len(hm.in)
+	if hm.variadic || n == 0 || positional != n-1 {
+		return wire.Value{}, fmt.Errorf("keyword arguments fill the last parameter, after %d positional ones (%d given)", max(n-1, 0), positional)
+	}
+	t := hm.in[n-1]
+	if t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	if t.Kind() != reflect.Struct && (t.Kind() != reflect.Map || t.Key().Kind() != reflect.String) {
+		return wire.Value{}, fmt.Errorf("takes no keyword arguments (its last parameter is %v, not a struct or map)", hm.in[n-1])
+	}
+	obj := make(map[string]any, len(kwargs))
+	for k, v := range kwargs {
+		switch v.Type {
+		case "json":
+			obj[k] = v.JSON
+		case "bytes":
+			obj[k] = v.Bytes // base64, as encoding/json decodes []byte
+		case "file":
+			obj[k] = v.Path
+		default:
+			return wire.Value{}, fmt.Errorf("keyword %q: unknown value type %q", k, v.Type)
+		}
+	}
+	return wire.Value{Type: "json", JSON: obj}, nil
+}
+
+// checkKwargs refuses keyword names that are not identifiers or are private
+// (a dunder included) and values the codec does not carry. It runs before
+// anything looks at the object, so that no keyword reaches a method unchecked.
+func checkKwargs(object, method string, kwargs map[string]wire.Value) error {
+	for k, v := range kwargs {
+		if !validKwarg(k) {
+			return remoteErr("type", "%s.%s(): keyword %q is not a Python identifier", object, method, k)
+		}
+		if strings.HasPrefix(k, "_") {
+			return remoteErr("permission", "%s.%s(): keyword %q is private", object, method, k)
+		}
+		if err := guest.CheckValue(&v); err != nil {
+			return remoteErr("type", "%s.%s(): keyword %q: %v", object, method, k, err)
+		}
+	}
+	return nil
+}
+
+// validKwarg: a Python identifier in ASCII (letters, digits, "_", not first
+// a digit), at most 256 bytes.
+func validKwarg(k string) bool {
+	if k == "" || len(k) > 256 {
+		return false
+	}
+	for i, r := range k {
+		switch {
+		case r == '_', r >= 'a' && r <= 'z', r >= 'A' && r <= 'Z':
+		case r >= '0' && r <= '9' && i > 0:
+		default:
+			return false
+		}
+	}
+	return true
+}
+
 // serveHostCall answers the guest's hostcall: every refusal is decided here,
 // on the host, whatever the sandbox claims.
 func (s *Session) serveHostCall(f *wire.Frame) (any, [][]byte, error) {
@@ -351,6 +443,9 @@ func (s *Session) serveHostCall(f *wire.Frame) (any, [][]byte, error) {
 			return nil, nil, remoteErr("type", "argument %d: %v", i+1, err)
 		}
 	}
+	if err := checkKwargs(hc.Object, hc.Method, hc.Kwargs); err != nil {
+		return nil, nil, err
+	}
 	ho := s.hostObject(hc.Object)
 	switch {
 	case ho == nil:
@@ -358,7 +453,7 @@ func (s *Session) serveHostCall(f *wire.Frame) (any, [][]byte, error) {
 	case hc.Method == "" || strings.HasPrefix(hc.Method, "_"):
 		return nil, nil, remoteErr("permission", "host object %q: method %q is private", hc.Object, hc.Method)
 	}
-	v, err := ho.call(s.hostCtx, hc.Method, hc.Args)
+	v, err := ho.call(s.hostCtx, hc.Method, hc.Args, hc.Kwargs)
 	if err != nil {
 		return nil, nil, err
 	}

@@ -91,6 +91,10 @@ func (p *Pool) Open(ctx context.Context, opt Options) (*Session, error) {
 		}
 	}
 	s.bind(hostObjects, opt.OnEmit)
+	if err := s.configure(opt); err != nil {
+		s.Close()
+		return nil, err
+	}
 	return s, nil
 }
 
@@ -98,7 +102,7 @@ func (p *Pool) Open(ctx context.Context, opt Options) (*Session, error) {
 // b, the caller's objects and callbacks aside.
 func sameOptions(a, b Options) bool {
 	return a.Rung == b.Rung && a.Workspace == b.Workspace && maps.Equal(a.Env, b.Env) &&
-		a.OutputCap == b.OutputCap && a.GuestExe == b.GuestExe && a.CacheReadOnly == b.CacheReadOnly &&
+		a.OutputCap == b.OutputCap && a.GuestExe == b.GuestExe && a.CacheReadOnly == b.CacheReadOnly && a.PythonWarm == b.PythonWarm &&
 		a.Limits == b.Limits && slices.Equal(a.Masks, b.Masks) && a.NoDefaultMasks == b.NoDefaultMasks &&
 		slices.Equal(a.OwnPaths, b.OwnPaths) &&
 		a.Cgroups == b.Cgroups && slices.Equal(a.Net, b.Net) && a.NetCADir == b.NetCADir

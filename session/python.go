@@ -56,6 +56,12 @@ type PythonOptions struct {
 	// pre-started one is killed), and pre-starts none for the next call: the
 	// old, slower behaviour, kept to measure the difference.
 	Fresh bool
+	// CacheReadOnly refuses this exec's cache writes and deletes (as
+	// Options.CacheReadOnly does for the whole session).
+	CacheReadOnly bool
+	// Caps are this exec's output caps over the session's defaults
+	// (wire.Caps); nil keeps the defaults.
+	Caps *wire.Caps
 }
 
 // PythonWith is Python with options.
@@ -65,7 +71,11 @@ func (s *Session) PythonWith(ctx context.Context, code string, inputs map[string
 			return nil, fmt.Errorf("session: input %q: %w", name, err)
 		}
 	}
-	body, bin, err := guest.EncodeBody(&wire.ExecPython{Code: code, Inputs: inputs, TimeoutMS: opt.Timeout.Milliseconds(), Fresh: opt.Fresh})
+	if err := checkCaps(opt.Caps); err != nil {
+		return nil, err
+	}
+	body, bin, err := guest.EncodeBody(&wire.ExecPython{Code: code, Inputs: inputs, TimeoutMS: opt.Timeout.Milliseconds(), Fresh: opt.Fresh,
+		HostObjects: s.hostGlobalNames(), Caps: opt.Caps})
 	if err != nil {
 		return nil, fmt.Errorf("session: exec_python request: %w", err)
 	}
@@ -81,7 +91,7 @@ func (s *Session) PythonWith(ctx context.Context, code string, inputs map[string
 		}
 		s.pyAbandoned = false
 	}
-	s.cache.begin()
+	s.cache.begin(opt.CacheReadOnly)
 	mark := s.netMark()
 	f, err := s.call(ctx, wire.VerbExecPython, body, bin...)
 	if err != nil {

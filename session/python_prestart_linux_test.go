@@ -338,7 +338,9 @@ func TestPythonPrestartLifecycle(t *testing.T) {
 	for _, rung := range prestartRungs {
 		t.Run(rung, func(t *testing.T) {
 			mark := markEnv(t)
-			s, err := Open(testCtx(t), Options{Rung: rung, Env: mark})
+			// PythonWarm: a runner waits from the start (without it, only
+			// from the first exec_python on: TestConformance/values).
+			s, err := Open(testCtx(t), Options{Rung: rung, Env: mark, PythonWarm: true})
 			if err != nil {
 				t.Fatal(err)
 			}

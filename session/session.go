@@ -17,19 +17,22 @@
 // (wire.Value: json, bytes, or file — a pathlib.Path, relative to the workspace
 // when inside it); other values are listed in outputs_skipped by type name;
 // names starting with "_", modules, functions, classes and the injected
-// helpers are not outputs. Nothing is pickled anywhere.
+// helpers are not outputs. Nothing the codec carries is pickled; the cache's
+// pickles (below) are opaque bytes outside the sandbox.
 //
 // The code sees three helpers as globals:
 //
 //   - cache: the session's Cache, dict-like (cache[k], cache.get(k), k in
-//     cache, cache.keys(), cache[k] = bytes|str, del cache[k]); str keys, bytes
-//     values. An exec's writes and deletes are visible to its own reads and
+//     cache, cache.keys(), cache[k] = v, del cache[k]); str keys; bytes and
+//     str values stored raw, any other value pickled and unpickled in the
+//     sandbox only (CachePickle). An exec's writes and deletes are visible to its own reads and
 //     reach the host only if it succeeds. Options.CacheReadOnly refuses writes
 //     (PermissionError in Python).
 //   - emit(name, value): an event for the host, delivered in order to
 //     Session.Emits and Options.OnEmit, kept even if the exec fails. A value
 //     the codec cannot carry is a TypeError in Python; nothing is sent.
-//   - host: proxies for host objects, host.db or host.get("db").
+//   - host: proxies for host objects, host.db or host.get("db"); each is
+//     also a global of its own name (db) unless Options.NoHostGlobals.
 //
 // # Host objects
 //
@@ -79,7 +82,6 @@ import (
 
 	"github.com/dryexec/dryexec"
 	"github.com/dryexec/dryexec/cgroup"
-	"github.com/dryexec/dryexec/guest"
 	"github.com/dryexec/dryexec/wire"
 )
 
@@ -117,6 +119,15 @@ type Options struct {
 	HostObjects map[string]any
 	// Allow maps each host object to the methods that may be called.
 	Allow map[string][]string
+	// NoHostGlobals binds host objects only as host.NAME, not also as a
+	// global NAME of their own.
+	NoHostGlobals bool
+	// Cache is the cache's initial content (see CacheItem).
+	Cache map[string]CacheItem
+	// PythonWarm starts a Python runner when the session opens, so that
+	// even the first exec_python is warm; without it the first one starts
+	// its own and a session that never runs Python keeps no interpreter.
+	PythonWarm bool
 
 	// Limits bounds the session's processes as a whole, over its whole life
 	// (ns rung: a cgroup; zero fields take the defaults, docs/limits.md).
@@ -165,6 +176,7 @@ type Session struct {
 	// handed out (onEmit is guarded by emitMu).
 	bindMu      sync.Mutex
 	hostObjects map[string]*hostObject
+	hostGlobals bool // bind host objects as globals too (not Options.NoHostGlobals)
 	// hostCtx is handed to host-object methods; cancelled by Close.
 	hostCtx    context.Context
 	hostCancel context.CancelFunc
@@ -203,6 +215,10 @@ func Open(ctx context.Context, opt Options) (*Session, error) {
 		return nil, err
 	}
 	s.bind(hostObjects, opt.OnEmit)
+	if err := s.configure(opt); err != nil {
+		s.Close()
+		return nil, err
+	}
 	return s, nil
 }
 
@@ -257,7 +273,7 @@ func open(ctx context.Context, opt Options) (*Session, error) {
 	s := &Session{rung: opt.Rung, ctrl: ctrlFile, runErr: make(chan error, 1),
 		cache: newCache(opt.CacheReadOnly)}
 	s.hostCtx, s.hostCancel = context.WithCancel(context.Background())
-	start := wire.SessionStart{Rung: opt.Rung, Workspace: opt.Workspace, OutputCap: opt.OutputCap, Shell: opt.Shell}
+	start := wire.SessionStart{Rung: opt.Rung, Workspace: opt.Workspace, OutputCap: opt.OutputCap, Shell: opt.Shell, PythonWarm: opt.PythonWarm}
 	switch opt.Rung {
 	case "host":
 		if len(opt.Net) > 0 {
@@ -487,16 +503,7 @@ func (s *Session) Ping(ctx context.Context) (*wire.Ping, error) {
 // Shell runs command in the session's shell: cwd and exported variables carry
 // over from one call to the next. timeout 0 means none.
 func (s *Session) Shell(ctx context.Context, command string, timeout time.Duration) (*wire.ShellResult, error) {
-	mark := s.netMark()
-	f, err := s.call(ctx, wire.VerbExecShell, &wire.ExecShell{Command: command, TimeoutMS: timeout.Milliseconds()})
-	if err != nil {
-		return nil, err
-	}
-	var r wire.ShellResult
-	err = guest.DecodeBody(f, &r, false)
-	// The log is the host's: nothing the guest wrote here is kept.
-	r.Network = s.netSince(mark)
-	return &r, err
+	return s.ShellWith(ctx, command, ShellOptions{Timeout: timeout})
 }
 
 // Diff is the workspace's changes since the baseline.

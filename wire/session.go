@@ -29,12 +29,33 @@ type Ping struct {
 	Workspace string `json:"workspace"`
 	Python    string `json:"python,omitempty"` // the interpreter exec_python uses, "" if none
 	Shell     string `json:"shell,omitempty"`  // the shell exec_shell runs in
+	// Renderer names how print entries render the printed objects
+	// (PrintObject.Repr) and the echo of a final expression.
+	Renderer string `json:"renderer,omitempty"`
+	// PythonReady: a runner waits for the next exec_python (none until the
+	// first one, unless SessionStart.PythonWarm).
+	PythonReady bool `json:"python_ready,omitempty"`
 }
+
+// Caps are one exec's output caps, over the session's defaults: Entry bounds
+// each print entry's text (Python), Total the transcript and, for Python,
+// all print entries' text together. 0 keeps the default; a value over the
+// hard ceiling is lowered to it. Where output was dropped, the kept text ends
+// (print entries) or begins (transcript, whose tail is kept) with
+// CapsMarker.
+type Caps struct {
+	Entry int `json:"entry,omitempty"`
+	Total int `json:"total,omitempty"`
+}
+
+// CapsMarker is the visible mark left where a cap dropped output.
+const CapsMarker = "[dryexec: output dropped by caps]"
 
 // ExecShell runs a shell command with the session's persistent cwd and env.
 type ExecShell struct {
 	Command   string `json:"command"`
 	TimeoutMS int64  `json:"timeout_ms,omitempty"`
+	Caps      *Caps  `json:"caps,omitempty"`
 }
 
 // ShellResult is one exec_shell.
@@ -64,6 +85,10 @@ type ExecPython struct {
 	// one is killed) and pre-starts none after it: the old behaviour, kept
 	// for comparison (benchmarks).
 	Fresh bool `json:"fresh,omitempty"`
+	// HostObjects are the host objects' names, each also bound as a global
+	// of its own name (the host leaves it empty when that is turned off).
+	HostObjects []string `json:"host_objects,omitempty"`
+	Caps        *Caps    `json:"caps,omitempty"`
 }
 
 // Value is the tagged codec every value crossing the boundary goes through: no
@@ -77,13 +102,38 @@ type Value struct {
 	Path  string `json:"path,omitempty"` // file: a path inside the workspace
 }
 
-// PrintEntry is one print() call.
+// PrintEntry is one print() call, or (Kind "echo") the value of a final bare
+// expression, as a REPL shows it.
 type PrintEntry struct {
-	Type      string `json:"type"` // the printed value's type name(s)
-	Len       int    `json:"len"`  // length of the full text
+	Kind      string `json:"kind,omitempty"` // "" (a print) or "echo"
+	Type      string `json:"type"`           // the printed value's type name(s)
+	Len       int    `json:"len"`            // length of the full text
 	Text      string `json:"text"`
 	Truncated bool   `json:"truncated,omitempty"`
+	// Objects are the printed objects, one each (the echoed value for an
+	// echo), up to MaxPrintObjects.
+	Objects []PrintObject `json:"objects,omitempty"`
 }
+
+// MaxPrintObjects is how many objects one print entry describes.
+const MaxPrintObjects = 32
+
+// PrintObject is one printed object.
+type PrintObject struct {
+	Type string `json:"type"`
+	// Repr is the object rendered by Ping.Renderer, within PrintReprMax bytes.
+	Repr      string `json:"repr"`
+	Truncated bool   `json:"truncated,omitempty"`
+	// Len is len(object) for a sized object (nil otherwise): for a list, its
+	// items, not the bytes of its text.
+	Len *int `json:"len,omitempty"`
+}
+
+// PrintReprMax bounds one PrintObject.Repr.
+const PrintReprMax = 1024
+
+// PrintRenderer is Ping.Renderer: repr(), clipped to PrintReprMax bytes.
+const PrintRenderer = "repr"
 
 // PythonError describes an exception.
 type PythonError struct {
@@ -161,6 +211,8 @@ type HostCall struct {
 	Object string  `json:"object"`
 	Method string  `json:"method"`
 	Args   []Value `json:"args"`
+	// Kwargs are keyword arguments: identifiers, never private ("_...").
+	Kwargs map[string]Value `json:"kwargs,omitempty"`
 }
 
 // HostCallResult is a host call's return value.
@@ -193,6 +245,10 @@ type SessionStart struct {
 	// Shell is the shell execs run in: "" for bash where the sandbox has
 	// /bin/bash, else /bin/sh; "bash", "sh", or an absolute path.
 	Shell string `json:"shell,omitempty"`
+	// PythonWarm starts the first exec_python's runner at once; otherwise it
+	// starts with the first exec_python (later ones are pre-started), so that
+	// a session that never runs Python keeps no interpreter.
+	PythonWarm bool `json:"python_warm,omitempty"`
 	// ns rung only:
 	Mounts        []MountSpec `json:"mounts,omitempty"`
 	UpperSize     int64       `json:"upper_size,omitempty"`

@@ -37,6 +37,31 @@ func memoryGroup(e *env) ([]group, error) {
 	// so the session sample is taken by the second and read by the others.
 	var last struct{ rss, pss, host float64 }
 	var procs []string
+	// idle measures one session: opened with opt, one exec_shell, and one
+	// exec_python if python; its PSS alone (the other figures are sample's).
+	idle := func(opt session.Options, python bool) (float64, error) {
+		before := children()
+		s, err := session.Open(e.ctx, opt)
+		if err != nil {
+			return 0, err
+		}
+		defer s.Close()
+		if r, err := s.Shell(e.ctx, "true", time.Minute); err != nil || r.ExitCode != 0 {
+			return 0, fmt.Errorf("exec_shell: %v %+v", err, r)
+		}
+		if python {
+			if r, err := s.Python(e.ctx, "1+1", nil, time.Minute); err != nil || !r.OK {
+				return 0, fmt.Errorf("exec_python: %v %+v", err, r)
+			}
+		}
+		time.Sleep(idleFor) // not ordering: letting the session idle is what is measured
+		var pss float64
+		for _, p := range descendants(slices.DeleteFunc(children(), func(p int) bool { return slices.Contains(before, p) })) {
+			_, x := smaps(p)
+			pss += x
+		}
+		return pss, nil
+	}
 	sample := func() (float64, error) {
 		before := children()
 		hostBefore := selfRSS()
@@ -91,6 +116,13 @@ func memoryGroup(e *env) ([]group, error) {
 		{name: "session guest: RSS summed over its processes", run: sample},
 		{name: "session guest: PSS summed (shared pages divided among sharers)", run: func() (float64, error) { return last.pss, nil }},
 		{name: "session host side: this process's RSS growth per session", run: func() (float64, error) { return last.host, nil }},
+		// A session that has not run Python keeps no interpreter (the runner
+		// starts with the first exec_python); PythonWarm keeps one from the
+		// start, as every session did before.
+		{name: "session guest PSS, exec_shell only (no Python yet)", run: func() (float64, error) { return idle(session.Options{Rung: "ns"}, false) }},
+		{name: "session guest PSS, exec_shell only, PythonWarm (the old default)", run: func() (float64, error) {
+			return idle(session.Options{Rung: "ns", PythonWarm: true}, false)
+		}},
 	}
 	g.note = "The guest's processes are found, not assumed: the sandbox's process tree as the host sees it. " +
 		"The host side is the RSS this process gained while the session was open, after a GC: noisy, a median of small numbers."

@@ -22,9 +22,9 @@ from ._models import ModelConfig, ModelError, ModelNotConfigured
 from ._errors import (AlreadyDone, BadRequest, Blocked, Busy, CommitConflict, Corrupt, DaemonUnavailable, DryExecError,
                       IsolationUnavailable, NoSpace, NotFound, NotRepresentable, PolicyError, SessionLost, Unauthorized,
                       Uncommittable, Unverified)
-from ._session import AsyncSession, Session, SessionCache, session
+from ._session import AsyncSession, Pickled, Session, SessionCache, session
 from ._types import (Action, ActionRecord, Decision, Diff, Environment, Event, FileChange, Memory, NetworkEvent,
-                     PrintEntry, Process, PythonError, PythonResult, Receipt, SessionInfo, ShellResult, StateDelta,
+                     PrintEntry, PrintObject, Process, PythonError, PythonResult, Receipt, SessionInfo, ShellResult, StateDelta,
                      Totals, Violation)
 
 __version__ = "0.1.0"
@@ -34,7 +34,7 @@ __all__ = [
     "TrialFunctionError", "TrialFunctionWarning",
     "Action", "ActionRecord", "AlreadyDone", "AsyncSession", "BadRequest", "Blocked", "Busy", "Client", "CommitConflict",
     "Corrupt", "DaemonUnavailable", "Decision", "Diff", "DryExecClient", "DryExecError", "Environment", "Event", "FileChange",
-    "IsolationUnavailable", "Memory", "NetworkEvent", "NoSpace", "NotFound", "NotRepresentable", "PolicyError", "PrintEntry",
+    "IsolationUnavailable", "Memory", "NetworkEvent", "NoSpace", "NotFound", "NotRepresentable", "Pickled", "PolicyError", "PrintEntry", "PrintObject",
     "Process", "PythonError", "PythonResult", "Receipt", "Session", "SessionCache", "SessionInfo", "SessionLost",
     "ShellResult", "StateDelta", "Totals", "Unauthorized", "Uncommittable", "Unverified", "Violation", "default_client", "dry_run", "run", "session",
 ]

@@ -154,11 +154,13 @@ class Client:
                 host_objects: Optional[Mapping[str, Any]] = None,
                 allow: Optional[Mapping[str, Iterable[str]]] = None, env: Optional[Mapping[str, str]] = None,
                 cache_read_only: bool = False, output_cap: int = 0, net: Optional[Iterable[str]] = None,
-                shell: Optional[str] = None) -> "Session":
+                shell: Optional[str] = None, cache: Optional[Mapping[str, Any]] = None, host_globals: bool = True,
+                python_warm: bool = False) -> "Session":
         """Opens a session (see dry_exec.Session)."""
         from ._session import Session
         return Session(self, rung=rung, workspace=workspace, host_objects=host_objects, allow=allow, env=env,
-                       cache_read_only=cache_read_only, output_cap=output_cap, net=net, shell=shell)
+                       cache_read_only=cache_read_only, output_cap=output_cap, net=net, shell=shell, cache=cache,
+                       host_globals=host_globals, python_warm=python_warm)
 
 
 def _seg(s: str) -> str:

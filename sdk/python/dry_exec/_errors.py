@@ -82,7 +82,8 @@ class Unverified(DryExecError):
 
 class NotRepresentable(DryExecError, TypeError):
     """A value cannot cross the sandbox boundary: only JSON values, bytes and
-    pathlib paths do (no pickle, ever)."""
+    pathlib paths do (nothing is pickled, except cache values, which only the
+    sandbox unpickles)."""
 
     code = "not_representable"
 

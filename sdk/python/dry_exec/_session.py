@@ -4,13 +4,14 @@ out), in the shape of the product description's session() API."""
 from __future__ import annotations
 
 import asyncio
+import base64
 import functools
 import io
 import os
 import tarfile
 import threading
 import urllib.parse
-from typing import TYPE_CHECKING, Any, Dict, Iterable, Iterator, List, Mapping, MutableMapping, Optional
+from typing import TYPE_CHECKING, Any, Dict, Iterable, Iterator, List, Mapping, MutableMapping, Optional, Tuple
 
 from ._codec import decode, encode
 from ._errors import DryExecError, NotFound, NotRepresentable, PolicyError, SessionLost, DaemonUnavailable
@@ -46,9 +47,74 @@ def _check_allow(host_objects: Mapping[str, Any], allow: Mapping[str, Iterable[s
     return out
 
 
-class SessionCache(MutableMapping[str, bytes]):
-    """The session's cache, as the sandbox's `cache` sees it: str keys, bytes
-    values (a str is stored UTF-8 encoded)."""
+#: The header that carries a cache value's kind (absent: raw bytes).
+_KIND_HEADER = "X-Dryexec-Cache-Kind"
+
+
+class Pickled:
+    """A cache value that is a pickle. The sandbox's Python pickles values
+    that are neither bytes nor str (cache['n'] = 41) and unpickles them when
+    it reads them; outside the sandbox they stay opaque bytes. Reading one
+    from the host gives a Pickled and never unpickles it: a pickle the
+    sandbox made runs whatever code it names when unpickled, so only
+    ``loads()``, called on purpose, does that, in this process."""
+
+    __slots__ = ("data",)
+
+    def __init__(self, data: bytes) -> None:
+        self.data = bytes(data)
+
+    def loads(self) -> Any:
+        """Unpickles the value HERE. Only for pickles you trust: one written
+        by the sandbox can run any code in this process."""
+        import pickle
+        return pickle.loads(self.data)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Pickled) and other.data == self.data
+
+    def __hash__(self) -> int:
+        return hash(self.data)
+
+    def __repr__(self) -> str:
+        return "Pickled(%d bytes)" % len(self.data)
+
+
+def _cache_item(value: Any, where: str) -> Tuple[bytes, str]:
+    """value as (bytes, kind) for the cache: bytes and str as today (str as
+    UTF-8), a Pickled as is, anything else pickled here, in the caller's own
+    process, for the sandbox to unpickle."""
+    if isinstance(value, str):
+        return value.encode("utf-8"), ""
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        return bytes(value), ""
+    if isinstance(value, Pickled):
+        return value.data, "pickle"
+    import pickle
+    try:
+        return pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL), "pickle"
+    except Exception as e:
+        raise NotRepresentable("%s: cache values are bytes, str or values that pickle; %s does not: %s" % (where, type(value).__name__, e)) from None
+
+
+def _check_caps(caps: Optional[Mapping[str, int]]) -> Optional[Dict[str, int]]:
+    if caps is None:
+        return None
+    out: Dict[str, int] = {}
+    for k, v in caps.items():
+        if k not in ("entry", "total"):
+            raise ValueError("caps: %r is not a cap (entry, total)" % k)
+        if not isinstance(v, int) or isinstance(v, bool) or v < 0:
+            raise ValueError("caps[%r]: a non-negative int, not %r" % (k, v))
+        out[k] = v
+    return out
+
+
+class SessionCache(MutableMapping[str, Any]):
+    """The session's cache, as the sandbox's `cache` sees it: str keys; bytes
+    values (a str is stored UTF-8 encoded and reads back as bytes); any other
+    value is pickled here and unpickled by the sandbox. A value the sandbox
+    pickled reads back here as a Pickled, never unpickled (see Pickled)."""
 
     def __init__(self, session: "Session") -> None:
         self._s = session
@@ -58,18 +124,19 @@ class SessionCache(MutableMapping[str, bytes]):
             raise TypeError("cache keys are non-empty str")
         return self._s._path("/cache/" + urllib.parse.quote(key, safe=""))
 
-    def __getitem__(self, key: str) -> bytes:
+    def __getitem__(self, key: str) -> Any:
         try:
-            return self._s._t.request("GET", self._path(key))[2]
+            _, headers, data = self._s._t.request("GET", self._path(key))
         except NotFound:
             raise KeyError(key) from None
+        if headers.get(_KIND_HEADER.lower()) == "pickle":
+            return Pickled(data)
+        return data
 
     def __setitem__(self, key: str, value: Any) -> None:
-        if isinstance(value, str):
-            value = value.encode("utf-8")
-        if not isinstance(value, (bytes, bytearray)):
-            raise NotRepresentable("cache values are bytes or str, not %s" % type(value).__name__)
-        self._s._t.request("PUT", self._path(key), bytes(value), content_type="application/octet-stream")
+        data, kind = _cache_item(value, "cache[%r]" % key)
+        self._s._t.request("PUT", self._path(key), data, content_type="application/octet-stream",
+                           headers={_KIND_HEADER: kind} if kind else None)
 
     def __delitem__(self, key: str) -> None:
         if key not in self:
@@ -98,6 +165,12 @@ class Session:
     and this SDK refuse anything else (PermissionError in the sandbox).
     A host method runs in the session's poller thread: it must not call this
     session's methods (they wait for the exec that is calling it).
+    Host objects are globals of their own name too (db.query(...) as well as
+    host.db.query(...)) unless host_globals is False; their methods take
+    keyword arguments. cache is the cache's initial content (values as
+    SessionCache takes them). python_warm starts a Python runner at once, so
+    that even the first python() is warm (otherwise a session that never runs
+    Python keeps no interpreter).
     net is the session's network, as ``dryexec run --net`` (ns rung):
     ["none"] (the default), ["mock:/abs/mocks.yaml"], ["allow:api.example.com"],
     …; each result's ``network`` lists what its exec did, ``network`` the
@@ -107,7 +180,8 @@ class Session:
     def __init__(self, client: "Client", rung: str = "ns", workspace: Optional[str] = None, *,
                  host_objects: Optional[Mapping[str, Any]] = None, allow: Optional[Mapping[str, Iterable[str]]] = None,
                  env: Optional[Mapping[str, str]] = None, cache_read_only: bool = False, output_cap: int = 0,
-                 net: Optional[Iterable[str]] = None, shell: Optional[str] = None) -> None:
+                 net: Optional[Iterable[str]] = None, shell: Optional[str] = None,
+                 cache: Optional[Mapping[str, Any]] = None, host_globals: bool = True, python_warm: bool = False) -> None:
         self._client = client
         self._t = client.transport
         self._objects = dict(host_objects or {})
@@ -129,6 +203,18 @@ class Session:
             if isinstance(net, str):
                 net = [net]
             req["net"] = list(net)
+        if cache:
+            items: Dict[str, Any] = {}
+            for k, v in cache.items():
+                if not isinstance(k, str) or not k:
+                    raise TypeError("cache keys are non-empty str")
+                data, kind = _cache_item(v, "cache[%r]" % k)
+                items[k] = {"bytes": base64.b64encode(data).decode("ascii"), "kind": kind} if kind else {"bytes": base64.b64encode(data).decode("ascii")}
+            req["cache"] = items
+        if not host_globals:
+            req["no_host_globals"] = True
+        if python_warm:
+            req["python_warm"] = True
         self.info = _build(SessionInfo, self._t.call("POST", "/v1/sessions", req))
         self.id = self.info.session_id
         self._emits: List[Event] = []
@@ -168,23 +254,38 @@ class Session:
     def ping(self) -> Dict[str, Any]:
         return self._call("POST", "/ping", {})
 
-    def shell(self, command: str, timeout: Optional[float] = None) -> ShellResult:
+    def shell(self, command: str, timeout: Optional[float] = None, *, caps: Optional[Mapping[str, int]] = None) -> ShellResult:
         """Runs command in the session's shell; cwd and exported variables
-        carry over. timeout in seconds (None: none)."""
+        carry over. timeout in seconds (None: none). caps={"total": N} caps
+        this exec's transcript and streams (their tails are kept, after a
+        marker) over the session's output_cap."""
         body: Dict[str, Any] = {"command": command}
         if timeout:
             body["timeout_ms"] = int(timeout * 1000)
+        c = _check_caps(caps)
+        if c:
+            body["caps"] = c
         return ShellResult.from_json(self._call("POST", "/shell", body))
 
-    def python(self, code: str, inputs: Optional[Mapping[str, Any]] = None, timeout: Optional[float] = None) -> PythonResult:
+    def python(self, code: str, inputs: Optional[Mapping[str, Any]] = None, timeout: Optional[float] = None, *,
+               cache_readonly: bool = False, caps: Optional[Mapping[str, int]] = None) -> PythonResult:
         """Runs code in a fresh interpreter in the sandbox, in the shell's cwd
         and environment. inputs become globals (JSON values, bytes or
-        pathlib paths). A failure of the code is a result with ok False."""
+        pathlib paths). A failure of the code is a result with ok False.
+        cache_readonly refuses this exec's cache writes (PermissionError in
+        the sandbox); caps={"entry": N, "total": N} caps each print entry's
+        text and all of them (and the transcript), with a marker where
+        output was dropped."""
         body: Dict[str, Any] = {"code": code}
         if inputs:
             body["inputs"] = {k: encode(v, "inputs[%r]" % k) for k, v in inputs.items()}
         if timeout:
             body["timeout_ms"] = int(timeout * 1000)
+        if cache_readonly:
+            body["cache_readonly"] = True
+        c = _check_caps(caps)
+        if c:
+            body["caps"] = c
         return PythonResult.from_json(self._call("POST", "/python", body))
 
     def diff(self, rebase: bool = False) -> Diff:
@@ -275,12 +376,19 @@ class Session:
         # but this process holds the real object and trusts only its own list.
         if name not in self._objects or method.startswith("_") or method not in self._allow.get(name, ()):
             return {"error": {"code": "permission", "message": "host object %r: method %r is not allowed" % (name, method)}}
+        kw = call.get("kwargs") or {}
+        # The daemon refused private and non-identifier keywords already;
+        # this process checks again before they reach the real object.
+        for k in kw:
+            if not isinstance(k, str) or not k.isidentifier() or k.startswith("_"):
+                return {"error": {"code": "permission", "message": "%s.%s(): keyword %r is not allowed" % (name, method, k)}}
         try:
             args = [decode(a) for a in call.get("args") or []]
+            kwargs = {k: decode(v) for k, v in kw.items()}
         except DryExecError as e:
             return {"error": {"code": "type", "message": str(e)}}
         try:
-            result = getattr(self._objects[name], method)(*args)
+            result = getattr(self._objects[name], method)(*args, **kwargs)
         except PermissionError as e:
             return {"error": {"code": "permission", "message": str(e)}}
         except TypeError as e:
@@ -308,11 +416,12 @@ class AsyncSession:
     async def __aexit__(self, *exc: Any) -> None:
         await self.close()
 
-    async def shell(self, command: str, timeout: Optional[float] = None) -> ShellResult:
-        return await self._run(self.sync.shell, command, timeout)
+    async def shell(self, command: str, timeout: Optional[float] = None, **kwargs: Any) -> ShellResult:
+        return await self._run(self.sync.shell, command, timeout, **kwargs)
 
-    async def python(self, code: str, inputs: Optional[Mapping[str, Any]] = None, timeout: Optional[float] = None) -> PythonResult:
-        return await self._run(self.sync.python, code, inputs, timeout)
+    async def python(self, code: str, inputs: Optional[Mapping[str, Any]] = None, timeout: Optional[float] = None,
+                     **kwargs: Any) -> PythonResult:
+        return await self._run(self.sync.python, code, inputs, timeout, **kwargs)
 
     async def diff(self, rebase: bool = False) -> Diff:
         return await self._run(self.sync.diff, rebase)
@@ -339,9 +448,11 @@ class AsyncSession:
 def session(rung: str = "ns", workspace: Optional[str] = None, *, host_objects: Optional[Mapping[str, Any]] = None,
             allow: Optional[Mapping[str, Iterable[str]]] = None, env: Optional[Mapping[str, str]] = None,
             cache_read_only: bool = False, output_cap: int = 0, net: Optional[Iterable[str]] = None,
-            shell: Optional[str] = None, client: Optional["Client"] = None) -> Session:
+            shell: Optional[str] = None, client: Optional["Client"] = None, cache: Optional[Mapping[str, Any]] = None,
+            host_globals: bool = True, python_warm: bool = False) -> Session:
     """Opens a session on the default client: ``with dry_exec.session(...) as s``."""
     from ._client import default_client
     return (client or default_client()).session(rung, workspace, host_objects=host_objects, allow=allow, env=env,
                                                 cache_read_only=cache_read_only, output_cap=output_cap, net=net,
-                                                shell=shell)
+                                                shell=shell, cache=cache, host_globals=host_globals,
+                                                python_warm=python_warm)

@@ -9,7 +9,7 @@ import http.client
 import json
 import socket
 import urllib.parse
-from typing import Any, Dict, Iterator, Optional, Tuple
+from typing import Any, Dict, Iterator, Mapping, Optional, Tuple
 
 from ._errors import DaemonUnavailable, DryExecError, from_response
 
@@ -58,8 +58,8 @@ class Transport:
         return http.client.HTTPConnection(self._host, self._port, timeout=timeout)
 
     def _send(self, method: str, path: str, body: Any, content_type: Optional[str], accept: Optional[str],
-              timeout: Optional[float]) -> Tuple[http.client.HTTPConnection, http.client.HTTPResponse]:
-        headers: Dict[str, str] = {}
+              timeout: Optional[float], extra: Optional[Mapping[str, str]] = None) -> Tuple[http.client.HTTPConnection, http.client.HTTPResponse]:
+        headers: Dict[str, str] = dict(extra or {})
         data: Optional[bytes] = None
         if body is not _NOBODY:
             if isinstance(body, (bytes, bytearray)):
@@ -84,10 +84,11 @@ class Transport:
             raise DaemonUnavailable("talking to the dryexec daemon at %s: %s" % (self, e)) from None
 
     def request(self, method: str, path: str, body: Any = _NOBODY, *, content_type: Optional[str] = None,
-                timeout: Optional[float] = None) -> Tuple[int, Dict[str, str], bytes]:
-        """Sends one request; returns status, headers and body. Errors (status
-        >= 400) are raised as the exception for the daemon's error code."""
-        conn, resp = self._send(method, path, body, content_type, None, timeout)
+                timeout: Optional[float] = None, headers: Optional[Mapping[str, str]] = None) -> Tuple[int, Dict[str, str], bytes]:
+        """Sends one request; returns status, headers (names lower-cased) and
+        body. Errors (status >= 400) are raised as the exception for the
+        daemon's error code."""
+        conn, resp = self._send(method, path, body, content_type, None, timeout, headers)
         try:
             data = resp.read()
         except (OSError, http.client.HTTPException) as e:

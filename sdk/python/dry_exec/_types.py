@@ -266,11 +266,29 @@ class ShellResult:
 
 
 @dataclass
+class PrintObject:
+    """One printed object: its type, its repr() within the renderer's budget
+    (ping()["renderer"]), and len() for a sized object (None otherwise)."""
+    type: str = ""
+    repr: str = ""
+    truncated: bool = False
+    len: Optional[int] = None
+
+
+@dataclass
 class PrintEntry:
+    """One print() call; kind "echo" is the value of a final bare expression
+    (as a REPL shows it), kind "dropped" marks where an exec's caps dropped
+    whole entries (len: how many)."""
     type: str = ""
     len: int = 0
     text: str = ""
     truncated: bool = False
+    kind: str = ""
+    objects: List[PrintObject] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self.objects = [o if isinstance(o, PrintObject) else _build(PrintObject, o) for o in self.objects or []]
 
 
 @dataclass
@@ -365,5 +383,5 @@ class SessionInfo:
 
 
 __all__ = ["Environment", "Action", "ActionRecord", "Process", "FileChange", "NetworkEvent", "Memory", "Violation",
-           "Totals", "Decision", "Receipt", "StateDelta", "ShellResult", "PrintEntry", "PythonError", "PythonResult",
+           "Totals", "Decision", "Receipt", "StateDelta", "ShellResult", "PrintEntry", "PrintObject", "PythonError", "PythonResult",
            "Diff", "Event", "SessionInfo", "pathlib"]
