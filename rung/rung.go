@@ -57,6 +57,11 @@ func Select(ctx context.Context, name string) (dryexec.Rung, error) {
 // What a rung offers beyond one-shot trials its users ask for by type
 // assertion: dryexec.SessionRung (sessions), dryexec.Pooler (a warm pool).
 func Open(ctx context.Context, name string, cfg Config) (dryexec.Rung, error) {
+	return open(ctx, name, cfg, build)
+}
+
+// open is Open over the registry build.
+func open(ctx context.Context, name string, cfg Config, build func(string, Config) dryexec.Rung) (dryexec.Rung, error) {
 	if name == "best" {
 		for i := len(ladder) - 1; i >= 0; i-- {
 			if ladder[i] == Host {
@@ -101,7 +106,11 @@ func Doctor(ctx context.Context) []Status {
 				s.Missing = err.Error()
 			} else {
 				s.Available = true
-				s.Notes = notes(n)
+				if nr, ok := r.(interface{ Notes() []string }); ok {
+					s.Notes = nr.Notes()
+				} else {
+					s.Notes = notes(n)
+				}
 			}
 		}
 		out = append(out, s)

@@ -20,6 +20,15 @@ const Name = "host"
 // and what doctor and the summary say of it.
 const NoIsolation = "no isolation (host rung): the command ran as a plain process of this host; it could read, write and reach anything the caller can, and only what it wrote beneath its working directory's copy is in the delta"
 
+// Notes are what `dryexec doctor` says of the host rung: that it is
+// available says nothing about containment, since there is none.
+func (r *Rung) Notes() []string {
+	return []string{
+		"no isolation: commands run as plain processes of this host; a trial runs on a scratch copy of its working directory and its delta holds only what changed there",
+		"not enforced: masks, limits (but the timeout), network (--net is refused); never chosen by --rung best",
+	}
+}
+
 // Rung runs commands with no isolation. The zero value is ready to use.
 type Rung struct {
 	// GuestExe is the binary started as `guest session`; empty means
