@@ -1,8 +1,10 @@
 // Package session owns sessions: one sandbox kept alive over a workspace, with
 // many shell and Python execs and a diff at any time (tree in → execute → diff
-// out). It starts the guest supervisor on a rung (host: a plain subprocess with a
-// scan-staged workspace in a temp dir; ns: Linux namespaces with an overlay-staged
-// workspace) and speaks package wire to it.
+// out). It has a rung from the registry (package rung) prepare a sandbox for
+// it (dryexec.SessionRung: on host a plain subprocess with a scan-staged
+// workspace in a temp dir, on ns Linux namespaces with an overlay-staged
+// workspace) and speaks package wire to the guest supervisor running there.
+// It imports no rung's package.
 //
 // # Python
 //
@@ -85,7 +87,8 @@ import (
 
 // Options configures a session.
 type Options struct {
-	// Rung is "ns" (default) or "host".
+	// Rung is any rung that holds sessions (a dryexec.SessionRung): "ns"
+	// (the default) or "host"; CheckRung says whether one can here.
 	Rung string
 	// Workspace is where the workspace appears inside the sandbox (ns; default
 	// /workspace). The host rung roots it in a temp dir and Ping says where.
