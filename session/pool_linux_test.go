@@ -45,7 +45,7 @@ func TestSessionPool(t *testing.T) {
 	}
 	// Nothing but the session's own processes (its guest, a pre-started
 	// python runner) and this pipeline: no trace of anything earlier.
-	r, err := s.Shell(testCtx(t), `pwd; echo "$HOME"; ls -A | wc -l; ps -e -o comm= | grep -cvx -e exe -e dryexec -e dryexec-guest -e python3 -e ps -e sh -e grep`, 30*time.Second)
+	r, err := s.Shell(testCtx(t), `pwd; echo "$HOME"; ls -A | wc -l; ps -e -o comm= | grep -cvx -e exe -e dryexec -e dryexec-guest -e python3 -e ps -e sh -e bash -e grep`, 30*time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}
