@@ -106,6 +106,10 @@ func (p *printer) line(format string, a ...any) {
 	_, p.err = fmt.Fprintf(p.w, format+"\n", a...)
 }
 
+// noIsolationRung is the rung that contains nothing (rung/host), named in
+// every delta it makes.
+const noIsolationRung = "host"
+
 // Summary writes the human summary of d to w.
 func Summary(w io.Writer, d *dryexec.StateDelta, opt Options) error {
 	if d == nil {
@@ -120,9 +124,15 @@ func Summary(w io.Writer, d *dryexec.StateDelta, opt Options) error {
 
 	// Header: who, where, what, how it ended, how long.
 	pr := d.Process
+	where := "(" + cleanField(d.Rung) + "):"
+	if d.Rung == noIsolationRung {
+		// Nothing contained the command: said first, not only among the
+		// warnings at the end.
+		where = "(" + cleanField(d.Rung) + ", " + c.red.Sprint("no isolation") + "):"
+	}
 	p.line("%s %s %s %s",
 		c.bold.Sprint("trial "+cleanField(d.TrialID)),
-		"("+cleanField(d.Rung)+"):",
+		where,
 		"$ "+shellJoin(d.Action.Argv),
 		"→ "+exitStatus(pr, c)+" "+durationPreposition(pr)+" "+humanDuration(time.Duration(pr.DurationNS)))
 

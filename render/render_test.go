@@ -117,7 +117,7 @@ func TestSummaryExact(t *testing.T) {
 					Action:  dryexec.Action{Argv: []string{"true"}},
 					Process: dryexec.Process{DurationNS: 850}}
 			},
-			want: "trial tr_02 (host): $ true → exit 0 in 850ns\n" +
+			want: "trial tr_02 (host, no isolation): $ true → exit 0 in 850ns\n" +
 				"0 files changed (0 created, 0 modified, 0 deleted, 0 bytes written)\n" +
 				"commit: dryexec commit tr_02   discard: dryexec discard tr_02\n",
 		},

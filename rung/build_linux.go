@@ -3,15 +3,19 @@ package rung
 import (
 	"github.com/dryexec/dryexec"
 	"github.com/dryexec/dryexec/rung/gvisor"
+	"github.com/dryexec/dryexec/rung/host"
 	"github.com/dryexec/dryexec/rung/linuxns"
 )
 
-func build(name string) dryexec.Rung {
+// build is the registry: one line per rung this build has.
+func build(name string, c Config) dryexec.Rung {
 	switch name {
+	case Host:
+		return &host.Rung{GuestExe: c.GuestExe}
 	case "ns":
-		return &linuxns.Rung{}
+		return &linuxns.Rung{GuestExe: c.GuestExe, Log: c.Log, Cgroups: c.Cgroups}
 	case "gvisor":
-		return &gvisor.Rung{}
+		return &gvisor.Rung{GuestExe: c.GuestExe, Log: c.Log, Cgroups: c.Cgroups}
 	}
 	return nil
 }

@@ -7,7 +7,7 @@ package rung
 func Built() []string {
 	var out []string
 	for _, n := range ladder {
-		if build(n) != nil {
+		if build(n, Config{}) != nil {
 			out = append(out, n)
 		}
 	}

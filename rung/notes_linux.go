@@ -4,15 +4,12 @@ import (
 	"errors"
 
 	"github.com/dryexec/dryexec/cgroup"
-	"github.com/dryexec/dryexec/rung/gvisor"
 )
 
-// notes are what doctor says about how a rung contains its sandboxes beyond
-// "available": for ns, how its limits are enforced here.
+// notes are what doctor says about how a rung that has no Notes of its own
+// contains its sandboxes beyond "available": for ns, how its limits are
+// enforced here.
 func notes(name string) []string {
-	if name == "gvisor" {
-		return (&gvisor.Rung{}).Notes()
-	}
 	if name != "ns" {
 		return nil
 	}

@@ -5,12 +5,18 @@ package rung
 import (
 	"context"
 	"fmt"
+	"log/slog"
 
 	"github.com/dryexec/dryexec"
+	"github.com/dryexec/dryexec/cgroup"
 )
 
+// Host is the rung that does not isolate: a scratch copy of the working
+// directory, and nothing else between the command and the host.
+const Host = "host"
+
 // Ladder lists every rung name of the contract, weakest first.
-var ladder = []string{"host", "ns", "gvisor", "vm", "seatbelt"}
+var ladder = []string{Host, "ns", "gvisor", "vm", "seatbelt"}
 
 // Names returns the rung names of the contract, weakest first.
 func Names() []string { return append([]string(nil), ladder...) }
@@ -25,13 +31,44 @@ type Status struct {
 	Notes []string `json:"notes,omitempty"`
 }
 
-// Select returns the rung called name on this host, or an error that is an
-// *dryexec.IsolationUnavailableError when the host cannot run it. "best" picks the
-// strongest available rung. Nothing falls back silently.
+// Config is how the rungs Open returns are set up; the zero value is every
+// rung's default.
+type Config struct {
+	// GuestExe is the binary started as the guest supervisor; empty means
+	// guest.Executable().
+	GuestExe string
+	// Log receives debug records; nil logs nothing.
+	Log *slog.Logger
+	// Cgroups says where sandboxes' cgroups are made (zero: see package
+	// cgroup).
+	Cgroups cgroup.Options
+}
+
+// Select is Open with the default Config.
 func Select(ctx context.Context, name string) (dryexec.Rung, error) {
+	return Open(ctx, name, Config{})
+}
+
+// Open returns the rung called name on this host, set up by cfg, or an
+// error that is an *dryexec.IsolationUnavailableError when the host cannot
+// run it. "best" picks the strongest available rung that isolates at all:
+// never host. Nothing falls back silently.
+//
+// What a rung offers beyond one-shot trials its users ask for by type
+// assertion: dryexec.SessionRung (sessions), dryexec.Pooler (a warm pool).
+func Open(ctx context.Context, name string, cfg Config) (dryexec.Rung, error) {
+	return open(ctx, name, cfg, build)
+}
+
+// open is Open over the registry build.
+func open(ctx context.Context, name string, cfg Config, build func(string, Config) dryexec.Rung) (dryexec.Rung, error) {
 	if name == "best" {
 		for i := len(ladder) - 1; i >= 0; i-- {
-			r := build(ladder[i])
+			if ladder[i] == Host {
+				// No isolation: chosen by name only, never as the strongest.
+				continue
+			}
+			r := build(ladder[i], cfg)
 			if r != nil && r.Available(ctx) == nil {
 				return r, nil
 			}
@@ -45,7 +82,7 @@ func Select(ctx context.Context, name string) (dryexec.Rung, error) {
 	if !known {
 		return nil, fmt.Errorf("unknown rung %q (want one of %v or best)", name, ladder)
 	}
-	r := build(name)
+	r := build(name, cfg)
 	if r == nil {
 		return nil, &dryexec.IsolationUnavailableError{Rung: name, Missing: "not implemented in this build yet"}
 	}
@@ -60,7 +97,7 @@ func Doctor(ctx context.Context) []Status {
 	var out []Status
 	for _, n := range ladder {
 		s := Status{Name: n}
-		r := build(n)
+		r := build(n, Config{})
 		switch {
 		case r == nil:
 			s.Missing = "not implemented in this build yet"
@@ -69,7 +106,11 @@ func Doctor(ctx context.Context) []Status {
 				s.Missing = err.Error()
 			} else {
 				s.Available = true
-				s.Notes = notes(n)
+				if nr, ok := r.(interface{ Notes() []string }); ok {
+					s.Notes = nr.Notes()
+				} else {
+					s.Notes = notes(n)
+				}
 			}
 		}
 		out = append(out, s)

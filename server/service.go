@@ -147,7 +147,7 @@ type Service struct {
 	runner *runner.Runner
 	engine *policy.Engine
 
-	pool        trialPool     // nil: every ns trial runs cold
+	pool        dryexec.Pool  // nil: every ns trial runs cold
 	sessionPool *session.Pool // nil: every session opens cold
 
 	mu       sync.Mutex // guards sessions and closed
@@ -952,12 +952,6 @@ func (s *Service) sessionOptions(req SessionRequest) session.Options {
 		GuestExe: s.cfg.GuestExe, Log: s.cfg.Log, CacheReadOnly: req.CacheReadOnly, PythonWarm: req.PythonWarm,
 		Limits: req.Limits.limits(), Masks: append(slices.Clone(req.Masks), s.keyMask(), s.netCADir()), NoDefaultMasks: req.NoDefaultMasks,
 		OwnPaths: s.ownPaths(), Net: req.Net, NetCADir: s.netCADir()}
-}
-
-// trialPool is the warm pool as the service uses it (linuxns.Pool).
-type trialPool interface {
-	dryexec.Rung
-	Close() error
 }
 
 // startPool starts the warm pool for trials with the daemon's defaults:

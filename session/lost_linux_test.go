@@ -42,7 +42,7 @@ func TestGuestKilledDuringExec(t *testing.T) {
 		case <-time.After(time.Millisecond):
 		}
 	}
-	if err := syscall.Kill(s.cmd.Process.Pid, syscall.SIGKILL); err != nil {
+	if err := syscall.Kill(s.guestPID(), syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
 	err = <-done

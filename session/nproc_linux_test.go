@@ -29,9 +29,11 @@ func TestRootlessForkBomb(t *testing.T) {
 	// testCtx is the outer bound: the bombs stop at the rlimit, at their
 	// exec's timeout, and at the latest when the test's context ends.
 	ctx := testCtx(t)
+	// sh (dash): its ulimit -p is the process limit (bash's is the pipe
+	// size, its process limit -u).
 	s, err := Open(ctx, Options{Rung: "ns", Net: []string{"none"}, NetCADir: filepath.Join(t.TempDir(), "ca"),
-		Limits: dryexec.Limits{Pids: pids},
-		Env:    map[string]string{"PATH": "/usr/bin:/bin"}})
+		Limits: dryexec.Limits{Pids: pids}, Shell: "sh",
+		Env: map[string]string{"PATH": "/usr/bin:/bin"}})
 	if err != nil {
 		if errors.As(err, new(*dryexec.IsolationUnavailableError)) {
 			testreq.Need(t, testreq.NS, err)

@@ -6,6 +6,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/dryexec/dryexec"
 	"github.com/dryexec/dryexec/internal/warm"
 )
 
@@ -49,7 +50,7 @@ func NewPool(ctx context.Context, opts PoolOptions) *Pool {
 				return pooled{}, err
 			}
 			// After open, which makes what it masks (netsim's CA) first.
-			key, err := sandboxKey(p.opts.Template)
+			key, err := sandboxKey(ctx, p.opts.Template)
 			if err != nil {
 				s.Close()
 				return pooled{}, err
@@ -74,7 +75,7 @@ func (p *Pool) Open(ctx context.Context, opt Options) (*Session, error) {
 	var key string
 	fits := sameOptions(opt, p.opts.Template)
 	if fits {
-		if key, err = sandboxKey(opt); err != nil {
+		if key, err = sandboxKey(ctx, opt); err != nil {
 			return nil, err
 		}
 	}
@@ -113,3 +114,24 @@ func (p *Pool) Stats() warm.Stats { return p.w.Stats() }
 
 // Close closes the unused sessions; sessions handed out are their owners'.
 func (p *Pool) Close() { p.w.Close() }
+
+// keyer is a rung whose sandboxes are built from the host's state (its
+// mounts, its masked paths): SandboxKey says what a sandbox opened now for
+// spec would be built from, and a pooled one made from another is stale.
+type keyer interface {
+	SandboxKey(spec dryexec.SandboxSpec) (string, error)
+}
+
+// sandboxKey is opt's rung's key of a sandbox opened now with opt ("" for a
+// rung whose sandboxes do not depend on the host's state).
+func sandboxKey(ctx context.Context, opt Options) (string, error) {
+	sr, err := sessionRung(ctx, opt)
+	if err != nil {
+		return "", err
+	}
+	k, ok := sr.(keyer)
+	if !ok {
+		return "", nil
+	}
+	return k.SandboxKey(sandboxSpec(opt))
+}

@@ -67,7 +67,7 @@ func TestSessionPool(t *testing.T) {
 	// Close closes the ready one: its guest is gone.
 	waitPool(t, p, func(n int) bool { return n == 1 })
 	var pids []int
-	p.w.Each(func(ps pooled) { pids = append(pids, ps.s.cmd.Process.Pid) })
+	p.w.Each(func(ps pooled) { pids = append(pids, ps.s.guestPID()) })
 	p.Close()
 	for _, pid := range pids {
 		if _, err := os.Stat("/proc/" + strconv.Itoa(pid)); err == nil {

@@ -1,8 +1,10 @@
 // Package session owns sessions: one sandbox kept alive over a workspace, with
 // many shell and Python execs and a diff at any time (tree in → execute → diff
-// out). It starts the guest supervisor on a rung (host: a plain subprocess with a
-// scan-staged workspace in a temp dir; ns: Linux namespaces with an overlay-staged
-// workspace) and speaks package wire to it.
+// out). It has a rung from the registry (package rung) prepare a sandbox for
+// it (dryexec.SessionRung: on host a plain subprocess with a scan-staged
+// workspace in a temp dir, on ns Linux namespaces with an overlay-staged
+// workspace) and speaks package wire to the guest supervisor running there.
+// It imports no rung's package.
 //
 // # Python
 //
@@ -72,7 +74,6 @@ import (
 	"io/fs"
 	"log/slog"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -82,12 +83,14 @@ import (
 
 	"github.com/dryexec/dryexec"
 	"github.com/dryexec/dryexec/cgroup"
+	"github.com/dryexec/dryexec/rung"
 	"github.com/dryexec/dryexec/wire"
 )
 
 // Options configures a session.
 type Options struct {
-	// Rung is "ns" (default) or "host".
+	// Rung is any rung that holds sessions (a dryexec.SessionRung): "ns"
+	// (the default) or "host"; CheckRung says whether one can here.
 	Rung string
 	// Workspace is where the workspace appears inside the sandbox (ns; default
 	// /workspace). The host rung roots it in a temp dir and Ping says where.
@@ -158,11 +161,8 @@ type Options struct {
 // Session is one live sandbox. Its methods may be called from several
 // goroutines; the guest runs requests one at a time.
 type Session struct {
-	rung string
-	cmd  *exec.Cmd
-	ctrl *os.File
+	sb   dryexec.Sandbox[wire.SessionStart]
 	peer *wire.Peer
-	tmp  string // host rung: the temp dir holding workspace and baseline
 	info wire.Ping
 
 	closeOnce sync.Once
@@ -186,12 +186,10 @@ type Session struct {
 	pyAbandoned bool
 
 	execMu  sync.Mutex // guards execSID
-	execSID int        // host rung: session id of the exec in progress (0: none known)
+	execSID int        // session id of the exec in progress (0: none known)
 
-	// contain is the ns rung's cgroup and masks (nil on the host rung).
-	contain containment
-	vioMu   sync.Mutex // guards violations
-	// violations accumulates what contain reported, in order.
+	vioMu sync.Mutex // guards violations
+	// violations accumulates what the sandbox reported, in order.
 	violations []dryexec.Violation
 
 	emitMu    sync.Mutex // guards the fields below; held across OnEmit
@@ -265,60 +263,27 @@ func (s *Session) hostObject(name string) *hostObject {
 // open starts a session for opt, without its host objects and emit callback
 // (see bind).
 func open(ctx context.Context, opt Options) (*Session, error) {
-	ctrlFile, guestFile, err := socketPair()
+	sr, err := sessionRung(ctx, opt)
 	if err != nil {
 		return nil, err
 	}
-	defer guestFile.Close()
-	s := &Session{rung: opt.Rung, ctrl: ctrlFile, runErr: make(chan error, 1),
-		cache: newCache(opt.CacheReadOnly)}
+	sb, err := sr.OpenSandbox(ctx, sandboxSpec(opt))
+	if err != nil {
+		return nil, err
+	}
+	s := &Session{sb: sb, runErr: make(chan error, 1), cache: newCache(opt.CacheReadOnly)}
 	s.hostCtx, s.hostCancel = context.WithCancel(context.Background())
-	start := wire.SessionStart{Rung: opt.Rung, Workspace: opt.Workspace, OutputCap: opt.OutputCap, Shell: opt.Shell, PythonWarm: opt.PythonWarm}
-	switch opt.Rung {
-	case "host":
-		if len(opt.Net) > 0 {
-			err = &dryexec.IsolationUnavailableError{Rung: "host", Missing: "network interception (the host rung shares the host's network; use the ns rung for net)"}
-			break
-		}
-		s.tmp, err = os.MkdirTemp("", "dryexec-session-")
-		if err != nil {
-			ctrlFile.Close()
-			return nil, err
-		}
-		start.Workspace, start.Baseline = filepath.Join(s.tmp, "workspace"), filepath.Join(s.tmp, "baseline")
-		for _, d := range []string{start.Workspace, start.Baseline} {
-			if err := os.Mkdir(d, 0o755); err != nil {
-				s.cleanupTmp()
-				ctrlFile.Close()
-				return nil, err
-			}
-		}
-		s.cmd, err = startHostGuest(opt.GuestExe, guestFile)
-	case "ns":
-		s.cmd, s.contain, err = startNSGuest(ctx, opt.GuestExe, guestFile, &start, opt)
-	default:
-		err = fmt.Errorf("session: unknown rung %q (want host or ns)", opt.Rung)
-	}
-	if err != nil {
-		s.cleanupTmp()
-		ctrlFile.Close()
-		return nil, err
-	}
-	ws := start.Workspace
-	if ws == "" {
-		ws = "/workspace"
-	}
+	start := wire.SessionStart{Workspace: opt.Workspace, OutputCap: opt.OutputCap, Shell: opt.Shell, PythonWarm: opt.PythonWarm}
 	env := opt.Env
 	if env == nil {
-		env = map[string]string{"PATH": "/usr/local/bin:/usr/bin:/bin:/usr/local/sbin:/usr/sbin:/sbin", "LANG": "C.UTF-8", "HOME": ws}
+		env = map[string]string{"PATH": "/usr/local/bin:/usr/bin:/bin:/usr/local/sbin:/usr/sbin:/sbin", "LANG": "C.UTF-8", "HOME": sb.Workspace()}
 	}
 	for k, v := range env {
 		start.Env = append(start.Env, k+"="+v)
 	}
-	if s.contain != nil {
-		s.contain.prepare(&start)
-	}
-	conn := wire.NewConn(ctrlFile)
+	// After the caller's environment: the sandbox's trust variables win.
+	sb.Configure(&start)
+	conn := wire.NewConn(sb.Conn())
 	hello, err := conn.Read()
 	if err != nil || hello.Kind != wire.KindHello {
 		s.Close()
@@ -342,62 +307,59 @@ func open(ctx context.Context, opt Options) (*Session, error) {
 		s.Close()
 		return nil, err
 	}
-	if s.contain != nil {
-		// The view is built and nothing of the sandbox's has run yet.
-		if err := s.contain.pin(s.cmd.Process.Pid); err != nil {
-			s.Close()
-			return nil, err
-		}
+	// The view is built and nothing of the sandbox's has run yet.
+	if err := sb.Ready(); err != nil {
+		s.Close()
+		return nil, err
 	}
 	return s, nil
 }
 
-// containment is what bounds an ns session: its cgroup (or rlimits) and the
-// masked secrets.
-type containment interface {
-	// pin holds the masks of guest pid, once its view is built.
-	pin(pid int) error
-	// check returns what happened since the last check: limits hit, masked
-	// paths read.
-	check() []dryexec.Violation
-	warnings() []string
-	// prepare adds the sandbox's network plumbing (netsim's link, the trust
-	// bundle and variables) to start, once start.Env is the caller's.
-	prepare(start *wire.SessionStart)
-	// network is netsim's log so far, bounded (nil without netsim).
-	network() []dryexec.NetworkEvent
-	// close stops the session's cgroup watch and netsim; the guest is gone.
-	close()
+// sessionRung is the rung opt names, if it can hold a session.
+func sessionRung(ctx context.Context, opt Options) (dryexec.SessionRung[wire.SessionStart], error) {
+	r, err := rung.Open(ctx, opt.Rung, rung.Config{GuestExe: opt.GuestExe, Log: opt.Log, Cgroups: opt.Cgroups})
+	if err != nil {
+		return nil, err
+	}
+	sr, ok := r.(dryexec.SessionRung[wire.SessionStart])
+	if !ok {
+		return nil, &dryexec.IsolationUnavailableError{Rung: r.Name(), Missing: "sessions are not supported on " + r.Name() + " yet"}
+	}
+	return sr, nil
+}
+
+// CheckRung says whether rung name can hold a session on this host: nil, or
+// why not (an *dryexec.IsolationUnavailableError when the rung is
+// unavailable here or has no sessions yet).
+func CheckRung(ctx context.Context, name string) error {
+	_, err := sessionRung(ctx, Options{Rung: name})
+	return err
+}
+
+// sandboxSpec is what opt asks of a session's sandbox.
+func sandboxSpec(opt Options) dryexec.SandboxSpec {
+	return dryexec.SandboxSpec{
+		ID: "se_" + strings.TrimPrefix(dryexec.NewTrialID(), "tr_"), Workspace: opt.Workspace,
+		Limits: opt.Limits, Masks: opt.Masks, NoDefaultMasks: opt.NoDefaultMasks, OwnPaths: opt.OwnPaths,
+		Net: opt.Net, NetCADir: opt.NetCADir,
+	}
 }
 
 // Network returns every network event of the session so far, in the order
 // they completed: the first 10 000 are kept (netsim.Config.MaxEvents). Without
 // netsim (the host rung, or a rootless host without /dev/net/tun, see
 // Warnings) it is empty.
-func (s *Session) Network() []dryexec.NetworkEvent {
-	if s.contain == nil {
-		return nil
-	}
-	return s.contain.network()
-}
+func (s *Session) Network() []dryexec.NetworkEvent { return s.sb.Network() }
 
 // netMark is where the network log stands; netSince returns what came after.
-func (s *Session) netMark() int {
-	if s.contain == nil {
-		return 0
-	}
-	return len(s.contain.network())
-}
+func (s *Session) netMark() int { return len(s.sb.Network()) }
 
 // netSince returns the events logged after mark: an exec's own. A request
 // netsim answered is logged before its last response bytes leave netsim, and
 // a refusal (a DNS answer, an RST) before it is sent, so each is in the list
 // of the exec that made it (Network has it too).
 func (s *Session) netSince(mark int) []dryexec.NetworkEvent {
-	if s.contain == nil {
-		return nil
-	}
-	log := s.contain.network()
+	log := s.sb.Network()
 	if mark >= len(log) {
 		return nil
 	}
@@ -411,20 +373,13 @@ func (s *Session) netSince(mark int) []dryexec.NetworkEvent {
 func (s *Session) Violations() []dryexec.Violation {
 	s.vioMu.Lock()
 	defer s.vioMu.Unlock()
-	if s.contain != nil {
-		s.violations = append(s.violations, s.contain.check()...)
-	}
+	s.violations = append(s.violations, s.sb.Violations()...)
 	return append([]dryexec.Violation(nil), s.violations...)
 }
 
 // Warnings say which of the session's limits are not enforced as asked (e.g.
 // no cgroup could be made rootless).
-func (s *Session) Warnings() []string {
-	if s.contain == nil {
-		return nil
-	}
-	return s.contain.warnings()
-}
+func (s *Session) Warnings() []string { return s.sb.Warnings() }
 
 // serveGuest answers the guest's calls (cache, host objects, events). They
 // arrive while a Python exec is outstanding (each in its own goroutine, see
@@ -478,10 +433,7 @@ func (s *Session) call(ctx context.Context, verb string, body any, bin ...[]byte
 // guestEnded says how the session's guest process ended, as far as can be
 // seen.
 func (s *Session) guestEnded() string {
-	if s.cmd == nil || s.cmd.Process == nil {
-		return "ended"
-	}
-	if how, ok := guestState(s.cmd.Process.Pid); ok {
+	if how, ok := s.sb.GuestEnded(); ok {
 		return how
 	}
 	return "ended"
@@ -699,36 +651,23 @@ func (s *Session) Close() error {
 			s.peer.Call(ctx, wire.VerbShutdown, nil)
 			cancel()
 		}
-		s.ctrl.Close()
-		if s.cmd != nil && s.cmd.Process != nil {
-			s.cmd.Process.Kill()
-			s.cmd.Wait()
-		}
+		s.sb.Close()
 		if s.peer != nil {
 			<-s.runErr
 		}
-		if s.contain != nil {
-			s.contain.close()
-		}
-		s.cleanupTmp()
 	})
 	return nil
 }
 
-// killExec kills every process in the session of the last exec the host rung's
-// guest started (the ns rung's pid namespace needs no help).
+// killExec has the sandbox kill what the last exec started, if its guest's
+// end does not (the host rung's: the ns rung's pid namespace needs no help).
 func (s *Session) killExec() {
 	s.execMu.Lock()
 	sid := s.execSID
 	s.execSID = 0
 	s.execMu.Unlock()
-	if sid > 1 && s.rung == "host" {
-		killSession(sid)
-	}
+	s.sb.KillExec(sid)
 }
 
-func (s *Session) cleanupTmp() {
-	if s.tmp != "" {
-		os.RemoveAll(s.tmp)
-	}
-}
+// guestPID is the guest supervisor's host pid.
+func (s *Session) guestPID() int { return s.sb.GuestPID() }

@@ -2,39 +2,18 @@ package linuxns
 
 import (
 	"context"
-	"time"
 
 	"github.com/dryexec/dryexec"
 	"github.com/dryexec/dryexec/internal/procfs"
 	"github.com/dryexec/dryexec/internal/warm"
 )
 
-// PoolOptions configure a Pool.
-type PoolOptions struct {
-	// Size is how many sandboxes are kept ready; 0 means 2.
-	Size int
-	// IdleTimeout: when no trial has been asked for this long, the ready
-	// sandboxes are destroyed and the pool refills only when asked again.
-	// 0 means 5 minutes; negative means never.
-	IdleTimeout time.Duration
-	// Spec is the template of the sandboxes prepared: its limits, masks,
-	// upper size and CA dir (and, rootless, its Action.Cwd, which decides
-	// which mounts need the caller's own roots). A trial whose spec asks for
-	// another sandbox (or network) runs cold, as Rung.Trial would run it.
-	// Its command does not matter: each trial brings its own.
-	Spec dryexec.TrialSpec
-}
+// PoolOptions configure a Pool. Spec's Action.Cwd matters rootless: it
+// decides which mounts need the caller's own roots.
+type PoolOptions = dryexec.PoolOptions
 
-// PoolStats say how a Pool has served: the warm pool's figures (a hit is a
-// trial that took a ready sandbox, a miss one that ran cold), and what the
-// ready sandboxes cost.
-type PoolStats struct {
-	warm.Stats
-	// IdlePSSBytes is the proportional memory (Pss) of the ready sandboxes'
-	// guest processes together: what keeping them costs. Each also holds a
-	// small tmpfs (its upper dirs, empty) and a few host-side descriptors.
-	IdlePSSBytes int64
-}
+// PoolStats say how a Pool has served.
+type PoolStats = dryexec.PoolStats
 
 // Pool keeps ns sandboxes prepared (namespaces made, overlays mounted and
 // pivoted, network device handed over, confinement installed, the guest
@@ -49,7 +28,15 @@ type Pool struct {
 	host *hostCache // the host's mounts and masks, looked at again when they change
 }
 
-var _ dryexec.Rung = (*Pool)(nil)
+var (
+	_ dryexec.Pool   = (*Pool)(nil)
+	_ dryexec.Pooler = (*Rung)(nil)
+)
+
+// NewPool implements dryexec.Pooler (see the function NewPool).
+func (r *Rung) NewPool(ctx context.Context, opts dryexec.PoolOptions) (dryexec.Pool, error) {
+	return NewPool(ctx, r, opts)
+}
 
 // Name implements dryexec.Rung: a pool is the ns rung, warm.
 func (p *Pool) Name() string { return Name }
@@ -122,7 +109,8 @@ func (p *Pool) Trial(ctx context.Context, spec dryexec.TrialSpec) (*dryexec.Stat
 
 // Stats reports the pool's figures.
 func (p *Pool) Stats() PoolStats {
-	s := PoolStats{Stats: p.w.Stats()}
+	w := p.w.Stats()
+	s := PoolStats{Size: w.Size, Ready: w.Ready, Busy: w.Busy, Hits: w.Hits, Misses: w.Misses, Failed: w.Failed, LastError: w.LastError}
 	var pids []int
 	p.w.Each(func(t *trial) { pids = append(pids, t.cmd.Process.Pid) })
 	for _, pid := range pids {

@@ -1,0 +1,182 @@
+package linuxns
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"os"
+	"os/exec"
+	"slices"
+	"sync"
+
+	"github.com/dryexec/dryexec"
+	"github.com/dryexec/dryexec/guest"
+	"github.com/dryexec/dryexec/wire"
+)
+
+var _ dryexec.SessionRung[wire.SessionStart] = (*Rung)(nil)
+
+// OpenSandbox implements dryexec.SessionRung: the session's guest in its own
+// namespaces, over an overlay-staged workspace, with its cgroup (or
+// rlimits), masks and netsim for as long as the sandbox lives.
+func (r *Rung) OpenSandbox(ctx context.Context, spec dryexec.SandboxSpec) (dryexec.Sandbox[wire.SessionStart], error) {
+	mounts, err := Mounts()
+	if err != nil {
+		return nil, err
+	}
+	caDir, err := EnsureCA(spec.NetCADir)
+	if err != nil {
+		return nil, err
+	}
+	// The network first: a bad spec is the caller's error before anything
+	// else is made, and mocks without a TUN device refuse here.
+	nw, err := NewNet(ctx, spec.Net, caDir, spec.ID)
+	if err != nil {
+		return nil, err
+	}
+	// netsim's CA key signs what the sandbox trusts: it stays masked whoever
+	// opened the session (the daemon masks it too; a Go caller may not).
+	extra := append(slices.Clone(spec.Masks), caDir)
+	// dryexec's own state is hidden whatever the options say.
+	cover, err := ResolveCover(extra, spec.NoDefaultMasks, spec.OwnPaths)
+	if err != nil {
+		nw.Close()
+		return nil, err
+	}
+	lim, err := r.NewLimiter(spec.ID, spec.Limits)
+	if err != nil {
+		nw.Close()
+		return nil, err
+	}
+	ctrl, guestEnd, err := wire.SocketPair()
+	if err != nil {
+		lim.Close()
+		nw.Close()
+		return nil, err
+	}
+	defer guestEnd.Close()
+	files := []*os.File{guestEnd}
+	netFD := 0
+	if f := nw.GuestFile(); f != nil {
+		netFD = wire.CtrlFD + len(files)
+		files = append(files, f)
+	}
+	// Each exec is a fresh fork of the guest's launcher thread: once the
+	// session is up, the guest's other threads leave the pids limit
+	// (Limiter.ShelterSupervisor, in Ready); until then, and where that
+	// cannot be done, the limit keeps cgroup.ShelterHeadroom of room.
+	cmd, err := r.StartGuestLimited(guest.RoleSession, files, lim)
+	if err != nil {
+		ctrl.Close()
+		lim.Close()
+		nw.Close()
+		return nil, err
+	}
+	// The guest has its end of the hand-over socket: netsim waits for the
+	// device, and ends when Close stops it (or the guest dies first).
+	nw.Serve(ctx)
+	ws := spec.Workspace
+	if ws == "" {
+		ws = "/workspace"
+	}
+	return &sessionSandbox{ctrl: ctrl, cmd: cmd, ws: ws, mounts: mounts, cover: cover,
+		lim: lim, watch: NewMaskWatch(), net: nw, netFD: netFD}, nil
+}
+
+// SandboxKey says what of the host a session sandbox opened now for spec
+// would be built from (the host mount plan, the resolved masks): a pooled
+// sandbox made from another is stale.
+func (r *Rung) SandboxKey(spec dryexec.SandboxSpec) (string, error) {
+	mounts, err := Mounts()
+	if err != nil {
+		return "", err
+	}
+	cover, err := ResolveCover(spec.Masks, spec.NoDefaultMasks, spec.OwnPaths)
+	if err != nil {
+		return "", err
+	}
+	b, err := json.Marshal(struct {
+		M []wire.MountSpec
+		K Cover
+	}{mounts, cover})
+	return string(b), err
+}
+
+// sessionSandbox is an ns session's guest and its containment: cgroup,
+// masks and network.
+type sessionSandbox struct {
+	ctrl   *os.File
+	cmd    *exec.Cmd
+	ws     string
+	mounts []wire.MountSpec
+	cover  Cover
+	lim    *Limiter
+	watch  *MaskWatch
+	net    *Net // alive until Close
+	netFD  int  // the guest's end of the TUN hand-over socket (0: none)
+	close  sync.Once
+}
+
+func (s *sessionSandbox) Conn() io.ReadWriteCloser { return s.ctrl }
+func (s *sessionSandbox) Workspace() string        { return s.ws }
+func (s *sessionSandbox) GuestPID() int            { return s.cmd.Process.Pid }
+
+func (s *sessionSandbox) Configure(start *wire.SessionStart) {
+	host, _ := os.Hostname()
+	start.Rung, start.Workspace = Name, s.ws
+	start.Mounts, start.Hostname, start.Masks, start.Hidden = s.mounts, host, s.cover.Masks, s.cover.Hidden
+	start.Rootless, start.CommandUserNS = os.Getuid() != 0, true
+	start.CommandUID, start.CommandGID = os.Getuid(), os.Getgid()
+	// Under the rlimit fallback each exec gets the pids limit; the guest
+	// keeps more for its own threads (a bomb must not take them).
+	start.CommandNPROC = s.lim.CommandNPROC()
+	s.net.SetupSession(start, s.netFD)
+}
+
+// Ready shelters the guest's own threads from the pids limit and pins the
+// masks, now that the view is built.
+func (s *sessionSandbox) Ready() error {
+	pid := s.cmd.Process.Pid
+	if err := s.lim.ShelterSupervisor(pid); err != nil {
+		return err
+	}
+	return s.watch.Pin(pid, s.cover.Masks)
+}
+
+func (s *sessionSandbox) Violations() []dryexec.Violation {
+	v, _ := s.lim.Violations()
+	return append(v, s.watch.Check()...)
+}
+
+func (s *sessionSandbox) Warnings() []string {
+	w := s.lim.Warnings()
+	if mw := s.watch.Warning(); mw != "" {
+		w = append(w, mw)
+	}
+	if nw := s.net.Warning(); nw != "" {
+		w = append(w, nw)
+	}
+	return w
+}
+
+func (s *sessionSandbox) Network() []dryexec.NetworkEvent { return s.net.Log() }
+
+func (s *sessionSandbox) GuestEnded() (string, bool) {
+	return GuestState(s.cmd.Process.Pid, GuestExitWait)
+}
+
+// KillExec does nothing: the pid namespace ends every process of the
+// sandbox with its guest.
+func (s *sessionSandbox) KillExec(int) {}
+
+func (s *sessionSandbox) Close() error {
+	s.close.Do(func() {
+		s.ctrl.Close()
+		s.cmd.Process.Kill()
+		s.cmd.Wait()
+		s.net.Close()
+		s.watch.Close()
+		s.lim.Close()
+	})
+	return nil
+}

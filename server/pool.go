@@ -1,0 +1,41 @@
+package server
+
+import (
+	"context"
+
+	"github.com/dryexec/dryexec"
+	"github.com/dryexec/dryexec/rung"
+)
+
+// poolRung is the rung whose warm pool serves the daemon's default trials.
+const poolRung = "ns"
+
+// newPool starts the warm pool of the pool rung's sandboxes for trials
+// shaped like template, if that rung keeps pools (dryexec.Pooler).
+func newPool(ctx context.Context, cfg Config, template dryexec.TrialSpec) (dryexec.Pool, error) {
+	r, err := rung.Open(ctx, poolRung, rung.Config{GuestExe: cfg.GuestExe, Log: cfg.Log})
+	if err != nil {
+		return nil, err
+	}
+	p, ok := r.(dryexec.Pooler)
+	if !ok {
+		return nil, &dryexec.IsolationUnavailableError{Rung: r.Name(), Missing: "a warm pool (this rung keeps none)"}
+	}
+	return p.NewPool(ctx, dryexec.PoolOptions{Size: cfg.Pool, IdleTimeout: cfg.PoolIdle, Spec: template})
+}
+
+// poolStats reports the warm pool's figures for /v1/health (nil: no pool).
+func poolStats(p dryexec.Pool) any {
+	if p == nil {
+		return nil
+	}
+	st := p.Stats()
+	return map[string]any{"size": st.Size, "ready": st.Ready, "busy": st.Busy, "hits": st.Hits, "misses": st.Misses,
+		"failed": st.Failed, "last_error": st.LastError, "idle_pss_bytes": st.IdlePSSBytes}
+}
+
+// nsAvailable says whether ns sandboxes can be made here.
+func nsAvailable(ctx context.Context) error {
+	_, err := rung.Select(ctx, poolRung)
+	return err
+}
