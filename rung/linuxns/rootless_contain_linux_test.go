@@ -10,6 +10,7 @@ import (
 
 	"github.com/dryexec/dryexec"
 	"github.com/dryexec/dryexec/internal/rootless"
+	"github.com/dryexec/dryexec/internal/testreq"
 	"github.com/dryexec/dryexec/rung/linuxns"
 )
 
@@ -76,5 +77,8 @@ func TestUnlistableDirWithMount(t *testing.T) {
 // tmpfs through /proc the same way, and walks it from a user namespace of
 // its own (the command made a file unreadable, mode 000).
 func TestSalvageRootless(t *testing.T) {
+	// The re-run's test kills the guest through a test hook: without the
+	// hooks it would skip there and the re-run would have run nothing.
+	testreq.NeedTestHooks(t)
 	rootless.Rerun(t, "^(TestGuestKilledMidTrial)$", 2*time.Minute)
 }
