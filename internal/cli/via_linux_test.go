@@ -78,14 +78,14 @@ func startTestDaemon(t *testing.T, home string) *testDaemon {
 
 // ran reports whether the daemon ran the trial id (its log records each).
 func (d *testDaemon) ran(id string) bool {
-	return strings.Contains(d.log.String(), "trial done trial="+id)
+	return strings.Contains(d.log.String(), `msg="trial done" trial=`+id)
 }
 
 // health is the daemon's /v1/health.
 func (d *testDaemon) health(t *testing.T, home string) (h struct {
 	Running int `json:"trials_running"`
 	Pool    struct {
-		Hits int `json:"hits"`
+		Hits, Ready, Busy int
 	} `json:"pool"`
 }) {
 	t.Helper()
@@ -104,6 +104,20 @@ func (d *testDaemon) health(t *testing.T, home string) (h struct {
 // poolHits is the daemon's warm pool's hit count.
 func (d *testDaemon) poolHits(t *testing.T, home string) int { return d.health(t, home).Pool.Hits }
 
+// poolQuiet waits until the daemon's warm pool has a sandbox ready and no
+// background work (a teardown, a refill) in flight, as the benchmark does:
+// a trial started then takes a pooled sandbox if its shape fits.
+func (d *testDaemon) poolQuiet(t *testing.T, home string) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for h := d.health(t, home); h.Pool.Ready == 0 || h.Pool.Busy > 0; h = d.health(t, home) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the daemon's pool not ready and quiet after 30 s: %+v", h.Pool)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
 // running is how many trials the daemon runs.
 func (d *testDaemon) running(t *testing.T, home string) int { return d.health(t, home).Running }
 
@@ -117,7 +131,7 @@ func shape(t *testing.T, doc string) any {
 		t.Fatalf("not JSON: %v\n%s", err, doc)
 	}
 	variable := map[string]bool{"trial_id": true, "started_at": true, "finished_at": true, "duration_ns": true, "memory": true,
-		"receipt": true, "created": true, "pid": true, "mtime": true, "phases": true, "duration_nanos": true}
+		"receipt": true, "created": true, "pid": true, "mtime": true, "phases": true, "duration_nanos": true, "peak_rss_bytes": true}
 	var walk func(any) any
 	walk = func(v any) any {
 		switch x := v.(type) {
@@ -195,6 +209,7 @@ func TestRunThroughDaemon(t *testing.T) {
 				}
 				return cliWith(t, home, vars, append(args, tt.args...)...)
 			}
+			d.poolQuiet(t, home)
 			hits := d.poolHits(t, home)
 			code, out, errs := run(tt.via, true)
 			if code != tt.wantCode {
