@@ -12,6 +12,7 @@ import (
 	"mime"
 	"net/http"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -256,7 +257,13 @@ func (a *api) health(w http.ResponseWriter, r *http.Request) error {
 }
 
 func (a *api) version(w http.ResponseWriter, r *http.Request) error {
-	return writeJSON(w, 200, map[string]any{"version": a.svc.cfg.Version, "api": "v1", "schema": dryexec.SchemaV1, "wire": wire.Version})
+	// home lets a client of this install (`dryexec run`) tell that the
+	// daemon records trials where its own commands look for them.
+	home := a.svc.cfg.StoreDir
+	if abs, err := filepath.Abs(home); err == nil {
+		home = abs
+	}
+	return writeJSON(w, 200, map[string]any{"version": a.svc.cfg.Version, "api": "v1", "schema": dryexec.SchemaV1, "wire": wire.Version, "home": home})
 }
 
 func (a *api) openapi(w http.ResponseWriter, r *http.Request) error {

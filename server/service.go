@@ -271,6 +271,14 @@ type TrialRequest struct {
 	// (default), "mock:/abs/FILE" (a file on the daemon's host), or
 	// "allow:HOST[:PORT][/PREFIX],…" (docs/network.md).
 	Net []string `json:"net,omitempty"`
+	// EnvExact makes Env the trial's whole environment (with PWD): nothing
+	// of the daemon's own is added. `dryexec run` sends the environment it
+	// built from its caller's, so that a trial sees the same variables
+	// whichever process runs it.
+	EnvExact bool `json:"env_exact,omitempty"`
+	// ContentCap bounds the file content the store keeps of this trial, as
+	// `run --content-cap` (0: the store's limit; -1: none; docs/limits.md).
+	ContentCap int64 `json:"content_cap,omitempty"`
 }
 
 // LimitsRequest is dryexec.Limits in a request.
@@ -360,6 +368,12 @@ func (r *TrialRequest) check() error {
 	if r.TimeoutMS < 0 || r.OutputCap < 0 || r.UpperSizeBytes < 0 {
 		return badRequest("timeout_ms, output_cap and upper_size_bytes must not be negative")
 	}
+	if r.ContentCap < -1 {
+		return badRequest("content_cap %d: want bytes, 0 (the store's limit) or -1 (none)", r.ContentCap)
+	}
+	if r.EnvExact && len(r.PassEnv) > 0 {
+		return badRequest("pass_env names the daemon's variables, env_exact says none of them are used: choose one")
+	}
 	if r.OutputCap > maxOutputCap {
 		return badRequest("output_cap %d: at most %d", r.OutputCap, maxOutputCap)
 	}
@@ -445,9 +459,12 @@ func (s *Service) RunTrial(ctx context.Context, req TrialRequest, hooks TrialHoo
 	if req.Rung == "" {
 		req.Rung = "ns"
 	}
-	env, err := dryexec.SandboxEnv(s.cfg.Getenv, s.cfg.Environ, req.PassEnv, nil)
-	if err != nil {
-		return nil, err
+	env := map[string]string{}
+	if !req.EnvExact {
+		var err error
+		if env, err = dryexec.SandboxEnv(s.cfg.Getenv, s.cfg.Environ, req.PassEnv, nil); err != nil {
+			return nil, err
+		}
 	}
 	for k, v := range req.Env {
 		env[k] = v
@@ -488,7 +505,7 @@ func (s *Service) RunTrial(ctx context.Context, req TrialRequest, hooks TrialHoo
 	if req.Stdin != nil {
 		spec.Stdin = strings.NewReader(*req.Stdin)
 	}
-	d, err := s.runner.Run(ctx, r, engine, spec, runner.Options{NoStore: req.NoStore, Started: func(id string) {
+	d, err := s.runner.Run(ctx, r, engine, spec, runner.Options{NoStore: req.NoStore, ContentCap: req.ContentCap, Started: func(id string) {
 		if hooks.Started != nil {
 			hooks.Started(id)
 		}

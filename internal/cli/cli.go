@@ -84,6 +84,10 @@ func Run(ctx context.Context, args []string, env Env) int {
 			errors.Is(err, dryexec.ErrBadAction), errors.Is(err, netsim.ErrBadConfig), errors.Is(err, policy.ErrInvalid):
 			// The caller's mistake, however deep it was found.
 			return ExitUsage
+		case errors.Is(err, errNoDaemon):
+			// --via daemon and no daemon of this install: refused, as a
+			// rung that cannot run here (nothing ran).
+			return ExitRefused
 		case errors.Is(err, dryexec.ErrIsolationUnavailable):
 			// The host cannot give the isolation asked for: dryexec refuses
 			// rather than run with less (dryexec doctor says what is missing).

@@ -20,10 +20,8 @@ import (
 	"github.com/dryexec/dryexec"
 	"github.com/dryexec/dryexec/netsim"
 	"github.com/dryexec/dryexec/policy"
-	"github.com/dryexec/dryexec/receipt"
 	"github.com/dryexec/dryexec/render"
 	"github.com/dryexec/dryexec/rung"
-	"github.com/dryexec/dryexec/runner"
 	"github.com/dryexec/dryexec/server"
 	"github.com/dryexec/dryexec/store"
 )
@@ -57,6 +55,8 @@ func runCmd(env Env, code *int, note *interruptNote) *cobra.Command {
 		quiet bool
 		// what run's own status says (exitstatus.go)
 		exitStatus string
+		// where the trial runs (via.go)
+		viaFlag string
 	)
 	c := &cobra.Command{
 		Use:   "run [flags] -- CMD [ARG...]",
@@ -83,17 +83,21 @@ func runCmd(env Env, code *int, note *interruptNote) *cobra.Command {
 			if err := checkExitStatus(exitStatus); err != nil {
 				return err
 			}
+			via, err := viaMode(viaFlag, env)
+			if err != nil {
+				return err
+			}
 			// The policy is read first: a mistake in it is the caller's (exit 2)
-			// and must not cost a trial.
-			pol, err := policy.Default(), error(nil)
+			// and must not cost a trial. The built-in one is compiled only
+			// if the trial runs here: through the daemon it is not needed.
+			pol, engine := policy.Default(), (*policy.Engine)(nil)
 			if policyFile != "" {
 				if pol, err = policy.Load(policyFile); err != nil {
 					return usageError{err}
 				}
-			}
-			engine, err := policy.Compile(pol)
-			if err != nil {
-				return usageError{err}
+				if engine, err = policy.Compile(pol); err != nil {
+					return usageError{err}
+				}
 			}
 			// Everything the caller could have got wrong is checked before
 			// anything runs or is stored: a mistake is exit 2 with what to do,
@@ -114,9 +118,11 @@ func runCmd(env Env, code *int, note *interruptNote) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			r, err := rung.Select(cmd.Context(), rungName)
-			if err != nil {
-				return err
+			var cc int64
+			if contentCap != "" {
+				if cc, err = parseBytes(contentCap); err != nil {
+					return usageError{fmt.Errorf("--content-cap: %w", err)}
+				}
 			}
 			// The environment is an allowlist (dryexec.SandboxEnv): --env NAME
 			// passes a variable through, --env NAME=VALUE sets one.
@@ -159,52 +165,26 @@ func runCmd(env Env, code *int, note *interruptNote) *cobra.Command {
 				lo, le := render.NewLiveWriterPair(outW, isTTY(outW), env.Stderr, isTTY(env.Stderr))
 				spec.Stdout, spec.Stderr, live = lo, le, []*render.LiveWriter{lo, le}
 			}
-			// The install's receipt key is loaded before the trial (a bad key
-			// costs no trial); the runner masks it inside the sandbox.
-			signer, err := receipt.LoadOrCreate(home)
-			if err != nil {
-				return err
-			}
 			spec.Net = netSpecs
-			// The runner hides the store whole (with a daemon's state dir and
-			// its bearer token beneath it), the store this process's
-			// DRYEXEC_HOME names, as env says, which the rung's own defaults
-			// (read from the process environment) may not know.
+			var d *dryexec.StateDelta
 			var st *store.Store
-			var opt runner.Options
-			if noStore {
-				// Opened only to be hidden: nothing is recorded, so nothing
-				// needs recovering first.
-				if st, err = store.Open(home, 0); err != nil {
+			if via != viaLocal {
+				dr := daemonRun{env: env, home: home, via: via, rungName: rungName, noStore: noStore, contentCap: cc,
+					live: live, note: note, quiet: quiet}
+				if policyFile != "" {
+					dr.pol = &pol
+				}
+				if d, err = dr.run(cmd.Context(), spec); err != nil {
 					return err
 				}
-				opt.NoStore, spec.SpillDir = true, os.TempDir()
-			} else {
-				if st, err = startStore(env); err != nil {
+			}
+			if d == nil {
+				if d, st, err = runLocal(cmd.Context(), env, home, rungName, pol, engine, spec, noStore, contentCap != "", cc, live, note); err != nil {
 					return err
 				}
-				defer autoGC(st)
-				if contentCap != "" {
-					if opt.ContentCap, err = parseBytes(contentCap); err != nil {
-						return usageError{fmt.Errorf("--content-cap: %w", err)}
-					}
+				if !noStore {
+					defer autoGC(st)
 				}
-			}
-			run, err := runner.New(st, signer)
-			if err != nil {
-				return err
-			}
-			opt.Started = func(id string) {
-				note.set("trial %s was stopped before it finished; nothing of it was kept (a trial never changes the host)", id)
-			}
-			opt.Ran = func() {
-				for _, l := range live {
-					l.Flush()
-				}
-			}
-			d, err := run.Run(cmd.Context(), r, engine, spec, opt)
-			if err != nil {
-				return err
 			}
 			if !noStore {
 				note.set("trial %s ran and is stored, pending (dryexec show %s | dryexec commit %s | dryexec discard %s); the host is unchanged", d.TrialID, d.TrialID, d.TrialID, d.TrialID)
@@ -225,6 +205,15 @@ func runCmd(env Env, code *int, note *interruptNote) *cobra.Command {
 			*code = runStatus(exitStatus, d)
 			if err != nil || (!doCommitFlag && !interactive) {
 				return err
+			}
+			if st == nil {
+				// The daemon recorded the trial in this install's store
+				// (findDaemon checked): commit it from there, as after a
+				// trial that ran here.
+				if st, err = startStore(env); err != nil {
+					return err
+				}
+				defer autoGC(st)
 			}
 			if interactive {
 				// A block is not offered: commit refuses it unless --force
@@ -258,6 +247,7 @@ func runCmd(env Env, code *int, note *interruptNote) *cobra.Command {
 		},
 	}
 	f := c.Flags()
+	f.StringVar(&viaFlag, "via", "", "where the trial runs: auto (the daemon of this install if one answers, else in this process), daemon or local (default $DRYEXEC_VIA, else auto; docs/api.md)")
 	f.StringVar(&rungName, "rung", "ns", "isolation rung: "+strings.Join(rung.Names(), ", ")+" or best")
 	f.BoolVar(&asJSON, "json", false, "print the StateDelta as JSON")
 	f.DurationVar(&timeout, "timeout", 0, "kill the command and everything it started after this long (0: none)")

@@ -1,0 +1,255 @@
+package cli
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/user"
+	"strings"
+
+	"github.com/dryexec/dryexec"
+	"github.com/dryexec/dryexec/policy"
+	"github.com/dryexec/dryexec/render"
+	"github.com/dryexec/dryexec/server"
+)
+
+// maxDaemonStdin is what `run --via daemon --stdin` reads of its standard
+// input to send: the API takes stdin whole, in the request (its limit).
+const maxDaemonStdin = 64 << 20
+
+// daemonRequest is the API request for the trial spec describes, as `run`
+// built it: the environment exactly as built from the caller's (env_exact),
+// "~/" masks made absolute with this process's home (as the rung would),
+// pol when --policy named one (else the daemon's policy decides, as it does
+// for every client). Defaults are sent as zero, so that a plain trial takes
+// the daemon's warm pool (a sandbox of another shape runs cold).
+func daemonRequest(spec dryexec.TrialSpec, rungName string, pol *policy.Policy, noStore bool, contentCap int64) (server.TrialRequest, error) {
+	a := spec.Action
+	req := server.TrialRequest{Argv: a.Argv, Cwd: a.Cwd, Env: a.Env, EnvExact: true, TimeoutMS: a.TimeoutMS,
+		Rung: rungName, NoStore: noStore, ContentCap: contentCap, Net: spec.Net, NoDefaultMasks: spec.NoDefaultMasks}
+	if spec.OutputCap != dryexec.DefaultOutputCap {
+		req.OutputCap = spec.OutputCap
+	}
+	if spec.UpperSizeBytes != dryexec.DefaultUpperSizeBytes {
+		req.UpperSizeBytes = spec.UpperSizeBytes
+	}
+	if l := spec.Limits; l != (dryexec.Limits{}) {
+		req.Limits = &server.LimitsRequest{MemoryBytes: l.MemoryBytes, Pids: l.Pids, CPUs: l.CPUs, CPUWeight: l.CPUWeight}
+	}
+	for _, m := range spec.Masks {
+		if rest, ok := strings.CutPrefix(m, "~/"); ok {
+			h := homeDir()
+			if h == "" {
+				return req, usageError{fmt.Errorf("--mask %s: no home directory known", m)}
+			}
+			m = h + "/" + rest
+		}
+		req.Masks = append(req.Masks, m)
+	}
+	if pol != nil {
+		b, err := json.Marshal(pol)
+		if err != nil {
+			return req, err
+		}
+		req.Policy = b
+	}
+	if spec.Stdin != nil {
+		b, err := io.ReadAll(io.LimitReader(spec.Stdin, maxDaemonStdin+1))
+		if err != nil {
+			return req, err
+		}
+		if len(b) > maxDaemonStdin {
+			return req, usageError{fmt.Errorf("--stdin: more than %d MiB, which the daemon does not take; use --via local", maxDaemonStdin>>20)}
+		}
+		s := string(b)
+		req.Stdin = &s
+	}
+	return req, nil
+}
+
+// homeDir is the home "~/" stands for, as the ns rung reads it: $HOME, else
+// the user's.
+func homeDir() string {
+	if h := os.Getenv("HOME"); h != "" {
+		return h
+	}
+	if u, err := user.Current(); err == nil {
+		return u.HomeDir
+	}
+	return ""
+}
+
+// errBeforeStart marks a failure of the daemon path before the daemon
+// started the trial: nothing ran, so `run --via auto` runs it in-process
+// instead.
+type errBeforeStart struct{ error }
+
+func (e errBeforeStart) Unwrap() error { return e.error }
+
+// daemonHooks are what runTrial tells its caller while the trial runs.
+type daemonHooks struct {
+	Queued         func()
+	Started        func(id string)
+	Stdout, Stderr io.Writer
+}
+
+// runTrial runs req through the daemon's NDJSON stream (docs/api.md,
+// "Streaming"): the output as it comes, then the delta. A failure before
+// the "started" event is an errBeforeStart. Ending ctx closes the stream,
+// which makes the daemon kill the trial and keep nothing of it.
+func (c *daemonConn) runTrial(ctx context.Context, req server.TrialRequest, h daemonHooks) (*dryexec.StateDelta, error) {
+	hr, err := c.request(ctx, "POST", "/v1/trials", req)
+	if err != nil {
+		return nil, errBeforeStart{err}
+	}
+	hr.Header.Set("Accept", "application/x-ndjson")
+	resp, err := c.hc.Do(hr)
+	if err != nil {
+		return nil, errBeforeStart{fmt.Errorf("%s: %w", c.where, err)}
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return nil, errBeforeStart{readDaemonError(resp)}
+	}
+	dec := json.NewDecoder(resp.Body)
+	started := false
+	for {
+		var ev struct {
+			Event   string              `json:"event"`
+			TrialID string              `json:"trial_id"`
+			Data    string              `json:"data"`
+			Delta   *dryexec.StateDelta `json:"delta"`
+			Status  int                 `json:"status"`
+			Error   *daemonError        `json:"error"`
+		}
+		if err := dec.Decode(&ev); err != nil {
+			if errors.Is(err, io.EOF) {
+				err = errors.New("the stream ended without the delta (did the daemon stop?)")
+			}
+			err = fmt.Errorf("the daemon on %s: %w", c.where, err)
+			if !started {
+				return nil, errBeforeStart{err}
+			}
+			return nil, err
+		}
+		switch ev.Event {
+		case "queued":
+			if h.Queued != nil {
+				h.Queued()
+			}
+		case "started":
+			started = true
+			if h.Started != nil {
+				h.Started(ev.TrialID)
+			}
+		case "stdout", "stderr":
+			w := h.Stdout
+			if ev.Event == "stderr" {
+				w = h.Stderr
+			}
+			if w != nil {
+				w.Write([]byte(ev.Data))
+			}
+		case "delta":
+			if ev.Delta == nil {
+				return nil, fmt.Errorf("the daemon on %s sent an empty delta", c.where)
+			}
+			return ev.Delta, nil
+		case "error":
+			e := ev.Error
+			if e == nil {
+				e = &daemonError{Code: "internal", Message: "no error body"}
+			}
+			e.Status = ev.Status
+			if !started {
+				return nil, errBeforeStart{e}
+			}
+			return nil, e
+		}
+	}
+}
+
+// daemonRun is `run` handing its trial to the daemon: what it needs besides
+// the spec.
+type daemonRun struct {
+	env        Env
+	home, via  string
+	rungName   string
+	pol        *policy.Policy // --policy's, nil without one
+	noStore    bool
+	contentCap int64 // --content-cap's, 0 without one
+	live       []*render.LiveWriter
+	note       *interruptNote
+	quiet      bool
+}
+
+// run runs spec through the daemon and returns its delta; with --via auto,
+// nil and no error when the trial is better run in this process: no daemon
+// of this install answers, the daemon is busy, or the trial needs what only
+// this process gives (a live stdin, a policy with an external scorer). With
+// --via daemon those are errors (errNoDaemon, a usage error, server.ErrBusy).
+func (r daemonRun) run(ctx context.Context, spec dryexec.TrialSpec) (*dryexec.StateDelta, error) {
+	auto := r.via == viaAuto
+	switch {
+	case spec.Stdin != nil && auto:
+		// The API takes stdin whole, in the request: an interactive or
+		// endless stdin would never be sent. Here it is passed through live.
+		return nil, nil
+	case r.pol != nil && r.pol.Scorer != nil:
+		// The daemon refuses a request's scorer (it would run on the host,
+		// outside any sandbox); here it is the caller's own.
+		if auto {
+			return nil, nil
+		}
+		return nil, usageError{errors.New("--policy names an external scorer, which a daemon does not take from a request (set it with serve --policy); use --via local")}
+	}
+	dc, err := findDaemon(ctx, r.env, r.home)
+	if err != nil {
+		if auto {
+			return nil, nil
+		}
+		return nil, err
+	}
+	cc := r.contentCap
+	if cc == 0 {
+		// DRYEXEC_TRIAL_CONTENT_CAP is this process's setting for its own
+		// trials: it travels with the trial (the daemon's applies otherwise).
+		if cc, err = parseBytes(r.env.Getenv("DRYEXEC_TRIAL_CONTENT_CAP")); err != nil {
+			return nil, usageError{fmt.Errorf("DRYEXEC_TRIAL_CONTENT_CAP: %w", err)}
+		}
+	}
+	req, err := daemonRequest(spec, r.rungName, r.pol, r.noStore, cc)
+	if err != nil {
+		return nil, err
+	}
+	d, err := dc.runTrial(ctx, req, daemonHooks{
+		Queued: func() {
+			if !r.quiet {
+				fmt.Fprintf(r.env.Stderr, "dryexec: the daemon (%s) runs as many trials as it may; this one waits for a slot\n", dc.where)
+			}
+		},
+		Started: func(id string) {
+			r.note.set("trial %s was stopped before it finished; nothing of it was kept (a trial never changes the host)", id)
+		},
+		Stdout: spec.Stdout, Stderr: spec.Stderr,
+	})
+	for _, l := range r.live {
+		l.Flush()
+	}
+	var bs errBeforeStart
+	var de *daemonError
+	if err != nil && auto && errors.As(err, &bs) && ctx.Err() == nil && (errors.Is(err, server.ErrBusy) || !errors.As(err, &de)) {
+		// Nothing ran (the daemon is busy, or went away before it
+		// started the trial): run it here instead. Anything else the
+		// daemon refused would be refused here too, so it is reported.
+		if !r.quiet {
+			fmt.Fprintf(r.env.Stderr, "dryexec: the daemon did not take the trial (%v); running it in this process\n", bs.error)
+		}
+		return nil, nil
+	}
+	return d, err
+}
