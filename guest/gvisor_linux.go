@@ -160,11 +160,21 @@ func buildGVisorView(cfg *wire.TrialStart) (string, int, []string, error) {
 // its side, once the sandbox is gone).
 func runGVisorTrial() int {
 	conn := wire.NewConn(os.NewFile(wire.CtrlFD, "ctrl"))
-	fail := func(code string, err error) int { return sendFailure(conn, code, err) }
 	cfg, code, ok := greet(conn, RoleGVisorTrial)
 	if !ok {
 		return code
 	}
+	return runInnerTrial(conn, &cfg)
+}
+
+// runInnerTrial is the part of the trial guest shared by the gvisor-trial
+// and vm-init roles, after the greeting: inside a kernel of the sandbox's
+// own, it starts the command, waits for it, kills what it left, syncs (the
+// host walks the upper dirs on its side) and reports. It returns the
+// process's exit status.
+func runInnerTrial(conn *wire.Conn, cfgp *wire.TrialStart) int {
+	cfg := *cfgp
+	fail := func(code string, err error) int { return sendFailure(conn, code, err) }
 	if cfg.Hostname != "" {
 		unix.Sethostname([]byte(cfg.Hostname))
 	}
@@ -183,8 +193,9 @@ func runGVisorTrial() int {
 	timedOut := make(chan struct{})
 	go readRun(conn, &cfg, ran, timedOut)
 	settled := func(exit *wire.TrialExit) error {
-		// gVisor may hold written pages in its own cache (a file's shared
-		// mapping): sync puts them in the upper dirs before the host walks.
+		// gVisor (or the VM's kernel) may hold written pages in its own
+		// cache (a file's shared mapping): sync puts them in the upper
+		// dirs before the host walks.
 		unix.Sync()
 		return conn.Send(wire.KindEvent, wire.VerbTrialExit, 0, exit)
 	}
