@@ -4,6 +4,7 @@ import (
 	"github.com/dryexec/dryexec"
 	"github.com/dryexec/dryexec/rung/gvisor"
 	"github.com/dryexec/dryexec/rung/linuxns"
+	"github.com/dryexec/dryexec/rung/vm"
 )
 
 func build(name string) dryexec.Rung {
@@ -12,6 +13,8 @@ func build(name string) dryexec.Rung {
 		return &linuxns.Rung{}
 	case "gvisor":
 		return &gvisor.Rung{}
+	case "vm":
+		return &vm.Rung{}
 	}
 	return nil
 }

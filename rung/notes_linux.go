@@ -5,13 +5,17 @@ import (
 
 	"github.com/dryexec/dryexec/cgroup"
 	"github.com/dryexec/dryexec/rung/gvisor"
+	"github.com/dryexec/dryexec/rung/vm"
 )
 
 // notes are what doctor says about how a rung contains its sandboxes beyond
 // "available": for ns, how its limits are enforced here.
 func notes(name string) []string {
-	if name == "gvisor" {
+	switch name {
+	case "gvisor":
 		return (&gvisor.Rung{}).Notes()
+	case "vm":
+		return (&vm.Rung{}).Notes()
 	}
 	if name != "ns" {
 		return nil
