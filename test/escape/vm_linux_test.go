@@ -1,0 +1,50 @@
+package escape
+
+import (
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"testing"
+
+	"github.com/dryexec/dryexec/guest"
+	"github.com/dryexec/dryexec/rung/vm"
+)
+
+// TestEscapeVM runs the escape corpus on the vm rung, under the same three
+// checks as on gvisor: the host unchanged, no attempt reporting success,
+// and each refusal on record (a violation, a file in the delta, a timeout,
+// or the error the attempt met: the VM's kernel answers the command, and no
+// seccomp supervisor on the host records its refusals).
+func TestEscapeVM(t *testing.T) {
+	if os.Getuid() != 0 {
+		t.Skip("the vm rung runs as root only")
+	}
+	if testing.Short() {
+		t.Skip("boots a VM per attempt")
+	}
+	// The VM's /init is the guest binary, which must be static: this test
+	// binary may not be.
+	exe := filepath.Join(t.TempDir(), guest.ExeName)
+	build := exec.Command("go", "build", "-o", exe, "github.com/dryexec/dryexec/cmd/dryexec-guest")
+	build.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("building the guest: %v\n%s", err, out)
+	}
+	r := &vm.Rung{GuestExe: exe}
+	if err := r.Available(context.Background()); err != nil {
+		if os.Getenv("DRYEXEC_REQUIRE") != "" || os.Getenv("CI") == "true" {
+			t.Fatalf("vm rung unavailable where it is required: %v", err)
+		}
+		t.Skipf("vm rung unavailable here: %v", err)
+	}
+	for _, a := range attempts {
+		t.Run(a.name, func(t *testing.T) {
+			if a.amd64 && runtime.GOARCH != "amd64" {
+				t.Skip("uses amd64 syscall numbers")
+			}
+			runOn(t, r, a)
+		})
+	}
+}
