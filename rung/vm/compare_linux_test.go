@@ -53,6 +53,10 @@ func requireVM(t *testing.T) {
 	if testing.Short() {
 		t.Skip("boots VMs")
 	}
+	if os.Getenv("DRYEXEC_TEST_VM") == "" {
+		// A VM boot per trial: minutes under TCG. `make test-vm` runs it.
+		t.Skip("set DRYEXEC_TEST_VM=1 (make test-vm) to run it")
+	}
 	staticOnce.Do(func() {
 		dir, err := os.MkdirTemp("", "dryexec-vm-guest-")
 		if err != nil {

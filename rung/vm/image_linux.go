@@ -30,7 +30,7 @@ const KernelEnv = "DRYEXEC_VM_KERNEL"
 // as modules (Debian's does): the virtio-mmio transport of microvm's
 // devices, virtio-serial for the wire and 9p for the view. modules.dep
 // gives their dependencies.
-var vmModules = []string{"virtio_mmio", "virtio_console", "9pnet_virtio", "9p"}
+func vmModules() []string { return []string{"virtio_mmio", "virtio_console", "9pnet_virtio", "9p"} }
 
 // Kernel is what a VM boots: the uncompressed kernel and the directory of
 // its modules ("" when the kernel has what it needs built in).
@@ -153,16 +153,20 @@ func compareVersions(a, b string) int {
 // kernel's own scripts/extract-vmlinux tries them. The decompressors are
 // programs (Go's standard library has gzip and bzip2 only); Debian's
 // kernels are xz, which xz-utils decompresses.
-var payloads = []struct {
+type payload struct {
 	magic []byte
 	argv  []string
-}{
-	{[]byte("\xfd7zXZ\x00"), []string{"xz", "-dc", "--single-stream"}},
-	{[]byte("\x28\xb5\x2f\xfd"), []string{"zstd", "-dcq"}},
-	{[]byte("\x1f\x8b\x08"), []string{"gzip", "-dc"}},
-	{[]byte("BZh"), []string{"bzip2", "-dc"}},
-	{[]byte("\x02\x21\x4c\x18"), []string{"lz4", "-dc"}},
-	{[]byte("\x5d\x00\x00\x00"), []string{"unlzma", "-c"}},
+}
+
+func payloads() []payload {
+	return []payload{
+		{[]byte("\xfd7zXZ\x00"), []string{"xz", "-dc", "--single-stream"}},
+		{[]byte("\x28\xb5\x2f\xfd"), []string{"zstd", "-dcq"}},
+		{[]byte("\x1f\x8b\x08"), []string{"gzip", "-dc"}},
+		{[]byte("BZh"), []string{"bzip2", "-dc"}},
+		{[]byte("\x02\x21\x4c\x18"), []string{"lz4", "-dc"}},
+		{[]byte("\x5d\x00\x00\x00"), []string{"unlzma", "-c"}},
+	}
 }
 
 // extractVmlinux finds the compressed payload in a bzImage and
@@ -170,7 +174,7 @@ var payloads = []struct {
 // ELF file is the kernel.
 func extractVmlinux(ctx context.Context, raw []byte) ([]byte, error) {
 	var tried []string
-	for _, p := range payloads {
+	for _, p := range payloads() {
 		for off := 0; ; {
 			i := bytes.Index(raw[off:], p.magic)
 			if i < 0 {
@@ -287,7 +291,7 @@ func Initramfs(k *Kernel, guestExe, cache string) (string, error) {
 	}
 	var mods []string
 	if k.Modules != "" {
-		if mods, err = moduleOrder(k.Modules, vmModules); err != nil {
+		if mods, err = moduleOrder(k.Modules, vmModules()); err != nil {
 			return "", fmt.Errorf("the kernel's modules: %w", err)
 		}
 	}

@@ -143,8 +143,8 @@ func probeStamp(qemu, kernelDigest, initramfs string) string {
 }
 
 // consoleTail is how much of QEMU's and the console's output is kept for
-// errors.
-const consoleTail = 256 << 10
+// errors: enough for a kernel panic's trace.
+const consoleTail = 16 << 10
 
 func tailString(b *tail.Buffer) string {
 	out, _ := b.Bytes()

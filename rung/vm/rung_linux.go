@@ -110,6 +110,9 @@ type machine struct {
 	kernel    *Kernel
 	initramfs string
 	accel     string
+	// why is what the probe found of the accelerators not chosen ("" when
+	// unprobed or forced).
+	why string
 }
 
 // resolve finds QEMU, the kernel and the initramfs, and decides the
@@ -141,34 +144,38 @@ func (r *Rung) resolve(ctx context.Context, probe bool) (*machine, error) {
 	}
 	stamp := probeStamp(q, k.Digest, initrd)
 	if stamp != "" {
-		if b, err := os.ReadFile(stamp); err == nil && (string(b) == AccelKVM || string(b) == AccelTCG) {
-			m.accel = string(b)
-			return m, nil
+		if b, err := os.ReadFile(stamp); err == nil {
+			accel, why, _ := strings.Cut(string(b), "\n")
+			if accel == AccelKVM || accel == AccelTCG {
+				m.accel, m.why = accel, why
+				return m, nil
+			}
 		}
 	}
 	if !probe {
 		m.accel = AccelTCG
 		return m, nil
 	}
-	accel, err := r.probe(ctx, m)
+	accel, why, err := r.probe(ctx, m)
 	if err != nil {
 		return nil, unavailable(err.Error())
 	}
-	m.accel = accel
+	m.accel, m.why = accel, why
 	if stamp != "" {
 		// Best effort: without the stamp the next call probes again.
-		os.WriteFile(stamp, []byte(accel), 0o600)
+		os.WriteFile(stamp, []byte(accel+"\n"+why), 0o600)
 	}
 	return m, nil
 }
 
 // probe boots a probe VM with KVM (deadline KVMProbeDeadline), then, if it
 // did not greet, with TCG (deadline BootTimeout); it returns the first
-// accelerator that booted. /dev/kvm is never merely opened: on a nested
-// hypervisor it opens and QEMU+KVM then hangs.
-func (r *Rung) probe(ctx context.Context, m *machine) (string, error) {
+// accelerator that booted, and why those before it did not. /dev/kvm is
+// never merely opened: on a nested hypervisor it opens and QEMU+KVM then
+// hangs.
+func (r *Rung) probe(ctx context.Context, m *machine) (accel, why string, err error) {
 	cfg := vmConfig{qemu: m.qemu, kernel: m.kernel.Vmlinux, initramfs: m.initramfs, transport: virtioSerial{}}
-	var why []string
+	var failed []string
 	for _, a := range []struct {
 		accel    string
 		deadline time.Duration
@@ -179,14 +186,23 @@ func (r *Rung) probe(ctx context.Context, m *machine) (string, error) {
 			if r.Log != nil {
 				r.Log.Debug("vm probe booted", "accel", a.accel, "hello", res.Hello)
 			}
-			return a.accel, nil
+			return a.accel, strings.Join(failed, "; "), nil
 		}
-		why = append(why, a.accel+": "+err.Error())
+		failed = append(failed, a.accel+": "+oneLine(err.Error()))
 		if ctx.Err() != nil {
 			break
 		}
 	}
-	return "", fmt.Errorf("no probe VM booted (%s)", strings.Join(why, "; "))
+	return "", "", fmt.Errorf("no probe VM booted (%s)", strings.Join(failed, "; "))
+}
+
+// oneLine is s's first line, at most 300 bytes of it.
+func oneLine(s string) string {
+	s, _, _ = strings.Cut(s, "\n")
+	if len(s) > 300 {
+		s = s[:300] + "…"
+	}
+	return s
 }
 
 // Available boots a probe VM (see probe); a success is remembered until
@@ -215,8 +231,12 @@ func (r *Rung) Notes() []string {
 	if err != nil {
 		return nil
 	}
+	accel := "qemu: " + m.qemu + " -M microvm, accel=" + m.accel + " (decided by booting a probe VM, KVM first)"
+	if m.why != "" {
+		accel += "; not chosen: " + m.why
+	}
 	return []string{
-		"qemu: " + m.qemu + " -M microvm, accel=" + m.accel + " (decided by booting a probe VM, KVM first)",
+		accel,
 		"kernel: " + m.kernel.Vmlinux + " (sha256 " + m.kernel.Digest[:16] + "…); initramfs: " + m.initramfs,
 		"wire: virtio-serial; root: the view over 9p (virtio-9p, passthrough), upper dirs on the host",
 		"network: none only (netsim over virtio-net is not built yet: --net other than none is refused)",
