@@ -5,7 +5,6 @@ import (
 	"os"
 	"os/exec"
 	"strconv"
-	"strings"
 
 	"github.com/dryexec/dryexec/wire"
 )
@@ -124,9 +123,4 @@ func (c *vmConfig) argv() []string {
 	}
 	argv = append(argv, c.transport.Args(c.portFDs)...)
 	return argv
-}
-
-// describe is a VM's one-line description for notes and errors.
-func (c *vmConfig) describe() string {
-	return strings.Join([]string{"qemu microvm", "accel=" + c.accel, c.transport.Name()}, ", ")
 }
