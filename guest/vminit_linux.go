@@ -213,5 +213,12 @@ func enterVMRoot() error {
 			return fmt.Errorf("mounting %s: %w", m.dst, err)
 		}
 	}
+	// The VM's kernel is the sandbox's own, but the guest supervisor runs
+	// on it too: the command (uid 0 here) must not reconfigure it
+	// (core_pattern, sysrq, IRQs) or read its memory (kcore) any more than
+	// on ns, where the same entries are the host's.
+	if err := lockProc("", "/dev/null"); err != nil {
+		return err
+	}
 	return nil
 }

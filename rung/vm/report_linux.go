@@ -13,11 +13,14 @@ import (
 
 	"github.com/dryexec/dryexec"
 	"github.com/dryexec/dryexec/fsdelta"
+	"github.com/dryexec/dryexec/fswalk"
 	"github.com/dryexec/dryexec/rung/linuxns"
+	"github.com/dryexec/dryexec/wire"
 )
 
 // walk walks every upper dir through the host's handle on the scratch
-// tmpfs and diffs it with the host into d, as the gvisor rung does: QEMU,
+// tmpfs (fswalk) and diffs it with the host into d (fsdelta), as the gvisor
+// rung does: QEMU,
 // whose 9p server wrote them for the VM, is gone.
 func (t *trial) walk(ctx context.Context, deadline time.Time, d *dryexec.StateDelta) error {
 	differ := fsdelta.NewDiffer(t.uppers, t.spec.Blobs, t.spec.DiffMaxBytes)
@@ -30,7 +33,7 @@ func (t *trial) walk(ctx context.Context, deadline time.Time, d *dryexec.StateDe
 	base := "/proc/self/fd/" + strconv.Itoa(t.scratchFD) + "/u/"
 	var werr error
 	for i := range t.uppers {
-		werr = fsdelta.Walk(base+strconv.Itoa(i), i, fsdelta.WalkOptions{Redirects: true}, func(e *fsdelta.Entry, content *os.File) error {
+		werr = fswalk.Walk(base+strconv.Itoa(i), i, fswalk.WalkOptions{Redirects: true}, func(e *wire.FSEntry, content *os.File) error {
 			if err := ctx.Err(); err != nil {
 				return err
 			}
