@@ -6,11 +6,9 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"reflect"
 	"strings"
-	"sync"
 	"testing"
 
 	"github.com/dryexec/dryexec"
@@ -38,14 +36,6 @@ func cliRun(t *testing.T, home, rungName, stdin string, args ...string) (int, *d
 	return code, &d
 }
 
-// The static guest for the in-process CLI (DRYEXEC_GUEST): the initramfs
-// has no libc, and this test binary may be dynamic.
-var (
-	staticOnce sync.Once
-	staticPath string
-	staticErr  error
-)
-
 // requireVM builds the static guest, points DRYEXEC_GUEST at it and skips
 // (or, where required, fails) unless both ns and vm run here.
 func requireVM(t *testing.T) {
@@ -57,23 +47,8 @@ func requireVM(t *testing.T) {
 		// A VM boot per trial: minutes under TCG. `make test-vm` runs it.
 		t.Skip("set DRYEXEC_TEST_VM=1 (make test-vm) to run it")
 	}
-	staticOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "dryexec-vm-guest-")
-		if err != nil {
-			staticErr = err
-			return
-		}
-		staticPath = filepath.Join(dir, guest.ExeName)
-		cmd := exec.Command("go", "build", "-o", staticPath, "github.com/dryexec/dryexec/cmd/dryexec-guest")
-		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-		if out, err := cmd.CombinedOutput(); err != nil {
-			staticErr = fmt.Errorf("building the guest: %v\n%s", err, out)
-		}
-	})
-	if staticErr != nil {
-		t.Fatal(staticErr)
-	}
-	t.Setenv(guest.ExeEnv, staticPath)
+	// The initramfs has no libc, and this test binary may be dynamic.
+	t.Setenv(guest.ExeEnv, vm.StaticGuest(t))
 	if err := (&linuxns.Rung{}).Available(context.Background()); err != nil {
 		t.Skipf("ns rung unavailable: %v", err)
 	}

@@ -1,6 +1,12 @@
 package vm
 
-import "sync"
+import (
+	"sync"
+	"testing"
+)
+
+// StaticGuest is staticGuest for the external tests (package vm_test).
+func StaticGuest(t testing.TB) string { return staticGuest(t) }
 
 type buildError struct {
 	out string

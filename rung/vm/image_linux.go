@@ -18,7 +18,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/dryexec/dryexec/store"
+	"github.com/dryexec/dryexec"
 	"github.com/dryexec/dryexec/wire"
 )
 
@@ -43,10 +43,10 @@ type Kernel struct {
 }
 
 // cacheDir is where extracted kernels and built initramfs images are kept:
-// dir, else $DRYEXEC_HOME/vm (store.DefaultDir).
+// dir, else $DRYEXEC_HOME/vm (dryexec.DefaultHome).
 func cacheDir(dir string) (string, error) {
 	if dir == "" {
-		home, err := store.DefaultDir(os.Getenv)
+		home, err := dryexec.DefaultHome(os.Getenv)
 		if err != nil {
 			return "", err
 		}

@@ -15,7 +15,11 @@ import (
 // re-executes /proc/self/exe as `dryexec guest gvisor-view`).
 func TestMain(m *testing.M) {
 	guest.MaybeMain(os.Args)
-	os.Exit(m.Run())
+	code := m.Run()
+	if guestPath != "" {
+		os.RemoveAll(filepath.Dir(guestPath))
+	}
+	os.Exit(code)
 }
 
 // staticGuest builds cmd/dryexec-guest with CGO_ENABLED=0 once per test
