@@ -31,7 +31,7 @@ APT_PACKAGES  := bubblewrap util-linux python3 iproute2 curl git rsync tar nodej
 # probe that misfires fails the run. "kernel" (overlayfs options, a Landlock
 # ABI, a cgroup v1 hierarchy, ...) is left out: it depends on the host's kernel,
 # not on anything `make deps` installs. DRYEXEC_REQUIRE=all requires it too.
-CI_REQUIRE    := root,ns,rootless,netsim,gvisor,python,tool,testhooks
+CI_REQUIRE    := root,ns,rootless,netsim,gvisor,vm,python,tool,testhooks
 ifeq ($(CI),true)
 export DRYEXEC_REQUIRE ?= $(CI_REQUIRE)
 endif
@@ -133,7 +133,7 @@ test: deps lint unit fidelity examples
 # on 2 CPUs): the same delta as ns field by field and the escape corpus on
 # vm. `make unit` runs the vm rung's short ones (probe, acceptance, --net).
 test-vm: deps
-	DRYEXEC_REQUIRE=1 DRYEXEC_TEST_VM=1 $(GO) test -count=1 -timeout 60m -run 'TestSameDeltaAsNS|TestEscapeVM' ./rung/vm ./test/escape
+	DRYEXEC_REQUIRE=vm,ns DRYEXEC_TEST_VM=1 $(GO) test -count=1 -timeout 60m -run 'TestSameDeltaAsNS|TestEscapeVM' ./rung/vm ./test/escape
 
 # The whole benchmark suite (docs/benchmarks.md): a Markdown table and a PNG
 # chart in bench/results/ (latest.md, latest.png and dated copies). BENCH_ROUNDS

@@ -14,6 +14,7 @@ import (
 	"github.com/dryexec/dryexec"
 	"github.com/dryexec/dryexec/guest"
 	"github.com/dryexec/dryexec/internal/cli"
+	"github.com/dryexec/dryexec/internal/testreq"
 	"github.com/dryexec/dryexec/rung/linuxns"
 	"github.com/dryexec/dryexec/rung/vm"
 )
@@ -49,15 +50,8 @@ func requireVM(t *testing.T) {
 	}
 	// The initramfs has no libc, and this test binary may be dynamic.
 	t.Setenv(guest.ExeEnv, vm.StaticGuest(t))
-	if err := (&linuxns.Rung{}).Available(context.Background()); err != nil {
-		t.Skipf("ns rung unavailable: %v", err)
-	}
-	if err := (&vm.Rung{}).Available(context.Background()); err != nil {
-		if os.Getenv("DRYEXEC_REQUIRE") != "" || os.Getenv("CI") == "true" {
-			t.Fatalf("vm rung unavailable where it is required: %v", err)
-		}
-		t.Skipf("vm rung unavailable: %v", err)
-	}
+	testreq.Need(t, testreq.NS, (&linuxns.Rung{}).Available(context.Background()))
+	testreq.Need(t, testreq.VM, (&vm.Rung{}).Available(context.Background()))
 }
 
 // comparable is what must be equal between two rungs' deltas of one

@@ -9,13 +9,9 @@ import (
 	"time"
 
 	"github.com/dryexec/dryexec"
+	"github.com/dryexec/dryexec/internal/testreq"
 	"github.com/dryexec/dryexec/schema"
 )
-
-// required: where the rung must be there (CI, DRYEXEC_REQUIRE), its absence
-// fails the tests instead of skipping them (`make deps` installs QEMU and
-// the kernel).
-func required() bool { return os.Getenv("DRYEXEC_REQUIRE") != "" || os.Getenv("CI") == "true" }
 
 // testRung returns a rung on the static guest binary, skipping (or, where
 // required, failing) the test on a host where no VM boots.
@@ -25,12 +21,9 @@ func testRung(t *testing.T) *Rung {
 		t.Skip("boots a VM")
 	}
 	r := &Rung{GuestExe: staticGuest(t)}
-	if err := r.Available(context.Background()); err != nil {
-		if required() {
-			t.Fatalf("vm rung unavailable where it is required: %v", err)
-		}
-		t.Skipf("vm rung unavailable here: %v", err)
-	}
+	// Where DRYEXEC_REQUIRE names vm (CI: `make deps` installs QEMU and
+	// the kernel), its absence fails the test instead of skipping it.
+	testreq.Need(t, testreq.VM, r.Available(context.Background()))
 	return r
 }
 

@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/dryexec/dryexec/guest"
+	"github.com/dryexec/dryexec/internal/testreq"
 	"github.com/dryexec/dryexec/rung/vm"
 )
 
@@ -18,9 +19,7 @@ import (
 // or the error the attempt met: the VM's kernel answers the command, and no
 // seccomp supervisor on the host records its refusals).
 func TestEscapeVM(t *testing.T) {
-	if os.Getuid() != 0 {
-		t.Skip("the vm rung runs as root only")
-	}
+	testreq.NeedRoot(t)
 	if testing.Short() {
 		t.Skip("boots a VM per attempt")
 	}
@@ -37,12 +36,7 @@ func TestEscapeVM(t *testing.T) {
 		t.Fatalf("building the guest: %v\n%s", err, out)
 	}
 	r := &vm.Rung{GuestExe: exe}
-	if err := r.Available(context.Background()); err != nil {
-		if os.Getenv("DRYEXEC_REQUIRE") != "" || os.Getenv("CI") == "true" {
-			t.Fatalf("vm rung unavailable where it is required: %v", err)
-		}
-		t.Skipf("vm rung unavailable here: %v", err)
-	}
+	testreq.Need(t, testreq.VM, r.Available(context.Background()))
 	for _, a := range attempts {
 		t.Run(a.name, func(t *testing.T) {
 			if a.amd64 && runtime.GOARCH != "amd64" {
