@@ -15,19 +15,23 @@ RUNSC         := gvisor.dev/gvisor/runsc@v0.0.0-20260905035102-160fafc42237
 # lint` compares with the committed one, ip (iproute2) and curl are real clients
 # inside trials; git, rsync, tar and nodejs are the real programs the
 # cross-directory rename and link tests run in trials (test/escape). The rest
-# are the fidelity harness's workloads (docs/fidelity.md): python3-venv and
+# are the fidelity harness's workloads (docs/fidelity.md): the vm rung boots
+# QEMU (qemu-system-x86) with Debian's kernel (linux-image-amd64, whose
+# compressed vmlinuz xz-utils unpacks once into the uncompressed vmlinux
+# microvm needs); python3-venv and
 # python3-wheel-whl let pip build a package offline; npm is checked as a
 # command, because NodeSource's nodejs bundles it and conflicts with Debian's
 # npm package.
 APT_PACKAGES  := bubblewrap util-linux python3 iproute2 curl git rsync tar nodejs \
-                 unzip zip make gcc sqlite3 python3-venv python3-wheel-whl
+                 unzip zip make gcc sqlite3 python3-venv python3-wheel-whl \
+                 qemu-system-x86 linux-image-amd64 xz-utils
 # The capabilities (internal/testreq) a CI machine has once `make deps` ran as
 # root: under CI=true, `make test` requires them (DRYEXEC_REQUIRE), so a test
 # that needs one fails instead of skipping when it is missing, and a capability
 # probe that misfires fails the run. "kernel" (overlayfs options, a Landlock
 # ABI, a cgroup v1 hierarchy, ...) is left out: it depends on the host's kernel,
 # not on anything `make deps` installs. DRYEXEC_REQUIRE=all requires it too.
-CI_REQUIRE    := root,ns,rootless,netsim,gvisor,python,tool,testhooks
+CI_REQUIRE    := root,ns,rootless,netsim,gvisor,vm,python,tool,testhooks
 ifeq ($(CI),true)
 export DRYEXEC_REQUIRE ?= $(CI_REQUIRE)
 endif
@@ -41,7 +45,7 @@ SPECTRAL      := @stoplight/spectral-cli@6.16.3
 REDOCLY       := @redocly/cli@2.77.0
 OASLINT_DIR   ?= $(HOME)/.cache/dryexec/oaslint
 
-.PHONY: all build deps test lint openapi-lint unit fidelity examples bench soak stub clean
+.PHONY: all build deps test test-vm lint openapi-lint unit fidelity examples bench soak stub clean
 
 all: build
 
@@ -124,6 +128,12 @@ examples: build
 	done
 
 test: deps lint unit fidelity examples
+
+# The vm rung's long tests, a VM boot per trial under TCG here (≈ 15 minutes
+# on 2 CPUs): the same delta as ns field by field and the escape corpus on
+# vm. `make unit` runs the vm rung's short ones (probe, acceptance, --net).
+test-vm: deps
+	DRYEXEC_REQUIRE=vm,ns DRYEXEC_TEST_VM=1 $(GO) test -count=1 -timeout 60m -run 'TestSameDeltaAsNS|TestEscapeVM' ./rung/vm ./test/escape
 
 # The whole benchmark suite (docs/benchmarks.md): a Markdown table and a PNG
 # chart in bench/results/ (latest.md, latest.png and dated copies). BENCH_ROUNDS

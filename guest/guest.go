@@ -32,6 +32,15 @@ const (
 	// RoleGVisorTrial: the gvisor rung's supervisor inside gVisor: it runs
 	// the command and reports how it ended; the host walks the upper dirs.
 	RoleGVisorTrial = "gvisor-trial"
+	// RoleVMInit: the vm rung's init, PID 1 of a microVM booted from the
+	// initramfs dryexec builds: it loads the virtio modules, opens the
+	// wire ports and starts RoleVMTrial on them (vminit_linux.go,
+	// wire/vm.go).
+	RoleVMInit = "vm-init"
+	// RoleVMTrial: the vm rung's trial guest, started by RoleVMInit in the
+	// VM as PID 1 of a pid namespace with the wire ports at the wire's
+	// descriptors.
+	RoleVMTrial = "vm-trial"
 )
 
 // MaybeMain runs the guest and exits if args (os.Args) ask for a guest role;
@@ -80,6 +89,10 @@ func Main(args []string) int {
 		return runGVisorView()
 	case RoleGVisorTrial:
 		return runGVisorTrial()
+	case RoleVMInit:
+		return runVMInit()
+	case RoleVMTrial:
+		return runVMTrial()
 	}
 	fmt.Fprintf(os.Stderr, "dryexec guest: unknown role %q\n", args[0])
 	return 2

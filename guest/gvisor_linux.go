@@ -160,15 +160,25 @@ func buildGVisorView(cfg *wire.TrialStart) (string, int, []string, error) {
 // its side, once the sandbox is gone).
 func runGVisorTrial() int {
 	conn := wire.NewConn(os.NewFile(wire.CtrlFD, "ctrl"))
-	fail := func(code string, err error) int { return sendFailure(conn, code, err) }
 	cfg, code, ok := greet(conn, RoleGVisorTrial)
 	if !ok {
 		return code
 	}
+	return runInnerTrial(conn, &cfg, gvisorProfile())
+}
+
+// runInnerTrial is the part of the trial guest shared by the gvisor-trial
+// and vm-init roles, after the greeting: inside a kernel of the sandbox's
+// own, it starts the command, waits for it, kills what it left, syncs (the
+// host walks the upper dirs on its side) and reports. It returns the
+// process's exit status.
+func runInnerTrial(conn *wire.Conn, cfgp *wire.TrialStart, prof *seccomp.Profile) int {
+	cfg := *cfgp
+	fail := func(code string, err error) int { return sendFailure(conn, code, err) }
 	if cfg.Hostname != "" {
 		unix.Sethostname([]byte(cfg.Hostname))
 	}
-	stub, err := startGVisorStub(&cfg)
+	stub, err := startGVisorStub(&cfg, prof)
 	if err != nil {
 		return fail("setup", err)
 	}
@@ -183,8 +193,9 @@ func runGVisorTrial() int {
 	timedOut := make(chan struct{})
 	go readRun(conn, &cfg, ran, timedOut)
 	settled := func(exit *wire.TrialExit) error {
-		// gVisor may hold written pages in its own cache (a file's shared
-		// mapping): sync puts them in the upper dirs before the host walks.
+		// gVisor (or the VM's kernel) may hold written pages in its own
+		// cache (a file's shared mapping): sync puts them in the upper
+		// dirs before the host walks.
 		unix.Sync()
 		return conn.Send(wire.KindEvent, wire.VerbTrialExit, 0, exit)
 	}
@@ -207,10 +218,10 @@ var guestIgnored = []os.Signal{unix.SIGHUP, unix.SIGINT, unix.SIGQUIT, unix.SIGI
 
 // startGVisorStub starts the command's stub (the native one, as on ns; no
 // Landlock ruleset, which gVisor does not have, and no memory tracer) from a
-// thread of its own under no_new_privs and gvisorProfile's seccomp filter,
+// thread of its own under no_new_privs and prof's seccomp filter,
 // which the stub and so the command inherit. The thread is never given back
 // to the runtime: it ends with its goroutine.
-func startGVisorStub(cfg *wire.TrialStart) (*cmdStub, error) {
+func startGVisorStub(cfg *wire.TrialStart, prof *seccomp.Profile) (*cmdStub, error) {
 	type started struct {
 		stub *cmdStub
 		err  error
@@ -218,7 +229,7 @@ func startGVisorStub(cfg *wire.TrialStart) (*cmdStub, error) {
 	ch := make(chan started, 1)
 	go func() {
 		runtime.LockOSThread()
-		prog, err := gvisorProfile().Program(false)
+		prog, err := prof.Program(false)
 		if err == nil {
 			_, err = seccomp.Install(prog, false)
 		}
@@ -233,14 +244,15 @@ func startGVisorStub(cfg *wire.TrialStart) (*cmdStub, error) {
 	return s.stub, s.err
 }
 
-// gvisorProfile is the seccomp profile of a command inside gVisor: the ns
-// rung's (gVisor's kernel implements what it refuses, but for the sandbox
-// alone: refusing it keeps the two rungs' commands alike), and, in place of
+// innerProfile is the seccomp profile of a command inside a kernel of the
+// sandbox's own (gVisor's, the VM's): the ns rung's (that kernel implements
+// what it refuses, but for the sandbox alone: refusing it keeps the rungs'
+// commands alike), and, in place of
 // the Landlock signal scope that keeps an ns command's signals from its
 // guest, no signal to PID 1 (this guest) by any call. The refusals are
 // answered in the filter (no user notification in gVisor), so they are not
 // reported as violations.
-func gvisorProfile() *seccomp.Profile {
+func innerProfile() *seccomp.Profile {
 	p := seccomp.Default()
 	pid1 := []seccomp.Cond{{Arg: 0, Op: seccomp.OpEq, Value: 1}}
 	const why = "the guest supervisor (pid 1)"
@@ -250,6 +262,13 @@ func gvisorProfile() *seccomp.Profile {
 	// tkill names a thread only, and the guest's threads are the
 	// sandbox's first tids: refused whole (libc signals threads with tgkill).
 	p.Rules = append(p.Rules, seccomp.Rule{Name: "tkill", Errno: unix.EPERM, Why: why})
+	return p
+}
+
+// gvisorProfile is the seccomp profile of a command inside gVisor:
+// innerProfile's, and no FIFO or socket node (below).
+func gvisorProfile() *seccomp.Profile {
+	p := innerProfile()
 	// gVisor's gofer creates only regular files on the host: a FIFO (or a
 	// socket node) made by mknod would live in gVisor's memory alone,
 	// present for the command and absent from the upper dirs the delta is

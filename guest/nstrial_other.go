@@ -28,3 +28,10 @@ func runGVisorView() int {
 }
 
 func runGVisorTrial() int { return runGVisorView() }
+
+func runVMInit() int {
+	fmt.Fprintln(os.Stderr, "dryexec guest: the vm rung needs Linux")
+	return 2
+}
+
+func runVMTrial() int { return runVMInit() }

@@ -5,6 +5,7 @@ import (
 	"github.com/dryexec/dryexec/rung/gvisor"
 	"github.com/dryexec/dryexec/rung/host"
 	"github.com/dryexec/dryexec/rung/linuxns"
+	"github.com/dryexec/dryexec/rung/vm"
 )
 
 // build is the registry: one line per rung this build has.
@@ -16,6 +17,8 @@ func build(name string, c Config) dryexec.Rung {
 		return &linuxns.Rung{GuestExe: c.GuestExe, Log: c.Log, Cgroups: c.Cgroups}
 	case "gvisor":
 		return &gvisor.Rung{GuestExe: c.GuestExe, Log: c.Log, Cgroups: c.Cgroups}
+	case "vm":
+		return &vm.Rung{GuestExe: c.GuestExe, Log: c.Log}
 	}
 	return nil
 }

@@ -49,6 +49,9 @@ const (
 	Netsim Cap = "netsim"
 	// GVisor is the gvisor rung: a runsc of the pinned version that runs.
 	GVisor Cap = "gvisor"
+	// VM is the vm rung: QEMU, a kernel and a probe VM that boots (TCG
+	// where KVM does not work).
+	VM Cap = "vm"
 	// Python is /usr/bin/python3, which exec_python and many attempts run.
 	Python Cap = "python"
 	// Tool is a program `make deps` installs (git, make, bwrap, …).
@@ -65,7 +68,7 @@ const (
 )
 
 // All is every capability, in the order the summary prints them.
-var All = []Cap{Root, NS, Rootless, Netsim, GVisor, Python, Tool, Kernel, TestHooks}
+var All = []Cap{Root, NS, Rootless, Netsim, GVisor, VM, Python, Tool, Kernel, TestHooks}
 
 // Required reports whether the switch requires c.
 func Required(c Cap) bool { return required(os.Getenv(Env), c) }

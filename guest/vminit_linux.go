@@ -1,0 +1,224 @@
+package guest
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/dryexec/dryexec/wire"
+)
+
+// runVMInit is the vm rung's init (RoleVMInit), PID 1 of a microVM whose
+// initramfs holds this binary as /init and the virtio modules the kernel
+// lacks. It loads them, opens the wire ports (virtio-serial) and starts the
+// trial guest (RoleVMTrial) on them, as PID 1 of a pid and mount namespace
+// of its own, which is what the gvisor trial guest is in gVisor: the ports
+// land at the wire's descriptors in the child, where no runtime of ours has
+// put anything yet. The VM ends with the trial guest: whatever happens,
+// init resets the machine (QEMU's -no-reboot makes that QEMU's exit), so a
+// failed init never leaves a VM waiting.
+func runVMInit() int {
+	defer func() {
+		unix.Sync()
+		unix.Reboot(unix.LINUX_REBOOT_CMD_RESTART)
+	}()
+	logf := func(format string, a ...any) { fmt.Fprintf(os.Stderr, "dryexec vm-init: "+format+"\n", a...) }
+	if err := vmEarlyMounts(); err != nil {
+		logf("%v", err)
+		return 1
+	}
+	if err := loadVMModules(); err != nil {
+		logf("%v", err)
+		return 1
+	}
+	ports, err := openVMPorts(10 * time.Second)
+	if err != nil {
+		logf("%v", err)
+		return 1
+	}
+	cmd := exec.Command(selfExe(), "guest", RoleVMTrial)
+	cmd.Args[0] = "dryexec"
+	cmd.Env = []string{}
+	cmd.ExtraFiles = ports
+	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
+	cmd.SysProcAttr = &syscall.SysProcAttr{Cloneflags: syscall.CLONE_NEWPID | syscall.CLONE_NEWNS}
+	if err := cmd.Run(); err != nil {
+		logf("the trial guest: %v", err)
+		return 1
+	}
+	return 0
+}
+
+// runVMTrial is the vm rung's trial guest (RoleVMTrial), PID 1 of its pid
+// namespace in the VM, with the wire ports at the wire's descriptors: it
+// greets the host, mounts the view as its root and runs the command as the
+// gvisor trial guest does.
+func runVMTrial() int {
+	conn := wire.NewConn(os.NewFile(wire.CtrlFD, "ctrl"))
+	cfg, code, ok := greet(conn, RoleVMTrial)
+	if !ok {
+		return code
+	}
+	if err := enterVMRoot(); err != nil {
+		return sendFailure(conn, "setup", err)
+	}
+	if err := loopbackUp(); err != nil {
+		return sendFailure(conn, "net", err)
+	}
+	// innerProfile, without gvisor's refusal of FIFOs and socket nodes:
+	// 9p (passthrough) makes them in the upper dirs, where the delta sees
+	// them.
+	return runInnerTrial(conn, &cfg, innerProfile())
+}
+
+// vmEarlyMounts gives the initramfs what loading modules and finding the
+// ports need: /proc, /sys and devtmpfs's /dev.
+func vmEarlyMounts() error {
+	for _, m := range []struct{ src, dst, fs string }{{"proc", "/proc", "proc"}, {"sysfs", "/sys", "sysfs"}, {"devtmpfs", "/dev", "devtmpfs"}} {
+		if err := os.MkdirAll(m.dst, 0o755); err != nil {
+			return err
+		}
+		if err := unix.Mount(m.src, m.dst, m.fs, unix.MS_NOSUID, ""); err != nil && !errors.Is(err, unix.EBUSY) {
+			return fmt.Errorf("mounting %s: %w", m.dst, err)
+		}
+	}
+	return nil
+}
+
+// loadVMModules loads the modules wire.VMModules lists, in its order (the
+// host wrote them dependencies first). One the kernel has built in or
+// already loaded is no error.
+func loadVMModules() error {
+	list, err := os.ReadFile(wire.VMModules)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	for name := range strings.FieldsSeq(string(list)) {
+		f, err := os.Open("/lib/modules/" + name + ".ko")
+		if err != nil {
+			return err
+		}
+		err = unix.FinitModule(int(f.Fd()), "", 0)
+		f.Close()
+		if err != nil && !errors.Is(err, unix.EEXIST) {
+			return fmt.Errorf("loading module %s: %w", name, err)
+		}
+	}
+	return nil
+}
+
+// openVMPorts opens each wire port (wire.VMPorts), in the order of the
+// wire's descriptors. The ports appear when virtio_console has probed the device, which may be
+// after its module's load returned: they are looked for until deadline.
+func openVMPorts(wait time.Duration) ([]*os.File, error) {
+	deadline := time.Now().Add(wait)
+	names := wire.VMPorts()
+	for {
+		found := map[string]string{}
+		ents, _ := filepath.Glob("/sys/class/virtio-ports/*/name")
+		for _, e := range ents {
+			b, err := os.ReadFile(e)
+			if err != nil {
+				continue
+			}
+			found[strings.TrimSpace(string(b))] = "/dev/" + filepath.Base(filepath.Dir(e))
+		}
+		missing := ""
+		for _, n := range names {
+			if _, ok := found[wire.VMPortPrefix+n]; !ok {
+				missing = n
+				break
+			}
+		}
+		if missing == "" {
+			files := make([]*os.File, len(names))
+			for i, n := range names {
+				fd, err := unix.Open(found[wire.VMPortPrefix+n], unix.O_RDWR|unix.O_NOCTTY|unix.O_CLOEXEC, 0)
+				if err != nil {
+					return nil, fmt.Errorf("opening the %s port: %w", n, err)
+				}
+				files[i] = os.NewFile(uintptr(fd), n)
+			}
+			return files, nil
+		}
+		if time.Now().After(deadline) {
+			return nil, fmt.Errorf("no virtio-serial port %s%s after %v", wire.VMPortPrefix, missing, wait)
+		}
+		// Polled: the driver's probe posts no event an init without
+		// udev could wait for.
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// enterVMRoot mounts the view the host exports (9p, wire.VMRootTag) and
+// makes it the root, as switch_root does (an initramfs cannot be
+// pivot_root'ed away), with the VM's own /proc (of this pid namespace),
+// /sys, /dev, /dev/pts and /dev/shm over it: those are the VM's, never
+// written to the view.
+func enterVMRoot() error {
+	const newRoot = "/newroot"
+	if err := os.MkdirAll(newRoot, 0o755); err != nil {
+		return err
+	}
+	// cache=mmap: the view's files may be mapped shared and written (the
+	// sync before trial.exit flushes them); nothing else is cached, so the
+	// host's walk sees every write.
+	if err := unix.Mount(wire.VMRootTag, newRoot, "9p", 0, "trans=virtio,version=9p2000.L,access=client,cache=mmap,msize=524288"); err != nil {
+		return fmt.Errorf("mounting the view (9p %s): %w", wire.VMRootTag, err)
+	}
+	if err := unix.Chdir(newRoot); err != nil {
+		return err
+	}
+	if err := unix.Mount(".", "/", "", unix.MS_MOVE, ""); err != nil {
+		return fmt.Errorf("moving the view to /: %w", err)
+	}
+	if err := unix.Chroot("."); err != nil {
+		return err
+	}
+	if err := unix.Chdir("/"); err != nil {
+		return err
+	}
+	for _, m := range []struct{ src, dst, fs, opts string }{
+		{"proc", "/proc", "proc", ""},
+		{"sysfs", "/sys", "sysfs", ""},
+		{"devtmpfs", "/dev", "devtmpfs", ""},
+		{"devpts", "/dev/pts", "devpts", "newinstance,ptmxmode=0666"},
+		{"shm", "/dev/shm", "tmpfs", "mode=1777"},
+	} {
+		if m.dst == "/dev/pts" || m.dst == "/dev/shm" {
+			// In the VM's devtmpfs, not in the view.
+			if err := os.MkdirAll(m.dst, 0o755); err != nil {
+				return err
+			}
+		}
+		flags := uintptr(unix.MS_NOSUID)
+		if m.dst != "/dev" {
+			flags |= unix.MS_NODEV
+		}
+		if m.dst == "/sys" {
+			// Read-only for the command, as on gvisor.
+			flags |= unix.MS_RDONLY | unix.MS_NOEXEC
+		}
+		if err := unix.Mount(m.src, m.dst, m.fs, flags, m.opts); err != nil {
+			return fmt.Errorf("mounting %s: %w", m.dst, err)
+		}
+	}
+	// The VM's kernel is the sandbox's own, but the guest supervisor runs
+	// on it too: the command (uid 0 here) must not reconfigure it
+	// (core_pattern, sysrq, IRQs) or read its memory (kcore) any more than
+	// on ns, where the same entries are the host's.
+	if err := lockProc("", "/dev/null"); err != nil {
+		return err
+	}
+	return nil
+}

@@ -1,0 +1,152 @@
+package vm
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/dryexec/dryexec/guest"
+	"github.com/dryexec/dryexec/internal/tail"
+	"github.com/dryexec/dryexec/wire"
+)
+
+// socketPairs returns n connected stream socket pairs: the host's ends
+// (non-blocking, for the runtime's poller) and the VMM's.
+func socketPairs(n int) (host, vmm []*os.File, err error) {
+	for i := range n {
+		fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+		if err != nil {
+			closeAll(host)
+			closeAll(vmm)
+			return nil, nil, fmt.Errorf("socketpair: %w", err)
+		}
+		unix.SetNonblock(fds[0], true)
+		host = append(host, os.NewFile(uintptr(fds[0]), fmt.Sprintf("vm-port-%d", i)))
+		vmm = append(vmm, os.NewFile(uintptr(fds[1]), fmt.Sprintf("vm-port-%d-vmm", i)))
+	}
+	return host, vmm, nil
+}
+
+func closeAll(fs []*os.File) {
+	for _, f := range fs {
+		if f != nil {
+			f.Close()
+		}
+	}
+}
+
+// BootResult is what a probe VM measured.
+type BootResult struct {
+	Accel string
+	// Hello is the time from QEMU's start to the VM's init's first wire
+	// message (its hello).
+	Hello time.Duration
+}
+
+// errNoHello: the probe VM did not greet within its deadline.
+var errNoHello = errors.New("no hello from the VM's init")
+
+// bootProbe boots a VM with accel and no root and waits up to deadline for
+// its init's hello, then ends it. It proves the whole path a trial takes up
+// to the wire: QEMU, the accelerator, the kernel, the initramfs, the
+// modules and the ports.
+func bootProbe(ctx context.Context, cfg vmConfig, deadline time.Duration) (BootResult, error) {
+	host, vmm, err := socketPairs(len(wire.VMPorts()))
+	if err != nil {
+		return BootResult{}, err
+	}
+	defer closeAll(host)
+	cfg.portFDs = nil
+	for i := range vmm {
+		cfg.portFDs = append(cfg.portFDs, 3+i)
+	}
+	ctx, cancel := context.WithTimeout(ctx, deadline)
+	defer cancel()
+	argv := cfg.argv()
+	cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
+	cmd.ExtraFiles = vmm
+	out := tail.New(consoleTail)
+	cmd.Stdout, cmd.Stderr = out, out
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	start := time.Now()
+	if err := cmd.Start(); err != nil {
+		closeAll(vmm)
+		return BootResult{}, fmt.Errorf("starting %s: %w", argv[0], err)
+	}
+	closeAll(vmm)
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	hello := make(chan error, 1)
+	go func() {
+		f, err := wire.NewConn(host[0]).Read()
+		if err == nil {
+			var h wire.Hello
+			if f.Kind != wire.KindHello || f.Decode(&h) != nil || h.Role != guest.RoleVMTrial || h.Version != wire.Version {
+				err = fmt.Errorf("unexpected first frame %s %q from the VM", f.Kind, f.Verb)
+			}
+		}
+		hello <- err
+	}()
+	var res BootResult
+	select {
+	case err = <-hello:
+		res = BootResult{Accel: cfg.accel, Hello: time.Since(start)}
+		cmd.Process.Kill()
+		<-done
+	case err = <-done:
+		err = fmt.Errorf("QEMU ended before the VM greeted (%v)", err)
+	case <-ctx.Done():
+		err = fmt.Errorf("%w within %v", errNoHello, deadline)
+		<-done
+	}
+	if err != nil {
+		if msg := tailString(out); msg != "" {
+			err = fmt.Errorf("%w: %s", err, msg)
+		}
+		return BootResult{}, err
+	}
+	return res, nil
+}
+
+// probeDir keeps the probe's stamps: /run, which a reboot empties.
+const probeDir = "/run/dryexec/vm-probe"
+
+// probeStamp is the file that remembers, until the next boot of the host,
+// which accelerator a probe VM booted with for this QEMU binary, kernel and
+// initramfs; "" when there is nowhere to keep one.
+func probeStamp(qemu, kernelDigest, initramfs string) string {
+	var st unix.Stat_t
+	if err := unix.Stat(qemu, &st); err != nil {
+		return ""
+	}
+	boot, err := os.ReadFile("/proc/sys/kernel/random/boot_id")
+	if err != nil {
+		return ""
+	}
+	if err := os.MkdirAll(probeDir, 0o700); err != nil {
+		return ""
+	}
+	sum := sha256.Sum256(fmt.Appendf(nil, "%s\x00%d\x00%d\x00%d\x00%s\x00%s\x00%s",
+		qemu, st.Ino, st.Size, st.Mtim.Nano(), kernelDigest, filepath.Base(initramfs), bytes.TrimSpace(boot)))
+	return filepath.Join(probeDir, "ok-"+hex.EncodeToString(sum[:12]))
+}
+
+// consoleTail is how much of QEMU's and the console's output is kept for
+// errors: enough for a kernel panic's trace.
+const consoleTail = 16 << 10
+
+func tailString(b *tail.Buffer) string {
+	out, _ := b.Bytes()
+	return strings.TrimSpace(string(bytes.ToValidUTF8(out, []byte("?"))))
+}

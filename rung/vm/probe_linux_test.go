@@ -1,0 +1,68 @@
+package vm
+
+import (
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/dryexec/dryexec/guest"
+)
+
+// TestMain lets this test binary serve as the view guest (the rung
+// re-executes /proc/self/exe as `dryexec guest gvisor-view`).
+func TestMain(m *testing.M) {
+	guest.MaybeMain(os.Args)
+	code := m.Run()
+	if guestPath != "" {
+		os.RemoveAll(filepath.Dir(guestPath))
+	}
+	os.Exit(code)
+}
+
+// staticGuest builds cmd/dryexec-guest with CGO_ENABLED=0 once per test
+// binary: the initramfs has no libc, and a test binary may be dynamic.
+func staticGuest(t testing.TB) string {
+	t.Helper()
+	guestOnce.Do(func() {
+		dir, err := os.MkdirTemp("", "dryexec-vm-guest-")
+		if err != nil {
+			guestErr = err
+			return
+		}
+		guestPath = filepath.Join(dir, "dryexec-guest")
+		cmd := exec.Command("go", "build", "-o", guestPath, "github.com/dryexec/dryexec/cmd/dryexec-guest")
+		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+		if out, err := cmd.CombinedOutput(); err != nil {
+			guestErr = &buildError{out: string(out), err: err}
+		}
+	})
+	if guestErr != nil {
+		t.Fatal(guestErr)
+	}
+	return guestPath
+}
+
+func TestBootProbe(t *testing.T) {
+	ctx := context.Background()
+	cache := cmpOr(os.Getenv("VMTEST_CACHE"), t.TempDir())
+	k, err := FindKernel(ctx, "", cache)
+	if err != nil {
+		t.Skip(err)
+	}
+	q, err := FindQEMU("")
+	if err != nil {
+		t.Skip(err)
+	}
+	initrd, err := Initramfs(k, staticGuest(t), cache)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := bootProbe(ctx, vmConfig{qemu: q, accel: AccelTCG, kernel: k.Vmlinux, initramfs: initrd, transport: virtioSerial{}}, 60*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("boot to hello: %v (%s)", res.Hello, res.Accel)
+}

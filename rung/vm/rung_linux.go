@@ -1,0 +1,740 @@
+package vm
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/exec"
+	"path"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/dryexec/dryexec"
+	"github.com/dryexec/dryexec/fsdelta"
+	"github.com/dryexec/dryexec/guest"
+	"github.com/dryexec/dryexec/internal/tail"
+	"github.com/dryexec/dryexec/rung/linuxns"
+	"github.com/dryexec/dryexec/wire"
+)
+
+// Name is the rung's contract name.
+const Name = "vm"
+
+// Rung runs trials in microVMs. The zero value is ready to use; it runs as
+// root only (Available says so otherwise).
+type Rung struct {
+	// QEMU is the qemu-system-x86_64 binary; empty: FindQEMU's choice.
+	QEMU string
+	// Kernel is the kernel to boot; empty: FindKernel's choice.
+	Kernel string
+	// CacheDir keeps extracted kernels and initramfs images; empty:
+	// $DRYEXEC_HOME/vm.
+	CacheDir string
+	// Accel forces an accelerator (AccelKVM, AccelTCG); empty: the probe's
+	// (KVM if a probe VM boots with it within KVMProbeDeadline, else TCG).
+	Accel string
+	// MemoryMB is the VM's RAM when the trial's limits set none; 0: 512.
+	MemoryMB int64
+	// GuestExe is the guest binary: the view guest on the host and the
+	// VM's /init. It must be static (the initramfs has no libc); empty:
+	// guest.Executable().
+	GuestExe string
+	// Log receives debug records; nil logs nothing.
+	Log *slog.Logger
+	// BootTimeout bounds the boot to the init's hello; 0: 60s (TCG on a
+	// busy host).
+	BootTimeout time.Duration
+	// WalkGrace bounds how long the VM may take to report and end after
+	// the command's own timeout; 0 means 60s.
+	WalkGrace time.Duration
+	// CollectMin and CollectTimeout are linuxns.Rung's: how long a trial
+	// gets, after its command, to hash and store what it wrote.
+	CollectMin, CollectTimeout time.Duration
+	// Trace, when set, is called as a trial passes each phase ("view": the
+	// overlays are built, "hello": the VM's guest greeted, "exit": the
+	// command has ended, "gone": QEMU has ended, "done": the delta is
+	// built).
+	Trace func(phase string)
+}
+
+var _ dryexec.Rung = (*Rung)(nil)
+
+// KVMProbeDeadline bounds the probe VM's boot with KVM: on a host where
+// /dev/kvm opens but KVM does not work (a nested hypervisor that hangs
+// QEMU), the probe gives up after it and TCG is used.
+const KVMProbeDeadline = 5 * time.Second
+
+// Name implements dryexec.Rung.
+func (r *Rung) Name() string { return Name }
+
+func (r *Rung) trace(phase string) {
+	if r.Trace != nil {
+		r.Trace(phase)
+	}
+}
+
+func (r *Rung) walkGrace() time.Duration { return cmp.Or(r.WalkGrace, 60*time.Second) }
+
+func (r *Rung) bootTimeout() time.Duration { return cmp.Or(r.BootTimeout, 60*time.Second) }
+
+func unavailable(missing string) error {
+	return &dryexec.IsolationUnavailableError{Rung: Name, Missing: missing}
+}
+
+func (r *Rung) guestExe() (string, error) {
+	exe := cmp.Or(r.GuestExe, guest.Executable())
+	if strings.HasPrefix(exe, "/proc/") {
+		self, err := os.Executable()
+		if err != nil {
+			return "", fmt.Errorf("finding the guest binary: %w", err)
+		}
+		exe = self
+	}
+	return exe, nil
+}
+
+// machine is what every VM of this rung boots, resolved once per call.
+type machine struct {
+	qemu      string
+	kernel    *Kernel
+	initramfs string
+	accel     string
+	// why is what the probe found of the accelerators not chosen ("" when
+	// unprobed or forced).
+	why string
+}
+
+// resolve finds QEMU, the kernel and the initramfs, and decides the
+// accelerator: r.Accel, else the one the last successful probe on this
+// boot of the host stamped, else a probe's (probe false: TCG, unprobed).
+func (r *Rung) resolve(ctx context.Context, probe bool) (*machine, error) {
+	if os.Geteuid() != 0 {
+		return nil, unavailable("root: the vm rung's view guest builds overlays as root (rootless is not supported yet)")
+	}
+	q, err := FindQEMU(r.QEMU)
+	if err != nil {
+		return nil, unavailable(err.Error())
+	}
+	k, err := FindKernel(ctx, r.Kernel, r.CacheDir)
+	if err != nil {
+		return nil, unavailable(err.Error())
+	}
+	exe, err := r.guestExe()
+	if err != nil {
+		return nil, err
+	}
+	initrd, err := Initramfs(k, exe, r.CacheDir)
+	if err != nil {
+		return nil, unavailable("the initramfs: " + err.Error())
+	}
+	m := &machine{qemu: q, kernel: k, initramfs: initrd, accel: r.Accel}
+	if m.accel != "" {
+		return m, nil
+	}
+	stamp := probeStamp(q, k.Digest, initrd)
+	if stamp != "" {
+		if b, err := os.ReadFile(stamp); err == nil {
+			accel, why, _ := strings.Cut(string(b), "\n")
+			if accel == AccelKVM || accel == AccelTCG {
+				m.accel, m.why = accel, why
+				return m, nil
+			}
+		}
+	}
+	if !probe {
+		m.accel = AccelTCG
+		return m, nil
+	}
+	accel, why, err := r.probe(ctx, m)
+	if err != nil {
+		return nil, unavailable(err.Error())
+	}
+	m.accel, m.why = accel, why
+	if stamp != "" {
+		// Best effort: without the stamp the next call probes again.
+		os.WriteFile(stamp, []byte(accel+"\n"+why), 0o600)
+	}
+	return m, nil
+}
+
+// probe boots a probe VM with KVM (deadline KVMProbeDeadline), then, if it
+// did not greet, with TCG (deadline BootTimeout); it returns the first
+// accelerator that booted, and why those before it did not. /dev/kvm is
+// never merely opened: on a nested hypervisor it opens and QEMU+KVM then
+// hangs.
+func (r *Rung) probe(ctx context.Context, m *machine) (accel, why string, err error) {
+	cfg := vmConfig{qemu: m.qemu, kernel: m.kernel.Vmlinux, initramfs: m.initramfs, transport: virtioSerial{}}
+	var failed []string
+	for _, a := range []struct {
+		accel    string
+		deadline time.Duration
+	}{{AccelKVM, KVMProbeDeadline}, {AccelTCG, r.bootTimeout()}} {
+		cfg.accel = a.accel
+		res, err := bootProbe(ctx, cfg, a.deadline)
+		if err == nil {
+			if r.Log != nil {
+				r.Log.Debug("vm probe booted", "accel", a.accel, "hello", res.Hello)
+			}
+			return a.accel, strings.Join(failed, "; "), nil
+		}
+		failed = append(failed, a.accel+": "+oneLine(err.Error()))
+		if ctx.Err() != nil {
+			break
+		}
+	}
+	return "", "", fmt.Errorf("no probe VM booted (%s)", strings.Join(failed, "; "))
+}
+
+// oneLine is s's first line, at most 300 bytes of it.
+func oneLine(s string) string {
+	s, _, _ = strings.Cut(s, "\n")
+	if len(s) > 300 {
+		s = s[:300] + "…"
+	}
+	return s
+}
+
+// Available boots a probe VM (see probe); a success is remembered until
+// the host's next boot. Looking for QEMU and /dev/kvm would not do: both
+// may be there and no VM boot.
+func (r *Rung) Available(ctx context.Context) error {
+	_, err := r.resolve(ctx, true)
+	return err
+}
+
+// Boot boots a probe VM with r's accelerator (probed when unset) and
+// returns how long it took to the init's hello: the benchmark's "boot to
+// the first served wire message".
+func (r *Rung) Boot(ctx context.Context) (BootResult, error) {
+	m, err := r.resolve(ctx, true)
+	if err != nil {
+		return BootResult{}, err
+	}
+	cfg := vmConfig{qemu: m.qemu, accel: m.accel, kernel: m.kernel.Vmlinux, initramfs: m.initramfs, transport: virtioSerial{}}
+	return bootProbe(ctx, cfg, r.bootTimeout())
+}
+
+// Notes are what `dryexec doctor` says of an available vm rung.
+func (r *Rung) Notes() []string {
+	m, err := r.resolve(context.Background(), false)
+	if err != nil {
+		return nil
+	}
+	accel := "qemu: " + m.qemu + " -M microvm, accel=" + m.accel + " (decided by booting a probe VM, KVM first)"
+	if m.why != "" {
+		accel += "; not chosen: " + m.why
+	}
+	return []string{
+		accel,
+		"kernel: " + m.kernel.Vmlinux + " (sha256 " + m.kernel.Digest[:16] + "…); initramfs: " + m.initramfs,
+		"wire: virtio-serial; root: the view over 9p (virtio-9p, passthrough), upper dirs on the host",
+		"network: none only (netsim over virtio-net is not built yet: --net other than none is refused)",
+		"limits: memory is the VM's RAM, one vCPU; pids as RLIMIT_NPROC inside the VM",
+	}
+}
+
+// netNone says whether specs ask for no network.
+func netNone(specs []string) bool {
+	for _, s := range specs {
+		if s != "none" && s != "" {
+			return false
+		}
+	}
+	return true
+}
+
+// ErrNetUnsupported is returned for a trial asking for a network: the vm
+// rung has none yet.
+var ErrNetUnsupported = errors.New("the vm rung has no network yet (netsim over virtio-net is not built): run it with --net none")
+
+// Trial implements dryexec.Rung.
+func (r *Rung) Trial(ctx context.Context, spec dryexec.TrialSpec) (*dryexec.StateDelta, error) {
+	spec = spec.WithDefaults()
+	if err := linuxns.CheckAction(spec.Action); err != nil {
+		return nil, err
+	}
+	if !netNone(spec.Net) {
+		return nil, &dryexec.IsolationUnavailableError{Rung: Name, Missing: ErrNetUnsupported.Error()}
+	}
+	if spec.TrialID == "" {
+		spec.TrialID = dryexec.NewTrialID()
+	}
+	m, err := r.resolve(ctx, true)
+	if err != nil {
+		return nil, err
+	}
+	exe, err := r.guestExe()
+	if err != nil {
+		return nil, err
+	}
+	mounts, err := linuxns.Mounts()
+	if err != nil {
+		return nil, err
+	}
+	// netsim's CA key is masked in every sandbox, as on ns, though this
+	// one has no network: it signs what other sandboxes trust.
+	caDir, err := linuxns.EnsureCA(spec.NetCADir)
+	if err != nil {
+		return nil, err
+	}
+	cover, err := linuxns.ResolveCover(append(slices.Clone(spec.Masks), caDir), spec.NoDefaultMasks, spec.OwnPaths)
+	if err != nil {
+		return nil, err
+	}
+	t := &trial{r: r, spec: spec, m: m, exe: exe, mounts: mounts, cover: cover, scratchFD: -1, transport: virtioSerial{}}
+	defer t.cleanup()
+	if err := t.start(); err != nil {
+		return nil, err
+	}
+	return t.run(ctx)
+}
+
+// trial is one VM: the view guest (which becomes QEMU), the host ends of
+// the wire's ports, and what the host keeps of it.
+type trial struct {
+	r         *Rung
+	spec      dryexec.TrialSpec
+	m         *machine
+	exe       string
+	mounts    []wire.MountSpec
+	cover     linuxns.Cover
+	transport transport
+
+	cmd      *exec.Cmd // the view guest, then QEMU
+	waited   chan struct{}
+	waitErr  error
+	view     *wire.Conn
+	viewCtrl *os.File
+	ports    []*os.File // host ends: ctrl, stdout, stderr, stdin, stub
+	inner    *wire.Conn
+	console  *tail.Buffer // QEMU's and the VM console's output
+	out      *tail.Buffer
+	errb     *tail.Buffer
+	pipes    sync.WaitGroup
+
+	watch *linuxns.MaskWatch
+
+	uppers    []fsdelta.Mount
+	scratch   *os.File
+	scratchFD int
+
+	bootStart time.Time
+	boot      time.Duration
+	sent      bool
+	sentAt    time.Time
+	expired   bool
+	crossed   string
+	upperFull bool
+	exit      *wire.TrialExit
+	done      *wire.TrialDone
+}
+
+// The view guest's descriptors: wire.CtrlFD is its own stream; the VM's
+// ports' QEMU ends follow from portFD0, in wire.VMPorts order.
+const portFD0 = 4
+
+// start starts the view guest in a mount and network namespace of its own
+// (QEMU, which it becomes, then has no network), with the ports' QEMU ends.
+func (t *trial) start() error {
+	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return fmt.Errorf("socketpair: %w", err)
+	}
+	unix.SetNonblock(fds[0], true)
+	t.viewCtrl = os.NewFile(uintptr(fds[0]), "view")
+	viewEnd := os.NewFile(uintptr(fds[1]), "view-guest")
+	defer viewEnd.Close()
+	host, vmm, err := socketPairs(len(wire.VMPorts()))
+	if err != nil {
+		return err
+	}
+	defer closeAll(vmm)
+	t.ports = host
+	consoleR, consoleW, err := os.Pipe()
+	if err != nil {
+		return err
+	}
+	defer consoleW.Close()
+	t.cmd = &exec.Cmd{
+		Path:       t.exe,
+		Args:       []string{"dryexec", "guest", guest.RoleGVisorView},
+		Env:        []string{},
+		ExtraFiles: append([]*os.File{viewEnd}, vmm...),
+		Stdout:     consoleW,
+		Stderr:     consoleW,
+		SysProcAttr: &syscall.SysProcAttr{
+			Cloneflags: syscall.CLONE_NEWNS | syscall.CLONE_NEWNET,
+			Pdeathsig:  syscall.SIGKILL,
+		},
+	}
+	if err := t.cmd.Start(); err != nil {
+		consoleR.Close()
+		return fmt.Errorf("starting the vm's view guest: %w", err)
+	}
+	t.waited = make(chan struct{})
+	go func() {
+		t.waitErr = t.cmd.Wait()
+		close(t.waited)
+	}()
+	t.console = tail.New(consoleTail)
+	t.pipes.Go(func() { copyOut(t.console, consoleR) })
+	t.view = wire.NewConn(t.viewCtrl)
+	t.inner = wire.NewConn(t.ports[0])
+	return nil
+}
+
+// cleanup ends the VM (if it still runs) and frees everything.
+func (t *trial) cleanup() {
+	if t.viewCtrl != nil {
+		t.viewCtrl.Close()
+	}
+	if t.cmd != nil && t.cmd.Process != nil {
+		t.cmd.Process.Kill()
+		<-t.waited
+	}
+	closeAll(t.ports)
+	t.pipes.Wait()
+	t.watch.Close()
+	if t.scratch != nil {
+		t.scratch.Close()
+	}
+}
+
+func (t *trial) guestErr(doing string, err error) error {
+	if msg := tailString(t.console); msg != "" {
+		return fmt.Errorf("%w: %s: %w (QEMU and console: %s)", dryexec.ErrGuest, doing, err, msg)
+	}
+	return fmt.Errorf("%w: %s: %w", dryexec.ErrGuest, doing, err)
+}
+
+// readFrame reads the next frame of conn, turning a guest's error frame
+// into an error.
+func readFrame(conn *wire.Conn) (*wire.Frame, error) {
+	f, err := conn.Read()
+	if err != nil {
+		return nil, err
+	}
+	if f.Kind == wire.KindErr {
+		var re wire.RemoteError
+		f.Decode(&re)
+		return nil, &re
+	}
+	return f, nil
+}
+
+// hello reads and checks a guest's hello.
+func (t *trial) hello(conn *wire.Conn, role string) error {
+	f, err := readFrame(conn)
+	if err != nil {
+		return t.guestErr("reading the "+role+" guest's hello", err)
+	}
+	var h wire.Hello
+	if f.Kind != wire.KindHello || f.Decode(&h) != nil {
+		return fmt.Errorf("%w: bad hello from the %s guest", dryexec.ErrGuest, role)
+	}
+	if h.Version != wire.Version || h.Role != role {
+		return fmt.Errorf("%w: the guest %s speaks protocol %d as %q, this dryexec %d as %q (a dryexec-guest from another build?)",
+			dryexec.ErrGuest, t.exe, h.Version, h.Role, wire.Version, role)
+	}
+	return nil
+}
+
+// prepare builds the view on the host and has the view guest become QEMU,
+// exporting it.
+func (t *trial) prepare() error {
+	if err := t.hello(t.view, guest.RoleGVisorView); err != nil {
+		return err
+	}
+	start := wire.TrialStart{Mounts: t.mounts, UpperSize: t.spec.UpperSizeBytes, Masks: t.cover.Masks, Hidden: t.cover.Hidden}
+	if err := t.view.Send(wire.KindReq, wire.VerbTrialStart, 1, &start); err != nil {
+		return t.guestErr("sending trial.start", err)
+	}
+	f, err := readFrame(t.view)
+	if err != nil {
+		return t.guestErr("building the view", err)
+	}
+	var tm wire.TrialMounts
+	if f.Verb != wire.VerbTrialMounts || f.Decode(&tm) != nil {
+		return fmt.Errorf("%w: unexpected %s %q before trial.mounts", dryexec.ErrGuest, f.Kind, f.Verb)
+	}
+	if t.uppers, err = checkUppers(tm.Paths, t.mounts); err != nil {
+		return err
+	}
+	if err := t.openScratch(tm.ScratchFD); err != nil {
+		return err
+	}
+	t.watch = linuxns.NewMaskWatch()
+	if len(t.cover.Masks) > 0 {
+		root, err := unix.Openat(t.scratchFD, "root", unix.O_PATH|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+		if err != nil {
+			return fmt.Errorf("opening the view's root: %w", err)
+		}
+		t.watch.PinRoot(root, t.cover.Masks)
+		unix.Close(root)
+	}
+	t.r.trace("view")
+	mem := t.r.MemoryMB
+	if l := t.spec.Limits.MemoryBytes; l > 0 {
+		mem = max(l>>20, 128)
+	}
+	var portFDs, keep []int
+	for i := range wire.VMPorts() {
+		portFDs = append(portFDs, portFD0+i)
+		keep = append(keep, portFD0+i)
+	}
+	// QEMU runs from the view guest's scratch dir: the view's root is
+	// "root" beneath it (wire.GVisorRoot is the same dir, named from the
+	// bundle).
+	cfg := vmConfig{qemu: t.m.qemu, accel: t.m.accel, kernel: t.m.kernel.Vmlinux, initramfs: t.m.initramfs,
+		memMB: mem, cpus: 1, transport: t.transport, portFDs: portFDs, rootDir: "root"}
+	argv := cfg.argv()
+	// The view guest's exec verb is gvisor's: write a (here unused)
+	// config file, keep the ports, exec the program from the scratch dir.
+	ex := wire.GVisorExec{Path: t.m.qemu, Argv: argv, Config: []byte("{}"), Keep: keep}
+	if err := t.view.Send(wire.KindReq, wire.VerbGVisorExec, 2, &ex); err != nil {
+		return t.guestErr("sending the exec of QEMU", err)
+	}
+	t.bootStart = time.Now()
+	// The stream closes when the view guest execs QEMU (close-on-exec).
+	if f, err := readFrame(t.view); err == nil {
+		return fmt.Errorf("%w: unexpected %s %q instead of QEMU", dryexec.ErrGuest, f.Kind, f.Verb)
+	} else if re := (*wire.RemoteError)(nil); errors.As(err, &re) {
+		return t.guestErr("starting QEMU", err)
+	}
+	t.viewCtrl.Close()
+	t.viewCtrl = nil
+	return nil
+}
+
+// openScratch takes the host's own handle on the view guest's scratch
+// tmpfs, through /proc/PID/fd, before anything of the VM's runs: the host
+// walks the upper dirs through it once QEMU is gone.
+func (t *trial) openScratch(fd int) error {
+	if fd <= 0 {
+		return fmt.Errorf("%w: the view guest named no scratch tmpfs", dryexec.ErrGuest)
+	}
+	h, err := unix.Open("/proc/"+strconv.Itoa(t.cmd.Process.Pid)+"/fd/"+strconv.Itoa(fd), unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return fmt.Errorf("opening the view's scratch tmpfs: %w", err)
+	}
+	var sfs unix.Statfs_t
+	if err := unix.Fstatfs(h, &sfs); err != nil || sfs.Type != unix.TMPFS_MAGIC {
+		unix.Close(h)
+		return fmt.Errorf("%w: the view guest's scratch descriptor is not a tmpfs", dryexec.ErrGuest)
+	}
+	t.scratch, t.scratchFD = os.NewFile(uintptr(h), "scratch"), h
+	return nil
+}
+
+// checkUppers validates the view guest's list of upper dirs: each must be a
+// clean absolute path within a planned mount.
+func checkUppers(paths []string, mounts []wire.MountSpec) ([]fsdelta.Mount, error) {
+	if len(paths) == 0 || len(paths) > 4096 {
+		return nil, fmt.Errorf("%w: %d upper dirs", dryexec.ErrGuest, len(paths))
+	}
+	dm := make([]fsdelta.Mount, len(paths))
+	for i, p := range paths {
+		ok := false
+		for _, m := range mounts {
+			ok = ok || p == m.Path || m.Path == "/" || strings.HasPrefix(p, m.Path+"/")
+		}
+		if !strings.HasPrefix(p, "/") || path.Clean(p) != p || !ok {
+			return nil, fmt.Errorf("%w: upper dir for %q is outside the planned mounts", dryexec.ErrGuest, p)
+		}
+		dm[i] = fsdelta.Mount{Path: p}
+	}
+	return dm, nil
+}
+
+var errOverdue = errors.New("the VM did not report in time")
+
+// kill ends QEMU, and with it the VM.
+func (t *trial) kill() {
+	if t.cmd != nil && t.cmd.Process != nil {
+		t.cmd.Process.Kill()
+	}
+}
+
+// run prepares the VM, runs the command and builds the delta.
+func (t *trial) run(ctx context.Context) (*dryexec.StateDelta, error) {
+	a := t.spec.Action
+	outer := ctx
+	// The boot counts against no command timeout: it is bounded by its own.
+	bootCtx, bootCancel := context.WithTimeoutCause(ctx, t.r.bootTimeout()+t.r.walkGrace(), errOverdue)
+	defer bootCancel()
+	stopBoot := context.AfterFunc(bootCtx, t.kill)
+	if err := t.prepare(); err != nil {
+		stopBoot()
+		if ctx.Err() != nil {
+			return nil, fmt.Errorf("trial %s: %w", t.spec.TrialID, context.Cause(ctx))
+		}
+		return nil, err
+	}
+	if err := t.hello(t.inner, guest.RoleVMTrial); err != nil {
+		stopBoot()
+		if bootCtx.Err() != nil {
+			return nil, fmt.Errorf("trial %s: the VM did not boot within %v: %w", t.spec.TrialID, t.r.bootTimeout()+t.r.walkGrace(), err)
+		}
+		return nil, err
+	}
+	stopBoot()
+	t.boot = time.Since(t.bootStart)
+	t.r.trace("hello")
+	if a.TimeoutMS > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeoutCause(ctx, a.Timeout()+t.r.walkGrace(), errOverdue)
+		defer cancel()
+	}
+	// Cancelling ctx kills QEMU, which breaks every stream.
+	stop := context.AfterFunc(ctx, t.kill)
+	defer stop()
+	t.out, t.errb = tail.New(t.spec.OutputCap), tail.New(t.spec.OutputCap)
+	err := t.converse()
+	if err != nil && !t.sent {
+		if ctx.Err() != nil {
+			return nil, fmt.Errorf("trial %s: %w", t.spec.TrialID, context.Cause(ctx))
+		}
+		return nil, err
+	}
+	if err != nil && ctx.Err() != nil && !errors.Is(context.Cause(ctx), errOverdue) {
+		return nil, fmt.Errorf("trial %s: %w", t.spec.TrialID, ctx.Err())
+	}
+	if err != nil && errors.Is(context.Cause(ctx), errOverdue) {
+		err = fmt.Errorf("%w: no report within the command's timeout and %v more", dryexec.ErrGuest, t.r.walkGrace())
+	}
+	// Every write of the VM is in the upper dirs once QEMU (its 9p
+	// server) has ended: the host walks them only then. The VM resets
+	// itself after trial.done; a VM that does not is killed.
+	if err != nil {
+		t.kill()
+	}
+	select {
+	case <-t.waited:
+	case <-time.After(t.r.walkGrace()):
+		t.kill()
+		<-t.waited
+	case <-ctx.Done():
+		t.kill()
+		<-t.waited
+	}
+	t.r.trace("gone")
+	return t.report(outer, err)
+}
+
+// converse starts the command in the VM and reads how it ended.
+func (t *trial) converse() error {
+	a := t.spec.Action
+	host, _ := os.Hostname()
+	start := wire.TrialStart{Hostname: host, CommandUserNS: true, CommandNPROC: commandNPROC(t.spec.Limits)}
+	if err := t.inner.Send(wire.KindReq, wire.VerbTrialStart, 1, &start); err != nil {
+		return t.guestErr("sending trial.start", err)
+	}
+	env := make([]string, 0, len(a.Env))
+	for k, v := range a.Env {
+		env = append(env, k+"="+v)
+	}
+	sort.Strings(env)
+	// The VM's monotonic clock is its own: the guest times the command
+	// from trial.run, which therefore goes before the command.
+	run := wire.TrialRun{Argv: a.Argv, Env: env, Cwd: a.Cwd, TimeoutMS: a.TimeoutMS, Stdin: t.spec.Stdin != nil}
+	req, err := wire.StubRequest(&run)
+	if err != nil {
+		return fmt.Errorf("%w: %w", dryexec.ErrBadAction, err)
+	}
+	run.Env = nil
+	if err := t.inner.Send(wire.KindReq, wire.VerbTrialRun, 2, &run); err != nil {
+		return t.guestErr("sending trial.run", err)
+	}
+	t.sent, t.sentAt = true, time.Now()
+	stubW := t.ports[4]
+	_, err = stubW.Write(req)
+	// Half-closed, not closed: the VM sees the end of the request, and
+	// the socket stays open for QEMU's chardev.
+	unix.Shutdown(int(stubW.Fd()), unix.SHUT_WR)
+	if err != nil {
+		return t.guestErr("sending the command", err)
+	}
+	t.startIO()
+	for {
+		f, err := readFrame(t.inner)
+		if err != nil {
+			return t.guestErr("reading the report", err)
+		}
+		switch f.Verb {
+		case wire.VerbTrialExit:
+			if t.exit != nil {
+				return fmt.Errorf("%w: trial.exit twice", dryexec.ErrGuest)
+			}
+			ex := new(wire.TrialExit)
+			if err := f.Decode(ex); err != nil {
+				return t.guestErr("decoding trial.exit", err)
+			}
+			t.upperFull = t.upperFull || upperFull(t.scratchFD)
+			t.exit = ex
+			t.r.trace("exit")
+		case wire.VerbTrialDone:
+			if t.exit == nil {
+				return fmt.Errorf("%w: trial.done before trial.exit", dryexec.ErrGuest)
+			}
+			done := new(wire.TrialDone)
+			if err := f.Decode(done); err != nil {
+				return t.guestErr("decoding trial.done", err)
+			}
+			t.done = done
+			return nil
+		default:
+			return fmt.Errorf("%w: unexpected %s %q", dryexec.ErrGuest, f.Kind, f.Verb)
+		}
+	}
+}
+
+// startIO copies the command's output into the delta's buffers (and the
+// caller's live writers), and its stdin from the caller.
+func (t *trial) startIO() {
+	spec := t.spec
+	outR, errR, stdinW := t.ports[1], t.ports[2], t.ports[3]
+	t.pipes.Go(func() { io.Copy(t.out.Tee(spec.Stdout), outR) })
+	t.pipes.Go(func() { io.Copy(t.errb.Tee(spec.Stderr), errR) })
+	if spec.Stdin != nil {
+		go func() {
+			io.Copy(stdinW, spec.Stdin)
+			unix.Shutdown(int(stdinW.Fd()), unix.SHUT_WR)
+		}()
+	} else {
+		unix.Shutdown(int(stdinW.Fd()), unix.SHUT_WR)
+	}
+}
+
+func copyOut(dst io.Writer, src *os.File) {
+	defer src.Close()
+	io.Copy(dst, src)
+}
+
+// upperFull says whether the tmpfs at fd has no block or inode left.
+func upperFull(fd int) bool {
+	var sfs unix.Statfs_t
+	return unix.Fstatfs(fd, &sfs) == nil && (sfs.Bavail == 0 || sfs.Ffree == 0)
+}
+
+// commandNPROC is the command's RLIMIT_NPROC inside the VM: the trial's
+// pids limit (its default when 0; none when negative).
+func commandNPROC(l dryexec.Limits) int64 {
+	switch {
+	case l.Pids < 0:
+		return 0
+	case l.Pids == 0:
+		return dryexec.DefaultPids
+	}
+	return l.Pids
+}
