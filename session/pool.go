@@ -102,7 +102,7 @@ func (p *Pool) Open(ctx context.Context, opt Options) (*Session, error) {
 // sameOptions says whether a session opened with a would be one opened with
 // b, the caller's objects and callbacks aside.
 func sameOptions(a, b Options) bool {
-	return a.Rung == b.Rung && a.Workspace == b.Workspace && maps.Equal(a.Env, b.Env) &&
+	return a.Rung == b.Rung && a.Workspace == b.Workspace && maps.Equal(a.Env, b.Env) && a.Shell == b.Shell &&
 		a.OutputCap == b.OutputCap && a.GuestExe == b.GuestExe && a.CacheReadOnly == b.CacheReadOnly && a.PythonWarm == b.PythonWarm &&
 		a.Limits == b.Limits && slices.Equal(a.Masks, b.Masks) && a.NoDefaultMasks == b.NoDefaultMasks &&
 		slices.Equal(a.OwnPaths, b.OwnPaths) &&

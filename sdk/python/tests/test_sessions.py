@@ -106,6 +106,29 @@ class Sessions(unittest.TestCase):
         with self.assertRaises(dry_exec.SessionLost):
             s.shell("true")
 
+    def test_shell_workspace_env_and_diff_measures(self) -> None:
+        with dry_exec.session(rung="ns") as s:
+            self.assertEqual(s.info.shell, "/bin/bash")
+            self.assertEqual(s.shell("printf '%s' $'a\\nb' | wc -l").transcript.strip(), "1")
+            self.assertEqual(s.shell('(cd / && echo "$DRYEXEC_WORKSPACE")').transcript, s.workspace + "\n")
+            d = s.diff()
+            self.assertFalse(d)
+            self.assertTrue(d.empty and d.is_empty())
+            self.assertEqual((len(d), d.paths), (0, []))
+            s.shell("printf x > f && chmod 600 f")
+            s.diff(rebase=True)
+            s.shell("chmod 700 f")
+            d = s.diff()
+            self.assertTrue(d)
+            self.assertFalse(d.empty)
+            self.assertEqual((len(d), d.paths, d.modes), (1, ["f"], {"f": 0o700}))
+            s.shell("rm f && ln -s elsewhere f")
+            d = s.diff()
+            self.assertEqual((d.deletes, d.links), (["f"], {"f": "elsewhere"}))
+        with dry_exec.session(rung="ns", shell="sh") as s:
+            self.assertEqual(s.info.shell, "/bin/sh")
+            self.assertEqual(s.shell('echo "${BASH_VERSION:-none}"').transcript, "none\n")
+
     def test_host_objects_allow_and_deny(self) -> None:
         db = DB()
         with dry_exec.session(rung="ns", host_objects={"db": db}, allow={"db": {"query", "broken", "blob", "_secret"}}) as s:
