@@ -12,7 +12,7 @@ import (
 
 // TestCheckRung: a session opens on a rung that holds sessions, and any
 // other rung is refused with an IsolationUnavailableError saying why: not
-// available here, not built, or (gvisor) no sessions yet.
+// available here, not built, or (gvisor, vm) no sessions yet.
 func TestCheckRung(t *testing.T) {
 	ctx := context.Background()
 	tests := []struct {
@@ -21,7 +21,8 @@ func TestCheckRung(t *testing.T) {
 	}{
 		{"host", ""},
 		{"gvisor", "sessions are not supported on gvisor yet"},
-		{"vm", "not implemented in this build yet"},
+		{"vm", "sessions are not supported on vm yet"},
+		{"seatbelt", "not implemented in this build yet"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.rung, func(t *testing.T) {
