@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -135,7 +136,7 @@ func TestRunExitCodes(t *testing.T) {
 		{"signal", []string{"run", "--no-store", "--", "sh", "-c", "kill -9 $$"}, ExitCommandFailed, ""},
 		{"missing policy file", []string{"run", "--policy", "/no/such/policy.yaml", "--", "true"}, ExitUsage, "no such file"},
 		{"unknown rung", []string{"run", "--rung", "nope", "--", "true"}, ExitUsage, "unknown; choose one of"},
-		{"unbuilt rung", []string{"run", "--rung", "vm", "--", "true"}, ExitRefused, "unavailable"},
+		{"unbuilt rung", []string{"run", "--rung", "seatbelt", "--", "true"}, ExitRefused, "unavailable"},
 		{"bad cwd", []string{"run", "-C", "/no/such/dir", "--", "true"}, ExitUsage, "not a directory on the host"},
 		{"bad env", []string{"run", "--env", "=x", "--", "true"}, ExitUsage, "NAME=VALUE"},
 		{"no command", []string{"run"}, ExitUsage, ""},
@@ -146,6 +147,11 @@ func TestRunExitCodes(t *testing.T) {
 			code, out, errs := cli(t, home, tt.args...)
 			if code != tt.code || !strings.Contains(errs, tt.err) {
 				t.Fatalf("code %d (want %d), stderr %q (want %q)\n%s", code, tt.code, errs, tt.err, out)
+			}
+			// A trial that was not stored cannot be committed or
+			// discarded: the summary offers neither.
+			if slices.Contains(tt.args, "--no-store") && strings.Contains(out, "dryexec commit") {
+				t.Fatalf("--no-store summary offers a commit:\n%s", out)
 			}
 		})
 	}

@@ -197,7 +197,8 @@ func runCmd(env Env, code *int, note *interruptNote) *cobra.Command {
 				// Buffered: the summary is a line per file, and a line per
 				// write(2) made a million-file summary take minutes.
 				bw := bufio.NewWriterSize(env.Stdout, 64<<10)
-				err = render.Summary(bw, d, render.Options{Color: isTerminal(env.Stdout, env), OutputShown: live != nil})
+				// Not stored, the trial has no commit or discard to offer.
+				err = render.Summary(bw, d, render.Options{Color: isTerminal(env.Stdout, env), OutputShown: live != nil, NoCommands: noStore})
 				if ferr := bw.Flush(); err == nil {
 					err = ferr
 				}
