@@ -1,21 +1,17 @@
 package gvisor
 
 import (
-	"cmp"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
-	"strconv"
 	"strings"
 	"time"
 
 	"github.com/dryexec/dryexec"
 	"github.com/dryexec/dryexec/fsdelta"
-	"github.com/dryexec/dryexec/fswalk"
 	"github.com/dryexec/dryexec/guest"
 	"github.com/dryexec/dryexec/wire"
 )
@@ -29,39 +25,10 @@ import (
 // to a directory fd, never following a link the sandbox made. After a walk
 // error, d holds what was walked before it.
 func (t *trial) walk(ctx context.Context, deadline time.Time, d *dryexec.StateDelta) error {
-	differ := fsdelta.NewDiffer(t.uppers, t.spec.Blobs, t.spec.DiffMaxBytes)
-	defer differ.Close()
-	if t.spec.SpillDir != "" {
-		differ.SpillTo(t.spec.SpillDir, 0)
-	}
-	differ.SetDeadline(deadline)
-	// As on ns: a dir renamed around a mask or dryexec's own state must not
-	// bring the host's contents there into the delta (Differ.SetHidden).
-	differ.SetHidden(append(slices.Clone(t.cover.Masks), t.cover.Hidden...))
-	base := "/proc/self/fd/" + strconv.Itoa(t.scratchFD) + "/u/"
-	var werr error
-	for i := range t.uppers {
-		// As root the view's overlays have redirect_dir=on and their
-		// markers are trusted.overlay.* (guest.buildGVisorView).
-		werr = fswalk.Walk(base+strconv.Itoa(i), i, fswalk.WalkOptions{Redirects: true}, func(e *wire.FSEntry, content *os.File) error {
-			if err := ctx.Err(); err != nil {
-				return err
-			}
-			if content == nil {
-				return differ.Add(e, nil)
-			}
-			return differ.Add(e, content)
-		})
-		if werr != nil {
-			break
-		}
-	}
-	if se := (*fsdelta.StoreError)(nil); errors.As(werr, &se) {
-		return werr
-	}
-	err := differ.FinishDelta(d)
-	t.expired, t.crossed = differ.Expired(), differ.CrossedReason()
-	return cmp.Or(werr, err)
+	var err error
+	t.expired, t.crossed, err = fsdelta.DiffScratch(ctx, fsdelta.Scratch{FD: t.scratchFD, Uppers: t.uppers,
+		Hidden: append(slices.Clone(t.cover.Masks), t.cover.Hidden...), Deadline: deadline}, t.spec, d)
+	return err
 }
 
 // ociSpec is the container's config.json: the trial guest as its process,

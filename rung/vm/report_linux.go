@@ -1,21 +1,16 @@
 package vm
 
 import (
-	"cmp"
 	"context"
 	"errors"
 	"fmt"
-	"os"
 	"slices"
-	"strconv"
 	"strings"
 	"time"
 
 	"github.com/dryexec/dryexec"
 	"github.com/dryexec/dryexec/fsdelta"
-	"github.com/dryexec/dryexec/fswalk"
 	"github.com/dryexec/dryexec/rung/linuxns"
-	"github.com/dryexec/dryexec/wire"
 )
 
 // walk walks every upper dir through the host's handle on the scratch
@@ -23,32 +18,10 @@ import (
 // rung does: QEMU,
 // whose 9p server wrote them for the VM, is gone.
 func (t *trial) walk(ctx context.Context, deadline time.Time, d *dryexec.StateDelta) error {
-	differ := fsdelta.NewDiffer(t.uppers, t.spec.Blobs, t.spec.DiffMaxBytes)
-	defer differ.Close()
-	if t.spec.SpillDir != "" {
-		differ.SpillTo(t.spec.SpillDir, 0)
-	}
-	differ.SetDeadline(deadline)
-	differ.SetHidden(append(slices.Clone(t.cover.Masks), t.cover.Hidden...))
-	base := "/proc/self/fd/" + strconv.Itoa(t.scratchFD) + "/u/"
-	var werr error
-	for i := range t.uppers {
-		werr = fswalk.Walk(base+strconv.Itoa(i), i, fswalk.WalkOptions{Redirects: true}, func(e *wire.FSEntry, content *os.File) error {
-			if err := ctx.Err(); err != nil {
-				return err
-			}
-			return differ.Add(e, content)
-		})
-		if werr != nil {
-			break
-		}
-	}
-	if se := (*fsdelta.StoreError)(nil); errors.As(werr, &se) {
-		return werr
-	}
-	err := differ.FinishDelta(d)
-	t.expired, t.crossed = differ.Expired(), differ.CrossedReason()
-	return cmp.Or(werr, err)
+	var err error
+	t.expired, t.crossed, err = fsdelta.DiffScratch(ctx, fsdelta.Scratch{FD: t.scratchFD, Uppers: t.uppers,
+		Hidden: append(slices.Clone(t.cover.Masks), t.cover.Hidden...), Deadline: deadline}, t.spec, d)
+	return err
 }
 
 // report walks the upper dirs and builds the delta; cause is why the VM's
