@@ -4,8 +4,6 @@ import (
 	"bytes"
 	"cmp"
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -30,6 +28,7 @@ import (
 	"github.com/dryexec/dryexec/cgroup"
 	"github.com/dryexec/dryexec/fsdelta"
 	"github.com/dryexec/dryexec/guest"
+	"github.com/dryexec/dryexec/internal/bootstamp"
 	"github.com/dryexec/dryexec/internal/tail"
 	"github.com/dryexec/dryexec/rung/linuxns"
 	"github.com/dryexec/dryexec/wire"
@@ -193,25 +192,10 @@ func (r *Rung) Available(ctx context.Context) error {
 // that a reboot empties, and the rung runs as root, who alone may write it.
 const probeDir = "/run/dryexec/gvisor-probe"
 
-// probeStamp is the file whose presence says that this runsc (its path,
-// inode, size and mtime: a rebuilt or replaced binary is probed again), with
-// this platform, started a sandbox on this boot of this kernel. It returns ""
-// when there is nowhere to keep one.
+// probeStamp is the file whose presence says that this runsc, with this
+// platform and this pinned version, started a sandbox on this boot.
 func probeStamp(runsc, platform string) string {
-	var st unix.Stat_t
-	if err := unix.Stat(runsc, &st); err != nil {
-		return ""
-	}
-	boot, err := os.ReadFile("/proc/sys/kernel/random/boot_id")
-	if err != nil {
-		return ""
-	}
-	if err := os.MkdirAll(probeDir, 0o700); err != nil {
-		return ""
-	}
-	sum := sha256.Sum256(fmt.Appendf(nil, "%s\x00%d\x00%d\x00%d\x00%d\x00%s\x00%s\x00%s",
-		runsc, st.Dev, st.Ino, st.Size, st.Mtim.Nano(), platform, RunscVersion, bytes.TrimSpace(boot)))
-	return filepath.Join(probeDir, "ok-"+hex.EncodeToString(sum[:12]))
+	return bootstamp.Path(probeDir, runsc, platform, RunscVersion)
 }
 
 // tailWriter keeps the last 2 KiB written to it (runsc's error output).

@@ -3,8 +3,6 @@ package vm
 import (
 	"bytes"
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"os"
@@ -17,6 +15,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/dryexec/dryexec/guest"
+	"github.com/dryexec/dryexec/internal/bootstamp"
 	"github.com/dryexec/dryexec/internal/tail"
 	"github.com/dryexec/dryexec/wire"
 )
@@ -126,20 +125,7 @@ const probeDir = "/run/dryexec/vm-probe"
 // which accelerator a probe VM booted with for this QEMU binary, kernel and
 // initramfs; "" when there is nowhere to keep one.
 func probeStamp(qemu, kernelDigest, initramfs string) string {
-	var st unix.Stat_t
-	if err := unix.Stat(qemu, &st); err != nil {
-		return ""
-	}
-	boot, err := os.ReadFile("/proc/sys/kernel/random/boot_id")
-	if err != nil {
-		return ""
-	}
-	if err := os.MkdirAll(probeDir, 0o700); err != nil {
-		return ""
-	}
-	sum := sha256.Sum256(fmt.Appendf(nil, "%s\x00%d\x00%d\x00%d\x00%s\x00%s\x00%s",
-		qemu, st.Ino, st.Size, st.Mtim.Nano(), kernelDigest, filepath.Base(initramfs), bytes.TrimSpace(boot)))
-	return filepath.Join(probeDir, "ok-"+hex.EncodeToString(sum[:12]))
+	return bootstamp.Path(probeDir, qemu, kernelDigest, filepath.Base(initramfs))
 }
 
 // consoleTail is how much of QEMU's and the console's output is kept for
