@@ -203,7 +203,7 @@ func (s *session) execPython(ctx context.Context, req *wire.ExecPython) (*wire.P
 		gotResult: make(chan struct{}),
 		entryMax:  entryMax, totalMax: totalMax, marked: req.Caps != nil,
 		start: runnerStart{Code: req.Code, Inputs: req.Inputs, Workspace: s.ws, Cwd: cwd, HostObjects: req.HostObjects, Limits: runnerLimits{
-			Entry: entryMax, Entries: printEntriesMax, Total: totalMax, Outputs: outputsMax, Line: runnerLineMax, Value: MaxCacheValue}},
+			Entry: entryMax, Entries: printEntriesMax, Total: totalMax, Outputs: outputsMax, Line: runnerLineMax, Value: wire.MaxCacheValue}},
 	}
 	x.start.SetEnv, x.start.UnsetEnv = envChanges(r.env, env)
 	relayDone := make(chan struct{})
@@ -293,7 +293,7 @@ func (x *pyExec) fillResult(res *wire.PythonResult) {
 		res.Error = &wire.PythonError{Type: "Error", Message: "the code failed"}
 	}
 	for name, v := range m.Outputs {
-		if err := CheckValue(&v); err != nil {
+		if err := wire.CheckValue(&v); err != nil {
 			res.OutputsSkipped[name] = "invalid value: " + err.Error()
 			continue
 		}
@@ -306,7 +306,7 @@ func (x *pyExec) fillResult(res *wire.PythonResult) {
 	}
 }
 
-// encodeResult is EncodeBody for a result, made to fit in one frame if it is
+// encodeResult is wire.EncodeBody for a result, made to fit in one frame if it is
 // too large: outputs go first (to outputs_skipped), then print entries, then
 // the transcript's head.
 func encodeResult(res *wire.PythonResult) (any, [][]byte, error) {
@@ -320,7 +320,7 @@ func encodeResult(res *wire.PythonResult) (any, [][]byte, error) {
 			return nil, nil, err
 		}
 	}
-	return splitBody(b)
+	return wire.EncodeRawBody(b)
 }
 
 func fitResult(res *wire.PythonResult) {
@@ -435,8 +435,8 @@ func (x *pyExec) relay() {
 			}
 			var payload []byte
 			if m.Op == "cache.set" {
-				if m.NBytes < 0 || m.NBytes > MaxCacheValue {
-					x.violate(fmt.Sprintf("cache value of %d bytes (max %d)", m.NBytes, MaxCacheValue))
+				if m.NBytes < 0 || m.NBytes > wire.MaxCacheValue {
+					x.violate(fmt.Sprintf("cache value of %d bytes (max %d)", m.NBytes, wire.MaxCacheValue))
 					return
 				}
 				payload = make([]byte, m.NBytes)
@@ -528,8 +528,8 @@ func (x *pyExec) addPrint(m *runnerMsg) {
 
 // serve relays one runner request to the host.
 func (x *pyExec) serve(m *runnerMsg, payload []byte) (*runnerReply, []byte) {
-	if m.Op != "cache.keys" && m.Op != "emit" && m.Op != "hostcall" && len(m.Key) > MaxCacheKey {
-		return refuse("value", "cache keys are at most %d bytes", MaxCacheKey), nil
+	if m.Op != "cache.keys" && m.Op != "emit" && m.Op != "hostcall" && len(m.Key) > wire.MaxCacheKey {
+		return refuse("value", "cache keys are at most %d bytes", wire.MaxCacheKey), nil
 	}
 	switch m.Op {
 	case "cache.get", "cache.has":
@@ -554,11 +554,11 @@ func (x *pyExec) serve(m *runnerMsg, payload []byte) (*runnerReply, []byte) {
 		}
 		return &runnerReply{OK: true}, nil
 	case "cache.del":
-		f, err := x.s.peer.Call(x.ctx, wire.VerbCacheDel, &CacheRequest{Key: m.Key})
+		f, err := x.s.peer.Call(x.ctx, wire.VerbCacheDel, &wire.CacheRequest{Key: m.Key})
 		if err != nil {
 			return refusal(err), nil
 		}
-		var rep CacheReply
+		var rep wire.CacheReply
 		if err := f.Decode(&rep); err != nil {
 			return refusal(err), nil
 		}
@@ -567,10 +567,10 @@ func (x *pyExec) serve(m *runnerMsg, payload []byte) (*runnerReply, []byte) {
 		if m.Value == nil {
 			return refuse("type", "emit without a value"), nil
 		}
-		if err := CheckValue(m.Value); err != nil {
+		if err := wire.CheckValue(m.Value); err != nil {
 			return refuse("type", "emit: %v", err), nil
 		}
-		body, bin, err := EncodeBody(&wire.Emit{Name: m.Name, Value: *m.Value})
+		body, bin, err := wire.EncodeBody(&wire.Emit{Name: m.Name, Value: *m.Value})
 		if err != nil {
 			return refuse("limit", "emit: %v", err), nil
 		}
@@ -584,16 +584,16 @@ func (x *pyExec) serve(m *runnerMsg, payload []byte) (*runnerReply, []byte) {
 			args = []wire.Value{}
 		}
 		for i := range args {
-			if err := CheckValue(&args[i]); err != nil {
+			if err := wire.CheckValue(&args[i]); err != nil {
 				return refuse("type", "argument %d: %v", i+1, err), nil
 			}
 		}
 		for k, v := range m.Kwargs {
-			if err := CheckValue(&v); err != nil {
+			if err := wire.CheckValue(&v); err != nil {
 				return refuse("type", "keyword %q: %v", k, err), nil
 			}
 		}
-		body, bin, err := EncodeBody(&wire.HostCall{Object: m.Object, Method: m.Method, Args: args, Kwargs: m.Kwargs})
+		body, bin, err := wire.EncodeBody(&wire.HostCall{Object: m.Object, Method: m.Method, Args: args, Kwargs: m.Kwargs})
 		if err != nil {
 			return refuse("limit", "hostcall: %v", err), nil
 		}
@@ -602,10 +602,10 @@ func (x *pyExec) serve(m *runnerMsg, payload []byte) (*runnerReply, []byte) {
 			return refusal(err), nil
 		}
 		var r wire.HostCallResult
-		if err := DecodeBody(f, &r, true); err != nil {
+		if err := wire.DecodeBody(f, &r, true); err != nil {
 			return refusal(err), nil
 		}
-		if err := CheckValue(&r.Value); err != nil {
+		if err := wire.CheckValue(&r.Value); err != nil {
 			return refuse("host_error", "the host's answer: %v", err), nil
 		}
 		return &runnerReply{OK: true, Value: &r.Value}, nil
@@ -627,7 +627,7 @@ func refusal(err error) *runnerReply {
 	return &runnerReply{Code: "unavailable", Message: "dryexec: " + err.Error()}
 }
 
-// cacheGet fetches a value from the host in chunks (see CacheRequest). If the
+// cacheGet fetches a value from the host in chunks (see wire.CacheRequest). If the
 // value changes on the host between chunks, it starts again.
 func (x *pyExec) cacheGet(key string, head bool) (bool, string, []byte, error) {
 	var lastErr error
@@ -648,11 +648,11 @@ func (x *pyExec) cacheGetOnce(key string, head bool) (bool, string, []byte, erro
 	var gen uint64
 	var off int64
 	for {
-		f, err := x.s.peer.Call(x.ctx, wire.VerbCacheGet, &CacheRequest{Key: key, Offset: off, Gen: gen, Head: head})
+		f, err := x.s.peer.Call(x.ctx, wire.VerbCacheGet, &wire.CacheRequest{Key: key, Offset: off, Gen: gen, Head: head})
 		if err != nil {
 			return false, "", nil, err
 		}
-		var rep CacheReply
+		var rep wire.CacheReply
 		if err := f.Decode(&rep); err != nil {
 			return false, "", nil, err
 		}
@@ -662,7 +662,7 @@ func (x *pyExec) cacheGetOnce(key string, head bool) (bool, string, []byte, erro
 		if head {
 			return true, "", nil, nil
 		}
-		if rep.Size < 0 || rep.Size > MaxCacheValue || len(f.Bin) != 1 || (rep.Kind != "" && rep.Kind != "pickle") {
+		if rep.Size < 0 || rep.Size > wire.MaxCacheValue || len(f.Bin) != 1 || (rep.Kind != "" && rep.Kind != "pickle") {
 			return false, "", nil, fmt.Errorf("cache.get: a malformed answer from the host")
 		}
 		if off == 0 {
@@ -688,7 +688,7 @@ func (x *pyExec) cacheSet(key, kind string, v []byte) error {
 	var off int
 	for {
 		n := min(len(v)-off, wire.MaxAttachment)
-		_, err := x.s.peer.Call(x.ctx, wire.VerbCacheSet, &CacheRequest{Key: key, Offset: int64(off), Size: int64(len(v)), Kind: kind}, v[off:off+n])
+		_, err := x.s.peer.Call(x.ctx, wire.VerbCacheSet, &wire.CacheRequest{Key: key, Offset: int64(off), Size: int64(len(v)), Kind: kind}, v[off:off+n])
 		if err != nil {
 			return err
 		}

@@ -40,30 +40,6 @@ func TestReadLineBounds(t *testing.T) {
 	}
 }
 
-func TestBodyRoundTrip(t *testing.T) {
-	for _, n := range []int{10, inlineBodyMax + 1, 2 << 20} {
-		in := &wire.PythonResult{Transcript: strings.Repeat("t", n), Outputs: map[string]wire.Value{}, OutputsSkipped: map[string]string{}}
-		body, bin, err := EncodeBody(in)
-		if err != nil {
-			t.Fatal(err)
-		}
-		raw, _ := body.(json.RawMessage)
-		if (len(bin) > 0) != (n > inlineBodyMax) || len(raw) > inlineBodyMax {
-			t.Errorf("%d bytes: %d attachments, header body %d bytes", n, len(bin), len(raw))
-		}
-		var out wire.PythonResult
-		if err := DecodeBody(&wire.Frame{Kind: wire.KindResp, Body: raw, Bin: bin}, &out, false); err != nil {
-			t.Fatal(err)
-		}
-		if out.Transcript != in.Transcript {
-			t.Errorf("%d bytes: the transcript changed", n)
-		}
-	}
-	if _, _, err := splitBody(make([]byte, wire.MaxAttachments*wire.MaxAttachment+1)); err == nil {
-		t.Error("a body larger than a frame was accepted")
-	}
-}
-
 func TestFitResult(t *testing.T) {
 	defer func(m int) { resultMax = m }(resultMax)
 	resultMax = 1 << 20
@@ -78,7 +54,7 @@ func TestFitResult(t *testing.T) {
 		t.Fatal(err)
 	}
 	var out wire.PythonResult
-	if err := DecodeBody(&wire.Frame{Kind: wire.KindResp, Body: body.(json.RawMessage), Bin: bin}, &out, false); err != nil {
+	if err := wire.DecodeBody(&wire.Frame{Kind: wire.KindResp, Body: body.(json.RawMessage), Bin: bin}, &out, false); err != nil {
 		t.Fatal(err)
 	}
 	if len(out.Outputs) != 0 || !strings.Contains(out.OutputsSkipped["big"], "too large") {
@@ -86,29 +62,6 @@ func TestFitResult(t *testing.T) {
 	}
 	if len(out.Transcript) == 0 || len(out.Transcript) >= 1<<20 || !strings.HasSuffix(res.Transcript, out.Transcript) {
 		t.Errorf("transcript of %d bytes", len(out.Transcript))
-	}
-}
-
-func TestCheckValue(t *testing.T) {
-	for _, tc := range []struct {
-		v  wire.Value
-		ok bool
-	}{
-		{wire.Value{Type: "json"}, true},
-		{wire.Value{Type: "json", JSON: 1}, true},
-		{wire.Value{Type: "bytes", Bytes: []byte{1}}, true},
-		{wire.Value{Type: "bytes"}, true},
-		{wire.Value{Type: "file", Path: "a"}, true},
-		{wire.Value{Type: "file"}, false},
-		{wire.Value{Type: "file", Path: "a\x00b"}, false},
-		{wire.Value{Type: "json", Path: "a"}, false},
-		{wire.Value{Type: "bytes", JSON: 1}, false},
-		{wire.Value{Type: "pickle"}, false},
-		{wire.Value{}, false},
-	} {
-		if err := CheckValue(&tc.v); (err == nil) != tc.ok {
-			t.Errorf("CheckValue(%+v) = %v", tc.v, err)
-		}
 	}
 }
 

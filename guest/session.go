@@ -131,14 +131,14 @@ func (s *session) handle(ctx context.Context, f *wire.Frame) (any, [][]byte, err
 		}
 		// A result can exceed a frame header (transcript, stdout and stderr
 		// are each up to OutputCap): it may ride as attachments.
-		body, bin, err := EncodeBody(s.execShell(ctx, &req))
+		body, bin, err := wire.EncodeBody(s.execShell(ctx, &req))
 		if err != nil {
 			return nil, nil, remote("exec_shell", "encoding the result: %v", err)
 		}
 		return body, bin, nil
 	case wire.VerbExecPython:
 		var req wire.ExecPython
-		if err := DecodeBody(f, &req, false); err != nil {
+		if err := wire.DecodeBody(f, &req, false); err != nil {
 			return nil, nil, err
 		}
 		res, err := s.execPython(ctx, &req)

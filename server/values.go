@@ -4,7 +4,6 @@ import (
 	"net/http"
 	"strings"
 
-	"github.com/dryexec/dryexec/guest"
 	"github.com/dryexec/dryexec/session"
 	"github.com/dryexec/dryexec/wire"
 )
@@ -19,14 +18,14 @@ const cacheKindHeader = "X-Dryexec-Cache-Kind"
 func checkCacheInit(items map[string]CacheItem) error {
 	var size int64
 	for k, it := range items {
-		if k == "" || len(k) > guest.MaxCacheKey || strings.ContainsRune(k, 0) {
-			return badRequest("cache: key %q: want 1 to %d bytes without NUL", k, guest.MaxCacheKey)
+		if k == "" || len(k) > wire.MaxCacheKey || strings.ContainsRune(k, 0) {
+			return badRequest("cache: key %q: want 1 to %d bytes without NUL", k, wire.MaxCacheKey)
 		}
 		if it.Kind != "" && it.Kind != session.CachePickle {
 			return badRequest("cache.%s: kind %q: want \"\" (bytes) or \"pickle\"", k, it.Kind)
 		}
-		if len(it.Bytes) > guest.MaxCacheValue {
-			return badRequest("cache.%s: %d bytes (max %d)", k, len(it.Bytes), guest.MaxCacheValue)
+		if len(it.Bytes) > wire.MaxCacheValue {
+			return badRequest("cache.%s: %d bytes (max %d)", k, len(it.Bytes), wire.MaxCacheValue)
 		}
 		size += int64(len(it.Bytes))
 	}

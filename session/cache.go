@@ -8,7 +8,6 @@ import (
 	"slices"
 	"sync"
 
-	"github.com/dryexec/dryexec/guest"
 	"github.com/dryexec/dryexec/wire"
 )
 
@@ -263,12 +262,12 @@ func (c *Cache) serve(_ context.Context, f *wire.Frame) (any, [][]byte, error) {
 		slices.Sort(out)
 		return &wire.CacheKeys{Keys: out}, nil, nil
 	}
-	var req guest.CacheRequest
+	var req wire.CacheRequest
 	if err := f.Decode(&req); err != nil {
 		return nil, nil, err
 	}
-	if len(req.Key) > guest.MaxCacheKey {
-		return nil, nil, cacheRefusal("value", "cache keys are at most %d bytes", guest.MaxCacheKey)
+	if len(req.Key) > wire.MaxCacheKey {
+		return nil, nil, cacheRefusal("value", "cache keys are at most %d bytes", wire.MaxCacheKey)
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -279,20 +278,20 @@ func (c *Cache) serve(_ context.Context, f *wire.Frame) (any, [][]byte, error) {
 	case wire.VerbCacheGet:
 		e := c.lookup(req.Key)
 		if e == nil {
-			return &guest.CacheReply{}, nil, nil
+			return &wire.CacheReply{}, nil, nil
 		}
 		size := int64(len(e.v))
 		if req.Offset > 0 && req.Gen != e.gen {
 			return nil, nil, cacheRefusal("changed", "%q changed since its first chunk was read", req.Key)
 		}
 		if req.Head {
-			return &guest.CacheReply{Found: true, Size: size, Gen: e.gen, Kind: e.kind}, nil, nil
+			return &wire.CacheReply{Found: true, Size: size, Gen: e.gen, Kind: e.kind}, nil, nil
 		}
 		if req.Offset < 0 || req.Offset > size {
 			return nil, nil, cacheRefusal("value", "offset %d outside a value of %d bytes", req.Offset, size)
 		}
 		end := min(req.Offset+wire.MaxAttachment, size)
-		return &guest.CacheReply{Found: true, Size: size, Gen: e.gen, Kind: e.kind}, [][]byte{e.v[req.Offset:end]}, nil
+		return &wire.CacheReply{Found: true, Size: size, Gen: e.gen, Kind: e.kind}, [][]byte{e.v[req.Offset:end]}, nil
 	case wire.VerbCacheSet:
 		if err := c.writable(); err != nil {
 			return nil, nil, err
@@ -305,8 +304,8 @@ func (c *Cache) serve(_ context.Context, f *wire.Frame) (any, [][]byte, error) {
 		}
 		chunk := f.Bin[0]
 		if req.Offset == 0 {
-			if req.Size < 0 || req.Size > guest.MaxCacheValue {
-				return nil, nil, cacheRefusal("limit", "a cache value of %d bytes (max %d)", req.Size, guest.MaxCacheValue)
+			if req.Size < 0 || req.Size > wire.MaxCacheValue {
+				return nil, nil, cacheRefusal("limit", "a cache value of %d bytes (max %d)", req.Size, wire.MaxCacheValue)
 			}
 			size, count := c.after(req.Key, req.Size)
 			if size > MaxCacheBytes {
@@ -336,7 +335,7 @@ func (c *Cache) serve(_ context.Context, f *wire.Frame) (any, [][]byte, error) {
 		found := c.lookup(req.Key) != nil
 		delete(c.exec.uploads, req.Key)
 		c.exec.writes[req.Key] = nil
-		return &guest.CacheReply{Found: found}, nil, nil
+		return &wire.CacheReply{Found: found}, nil, nil
 	}
 	return nil, nil, cacheRefusal("unsupported", "unknown verb %q", f.Verb)
 }

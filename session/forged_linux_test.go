@@ -6,7 +6,6 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/dryexec/dryexec/guest"
 	"github.com/dryexec/dryexec/wire"
 )
 
@@ -35,7 +34,7 @@ func TestForgedGuestCallsRefusedOnHost(t *testing.T) {
 	db := &recorder{}
 	s := openHost(t, Options{HostObjects: map[string]any{"db": db}, Allow: map[string][]string{"db": {"query", "_secret"}}, CacheReadOnly: true})
 	call := func(verb string, body any, bin ...[]byte) error {
-		b, bb, err := guest.EncodeBody(body)
+		b, bb, err := wire.EncodeBody(body)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -54,7 +53,7 @@ func TestForgedGuestCallsRefusedOnHost(t *testing.T) {
 	if c := code(call(wire.VerbHostCall, &wire.HostCall{Object: "db", Method: "query", Args: []wire.Value{JSON("a"), JSON(1)}})); c != "no_exec" {
 		t.Errorf("hostcall outside an exec: %s", c)
 	}
-	if c := code(call(wire.VerbCacheGet, &guest.CacheRequest{Key: "k"})); c != "no_exec" {
+	if c := code(call(wire.VerbCacheGet, &wire.CacheRequest{Key: "k"})); c != "no_exec" {
 		t.Errorf("cache.get outside an exec: %s", c)
 	}
 	s.cache.begin(false)
@@ -73,7 +72,7 @@ func TestForgedGuestCallsRefusedOnHost(t *testing.T) {
 			t.Errorf("%s: %s, want %s", tc.name, c, tc.want)
 		}
 	}
-	if c := code(call(wire.VerbCacheSet, &guest.CacheRequest{Key: "k", Size: 1}, []byte("x"))); c != "read_only" {
+	if c := code(call(wire.VerbCacheSet, &wire.CacheRequest{Key: "k", Size: 1}, []byte("x"))); c != "read_only" {
 		t.Errorf("cache.set in a read-only session: %s", c)
 	}
 	if c := code(call(wire.VerbEmit, &wire.Emit{Name: "e", Value: wire.Value{Type: "json", Path: "/x"}})); c != "type" {

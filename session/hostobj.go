@@ -13,7 +13,6 @@ import (
 	"unicode"
 	"unicode/utf8"
 
-	"github.com/dryexec/dryexec/guest"
 	"github.com/dryexec/dryexec/wire"
 )
 
@@ -250,7 +249,7 @@ func (ho *hostObject) call(ctx context.Context, method string, args []wire.Value
 		case err != nil:
 			return val, remoteErr("host_error", "%s.%s(): %v", ho.name, method, err)
 		}
-		if err := guest.CheckValue(&v); err != nil {
+		if err := wire.CheckValue(&v); err != nil {
 			return val, remoteErr("host_error", "%s.%s() result: %v", ho.name, method, err)
 		}
 		return v, nil
@@ -407,7 +406,7 @@ func checkKwargs(object, method string, kwargs map[string]wire.Value) error {
 		if strings.HasPrefix(k, "_") {
 			return remoteErr("permission", "%s.%s(): keyword %q is private", object, method, k)
 		}
-		if err := guest.CheckValue(&v); err != nil {
+		if err := wire.CheckValue(&v); err != nil {
 			return remoteErr("type", "%s.%s(): keyword %q: %v", object, method, k, err)
 		}
 	}
@@ -435,11 +434,11 @@ func validKwarg(k string) bool {
 // on the host, whatever the sandbox claims.
 func (s *Session) serveHostCall(f *wire.Frame) (any, [][]byte, error) {
 	var hc wire.HostCall
-	if err := guest.DecodeBody(f, &hc, true); err != nil {
+	if err := wire.DecodeBody(f, &hc, true); err != nil {
 		return nil, nil, err
 	}
 	for i := range hc.Args {
-		if err := guest.CheckValue(&hc.Args[i]); err != nil {
+		if err := wire.CheckValue(&hc.Args[i]); err != nil {
 			return nil, nil, remoteErr("type", "argument %d: %v", i+1, err)
 		}
 	}
@@ -457,5 +456,5 @@ func (s *Session) serveHostCall(f *wire.Frame) (any, [][]byte, error) {
 	if err != nil {
 		return nil, nil, err
 	}
-	return guest.EncodeBody(&wire.HostCallResult{Value: v})
+	return wire.EncodeBody(&wire.HostCallResult{Value: v})
 }

@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/dryexec/dryexec"
-	"github.com/dryexec/dryexec/guest"
 	"github.com/dryexec/dryexec/wire"
 )
 
@@ -67,14 +66,14 @@ type PythonOptions struct {
 // PythonWith is Python with options.
 func (s *Session) PythonWith(ctx context.Context, code string, inputs map[string]wire.Value, opt PythonOptions) (*wire.PythonResult, error) {
 	for name, v := range inputs {
-		if err := guest.CheckValue(&v); err != nil {
+		if err := wire.CheckValue(&v); err != nil {
 			return nil, fmt.Errorf("session: input %q: %w", name, err)
 		}
 	}
 	if err := checkCaps(opt.Caps); err != nil {
 		return nil, err
 	}
-	body, bin, err := guest.EncodeBody(&wire.ExecPython{Code: code, Inputs: inputs, TimeoutMS: opt.Timeout.Milliseconds(), Fresh: opt.Fresh,
+	body, bin, err := wire.EncodeBody(&wire.ExecPython{Code: code, Inputs: inputs, TimeoutMS: opt.Timeout.Milliseconds(), Fresh: opt.Fresh,
 		HostObjects: s.hostGlobalNames(), Caps: opt.Caps})
 	if err != nil {
 		return nil, fmt.Errorf("session: exec_python request: %w", err)
@@ -102,7 +101,7 @@ func (s *Session) PythonWith(ctx context.Context, code string, inputs map[string
 		return nil, err
 	}
 	var r wire.PythonResult
-	if err := guest.DecodeBody(f, &r, false); err != nil {
+	if err := wire.DecodeBody(f, &r, false); err != nil {
 		s.cache.end(false)
 		return nil, fmt.Errorf("%w: exec_python result: %v", dryexec.ErrGuest, err)
 	}
@@ -134,10 +133,10 @@ func (s *Session) Emits() []wire.Emit {
 
 func (s *Session) serveEmit(f *wire.Frame) (any, [][]byte, error) {
 	var e wire.Emit
-	if err := guest.DecodeBody(f, &e, false); err != nil {
+	if err := wire.DecodeBody(f, &e, false); err != nil {
 		return nil, nil, err
 	}
-	if err := guest.CheckValue(&e.Value); err != nil {
+	if err := wire.CheckValue(&e.Value); err != nil {
 		return nil, nil, remoteErr("type", "emit %q: %v", e.Name, err)
 	}
 	if len(e.Name) > 4096 {

@@ -6,7 +6,6 @@ import (
 	"slices"
 	"time"
 
-	"github.com/dryexec/dryexec/guest"
 	"github.com/dryexec/dryexec/wire"
 )
 
@@ -37,7 +36,7 @@ func (s *Session) ShellWith(ctx context.Context, command string, opt ShellOption
 		return nil, err
 	}
 	var r wire.ShellResult
-	err = guest.DecodeBody(f, &r, false)
+	err = wire.DecodeBody(f, &r, false)
 	// The log is the host's: nothing the guest wrote here is kept.
 	r.Network = s.netSince(mark)
 	return &r, err
@@ -59,11 +58,11 @@ func checkCaps(c *wire.Caps) error {
 func (s *Session) configure(opt Options) error {
 	var size int64
 	for k, it := range opt.Cache {
-		if k == "" || len(k) > guest.MaxCacheKey {
-			return fmt.Errorf("session: cache key %q: 1 to %d bytes", k, guest.MaxCacheKey)
+		if k == "" || len(k) > wire.MaxCacheKey {
+			return fmt.Errorf("session: cache key %q: 1 to %d bytes", k, wire.MaxCacheKey)
 		}
-		if len(it.Value) > guest.MaxCacheValue {
-			return fmt.Errorf("session: cache value %q of %d bytes (max %d)", k, len(it.Value), guest.MaxCacheValue)
+		if len(it.Value) > wire.MaxCacheValue {
+			return fmt.Errorf("session: cache value %q of %d bytes (max %d)", k, len(it.Value), wire.MaxCacheValue)
 		}
 		if err := checkCacheKind(it.Kind); err != nil {
 			return fmt.Errorf("session: cache value %q: %w", k, err)

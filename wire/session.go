@@ -13,12 +13,12 @@ const (
 	VerbReset      = "reset"
 	VerbShutdown   = "shutdown"
 
-	VerbCacheGet  = "cache.get"  // guest→host: body CacheKey → CacheValue (value as attachment)
+	VerbCacheGet  = "cache.get"  // guest→host: body CacheRequest → CacheReply (value as attachment)
 	VerbCacheKeys = "cache.keys" // guest→host → CacheKeys
-	VerbCacheSet  = "cache.set"  // guest→host: body CacheKey + attachment; pending until the exec succeeds
-	VerbCacheDel  = "cache.del"
-	VerbHostCall  = "hostcall" // guest→host: body HostCall → HostCallResult
-	VerbEmit      = "emit"     // guest→host: body Emit
+	VerbCacheSet  = "cache.set"  // guest→host: body CacheRequest + attachment; pending until the exec succeeds
+	VerbCacheDel  = "cache.del"  // guest→host: body CacheRequest → CacheReply
+	VerbHostCall  = "hostcall"   // guest→host: body HostCall → HostCallResult
+	VerbEmit      = "emit"       // guest→host: body Emit
 )
 
 // Ping is the guest's answer to ping.
@@ -97,7 +97,7 @@ type Value struct {
 	Type string `json:"type"` // json | bytes | file
 	JSON any    `json:"json,omitempty"`
 	// Bytes are base64 in JSON; a message too large for a frame header carries
-	// its whole body as attachments instead (see guest/body.go).
+	// its whole body as attachments instead (see EncodeBody).
 	Bytes []byte `json:"bytes,omitempty"`
 	Path  string `json:"path,omitempty"` // file: a path inside the workspace
 }
@@ -191,14 +191,47 @@ type DiffMode struct {
 	Mode uint32 `json:"mode"`
 }
 
-// CacheKey names one cache entry.
-type CacheKey struct {
-	Key string `json:"key"`
+// Cache limits, enforced by the host (package session) on what the sandbox
+// writes, and by the guest on what it relays.
+const (
+	// MaxCacheKey bounds a key's length in bytes.
+	MaxCacheKey = 4096
+	// MaxCacheValue bounds one value: 64 MiB, carried in chunks of
+	// MaxAttachment, one per call.
+	MaxCacheValue = 64 << 20
+)
+
+// CacheRequest is the body of cache.get, cache.set and cache.del: the key
+// plus the fields of the chunked transfer. A value larger than MaxAttachment
+// moves in several calls, one attachment each:
+//
+//   - cache.get {key, offset, gen} answers CacheReply{found, size, gen} and
+//     attachment 0 = value[offset : offset+MaxAttachment]. The first call has
+//     offset 0 and learns gen; later calls send it back, and if the entry
+//     changed in between the host refuses with code "changed" and the guest
+//     starts again. head asks for found and size only, no attachment.
+//   - cache.set {key, offset, size} + attachment 0 = value[offset : …]: chunks
+//     in order, starting at 0; the write is recorded (pending until the exec
+//     succeeds) when offset+len reaches size. A 0-byte value is one call with
+//     an empty attachment.
+//   - cache.del {key} answers CacheReply{found}.
+type CacheRequest struct {
+	Key    string `json:"key"`
+	Offset int64  `json:"offset,omitempty"`
+	Size   int64  `json:"size,omitempty"`
+	Gen    uint64 `json:"gen,omitempty"`
+	Head   bool   `json:"head,omitempty"`
+	// Kind tags a set's value ("" raw bytes, "pickle"); stored with it.
+	Kind string `json:"kind,omitempty"`
 }
 
-// CacheValue answers cache.get; the value is attachment 0 when Found.
-type CacheValue struct {
-	Found bool `json:"found"`
+// CacheReply answers cache.get and cache.del: whether the key is there, and
+// for cache.get the value's total size, generation and kind.
+type CacheReply struct {
+	Found bool   `json:"found"`
+	Size  int64  `json:"size,omitempty"`
+	Gen   uint64 `json:"gen,omitempty"`
+	Kind  string `json:"kind,omitempty"`
 }
 
 // CacheKeys answers cache.keys.
