@@ -52,7 +52,7 @@ import (
 //
 // Where the architecture has no stub binary (stubELF is empty) or the kernel
 // refuses to exec one from a memfd, the guest binary plays the stub (role
-// RoleStub, runStub below), speaking the same protocol: slower to exec into,
+// wire.RoleStub, runStub below), speaking the same protocol: slower to exec into,
 // but still started ahead of time.
 type cmdStub struct {
 	pid    int
@@ -90,9 +90,9 @@ func newStubExe() *stubExe {
 	return guestStubExe()
 }
 
-// guestStubExe is the guest binary as the stub (RoleStub).
+// guestStubExe is the guest binary as the stub (wire.RoleStub).
 func guestStubExe() *stubExe {
-	return &stubExe{path: selfExe(), argv: []string{"dryexec", "guest", RoleStub}}
+	return &stubExe{path: selfExe(), argv: []string{"dryexec", "guest", wire.RoleStub}}
 }
 
 // nativeStubName is the native stub's argv[0].
@@ -223,7 +223,7 @@ func (e *stubError) Error() string {
 
 func (e *stubError) Unwrap() error { return e.Errno }
 
-// runStub is RoleStub: the guest binary standing in for the native stub, with
+// runStub is wire.RoleStub: the guest binary standing in for the native stub, with
 // the same protocol (see cmdStub); with arguments (PATH ARGV0 ARGS...) it is
 // the exec trampoline (see execTrampoline). It runs on the main thread,
 // locked: the thread that unblocks the signals and enters the Landlock domain

@@ -19,7 +19,7 @@ import (
 )
 
 // stubExes are the stubs this architecture has: the native one (where it
-// exists) and the guest binary in RoleStub. Both must speak one protocol.
+// exists) and the guest binary in wire.RoleStub. Both must speak one protocol.
 func stubExes(t testing.TB) map[string]*stubExe {
 	exes := map[string]*stubExe{"guest": guestStubExe()}
 	if stubELF != "" {

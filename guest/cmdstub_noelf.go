@@ -3,5 +3,5 @@
 package guest
 
 // stubELF: no native command stub for this architecture; the guest binary
-// plays the stub (RoleStub).
+// plays the stub (wire.RoleStub).
 const stubELF = ""

@@ -12,35 +12,8 @@ import (
 	"fmt"
 	"os"
 	"runtime"
-)
 
-// Roles.
-const (
-	// RoleNSTrial: PID 1 of a one-shot ns trial. It builds the overlay view,
-	// runs the command, kills what is left, and streams the upper dirs back.
-	RoleNSTrial = "ns-trial"
-	// RoleStub: a trial's command process before the command is known,
-	// where the native stub (guest/cmdstub) cannot run; it is replaced by
-	// the command.
-	RoleStub = "stub"
-	// RoleHostWalk: a short-lived helper of the host's that walks a dead
-	// trial's upper dirs (hostwalk_linux.go).
-	RoleHostWalk = "host-walk"
-	// RoleGVisorView: the gvisor rung's view builder on the host kernel,
-	// which becomes runsc (gvisor_linux.go, wire.VerbGVisorExec).
-	RoleGVisorView = "gvisor-view"
-	// RoleGVisorTrial: the gvisor rung's supervisor inside gVisor: it runs
-	// the command and reports how it ended; the host walks the upper dirs.
-	RoleGVisorTrial = "gvisor-trial"
-	// RoleVMInit: the vm rung's init, PID 1 of a microVM booted from the
-	// initramfs dryexec builds: it loads the virtio modules, opens the
-	// wire ports and starts RoleVMTrial on them (vminit_linux.go,
-	// wire/vm.go).
-	RoleVMInit = "vm-init"
-	// RoleVMTrial: the vm rung's trial guest, started by RoleVMInit in the
-	// VM as PID 1 of a pid namespace with the wire ports at the wire's
-	// descriptors.
-	RoleVMTrial = "vm-trial"
+	"github.com/dryexec/dryexec/wire"
 )
 
 // MaybeMain runs the guest and exits if args (os.Args) ask for a guest role;
@@ -60,7 +33,7 @@ func Main(args []string) int {
 		fmt.Fprintln(os.Stderr, "dryexec guest: internal subcommand, not to be called directly")
 		return 2
 	}
-	if args[0] == RoleStub {
+	if args[0] == wire.RoleStub {
 		// Before anything else: the stub holds nothing of the guest's, and
 		// it must stay traceable (it becomes the command).
 		return runStub(args[1:])
@@ -79,19 +52,19 @@ func Main(args []string) int {
 		return 1
 	}
 	switch args[0] {
-	case RoleNSTrial:
+	case wire.RoleNSTrial:
 		return runNSTrial()
-	case RoleSession:
+	case wire.RoleSession:
 		return runSession()
-	case RoleHostWalk:
+	case wire.RoleHostWalk:
 		return runHostWalk(args[1:])
-	case RoleGVisorView:
+	case wire.RoleGVisorView:
 		return runGVisorView()
-	case RoleGVisorTrial:
+	case wire.RoleGVisorTrial:
 		return runGVisorTrial()
-	case RoleVMInit:
+	case wire.RoleVMInit:
 		return runVMInit()
-	case RoleVMTrial:
+	case wire.RoleVMTrial:
 		return runVMTrial()
 	}
 	fmt.Fprintf(os.Stderr, "dryexec guest: unknown role %q\n", args[0])

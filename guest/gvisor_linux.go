@@ -25,7 +25,7 @@ import (
 func runGVisorView() int {
 	conn := wire.NewConn(os.NewFile(wire.CtrlFD, "ctrl"))
 	fail := func(code string, err error) int { return sendFailure(conn, code, err) }
-	cfg, code, ok := greet(conn, RoleGVisorView)
+	cfg, code, ok := greet(conn, wire.RoleGVisorView)
 	if !ok {
 		return code
 	}
@@ -160,7 +160,7 @@ func buildGVisorView(cfg *wire.TrialStart) (string, int, []string, error) {
 // its side, once the sandbox is gone).
 func runGVisorTrial() int {
 	conn := wire.NewConn(os.NewFile(wire.CtrlFD, "ctrl"))
-	cfg, code, ok := greet(conn, RoleGVisorTrial)
+	cfg, code, ok := greet(conn, wire.RoleGVisorTrial)
 	if !ok {
 		return code
 	}

@@ -7,6 +7,7 @@ import (
 	"path"
 	"strconv"
 
+	"github.com/dryexec/dryexec/wire"
 	"golang.org/x/sys/unix"
 )
 
@@ -18,16 +19,13 @@ import (
 // failing a lookup — which leaves no trace — and the attempt is seen.
 //
 // Seeing it: the tmpfs is mounted strictatime and every mask entry gets the
-// atime MaskAtime; reading a file or listing a directory moves its atime to
+// atime wire.MaskAtime; reading a file or listing a directory moves its atime to
 // now. The host compares after the command (rung/linuxns), from outside the
 // sandbox. As root the entries are also immutable (FS_IMMUTABLE_FL, which the
 // command's user namespace cannot clear): no write, chmod or utimes. Rootless
 // the command owns them (one uid is mapped), so a determined command can reset
 // an atime it moved: the content is never there either way; the record is
 // best effort (docs/limits.md).
-
-// MaskAtime is the atime every mask entry starts with (1970-01-01T00:00:01Z).
-const MaskAtime = 1
 
 // Bounds of a directory's mirror: ~/.ssh and friends are small; a huge masked
 // tree is mirrored only this far (the rest simply does not appear).
@@ -138,7 +136,7 @@ func hide(m, root, p string, rootless bool) error {
 
 // mirrorDir makes dst a directory holding the names of host directory src:
 // subdirectories as directories (down to maskMaxDepth), other entries as
-// empty files. Entries get MaskAtime; dirs end up 0555 and files 0444.
+// empty files. Entries get wire.MaskAtime; dirs end up 0555 and files 0444.
 func mirrorDir(src, dst string, depth int, left *int, immutable bool) error {
 	if err := os.Mkdir(dst, 0o700); err != nil {
 		return err
@@ -180,13 +178,13 @@ func emptyFile(p string, immutable bool) error {
 	return seal(p, 0o444, immutable)
 }
 
-// seal sets p's mode and its atime/mtime to MaskAtime, then (as root) makes it
+// seal sets p's mode and its atime/mtime to wire.MaskAtime, then (as root) makes it
 // immutable. Order matters: an immutable inode refuses chmod and utimes.
 func seal(p string, mode uint32, immutable bool) error {
 	if err := unix.Chmod(p, mode); err != nil {
 		return err
 	}
-	ts := []unix.Timespec{{Sec: MaskAtime}, {Sec: MaskAtime}}
+	ts := []unix.Timespec{{Sec: wire.MaskAtime}, {Sec: wire.MaskAtime}}
 	if err := unix.UtimesNanoAt(unix.AT_FDCWD, p, ts, unix.AT_SYMLINK_NOFOLLOW); err != nil {
 		return err
 	}

@@ -29,7 +29,7 @@ func runNSTrial() int {
 	ctrl := os.NewFile(wire.CtrlFD, "ctrl")
 	conn := wire.NewConn(ctrl)
 	fail := func(code string, err error) int { return sendFailure(conn, code, err) }
-	cfg, code, ok := greet(conn, RoleNSTrial)
+	cfg, code, ok := greet(conn, wire.RoleNSTrial)
 	if !ok {
 		return code
 	}

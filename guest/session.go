@@ -18,10 +18,6 @@ import (
 	"github.com/dryexec/dryexec/wire"
 )
 
-// RoleSession is a long-lived supervisor: one sandbox, many execs, a diff of the
-// workspace at any time.
-const RoleSession = "session"
-
 // staging keeps a workspace and its baseline.
 type staging interface {
 	name() string // overlay | scan
@@ -64,7 +60,7 @@ type session struct {
 
 func runSession() int {
 	conn := wire.NewConn(os.NewFile(wire.CtrlFD, "ctrl"))
-	if err := conn.Send(wire.KindHello, "", 0, &wire.Hello{Version: wire.Version, Role: RoleSession}); err != nil {
+	if err := conn.Send(wire.KindHello, "", 0, &wire.Hello{Version: wire.Version, Role: wire.RoleSession}); err != nil {
 		return 1
 	}
 	s := &session{}

@@ -15,10 +15,10 @@ import (
 	"github.com/dryexec/dryexec/wire"
 )
 
-// runVMInit is the vm rung's init (RoleVMInit), PID 1 of a microVM whose
+// runVMInit is the vm rung's init (wire.RoleVMInit), PID 1 of a microVM whose
 // initramfs holds this binary as /init and the virtio modules the kernel
 // lacks. It loads them, opens the wire ports (virtio-serial) and starts the
-// trial guest (RoleVMTrial) on them, as PID 1 of a pid and mount namespace
+// trial guest (wire.RoleVMTrial) on them, as PID 1 of a pid and mount namespace
 // of its own, which is what the gvisor trial guest is in gVisor: the ports
 // land at the wire's descriptors in the child, where no runtime of ours has
 // put anything yet. The VM ends with the trial guest: whatever happens,
@@ -43,7 +43,7 @@ func runVMInit() int {
 		logf("%v", err)
 		return 1
 	}
-	cmd := exec.Command(selfExe(), "guest", RoleVMTrial)
+	cmd := exec.Command(selfExe(), "guest", wire.RoleVMTrial)
 	cmd.Args[0] = "dryexec"
 	cmd.Env = []string{}
 	cmd.ExtraFiles = ports
@@ -56,13 +56,13 @@ func runVMInit() int {
 	return 0
 }
 
-// runVMTrial is the vm rung's trial guest (RoleVMTrial), PID 1 of its pid
+// runVMTrial is the vm rung's trial guest (wire.RoleVMTrial), PID 1 of its pid
 // namespace in the VM, with the wire ports at the wire's descriptors: it
 // greets the host, mounts the view as its root and runs the command as the
 // gvisor trial guest does.
 func runVMTrial() int {
 	conn := wire.NewConn(os.NewFile(wire.CtrlFD, "ctrl"))
-	cfg, code, ok := greet(conn, RoleVMTrial)
+	cfg, code, ok := greet(conn, wire.RoleVMTrial)
 	if !ok {
 		return code
 	}

@@ -1,12 +1,12 @@
 package wire
 
-// The gvisor rung's two guests. The view guest (guest.RoleGVisorView) runs on
+// The gvisor rung's two guests. The view guest (RoleGVisorView) runs on
 // the host kernel, in a mount namespace of its own: it takes VerbTrialStart
 // (mounts, masks, upper size) and builds the sandbox's view as the ns guest
 // does, overlays whose upper dirs are on a scratch tmpfs, but does not enter
 // it; it answers VerbTrialMounts, and on VerbGVisorExec writes the OCI
 // bundle and execs runsc with the view as the container's root. Inside
-// gVisor, the trial guest (guest.RoleGVisorTrial) is the container's first
+// gVisor, the trial guest (RoleGVisorTrial) is the container's first
 // process: it speaks the ns trial's verbs (VerbTrialStart, VerbTrialRun;
 // VerbTrialExit, VerbTrialDone) on the descriptors below (passed in with
 // runsc's --pass-fd), except that it walks nothing: the upper dirs are on

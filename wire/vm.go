@@ -1,6 +1,6 @@
 package wire
 
-// The vm rung's guest (guest.RoleVMInit) is the init of a microVM. It finds
+// The vm rung's guest (RoleVMInit) is the init of a microVM. It finds
 // its streams as virtio-serial ports named VMPortPrefix+name (VMPorts, in
 // the order of the *FD constants: ctrl, stdout, stderr, stdin, stub), puts
 // them at those descriptors, and then speaks the gvisor trial guest's verbs

@@ -400,7 +400,7 @@ func (t *trial) start() error {
 	}
 	t.cmd = &exec.Cmd{
 		Path:        exe,
-		Args:        []string{"dryexec", "guest", guest.RoleGVisorView},
+		Args:        []string{"dryexec", "guest", wire.RoleGVisorView},
 		Env:         []string{},
 		ExtraFiles:  extra,
 		Stderr:      runscErrW,
@@ -529,7 +529,7 @@ func (t *trial) hello(conn *wire.Conn, role string) error {
 
 // prepare builds the view, pins the masks, and hands the view to runsc.
 func (t *trial) prepare() error {
-	if err := t.hello(t.view, guest.RoleGVisorView); err != nil {
+	if err := t.hello(t.view, wire.RoleGVisorView); err != nil {
 		return err
 	}
 	start := wire.TrialStart{Mounts: t.mounts, UpperSize: t.spec.UpperSizeBytes, Masks: t.cover.Masks, Hidden: t.cover.Hidden}
@@ -725,7 +725,7 @@ func (t *trial) kill() {
 
 // converse starts the command inside gVisor and reads how it ended.
 func (t *trial) converse() error {
-	if err := t.hello(t.inner, guest.RoleGVisorTrial); err != nil {
+	if err := t.hello(t.inner, wire.RoleGVisorTrial); err != nil {
 		return err
 	}
 	t.r.trace("hello")

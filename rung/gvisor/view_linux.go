@@ -70,7 +70,7 @@ func (t *trial) ociSpec() ([]byte, error) {
 		"ociVersion": "1.0.2",
 		"process": map[string]any{
 			"user":         map[string]int{"uid": 0, "gid": 0},
-			"args":         []string{exe, "guest", guest.RoleGVisorTrial},
+			"args":         []string{exe, "guest", wire.RoleGVisorTrial},
 			"env":          []string{},
 			"cwd":          "/",
 			"capabilities": caps,

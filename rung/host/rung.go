@@ -79,7 +79,7 @@ func (r *Rung) OpenSandbox(ctx context.Context, spec dryexec.SandboxSpec) (dryex
 	}
 	s.ctrl = ctrl
 	s.cmd = &exec.Cmd{
-		Path: exe, Args: []string{"dryexec", "guest", guest.RoleSession}, Env: []string{},
+		Path: exe, Args: []string{"dryexec", "guest", wire.RoleSession}, Env: []string{},
 		ExtraFiles: []*os.File{guestEnd}, SysProcAttr: guestAttr(),
 	}
 	if err := s.cmd.Start(); err != nil {

@@ -18,7 +18,7 @@ import (
 
 	"github.com/dryexec/dryexec"
 	"github.com/dryexec/dryexec/cgroup"
-	"github.com/dryexec/dryexec/guest"
+	"github.com/dryexec/dryexec/wire"
 )
 
 // Limiter bounds one guest and everything it starts: a cgroup with the
@@ -372,7 +372,7 @@ func resolveMaskPaths(paths []string) []string {
 }
 
 // MaskWatch finds reads of masked paths in a guest's view, from outside it:
-// every mask entry starts with atime and mtime guest.MaskAtime, and a read or a
+// every mask entry starts with atime and mtime wire.MaskAtime, and a read or a
 // directory listing moves the atime (guest/mask_linux.go). Pin holds each mask
 // mount by an fd once the view is built and before the command runs, so the
 // check looks at the masks themselves however the sandbox rearranged its view
@@ -444,7 +444,7 @@ func (w *MaskWatch) pinAt(root int, masks []string) {
 			continue
 		}
 		var st unix.Stat_t
-		if unix.Fstat(fd, &st) != nil || st.Mtim.Sec != guest.MaskAtime || st.Mtim.Nsec != 0 {
+		if unix.Fstat(fd, &st) != nil || st.Mtim.Sec != wire.MaskAtime || st.Mtim.Nsec != 0 {
 			unix.Close(fd) // not a mask: the path did not exist on the host
 			continue
 		}
@@ -471,7 +471,7 @@ func (w *MaskWatch) Check() []dryexec.Violation {
 		if unix.Fstat(fd, &st) != nil {
 			return
 		}
-		if (st.Atim.Sec != guest.MaskAtime || st.Atim.Nsec != 0) && !w.seen[p] {
+		if (st.Atim.Sec != wire.MaskAtime || st.Atim.Nsec != 0) && !w.seen[p] {
 			w.seen[p] = true
 			out = append(out, dryexec.Violation{Kind: "secret", Detail: p})
 		}

@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/dryexec/dryexec"
-	"github.com/dryexec/dryexec/guest"
 	"github.com/dryexec/dryexec/policy"
 	"github.com/dryexec/dryexec/wire"
 	"golang.org/x/sys/unix"
@@ -25,7 +24,7 @@ const hostileGuestEnv = "DRYEXEC_TEST_HOSTILE_GUEST"
 // would, then misbehaves as script says, and waits for the host to hang up.
 func hostileGuest(script string) int {
 	conn := wire.NewConn(os.NewFile(wire.CtrlFD, "ctrl"))
-	conn.Send(wire.KindHello, "", 0, &wire.Hello{Version: wire.Version, Role: guest.RoleNSTrial})
+	conn.Send(wire.KindHello, "", 0, &wire.Hello{Version: wire.Version, Role: wire.RoleNSTrial})
 	f, err := conn.Read()
 	if err != nil {
 		return 1

@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/dryexec/dryexec/guest"
+	"github.com/dryexec/dryexec/wire"
 	"go.uber.org/goleak"
 )
 
@@ -14,7 +15,7 @@ import (
 // With hostileGuestEnv set it plays a guest that breaks the protocol
 // instead (TestHostileGuest).
 func TestMain(m *testing.M) {
-	if script := os.Getenv(hostileGuestEnv); script != "" && len(os.Args) > 2 && os.Args[1] == "guest" && os.Args[2] == guest.RoleNSTrial {
+	if script := os.Getenv(hostileGuestEnv); script != "" && len(os.Args) > 2 && os.Args[1] == "guest" && os.Args[2] == wire.RoleNSTrial {
 		os.Exit(hostileGuest(script))
 	}
 	guest.MaybeMain(os.Args)

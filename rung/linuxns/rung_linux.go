@@ -460,7 +460,7 @@ func (r *Rung) start(sb sandbox, id string, nt *trialNet) (*trial, error) {
 			extra = append(extra, nt.guest)
 		}
 		if t.lim, err = r.NewLimiter(id, sb.Limits); err == nil {
-			t.cmd, t.attached, err = r.startGuest(guest.RoleNSTrial, extra, t.lim)
+			t.cmd, t.attached, err = r.startGuest(wire.RoleNSTrial, extra, t.lim)
 		}
 	}
 	if err != nil {

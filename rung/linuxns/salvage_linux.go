@@ -30,7 +30,7 @@ import (
 // handle on the scratch tmpfs it took before the command started
 // (openScratch), and marks the delta Incomplete, which the decision engine
 // always blocks (policy). The walk runs in a short-lived helper process
-// (guest.RoleHostWalk) and its report passes the same checks as a guest's.
+// (wire.RoleHostWalk) and its report passes the same checks as a guest's.
 
 // minHostWalk is the least time the host's own walk is given.
 const minHostWalk = 30 * time.Second
@@ -177,7 +177,7 @@ type sigchldInfo struct {
 const cldExited = 1
 
 // hostWalk walks the upper dirs of the dead guest's scratch tmpfs in a helper
-// process (guest.RoleHostWalk) and diffs them as a guest's report. Rootless,
+// process (wire.RoleHostWalk) and diffs them as a guest's report. Rootless,
 // the helper is root of a user namespace of its own that maps the caller,
 // which owns every upper entry: it can read what the command made unreadable
 // (mode 000), as the guest could.
@@ -206,7 +206,7 @@ func (t *trial) hostWalk(ctx context.Context) (files, touched []dryexec.FileChan
 		attr.GidMappings = []syscall.SysProcIDMap{{ContainerID: 0, HostID: os.Getgid(), Size: 1}}
 		attr.GidMappingsEnableSetgroups = false
 	}
-	cmd := &exec.Cmd{Path: exe, Args: []string{"dryexec", "guest", guest.RoleHostWalk, strconv.Itoa(len(t.uppers)), xattrs},
+	cmd := &exec.Cmd{Path: exe, Args: []string{"dryexec", "guest", wire.RoleHostWalk, strconv.Itoa(len(t.uppers)), xattrs},
 		Env: []string{}, ExtraFiles: []*os.File{helperEnd, t.scratch}, SysProcAttr: attr}
 	err = cmd.Start()
 	helperEnd.Close()

@@ -10,7 +10,6 @@ import (
 	"sync"
 
 	"github.com/dryexec/dryexec"
-	"github.com/dryexec/dryexec/guest"
 	"github.com/dryexec/dryexec/wire"
 )
 
@@ -65,7 +64,7 @@ func (r *Rung) OpenSandbox(ctx context.Context, spec dryexec.SandboxSpec) (dryex
 	// session is up, the guest's other threads leave the pids limit
 	// (Limiter.ShelterSupervisor, in Ready); until then, and where that
 	// cannot be done, the limit keeps cgroup.ShelterHeadroom of room.
-	cmd, err := r.StartGuestLimited(guest.RoleSession, files, lim)
+	cmd, err := r.StartGuestLimited(wire.RoleSession, files, lim)
 	if err != nil {
 		ctrl.Close()
 		lim.Close()

@@ -8,9 +8,9 @@
 // lacks, cached by digest), QEMU's command line, the accelerator probe (KVM
 // only if a probe VM really boots with it, else TCG) and the trial. As on
 // the gvisor rung, the file delta comes from overlays dryexec owns on the
-// host: the view guest (guest.RoleGVisorView) builds them and becomes QEMU,
+// host: the view guest (wire.RoleGVisorView) builds them and becomes QEMU,
 // which exports the view to the VM over 9p; the VM's init
-// (guest.RoleVMInit) mounts it as its root and runs the command; once the VM
+// (wire.RoleVMInit) mounts it as its root and runs the command; once the VM
 // is gone the host walks the upper dirs. See docs/architecture.md, "The vm
 // rung".
 package vm

@@ -14,7 +14,6 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/dryexec/dryexec/guest"
 	"github.com/dryexec/dryexec/internal/bootstamp"
 	"github.com/dryexec/dryexec/internal/tail"
 	"github.com/dryexec/dryexec/wire"
@@ -91,7 +90,7 @@ func bootProbe(ctx context.Context, cfg vmConfig, deadline time.Duration) (BootR
 		f, err := wire.NewConn(host[0]).Read()
 		if err == nil {
 			var h wire.Hello
-			if f.Kind != wire.KindHello || f.Decode(&h) != nil || h.Role != guest.RoleVMTrial || h.Version != wire.Version {
+			if f.Kind != wire.KindHello || f.Decode(&h) != nil || h.Role != wire.RoleVMTrial || h.Version != wire.Version {
 				err = fmt.Errorf("unexpected first frame %s %q from the VM", f.Kind, f.Verb)
 			}
 		}

@@ -368,7 +368,7 @@ func (t *trial) start() error {
 	defer consoleW.Close()
 	t.cmd = &exec.Cmd{
 		Path:       t.exe,
-		Args:       []string{"dryexec", "guest", guest.RoleGVisorView},
+		Args:       []string{"dryexec", "guest", wire.RoleGVisorView},
 		Env:        []string{},
 		ExtraFiles: append([]*os.File{viewEnd}, vmm...),
 		Stdout:     consoleW,
@@ -453,7 +453,7 @@ func (t *trial) hello(conn *wire.Conn, role string) error {
 // prepare builds the view on the host and has the view guest become QEMU,
 // exporting it.
 func (t *trial) prepare() error {
-	if err := t.hello(t.view, guest.RoleGVisorView); err != nil {
+	if err := t.hello(t.view, wire.RoleGVisorView); err != nil {
 		return err
 	}
 	start := wire.TrialStart{Mounts: t.mounts, UpperSize: t.spec.UpperSizeBytes, Masks: t.cover.Masks, Hidden: t.cover.Hidden}
@@ -581,7 +581,7 @@ func (t *trial) run(ctx context.Context) (*dryexec.StateDelta, error) {
 		}
 		return nil, err
 	}
-	if err := t.hello(t.inner, guest.RoleVMTrial); err != nil {
+	if err := t.hello(t.inner, wire.RoleVMTrial); err != nil {
 		stopBoot()
 		if bootCtx.Err() != nil {
 			return nil, fmt.Errorf("trial %s: the VM did not boot within %v: %w", t.spec.TrialID, t.r.bootTimeout()+t.r.walkGrace(), err)
