@@ -51,7 +51,7 @@ all: build
 
 # dryexec-guest beside dryexec is the guest it starts in every sandbox: a
 # binary with the guest alone starts several times faster than dryexec itself
-# (guest.Executable). Without it, dryexec runs itself as the guest.
+# (guestexe.Executable). Without it, dryexec runs itself as the guest.
 build:
 	$(GO) build -o bin/dryexec ./cmd/dryexec
 	$(GO) build -o bin/dryexec-guest ./cmd/dryexec-guest

@@ -13,6 +13,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/dryexec/dryexec/internal/guestexe"
 	"github.com/dryexec/dryexec/wire"
 )
 
@@ -92,7 +93,7 @@ func newStubExe() *stubExe {
 
 // guestStubExe is the guest binary as the stub (wire.RoleStub).
 func guestStubExe() *stubExe {
-	return &stubExe{path: selfExe(), argv: []string{"dryexec", "guest", wire.RoleStub}}
+	return &stubExe{path: guestexe.Self(), argv: []string{"dryexec", "guest", wire.RoleStub}}
 }
 
 // nativeStubName is the native stub's argv[0].

@@ -12,7 +12,3 @@ import "golang.org/x/sys/unix"
 func closeInheritedOnExec() error {
 	return unix.CloseRange(3, ^uint(0), unix.CLOSE_RANGE_CLOEXEC)
 }
-
-// selfExe names the running binary in a way that survives its file being
-// replaced or deleted while it runs.
-func selfExe() string { return "/proc/self/exe" }

@@ -3,8 +3,6 @@
 package guest
 
 import (
-	"os"
-
 	"golang.org/x/sys/unix"
 )
 
@@ -15,12 +13,4 @@ func closeInheritedOnExec() error {
 		unix.CloseOnExec(fd)
 	}
 	return nil
-}
-
-func selfExe() string {
-	p, err := os.Executable()
-	if err != nil {
-		return os.Args[0]
-	}
-	return p
 }

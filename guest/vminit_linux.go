@@ -12,6 +12,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/dryexec/dryexec/internal/guestexe"
 	"github.com/dryexec/dryexec/wire"
 )
 
@@ -43,7 +44,7 @@ func runVMInit() int {
 		logf("%v", err)
 		return 1
 	}
-	cmd := exec.Command(selfExe(), "guest", wire.RoleVMTrial)
+	cmd := exec.Command(guestexe.Self(), "guest", wire.RoleVMTrial)
 	cmd.Args[0] = "dryexec"
 	cmd.Env = []string{}
 	cmd.ExtraFiles = ports

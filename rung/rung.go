@@ -35,7 +35,7 @@ type Status struct {
 // rung's default.
 type Config struct {
 	// GuestExe is the binary started as the guest supervisor; empty means
-	// guest.Executable().
+	// guestexe.Executable().
 	GuestExe string
 	// Log receives debug records; nil logs nothing.
 	Log *slog.Logger

@@ -27,8 +27,8 @@ import (
 	"github.com/dryexec/dryexec"
 	"github.com/dryexec/dryexec/cgroup"
 	"github.com/dryexec/dryexec/fsdelta"
-	"github.com/dryexec/dryexec/guest"
 	"github.com/dryexec/dryexec/internal/bootstamp"
+	"github.com/dryexec/dryexec/internal/guestexe"
 	"github.com/dryexec/dryexec/internal/tail"
 	"github.com/dryexec/dryexec/rung/linuxns"
 	"github.com/dryexec/dryexec/wire"
@@ -60,7 +60,7 @@ type Rung struct {
 	// RunscFlags are more of runsc's global flags, after dryexec's own (a
 	// later flag wins): tuning, debugging (--debug --debug-log=DIR/).
 	RunscFlags []string
-	// GuestExe is the guest binary (guest.Executable when empty): it builds
+	// GuestExe is the guest binary (guestexe.Executable when empty): it builds
 	// the view on the host and supervises the command inside gVisor.
 	GuestExe string
 	// Log receives debug records; nil logs nothing.
@@ -381,7 +381,7 @@ func (t *trial) start() error {
 
 	exe := t.r.GuestExe
 	if exe == "" {
-		exe = guest.Executable()
+		exe = guestexe.Executable()
 	}
 	attr := &syscall.SysProcAttr{
 		// A mount namespace for the view and a network namespace for

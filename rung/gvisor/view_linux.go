@@ -12,7 +12,7 @@ import (
 
 	"github.com/dryexec/dryexec"
 	"github.com/dryexec/dryexec/fsdelta"
-	"github.com/dryexec/dryexec/guest"
+	"github.com/dryexec/dryexec/internal/guestexe"
 	"github.com/dryexec/dryexec/wire"
 )
 
@@ -38,7 +38,7 @@ func (t *trial) walk(ctx context.Context, deadline time.Time, d *dryexec.StateDe
 func (t *trial) ociSpec() ([]byte, error) {
 	exe := t.r.GuestExe
 	if exe == "" {
-		exe = guest.Executable()
+		exe = guestexe.Executable()
 	}
 	if strings.HasPrefix(exe, "/proc/") {
 		// The running binary: its host path, which the view shows too.

@@ -9,7 +9,7 @@ import (
 	"sync"
 
 	"github.com/dryexec/dryexec"
-	"github.com/dryexec/dryexec/guest"
+	"github.com/dryexec/dryexec/internal/guestexe"
 	"github.com/dryexec/dryexec/wire"
 )
 
@@ -32,7 +32,7 @@ func (r *Rung) Notes() []string {
 // Rung runs commands with no isolation. The zero value is ready to use.
 type Rung struct {
 	// GuestExe is the binary started as `guest session`; empty means
-	// guest.Executable().
+	// guestexe.Executable().
 	GuestExe string
 }
 
@@ -75,7 +75,7 @@ func (r *Rung) OpenSandbox(ctx context.Context, spec dryexec.SandboxSpec) (dryex
 	defer guestEnd.Close()
 	exe := r.GuestExe
 	if exe == "" {
-		exe = guest.Executable()
+		exe = guestexe.Executable()
 	}
 	s.ctrl = ctrl
 	s.cmd = &exec.Cmd{

@@ -24,7 +24,7 @@ import (
 	"github.com/dryexec/dryexec"
 	"github.com/dryexec/dryexec/cgroup"
 	"github.com/dryexec/dryexec/fsdelta"
-	"github.com/dryexec/dryexec/guest"
+	"github.com/dryexec/dryexec/internal/guestexe"
 	"github.com/dryexec/dryexec/internal/tail"
 	"github.com/dryexec/dryexec/wire"
 )
@@ -58,7 +58,7 @@ func (r *Rung) collectDeadline(a dryexec.Action, start, end time.Time) time.Time
 // Rung runs trials in Linux namespaces. The zero value is ready to use.
 type Rung struct {
 	// GuestExe is the binary started as the guest supervisor with
-	// `guest ns-trial`; empty means guest.Executable() (dryexec-guest beside
+	// `guest ns-trial`; empty means guestexe.Executable() (dryexec-guest beside
 	// the running binary, else the running binary, which must then call
 	// guest.MaybeMain first thing in main: the dryexec CLI and our tests do).
 	GuestExe string
@@ -287,7 +287,7 @@ func (r *Rung) StartGuestLimited(role string, files []*os.File, lim *Limiter) (*
 func (r *Rung) startGuest(role string, files []*os.File, lim *Limiter) (*exec.Cmd, <-chan error, error) {
 	exe := r.GuestExe
 	if exe == "" {
-		exe = guest.Executable()
+		exe = guestexe.Executable()
 	}
 	uid, gid := os.Getuid(), os.Getgid()
 	attr := &syscall.SysProcAttr{

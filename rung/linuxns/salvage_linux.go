@@ -16,7 +16,7 @@ import (
 
 	"github.com/dryexec/dryexec"
 	"github.com/dryexec/dryexec/fsdelta"
-	"github.com/dryexec/dryexec/guest"
+	"github.com/dryexec/dryexec/internal/guestexe"
 	"github.com/dryexec/dryexec/wire"
 )
 
@@ -195,7 +195,7 @@ func (t *trial) hostWalk(ctx context.Context) (files, touched []dryexec.FileChan
 	helperEnd := os.NewFile(uintptr(fds[1]), "walk-helper")
 	exe := t.r.GuestExe
 	if exe == "" {
-		exe = guest.Executable()
+		exe = guestexe.Executable()
 	}
 	xattrs := "trusted"
 	attr := &syscall.SysProcAttr{Cloneflags: syscall.CLONE_NEWNET | syscall.CLONE_NEWIPC, Pdeathsig: syscall.SIGKILL}

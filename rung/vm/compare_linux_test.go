@@ -12,8 +12,8 @@ import (
 	"testing"
 
 	"github.com/dryexec/dryexec"
-	"github.com/dryexec/dryexec/guest"
 	"github.com/dryexec/dryexec/internal/cli"
+	"github.com/dryexec/dryexec/internal/guestexe"
 	"github.com/dryexec/dryexec/internal/testreq"
 	"github.com/dryexec/dryexec/rung/linuxns"
 	"github.com/dryexec/dryexec/rung/vm"
@@ -49,7 +49,7 @@ func requireVM(t *testing.T) {
 		t.Skip("set DRYEXEC_TEST_VM=1 (make test-vm) to run it")
 	}
 	// The initramfs has no libc, and this test binary may be dynamic.
-	t.Setenv(guest.ExeEnv, vm.StaticGuest(t))
+	t.Setenv(guestexe.Env, vm.StaticGuest(t))
 	testreq.Need(t, testreq.NS, (&linuxns.Rung{}).Available(context.Background()))
 	testreq.Need(t, testreq.VM, (&vm.Rung{}).Available(context.Background()))
 }

@@ -22,7 +22,7 @@ import (
 
 	"github.com/dryexec/dryexec"
 	"github.com/dryexec/dryexec/fsdelta"
-	"github.com/dryexec/dryexec/guest"
+	"github.com/dryexec/dryexec/internal/guestexe"
 	"github.com/dryexec/dryexec/internal/tail"
 	"github.com/dryexec/dryexec/rung/linuxns"
 	"github.com/dryexec/dryexec/wire"
@@ -48,7 +48,7 @@ type Rung struct {
 	MemoryMB int64
 	// GuestExe is the guest binary: the view guest on the host and the
 	// VM's /init. It must be static (the initramfs has no libc); empty:
-	// guest.Executable().
+	// guestexe.Executable().
 	GuestExe string
 	// Log receives debug records; nil logs nothing.
 	Log *slog.Logger
@@ -93,7 +93,7 @@ func unavailable(missing string) error {
 }
 
 func (r *Rung) guestExe() (string, error) {
-	exe := cmp.Or(r.GuestExe, guest.Executable())
+	exe := cmp.Or(r.GuestExe, guestexe.Executable())
 	if strings.HasPrefix(exe, "/proc/") {
 		self, err := os.Executable()
 		if err != nil {

@@ -8,7 +8,7 @@ import (
 	"runtime"
 	"testing"
 
-	"github.com/dryexec/dryexec/guest"
+	"github.com/dryexec/dryexec/internal/guestexe"
 	"github.com/dryexec/dryexec/internal/testreq"
 	"github.com/dryexec/dryexec/rung/vm"
 )
@@ -29,7 +29,7 @@ func TestEscapeVM(t *testing.T) {
 	}
 	// The VM's /init is the guest binary, which must be static: this test
 	// binary may not be.
-	exe := filepath.Join(t.TempDir(), guest.ExeName)
+	exe := filepath.Join(t.TempDir(), guestexe.Name)
 	build := exec.Command("go", "build", "-o", exe, "github.com/dryexec/dryexec/cmd/dryexec-guest")
 	build.Env = append(os.Environ(), "CGO_ENABLED=0")
 	if out, err := build.CombinedOutput(); err != nil {

@@ -32,6 +32,7 @@ import (
 
 	"github.com/dryexec/dryexec"
 	"github.com/dryexec/dryexec/guest"
+	"github.com/dryexec/dryexec/internal/guestexe"
 )
 
 // inNetNS marks the re-executed benchmark running in a network namespace of
@@ -165,7 +166,7 @@ func run(ctx context.Context, cfg config) (err error) {
 		os.RemoveAll(work)
 	}()
 	e.bin = filepath.Join(work, "dryexec")
-	guestBin := filepath.Join(work, guest.ExeName)
+	guestBin := filepath.Join(work, guestexe.Name)
 	for out, pkg := range map[string]string{e.bin: "./cmd/dryexec", guestBin: "./cmd/dryexec-guest"} {
 		build := exec.Command("go", "build", "-o", out, pkg)
 		build.Env = append(os.Environ(), "CGO_ENABLED=0")
@@ -175,7 +176,7 @@ func run(ctx context.Context, cfg config) (err error) {
 	}
 	// The in-process candidates start the same small guest binary the CLI
 	// finds beside itself.
-	os.Setenv(guest.ExeEnv, guestBin)
+	os.Setenv(guestexe.Env, guestBin)
 	e.empty = filepath.Join(work, "empty")
 	if err := os.Mkdir(e.empty, 0o755); err != nil {
 		return err

@@ -1,20 +1,25 @@
-package guest
+// Package guestexe owns finding the binary the rungs start as the guest
+// supervisor (`dryexec guest ROLE`). It is the host's half of that
+// agreement and links none of the guest's code: the host names the guest's
+// binary and speaks package wire to it, and only binaries (cmd/*) and test
+// mains link package guest itself (imports_test.go guards it).
+package guestexe
 
 import (
 	"os"
 	"path/filepath"
 )
 
-// ExeEnv names a guest binary to start instead of the default.
-const ExeEnv = "DRYEXEC_GUEST"
+// Env names a guest binary to start instead of the default.
+const Env = "DRYEXEC_GUEST"
 
-// ExeName is the guest-only binary (cmd/dryexec-guest) that `make build`
+// Name is the guest-only binary (cmd/dryexec-guest) that `make build`
 // installs beside dryexec.
-const ExeName = "dryexec-guest"
+const Name = "dryexec-guest"
 
 // Executable is the binary the rungs start as the guest: $DRYEXEC_GUEST, else
 // dryexec-guest beside the running executable, else the running executable
-// itself (which must then call MaybeMain first thing).
+// itself (which must then call guest.MaybeMain first thing).
 //
 // Why a binary of its own: the guest starts on every trial, and a process pays
 // for every package its binary links before main runs. The CLI links the
@@ -22,14 +27,14 @@ const ExeName = "dryexec-guest"
 // guest needs none of them. Measured here: 5 MB and 46 package inits against
 // 42 MB and 198, 20–30 ms against 100–170 ms to start on a loaded machine.
 func Executable() string {
-	if p := os.Getenv(ExeEnv); p != "" {
+	if p := os.Getenv(Env); p != "" {
 		return p
 	}
 	if self, err := os.Executable(); err == nil {
-		p := filepath.Join(filepath.Dir(self), ExeName)
+		p := filepath.Join(filepath.Dir(self), Name)
 		if st, err := os.Stat(p); err == nil && st.Mode().IsRegular() && st.Mode()&0o111 != 0 {
 			return p
 		}
 	}
-	return selfExe()
+	return Self()
 }
