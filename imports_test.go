@@ -1,7 +1,9 @@
 package dryexec_test
 
 import (
+	"maps"
 	"os/exec"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -46,4 +48,66 @@ func TestImportBoundaries(t *testing.T) {
 			}
 		})
 	}
+}
+
+// guestPkg is the supervisor that runs inside the sandbox.
+const guestPkg = "github.com/dryexec/dryexec/guest"
+
+// guestImportAllowed are the non-test packages, besides the main packages
+// under cmd/ and bench/cmd/, that may import guestPkg, each with why.
+var guestImportAllowed = map[string]string{
+	"github.com/dryexec/dryexec/test/soak/harness": "its Main is the soak tests' TestMain: the test binary re-executes itself as the guest",
+}
+
+// TestOnlyMainsImportGuest keeps the trust boundary a package boundary:
+// the host side speaks to the guest through package wire and finds its
+// binary through internal/guestexe, so no host package links the code that
+// runs inside the sandbox. Only binaries (cmd/*, bench/cmd/*), which call
+// guest.MaybeMain first thing, test mains (_test.go files are not listed
+// here) and the exceptions above import it. (go-containerregistry guards
+// what its binaries link the same way, with go list.)
+func TestOnlyMainsImportGuest(t *testing.T) {
+	for _, c := range []struct{ name, goos, tags string }{
+		{"linux", "linux", ""}, {"darwin", "darwin", ""}, {"testhooks", "linux", "dryexec_testhooks"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			importers := guestImporters(t, c.goos, c.tags)
+			if !importers["github.com/dryexec/dryexec/cmd/dryexec-guest"] {
+				t.Fatalf("cmd/dryexec-guest is not among guest's importers %v: the check would pass on nothing", importers)
+			}
+			for _, p := range slices.Sorted(maps.Keys(importers)) {
+				isMain := importers[p]
+				rel := strings.TrimPrefix(p, "github.com/dryexec/dryexec/")
+				if isMain && (strings.HasPrefix(rel, "cmd/") || strings.HasPrefix(rel, "bench/cmd/")) {
+					continue
+				}
+				if _, ok := guestImportAllowed[p]; !ok {
+					t.Errorf("%s imports %s: host code reaches the guest through package wire and internal/guestexe only", rel, guestPkg)
+				}
+			}
+		})
+	}
+}
+
+// guestImporters maps the module's packages, built for goos with tags,
+// whose non-test files import guestPkg to whether each is a main package.
+func guestImporters(t *testing.T, goos, tags string) map[string]bool {
+	t.Helper()
+	cmd := exec.Command("go", "list", "-tags", tags, "-f", "{{.Name}} {{.ImportPath}}{{range .Imports}} {{.}}{{end}}", "./...")
+	cmd.Env = append(cmd.Environ(), "GOOS="+goos, "CGO_ENABLED=0")
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("go list: %v", err)
+	}
+	importers := map[string]bool{}
+	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+		f := strings.Fields(line)
+		if len(f) < 2 || f[1] == guestPkg || strings.HasPrefix(f[1], guestPkg+"/") {
+			continue
+		}
+		if slices.Contains(f[2:], guestPkg) {
+			importers[f[1]] = f[0] == "main"
+		}
+	}
+	return importers
 }
