@@ -34,8 +34,7 @@ type Recovery struct {
 // The cgroup sweep is best effort (rootless cannot remove root's groups, and
 // nothing else depends on it); the error is the store's.
 func Recover(st *store.Store) (Recovery, error) {
-	var r Recovery
-	r.Groups, _ = cgroup.Sweep()
+	r := Recovery{Groups: RecoverSandboxes()}
 	rec, err := st.Recover()
 	r.Commits = rec
 	if err != nil {
@@ -43,4 +42,14 @@ func Recover(st *store.Store) (Recovery, error) {
 	}
 	r.Leftovers, err = st.SweepLeftovers()
 	return r, err
+}
+
+// RecoverSandboxes is the part of Recover that needs no store: it removes
+// the cgroups of sandboxes whose creating process is gone, killing what
+// still runs in them, and returns how many it removed. A start-up that
+// records nothing (`dryexec run --no-store`) calls it alone. Like Recover,
+// it is never a side effect: making a sandbox's limits sweeps nothing.
+func RecoverSandboxes() int {
+	n, _ := cgroup.Sweep()
+	return n
 }

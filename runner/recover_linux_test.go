@@ -14,6 +14,7 @@ import (
 	"github.com/dryexec/dryexec"
 	"github.com/dryexec/dryexec/cgroup"
 	"github.com/dryexec/dryexec/internal/testreq"
+	"github.com/dryexec/dryexec/rung/linuxns"
 	"github.com/dryexec/dryexec/runner"
 	"github.com/dryexec/dryexec/store"
 )
@@ -99,15 +100,17 @@ func exists(p string) bool {
 	return err == nil
 }
 
-// TestRecoverIsExplicit: opening a store, and everything a reader of it does,
-// kills nothing and removes nothing a dead process left; runner.Recover, the
-// call every start-up makes, kills the orphaned sandbox's process, removes
-// its group and the half-recorded trial.
+// TestRecoverIsExplicit: opening a store, everything a reader of it does,
+// and making a new sandbox's limits (as every ns trial and session does
+// first) kill nothing and remove nothing a dead process left;
+// runner.Recover, the call every start-up makes, kills the orphaned
+// sandbox's process, removes its group and the half-recorded trial.
 //
 // Other dryexec processes on the machine (tests of other packages) sweep
 // orphaned groups too, whoever left them: an attempt whose group vanished
 // before this test's own call proves nothing either way and is made again.
-// If opening the store swept, the group would vanish in every attempt.
+// If opening the store or making a limiter swept, the group would vanish in
+// every attempt.
 func TestRecoverIsExplicit(t *testing.T) {
 	testreq.NeedRoot(t)
 	for attempt := 1; ; attempt++ {
@@ -131,6 +134,11 @@ func TestRecoverIsExplicit(t *testing.T) {
 		if _, err := st.List(); err != nil {
 			t.Fatal(err)
 		}
+		lim, err := (&linuxns.Rung{}).NewLimiter(dryexec.NewTrialID(), dryexec.Limits{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		lim.Close()
 		if !exists(partial) {
 			t.Fatal("opening the store removed a half-recorded trial")
 		}

@@ -43,11 +43,13 @@ func runLocal(ctx context.Context, env Env, home, rungName string, pol policy.Po
 	var st *store.Store
 	var opt runner.Options
 	if noStore {
-		// Opened only to be hidden: nothing is recorded, so nothing
-		// needs recovering first.
+		// Opened only to be hidden: nothing is recorded, so the store
+		// needs no recovering first; what a killed dryexec's sandboxes
+		// left does.
 		if st, err = store.Open(home, 0); err != nil {
 			return nil, nil, err
 		}
+		runner.RecoverSandboxes()
 		opt.NoStore, spec.SpillDir = true, os.TempDir()
 	} else {
 		if st, err = startStore(env); err != nil {

@@ -33,12 +33,12 @@ type Limiter struct {
 
 // NewLimiter makes the group called name (a trial or session id) with limits
 // l (zero fields: defaults). It fails only on bad limits or a cgroup error
-// other than "cannot create groups here".
+// other than "cannot create groups here". It removes no other group: what a
+// killed dryexec left is swept at start-up (runner.Recover), explicitly.
 func (r *Rung) NewLimiter(name string, l dryexec.Limits) (*Limiter, error) {
 	if err := l.Check(); err != nil {
 		return nil, err
 	}
-	r.sweepOnce.Do(func() { cgroup.Sweep() })
 	m, err := cgroup.NewManager(r.Cgroups)
 	if err == nil {
 		g, warnings, gerr := m.New(name, l)

@@ -88,8 +88,6 @@ type Rung struct {
 	// hooks are the tests' (hooks_testhooks_linux.go); empty in a release
 	// build.
 	hooks testHooks
-	// sweepOnce: the first limiter sweeps cgroups that dead processes left.
-	sweepOnce sync.Once
 }
 
 func (r *Rung) trace(phase string) {
