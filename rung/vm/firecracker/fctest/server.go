@@ -317,16 +317,16 @@ func (s *Server) id() string {
 // the driver uses. Any other request is answered as an unknown one is, and
 // counts as a violation.
 var routes = map[string]schema{
-	"GET /":                          nil,
-	"PUT /machine-config":            machineConfigSchema,
-	"PUT /boot-source":               bootSourceSchema,
-	"PUT /drives/{id}":               driveSchema,
-	"PUT /vsock":                     vsockSchema,
-	"PUT /network-interfaces/{id}":   netSchema,
-	"PUT /actions":                   actionSchema,
-	"PATCH /vm":                      vmSchema,
-	"PUT /snapshot/create":           snapshotCreateSchema,
-	"PUT /snapshot/load":             snapshotLoadSchema,
+	"GET /":                        nil,
+	"PUT /machine-config":          machineConfigSchema,
+	"PUT /boot-source":             bootSourceSchema,
+	"PUT /drives/{id}":             driveSchema,
+	"PUT /vsock":                   vsockSchema,
+	"PUT /network-interfaces/{id}": netSchema,
+	"PUT /actions":                 actionSchema,
+	"PATCH /vm":                    vmSchema,
+	"PUT /snapshot/create":         snapshotCreateSchema,
+	"PUT /snapshot/load":           snapshotLoadSchema,
 }
 
 // routeOf turns a path with an id into its route.
