@@ -132,6 +132,9 @@ func TestDial(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer conn.Close()
+			// A handshake that ate the guest's first line would leave this
+			// read waiting for it: the deadline turns that into a failure.
+			conn.SetDeadline(time.Now().Add(5 * time.Second))
 			br := bufio.NewReader(conn)
 			if line, _ := br.ReadString('\n'); line != "port 52\n" {
 				t.Fatalf("the guest's first line = %q, want %q (the handshake ate the guest's bytes?)", line, "port 52\n")
@@ -220,6 +223,7 @@ func TestVsockTransport(t *testing.T) {
 		t.Fatalf("%d streams, want %d", len(streams), len(VsockPorts()))
 	}
 	for i, st := range streams {
+		st.(*net.UnixConn).SetDeadline(time.Now().Add(5 * time.Second))
 		br := bufio.NewReader(st)
 		if line, _ := br.ReadString('\n'); line != fmt.Sprintf("port %d\n", VsockPortBase+i) {
 			t.Errorf("stream %d reached %q", i, line)
