@@ -67,10 +67,9 @@ func Dial(ctx context.Context, uds string, port uint32) (*net.UnixConn, error) {
 		return nil, &ConnectError{UDSPath: uds, Port: port, Err: err}
 	}
 	conn := c.(*net.UnixConn)
-	if dl, ok := ctx.Deadline(); ok {
-		conn.SetDeadline(dl)
-	}
-	// A cancelled ctx ends a handshake stuck on a VMM that does not answer.
+	// ctx's end (not a deadline of the socket's own, which could pass
+	// before ctx reports it) ends a handshake stuck on a VMM that does not
+	// answer, so the error is ctx's.
 	stop := context.AfterFunc(ctx, func() { conn.SetDeadline(time.Unix(1, 0)) })
 	reply, err := handshake(conn, port)
 	if !stop() || err != nil {

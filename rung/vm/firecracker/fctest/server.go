@@ -81,6 +81,7 @@ type Server struct {
 	loaded     bool
 	started    bool
 	paused     bool
+	exiting    bool
 	exited     bool
 	cfg        vmConfig
 	guest      map[uint32]func(net.Conn)
@@ -249,6 +250,10 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	w.WriteHeader(status)
 	w.Write(out)
+	if s.exiting {
+		w.(http.Flusher).Flush()
+		s.exitLocked()
+	}
 }
 
 // handle checks and applies one request: the status and body of success,
@@ -444,7 +449,9 @@ func (s *Server) apply(method, path string, body map[string]any) *refusal {
 			}
 			s.started = true
 		case "SendCtrlAltDel":
-			s.exitLocked()
+			// Firecracker answers, then the guest resets and the process
+			// exits: the exit follows the answer (ServeHTTP).
+			s.exiting = true
 		}
 	case "/vm":
 		s.paused = body["state"] == "Paused"
