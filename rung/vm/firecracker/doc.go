@@ -14,6 +14,6 @@
 //
 // It has not been run against a real Firecracker: the tests run it against
 // fctest, a fake API server that checks every request against the published
-// API spec and the ordering rules Firecracker enforces. See docs/rungs.md,
-// "Firecracker".
+// API spec and the ordering rules Firecracker enforces. See
+// docs/architecture.md, "The vm rung", "Firecracker".
 package firecracker
