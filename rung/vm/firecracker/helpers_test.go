@@ -61,7 +61,16 @@ func (l *inProcess) Launch(ctx context.Context, spec LaunchSpec) (Process, error
 	if _, err := spec.Argv(); err != nil {
 		return nil, err
 	}
-	s, err := fctest.Listen(spec.HostAPISock(), l.opt)
+	opt := l.opt
+	if spec.Jailer != nil {
+		// What the jailer does before it execs Firecracker: the jail, in
+		// which the API socket and every path of a request are.
+		opt.Root = spec.ChrootDir()
+		if err := os.MkdirAll(filepath.Dir(spec.HostAPISock()), 0o755); err != nil {
+			return nil, err
+		}
+	}
+	s, err := fctest.Listen(spec.HostAPISock(), opt)
 	if err != nil {
 		return nil, err
 	}

@@ -120,6 +120,59 @@ func TestMachinePark(t *testing.T) {
 	noViolations(t, l.all())
 }
 
+// TestMachineJailed: under the jailer the API gets paths inside the jail,
+// and the host finds the API socket, the vsock socket and the snapshot in
+// the jail's root.
+func TestMachineJailed(t *testing.T) {
+	base := shortDir(t)
+	spec := LaunchSpec{Binary: "/usr/bin/firecracker", APISock: "/run/api.sock", ID: "vm-j",
+		Jailer: &Jailer{Binary: "/usr/bin/jailer", UID: 123, GID: 100, ChrootBaseDir: base}}
+	root := filepath.Join(base, "firecracker", "vm-j", "root")
+	if spec.ChrootDir() != root {
+		t.Fatalf("ChrootDir = %s, want %s", spec.ChrootDir(), root)
+	}
+	if err := os.MkdirAll(root, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	files(t, root, "vmlinux", "initrd", "root.img", "scratch.img")
+	l := &inProcess{setup: guestPorts}
+	ctx := context.Background()
+	m, err := Launch(ctx, spec, Options{Launcher: l})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	if err := m.Boot(ctx, vmConfig("/")); err != nil {
+		t.Fatal(err)
+	}
+	if tr := m.Transport().(VsockTransport); tr.UDSPath != filepath.Join(root, "v.sock") {
+		t.Errorf("the host dials %s", tr.UDSPath)
+	}
+	checkStreams(t, m.Transport())
+	snap, err := m.Park(ctx, Snapshot{StatePath: "/vm.snap", MemPath: "/vm.mem"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range []string{"vm.snap", "vm.mem"} {
+		if _, err := os.Stat(filepath.Join(root, p)); err != nil {
+			t.Errorf("the snapshot is not in the jail: %v", err)
+		}
+	}
+	m2, err := Restore(ctx, spec, snap, Options{Launcher: l})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m2.Close()
+	checkStreams(t, m2.Transport())
+	m2.Close()
+	for _, p := range []string{"run/api.sock", "v.sock"} {
+		if _, err := os.Lstat(filepath.Join(root, p)); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("%s left in the jail (%v)", p, err)
+		}
+	}
+	noViolations(t, l.all())
+}
+
 // TestMachineBootFailures: a refusal anywhere in the boot comes back as an
 // *APIError with Firecracker's fault_message, naming what was refused.
 func TestMachineBootFailures(t *testing.T) {

@@ -37,6 +37,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -64,6 +65,10 @@ type Options struct {
 	OnVsockRefused func(port uint32)
 	// OnCall, when set, is called after each request is answered.
 	OnCall func(Call)
+	// Root, when set, is the jail the fake runs in, as under the jailer:
+	// the paths requests name (kernel, drives, snapshots, the vsock
+	// socket) are inside it.
+	Root string
 }
 
 // Server is the fake. Its zero value is not usable: Listen makes one.
@@ -200,7 +205,7 @@ func (s *Server) exitLocked() {
 	s.exited = true
 	if s.vsockLn != nil {
 		s.vsockLn.Close()
-		os.Remove(s.cfg.Vsock["uds_path"].(string))
+		os.Remove(s.host(s.cfg.Vsock["uds_path"].(string)))
 	}
 	s.ln.Close()
 	os.Remove(s.sock)
@@ -311,6 +316,14 @@ func cmpErr(err error, s string) string {
 	return s
 }
 
+// host is a path a request named, as the host sees it.
+func (s *Server) host(p string) string {
+	if s.opt.Root == "" {
+		return p
+	}
+	return filepath.Join(s.opt.Root, p)
+}
+
 func (s *Server) id() string {
 	if s.opt.ID != "" {
 		return s.opt.ID
@@ -406,7 +419,7 @@ func (s *Server) apply(method, path string, body map[string]any) *refusal {
 	case "/boot-source":
 		for _, k := range []string{"kernel_image_path", "initrd_path"} {
 			if p, ok := body[k].(string); ok {
-				if _, err := os.Stat(p); err != nil {
+				if _, err := os.Stat(s.host(p)); err != nil {
 					return bad("Boot source error: The %s file cannot be opened: %v", strings.TrimSuffix(k, "_path"), err)
 				}
 			}
@@ -419,7 +432,7 @@ func (s *Server) apply(method, path string, body map[string]any) *refusal {
 		}
 		if p, ok := body["path_on_host"].(string); !ok {
 			return bad("Drive config error: path_on_host is required for a virtio-block drive")
-		} else if _, err := os.Stat(p); err != nil {
+		} else if _, err := os.Stat(s.host(p)); err != nil {
 			return bad("Drive config error: Unable to create the virtio block device: %v", err)
 		}
 		if body["is_root_device"] == true {
@@ -460,10 +473,10 @@ func (s *Server) apply(method, path string, body map[string]any) *refusal {
 			Magic string   `json:"magic"`
 			Cfg   vmConfig `json:"cfg"`
 		}{snapshotMagic, s.cfg})
-		if err := os.WriteFile(body["snapshot_path"].(string), state, 0o600); err != nil {
+		if err := os.WriteFile(s.host(body["snapshot_path"].(string)), state, 0o600); err != nil {
 			return bad("Create snapshot error: Cannot perform open on the snapshot backing file: %v", err)
 		}
-		if err := os.WriteFile(body["mem_file_path"].(string), []byte(snapshotMagic+" memory\n"), 0o600); err != nil {
+		if err := os.WriteFile(s.host(body["mem_file_path"].(string)), []byte(snapshotMagic+" memory\n"), 0o600); err != nil {
 			return bad("Create snapshot error: Cannot perform open on the memory backing file: %v", err)
 		}
 	case "/snapshot/load":
@@ -489,7 +502,7 @@ func (s *Server) load(body map[string]any) *refusal {
 		}
 		mem = mb["backend_path"].(string)
 	}
-	raw, err := os.ReadFile(body["snapshot_path"].(string))
+	raw, err := os.ReadFile(s.host(body["snapshot_path"].(string)))
 	var snap struct {
 		Magic string   `json:"magic"`
 		Cfg   vmConfig `json:"cfg"`
@@ -501,7 +514,7 @@ func (s *Server) load(body map[string]any) *refusal {
 		err = errors.New("not a snapshot file")
 	}
 	if err == nil {
-		_, err = os.Stat(mem)
+		_, err = os.Stat(s.host(mem))
 	}
 	if err != nil {
 		return bad("Load snapshot error: Failed to restore from snapshot: %v", err)
@@ -525,7 +538,7 @@ func (s *Server) listenVsock() error {
 	if s.cfg.Vsock == nil {
 		return nil
 	}
-	ln, err := net.Listen("unix", s.cfg.Vsock["uds_path"].(string))
+	ln, err := net.Listen("unix", s.host(s.cfg.Vsock["uds_path"].(string)))
 	if err != nil {
 		return err
 	}
