@@ -65,6 +65,9 @@ type StateDelta struct {
 	// what it could see itself. Such a delta is always decided block.
 	Incomplete       bool   `json:"incomplete,omitempty"`
 	IncompleteReason string `json:"incomplete_reason,omitempty"`
+	// Image, when set, says the trial ran on an image's root filesystem,
+	// not the host's: the paths are the image's (docs/images.md).
+	Image *DeltaImage `json:"image,omitempty"`
 
 	// fileSrc, when not nil, holds the file changes instead of Files
 	// (SetFileSource).

@@ -41,6 +41,14 @@ var (
 	// ErrUncommittable: the trial holds paths commit cannot write as the
 	// trial left them; see *UncommittableError.
 	ErrUncommittable = fmt.Errorf("%w: paths that cannot be committed", ErrCommitRefused)
+	// ErrImageCommit: the trial ran on an image, whose paths are not the
+	// host's; it commits only onto a host directory the caller names
+	// (store.CommitOptions.To, `dryexec commit --to DIR`), and only what
+	// it changed beneath its workspace (docs/images.md).
+	ErrImageCommit = fmt.Errorf("%w: the trial ran on an image", ErrCommitRefused)
+	// ErrTooManyLayers: an image has more layers than overlayfs can stack
+	// (MaxImageLayers); see *TooManyLayersError.
+	ErrTooManyLayers = errors.New("image has too many layers")
 )
 
 // Uncommittable is one path commit cannot write as the trial left it: a

@@ -85,6 +85,11 @@ type TrialSpec struct {
 	// rather than in Files, and a million changed paths cost tens of MB
 	// instead of hundreds. Empty keeps them all in Files.
 	SpillDir string
+	// Image, when set, is the sandbox's root filesystem in place of the
+	// host's (a rung that is not an ImageRung refuses it: CheckImage). Masks
+	// and OwnPaths, which name host paths, do not apply: nothing of the host
+	// is in the view.
+	Image *ImageRoot
 }
 
 // Defaults for TrialSpec's zero values.

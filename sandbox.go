@@ -32,6 +32,9 @@ type SandboxSpec struct {
 	// and where netsim's CA is kept.
 	Net      []string
 	NetCADir string
+	// Image is TrialSpec's: an image's root filesystem instead of the
+	// host's, the workspace mounted over it.
+	Image *ImageRoot
 }
 
 // SessionRung is a rung that can keep a sandbox for a session: one guest
