@@ -26,6 +26,12 @@ import (
 type Mount struct {
 	// Path is the absolute host path the mount's upper dir stands for.
 	Path string
+	// Root, when set, is what the upper dir is compared with instead of the
+	// host's Path: a directory (or a detached mount, such as an image's
+	// merged layers) the Differ resolves beneath exactly as it would the
+	// host's (the Differ uses a duplicate; the caller keeps and closes it).
+	// Path then names where it stands inside the sandbox.
+	Root *os.File
 }
 
 // Differ turns a stream of untrusted upper-dir entries into FileChanges. Use one
@@ -1168,6 +1174,13 @@ func (d *Differ) openBeneath(m, parent int, name, p string, flags int) (int, err
 
 // rootFD returns the O_PATH fd of mount m's host root.
 func (d *Differ) rootFD(m int) (int, error) {
+	if d.roots[m] < 0 && d.mounts[m].Root != nil {
+		fd, err := unix.FcntlInt(d.mounts[m].Root.Fd(), unix.F_DUPFD_CLOEXEC, 0)
+		if err != nil {
+			return -1, fmt.Errorf("opening the root of %s: %w", d.mounts[m].Path, err)
+		}
+		d.roots[m] = fd
+	}
 	if d.roots[m] < 0 {
 		// The mount's path came from the sandbox side: never follow a symlink
 		// on the way to it either.

@@ -322,7 +322,17 @@ func buildView(cfg *wire.TrialStart, keep bool) (int, []string, error) {
 	}
 	root := scratchDir + "/root"
 	b := &overlayBuilder{scratch: scratchDir, root: root, rootless: cfg.Rootless, locked: locked}
+	if len(cfg.Image) > 0 {
+		// The image's layers are the one lower of "/": nothing of the
+		// host's filesystem is in the view.
+		if err := b.image(cfg.Image); err != nil {
+			return -1, nil, err
+		}
+	}
 	for _, m := range cfg.Mounts {
+		if len(cfg.Image) > 0 {
+			break
+		}
 		if err := b.dir(m.Path); err != nil && !(errors.Is(err, errVanished) && m.Path != "/") {
 			return -1, nil, err
 		}

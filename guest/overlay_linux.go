@@ -240,6 +240,39 @@ func (b *overlayBuilder) overlay(hostPath, lowerPath, target string) error {
 	return nil
 }
 
+// image mounts the view's root as an overlay of an image's layers (lowest
+// first) with the upper dir that stands for "/". Beneath the image goes a
+// layer of the scratch tmpfs holding the mount points the sandbox's own
+// /proc, /dev and /sys need: an image built from scratch may lack them, and
+// making them in the upper would report them as the command's changes.
+// Beneath, not on top: where the image has them, its own are what shows.
+// Nothing is ever written under them (each is a mount of its own), so the
+// host's view of the image (ImageOverlay without them) compares the same.
+func (b *overlayBuilder) image(layers []string) error {
+	init := b.scratch + "/image-init"
+	for _, d := range []string{"", "/proc", "/dev", "/sys"} {
+		if err := os.Mkdir(init+d, 0o755); err != nil {
+			return err
+		}
+	}
+	u, w := b.scratch+"/u/0", b.scratch+"/w/0"
+	for _, d := range []string{u, w} {
+		if err := os.Mkdir(d, 0o755); err != nil {
+			return err
+		}
+	}
+	mfd, err := ImageOverlay(append([]string{init}, layers...), u, w)
+	if err != nil {
+		return err
+	}
+	defer unix.Close(mfd)
+	if err := unix.MoveMount(mfd, "", unix.AT_FDCWD, b.root, unix.MOVE_MOUNT_F_EMPTY_PATH); err != nil {
+		return fmt.Errorf("image overlay: attaching the view's root: %w", err)
+	}
+	b.uppers = append(b.uppers, "/")
+	return nil
+}
+
 func copyFile(src, dst string, mode os.FileMode) error {
 	in, err := os.Open(src)
 	if err != nil {

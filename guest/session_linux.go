@@ -35,7 +35,7 @@ func (s *session) start() error {
 	s.shell.env = s.cfg.Env
 	switch s.cfg.Rung {
 	case "ns":
-		tc := &wire.TrialStart{Mounts: s.cfg.Mounts, UpperSize: s.cfg.UpperSize, Hostname: s.cfg.Hostname, Rootless: s.cfg.Rootless}
+		tc := &wire.TrialStart{Mounts: s.cfg.Mounts, Image: s.cfg.Image, UpperSize: s.cfg.UpperSize, Hostname: s.cfg.Hostname, Rootless: s.cfg.Rootless}
 		tc.Masks, tc.Hidden = s.cfg.Masks, s.cfg.Hidden
 		tc.Net, tc.NetFD, tc.TrustBundle, tc.TrustPath = s.cfg.Net, s.cfg.NetFD, s.cfg.TrustBundle, s.cfg.TrustPath
 		// The TUN device is made while /dev/net/tun is still the host's

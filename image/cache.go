@@ -23,6 +23,8 @@ import (
 	"github.com/google/go-containerregistry/pkg/authn"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/klauspost/compress/zstd"
+
+	"github.com/dryexec/dryexec"
 )
 
 // Cache is the image cache in one directory (by default $DRYEXEC_HOME/images):
@@ -50,6 +52,12 @@ type Image struct {
 	Size     int64     `json:"size"`     // compressed bytes, as pulled
 	Config   string    `json:"config"`   // digest of the config blob
 	Pulled   time.Time `json:"pulled"`
+	// Env and WorkingDir are the config's: a sandbox on the image starts
+	// with them (dryexec.ImageAction). Records of an older dryexec lack
+	// them: Ensure pulls such an image again.
+	Env        []string `json:"env,omitempty"`
+	WorkingDir string   `json:"working_dir,omitempty"`
+	HasConfig  bool     `json:"has_config,omitempty"`
 }
 
 // Progress is a pull's state, reported as bytes arrive.
@@ -179,7 +187,12 @@ func (c *Cache) Pull(ctx context.Context, ref string, opts PullOptions) (*PullRe
 	if err != nil {
 		return nil, registryErr(r.String(), err)
 	}
-	res := &PullResult{Image: Image{Digest: src.digest.String(), Platform: src.platform, Config: cfg.String()}}
+	res := &PullResult{Image: Image{Digest: src.digest.String(), Platform: src.platform, Config: cfg.String(), HasConfig: true}}
+	cf, err := src.img.ConfigFile()
+	if err != nil {
+		return nil, registryErr(r.String(), err)
+	}
+	res.Env, res.WorkingDir = cf.Config.Env, cf.Config.WorkingDir
 	var total int64
 	var todo []bool
 	for _, l := range ls {
@@ -635,4 +648,33 @@ func (c *Cache) Use(ctx context.Context, ref string) (img Image, release func(),
 		return Image{}, nil, err
 	}
 	return img, func() { gc.Close() }, nil
+}
+
+// Ensure is Use, pulling ref first when the cache does not hold it (or
+// holds a record without the config a sandbox needs): the image is pulled
+// on its first use. pulled says whether this call pulled.
+func (c *Cache) Ensure(ctx context.Context, ref string, opts PullOptions) (img Image, release func(), pulled bool, err error) {
+	img, release, err = c.Use(ctx, ref)
+	if err == nil && img.HasConfig {
+		return img, release, false, nil
+	}
+	if err == nil {
+		release()
+	} else if !errors.Is(err, ErrNotFound) {
+		return Image{}, nil, false, err
+	}
+	res, err := c.Pull(ctx, ref, opts)
+	if err != nil {
+		return Image{}, nil, false, err
+	}
+	// By digest: a tag moved by another pull meanwhile still finds this.
+	img, release, err = c.Use(ctx, res.Digest)
+	return img, release, true, err
+}
+
+// Root is img as a sandbox's root filesystem (dryexec.TrialSpec.Image):
+// its layer directories, env and working directory; ref is how the caller
+// named it.
+func (c *Cache) Root(ref string, img Image) *dryexec.ImageRoot {
+	return &dryexec.ImageRoot{Ref: ref, Digest: img.Digest, Layers: c.LayerDirs(img), Env: img.Env, WorkingDir: img.WorkingDir}
 }

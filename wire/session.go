@@ -283,13 +283,15 @@ type SessionStart struct {
 	// a session that never runs Python keeps no interpreter.
 	PythonWarm bool `json:"python_warm,omitempty"`
 	// ns rung only:
-	Mounts        []MountSpec `json:"mounts,omitempty"`
-	UpperSize     int64       `json:"upper_size,omitempty"`
-	Hostname      string      `json:"hostname,omitempty"`
-	Rootless      bool        `json:"rootless,omitempty"`
-	CommandUserNS bool        `json:"command_userns,omitempty"`
-	CommandUID    int         `json:"command_uid,omitempty"`
-	CommandGID    int         `json:"command_gid,omitempty"`
+	Mounts []MountSpec `json:"mounts,omitempty"`
+	// Image: as in TrialStart.
+	Image         []string `json:"image,omitempty"`
+	UpperSize     int64    `json:"upper_size,omitempty"`
+	Hostname      string   `json:"hostname,omitempty"`
+	Rootless      bool     `json:"rootless,omitempty"`
+	CommandUserNS bool     `json:"command_userns,omitempty"`
+	CommandUID    int      `json:"command_uid,omitempty"`
+	CommandGID    int      `json:"command_gid,omitempty"`
 	// Masks and Hidden: as in TrialStart.
 	Masks  []string `json:"masks,omitempty"`
 	Hidden []string `json:"hidden,omitempty"`

@@ -72,9 +72,13 @@ func MonoNow() int64 {
 // what the host means to run; the guest takes the command from trial.run.
 type TrialStart struct {
 	TrialRun
-	Mounts    []MountSpec `json:"mounts"`
-	Hostname  string      `json:"hostname"`
-	UpperSize int64       `json:"upper_size"`
+	Mounts []MountSpec `json:"mounts"`
+	// Image, when set, replaces the host's mounts: the unpacked layer
+	// directories of an OCI image (host paths, lowest first), stacked as the
+	// lowers of the one overlay at "/" (Mounts is then just "/").
+	Image     []string `json:"image,omitempty"`
+	Hostname  string   `json:"hostname"`
+	UpperSize int64    `json:"upper_size"`
 	// Rootless: the guest runs in a user namespace it was created with (the host
 	// user is not root): overlays use user.* xattrs, and host mounts are locked.
 	Rootless bool `json:"rootless,omitempty"`

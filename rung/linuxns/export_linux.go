@@ -12,7 +12,7 @@ import (
 
 // CheckAction reports an action no rung can run (empty argv, relative or
 // missing cwd, NUL bytes, bad env, negative timeout) as ErrBadAction.
-func CheckAction(a dryexec.Action) error { return checkAction(a) }
+func CheckAction(a dryexec.Action) error { return checkAction(a, false) }
 
 // CollectDeadline is when a trial whose command started at start and ended
 // at end must be done collecting what it wrote (see Rung.CollectMin).

@@ -148,7 +148,7 @@ func (r *Rung) Trial(ctx context.Context, spec dryexec.TrialSpec) (*dryexec.Stat
 // sandbox it needs (with the host's mounts from mt).
 func checkSpec(spec dryexec.TrialSpec, hc *hostCache) (dryexec.TrialSpec, sandbox, error) {
 	spec = spec.WithDefaults()
-	if err := checkAction(spec.Action); err != nil {
+	if err := checkAction(spec.Action, spec.Image != nil); err != nil {
 		return spec, sandbox{}, err
 	}
 	if spec.TrialID == "" {
@@ -185,9 +185,15 @@ type sandbox struct {
 	UpperSize int64
 	Net       []string // --net specs; never empty ("none")
 	NetCADir  string   // resolved
+	// Image: the image's layer dirs (lowest first) instead of the host's
+	// mounts (Mounts is then just "/"); nil for a view of the host.
+	Image []string
 }
 
 func sandboxFor(spec dryexec.TrialSpec, hc *hostCache) (sandbox, error) {
+	if spec.Image != nil {
+		return imageSandbox(spec)
+	}
 	var mt *mountTable
 	var mc *maskCache
 	if hc != nil {
@@ -223,10 +229,12 @@ func sandboxFor(spec dryexec.TrialSpec, hc *hostCache) (sandbox, error) {
 func (a sandbox) equal(b sandbox) bool {
 	return a.Limits == b.Limits && a.UpperSize == b.UpperSize && a.NetCADir == b.NetCADir &&
 		slices.Equal(a.Net, b.Net) && slices.Equal(a.Masks, b.Masks) && slices.Equal(a.Hidden, b.Hidden) &&
-		slices.Equal(a.Mounts, b.Mounts)
+		slices.Equal(a.Mounts, b.Mounts) && slices.Equal(a.Image, b.Image)
 }
 
-func checkAction(a dryexec.Action) error {
+// checkAction checks a's form; for a view of the host also that its cwd is
+// a host directory (an image's is checked in the image: checkImageCwd).
+func checkAction(a dryexec.Action, image bool) error {
 	bad := func(f string, args ...any) error {
 		return fmt.Errorf("%w: %s", dryexec.ErrBadAction, fmt.Sprintf(f, args...))
 	}
@@ -236,7 +244,7 @@ func checkAction(a dryexec.Action) error {
 	if !strings.HasPrefix(a.Cwd, "/") {
 		return bad("cwd %q is not absolute", a.Cwd)
 	}
-	if st, err := os.Stat(a.Cwd); err != nil || !st.IsDir() {
+	if st, err := os.Stat(a.Cwd); !image && (err != nil || !st.IsDir()) {
 		return bad("cwd %q is not a directory on the host", a.Cwd)
 	}
 	for k, v := range a.Env {
@@ -371,6 +379,10 @@ type trial struct {
 	lim    *Limiter       // the trial's cgroup (or rlimits); removed by cleanup
 	watch  *MaskWatch     // the masks, pinned once the view is built
 	uppers []fsdelta.Mount
+	// imageView is the host's read-only merged view of the image (a
+	// detached overlay of its layers) for a trial on an image: the Differ
+	// compares the upper with it. Nil for a view of the host.
+	imageView *os.File
 	// scratch is the host's own handle (O_PATH) on the guest's scratch
 	// tmpfs, taken before the command starts: if the guest dies or breaks
 	// the protocol mid-trial, the host walks the upper dirs through it
@@ -419,6 +431,18 @@ func (r *Rung) prepare(ctx context.Context, sb sandbox, id string) (*trial, erro
 
 func (r *Rung) start(sb sandbox, id string, nt *trialNet) (*trial, error) {
 	t := &trial{r: r, sb: sb, id: id, net: nt}
+	if sb.Image != nil {
+		v, err := imageView(sb.Image)
+		if err != nil {
+			return nil, err
+		}
+		t.imageView = v
+		defer func() {
+			if t.cmd == nil {
+				v.Close()
+			}
+		}()
+	}
 	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
 	if err != nil {
 		return nil, fmt.Errorf("socketpair: %w", err)
@@ -496,7 +520,7 @@ func (t *trial) ready() error {
 	t.r.trace("hello")
 	host, _ := os.Hostname()
 	start := wire.TrialStart{
-		Mounts: t.sb.Mounts, Hostname: host, UpperSize: t.sb.UpperSize,
+		Mounts: t.sb.Mounts, Image: t.sb.Image, Hostname: host, UpperSize: t.sb.UpperSize,
 		Rootless: os.Getuid() != 0, CommandUserNS: true, CommandUID: os.Getuid(), CommandGID: os.Getgid(),
 		Masks: t.sb.Masks, Hidden: t.sb.Hidden, CommandNPROC: t.lim.CommandNPROC(),
 	}
@@ -549,7 +573,13 @@ func (t *trial) ready() error {
 func (t *trial) trial(ctx context.Context, spec dryexec.TrialSpec) (*dryexec.StateDelta, error) {
 	t.spec = spec
 	t.out, t.errb = tail.New(spec.OutputCap), tail.New(spec.OutputCap)
+	if err := t.checkImageCwd(spec.Action.Cwd); err != nil {
+		return nil, err
+	}
 	d, err := t.run(ctx)
+	if d != nil && spec.Image != nil {
+		d.Image = &dryexec.DeltaImage{Ref: spec.Image.Ref, Digest: spec.Image.Digest, Workspace: spec.Action.Cwd}
+	}
 	t.net.finish(d)
 	if d != nil && spec.Exchanges != nil && t.net.sim != nil {
 		if recs := t.net.sim.Records(); len(recs) > 0 {
@@ -617,6 +647,9 @@ func (t *trial) cleanup() {
 	t.pipes.Wait()
 	t.net.close()
 	t.watch.Close()
+	if t.imageView != nil {
+		t.imageView.Close()
+	}
 	if t.scratch != nil {
 		// The last reference: the scratch tmpfs (up to the trial's write
 		// budget) is freed now.
@@ -838,7 +871,7 @@ func (t *trial) checkUppers(paths []string) ([]fsdelta.Mount, error) {
 		if !strings.HasPrefix(p, "/") || path.Clean(p) != p || !under(p, planned) {
 			return nil, fmt.Errorf("%w: upper dir for %q is outside the planned mounts", dryexec.ErrGuest, p)
 		}
-		dm[i] = fsdelta.Mount{Path: p}
+		dm[i] = fsdelta.Mount{Path: p, Root: t.imageView}
 	}
 	return dm, nil
 }

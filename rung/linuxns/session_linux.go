@@ -19,8 +19,16 @@ var _ dryexec.SessionRung[wire.SessionStart] = (*Rung)(nil)
 // namespaces, over an overlay-staged workspace, with its cgroup (or
 // rlimits), masks and netsim for as long as the sandbox lives.
 func (r *Rung) OpenSandbox(ctx context.Context, spec dryexec.SandboxSpec) (dryexec.Sandbox[wire.SessionStart], error) {
-	mounts, err := Mounts()
-	if err != nil {
+	var mounts []wire.MountSpec
+	var err error
+	if spec.Image != nil {
+		// The image's root instead of the host's: one overlay at "/", no
+		// masks (nothing of the host is in the view).
+		if err := checkImage(spec.Image); err != nil {
+			return nil, err
+		}
+		mounts = []wire.MountSpec{{Path: "/"}}
+	} else if mounts, err = Mounts(); err != nil {
 		return nil, err
 	}
 	caDir, err := EnsureCA(spec.NetCADir)
@@ -37,10 +45,12 @@ func (r *Rung) OpenSandbox(ctx context.Context, spec dryexec.SandboxSpec) (dryex
 	// opened the session (the daemon masks it too; a Go caller may not).
 	extra := append(slices.Clone(spec.Masks), caDir)
 	// dryexec's own state is hidden whatever the options say.
-	cover, err := ResolveCover(extra, spec.NoDefaultMasks, spec.OwnPaths)
-	if err != nil {
-		nw.Close()
-		return nil, err
+	var cover Cover
+	if spec.Image == nil {
+		if cover, err = ResolveCover(extra, spec.NoDefaultMasks, spec.OwnPaths); err != nil {
+			nw.Close()
+			return nil, err
+		}
 	}
 	lim, err := r.NewLimiter(spec.ID, spec.Limits)
 	if err != nil {
@@ -78,7 +88,11 @@ func (r *Rung) OpenSandbox(ctx context.Context, spec dryexec.SandboxSpec) (dryex
 	if ws == "" {
 		ws = "/workspace"
 	}
-	return &sessionSandbox{ctrl: ctrl, cmd: cmd, ws: ws, mounts: mounts, cover: cover,
+	var layers []string
+	if spec.Image != nil {
+		layers = spec.Image.Layers
+	}
+	return &sessionSandbox{ctrl: ctrl, cmd: cmd, ws: ws, mounts: mounts, image: layers, cover: cover,
 		lim: lim, watch: NewMaskWatch(), net: nw, netFD: netFD}, nil
 }
 
@@ -108,6 +122,7 @@ type sessionSandbox struct {
 	cmd    *exec.Cmd
 	ws     string
 	mounts []wire.MountSpec
+	image  []string // the image's layer dirs, lowest first; nil: the host's view
 	cover  Cover
 	lim    *Limiter
 	watch  *MaskWatch
@@ -124,6 +139,7 @@ func (s *sessionSandbox) Configure(start *wire.SessionStart) {
 	host, _ := os.Hostname()
 	start.Rung, start.Workspace = Name, s.ws
 	start.Mounts, start.Hostname, start.Masks, start.Hidden = s.mounts, host, s.cover.Masks, s.cover.Hidden
+	start.Image = s.image
 	start.Rootless, start.CommandUserNS = os.Getuid() != 0, true
 	start.CommandUID, start.CommandGID = os.Getuid(), os.Getgid()
 	// Under the rlimit fallback each exec gets the pids limit; the guest
