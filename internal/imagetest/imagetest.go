@@ -1,0 +1,196 @@
+// Package imagetest builds real OCI images for tests and benchmarks: layers
+// from tar entries, a layer of the host's own programs with the shared
+// libraries they load (a small working userland without a base image or a
+// network), images with a config, and go-containerregistry's registry served
+// on loopback to push them to.
+package imagetest
+
+import (
+	"archive/tar"
+	"bytes"
+	"io"
+	"log"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-containerregistry/pkg/name"
+	"github.com/google/go-containerregistry/pkg/registry"
+	v1 "github.com/google/go-containerregistry/pkg/v1"
+	"github.com/google/go-containerregistry/pkg/v1/empty"
+	"github.com/google/go-containerregistry/pkg/v1/layout"
+	"github.com/google/go-containerregistry/pkg/v1/mutate"
+	"github.com/google/go-containerregistry/pkg/v1/remote"
+	"github.com/google/go-containerregistry/pkg/v1/tarball"
+)
+
+// Entry is one tar entry of a layer. A zero Type is a regular file; a
+// Name ".wh.X" is an OCI whiteout of X.
+type Entry struct {
+	Name string
+	Type byte
+	Body []byte
+	Link string
+	Mode int64
+}
+
+// Layer builds a gzip layer from entries, as written.
+func Layer(tb testing.TB, ents ...Entry) v1.Layer {
+	tb.Helper()
+	var buf bytes.Buffer
+	tw := tar.NewWriter(&buf)
+	for _, e := range ents {
+		h := &tar.Header{Name: e.Name, Typeflag: e.Type, Linkname: e.Link, Mode: e.Mode, ModTime: time.Unix(1700000000, 0), Format: tar.FormatPAX}
+		if h.Typeflag == 0 {
+			h.Typeflag = tar.TypeReg
+		}
+		if h.Mode == 0 {
+			h.Mode = 0o644
+			if h.Typeflag == tar.TypeDir {
+				h.Mode = 0o755
+			}
+		}
+		if h.Typeflag == tar.TypeReg {
+			h.Size = int64(len(e.Body))
+		}
+		if err := tw.WriteHeader(h); err != nil {
+			tb.Fatal(err)
+		}
+		if h.Typeflag == tar.TypeReg {
+			tw.Write(e.Body)
+		}
+	}
+	if err := tw.Close(); err != nil {
+		tb.Fatal(err)
+	}
+	b := buf.Bytes()
+	l, err := tarball.LayerFromOpener(func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(b)), nil })
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return l
+}
+
+// Tools is a layer holding the host's programs progs (names looked up in
+// PATH, placed at /bin/NAME) and every shared library and loader they load,
+// at the paths ldd gives: enough to run them in an image with nothing else.
+// sh is always included.
+func Tools(tb testing.TB, progs ...string) v1.Layer {
+	tb.Helper()
+	files := map[string]string{} // image path → host path
+	for _, p := range append([]string{"sh"}, progs...) {
+		hp, err := exec.LookPath(p)
+		if err != nil {
+			tb.Skipf("no %s on this host: %v", p, err)
+		}
+		files["/bin/"+p] = hp
+		out, _ := exec.Command("ldd", hp).Output()
+		for _, line := range strings.Split(string(out), "\n") {
+			// "libc.so.6 => /lib/x86_64-linux-gnu/libc.so.6 (0x…)" or
+			// "/lib64/ld-linux-x86-64.so.2 (0x…)".
+			f := strings.Fields(line)
+			for _, w := range f {
+				if strings.HasPrefix(w, "/") {
+					files[w] = w
+					break
+				}
+			}
+		}
+	}
+	dirs := map[string]bool{}
+	var ents []Entry
+	names := make([]string, 0, len(files))
+	for n := range files {
+		names = append(names, n)
+	}
+	slices.Sort(names)
+	for _, n := range names {
+		for d := path.Dir(n); d != "/" && !dirs[d]; d = path.Dir(d) {
+			dirs[d] = true
+		}
+	}
+	ds := make([]string, 0, len(dirs))
+	for d := range dirs {
+		ds = append(ds, d)
+	}
+	slices.SortFunc(ds, func(a, b string) int { return strings.Count(a, "/") - strings.Count(b, "/") })
+	for _, d := range ds {
+		ents = append(ents, Entry{Name: d[1:] + "/", Type: tar.TypeDir})
+	}
+	for _, n := range names {
+		b, err := os.ReadFile(files[n])
+		if err != nil {
+			tb.Fatal(err)
+		}
+		ents = append(ents, Entry{Name: n[1:], Body: b, Mode: 0o755})
+	}
+	return Layer(tb, ents...)
+}
+
+// Config is what Image puts in the image's config.
+type Config struct {
+	Env        []string
+	WorkingDir string
+}
+
+// Image stacks layers on an empty image for linux/GOARCH with cfg.
+func Image(tb testing.TB, cfg Config, layers ...v1.Layer) v1.Image {
+	tb.Helper()
+	img, err := mutate.AppendLayers(empty.Image, layers...)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	cf, err := img.ConfigFile()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	cf = cf.DeepCopy()
+	cf.OS, cf.Architecture = "linux", runtime.GOARCH
+	cf.Config.Env, cf.Config.WorkingDir = cfg.Env, cfg.WorkingDir
+	if img, err = mutate.ConfigFile(img, cf); err != nil {
+		tb.Fatal(err)
+	}
+	return img
+}
+
+// Registry serves go-containerregistry's registry (a real OCI distribution
+// server) on loopback for the test's life and returns its host:port.
+func Registry(tb testing.TB) string {
+	tb.Helper()
+	srv := httptest.NewServer(registry.New(registry.Logger(log.New(io.Discard, "", 0))))
+	tb.Cleanup(srv.Close)
+	return strings.TrimPrefix(srv.URL, "http://")
+}
+
+// Push writes img to ref in a registry.
+func Push(tb testing.TB, ref string, img v1.Image) {
+	tb.Helper()
+	r, err := name.ParseReference(ref, name.Insecure)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	if err := remote.Write(r, img); err != nil {
+		tb.Fatal(err)
+	}
+}
+
+// Layout writes img as an OCI layout directory in dir and returns the
+// reference that names it ("oci:DIR").
+func Layout(tb testing.TB, dir string, img v1.Image) string {
+	tb.Helper()
+	p, err := layout.Write(filepath.Join(dir), empty.Index)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	if err := p.AppendImage(img); err != nil {
+		tb.Fatal(err)
+	}
+	return "oci:" + dir
+}
