@@ -104,6 +104,11 @@ func (r *Runner) Run(ctx context.Context, rung dryexec.Rung, engine *policy.Engi
 	if rung == nil || engine == nil {
 		return nil, fmt.Errorf("%w: every trial needs a rung and a decision engine", ErrMissing)
 	}
+	if err := dryexec.CheckImage(rung, spec.Image); err != nil {
+		// A rung that cannot start from an image says so, rather than run
+		// the command on the host's view.
+		return nil, err
+	}
 	if spec.TrialID == "" {
 		spec.TrialID = dryexec.NewTrialID()
 	}

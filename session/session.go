@@ -156,6 +156,11 @@ type Options struct {
 	// NetCADir holds netsim's per-install CA ("" means
 	// $DRYEXEC_HOME/netsim-ca); mask it from the sandbox (Masks).
 	NetCADir string
+	// Image, when set, is the sandbox's root filesystem instead of the
+	// host's (docs/images.md): the workspace is mounted over it, and the
+	// image's Env is the base of the environment (Env's names win). The
+	// caller keeps its layers in use (image.Cache.Use) until Close.
+	Image *dryexec.ImageRoot
 }
 
 // Session is one live sandbox. Its methods may be called from several
@@ -267,6 +272,9 @@ func open(ctx context.Context, opt Options) (*Session, error) {
 	if err != nil {
 		return nil, err
 	}
+	if err := dryexec.CheckImage(sr, opt.Image); err != nil {
+		return nil, err
+	}
 	sb, err := sr.OpenSandbox(ctx, sandboxSpec(opt))
 	if err != nil {
 		return nil, err
@@ -278,6 +286,7 @@ func open(ctx context.Context, opt Options) (*Session, error) {
 	if env == nil {
 		env = map[string]string{"PATH": "/usr/local/bin:/usr/bin:/bin:/usr/local/sbin:/usr/sbin:/sbin", "LANG": "C.UTF-8", "HOME": sb.Workspace()}
 	}
+	env = imageEnv(opt, env)
 	for k, v := range env {
 		start.Env = append(start.Env, k+"="+v)
 	}
@@ -341,8 +350,27 @@ func sandboxSpec(opt Options) dryexec.SandboxSpec {
 	return dryexec.SandboxSpec{
 		ID: "se_" + strings.TrimPrefix(dryexec.NewTrialID(), "tr_"), Workspace: opt.Workspace,
 		Limits: opt.Limits, Masks: opt.Masks, NoDefaultMasks: opt.NoDefaultMasks, OwnPaths: opt.OwnPaths,
-		Net: opt.Net, NetCADir: opt.NetCADir,
+		Net: opt.Net, NetCADir: opt.NetCADir, Image: opt.Image,
 	}
+}
+
+// imageEnv is env on an image: the image's Env under the caller's, or, when
+// the caller gave none, under the session's defaults (def) but for the
+// image's own PATH and LANG, which know where the image keeps its programs.
+func imageEnv(opt Options, def map[string]string) map[string]string {
+	if opt.Image == nil {
+		return def
+	}
+	if opt.Env != nil {
+		return dryexec.ImageAction(dryexec.Action{Env: opt.Env}, opt.Image).Env
+	}
+	env := dryexec.ImageAction(dryexec.Action{}, opt.Image).Env
+	for k, v := range def {
+		if _, ok := env[k]; !ok {
+			env[k] = v
+		}
+	}
+	return env
 }
 
 // Network returns every network event of the session so far, in the order
