@@ -159,6 +159,10 @@ type CommitOptions struct {
 	SkipUncommittable bool
 	// Hook is passed to commit.Options.Hook (crash tests).
 	Hook func(point int)
+	// To is the host directory a trial on an image commits onto (MapImage):
+	// required for such a trial, refused for any other. Paths then name
+	// paths beneath To.
+	To string
 }
 
 // CommitResult is what a commit did.
@@ -168,6 +172,9 @@ type CommitResult struct {
 	Skipped []dryexec.Uncommittable
 	// Override: the trial was decided block and committed on request.
 	Override *Override
+	// Outside counts the changes of a trial on an image that were not
+	// beneath its workspace, so never committable (MapImage).
+	Outside int
 }
 
 // Commit is CommitWith, returning the changes applied.
@@ -213,6 +220,12 @@ func (s *Store) CommitWith(ctx context.Context, id string, opt CommitOptions) (*
 	if err != nil {
 		return nil, err
 	}
+	// Verified as signed, then mapped: a trial on an image commits onto
+	// the caller's directory, and only what it changed in its workspace.
+	d, outside, err := MapImage(d, opt.To)
+	if err != nil {
+		return nil, err
+	}
 	// What this commit leaves: a partly committed trial commits only what
 	// is left of it, a path already committed is said to be so, and the
 	// trial stays partial while anything remains.
@@ -246,7 +259,7 @@ func (s *Store) CommitWith(ctx context.Context, id string, opt CommitOptions) (*
 			status = StatusPartial
 		}
 	}
-	res := &CommitResult{}
+	res := &CommitResult{Outside: outside}
 	if d.Decision.Choice == policy.Block {
 		if !opt.AllowBlocked {
 			return nil, fmt.Errorf("%w: %s (%s); committing it anyway needs an explicit override", dryexec.ErrBlocked, id, blockReasons(d))

@@ -96,7 +96,7 @@ func Run(ctx context.Context, args []string, env Env) int {
 		case errors.Is(err, dryexec.ErrTrialNotFound), errors.Is(err, dryexec.ErrAlreadyCommitted),
 			errors.Is(err, dryexec.ErrDiscarded), errors.Is(err, dryexec.ErrCommitConflict),
 			errors.Is(err, dryexec.ErrUnsafePath), errors.Is(err, receipt.ErrVerify), errors.Is(err, receipt.ErrMalformed),
-			errors.Is(err, dryexec.ErrCommitRefused):
+			errors.Is(err, dryexec.ErrCommitRefused), errors.Is(err, dryexec.ErrTooManyLayers):
 			return ExitRefused
 		}
 		return ExitInternal

@@ -19,6 +19,7 @@ import (
 func commitCmd(env Env, note *interruptNote) *cobra.Command {
 	var force, allowBlocked, skip bool
 	var forcePaths []string
+	var to string
 	c := &cobra.Command{
 		Use:   "commit ID [PATH...]",
 		Short: "Apply a stored trial's changes to the host (all, or only PATHs and what is under them)",
@@ -27,7 +28,10 @@ The stored trial must verify against this install's receipt key, and every conte
 is checked against it, before anything on the host changes. A trial decided block is
 refused unless --force (or --allow-blocked, which overrides only that) says a person
 decided otherwise (recorded with the trial: dryexec show). Sockets, device nodes and contents that were not kept cannot be
-committed: the commit is refused, naming them, unless --skip-uncommittable.`,
+committed: the commit is refused, naming them, unless --skip-uncommittable.
+A trial that ran on an image (run --image) commits only with --to DIR: what it
+changed beneath its workspace (its cwd in the image) is applied beneath the host
+directory DIR; nothing else of it is ever committable (docs/images.md).`,
 		Args: usage(cobra.MinimumNArgs(1)),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			s, err := startStore(env)
@@ -47,13 +51,22 @@ committed: the commit is refused, naming them, unless --skip-uncommittable.`,
 			if err != nil {
 				return err
 			}
+			if to != "" {
+				if to, err = filepath.Abs(to); err != nil {
+					return usageError{err}
+				}
+			}
+			// A trial on an image names paths beneath --to.
+			if d, _, err = store.MapImage(d, to); err != nil {
+				return err
+			}
 			if err := server.CheckCommitPaths(d, paths); err != nil {
 				return usageError{err}
 			}
 			// --force is a person's decision: over the policy's block as over
 			// the host's changes. --allow-blocked overrides only the block.
 			err = doCommit(cmd.Context(), env, note, s, args[0], store.CommitOptions{Paths: paths, Force: force, ForcePaths: fps,
-				AllowBlocked: allowBlocked || force, SkipUncommittable: skip})
+				AllowBlocked: allowBlocked || force, SkipUncommittable: skip, To: to})
 			if errors.Is(err, dryexec.ErrBlocked) {
 				return fmt.Errorf("%w\nif a person decided to commit it anyway: dryexec commit --force %s (recorded with the trial)", err, args[0])
 			}
@@ -63,6 +76,7 @@ committed: the commit is refused, naming them, unless --skip-uncommittable.`,
 	c.Flags().BoolVar(&force, "force", false, "commit even a trial decided block, and where the host changed since the trial (never through a symlink); the override is recorded")
 	c.Flags().StringArrayVar(&forcePaths, "force-path", nil, "like --force, only at and under this path (repeatable)")
 	c.Flags().BoolVar(&allowBlocked, "allow-blocked", false, "commit a trial the policy decided block (the override is recorded with the trial)")
+	c.Flags().StringVar(&to, "to", "", "for a trial that ran on an image: the host directory that receives what it changed beneath its workspace (required for such a trial, refused for others)")
 	c.Flags().BoolVar(&skip, "skip-uncommittable", false, "commit the rest when some paths cannot be committed (sockets, device nodes, contents not kept); they are listed")
 	return c
 }
@@ -77,6 +91,9 @@ func doCommit(ctx context.Context, env Env, note *interruptNote, s *store.Store,
 	note.set("%s was committed", id)
 	if o := r.Override; o != nil {
 		fmt.Fprintf(env.Stderr, "dryexec: %s was decided %s; committed because you asked (recorded: dryexec show %s)\n", id, o.Decision, id)
+	}
+	if r.Outside > 0 {
+		fmt.Fprintf(env.Stderr, "dryexec: %d change%s of %s outside its workspace in the image left out (never committable)\n", r.Outside, plural(r.Outside), id)
 	}
 	for _, u := range r.Skipped {
 		fmt.Fprintf(env.Stderr, "dryexec: skipped %s: %s\n", dryexec.QuotePath(u.Path), u.Reason)

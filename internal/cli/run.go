@@ -57,6 +57,8 @@ func runCmd(env Env, code *int, note *interruptNote) *cobra.Command {
 		exitStatus string
 		// where the trial runs (via.go)
 		viaFlag string
+		// an image's root filesystem instead of the host's (runimage.go)
+		imageRef string
 	)
 	c := &cobra.Command{
 		Use:   "run [flags] -- CMD [ARG...]",
@@ -102,8 +104,22 @@ func runCmd(env Env, code *int, note *interruptNote) *cobra.Command {
 			// Everything the caller could have got wrong is checked before
 			// anything runs or is stored: a mistake is exit 2 with what to do,
 			// never 125 ("dryexec itself failed").
-			if cwd, err = checkRunArgs(rungName, args, cwd, timeout, outputCap, upperSize); err != nil {
-				return err
+			if imageRef == "" {
+				if cwd, err = checkRunArgs(rungName, args, cwd, timeout, outputCap, upperSize); err != nil {
+					return err
+				}
+			} else {
+				// The cwd is the image's: checked in it, defaulted from it.
+				if err := checkImageCwd(cwd); err != nil {
+					return err
+				}
+				if _, err = checkRunArgs(rungName, args, "/", timeout, outputCap, upperSize); err != nil {
+					return err
+				}
+				if via == viaDaemon {
+					return usageError{errors.New("--image runs in this process for now: drop --via daemon")}
+				}
+				via = viaLocal
 			}
 			if netSpecs, err = checkNetSpecs(cmd.Context(), netSpecs, env); err != nil {
 				return err
@@ -135,7 +151,11 @@ func runCmd(env Env, code *int, note *interruptNote) *cobra.Command {
 				}
 			}
 			a := dryexec.Action{Argv: args, Cwd: cwd, TimeoutMS: timeout.Milliseconds()}
-			if a.Env, err = dryexec.SandboxEnv(env.Getenv, callerEnviron(env), pass, set); err != nil {
+			sandboxEnv := dryexec.SandboxEnv
+			if imageRef != "" {
+				sandboxEnv = imageCallerEnv
+			}
+			if a.Env, err = sandboxEnv(env.Getenv, callerEnviron(env), pass, set); err != nil {
 				return usageError{err}
 			}
 			a.Env["PWD"] = cwd
@@ -166,6 +186,13 @@ func runCmd(env Env, code *int, note *interruptNote) *cobra.Command {
 				spec.Stdout, spec.Stderr, live = lo, le, []*render.LiveWriter{lo, le}
 			}
 			spec.Net = netSpecs
+			if imageRef != "" {
+				var release func()
+				if spec, release, err = useImage(cmd.Context(), env, imageRef, spec); err != nil {
+					return imageErr(env, code, err)
+				}
+				defer release()
+			}
 			var d *dryexec.StateDelta
 			var st *store.Store
 			if via != viaLocal {
@@ -266,7 +293,8 @@ func runCmd(env Env, code *int, note *interruptNote) *cobra.Command {
 	f.Int64Var(&upperSize, "upper-size", dryexec.DefaultUpperSizeBytes, "bytes the trial may write in all")
 	f.StringVar(&contentCap, "content-cap", "", fmt.Sprintf("bytes of file content the store keeps of this trial, K, M or G (default $DRYEXEC_TRIAL_CONTENT_CAP, else %d GiB; -1: no cap); a file past it is listed without its content", store.DefaultTrialBytes>>30))
 	f.BoolVar(&noStore, "no-store", false, "do not keep the trial for a later commit")
-	f.StringVarP(&cwd, "cwd", "C", "", "run in this directory (default: the current one)")
+	f.StringVarP(&cwd, "cwd", "C", "", "run in this directory (default: the current one; with --image, an absolute directory in the image, default its WorkingDir, else /)")
+	f.StringVar(&imageRef, "image", "", "run on this OCI image's root filesystem instead of the host's (pulled into $DRYEXEC_HOME/images on first use; ns rung; the image's Env under --env's; commit needs --to DIR: docs/images.md)")
 	f.StringVar(&policyFile, "policy", "", "decide with this policy file (YAML or JSON; default: the built-in policy, docs/decision.md)")
 	f.BoolVar(&doCommitFlag, "commit", false, "commit the changes right after the run, if the decision is auto_commit")
 	f.BoolVarP(&interactive, "interactive", "i", false, "show the summary, then ask what to commit")

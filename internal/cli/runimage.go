@@ -1,0 +1,75 @@
+package cli
+
+import (
+	"context"
+	"fmt"
+	"path"
+	"strings"
+
+	"github.com/dryexec/dryexec"
+	"github.com/dryexec/dryexec/image"
+)
+
+// imageCallerEnv is the caller's part of an image trial's environment: only
+// what --env and --pass-env name. The host's default allowlist (PATH, HOME,
+// …) is not passed: the image's own Env (dryexec.ImageAction puts the
+// caller's on top of it) knows where the image keeps its programs, and the
+// host's PATH would hide them (docs/images.md, "Environment").
+func imageCallerEnv(getenv func(string) string, environ, pass, set []string) (map[string]string, error) {
+	all, err := dryexec.SandboxEnv(getenv, environ, pass, set)
+	if err != nil {
+		return nil, err
+	}
+	named := func(k string) bool {
+		for _, p := range pass {
+			if p == k || strings.HasSuffix(p, "*") && strings.HasPrefix(k, strings.TrimSuffix(p, "*")) {
+				return true
+			}
+		}
+		for _, kv := range set {
+			if n, _, _ := strings.Cut(kv, "="); n == k {
+				return true
+			}
+		}
+		return false
+	}
+	for k := range all {
+		if !named(k) {
+			delete(all, k)
+		}
+	}
+	return all, nil
+}
+
+// useImage resolves ref through the image cache in $DRYEXEC_HOME/images,
+// pulling it on first use, and returns the spec on it: the image as its
+// root, the action's cwd (a path in the image; "" is the image's
+// WorkingDir, else /) and env folded in. release keeps the layers from rm
+// and prune until the trial is over.
+func useImage(ctx context.Context, env Env, ref string, spec dryexec.TrialSpec) (dryexec.TrialSpec, func(), error) {
+	c, err := openImages(env)
+	if err != nil {
+		return spec, nil, err
+	}
+	img, release, pulled, err := c.Ensure(ctx, ref, image.PullOptions{})
+	if err != nil {
+		return spec, nil, err
+	}
+	if pulled {
+		fmt.Fprintf(env.Stderr, "dryexec: pulled %s (%s, %d layers)\n", ref, img.Digest, len(img.Layers))
+	}
+	spec.Image = c.Root(ref, img)
+	spec.Action = dryexec.ImageAction(spec.Action, spec.Image)
+	spec.Action.Env["PWD"] = spec.Action.Cwd
+	return spec, release, nil
+}
+
+// checkImageCwd: -C with --image names a directory in the image, so it must
+// be absolute (there is no current directory in the image to resolve it
+// against).
+func checkImageCwd(cwd string) error {
+	if cwd != "" && (!path.IsAbs(cwd) || strings.ContainsRune(cwd, 0)) {
+		return usageError{fmt.Errorf("-C %s: with --image, give an absolute directory in the image", cwd)}
+	}
+	return nil
+}
