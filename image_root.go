@@ -100,3 +100,34 @@ type DeltaImage struct {
 	// onto a host directory: the action's cwd.
 	Workspace string `json:"workspace"`
 }
+
+// ImageCallerEnv is SandboxEnv for a sandbox on an image: only what names
+// and set name. The host's default allowlist (PATH, HOME,
+// …) is not passed: the image's own Env (ImageAction puts the caller's
+// on top of it) knows where the image keeps its programs, and the
+// host's PATH would hide them (docs/images.md, "Environment").
+func ImageCallerEnv(getenv func(string) string, environ, pass, set []string) (map[string]string, error) {
+	all, err := SandboxEnv(getenv, environ, pass, set)
+	if err != nil {
+		return nil, err
+	}
+	named := func(k string) bool {
+		for _, p := range pass {
+			if p == k || strings.HasSuffix(p, "*") && strings.HasPrefix(k, strings.TrimSuffix(p, "*")) {
+				return true
+			}
+		}
+		for _, kv := range set {
+			if n, _, _ := strings.Cut(kv, "="); n == k {
+				return true
+			}
+		}
+		return false
+	}
+	for k := range all {
+		if !named(k) {
+			delete(all, k)
+		}
+	}
+	return all, nil
+}

@@ -31,7 +31,7 @@ type APIError struct {
 	// no_route, method_not_allowed, too_large, unsupported_media_type,
 	// isolation_unavailable, commit_conflict, already_done, unsafe_path,
 	// session_lost, policy, not_representable, busy, timeout, corrupt,
-	// no_space, internal.
+	// no_space, image_unavailable, image_commit, internal.
 	Code    string `json:"code"`
 	Message string `json:"message"`
 	// Conflicts lists the paths of a commit_conflict.
@@ -49,6 +49,9 @@ func classify(err error) (int, APIError) {
 	var cc *dryexec.CommitConflictError
 	var mb *http.MaxBytesError
 	e := APIError{Message: err.Error()}
+	if status, ok := imageErrStatus(err, &e); ok {
+		return status, e
+	}
 	switch {
 	case errors.As(err, &re):
 		e.Code = re.code

@@ -279,6 +279,12 @@ type TrialRequest struct {
 	// ContentCap bounds the file content the store keeps of this trial, as
 	// `run --content-cap` (0: the store's limit; -1: none; docs/limits.md).
 	ContentCap int64 `json:"content_cap,omitempty"`
+	// Image runs the trial on this OCI image's root filesystem instead of
+	// the host's, as `run --image` (docs/images.md): Cwd is then a path in
+	// the image (empty: its WorkingDir, else /), the environment is the
+	// image's Env under Env and what PassEnv names (the daemon's allowlist is
+	// not added), and commit needs a target directory (CommitRequest.To).
+	Image string `json:"image,omitempty"`
 }
 
 // LimitsRequest is dryexec.Limits in a request.
@@ -354,8 +360,10 @@ func (r *TrialRequest) check() error {
 			return badRequest("argv[%d] contains a NUL byte", i)
 		}
 	}
-	if err := checkHostPath("cwd", r.Cwd); err != nil {
-		return err
+	if r.Image == "" || r.Cwd != "" {
+		if err := checkHostPath("cwd", r.Cwd); err != nil {
+			return err
+		}
 	}
 	if err := checkRungName(r.Rung); err != nil {
 		return err
@@ -461,8 +469,12 @@ func (s *Service) RunTrial(ctx context.Context, req TrialRequest, hooks TrialHoo
 	}
 	env := map[string]string{}
 	if !req.EnvExact {
+		sandboxEnv := dryexec.SandboxEnv
+		if req.Image != "" {
+			sandboxEnv = dryexec.ImageCallerEnv
+		}
 		var err error
-		if env, err = dryexec.SandboxEnv(s.cfg.Getenv, s.cfg.Environ, req.PassEnv, nil); err != nil {
+		if env, err = sandboxEnv(s.cfg.Getenv, s.cfg.Environ, req.PassEnv, nil); err != nil {
 			return nil, err
 		}
 	}
@@ -504,6 +516,16 @@ func (s *Service) RunTrial(ctx context.Context, req TrialRequest, hooks TrialHoo
 	}
 	if req.Stdin != nil {
 		spec.Stdin = strings.NewReader(*req.Stdin)
+	}
+	if req.Image != "" {
+		img, release, err := s.imageFor(ctx, req.Image)
+		if err != nil {
+			return nil, err
+		}
+		defer release()
+		spec.Image = img
+		spec.Action = dryexec.ImageAction(spec.Action, img)
+		spec.Action.Env["PWD"] = spec.Action.Cwd
 	}
 	d, err := s.runner.Run(ctx, r, engine, spec, runner.Options{NoStore: req.NoStore, ContentCap: req.ContentCap, Started: func(id string) {
 		if hooks.Started != nil {
@@ -585,6 +607,12 @@ type CommitRequest struct {
 	// host changed since the trial (never through a symlink). Without it a
 	// blocked trial is refused: 403 blocked.
 	Force bool `json:"force,omitempty"`
+	// To is the host directory a trial that ran on an image commits onto:
+	// what it changed beneath its workspace lands beneath To, nothing else
+	// of it is committable (docs/images.md). Required for such a trial
+	// (else 409 image_commit), refused for any other; Paths then name
+	// paths beneath To.
+	To string `json:"to,omitempty"`
 }
 
 // Commit applies trial id's changes to the host.
@@ -597,14 +625,22 @@ func (s *Service) Commit(ctx context.Context, id string, req CommitRequest) ([]d
 			return nil, err
 		}
 	}
+	if req.To != "" {
+		if err := checkHostPath("to", req.To); err != nil {
+			return nil, err
+		}
+	}
 	if len(req.Paths) > 0 {
 		if d, err := s.store.Load(id); err == nil {
+			if d, _, err = store.MapImage(d, req.To); err != nil {
+				return nil, err
+			}
 			if err := CheckCommitPaths(d, req.Paths); err != nil {
 				return nil, badRequest("%v", err)
 			}
 		}
 	}
-	applied, err := s.store.Commit(ctx, id, store.CommitOptions{Paths: req.Paths, Force: req.Force, AllowBlocked: req.Force})
+	applied, err := s.store.Commit(ctx, id, store.CommitOptions{Paths: req.Paths, Force: req.Force, AllowBlocked: req.Force, To: req.To})
 	if applied == nil && err == nil {
 		applied = []dryexec.FileChange{}
 	}
@@ -649,6 +685,11 @@ type SessionRequest struct {
 	NoHostGlobals bool `json:"no_host_globals,omitempty"`
 	// PythonWarm starts a Python runner at open (session.Options.PythonWarm).
 	PythonWarm bool `json:"python_warm,omitempty"`
+	// Image opens the session on this OCI image's root filesystem instead
+	// of the host's (ns rung; docs/images.md): the workspace is mounted over
+	// it, and Env goes on top of the image's Env (without Env: the image's,
+	// with the session's defaults for what it does not set).
+	Image string `json:"image,omitempty"`
 }
 
 // CacheItem is one initial cache value: bytes (base64 in JSON) and a kind, ""
@@ -665,6 +706,9 @@ type Live struct {
 	Created time.Time
 	Objects map[string][]string
 	calls   *hostQueue
+	// imageRelease lets rm and prune have the session's image layers
+	// again once it is closed (nil: not on an image).
+	imageRelease func()
 
 	mu   sync.Mutex // guards used
 	used time.Time
@@ -800,12 +844,27 @@ func (s *Service) OpenSession(ctx context.Context, req SessionRequest) (*Live, e
 		opt.HostObjects, opt.Allow = objs, allow
 	}
 	opt.Cache, opt.NoHostGlobals = cacheItems(req.Cache), req.NoHostGlobals
+	var imageRelease func()
+	if req.Image != "" {
+		img, rel, err := s.imageFor(ctx, req.Image)
+		if err != nil {
+			release()
+			q.close()
+			return nil, err
+		}
+		// An image session never comes from the pool (its template is the
+		// host's view): session.Pool opens it cold.
+		opt.Image, imageRelease = img, rel
+	}
 	open := session.Open
 	if s.sessionPool != nil {
 		open = s.sessionPool.Open
 	}
 	sess, err := open(ctx, opt)
 	if err != nil {
+		if imageRelease != nil {
+			imageRelease()
+		}
 		release()
 		q.close()
 		if strings.Contains(err.Error(), "Allow") {
@@ -813,7 +872,7 @@ func (s *Service) OpenSession(ctx context.Context, req SessionRequest) (*Live, e
 		}
 		return nil, err
 	}
-	l := &Live{ID: id, Session: sess, Created: time.Now(), Objects: req.HostObjects, calls: q, used: time.Now()}
+	l := &Live{ID: id, Session: sess, Created: time.Now(), Objects: req.HostObjects, calls: q, used: time.Now(), imageRelease: imageRelease}
 	if err := s.state.recordSession(id, sess.Info()); err != nil {
 		s.cfg.Log.Warn("recording a session for crash cleanup", "session", id, "err", err)
 	}
@@ -879,6 +938,9 @@ func (s *Service) CloseSession(id string) error {
 func (s *Service) closeLive(l *Live) {
 	l.calls.close()
 	l.Session.Close()
+	if l.imageRelease != nil {
+		l.imageRelease()
+	}
 	s.state.forgetSession(l.ID)
 	s.cfg.Log.Info("session closed", "session", l.ID)
 }

@@ -106,7 +106,7 @@ func sameOptions(a, b Options) bool {
 		a.OutputCap == b.OutputCap && a.GuestExe == b.GuestExe && a.CacheReadOnly == b.CacheReadOnly && a.PythonWarm == b.PythonWarm &&
 		a.Limits == b.Limits && slices.Equal(a.Masks, b.Masks) && a.NoDefaultMasks == b.NoDefaultMasks &&
 		slices.Equal(a.OwnPaths, b.OwnPaths) &&
-		a.Cgroups == b.Cgroups && slices.Equal(a.Net, b.Net) && a.NetCADir == b.NetCADir
+		a.Cgroups == b.Cgroups && slices.Equal(a.Net, b.Net) && a.NetCADir == b.NetCADir && a.Image == nil && b.Image == nil
 }
 
 // Stats reports the pool's figures.

@@ -153,7 +153,7 @@ func runCmd(env Env, code *int, note *interruptNote) *cobra.Command {
 			a := dryexec.Action{Argv: args, Cwd: cwd, TimeoutMS: timeout.Milliseconds()}
 			sandboxEnv := dryexec.SandboxEnv
 			if imageRef != "" {
-				sandboxEnv = imageCallerEnv
+				sandboxEnv = dryexec.ImageCallerEnv
 			}
 			if a.Env, err = sandboxEnv(env.Getenv, callerEnviron(env), pass, set); err != nil {
 				return usageError{err}

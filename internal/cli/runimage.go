@@ -10,37 +10,6 @@ import (
 	"github.com/dryexec/dryexec/image"
 )
 
-// imageCallerEnv is the caller's part of an image trial's environment: only
-// what --env and --pass-env name. The host's default allowlist (PATH, HOME,
-// …) is not passed: the image's own Env (dryexec.ImageAction puts the
-// caller's on top of it) knows where the image keeps its programs, and the
-// host's PATH would hide them (docs/images.md, "Environment").
-func imageCallerEnv(getenv func(string) string, environ, pass, set []string) (map[string]string, error) {
-	all, err := dryexec.SandboxEnv(getenv, environ, pass, set)
-	if err != nil {
-		return nil, err
-	}
-	named := func(k string) bool {
-		for _, p := range pass {
-			if p == k || strings.HasSuffix(p, "*") && strings.HasPrefix(k, strings.TrimSuffix(p, "*")) {
-				return true
-			}
-		}
-		for _, kv := range set {
-			if n, _, _ := strings.Cut(kv, "="); n == k {
-				return true
-			}
-		}
-		return false
-	}
-	for k := range all {
-		if !named(k) {
-			delete(all, k)
-		}
-	}
-	return all, nil
-}
-
 // useImage resolves ref through the image cache in $DRYEXEC_HOME/images,
 // pulling it on first use, and returns the spec on it: the image as its
 // root, the action's cwd (a path in the image; "" is the image's
