@@ -52,6 +52,7 @@ type RunTrialIn struct {
 	TimeoutMS int64    `json:"timeout_ms,omitempty" jsonschema:"kill the command after this many milliseconds (0 or absent: no limit)"`
 	Rung      string   `json:"rung,omitempty" jsonschema:"isolation rung (default ns); best picks the strongest this host can run"`
 	Net       []string `json:"net,omitempty" jsonschema:"network: [\"none\"] (the default: nothing leaves, every attempt logged), [\"mock:/abs/FILE\"] (answers from a mock or OpenAPI file), [\"allow:HOST[:PORT]\"] (forwarded for real and logged); mocks and rules may be combined, mocks first"`
+	Image     string   `json:"image,omitempty" jsonschema:"run on this OCI image's root filesystem instead of the host's, e.g. \"python:3.12\" (pulled on first use); cwd is then a directory in the image (default its WorkingDir), the image's environment applies, and commit_trial needs to"`
 }
 
 // DecisionOut is the policy's verdict.
@@ -87,6 +88,7 @@ type CommitIn struct {
 	TrialID string   `json:"trial_id" jsonschema:"the trial's id, tr_…"`
 	Paths   []string `json:"paths,omitempty" jsonschema:"absolute host paths to commit (a directory selects all beneath it); absent: everything"`
 	Force   bool     `json:"force,omitempty" jsonschema:"only when a person decided: commit even a trial the policy blocked, and even where the host changed since the trial (never through a symlink)"`
+	To      string   `json:"to,omitempty" jsonschema:"for a trial run on an image: the absolute host directory that receives what it changed beneath its cwd in the image (required for such a trial; nothing else of it is committable)"`
 }
 
 // CommitOut lists what was applied.
@@ -105,6 +107,7 @@ type DiscardOut struct {
 type SessionOpenIn struct {
 	Rung      string   `json:"rung,omitempty" jsonschema:"ns (the default: a sandbox) or host (no isolation)"`
 	Workspace string   `json:"workspace,omitempty" jsonschema:"absolute path where the workspace appears in the sandbox (default /workspace)"`
+	Image     string   `json:"image,omitempty" jsonschema:"open the session on this OCI image's root filesystem instead of the host's (pulled on first use); the workspace is mounted over it"`
 	SeedDir   string   `json:"seed_dir,omitempty" jsonschema:"absolute host directory whose copy becomes the workspace (and its baseline); session_commit applies the session's changes back to it. Absent: the workspace starts empty"`
 	Net       []string `json:"net,omitempty" jsonschema:"network: [\"none\"] (the default: nothing leaves, every attempt logged), [\"mock:/abs/FILE\"] (answers from a mock or OpenAPI file), [\"allow:HOST[:PORT]\"] (forwarded for real and logged); mocks and rules may be combined, mocks first"`
 }
@@ -414,10 +417,10 @@ func (t *tools) runTrial(ctx context.Context, req *mcp.CallToolRequest, in RunTr
 		return "", TrialOut{}, &ArgumentError{Tool: "run_trial", Msg: `give argv (a list, e.g. ["make", "test"]) or command (a shell line, e.g. "make test")`}
 	}
 	cwd := in.Cwd
-	if cwd == "" {
+	if cwd == "" && in.Image == "" {
 		cwd = t.cwd
 	}
-	d, err := t.svc.RunTrial(ctx, server.TrialRequest{Argv: argv, Cwd: cwd, TimeoutMS: in.TimeoutMS, Rung: in.Rung, Net: in.Net}, progressHooks(ctx, req))
+	d, err := t.svc.RunTrial(ctx, server.TrialRequest{Argv: argv, Cwd: cwd, TimeoutMS: in.TimeoutMS, Rung: in.Rung, Net: in.Net, Image: in.Image}, progressHooks(ctx, req))
 	if err != nil {
 		return "", TrialOut{}, err
 	}
@@ -435,7 +438,7 @@ func (t *tools) showTrial(ctx context.Context, _ *mcp.CallToolRequest, in TrialI
 }
 
 func (t *tools) commitTrial(ctx context.Context, _ *mcp.CallToolRequest, in CommitIn) (string, CommitOut, error) {
-	applied, err := t.svc.Commit(ctx, in.TrialID, server.CommitRequest{Paths: in.Paths, Force: in.Force})
+	applied, err := t.svc.Commit(ctx, in.TrialID, server.CommitRequest{Paths: in.Paths, Force: in.Force, To: in.To})
 	if err != nil {
 		return "", CommitOut{}, err
 	}
@@ -469,7 +472,7 @@ func (t *tools) sessionOpen(ctx context.Context, _ *mcp.CallToolRequest, in Sess
 			return "", SessionOut{}, err
 		}
 	}
-	l, err := t.svc.OpenSession(ctx, server.SessionRequest{Rung: in.Rung, Workspace: in.Workspace, Net: in.Net})
+	l, err := t.svc.OpenSession(ctx, server.SessionRequest{Rung: in.Rung, Workspace: in.Workspace, Net: in.Net, Image: in.Image})
 	if err != nil {
 		return "", SessionOut{}, err
 	}
