@@ -67,3 +67,12 @@ func TestImageAPI(t *testing.T) {
 	d.fails(t, "POST", "/v1/trials", server.TrialRequest{Image: reg + "/api/missing:1", Argv: []string{"true"}}, http.StatusUnprocessableEntity, "image_unavailable")
 	d.fails(t, "POST", "/v1/sessions", server.SessionRequest{Image: "oci:"}, http.StatusBadRequest, "bad_request")
 }
+
+// pythonTestImage writes the image sdk/python/tests/test_images.py runs on
+// as an OCI layout and returns its reference.
+func pythonTestImage(t *testing.T) string {
+	img := imagetest.Image(t, imagetest.Config{Env: []string{"PATH=/bin", "WHO=image"}, WorkingDir: "/src"},
+		imagetest.Tools(t, "cat"),
+		imagetest.Layer(t, imagetest.Entry{Name: "src/", Type: tar.TypeDir}, imagetest.Entry{Name: "src/a.txt", Body: []byte("a\n")}))
+	return imagetest.Layout(t, filepath.Join(t.TempDir(), "layout"), img)
+}

@@ -28,6 +28,10 @@ func TestPythonSDK(t *testing.T) {
 	home := t.TempDir()
 	cmd.Env = append(os.Environ(), "DRYEXEC_BIN="+os.Args[0], asCLI+"=1", "PYTHONPATH="+root,
 		"DRYEXEC_HOME="+filepath.Join(home, "home"), "PYTHONDONTWRITEBYTECODE=1", "TMPDIR="+home)
+	if os.Geteuid() == 0 {
+		// tests/test_images.py runs on this image (images need root).
+		cmd.Env = append(cmd.Env, "DRYEXEC_TEST_IMAGE="+pythonTestImage(t))
+	}
 	out, err := cmd.CombinedOutput()
 	t.Logf("%s", out)
 	if err != nil {

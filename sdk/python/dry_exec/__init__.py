@@ -20,7 +20,7 @@ from ._client import Client, DryExecClient, default_client, run
 from ._dryrun import FunctionDelta, TrialFunctionError, TrialFunctionWarning, dry_run
 from ._models import ModelConfig, ModelError, ModelNotConfigured
 from ._errors import (AlreadyDone, BadRequest, Blocked, Busy, CommitConflict, Corrupt, DaemonUnavailable, DryExecError,
-                      IsolationUnavailable, NoSpace, NotFound, NotRepresentable, PolicyError, SessionLost, Unauthorized,
+                      ImageCommit, ImageUnavailable, IsolationUnavailable, NoSpace, NotFound, NotRepresentable, PolicyError, SessionLost, Unauthorized,
                       Uncommittable, Unverified)
 from ._session import AsyncSession, Pickled, Session, SessionCache, session
 from ._types import (Action, ActionRecord, Decision, Diff, Environment, Event, FileChange, Memory, NetworkEvent,
@@ -34,7 +34,7 @@ __all__ = [
     "TrialFunctionError", "TrialFunctionWarning",
     "Action", "ActionRecord", "AlreadyDone", "AsyncSession", "BadRequest", "Blocked", "Busy", "Client", "CommitConflict",
     "Corrupt", "DaemonUnavailable", "Decision", "Diff", "DryExecClient", "DryExecError", "Environment", "Event", "FileChange",
-    "IsolationUnavailable", "Memory", "NetworkEvent", "NoSpace", "NotFound", "NotRepresentable", "Pickled", "PolicyError", "PrintEntry", "PrintObject",
+    "ImageCommit", "ImageUnavailable", "IsolationUnavailable", "Memory", "NetworkEvent", "NoSpace", "NotFound", "NotRepresentable", "Pickled", "PolicyError", "PrintEntry", "PrintObject",
     "Process", "PythonError", "PythonResult", "Receipt", "Session", "SessionCache", "SessionInfo", "SessionLost",
     "ShellResult", "StateDelta", "Totals", "Unauthorized", "Uncommittable", "Unverified", "Violation", "default_client", "dry_run", "run", "session",
 ]

@@ -59,14 +59,25 @@ class Client:
     def run(self, command: Command, *, cwd: Optional[str] = None, env: Optional[Mapping[str, str]] = None,
             timeout: Optional[float] = None, rung: Optional[str] = None, stdin: Optional[str] = None,
             environment: Optional[Environment] = None, on_output: Optional[OutputCallback] = None,
-            store: bool = True, net: Optional[Union[str, Sequence[str]]] = None) -> StateDelta:
+            store: bool = True, net: Optional[Union[str, Sequence[str]]] = None,
+            image: Optional[str] = None) -> StateDelta:
         """Runs command in a trial and returns its StateDelta. A str is run
         with /bin/sh -c; a list is an argv. cwd defaults to the current
         directory; timeout is in seconds. on_output, if given, receives the
         output while it runs (the delta still holds all of it). net is as
-        `dryexec run --net` (default: none)."""
+        `dryexec run --net` (default: none). image runs it on an OCI image's
+        root filesystem instead of the host's (``"python:3.12"``, pulled on
+        first use): cwd is then an absolute directory in the image (default
+        its WorkingDir), env goes on top of the image's Env, and the trial
+        commits only with ``to=`` (docs/images.md)."""
         argv = ["/bin/sh", "-c", command] if isinstance(command, str) else list(command)
         req: Dict[str, Any] = {"argv": argv, "cwd": os.path.abspath(cwd or os.getcwd())}
+        if image:
+            req["image"] = image
+            if cwd:
+                req["cwd"] = cwd
+            else:
+                del req["cwd"]
         if env:
             req["env"] = dict(env)
         if environment is not None:
@@ -132,12 +143,17 @@ class Client:
         """Stored trials, newest first (summaries)."""
         return self.transport.call("GET", "/v1/trials")["trials"]
 
-    def commit(self, trial_id: str, paths: Optional[Iterable[str]] = None, force: bool = False) -> List[FileChange]:
+    def commit(self, trial_id: str, paths: Optional[Iterable[str]] = None, force: bool = False,
+               to: Optional[str] = None) -> List[FileChange]:
         """Applies a trial's changes to the host (all, or paths: absolute, or
         relative to the current directory). A trial the policy blocked raises
         Blocked unless force: a person decided (the override is recorded with
-        the trial); force also commits where the host changed since the trial."""
+        the trial); force also commits where the host changed since the trial.
+        A trial that ran on an image needs to: the host directory that
+        receives what it changed beneath its workspace (ImageCommit without)."""
         body: Dict[str, Any] = {}
+        if to is not None:
+            body["to"] = os.path.abspath(to)
         if paths is not None:
             body["paths"] = [os.path.abspath(p) for p in paths]
         if force:
@@ -155,12 +171,12 @@ class Client:
                 allow: Optional[Mapping[str, Iterable[str]]] = None, env: Optional[Mapping[str, str]] = None,
                 cache_read_only: bool = False, output_cap: int = 0, net: Optional[Iterable[str]] = None,
                 shell: Optional[str] = None, cache: Optional[Mapping[str, Any]] = None, host_globals: bool = True,
-                python_warm: bool = False) -> "Session":
+                python_warm: bool = False, image: Optional[str] = None) -> "Session":
         """Opens a session (see dry_exec.Session)."""
         from ._session import Session
         return Session(self, rung=rung, workspace=workspace, host_objects=host_objects, allow=allow, env=env,
                        cache_read_only=cache_read_only, output_cap=output_cap, net=net, shell=shell, cache=cache,
-                       host_globals=host_globals, python_warm=python_warm)
+                       host_globals=host_globals, python_warm=python_warm, image=image)
 
 
 def _seg(s: str) -> str:
@@ -197,8 +213,9 @@ class DryExecClient:
     async def trial(self, trial_id: str) -> StateDelta:
         return await self._call(lambda: self.sync.trial(trial_id))
 
-    async def commit(self, trial_id: str, paths: Optional[Iterable[str]] = None, force: bool = False) -> List[FileChange]:
-        return await self._call(lambda: self.sync.commit(trial_id, paths, force))
+    async def commit(self, trial_id: str, paths: Optional[Iterable[str]] = None, force: bool = False,
+                     to: Optional[str] = None) -> List[FileChange]:
+        return await self._call(lambda: self.sync.commit(trial_id, paths, force, to))
 
     async def discard(self, trial_id: str) -> None:
         await self._call(lambda: self.sync.discard(trial_id))

@@ -132,6 +132,22 @@ class NoSpace(DryExecError, OSError):
     code = "no_space"
 
 
+class ImageUnavailable(DryExecError):
+    """The image (``run(image=...)``, ``session(image=...)``) cannot be had:
+    no such image, its registry refused, not built for this platform, or its
+    content is bad or has more layers than a sandbox stacks."""
+
+    code = "image_unavailable"
+
+
+class ImageCommit(DryExecError):
+    """The trial ran on an image, whose paths are not the host's: it commits
+    only with ``to=``, a host directory that receives what it changed beneath
+    its workspace (docs/images.md). Nothing was changed."""
+
+    code = "image_commit"
+
+
 class DaemonUnavailable(DryExecError):
     """No daemon answers and none could be started (set DRYEXEC_BIN, or put
     dryexec on PATH)."""
@@ -141,7 +157,7 @@ class DaemonUnavailable(DryExecError):
 
 _BY_CODE = {c.code: c for c in (IsolationUnavailable, SessionLost, PolicyError, CommitConflict, NotRepresentable,
                                  BadRequest, NotFound, AlreadyDone, Busy, Unauthorized, Corrupt, NoSpace,
-                                 Blocked, Uncommittable, Unverified)}
+                                 Blocked, Uncommittable, Unverified, ImageUnavailable, ImageCommit)}
 # Refusals that have no class of their own are still bad requests.
 for _c in ("no_route", "method_not_allowed", "too_large", "unsupported_media_type", "unsafe_path"):
     _BY_CODE.setdefault(_c, BadRequest if _c != "unsafe_path" else DryExecError)

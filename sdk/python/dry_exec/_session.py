@@ -171,6 +171,9 @@ class Session:
     SessionCache takes them). python_warm starts a Python runner at once, so
     that even the first python() is warm (otherwise a session that never runs
     Python keeps no interpreter).
+    image opens the session on an OCI image's root filesystem instead of the
+    host's (``"python:3.12"``, pulled on first use; docs/images.md): the
+    workspace is mounted over it, and env goes on top of the image's Env.
     net is the session's network, as ``dryexec run --net`` (ns rung):
     ["none"] (the default), ["mock:/abs/mocks.yaml"], ["allow:api.example.com"],
     …; each result's ``network`` lists what its exec did, ``network`` the
@@ -181,7 +184,8 @@ class Session:
                  host_objects: Optional[Mapping[str, Any]] = None, allow: Optional[Mapping[str, Iterable[str]]] = None,
                  env: Optional[Mapping[str, str]] = None, cache_read_only: bool = False, output_cap: int = 0,
                  net: Optional[Iterable[str]] = None, shell: Optional[str] = None,
-                 cache: Optional[Mapping[str, Any]] = None, host_globals: bool = True, python_warm: bool = False) -> None:
+                 cache: Optional[Mapping[str, Any]] = None, host_globals: bool = True, python_warm: bool = False,
+                 image: Optional[str] = None) -> None:
         self._client = client
         self._t = client.transport
         self._objects = dict(host_objects or {})
@@ -215,6 +219,8 @@ class Session:
             req["no_host_globals"] = True
         if python_warm:
             req["python_warm"] = True
+        if image:
+            req["image"] = image
         self.info = _build(SessionInfo, self._t.call("POST", "/v1/sessions", req))
         self.id = self.info.session_id
         self._emits: List[Event] = []
@@ -449,10 +455,10 @@ def session(rung: str = "ns", workspace: Optional[str] = None, *, host_objects: 
             allow: Optional[Mapping[str, Iterable[str]]] = None, env: Optional[Mapping[str, str]] = None,
             cache_read_only: bool = False, output_cap: int = 0, net: Optional[Iterable[str]] = None,
             shell: Optional[str] = None, client: Optional["Client"] = None, cache: Optional[Mapping[str, Any]] = None,
-            host_globals: bool = True, python_warm: bool = False) -> Session:
+            host_globals: bool = True, python_warm: bool = False, image: Optional[str] = None) -> Session:
     """Opens a session on the default client: ``with dry_exec.session(...) as s``."""
     from ._client import default_client
     return (client or default_client()).session(rung, workspace, host_objects=host_objects, allow=allow, env=env,
                                                 cache_read_only=cache_read_only, output_cap=output_cap, net=net,
                                                 shell=shell, cache=cache, host_globals=host_globals,
-                                                python_warm=python_warm)
+                                                python_warm=python_warm, image=image)

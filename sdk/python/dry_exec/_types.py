@@ -176,6 +176,10 @@ class StateDelta:
     decision: Decision = field(default_factory=Decision)
     receipt: Receipt = field(default_factory=Receipt)
     warnings: List[str] = field(default_factory=list)
+    #: Set when the trial ran on an OCI image (``run(image=...)``): its
+    #: "ref", "digest" and "workspace". Its paths are the image's, and it
+    #: commits only with ``to=``: docs/images.md.
+    image: Optional[Dict[str, str]] = None
     #: What a @dry_run function returned (JSON-decoded), or None.
     return_value: Any = None
     #: The exception a @dry_run function raised, as "Type: message", or None.
@@ -192,7 +196,8 @@ class StateDelta:
             memory=_build(Memory, d.get("memory")),
             violations=[_build(Violation, v) for v in d.get("violations") or []],
             totals=_build(Totals, d.get("totals")), decision=_build(Decision, d.get("decision")),
-            receipt=_build(Receipt, d.get("receipt")), warnings=list(d.get("warnings") or []), _client=client)
+            receipt=_build(Receipt, d.get("receipt")), warnings=list(d.get("warnings") or []),
+            image=dict(d["image"]) if d.get("image") else None, _client=client)
 
     # The product description's names.
     @property
@@ -226,12 +231,15 @@ class StateDelta:
     def timed_out(self) -> bool:
         return self.process.timed_out
 
-    def commit(self, paths: Optional[List[str]] = None, force: bool = False) -> List[FileChange]:
+    def commit(self, paths: Optional[List[str]] = None, force: bool = False, to: Optional[str] = None) -> List[FileChange]:
         """Applies the trial's changes to the host (all, or only ``paths`` and
         what is beneath them). Raises CommitConflict if the host changed, and
         Blocked if the policy decided block; ``force=True`` says a person
-        decided, over both (the override is recorded with the trial)."""
-        return self._need_client().commit(self.trial_id, paths=paths, force=force)
+        decided, over both (the override is recorded with the trial). A
+        trial that ran on an image commits only with ``to``, a host
+        directory that receives what it changed beneath its workspace
+        (ImageCommit otherwise)."""
+        return self._need_client().commit(self.trial_id, paths=paths, force=force, to=to)
 
     def discard(self) -> None:
         """Drops the trial without changing the host."""
