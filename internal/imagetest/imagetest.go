@@ -44,6 +44,20 @@ type Entry struct {
 // Layer builds a gzip layer from entries, as written.
 func Layer(tb testing.TB, ents ...Entry) v1.Layer {
 	tb.Helper()
+	l, err := NewLayer(ents...)
+	return must(tb, l, err)
+}
+
+func must[T any](tb testing.TB, v T, err error) T {
+	tb.Helper()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return v
+}
+
+// NewLayer is Layer for a program that is not a test (the benchmarks).
+func NewLayer(ents ...Entry) (v1.Layer, error) {
 	var buf bytes.Buffer
 	tw := tar.NewWriter(&buf)
 	for _, e := range ents {
@@ -61,21 +75,17 @@ func Layer(tb testing.TB, ents ...Entry) v1.Layer {
 			h.Size = int64(len(e.Body))
 		}
 		if err := tw.WriteHeader(h); err != nil {
-			tb.Fatal(err)
+			return nil, err
 		}
 		if h.Typeflag == tar.TypeReg {
 			tw.Write(e.Body)
 		}
 	}
 	if err := tw.Close(); err != nil {
-		tb.Fatal(err)
+		return nil, err
 	}
 	b := buf.Bytes()
-	l, err := tarball.LayerFromOpener(func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(b)), nil })
-	if err != nil {
-		tb.Fatal(err)
-	}
-	return l
+	return tarball.LayerFromOpener(func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(b)), nil })
 }
 
 // Tools is a layer holding the host's programs progs (names looked up in
@@ -84,11 +94,22 @@ func Layer(tb testing.TB, ents ...Entry) v1.Layer {
 // sh is always included.
 func Tools(tb testing.TB, progs ...string) v1.Layer {
 	tb.Helper()
+	for _, p := range append([]string{"sh"}, progs...) {
+		if _, err := exec.LookPath(p); err != nil {
+			tb.Skipf("no %s on this host: %v", p, err)
+		}
+	}
+	l, err := NewTools(progs...)
+	return must(tb, l, err)
+}
+
+// NewTools is Tools for a program that is not a test.
+func NewTools(progs ...string) (v1.Layer, error) {
 	files := map[string]string{} // image path → host path
 	for _, p := range append([]string{"sh"}, progs...) {
 		hp, err := exec.LookPath(p)
 		if err != nil {
-			tb.Skipf("no %s on this host: %v", p, err)
+			return nil, err
 		}
 		files["/bin/"+p] = hp
 		out, _ := exec.Command("ldd", hp).Output()
@@ -127,11 +148,11 @@ func Tools(tb testing.TB, progs ...string) v1.Layer {
 	for _, n := range names {
 		b, err := os.ReadFile(files[n])
 		if err != nil {
-			tb.Fatal(err)
+			return nil, err
 		}
 		ents = append(ents, Entry{Name: n[1:], Body: b, Mode: 0o755})
 	}
-	return Layer(tb, ents...)
+	return NewLayer(ents...)
 }
 
 // Config is what Image puts in the image's config.
@@ -143,54 +164,74 @@ type Config struct {
 // Image stacks layers on an empty image for linux/GOARCH with cfg.
 func Image(tb testing.TB, cfg Config, layers ...v1.Layer) v1.Image {
 	tb.Helper()
+	img, err := NewImage(cfg, layers...)
+	return must(tb, img, err)
+}
+
+// NewImage is Image for a program that is not a test.
+func NewImage(cfg Config, layers ...v1.Layer) (v1.Image, error) {
 	img, err := mutate.AppendLayers(empty.Image, layers...)
 	if err != nil {
-		tb.Fatal(err)
+		return nil, err
 	}
 	cf, err := img.ConfigFile()
 	if err != nil {
-		tb.Fatal(err)
+		return nil, err
 	}
 	cf = cf.DeepCopy()
 	cf.OS, cf.Architecture = "linux", runtime.GOARCH
 	cf.Config.Env, cf.Config.WorkingDir = cfg.Env, cfg.WorkingDir
-	if img, err = mutate.ConfigFile(img, cf); err != nil {
-		tb.Fatal(err)
-	}
-	return img
+	return mutate.ConfigFile(img, cf)
 }
 
 // Registry serves go-containerregistry's registry (a real OCI distribution
 // server) on loopback for the test's life and returns its host:port.
 func Registry(tb testing.TB) string {
 	tb.Helper()
+	host, stop := NewRegistry()
+	tb.Cleanup(stop)
+	return host
+}
+
+// NewRegistry is Registry for a program that is not a test: stop ends it.
+func NewRegistry() (host string, stop func()) {
 	srv := httptest.NewServer(registry.New(registry.Logger(log.New(io.Discard, "", 0))))
-	tb.Cleanup(srv.Close)
-	return strings.TrimPrefix(srv.URL, "http://")
+	return strings.TrimPrefix(srv.URL, "http://"), srv.Close
 }
 
 // Push writes img to ref in a registry.
 func Push(tb testing.TB, ref string, img v1.Image) {
 	tb.Helper()
+	if err := NewPush(ref, img); err != nil {
+		tb.Fatal(err)
+	}
+}
+
+// NewPush is Push for a program that is not a test.
+func NewPush(ref string, img v1.Image) error {
 	r, err := name.ParseReference(ref, name.Insecure)
 	if err != nil {
-		tb.Fatal(err)
+		return err
 	}
-	if err := remote.Write(r, img); err != nil {
-		tb.Fatal(err)
-	}
+	return remote.Write(r, img)
 }
 
 // Layout writes img as an OCI layout directory in dir and returns the
 // reference that names it ("oci:DIR").
 func Layout(tb testing.TB, dir string, img v1.Image) string {
 	tb.Helper()
+	ref, err := NewLayout(dir, img)
+	return must(tb, ref, err)
+}
+
+// NewLayout is Layout for a program that is not a test.
+func NewLayout(dir string, img v1.Image) (string, error) {
 	p, err := layout.Write(filepath.Join(dir), empty.Index)
 	if err != nil {
-		tb.Fatal(err)
+		return "", err
 	}
 	if err := p.AppendImage(img); err != nil {
-		tb.Fatal(err)
+		return "", err
 	}
-	return "oci:" + dir
+	return "oci:" + dir, nil
 }
