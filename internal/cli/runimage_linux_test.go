@@ -2,14 +2,12 @@ package cli
 
 import (
 	"archive/tar"
-	"errors"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
 
-	"github.com/dryexec/dryexec"
 	"github.com/dryexec/dryexec/internal/imagetest"
 	"github.com/dryexec/dryexec/internal/testreq"
 )
@@ -87,7 +85,7 @@ func TestCommitImageTrial(t *testing.T) {
 	d := decode(t, out)
 	before := snapshot(t, dir)
 	code, _, errs = cli(t, home, "commit", "--force", d.TrialID)
-	if code != ExitRefused || !strings.Contains(errs, "--to DIR") || !errors.Is(dryexec.ErrImageCommit, dryexec.ErrCommitRefused) {
+	if code != ExitRefused || !strings.Contains(errs, "--to DIR") {
 		t.Errorf("commit without --to: exit %d, %q", code, errs)
 	}
 	if after := snapshot(t, dir); !slices.Equal(before, after) {
@@ -113,7 +111,7 @@ func TestCommitImageTrial(t *testing.T) {
 		t.Error("a change outside the workspace was committed to the host")
 	}
 	// A trial on the host's view has no --to.
-	code, out, _ = cli(t, home, "run", "--json", "-q", "-C", t.TempDir(), "--", "sh", "-c", "echo a > a")
+	_, out, _ = cli(t, home, "run", "--json", "-q", "-C", t.TempDir(), "--", "sh", "-c", "echo a > a")
 	h := decode(t, out)
 	if code, _, errs = cli(t, home, "commit", "--force", "--to", dir, h.TrialID); code != ExitRefused || !strings.Contains(errs, "only for a trial on an image") {
 		t.Errorf("--to on a host trial: exit %d, %q", code, errs)
