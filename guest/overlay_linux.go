@@ -10,6 +10,8 @@ import (
 	"strings"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/dryexec/dryexec/internal/imagemount"
 )
 
 // overlayBuilder mounts the overlays of one trial's view under root.
@@ -247,7 +249,7 @@ func (b *overlayBuilder) overlay(hostPath, lowerPath, target string) error {
 // making them in the upper would report them as the command's changes.
 // Beneath, not on top: where the image has them, its own are what shows.
 // Nothing is ever written under them (each is a mount of its own), so the
-// host's view of the image (ImageOverlay without them) compares the same.
+// host's view of the image (imagemount.Overlay without them) compares the same.
 func (b *overlayBuilder) image(layers []string) error {
 	init := b.scratch + "/image-init"
 	for _, d := range []string{"", "/proc", "/dev", "/sys"} {
@@ -261,7 +263,7 @@ func (b *overlayBuilder) image(layers []string) error {
 			return err
 		}
 	}
-	mfd, err := ImageOverlay(append([]string{init}, layers...), u, w)
+	mfd, err := imagemount.Overlay(append([]string{init}, layers...), u, w)
 	if err != nil {
 		return err
 	}

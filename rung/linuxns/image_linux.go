@@ -8,7 +8,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/dryexec/dryexec"
-	"github.com/dryexec/dryexec/guest"
+	"github.com/dryexec/dryexec/internal/imagemount"
 	"github.com/dryexec/dryexec/wire"
 )
 
@@ -58,7 +58,7 @@ func imageSandbox(spec dryexec.TrialSpec) (sandbox, error) {
 // (detached: nothing appears in the host's mount table, and it is gone with
 // the file).
 func imageView(layers []string) (*os.File, error) {
-	fd, err := guest.ImageOverlay(layers, "", "")
+	fd, err := imagemount.Overlay(layers, "", "")
 	if err != nil {
 		return nil, &dryexec.IsolationUnavailableError{Rung: Name, Missing: err.Error()}
 	}

@@ -1,4 +1,9 @@
-package guest
+// Package imagemount owns mounting an OCI image's unpacked layers as one
+// overlayfs (the new mount API, lowerdir+): the ns guest's writable root of
+// a sandbox on an image, and the host's read-only merged view the Differ
+// compares it with. Shared so that both sides stack the layers the same
+// way; it links nothing but x/sys, as the guest binary must stay small.
+package imagemount
 
 import (
 	"errors"
@@ -8,7 +13,7 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// ImageOverlay makes a detached overlay mount (fsmount: attached nowhere,
+// Overlay makes a detached overlay mount (fsmount: attached nowhere,
 // gone with its last descriptor) whose lowers are an image's unpacked layer
 // directories, lowest first, and returns its mount descriptor. With upper and
 // work it is a sandbox's writable root; without, a read-only merged view of
@@ -20,7 +25,7 @@ import (
 // spelled, and a path holding a comma or colon would need escaping; each
 // lowerdir+ is one path, up to overlayfs's own limit (500). Linux 6.8 added
 // lowerdir+; an older kernel is refused with a clear error.
-func ImageOverlay(layers []string, upper, work string) (int, error) {
+func Overlay(layers []string, upper, work string) (int, error) {
 	if len(layers) == 0 {
 		return -1, errors.New("image overlay: no layers")
 	}
