@@ -293,7 +293,7 @@ func TestMCPBadInput(t *testing.T) {
 		{"timeout too big", "run_trial", map[string]any{"command": "true", "cwd": wd, "timeout_ms": 1e30}, `argument "timeout_ms" must be an integer`},
 		{"argv a string", "run_trial", map[string]any{"argv": "ls -l", "cwd": wd}, `argument "argv" must be a list of strings, e.g. ["a", "b"], not a string`},
 		{"argv and command", "run_trial", map[string]any{"argv": []string{"ls"}, "command": "ls", "cwd": wd}, "give argv (a list) or command (a shell line), not both"},
-		{"unknown argument", "run_trial", map[string]any{"cmd": "ls", "cwd": wd}, `argument "cmd" is not one of this tool's arguments (argv, command, cwd, net, rung, timeout_ms)`},
+		{"unknown argument", "run_trial", map[string]any{"cmd": "ls", "cwd": wd}, `argument "cmd" is not one of this tool's arguments (argv, command, cwd, image, net, rung, timeout_ms)`},
 		{"missing trial id", "show_trial", map[string]any{}, `argument "trial_id" is required: a string`},
 		{"null trial id", "discard_trial", map[string]any{"trial_id": nil}, `argument "trial_id" is required and cannot be null`},
 		{"force a string", "commit_trial", map[string]any{"trial_id": tr.TrialID, "force": "yes"}, `argument "force" must be true or false, not a string`},
