@@ -52,9 +52,12 @@ all: build
 # dryexec-guest beside dryexec is the guest it starts in every sandbox: a
 # binary with the guest alone starts several times faster than dryexec itself
 # (guestexe.Executable). Without it, dryexec runs itself as the guest.
+# dryexec-netsim is, the same way, the confined process that serves a
+# sandbox's network (netproc.Executable).
 build:
 	$(GO) build -o bin/dryexec ./cmd/dryexec
 	$(GO) build -o bin/dryexec-guest ./cmd/dryexec-guest
+	$(GO) build -o bin/dryexec-netsim ./cmd/dryexec-netsim
 
 deps:
 	@missing=""; for p in $(APT_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \

@@ -9,6 +9,8 @@ import (
 	"net/netip"
 	"strconv"
 	"strings"
+
+	"github.com/dryexec/dryexec/netsim/ca"
 )
 
 // ErrBadConfig is wrapped by every error about a netsim configuration: a
@@ -25,8 +27,13 @@ type Config struct {
 	MockFile string
 	// Allow rules, added to those of MockFile.
 	Allow []Rule
-	// CADir holds the per-install CA (created on first use, 0600). Required.
+	// CADir holds the per-install CA (created on first use, 0600). Required
+	// unless CA is given.
 	CADir string
+	// CA, when set, is the CA itself and CADir is not read: the confined
+	// role process (package netsim/netproc) receives the CA over a pipe
+	// rather than reading the CA's directory.
+	CA *ca.CA
 	// Seed makes generated mock responses repeatable: the same seed and
 	// request give the same bytes.
 	Seed uint64
@@ -41,6 +48,15 @@ type Config struct {
 	// LookupEnv reads the host-side values credential injection refers to;
 	// nil means os.LookupEnv. Values are read once, by New.
 	LookupEnv func(string) (string, bool)
+	// ReadSecretFile reads the files credential injection refers to; nil
+	// means os.ReadFile. The role process is handed the contents instead of
+	// access to the files.
+	ReadSecretFile func(string) ([]byte, error)
+	// OnRecord, when set, sees every event as it is logged (kept says
+	// whether the log held it or counted it in Dropped), in log order: the
+	// role process streams the log to its parent with it. It runs with the
+	// log locked: it must not block or call back into the Sim.
+	OnRecord func(r Record, kept bool)
 	// Logger gets netsim's internal diagnostics; nil discards them. The
 	// network log proper is Sim.Log.
 	Logger *slog.Logger

@@ -42,6 +42,9 @@ func (s *Sim) record(r Record) {
 	defer s.logMu.Unlock()
 	if len(s.records) >= s.maxEvents {
 		s.dropped++
+		if s.cfg.OnRecord != nil {
+			s.cfg.OnRecord(r, false)
+		}
 		return
 	}
 	// All kept bodies together are bounded too: past the budget, events
@@ -54,6 +57,9 @@ func (s *Sim) record(r Record) {
 		s.bodyBytes += n
 	}
 	s.records = append(s.records, r)
+	if s.cfg.OnRecord != nil {
+		s.cfg.OnRecord(r, true)
+	}
 }
 
 func (s *Sim) bound(b []byte, truncated bool) ([]byte, bool) {

@@ -149,7 +149,7 @@ func (t *tracker) closeAndWait() {
 // New checks cfg, loads the mock file and the CA (creating the CA on first
 // use) and reads the injected credentials.
 func New(ctx context.Context, cfg Config) (*Sim, error) {
-	if cfg.CADir == "" {
+	if cfg.CADir == "" && cfg.CA == nil {
 		return nil, fmt.Errorf("%w: CADir is required", ErrBadConfig)
 	}
 	s := &Sim{
@@ -206,7 +206,7 @@ func New(ctx context.Context, cfg Config) (*Sim, error) {
 		}
 		h := http.Header{}
 		for name, sec := range r.Inject {
-			v, err := readSecret(sec, lookupEnv)
+			v, err := readSecret(sec, lookupEnv, cfg.ReadSecretFile)
 			if err != nil {
 				return nil, fmt.Errorf("%w: allow rule %q: inject %s: %v", ErrBadConfig, r.Host, name, err)
 			}
@@ -216,11 +216,14 @@ func New(ctx context.Context, cfg Config) (*Sim, error) {
 		}
 		s.ruleHdrs[r] = h
 	}
-	c, err := ca.LoadOrCreate(cfg.CADir)
-	if err != nil {
-		return nil, err
+	s.ca = cfg.CA
+	if s.ca == nil {
+		c, err := ca.LoadOrCreate(cfg.CADir)
+		if err != nil {
+			return nil, err
+		}
+		s.ca = c
 	}
-	s.ca = c
 	s.tlsConf = &tls.Config{
 		// HTTP/1.1 only: one code path for mocks, forwarding and the log.
 		NextProtos:     []string{"http/1.1"},
@@ -255,7 +258,7 @@ func loadFile(path string) (*File, error) {
 	return &f, nil
 }
 
-func readSecret(sec Secret, lookupEnv func(string) (string, bool)) (string, error) {
+func readSecret(sec Secret, lookupEnv func(string) (string, bool), readFile func(string) ([]byte, error)) (string, error) {
 	if sec.Env != "" {
 		v, ok := lookupEnv(sec.Env)
 		if !ok || v == "" {
@@ -263,7 +266,10 @@ func readSecret(sec Secret, lookupEnv func(string) (string, bool)) (string, erro
 		}
 		return v, nil
 	}
-	b, err := os.ReadFile(sec.File)
+	if readFile == nil {
+		readFile = os.ReadFile
+	}
+	b, err := readFile(sec.File)
 	if err != nil {
 		return "", err
 	}
@@ -307,11 +313,15 @@ type Trust struct {
 }
 
 // Trust returns the CA and the trust setup for the sandbox.
-func (s *Sim) Trust() Trust {
+func (s *Sim) Trust() Trust { return TrustOf(s.ca) }
+
+// TrustOf is the trust setup for a sandbox whose netsim signs with c (what
+// Sim.Trust returns, for a caller whose Sim runs in another process).
+func TrustOf(c *ca.CA) Trust {
 	system, _ := os.ReadFile(tun.SystemBundle)
 	return Trust{
-		CAPEM:      s.ca.CertPEM(),
-		Bundle:     s.ca.Bundle(system),
+		CAPEM:      c.CertPEM(),
+		Bundle:     c.Bundle(system),
 		BundlePath: tun.SystemBundle,
 		Env:        TrustEnv(tun.SystemBundle),
 	}

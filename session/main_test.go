@@ -5,11 +5,13 @@ import (
 	"testing"
 
 	"github.com/dryexec/dryexec/guest"
+	"github.com/dryexec/dryexec/netsim/netproc"
 	"go.uber.org/goleak"
 )
 
 func TestMain(m *testing.M) {
 	guest.MaybeMain(os.Args)
+	netproc.MaybeMain(os.Args)
 	// Every goroutine a test started must be gone when the tests end.
 	goleak.VerifyTestMain(m)
 }

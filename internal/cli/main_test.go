@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/dryexec/dryexec/guest"
+	"github.com/dryexec/dryexec/netsim/netproc"
 )
 
 // TestMain lets the test binary be the guest (the ns rung re-executes it) and,
@@ -15,6 +16,7 @@ import (
 // dryexec process mid-commit.
 func TestMain(m *testing.M) {
 	guest.MaybeMain(os.Args)
+	netproc.MaybeMain(os.Args)
 	if os.Getenv("DRYEXEC_TEST_AS_CLI") == "1" {
 		// As cmd/dryexec's main: Ctrl-C and SIGTERM cancel the context.
 		ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)

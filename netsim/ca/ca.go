@@ -148,6 +148,10 @@ func create(dir, path string) error {
 	return nil
 }
 
+// Parse reads a CA from the content of its file (FileName): what a process
+// that is handed the CA, rather than its directory, loads it with.
+func Parse(data []byte) (*CA, error) { return parse(data) }
+
 func parse(data []byte) (*CA, error) {
 	var certDER, keyDER []byte
 	for {

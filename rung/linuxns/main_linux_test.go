@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/dryexec/dryexec/guest"
+	"github.com/dryexec/dryexec/netsim/netproc"
 	"github.com/dryexec/dryexec/wire"
 	"go.uber.org/goleak"
 )
@@ -19,6 +20,7 @@ func TestMain(m *testing.M) {
 		os.Exit(hostileGuest(script))
 	}
 	guest.MaybeMain(os.Args)
+	netproc.MaybeMain(os.Args)
 	// Every goroutine a test started must be gone when the tests end.
 	goleak.VerifyTestMain(m)
 }

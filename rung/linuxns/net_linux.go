@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"hash/fnv"
-	"net"
 	"os"
 	"path/filepath"
 	"slices"
@@ -17,51 +16,52 @@ import (
 	"github.com/dryexec/dryexec"
 	"github.com/dryexec/dryexec/netsim"
 	"github.com/dryexec/dryexec/netsim/ca"
+	"github.com/dryexec/dryexec/netsim/netproc"
 	"github.com/dryexec/dryexec/netsim/tun"
 	"github.com/dryexec/dryexec/wire"
 )
 
 // trialNet is one trial's network: a netsim serving the TUN device the guest
-// creates in the sandbox's network namespace. Without a usable /dev/net/tun
+// creates in the sandbox's network namespace. netsim runs as a confined
+// process of its own (package netsim/netproc): the host end of the
+// hand-over socket goes to it, so the TUN device never enters this process. Without a usable /dev/net/tun
 // (rootless on a host whose node is 0600), a trial that asked for nothing but
 // "none" runs with loopback only and a warning; one that asked for mocks or
 // allow rules fails, because silently cutting it off would give a false delta.
 type trialNet struct {
-	sim     *netsim.Sim
+	sim     *netproc.Proc
 	trust   netsim.Trust
-	host    *net.UnixConn // our end of the hand-over socket
-	guest   *os.File      // the guest's end, passed as an extra fd
-	cancel  context.CancelFunc
-	served  chan error
-	reaped  bool // served was received
+	guest   *os.File // the guest's end of the hand-over socket, passed as an extra fd
+	served  bool     // serve was called
 	warning string
 	stopped bool // stop was called
 }
 
 func newTrialNet(ctx context.Context, spec dryexec.TrialSpec) (*trialNet, error) {
-	sim, warning, err := newSim(ctx, spec)
-	if sim == nil {
+	cfg, warning, err := netConfig(spec)
+	if cfg == nil {
 		return &trialNet{warning: warning}, err
 	}
 	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
 	if err != nil {
 		return nil, fmt.Errorf("socketpair: %w", err)
 	}
-	hostEnd := os.NewFile(uintptr(fds[0]), "net-host")
-	c, err := net.FileConn(hostEnd)
-	hostEnd.Close()
+	guest := os.NewFile(uintptr(fds[1]), "net-guest")
+	sim, err := netproc.Start(ctx, *cfg, os.NewFile(uintptr(fds[0]), "net-host"), "")
 	if err != nil {
-		unix.Close(fds[1])
+		guest.Close()
+		if errors.Is(err, netsim.ErrBadConfig) {
+			return nil, fmt.Errorf("%w: %w", dryexec.ErrBadAction, err)
+		}
 		return nil, err
 	}
-	return &trialNet{sim: sim, trust: sim.Trust(), host: c.(*net.UnixConn),
-		guest: os.NewFile(uintptr(fds[1]), "net-guest"), served: make(chan error, 1)}, nil
+	return &trialNet{sim: sim, trust: sim.Trust(), guest: guest}, nil
 }
 
-// newSim makes the netsim spec.Net asks for. Without a usable /dev/net/tun
-// it returns no Sim: with a warning when loopback only is an honest answer
-// (nothing but "none" was asked), else with an error.
-func newSim(ctx context.Context, spec dryexec.TrialSpec) (*netsim.Sim, string, error) {
+// netConfig is the netsim configuration spec.Net asks for. Without a usable
+// /dev/net/tun it returns none: with a warning when loopback only is an
+// honest answer (nothing but "none" was asked), else with an error.
+func netConfig(spec dryexec.TrialSpec) (*netsim.Config, string, error) {
 	specs := spec.Net
 	if len(specs) == 0 {
 		specs = []string{"none"}
@@ -83,14 +83,7 @@ func newSim(ctx context.Context, spec dryexec.TrialSpec) (*netsim.Sim, string, e
 		return nil, "", err
 	}
 	cfg.CADir = dir
-	sim, err := netsim.New(ctx, cfg)
-	if err != nil {
-		if errors.Is(err, netsim.ErrBadConfig) {
-			return nil, "", fmt.Errorf("%w: %w", dryexec.ErrBadAction, err)
-		}
-		return nil, "", err
-	}
-	return sim, "", nil
+	return &cfg, "", nil
 }
 
 // EnsureCA returns netsim's CA directory (dir, or $DRYEXEC_HOME/netsim-ca
@@ -128,22 +121,15 @@ func seedOf(id string) uint64 {
 	return h.Sum64()
 }
 
-// serve starts serving the device the guest will send. Call it once the guest
-// runs (it has its end of the socket).
+// serve lets netsim serve the device the guest will send. Call it once the
+// guest runs (it has its end of the socket): our copy is closed, so that
+// the role sees the socket end if the guest dies before sending.
 func (n *trialNet) serve(ctx context.Context) {
-	if n == nil || n.sim == nil {
+	if n == nil || n.sim == nil || n.served {
 		return
 	}
+	n.served = true
 	n.guest.Close()
-	ctx, n.cancel = context.WithCancel(context.WithoutCancel(ctx))
-	go func() {
-		dev, err := tun.RecvFD(n.host)
-		if err != nil {
-			n.served <- fmt.Errorf("receiving the TUN device: %w", err)
-			return
-		}
-		n.served <- n.sim.ServeTUN(ctx, dev)
-	}()
 }
 
 // start fills what the guest needs in start to create the TUN device and
@@ -185,18 +171,18 @@ func (n *trialNet) stop() {
 		return
 	}
 	n.stopped = true
-	if n.cancel != nil {
-		n.cancel()
-	}
-	n.host.Close()
-	if n.cancel == nil {
+	n.sim.Stop()
+	if !n.served {
 		n.guest.Close()
 	}
 }
 
 // finish stops netsim (every sandbox process is gone by now; the TUN fd it
 // holds is what kept the namespace alive), if stop has not, and puts its log
-// in d. netsim's teardown may still run: close waits for it.
+// in d. netsim's teardown may still run: close waits for it. A netsim
+// process that died (killed, crashed) ended the sandbox's network early:
+// the delta says so and is incomplete, since attempts after that point
+// reached nothing and were not logged.
 func (n *trialNet) finish(d *dryexec.StateDelta) {
 	if n == nil {
 		return
@@ -208,18 +194,30 @@ func (n *trialNet) finish(d *dryexec.StateDelta) {
 		return
 	}
 	n.stop()
-	if n.cancel != nil && !n.reaped {
-		select {
-		case <-n.sim.Quiet():
-		case <-n.served: // it never served (no TUN device came)
-			n.reaped = true
-		}
-	}
+	<-n.sim.Quiet()
 	if d != nil {
 		d.Network = n.sim.Log()
+		if err := n.crashed(); err != nil {
+			d.Incomplete = true
+			d.IncompleteReason = joinReasons(d.IncompleteReason, "the sandbox's network ended early: "+err.Error())
+		}
 		d.Normalize()
 		d.ComputeTotals()
 	}
+}
+
+// crashed is why the netsim process died before it was told to stop, or
+// nil.
+func (n *trialNet) crashed() error {
+	select {
+	case <-n.sim.Done():
+	default:
+		return nil // still running: it ended as asked, or is ending
+	}
+	if err := n.sim.Err(); errors.Is(err, netproc.ErrCrashed) {
+		return err
+	}
+	return nil
 }
 
 // close stops netsim, if finish has not, and waits until it has released
@@ -229,8 +227,5 @@ func (n *trialNet) close() {
 		return
 	}
 	n.stop()
-	if n.cancel != nil && !n.reaped {
-		<-n.served
-		n.reaped = true
-	}
+	<-n.sim.Done()
 }

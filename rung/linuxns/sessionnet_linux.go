@@ -88,4 +88,9 @@ func (n *Net) Dropped() int {
 // Close stops netsim and waits for its handlers, so that nothing of it
 // outlives the call. Call it once the sandbox's processes are gone; later
 // calls do nothing.
-func (n *Net) Close() { n.close.Do(func() { n.n.finish(nil) }) }
+func (n *Net) Close() {
+	n.close.Do(func() {
+		n.n.finish(nil)
+		n.n.close()
+	})
+}

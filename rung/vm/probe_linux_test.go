@@ -9,12 +9,14 @@ import (
 	"time"
 
 	"github.com/dryexec/dryexec/guest"
+	"github.com/dryexec/dryexec/netsim/netproc"
 )
 
 // TestMain lets this test binary serve as the view guest (the rung
 // re-executes /proc/self/exe as `dryexec guest gvisor-view`).
 func TestMain(m *testing.M) {
 	guest.MaybeMain(os.Args)
+	netproc.MaybeMain(os.Args)
 	code := m.Run()
 	if guestPath != "" {
 		os.RemoveAll(filepath.Dir(guestPath))

@@ -19,6 +19,7 @@ import (
 	"github.com/dryexec/dryexec/guest"
 	"github.com/dryexec/dryexec/internal/rootless"
 	"github.com/dryexec/dryexec/internal/testreq"
+	"github.com/dryexec/dryexec/netsim/netproc"
 	"github.com/dryexec/dryexec/rung/linuxns"
 	"github.com/dryexec/dryexec/rung/vm"
 	"github.com/dryexec/dryexec/schema"
@@ -28,6 +29,7 @@ import (
 // /proc/self/exe as `dryexec guest ns-trial`.
 func TestMain(m *testing.M) {
 	guest.MaybeMain(os.Args)
+	netproc.MaybeMain(os.Args)
 	os.Exit(m.Run())
 }
 

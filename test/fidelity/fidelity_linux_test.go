@@ -24,6 +24,7 @@ import (
 	"github.com/dryexec/dryexec/guest"
 	"github.com/dryexec/dryexec/internal/rootless"
 	"github.com/dryexec/dryexec/internal/testreq"
+	"github.com/dryexec/dryexec/netsim/netproc"
 	gvisorrung "github.com/dryexec/dryexec/rung/gvisor"
 	"github.com/dryexec/dryexec/rung/linuxns"
 )
@@ -47,6 +48,7 @@ const (
 // start a trial in-process (rootless.Rerun probes the rung).
 func TestMain(m *testing.M) {
 	guest.MaybeMain(os.Args)
+	netproc.MaybeMain(os.Args)
 	os.Exit(m.Run())
 }
 

@@ -33,6 +33,7 @@ import (
 	"github.com/dryexec/dryexec"
 	"github.com/dryexec/dryexec/guest"
 	"github.com/dryexec/dryexec/internal/guestexe"
+	"github.com/dryexec/dryexec/netsim/netproc"
 )
 
 // inNetNS marks the re-executed benchmark running in a network namespace of
@@ -44,6 +45,7 @@ var groupKeys = []string{"trial", "cli", "rungs", "warm", "throughput", "diff", 
 
 func main() {
 	guest.MaybeMain(os.Args)
+	netproc.MaybeMain(os.Args)
 	if len(os.Args) > 1 && os.Args[1] == httpsClientArg {
 		os.Exit(httpsClient(os.Args[2:]))
 	}

@@ -1,0 +1,20 @@
+// Command dryexec-netsim is netsim's confined role process and nothing else:
+// the rungs start it (package netsim/netproc) to serve one sandbox's network
+// apart from the daemon or CLI. `make build` installs it beside dryexec,
+// which prefers it to re-executing itself: it links netsim and the
+// netstack, not the CLI, the daemon or the decision engine, so it starts
+// faster. Not to be run by hand.
+package main
+
+import (
+	"fmt"
+	"os"
+
+	"github.com/dryexec/dryexec/netsim/netproc"
+)
+
+func main() {
+	netproc.MaybeMain(os.Args)
+	fmt.Fprintln(os.Stderr, "dryexec-netsim: internal role binary, started by dryexec")
+	os.Exit(2)
+}

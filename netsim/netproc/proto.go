@@ -1,0 +1,77 @@
+package netproc
+
+import (
+	"errors"
+
+	"github.com/dryexec/dryexec/netsim"
+)
+
+// The protocol between the parent and the role, over one socketpair (the
+// role's descriptor 3): the parent writes one Setup; the role answers with a
+// stream of Msg, one JSON value each, ending with MsgDone. The parent ends
+// the network by shutting down its writing side (the role reads EOF); the
+// role ends it by exiting, and a role that exits without MsgDone crashed.
+
+// Setup is everything the role needs, read once before it confines itself.
+type Setup struct {
+	// MockFile, Allow, Seed, MaxBodyBytes and MaxEvents are netsim.Config's.
+	MockFile     string        `json:"mock_file,omitempty"`
+	Allow        []netsim.Rule `json:"allow,omitempty"`
+	Seed         uint64        `json:"seed"`
+	MaxBodyBytes int           `json:"max_body_bytes,omitempty"`
+	MaxEvents    int           `json:"max_events,omitempty"`
+	// CA is the content of the CA's file (ca.FileName).
+	CA []byte `json:"ca"`
+	// Env and Files are the values credential injection refers to, read by
+	// the parent: the role reads no environment and no secret file itself.
+	Env   map[string]string `json:"env,omitempty"`
+	Files map[string][]byte `json:"files,omitempty"`
+	// Roots are the PEM certificates allowed HTTPS is verified against (the
+	// host's system roots): the role cannot read the host's trust store.
+	Roots []byte `json:"roots,omitempty"`
+}
+
+// Kinds of Msg.
+const (
+	// MsgReady: the Sim is made and the role is confined; Confinement says
+	// how.
+	MsgReady = "ready"
+	// MsgRecord carries one logged event (Kept false: counted in Dropped).
+	MsgRecord = "record"
+	// MsgQuiet: the role takes no more packets and every event is sent.
+	MsgQuiet = "quiet"
+	// MsgDone ends the stream: Err is why serving failed ("" when it
+	// ended as asked).
+	MsgDone = "done"
+)
+
+// Msg is one message from the role.
+type Msg struct {
+	Kind   string         `json:"kind"`
+	Record *netsim.Record `json:"record,omitempty"`
+	Kept   bool           `json:"kept,omitempty"`
+	// Err and BadConfig (Err is a netsim.ErrBadConfig) end the stream.
+	Err       string `json:"err,omitempty"`
+	BadConfig bool   `json:"bad_config,omitempty"`
+	// Confinement is what the role applied to itself (MsgReady).
+	Confinement *Confinement `json:"confinement,omitempty"`
+}
+
+// Confinement says what the role process runs under.
+type Confinement struct {
+	UID, GID int
+	// Landlock is the ABI of the domain the role runs in (0: none; the
+	// kernel has no Landlock).
+	Landlock int
+	// Seccomp says the allow list is installed on every thread.
+	Seccomp bool
+	// NoNewPrivs is the role's no_new_privs bit.
+	NoNewPrivs bool
+	// CapEff is the role's effective capability set (0 once confined).
+	CapEff uint64
+}
+
+// ErrCrashed: the role process ended without finishing its stream (killed,
+// crashed, or refused something by its own confinement). The trial's
+// network ended there.
+var ErrCrashed = errors.New("netsim process ended unexpectedly")
