@@ -1,0 +1,175 @@
+package netproc
+
+import (
+	"context"
+	"errors"
+	"net"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/dryexec/dryexec/netsim"
+)
+
+// attempts runs in the confined role (TestEscape): each tries something the
+// role must not be able to do, and the results go back as MsgDone's Err,
+// "name=result;…" (result "ok" when the attempt worked).
+func attempts(out *sender) int {
+	var res []string
+	try := func(name string, err error) {
+		r := "ok"
+		if err != nil {
+			r = err.Error()
+		}
+		res = append(res, name+"="+r)
+	}
+	// A host file everyone may read: refused by Landlock, not by its mode.
+	f, err := os.Open("/etc/passwd")
+	if err == nil {
+		f.Close()
+	}
+	try("read-host-file", err)
+	try("write-host-file", func() error {
+		f, err := os.OpenFile(filepath.Join(os.TempDir(), "netproc-escape-"+time.Now().Format("150405.000000")), os.O_CREATE|os.O_WRONLY, 0o644)
+		if err == nil {
+			f.Close()
+			os.Remove(f.Name())
+		}
+		return err
+	}())
+	_, err = syscall.ForkExec("/bin/true", []string{"true"}, &syscall.ProcAttr{})
+	try("exec", err)
+	try("ptrace-parent", func() error {
+		err := unix.PtraceAttach(os.Getppid())
+		if err == nil {
+			unix.PtraceDetach(os.Getppid())
+		}
+		return err
+	}())
+	try("signal-parent", unix.Kill(os.Getppid(), 0))
+	try("listen-on-host", func() error {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err == nil {
+			l.Close()
+		}
+		return err
+	}())
+	// On a thread of its own, which ends with the goroutine: a thread in
+	// another network namespace must not go back to the runtime.
+	nsErr := make(chan error)
+	go func() {
+		runtime.LockOSThread()
+		nsErr <- unix.Unshare(unix.CLONE_NEWNET)
+	}()
+	try("new-namespace", <-nsErr)
+	out.send(Msg{Kind: MsgDone, Err: strings.Join(res, ";")})
+	return 0
+}
+
+// startRole starts exe in the role with the default configuration and a
+// hand-over socket nobody sends on.
+func startRole(t *testing.T, exe string) *Proc {
+	t.Helper()
+	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	guest := os.NewFile(uintptr(fds[1]), "guest")
+	t.Cleanup(func() { guest.Close() })
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	p, err := Start(ctx, netsim.Config{CADir: filepath.Join(t.TempDir(), "ca")}, os.NewFile(uintptr(fds[0]), "host"), exe)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { p.Stop(); <-p.Done() })
+	return p
+}
+
+// TestConfinement: the role reports the confinement it runs under, and it
+// is what docs/containment.md says: nobody and no capabilities where the
+// parent is root (its own uid, which has none, otherwise), no_new_privs, the
+// seccomp allow list, a Landlock domain where the kernel has Landlock.
+func TestConfinement(t *testing.T) {
+	p := startRole(t, "")
+	c := p.Confinement()
+	if !c.Seccomp || !c.NoNewPrivs || c.CapEff != 0 {
+		t.Errorf("confinement %+v: want seccomp, no_new_privs and no capabilities", c)
+	}
+	wantUID := os.Getuid()
+	if wantUID == 0 {
+		wantUID = nobody
+	}
+	if c.UID != wantUID {
+		t.Errorf("the role runs as uid %d, want %d", c.UID, wantUID)
+	}
+	if _, _, e := unix.Syscall(unix.SYS_LANDLOCK_CREATE_RULESET, 0, 0, unix.LANDLOCK_CREATE_RULESET_VERSION); e == 0 && c.Landlock == 0 {
+		t.Errorf("the kernel has Landlock and the role runs outside a domain: %+v", c)
+	}
+}
+
+// TestEscape: from inside the confined role, reading or writing a host
+// file, starting a program, tracing or signalling the parent, listening on
+// a host port and making a namespace are all refused. Without the
+// confinement (no Landlock, no uid drop, no seccomp) each of them works.
+func TestEscape(t *testing.T) {
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	exe := filepath.Join(t.TempDir(), escapeExe)
+	if err := os.Symlink(self, exe); err != nil {
+		t.Fatal(err)
+	}
+	// The role runs as nobody when we are root: it must be able to reach
+	// the binary through the link's directory.
+	if err := os.Chmod(filepath.Dir(exe), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	p := startRole(t, exe)
+	<-p.Done()
+	err = p.Err()
+	if err == nil || errors.Is(err, ErrCrashed) {
+		t.Fatalf("the role's attempts ended with %v", err)
+	}
+	got := map[string]string{}
+	for _, kv := range strings.Split(err.Error(), ";") {
+		k, v, _ := strings.Cut(kv, "=")
+		got[k] = v
+	}
+	for _, name := range []string{"read-host-file", "write-host-file", "exec", "ptrace-parent", "signal-parent", "listen-on-host", "new-namespace"} {
+		r, ok := got[name]
+		switch {
+		case !ok:
+			t.Errorf("%s: not attempted (%s)", name, err)
+		case r == "ok":
+			t.Errorf("%s: the confined role could do it", name)
+		default:
+			t.Logf("%s: refused: %s", name, r)
+		}
+	}
+}
+
+// TestKilled: a role killed while it serves ends its network with
+// ErrCrashed, and the parent goes on.
+func TestKilled(t *testing.T) {
+	p := startRole(t, "")
+	if err := syscall.Kill(p.Pid(), syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	<-p.Done()
+	select {
+	case <-p.Quiet():
+	default:
+		t.Error("Quiet is open after the role died")
+	}
+	if err := p.Err(); !errors.Is(err, ErrCrashed) || !strings.Contains(err.Error(), "killed") {
+		t.Errorf("Err() = %v, want ErrCrashed saying it was killed", err)
+	}
+}
