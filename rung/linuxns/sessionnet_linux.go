@@ -85,6 +85,16 @@ func (n *Net) Dropped() int {
 	return n.n.sim.Dropped()
 }
 
+// Err is why the network ended early: an error wrapping netproc.ErrCrashed
+// once the netsim process has died (killed, crashed) before Close; nil
+// otherwise. A session reports it with the exec that saw it.
+func (n *Net) Err() error {
+	if n.n.sim == nil {
+		return nil
+	}
+	return n.n.crashed()
+}
+
 // Close stops netsim and waits for its handlers, so that nothing of it
 // outlives the call. Call it once the sandbox's processes are gone; later
 // calls do nothing.

@@ -1,0 +1,127 @@
+package network
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/dryexec/dryexec/internal/testwait"
+	"github.com/dryexec/dryexec/netsim/netproc"
+	"github.com/dryexec/dryexec/rung/linuxns"
+)
+
+// lockedBuffer is a command's live stdout, read while the trial runs.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+// netsimPids are this process's children running in netsim's role.
+func netsimPids(t *testing.T) []int {
+	t.Helper()
+	stats, _ := filepath.Glob("/proc/[0-9]*/stat")
+	var out []int
+	for _, st := range stats {
+		b, err := os.ReadFile(st)
+		if err != nil {
+			continue
+		}
+		// pid (comm) state ppid …: comm may hold spaces, so cut at the last ')'.
+		s := string(b)
+		f := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
+		if len(f) < 2 || f[1] != strconv.Itoa(os.Getpid()) {
+			continue
+		}
+		pid, _ := strconv.Atoi(filepath.Base(filepath.Dir(st)))
+		cmd, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+		if args := strings.Split(string(cmd), "\x00"); len(args) > 1 && args[1] == netproc.Role {
+			out = append(out, pid)
+		}
+	}
+	return out
+}
+
+// TestNetsimKilledMidTrial: killing the netsim process while a trial runs
+// ends that trial's network, not the trial nor this process: the trial
+// returns a delta, marked incomplete (so decided block) with the reason, that
+// keeps what was logged before the kill; the command's later attempt reaches
+// nothing.
+func TestNetsimKilledMidTrial(t *testing.T) {
+	requireTUN(t)
+	dir := t.TempDir()
+	mock := filepath.Join(dir, "mock.yaml")
+	if err := os.WriteFile(mock, []byte("routes:\n  - host: api.example.com\n    path: /v1/ping\n    json: {pong: true}\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	spec := netSpec(t, "mock:"+mock)
+	out := &lockedBuffer{}
+	in, feed := io.Pipe()
+	spec.Stdout, spec.Stdin = out, in
+	spec.Action.Argv = []string{"sh", "-c", `curl -sS https://api.example.com/v1/ping; echo; echo READY; read x; ` +
+		`curl -sS -m 3 https://api.example.com/v1/ping || echo AFTER-KILL-FAILED`}
+	spec.Action.Cwd = dir
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+	defer cancel()
+	done := make(chan struct{})
+	var trialErr error
+	var incomplete bool
+	var reason, stdout string
+	var network []string
+	go func() {
+		defer close(done)
+		d, err := (&linuxns.Rung{}).Trial(ctx, spec)
+		trialErr = err
+		if d != nil {
+			incomplete, reason, stdout = d.Incomplete, d.IncompleteReason, d.Process.Stdout
+			for _, e := range d.Network {
+				if e.URL != "" { // the DNS queries aside
+					network = append(network, e.URL+" "+e.Action)
+				}
+			}
+		}
+	}()
+	testwait.For(t, time.Minute, "the command's first request", func() bool { return strings.Contains(out.String(), "READY") })
+	pids := netsimPids(t)
+	if len(pids) != 1 {
+		t.Fatalf("netsim processes of this test: %v, want one", pids)
+	}
+	if err := syscall.Kill(pids[0], syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	feed.Write([]byte("go\n"))
+	feed.Close()
+	<-done
+	if trialErr != nil {
+		t.Fatalf("the trial failed: %v", trialErr)
+	}
+	if !strings.Contains(stdout, `"pong":true`) || !strings.Contains(stdout, "AFTER-KILL-FAILED") {
+		t.Errorf("stdout %q: want the mocked answer before the kill and a failed request after it", stdout)
+	}
+	if !incomplete || !strings.Contains(reason, "network ended early") || !strings.Contains(reason, "killed") {
+		t.Errorf("delta incomplete=%v reason %q: want incomplete, saying netsim was killed", incomplete, reason)
+	}
+	if len(network) != 1 || network[0] != "https://api.example.com/v1/ping mocked" {
+		t.Errorf("network log %q: want the one HTTP request before the kill", network)
+	}
+}
