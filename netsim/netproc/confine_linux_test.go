@@ -82,13 +82,16 @@ func startRole(t *testing.T, exe string) *Proc {
 	}
 	guest := os.NewFile(uintptr(fds[1]), "guest")
 	t.Cleanup(func() { guest.Close() })
-	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
-	defer cancel()
-	p, err := Start(ctx, netsim.Config{CADir: filepath.Join(t.TempDir(), "ca")}, os.NewFile(uintptr(fds[0]), "host"), exe)
+	p, err := Start(netsim.Config{CADir: filepath.Join(t.TempDir(), "ca")}, os.NewFile(uintptr(fds[0]), "host"), exe)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { p.Stop(); <-p.Done() })
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	if err := p.Ready(ctx); err != nil {
+		t.Fatal(err)
+	}
 	return p
 }
 
@@ -171,5 +174,28 @@ func TestKilled(t *testing.T) {
 	}
 	if err := p.Err(); !errors.Is(err, ErrCrashed) || !strings.Contains(err.Error(), "killed") {
 		t.Errorf("Err() = %v, want ErrCrashed saying it was killed", err)
+	}
+}
+
+// BenchmarkStartStop: a role started (to ready: the Sim made, confined) and
+// stopped, with no sandbox: the fixed cost a trial's network adds. Set
+// DRYEXEC_NETSIM to measure the role-only binary instead of this one.
+func BenchmarkStartStop(b *testing.B) {
+	caDir := filepath.Join(b.TempDir(), "ca")
+	for b.Loop() {
+		fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+		if err != nil {
+			b.Fatal(err)
+		}
+		p, err := Start(netsim.Config{CADir: caDir}, os.NewFile(uintptr(fds[0]), "host"), "")
+		if err != nil {
+			b.Fatal(err)
+		}
+		if err := p.Ready(b.Context()); err != nil {
+			b.Fatal(err)
+		}
+		p.Stop()
+		<-p.Done()
+		unix.Close(fds[1])
 	}
 }

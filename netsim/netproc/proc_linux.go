@@ -67,6 +67,8 @@ type Proc struct {
 	quiet     chan struct{}
 	quietOnce sync.Once
 	done      chan struct{} // closed once the process is reaped
+	ready     chan struct{} // closed once readyErr is set
+	readyErr  error
 	copied    chan struct{} // closed once its stderr is read and closed
 	stopOnce  sync.Once
 }
@@ -76,9 +78,9 @@ type Proc struct {
 // what the network may do: MockFile, Allow, Seed and the bounds are used,
 // CADir must hold the CA (it is created there if missing), the function
 // fields must be nil (they cannot cross a process boundary). It returns once
-// the role is confined and ready: a bad configuration is a
-// netsim.ErrBadConfig here. ctx bounds the start only; Stop ends the network.
-func Start(ctx context.Context, cfg netsim.Config, link *os.File, exe string) (*Proc, error) {
+// the role runs, without waiting for it to be ready, so that its start-up
+// overlaps the sandbox's: see Ready. Stop ends the network.
+func Start(cfg netsim.Config, link *os.File, exe string) (*Proc, error) {
 	defer link.Close()
 	if cfg.LookupHost != nil || cfg.UpstreamRoots != nil || cfg.LookupEnv != nil || cfg.OnRecord != nil || cfg.ReadSecretFile != nil {
 		return nil, errors.New("netproc: Config's functions and pools cannot be passed to another process")
@@ -121,7 +123,7 @@ func Start(ctx context.Context, cfg netsim.Config, link *os.File, exe string) (*
 		return nil, err
 	}
 	p := &Proc{ctrl: ctrl, trust: netsim.TrustOf(c), stderr: &tailBuf{max: 4096},
-		quiet: make(chan struct{}), done: make(chan struct{})}
+		quiet: make(chan struct{}), done: make(chan struct{}), ready: make(chan struct{})}
 	// Every file the child gets is open before the fork: the thread that
 	// forks runs in the role's Landlock domain and may open nothing.
 	p.cmd = &exec.Cmd{Path: exe, Args: []string{exe, Role}, Env: []string{},
@@ -144,19 +146,22 @@ func Start(ctx context.Context, cfg netsim.Config, link *os.File, exe string) (*
 		return nil, fmt.Errorf("netproc: sending the setup: %w", err)
 	}
 	dec := json.NewDecoder(bufio.NewReaderSize(ctrl, 64<<10))
-	ready := make(chan error, 1)
-	go p.read(dec, ready)
+	go p.read(dec)
+	return p, nil
+}
+
+// Ready waits until the role has made its Sim and confined itself, and
+// returns why it could not: a netsim.ErrBadConfig for a bad configuration
+// (a mock file that does not compile, a credential that is not there), an
+// ErrCrashed if it died. On ctx's end it kills the role.
+func (p *Proc) Ready(ctx context.Context) error {
 	select {
-	case err := <-ready:
-		if err != nil {
-			<-p.done
-			return nil, err
-		}
+	case <-p.ready:
+		return p.readyErr
 	case <-ctx.Done():
 		p.kill()
-		return nil, ctx.Err()
+		return ctx.Err()
 	}
-	return p, nil
 }
 
 // prepare reads what the role needs and may not read itself.
@@ -199,7 +204,11 @@ func prepare(cfg netsim.Config) (*Setup, *ca.CA, error) {
 			}
 		}
 	}
-	setup.Roots = systemRoots()
+	// Only allowed HTTPS is verified: a configuration without allow rules
+	// spares the role parsing the host's ≈150 roots.
+	if len(rules) > 0 {
+		setup.Roots = systemRoots()
+	}
 	return setup, c, nil
 }
 
@@ -252,9 +261,9 @@ func startIn(cmd *exec.Cmd, rs int) error {
 }
 
 // read takes the role's messages until its stream ends, then reaps it.
-func (p *Proc) read(dec *json.Decoder, ready chan<- error) {
+func (p *Proc) read(dec *json.Decoder) {
 	var end error
-	finished := false
+	finished, isReady := false, false
 	for {
 		var m Msg
 		if err := dec.Decode(&m); err != nil {
@@ -265,8 +274,8 @@ func (p *Proc) read(dec *json.Decoder, ready chan<- error) {
 			if m.Confinement != nil {
 				p.conf = *m.Confinement
 			}
-			ready <- nil
-			ready = nil
+			isReady = true
+			close(p.ready)
 		case MsgRecord:
 			p.mu.Lock()
 			if m.Kept && m.Record != nil {
@@ -306,11 +315,12 @@ func (p *Proc) read(dec *json.Decoder, ready chan<- error) {
 	p.mu.Lock()
 	p.err = end
 	p.mu.Unlock()
-	if ready != nil {
+	if !isReady {
+		p.readyErr = end
 		if end == nil {
-			end = fmt.Errorf("%w (it ended before it was ready)", ErrCrashed)
+			p.readyErr = fmt.Errorf("%w (it ended before it was ready)", ErrCrashed)
 		}
-		ready <- end
+		close(p.ready)
 	}
 	// Done before Quiet: a caller woken by Quiet that finds Done open knows
 	// the role did not die before it was quiet.

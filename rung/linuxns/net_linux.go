@@ -37,7 +37,9 @@ type trialNet struct {
 	stopped bool // stop was called
 }
 
-func newTrialNet(ctx context.Context, spec dryexec.TrialSpec) (*trialNet, error) {
+// newTrialNet starts the trial's netsim without waiting for it: ready does,
+// once the guest's start-up has overlapped the role's.
+func newTrialNet(spec dryexec.TrialSpec) (*trialNet, error) {
 	cfg, warning, err := netConfig(spec)
 	if cfg == nil {
 		return &trialNet{warning: warning}, err
@@ -47,15 +49,28 @@ func newTrialNet(ctx context.Context, spec dryexec.TrialSpec) (*trialNet, error)
 		return nil, fmt.Errorf("socketpair: %w", err)
 	}
 	guest := os.NewFile(uintptr(fds[1]), "net-guest")
-	sim, err := netproc.Start(ctx, *cfg, os.NewFile(uintptr(fds[0]), "net-host"), "")
+	sim, err := netproc.Start(*cfg, os.NewFile(uintptr(fds[0]), "net-host"), "")
 	if err != nil {
 		guest.Close()
-		if errors.Is(err, netsim.ErrBadConfig) {
-			return nil, fmt.Errorf("%w: %w", dryexec.ErrBadAction, err)
-		}
-		return nil, err
+		return nil, badConfig(err)
 	}
 	return &trialNet{sim: sim, trust: sim.Trust(), guest: guest}, nil
+}
+
+// ready waits until netsim is made and confined: a bad configuration is a
+// dryexec.ErrBadAction here.
+func (n *trialNet) ready(ctx context.Context) error {
+	if n == nil || n.sim == nil {
+		return nil
+	}
+	return badConfig(n.sim.Ready(ctx))
+}
+
+func badConfig(err error) error {
+	if errors.Is(err, netsim.ErrBadConfig) {
+		return fmt.Errorf("%w: %w", dryexec.ErrBadAction, err)
+	}
+	return err
 }
 
 // netConfig is the netsim configuration spec.Net asks for. Without a usable

@@ -412,7 +412,7 @@ type trial struct {
 // confined, ready for a command, its netsim serving. id names the trial's
 // cgroup and seeds its mocks.
 func (r *Rung) prepare(ctx context.Context, sb sandbox, id string) (*trial, error) {
-	nt, err := newTrialNet(ctx, dryexec.TrialSpec{TrialID: id, Net: sb.Net, NetCADir: sb.NetCADir})
+	nt, err := newTrialNet(dryexec.TrialSpec{TrialID: id, Net: sb.Net, NetCADir: sb.NetCADir})
 	if err != nil {
 		return nil, err
 	}
@@ -423,6 +423,11 @@ func (r *Rung) prepare(ctx context.Context, sb sandbox, id string) (*trial, erro
 	}
 	nt.serve(ctx)
 	if err := t.ready(); err != nil {
+		t.cleanup()
+		return nil, err
+	}
+	// netsim started before the guest and made itself ready meanwhile.
+	if err := nt.ready(ctx); err != nil {
 		t.cleanup()
 		return nil, err
 	}
