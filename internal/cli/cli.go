@@ -18,6 +18,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/dryexec/dryexec"
+	"github.com/dryexec/dryexec/internal/apiclient"
 	"github.com/dryexec/dryexec/netsim"
 	"github.com/dryexec/dryexec/policy"
 	"github.com/dryexec/dryexec/receipt"
@@ -84,7 +85,7 @@ func Run(ctx context.Context, args []string, env Env) int {
 			errors.Is(err, dryexec.ErrBadAction), errors.Is(err, netsim.ErrBadConfig), errors.Is(err, policy.ErrInvalid):
 			// The caller's mistake, however deep it was found.
 			return ExitUsage
-		case errors.Is(err, errNoDaemon):
+		case errors.Is(err, apiclient.ErrNoDaemon):
 			// --via daemon and no daemon of this install: refused, as a
 			// rung that cannot run here (nothing ran).
 			return ExitRefused
