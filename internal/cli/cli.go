@@ -19,6 +19,7 @@ import (
 
 	"github.com/dryexec/dryexec"
 	"github.com/dryexec/dryexec/internal/apiclient"
+	"github.com/dryexec/dryexec/internal/front"
 	"github.com/dryexec/dryexec/netsim"
 	"github.com/dryexec/dryexec/policy"
 	"github.com/dryexec/dryexec/receipt"
@@ -117,19 +118,9 @@ const (
 	ExitTerminated  = 143 // SIGTERM
 )
 
-// interruptedBy names what ended ctx and the exit code for it. The cause of
-// signal.NotifyContext's cancellation names the signal ("interrupt signal
-// received", "terminated signal received").
-func interruptedBy(ctx context.Context) (string, int) {
-	cause := context.Cause(ctx)
-	if cause != nil && strings.HasPrefix(cause.Error(), "terminated") {
-		return "SIGTERM", ExitTerminated
-	}
-	if cause != nil && strings.HasPrefix(cause.Error(), "interrupt") {
-		return "SIGINT", ExitInterrupted
-	}
-	return "cancelled", ExitInterrupted
-}
+// interruptedBy names what ended ctx and the exit code for it (the front's
+// rule: both say the same).
+func interruptedBy(ctx context.Context) (string, int) { return front.InterruptedBy(ctx) }
 
 // usageError marks a mistake in how dryexec was called (exit 2).
 type usageError struct{ error }
