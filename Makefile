@@ -49,11 +49,17 @@ OASLINT_DIR   ?= $(HOME)/.cache/dryexec/oaslint
 
 all: build
 
-# dryexec-guest beside dryexec is the guest it starts in every sandbox: a
-# binary with the guest alone starts several times faster than dryexec itself
-# (guestexe.Executable). Without it, dryexec runs itself as the guest.
+# bin/dryexec is the front (cmd/dryexec-front): it hands `dryexec run -- CMD`
+# to a running daemon itself and execs dryexec-engine beside it (cmd/dryexec,
+# the whole CLI) for everything else, so that a trial through the daemon does
+# not pay for the engine's package initialisation (docs/architecture.md, "The
+# front and the engine"). dryexec-guest beside the engine is the guest it
+# starts in every sandbox: a binary with the guest alone starts several times
+# faster than the engine (guestexe.Executable). Without it, the engine runs
+# itself as the guest.
 build:
-	$(GO) build -o bin/dryexec ./cmd/dryexec
+	$(GO) build -o bin/dryexec ./cmd/dryexec-front
+	$(GO) build -o bin/dryexec-engine ./cmd/dryexec
 	$(GO) build -o bin/dryexec-guest ./cmd/dryexec-guest
 
 deps:
