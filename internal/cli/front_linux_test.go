@@ -3,11 +3,15 @@ package cli
 import (
 	"bytes"
 	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"reflect"
 	"strings"
 	"testing"
 
 	"github.com/dryexec/dryexec/internal/front"
+	"github.com/dryexec/dryexec/internal/testreq"
 )
 
 // frontWith runs the front (cmd/dryexec-front's fast path) as cliWith runs
@@ -113,6 +117,70 @@ func TestFrontLeavesToEngine(t *testing.T) {
 			}
 			if d.log.String() != before {
 				t.Errorf("the daemon logged %s", strings.TrimPrefix(d.log.String(), before))
+			}
+		})
+	}
+}
+
+// TestFrontBinary: the layout `make build` installs — the front as dryexec,
+// the engine beside it — as a user's shell runs it: what the front does not
+// handle reaches the engine with its arguments and exit code (--help, a
+// trial without a daemon, a usage error), a trial through the daemon is the
+// daemon's, and a front without its engine says how to get one.
+func TestFrontBinary(t *testing.T) {
+	requireNS(t)
+	goTool := testreq.NeedTool(t, "go")
+	dir := t.TempDir()
+	for out, pkg := range map[string]string{"dryexec": "../../cmd/dryexec-front", front.EngineName: "../../cmd/dryexec"} {
+		build := exec.Command(goTool, "build", "-o", filepath.Join(dir, out), pkg)
+		build.Env = append(os.Environ(), "CGO_ENABLED=0")
+		if b, err := build.CombinedOutput(); err != nil {
+			t.Fatalf("building %s: %v\n%s", pkg, err, b)
+		}
+	}
+	lone := filepath.Join(t.TempDir(), "dryexec")
+	if b, err := os.ReadFile(filepath.Join(dir, "dryexec")); err != nil || os.WriteFile(lone, b, 0o755) != nil {
+		t.Fatalf("copying the front: %v", err)
+	}
+	home := t.TempDir()
+	d := startTestDaemon(t, home)
+	noDaemon := t.TempDir()
+	for _, tt := range []struct {
+		name      string
+		bin       string
+		runtime   string
+		args      []string
+		wantCode  int
+		wantOut   string
+		byDaemon  bool
+		wantError string
+	}{
+		{"--help, the engine's", filepath.Join(dir, "dryexec"), noDaemon, []string{"--help"}, 0, "Usage:", false, ""},
+		{"no daemon: the engine runs it", filepath.Join(dir, "dryexec"), noDaemon, []string{"run", "--json", "--", "true"}, 0, `"trial_id"`, false, ""},
+		{"a usage error, the engine's", filepath.Join(dir, "dryexec"), noDaemon, []string{"run", "--exit-status", "nope", "--", "true"}, ExitUsage, "", false, "want decision"},
+		{"through the daemon", filepath.Join(dir, "dryexec"), d.runtime, []string{"run", "--json", "--", "true"}, 0, `"trial_id"`, true, ""},
+		{"no engine beside it", lone, noDaemon, []string{"run", "--", "true"}, ExitInternal, "", false, "make build"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			cmd := exec.Command(tt.bin, tt.args...)
+			cmd.Dir = t.TempDir()
+			cmd.Env = []string{"PATH=/usr/bin:/bin", "DRYEXEC_HOME=" + home, "XDG_RUNTIME_DIR=" + tt.runtime, "NO_COLOR=1"}
+			var stdout, stderr bytes.Buffer
+			cmd.Stdout, cmd.Stderr = &stdout, &stderr
+			err := cmd.Run()
+			code := 0
+			if ee, ok := err.(*exec.ExitError); ok {
+				code = ee.ExitCode()
+			} else if err != nil {
+				t.Fatal(err)
+			}
+			if code != tt.wantCode || !strings.Contains(stdout.String(), tt.wantOut) || !strings.Contains(stderr.String(), tt.wantError) {
+				t.Fatalf("exit %d, want %d; stdout %q (want %q); stderr %q (want %q)", code, tt.wantCode, stdout.String(), tt.wantOut, stderr.String(), tt.wantError)
+			}
+			if strings.Contains(tt.wantOut, "trial_id") {
+				if id := decode(t, stdout.String()).TrialID; d.ran(id) != tt.byDaemon {
+					t.Errorf("the daemon ran %s: %v, want %v", id, d.ran(id), tt.byDaemon)
+				}
 			}
 		})
 	}

@@ -28,7 +28,7 @@ func TestParseRun(t *testing.T) {
 			runArgs{via: "auto", cwd: "/tmp", exitStatus: "command", quiet: true, timeout: 1500 * time.Millisecond,
 				set: []string{"A=1"}, pass: []string{"B", "C*"}, argv: []string{"ls", "-la"}}},
 		{"run --cwd=/x --exit-status=decision -- a --json", true, runArgs{cwd: "/x", exitStatus: "decision", argv: []string{"a", "--json"}}},
-		{"run /bin/true", false, runArgs{}},               // no --: cobra reads flags among the command's words
+		{"run /bin/true", false, runArgs{}},                // no --: cobra reads flags among the command's words
 		{"run --rung best -- /bin/true", false, runArgs{}}, // a flag the front does not know
 		{"run --commit -- /bin/true", false, runArgs{}},
 		{"run -i -- /bin/true", false, runArgs{}},
