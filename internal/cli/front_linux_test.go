@@ -3,12 +3,14 @@ package cli
 import (
 	"bytes"
 	"context"
+	"errors"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"reflect"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/dryexec/dryexec/internal/front"
 	"github.com/dryexec/dryexec/internal/testreq"
@@ -183,5 +185,31 @@ func TestFrontBinary(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestFrontLiveAndInterrupt: through the front, the command's output
+// arrives while it runs (the writer below interrupts the run, as Ctrl-C
+// does, when it sees "ready"; only live output ends the run before the
+// command's minute), and the interrupted run says what became of the trial
+// and exits 130, as the engine does.
+func TestFrontLiveAndInterrupt(t *testing.T) {
+	requireNS(t)
+	home := t.TempDir()
+	d := startTestDaemon(t, home)
+	ctx, cancel := context.WithCancelCause(context.Background())
+	defer cancel(nil)
+	out := &cancelOn{marker: "ready", cancel: func() { cancel(errors.New("interrupt signal received")) }}
+	var errb bytes.Buffer
+	vars := map[string]string{"DRYEXEC_HOME": home, "XDG_RUNTIME_DIR": d.runtime, "PATH": "/usr/bin:/bin"}
+	start := time.Now()
+	code, handled := front.Run(ctx, []string{"run", "-C", t.TempDir(), "--", "sh", "-c", "echo ready; exec sleep 60"},
+		front.Env{Stdout: out, Stderr: &errb, Getenv: func(k string) string { return vars[k] }})
+	if took := time.Since(start); took > 50*time.Second {
+		t.Fatalf("the run took %s: the output was not live", took)
+	}
+	if !handled || code != ExitInterrupted || !strings.Contains(errb.String(), "dryexec: interrupted (SIGINT): trial tr_") ||
+		!strings.Contains(errb.String(), "was stopped before it finished; nothing of it was kept") {
+		t.Fatalf("handled %v, exit %d, want %d; stderr %s", handled, code, ExitInterrupted, errb.String())
 	}
 }
