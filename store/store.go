@@ -184,15 +184,9 @@ func (t *Trial) Save(d *dryexec.StateDelta) error {
 	return nil
 }
 
-// writeDelta writes d to path as writeJSON would (not synced), streaming its
-// files (StateDelta.WriteJSON): a delta of a million files is never whole in
-// memory as JSON.
-func writeDelta(path string, d *dryexec.StateDelta) error {
-	return writeFile(path, false, d.WriteJSON)
-}
-
 // writeDeltaInPlace writes d to path (not synced), a new file in a
-// directory nobody reads yet.
+// directory nobody reads yet, streaming its files (StateDelta.WriteJSON): a
+// delta of a million files is never whole in memory as JSON.
 func writeDeltaInPlace(path string, d *dryexec.StateDelta) error {
 	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
 	if err != nil {
