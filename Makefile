@@ -56,9 +56,11 @@ all: build
 # front and the engine"). dryexec-guest beside the engine is the guest it
 # starts in every sandbox: a binary with the guest alone starts several times
 # faster than the engine (guestexe.Executable). Without it, the engine runs
-# itself as the guest.
+# itself as the guest. The front is built without cgo: a static binary starts
+# without the dynamic loader and libc's set-up (it resolves no users and no
+# host names through NSS).
 build:
-	$(GO) build -o bin/dryexec ./cmd/dryexec-front
+	CGO_ENABLED=0 $(GO) build -o bin/dryexec ./cmd/dryexec-front
 	$(GO) build -o bin/dryexec-engine ./cmd/dryexec
 	$(GO) build -o bin/dryexec-guest ./cmd/dryexec-guest
 
