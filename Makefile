@@ -49,13 +49,20 @@ OASLINT_DIR   ?= $(HOME)/.cache/dryexec/oaslint
 
 all: build
 
-# dryexec-guest beside dryexec is the guest it starts in every sandbox: a
-# binary with the guest alone starts several times faster than dryexec itself
-# (guestexe.Executable). Without it, dryexec runs itself as the guest.
-# dryexec-netsim is, the same way, the confined process that serves a
-# sandbox's network (netproc.Executable).
+# bin/dryexec is the front (cmd/dryexec-front): it hands `dryexec run -- CMD`
+# to a running daemon itself and execs dryexec-engine beside it (cmd/dryexec,
+# the whole CLI) for everything else, so that a trial through the daemon does
+# not pay for the engine's package initialisation (docs/architecture.md, "The
+# front and the engine"). dryexec-guest beside the engine is the guest it
+# starts in every sandbox: a binary with the guest alone starts several times
+# faster than the engine (guestexe.Executable). Without it, the engine runs
+# itself as the guest. dryexec-netsim is, the same way, the confined process
+# that serves a sandbox's network (netproc.Executable). The front is built without cgo: a static binary starts
+# without the dynamic loader and libc's set-up (it resolves no users and no
+# host names through NSS).
 build:
-	$(GO) build -o bin/dryexec ./cmd/dryexec
+	CGO_ENABLED=0 $(GO) build -o bin/dryexec ./cmd/dryexec-front
+	$(GO) build -o bin/dryexec-engine ./cmd/dryexec
 	$(GO) build -o bin/dryexec-guest ./cmd/dryexec-guest
 	$(GO) build -o bin/dryexec-netsim ./cmd/dryexec-netsim
 

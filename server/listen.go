@@ -9,6 +9,8 @@ import (
 	"os"
 	"path/filepath"
 	"time"
+
+	"github.com/dryexec/dryexec/internal/apiclient"
 )
 
 // ServeOptions says where and how the daemon listens.
@@ -31,10 +33,7 @@ type ServeOptions struct {
 // DefaultSocket is $XDG_RUNTIME_DIR/dryexec.sock, else dryexec.sock in the
 // state dir (never a shared directory like /tmp).
 func DefaultSocket(getenv func(string) string, stateDir string) string {
-	if d := getenv("XDG_RUNTIME_DIR"); d != "" {
-		return filepath.Join(d, "dryexec.sock")
-	}
-	return filepath.Join(stateDir, "dryexec.sock")
+	return apiclient.DefaultSocket(getenv, stateDir)
 }
 
 // Serve runs the daemon until ctx ends, then drains: it stops accepting,

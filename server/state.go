@@ -13,6 +13,7 @@ import (
 	"strings"
 	"syscall"
 
+	"github.com/dryexec/dryexec/internal/apiclient"
 	"github.com/dryexec/dryexec/wire"
 )
 
@@ -101,7 +102,7 @@ func alive(pid int) bool {
 }
 
 // TokenFile is where the TCP listener's bearer token is kept.
-func TokenFile(stateDir string) string { return filepath.Join(stateDir, "token") }
+func TokenFile(stateDir string) string { return apiclient.TokenFile(stateDir) }
 
 // LoadOrCreateToken returns the bearer token in path, creating it (0600, 256
 // random bits) on first use. A token file others can read is refused: anyone

@@ -96,7 +96,14 @@ func (s *Store) Begin(id string) (*Trial, error) {
 // open makes the trial's .partial directory and takes its lock, once.
 func (t *Trial) open() error {
 	t.once.Do(func() {
-		if err := os.MkdirAll(filepath.Join(t.dir, "blobs"), 0o700); err != nil {
+		// Two mkdirs, not MkdirAll: the trials dir exists (Open made
+		// it), and MkdirAll stats each level first.
+		err := os.Mkdir(t.dir, 0o700)
+		if err == nil {
+			err = os.Mkdir(filepath.Join(t.dir, "blobs"), 0o700)
+		}
+		if err != nil {
+			os.RemoveAll(t.dir)
 			t.err = fmt.Errorf("store: %w", err)
 			return
 		}
@@ -117,37 +124,41 @@ func (t *Trial) Save(d *dryexec.StateDelta) error {
 	if err := t.open(); err != nil {
 		return err
 	}
-	// A sorted list of binary hashes, not a set of strings: for a million
-	// files it is 32 MB, a map or strings several times that.
-	keep := make([][sha256.Size]byte, 0, d.NumFiles())
-	if err := d.EachFile(func(f *dryexec.FileChange) error {
-		var h [sha256.Size]byte
-		if n, err := hex.Decode(h[:], []byte(f.SHA256)); err == nil && n == len(h) {
-			keep = append(keep, h)
+	// Without a blob put (PutBlob makes buf at the first), there is none
+	// to drop: a trial without content skips the listing.
+	if t.buf != nil {
+		// A sorted list of binary hashes, not a set of strings: for a million
+		// files it is 32 MB, a map or strings several times that.
+		keep := make([][sha256.Size]byte, 0, d.NumFiles())
+		if err := d.EachFile(func(f *dryexec.FileChange) error {
+			var h [sha256.Size]byte
+			if n, err := hex.Decode(h[:], []byte(f.SHA256)); err == nil && n == len(h) {
+				keep = append(keep, h)
+			}
+			return nil
+		}); err != nil {
+			t.Abort()
+			return err
 		}
-		return nil
-	}); err != nil {
-		t.Abort()
-		return err
-	}
-	slices.SortFunc(keep, func(a, b [sha256.Size]byte) int { return bytes.Compare(a[:], b[:]) })
-	keep = slices.Compact(keep)
-	if dir, err := os.Open(filepath.Join(t.dir, "blobs")); err == nil {
-		for {
-			names, err := dir.Readdirnames(4096)
-			for _, name := range names {
-				var h [sha256.Size]byte
-				n, herr := hex.Decode(h[:], []byte(name))
-				_, found := slices.BinarySearchFunc(keep, h, func(a, b [sha256.Size]byte) int { return bytes.Compare(a[:], b[:]) })
-				if herr != nil || n != len(h) || !found {
-					os.Remove(filepath.Join(t.dir, "blobs", name))
+		slices.SortFunc(keep, func(a, b [sha256.Size]byte) int { return bytes.Compare(a[:], b[:]) })
+		keep = slices.Compact(keep)
+		if dir, err := os.Open(filepath.Join(t.dir, "blobs")); err == nil {
+			for {
+				names, err := dir.Readdirnames(4096)
+				for _, name := range names {
+					var h [sha256.Size]byte
+					n, herr := hex.Decode(h[:], []byte(name))
+					_, found := slices.BinarySearchFunc(keep, h, func(a, b [sha256.Size]byte) int { return bytes.Compare(a[:], b[:]) })
+					if herr != nil || n != len(h) || !found {
+						os.Remove(filepath.Join(t.dir, "blobs", name))
+					}
+				}
+				if err != nil {
+					break
 				}
 			}
-			if err != nil {
-				break
-			}
+			dir.Close()
 		}
-		dir.Close()
 	}
 	// Not synced: a trial's record is what a later commit reviews, and a
 	// commit re-hashes every byte it applies (its blobs were never synced
@@ -156,7 +167,10 @@ func (t *Trial) Save(d *dryexec.StateDelta) error {
 	// daemon's warm trial 1–3 ms here, a third of it.
 	// A trial that cannot be saved is dropped whole here, so that no caller
 	// can leave a half-recorded .partial behind (a full disk did).
-	if err := writeDelta(filepath.Join(t.dir, "delta.json"), d); err != nil {
+	// Written in place, without writeFile's temporary file and rename:
+	// nobody reads a .partial directory, and its rename below is what
+	// publishes the delta whole.
+	if err := writeDeltaInPlace(filepath.Join(t.dir, "delta.json"), d); err != nil {
 		t.Abort()
 		return err
 	}
@@ -170,11 +184,22 @@ func (t *Trial) Save(d *dryexec.StateDelta) error {
 	return nil
 }
 
-// writeDelta writes d to path as writeJSON would (not synced), streaming its
-// files (StateDelta.WriteJSON): a delta of a million files is never whole in
-// memory as JSON.
-func writeDelta(path string, d *dryexec.StateDelta) error {
-	return writeFile(path, false, d.WriteJSON)
+// writeDeltaInPlace writes d to path (not synced), a new file in a
+// directory nobody reads yet, streaming its files (StateDelta.WriteJSON): a
+// delta of a million files is never whole in memory as JSON.
+func writeDeltaInPlace(path string, d *dryexec.StateDelta) error {
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	if err != nil {
+		return fmt.Errorf("store: %w", err)
+	}
+	err = d.WriteJSON(f)
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return fmt.Errorf("store: writing %s: %w", filepath.Base(path), err)
+	}
+	return nil
 }
 
 // Abort removes a trial that will not be saved.

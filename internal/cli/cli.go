@@ -18,6 +18,8 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/dryexec/dryexec"
+	"github.com/dryexec/dryexec/internal/apiclient"
+	"github.com/dryexec/dryexec/internal/front"
 	"github.com/dryexec/dryexec/netsim"
 	"github.com/dryexec/dryexec/policy"
 	"github.com/dryexec/dryexec/receipt"
@@ -84,7 +86,7 @@ func Run(ctx context.Context, args []string, env Env) int {
 			errors.Is(err, dryexec.ErrBadAction), errors.Is(err, netsim.ErrBadConfig), errors.Is(err, policy.ErrInvalid):
 			// The caller's mistake, however deep it was found.
 			return ExitUsage
-		case errors.Is(err, errNoDaemon):
+		case errors.Is(err, apiclient.ErrNoDaemon):
 			// --via daemon and no daemon of this install: refused, as a
 			// rung that cannot run here (nothing ran).
 			return ExitRefused
@@ -116,19 +118,9 @@ const (
 	ExitTerminated  = 143 // SIGTERM
 )
 
-// interruptedBy names what ended ctx and the exit code for it. The cause of
-// signal.NotifyContext's cancellation names the signal ("interrupt signal
-// received", "terminated signal received").
-func interruptedBy(ctx context.Context) (string, int) {
-	cause := context.Cause(ctx)
-	if cause != nil && strings.HasPrefix(cause.Error(), "terminated") {
-		return "SIGTERM", ExitTerminated
-	}
-	if cause != nil && strings.HasPrefix(cause.Error(), "interrupt") {
-		return "SIGINT", ExitInterrupted
-	}
-	return "cancelled", ExitInterrupted
-}
+// interruptedBy names what ended ctx and the exit code for it (the front's
+// rule: both say the same).
+func interruptedBy(ctx context.Context) (string, int) { return front.InterruptedBy(ctx) }
 
 // usageError marks a mistake in how dryexec was called (exit 2).
 type usageError struct{ error }

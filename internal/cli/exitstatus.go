@@ -4,6 +4,7 @@ import (
 	"fmt"
 
 	"github.com/dryexec/dryexec"
+	"github.com/dryexec/dryexec/internal/front"
 )
 
 // The values of `dryexec run --exit-status`. By default run exits with the
@@ -28,9 +29,6 @@ func checkExitStatus(v string) error {
 // runStatus is run's status for a trial that ran: the decision's code, or
 // the command's own (the guest already made a signal 128+N and a timeout 124,
 // as shells and timeout(1) do).
-func runStatus(mode string, d *dryexec.StateDelta) int {
-	if mode == exitCommand {
-		return d.Process.ExitCode
-	}
-	return exitCode(d)
-}
+// The front (internal/front) gives the same status for a trial it ran
+// through the daemon: the rule is its, for both.
+func runStatus(mode string, d *dryexec.StateDelta) int { return front.RunStatus(mode, d) }

@@ -309,18 +309,7 @@ const runMemoryLimit = 128 << 20
 
 // exitCode is `dryexec run`'s status for a trial that ran (docs/decision.md):
 // the decision, with a failed command told apart from other reviews.
-func exitCode(d *dryexec.StateDelta) int {
-	switch d.Decision.Choice {
-	case policy.AutoCommit:
-		return 0
-	case policy.Block:
-		return ExitBlock
-	}
-	if d.Process.ExitCode != 0 || d.Process.TimedOut || d.Process.Signal != "" {
-		return ExitCommandFailed
-	}
-	return ExitReview
-}
+func exitCode(d *dryexec.StateDelta) int { return runStatus(exitDecision, d) }
 
 // callerEnviron lists the caller's variables that env.Getenv agrees with, for
 // --env NAME* patterns.

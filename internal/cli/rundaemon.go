@@ -6,12 +6,12 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net/http"
 	"os"
 	"os/user"
 	"strings"
 
 	"github.com/dryexec/dryexec"
+	"github.com/dryexec/dryexec/internal/apiclient"
 	"github.com/dryexec/dryexec/policy"
 	"github.com/dryexec/dryexec/render"
 	"github.com/dryexec/dryexec/server"
@@ -83,96 +83,6 @@ func homeDir() string {
 	return ""
 }
 
-// errBeforeStart marks a failure of the daemon path before the daemon
-// started the trial: nothing ran, so `run --via auto` runs it in-process
-// instead.
-type errBeforeStart struct{ error }
-
-func (e errBeforeStart) Unwrap() error { return e.error }
-
-// daemonHooks are what runTrial tells its caller while the trial runs.
-type daemonHooks struct {
-	Queued         func()
-	Started        func(id string)
-	Stdout, Stderr io.Writer
-}
-
-// runTrial runs req through the daemon's NDJSON stream (docs/api.md,
-// "Streaming"): the output as it comes, then the delta. A failure before
-// the "started" event is an errBeforeStart. Ending ctx closes the stream,
-// which makes the daemon kill the trial and keep nothing of it.
-func (c *daemonConn) runTrial(ctx context.Context, req server.TrialRequest, h daemonHooks) (*dryexec.StateDelta, error) {
-	hr, err := c.request(ctx, "POST", "/v1/trials", req)
-	if err != nil {
-		return nil, errBeforeStart{err}
-	}
-	hr.Header.Set("Accept", "application/x-ndjson")
-	resp, err := c.hc.Do(hr)
-	if err != nil {
-		return nil, errBeforeStart{fmt.Errorf("%s: %w", c.where, err)}
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return nil, errBeforeStart{readDaemonError(resp)}
-	}
-	dec := json.NewDecoder(resp.Body)
-	started := false
-	for {
-		var ev struct {
-			Event   string              `json:"event"`
-			TrialID string              `json:"trial_id"`
-			Data    string              `json:"data"`
-			Delta   *dryexec.StateDelta `json:"delta"`
-			Status  int                 `json:"status"`
-			Error   *daemonError        `json:"error"`
-		}
-		if err := dec.Decode(&ev); err != nil {
-			if errors.Is(err, io.EOF) {
-				err = errors.New("the stream ended without the delta (did the daemon stop?)")
-			}
-			err = fmt.Errorf("the daemon on %s: %w", c.where, err)
-			if !started {
-				return nil, errBeforeStart{err}
-			}
-			return nil, err
-		}
-		switch ev.Event {
-		case "queued":
-			if h.Queued != nil {
-				h.Queued()
-			}
-		case "started":
-			started = true
-			if h.Started != nil {
-				h.Started(ev.TrialID)
-			}
-		case "stdout", "stderr":
-			w := h.Stdout
-			if ev.Event == "stderr" {
-				w = h.Stderr
-			}
-			if w != nil {
-				w.Write([]byte(ev.Data))
-			}
-		case "delta":
-			if ev.Delta == nil {
-				return nil, fmt.Errorf("the daemon on %s sent an empty delta", c.where)
-			}
-			return ev.Delta, nil
-		case "error":
-			e := ev.Error
-			if e == nil {
-				e = &daemonError{Code: "internal", Message: "no error body"}
-			}
-			e.Status = ev.Status
-			if !started {
-				return nil, errBeforeStart{e}
-			}
-			return nil, e
-		}
-	}
-}
-
 // daemonRun is `run` handing its trial to the daemon: what it needs besides
 // the spec.
 type daemonRun struct {
@@ -191,7 +101,7 @@ type daemonRun struct {
 // nil and no error when the trial is better run in this process: no daemon
 // of this install answers, the daemon is busy, or the trial needs what only
 // this process gives (a live stdin, a policy with an external scorer). With
-// --via daemon those are errors (errNoDaemon, a usage error, server.ErrBusy).
+// --via daemon those are errors (apiclient.ErrNoDaemon, a usage error, server.ErrBusy).
 func (r daemonRun) run(ctx context.Context, spec dryexec.TrialSpec) (*dryexec.StateDelta, error) {
 	auto := r.via == viaAuto
 	switch {
@@ -226,10 +136,10 @@ func (r daemonRun) run(ctx context.Context, spec dryexec.TrialSpec) (*dryexec.St
 	if err != nil {
 		return nil, err
 	}
-	d, err := dc.runTrial(ctx, req, daemonHooks{
+	d, err := dc.RunTrial(ctx, req, apiclient.Hooks{
 		Queued: func() {
 			if !r.quiet {
-				fmt.Fprintf(r.env.Stderr, "dryexec: the daemon (%s) runs as many trials as it may; this one waits for a slot\n", dc.where)
+				fmt.Fprintf(r.env.Stderr, "dryexec: the daemon (%s) runs as many trials as it may; this one waits for a slot\n", dc.Where)
 			}
 		},
 		Started: func(id string) {
@@ -240,14 +150,14 @@ func (r daemonRun) run(ctx context.Context, spec dryexec.TrialSpec) (*dryexec.St
 	for _, l := range r.live {
 		l.Flush()
 	}
-	var bs errBeforeStart
-	var de *daemonError
+	var bs apiclient.BeforeStart
+	var de *apiclient.Error
 	if err != nil && auto && errors.As(err, &bs) && ctx.Err() == nil && (errors.Is(err, server.ErrBusy) || !errors.As(err, &de)) {
 		// Nothing ran (the daemon is busy, or went away before it
 		// started the trial): run it here instead. Anything else the
 		// daemon refused would be refused here too, so it is reported.
 		if !r.quiet {
-			fmt.Fprintf(r.env.Stderr, "dryexec: the daemon did not take the trial (%v); running it in this process\n", bs.error)
+			fmt.Fprintf(r.env.Stderr, "dryexec: the daemon did not take the trial (%v); running it in this process\n", bs.Err)
 		}
 		return nil, nil
 	}

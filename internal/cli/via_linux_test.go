@@ -95,7 +95,7 @@ func (d *testDaemon) health(t *testing.T, home string) (h struct {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := dc.call(context.Background(), "GET", "/v1/health", nil, &h); err != nil {
+	if err := dc.Call(context.Background(), "GET", "/v1/health", nil, &h); err != nil {
 		t.Fatal(err)
 	}
 	return h

@@ -3,26 +3,35 @@
 package main
 
 import (
+	"bufio"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
+	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
+	"strings"
 	"syscall"
 	"time"
 )
 
 // cliGroup: `dryexec run -- /bin/true` as a user types it, a whole CLI
 // process each time: through a running daemon (`dryexec serve`, its warm
-// pool), and without one (in-process, cold), against bwrap's cold sandbox in
-// the same run; with `dryexec --help`, the CLI's process start alone, and
-// fork+exec for scale. The issue's targets: with a daemon ≤ 0.5 × bwrap,
-// without ≤ 3 ×. Before each run through the daemon, unmeasured, the
-// benchmark waits until the daemon's pool has a sandbox ready and nothing in
-// flight, as the warm group does; the pool's hits and misses are reported.
+// pool) from the front (bin/dryexec of `make build`) and from the engine
+// alone (cmd/dryexec, what `go run` builds), and without a daemon
+// (in-process, cold), against bwrap's cold sandbox in the same run; the same
+// trial as one API request from this process (the daemon's own time) and
+// through the Python SDK in a running interpreter; with `dryexec --help`
+// (the front, then the engine's start) and fork+exec for scale. The issue's
+// targets: with a daemon ≤ 0.5 × bwrap, without ≤ 3 ×, the SDK ≤ 2 ms.
+// Before each run through the daemon, unmeasured, the benchmark waits until
+// the daemon's pool has a sandbox ready and nothing in flight, as the warm
+// group does; the pool's hits and misses are reported.
 func cliGroup(e *env) ([]group, error) {
 	home := filepath.Join(e.work, "home")
 	sock := filepath.Join(e.work, "serve.sock")
@@ -71,20 +80,31 @@ func cliGroup(e *env) ([]group, error) {
 		return nil, err
 	}
 	withDaemon := append(vars, "DRYEXEC_SOCKET="+sock)
+	sdk, err := startSDKLoop(withDaemon)
+	if err != nil {
+		stop()
+		return nil, err
+	}
 	var st poolStats
-	g := group{key: "cli", title: "dryexec run -- /bin/true from the shell: with a daemon, without, vs bwrap", unit: unitMS, bases: []int{2},
-		close: func() { st, _ = health(); stop() }}
+	g := group{key: "cli", title: "dryexec run -- /bin/true from the shell: with a daemon, without, vs bwrap", unit: unitMS, bases: []int{5},
+		close: func() { st, _ = health(); sdk.close(); stop() }}
 	g.cands = []candidate{
-		{name: "dryexec run -- /bin/true, a daemon running (--via daemon, its warm pool)", label: "daemon", prep: quiet,
+		{name: "dryexec run -- /bin/true, a daemon running (--via daemon; bin/dryexec, the front)", label: "daemon", prep: quiet,
 			run: timed(e.commandEnv(e.empty, withDaemon, e.bin, "run", "--via", "daemon", "--", "/bin/true"))},
-		{name: "dryexec run -- /bin/true, no daemon (--via local, in-process)", label: "local",
+		{name: "the same from the engine alone (dryexec-engine: cmd/dryexec, what go run builds)", label: "engine", prep: quiet,
+			run: timed(e.commandEnv(e.empty, withDaemon, e.engine, "run", "--via", "daemon", "--", "/bin/true"))},
+		{name: "POST /v1/trials (/bin/true) from this process: the daemon's own time, no CLI process", label: "api", prep: quiet,
+			run: timed(func() error { return postTrial(hc) })},
+		{name: `Python SDK: dry_exec.run("/bin/true") through the daemon (a running interpreter, timed in it)`, label: "sdk", prep: quiet,
+			run: sdk.run},
+		{name: "dryexec run -- /bin/true, no daemon (--via local: the front, then the engine in-process)", label: "local",
 			run: timed(e.commandEnv(e.empty, vars, e.bin, "run", "--via", "local", "--", "/bin/true"))},
 		{name: "bwrap --ro-bind / / --unshare-all --dev /dev --proc /proc /bin/true", run: timed(e.command(e.empty, "bwrap", "--ro-bind", "/", "/", "--unshare-all", "--dev", "/dev", "--proc", "/proc", "/bin/true"))},
-		{name: "dryexec --help (the CLI's process start alone)", run: timed(e.commandEnv(e.empty, vars, e.bin, "--help"))},
+		{name: "dryexec --help (the front, then the engine's process start)", run: timed(e.commandEnv(e.empty, vars, e.bin, "--help"))},
 		{name: "fork+exec /bin/true", run: timed(e.command(e.empty, "/bin/true"))},
 	}
 	g.extra = func() string {
-		return fmt.Sprintf("The daemon's pool: %d hits, %d misses (a miss ran cold), %d failed preparations. Targets (the issue): with a daemon ≤ 0.50 × bwrap, without ≤ 3.00 ×.",
+		return fmt.Sprintf("The daemon's pool: %d hits, %d misses (a miss ran cold), %d failed preparations. Targets (the issue): with a daemon ≤ 0.50 × bwrap, without ≤ 3.00 ×; the SDK ≤ 2 ms.",
 			st.Hits, st.Misses, st.Failed)
 	}
 	return []group{g}, nil
@@ -102,4 +122,80 @@ func (e *env) commandEnv(dir string, vars []string, argv ...string) func() error
 		}
 		return nil
 	}
+}
+
+// postTrial runs /bin/true through the daemon's API from this process, as
+// the SDK's plain call does (one JSON answer).
+func postTrial(hc *http.Client) error {
+	resp, err := hc.Post("http://dryexec/v1/trials", "application/json", strings.NewReader(`{"argv":["/bin/true"],"cwd":"/"}`))
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err == nil && resp.StatusCode != http.StatusCreated {
+		err = fmt.Errorf("POST /v1/trials: %s: %s", resp.Status, b)
+	}
+	return err
+}
+
+// sdkLoopPy runs dry_exec.run("/bin/true") once per line read, and writes
+// how long the call took (ms): the SDK's round trip in a running
+// interpreter, without Python's start-up.
+const sdkLoopPy = `
+import sys, time
+sys.path.insert(0, sys.argv[1])
+import dry_exec
+for _ in sys.stdin:
+    t = time.perf_counter()
+    d = dry_exec.run("/bin/true")
+    ms = (time.perf_counter() - t) * 1000
+    print(ms if d.exit_code == 0 else -1, flush=True)
+`
+
+// sdkLoop is a python3 running sdkLoopPy.
+type sdkLoop struct {
+	cmd *exec.Cmd
+	in  io.WriteCloser
+	out *bufio.Scanner
+}
+
+func startSDKLoop(vars []string) (*sdkLoop, error) {
+	dir, err := filepath.Abs("sdk/python")
+	if err != nil {
+		return nil, err
+	}
+	c := exec.Command("/usr/bin/python3", "-c", sdkLoopPy, dir)
+	c.Env, c.Stderr = vars, os.Stderr
+	in, err := c.StdinPipe()
+	if err != nil {
+		return nil, err
+	}
+	out, err := c.StdoutPipe()
+	if err != nil {
+		return nil, err
+	}
+	if err := c.Start(); err != nil {
+		return nil, err
+	}
+	return &sdkLoop{cmd: c, in: in, out: bufio.NewScanner(out)}, nil
+}
+
+func (l *sdkLoop) run() (float64, error) {
+	if _, err := io.WriteString(l.in, "\n"); err != nil {
+		return 0, err
+	}
+	if !l.out.Scan() {
+		return 0, fmt.Errorf("the SDK loop ended: %v", l.out.Err())
+	}
+	ms, err := strconv.ParseFloat(l.out.Text(), 64)
+	if err == nil && ms < 0 {
+		err = errors.New(`dry_exec.run("/bin/true") did not exit 0`)
+	}
+	return ms, err
+}
+
+func (l *sdkLoop) close() {
+	l.in.Close()
+	l.cmd.Wait()
 }

@@ -135,7 +135,8 @@ type env struct {
 	ctx     context.Context
 	cfg     config
 	work    string // removed at the end
-	bin     string // dryexec (CLI)
+	bin     string // dryexec as `make build` installs it: the front (cmd/dryexec-front)
+	engine  string // dryexec-engine beside it: the whole CLI (cmd/dryexec, what `go run` builds)
 	empty   string // an empty directory
 	trees   map[int]string
 	phases  map[string][]time.Duration // the traced cold trial's phases
@@ -167,9 +168,11 @@ func run(ctx context.Context, cfg config) (err error) {
 		}
 		os.RemoveAll(work)
 	}()
-	e.bin = filepath.Join(work, "dryexec")
+	// The layout of `make build`: the front, the engine and the guest side
+	// by side.
+	e.bin, e.engine = filepath.Join(work, "dryexec"), filepath.Join(work, "dryexec-engine")
 	guestBin := filepath.Join(work, guestexe.Name)
-	for out, pkg := range map[string]string{e.bin: "./cmd/dryexec", guestBin: "./cmd/dryexec-guest"} {
+	for out, pkg := range map[string]string{e.bin: "./cmd/dryexec-front", e.engine: "./cmd/dryexec", guestBin: "./cmd/dryexec-guest"} {
 		build := exec.Command("go", "build", "-o", out, pkg)
 		build.Env = append(os.Environ(), "CGO_ENABLED=0")
 		if b, err := build.CombinedOutput(); err != nil {

@@ -39,7 +39,9 @@ class Client:
         return self._daemon.started
 
     def close(self) -> None:
-        """Stops the daemon if this client started it."""
+        """Closes the kept connections; stops the daemon if this client
+        started it."""
+        self.transport.close()
         self._daemon.stop()
 
     def __enter__(self) -> "Client":

@@ -1,19 +1,34 @@
 """HTTP to the daemon over its unix socket (or TCP with a bearer token), with
-the standard library's http.client. One connection per request: requests may
-come from several threads at once (a session's host-call poller runs beside
-its execs), and a unix-socket connect costs microseconds."""
+the standard library's http.client. Connections are kept open between
+requests (HTTP keep-alive) in a small pool: a request takes an idle one or
+opens a new one, so requests from several threads at once (a session's
+host-call poller runs beside its execs) never share one. A fresh connection
+and its first request cost the daemon a new goroutine and buffers; a kept one
+saves that on every trial. A kept connection the daemon has closed meanwhile
+(it closes idle ones only when it stops) fails before the daemon read
+anything, and the request is sent once more on a new connection. Streams
+(NDJSON) use a connection of their own, closed at the end."""
 
 from __future__ import annotations
 
 import http.client
 import json
+import os
 import socket
+import threading
 import urllib.parse
-from typing import Any, Dict, Iterator, Mapping, Optional, Tuple
+from typing import Any, Dict, Iterator, List, Mapping, Optional, Tuple
 
 from ._errors import DaemonUnavailable, DryExecError, from_response
 
 _NOBODY = object()
+
+#: Idle connections a Transport keeps for reuse.
+_MAX_IDLE = 4
+
+#: What a kept connection the daemon closed raises on its next request,
+#: before any answer: the request was not read, so it is sent again.
+_STALE = (BrokenPipeError, ConnectionResetError, http.client.RemoteDisconnected)
 
 
 class _UnixConnection(http.client.HTTPConnection):
@@ -48,6 +63,9 @@ class Transport:
             if u.scheme != "http" or not u.hostname:
                 raise ValueError("url %r: want http://HOST:PORT" % url)
             self._host, self._port = u.hostname, u.port or 80
+        self._idle: List[http.client.HTTPConnection] = []
+        self._idle_lock = threading.Lock()
+        self._pid = os.getpid()
 
     def __repr__(self) -> str:
         return "Transport(%s)" % (("unix:" + self.socket_path) if self.socket_path else self.url)
@@ -57,8 +75,44 @@ class Transport:
             return _UnixConnection(self.socket_path, timeout)
         return http.client.HTTPConnection(self._host, self._port, timeout=timeout)
 
+    def _take(self, timeout: Optional[float]) -> Optional[http.client.HTTPConnection]:
+        """An idle kept connection, if there is one (with timeout set)."""
+        with self._idle_lock:
+            if self._pid != os.getpid():
+                # A forked child shares its parent's sockets: it keeps
+                # none of them (closing them would close the parent's).
+                self._idle, self._pid = [], os.getpid()
+            conn = self._idle.pop() if self._idle else None
+        if conn is not None:
+            conn.timeout = timeout
+            if conn.sock is not None:
+                conn.sock.settimeout(timeout)
+        return conn
+
+    def _keep(self, conn: http.client.HTTPConnection, resp: http.client.HTTPResponse) -> None:
+        """Keeps conn for the next request once resp is read to its end,
+        unless either side said it closes."""
+        if resp.will_close or conn.sock is None:
+            conn.close()
+            return
+        with self._idle_lock:
+            if self._pid == os.getpid() and len(self._idle) < _MAX_IDLE:
+                self._idle.append(conn)
+                return
+        conn.close()
+
+    def close(self) -> None:
+        """Closes the kept connections."""
+        with self._idle_lock:
+            idle, self._idle = self._idle, []
+            mine = self._pid == os.getpid()
+        if mine:
+            for c in idle:
+                c.close()
+
     def _send(self, method: str, path: str, body: Any, content_type: Optional[str], accept: Optional[str],
-              timeout: Optional[float], extra: Optional[Mapping[str, str]] = None) -> Tuple[http.client.HTTPConnection, http.client.HTTPResponse]:
+              timeout: Optional[float], extra: Optional[Mapping[str, str]] = None,
+              reuse: bool = False) -> Tuple[http.client.HTTPConnection, http.client.HTTPResponse]:
         headers: Dict[str, str] = dict(extra or {})
         data: Optional[bytes] = None
         if body is not _NOBODY:
@@ -72,6 +126,16 @@ class Transport:
             headers["Accept"] = accept
         if self.token:
             headers["Authorization"] = "Bearer " + self.token
+        kept = self._take(timeout) if reuse else None
+        if kept is not None:
+            try:
+                kept.request(method, path, body=data, headers=headers)
+                return kept, kept.getresponse()
+            except _STALE:
+                kept.close()  # closed by the daemon while idle: not read
+            except (OSError, http.client.HTTPException) as e:
+                kept.close()
+                raise DaemonUnavailable("talking to the dryexec daemon at %s: %s" % (self, e)) from None
         conn = self._conn(timeout)
         try:
             conn.request(method, path, body=data, headers=headers)
@@ -88,13 +152,13 @@ class Transport:
         """Sends one request; returns status, headers (names lower-cased) and
         body. Errors (status >= 400) are raised as the exception for the
         daemon's error code."""
-        conn, resp = self._send(method, path, body, content_type, None, timeout, headers)
+        conn, resp = self._send(method, path, body, content_type, None, timeout, headers, reuse=True)
         try:
             data = resp.read()
         except (OSError, http.client.HTTPException) as e:
-            raise DaemonUnavailable("reading the daemon's answer: %s" % e) from None
-        finally:
             conn.close()
+            raise DaemonUnavailable("reading the daemon's answer: %s" % e) from None
+        self._keep(conn, resp)
         if resp.status >= 400:
             raise _error(resp.status, data)
         return resp.status, {k.lower(): v for k, v in resp.getheaders()}, data

@@ -5,11 +5,12 @@
 
 N (default 60) pairs per line. Each pair is the same request made through the
 SDK (Client.run, Session.shell, …) and as bare HTTP over the same unix socket
-with only the standard library (one connection per request, as the SDK does,
-and the answer parsed with json.loads), alternately and on one daemon, so the
-median of the per-pair differences is what the SDK adds in Python (building
-the request, error mapping, the result's dataclasses) without the sandbox's
-noise. What the daemon's HTTP API adds over an in-process trial cannot be
+with only the standard library (a new connection per request, which the SDK,
+keeping its connections open, no longer pays; the answer parsed with
+json.loads), alternately and on one daemon, so the median of the per-pair
+differences is what the SDK adds in Python (building the request, error
+mapping, the result's dataclasses, less the connection it keeps) without the
+sandbox's noise. What the daemon's HTTP API adds over an in-process trial cannot be
 paired from Python (there is no in-process Python trial): that is the Go
 benchmarks' ms-overhead (`go test ./server -run '^$' -bench Overhead
 -benchtime 60x`); the "raw" column here is the whole round trip from Python.

@@ -1,0 +1,39 @@
+// Command dryexec-front is the dryexec command as `make build` installs it
+// (bin/dryexec): a small process that hands `dryexec run -- CMD` to a
+// running daemon itself (internal/front) and execs the engine — the whole
+// CLI, cmd/dryexec, installed as dryexec-engine beside it — for everything
+// else, with the same arguments, environment and standard streams. A Go
+// program runs the initialisation of every package it links before main,
+// and the engine links CEL, netsim's network stack and OpenAPI mocks, the
+// MCP SDK and the image registry client: tens of milliseconds a trial
+// through the daemon has no use for. docs/architecture.md, "The front and
+// the engine".
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/dryexec/dryexec/internal/front"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	code, handled := front.Run(ctx, os.Args[1:], front.Env{Stdout: os.Stdout, Stderr: os.Stderr, Getenv: os.Getenv, Environ: os.Environ()})
+	stop()
+	if handled {
+		os.Exit(code)
+	}
+	engine, err := front.Engine(os.Getenv, os.Executable)
+	if err == nil {
+		// Replaces this process: the engine has its pid, signals and
+		// streams, as if it had been started directly.
+		err = syscall.Exec(engine, append([]string{os.Args[0]}, os.Args[1:]...), os.Environ())
+		err = fmt.Errorf("starting the engine %s: %w", engine, err)
+	}
+	fmt.Fprintln(os.Stderr, "dryexec:", err)
+	os.Exit(125)
+}

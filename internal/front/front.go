@@ -1,0 +1,347 @@
+// Package front owns the CLI's fast path: `dryexec run -- CMD` handed to a
+// running daemon of this install from a process that links only the API's
+// client (internal/apiclient), the root package and render. It is what
+// cmd/dryexec-front runs before anything else; whatever it does not handle
+// itself — every other command, any flag outside its few, no daemon, a
+// daemon that does not take the trial, any mistake in how dryexec was
+// called — it leaves to the engine (the whole CLI, internal/cli), which
+// then does exactly what it always does. So the front never decides
+// anything differently from the engine: it only does, in a lighter process,
+// the one thing it can do exactly as the engine would. docs/api.md,
+// "`dryexec run` through the daemon".
+package front
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/mattn/go-isatty"
+
+	"github.com/dryexec/dryexec"
+	"github.com/dryexec/dryexec/internal/apiclient"
+	"github.com/dryexec/dryexec/render"
+)
+
+// Env is what the front may touch of its process.
+type Env struct {
+	Stdout, Stderr io.Writer
+	Getenv         func(string) string
+	// Environ lists the caller's variables (os.Environ), for --env NAME*.
+	Environ []string
+}
+
+// Exit codes the front itself gives (the same as internal/cli's).
+const (
+	exitReview        = 3
+	exitBlock         = 4
+	exitCommandFailed = 5
+	exitRefused       = 1
+	exitUsage         = 2
+	exitInternal      = 125
+	exitInterrupted   = 130
+	exitTerminated    = 143
+)
+
+// runArgs is a `run` invocation the front handles: only flags whose effect
+// on the trial request it knows exactly.
+type runArgs struct {
+	via, cwd, exitStatus   string
+	asJSON, quiet, noStore bool
+	timeout                time.Duration
+	pass, set              []string
+	argv                   []string
+}
+
+// parseRun reads args (after the program name) as `run [FLAGS] -- CMD…`
+// with FLAGS among --via, --json, -q/--quiet, --no-store, --exit-status,
+// -C/--cwd, --timeout, --env and --pass-env; ok is false for anything else
+// (the engine's cobra parser then reads it, and reports any mistake). The
+// `--` is required: without it cobra reads flags among the command's own
+// words, which the front does not imitate.
+func parseRun(args []string) (r runArgs, ok bool) {
+	if len(args) < 3 || args[0] != "run" {
+		return r, false
+	}
+	r.exitStatus = "decision"
+	rest := args[1:]
+	for len(rest) > 0 {
+		a := rest[0]
+		rest = rest[1:]
+		if a == "--" {
+			r.argv = rest
+			break
+		}
+		name, val, hasVal := strings.Cut(a, "=")
+		takesValue := map[string]bool{"--via": true, "--exit-status": true, "-C": true, "--cwd": true, "--timeout": true, "--env": true, "--pass-env": true}
+		if takesValue[name] && !hasVal {
+			if len(rest) == 0 {
+				return r, false
+			}
+			val, rest = rest[0], rest[1:]
+		} else if hasVal && !takesValue[name] {
+			return r, false
+		}
+		switch name {
+		case "--via":
+			r.via = val
+		case "--json":
+			r.asJSON = true
+		case "-q", "--quiet":
+			r.quiet = true
+		case "--no-store":
+			r.noStore = true
+		case "--exit-status":
+			if val != "decision" && val != "command" {
+				return r, false
+			}
+			r.exitStatus = val
+		case "-C", "--cwd":
+			r.cwd = val
+		case "--timeout":
+			d, err := time.ParseDuration(val)
+			if err != nil || d < 0 {
+				return r, false
+			}
+			r.timeout = d
+		case "--env":
+			if strings.Contains(val, "=") {
+				r.set = append(r.set, val)
+			} else {
+				r.pass = append(r.pass, val)
+			}
+		case "--pass-env":
+			r.pass = append(r.pass, val)
+		default:
+			return r, false
+		}
+	}
+	if len(r.argv) == 0 || r.argv[0] == "" {
+		return r, false
+	}
+	for _, a := range r.argv {
+		if strings.ContainsRune(a, 0) {
+			return r, false
+		}
+	}
+	return r, true
+}
+
+// trialRequest is the part of the daemon's trial request (server.TrialRequest,
+// docs/api.md) the front sends: what internal/cli's daemonRequest sends for
+// the same flags. TestFrontRequestMatchesServer keeps the two in step.
+type trialRequest struct {
+	Argv      []string          `json:"argv"`
+	Cwd       string            `json:"cwd"`
+	Env       map[string]string `json:"env,omitempty"`
+	TimeoutMS int64             `json:"timeout_ms,omitempty"`
+	Rung      string            `json:"rung,omitempty"`
+	NoStore   bool              `json:"no_store,omitempty"`
+	EnvExact  bool              `json:"env_exact,omitempty"`
+}
+
+// Run runs args (after the program name) if it is a `run` the front
+// handles and a daemon of this install takes the trial; handled is false
+// when the engine must run them instead (nothing has been written to
+// Stdout or Stderr then, and nothing ran). code is the exit code.
+func Run(ctx context.Context, args []string, env Env) (code int, handled bool) {
+	r, ok := parseRun(args)
+	if !ok {
+		return 0, false
+	}
+	via := r.via
+	if via == "" {
+		via = env.Getenv("DRYEXEC_VIA")
+	}
+	if via != "" && via != "auto" && via != "daemon" {
+		return 0, false // local, or a mistake the engine reports
+	}
+	if env.Getenv("DRYEXEC_TRIAL_CONTENT_CAP") != "" {
+		return 0, false // a setting the engine reads and checks
+	}
+	home, err := dryexec.DefaultHome(env.Getenv)
+	if err != nil {
+		return 0, false
+	}
+	cwd, ok := checkCwd(r.cwd)
+	if !ok {
+		return 0, false
+	}
+	req := trialRequest{Argv: r.argv, Cwd: cwd, TimeoutMS: r.timeout.Milliseconds(), Rung: "ns", NoStore: r.noStore, EnvExact: true}
+	if req.Env, err = dryexec.SandboxEnv(env.Getenv, env.Environ, r.pass, r.set); err != nil {
+		return 0, false
+	}
+	req.Env["PWD"] = cwd
+	// Without a daemon the engine looks again (one stat when none
+	// listens) and runs the trial itself, or refuses with --via daemon.
+	dc, err := apiclient.Find(ctx, env.Getenv, home, nil)
+	if err != nil {
+		return 0, false
+	}
+	var live []*render.LiveWriter
+	hooks := apiclient.Hooks{
+		Queued: func() {
+			if !r.quiet {
+				fmt.Fprintf(env.Stderr, "dryexec: the daemon (%s) runs as many trials as it may; this one waits for a slot\n", dc.Where)
+			}
+		},
+	}
+	note := "nothing was changed"
+	hooks.Started = func(id string) {
+		note = fmt.Sprintf("trial %s was stopped before it finished; nothing of it was kept (a trial never changes the host)", id)
+	}
+	if !r.quiet {
+		outW := env.Stdout
+		if r.asJSON {
+			outW = env.Stderr
+		}
+		lo, le := render.NewLiveWriterPair(outW, isTTY(outW), env.Stderr, isTTY(env.Stderr))
+		hooks.Stdout, hooks.Stderr, live = lo, le, []*render.LiveWriter{lo, le}
+	}
+	d, err := dc.RunTrial(ctx, req, hooks)
+	for _, l := range live {
+		l.Flush()
+	}
+	if ctx.Err() != nil {
+		return interrupted(ctx, env, note), true
+	}
+	var bs apiclient.BeforeStart
+	if errors.As(err, &bs) {
+		// Nothing ran: the engine runs it, or reports the refusal, as it
+		// would have from the start.
+		return 0, false
+	}
+	if err != nil {
+		fmt.Fprintln(env.Stderr, "dryexec:", err)
+		switch {
+		case errors.Is(err, dryexec.ErrBadAction):
+			return exitUsage, true
+		case errors.Is(err, dryexec.ErrIsolationUnavailable):
+			fmt.Fprintln(env.Stderr, "dryexec: see dryexec doctor for what this host provides")
+			return exitRefused, true
+		}
+		return exitInternal, true
+	}
+	if !r.noStore {
+		note = fmt.Sprintf("trial %s ran and is stored, pending (dryexec show %s | dryexec commit %s | dryexec discard %s); the host is unchanged", d.TrialID, d.TrialID, d.TrialID, d.TrialID)
+	} else {
+		note = fmt.Sprintf("trial %s ran; it was not stored (--no-store) and the host is unchanged", d.TrialID)
+	}
+	if r.asJSON {
+		err = d.WriteJSON(env.Stdout)
+	} else {
+		bw := bufio.NewWriterSize(env.Stdout, 64<<10)
+		f, _ := env.Stdout.(*os.File)
+		err = render.Summary(bw, d, render.Options{Color: f != nil && render.ColorWanted(f, env.Getenv), OutputShown: live != nil, NoCommands: r.noStore})
+		if ferr := bw.Flush(); err == nil {
+			err = ferr
+		}
+	}
+	if ctx.Err() != nil {
+		return interrupted(ctx, env, note), true
+	}
+	if err != nil {
+		fmt.Fprintln(env.Stderr, "dryexec:", err)
+		return exitInternal, true
+	}
+	return RunStatus(r.exitStatus, d), true
+}
+
+// checkCwd is the directory the trial starts in: -C's, made absolute, else
+// the current one; ok is false if it is not a directory (the engine says
+// why).
+func checkCwd(cwd string) (string, bool) {
+	if cwd == "" {
+		wd, err := os.Getwd()
+		if err != nil {
+			return "", false
+		}
+		cwd = wd
+	}
+	if strings.ContainsRune(cwd, 0) {
+		return "", false
+	}
+	abs, err := filepath.Abs(cwd)
+	if err != nil {
+		return "", false
+	}
+	if fi, err := os.Stat(abs); err != nil || !fi.IsDir() {
+		return "", false
+	}
+	return abs, true
+}
+
+// interrupted says what an interrupt did to the trial, as the engine does,
+// and returns the exit code a shell gives a death by that signal.
+func interrupted(ctx context.Context, env Env, note string) int {
+	sig, code := InterruptedBy(ctx)
+	fmt.Fprintf(env.Stderr, "dryexec: interrupted (%s): %s\n", sig, note)
+	return code
+}
+
+// InterruptedBy names what ended ctx and the exit code for it. The cause of
+// signal.NotifyContext's cancellation names the signal ("interrupt signal
+// received", "terminated signal received").
+func InterruptedBy(ctx context.Context) (string, int) {
+	cause := context.Cause(ctx)
+	if cause != nil && strings.HasPrefix(cause.Error(), "terminated") {
+		return "SIGTERM", exitTerminated
+	}
+	if cause != nil && strings.HasPrefix(cause.Error(), "interrupt") {
+		return "SIGINT", exitInterrupted
+	}
+	return "cancelled", exitInterrupted
+}
+
+// RunStatus is `run`'s status for a trial that ran (docs/decision.md): with
+// --exit-status command the command's own; else the decision's, with a
+// failed command told apart from other reviews.
+func RunStatus(mode string, d *dryexec.StateDelta) int {
+	if mode == "command" {
+		return d.Process.ExitCode
+	}
+	switch d.Decision.Choice {
+	case "auto_commit":
+		return 0
+	case "block":
+		return exitBlock
+	}
+	if d.Process.ExitCode != 0 || d.Process.TimedOut || d.Process.Signal != "" {
+		return exitCommandFailed
+	}
+	return exitReview
+}
+
+func isTTY(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	return ok && (isatty.IsTerminal(f.Fd()) || isatty.IsCygwinTerminal(f.Fd()))
+}
+
+// EngineName is the engine's file name beside the front (`make build`).
+const EngineName = "dryexec-engine"
+
+// Engine is the engine's path: $DRYEXEC_ENGINE, else dryexec-engine in the
+// directory of the front's own executable.
+func Engine(getenv func(string) string, executable func() (string, error)) (string, error) {
+	if p := getenv("DRYEXEC_ENGINE"); p != "" {
+		return p, nil
+	}
+	self, err := executable()
+	if err != nil {
+		return "", fmt.Errorf("the engine: this program's path is unknown (%v); set DRYEXEC_ENGINE", err)
+	}
+	if r, err := filepath.EvalSymlinks(self); err == nil {
+		self = r
+	}
+	p := filepath.Join(filepath.Dir(self), EngineName)
+	if _, err := os.Stat(p); err != nil {
+		return "", fmt.Errorf("the engine %s is not beside this front end (%v): `make build` puts both in bin/ (or set DRYEXEC_ENGINE; `go run ./cmd/dryexec` is the whole CLI in one)", EngineName, err)
+	}
+	return p, nil
+}
