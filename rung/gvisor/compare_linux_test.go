@@ -25,3 +25,12 @@ func requireBoth(t *testing.T) {
 	testreq.Need(t, testreq.NS, (&linuxns.Rung{}).Available(context.Background()))
 	testreq.Need(t, testreq.GVisor, (&gvisor.Rung{}).Available(context.Background()))
 }
+
+// TestSessionSameAsNS runs the same sessions (a pushed workspace, then
+// commands, each followed by a diff) on ns and on gvisor and requires the
+// same results, diffs, violations and network log, field by field (timing
+// aside): rungcompare.SessionSameAsNS, every case.
+func TestSessionSameAsNS(t *testing.T) {
+	requireBoth(t)
+	rungcompare.SessionSameAsNS(t, gvisor.Name, rungcompare.SessionCases())
+}
