@@ -116,6 +116,9 @@ func forEachRung(t *testing.T, fn func(t *testing.T, open opener)) {
 			case r == "ns":
 				// ns sessions are a capability CI requires: a missing one fails there.
 				testreq.Need(t, testreq.NS, err)
+			case r == "gvisor":
+				// So are gvisor's, where CI requires gvisor (DRYEXEC_REQUIRE).
+				testreq.Need(t, testreq.GVisor, err)
 			case err != nil:
 				t.Skipf("no %s sessions here: %v", r, err)
 			}
