@@ -64,6 +64,14 @@ func cmpOr(a, b string) string {
 	return b
 }
 
+// SandboxKey says what of the host a session sandbox opened now for spec
+// would be built from: the view is ns's (the host's mount plan, the
+// resolved masks), so the key is ns's, and a pooled sandbox made from
+// another is stale.
+func (r *Rung) SandboxKey(spec dryexec.SandboxSpec) (string, error) {
+	return (&linuxns.Rung{}).SandboxKey(spec)
+}
+
 // sessionSandbox is a gvisor session's sandbox: runsc running the session
 // guest over the view, its cgroup, masks and network.
 type sessionSandbox struct {
