@@ -13,7 +13,6 @@ import (
 
 	"github.com/dryexec/dryexec"
 	"github.com/dryexec/dryexec/cgroup"
-	"github.com/dryexec/dryexec/guest"
 	"github.com/dryexec/dryexec/rung/internal/viewtrial"
 	"github.com/dryexec/dryexec/rung/linuxns"
 	"github.com/dryexec/dryexec/wire"
@@ -45,7 +44,7 @@ func (r *Rung) OpenSandbox(ctx context.Context, spec dryexec.SandboxSpec) (dryex
 	if err == nil {
 		// Cancelling ctx while the sandbox is being made kills runsc.
 		stop := context.AfterFunc(ctx, b.Kill)
-		err = b.prepare(guest.RoleSession, []int{wire.CtrlFD})
+		err = b.prepare(wire.RoleSession, []int{wire.CtrlFD})
 		if !stop() && err == nil {
 			err = fmt.Errorf("opening a gvisor session: %w", context.Cause(ctx))
 		}
