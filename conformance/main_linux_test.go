@@ -139,10 +139,10 @@ func forEachRung(t *testing.T, name string, fn func(t *testing.T, open opener)) 
 	}
 }
 
-// unobservable are the cases, per rung, whose check cannot be made there:
-// they find the command's processes in the host's /proc by their command
-// line, and on gvisor a command's processes are gVisor's, not the host's
-// (the host sees runsc's sentry and stub processes only). What they check
+// unobservable are the cases, per rung, whose check cannot be made there,
+// and why. Most find the command's processes in the host's /proc by their
+// command line, and on gvisor a command's processes are gVisor's, not the
+// host's (the host sees runsc's sentry and stub processes only). What they check
 // holds there by construction: every process of a gvisor sandbox ends with
 // it (its cgroup is removed with it), and lifecycle/guest_sigkill_is_session_lost
 // and no_guest_process_after_close, which find the guest (runsc on gvisor),
@@ -153,6 +153,8 @@ var unobservable = map[string]map[string]string{
 		"lifecycle/close_during_exec":         gvisorProcs,
 		"concurrency/calls_during_exec":       gvisorProcs,
 		"python/close_ends_a_running_exec":    gvisorProcs,
+		"isolation/ns_process_isolation": "the case lists the sandbox's network interfaces in /sys/class/net, " +
+			"which gVisor's sysfs does not have",
 	},
 }
 
