@@ -12,14 +12,14 @@ import (
 )
 
 var isolationCases = []conformanceCase{
-	// ns: what the sandbox writes outside the workspace (/etc as root, /tmp,
+	// ns, gvisor: what the sandbox writes outside the workspace (/etc as root, /tmp,
 	// the caller's temp dir) never reaches the host, and is no workspace change.
 	// The host rung isolates nothing outside its workspace: skipped there.
 	{"ns_writes_outside_workspace_stay_inside", func(t *testing.T, open opener) {
 		hostDir := t.TempDir()
 		os.Chmod(hostDir, 0o777)
 		s := openDefault(t, open)
-		if rungOf(s) != "ns" {
+		if rungOf(s) == "host" {
 			t.Skip("the host rung does not isolate anything outside its workspace")
 		}
 		name := fmt.Sprintf("dryexec-conformance-%d-%d", os.Getpid(), time.Now().UnixNano())
@@ -46,12 +46,12 @@ var isolationCases = []conformanceCase{
 		s.Close()
 		check("after Close")
 	}},
-	// ns: a directory of the caller's outside the workspace is writable in the
+	// ns, gvisor: a directory of the caller's outside the workspace is writable in the
 	// sandbox as it is on the host (and the write stays inside).
 	{"ns_caller_dir_writable", func(t *testing.T, open opener) {
 		hostDir := t.TempDir()
 		s := openDefault(t, open)
-		if rungOf(s) != "ns" {
+		if rungOf(s) == "host" {
 			t.Skip("the host rung does not isolate anything outside its workspace")
 		}
 		r := sh(t, s, "echo x > "+quote(hostDir+"/f")+" && mkdir "+quote(hostDir+"/d")+" && cat "+quote(hostDir+"/f"))
@@ -106,13 +106,13 @@ var isolationCases = []conformanceCase{
 		s := openDefault(t, open)
 		wantOut(t, s, "env | grep -c hunter2; true", "0\n")
 	}},
-	// ns: the exec runs as the caller (root as root, the caller's uid
+	// ns, gvisor: the exec runs as the caller (root as root, the caller's uid
 	// rootless), in its own hostname-isolated world whose only network is
 	// loopback and netsim's dx0 (absent where no TUN device can be made);
 	// its processes see none of the host's.
 	{"ns_process_isolation", func(t *testing.T, open opener) {
 		s := openDefault(t, open)
-		if rungOf(s) != "ns" {
+		if rungOf(s) == "host" {
 			t.Skip("the host rung does not isolate processes")
 		}
 		wantOut(t, s, "id -u", fmt.Sprintf("%d\n", os.Getuid()))

@@ -79,6 +79,10 @@ func (s *session) start() error {
 			return err
 		}
 		s.st = st
+	case "gvisor":
+		if err := s.startGVisor(); err != nil {
+			return err
+		}
 	case "host":
 		if s.cfg.Workspace == "" || s.cfg.Baseline == "" {
 			return fmt.Errorf("the host rung needs a workspace and a baseline directory")
@@ -105,6 +109,9 @@ func (s *session) close() {
 // RLIMIT_NPROC there and is let go: everything it starts inherits that limit,
 // and nothing of the sandbox ever runs with the guest's higher one.
 func (s *session) startExec(cmd *exec.Cmd) error {
+	if s.cfg.Rung == "gvisor" {
+		return s.startGVisorExec(cmd)
+	}
 	if s.platform == nil || s.platform.launcher == nil {
 		return cmd.Start()
 	}
@@ -155,9 +162,10 @@ func (s *session) takeViolations() []wire.Violation {
 }
 
 // execAttr starts an exec in its own session (its own process group, no
-// controlling terminal), and on the ns rung in its own user namespace.
+// controlling terminal), and on the ns and gvisor rungs in its own user
+// namespace.
 func (s *session) execAttr() *syscall.SysProcAttr {
-	if s.cfg.Rung != "ns" {
+	if s.cfg.Rung != "ns" && s.cfg.Rung != "gvisor" {
 		return &syscall.SysProcAttr{Setsid: true}
 	}
 	return commandAttr(&wire.TrialStart{Rootless: s.cfg.Rootless, CommandUserNS: s.cfg.CommandUserNS,
@@ -165,9 +173,9 @@ func (s *session) execAttr() *syscall.SysProcAttr {
 }
 
 // reapOrphans collects exited processes that were reparented to the guest (PID
-// 1 on the ns rung). It runs between execs, when no child of ours is waited for.
+// 1 on the ns and gvisor rungs). It runs between execs, when no child of ours is waited for.
 func (s *session) reapOrphans() {
-	if s.cfg.Rung != "ns" {
+	if s.cfg.Rung != "ns" && s.cfg.Rung != "gvisor" {
 		return
 	}
 	for {

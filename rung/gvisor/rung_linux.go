@@ -12,10 +12,8 @@ import (
 	"os"
 	"os/exec"
 	"os/user"
-	"path"
 	"path/filepath"
 	"slices"
-	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -26,10 +24,10 @@ import (
 
 	"github.com/dryexec/dryexec"
 	"github.com/dryexec/dryexec/cgroup"
-	"github.com/dryexec/dryexec/fsdelta"
 	"github.com/dryexec/dryexec/internal/bootstamp"
 	"github.com/dryexec/dryexec/internal/guestexe"
 	"github.com/dryexec/dryexec/internal/tail"
+	"github.com/dryexec/dryexec/rung/internal/viewtrial"
 	"github.com/dryexec/dryexec/rung/linuxns"
 	"github.com/dryexec/dryexec/wire"
 )
@@ -229,6 +227,24 @@ func (r *Rung) Trial(ctx context.Context, spec dryexec.TrialSpec) (*dryexec.Stat
 	if spec.TrialID == "" {
 		spec.TrialID = dryexec.NewTrialID()
 	}
+	b, err := r.newBox(ctx, spec.TrialID, spec.Masks, spec.NoDefaultMasks, spec.OwnPaths, spec.Net, spec.NetCADir)
+	if err != nil {
+		return nil, err
+	}
+	defer b.net.Close()
+	b.limits, b.upperSize = spec.Limits, spec.UpperSizeBytes
+	t := &trial{box: b}
+	t.Spec = spec
+	defer t.cleanup()
+	if err := t.start(); err != nil {
+		return nil, err
+	}
+	return t.run(ctx)
+}
+
+// newBox resolves what every sandbox of the rung needs: runsc, the host's
+// mount plan, the masks (netsim's CA key among them) and the network.
+func (r *Rung) newBox(ctx context.Context, id string, masks []string, noDefault bool, own, net []string, caDir string) (*box, error) {
 	if os.Geteuid() != 0 {
 		return nil, unavailable("root: the gvisor rung runs runsc as root (rootless runsc is not supported yet)")
 	}
@@ -242,53 +258,41 @@ func (r *Rung) Trial(ctx context.Context, spec dryexec.TrialSpec) (*dryexec.Stat
 	}
 	// netsim's CA key is masked in every sandbox, as on ns, whether or
 	// not this one has a network: it signs what sandboxes trust.
-	caDir, err := linuxns.EnsureCA(spec.NetCADir)
+	caDir, err = linuxns.EnsureCA(caDir)
 	if err != nil {
 		return nil, err
 	}
-	cover, err := linuxns.ResolveCover(append(slices.Clone(spec.Masks), caDir), spec.NoDefaultMasks, spec.OwnPaths)
+	cover, err := linuxns.ResolveCover(append(slices.Clone(masks), caDir), noDefault, own)
 	if err != nil {
 		return nil, err
 	}
-	// The same netsim as an ns trial's, serving a TUN device in the view
+	// The same netsim as an ns sandbox's, serving a TUN device in the view
 	// guest's network namespace, which runsc hands to gVisor's netstack.
-	nw, err := linuxns.NewNet(ctx, spec.Net, caDir, spec.TrialID)
+	nw, err := linuxns.NewNet(ctx, net, caDir, id)
 	if err != nil {
 		return nil, err
 	}
-	defer nw.Close()
-	t := &trial{r: r, spec: spec, runsc: runsc, mounts: mounts, cover: cover, scratchFD: -1, net: nw}
-	defer t.cleanup()
-	if err := t.start(); err != nil {
-		return nil, err
-	}
-	return t.run(ctx)
+	b := &box{r: r, id: id, runsc: runsc, net: nw}
+	b.Mounts, b.Cover, b.ScratchFD = mounts, cover, -1
+	b.Rung, b.What, b.TailName, b.Tail = Name, "the gvisor sandbox", "runsc", b.runscErr.String
+	b.Trace, b.Log, b.CollectMin, b.CollectTimeout = r.Trace, r.Log, r.CollectMin, r.CollectTimeout
+	return b, nil
 }
 
-// trial is one sandbox: the view guest (which becomes runsc), the host ends
-// of its descriptors, and what the host keeps of it.
-type trial struct {
-	r      *Rung
-	spec   dryexec.TrialSpec
-	runsc  string
-	mounts []wire.MountSpec
-	cover  linuxns.Cover
+// box is one gVisor sandbox over a view dryexec owns: the view guest (which
+// becomes runsc), its cgroup and network, and the host's handle on the
+// view's upper dirs. A trial and a session each hold one.
+type box struct {
+	viewtrial.Trial
+	r     *Rung
+	id    string // the trial's or session's id: the cgroup's and container's name
+	runsc string
 
-	cmd       *exec.Cmd // the view guest, then runsc
-	waited    chan struct{}
-	waitErr   error
-	view      *wire.Conn // the view guest's stream (until it execs runsc)
-	viewCtrl  *os.File
-	inner     *wire.Conn // the trial guest's, inside gVisor
-	innerCtrl *os.File
-	outR      *os.File
-	errR      *os.File
-	stdinW    *os.File
-	stubW     *os.File
+	limits    dryexec.Limits
+	upperSize int64
+
 	runscErr  tailWriter // runsc's own error output
 	runscErrR *os.File
-	out, errb *tail.Buffer
-	pipes     sync.WaitGroup
 
 	net      *linuxns.Net
 	trustEnv []string // netsim's trust variables for the command
@@ -297,48 +301,42 @@ type trial struct {
 	before    cgroup.Stats
 	limitHits []dryexec.Violation // the group's, once the sandbox is gone
 	warnings  []string
-	watch     *linuxns.MaskWatch
-
-	uppers    []fsdelta.Mount
-	scratch   *os.File // the host's handle on the scratch tmpfs (upper dirs)
-	scratchFD int
-
-	sent    bool
-	sentAt  time.Time
-	expired bool   // the walk ran out of time to keep content
-	crossed string // why the walk refused to look into masked or hidden paths ("": it did not)
-	// upperFull: the scratch tmpfs (the write budget) was full at the
-	// command's end or after the sandbox's.
-	upperFull bool
-	exit      *wire.TrialExit
-	done      *wire.TrialDone
 }
 
-// Descriptors of the view guest: wire.CtrlFD is its own stream; the trial
-// guest's descriptors follow, and runsc passes each into the sandbox at the
-// number the ns guest has it (--pass-fd).
-const (
-	viewStdoutFD = 4
-	viewStderrFD = 5
-	viewStdinFD  = 6
-	viewStubFD   = 7
-	viewInnerFD  = 8
-	viewNetFD    = 9 // the TUN hand-over socket, when the sandbox has netsim
-)
+// trial is one trial's sandbox and the host ends of its command's
+// descriptors.
+type trial struct {
+	*box
+	innerCtrl *os.File
+	outR      *os.File
+	errR      *os.File
+	stdinW    *os.File
+	stubW     *os.File
+}
 
-// start starts the view guest in a mount namespace of its own, in the
-// trial's cgroup, with every descriptor the sandbox will need.
-func (t *trial) start() error {
-	pair := func(name string) (*os.File, *os.File, error) {
-		fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
-		if err != nil {
-			return nil, nil, fmt.Errorf("socketpair: %w", err)
-		}
-		// Non-blocking: the runtime poller owns our end, and Close
-		// interrupts a Read in progress.
-		unix.SetNonblock(fds[0], true)
-		return os.NewFile(uintptr(fds[0]), name), os.NewFile(uintptr(fds[1]), name+"-guest"), nil
+// Descriptors of the view guest: wire.CtrlFD is its own stream; the inner
+// guest's descriptors follow from innerFD0, and runsc passes each into the
+// sandbox at the number the ns guest has it (--pass-fd); the TUN hand-over
+// socket, when the sandbox has netsim, comes after them.
+const innerFD0 = 4
+
+// trialFDs are the numbers a trial guest has its descriptors at inside
+// gVisor, in the order start passes them.
+var trialFDs = []int{wire.CtrlFD, wire.StdoutFD, wire.StderrFD, wire.StdinFD, wire.StubFD}
+
+func pair(name string) (*os.File, *os.File, error) {
+	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return nil, nil, fmt.Errorf("socketpair: %w", err)
 	}
+	// Non-blocking: the runtime poller owns our end, and Close
+	// interrupts a Read in progress.
+	unix.SetNonblock(fds[0], true)
+	return os.NewFile(uintptr(fds[0]), name), os.NewFile(uintptr(fds[1]), name+"-guest"), nil
+}
+
+// start makes the trial's descriptors and starts its view guest.
+func (t *trial) start() error {
 	var ends []*os.File
 	defer func() {
 		for _, f := range ends {
@@ -346,40 +344,59 @@ func (t *trial) start() error {
 		}
 	}()
 	var err error
-	var viewEnd, innerEnd, outW, errW, stdinR, stubR, runscErrW *os.File
-	if t.viewCtrl, viewEnd, err = pair("view"); err != nil {
-		return err
-	}
-	ends = append(ends, viewEnd)
+	var innerEnd, outW, errW, stdinR, stubR *os.File
 	if t.innerCtrl, innerEnd, err = pair("inner"); err != nil {
 		return err
 	}
 	ends = append(ends, innerEnd)
-	for _, p := range []struct{ r, w **os.File }{{&t.outR, &outW}, {&t.errR, &errW}, {&stdinR, &t.stdinW}, {&stubR, &t.stubW}, {&t.runscErrR, &runscErrW}} {
+	for _, p := range []struct{ r, w, guest **os.File }{{&t.outR, &outW, &outW}, {&t.errR, &errW, &errW},
+		{&stdinR, &t.stdinW, &stdinR}, {&stubR, &t.stubW, &stubR}} {
 		if *p.r, *p.w, err = os.Pipe(); err != nil {
 			return err
 		}
+		ends = append(ends, *p.guest)
 	}
-	ends = append(ends, outW, errW, stdinR, stubR, runscErrW)
+	if err := t.box.start([]*os.File{innerEnd, outW, errW, stdinR, stubR}); err != nil {
+		return err
+	}
+	t.Inner = wire.NewConn(t.innerCtrl)
+	return nil
+}
 
-	name := "gv-" + t.spec.TrialID
-	if m, merr := cgroup.NewManager(t.r.Cgroups); merr != nil {
+// start starts the view guest in a mount namespace of its own, in the
+// sandbox's cgroup, with inner (the descriptors the inner guest gets, from
+// innerFD0 on) and the TUN hand-over socket.
+func (b *box) start(inner []*os.File) error {
+	viewCtrl, viewEnd, err := pair("view")
+	if err != nil {
+		return err
+	}
+	b.ViewCtrl = viewCtrl
+	defer viewEnd.Close()
+	var runscErrW *os.File
+	if b.runscErrR, runscErrW, err = os.Pipe(); err != nil {
+		return err
+	}
+	defer runscErrW.Close()
+
+	name := "gv-" + b.id
+	if m, merr := cgroup.NewManager(b.r.Cgroups); merr != nil {
 		err = merr
 	} else {
-		t.group, t.warnings, err = m.New(name, t.hostLimits())
+		b.group, b.warnings, err = m.New(name, b.hostLimits())
 	}
 	switch {
 	case errors.Is(err, cgroup.ErrUnavailable):
-		t.group = nil
-		t.warnings = append(t.warnings, fmt.Sprintf("%v: the sandbox's memory and CPU are not limited", err))
+		b.group = nil
+		b.warnings = append(b.warnings, fmt.Sprintf("%v: the sandbox's memory and CPU are not limited", err))
 	case err != nil:
 		return err
 	}
-	if t.group != nil {
-		t.before = t.group.Stats()
+	if b.group != nil {
+		b.before = b.group.Stats()
 	}
 
-	exe := t.r.GuestExe
+	exe := b.r.GuestExe
 	if exe == "" {
 		exe = guestexe.Executable()
 	}
@@ -391,14 +408,14 @@ func (t *trial) start() error {
 		Cloneflags: syscall.CLONE_NEWNS | syscall.CLONE_NEWNET,
 		Pdeathsig:  syscall.SIGKILL,
 	}
-	extra := []*os.File{viewEnd, outW, errW, stdinR, stubR, innerEnd}
-	if g := t.net.GuestFile(); g != nil {
+	extra := append([]*os.File{viewEnd}, inner...)
+	if g := b.net.GuestFile(); g != nil {
 		extra = append(extra, g)
 	}
-	if t.group != nil && t.group.CgroupFD() >= 0 {
-		attr.UseCgroupFD, attr.CgroupFD = true, t.group.CgroupFD()
+	if b.group != nil && b.group.CgroupFD() >= 0 {
+		attr.UseCgroupFD, attr.CgroupFD = true, b.group.CgroupFD()
 	}
-	t.cmd = &exec.Cmd{
+	b.Cmd = &exec.Cmd{
 		Path:        exe,
 		Args:        []string{"dryexec", "guest", wire.RoleGVisorView},
 		Env:         []string{},
@@ -406,52 +423,39 @@ func (t *trial) start() error {
 		Stderr:      runscErrW,
 		SysProcAttr: attr,
 	}
-	if err := t.cmd.Start(); err != nil {
+	if err := b.Cmd.Start(); err != nil {
 		return fmt.Errorf("starting the gvisor view guest: %w", err)
 	}
-	t.waited = make(chan struct{})
-	go func() {
-		t.waitErr = t.cmd.Wait()
-		close(t.waited)
-	}()
-	runscErrR := t.runscErrR
-	t.runscErrR = nil
-	t.pipes.Go(func() { copyOut(&t.runscErr, runscErrR) })
-	if t.group != nil {
+	b.StartWait()
+	runscErrR := b.runscErrR
+	b.runscErrR = nil
+	b.Pipes.Go(func() { viewtrial.CopyOut(&b.runscErr, runscErrR) })
+	if b.group != nil {
 		// v1 groups (on a hybrid host, the v2 fd above holds no memory or
 		// pids controller) are joined by pid, before runsc starts.
-		if err := t.group.Attach(t.cmd.Process.Pid); err != nil {
+		if err := b.group.Attach(b.Cmd.Process.Pid); err != nil {
 			return fmt.Errorf("putting the gvisor sandbox in its cgroup: %w", err)
 		}
 	}
-	t.net.Serve(context.Background())
-	t.view = wire.NewConn(t.viewCtrl)
-	t.inner = wire.NewConn(t.innerCtrl)
+	b.net.Serve(context.Background())
+	b.View = wire.NewConn(b.ViewCtrl)
 	return nil
 }
 
+// netFD is the view guest's number of the TUN hand-over socket, after
+// inner descriptors.
+func netFD(inner int) int { return innerFD0 + inner }
+
 // hostLimits are the limits of the cgroup that holds runsc and its
-// sandbox: the trial's memory and CPU; the pids limit bounds gVisor's
+// sandbox: the sandbox's memory and CPU; the pids limit bounds gVisor's
 // own threads and helper processes (a sandbox's processes are not host
-// processes), so it is the trial's with room for those.
-func (t *trial) hostLimits() dryexec.Limits {
-	l := t.spec.Limits
+// processes), so it is the sandbox's with room for those.
+func (b *box) hostLimits() dryexec.Limits {
+	l := b.limits
 	if l.Pids >= 0 {
 		l.Pids = cmp.Or(l.Pids, dryexec.DefaultPids) + runscThreads
 	}
 	return l
-}
-
-// commandNPROC is the command's RLIMIT_NPROC inside gVisor: the trial's
-// pids limit (its default when 0; none when negative).
-func commandNPROC(l dryexec.Limits) int64 {
-	switch {
-	case l.Pids < 0:
-		return 0
-	case l.Pids == 0:
-		return dryexec.DefaultPids
-	}
-	return l.Pids
 }
 
 // runscThreads is room in the host's pids limit for runsc, its gofer and
@@ -460,116 +464,50 @@ const runscThreads = 512
 
 // cleanup ends the sandbox (if it still runs) and frees everything.
 func (t *trial) cleanup() {
-	for _, f := range []*os.File{t.viewCtrl, t.innerCtrl, t.stdinW, t.stubW} {
+	for _, f := range []*os.File{t.innerCtrl, t.stdinW, t.stubW, t.outR, t.errR} {
 		if f != nil {
 			f.Close()
 		}
 	}
-	if t.cmd != nil && t.cmd.Process != nil {
-		t.cmd.Process.Kill()
-		<-t.waited
-	}
-	if t.group != nil {
+	t.box.cleanup()
+}
+
+// cleanup ends the sandbox (if it still runs) and frees what the host
+// holds of it but its network (the caller's to close).
+func (b *box) cleanup() {
+	b.Close()
+	if b.group != nil {
 		// Kills what runsc left (its sandbox and gofer processes are in
 		// the group), then removes it.
-		if err := t.group.Remove(); err != nil && t.r.Log != nil {
-			t.r.Log.Warn("removing the trial's cgroup", "trial", t.spec.TrialID, "err", err)
+		if err := b.group.Remove(); err != nil && b.r.Log != nil {
+			b.r.Log.Warn("removing the sandbox's cgroup", "sandbox", b.id, "err", err)
 		}
+		b.group = nil
 	}
-	for _, f := range []*os.File{t.outR, t.errR, t.runscErrR} {
-		if f != nil {
-			f.Close()
-		}
+	if b.runscErrR != nil {
+		b.runscErrR.Close()
 	}
-	t.pipes.Wait()
-	t.watch.Close()
-	if t.scratch != nil {
-		t.scratch.Close()
-	}
+	b.Release()
 }
 
-func (t *trial) guestErr(doing string, err error) error {
-	if msg := strings.TrimSpace(t.runscErr.String()); msg != "" {
-		return fmt.Errorf("%w: %s: %w (runsc: %s)", dryexec.ErrGuest, doing, err, msg)
-	}
-	return fmt.Errorf("%w: %s: %w", dryexec.ErrGuest, doing, err)
-}
-
-// readFrame reads the next frame of conn, turning a guest's error frame
-// into an error.
-func readFrame(conn *wire.Conn) (*wire.Frame, error) {
-	f, err := conn.Read()
-	if err != nil {
-		return nil, err
-	}
-	if f.Kind == wire.KindErr {
-		var re wire.RemoteError
-		f.Decode(&re)
-		return nil, &re
-	}
-	return f, nil
-}
-
-// hello reads and checks a guest's hello.
-func (t *trial) hello(conn *wire.Conn, role string) error {
-	f, err := readFrame(conn)
-	if err != nil {
-		return t.guestErr("reading the "+role+" guest's hello", err)
-	}
-	var h wire.Hello
-	if f.Kind != wire.KindHello || f.Decode(&h) != nil {
-		return fmt.Errorf("%w: bad hello from the %s guest", dryexec.ErrGuest, role)
-	}
-	if h.Version != wire.Version || h.Role != role {
-		return fmt.Errorf("%w: the guest %s speaks protocol %d as %q, this dryexec %d as %q (a dryexec-guest from another build?)",
-			dryexec.ErrGuest, t.cmd.Path, h.Version, h.Role, wire.Version, role)
-	}
-	return nil
-}
-
-// prepare builds the view, pins the masks, and hands the view to runsc.
-func (t *trial) prepare() error {
-	if err := t.hello(t.view, wire.RoleGVisorView); err != nil {
-		return err
-	}
-	start := wire.TrialStart{Mounts: t.mounts, UpperSize: t.spec.UpperSizeBytes, Masks: t.cover.Masks, Hidden: t.cover.Hidden}
-	if t.net.GuestFile() != nil {
+// prepare builds the view, pins the masks, and has the view guest become
+// runsc, running the inner guest as role with the descriptors start gave
+// it (at the numbers in innerFDs).
+func (b *box) prepare(role string, innerFDs []int) error {
+	start := wire.TrialStart{Mounts: b.Mounts, UpperSize: b.upperSize, Masks: b.Cover.Masks, Hidden: b.Cover.Hidden}
+	if b.net.GuestFile() != nil {
 		// What a session guest gets for its TUN device and trust files
 		// is what the view guest needs: the same fields, and the trust
 		// variables for the command.
 		var ss wire.SessionStart
-		t.net.SetupSession(&ss, viewNetFD)
+		b.net.SetupSession(&ss, netFD(len(innerFDs)))
 		start.Net, start.NetFD, start.TrustBundle, start.TrustPath = ss.Net, ss.NetFD, ss.TrustBundle, ss.TrustPath
-		t.trustEnv = ss.Env
+		b.trustEnv = ss.Env
 	}
-	if err := t.view.Send(wire.KindReq, wire.VerbTrialStart, 1, &start, wire.Attachments(start.TrustBundle)...); err != nil {
-		return t.guestErr("sending trial.start", err)
-	}
-	f, err := readFrame(t.view)
-	if err != nil {
-		return t.guestErr("building the view", err)
-	}
-	var tm wire.TrialMounts
-	if f.Verb != wire.VerbTrialMounts || f.Decode(&tm) != nil {
-		return fmt.Errorf("%w: unexpected %s %q before trial.mounts", dryexec.ErrGuest, f.Kind, f.Verb)
-	}
-	if t.uppers, err = checkUppers(tm.Paths, t.mounts); err != nil {
+	if err := b.BuildView(&start); err != nil {
 		return err
 	}
-	if err := t.openScratch(tm.ScratchFD); err != nil {
-		return err
-	}
-	t.watch = linuxns.NewMaskWatch()
-	if len(t.cover.Masks) > 0 {
-		root, err := unix.Openat(t.scratchFD, "root", unix.O_PATH|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
-		if err != nil {
-			return fmt.Errorf("opening the view's root: %w", err)
-		}
-		t.watch.PinRoot(root, t.cover.Masks)
-		unix.Close(root)
-	}
-	t.r.trace("view")
-	cfg, err := t.ociSpec()
+	cfg, err := b.ociSpec(role)
 	if err != nil {
 		return err
 	}
@@ -581,79 +519,27 @@ func (t *trial) prepare() error {
 	// device from the view guest's namespace, and --gso=false, as with host
 	// segmentation offload gVisor handed the device segments netsim cannot
 	// take (DNS over UDP went through, no TCP connection did).
-	argv := []string{t.runsc, "--root", wire.GVisorState, "--platform=" + t.r.platform(),
+	argv := []string{b.runsc, "--root", wire.GVisorState, "--platform=" + b.r.platform(),
 		"--overlay2=none", "--ignore-cgroups", "--file-access=shared"}
-	if t.net.GuestFile() != nil {
+	if b.net.GuestFile() != nil {
 		argv = append(argv, "--network=sandbox", "--gso=false")
 	} else {
 		argv = append(argv, "--network=none")
 	}
-	argv = append(argv, t.r.RunscFlags...)
+	argv = append(argv, b.r.RunscFlags...)
 	argv = append(argv, "run", "--bundle", wire.GVisorBundle)
-	keep := []int{viewStdoutFD, viewStderrFD, viewStdinFD, viewStubFD, viewInnerFD}
-	for _, m := range [][2]int{{viewInnerFD, wire.CtrlFD}, {viewStdoutFD, wire.StdoutFD}, {viewStderrFD, wire.StderrFD},
-		{viewStdinFD, wire.StdinFD}, {viewStubFD, wire.StubFD}} {
-		argv = append(argv, "--pass-fd", strconv.Itoa(m[0])+":"+strconv.Itoa(m[1]))
+	var keep []int
+	for i, fd := range innerFDs {
+		keep = append(keep, innerFD0+i)
+		argv = append(argv, "--pass-fd", strconv.Itoa(innerFD0+i)+":"+strconv.Itoa(fd))
 	}
-	argv = append(argv, "dryexec-"+t.spec.TrialID)
-	ex := wire.GVisorExec{Path: t.runsc, Argv: argv, Config: cfg, Keep: keep}
-	if err := t.view.Send(wire.KindReq, wire.VerbGVisorExec, 2, &ex); err != nil {
-		return t.guestErr("sending gvisor.exec", err)
-	}
-	// The stream closes when the view guest execs runsc (close-on-exec).
-	if f, err := readFrame(t.view); err == nil {
-		return fmt.Errorf("%w: unexpected %s %q instead of runsc", dryexec.ErrGuest, f.Kind, f.Verb)
-	} else if re := (*wire.RemoteError)(nil); errors.As(err, &re) {
-		return t.guestErr("starting runsc", err)
-	}
-	t.viewCtrl.Close()
-	t.viewCtrl = nil
-	return nil
-}
-
-// openScratch takes the host's own handle on the view guest's scratch
-// tmpfs, through /proc/PID/fd, before anything of the sandbox's runs: the
-// host walks the upper dirs through it once the sandbox is gone.
-func (t *trial) openScratch(fd int) error {
-	if fd <= 0 {
-		return fmt.Errorf("%w: the view guest named no scratch tmpfs", dryexec.ErrGuest)
-	}
-	h, err := unix.Open("/proc/"+strconv.Itoa(t.cmd.Process.Pid)+"/fd/"+strconv.Itoa(fd), unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
-	if err != nil {
-		return fmt.Errorf("opening the view's scratch tmpfs: %w", err)
-	}
-	var sfs unix.Statfs_t
-	if err := unix.Fstatfs(h, &sfs); err != nil || sfs.Type != unix.TMPFS_MAGIC {
-		unix.Close(h)
-		return fmt.Errorf("%w: the view guest's scratch descriptor is not a tmpfs", dryexec.ErrGuest)
-	}
-	t.scratch, t.scratchFD = os.NewFile(uintptr(h), "scratch"), h
-	return nil
-}
-
-// checkUppers validates the view guest's list of upper dirs: each must be a
-// clean absolute path within a planned mount.
-func checkUppers(paths []string, mounts []wire.MountSpec) ([]fsdelta.Mount, error) {
-	if len(paths) == 0 || len(paths) > 4096 {
-		return nil, fmt.Errorf("%w: %d upper dirs", dryexec.ErrGuest, len(paths))
-	}
-	dm := make([]fsdelta.Mount, len(paths))
-	for i, p := range paths {
-		ok := false
-		for _, m := range mounts {
-			ok = ok || p == m.Path || m.Path == "/" || strings.HasPrefix(p, m.Path+"/")
-		}
-		if !strings.HasPrefix(p, "/") || path.Clean(p) != p || !ok {
-			return nil, fmt.Errorf("%w: upper dir for %q is outside the planned mounts", dryexec.ErrGuest, p)
-		}
-		dm[i] = fsdelta.Mount{Path: p}
-	}
-	return dm, nil
+	argv = append(argv, "dryexec-"+b.id)
+	return b.ExecView(&wire.GVisorExec{Path: b.runsc, Argv: argv, Config: cfg, Keep: keep}, "runsc")
 }
 
 // run prepares the sandbox, runs the command and builds the delta.
 func (t *trial) run(ctx context.Context) (*dryexec.StateDelta, error) {
-	a := t.spec.Action
+	a := t.Spec.Action
 	outer := ctx
 	if a.TimeoutMS > 0 {
 		var cancel context.CancelFunc
@@ -661,24 +547,24 @@ func (t *trial) run(ctx context.Context) (*dryexec.StateDelta, error) {
 		defer cancel()
 	}
 	// Cancelling ctx kills runsc, which breaks every stream.
-	stop := context.AfterFunc(ctx, t.kill)
+	stop := context.AfterFunc(ctx, t.Kill)
 	defer stop()
-	if err := t.prepare(); err != nil {
+	if err := t.prepare(wire.RoleGVisorTrial, trialFDs); err != nil {
 		if ctx.Err() != nil {
-			return nil, fmt.Errorf("trial %s: %w", t.spec.TrialID, context.Cause(ctx))
+			return nil, fmt.Errorf("trial %s: %w", t.Spec.TrialID, context.Cause(ctx))
 		}
 		return nil, err
 	}
-	t.out, t.errb = tail.New(t.spec.OutputCap), tail.New(t.spec.OutputCap)
+	t.Out, t.Errb = tail.New(t.Spec.OutputCap), tail.New(t.Spec.OutputCap)
 	err := t.converse()
-	if err != nil && !t.sent {
+	if err != nil && !t.Sent {
 		if ctx.Err() != nil {
-			return nil, fmt.Errorf("trial %s: %w", t.spec.TrialID, context.Cause(ctx))
+			return nil, fmt.Errorf("trial %s: %w", t.Spec.TrialID, context.Cause(ctx))
 		}
 		return nil, err
 	}
 	if err != nil && ctx.Err() != nil && !errors.Is(context.Cause(ctx), errOverdue) {
-		return nil, fmt.Errorf("trial %s: %w", t.spec.TrialID, ctx.Err())
+		return nil, fmt.Errorf("trial %s: %w", t.Spec.TrialID, ctx.Err())
 	}
 	if err != nil && errors.Is(context.Cause(ctx), errOverdue) {
 		err = fmt.Errorf("%w: no report within the command's timeout and %v more", dryexec.ErrGuest, t.r.walkGrace())
@@ -686,13 +572,13 @@ func (t *trial) run(ctx context.Context) (*dryexec.StateDelta, error) {
 	// Every write of the sandbox is in the upper dirs once runsc (and so
 	// its sandbox) has ended: the host walks them only then.
 	if err != nil {
-		t.kill()
+		t.Kill()
 	}
 	select {
-	case <-t.waited:
+	case <-t.Waited:
 	case <-ctx.Done():
-		t.kill()
-		<-t.waited
+		t.Kill()
+		<-t.Waited
 	}
 	// Every packet the sandbox sent has reached netsim: its log is final.
 	t.net.Close()
@@ -708,110 +594,35 @@ func (t *trial) run(ctx context.Context) (*dryexec.StateDelta, error) {
 	return t.report(outer, err)
 }
 
-// upperFull says whether the tmpfs at fd has no block or inode left.
-func upperFull(fd int) bool {
-	var sfs unix.Statfs_t
-	return unix.Fstatfs(fd, &sfs) == nil && (sfs.Bavail == 0 || sfs.Ffree == 0)
-}
-
 var errOverdue = errors.New("the gvisor sandbox did not report in time")
-
-// kill ends runsc and, through the cgroup, its sandbox.
-func (t *trial) kill() {
-	if t.cmd != nil && t.cmd.Process != nil {
-		t.cmd.Process.Kill()
-	}
-}
 
 // converse starts the command inside gVisor and reads how it ended.
 func (t *trial) converse() error {
-	if err := t.hello(t.inner, wire.RoleGVisorTrial); err != nil {
+	if err := t.Hello(t.Inner, wire.RoleGVisorTrial); err != nil {
 		return err
 	}
 	t.r.trace("hello")
-	a := t.spec.Action
-	host, _ := os.Hostname()
 	// The pids limit inside gVisor: the sandbox's processes are gVisor's,
 	// not the host's, so the host's pids limit (the cgroup's) cannot count
 	// them; gVisor enforces RLIMIT_NPROC, which the stub puts on the
 	// command, as ns's rlimit fallback does.
-	start := wire.TrialStart{Hostname: host, CommandUserNS: true, CommandNPROC: commandNPROC(t.spec.Limits)}
-	if err := t.inner.Send(wire.KindReq, wire.VerbTrialStart, 1, &start); err != nil {
-		return t.guestErr("sending trial.start", err)
+	sendStub := func(req []byte) error {
+		_, err := t.stubW.Write(req)
+		t.stubW.Close()
+		t.stubW = nil
+		return err
 	}
-	env := make([]string, 0, len(a.Env))
-	for k, v := range a.Env {
-		env = append(env, k+"="+v)
-	}
-	// netsim's trust variables win over the caller's own (a CA bundle the
-	// command was told about elsewhere would not hold netsim's CA); they
-	// are the sandbox's plumbing, not recorded in the action.
-	env = slices.DeleteFunc(env, func(kv string) bool {
-		k, _, _ := strings.Cut(kv, "=")
-		return slices.ContainsFunc(t.trustEnv, func(tv string) bool { return strings.HasPrefix(tv, k+"=") })
-	})
-	env = append(env, t.trustEnv...)
-	sort.Strings(env)
-	// gVisor's monotonic clock is its own: the guest times the command from
-	// trial.run, which therefore goes before the command.
-	run := wire.TrialRun{Argv: a.Argv, Env: env, Cwd: a.Cwd, TimeoutMS: a.TimeoutMS, Stdin: t.spec.Stdin != nil}
-	req, err := wire.StubRequest(&run)
-	if err != nil {
-		return fmt.Errorf("%w: %w", dryexec.ErrBadAction, err)
-	}
-	run.Env = nil
-	if err := t.inner.Send(wire.KindReq, wire.VerbTrialRun, 2, &run); err != nil {
-		return t.guestErr("sending trial.run", err)
-	}
-	t.sent, t.sentAt = true, time.Now()
-	_, err = t.stubW.Write(req)
-	t.stubW.Close()
-	t.stubW = nil
-	if err != nil {
-		return t.guestErr("sending the command", err)
-	}
-	t.startIO()
-	for {
-		f, err := readFrame(t.inner)
-		if err != nil {
-			return t.guestErr("reading the report", err)
-		}
-		switch f.Verb {
-		case wire.VerbTrialExit:
-			if t.exit != nil {
-				return fmt.Errorf("%w: trial.exit twice", dryexec.ErrGuest)
-			}
-			ex := new(wire.TrialExit)
-			if err := f.Decode(ex); err != nil {
-				return t.guestErr("decoding trial.exit", err)
-			}
-			t.upperFull = t.upperFull || upperFull(t.scratchFD)
-			t.exit = ex
-			t.r.trace("exit")
-		case wire.VerbTrialDone:
-			if t.exit == nil {
-				return fmt.Errorf("%w: trial.done before trial.exit", dryexec.ErrGuest)
-			}
-			done := new(wire.TrialDone)
-			if err := f.Decode(done); err != nil {
-				return t.guestErr("decoding trial.done", err)
-			}
-			t.done = done
-			return nil
-		default:
-			return fmt.Errorf("%w: unexpected %s %q", dryexec.ErrGuest, f.Kind, f.Verb)
-		}
-	}
+	return t.Converse(t.trustEnv, sendStub, t.startIO)
 }
 
 // startIO copies the command's output into the delta's buffers (and the
 // caller's live writers), and its stdin from the caller.
 func (t *trial) startIO() {
-	spec := t.spec
+	spec := t.Spec
 	outR, errR := t.outR, t.errR
 	t.outR, t.errR = nil, nil
-	t.pipes.Go(func() { copyOut(t.out.Tee(spec.Stdout), outR) })
-	t.pipes.Go(func() { copyOut(t.errb.Tee(spec.Stderr), errR) })
+	t.Pipes.Go(func() { viewtrial.CopyOut(t.Out.Tee(spec.Stdout), outR) })
+	t.Pipes.Go(func() { viewtrial.CopyOut(t.Errb.Tee(spec.Stderr), errR) })
 	if stdinW := t.stdinW; spec.Stdin != nil {
 		go func() {
 			io.Copy(stdinW, spec.Stdin)
@@ -823,95 +634,26 @@ func (t *trial) startIO() {
 	t.stdinW = nil
 }
 
-func copyOut(dst io.Writer, src *os.File) {
-	defer src.Close()
-	io.Copy(dst, src)
-}
-
-// report walks the upper dirs and builds the delta; cause is why the
-// sandbox's own report is missing or cut short (nil: it is complete).
+// report builds the delta: what runsc's cgroup and netsim saw, then the
+// walk of the upper dirs (viewtrial.Trial.Report).
 func (t *trial) report(ctx context.Context, cause error) (*dryexec.StateDelta, error) {
-	a := t.spec.Action
-	d := &dryexec.StateDelta{TrialID: t.spec.TrialID, Rung: Name, Action: a}
+	d := &dryexec.StateDelta{}
 	d.Violations = append(d.Violations, t.limitHits...)
 	d.Network = t.net.Log()
 	if w := t.net.Warning(); w != "" {
 		d.Warnings = append(d.Warnings, w)
 	}
-	if recs := t.net.Records(); t.spec.Exchanges != nil && len(recs) > 0 {
+	if recs := t.net.Records(); t.Spec.Exchanges != nil && len(recs) > 0 {
 		b, err := json.Marshal(recs)
 		if err == nil {
-			err = t.spec.Exchanges.PutExchanges(b)
+			err = t.Spec.Exchanges.PutExchanges(b)
 		}
 		if err != nil {
 			d.Warnings = append(d.Warnings, "the network exchanges' bodies were not kept: "+err.Error())
 		}
 	}
-	d.Violations = append(d.Violations, t.watch.Check()...)
 	d.Warnings = append(d.Warnings, t.warnings...)
-	if w := t.watch.Warning(); w != "" {
-		d.Warnings = append(d.Warnings, w)
-	}
-	end := time.Now()
-	deadline := (&linuxns.Rung{CollectMin: t.r.CollectMin, CollectTimeout: t.r.CollectTimeout}).CollectDeadline(a, t.sentAt, end)
-	werr := t.walk(ctx, deadline, d)
-	var se *fsdelta.StoreError
-	if errors.As(werr, &se) {
-		return nil, fmt.Errorf("trial %s: %w", t.spec.TrialID, werr)
-	}
-	var why []string
-	if cause != nil {
-		why = append(why, fmt.Sprintf("the gvisor sandbox failed mid-trial (%v)", cause))
-	}
-	if werr != nil {
-		why = append(why, fmt.Sprintf("the host's walk of the upper dirs failed (%v): the files listed are those walked before", werr))
-	}
-	d.Memory.Method = "none"
-	p := &d.Process
-	if ex := t.exit; ex != nil {
-		p.ExitCode, p.Signal, p.TimedOut, p.DurationNS = ex.ExitCode, ex.Signal, ex.TimedOut, ex.DurationNS
-		if ex.StartError != "" {
-			t.errb.Write([]byte("dryexec: " + ex.StartError + "\n"))
-		}
-	} else {
-		p.ExitCode = -1
-		p.DurationNS = int64(end.Sub(t.sentAt))
-		why = append(why, "the command's exit status is unknown (exit_code -1), and so are its CPU time and memory")
-	}
-	if dn := t.done; dn != nil {
-		p.CPUUserNS, p.CPUSysNS, p.PeakRSSBytes = dn.CPUUserNS, dn.CPUSysNS, dn.MaxRSS
-		d.Memory.PeakRSSBytes = dn.MaxRSS
-	}
-	if t.upperFull || upperFull(t.scratchFD) {
-		d.Violations = append(d.Violations, dryexec.Violation{Kind: "limit",
-			Detail: fmt.Sprintf("upper storage full: the trial may write at most %d bytes (--upper-size)", t.spec.UpperSizeBytes)})
-	}
-	if len(why) > 0 {
-		d.Incomplete = true
-		d.IncompleteReason = strings.Join(why, "; ")
-		if t.r.Log != nil {
-			t.r.Log.Warn("trial incomplete", "trial", t.spec.TrialID, "reason", d.IncompleteReason)
-		}
-	}
-	if t.crossed != "" {
-		d.Incomplete = true
-		d.IncompleteReason = strings.TrimPrefix(d.IncompleteReason+"; "+t.crossed, "; ")
-	}
-	if t.expired {
-		d.Incomplete = true
-		msg := fmt.Sprintf("the trial ran out of time to collect what it wrote (%s after the command's start): "+
-			"files past it are listed with their size, without their content", deadline.Sub(t.sentAt).Round(time.Millisecond))
-		d.IncompleteReason = strings.TrimPrefix(d.IncompleteReason+"; "+msg, "; ")
-	}
-	t.pipes.Wait()
-	out, otr := t.out.Bytes()
-	errb, etr := t.errb.Bytes()
-	p.Stdout, p.StdoutTruncated = string(out), otr
-	p.Stderr, p.StderrTruncated = string(errb), etr
-	d.Normalize()
-	d.ComputeTotals()
-	t.r.trace("done")
-	return d, nil
+	return t.Report(ctx, cause, d)
 }
 
 // Notes are what `dryexec doctor` says of an available gvisor rung: which

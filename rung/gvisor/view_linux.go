@@ -1,42 +1,22 @@
 package gvisor
 
 import (
-	"context"
 	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
-	"slices"
 	"strings"
-	"time"
 
-	"github.com/dryexec/dryexec"
-	"github.com/dryexec/dryexec/fsdelta"
 	"github.com/dryexec/dryexec/internal/guestexe"
 	"github.com/dryexec/dryexec/wire"
 )
 
-// walk walks every upper dir through the host's handle on the scratch
-// tmpfs and diffs it with the host into d (its files, which may be spilled
-// to spec.SpillDir, and its touched paths), as the ns rung's host diffs a
-// guest's report. runsc and its sandbox are gone: nothing writes there any
-// more. The walk runs in this process: the upper dirs are on the host side
-// of gVisor, and fswalk.Walk passes the kernel one name at a time relative
-// to a directory fd, never following a link the sandbox made. After a walk
-// error, d holds what was walked before it.
-func (t *trial) walk(ctx context.Context, deadline time.Time, d *dryexec.StateDelta) error {
-	var err error
-	t.expired, t.crossed, err = fsdelta.DiffScratch(ctx, fsdelta.Scratch{FD: t.scratchFD, Uppers: t.uppers,
-		Hidden: append(slices.Clone(t.cover.Masks), t.cover.Hidden...), Deadline: deadline}, t.spec, d)
-	return err
-}
-
-// ociSpec is the container's config.json: the trial guest as its process,
+// ociSpec is the container's config.json: the inner guest (as role) as its process,
 // root, with every capability (the command gets a user namespace of its own,
 // as on ns), the view as its root (relative to the bundle), gVisor's own
 // /proc, /dev and /sys, and no network.
-func (t *trial) ociSpec() ([]byte, error) {
-	exe := t.r.GuestExe
+func (b *box) ociSpec(role string) ([]byte, error) {
+	exe := b.r.GuestExe
 	if exe == "" {
 		exe = guestexe.Executable()
 	}
@@ -52,7 +32,7 @@ func (t *trial) ociSpec() ([]byte, error) {
 	if err != nil {
 		return nil, fmt.Errorf("finding the guest binary: %w", err)
 	}
-	for _, h := range t.cover.Hidden {
+	for _, h := range b.Cover.Hidden {
 		if exe == h || strings.HasPrefix(exe, h+"/") {
 			return nil, fmt.Errorf("the guest binary %s is beneath %s, which every sandbox hides", exe, h)
 		}
@@ -62,7 +42,7 @@ func (t *trial) ociSpec() ([]byte, error) {
 	// network namespace (its own, once it is runsc: /proc/self); without,
 	// a new, empty one (runsc's --network=none gives loopback only).
 	netns := map[string]string{"type": "network"}
-	if t.net.GuestFile() != nil {
+	if b.net.GuestFile() != nil {
 		netns["path"] = "/proc/self/ns/net"
 	}
 	caps := map[string][]string{"bounding": allCaps, "effective": allCaps, "permitted": allCaps}
@@ -70,7 +50,7 @@ func (t *trial) ociSpec() ([]byte, error) {
 		"ociVersion": "1.0.2",
 		"process": map[string]any{
 			"user":         map[string]int{"uid": 0, "gid": 0},
-			"args":         []string{exe, "guest", wire.RoleGVisorTrial},
+			"args":         []string{exe, "guest", role},
 			"env":          []string{},
 			"cwd":          "/",
 			"capabilities": caps,

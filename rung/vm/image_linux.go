@@ -83,6 +83,32 @@ func FindKernel(ctx context.Context, path, cache string) (*Kernel, error) {
 			}
 		}
 	}
+	dir, err := cacheDir(cache)
+	if err != nil {
+		return nil, err
+	}
+	// Reading and hashing the kernel (8 MB) costs about 30 ms, on every
+	// trial: its digest is kept by the file's identity (path, inode,
+	// size, mtime), as the initramfs's inputs are, and read again only
+	// when the file is another.
+	known := kernelIdentity(dir, path)
+	if b, err := os.ReadFile(known); known != "" && err == nil {
+		if rawSum, kind, ok := strings.Cut(strings.TrimSpace(string(b)), " "); ok && len(rawSum) == 64 {
+			switch kind {
+			case "elf":
+				k.Vmlinux, k.Digest = path, rawSum
+				return k, nil
+			case "compressed":
+				out := filepath.Join(dir, "vmlinux-"+rawSum[:32])
+				if d, err := os.ReadFile(out + ".sha256"); err == nil {
+					if _, err := os.Stat(out); err == nil {
+						k.Vmlinux, k.Digest = out, strings.TrimSpace(string(d))
+						return k, nil
+					}
+				}
+			}
+		}
+	}
 	raw, err := os.ReadFile(path)
 	if err != nil {
 		return nil, fmt.Errorf("reading the kernel: %w", err)
@@ -90,16 +116,14 @@ func FindKernel(ctx context.Context, path, cache string) (*Kernel, error) {
 	sum := sha256.Sum256(raw)
 	if bytes.HasPrefix(raw, []byte(elf.ELFMAG)) {
 		k.Vmlinux, k.Digest = path, hex.EncodeToString(sum[:])
+		rememberKernel(known, k.Digest, "elf")
 		return k, nil
-	}
-	dir, err := cacheDir(cache)
-	if err != nil {
-		return nil, err
 	}
 	out := filepath.Join(dir, "vmlinux-"+hex.EncodeToString(sum[:16]))
 	if d, err := os.ReadFile(out + ".sha256"); err == nil {
 		if _, err := os.Stat(out); err == nil {
 			k.Vmlinux, k.Digest = out, strings.TrimSpace(string(d))
+			rememberKernel(known, hex.EncodeToString(sum[:]), "compressed")
 			return k, nil
 		}
 	}
@@ -115,7 +139,29 @@ func FindKernel(ctx context.Context, path, cache string) (*Kernel, error) {
 	if err := writeAtomic(out+".sha256", []byte(k.Digest+"\n")); err != nil {
 		return nil, err
 	}
+	rememberKernel(known, hex.EncodeToString(sum[:]), "compressed")
 	return k, nil
+}
+
+// kernelIdentity is the file in dir that keeps the digest of the kernel at
+// path while it is the same file: named by its path, device, inode, size
+// and mtime. "" when the kernel cannot be stat'ed.
+func kernelIdentity(dir, path string) string {
+	var st unix.Stat_t
+	if err := unix.Stat(path, &st); err != nil {
+		return ""
+	}
+	sum := sha256.Sum256(fmt.Appendf(nil, "%s\x00%d\x00%d\x00%d\x00%d", path, st.Dev, st.Ino, st.Size, st.Mtim.Nano()))
+	return filepath.Join(dir, "kernel-"+hex.EncodeToString(sum[:12]))
+}
+
+// rememberKernel writes what kernelIdentity's file keeps: the kernel
+// file's sha256 and whether it is an ELF vmlinux or a compressed one. Best
+// effort: without it the next call reads the kernel again.
+func rememberKernel(known, rawSum, kind string) {
+	if known != "" {
+		writeAtomic(known, []byte(rawSum+" "+kind+"\n"))
+	}
 }
 
 func cmpOr(a, b string) string {

@@ -2,10 +2,13 @@ package vm
 
 import (
 	"bytes"
+	"context"
+	"debug/elf"
 	"os"
 	"path/filepath"
 	"slices"
 	"testing"
+	"time"
 )
 
 func TestModuleOrder(t *testing.T) {
@@ -78,5 +81,53 @@ func TestCPIOLayout(t *testing.T) {
 	}
 	if !slices.Equal(names, []string{"dev", "dev/console", "init", "TRAILER!!!"}) {
 		t.Errorf("entries %v", names)
+	}
+}
+
+// TestFindKernelKeepsDigestByIdentity: the kernel's digest is read from the
+// cache while the file is the same one (path, inode, size, mtime), so a
+// trial does not read and hash 8 MB; a file that is another (here: a new
+// mtime) is read and hashed again.
+func TestFindKernelKeepsDigestByIdentity(t *testing.T) {
+	dir, cache := t.TempDir(), t.TempDir()
+	k := filepath.Join(dir, "vmlinux-test")
+	write := func(body string, mtime time.Time) {
+		t.Helper()
+		f, err := os.OpenFile(k, os.O_WRONLY|os.O_CREATE, 0o644) // in place: the same inode
+		if err != nil {
+			t.Fatal(err)
+		}
+		f.WriteString(elf.ELFMAG + body)
+		f.Close()
+		os.Chtimes(k, mtime, mtime)
+	}
+	digest := func() string {
+		t.Helper()
+		got, err := FindKernel(context.Background(), k, cache)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return got.Digest
+	}
+	when := time.Unix(1700000000, 0)
+	tests := []struct {
+		name, body string
+		mtime      time.Time
+		same       bool // the digest of the first body
+	}{
+		{"first", "aaaa", when, true},
+		{"same identity, other bytes: not read again", "bbbb", when, true},
+		{"another mtime: read again", "bbbb", when.Add(time.Second), false},
+	}
+	var first string
+	for _, tc := range tests {
+		write(tc.body, tc.mtime)
+		d := digest()
+		if first == "" {
+			first = d
+		}
+		if (d == first) != tc.same {
+			t.Errorf("%s: digest %s, first %s, want same=%v", tc.name, d, first, tc.same)
+		}
 	}
 }

@@ -9,21 +9,17 @@ import (
 	"log/slog"
 	"os"
 	"os/exec"
-	"path"
 	"slices"
-	"sort"
-	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"time"
 
 	"golang.org/x/sys/unix"
 
 	"github.com/dryexec/dryexec"
-	"github.com/dryexec/dryexec/fsdelta"
 	"github.com/dryexec/dryexec/internal/guestexe"
 	"github.com/dryexec/dryexec/internal/tail"
+	"github.com/dryexec/dryexec/rung/internal/viewtrial"
 	"github.com/dryexec/dryexec/rung/linuxns"
 	"github.com/dryexec/dryexec/wire"
 )
@@ -292,7 +288,11 @@ func (r *Rung) Trial(ctx context.Context, spec dryexec.TrialSpec) (*dryexec.Stat
 	if err != nil {
 		return nil, err
 	}
-	t := &trial{r: r, spec: spec, m: m, exe: exe, mounts: mounts, cover: cover, scratchFD: -1, transport: virtioSerial{}}
+	t := &trial{r: r, m: m, exe: exe, transport: virtioSerial{}}
+	t.Spec, t.Mounts, t.Cover, t.ScratchFD = spec, mounts, cover, -1
+	t.Rung, t.What, t.TailName = Name, "the VM", "QEMU and console"
+	t.Tail = func() string { return tailString(t.console) }
+	t.Trace, t.Log, t.CollectMin, t.CollectTimeout = r.Trace, r.Log, r.CollectMin, r.CollectTimeout
 	defer t.cleanup()
 	if err := t.start(); err != nil {
 		return nil, err
@@ -301,43 +301,19 @@ func (r *Rung) Trial(ctx context.Context, spec dryexec.TrialSpec) (*dryexec.Stat
 }
 
 // trial is one VM: the view guest (which becomes QEMU), the host ends of
-// the wire's ports, and what the host keeps of it.
+// the wire's ports, and what the host keeps of it (viewtrial.Trial).
 type trial struct {
+	viewtrial.Trial
 	r         *Rung
-	spec      dryexec.TrialSpec
 	m         *machine
 	exe       string
-	mounts    []wire.MountSpec
-	cover     linuxns.Cover
 	transport transport
 
-	cmd      *exec.Cmd // the view guest, then QEMU
-	waited   chan struct{}
-	waitErr  error
-	view     *wire.Conn
-	viewCtrl *os.File
-	ports    []*os.File // host ends: ctrl, stdout, stderr, stdin, stub
-	inner    *wire.Conn
-	console  *tail.Buffer // QEMU's and the VM console's output
-	out      *tail.Buffer
-	errb     *tail.Buffer
-	pipes    sync.WaitGroup
-
-	watch *linuxns.MaskWatch
-
-	uppers    []fsdelta.Mount
-	scratch   *os.File
-	scratchFD int
+	ports   []*os.File   // host ends: ctrl, stdout, stderr, stdin, stub
+	console *tail.Buffer // QEMU's and the VM console's output
 
 	bootStart time.Time
 	boot      time.Duration
-	sent      bool
-	sentAt    time.Time
-	expired   bool
-	crossed   string
-	upperFull bool
-	exit      *wire.TrialExit
-	done      *wire.TrialDone
 }
 
 // The view guest's descriptors: wire.CtrlFD is its own stream; the VM's
@@ -352,7 +328,7 @@ func (t *trial) start() error {
 		return fmt.Errorf("socketpair: %w", err)
 	}
 	unix.SetNonblock(fds[0], true)
-	t.viewCtrl = os.NewFile(uintptr(fds[0]), "view")
+	t.ViewCtrl = os.NewFile(uintptr(fds[0]), "view")
 	viewEnd := os.NewFile(uintptr(fds[1]), "view-guest")
 	defer viewEnd.Close()
 	host, vmm, err := socketPairs(len(wire.VMPorts()))
@@ -366,7 +342,7 @@ func (t *trial) start() error {
 		return err
 	}
 	defer consoleW.Close()
-	t.cmd = &exec.Cmd{
+	t.Cmd = &exec.Cmd{
 		Path:       t.exe,
 		Args:       []string{"dryexec", "guest", wire.RoleGVisorView},
 		Env:        []string{},
@@ -378,114 +354,34 @@ func (t *trial) start() error {
 			Pdeathsig:  syscall.SIGKILL,
 		},
 	}
-	if err := t.cmd.Start(); err != nil {
+	if err := t.Cmd.Start(); err != nil {
 		consoleR.Close()
 		return fmt.Errorf("starting the vm's view guest: %w", err)
 	}
-	t.waited = make(chan struct{})
-	go func() {
-		t.waitErr = t.cmd.Wait()
-		close(t.waited)
-	}()
+	t.StartWait()
 	t.console = tail.New(consoleTail)
-	t.pipes.Go(func() { copyOut(t.console, consoleR) })
-	t.view = wire.NewConn(t.viewCtrl)
-	t.inner = wire.NewConn(t.ports[0])
+	t.Pipes.Go(func() { viewtrial.CopyOut(t.console, consoleR) })
+	t.View = wire.NewConn(t.ViewCtrl)
+	t.Inner = wire.NewConn(t.ports[0])
 	return nil
 }
 
 // cleanup ends the VM (if it still runs) and frees everything.
 func (t *trial) cleanup() {
-	if t.viewCtrl != nil {
-		t.viewCtrl.Close()
-	}
-	if t.cmd != nil && t.cmd.Process != nil {
-		t.cmd.Process.Kill()
-		<-t.waited
-	}
+	t.Close()
 	closeAll(t.ports)
-	t.pipes.Wait()
-	t.watch.Close()
-	if t.scratch != nil {
-		t.scratch.Close()
-	}
-}
-
-func (t *trial) guestErr(doing string, err error) error {
-	if msg := tailString(t.console); msg != "" {
-		return fmt.Errorf("%w: %s: %w (QEMU and console: %s)", dryexec.ErrGuest, doing, err, msg)
-	}
-	return fmt.Errorf("%w: %s: %w", dryexec.ErrGuest, doing, err)
-}
-
-// readFrame reads the next frame of conn, turning a guest's error frame
-// into an error.
-func readFrame(conn *wire.Conn) (*wire.Frame, error) {
-	f, err := conn.Read()
-	if err != nil {
-		return nil, err
-	}
-	if f.Kind == wire.KindErr {
-		var re wire.RemoteError
-		f.Decode(&re)
-		return nil, &re
-	}
-	return f, nil
-}
-
-// hello reads and checks a guest's hello.
-func (t *trial) hello(conn *wire.Conn, role string) error {
-	f, err := readFrame(conn)
-	if err != nil {
-		return t.guestErr("reading the "+role+" guest's hello", err)
-	}
-	var h wire.Hello
-	if f.Kind != wire.KindHello || f.Decode(&h) != nil {
-		return fmt.Errorf("%w: bad hello from the %s guest", dryexec.ErrGuest, role)
-	}
-	if h.Version != wire.Version || h.Role != role {
-		return fmt.Errorf("%w: the guest %s speaks protocol %d as %q, this dryexec %d as %q (a dryexec-guest from another build?)",
-			dryexec.ErrGuest, t.exe, h.Version, h.Role, wire.Version, role)
-	}
-	return nil
+	t.Release()
 }
 
 // prepare builds the view on the host and has the view guest become QEMU,
 // exporting it.
 func (t *trial) prepare() error {
-	if err := t.hello(t.view, wire.RoleGVisorView); err != nil {
+	start := wire.TrialStart{Mounts: t.Mounts, UpperSize: t.Spec.UpperSizeBytes, Masks: t.Cover.Masks, Hidden: t.Cover.Hidden}
+	if err := t.BuildView(&start); err != nil {
 		return err
 	}
-	start := wire.TrialStart{Mounts: t.mounts, UpperSize: t.spec.UpperSizeBytes, Masks: t.cover.Masks, Hidden: t.cover.Hidden}
-	if err := t.view.Send(wire.KindReq, wire.VerbTrialStart, 1, &start); err != nil {
-		return t.guestErr("sending trial.start", err)
-	}
-	f, err := readFrame(t.view)
-	if err != nil {
-		return t.guestErr("building the view", err)
-	}
-	var tm wire.TrialMounts
-	if f.Verb != wire.VerbTrialMounts || f.Decode(&tm) != nil {
-		return fmt.Errorf("%w: unexpected %s %q before trial.mounts", dryexec.ErrGuest, f.Kind, f.Verb)
-	}
-	if t.uppers, err = checkUppers(tm.Paths, t.mounts); err != nil {
-		return err
-	}
-	if err := t.openScratch(tm.ScratchFD); err != nil {
-		return err
-	}
-	t.watch = linuxns.NewMaskWatch()
-	if len(t.cover.Masks) > 0 {
-		root, err := unix.Openat(t.scratchFD, "root", unix.O_PATH|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
-		if err != nil {
-			return fmt.Errorf("opening the view's root: %w", err)
-		}
-		t.watch.PinRoot(root, t.cover.Masks)
-		unix.Close(root)
-	}
-	t.r.trace("view")
 	mem := t.r.MemoryMB
-	if l := t.spec.Limits.MemoryBytes; l > 0 {
+	if l := t.Spec.Limits.MemoryBytes; l > 0 {
 		mem = max(l>>20, 128)
 	}
 	var portFDs, keep []int
@@ -498,93 +394,33 @@ func (t *trial) prepare() error {
 	// bundle).
 	cfg := vmConfig{qemu: t.m.qemu, accel: t.m.accel, kernel: t.m.kernel.Vmlinux, initramfs: t.m.initramfs,
 		memMB: mem, cpus: 1, transport: t.transport, portFDs: portFDs, rootDir: "root"}
-	argv := cfg.argv()
 	// The view guest's exec verb is gvisor's: write a (here unused)
 	// config file, keep the ports, exec the program from the scratch dir.
-	ex := wire.GVisorExec{Path: t.m.qemu, Argv: argv, Config: []byte("{}"), Keep: keep}
-	if err := t.view.Send(wire.KindReq, wire.VerbGVisorExec, 2, &ex); err != nil {
-		return t.guestErr("sending the exec of QEMU", err)
-	}
 	t.bootStart = time.Now()
-	// The stream closes when the view guest execs QEMU (close-on-exec).
-	if f, err := readFrame(t.view); err == nil {
-		return fmt.Errorf("%w: unexpected %s %q instead of QEMU", dryexec.ErrGuest, f.Kind, f.Verb)
-	} else if re := (*wire.RemoteError)(nil); errors.As(err, &re) {
-		return t.guestErr("starting QEMU", err)
-	}
-	t.viewCtrl.Close()
-	t.viewCtrl = nil
-	return nil
-}
-
-// openScratch takes the host's own handle on the view guest's scratch
-// tmpfs, through /proc/PID/fd, before anything of the VM's runs: the host
-// walks the upper dirs through it once QEMU is gone.
-func (t *trial) openScratch(fd int) error {
-	if fd <= 0 {
-		return fmt.Errorf("%w: the view guest named no scratch tmpfs", dryexec.ErrGuest)
-	}
-	h, err := unix.Open("/proc/"+strconv.Itoa(t.cmd.Process.Pid)+"/fd/"+strconv.Itoa(fd), unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
-	if err != nil {
-		return fmt.Errorf("opening the view's scratch tmpfs: %w", err)
-	}
-	var sfs unix.Statfs_t
-	if err := unix.Fstatfs(h, &sfs); err != nil || sfs.Type != unix.TMPFS_MAGIC {
-		unix.Close(h)
-		return fmt.Errorf("%w: the view guest's scratch descriptor is not a tmpfs", dryexec.ErrGuest)
-	}
-	t.scratch, t.scratchFD = os.NewFile(uintptr(h), "scratch"), h
-	return nil
-}
-
-// checkUppers validates the view guest's list of upper dirs: each must be a
-// clean absolute path within a planned mount.
-func checkUppers(paths []string, mounts []wire.MountSpec) ([]fsdelta.Mount, error) {
-	if len(paths) == 0 || len(paths) > 4096 {
-		return nil, fmt.Errorf("%w: %d upper dirs", dryexec.ErrGuest, len(paths))
-	}
-	dm := make([]fsdelta.Mount, len(paths))
-	for i, p := range paths {
-		ok := false
-		for _, m := range mounts {
-			ok = ok || p == m.Path || m.Path == "/" || strings.HasPrefix(p, m.Path+"/")
-		}
-		if !strings.HasPrefix(p, "/") || path.Clean(p) != p || !ok {
-			return nil, fmt.Errorf("%w: upper dir for %q is outside the planned mounts", dryexec.ErrGuest, p)
-		}
-		dm[i] = fsdelta.Mount{Path: p}
-	}
-	return dm, nil
+	return t.ExecView(&wire.GVisorExec{Path: t.m.qemu, Argv: cfg.argv(), Config: []byte("{}"), Keep: keep}, "QEMU")
 }
 
 var errOverdue = errors.New("the VM did not report in time")
 
-// kill ends QEMU, and with it the VM.
-func (t *trial) kill() {
-	if t.cmd != nil && t.cmd.Process != nil {
-		t.cmd.Process.Kill()
-	}
-}
-
 // run prepares the VM, runs the command and builds the delta.
 func (t *trial) run(ctx context.Context) (*dryexec.StateDelta, error) {
-	a := t.spec.Action
+	a := t.Spec.Action
 	outer := ctx
 	// The boot counts against no command timeout: it is bounded by its own.
 	bootCtx, bootCancel := context.WithTimeoutCause(ctx, t.r.bootTimeout()+t.r.walkGrace(), errOverdue)
 	defer bootCancel()
-	stopBoot := context.AfterFunc(bootCtx, t.kill)
+	stopBoot := context.AfterFunc(bootCtx, t.Kill)
 	if err := t.prepare(); err != nil {
 		stopBoot()
 		if ctx.Err() != nil {
-			return nil, fmt.Errorf("trial %s: %w", t.spec.TrialID, context.Cause(ctx))
+			return nil, fmt.Errorf("trial %s: %w", t.Spec.TrialID, context.Cause(ctx))
 		}
 		return nil, err
 	}
-	if err := t.hello(t.inner, wire.RoleVMTrial); err != nil {
+	if err := t.Hello(t.Inner, wire.RoleVMTrial); err != nil {
 		stopBoot()
 		if bootCtx.Err() != nil {
-			return nil, fmt.Errorf("trial %s: the VM did not boot within %v: %w", t.spec.TrialID, t.r.bootTimeout()+t.r.walkGrace(), err)
+			return nil, fmt.Errorf("trial %s: the VM did not boot within %v: %w", t.Spec.TrialID, t.r.bootTimeout()+t.r.walkGrace(), err)
 		}
 		return nil, err
 	}
@@ -597,18 +433,18 @@ func (t *trial) run(ctx context.Context) (*dryexec.StateDelta, error) {
 		defer cancel()
 	}
 	// Cancelling ctx kills QEMU, which breaks every stream.
-	stop := context.AfterFunc(ctx, t.kill)
+	stop := context.AfterFunc(ctx, t.Kill)
 	defer stop()
-	t.out, t.errb = tail.New(t.spec.OutputCap), tail.New(t.spec.OutputCap)
+	t.Out, t.Errb = tail.New(t.Spec.OutputCap), tail.New(t.Spec.OutputCap)
 	err := t.converse()
-	if err != nil && !t.sent {
+	if err != nil && !t.Sent {
 		if ctx.Err() != nil {
-			return nil, fmt.Errorf("trial %s: %w", t.spec.TrialID, context.Cause(ctx))
+			return nil, fmt.Errorf("trial %s: %w", t.Spec.TrialID, context.Cause(ctx))
 		}
 		return nil, err
 	}
 	if err != nil && ctx.Err() != nil && !errors.Is(context.Cause(ctx), errOverdue) {
-		return nil, fmt.Errorf("trial %s: %w", t.spec.TrialID, ctx.Err())
+		return nil, fmt.Errorf("trial %s: %w", t.Spec.TrialID, ctx.Err())
 	}
 	if err != nil && errors.Is(context.Cause(ctx), errOverdue) {
 		err = fmt.Errorf("%w: no report within the command's timeout and %v more", dryexec.ErrGuest, t.r.walkGrace())
@@ -617,95 +453,45 @@ func (t *trial) run(ctx context.Context) (*dryexec.StateDelta, error) {
 	// server) has ended: the host walks them only then. The VM resets
 	// itself after trial.done; a VM that does not is killed.
 	if err != nil {
-		t.kill()
+		t.Kill()
 	}
 	select {
-	case <-t.waited:
+	case <-t.Waited:
 	case <-time.After(t.r.walkGrace()):
-		t.kill()
-		<-t.waited
+		t.Kill()
+		<-t.Waited
 	case <-ctx.Done():
-		t.kill()
-		<-t.waited
+		t.Kill()
+		<-t.Waited
 	}
 	t.r.trace("gone")
-	return t.report(outer, err)
+	// Which accelerator ran, and the boot's cost, are part of the record:
+	// TCG and KVM differ by an order of magnitude in speed, not in what
+	// the command may do.
+	return t.Report(outer, err, &dryexec.StateDelta{},
+		fmt.Sprintf("vm: QEMU microvm, accel=%s, booted to the guest's hello in %v", t.m.accel, t.boot.Round(time.Millisecond)))
 }
 
 // converse starts the command in the VM and reads how it ended.
 func (t *trial) converse() error {
-	a := t.spec.Action
-	host, _ := os.Hostname()
-	start := wire.TrialStart{Hostname: host, CommandUserNS: true, CommandNPROC: commandNPROC(t.spec.Limits)}
-	if err := t.inner.Send(wire.KindReq, wire.VerbTrialStart, 1, &start); err != nil {
-		return t.guestErr("sending trial.start", err)
+	sendStub := func(req []byte) error {
+		stubW := t.ports[4]
+		_, err := stubW.Write(req)
+		// Half-closed, not closed: the VM sees the end of the request, and
+		// the socket stays open for QEMU's chardev.
+		unix.Shutdown(int(stubW.Fd()), unix.SHUT_WR)
+		return err
 	}
-	env := make([]string, 0, len(a.Env))
-	for k, v := range a.Env {
-		env = append(env, k+"="+v)
-	}
-	sort.Strings(env)
-	// The VM's monotonic clock is its own: the guest times the command
-	// from trial.run, which therefore goes before the command.
-	run := wire.TrialRun{Argv: a.Argv, Env: env, Cwd: a.Cwd, TimeoutMS: a.TimeoutMS, Stdin: t.spec.Stdin != nil}
-	req, err := wire.StubRequest(&run)
-	if err != nil {
-		return fmt.Errorf("%w: %w", dryexec.ErrBadAction, err)
-	}
-	run.Env = nil
-	if err := t.inner.Send(wire.KindReq, wire.VerbTrialRun, 2, &run); err != nil {
-		return t.guestErr("sending trial.run", err)
-	}
-	t.sent, t.sentAt = true, time.Now()
-	stubW := t.ports[4]
-	_, err = stubW.Write(req)
-	// Half-closed, not closed: the VM sees the end of the request, and
-	// the socket stays open for QEMU's chardev.
-	unix.Shutdown(int(stubW.Fd()), unix.SHUT_WR)
-	if err != nil {
-		return t.guestErr("sending the command", err)
-	}
-	t.startIO()
-	for {
-		f, err := readFrame(t.inner)
-		if err != nil {
-			return t.guestErr("reading the report", err)
-		}
-		switch f.Verb {
-		case wire.VerbTrialExit:
-			if t.exit != nil {
-				return fmt.Errorf("%w: trial.exit twice", dryexec.ErrGuest)
-			}
-			ex := new(wire.TrialExit)
-			if err := f.Decode(ex); err != nil {
-				return t.guestErr("decoding trial.exit", err)
-			}
-			t.upperFull = t.upperFull || upperFull(t.scratchFD)
-			t.exit = ex
-			t.r.trace("exit")
-		case wire.VerbTrialDone:
-			if t.exit == nil {
-				return fmt.Errorf("%w: trial.done before trial.exit", dryexec.ErrGuest)
-			}
-			done := new(wire.TrialDone)
-			if err := f.Decode(done); err != nil {
-				return t.guestErr("decoding trial.done", err)
-			}
-			t.done = done
-			return nil
-		default:
-			return fmt.Errorf("%w: unexpected %s %q", dryexec.ErrGuest, f.Kind, f.Verb)
-		}
-	}
+	return t.Converse(nil, sendStub, t.startIO)
 }
 
 // startIO copies the command's output into the delta's buffers (and the
 // caller's live writers), and its stdin from the caller.
 func (t *trial) startIO() {
-	spec := t.spec
+	spec := t.Spec
 	outR, errR, stdinW := t.ports[1], t.ports[2], t.ports[3]
-	t.pipes.Go(func() { io.Copy(t.out.Tee(spec.Stdout), outR) })
-	t.pipes.Go(func() { io.Copy(t.errb.Tee(spec.Stderr), errR) })
+	t.Pipes.Go(func() { io.Copy(t.Out.Tee(spec.Stdout), outR) })
+	t.Pipes.Go(func() { io.Copy(t.Errb.Tee(spec.Stderr), errR) })
 	if spec.Stdin != nil {
 		go func() {
 			io.Copy(stdinW, spec.Stdin)
@@ -714,27 +500,4 @@ func (t *trial) startIO() {
 	} else {
 		unix.Shutdown(int(stdinW.Fd()), unix.SHUT_WR)
 	}
-}
-
-func copyOut(dst io.Writer, src *os.File) {
-	defer src.Close()
-	io.Copy(dst, src)
-}
-
-// upperFull says whether the tmpfs at fd has no block or inode left.
-func upperFull(fd int) bool {
-	var sfs unix.Statfs_t
-	return unix.Fstatfs(fd, &sfs) == nil && (sfs.Bavail == 0 || sfs.Ffree == 0)
-}
-
-// commandNPROC is the command's RLIMIT_NPROC inside the VM: the trial's
-// pids limit (its default when 0; none when negative).
-func commandNPROC(l dryexec.Limits) int64 {
-	switch {
-	case l.Pids < 0:
-		return 0
-	case l.Pids == 0:
-		return dryexec.DefaultPids
-	}
-	return l.Pids
 }

@@ -1,0 +1,120 @@
+package guest
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"os/signal"
+	"runtime"
+	"strconv"
+	"syscall"
+
+	"golang.org/x/sys/unix"
+)
+
+// startGVisor prepares a session inside gVisor: the container's root is
+// the view the host built (its writes land in upper dirs on the host side),
+// and the workspace is a tmpfs of gVisor's own, mounted over the view's
+// path, with its baseline beside it on the same tmpfs, compared by scanning
+// (scan staging, as on the host rung: gVisor's overlay cannot rename a
+// directory of its lower, which the workspace must). The baseline has no
+// path once the session runs: the guest reaches it through a descriptor
+// (/proc/self/fd/N), which a command, in a user namespace of its own,
+// cannot open.
+func (s *session) startGVisor() error {
+	if s.cfg.Hostname != "" {
+		unix.Sethostname([]byte(s.cfg.Hostname))
+	}
+	s.ws = s.cfg.Workspace
+	if s.ws == "" {
+		s.ws = "/workspace"
+	}
+	layers := ""
+	for _, c := range scratchCandidates {
+		if st, err := os.Lstat(c); err == nil && st.IsDir() {
+			layers = c
+			break
+		}
+	}
+	if layers == "" {
+		return fmt.Errorf("no directory to mount the workspace's tmpfs on")
+	}
+	opts := "mode=0755"
+	if s.cfg.UpperSize > 0 {
+		opts += ",size=" + strconv.FormatInt(s.cfg.UpperSize, 10)
+	}
+	if err := unix.Mount("dryexec-ws", layers, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, opts); err != nil {
+		return fmt.Errorf("mounting the workspace's tmpfs: %w", err)
+	}
+	fd, err := unix.Open(layers, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return fmt.Errorf("opening the workspace's tmpfs: %w", err)
+	}
+	for _, d := range []string{"ws", "base"} {
+		if err := os.Mkdir(layers+"/"+d, 0o755); err != nil {
+			return err
+		}
+	}
+	if err := os.MkdirAll(s.ws, 0o755); err != nil {
+		return fmt.Errorf("creating the workspace mount point: %w", err)
+	}
+	if err := unix.Mount(layers+"/ws", s.ws, "", unix.MS_BIND, ""); err != nil {
+		return fmt.Errorf("mounting the workspace: %w", err)
+	}
+	if err := unix.Unmount(layers, unix.MNT_DETACH); err != nil {
+		return fmt.Errorf("detaching the workspace's tmpfs: %w", err)
+	}
+	// fd stays open for the session's life: the baseline's only way in.
+	st := &scanStaging{ws: s.ws, base: "/proc/self/fd/" + strconv.Itoa(fd) + "/base"}
+	if err := st.reindex(); err != nil {
+		return err
+	}
+	s.st = st
+	// The guest is PID 1 of the sandbox, and its commands run as uid 0
+	// (in user namespaces of their own), which may signal it. PID 1 gets
+	// from its own namespace only the signals it handles: handled here,
+	// and dropped, none ends it. Handled, not ignored: a handled signal is
+	// reset to its default in a child, an ignored one stays ignored in
+	// every command.
+	sigs := make(chan os.Signal, 16)
+	signal.Notify(sigs, guestIgnored...)
+	go func() {
+		for range sigs {
+		}
+	}()
+	return nil
+}
+
+// startGVisorExec starts an exec's process inside gVisor. With a pids limit
+// (CommandNPROC) the process is started traced from a thread of its own
+// (the tracer must be the thread that started it), stops right after its
+// execve, gets the limit as its RLIMIT_NPROC there and is let go, as on the
+// ns rung's rlimit fallback: the sandbox's processes are gVisor's, which
+// the host's cgroup cannot count.
+func (s *session) startGVisorExec(cmd *exec.Cmd) error {
+	nproc := s.cfg.CommandNPROC
+	if nproc == 0 {
+		return cmd.Start()
+	}
+	if cmd.SysProcAttr == nil {
+		cmd.SysProcAttr = &syscall.SysProcAttr{}
+	}
+	cmd.SysProcAttr.Ptrace = true
+	errc := make(chan error, 1)
+	go func() {
+		runtime.LockOSThread()
+		defer runtime.UnlockOSThread()
+		if err := cmd.Start(); err != nil {
+			errc <- err
+			return
+		}
+		if err := takeFirstStop(cmd.Process.Pid, nproc); err != nil {
+			cmd.Process.Kill()
+			cmd.Wait()
+			errc <- fmt.Errorf("limiting the exec's processes: %w", err)
+			return
+		}
+		errc <- nil
+	}()
+	return <-errc
+}
