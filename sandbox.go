@@ -86,6 +86,25 @@ type Sandbox[Start any] interface {
 	Close() error
 }
 
+// SandboxForker is a Sandbox that can be forked: new sandboxes whose
+// workspace starts from its own as it is (package session's Session.Fork).
+// A rung whose sandboxes are not SandboxForkers cannot fork sessions
+// (session.ErrForkUnsupported). Fork, Forked and Adopt are package wire's
+// Fork, Forked and ForkAdopt, as Start is its SessionStart.
+//
+// A fork goes: PrepareFork fills the parent guest's fork request for n
+// branches; the guest freezes its workspace and answers Forked; OpenFork
+// opens each branch's sandbox from that and fills what its guest is told
+// once started (fork.adopt); DropFork removes what PrepareFork made for
+// branches never opened. The caller runs one fork at a time per sandbox.
+type SandboxForker[Start, Fork, Forked, Adopt any] interface {
+	PrepareFork(n int, req *Fork) error
+	// OpenFork opens branch i (0 ≤ i < n) as OpenSandbox opens a sandbox
+	// for spec.
+	OpenFork(ctx context.Context, spec SandboxSpec, forked *Forked, i int, adopt *Adopt) (Sandbox[Start], error)
+	DropFork()
+}
+
 // Containment is what a sandbox reports of its boundary while it lives.
 type Containment interface {
 	// Violations returns what the boundary saw since the last call: limits

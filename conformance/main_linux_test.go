@@ -67,6 +67,7 @@ func TestConformance(t *testing.T) {
 		{"host_objects", hostObjectCases},
 		{"environment", environmentCases},
 		{"values", valueCases},
+		{"fork", forkCases},
 	}
 	seen := map[string]bool{}
 	for _, g := range groups {

@@ -204,6 +204,8 @@ func (s *session) handle(ctx context.Context, f *wire.Frame) (any, [][]byte, err
 			return nil, nil, remote("push_tree", "%v", err)
 		}
 		return nil, nil, nil
+	case wire.VerbFork, wire.VerbForkAdopt, wire.VerbPullOriginDiff, wire.VerbApplyEnd:
+		return s.handleFork(f)
 	case wire.VerbShutdown:
 		s.closePython()
 		s.close()
@@ -421,6 +423,8 @@ func copyFileMode(src, dst string, mode fs.FileMode) error {
 type scanStaging struct {
 	ws, base string
 	index    statIndex
+	// origin holds the parent's baseline of a forked session ("": none).
+	origin string
 }
 
 func (st *scanStaging) name() string { return "scan" }
@@ -458,6 +462,7 @@ func (st *scanStaging) replace(r io.Reader) error {
 	if err := clearDir(st.base); err != nil {
 		return err
 	}
+	st.origin = ""
 	if err := extractTar(r, st.base); err != nil {
 		// Like the overlay staging: a refused tree leaves an empty workspace.
 		clearDir(st.base)

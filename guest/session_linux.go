@@ -55,7 +55,8 @@ func (s *session) start() error {
 			s.ws = "/workspace"
 		}
 		layers := "/proc/self/fd/" + strconv.Itoa(scratch) + "/ws"
-		st := &overlayStaging{ws: s.ws, base: layers + "/base", upper: layers + "/upper", work: layers + "/work", userXattr: s.cfg.Rootless}
+		st := &overlayStaging{ws: s.ws, base: layers + "/base", upper: layers + "/upper", work: layers + "/work", userXattr: s.cfg.Rootless,
+			forkLayers: forkLayers{dir: layers, baseN: 1}}
 		for _, d := range []string{layers, st.base, st.upper, st.work} {
 			if err := os.Mkdir(d, 0o755); err != nil {
 				return err
@@ -189,9 +190,13 @@ func (s *session) reapOrphans() {
 // overlayStaging is the ns rung's workspace: an overlay whose lower is the
 // baseline and whose upper holds what changed since, so a diff walks only the
 // upper (O(changes)), reset drops it and rebase folds it into the baseline.
+//
+// A fork freezes the upper as a read-only layer (forkLayers): the workspace
+// is then a stack, lowers over base, and the baseline the bottom baseN of it.
 type overlayStaging struct {
 	ws, base, upper, work string
 	userXattr             bool
+	forkLayers
 }
 
 func (st *overlayStaging) name() string { return "overlay" }
@@ -205,7 +210,7 @@ func (st *overlayStaging) name() string { return "overlay" }
 // Rootless, a user namespace refuses redirect_dir=on: the guest's supervisor
 // performs such renames instead (renamer).
 func (st *overlayStaging) mount() error {
-	opts := "lowerdir=" + st.base + ",upperdir=" + st.upper + ",workdir=" + st.work + ",metacopy=off,index=off,xino=auto"
+	opts := "lowerdir=" + strings.Join(st.all(), ":") + ",upperdir=" + st.upper + ",workdir=" + st.work + ",metacopy=off,index=off,xino=auto"
 	if st.userXattr {
 		opts += ",redirect_dir=nofollow,userxattr"
 	} else {
@@ -240,6 +245,9 @@ func (st *overlayStaging) walkOptions() fswalk.WalkOptions {
 }
 
 func (st *overlayStaging) diff() (*wire.Diff, error) {
+	if st.stacked() {
+		return st.diffStack(st.baseN)
+	}
 	w := newWSDiffer(st.ws, st.base, false)
 	err := fswalk.Walk(st.upper, 0, st.walkOptions(), func(e *wire.FSEntry, _ *os.File) error {
 		// A renamed dir shows another baseline dir's children than its
@@ -256,11 +264,22 @@ func (st *overlayStaging) diff() (*wire.Diff, error) {
 }
 
 func (st *overlayStaging) reset() error {
-	return st.remount(func() error { return clearDir(st.upper) })
+	return st.remount(func() error {
+		// Layers frozen above the baseline since (by a fork) go too.
+		st.lowers = st.lowers[len(st.lowers)-(st.baseN-1):]
+		return clearDir(st.upper)
+	})
 }
 
 func (st *overlayStaging) replace(r io.Reader) error {
 	return st.remount(func() error {
+		if st.stacked() {
+			// The layers may be shared with branches: the new tree goes
+			// in a base of its own.
+			if err := st.newBase(); err != nil {
+				return err
+			}
+		}
 		if err := clearDir(st.upper); err != nil {
 			return err
 		}
@@ -278,6 +297,15 @@ func (st *overlayStaging) replace(r io.Reader) error {
 // rebase folds the upper into the baseline. Upper and baseline are on the same
 // tmpfs, so new contents move by rename.
 func (st *overlayStaging) rebase() error {
+	if st.stacked() {
+		// Shared layers are read-only: the upper is frozen on top of them
+		// instead of folded in, and the baseline is the whole stack.
+		if err := st.freezeUpper(); err != nil {
+			return err
+		}
+		st.baseN = len(st.all())
+		return st.flattenIfDeep()
+	}
 	return st.remount(func() error {
 		var entries []wire.FSEntry
 		err := fswalk.Walk(st.upper, 0, st.walkOptions(), func(e *wire.FSEntry, _ *os.File) error {

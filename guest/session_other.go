@@ -37,3 +37,6 @@ func (s *session) execAttr() *syscall.SysProcAttr { return &syscall.SysProcAttr{
 func (s *session) reapOrphans() {}
 
 func setNotDumpable() {}
+
+// quiesce: only the ns rung stops the sandbox's processes for a fork.
+func (s *session) quiesce() (resume func()) { return func() {} }

@@ -167,8 +167,10 @@ type Options struct {
 // goroutines; the guest runs requests one at a time.
 type Session struct {
 	sb   dryexec.Sandbox[wire.SessionStart]
+	opt  Options // what it was opened with (a fork's branches are too)
 	peer *wire.Peer
 	info wire.Ping
+	fork forkState
 
 	closeOnce sync.Once
 	runErr    chan error // the peer's Run result
@@ -279,7 +281,13 @@ func open(ctx context.Context, opt Options) (*Session, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Session{sb: sb, runErr: make(chan error, 1), cache: newCache(opt.CacheReadOnly)}
+	return startSession(ctx, opt, sb)
+}
+
+// startSession starts the session of sandbox sb, opened for opt: hello,
+// session.start, Ready. On failure sb is closed.
+func startSession(ctx context.Context, opt Options, sb dryexec.Sandbox[wire.SessionStart]) (*Session, error) {
+	s := &Session{sb: sb, opt: opt, runErr: make(chan error, 1), cache: newCache(opt.CacheReadOnly)}
 	s.hostCtx, s.hostCancel = context.WithCancel(context.Background())
 	start := wire.SessionStart{Workspace: opt.Workspace, OutputCap: opt.OutputCap, Shell: opt.Shell, PythonWarm: opt.PythonWarm}
 	env := opt.Env
@@ -524,7 +532,12 @@ func (d *Diff) Paths() []string {
 // Diff returns the changes since the baseline; rebase makes the current state
 // the new baseline.
 func (s *Session) Diff(ctx context.Context, rebase bool) (*Diff, error) {
-	f, err := s.call(ctx, wire.VerbPullDiff, &wire.PullDiff{Rebase: rebase})
+	return s.pullDiff(ctx, wire.VerbPullDiff, &wire.PullDiff{Rebase: rebase})
+}
+
+// pullDiff asks the guest for a diff (verb, body) and reads its contents.
+func (s *Session) pullDiff(ctx context.Context, verb string, body any) (*Diff, error) {
+	f, err := s.call(ctx, verb, body)
 	if err != nil {
 		return nil, err
 	}
@@ -579,6 +592,12 @@ func (s *Session) Reset(ctx context.Context) error {
 
 // PushTar replaces the workspace (and baseline) with the tree in a tar stream.
 func (s *Session) PushTar(ctx context.Context, r io.Reader) error {
+	return s.pushStream(ctx, r, wire.VerbPushEnd, nil)
+}
+
+// pushStream sends a tar stream as push_tree.begin and data, ended by
+// endVerb (push_tree.end: replace the tree; apply.end: write it over).
+func (s *Session) pushStream(ctx context.Context, r io.Reader, endVerb string, endBody any) error {
 	if _, err := s.call(ctx, wire.VerbPushBegin, nil); err != nil {
 		return err
 	}
@@ -608,7 +627,7 @@ func (s *Session) PushTar(ctx context.Context, r io.Reader) error {
 			break
 		}
 	}
-	_, err := s.call(ctx, wire.VerbPushEnd, nil)
+	_, err := s.call(ctx, endVerb, endBody)
 	return err
 }
 

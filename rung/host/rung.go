@@ -56,21 +56,40 @@ func (r *Rung) OpenSandbox(ctx context.Context, spec dryexec.SandboxSpec) (dryex
 	if len(spec.Net) > 0 {
 		return nil, &dryexec.IsolationUnavailableError{Rung: Name, Missing: "network interception (the host rung shares the host's network; use the ns rung for net)"}
 	}
+	s, err := r.newScratch()
+	if err != nil {
+		return nil, err
+	}
+	if err := r.start(s); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// newScratch makes a sandbox's scratch dir: its workspace and baseline (and
+// a fork's origin).
+func (r *Rung) newScratch() (*sandbox, error) {
 	tmp, err := os.MkdirTemp("", "dryexec-session-")
 	if err != nil {
 		return nil, err
 	}
-	s := &sandbox{tmp: tmp, ws: filepath.Join(tmp, "workspace"), base: filepath.Join(tmp, "baseline")}
+	s := &sandbox{r: r, tmp: tmp, ws: filepath.Join(tmp, "workspace"), base: filepath.Join(tmp, "baseline"), origin: filepath.Join(tmp, "origin")}
 	for _, d := range []string{s.ws, s.base} {
 		if err := os.Mkdir(d, 0o755); err != nil {
 			os.RemoveAll(tmp)
 			return nil, err
 		}
 	}
+	return s, nil
+}
+
+// start starts s's guest; on failure its scratch dir is removed.
+func (r *Rung) start(s *sandbox) error {
+	tmp := s.tmp
 	ctrl, guestEnd, err := wire.SocketPair()
 	if err != nil {
 		os.RemoveAll(tmp)
-		return nil, err
+		return err
 	}
 	defer guestEnd.Close()
 	exe := r.GuestExe
@@ -85,17 +104,20 @@ func (r *Rung) OpenSandbox(ctx context.Context, spec dryexec.SandboxSpec) (dryex
 	if err := s.cmd.Start(); err != nil {
 		ctrl.Close()
 		os.RemoveAll(tmp)
-		return nil, err
+		return err
 	}
-	return s, nil
+	return nil
 }
 
 // sandbox is a host session: the guest process and its scratch dir.
 type sandbox struct {
-	ctrl          *os.File
-	cmd           *exec.Cmd
-	tmp, ws, base string
-	close         sync.Once
+	r                     *Rung
+	ctrl                  *os.File
+	cmd                   *exec.Cmd
+	tmp, ws, base, origin string
+	close                 sync.Once
+	// forks are the branches' scratch dirs PrepareFork made, until opened.
+	forks []*sandbox
 }
 
 func (s *sandbox) Conn() io.ReadWriteCloser { return s.ctrl }
@@ -128,6 +150,7 @@ func (s *sandbox) Close() error {
 		s.ctrl.Close()
 		s.cmd.Process.Kill()
 		s.cmd.Wait()
+		s.DropFork()
 		os.RemoveAll(s.tmp)
 	})
 	return nil

@@ -19,49 +19,59 @@ var _ dryexec.SessionRung[wire.SessionStart] = (*Rung)(nil)
 // namespaces, over an overlay-staged workspace, with its cgroup (or
 // rlimits), masks and netsim for as long as the sandbox lives.
 func (r *Rung) OpenSandbox(ctx context.Context, spec dryexec.SandboxSpec) (dryexec.Sandbox[wire.SessionStart], error) {
+	sb, _, err := r.openSandbox(ctx, spec, nil)
+	if err != nil {
+		return nil, err
+	}
+	return sb, nil
+}
+
+// openSandbox opens a session sandbox whose guest also gets extra, and says
+// at which descriptor the guest has the first of them.
+func (r *Rung) openSandbox(ctx context.Context, spec dryexec.SandboxSpec, extra []*os.File) (*sessionSandbox, int, error) {
 	var mounts []wire.MountSpec
 	var err error
 	if spec.Image != nil {
 		// The image's root instead of the host's: one overlay at "/", no
 		// masks (nothing of the host is in the view).
 		if err := checkImage(spec.Image); err != nil {
-			return nil, err
+			return nil, 0, err
 		}
 		mounts = []wire.MountSpec{{Path: "/"}}
 	} else if mounts, err = Mounts(); err != nil {
-		return nil, err
+		return nil, 0, err
 	}
 	caDir, err := EnsureCA(spec.NetCADir)
 	if err != nil {
-		return nil, err
+		return nil, 0, err
 	}
 	// The network first: a bad spec is the caller's error before anything
 	// else is made, and mocks without a TUN device refuse here.
 	nw, err := NewNet(ctx, spec.Net, caDir, spec.ID)
 	if err != nil {
-		return nil, err
+		return nil, 0, err
 	}
 	// netsim's CA key signs what the sandbox trusts: it stays masked whoever
 	// opened the session (the daemon masks it too; a Go caller may not).
-	extra := append(slices.Clone(spec.Masks), caDir)
+	masks := append(slices.Clone(spec.Masks), caDir)
 	// dryexec's own state is hidden whatever the options say.
 	var cover Cover
 	if spec.Image == nil {
-		if cover, err = ResolveCover(extra, spec.NoDefaultMasks, spec.OwnPaths); err != nil {
+		if cover, err = ResolveCover(masks, spec.NoDefaultMasks, spec.OwnPaths); err != nil {
 			nw.Close()
-			return nil, err
+			return nil, 0, err
 		}
 	}
 	lim, err := r.NewLimiter(spec.ID, spec.Limits)
 	if err != nil {
 		nw.Close()
-		return nil, err
+		return nil, 0, err
 	}
 	ctrl, guestEnd, err := wire.SocketPair()
 	if err != nil {
 		lim.Close()
 		nw.Close()
-		return nil, err
+		return nil, 0, err
 	}
 	defer guestEnd.Close()
 	files := []*os.File{guestEnd}
@@ -70,6 +80,8 @@ func (r *Rung) OpenSandbox(ctx context.Context, spec dryexec.SandboxSpec) (dryex
 		netFD = wire.CtrlFD + len(files)
 		files = append(files, f)
 	}
+	extraFD := wire.CtrlFD + len(files)
+	files = append(files, extra...)
 	// Each exec is a fresh fork of the guest's launcher thread: once the
 	// session is up, the guest's other threads leave the pids limit
 	// (Limiter.ShelterSupervisor, in Ready); until then, and where that
@@ -79,7 +91,7 @@ func (r *Rung) OpenSandbox(ctx context.Context, spec dryexec.SandboxSpec) (dryex
 		ctrl.Close()
 		lim.Close()
 		nw.Close()
-		return nil, err
+		return nil, 0, err
 	}
 	// The guest has its end of the hand-over socket: netsim waits for the
 	// device, and ends when Close stops it (or the guest dies first).
@@ -92,8 +104,8 @@ func (r *Rung) OpenSandbox(ctx context.Context, spec dryexec.SandboxSpec) (dryex
 	if spec.Image != nil {
 		layers = spec.Image.Layers
 	}
-	return &sessionSandbox{ctrl: ctrl, cmd: cmd, ws: ws, mounts: mounts, image: layers, cover: cover,
-		lim: lim, watch: NewMaskWatch(), net: nw, netFD: netFD}, nil
+	return &sessionSandbox{r: r, ctrl: ctrl, cmd: cmd, ws: ws, mounts: mounts, image: layers, cover: cover,
+		lim: lim, watch: NewMaskWatch(), net: nw, netFD: netFD}, extraFD, nil
 }
 
 // SandboxKey says what of the host a session sandbox opened now for spec
@@ -118,6 +130,7 @@ func (r *Rung) SandboxKey(spec dryexec.SandboxSpec) (string, error) {
 // sessionSandbox is an ns session's guest and its containment: cgroup,
 // masks and network.
 type sessionSandbox struct {
+	r      *Rung
 	ctrl   *os.File
 	cmd    *exec.Cmd
 	ws     string

@@ -1,0 +1,243 @@
+package conformance
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/dryexec/dryexec/session"
+)
+
+// forkOf forks s into n branches, closed when t ends.
+func forkOf(t *testing.T, s *session.Session, n int) []*session.Session {
+	t.Helper()
+	bs, err := s.Fork(ctx(t), n)
+	if err != nil {
+		t.Fatalf("Fork(%d): %v", n, err)
+	}
+	if len(bs) != n {
+		t.Fatalf("Fork(%d) gave %d branches", n, len(bs))
+	}
+	for _, b := range bs {
+		t.Cleanup(func() { b.Close() })
+	}
+	return bs
+}
+
+func diffOrigin(t *testing.T, s *session.Session) *session.Diff {
+	t.Helper()
+	d, err := s.DiffOrigin(ctx(t))
+	if err != nil {
+		t.Fatalf("DiffOrigin: %v", err)
+	}
+	return d
+}
+
+var forkCases = []conformanceCase{
+	// A branch starts where the parent stood: its files (pushed and written
+	// since), the shell's cwd and exported variables, the cache. Its diff
+	// baseline is the fork point; DiffOrigin is against the parent's.
+	{"sees_parent_state", func(t *testing.T, open opener) {
+		s := openDefault(t, open)
+		seed(t, s, tree{"a": file("1\n"), "sub/keep": file("k\n")})
+		run(t, s, "echo 2 > b; rm sub/keep; cd sub; export FORKED=yes")
+		s.Cache().Set("k", []byte("v"))
+		for i, b := range forkOf(t, s, 2) {
+			if got := run(t, b, `basename "$PWD"; echo "$FORKED"; cat ../a ../b; ls`); got != "sub\nyes\n1\n2\n" {
+				t.Errorf("branch %d: %q, want cwd sub, FORKED=yes, a and b, sub empty", i, got)
+			}
+			if v, ok := cacheGet(t, b, "k"); !ok || v != "v" {
+				t.Errorf("branch %d: cache k = %q %v, want v", i, v, ok)
+			}
+			checkEmpty(t, getDiff(t, b, false))
+			checkDiff(t, diffOrigin(t, b), want{writes: map[string]string{"b": "2\n"}, deletes: []string{"sub/keep"}})
+		}
+		// The parent runs on, its own baseline unmoved.
+		checkDiff(t, getDiff(t, s, false), want{writes: map[string]string{"b": "2\n"}, deletes: []string{"sub/keep"}})
+		wantOut(t, s, "pwd >/dev/null; echo $FORKED; echo 3 > c; cat c", "yes\n3\n")
+		if _, err := s.DiffOrigin(ctx(t)); err == nil {
+			t.Errorf("DiffOrigin of a session that is no fork: no error")
+		}
+	}},
+	// What one branch writes, deletes or chmods no one else sees: not the
+	// parent, not a sibling; and what the parent does after the fork no
+	// branch sees.
+	{"writes_isolated", func(t *testing.T, open opener) {
+		s := openDefault(t, open)
+		seed(t, s, tree{"a": file("a\n"), "d/x": file("x\n")})
+		run(t, s, "echo up > u")
+		bs := forkOf(t, s, 2)
+		run(t, bs[0], "echo 0 > n; rm a; chmod 755 u; rm -r d")
+		run(t, bs[1], "echo 1 > n; echo changed > u")
+		run(t, s, "echo p > p; rm d/x")
+		wantOut(t, s, "cat a u; ls", "a\nup\na\nd\np\nu\n")
+		wantOut(t, bs[0], "ls; cat u; stat -c %a u", "n\nu\nup\n755\n")
+		wantOut(t, bs[1], "ls; cat n u d/x", "a\nd\nn\nu\n1\nchanged\nx\n")
+		checkDiff(t, getDiff(t, bs[0], false), want{writes: map[string]string{"n": "0\n"}, deletes: []string{"a", "d/x"},
+			modes: map[string]fs.FileMode{"u": 0o755}})
+		checkDiff(t, getDiff(t, bs[1], false), want{writes: map[string]string{"n": "1\n", "u": "changed\n"}})
+		checkDiff(t, getDiff(t, s, false), want{writes: map[string]string{"u": "up\n", "p": "p\n"}, deletes: []string{"d/x"}})
+		// Reset takes a branch back to the fork point, not the parent's
+		// baseline.
+		if err := bs[1].Reset(ctx(t)); err != nil {
+			t.Fatal(err)
+		}
+		wantOut(t, bs[1], "cat u", "up\n")
+	}},
+	// Keep makes one branch's changes the parent's and ends every branch of
+	// that fork: no guest, exec process or mount of theirs is left.
+	{"keep_leaves_nothing", func(t *testing.T, open opener) {
+		before := mountSnapshot(t)
+		s := openDefault(t, open)
+		ws := s.Info().Workspace
+		seed(t, s, tree{"a": file("a\n"), "gone": file("g\n")})
+		parentGuest := onlyGuest(t)
+		bs := forkOf(t, s, 3)
+		for i, b := range bs {
+			run(t, b, fmt.Sprintf("echo %d > n", i))
+		}
+		run(t, bs[1], "rm gone; ln -s a l; chmod 700 a")
+		bs[1].Cache().Set("won", []byte("1"))
+		// The other branches are mid-exec when keep discards them.
+		marker := uniqueSleep()
+		for _, b := range []*session.Session{bs[0], bs[2]} {
+			go b.Shell(ctx(t), marker+" & "+marker, 0)
+		}
+		waitRunning(t, marker, 4)
+		if err := s.Keep(ctx(t), bs[1]); err != nil {
+			t.Fatalf("Keep: %v", err)
+		}
+		if !bs[1].Kept() || bs[0].Kept() {
+			t.Errorf("Kept: %v %v, want the second only", bs[0].Kept(), bs[1].Kept())
+		}
+		wantOut(t, s, "cat n; ls; readlink l; stat -c %a a", "1\na\nl\nn\na\n700\n")
+		if v, ok := cacheGet(t, s, "won"); !ok || v != "1" {
+			t.Errorf("the kept branch's cache: won = %q %v", v, ok)
+		}
+		checkDiff(t, getDiff(t, s, false), want{writes: map[string]string{"n": "1\n"}, links: map[string]string{"l": "a"},
+			deletes: []string{"gone"}, modes: map[string]fs.FileMode{"a": 0o700}})
+		if pids := guestPIDs(t); !slices.Equal(pids, []int{parentGuest}) {
+			t.Errorf("guests after keep: %v, want only the parent's %d", pids, parentGuest)
+		}
+		if left := waitNoProcess(marker); len(left) > 0 {
+			t.Errorf("the branches' processes outlived keep: %v", left)
+		}
+		for _, b := range bs {
+			if _, err := b.Shell(ctx(t), "true", 0); err == nil {
+				t.Errorf("a branch still runs after keep")
+			}
+		}
+		if err := s.Keep(ctx(t), bs[0]); !errors.Is(err, session.ErrNotBranch) {
+			t.Errorf("Keep of a discarded branch: %v, want ErrNotBranch", err)
+		}
+		if m := sessionMounts(before, mountSnapshot(t), ws); len(m) > 0 {
+			t.Errorf("mounts on the host: %q", m)
+		}
+		s.Close()
+		if pids := guestPIDs(t); len(pids) != 0 {
+			t.Errorf("guests after Close: %v", pids)
+		}
+	}},
+	// Discard ends a branch alone; closing the parent leaves a branch
+	// working (on ns it holds the layers it needs).
+	{"discard_and_outlive_parent", func(t *testing.T, open opener) {
+		s := openDefault(t, open)
+		seed(t, s, tree{"a": file("a\n")})
+		run(t, s, "echo w > w")
+		bs := forkOf(t, s, 2)
+		if err := s.Discard(bs[0]); err != nil {
+			t.Fatal(err)
+		}
+		if err := bs[1].Discard(bs[0]); !errors.Is(err, session.ErrNotBranch) {
+			t.Errorf("Discard by a sibling: %v, want ErrNotBranch", err)
+		}
+		s.Close()
+		wantOut(t, bs[1], "cat a w; echo more >> w; cat w", "a\nw\nw\nmore\n")
+		if pids := guestPIDs(t); len(pids) != 1 {
+			t.Errorf("guests: %v, want the one branch", pids)
+		}
+	}},
+	// Forks of forks, and many forks of one session: each level sees every
+	// level above, the stacks stay mountable (the ns rung flattens them)
+	// and the diffs stay right.
+	{"repeated_forks", func(t *testing.T, open opener) {
+		s := openDefault(t, open)
+		seed(t, s, tree{"base": file("b\n")})
+		const depth = 12
+		cur := s
+		for i := range depth {
+			run(t, cur, fmt.Sprintf("echo %d > f%d; rm -f f%d", i, i, i-2))
+			b := forkOf(t, cur, 1)[0]
+			if i > 0 && cur != s {
+				cur.Close() // a middle generation may go: its child holds what it needs
+			}
+			cur = b
+		}
+		var wantLs strings.Builder
+		wantLs.WriteString("base\n")
+		for _, i := range []int{depth - 2, depth - 1} {
+			fmt.Fprintf(&wantLs, "f%d\n", i)
+		}
+		wantOut(t, cur, "ls | sort -V", wantLs.String())
+		if rungOf(cur) == "ns" {
+			// Every guest's workspace overlay stays shallow: flattened
+			// past 8 frozen layers (the base, and the boundaries, apart).
+			for _, pid := range guestPIDs(t) {
+				if n := workspaceLowers(t, pid, cur.Info().Workspace); n > 12 {
+					t.Errorf("guest %d: the workspace has %d lower layers after %d forks of forks", pid, n, depth)
+				}
+			}
+		}
+		checkEmpty(t, getDiff(t, cur, false))
+		run(t, cur, fmt.Sprintf("echo last > f%d", depth-1))
+		checkDiff(t, getDiff(t, cur, false), want{writes: map[string]string{fmt.Sprintf("f%d", depth-1): "last\n"}})
+		// The origin is the parent's baseline, its own fork point: f9 was
+		// there, and it removed it since.
+		checkDiff(t, diffOrigin(t, cur), want{writes: map[string]string{fmt.Sprintf("f%d", depth-1): "last\n"}, deletes: []string{fmt.Sprintf("f%d", depth-3)}})
+		// One session forked many times: its own stack grows by one a fork.
+		for i := range depth {
+			run(t, s, fmt.Sprintf("echo %d > g%d", i, i))
+			b := forkOf(t, s, 1)[0]
+			if i == depth-1 {
+				wantOut(t, b, fmt.Sprintf("cat g0 g%d", depth-1), fmt.Sprintf("0\n%d\n", depth-1))
+			}
+			b.Close()
+		}
+		d := getDiff(t, s, false)
+		if len(d.Writes) != depth+1 { // f0 (written in s before its first fork), g0…
+			t.Errorf("parent's diff after %d forks: %d writes, want %d: %v", depth, len(d.Writes), depth+1, d.Paths())
+		}
+		if err := s.Reset(ctx(t)); err != nil {
+			t.Fatal(err)
+		}
+		wantOut(t, s, "ls", "base\n")
+	}},
+}
+
+// workspaceLowers counts the lower layers of the overlay guest pid has at ws
+// (0: none found).
+func workspaceLowers(t *testing.T, pid int, ws string) int {
+	t.Helper()
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/mountinfo", pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, l := range strings.Split(string(b), "\n") {
+		f := strings.Fields(l)
+		i := slices.Index(f, "-")
+		if len(f) < 5 || f[4] != ws || i < 0 || i+3 >= len(f) || f[i+1] != "overlay" {
+			continue
+		}
+		for _, o := range strings.Split(f[i+3], ",") {
+			if v, ok := strings.CutPrefix(o, "lowerdir="); ok {
+				n = strings.Count(v, ":") + 1
+			}
+		}
+	}
+	return n
+}

@@ -1,0 +1,411 @@
+package guest
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/dryexec/dryexec/fswalk"
+	"github.com/dryexec/dryexec/wire"
+)
+
+// maxForkLayers is how deep a workspace's stack of frozen layers may grow
+// before it is flattened. The kernel takes up to 500 lowers, but the mount
+// options must fit one page (about 200 of our /proc/self/fd/N/… paths), and
+// every lookup that misses walks the whole stack: a few is the cost of a
+// fork, dozens would be a slow workspace.
+const maxForkLayers = 8
+
+// forkLayers is what forks add to the overlay staging: the frozen layers
+// over the base, and which of the stack are the baseline and the origin.
+type forkLayers struct {
+	dir string // the scratch dir holding the layers (new ones are made here)
+	// lowers are frozen, read-only layers over base, topmost first: uppers
+	// frozen by forks and rebases, or a parent's (as /proc/self/fd/N).
+	lowers []string
+	// baseN is how many of the bottom of the stack (base first) are the
+	// baseline; originN, the origin's (0: not a fork).
+	baseN, originN int
+	// shared: base and lowers may be a branch's too, so nothing of them is
+	// changed in place.
+	shared bool
+	seq    int // names new dirs
+	// forkFDs are the last fork's detached copies of the layers, kept open
+	// until the host has taken them (the next fork, or the guest's end).
+	forkFDs []int
+}
+
+// errWriters: a process holds a workspace file open for writing, so the upper
+// cannot be frozen: that process could change a layer branches share.
+var errWriters = errors.New("a process of the session holds a workspace file open for writing (a background job?): end it, or wait for it, and fork again")
+
+// all is the stack, topmost first: the lowers, then the base.
+func (st *overlayStaging) all() []string { return append(slices.Clone(st.lowers), st.base) }
+
+// stacked says the workspace is more than base and upper.
+func (st *overlayStaging) stacked() bool { return st.shared || len(st.lowers) > 0 }
+
+func (st *overlayStaging) newDir(prefix string) (string, error) {
+	st.seq++
+	d := filepath.Join(st.dir, prefix+strconv.Itoa(st.seq))
+	return d, os.Mkdir(d, 0o755)
+}
+
+// newBase gives the staging a fresh, empty base of its own and drops the
+// stack: a replaced tree (push) shares nothing.
+func (st *overlayStaging) newBase() error {
+	b, err := st.newDir("b")
+	if err != nil {
+		return err
+	}
+	st.base, st.lowers, st.baseN, st.originN, st.shared = b, nil, 1, 0, false
+	return nil
+}
+
+// freezeUpper makes the upper a read-only layer of the stack and gives the
+// workspace a fresh upper. The workspace is made read-only first: that fails
+// (EBUSY) while any process holds a file of it open for writing, which could
+// otherwise write on into a layer the branches share; once it succeeds, a
+// process still inside the old view (a cwd there) gets EROFS. The old view
+// is then detached and the new one mounted in its place.
+func (st *overlayStaging) freezeUpper() error {
+	if err := unix.Mount("", st.ws, "", unix.MS_REMOUNT|unix.MS_BIND|unix.MS_RDONLY|unix.MS_NODEV, ""); err != nil {
+		if errors.Is(err, unix.EBUSY) {
+			return errWriters
+		}
+		return fmt.Errorf("making the workspace read-only: %w", err)
+	}
+	st.seq++
+	layer := filepath.Join(st.dir, "l"+strconv.Itoa(st.seq))
+	return st.remount(func() error {
+		if err := os.Rename(st.upper, layer); err != nil {
+			return err
+		}
+		st.lowers = append([]string{layer}, st.lowers...)
+		return os.Mkdir(st.upper, 0o755)
+	})
+}
+
+// freeze (the ns rung's fork) freezes the upper as a layer the parent and the
+// branches share: no file of the tree is copied, whatever its size.
+func (st *overlayStaging) freeze(req *wire.Fork, out *wire.Forked) error {
+	if err := st.freezeUpper(); err != nil {
+		return err
+	}
+	st.shared = true
+	if err := st.flattenIfDeep(); err != nil {
+		return err
+	}
+	// overlayfs takes a layer only on a mount of the caller's own mount
+	// namespace ("failed to clone lowerpath" otherwise), and the branches
+	// have their own: each layer goes to them as a detached copy of its
+	// mount (open_tree), which a branch's guest attaches in its namespace
+	// (adopt). The host takes each as /proc/<guest pid>/fd/N. The previous
+	// fork's are closed: their branches hold their own.
+	for _, fd := range st.forkFDs {
+		unix.Close(fd)
+	}
+	st.forkFDs = nil
+	out.Layers = make([][]string, req.N)
+	for i := range req.N {
+		for _, l := range st.all() {
+			fd, err := unix.OpenTree(unix.AT_FDCWD, l, unix.OPEN_TREE_CLONE|unix.OPEN_TREE_CLOEXEC)
+			if err != nil {
+				return fmt.Errorf("sharing layer %s: %w", l, err)
+			}
+			st.forkFDs = append(st.forkFDs, fd)
+			out.Layers[i] = append(out.Layers[i], "fd/"+strconv.Itoa(fd))
+		}
+	}
+	out.BaselineLayers = st.baseN
+	return nil
+}
+
+// adopt starts a branch's workspace on its parent's frozen layers, passed
+// in as descriptors, with an empty upper: its baseline is the whole stack
+// (the fork point).
+func (st *overlayStaging) adopt(req *wire.ForkAdopt) error {
+	if len(req.Lowers) == 0 || req.OriginLayers < 0 || req.OriginLayers > len(req.Lowers) {
+		return fmt.Errorf("fork.adopt: %d layers, origin %d", len(req.Lowers), req.OriginLayers)
+	}
+	var all []string
+	for _, fd := range req.Lowers {
+		// Each is a detached mount of a parent's layer (freeze): attached
+		// here, beneath the scratch, it can be a lower of this namespace's
+		// overlay, and of the branches' of a fork of this one.
+		target, err := st.newDir("p")
+		if err != nil {
+			return err
+		}
+		err = unix.MoveMount(fd, "", unix.AT_FDCWD, target, unix.MOVE_MOUNT_F_EMPTY_PATH)
+		unix.Close(fd)
+		if err != nil {
+			return fmt.Errorf("attaching the parent's layer: %w", err)
+		}
+		all = append(all, target)
+	}
+	return st.remount(func() error {
+		st.lowers, st.base = all[:len(all)-1], all[len(all)-1]
+		st.baseN, st.originN, st.shared = len(all), req.OriginLayers, true
+		return clearDir(st.upper)
+	})
+}
+
+func (st *overlayStaging) originDiff() (*wire.Diff, error) {
+	if st.originN == 0 {
+		return nil, errNoOrigin
+	}
+	return st.diffStack(st.originN)
+}
+
+// diffStack diffs the workspace against the bottom n layers of the stack:
+// the candidates are what the upper and the layers above those n hold.
+func (st *overlayStaging) diffStack(n int) (*wire.Diff, error) {
+	all := st.all()
+	base, done, err := st.view(all[len(all)-n:])
+	if err != nil {
+		return nil, err
+	}
+	defer done()
+	w := newWSDiffer(st.ws, base, false)
+	for _, layer := range append([]string{st.upper}, all[:len(all)-n]...) {
+		err := fswalk.Walk(layer, 0, st.walkOptions(), func(e *wire.FSEntry, _ *os.File) error {
+			if e.Kind == wire.EntryDir && (e.Opaque || e.Redirect != "") {
+				w.opaque[e.Path] = true
+			}
+			return w.path(e.Path)
+		})
+		if err != nil {
+			return nil, err
+		}
+	}
+	return w.result(), nil
+}
+
+// view is a directory showing the layers merged (topmost first): the one
+// layer itself, or a read-only overlay of them for as long as the caller
+// needs it.
+func (st *overlayStaging) view(layers []string) (string, func(), error) {
+	if len(layers) == 1 {
+		return layers[0], func() {}, nil
+	}
+	v := filepath.Join(st.dir, "view")
+	if err := os.Mkdir(v, 0o755); err != nil && !os.IsExist(err) {
+		return "", nil, err
+	}
+	opts := "lowerdir=" + strings.Join(layers, ":") + ",metacopy=off,index=off,xino=auto"
+	if st.userXattr {
+		opts += ",redirect_dir=nofollow,userxattr"
+	} else {
+		opts += ",redirect_dir=follow"
+	}
+	if err := unix.Mount("overlay", v, "overlay", unix.MS_RDONLY|unix.MS_NODEV, opts); err != nil {
+		return "", nil, fmt.Errorf("mounting the baseline's view: %w", err)
+	}
+	return v, func() { unix.Unmount(v, unix.MNT_DETACH) }, nil
+}
+
+// flattenIfDeep merges the stack's layers once it is deeper than
+// maxForkLayers: the layers between two boundaries (the baseline's, the
+// origin's) become one, copied into a new layer of this session's scratch,
+// so that the cost is the size of those layers (the changes), never the
+// base's. A stack holding a renamed dir's redirect is left as it is.
+func (st *overlayStaging) flattenIfDeep() error {
+	all := st.all()
+	if len(all) <= maxForkLayers {
+		return nil
+	}
+	// Group the lowers (not the base) by the boundaries between them.
+	cut := map[int]bool{len(all) - st.baseN: true}
+	if st.originN > 0 {
+		cut[len(all)-st.originN] = true
+	}
+	var groups [][]string
+	var starts []int // each group's first index in all
+	var g []string
+	for i, l := range st.lowers {
+		if cut[i] && len(g) > 0 {
+			groups = append(groups, g)
+			g = nil
+		}
+		if len(g) == 0 {
+			starts = append(starts, i)
+		}
+		g = append(g, l)
+	}
+	if len(g) > 0 {
+		groups = append(groups, g)
+	}
+	// The boundaries count layers from the bottom: after the merge, one per
+	// group at or below them, and the base.
+	below := func(n int) int {
+		if n == 0 {
+			return 0
+		}
+		c := 1
+		for _, s := range starts {
+			if s >= len(all)-n {
+				c++
+			}
+		}
+		return c
+	}
+	baseN, originN := below(st.baseN), below(st.originN)
+	var merged []string
+	for _, g := range groups {
+		if len(g) == 1 {
+			merged = append(merged, g[0])
+			continue
+		}
+		d, err := st.newDir("m")
+		if err != nil {
+			return err
+		}
+		ok, err := st.merge(d, g)
+		if err != nil || !ok {
+			os.RemoveAll(d)
+			return err
+		}
+		merged = append(merged, d)
+	}
+	return st.remount(func() error {
+		st.lowers, st.baseN, st.originN = merged, baseN, originN
+		return nil
+	})
+}
+
+// merge copies layers (topmost first) into dst as one layer: bottom first,
+// each entry over what is there, whiteouts and opaque dirs kept as markers
+// for what lies beneath. It says false where a layer holds a redirect.
+func (st *overlayStaging) merge(dst string, layers []string) (bool, error) {
+	opaque := "trusted.overlay.opaque"
+	if st.userXattr {
+		opaque = "user.overlay.opaque"
+	}
+	for i := len(layers) - 1; i >= 0; i-- {
+		src := layers[i]
+		redirected := false
+		err := fswalk.Walk(src, 0, st.walkOptions(), func(e *wire.FSEntry, content *os.File) error {
+			p, sp := filepath.Join(dst, e.Path), filepath.Join(src, e.Path)
+			if e.Kind == wire.EntryDir {
+				if e.Redirect != "" {
+					redirected = true
+					return errRedirect
+				}
+				fi, err := os.Lstat(p)
+				if e.Opaque || (err == nil && !fi.IsDir()) {
+					if err := os.RemoveAll(p); err != nil {
+						return err
+					}
+				}
+				if err := os.Mkdir(p, 0o700); err != nil && !os.IsExist(err) {
+					return err
+				}
+				if e.Opaque {
+					if err := unix.Setxattr(p, opaque, []byte("y"), 0); err != nil {
+						return err
+					}
+				}
+				return os.Chmod(p, os.FileMode(e.Mode&0o777))
+			}
+			if err := os.RemoveAll(p); err != nil {
+				return err
+			}
+			switch e.Kind {
+			case wire.EntryWhiteout:
+				return unix.Mknod(p, unix.S_IFCHR, 0)
+			case wire.EntrySymlink:
+				return os.Symlink(e.Link, p)
+			case wire.EntryFile:
+				out, err := os.OpenFile(p, os.O_WRONLY|os.O_CREATE|os.O_EXCL|oNoFollow, 0o600)
+				if err != nil {
+					return err
+				}
+				_, err = io.Copy(out, content)
+				if cerr := out.Close(); err == nil {
+					err = cerr
+				}
+				if err != nil {
+					return err
+				}
+				if err := os.Chmod(p, os.FileMode(e.Mode&0o7777)); err != nil {
+					return err
+				}
+			default:
+				return fmt.Errorf("flattening %s: unsupported entry %s", sp, e.Kind)
+			}
+			// The mtime as the layer had it: the diff compares contents, but
+			// programs (make) compare times.
+			var s unix.Stat_t
+			if err := unix.Lstat(sp, &s); err == nil {
+				ts := []unix.Timespec{s.Atim, s.Mtim}
+				unix.UtimesNanoAt(unix.AT_FDCWD, p, ts, unix.AT_SYMLINK_NOFOLLOW)
+			}
+			return nil
+		})
+		if redirected {
+			return false, nil
+		}
+		if err != nil {
+			return false, err
+		}
+	}
+	return true, nil
+}
+
+var errRedirect = errors.New("redirect")
+
+// quiesce stops every process of the sandbox but the guest for the instant
+// of a fork (the guest is the pid namespace's init, so kill(-1) reaches all
+// the others), and waits until each is stopped: none is between two writes
+// while the upper is frozen. resume continues them. A process the session
+// had itself stopped (kill -STOP) is continued too.
+func (s *session) quiesce() (resume func()) {
+	if s.cfg.Rung != "ns" || os.Getpid() != 1 {
+		return func() {}
+	}
+	if err := unix.Kill(-1, unix.SIGSTOP); err != nil {
+		return func() {} // ESRCH: no other process
+	}
+	deadline := time.Now().Add(2 * time.Second)
+	for !allStopped() && time.Now().Before(deadline) {
+		time.Sleep(50 * time.Microsecond)
+	}
+	return func() { unix.Kill(-1, unix.SIGCONT) }
+}
+
+// allStopped says whether every process but pid 1 is stopped (or gone).
+func allStopped() bool {
+	ents, err := os.ReadDir("/proc")
+	if err != nil {
+		return true
+	}
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil || pid == 1 {
+			continue
+		}
+		b, err := os.ReadFile("/proc/" + e.Name() + "/stat")
+		if err != nil {
+			continue
+		}
+		i := strings.LastIndexByte(string(b), ')')
+		if i < 0 || i+2 >= len(b) {
+			continue
+		}
+		switch b[i+2] {
+		case 'T', 't', 'Z', 'X':
+		default:
+			return false
+		}
+	}
+	return true
+}

@@ -1,0 +1,290 @@
+package session
+
+import (
+	"archive/tar"
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+	"sync"
+
+	"github.com/dryexec/dryexec"
+	"github.com/dryexec/dryexec/wire"
+)
+
+// MaxForkBranches bounds one Fork call: each branch is a sandbox of its own.
+const MaxForkBranches = 16
+
+// ErrForkUnsupported: the session's rung cannot fork sessions (see
+// *ForkUnsupportedError).
+var ErrForkUnsupported = errors.New("fork unsupported")
+
+// ErrForkBusy: the ns rung refused to freeze the workspace because a process
+// of the session holds a workspace file open for writing (it could write on
+// into the layer the branches share). Nothing changed; end or await that
+// process and fork again.
+var ErrForkBusy = errors.New("fork refused: a workspace file is open for writing")
+
+// ErrNotBranch: Keep or DiffOrigin was given a session that is not a live
+// branch of this one.
+var ErrNotBranch = errors.New("not a branch of this session")
+
+// ForkUnsupportedError names the rung whose sandboxes cannot be forked.
+type ForkUnsupportedError struct{ Rung string }
+
+func (e *ForkUnsupportedError) Error() string {
+	return fmt.Sprintf("session: the %s rung cannot fork a session (yet): open a new session and push the tree instead", e.Rung)
+}
+
+// Is makes errors.Is(err, ErrForkUnsupported) true.
+func (e *ForkUnsupportedError) Is(target error) bool { return target == ErrForkUnsupported }
+
+// forker is the rung side of Fork.
+type forker = dryexec.SandboxForker[wire.SessionStart, wire.Fork, wire.Forked, wire.ForkAdopt]
+
+// forkState is a session's part in forks.
+type forkState struct {
+	mu sync.Mutex // one fork, keep or discard at a time; guards the fields
+	// parent is the session this one was forked from (nil: none), group
+	// the branches made with it by the same Fork call, this one included.
+	parent *Session
+	group  *[]*Session
+	// kept says Keep took this branch's changes; discarded, that Keep took
+	// a sibling's or Discard ended it.
+	kept, discarded bool
+}
+
+// Fork starts n new sessions (branches) from this one's state at the call:
+//
+//   - the workspace exactly: on the ns rung the upper is frozen as a
+//     read-only layer that this session and every branch then share, each
+//     with a fresh upper of its own, so a fork copies no file however large
+//     the tree; on the host rung (no isolation) the workspace is copied
+//     (reflinked where the filesystem can);
+//   - the shell's cwd and exported environment, and the cache;
+//   - not the Python interpreter: each exec_python starts a fresh one on
+//     every rung, so there is no interpreter state to carry.
+//
+// Each branch is a sandbox of its own, opened with this session's options:
+// its own limits (cgroup), network (netsim and its log) and masks. A
+// branch's Diff is against the fork point; DiffOrigin against this session's
+// baseline as it was at the fork. This session keeps running, its own
+// baseline unchanged.
+//
+// On the ns rung every process of the session is stopped (SIGSTOP) for the
+// instant of the freeze and continued after, and the freeze is refused (the
+// session unchanged) while a process holds a workspace file open for
+// writing, which could otherwise write on into the shared layer. On the host
+// rung nothing is stopped: a process left running in the background may
+// write while the tree is copied.
+//
+// A rung whose sandboxes cannot fork returns a *ForkUnsupportedError.
+func (s *Session) Fork(ctx context.Context, n int) ([]*Session, error) {
+	if n < 1 || n > MaxForkBranches {
+		return nil, fmt.Errorf("session: fork: %d branches: want 1 to %d", n, MaxForkBranches)
+	}
+	fk, ok := s.sb.(forker)
+	if !ok {
+		return nil, &ForkUnsupportedError{Rung: s.opt.Rung}
+	}
+	s.fork.mu.Lock()
+	defer s.fork.mu.Unlock()
+	if s.fork.discarded {
+		return nil, fmt.Errorf("%w: fork: the branch was discarded", dryexec.ErrSessionLost)
+	}
+	var req wire.Fork
+	if err := fk.PrepareFork(n, &req); err != nil {
+		return nil, fmt.Errorf("session: fork: %w", err)
+	}
+	defer fk.DropFork()
+	f, err := s.call(ctx, wire.VerbFork, &req)
+	if re := (*wire.RemoteError)(nil); errors.As(err, &re) && re.Code == "fork_busy" {
+		return nil, fmt.Errorf("session: %w: %v", ErrForkBusy, err)
+	}
+	if err != nil {
+		return nil, err
+	}
+	var forked wire.Forked
+	if err := f.Decode(&forked); err != nil {
+		return nil, err
+	}
+	group := new([]*Session)
+	fail := func(err error) ([]*Session, error) {
+		for _, b := range *group {
+			b.Close()
+		}
+		return nil, err
+	}
+	hostObjects := s.bound()
+	for i := range n {
+		adopt := wire.ForkAdopt{Cwd: forked.Cwd, Env: forked.Env, From: forked.Workspace}
+		sb, err := fk.OpenFork(ctx, sandboxSpec(s.opt), &forked, i, &adopt)
+		if err != nil {
+			return fail(err)
+		}
+		b, err := startSession(ctx, s.opt, sb)
+		if err != nil {
+			return fail(err)
+		}
+		*group = append(*group, b)
+		if _, err := b.call(ctx, wire.VerbForkAdopt, &adopt); err != nil {
+			return fail(err)
+		}
+		b.cache = s.cache.clone()
+		s.emitMu.Lock()
+		onEmit := s.onEmit
+		s.emitMu.Unlock()
+		b.bind(hostObjects, onEmit)
+		b.fork.parent, b.fork.group = s, group
+	}
+	return slices.Clone(*group), nil
+}
+
+// bound is the host objects the session has now.
+func (s *Session) bound() map[string]*hostObject {
+	s.bindMu.Lock()
+	defer s.bindMu.Unlock()
+	return s.hostObjects
+}
+
+// Parent is the session this one was forked from, or nil.
+func (s *Session) Parent() *Session {
+	s.fork.mu.Lock()
+	defer s.fork.mu.Unlock()
+	return s.fork.parent
+}
+
+// DiffOrigin is the workspace's changes since the origin: the baseline its
+// parent had when this session was forked from it (Diff is since the fork
+// point). A session that is not a branch, or whose tree was replaced since
+// (PushTar), has none: an error.
+func (s *Session) DiffOrigin(ctx context.Context) (*Diff, error) {
+	return s.pullDiff(ctx, wire.VerbPullOriginDiff, nil)
+}
+
+// Keep makes branch b's changes since the fork point this session's, and
+// discards b and every other branch of the same Fork call: their sandboxes
+// close, leaving no layer, mount or process of theirs. The changes are
+// written over this session's workspace as it is now: a path this session
+// itself changed since the fork takes b's version where b changed it too,
+// and keeps its own elsewhere. b's cache becomes this session's. This
+// session's baseline does not move: its Diff then shows b's changes (and
+// its own), ready to be committed to the host as any session diff is.
+func (s *Session) Keep(ctx context.Context, b *Session) error {
+	if b == nil || b == s {
+		return ErrNotBranch
+	}
+	b.fork.mu.Lock()
+	ok := b.fork.parent == s && !b.fork.discarded
+	group := b.fork.group
+	b.fork.mu.Unlock()
+	if !ok {
+		return fmt.Errorf("session: keep: %w", ErrNotBranch)
+	}
+	s.fork.mu.Lock()
+	defer s.fork.mu.Unlock()
+	d, err := b.Diff(ctx, false)
+	if err != nil {
+		return fmt.Errorf("session: keep: the branch's diff: %w", err)
+	}
+	if err := s.apply(ctx, d); err != nil {
+		return fmt.Errorf("session: keep: %w", err)
+	}
+	s.cache.replaceWith(b.cache)
+	b.fork.mu.Lock()
+	b.fork.kept = true
+	b.fork.mu.Unlock()
+	for _, o := range *group {
+		o.discard()
+	}
+	return nil
+}
+
+// Discard ends branch b without taking anything from it: as Close, for a
+// branch.
+func (s *Session) Discard(b *Session) error {
+	if b == nil || b.Parent() != s {
+		return fmt.Errorf("session: discard: %w", ErrNotBranch)
+	}
+	b.discard()
+	return nil
+}
+
+func (s *Session) discard() {
+	s.fork.mu.Lock()
+	s.fork.discarded = true
+	s.fork.mu.Unlock()
+	s.Close()
+}
+
+// Kept says whether a parent's Keep took this branch.
+func (s *Session) Kept() bool {
+	s.fork.mu.Lock()
+	defer s.fork.mu.Unlock()
+	return s.fork.kept
+}
+
+// apply writes d over the workspace: its deletes, then its files and
+// symlinks (a tar stream, as a push), then its modes.
+func (s *Session) apply(ctx context.Context, d *Diff) error {
+	var buf bytes.Buffer
+	tw := tar.NewWriter(&buf)
+	for _, p := range slices.Sorted(maps.Keys(d.Writes)) {
+		h := &tar.Header{Name: p, Typeflag: tar.TypeReg, Mode: int64(d.Modes[p].Perm()), Size: int64(len(d.Writes[p]))}
+		if err := tw.WriteHeader(h); err != nil {
+			return err
+		}
+		if _, err := tw.Write(d.Writes[p]); err != nil {
+			return err
+		}
+	}
+	for _, p := range slices.Sorted(maps.Keys(d.Links)) {
+		if err := tw.WriteHeader(&tar.Header{Name: p, Typeflag: tar.TypeSymlink, Linkname: d.Links[p], Mode: 0o777}); err != nil {
+			return err
+		}
+	}
+	if err := tw.Close(); err != nil {
+		return err
+	}
+	end := wire.ApplyEnd{Deletes: d.Deletes, Modes: []wire.DiffMode{}}
+	for _, p := range slices.Sorted(maps.Keys(d.Modes)) {
+		if _, w := d.Writes[p]; w {
+			continue
+		}
+		if _, l := d.Links[p]; l {
+			continue
+		}
+		end.Modes = append(end.Modes, wire.DiffMode{Path: p, Mode: uint32(d.Modes[p].Perm())})
+	}
+	if end.Deletes == nil {
+		end.Deletes = []string{}
+	}
+	return s.pushStream(ctx, &buf, wire.VerbApplyEnd, &end)
+}
+
+// clone is a copy of c for a branch: stored values are never modified, so
+// the two share them.
+func (c *Cache) clone() *Cache {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return &Cache{readOnly: c.readOnly, gen: c.gen, m: maps.Clone(c.m), size: c.size}
+}
+
+// replaceWith makes c's content o's (keep).
+func (c *Cache) replaceWith(o *Cache) {
+	o.mu.Lock()
+	m, size := maps.Clone(o.m), o.size
+	o.mu.Unlock()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	// Generations only grow: a value the guest fetched in part must not
+	// match a new one under the same generation.
+	for k, e := range m {
+		c.gen++
+		e.gen = c.gen
+		m[k] = e
+	}
+	c.m, c.size = m, size
+}
