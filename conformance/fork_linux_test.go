@@ -161,6 +161,28 @@ var forkCases = []conformanceCase{
 			t.Errorf("guests: %v, want the one branch", pids)
 		}
 	}},
+	// ns: a process holding a workspace file open for writing could write
+	// on into the layer the branches share, so the fork is refused (typed,
+	// the session unchanged) until it ends; one merely running there is
+	// stopped for the instant and continued.
+	{"busy_writer_refused", func(t *testing.T, open opener) {
+		s := openDefault(t, open)
+		if rungOf(s) != "ns" {
+			t.Skip("the host rung copies the tree; nothing is frozen")
+		}
+		run(t, s, "setsid sh -c 'echo $$ > /tmp/w.pid; exec 3>w.log; echo x >&3; while :; do sleep 1; done' >/dev/null 2>&1 & setsid sh -c 'while :; do sleep 1; done' >/dev/null 2>&1 & until [ -s w.log ]; do :; done")
+		if _, err := s.Fork(ctx(t), 1); !errors.Is(err, session.ErrForkBusy) {
+			t.Fatalf("Fork with a writer: %v, want ErrForkBusy", err)
+		}
+		wantOut(t, s, "cat w.log; echo y > after; cat after", "x\ny\n")
+		run(t, s, "p=$(cat /tmp/w.pid); kill $p; while [ -e /proc/$p ] && ! grep -q ') Z' /proc/$p/stat; do :; done")
+		b := forkOf(t, s, 1)[0]
+		wantOut(t, b, "cat w.log after", "x\ny\n")
+		// The other background loop was continued: it is not stopped.
+		if got := run(t, s, "ps -o stat= -C sh | grep -c T || true"); got != "0\n" {
+			t.Errorf("stopped processes after the fork: %q", got)
+		}
+	}},
 	// Forks of forks, and many forks of one session: each level sees every
 	// level above, the stacks stay mountable (the ns rung flattens them)
 	// and the diffs stay right.
