@@ -59,8 +59,8 @@ var forkCases = []conformanceCase{
 		// The parent runs on, its own baseline unmoved.
 		checkDiff(t, getDiff(t, s, false), want{writes: map[string]string{"b": "2\n"}, deletes: []string{"sub/keep"}})
 		wantOut(t, s, "pwd >/dev/null; echo $FORKED; echo 3 > c; cat c", "yes\n3\n")
-		if _, err := s.DiffOrigin(ctx(t)); err == nil {
-			t.Errorf("DiffOrigin of a session that is no fork: no error")
+		if _, err := s.DiffOrigin(ctx(t)); !errors.Is(err, session.ErrNoOrigin) {
+			t.Errorf("DiffOrigin of a session that is no fork: %v, want ErrNoOrigin", err)
 		}
 	}},
 	// What one branch writes, deletes or chmods no one else sees: not the

@@ -71,6 +71,9 @@ func (s *session) handleFork(f *wire.Frame) (any, [][]byte, error) {
 		return nil, nil, nil
 	case wire.VerbPullOriginDiff:
 		d, err := fst.originDiff()
+		if errors.Is(err, errNoOrigin) {
+			return nil, nil, remote("no_origin", "%v", err)
+		}
 		if err != nil {
 			return nil, nil, remote("diff", "%v", err)
 		}
@@ -212,7 +215,7 @@ func (st *scanStaging) originDiff() (*wire.Diff, error) {
 }
 
 // errNoOrigin: the session was not forked, or was replaced since.
-var errNoOrigin = fmt.Errorf("no origin: the session is not a fork (or its tree was replaced since)")
+var errNoOrigin = errors.New("no origin: the session is not a fork (or its tree was replaced since)")
 
 // rehome rewrites the parent's workspace path from to this one's, ws, in
 // each of vals (a cwd, environment entries: HOME, DRYEXEC_WORKSPACE, a PATH

@@ -8,6 +8,7 @@ import (
 	"syscall"
 
 	"github.com/dryexec/dryexec"
+	"github.com/dryexec/dryexec/session"
 	"github.com/dryexec/dryexec/store"
 )
 
@@ -89,6 +90,12 @@ func classify(err error) (int, APIError) {
 	case errors.Is(err, dryexec.ErrUncommittable):
 		e.Code = "uncommittable"
 		return http.StatusUnprocessableEntity, e
+	case errors.Is(err, session.ErrForkUnsupported):
+		e.Code = "fork_unsupported"
+		return http.StatusNotImplemented, e
+	case errors.Is(err, session.ErrForkBusy):
+		e.Code = "fork_busy"
+		return http.StatusConflict, e
 	case errors.Is(err, dryexec.ErrSessionLost):
 		e.Code = "session_lost"
 		return http.StatusGone, e

@@ -83,6 +83,9 @@ func (a *api) routes() []route {
 		{"POST", "/v1/sessions/{id}/python", a.python},
 		{"POST", "/v1/sessions/{id}/diff", a.diff},
 		{"POST", "/v1/sessions/{id}/reset", a.reset},
+		{"POST", "/v1/sessions/{id}/fork", a.forkSession},
+		{"POST", "/v1/sessions/{id}/keep", a.keepBranch},
+		{"POST", "/v1/compare", a.compare},
 		{"PUT", "/v1/sessions/{id}/tree", a.pushTree},
 		{"GET", "/v1/sessions/{id}/events", a.events},
 		{"GET", "/v1/sessions/{id}/network", a.network},
@@ -528,6 +531,9 @@ func (a *api) python(w http.ResponseWriter, r *http.Request) error {
 // DiffRequest asks for the workspace's changes.
 type DiffRequest struct {
 	Rebase bool `json:"rebase,omitempty"`
+	// Origin diffs a branch against its origin, the baseline its parent had
+	// at the fork, instead of its own (the fork point); not with rebase.
+	Origin bool `json:"origin,omitempty"`
 }
 
 // DiffResponse is a session diff: paths relative to the workspace, contents
@@ -548,7 +554,18 @@ func (a *api) diff(w http.ResponseWriter, r *http.Request) error {
 	if err := a.decode(w, r, &req, true); err != nil {
 		return err
 	}
-	d, err := l.Session.Diff(r.Context(), req.Rebase)
+	var d *session.Diff
+	switch {
+	case req.Origin && req.Rebase:
+		return badRequest("origin and rebase: a branch's origin is its parent's; only its own baseline moves")
+	case req.Origin:
+		d, err = l.Session.DiffOrigin(r.Context())
+		if errors.Is(err, session.ErrNoOrigin) {
+			return badRequest("%v", err)
+		}
+	default:
+		d, err = l.Session.Diff(r.Context(), req.Rebase)
+	}
 	if err != nil {
 		return err
 	}

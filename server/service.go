@@ -709,6 +709,8 @@ type Live struct {
 	// imageRelease lets rm and prune have the session's image layers
 	// again once it is closed (nil: not on an image).
 	imageRelease func()
+	// parent is the session this one was forked from ("": none).
+	parent string
 
 	mu   sync.Mutex // guards used
 	used time.Time

@@ -4,6 +4,8 @@ import (
 	"archive/tar"
 	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"maps"
@@ -11,6 +13,7 @@ import (
 	"sync"
 
 	"github.com/dryexec/dryexec"
+	"github.com/dryexec/dryexec/compare"
 	"github.com/dryexec/dryexec/wire"
 )
 
@@ -26,6 +29,10 @@ var ErrForkUnsupported = errors.New("fork unsupported")
 // into the layer the branches share). Nothing changed; end or await that
 // process and fork again.
 var ErrForkBusy = errors.New("fork refused: a workspace file is open for writing")
+
+// ErrNoOrigin: DiffOrigin of a session that is not a branch (or whose tree
+// was replaced since its fork).
+var ErrNoOrigin = errors.New("no origin: the session is not a fork (or its tree was replaced since)")
 
 // ErrNotBranch: Keep or DiffOrigin was given a session that is not a live
 // branch of this one.
@@ -161,7 +168,11 @@ func (s *Session) Parent() *Session {
 // point). A session that is not a branch, or whose tree was replaced since
 // (PushTar), has none: an error.
 func (s *Session) DiffOrigin(ctx context.Context) (*Diff, error) {
-	return s.pullDiff(ctx, wire.VerbPullOriginDiff, nil)
+	d, err := s.pullDiff(ctx, wire.VerbPullOriginDiff, nil)
+	if re := (*wire.RemoteError)(nil); errors.As(err, &re) && re.Code == "no_origin" {
+		return nil, fmt.Errorf("session: %w", ErrNoOrigin)
+	}
+	return d, err
 }
 
 // Keep makes branch b's changes since the fork point this session's, and
@@ -287,4 +298,63 @@ func (c *Cache) replaceWith(o *Cache) {
 		m[k] = e
 	}
 	c.m, c.size = m, size
+}
+
+// Discarded says whether the branch was discarded (by Discard, or by its
+// parent's Keep of a sibling).
+func (s *Session) Discarded() bool {
+	s.fork.mu.Lock()
+	defer s.fork.mu.Unlock()
+	return s.fork.discarded
+}
+
+// State is a branch's state for a comparison: "kept", "discarded" or
+// "open".
+func (s *Session) State() string {
+	s.fork.mu.Lock()
+	defer s.fork.mu.Unlock()
+	switch {
+	case s.fork.kept:
+		return "kept"
+	case s.fork.discarded:
+		return "discarded"
+	}
+	return "open"
+}
+
+// Changes is d as compare sees it: what was done to each path.
+func (d *Diff) Changes() map[string]compare.Change {
+	out := map[string]compare.Change{}
+	mode := func(p string) string { return fmt.Sprintf("%04o", uint32(d.Modes[p].Perm())) }
+	for _, p := range d.Deletes {
+		out[p] = compare.Change{Op: "delete"}
+	}
+	for p, m := range d.Modes {
+		out[p] = compare.Change{Op: "chmod", Mode: fmt.Sprintf("%04o", uint32(m.Perm()))}
+	}
+	for p, b := range d.Writes {
+		sum := sha256.Sum256(b)
+		out[p] = compare.Change{Op: "write", SHA256: hex.EncodeToString(sum[:]), Size: int64(len(b)), Mode: mode(p)}
+	}
+	for p, l := range d.Links {
+		out[p] = compare.Change{Op: "symlink", Link: l}
+	}
+	return out
+}
+
+// Compare diffs each session (against its baseline: a branch's fork point)
+// and compares them side by side; names are their ids, in the same order.
+func Compare(ctx context.Context, names []string, ss ...*Session) (*compare.Result, error) {
+	if len(names) != len(ss) {
+		return nil, fmt.Errorf("session: compare: %d names for %d sessions", len(names), len(ss))
+	}
+	var sides []compare.Side
+	for i, s := range ss {
+		d, err := s.Diff(ctx, false)
+		if err != nil {
+			return nil, fmt.Errorf("session: compare: %s: %w", names[i], err)
+		}
+		sides = append(sides, compare.Side{Name: names[i], Decision: s.State(), Changes: d.Changes()})
+	}
+	return compare.Compare(sides...), nil
 }
