@@ -64,4 +64,3 @@ func TestSessionForkAPI(t *testing.T) {
 	d.fails(t, "POST", sp+"/keep", server.KeepRequest{Branch: info.SessionID}, 400, "bad_request")
 	d.fails(t, "POST", sp+"/fork", server.ForkRequest{N: 99}, 400, "bad_request")
 }
-
