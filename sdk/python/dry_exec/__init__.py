@@ -16,7 +16,7 @@ stopped at exit) and uses the standard library only.
 """
 
 from ._agent import Agent, AgentResult, AgentStep
-from ._client import Client, DryExecClient, default_client, run
+from ._client import Client, DryExecClient, compare, default_client, run
 from ._dryrun import FunctionDelta, TrialFunctionError, TrialFunctionWarning, dry_run
 from ._models import ModelConfig, ModelError, ModelNotConfigured
 from ._errors import (AlreadyDone, BadRequest, Blocked, Busy, CommitConflict, Corrupt, DaemonUnavailable, DryExecError,
@@ -36,5 +36,5 @@ __all__ = [
     "Corrupt", "DaemonUnavailable", "Decision", "Diff", "DryExecClient", "DryExecError", "Environment", "Event", "FileChange",
     "ImageCommit", "ImageUnavailable", "IsolationUnavailable", "Memory", "NetworkEvent", "NoSpace", "NotFound", "NotRepresentable", "Pickled", "PolicyError", "PrintEntry", "PrintObject",
     "Process", "PythonError", "PythonResult", "Receipt", "Session", "SessionCache", "SessionInfo", "SessionLost",
-    "ShellResult", "StateDelta", "Totals", "Unauthorized", "Uncommittable", "Unverified", "Violation", "default_client", "dry_run", "run", "session",
+    "ShellResult", "StateDelta", "Totals", "Unauthorized", "Uncommittable", "Unverified", "Violation", "compare", "default_client", "dry_run", "run", "session",
 ]

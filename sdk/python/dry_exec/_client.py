@@ -181,6 +181,31 @@ class Client:
                        host_globals=host_globals, python_warm=python_warm, image=image)
 
 
+def compare_ids(client: "Client", ids: List[str]) -> Dict[str, Any]:
+    """POST /v1/compare: the comparison as data (see dry_exec.compare)."""
+    return client.transport.call("POST", "/v1/compare", {"ids": list(ids)})
+
+
+def compare(*items: Any, client: Optional[Client] = None) -> Dict[str, Any]:
+    """Compares stored trials and sessions side by side: items are trial ids
+    (tr_...), session ids (se_...), StateDeltas or Sessions, two or more.
+    Returns {"sides": [{name, decision, reasons, changed}], "paths": [{path,
+    changes (one per side, None where it left the path alone), agreement
+    ("alike", "differ" or "partial")}], "alike", "differ", "partial"}, as
+    `dryexec compare --json` prints it."""
+    ids = []
+    for it in items:
+        if isinstance(it, str):
+            ids.append(it)
+        elif hasattr(it, "trial_id"):
+            ids.append(it.trial_id)
+        elif hasattr(it, "sync"):
+            ids.append(it.sync.id)
+        else:
+            ids.append(it.id)
+    return compare_ids(client or default_client(), ids)
+
+
 def _seg(s: str) -> str:
     return urllib.parse.quote(s, safe="")
 

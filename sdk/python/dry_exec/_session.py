@@ -294,10 +294,63 @@ class Session:
             body["caps"] = c
         return PythonResult.from_json(self._call("POST", "/python", body))
 
-    def diff(self, rebase: bool = False) -> Diff:
+    def diff(self, rebase: bool = False, *, origin: bool = False) -> Diff:
         """The workspace's changes since the baseline; rebase makes the
-        current state the new baseline."""
-        return Diff.from_json(self._call("POST", "/diff", {"rebase": rebase} if rebase else {}))
+        current state the new baseline. A branch's baseline is its fork
+        point; origin=True diffs it against its parent's baseline at the
+        fork instead (BadRequest for a session that is no branch)."""
+        body: Dict[str, Any] = {}
+        if rebase:
+            body["rebase"] = True
+        if origin:
+            body["origin"] = True
+        return Diff.from_json(self._call("POST", "/diff", body))
+
+    def fork(self, n: int = 1) -> List["Session"]:
+        """n new sessions (branches) starting from this one's state now: the
+        workspace exactly, the shell's cwd and exported environment, and the
+        cache. Python interpreter state is not carried (every python() starts
+        a fresh interpreter anyway). Each branch is a session of its own (own
+        limits, network log; its diff() is against the fork point); this one
+        keeps running. A branch's host-object calls are served by this
+        session. On the ns rung the workspace is shared, not copied; the fork
+        is refused (Refused, code fork_busy) while a process of the session
+        holds a workspace file open for writing."""
+        r = self._call("POST", "/fork", {"n": n})
+        group = [Session._attach(self._client, info) for info in r.get("sessions") or []]
+        for b in group:
+            b._group = group
+        return group
+
+    def keep(self, branch: "Session") -> Dict[str, Any]:
+        """Makes branch's changes since the fork this session's (written over
+        its workspace; its cache too) and closes every branch of that fork.
+        Returns {"session_id", "kept", "discarded"}."""
+        r = self._call("POST", "/keep", {"branch": branch.id})
+        for b in getattr(branch, "_group", None) or [branch]:
+            b._closed.set()
+        return r
+
+    def compare(self, *others: "Session") -> Dict[str, Any]:
+        """This session's diff and others' side by side (dry_exec.compare)."""
+        from ._client import compare_ids
+        return compare_ids(self._client, [self.id] + [o.id for o in others])
+
+    @classmethod
+    def _attach(cls, client: "Client", info: Mapping[str, Any]) -> "Session":
+        """A Session object for a session the daemon already opened (a
+        branch): no host objects of its own."""
+        self = cls.__new__(cls)
+        self._client = client
+        self._t = client.transport
+        self._objects = {}
+        self._allow = {}
+        self.info = _build(SessionInfo, info)
+        self.id = self.info.session_id
+        self._emits = []
+        self._closed = threading.Event()
+        self._poller = None
+        return self
 
     def reset(self) -> None:
         """Puts the workspace back to the baseline."""
@@ -429,8 +482,17 @@ class AsyncSession:
                      **kwargs: Any) -> PythonResult:
         return await self._run(self.sync.python, code, inputs, timeout, **kwargs)
 
-    async def diff(self, rebase: bool = False) -> Diff:
-        return await self._run(self.sync.diff, rebase)
+    async def diff(self, rebase: bool = False, *, origin: bool = False) -> Diff:
+        return await self._run(self.sync.diff, rebase, origin=origin)
+
+    async def fork(self, n: int = 1) -> List["AsyncSession"]:
+        return [AsyncSession(b) for b in await self._run(self.sync.fork, n)]
+
+    async def keep(self, branch: "AsyncSession") -> Dict[str, Any]:
+        return await self._run(self.sync.keep, branch.sync)
+
+    async def compare(self, *others: "AsyncSession") -> Dict[str, Any]:
+        return await self._run(self.sync.compare, *[o.sync for o in others])
 
     async def reset(self) -> None:
         await self._run(self.sync.reset)

@@ -184,3 +184,30 @@ class Sessions(unittest.TestCase):
 
 if __name__ == "__main__":
     unittest.main()
+
+
+class Forks(unittest.TestCase):
+    def test_fork_compare_keep(self) -> None:
+        with dry_exec.session(rung="ns") as s:
+            s.shell("echo base > a && mkdir sub && cd sub && export STEP=2")
+            s.cache["k"] = "v"
+            b0, b1 = s.fork(n=2)
+            for b in (b0, b1):
+                r = b.shell('basename "$PWD"; echo $STEP; cat ../a')
+                self.assertEqual(r.stdout, "sub\n2\nbase\n")
+                self.assertEqual(b.cache["k"], b"v")
+                self.assertTrue(b.diff().empty)
+            b0.shell("echo zero > ../a; echo x > ../both")
+            b1.shell("echo one > ../a; echo x > ../both")
+            self.assertEqual(sorted(b1.diff(origin=True).writes), ["a", "both"])
+            cmp = dry_exec.compare(b0, b1)
+            self.assertEqual({p["path"]: p["agreement"] for p in cmp["paths"]}, {"a": "differ", "both": "alike"})
+            self.assertEqual([x["name"] for x in cmp["sides"]], [b0.id, b1.id])
+            self.assertEqual({p["path"]: p["agreement"] for p in s.compare(b1)["paths"]}, {"a": "differ", "both": "partial"})
+            r = s.keep(b1)
+            self.assertEqual((r["kept"], r["discarded"]), (b1.id, [b0.id]))
+            self.assertEqual(s.shell("cat a both").stdout, "one\nx\n")
+            with self.assertRaises(dry_exec.SessionLost):
+                b0.shell("true")
+            with self.assertRaises(dry_exec.BadRequest):
+                s.diff(origin=True)
