@@ -206,7 +206,7 @@ class Forks(unittest.TestCase):
             self.assertEqual({p["path"]: p["agreement"] for p in s.compare(b1)["paths"]}, {"a": "differ", "both": "partial"})
             r = s.keep(b1)
             self.assertEqual((r["kept"], r["discarded"]), (b1.id, [b0.id]))
-            self.assertEqual(s.shell("cat a both").stdout, "one\nx\n")
+            self.assertEqual(s.shell("cat ../a ../both").stdout, "one\nx\n")
             with self.assertRaises(dry_exec.SessionLost):
                 b0.shell("true")
             with self.assertRaises(dry_exec.BadRequest):
