@@ -156,6 +156,7 @@ type DiffIn struct {
 	SessionID string   `json:"session_id" jsonschema:"the session's id, se_…"`
 	Paths     []string `json:"paths,omitempty" jsonschema:"workspace-relative paths to show (a directory selects all beneath it); absent: everything"`
 	Rebase    bool     `json:"rebase,omitempty" jsonschema:"afterwards make the current state the new baseline (later diffs and session_commit then start from it)"`
+	Origin    bool     `json:"origin,omitempty" jsonschema:"a branch's changes since its parent's baseline at the fork, instead of since the fork"`
 }
 
 // DiffFile is one written file of a session diff.
@@ -217,7 +218,7 @@ type SessionOut struct {
 // initialization: the workflow the tools are built for.
 const instructions = `dryexec runs commands as trials: in a sandbox over a copy-on-write view of the host, so nothing on the host changes until a change is committed.
 Trials: run_trial runs one command and answers what it would change (files, output, exit code, network attempts) with the policy's decision (auto_commit, review, block). Read it, then call commit_trial to apply the changes to the host (all, or some paths) or discard_trial to drop them. Never commit a trial that is blocked or that did something unintended; force is for a person's decision only. show_trial shows a stored trial again.
-Sessions: for many steps in one sandbox, session_open (seed_dir copies a host directory in as the workspace), then session_shell and session_python (files, cwd and variables persist), session_diff to see the workspace's changes with their content, session_network for network attempts, session_commit to apply the changes to the seed directory (recorded and decided as a trial), and session_close at the end.
+Sessions: for many steps in one sandbox, session_open (seed_dir copies a host directory in as the workspace), then session_shell and session_python (files, cwd and variables persist), session_diff to see the workspace's changes with their content, session_network for network attempts, session_commit to apply the changes to the seed directory (recorded and decided as a trial), and session_close at the end. To try alternatives, session_fork a session into branches (each starts from its state), work in each, session_compare them, and session_keep the one to keep: its changes become the parent's.
 Network: nothing leaves a sandbox unless net allows it; every attempt is logged.`
 
 // New returns an MCP server whose tools act on svc. cwd is the default
@@ -269,6 +270,15 @@ func New(svc *server.Service, version, cwd string) *mcp.Server {
 	addTool(s, toolSpec{tool: &mcp.Tool{Name: "session_commit", Title: "Apply a session's changes to its seed directory",
 		Description: "Apply a session's changes (all, or the given paths) to the host directory it was seeded from. They are recorded as a trial, decided by the policy and committed like commit_trial: refused, changing nothing, if the policy blocks them or the host changed since the seeding.",
 		Annotations: &mcp.ToolAnnotations{DestructiveHint: yes, IdempotentHint: false, OpenWorldHint: no}}}, t.sessionCommit)
+	addTool(s, toolSpec{tool: &mcp.Tool{Name: "session_fork", Title: "Fork a session into branches",
+		Description: "Start n new sessions (branches) from a session's state now: its files exactly, the shell's cwd and exported environment, and the cache (not Python interpreter state). Each branch is a session of its own, its diff since the fork; the parent keeps running. Try alternatives in parallel, then session_compare and session_keep.",
+		Annotations: &mcp.ToolAnnotations{DestructiveHint: no, OpenWorldHint: no}}}, t.sessionFork)
+	addTool(s, toolSpec{tool: &mcp.Tool{Name: "session_keep", Title: "Keep one branch, discard the others",
+		Description: "Make one branch's changes since the fork the parent session's (they win over the parent's own on the same paths), and close every branch of that fork. Then session_diff or session_commit the parent.",
+		Annotations: &mcp.ToolAnnotations{DestructiveHint: yes, IdempotentHint: false, OpenWorldHint: no}}}, t.sessionKeep)
+	addTool(s, toolSpec{tool: &mcp.Tool{Name: "session_compare", Title: "Compare branches side by side",
+		Description: "Compare sessions' diffs (a branch's since its fork) or stored trials side by side: per path what each changed, whether alike, different, or only some changed it, and each one's decision.",
+		Annotations: &mcp.ToolAnnotations{ReadOnlyHint: true, IdempotentHint: true, OpenWorldHint: no}}}, t.sessionCompare)
 	addTool(s, toolSpec{tool: &mcp.Tool{Name: "session_close", Title: "Close a session",
 		Description: "Close a session and drop its sandbox, with whatever it did not commit.",
 		Annotations: &mcp.ToolAnnotations{DestructiveHint: yes, IdempotentHint: false, OpenWorldHint: no}}}, t.sessionClose)
@@ -590,7 +600,15 @@ func (t *tools) sessionDiff(ctx context.Context, _ *mcp.CallToolRequest, in Diff
 	if err != nil {
 		return "", DiffOut{}, err
 	}
-	d, err := l.Session.Diff(ctx, in.Rebase)
+	var d *session.Diff
+	if in.Origin {
+		if in.Rebase {
+			return "", DiffOut{}, &ArgumentError{Tool: "session_diff", Arg: "origin", Msg: "not with rebase: a branch's origin is its parent's, only its own baseline moves"}
+		}
+		d, err = l.Session.DiffOrigin(ctx)
+	} else {
+		d, err = l.Session.Diff(ctx, in.Rebase)
+	}
 	if err != nil {
 		return "", DiffOut{}, err
 	}

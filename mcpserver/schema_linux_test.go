@@ -89,8 +89,8 @@ func TestMCPSchemas(t *testing.T) {
 		json.Unmarshal(b, &m)
 		return m
 	}
-	destructive := []string{"commit_trial", "discard_trial", "session_commit", "session_close"}
-	readOnly := []string{"show_trial", "session_network"}
+	destructive := []string{"commit_trial", "discard_trial", "session_commit", "session_close", "session_keep"}
+	readOnly := []string{"show_trial", "session_network", "session_compare"}
 	for name, tl := range tools {
 		in, out := schemaOf(tl.InputSchema), schemaOf(tl.OutputSchema)
 		if in["type"] != "object" || out["type"] != "object" {
