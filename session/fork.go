@@ -11,6 +11,7 @@ import (
 	"maps"
 	"slices"
 	"sync"
+	"time"
 
 	"github.com/dryexec/dryexec"
 	"github.com/dryexec/dryexec/compare"
@@ -61,6 +62,9 @@ type forkState struct {
 	// kept says Keep took this branch's changes; discarded, that Keep took
 	// a sibling's or Discard ended it.
 	kept, discarded bool
+	// pause is how long the last fork held the session (its guest's fork
+	// call: the freeze, or the host rung's copy).
+	pause time.Duration
 }
 
 // Fork starts n new sessions (branches) from this one's state at the call:
@@ -106,7 +110,9 @@ func (s *Session) Fork(ctx context.Context, n int) ([]*Session, error) {
 		return nil, fmt.Errorf("session: fork: %w", err)
 	}
 	defer fk.DropFork()
+	start := time.Now()
 	f, err := s.call(ctx, wire.VerbFork, &req)
+	s.fork.pause = time.Since(start)
 	if re := (*wire.RemoteError)(nil); errors.As(err, &re) && re.Code == "fork_busy" {
 		return nil, fmt.Errorf("session: %w: %v", ErrForkBusy, err)
 	}
@@ -154,6 +160,14 @@ func (s *Session) bound() map[string]*hostObject {
 	s.bindMu.Lock()
 	defer s.bindMu.Unlock()
 	return s.hostObjects
+}
+
+// ForkPause is how long the last Fork held this session: its guest's part
+// (the ns rung's freeze, the host rung's copy), not the branches' start.
+func (s *Session) ForkPause() time.Duration {
+	s.fork.mu.Lock()
+	defer s.fork.mu.Unlock()
+	return s.fork.pause
 }
 
 // Parent is the session this one was forked from, or nil.

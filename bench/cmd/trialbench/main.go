@@ -41,7 +41,7 @@ import (
 const inNetNS = "DRYEXEC_BENCH_OWN_NETNS"
 
 // groupKeys are the groups in the order they run; -only picks among them.
-var groupKeys = []string{"trial", "cli", "rungs", "warm", "throughput", "diff", "commit", "sessions", "net", "memory", "bigdelta", "collect", "images"}
+var groupKeys = []string{"trial", "cli", "rungs", "warm", "throughput", "diff", "commit", "sessions", "fork", "net", "memory", "bigdelta", "collect", "images"}
 
 func main() {
 	guest.MaybeMain(os.Args)
@@ -189,7 +189,7 @@ func run(ctx context.Context, cfg config) (err error) {
 	m := describeMachine()
 	makers := map[string]func(*env) ([]group, error){
 		"trial": trialGroup, "cli": cliGroup, "rungs": rungsGroup, "warm": warmGroup, "throughput": throughputGroup, "diff": diffGroup,
-		"commit": commitGroup, "sessions": sessionGroup, "net": netGroup, "memory": memoryGroup,
+		"commit": commitGroup, "sessions": sessionGroup, "fork": forkGroup, "net": netGroup, "memory": memoryGroup,
 		"bigdelta": bigDeltaGroup, "collect": collectGroup, "images": imagesGroup,
 	}
 	var groups []group

@@ -1,0 +1,167 @@
+//go:build linux
+
+package main
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"time"
+
+	"github.com/dryexec/dryexec/session"
+)
+
+// forkTree is the workspace a fork is measured on (the issue's figure).
+const forkTree = 100_000
+
+// forkGroup: forking a session whose workspace holds 100,000 files, on ns
+// and host, against `cp -a` of the same tree in the same run; the pause the
+// parent sees; a compare of two branches; and the memory an extra branch
+// costs.
+func forkGroup(e *env) ([]group, error) {
+	tree, err := e.tree(forkTree)
+	if err != nil {
+		return nil, err
+	}
+	ctx := e.ctx
+	open := func(rung, dir string) (*session.Session, error) {
+		s, err := session.Open(ctx, session.Options{Rung: rung})
+		if err != nil {
+			return nil, fmt.Errorf("%s session: %w", rung, err)
+		}
+		if dir != "" {
+			if err := s.PushDir(ctx, dir); err != nil {
+				s.Close()
+				return nil, err
+			}
+			// Half the changes an agent would make sit in the upper: one
+			// exec's worth of writes the fork freezes.
+			if r, err := s.Shell(ctx, "for i in $(seq 100); do echo $i > d0/new$i; done", time.Minute); err != nil || r.ExitCode != 0 {
+				s.Close()
+				return nil, fmt.Errorf("writing: %v %+v", err, r)
+			}
+		}
+		return s, nil
+	}
+	var opened []*session.Session
+	closeAll := func() {
+		for _, s := range opened {
+			s.Close()
+		}
+	}
+	sessions := map[string]*session.Session{}
+	for _, k := range []struct{ name, rung, dir string }{{"ns", "ns", tree}, {"ns-empty", "ns", ""}, {"host", "host", tree}} {
+		s, err := open(k.rung, k.dir)
+		if err != nil {
+			closeAll()
+			return nil, err
+		}
+		opened = append(opened, s)
+		sessions[k.name] = s
+	}
+	var branch []*session.Session // the last fork's, closed before the next
+	dropBranches := func() error {
+		for _, b := range branch {
+			b.Close()
+		}
+		branch = nil
+		return nil
+	}
+	fork := func(name string) func() (float64, error) {
+		return timed(func() error {
+			bs, err := sessions[name].Fork(ctx, 1)
+			branch = bs
+			return err
+		})
+	}
+	var pause float64
+	copyDir := filepath.Join(e.work, "forkcopy")
+	cands := []candidate{
+		{name: fmt.Sprintf("cp -a of the %d-file tree (baseline)", forkTree), label: "cp -a",
+			prep: func() error { return os.RemoveAll(copyDir) },
+			run:  timed(func() error { return exec.Command("cp", "-a", tree, copyDir).Run() })},
+		{name: fmt.Sprintf("ns: fork(1) of a %d-file session, total (freeze + the branch's sandbox start)", forkTree), prep: dropBranches, run: func() (float64, error) {
+			v, err := fork("ns")()
+			pause = msOf(sessions["ns"].ForkPause())
+			return v, err
+		}},
+		{name: fmt.Sprintf("ns: the parent's pause in that fork (the freeze; no file copied)"), run: func() (float64, error) { return pause, nil }},
+		{name: "ns: fork(1) of an empty session, total", prep: dropBranches, run: fork("ns-empty")},
+		{name: fmt.Sprintf("host: fork(1) of a %d-file session, total (a copy of the tree)", forkTree), prep: dropBranches, run: fork("host")},
+		{name: "ns: compare of two branches (one change each)", prep: func() error {
+			if err := dropBranches(); err != nil {
+				return err
+			}
+			bs, err := sessions["ns"].Fork(ctx, 2)
+			if err != nil {
+				return err
+			}
+			branch = bs
+			for i, b := range bs {
+				if r, err := b.Shell(ctx, fmt.Sprintf("echo %d > d0/f0", i), time.Minute); err != nil || r.ExitCode != 0 {
+					return fmt.Errorf("branch shell: %v", err)
+				}
+			}
+			return nil
+		}, run: timed(func() error {
+			r, err := session.Compare(ctx, []string{"a", "b"}, branch...)
+			if err == nil && r.Differ != 1 {
+				err = fmt.Errorf("compare: %+v", r)
+			}
+			return err
+		})},
+	}
+	g := group{key: "fork", title: fmt.Sprintf("Fork a live session (workspace of %d files, 100 of them written since the push)", forkTree),
+		unit: unitMS, bases: []int{0}, cands: cands, close: func() { dropBranches(); closeAll() },
+		note: "A fork on ns freezes the session's upper as a read-only layer shared by the parent and the branch: its cost does not grow with the tree. " +
+			"The total includes the branch's own sandbox (namespaces, cgroup, netsim, guest), as a session start does; the pause is what the parent waits. " +
+			"The host rung copies the tree (reflink where the filesystem has it)."}
+
+	mem := group{key: "fork", title: "Memory per extra branch (ns, one exec_shell, idle)", unit: unitMiB, bases: []int{0}}
+	mem.cands = []candidate{
+		{name: "a fresh ns session's guest (PSS)", label: "session", run: func() (float64, error) {
+			return pssOf(func() (func(), error) {
+				s, err := session.Open(ctx, session.Options{Rung: "ns"})
+				if err != nil {
+					return nil, err
+				}
+				_, err = s.Shell(ctx, "true", time.Minute)
+				return func() { s.Close() }, err
+			})
+		}},
+		{name: fmt.Sprintf("an extra branch of the %d-file session (PSS)", forkTree), run: func() (float64, error) {
+			return pssOf(func() (func(), error) {
+				bs, err := sessions["ns"].Fork(ctx, 1)
+				if err != nil {
+					return nil, err
+				}
+				_, err = bs[0].Shell(ctx, "true", time.Minute)
+				return func() { bs[0].Close() }, err
+			})
+		}},
+	}
+	mem.note = "PSS of the new guest's processes as the host sees them, after one exec_shell and a second idle. A branch adds no copy of the workspace: its layers are the parent's."
+	return []group{g, mem}, nil
+}
+
+// pssOf runs start (which makes one sandbox) and sums the PSS of the
+// processes it added under this one, after a second idle; then ends it.
+func pssOf(start func() (func(), error)) (float64, error) {
+	before := children()
+	end, err := start()
+	if end != nil {
+		defer end()
+	}
+	if err != nil {
+		return 0, err
+	}
+	time.Sleep(time.Second) // not ordering: idling is what is measured
+	var pss float64
+	for _, p := range descendants(slices.DeleteFunc(children(), func(p int) bool { return slices.Contains(before, p) })) {
+		_, x := smaps(p)
+		pss += x
+	}
+	return pss, nil
+}
