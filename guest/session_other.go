@@ -3,6 +3,7 @@
 package guest
 
 import (
+	"errors"
 	"fmt"
 	"os/exec"
 	"syscall"
@@ -40,3 +41,7 @@ func setNotDumpable() {}
 
 // quiesce: only the ns rung stops the sandbox's processes for a fork.
 func (s *session) quiesce() (resume func()) { return func() {} }
+
+// errWriters is the ns rung's refusal to freeze (fork_linux.go); no other
+// platform freezes.
+var errWriters = errors.New("a workspace file is open for writing")

@@ -87,7 +87,7 @@ func forkGroup(e *env) ([]group, error) {
 			pause = msOf(sessions["ns"].ForkPause())
 			return v, err
 		}},
-		{name: fmt.Sprintf("ns: the parent's pause in that fork (the freeze; no file copied)"), run: func() (float64, error) { return pause, nil }},
+		{name: "ns: the parent's pause in that fork (the freeze; no file copied)", run: func() (float64, error) { return pause, nil }},
 		{name: "ns: fork(1) of an empty session, total", prep: dropBranches, run: fork("ns-empty")},
 		{name: fmt.Sprintf("host: fork(1) of a %d-file session, total (a copy of the tree)", forkTree), prep: dropBranches, run: fork("host")},
 		{name: "ns: compare of two branches (one change each)", prep: func() error {
