@@ -170,7 +170,7 @@ var forkCases = []conformanceCase{
 		if rungOf(s) != "ns" {
 			t.Skip("the host rung copies the tree; nothing is frozen")
 		}
-		run(t, s, "setsid sh -c 'echo $$ > /tmp/w.pid; exec 3>w.log; echo x >&3; while :; do sleep 1; done' >/dev/null 2>&1 & setsid sh -c 'while :; do sleep 1; done' >/dev/null 2>&1 & until [ -s w.log ]; do :; done")
+		run(t, s, "setsid sh -c 'echo $$ > /tmp/w.pid; exec 3>w.log; echo x >&3; while :; do sleep 1 3>&-; done' >/dev/null 2>&1 & setsid sh -c 'while :; do sleep 1; done' >/dev/null 2>&1 & until [ -s w.log ]; do :; done")
 		if _, err := s.Fork(ctx(t), 1); !errors.Is(err, session.ErrForkBusy) {
 			t.Fatalf("Fork with a writer: %v, want ErrForkBusy", err)
 		}
