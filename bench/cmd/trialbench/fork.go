@@ -114,12 +114,13 @@ func forkGroup(e *env) ([]group, error) {
 		})},
 	}
 	g := group{key: "fork", title: fmt.Sprintf("Fork a live session (workspace of %d files, 100 of them written since the push)", forkTree),
-		unit: unitMS, bases: []int{0}, cands: cands, close: func() { dropBranches(); closeAll() },
+		unit: unitMS, bases: []int{0}, cands: cands, close: func() { dropBranches() },
 		note: "A fork on ns freezes the session's upper as a read-only layer shared by the parent and the branch: its cost does not grow with the tree. " +
 			"The total includes the branch's own sandbox (namespaces, cgroup, netsim, guest), as a session start does; the pause is what the parent waits. " +
 			"The host rung copies the tree (reflink where the filesystem has it)."}
 
-	mem := group{key: "fork", title: "Memory per extra branch (ns, one exec_shell, idle)", unit: unitMiB, bases: []int{0}}
+	// The memory group forks the same session: the sessions close after it.
+	mem := group{key: "fork", title: "Memory per extra branch (ns, one exec_shell, idle)", unit: unitMiB, bases: []int{0}, close: closeAll}
 	mem.cands = []candidate{
 		{name: "a fresh ns session's guest (PSS)", label: "session", run: func() (float64, error) {
 			return pssOf(func() (func(), error) {
