@@ -39,7 +39,7 @@ func compareCmd(env Env) *cobra.Command {
 					return fmt.Errorf("compare: sessions live in a daemon: %w", err)
 				}
 				res = new(compare.Result)
-				if err := c.call(cmd.Context(), "POST", "/v1/compare", map[string]any{"ids": args}, res); err != nil {
+				if err := c.Call(cmd.Context(), "POST", "/v1/compare", map[string]any{"ids": args}, res); err != nil {
 					return err
 				}
 			} else {
