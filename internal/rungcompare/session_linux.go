@@ -103,6 +103,15 @@ func SessionSameAsNS(t *testing.T, name string, cases []SessionCase) {
 						t.Fatalf("%s: diff after %q: %v", r, cmd, err)
 					}
 					res.DurationNS, res.Warnings = 0, nil
+					// The transcript merges two pipes in the order their bytes
+					// reached the reader, and between two pipes no order is
+					// defined (ns itself gave "err\nout\n" for `echo out; echo
+					// err >&2` once under load): each rung's must be a merge of
+					// its own stdout and stderr; the streams are compared apart.
+					if !isMerge(res.Transcript, res.Stdout, res.Stderr) {
+						t.Errorf("%s: %q: transcript %q is not a merge of stdout %q and stderr %q", r, cmd, res.Transcript, res.Stdout, res.Stderr)
+					}
+					res.Transcript = ""
 					// The session's network log, filled on the host: the
 					// exec's own events are res.Network.
 					steps = append(steps, SessionStep{Result: *res, Diff: *d, Violations: s.Violations(), Network: s.Network()})
@@ -120,6 +129,29 @@ func SessionSameAsNS(t *testing.T, name string, cases []SessionCase) {
 			}
 		})
 	}
+}
+
+// isMerge reports whether m is an interleaving of a and b, each kept in
+// its own order.
+func isMerge(m, a, b string) bool {
+	if len(m) != len(a)+len(b) {
+		return false
+	}
+	// ok[j]: m[:i+j] is a merge of a[:i] and b[:j], for the current i.
+	ok := make([]bool, len(b)+1)
+	for i := 0; i <= len(a); i++ {
+		for j := 0; j <= len(b); j++ {
+			switch {
+			case i == 0 && j == 0:
+				ok[j] = true
+			default:
+				fromA := i > 0 && ok[j] && a[i-1] == m[i+j-1]
+				fromB := j > 0 && ok[j-1] && b[j-1] == m[i+j-1]
+				ok[j] = fromA || fromB
+			}
+		}
+	}
+	return ok[len(b)]
 }
 
 func replaceAll(r *strings.Replacer, ss []string) []string {
