@@ -26,12 +26,19 @@ const Name = "dryexec-guest"
 // decision engine, netsim's netstack, the daemon and the MCP server; the
 // guest needs none of them. Measured here: 5 MB and 46 package inits against
 // 42 MB and 198, 20–30 ms against 100–170 ms to start on a loaded machine.
-func Executable() string {
-	if p := os.Getenv(Env); p != "" {
+func Executable() string { return Beside(Env, Name) }
+
+// Beside finds one of dryexec's helper binaries: the path in the environment
+// variable env if set, else the executable file name beside the running
+// binary, else the running binary itself (which must then serve that role:
+// every dryexec main and test main does). The guest and netsim's role process
+// are found this way.
+func Beside(env, name string) string {
+	if p := os.Getenv(env); p != "" {
 		return p
 	}
 	if self, err := os.Executable(); err == nil {
-		p := filepath.Join(filepath.Dir(self), Name)
+		p := filepath.Join(filepath.Dir(self), name)
 		if st, err := os.Stat(p); err == nil && st.Mode().IsRegular() && st.Mode()&0o111 != 0 {
 			return p
 		}

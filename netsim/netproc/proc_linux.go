@@ -15,6 +15,8 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/dryexec/dryexec/internal/guestexe"
+
 	"golang.org/x/sys/unix"
 
 	"github.com/dryexec/dryexec"
@@ -37,18 +39,7 @@ const ExeName = "dryexec-netsim"
 // must then call MaybeMain first thing). Why a binary of its own: the role
 // starts on every trial, and the CLI's binary pays for the decision engine,
 // the daemon and the MCP server before main runs.
-func Executable() string {
-	if p := os.Getenv(ExeEnv); p != "" {
-		return p
-	}
-	if self, err := os.Executable(); err == nil {
-		p := filepath.Join(filepath.Dir(self), ExeName)
-		if st, err := os.Stat(p); err == nil && st.Mode().IsRegular() && st.Mode()&0o111 != 0 {
-			return p
-		}
-	}
-	return "/proc/self/exe"
-}
+func Executable() string { return guestexe.Beside(ExeEnv, ExeName) }
 
 // Proc is one running role process: one sandbox's network.
 type Proc struct {
