@@ -5,18 +5,14 @@ import (
 	"context"
 	"encoding/json"
 	"io"
-	"log"
-	"net/http/httptest"
 	"os"
 	"strconv"
 	"strings"
 	"testing"
 
+	"github.com/dryexec/dryexec/internal/imagetest"
 	"github.com/dryexec/dryexec/internal/testreq"
-	"github.com/google/go-containerregistry/pkg/name"
-	"github.com/google/go-containerregistry/pkg/registry"
 	"github.com/google/go-containerregistry/pkg/v1/random"
-	"github.com/google/go-containerregistry/pkg/v1/remote"
 	"golang.org/x/sys/unix"
 )
 
@@ -24,17 +20,12 @@ import (
 // REPO:v1 and returns its reference.
 func imageRegistry(t *testing.T) string {
 	t.Helper()
-	srv := httptest.NewServer(registry.New(registry.Logger(log.New(io.Discard, "", 0))))
-	t.Cleanup(srv.Close)
 	img, err := random.Image(256<<10, 2)
 	if err != nil {
 		t.Fatal(err)
 	}
-	ref := strings.TrimPrefix(srv.URL, "http://") + "/team/tool:v1"
-	r, _ := name.ParseReference(ref)
-	if err := remote.Write(r, img); err != nil {
-		t.Fatal(err)
-	}
+	ref := imagetest.Registry(t) + "/team/tool:v1"
+	imagetest.Push(t, ref, img)
 	return ref
 }
 
