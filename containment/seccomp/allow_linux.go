@@ -45,11 +45,6 @@ func AllowList(calls []Allowed, refuse unix.Errno) ([]unix.SockFilter, error) {
 	sort.Ints(nrs)
 	var prog []insn
 	emit := func(i insn) { prog = append(prog, i) }
-	ld := func(off uint32) insn { return insn{code: unix.BPF_LD | unix.BPF_W | unix.BPF_ABS, k: off} }
-	ret := func(k uint32) insn { return insn{code: unix.BPF_RET | unix.BPF_K, k: k} }
-	jmp := func(op uint16, k uint32, jt, jf string) insn {
-		return insn{code: unix.BPF_JMP | op | unix.BPF_K, k: k, jt: jt, jf: jf}
-	}
 	emit(ld(offArch))
 	emit(jmp(unix.BPF_JEQ, nativeArch, "", "refuse"))
 	emit(ld(offNr))
@@ -65,33 +60,21 @@ func AllowList(calls []Allowed, refuse unix.Errno) ([]unix.SockFilter, error) {
 		}
 		emit(jmp(unix.BPF_JEQ, uint32(nr), target, ""))
 	}
-	r := ret(unix.SECCOMP_RET_ERRNO | uint32(refuse))
-	r.label = "refuse"
-	emit(r)
-	a := ret(unix.SECCOMP_RET_ALLOW)
-	a.label = "allow"
-	emit(a)
+	emit(ret(unix.SECCOMP_RET_ERRNO | uint32(refuse)).at("refuse"))
+	emit(ret(unix.SECCOMP_RET_ALLOW).at("allow"))
 	for _, nr := range nrs {
 		c := byNr[nr]
 		label := fmt.Sprintf("c%d", nr)
 		switch {
 		case c.Errno != 0:
-			e := ret(unix.SECCOMP_RET_ERRNO | uint32(c.Errno))
-			e.label = label
-			emit(e)
+			emit(ret(unix.SECCOMP_RET_ERRNO | uint32(c.Errno)).at(label))
 		case c.Arg0Clear != 0:
-			l := ld(offArgs)
-			l.label = label
-			emit(l)
+			emit(ld(offArgs).at(label))
 			emit(jmp(unix.BPF_JSET, c.Arg0Clear, "refuse_arg", "allow_arg"))
 		}
 	}
-	ra := ret(unix.SECCOMP_RET_ERRNO | uint32(refuse))
-	ra.label = "refuse_arg"
-	emit(ra)
-	aa := ret(unix.SECCOMP_RET_ALLOW)
-	aa.label = "allow_arg"
-	emit(aa)
+	emit(ret(unix.SECCOMP_RET_ERRNO | uint32(refuse)).at("refuse_arg"))
+	emit(ret(unix.SECCOMP_RET_ALLOW).at("allow_arg"))
 	return assemble(prog)
 }
 

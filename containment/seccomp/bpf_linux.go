@@ -24,6 +24,26 @@ type insn struct {
 	label  string // this instruction's own label, if any
 }
 
+// The three instructions both compilers (Program's deny list, AllowList's
+// allow list) are written in.
+
+// ld loads the 32-bit word of struct seccomp_data at off.
+func ld(off uint32) insn { return insn{code: unix.BPF_LD | unix.BPF_W | unix.BPF_ABS, k: off} }
+
+// ret ends the filter with verdict k.
+func ret(k uint32) insn { return insn{code: unix.BPF_RET | unix.BPF_K, k: k} }
+
+// jmp compares the accumulator with k by op and jumps to jt or jf.
+func jmp(op uint16, k uint32, jt, jf string) insn {
+	return insn{code: unix.BPF_JMP | op | unix.BPF_K, k: k, jt: jt, jf: jf}
+}
+
+// at returns i labelled l, the target of jumps to l.
+func (i insn) at(l string) insn {
+	i.label = l
+	return i
+}
+
 // Program compiles p for the native architecture. With notify, refused calls
 // return SECCOMP_RET_USER_NOTIF (a supervisor answers and reports them);
 // without, they return their errno directly (nothing is reported: for tests
@@ -63,18 +83,11 @@ func (p *Profile) Program(notify bool) ([]unix.SockFilter, error) {
 
 	var prog []insn
 	emit := func(i insn) { prog = append(prog, i) }
-	ld := func(off uint32) insn { return insn{code: unix.BPF_LD | unix.BPF_W | unix.BPF_ABS, k: off} }
-	ret := func(k uint32) insn { return insn{code: unix.BPF_RET | unix.BPF_K, k: k} }
-	jmp := func(op uint16, k uint32, jt, jf string) insn {
-		return insn{code: unix.BPF_JMP | op | unix.BPF_K, k: k, jt: jt, jf: jf}
-	}
 
 	emit(ld(offArch))
 	emit(jmp(unix.BPF_JEQ, nativeArch, "native", ""))
 	emit(ret(refuse(unix.ENOSYS)))
-	n := ld(offNr)
-	n.label = "native"
-	emit(n)
+	emit(ld(offNr).at("native"))
 	if x32Bit != 0 {
 		emit(jmp(unix.BPF_JGE, x32Bit, "foreign", ""))
 	}
@@ -96,12 +109,8 @@ func (p *Profile) Program(notify bool) ([]unix.SockFilter, error) {
 		emit(jmp(unix.BPF_JEQ, uint32(nr), target, ""))
 	}
 	emit(jmp(unix.BPF_JGT, maxKnown, "foreign", "allow"))
-	a := ret(unix.SECCOMP_RET_ALLOW)
-	a.label = "allow"
-	emit(a)
-	f := ret(refuse(unix.ENOSYS))
-	f.label = "foreign"
-	emit(f)
+	emit(ret(unix.SECCOMP_RET_ALLOW).at("allow"))
+	emit(ret(refuse(unix.ENOSYS)).at("foreign"))
 	if handled {
 		// The supervisor performs these calls; without one they run.
 		h := ret(unix.SECCOMP_RET_ALLOW)
@@ -124,9 +133,7 @@ func (p *Profile) Program(notify bool) ([]unix.SockFilter, error) {
 	}
 	sort.Ints(es)
 	for _, e := range es {
-		r := ret(refuse(unix.Errno(e)))
-		r.label = "refuse_" + unix.Errno(e).Error()
-		emit(r)
+		emit(ret(refuse(unix.Errno(e))).at("refuse_" + unix.Errno(e).Error()))
 	}
 	for _, nr := range nrs {
 		rs := groups[nr]
@@ -168,9 +175,7 @@ func (p *Profile) Program(notify bool) ([]unix.SockFilter, error) {
 				prog[start].label = fmt.Sprintf("g%dr%d", nr, j)
 			}
 		}
-		last := ret(unix.SECCOMP_RET_ALLOW)
-		last.label = fmt.Sprintf("g%dr%d", nr, len(rs))
-		emit(last)
+		emit(ret(unix.SECCOMP_RET_ALLOW).at(fmt.Sprintf("g%dr%d", nr, len(rs))))
 	}
 	return assemble(prog)
 }
