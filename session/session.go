@@ -402,6 +402,24 @@ func (s *Session) netSince(mark int) []dryexec.NetworkEvent {
 	return log[mark:]
 }
 
+// networkEnder is a sandbox whose network can end before it does: netsim
+// runs as a process of its own, which can be killed or crash.
+type networkEnder interface {
+	// NetworkEnded says why the network ended early, or "".
+	NetworkEnded() string
+}
+
+// networkEnded says why the session's network ended early, or "" while it
+// serves or where the sandbox has none. Every exec after that reports it:
+// the requests it makes reach nothing, and its network log is no longer
+// the whole of what it tried.
+func (s *Session) networkEnded() string {
+	if n, ok := s.sb.(networkEnder); ok {
+		return n.NetworkEnded()
+	}
+	return ""
+}
+
 // Violations returns everything the boundary saw so far in this session:
 // limits hit ({kind: limit}: OOM kills, refused forks) and masked secrets read
 // ({kind: secret}), in the order they were first seen. The host rung has no
@@ -414,7 +432,8 @@ func (s *Session) Violations() []dryexec.Violation {
 }
 
 // Warnings say which of the session's limits are not enforced as asked (e.g.
-// no cgroup could be made rootless).
+// no cgroup could be made rootless), and why its network ended early if
+// netsim died.
 func (s *Session) Warnings() []string { return s.sb.Warnings() }
 
 // serveGuest answers the guest's calls (cache, host objects, events). They

@@ -39,6 +39,9 @@ func (s *Session) ShellWith(ctx context.Context, command string, opt ShellOption
 	err = wire.DecodeBody(f, &r, false)
 	// The log is the host's: nothing the guest wrote here is kept.
 	r.Network = s.netSince(mark)
+	if e := s.networkEnded(); e != "" {
+		r.Warnings = append(r.Warnings, e)
+	}
 	return &r, err
 }
 

@@ -214,12 +214,15 @@ func (n *trialNet) finish(d *dryexec.StateDelta) {
 		d.Network = n.sim.Log()
 		if err := n.crashed(); err != nil {
 			d.Incomplete = true
-			d.IncompleteReason = joinReasons(d.IncompleteReason, "the sandbox's network ended early: "+err.Error())
+			d.IncompleteReason = joinReasons(d.IncompleteReason, endedEarly(err))
 		}
 		d.Normalize()
 		d.ComputeTotals()
 	}
 }
+
+// endedEarly is how a delta or a session says that netsim died under it.
+func endedEarly(err error) string { return "the sandbox's network ended early: " + err.Error() }
 
 // crashed is why the netsim process died before it was told to stop, or
 // nil.

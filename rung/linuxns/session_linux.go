@@ -184,8 +184,14 @@ func (s *sessionSandbox) Warnings() []string {
 	if nw := s.net.Warning(); nw != "" {
 		w = append(w, nw)
 	}
+	if e := s.net.Ended(); e != "" {
+		w = append(w, e)
+	}
 	return w
 }
+
+// NetworkEnded says why the session's network ended early, or "".
+func (s *sessionSandbox) NetworkEnded() string { return s.net.Ended() }
 
 func (s *sessionSandbox) Network() []dryexec.NetworkEvent { return s.net.Log() }
 

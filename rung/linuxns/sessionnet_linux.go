@@ -100,6 +100,15 @@ func (n *Net) Err() error {
 	return n.n.crashed()
 }
 
+// Ended says why the network ended early ("the sandbox's network ended
+// early: …"), or "" while it serves (or was never started).
+func (n *Net) Ended() string {
+	if err := n.Err(); err != nil {
+		return endedEarly(err)
+	}
+	return ""
+}
+
 // Close stops netsim and waits for its handlers, so that nothing of it
 // outlives the call. Call it once the sandbox's processes are gone; later
 // calls do nothing.

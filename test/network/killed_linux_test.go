@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -123,5 +124,56 @@ func TestNetsimKilledMidTrial(t *testing.T) {
 	}
 	if len(network) != 1 || network[0] != "https://api.example.com/v1/ping mocked" {
 		t.Errorf("network log %q: want the one HTTP request before the kill", network)
+	}
+}
+
+// TestNetsimKilledMidSession: killing a session's netsim process ends that
+// session's network, not the session: the exec after the kill still runs,
+// its request reaches nothing, and its result and the session's warnings say
+// the network ended early (so the exec's log is not taken for the whole of
+// what it tried).
+func TestNetsimKilledMidSession(t *testing.T) {
+	requireTUN(t)
+	dir := t.TempDir()
+	mock := filepath.Join(dir, "mock.yaml")
+	if err := os.WriteFile(mock, []byte("routes:\n  - host: api.example.com\n    path: /v1/ping\n    json: {pong: true}\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	s := openNetSession(t, "mock:"+mock)
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+	defer cancel()
+	r, err := s.Shell(ctx, "curl -sS https://api.example.com/v1/ping", time.Minute)
+	if err != nil || !strings.Contains(r.Stdout, `"pong":true`) {
+		t.Fatalf("before the kill: %v, %+v", err, r)
+	}
+	for _, w := range append(r.Warnings, s.Warnings()...) {
+		if strings.Contains(w, "network ended early") {
+			t.Fatalf("warning %q before netsim was killed", w)
+		}
+	}
+	pids := netsimPids(t)
+	if len(pids) != 1 {
+		t.Fatalf("netsim processes of this test: %v, want one", pids)
+	}
+	if err := syscall.Kill(pids[0], syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	testwait.For(t, time.Minute, "the session to see netsim gone", func() bool {
+		for _, w := range s.Warnings() {
+			if strings.Contains(w, "network ended early") && strings.Contains(w, "killed") {
+				return true
+			}
+		}
+		return false
+	})
+	r, err = s.Shell(ctx, "curl -sS -m 3 https://api.example.com/v1/ping || echo AFTER-KILL-FAILED", time.Minute)
+	if err != nil {
+		t.Fatalf("the exec after the kill: %v", err)
+	}
+	if !strings.Contains(r.Stdout, "AFTER-KILL-FAILED") {
+		t.Errorf("stdout %q: want the request after the kill to fail", r.Stdout)
+	}
+	if !slices.ContainsFunc(r.Warnings, func(w string) bool { return strings.Contains(w, "network ended early") }) {
+		t.Errorf("the exec's warnings %q do not say the network ended early", r.Warnings)
 	}
 }
