@@ -1,0 +1,22 @@
+// Package seatbelt owns the `seatbelt` rung: trials (and sessions) on macOS
+// under Seatbelt, the kernel sandbox that /usr/bin/sandbox-exec applies from
+// a profile written in SBPL.
+//
+// A trial clones its working directory with clonefile(2) (APFS: a
+// copy-on-write copy that costs metadata only), runs the command under
+// sandbox-exec with a profile that lets it write only beneath the clone and
+// a private tmp, denies reading the masked secrets and dryexec's own state,
+// and denies the network; then it walks the clone against a record of it
+// taken before the command ran (an inode, ctime, mtime and size fast path)
+// and hands what changed to package fsdelta as overlay-upper entries, so the
+// delta is the one every other rung produces, and package commit applies it.
+//
+// What is platform-neutral here (the profile, the clone walk, the trial's
+// steps, doctor's checks) is unit-tested on Linux with a plain copy in
+// place of clonefile and no sandbox-exec. What is macOS-only
+// (rung_darwin.go: clonefile, sandbox-exec, the APFS check, sessions) has
+// been compiled and vetted for darwin and has never run on a Mac; this
+// build's rung reports itself unavailable on macOS until package fsdelta's
+// host half and package commit, which are Linux-only (openat2,
+// renameat2), are ported (docs/architecture.md, "The seatbelt rung").
+package seatbelt
