@@ -1,0 +1,208 @@
+//go:build linux || darwin
+
+package seatbelt
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+
+	"github.com/dryexec/dryexec"
+)
+
+// Name is the rung's contract name.
+const Name = "seatbelt"
+
+// Unenforced is the warning every seatbelt delta carries: what the ns rung
+// enforces and Seatbelt here does not.
+const Unenforced = "seatbelt rung: no resource limits but the timeout (macOS has no cgroups); reads of masked paths are denied, not recorded as violations; a process that leaves the command's session is not stopped by the trial's end"
+
+// differ is what a trial needs of package fsdelta's Differ.
+type differ interface {
+	entrySink
+	FinishDelta(d *dryexec.StateDelta) error
+	CrossedReason() string
+	Close()
+}
+
+// platform is what a trial needs of its OS: macOS's clonefile and
+// sandbox-exec (rung_darwin.go), or, in the Linux tests, a plain copy and
+// no boundary at all.
+type platform struct {
+	// clone makes dst (which does not exist) a copy of the tree src.
+	clone func(src, dst string) error
+	// confine wraps argv so that it runs under profile; nil runs argv as
+	// it is, unconfined (the Linux tests of the trial's steps).
+	confine func(profile string, argv []string) []string
+	// homes are the home directories whose default masks apply.
+	homes []string
+	// getenv reads the caller's environment (where dryexec keeps its state).
+	getenv func(string) string
+}
+
+// checkSpec refuses what this rung cannot honour before anything is made.
+func checkSpec(spec dryexec.TrialSpec) error {
+	a := spec.Action
+	if len(a.Argv) == 0 || a.Argv[0] == "" {
+		return fmt.Errorf("%w: empty argv", dryexec.ErrBadAction)
+	}
+	if !filepath.IsAbs(a.Cwd) {
+		return fmt.Errorf("%w: cwd %q is not absolute", dryexec.ErrBadAction, a.Cwd)
+	}
+	if spec.Image != nil {
+		return &dryexec.IsolationUnavailableError{Rung: Name, Missing: "sandboxes from an image (--image) are not supported on seatbelt (use --rung ns on Linux)"}
+	}
+	for _, n := range spec.Net {
+		if n != "none" {
+			return &dryexec.IsolationUnavailableError{Rung: Name, Missing: "network interception on macOS (netsim as a loopback proxy is not built yet): only --net none, which denies every connection"}
+		}
+	}
+	return nil
+}
+
+// cover is what the profile denies: the credential masks and dryexec's own
+// state, each as given and, where it differs, as its symlinks resolve
+// (Seatbelt matches the resolved path).
+func cover(spec dryexec.TrialSpec, pf platform) (masked, hidden []string, err error) {
+	masks, err := dryexec.MaskPaths(pf.homes, spec.Masks, spec.NoDefaultMasks)
+	if err != nil {
+		return nil, nil, err
+	}
+	own := slices.Clone(spec.OwnPaths)
+	if h, err := dryexec.DefaultHome(pf.getenv); err == nil {
+		own = append(own, h)
+	}
+	for _, h := range pf.homes {
+		own = append(own, filepath.Join(h, ".local", "state", "dryexec"))
+	}
+	return withResolved(masks), withResolved(own), nil
+}
+
+// withResolved is paths, clean, each followed by its resolved form where
+// that differs, without duplicates.
+func withResolved(paths []string) []string {
+	var out []string
+	for _, p := range paths {
+		p = filepath.Clean(p)
+		if !filepath.IsAbs(p) || p == "/" {
+			continue
+		}
+		out = append(out, p)
+		if r, err := filepath.EvalSymlinks(p); err == nil && r != p {
+			out = append(out, r)
+		}
+	}
+	slices.Sort(out)
+	return slices.Compact(out)
+}
+
+// under reports whether p is dir or beneath it.
+func under(p, dir string) bool {
+	return p == dir || strings.HasPrefix(p, dir+"/") || dir == "/"
+}
+
+// trial runs one trial on pf: the working directory cloned into a scratch
+// dir, the masked and hidden paths removed from the clone (the command
+// must not read the clone's copy of a secret any more than the original),
+// a snapshot of the clone, the command in the clone under the profile, and
+// the clone walked against the snapshot into pf's Differ.
+func trial(ctx context.Context, spec dryexec.TrialSpec, pf platform) (*dryexec.StateDelta, error) {
+	spec = spec.WithDefaults()
+	if err := checkSpec(spec); err != nil {
+		return nil, err
+	}
+	if spec.TrialID == "" {
+		spec.TrialID = dryexec.NewTrialID()
+	}
+	orig := filepath.Clean(spec.Action.Cwd)
+	masked, hidden, err := cover(spec, pf)
+	if err != nil {
+		return nil, err
+	}
+	for _, c := range append(slices.Clone(masked), hidden...) {
+		if under(orig, c) {
+			return nil, fmt.Errorf("%w: the working directory %s is masked or dryexec's own state", dryexec.ErrBadAction, orig)
+		}
+	}
+	// The Differ first: where it does not build, nothing is run.
+	df, err := newDiffer(orig, spec, append(slices.Clone(masked), hidden...))
+	if err != nil {
+		return nil, err
+	}
+	defer df.Close()
+	scratch, err := os.MkdirTemp("", "dryexec-seatbelt-"+spec.TrialID+"-")
+	if err != nil {
+		return nil, err
+	}
+	defer os.RemoveAll(scratch)
+	// Seatbelt matches resolved paths: macOS's temp dir is beneath /var,
+	// a symlink to /private/var.
+	if scratch, err = filepath.EvalSymlinks(scratch); err != nil {
+		return nil, err
+	}
+	root, tmp := filepath.Join(scratch, "w"), filepath.Join(scratch, "tmp")
+	if err := pf.clone(orig, root); err != nil {
+		return nil, fmt.Errorf("seatbelt: cloning %s: %w", orig, err)
+	}
+	if err := os.Mkdir(tmp, 0o700); err != nil {
+		return nil, err
+	}
+	// The clone's counterparts of what is covered: removed, and denied too.
+	inClone := func(paths []string) []string {
+		var out []string
+		for _, p := range paths {
+			if under(p, orig) {
+				out = append(out, filepath.Join(root, strings.TrimPrefix(p, orig)))
+			}
+		}
+		return out
+	}
+	cm, ch := inClone(masked), inClone(hidden)
+	for _, p := range append(slices.Clone(cm), ch...) {
+		if err := os.RemoveAll(p); err != nil {
+			return nil, err
+		}
+	}
+	snap, err := takeSnapshot(root)
+	if err != nil {
+		return nil, err
+	}
+	since, err := fsTick(scratch)
+	if err != nil {
+		return nil, err
+	}
+	profile, err := Profile{Writable: []string{root, tmp}, Masked: append(masked, cm...), Hidden: append(hidden, ch...)}.SBPL()
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", dryexec.ErrBadAction, err)
+	}
+	argv := spec.Action.Argv
+	if pf.confine != nil {
+		argv = pf.confine(profile, argv)
+	}
+	d := &dryexec.StateDelta{TrialID: spec.TrialID, Rung: Name, Action: spec.Action, Warnings: []string{Unenforced}}
+	if err := run(ctx, spec, argv, environ(spec.Action, tmp), root, &d.Process); err != nil {
+		return nil, err
+	}
+	if err := walkClone(root, snap, since, df); err != nil {
+		return nil, fmt.Errorf("seatbelt: walking the clone: %w", err)
+	}
+	if err := df.FinishDelta(d); err != nil {
+		return nil, err
+	}
+	if r := df.CrossedReason(); r != "" {
+		d.Incomplete, d.IncompleteReason = true, r
+	}
+	d.Memory.Method = "none"
+	d.Memory.PeakRSSBytes = d.Process.PeakRSSBytes
+	d.Normalize()
+	d.ComputeTotals()
+	return d, nil
+}
+
+// errNoDiffer is why a trial cannot produce its delta where package
+// fsdelta's host half does not build.
+var errNoDiffer = errors.New("the host half of the delta (package fsdelta's Differ) and package commit need Linux (openat2, renameat2) in this build: trials cannot produce or commit a delta on macOS yet")
