@@ -7,5 +7,5 @@ import "github.com/dryexec/dryexec"
 // port (O_NOFOLLOW_ANY in place of RESOLVE_NO_SYMLINKS) is what stands
 // between this rung and its first trial on a Mac.
 func newDiffer(string, dryexec.TrialSpec, []string) (differ, error) {
-	return nil, &dryexec.IsolationUnavailableError{Rung: Name, Missing: errNoDiffer.Error()}
+	return nil, &dryexec.IsolationUnavailableError{Rung: Name, Missing: NoDiffer}
 }

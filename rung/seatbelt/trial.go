@@ -4,7 +4,6 @@ package seatbelt
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -13,13 +12,6 @@ import (
 
 	"github.com/dryexec/dryexec"
 )
-
-// Name is the rung's contract name.
-const Name = "seatbelt"
-
-// Unenforced is the warning every seatbelt delta carries: what the ns rung
-// enforces and Seatbelt here does not.
-const Unenforced = "seatbelt rung: no resource limits but the timeout (macOS has no cgroups); reads of masked paths are denied, not recorded as violations; a process that leaves the command's session is not stopped by the trial's end"
 
 // differ is what a trial needs of package fsdelta's Differ.
 type differ interface {
@@ -203,6 +195,3 @@ func trial(ctx context.Context, spec dryexec.TrialSpec, pf platform) (*dryexec.S
 	return d, nil
 }
 
-// errNoDiffer is why a trial cannot produce its delta where package
-// fsdelta's host half does not build.
-var errNoDiffer = errors.New("the host half of the delta (package fsdelta's Differ) and package commit need Linux (openat2, renameat2) in this build: trials cannot produce or commit a delta on macOS yet")

@@ -1,0 +1,102 @@
+package seatbelt
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"os/user"
+	"path/filepath"
+	"strings"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/dryexec/dryexec"
+)
+
+// Nothing in this file has run: it is compiled and vetted for darwin on
+// Linux (make lint), and its logic's platform-neutral parts are tested
+// there.
+
+// Available implements dryexec.Rung: what this Mac lacks (Missing, with
+// macOS's lookups at the current directory), and, in this build, always
+// NoDiffer: a trial here cannot produce its delta.
+func (r *Rung) Available(ctx context.Context) error {
+	dir, err := os.Getwd()
+	if err != nil {
+		dir = "."
+	}
+	missing := Missing(ctx, darwinLookups(dir))
+	if _, err := newDiffer("/", dryexec.TrialSpec{}, nil); err != nil {
+		missing = append(missing, NoDiffer)
+	}
+	if len(missing) == 0 {
+		return nil
+	}
+	return &dryexec.IsolationUnavailableError{Rung: Name, Missing: strings.Join(missing, "; ")}
+}
+
+// Trial implements dryexec.Rung: the working directory cloned with
+// clonefile, the command under sandbox-exec.
+func (r *Rung) Trial(ctx context.Context, spec dryexec.TrialSpec) (*dryexec.StateDelta, error) {
+	return trial(ctx, spec, platform{clone: cloneTree, confine: confine, homes: homes(), getenv: os.Getenv})
+}
+
+// confine runs argv under the profile. sandbox-exec applies it to itself
+// and then execs argv, so everything the command starts inherits it.
+func confine(profile string, argv []string) []string {
+	return append([]string{SandboxExec, "-p", profile, "--"}, argv...)
+}
+
+// cloneTree clones the tree src to dst with clonefile(2): on APFS a
+// copy-on-write copy of the whole hierarchy that costs metadata, not data.
+// Elsewhere (HFS+, a network or FAT volume) there is no clone, and the
+// rung says so rather than copy.
+func cloneTree(src, dst string) error {
+	src, err := filepath.EvalSymlinks(src)
+	if err != nil {
+		return err
+	}
+	switch err := unix.Clonefile(src, dst, unix.CLONE_NOFOLLOW); {
+	case errors.Is(err, unix.ENOTSUP), errors.Is(err, unix.EXDEV):
+		return &dryexec.IsolationUnavailableError{Rung: Name, Missing: fmt.Sprintf("APFS at %s and the temp dir (clonefile: %v)", src, err)}
+	default:
+		return err
+	}
+}
+
+// homes are the home directories whose default masks apply: this user's.
+func homes() []string {
+	var out []string
+	if h := os.Getenv("HOME"); h != "" {
+		out = append(out, h)
+	}
+	if u, err := user.Current(); err == nil && u.HomeDir != "" && (len(out) == 0 || u.HomeDir != out[0]) {
+		out = append(out, u.HomeDir)
+	}
+	return out
+}
+
+// darwinLookups are doctor's lookups on macOS.
+func darwinLookups(dir string) Lookups {
+	return Lookups{
+		Executable: func(p string) error { return unix.Access(p, unix.X_OK) },
+		Probe: func(ctx context.Context) error {
+			out, err := exec.CommandContext(ctx, SandboxExec, "-p", "(version 1)(allow default)", "--", "/usr/bin/true").CombinedOutput()
+			if err != nil {
+				return fmt.Errorf("%v: %s", err, strings.TrimSpace(string(out)))
+			}
+			return nil
+		},
+		FSType: func(d string) (string, error) {
+			var st unix.Statfs_t
+			if err := unix.Statfs(d, &st); err != nil {
+				return "", err
+			}
+			return unix.ByteSliceToString(st.Fstypename[:]), nil
+		},
+		LookPath: exec.LookPath,
+		Dir:      dir,
+	}
+}
