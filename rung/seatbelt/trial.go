@@ -194,4 +194,3 @@ func trial(ctx context.Context, spec dryexec.TrialSpec, pf platform) (*dryexec.S
 	d.ComputeTotals()
 	return d, nil
 }
-
