@@ -15,11 +15,13 @@ type sessionPlatform struct{}
 
 func (s *session) start() error {
 	s.shell.env = s.cfg.Env
-	if s.cfg.Rung != "host" {
+	// The host rung and the seatbelt rung (macOS, the guest confined by
+	// sandbox-exec from outside) both scan a workspace in a scratch dir.
+	if s.cfg.Rung != "host" && s.cfg.Rung != "seatbelt" {
 		return fmt.Errorf("rung %q needs Linux", s.cfg.Rung)
 	}
 	if s.cfg.Workspace == "" || s.cfg.Baseline == "" {
-		return fmt.Errorf("the host rung needs a workspace and a baseline directory")
+		return fmt.Errorf("the %s rung needs a workspace and a baseline directory", s.cfg.Rung)
 	}
 	s.ws = s.cfg.Workspace
 	s.st = &scanStaging{ws: s.cfg.Workspace, base: s.cfg.Baseline}

@@ -5,6 +5,7 @@ import (
 	"github.com/dryexec/dryexec/rung/gvisor"
 	"github.com/dryexec/dryexec/rung/host"
 	"github.com/dryexec/dryexec/rung/linuxns"
+	"github.com/dryexec/dryexec/rung/seatbelt"
 	"github.com/dryexec/dryexec/rung/vm"
 )
 
@@ -21,4 +22,12 @@ func build(name string, c Config) dryexec.Rung {
 		return &vm.Rung{GuestExe: c.GuestExe, Log: c.Log}
 	}
 	return nil
+}
+
+// notBuilt says why the rung called name is not in this build.
+func notBuilt(name string) string {
+	if name == seatbelt.Name {
+		return seatbelt.NotHere
+	}
+	return "not implemented in this build yet"
 }

@@ -84,7 +84,7 @@ func open(ctx context.Context, name string, cfg Config, build func(string, Confi
 	}
 	r := build(name, cfg)
 	if r == nil {
-		return nil, &dryexec.IsolationUnavailableError{Rung: name, Missing: "not implemented in this build yet"}
+		return nil, &dryexec.IsolationUnavailableError{Rung: name, Missing: notBuilt(name)}
 	}
 	if err := r.Available(ctx); err != nil {
 		return nil, err
@@ -100,7 +100,7 @@ func Doctor(ctx context.Context) []Status {
 		r := build(n, Config{})
 		switch {
 		case r == nil:
-			s.Missing = "not implemented in this build yet"
+			s.Missing = notBuilt(n)
 		default:
 			if err := r.Available(ctx); err != nil {
 				s.Missing = err.Error()

@@ -48,3 +48,24 @@ func TestDoctorSaysNoIsolation(t *testing.T) {
 	}
 	t.Fatal("doctor does not list host")
 }
+
+// TestSeatbeltSaysWhy: on this (non-macOS) host, asking for seatbelt is an
+// IsolationUnavailableError that says it is macOS's sandbox, doctor says
+// the same, and the rungs offered to clients do not include it.
+func TestSeatbeltSaysWhy(t *testing.T) {
+	_, err := Select(context.Background(), "seatbelt")
+	var iu *dryexec.IsolationUnavailableError
+	if !errors.As(err, &iu) || iu.Rung != "seatbelt" || !strings.Contains(iu.Missing, "macOS") {
+		t.Fatalf("seatbelt: %v; want an IsolationUnavailableError saying it needs macOS", err)
+	}
+	for _, s := range Doctor(context.Background()) {
+		if s.Name == "seatbelt" && (s.Available || s.Missing != iu.Missing) {
+			t.Errorf("doctor: %+v, want unavailable: %s", s, iu.Missing)
+		}
+	}
+	for _, n := range Built() {
+		if n == "seatbelt" {
+			t.Error("Built lists seatbelt on a host that cannot run it")
+		}
+	}
+}
