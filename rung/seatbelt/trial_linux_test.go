@@ -335,6 +335,10 @@ func TestTrialRefuses(t *testing.T) {
 		{"net mock", dryexec.TrialSpec{Net: []string{"none", "mock:x.yaml"}}, nil, func(err error) bool { return errors.As(err, &iu) }},
 		{"image", dryexec.TrialSpec{Image: &dryexec.ImageRoot{}}, nil, func(err error) bool { return errors.As(err, &iu) }},
 		{"cwd masked", dryexec.TrialSpec{Masks: []string{dir}}, nil, func(err error) bool { return errors.Is(err, dryexec.ErrBadAction) }},
+		{"mask no literal carries", dryexec.TrialSpec{Masks: []string{"/Users/a/new\nline"}}, nil, func(err error) bool {
+			var pe *PathError
+			return errors.Is(err, dryexec.ErrBadAction) && errors.As(err, &pe) && pe.Path == "/Users/a/new\nline"
+		}},
 		{"cwd in a home's mask", dryexec.TrialSpec{}, []string{filepath.Dir(dir)}, func(err error) bool { return errors.Is(err, dryexec.ErrBadAction) }},
 	} {
 		t.Run(c.name, func(t *testing.T) {
