@@ -2,24 +2,16 @@ package host
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"io"
-	"io/fs"
 	"os"
-	"os/exec"
 	"path/filepath"
-	"sort"
-	"strings"
-	"sync"
-	"syscall"
 	"time"
 
 	"golang.org/x/sys/unix"
 
 	"github.com/dryexec/dryexec"
 	"github.com/dryexec/dryexec/fsdelta"
-	"github.com/dryexec/dryexec/internal/tail"
+	"github.com/dryexec/dryexec/rung/internal/hostproc"
 	"github.com/dryexec/dryexec/rung/linuxns"
 )
 
@@ -63,7 +55,7 @@ func (r *Rung) Trial(ctx context.Context, spec dryexec.TrialSpec) (*dryexec.Stat
 	d := &dryexec.StateDelta{TrialID: spec.TrialID, Rung: Name, Action: spec.Action}
 	d.Warnings = append(d.Warnings, NoIsolation)
 	d.Warnings = append(d.Warnings, cp.warnings...)
-	if err := run(ctx, spec, root, d); err != nil {
+	if err := hostproc.Run(ctx, spec, spec.Action.Argv, hostproc.Environ(spec.Action.Env), root, &d.Process); err != nil {
 		return nil, err
 	}
 	differ := fsdelta.NewDiffer([]fsdelta.Mount{{Path: orig}}, spec.Blobs, spec.DiffMaxBytes)
@@ -83,163 +75,6 @@ func (r *Rung) Trial(ctx context.Context, spec dryexec.TrialSpec) (*dryexec.Stat
 	d.Normalize()
 	d.ComputeTotals()
 	return d, nil
-}
-
-// run runs spec's command in dir, in a session of its own, and fills d's
-// Process. Once the command has ended (or timed out) everything left in its
-// session is killed; a process that left the session survives: there is no
-// boundary to stop it.
-func run(ctx context.Context, spec dryexec.TrialSpec, dir string, d *dryexec.StateDelta) error {
-	a := spec.Action
-	env := make([]string, 0, len(a.Env))
-	for k, v := range a.Env {
-		env = append(env, k+"="+v)
-	}
-	sort.Strings(env)
-	out, errb := tail.New(spec.OutputCap), tail.New(spec.OutputCap)
-	p := &d.Process
-	defer func() {
-		o, otr := out.Bytes()
-		e, etr := errb.Bytes()
-		p.Stdout, p.StdoutTruncated, p.Stderr, p.StderrTruncated = string(o), otr, string(e), etr
-	}()
-	path, err := lookPath(a.Argv[0], a.Env["PATH"], dir)
-	if err != nil {
-		// As a shell reports it: 127 not found, 126 not executable.
-		p.ExitCode = 127
-		if errors.Is(err, fs.ErrPermission) {
-			p.ExitCode = 126
-		}
-		fmt.Fprintf(errb, "dryexec: %s: %v\n", a.Argv[0], err)
-		return nil
-	}
-	// Pipes of our own, not exec's copiers: Wait would wait for every
-	// holder of the write ends, a backgrounded process included.
-	or, ow, err := os.Pipe()
-	if err != nil {
-		return err
-	}
-	er, ew, err := os.Pipe()
-	if err != nil {
-		or.Close()
-		ow.Close()
-		return err
-	}
-	cmd := &exec.Cmd{Path: path, Args: a.Argv, Env: env, Dir: dir, Stdin: spec.Stdin, Stdout: ow, Stderr: ew,
-		SysProcAttr: &syscall.SysProcAttr{Setsid: true, Pdeathsig: syscall.SIGKILL}}
-	var copies sync.WaitGroup
-	for _, c := range []struct {
-		r *os.File
-		w io.Writer
-	}{{or, out.Tee(spec.Stdout)}, {er, errb.Tee(spec.Stderr)}} {
-		copies.Add(1)
-		go func() {
-			defer copies.Done()
-			io.Copy(c.w, c.r)
-			c.r.Close()
-		}()
-	}
-	start := time.Now()
-	err = cmd.Start()
-	ow.Close()
-	ew.Close()
-	if err != nil {
-		copies.Wait()
-		p.ExitCode = 126
-		fmt.Fprintf(errb, "dryexec: %s: %v\n", a.Argv[0], err)
-		return nil
-	}
-	var timedOut bool
-	stop := make(chan struct{})
-	go func() {
-		var timeout <-chan time.Time
-		if a.TimeoutMS > 0 {
-			t := time.NewTimer(a.Timeout())
-			defer t.Stop()
-			timeout = t.C
-		}
-		select {
-		case <-timeout:
-			timedOut = true
-			killSession(cmd.Process.Pid)
-		case <-ctx.Done():
-			killSession(cmd.Process.Pid)
-		case <-stop:
-		}
-	}()
-	werr := cmd.Wait()
-	p.DurationNS = int64(time.Since(start))
-	close(stop)
-	// Nothing the command started may go on writing to the copy while it
-	// is walked.
-	killSession(cmd.Process.Pid)
-	copies.Wait()
-	st := cmd.ProcessState
-	if st == nil {
-		return werr
-	}
-	if ru, ok := st.SysUsage().(*syscall.Rusage); ok {
-		p.CPUUserNS, p.CPUSysNS = syscall.TimevalToNsec(ru.Utime), syscall.TimevalToNsec(ru.Stime)
-		p.PeakRSSBytes = ru.Maxrss << 10
-	}
-	ws := st.Sys().(syscall.WaitStatus)
-	switch {
-	case timedOut:
-		p.ExitCode, p.Signal, p.TimedOut = 124, "SIGKILL", true
-	case ws.Signaled():
-		p.ExitCode, p.Signal = 128+int(ws.Signal()), unix.SignalName(ws.Signal())
-	default:
-		p.ExitCode = ws.ExitStatus()
-	}
-	if ctx.Err() != nil {
-		return ctx.Err()
-	}
-	return nil
-}
-
-// lookPath finds name as a shell would with the action's PATH (not ours):
-// a name with a slash is taken as it is, relative to dir.
-func lookPath(name, pathEnv, dir string) (string, error) {
-	check := func(p string) error {
-		full := p
-		if !filepath.IsAbs(full) {
-			full = filepath.Join(dir, p)
-		}
-		st, err := os.Stat(full)
-		if err != nil {
-			return err
-		}
-		if st.IsDir() || unix.Access(full, unix.X_OK) != nil {
-			return fs.ErrPermission
-		}
-		return nil
-	}
-	if strings.Contains(name, "/") {
-		return name, check(name)
-	}
-	if pathEnv == "" {
-		pathEnv = "/usr/local/bin:/usr/bin:/bin"
-	}
-	denied := false
-	for _, d := range filepath.SplitList(pathEnv) {
-		if d == "" {
-			d = "."
-		}
-		p := filepath.Join(d, name)
-		switch err := check(p); {
-		case err == nil:
-			if !filepath.IsAbs(p) {
-				p = "./" + p
-			}
-			return p, nil
-		case errors.Is(err, fs.ErrPermission):
-			denied = true
-		}
-	}
-	if denied {
-		return "", fs.ErrPermission
-	}
-	return "", errors.New("command not found")
 }
 
 // fsNow is the filesystem's clock at dir: the ctime of a file made there

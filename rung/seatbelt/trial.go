@@ -11,6 +11,7 @@ import (
 	"strings"
 
 	"github.com/dryexec/dryexec"
+	"github.com/dryexec/dryexec/rung/internal/hostproc"
 )
 
 // differ is what a trial needs of package fsdelta's Differ.
@@ -176,7 +177,7 @@ func trial(ctx context.Context, spec dryexec.TrialSpec, pf platform) (*dryexec.S
 		argv = pf.confine(profile, argv)
 	}
 	d := &dryexec.StateDelta{TrialID: spec.TrialID, Rung: Name, Action: spec.Action, Warnings: []string{Unenforced}}
-	if err := run(ctx, spec, argv, environ(spec.Action, tmp), root, &d.Process); err != nil {
+	if err := hostproc.Run(ctx, spec, argv, environ(spec.Action, tmp), root, &d.Process); err != nil {
 		return nil, err
 	}
 	if err := walkClone(root, snap, since, df); err != nil {
@@ -193,4 +194,17 @@ func trial(ctx context.Context, spec dryexec.TrialSpec, pf platform) (*dryexec.S
 	d.Normalize()
 	d.ComputeTotals()
 	return d, nil
+}
+
+// environ is the action's environment with TMPDIR pointed at the sandbox's
+// private tmp: the profile lets nothing write to the host's /tmp, and tools
+// that make temp files (sort, cc, a shell's here-documents) follow TMPDIR.
+// The delta still records the action's own environment.
+func environ(a dryexec.Action, tmp string) []string {
+	vars := make(map[string]string, len(a.Env)+1)
+	for k, v := range a.Env {
+		vars[k] = v
+	}
+	vars["TMPDIR"] = tmp
+	return hostproc.Environ(vars)
 }

@@ -366,3 +366,23 @@ func TestTrialRefuses(t *testing.T) {
 		t.Errorf("--net none: %v", err)
 	}
 }
+
+// TestTrialTmp: the command's TMPDIR is the sandbox's private tmp, whatever
+// the action says (the profile lets it write nowhere else outside the
+// clone); what it writes there is in no delta, and the delta records the
+// action's own environment.
+func TestTrialTmp(t *testing.T) {
+	dir := tree(t)
+	a := action(dir, `echo x > "$TMPDIR/t" && test "$TMPDIR" != /tmp && cat "$TMPDIR/t"`)
+	a.Env["TMPDIR"] = "/tmp"
+	d, err := trial(context.Background(), dryexec.TrialSpec{Action: a, NoDefaultMasks: true}, linuxPlatform(nil, nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d.Process.ExitCode != 0 || d.Process.Stdout != "x\n" {
+		t.Fatalf("exit %d stdout %q stderr %q", d.Process.ExitCode, d.Process.Stdout, d.Process.Stderr)
+	}
+	if len(d.Files) != 0 || d.Action.Env["TMPDIR"] != "/tmp" {
+		t.Errorf("files %v, recorded TMPDIR %q: want none and /tmp", d.Files, d.Action.Env["TMPDIR"])
+	}
+}

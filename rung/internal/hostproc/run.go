@@ -1,6 +1,12 @@
 //go:build linux || darwin
 
-package seatbelt
+// Package hostproc owns running a trial's command as a plain process of
+// this host, in a session of its own, as the rungs without a guest in the
+// trial do (host, seatbelt): the action's PATH lookup as a shell does it,
+// the output's bounded tails, the timeout, the exit status and rusage, and
+// killing what the command left in its session before its files are
+// walked.
+package hostproc
 
 import (
 	"context"
@@ -23,11 +29,13 @@ import (
 	"github.com/dryexec/dryexec/internal/tail"
 )
 
-// run runs argv (the action's command, wrapped in sandbox-exec on macOS)
-// with env in dir, in a session of its own, and fills p. Once the command
-// has ended (or timed out) everything left in its session is killed, so
-// that nothing writes to the clone while it is walked.
-func run(ctx context.Context, spec dryexec.TrialSpec, argv, env []string, dir string, p *dryexec.Process) error {
+// Run runs argv (the action's command, or a wrapper of it such as
+// sandbox-exec) with env in dir, in a session of its own, and fills p from
+// spec's output cap, stdin, streams and timeout. Once the command has ended
+// (or timed out) everything left in its session is killed, so that nothing
+// writes to the tree while it is walked; a process that left the session
+// survives (there is no boundary here to stop it).
+func Run(ctx context.Context, spec dryexec.TrialSpec, argv, env []string, dir string, p *dryexec.Process) error {
 	a := spec.Action
 	out, errb := tail.New(spec.OutputCap), tail.New(spec.OutputCap)
 	defer func() {
@@ -35,7 +43,7 @@ func run(ctx context.Context, spec dryexec.TrialSpec, argv, env []string, dir st
 		e, etr := errb.Bytes()
 		p.Stdout, p.StdoutTruncated, p.Stderr, p.StderrTruncated = string(o), otr, string(e), etr
 	}()
-	path, err := lookPath(argv[0], a.Env["PATH"], dir)
+	path, err := LookPath(argv[0], a.Env["PATH"], dir)
 	if err != nil {
 		// As a shell reports it: 127 not found, 126 not executable.
 		p.ExitCode = 127
@@ -58,7 +66,7 @@ func run(ctx context.Context, spec dryexec.TrialSpec, argv, env []string, dir st
 		return err
 	}
 	cmd := &exec.Cmd{Path: path, Args: argv, Env: env, Dir: dir, Stdin: spec.Stdin, Stdout: ow, Stderr: ew,
-		SysProcAttr: &syscall.SysProcAttr{Setsid: true}}
+		SysProcAttr: attr()}
 	var copies sync.WaitGroup
 	for _, c := range []struct {
 		r *os.File
@@ -93,16 +101,16 @@ func run(ctx context.Context, spec dryexec.TrialSpec, argv, env []string, dir st
 		select {
 		case <-timeout:
 			timedOut = true
-			killSession(cmd.Process.Pid)
+			KillSession(cmd.Process.Pid)
 		case <-ctx.Done():
-			killSession(cmd.Process.Pid)
+			KillSession(cmd.Process.Pid)
 		case <-stop:
 		}
 	}()
 	werr := cmd.Wait()
 	p.DurationNS = int64(time.Since(start))
 	close(stop)
-	killSession(cmd.Process.Pid)
+	KillSession(cmd.Process.Pid)
 	copies.Wait()
 	st := cmd.ProcessState
 	if st == nil {
@@ -124,29 +132,19 @@ func run(ctx context.Context, spec dryexec.TrialSpec, argv, env []string, dir st
 	return ctx.Err()
 }
 
-// killSession kills the process group the command leads.
-func killSession(pid int) { syscall.Kill(-pid, syscall.SIGKILL) }
-
-// environ is the action's environment as exec wants it, sorted, with
-// TMPDIR pointed at the sandbox's private tmp: the profile lets nothing
-// write to the host's /tmp, and tools that make temp files (sort, cc, a
-// shell's here-documents) follow TMPDIR. The delta still records the
-// action's own environment.
-func environ(a dryexec.Action, tmp string) []string {
-	env := make([]string, 0, len(a.Env)+1)
-	for k, v := range a.Env {
-		if k != "TMPDIR" {
-			env = append(env, k+"="+v)
-		}
+// Environ is vars as exec wants them, sorted.
+func Environ(vars map[string]string) []string {
+	env := make([]string, 0, len(vars))
+	for k, v := range vars {
+		env = append(env, k+"="+v)
 	}
-	env = append(env, "TMPDIR="+tmp)
 	sort.Strings(env)
 	return env
 }
 
-// lookPath finds name as a shell would with the action's PATH (not ours):
+// LookPath finds name as a shell would with the action's PATH (not ours):
 // a name with a slash is taken as it is, relative to dir.
-func lookPath(name, pathEnv, dir string) (string, error) {
+func LookPath(name, pathEnv, dir string) (string, error) {
 	check := func(p string) error {
 		full := p
 		if !filepath.IsAbs(full) {
