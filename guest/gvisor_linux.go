@@ -87,7 +87,7 @@ func runGVisorView() int {
 }
 
 // buildGVisorView mounts the scratch tmpfs, the overlays of every planned
-// host mount beneath scratch/root and the masks over them (as buildView, but
+// host mount (or, on an image, the one overlay of its layers) beneath scratch/root and the masks over them (as buildView, but
 // without /proc, /dev and /sys, which gVisor provides, and without entering
 // the view), with netsim's resolv.conf and trust bundle bound in when the
 // sandbox has a network. It returns the scratch dir, a descriptor of it and the host
@@ -135,7 +135,20 @@ func buildGVisorView(cfg *wire.TrialStart) (string, int, []string, error) {
 	}
 	root := scratchDir + "/root"
 	b := &overlayBuilder{scratch: scratchDir, root: root}
+	if len(cfg.Image) > 0 {
+		// A sandbox on an image: its layers are the one lower of "/", as
+		// in the ns guest's view (nothing of the host's filesystem).
+		if err := b.image(cfg.Image, wire.GVisorImageGuest); err != nil {
+			return "", -1, nil, err
+		}
+		if err := bindSelf(root + wire.GVisorImageGuest); err != nil {
+			return "", -1, nil, err
+		}
+	}
 	for _, m := range cfg.Mounts {
+		if len(cfg.Image) > 0 {
+			break
+		}
 		if err := b.dir(m.Path); err != nil && !(errors.Is(err, errVanished) && m.Path != "/") {
 			return "", -1, nil, err
 		}
@@ -147,6 +160,26 @@ func buildGVisorView(cfg *wire.TrialStart) (string, int, []string, error) {
 		return "", -1, nil, err
 	}
 	return scratchDir, scratch, b.uppers, nil
+}
+
+// bindSelf binds this binary, read-only, at target: the gvisor view of an
+// image, which runsc must find the guest in (wire.GVisorImageGuest). By its
+// path, not through /proc/self/exe: the host may have started this process
+// from its own /proc/self/exe, a file on a mount of the host's namespace,
+// which mount(2) refuses to bind into this one (EINVAL); the path names the
+// same file on this namespace's copy of that mount.
+func bindSelf(target string) error {
+	self, err := os.Readlink("/proc/self/exe")
+	if err != nil {
+		return fmt.Errorf("placing the guest in the image's view: %w", err)
+	}
+	if err := unix.Mount(self, target, "", unix.MS_BIND, ""); err != nil {
+		return fmt.Errorf("placing the guest (%s) in the image's view: %w", self, err)
+	}
+	if err := unix.Mount("", target, "", unix.MS_BIND|unix.MS_REMOUNT|unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NODEV, ""); err != nil {
+		return fmt.Errorf("placing the guest in the image's view: read-only: %w", err)
+	}
+	return nil
 }
 
 // runGVisorTrial is the gvisor rung's trial guest, the container's first

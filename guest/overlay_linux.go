@@ -250,10 +250,17 @@ func (b *overlayBuilder) overlay(hostPath, lowerPath, target string) error {
 // Beneath, not on top: where the image has them, its own are what shows.
 // Nothing is ever written under them (each is a mount of its own), so the
 // host's view of the image (imagemount.Overlay without them) compares the same.
-func (b *overlayBuilder) image(layers []string) error {
+// files are more mount points of that layer: empty files at those paths
+// beneath the root (the gvisor view binds its guest onto one).
+func (b *overlayBuilder) image(layers []string, files ...string) error {
 	init := b.scratch + "/image-init"
 	for _, d := range []string{"", "/proc", "/dev", "/sys"} {
 		if err := os.Mkdir(init+d, 0o755); err != nil {
+			return err
+		}
+	}
+	for _, f := range files {
+		if err := os.WriteFile(init+f, nil, 0o555); err != nil {
 			return err
 		}
 	}

@@ -34,3 +34,10 @@ const (
 	GVisorState  = "run/state"
 	GVisorRoot   = "../../root"
 )
+
+// GVisorImageGuest is where the guest binary is in the view of a gvisor
+// sandbox on an image, which does not hold it: runsc starts the container's
+// first process from a path in the container. The view guest binds itself
+// there, onto an empty file of the view's lowest layer (the scratch one
+// beneath the image), so that placing it is no change of the trial.
+const GVisorImageGuest = "/.dryexec-guest"

@@ -39,6 +39,8 @@ type Entry struct {
 	Body []byte
 	Link string
 	Mode int64
+	// Major and Minor are a device node's numbers.
+	Major, Minor int64
 }
 
 // Layer builds a gzip layer from entries, as written.
@@ -61,7 +63,8 @@ func NewLayer(ents ...Entry) (v1.Layer, error) {
 	var buf bytes.Buffer
 	tw := tar.NewWriter(&buf)
 	for _, e := range ents {
-		h := &tar.Header{Name: e.Name, Typeflag: e.Type, Linkname: e.Link, Mode: e.Mode, ModTime: time.Unix(1700000000, 0), Format: tar.FormatPAX}
+		h := &tar.Header{Name: e.Name, Typeflag: e.Type, Linkname: e.Link, Mode: e.Mode, Devmajor: e.Major, Devminor: e.Minor,
+			ModTime: time.Unix(1700000000, 0), Format: tar.FormatPAX}
 		if h.Typeflag == 0 {
 			h.Typeflag = tar.TypeReg
 		}
@@ -153,6 +156,63 @@ func NewTools(progs ...string) (v1.Layer, error) {
 		ents = append(ents, Entry{Name: n[1:], Body: b, Mode: 0o755})
 	}
 	return NewLayer(ents...)
+}
+
+// Awkward are layers, over Tools' (which the caller adds), with every case a
+// layer can make awkward for a sandbox on it, laid out for a command to
+// read, change and delete: in the lower layer /w (the image's WorkingDir in
+// AwkwardConfig) with files, a dir to rename and a hardlink pair, /w/wh
+// whose entries the upper layer whites out (one of them re-created there),
+// /w/opq which the upper layer makes opaque, setuid and setgid programs,
+// symlinks (absolute, relative, dangling), device nodes (which the image
+// cache skips), a FIFO; in the upper the whiteouts, the opaque marker and
+// what they bring.
+func Awkward(tb testing.TB) []v1.Layer {
+	tb.Helper()
+	lower := []Entry{
+		{Name: "w/", Type: tar.TypeDir},
+		{Name: "w/keep.txt", Body: []byte("keep\n")},
+		{Name: "w/gone.txt", Body: []byte("gone\n")},
+		{Name: "w/data.bin", Body: []byte("x\x00y")},
+		{Name: "w/link-target", Body: []byte("shared\n")},
+		{Name: "w/hard", Type: tar.TypeLink, Link: "w/link-target"},
+		{Name: "w/sub/", Type: tar.TypeDir},
+		{Name: "w/sub/x", Body: []byte("x\n")},
+		{Name: "w/wh/", Type: tar.TypeDir},
+		{Name: "w/wh/a", Body: []byte("a\n")},
+		{Name: "w/wh/b", Body: []byte("b, whited out\n")},
+		{Name: "w/wh/c", Body: []byte("c, whited out then re-created\n")},
+		{Name: "w/opq/", Type: tar.TypeDir},
+		{Name: "w/opq/old", Body: []byte("hidden by the opaque dir\n")},
+		{Name: "w/suid", Body: []byte("#!/bin/sh\necho suid\n"), Mode: 0o4755},
+		{Name: "w/sgid", Body: []byte("#!/bin/sh\necho sgid\n"), Mode: 0o2755},
+		{Name: "w/sticky/", Type: tar.TypeDir, Mode: 0o1777},
+		{Name: "etc/", Type: tar.TypeDir},
+		{Name: "etc/passwd", Body: []byte("root:x:0:0:image root:/root:/bin/sh\n")},
+		{Name: "w/abs", Type: tar.TypeSymlink, Link: "/etc/passwd"},
+		{Name: "w/rel", Type: tar.TypeSymlink, Link: "keep.txt"},
+		{Name: "w/dangling", Type: tar.TypeSymlink, Link: "/nowhere/at/all"},
+		{Name: "w/dev/", Type: tar.TypeDir},
+		{Name: "w/dev/null", Type: tar.TypeChar, Major: 1, Minor: 3},
+		{Name: "w/dev/sda", Type: tar.TypeBlock, Major: 8},
+		{Name: "w/fifo", Type: tar.TypeFifo},
+		{Name: "tmp/", Type: tar.TypeDir, Mode: 0o1777},
+	}
+	upper := []Entry{
+		{Name: "w/wh/.wh.b"},
+		{Name: "w/wh/.wh.c"},
+		{Name: "w/opq/.wh..wh..opq"},
+		{Name: "w/opq/new", Body: []byte("the opaque dir's own\n")},
+	}
+	top := []Entry{
+		{Name: "w/wh/c", Body: []byte("c again\n")},
+	}
+	return []v1.Layer{Layer(tb, lower...), Layer(tb, upper...), Layer(tb, top...)}
+}
+
+// AwkwardConfig is the config of an image on Awkward's layers.
+func AwkwardConfig() Config {
+	return Config{Env: []string{"PATH=/bin", "IMG=awkward"}, WorkingDir: "/w"}
 }
 
 // Config is what Image puts in the image's config.

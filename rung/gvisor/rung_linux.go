@@ -221,6 +221,9 @@ func (w *tailWriter) String() string {
 // Trial implements dryexec.Rung.
 func (r *Rung) Trial(ctx context.Context, spec dryexec.TrialSpec) (*dryexec.StateDelta, error) {
 	spec = spec.WithDefaults()
+	if spec.Image != nil {
+		return r.imageTrial(ctx, spec)
+	}
 	if err := linuxns.CheckAction(spec.Action); err != nil {
 		return nil, err
 	}
@@ -231,6 +234,11 @@ func (r *Rung) Trial(ctx context.Context, spec dryexec.TrialSpec) (*dryexec.Stat
 	if err != nil {
 		return nil, err
 	}
+	return b.trial(ctx, spec)
+}
+
+// trial runs spec's command in a sandbox over b's view.
+func (b *box) trial(ctx context.Context, spec dryexec.TrialSpec) (*dryexec.StateDelta, error) {
 	defer b.net.Close()
 	b.limits, b.upperSize = spec.Limits, spec.UpperSizeBytes
 	t := &trial{box: b}
@@ -272,11 +280,19 @@ func (r *Rung) newBox(ctx context.Context, id string, masks []string, noDefault 
 	if err != nil {
 		return nil, err
 	}
+	b := r.box(id, runsc, nw)
+	b.Mounts, b.Cover = mounts, cover
+	return b, nil
+}
+
+// box is a sandbox of id that runs runsc with network nw, before its view
+// (Mounts, Cover) is set.
+func (r *Rung) box(id, runsc string, nw *linuxns.Net) *box {
 	b := &box{r: r, id: id, runsc: runsc, net: nw}
-	b.Mounts, b.Cover, b.ScratchFD = mounts, cover, -1
+	b.ScratchFD = -1
 	b.Rung, b.What, b.TailName, b.Tail = Name, "the gvisor sandbox", "runsc", b.runscErr.String
 	b.Trace, b.Log, b.CollectMin, b.CollectTimeout = r.Trace, r.Log, r.CollectMin, r.CollectTimeout
-	return b, nil
+	return b
 }
 
 // box is one gVisor sandbox over a view dryexec owns: the view guest (which
@@ -287,6 +303,11 @@ type box struct {
 	r     *Rung
 	id    string // the trial's or session's id: the cgroup's and container's name
 	runsc string
+
+	// image is the sandbox's root filesystem on an image (nil: the
+	// host's), imageView the host's read-only view of it (image_linux.go).
+	image     *dryexec.ImageRoot
+	imageView *os.File
 
 	limits    dryexec.Limits
 	upperSize int64
@@ -488,13 +509,16 @@ func (b *box) cleanup() {
 		b.runscErrR.Close()
 	}
 	b.Release()
+	if b.imageView != nil {
+		b.imageView.Close()
+	}
 }
 
 // prepare builds the view, pins the masks, and has the view guest become
 // runsc, running the inner guest as role with the descriptors start gave
 // it (at the numbers in innerFDs).
 func (b *box) prepare(role string, innerFDs []int) error {
-	start := wire.TrialStart{Mounts: b.Mounts, UpperSize: b.upperSize, Masks: b.Cover.Masks, Hidden: b.Cover.Hidden}
+	start := wire.TrialStart{Mounts: b.Mounts, Image: b.imageLayers(), UpperSize: b.upperSize, Masks: b.Cover.Masks, Hidden: b.Cover.Hidden}
 	if b.net.GuestFile() != nil {
 		// What a session guest gets for its TUN device and trust files
 		// is what the view guest needs: the same fields, and the trust
@@ -507,6 +531,7 @@ func (b *box) prepare(role string, innerFDs []int) error {
 	if err := b.BuildView(&start); err != nil {
 		return err
 	}
+	b.diffAgainstImage()
 	cfg, err := b.ociSpec(role)
 	if err != nil {
 		return err

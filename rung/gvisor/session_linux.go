@@ -27,12 +27,13 @@ var _ dryexec.SessionRung[wire.SessionStart] = (*Rung)(nil)
 // workspace is a tmpfs of gVisor's own with its baseline beside it, kept by
 // the guest (scan staging; see docs/architecture.md, "The gvisor rung").
 func (r *Rung) OpenSandbox(ctx context.Context, spec dryexec.SandboxSpec) (dryexec.Sandbox[wire.SessionStart], error) {
-	// No image views here yet: refused, typed, whoever calls (session
-	// checks first).
-	if err := dryexec.CheckImage(r, spec.Image); err != nil {
-		return nil, err
+	var b *box
+	var err error
+	if spec.Image != nil {
+		b, err = r.newImageBox(ctx, spec.ID, spec.Image, spec.Net, spec.NetCADir)
+	} else {
+		b, err = r.newBox(ctx, spec.ID, spec.Masks, spec.NoDefaultMasks, spec.OwnPaths, spec.Net, spec.NetCADir)
 	}
-	b, err := r.newBox(ctx, spec.ID, spec.Masks, spec.NoDefaultMasks, spec.OwnPaths, spec.Net, spec.NetCADir)
 	if err != nil {
 		return nil, err
 	}

@@ -68,6 +68,9 @@ func (b *box) ociSpec(role string) ([]byte, error) {
 			"namespaces": []map[string]string{{"type": "pid"}, {"type": "ipc"}, {"type": "uts"}, {"type": "mount"}, netns},
 		},
 	}
+	if b.image != nil {
+		placeGuest(spec)
+	}
 	return json.Marshal(spec)
 }
 

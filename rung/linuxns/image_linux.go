@@ -57,13 +57,7 @@ func imageSandbox(spec dryexec.TrialSpec) (sandbox, error) {
 // imageView mounts the host's read-only merged view of the layers
 // (detached: nothing appears in the host's mount table, and it is gone with
 // the file).
-func imageView(layers []string) (*os.File, error) {
-	fd, err := imagemount.Overlay(layers, "", "")
-	if err != nil {
-		return nil, &dryexec.IsolationUnavailableError{Rung: Name, Missing: err.Error()}
-	}
-	return os.NewFile(uintptr(fd), "image"), nil
-}
+func imageView(layers []string) (*os.File, error) { return ImageView(Name, layers) }
 
 // checkImageCwd checks that an image trial's cwd is a directory of the
 // image (for a view of the host, checkAction looked at the host's).
@@ -71,11 +65,36 @@ func (t *trial) checkImageCwd(cwd string) error {
 	if t.imageView == nil {
 		return nil
 	}
+	return CheckImageCwd(t.imageView, cwd)
+}
+
+// What the gvisor rung shares with ns for a sandbox on an image: the same
+// checks and the same host's view of the image, so that both rungs refuse
+// alike and diff against the same tree.
+
+// CheckImageAction is CheckAction for a trial on an image: its cwd is a path
+// in the image (CheckImageCwd), not on the host.
+func CheckImageAction(a dryexec.Action) error { return checkAction(a, true) }
+
+// ImageView is the host's read-only merged view of an image's layers, which
+// a trial's upper dir is diffed against (fsdelta.Mount.Root); rung names the
+// rung in its error.
+func ImageView(rung string, layers []string) (*os.File, error) {
+	fd, err := imagemount.Overlay(layers, "", "")
+	if err != nil {
+		return nil, &dryexec.IsolationUnavailableError{Rung: rung, Missing: err.Error()}
+	}
+	return os.NewFile(uintptr(fd), "image"), nil
+}
+
+// CheckImageCwd says whether cwd is a directory in the image view (resolved
+// inside it: a symlink of the image cannot point it at the host's files).
+func CheckImageCwd(view *os.File, cwd string) error {
 	rel := path.Clean(cwd)[1:]
 	if rel == "" {
 		return nil
 	}
-	fd, err := unix.Openat2(int(t.imageView.Fd()), rel, &unix.OpenHow{
+	fd, err := unix.Openat2(int(view.Fd()), rel, &unix.OpenHow{
 		Flags: unix.O_PATH | unix.O_DIRECTORY | unix.O_CLOEXEC, Resolve: unix.RESOLVE_IN_ROOT | unix.RESOLVE_NO_MAGICLINKS})
 	if err != nil {
 		return fmt.Errorf("%w: cwd %q is not a directory in the image", dryexec.ErrBadAction, cwd)
