@@ -138,6 +138,9 @@ type Case struct {
 	SizesDiffer bool
 	// Net: the case uses the network.
 	Net bool
+	// Stdout, when set, is what the command must print (on both rungs: the
+	// deltas are compared too).
+	Stdout string
 }
 
 // Cases are the commands of TestSameDeltaAsNS: files of every kind, how a

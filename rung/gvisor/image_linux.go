@@ -2,7 +2,11 @@ package gvisor
 
 import (
 	"context"
+	"fmt"
 	"os"
+	"strconv"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/dryexec/dryexec"
 	"github.com/dryexec/dryexec/rung/linuxns"
@@ -93,11 +97,37 @@ func (b *box) diffAgainstImage() {
 	}
 }
 
-// placeGuest makes the container's process the guest where the view guest
-// bound it in the image's view (wire.GVisorImageGuest). Not a bind mount of
-// the spec's: runsc's gofer makes those on the host side of the root, whose
-// writes are the trial's, and would make its mount point there.
-func placeGuest(spec map[string]any) {
+// imageSpec adapts the container's spec to a view on an image: its process
+// is the guest where the view guest bound it (wire.GVisorImageGuest; not a
+// bind mount of the spec's, which runsc's gofer would make on the host side
+// of the root, where its mount point would be a write of the trial), and
+// /tmp is the view's own.
+//
+// runsc mounts a tmpfs of gVisor's memory at /tmp when the root's /tmp is
+// empty or missing, as an image's usually is (a host's rarely): what the
+// command wrote there would never reach the upper dir, and the delta would
+// silently lack it. An explicit mount at /tmp stops that: a bind of the
+// view's /tmp onto itself, by absolute paths (the gofer checks that a
+// mount's destination opens as the very path it was given, which a root
+// named relative to the bundle fails). An image without a /tmp directory
+// (none, or a symlink) gets gVisor's tmpfs, and the delta a warning.
+func (b *box) imageSpec(spec map[string]any) error {
 	proc := spec["process"].(map[string]any)
 	proc["args"].([]string)[0] = wire.GVisorImageGuest
+	fd, err := unix.Openat2(int(b.imageView.Fd()), "tmp", &unix.OpenHow{Flags: unix.O_PATH | unix.O_DIRECTORY | unix.O_CLOEXEC,
+		Resolve: unix.RESOLVE_BENEATH | unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_NO_MAGICLINKS})
+	if err != nil {
+		b.warnings = append(b.warnings, "the image has no /tmp directory: gVisor gave the sandbox a /tmp of its own memory, and what the command wrote there is not in this delta")
+		return nil
+	}
+	unix.Close(fd)
+	scratch, err := os.Readlink("/proc/self/fd/" + strconv.Itoa(b.ScratchFD))
+	if err != nil {
+		return fmt.Errorf("finding the view's scratch dir: %w", err)
+	}
+	root := scratch + "/root"
+	spec["root"] = map[string]any{"path": root, "readonly": false}
+	spec["mounts"] = append(spec["mounts"].([]map[string]any),
+		map[string]any{"destination": "/tmp", "type": "bind", "source": root + "/tmp", "options": []string{"rbind", "rw"}})
+	return nil
 }

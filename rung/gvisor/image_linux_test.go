@@ -16,3 +16,12 @@ func TestImageSameDeltaAsNS(t *testing.T) {
 	requireBoth(t)
 	rungcompare.ImageSameDeltaAsNS(t, gvisor.Name, rungcompare.AwkwardImage(t), rungcompare.ImageCases())
 }
+
+// TestImageSessionSameAsNS runs the same sessions on that image on ns and
+// on gvisor (the workspace pushed over the image, commands that change it
+// and read the image around it) and requires the same results and diffs.
+func TestImageSessionSameAsNS(t *testing.T) {
+	requireBoth(t)
+	root := rungcompare.PullImage(t, rungcompare.AwkwardImage(t))
+	rungcompare.SessionSameAsNS(t, gvisor.Name, rungcompare.ImageSessionCases(root))
+}

@@ -69,7 +69,9 @@ func (b *box) ociSpec(role string) ([]byte, error) {
 		},
 	}
 	if b.image != nil {
-		placeGuest(spec)
+		if err := b.imageSpec(spec); err != nil {
+			return nil, err
+		}
 	}
 	return json.Marshal(spec)
 }
