@@ -138,7 +138,10 @@ func buildGVisorView(cfg *wire.TrialStart) (string, int, []string, error) {
 	if len(cfg.Image) > 0 {
 		// A sandbox on an image: its layers are the one lower of "/", as
 		// in the ns guest's view (nothing of the host's filesystem).
-		if err := b.image(cfg.Image, wire.GVisorImageGuest); err != nil {
+		// And /tmp beneath the image, for an image without one: the
+		// mount point of the read-only /tmp the host's spec then binds
+		// there (runsc would otherwise make one in the view's upper).
+		if err := b.image(cfg.Image, wire.GVisorImageGuest, "/tmp/"); err != nil {
 			return "", -1, nil, err
 		}
 		if err := bindSelf(root + wire.GVisorImageGuest); err != nil {

@@ -250,17 +250,24 @@ func (b *overlayBuilder) overlay(hostPath, lowerPath, target string) error {
 // Beneath, not on top: where the image has them, its own are what shows.
 // Nothing is ever written under them (each is a mount of its own), so the
 // host's view of the image (imagemount.Overlay without them) compares the same.
-// files are more mount points of that layer: empty files at those paths
-// beneath the root (the gvisor view binds its guest onto one).
-func (b *overlayBuilder) image(layers []string, files ...string) error {
+// extra are more mount points of that layer, beneath the root: an empty
+// directory for a path ending in "/", else an empty file (the gvisor view
+// binds its guest onto one).
+func (b *overlayBuilder) image(layers []string, extra ...string) error {
 	init := b.scratch + "/image-init"
 	for _, d := range []string{"", "/proc", "/dev", "/sys"} {
 		if err := os.Mkdir(init+d, 0o755); err != nil {
 			return err
 		}
 	}
-	for _, f := range files {
-		if err := os.WriteFile(init+f, nil, 0o555); err != nil {
+	for _, p := range extra {
+		var err error
+		if d, ok := strings.CutSuffix(p, "/"); ok {
+			err = os.Mkdir(init+d, 0o755)
+		} else {
+			err = os.WriteFile(init+p, nil, 0o555)
+		}
+		if err != nil {
 			return err
 		}
 	}

@@ -2,6 +2,7 @@ package gvisor
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"strconv"
@@ -106,21 +107,31 @@ func (b *box) diffAgainstImage() {
 // runsc mounts a tmpfs of gVisor's memory at /tmp when the root's /tmp is
 // empty or missing, as an image's usually is (a host's rarely): what the
 // command wrote there would never reach the upper dir, and the delta would
-// silently lack it. An explicit mount at /tmp stops that: a bind of the
-// view's /tmp onto itself, by absolute paths (the gofer checks that a
+// silently lack it; where /tmp is missing, runsc's mount point would even
+// be a change of the trial. An explicit mount at /tmp stops that: a bind of
+// the view's /tmp onto itself, by absolute paths (the gofer checks that a
 // mount's destination opens as the very path it was given, which a root
-// named relative to the bundle fails). An image without a /tmp directory
-// (none, or a symlink) gets gVisor's tmpfs, and the delta a warning.
+// named relative to the bundle fails). For an image without /tmp, the
+// bind is of the empty directory beneath the image (buildGVisorView makes
+// it), read-only: a write there fails, as it fails on ns for want of the
+// directory, rather than vanish. An image whose /tmp is a symlink (which
+// the gofer will not mount over) gets gVisor's tmpfs, and the delta a
+// warning.
 func (b *box) imageSpec(spec map[string]any) error {
 	proc := spec["process"].(map[string]any)
 	proc["args"].([]string)[0] = wire.GVisorImageGuest
+	opt := "rw"
 	fd, err := unix.Openat2(int(b.imageView.Fd()), "tmp", &unix.OpenHow{Flags: unix.O_PATH | unix.O_DIRECTORY | unix.O_CLOEXEC,
 		Resolve: unix.RESOLVE_BENEATH | unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_NO_MAGICLINKS})
-	if err != nil {
-		b.warnings = append(b.warnings, "the image has no /tmp directory: gVisor gave the sandbox a /tmp of its own memory, and what the command wrote there is not in this delta")
+	switch {
+	case err == nil:
+		unix.Close(fd)
+	case errors.Is(err, unix.ENOENT):
+		opt = "ro"
+	default:
+		b.warnings = append(b.warnings, "the image's /tmp is not a directory: gVisor gave the sandbox a /tmp of its own memory, and what the command wrote there is not in this delta")
 		return nil
 	}
-	unix.Close(fd)
 	scratch, err := os.Readlink("/proc/self/fd/" + strconv.Itoa(b.ScratchFD))
 	if err != nil {
 		return fmt.Errorf("finding the view's scratch dir: %w", err)
@@ -128,6 +139,6 @@ func (b *box) imageSpec(spec map[string]any) error {
 	root := scratch + "/root"
 	spec["root"] = map[string]any{"path": root, "readonly": false}
 	spec["mounts"] = append(spec["mounts"].([]map[string]any),
-		map[string]any{"destination": "/tmp", "type": "bind", "source": root + "/tmp", "options": []string{"rbind", "rw"}})
+		map[string]any{"destination": "/tmp", "type": "bind", "source": root + "/tmp", "options": []string{"rbind", opt}})
 	return nil
 }
