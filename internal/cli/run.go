@@ -116,10 +116,6 @@ func runCmd(env Env, code *int, note *interruptNote) *cobra.Command {
 				if _, err = checkRunArgs(rungName, args, "/", timeout, outputCap, upperSize); err != nil {
 					return err
 				}
-				if via == viaDaemon {
-					return usageError{errors.New("--image runs in this process for now: drop --via daemon")}
-				}
-				via = viaLocal
 			}
 			if netSpecs, err = checkNetSpecs(cmd.Context(), netSpecs, env); err != nil {
 				return err
@@ -186,24 +182,26 @@ func runCmd(env Env, code *int, note *interruptNote) *cobra.Command {
 				spec.Stdout, spec.Stderr, live = lo, le, []*render.LiveWriter{lo, le}
 			}
 			spec.Net = netSpecs
-			if imageRef != "" {
+			var d *dryexec.StateDelta
+			var st *store.Store
+			if via != viaLocal {
+				// On an image, the daemon pulls it into its store's cache
+				// (this install's: $DRYEXEC_HOME/images, findDaemon checks).
+				dr := daemonRun{env: env, home: home, via: via, rungName: rungName, noStore: noStore, contentCap: cc,
+					live: live, note: note, quiet: quiet, image: imageRef}
+				if policyFile != "" {
+					dr.pol = &pol
+				}
+				if d, err = dr.run(cmd.Context(), spec); err != nil {
+					return daemonImageErr(env, code, err)
+				}
+			}
+			if d == nil && imageRef != "" {
 				var release func()
 				if spec, release, err = useImage(cmd.Context(), env, imageRef, spec); err != nil {
 					return imageErr(env, code, err)
 				}
 				defer release()
-			}
-			var d *dryexec.StateDelta
-			var st *store.Store
-			if via != viaLocal {
-				dr := daemonRun{env: env, home: home, via: via, rungName: rungName, noStore: noStore, contentCap: cc,
-					live: live, note: note, quiet: quiet}
-				if policyFile != "" {
-					dr.pol = &pol
-				}
-				if d, err = dr.run(cmd.Context(), spec); err != nil {
-					return err
-				}
 			}
 			if d == nil {
 				if d, st, err = runLocal(cmd.Context(), env, home, rungName, pol, engine, spec, noStore, contentCap != "", cc, live, note); err != nil {

@@ -95,6 +95,7 @@ type daemonRun struct {
 	live       []*render.LiveWriter
 	note       *interruptNote
 	quiet      bool
+	image      string // --image's reference, "" without one
 }
 
 // run runs spec through the daemon and returns its delta; with --via auto,
@@ -136,6 +137,7 @@ func (r daemonRun) run(ctx context.Context, spec dryexec.TrialSpec) (*dryexec.St
 	if err != nil {
 		return nil, err
 	}
+	req.Image = r.image
 	d, err := dc.RunTrial(ctx, req, apiclient.Hooks{
 		Queued: func() {
 			if !r.quiet {

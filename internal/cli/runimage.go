@@ -2,12 +2,14 @@ package cli
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"path"
 	"strings"
 
 	"github.com/dryexec/dryexec"
 	"github.com/dryexec/dryexec/image"
+	"github.com/dryexec/dryexec/internal/apiclient"
 )
 
 // useImage resolves ref through the image cache in $DRYEXEC_HOME/images,
@@ -41,4 +43,17 @@ func checkImageCwd(cwd string) error {
 		return usageError{fmt.Errorf("-C %s: with --image, give an absolute directory in the image", cwd)}
 	}
 	return nil
+}
+
+// daemonImageErr is imageErr for the daemon's answer: an image it could not
+// have (422 image_unavailable) is refused, exit 1, as in this process; a
+// reference that does not parse came back as bad_request (exit 2) already.
+func daemonImageErr(env Env, code *int, err error) error {
+	var de *apiclient.Error
+	if errors.As(err, &de) && de.Code == "image_unavailable" {
+		fmt.Fprintln(env.Stderr, "dryexec:", err)
+		*code = ExitRefused
+		return nil
+	}
+	return err
 }
