@@ -132,6 +132,32 @@ func (b *box) imageSpec(spec map[string]any) error {
 		b.warnings = append(b.warnings, "the image's /tmp is not a directory: gVisor gave the sandbox a /tmp of its own memory, and what the command wrote there is not in this delta")
 		return nil
 	}
+	return b.bindTmp(spec, opt)
+}
+
+// hostTmpSpec is imageSpec's /tmp for a view of the host: the view's /tmp
+// bound onto itself, so that runsc mounts no tmpfs of its own there. The
+// host's /tmp is empty more often than one would think (a daemon under
+// systemd's PrivateTmp starts with an empty one), and then every write the
+// command made in /tmp would silently miss the delta. A view without a
+// /tmp directory (none on the host, or a symlink) gets gVisor's tmpfs and
+// the delta a warning.
+func (b *box) hostTmpSpec(spec map[string]any) error {
+	fd, err := unix.Openat2(b.ScratchFD, "root/tmp", &unix.OpenHow{Flags: unix.O_PATH | unix.O_DIRECTORY | unix.O_CLOEXEC,
+		Resolve: unix.RESOLVE_BENEATH | unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_NO_MAGICLINKS})
+	if err != nil {
+		b.warnings = append(b.warnings, "the host's /tmp is not a directory: gVisor gave the sandbox a /tmp of its own memory, and what the command wrote there is not in this delta")
+		return nil
+	}
+	unix.Close(fd)
+	return b.bindTmp(spec, "rw")
+}
+
+// bindTmp names the view's root by its absolute path and binds the view's
+// /tmp onto itself (opt: "rw" or "ro"): the gofer checks that a mount's
+// destination opens as the very path it was given, which a root named
+// relative to the bundle fails.
+func (b *box) bindTmp(spec map[string]any, opt string) error {
 	scratch, err := os.Readlink("/proc/self/fd/" + strconv.Itoa(b.ScratchFD))
 	if err != nil {
 		return fmt.Errorf("finding the view's scratch dir: %w", err)

@@ -72,6 +72,8 @@ func (b *box) ociSpec(role string) ([]byte, error) {
 		if err := b.imageSpec(spec); err != nil {
 			return nil, err
 		}
+	} else if err := b.hostTmpSpec(spec); err != nil {
+		return nil, err
 	}
 	return json.Marshal(spec)
 }
