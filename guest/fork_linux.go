@@ -41,6 +41,9 @@ type forkLayers struct {
 	// forkFDs are the last fork's detached copies of the layers, kept open
 	// until the host has taken them (the next fork, or the guest's end).
 	forkFDs []int
+	// sock is the socket a branch's layers arrive on before fork.adopt
+	// (wire.SessionStart.ForkFD; 0: none).
+	sock int
 }
 
 // errWriters: a process holds a workspace file open for writing, so the upper
@@ -133,11 +136,20 @@ func (st *overlayStaging) freeze(req *wire.Fork, out *wire.Forked) error {
 // in as descriptors, with an empty upper: its baseline is the whole stack
 // (the fork point).
 func (st *overlayStaging) adopt(req *wire.ForkAdopt) error {
-	if len(req.Lowers) == 0 || req.OriginLayers < 0 || req.OriginLayers > len(req.Lowers) {
-		return fmt.Errorf("fork.adopt: %d layers, origin %d", len(req.Lowers), req.OriginLayers)
+	if req.Layers <= 0 || req.OriginLayers < 0 || req.OriginLayers > req.Layers {
+		return fmt.Errorf("fork.adopt: %d layers, origin %d", req.Layers, req.OriginLayers)
 	}
+	fds, err := st.receiveLayers(req.Layers)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		for _, fd := range fds {
+			unix.Close(fd)
+		}
+	}()
 	var all []string
-	for _, fd := range req.Lowers {
+	for _, fd := range fds {
 		// Each is a detached mount of a parent's layer (freeze): attached
 		// here, beneath the scratch, it can be a lower of this namespace's
 		// overlay, and of the branches' of a fork of this one.
@@ -145,9 +157,7 @@ func (st *overlayStaging) adopt(req *wire.ForkAdopt) error {
 		if err != nil {
 			return err
 		}
-		err = unix.MoveMount(fd, "", unix.AT_FDCWD, target, unix.MOVE_MOUNT_F_EMPTY_PATH)
-		unix.Close(fd)
-		if err != nil {
+		if err := unix.MoveMount(fd, "", unix.AT_FDCWD, target, unix.MOVE_MOUNT_F_EMPTY_PATH); err != nil {
 			return fmt.Errorf("attaching the parent's layer: %w", err)
 		}
 		all = append(all, target)
@@ -157,6 +167,39 @@ func (st *overlayStaging) adopt(req *wire.ForkAdopt) error {
 		st.baseN, st.originN, st.shared = len(all), req.OriginLayers, true
 		return clearDir(st.upper)
 	})
+}
+
+// receiveLayers reads the n layer descriptors the host sent on the fork
+// socket for this adopt (one message). The host sends before it asks for
+// fork.adopt, so a message is waiting; one that is not is an error, not a
+// wait.
+func (st *overlayStaging) receiveLayers(n int) ([]int, error) {
+	if st.sock <= 0 {
+		return nil, fmt.Errorf("fork.adopt: the guest has no fork socket")
+	}
+	oob := make([]byte, unix.CmsgSpace(4*n))
+	_, oobn, flags, _, err := unix.Recvmsg(st.sock, make([]byte, 1), oob, unix.MSG_DONTWAIT|unix.MSG_CMSG_CLOEXEC)
+	if err != nil {
+		return nil, fmt.Errorf("fork.adopt: receiving the layers: %w", err)
+	}
+	var fds []int
+	msgs, err := unix.ParseSocketControlMessage(oob[:oobn])
+	for _, m := range msgs {
+		got, perr := unix.ParseUnixRights(&m)
+		if perr == nil {
+			fds = append(fds, got...)
+		}
+	}
+	if err == nil && (flags&unix.MSG_CTRUNC != 0 || len(fds) != n) {
+		err = fmt.Errorf("fork.adopt: %d layers received, %d announced", len(fds), n)
+	}
+	if err != nil {
+		for _, fd := range fds {
+			unix.Close(fd)
+		}
+		return nil, err
+	}
+	return fds, nil
 }
 
 func (st *overlayStaging) originDiff() (*wire.Diff, error) {

@@ -721,6 +721,10 @@ func (s *Session) Close() error {
 		if s.peer != nil {
 			<-s.runErr
 		}
+		s.fork.mu.Lock()
+		f := s.fork.family
+		s.fork.mu.Unlock()
+		f.release()
 	})
 	return nil
 }
