@@ -9,7 +9,9 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
+	"github.com/dryexec/dryexec/internal/testwait"
 	"github.com/dryexec/dryexec/session"
 )
 
@@ -243,6 +245,100 @@ var forkCases = []conformanceCase{
 			t.Fatal(err)
 		}
 		wantOut(t, s, "ls", "base\n")
+	}},
+	// A chain of forks of forks deeper than any overlay can stack (the
+	// page of mount options holds about 150 of the ns rung's layer
+	// paths): each branch adopts its parent's stack and freezes one more
+	// layer, so without the background merge the chain fails to mount
+	// long before its end. Every level sees every level above.
+	{"deep_chain", func(t *testing.T, open opener) {
+		s := openDefault(t, open)
+		depth := 12 // the host rung copies the tree: there is no stack
+		if rungOf(s) == "ns" {
+			depth = 170
+			if v := os.Getenv("ZZDEPTH"); v != "" {
+				fmt.Sscan(v, &depth)
+			}
+		}
+		seed(t, s, tree{"base": file("b\n")})
+		cur := s
+		for i := range depth {
+			run(t, cur, fmt.Sprintf("echo %d > f%d; rm -f f%d", i, i, i-2))
+			b := forkOf(t, cur, 1)[0]
+			if cur != s {
+				cur.Close()
+			}
+			cur = b
+			if os.Getenv("ZZDEPTH") != "" {
+				d := getDiff(t, cur, false)
+				t.Logf("level %d: diff %v lowers %v", i, d.Paths(), workspaceLowers(t, forkGuests(t, cur)[len(forkGuests(t, cur))-1], cur.Info().Workspace))
+			}
+		}
+		wantOut(t, cur, "ls | sort -V; cat base", fmt.Sprintf("base\nf%d\nf%d\nb\n", depth-2, depth-1))
+		run(t, cur, "echo top > top")
+		checkDiff(t, getDiff(t, cur, false), want{writes: map[string]string{"top": "top\n"}})
+		checkDiff(t, diffOrigin(t, cur), want{writes: map[string]string{"top": "top\n"}, deletes: []string{fmt.Sprintf("f%d", depth-3)}})
+		if rungOf(s) == "ns" {
+			for _, pid := range forkGuests(t, cur) {
+				if n := workspaceLowers(t, pid, cur.Info().Workspace); n > 33 {
+					t.Errorf("guest %d: %d lower layers after a chain of %d forks", pid, n, depth)
+				}
+			}
+		}
+	}},
+	// ns: past 8 layers the stack is merged in the background, and the
+	// workspace takes the merged stack at a later request, while a
+	// process of the session runs in it and a branch forked before still
+	// uses the old layers: both go on seeing the right files, and keep
+	// takes that branch's changes into the merged workspace.
+	{"flatten_mid_use", func(t *testing.T, open opener) {
+		s := openDefault(t, open)
+		if rungOf(s) != "ns" {
+			t.Skip("the host rung copies the tree; there are no layers to merge")
+		}
+		seed(t, s, tree{"sub/a": file("a\n"), "gone": file("g\n")})
+		marker := uniqueSleep()
+		// A reader started before the merge, its cwd in the workspace.
+		run(t, s, "cd sub && (while :; do cat a > /dev/null || echo lost > /tmp/lost; done & "+marker+" &) >/dev/null 2>&1")
+		waitRunning(t, marker, 1)
+		var early *session.Session
+		for i := range 12 {
+			run(t, s, fmt.Sprintf("echo %d > g%d", i, i))
+			b := forkOf(t, s, 1)[0]
+			if i == 0 {
+				early = b
+				continue
+			}
+			b.Close()
+		}
+		run(t, s, "rm gone")
+		guest := forkGuests(t, s)
+		testwait.For(t, time.Minute, "the parent's stack merged", func() bool {
+			run(t, s, "true") // a request: the merge lands at one
+			for _, pid := range guest {
+				if workspaceLowers(t, pid, s.Info().Workspace) <= 8 {
+					return true
+				}
+			}
+			return false
+		})
+		wantOut(t, s, "ls | sort -V; cat sub/a g11; cat /tmp/lost 2>/dev/null || true", "g0\ng1\ng2\ng3\ng4\ng5\ng6\ng7\ng8\ng9\ng10\ng11\nsub\na\n11\n")
+		if left := running(marker); len(left) != 1 {
+			t.Errorf("the session's process: %v, want it still running", left)
+		}
+		wantOut(t, early, "ls | sort -V", "g0\ngone\nsub\n")
+		run(t, early, "echo e > e; rm g0")
+		if err := s.Keep(ctx(t), early); err != nil {
+			t.Fatalf("Keep: %v", err)
+		}
+		wantOut(t, s, "ls | sort -V; cat e", "e\ng1\ng2\ng3\ng4\ng5\ng6\ng7\ng8\ng9\ng10\ng11\nsub\ne\n")
+		writes := map[string]string{"e": "e\n"}
+		for i := 1; i < 12; i++ {
+			writes[fmt.Sprintf("g%d", i)] = fmt.Sprintf("%d\n", i)
+		}
+		checkDiff(t, getDiff(t, s, false), want{writes: writes, deletes: []string{"gone"}})
+		b := forkOf(t, s, 1)[0]
+		wantOut(t, b, "cat e g11 sub/a", "e\n11\na\n")
 	}},
 }
 
