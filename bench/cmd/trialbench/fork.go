@@ -146,17 +146,25 @@ func forkGroup(e *env) ([]group, error) {
 			})
 		}},
 		{name: fmt.Sprintf("an extra branch of the %d-file session (PSS)", forkTree), run: func() (float64, error) {
-			return pssOf(func() (func(), error) {
-				bs, err := sessions["ns"].Fork(ctx, 1)
-				if err != nil {
-					return nil, err
-				}
-				_, err = bs[0].Shell(ctx, "true", time.Minute)
-				return func() { bs[0].Close() }, err
-			})
+			bs, err := sessions["ns"].Fork(ctx, 1)
+			if err != nil {
+				return 0, err
+			}
+			defer bs[0].Close()
+			if _, err := bs[0].Shell(ctx, "true", time.Minute); err != nil {
+				return 0, err
+			}
+			time.Sleep(time.Second) // not ordering: idling is what is measured
+			var pss float64
+			for _, p := range descendants([]int{bs[0].GuestPID()}) {
+				_, x := smaps(p)
+				pss += x
+			}
+			return pss, nil
 		}},
 	}
-	mem.note = "PSS of the new guest's processes as the host sees them, after one exec_shell and a second idle. A branch adds no copy of the workspace: its layers are the parent's."
+	mem.note = "PSS of the guest's processes as the host sees them, after one exec_shell and a second idle (a branch: its own guest's, which was opened ahead of the fork). " +
+		"A branch adds no copy of the workspace: its layers are the parent's. A fork family also keeps as many sessions opened ahead as its largest fork, each one idle session's guest."
 	return []group{g, mem}, nil
 }
 
