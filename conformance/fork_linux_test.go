@@ -7,8 +7,11 @@ import (
 	"os"
 	"slices"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 
+	"github.com/dryexec/dryexec/internal/testwait"
 	"github.com/dryexec/dryexec/session"
 )
 
@@ -124,7 +127,7 @@ var forkCases = []conformanceCase{
 		}
 		checkDiff(t, getDiff(t, s, false), want{writes: map[string]string{"n": "1\n"}, links: map[string]string{"l": "a"},
 			deletes: []string{"gone"}, modes: map[string]fs.FileMode{"a": 0o700}})
-		if pids := guestPIDs(t); !slices.Equal(pids, []int{parentGuest}) {
+		if pids := forkGuests(t, s); !slices.Equal(pids, []int{parentGuest}) {
 			t.Errorf("guests after keep: %v, want only the parent's %d", pids, parentGuest)
 		}
 		if left := waitNoProcess(marker); len(left) > 0 {
@@ -142,6 +145,7 @@ var forkCases = []conformanceCase{
 			t.Errorf("mounts on the host: %q", m)
 		}
 		s.Close()
+		// The family's sessions opened ahead go with its last session.
 		if pids := guestPIDs(t); len(pids) != 0 {
 			t.Errorf("guests after Close: %v", pids)
 		}
@@ -161,7 +165,7 @@ var forkCases = []conformanceCase{
 		}
 		s.Close()
 		wantOut(t, bs[1], "cat a w; echo more >> w; cat w", "a\nw\nw\nmore\n")
-		if pids := guestPIDs(t); len(pids) != 1 {
+		if pids := forkGuests(t, bs[1]); len(pids) != 1 {
 			t.Errorf("guests: %v, want the one branch", pids)
 		}
 	}},
@@ -242,6 +246,112 @@ var forkCases = []conformanceCase{
 		}
 		wantOut(t, s, "ls", "base\n")
 	}},
+	// A chain of forks of forks deeper than any overlay can stack (the
+	// page of mount options holds about 150 of the ns rung's layer
+	// paths): each branch adopts its parent's stack and freezes one more
+	// layer, so without the background merge the chain fails to mount
+	// long before its end. Every level sees every level above.
+	{"deep_chain", func(t *testing.T, open opener) {
+		s := openDefault(t, open)
+		depth := 12 // the host rung copies the tree: there is no stack
+		if rungOf(s) == "ns" {
+			depth = 170
+			if v := os.Getenv("ZZDEPTH"); v != "" {
+				fmt.Sscan(v, &depth)
+			}
+		}
+		seed(t, s, tree{"base": file("b\n")})
+		cur := s
+		for i := range depth {
+			run(t, cur, fmt.Sprintf("echo %d > f%d; rm -f f%d", i, i, i-2))
+			b := forkOf(t, cur, 1)[0]
+			if cur != s {
+				cur.Close()
+			}
+			cur = b
+			if os.Getenv("ZZDEPTH") != "" {
+				d := getDiff(t, cur, false)
+				t.Logf("level %d: diff %v lowers %v", i, d.Paths(), workspaceLowers(t, forkGuests(t, cur)[len(forkGuests(t, cur))-1], cur.Info().Workspace))
+			}
+		}
+		wantOut(t, cur, "ls | sort -V; cat base", fmt.Sprintf("base\nf%d\nf%d\nb\n", depth-2, depth-1))
+		run(t, cur, "echo top > top")
+		checkDiff(t, getDiff(t, cur, false), want{writes: map[string]string{"top": "top\n"}})
+		// The origin is the parent's fork point: since then it wrote the
+		// last level's file and removed the one three levels up.
+		checkDiff(t, diffOrigin(t, cur), want{writes: map[string]string{"top": "top\n", fmt.Sprintf("f%d", depth-1): fmt.Sprintf("%d\n", depth-1)},
+			deletes: []string{fmt.Sprintf("f%d", depth-3)}})
+		if rungOf(s) == "ns" {
+			for _, pid := range forkGuests(t, cur) {
+				if n := workspaceLowers(t, pid, cur.Info().Workspace); n > 33 {
+					t.Errorf("guest %d: %d lower layers after a chain of %d forks", pid, n, depth)
+				}
+			}
+		}
+	}},
+	// ns: past 8 layers the stack is merged in the background, and the
+	// workspace takes the merged stack at a later request, while a
+	// process of the session runs in it and a branch forked before still
+	// uses the old layers: both go on seeing the right files, and keep
+	// takes that branch's changes into the merged workspace.
+	{"flatten_mid_use", func(t *testing.T, open opener) {
+		s := openDefault(t, open)
+		if rungOf(s) != "ns" {
+			t.Skip("the host rung copies the tree; there are no layers to merge")
+		}
+		seed(t, s, tree{"sub/a": file("a\n"), "gone": file("g\n")})
+		marker := uniqueSleep()
+		// A reader started before the merge, its cwd in the workspace.
+		run(t, s, "cd sub && setsid "+marker+" >/dev/null 2>&1 &")
+		pid := waitRunning(t, marker, 1)[0]
+		var early *session.Session
+		for i := range 12 {
+			run(t, s, fmt.Sprintf("echo %d > g%d", i, i))
+			b := forkOf(t, s, 1)[0]
+			if i == 0 {
+				early = b
+				continue
+			}
+			b.Close()
+		}
+		run(t, s, "rm gone")
+		testwait.For(t, time.Minute, "the parent's stack merged", func() bool {
+			run(t, s, "true") // a request: the merge lands at one
+			return workspaceLowers(t, s.GuestPID(), s.Info().Workspace) <= 8
+		})
+		wantOut(t, s, "ls | sort -V; cat sub/a g11", "g0\ng1\ng2\ng3\ng4\ng5\ng6\ng7\ng8\ng9\ng10\ng11\nsub\na\n11\n")
+		// The process inside kept its view (the old mount): its cwd
+		// still shows the file.
+		if b, err := os.ReadFile(fmt.Sprintf("/proc/%d/cwd/a", pid)); err != nil || string(b) != "a\n" {
+			t.Errorf("the running process's cwd/a after the merge: %q %v", b, err)
+		}
+		wantOut(t, early, "ls | sort -V", "g0\ngone\nsub\n")
+		run(t, early, "echo e > e; rm g0")
+		if err := s.Keep(ctx(t), early); err != nil {
+			t.Fatalf("Keep: %v", err)
+		}
+		wantOut(t, s, "ls | sort -V; cat e", "e\ng1\ng2\ng3\ng4\ng5\ng6\ng7\ng8\ng9\ng10\ng11\nsub\ne\n")
+		writes := map[string]string{"e": "e\n"}
+		for i := 1; i < 12; i++ {
+			writes[fmt.Sprintf("g%d", i)] = fmt.Sprintf("%d\n", i)
+		}
+		checkDiff(t, getDiff(t, s, false), want{writes: writes, deletes: []string{"gone"}})
+		b := forkOf(t, s, 1)[0]
+		wantOut(t, b, "cat e g11 sub/a", "e\n11\na\n")
+	}},
+}
+
+// forkGuests are the session guests running now but those a fork family
+// of s keeps opened ahead of its forks (ns): those have adopted nothing, so
+// their workspace is their own base alone (one lower, or none yet while
+// one starts), where a session that forked, and a branch, have a stack.
+func forkGuests(t *testing.T, s *session.Session) []int {
+	t.Helper()
+	pids := guestPIDs(t)
+	if rungOf(s) != "ns" {
+		return pids
+	}
+	return slices.DeleteFunc(pids, func(pid int) bool { return workspaceLowers(t, pid, s.Info().Workspace) <= 1 })
 }
 
 // workspaceLowers counts the lower layers of the overlay guest pid has at ws
@@ -249,6 +359,9 @@ var forkCases = []conformanceCase{
 func workspaceLowers(t *testing.T, pid int, ws string) int {
 	t.Helper()
 	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/mountinfo", pid))
+	if errors.Is(err, fs.ErrNotExist) || errors.Is(err, syscall.ESRCH) {
+		return 0 // gone since it was listed
+	}
 	if err != nil {
 		t.Fatal(err)
 	}

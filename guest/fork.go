@@ -25,6 +25,14 @@ type forkStaging interface {
 	originDiff() (*wire.Diff, error)
 }
 
+// flattener is a staging that merges its layers in the background (the ns
+// rung's): landFlattenedNow gives the workspace a finished merge's stack and
+// says whether it did. It runs at the start of a request, when no exec of
+// the session's runs.
+type flattener interface {
+	landFlattenedNow() (bool, error)
+}
+
 // handleFork serves the fork verbs (s.mu held).
 func (s *session) handleFork(f *wire.Frame) (any, [][]byte, error) {
 	fst, ok := s.st.(forkStaging)

@@ -24,6 +24,15 @@ import (
 // fork, dozens would be a slow workspace.
 const maxForkLayers = 8
 
+// hardForkLayers is how deep a stack may grow while it is merged in the
+// background (forks, rebases) before a fork or rebase waits for the merge:
+// far below the page of mount options (about 150 layers at ~26 bytes a
+// path), the kernel's 500 lowers (OVL_MAX_STACK) and the 253 descriptors
+// one message passes to a branch (SCM_MAX_FD). The layers are plain
+// directories (no overlay is stacked on another), so the kernel's nesting
+// limit (FILESYSTEM_MAX_STACK_DEPTH, 2) is not reached.
+const hardForkLayers = 32
+
 // forkLayers is what forks add to the overlay staging: the frozen layers
 // over the base, and which of the stack are the baseline and the origin.
 type forkLayers struct {
@@ -41,6 +50,13 @@ type forkLayers struct {
 	// forkFDs are the last fork's detached copies of the layers, kept open
 	// until the host has taken them (the next fork, or the guest's end).
 	forkFDs []int
+	// sock is the socket a branch's layers arrive on before fork.adopt
+	// (wire.SessionStart.ForkFD; 0: none).
+	sock int
+	// flat is the merge of the stack running in the background (nil:
+	// none); flatErr, why the last one failed.
+	flat    *flattening
+	flatErr error
 }
 
 // errWriters: a process holds a workspace file open for writing, so the upper
@@ -133,11 +149,20 @@ func (st *overlayStaging) freeze(req *wire.Fork, out *wire.Forked) error {
 // in as descriptors, with an empty upper: its baseline is the whole stack
 // (the fork point).
 func (st *overlayStaging) adopt(req *wire.ForkAdopt) error {
-	if len(req.Lowers) == 0 || req.OriginLayers < 0 || req.OriginLayers > len(req.Lowers) {
-		return fmt.Errorf("fork.adopt: %d layers, origin %d", len(req.Lowers), req.OriginLayers)
+	if req.Layers <= 0 || req.OriginLayers < 0 || req.OriginLayers > req.Layers {
+		return fmt.Errorf("fork.adopt: %d layers, origin %d", req.Layers, req.OriginLayers)
 	}
+	fds, err := st.receiveLayers(req.Layers)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		for _, fd := range fds {
+			unix.Close(fd)
+		}
+	}()
 	var all []string
-	for _, fd := range req.Lowers {
+	for _, fd := range fds {
 		// Each is a detached mount of a parent's layer (freeze): attached
 		// here, beneath the scratch, it can be a lower of this namespace's
 		// overlay, and of the branches' of a fork of this one.
@@ -145,18 +170,54 @@ func (st *overlayStaging) adopt(req *wire.ForkAdopt) error {
 		if err != nil {
 			return err
 		}
-		err = unix.MoveMount(fd, "", unix.AT_FDCWD, target, unix.MOVE_MOUNT_F_EMPTY_PATH)
-		unix.Close(fd)
-		if err != nil {
+		if err := unix.MoveMount(fd, "", unix.AT_FDCWD, target, unix.MOVE_MOUNT_F_EMPTY_PATH); err != nil {
 			return fmt.Errorf("attaching the parent's layer: %w", err)
 		}
 		all = append(all, target)
 	}
-	return st.remount(func() error {
+	if err := st.remount(func() error {
 		st.lowers, st.base = all[:len(all)-1], all[len(all)-1]
 		st.baseN, st.originN, st.shared = len(all), req.OriginLayers, true
 		return clearDir(st.upper)
-	})
+	}); err != nil {
+		return err
+	}
+	// The parent's stack may be deep (up to hardForkLayers): this branch
+	// merges its own copy in the background.
+	return st.startFlatten()
+}
+
+// receiveLayers reads the n layer descriptors the host sent on the fork
+// socket for this adopt (one message). The host sends before it asks for
+// fork.adopt, so a message is waiting; one that is not is an error, not a
+// wait.
+func (st *overlayStaging) receiveLayers(n int) ([]int, error) {
+	if st.sock <= 0 {
+		return nil, fmt.Errorf("fork.adopt: the guest has no fork socket")
+	}
+	oob := make([]byte, unix.CmsgSpace(4*n))
+	_, oobn, flags, _, err := unix.Recvmsg(st.sock, make([]byte, 1), oob, unix.MSG_DONTWAIT|unix.MSG_CMSG_CLOEXEC)
+	if err != nil {
+		return nil, fmt.Errorf("fork.adopt: receiving the layers: %w", err)
+	}
+	var fds []int
+	msgs, err := unix.ParseSocketControlMessage(oob[:oobn])
+	for _, m := range msgs {
+		got, perr := unix.ParseUnixRights(&m)
+		if perr == nil {
+			fds = append(fds, got...)
+		}
+	}
+	if err == nil && (flags&unix.MSG_CTRUNC != 0 || len(fds) != n) {
+		err = fmt.Errorf("fork.adopt: %d layers received, %d announced", len(fds), n)
+	}
+	if err != nil {
+		for _, fd := range fds {
+			unix.Close(fd)
+		}
+		return nil, err
+	}
+	return fds, nil
 }
 
 func (st *overlayStaging) originDiff() (*wire.Diff, error) {
@@ -213,27 +274,49 @@ func (st *overlayStaging) view(layers []string) (string, func(), error) {
 	return v, func() { unix.Unmount(v, unix.MNT_DETACH) }, nil
 }
 
-// flattenIfDeep merges the stack's layers once it is deeper than
-// maxForkLayers: the layers between two boundaries (the baseline's, the
-// origin's) become one, copied into a new layer of this session's scratch,
-// so that the cost is the size of those layers (the changes), never the
-// base's. A stack holding a renamed dir's redirect is left as it is.
-func (st *overlayStaging) flattenIfDeep() error {
+// flattening is a merge of the stack's layers running in the background:
+// the layers between two boundaries (the baseline's, the origin's) become
+// one, copied into a new layer of this session's scratch, so that the cost
+// is the size of those layers (the changes), never the base's. The frozen
+// layers are read-only, so the copy needs no stop of the session; the
+// workspace takes the merged stack at the next request (landFlattened),
+// if the stack is still the one merged, give or take layers frozen on top.
+type flattening struct {
+	// What was merged: the stack when the merge started.
+	lowers         []string
+	base           string
+	baseN, originN int
+	// groups are the runs of lowers merged, and into is each one's new
+	// layer ("": a run of one, kept as it is).
+	groups [][]string
+	into   []string
+	// merged, baseN and originN after, set before done closes: the new
+	// lowers (nil: not to be used: a layer holds a redirect, or the copy
+	// failed, err).
+	merged             []string
+	newBaseN, newOrigN int
+	err                error
+	done               chan struct{}
+}
+
+// startFlatten starts merging the stack in the background once it is
+// deeper than maxForkLayers (one merge at a time).
+func (st *overlayStaging) startFlatten() error {
 	all := st.all()
-	if len(all) <= maxForkLayers {
+	if st.flat != nil || len(all) <= maxForkLayers {
 		return nil
 	}
+	f := &flattening{lowers: slices.Clone(st.lowers), base: st.base, baseN: st.baseN, originN: st.originN, done: make(chan struct{})}
 	// Group the lowers (not the base) by the boundaries between them.
 	cut := map[int]bool{len(all) - st.baseN: true}
 	if st.originN > 0 {
 		cut[len(all)-st.originN] = true
 	}
-	var groups [][]string
 	var starts []int // each group's first index in all
 	var g []string
 	for i, l := range st.lowers {
 		if cut[i] && len(g) > 0 {
-			groups = append(groups, g)
+			f.groups = append(f.groups, g)
 			g = nil
 		}
 		if len(g) == 0 {
@@ -242,7 +325,7 @@ func (st *overlayStaging) flattenIfDeep() error {
 		g = append(g, l)
 	}
 	if len(g) > 0 {
-		groups = append(groups, g)
+		f.groups = append(f.groups, g)
 	}
 	// The boundaries count layers from the bottom: after the merge, one per
 	// group at or below them, and the base.
@@ -258,28 +341,107 @@ func (st *overlayStaging) flattenIfDeep() error {
 		}
 		return c
 	}
-	baseN, originN := below(st.baseN), below(st.originN)
+	f.newBaseN, f.newOrigN = below(st.baseN), below(st.originN)
+	for _, g := range f.groups {
+		d := ""
+		if len(g) > 1 {
+			var err error
+			if d, err = st.newDir("m"); err != nil {
+				for _, d := range f.into {
+					os.RemoveAll(d)
+				}
+				return err
+			}
+		}
+		f.into = append(f.into, d)
+	}
+	st.flat = f
+	go f.run(st)
+	return nil
+}
+
+// run copies each group into its new layer. It reads only the frozen
+// layers and the staging's fixed settings, and writes only its new dirs.
+func (f *flattening) run(st *overlayStaging) {
+	defer close(f.done)
 	var merged []string
-	for _, g := range groups {
-		if len(g) == 1 {
+	for i, g := range f.groups {
+		if f.into[i] == "" {
 			merged = append(merged, g[0])
 			continue
 		}
-		d, err := st.newDir("m")
-		if err != nil {
-			return err
-		}
-		ok, err := st.merge(d, g)
+		ok, err := st.merge(f.into[i], g)
 		if err != nil || !ok {
-			os.RemoveAll(d)
-			return err
+			f.err = err
+			return
 		}
-		merged = append(merged, d)
+		merged = append(merged, f.into[i])
 	}
-	return st.remount(func() error {
-		st.lowers, st.baseN, st.originN = merged, baseN, originN
+	f.merged = merged
+}
+
+// landFlattened gives the workspace the merged stack of a finished
+// background merge (wait: of the one running too) and says whether it did;
+// a merge of a stack since replaced is dropped. The workspace is mounted
+// anew, as for a fork: a process still inside keeps the old view.
+func (st *overlayStaging) landFlattened(wait bool) (bool, error) {
+	f := st.flat
+	if f == nil {
+		return false, nil
+	}
+	if !wait {
+		select {
+		case <-f.done:
+		default:
+			return false, nil
+		}
+	}
+	<-f.done
+	st.flat = nil
+	top := len(st.lowers) - len(f.lowers)
+	current := f.merged != nil && st.base == f.base && st.baseN == f.baseN && st.originN == f.originN &&
+		top >= 0 && slices.Equal(st.lowers[top:], f.lowers)
+	if !current {
+		for _, d := range f.into {
+			if d != "" {
+				os.RemoveAll(d)
+			}
+		}
+		// A failed merge leaves the stack as it is: deeper, still right.
+		// flattenIfDeep says so where it must not grow further.
+		st.flatErr = f.err
+		return false, nil
+	}
+	lowers := append(slices.Clone(st.lowers[:top]), f.merged...)
+	return true, st.remount(func() error {
+		st.lowers, st.baseN, st.originN = lowers, f.newBaseN, f.newOrigN
 		return nil
 	})
+}
+
+// landFlattenedNow implements flattener.
+func (st *overlayStaging) landFlattenedNow() (bool, error) { return st.landFlattened(false) }
+
+// flattenIfDeep keeps the stack mountable: past hardForkLayers it waits for
+// the background merge (or makes one and waits for it), so that no fork or
+// rebase ever stacks deeper; past maxForkLayers it starts one in the
+// background.
+func (st *overlayStaging) flattenIfDeep() error {
+	for range 2 { // a merge in flight may be of a stack since replaced
+		if len(st.all()) <= hardForkLayers {
+			break
+		}
+		if err := st.startFlatten(); err != nil {
+			return err
+		}
+		if _, err := st.landFlattened(true); err != nil {
+			return err
+		}
+	}
+	if n := len(st.all()); n > hardForkLayers {
+		return fmt.Errorf("the workspace has %d layers and they could not be merged (a renamed directory's redirect, or: %v)", n, st.flatErr)
+	}
+	return st.startFlatten()
 }
 
 // merge copies layers (topmost first) into dst as one layer: bottom first,

@@ -86,6 +86,17 @@ func (s *session) handle(ctx context.Context, f *wire.Frame) (any, [][]byte, err
 	if s.st == nil && f.Verb != wire.VerbSessionStart {
 		return nil, nil, remote("not_started", "%s before session.start", f.Verb)
 	}
+	if fl, ok := s.st.(flattener); ok {
+		landed, err := fl.landFlattenedNow()
+		if landed || err != nil {
+			// A waiting runner saw the workspace before the new mount.
+			s.dropRunner()
+			defer s.prestartPython()
+		}
+		if err != nil {
+			return nil, nil, remote("flatten", "merging the workspace's layers: %v", err)
+		}
+	}
 	switch f.Verb {
 	case wire.VerbSessionStart:
 		if s.st != nil {

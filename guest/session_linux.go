@@ -56,7 +56,11 @@ func (s *session) start() error {
 		}
 		layers := "/proc/self/fd/" + strconv.Itoa(scratch) + "/ws"
 		st := &overlayStaging{ws: s.ws, base: layers + "/base", upper: layers + "/upper", work: layers + "/work", userXattr: s.cfg.Rootless,
-			forkLayers: forkLayers{dir: layers, baseN: 1}}
+			forkLayers: forkLayers{dir: layers, baseN: 1, sock: s.cfg.ForkFD}}
+		if s.cfg.ForkFD > 0 {
+			// The guest's alone: no exec inherits it.
+			unix.CloseOnExec(s.cfg.ForkFD)
+		}
 		for _, d := range []string{layers, st.base, st.upper, st.work} {
 			if err := os.Mkdir(d, 0o755); err != nil {
 				return err

@@ -65,6 +65,10 @@ type forkState struct {
 	// pause is how long the last fork held the session (its guest's fork
 	// call: the freeze, or the host rung's copy).
 	pause time.Duration
+	// family is the warm pool this session shares with its fork family
+	// (nil: it never forked and is no branch, or its rung opens no branch
+	// ahead).
+	family *family
 }
 
 // Fork starts n new sessions (branches) from this one's state at the call:
@@ -131,17 +135,40 @@ func (s *Session) Fork(ctx context.Context, n int) ([]*Session, error) {
 		return nil, err
 	}
 	hostObjects := s.bound()
+	ad, warm := s.sb.(adopter)
+	var pool *Pool
+	if warm {
+		// The first fork's branches open now, cold; the pool, made after
+		// them, does not compete with them for the CPUs.
+		if s.fork.family == nil {
+			s.fork.family = &family{refs: 1}
+		}
+		pool = s.readyPool()
+		defer s.growPool(ctx, n)
+	}
 	for i := range n {
 		adopt := wire.ForkAdopt{Cwd: forked.Cwd, Env: forked.Env, From: forked.Workspace}
-		sb, err := fk.OpenFork(ctx, sandboxSpec(s.opt), &forked, i, &adopt)
-		if err != nil {
-			return fail(err)
+		var b *Session
+		if warm {
+			// A session opened ahead (or now, when none is ready), handed
+			// the layers.
+			if b, err = s.openBranch(ctx, pool); err != nil {
+				return fail(err)
+			}
+			*group = append(*group, b)
+			if err := ad.AdoptFork(b.sb, &forked, i, &adopt); err != nil {
+				return fail(err)
+			}
+		} else {
+			sb, err := fk.OpenFork(ctx, sandboxSpec(s.opt), &forked, i, &adopt)
+			if err != nil {
+				return fail(err)
+			}
+			if b, err = startSession(ctx, s.opt, sb); err != nil {
+				return fail(err)
+			}
+			*group = append(*group, b)
 		}
-		b, err := startSession(ctx, s.opt, sb)
-		if err != nil {
-			return fail(err)
-		}
-		*group = append(*group, b)
 		if _, err := b.call(ctx, wire.VerbForkAdopt, &adopt); err != nil {
 			return fail(err)
 		}
@@ -150,9 +177,103 @@ func (s *Session) Fork(ctx context.Context, n int) ([]*Session, error) {
 		onEmit := s.onEmit
 		s.emitMu.Unlock()
 		b.bind(hostObjects, onEmit)
+		s.bindMu.Lock()
+		globals := s.hostGlobals
+		s.bindMu.Unlock()
+		b.bindMu.Lock()
+		b.hostGlobals = globals
+		b.bindMu.Unlock()
 		b.fork.parent, b.fork.group = s, group
+		if warm {
+			s.fork.family.hold()
+			b.fork.family = s.fork.family
+		}
 	}
 	return slices.Clone(*group), nil
+}
+
+// adopter is a forker whose branches can be sessions opened ahead of the
+// fork (the ns rung's): AdoptFork hands an open sandbox branch i's share of
+// the frozen workspace, and fills what its guest is told at fork.adopt.
+type adopter interface {
+	AdoptFork(into dryexec.Sandbox[wire.SessionStart], forked *wire.Forked, i int, adopt *wire.ForkAdopt) error
+}
+
+// family is what a session that forked and all the branches descended from
+// it share (they have the same options): a pool of sessions opened ahead of
+// their forks, so that a fork costs the freeze and the branch's adopt, not
+// a sandbox's start. It is made at the family's first fork, which is cold,
+// sized to the largest fork so far, refilled in the background after each
+// fork (package warm: idle sessions go after its idle timeout), and closed
+// with the last session of the family.
+type family struct {
+	mu   sync.Mutex // guards the fields
+	pool *Pool      // nil: none made (a session with an image root never makes one)
+	size int
+	refs int
+}
+
+// readyPool is the pool s's branches come from (nil: none yet; s.fork.mu
+// held).
+func (s *Session) readyPool() *Pool {
+	f := s.fork.family
+	if f == nil {
+		return nil
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.pool
+}
+
+// growPool makes the family's pool, or a larger one, for forks of n (s.fork.mu held).
+func (s *Session) growPool(ctx context.Context, n int) {
+	f := s.fork.family
+	if s.opt.Image != nil {
+		// A pool serves no session with an image root (sameOptions).
+		return
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.refs > 0 && (f.pool == nil || n > f.size) {
+		old := f.pool
+		// The pool outlives this call: it ends with the family.
+		f.pool = NewPool(context.WithoutCancel(ctx), PoolOptions{Size: n, Template: s.opt})
+		f.size = n
+		if old != nil {
+			old.Close()
+		}
+	}
+}
+
+// openBranch is a session for a branch of s: pool's, or opened now.
+func (s *Session) openBranch(ctx context.Context, pool *Pool) (*Session, error) {
+	if pool == nil {
+		return open(ctx, s.opt)
+	}
+	return pool.take(ctx, s.opt)
+}
+
+func (f *family) hold() {
+	f.mu.Lock()
+	f.refs++
+	f.mu.Unlock()
+}
+
+// release drops one session's hold; the last one closes the pool.
+func (f *family) release() {
+	if f == nil {
+		return
+	}
+	f.mu.Lock()
+	f.refs--
+	var p *Pool
+	if f.refs == 0 {
+		p, f.pool = f.pool, nil
+	}
+	f.mu.Unlock()
+	if p != nil {
+		p.Close()
+	}
 }
 
 // bound is the host objects the session has now.

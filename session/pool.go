@@ -72,7 +72,24 @@ func (p *Pool) Open(ctx context.Context, opt Options) (*Session, error) {
 	if err != nil {
 		return nil, err
 	}
+	s, err := p.take(ctx, opt)
+	if err != nil {
+		return nil, err
+	}
+	s.bind(hostObjects, opt.OnEmit)
+	if err := s.configure(opt); err != nil {
+		s.Close()
+		return nil, err
+	}
+	return s, nil
+}
+
+// take hands out a ready session when opt (with its defaults) is the
+// template's and the host's mounts and masks are still what it was built
+// from, else opens one; either way, neither bound nor configured.
+func (p *Pool) take(ctx context.Context, opt Options) (*Session, error) {
 	var key string
+	var err error
 	fits := sameOptions(opt, p.opts.Template)
 	if fits {
 		if key, err = sandboxKey(ctx, opt); err != nil {
@@ -85,18 +102,10 @@ func (p *Pool) Open(ctx context.Context, opt Options) (*Session, error) {
 	}
 	// A session lives long: its use ends when it is handed out.
 	defer p.w.Done()
-	s := ps.s
-	if !ok {
-		if s, err = open(ctx, opt); err != nil {
-			return nil, err
-		}
+	if ok {
+		return ps.s, nil
 	}
-	s.bind(hostObjects, opt.OnEmit)
-	if err := s.configure(opt); err != nil {
-		s.Close()
-		return nil, err
-	}
-	return s, nil
+	return open(ctx, opt)
 }
 
 // sameOptions says whether a session opened with a would be one opened with

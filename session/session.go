@@ -721,6 +721,10 @@ func (s *Session) Close() error {
 		if s.peer != nil {
 			<-s.runErr
 		}
+		s.fork.mu.Lock()
+		f := s.fork.family
+		s.fork.mu.Unlock()
+		f.release()
 	})
 	return nil
 }
@@ -737,3 +741,8 @@ func (s *Session) killExec() {
 
 // guestPID is the guest supervisor's host pid.
 func (s *Session) guestPID() int { return s.sb.GuestPID() }
+
+// GuestPID is the host pid of the session's guest supervisor (the sandbox's
+// processes are beneath it on the ns rung): what measurements look at. A
+// pooled session's guest was started before the session was handed out.
+func (s *Session) GuestPID() int { return s.guestPID() }

@@ -57,11 +57,12 @@ type ForkAdopt struct {
 	Env []string `json:"env"`
 	// From is the parent's workspace path (Forked.Workspace).
 	From string `json:"from"`
-	// Lowers (ns) are the descriptors, in the guest, of the layers of
-	// Forked.Layers, in the same order; OriginLayers how many of the bottom
-	// ones are the origin.
-	Lowers       []int `json:"lowers,omitempty"`
-	OriginLayers int   `json:"origin_layers,omitempty"`
+	// Layers (ns) is how many layer descriptors the host sent over the
+	// guest's SessionStart.ForkFD for this adopt: those of Forked.Layers,
+	// in the same order. OriginLayers is how many of the bottom ones are
+	// the origin.
+	Layers       int `json:"layers,omitempty"`
+	OriginLayers int `json:"origin_layers,omitempty"`
 	// Origin (host rung) is the dir holding the parent's baseline.
 	Origin string `json:"origin,omitempty"`
 }

@@ -304,6 +304,11 @@ type SessionStart struct {
 	NetFD       int    `json:"net_fd,omitempty"`
 	TrustBundle []byte `json:"-"` // the frame's first attachment
 	TrustPath   string `json:"trust_path,omitempty"`
+	// ForkFD (ns) is a unix socket of the guest's over which the host
+	// sends a branch's layers (SCM_RIGHTS, which a framed stream cannot
+	// carry) before fork.adopt: a session opened ahead of a fork (a warm
+	// branch) is started before the layers it will adopt exist. 0: none.
+	ForkFD int `json:"fork_fd,omitempty"`
 }
 
 // ReadFile asks for a chunk of a workspace file (pull_diff contents).

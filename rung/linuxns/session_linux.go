@@ -19,37 +19,36 @@ var _ dryexec.SessionRung[wire.SessionStart] = (*Rung)(nil)
 // namespaces, over an overlay-staged workspace, with its cgroup (or
 // rlimits), masks and netsim for as long as the sandbox lives.
 func (r *Rung) OpenSandbox(ctx context.Context, spec dryexec.SandboxSpec) (dryexec.Sandbox[wire.SessionStart], error) {
-	sb, _, err := r.openSandbox(ctx, spec, nil)
+	sb, err := r.openSandbox(ctx, spec)
 	if err != nil {
-		return nil, err
+		return nil, err // not a typed nil
 	}
 	return sb, nil
 }
 
-// openSandbox opens a session sandbox whose guest also gets extra, and says
-// at which descriptor the guest has the first of them.
-func (r *Rung) openSandbox(ctx context.Context, spec dryexec.SandboxSpec, extra []*os.File) (*sessionSandbox, int, error) {
+// openSandbox opens a session sandbox.
+func (r *Rung) openSandbox(ctx context.Context, spec dryexec.SandboxSpec) (*sessionSandbox, error) {
 	var mounts []wire.MountSpec
 	var err error
 	if spec.Image != nil {
 		// The image's root instead of the host's: one overlay at "/", no
 		// masks (nothing of the host is in the view).
 		if err := checkImage(spec.Image); err != nil {
-			return nil, 0, err
+			return nil, err
 		}
 		mounts = []wire.MountSpec{{Path: "/"}}
 	} else if mounts, err = Mounts(); err != nil {
-		return nil, 0, err
+		return nil, err
 	}
 	caDir, err := EnsureCA(spec.NetCADir)
 	if err != nil {
-		return nil, 0, err
+		return nil, err
 	}
 	// The network first: a bad spec is the caller's error before anything
 	// else is made, and mocks without a TUN device refuse here.
 	nw, err := NewNet(ctx, spec.Net, caDir, spec.ID)
 	if err != nil {
-		return nil, 0, err
+		return nil, err
 	}
 	// netsim's CA key signs what the sandbox trusts: it stays masked whoever
 	// opened the session (the daemon masks it too; a Go caller may not).
@@ -59,29 +58,36 @@ func (r *Rung) openSandbox(ctx context.Context, spec dryexec.SandboxSpec, extra 
 	if spec.Image == nil {
 		if cover, err = ResolveCover(masks, spec.NoDefaultMasks, spec.OwnPaths); err != nil {
 			nw.Close()
-			return nil, 0, err
+			return nil, err
 		}
 	}
 	lim, err := r.NewLimiter(spec.ID, spec.Limits)
 	if err != nil {
 		nw.Close()
-		return nil, 0, err
+		return nil, err
 	}
 	ctrl, guestEnd, err := wire.SocketPair()
 	if err != nil {
 		lim.Close()
 		nw.Close()
-		return nil, 0, err
+		return nil, err
 	}
 	defer guestEnd.Close()
-	files := []*os.File{guestEnd}
+	forkSock, guestFork, err := forkSocket()
+	if err != nil {
+		ctrl.Close()
+		lim.Close()
+		nw.Close()
+		return nil, err
+	}
+	defer guestFork.Close()
+	files := []*os.File{guestEnd, guestFork}
+	forkFD := wire.CtrlFD + 1
 	netFD := 0
 	if f := nw.GuestFile(); f != nil {
 		netFD = wire.CtrlFD + len(files)
 		files = append(files, f)
 	}
-	extraFD := wire.CtrlFD + len(files)
-	files = append(files, extra...)
 	// Each exec is a fresh fork of the guest's launcher thread: once the
 	// session is up, the guest's other threads leave the pids limit
 	// (Limiter.ShelterSupervisor, in Ready); until then, and where that
@@ -89,9 +95,10 @@ func (r *Rung) openSandbox(ctx context.Context, spec dryexec.SandboxSpec, extra 
 	cmd, err := r.StartGuestLimited(wire.RoleSession, files, lim)
 	if err != nil {
 		ctrl.Close()
+		forkSock.Close()
 		lim.Close()
 		nw.Close()
-		return nil, 0, err
+		return nil, err
 	}
 	// The guest has its end of the hand-over socket: netsim waits for the
 	// device, and ends when Close stops it (or the guest dies first).
@@ -105,7 +112,7 @@ func (r *Rung) openSandbox(ctx context.Context, spec dryexec.SandboxSpec, extra 
 		layers = spec.Image.Layers
 	}
 	return &sessionSandbox{r: r, ctrl: ctrl, cmd: cmd, ws: ws, mounts: mounts, image: layers, cover: cover,
-		lim: lim, watch: NewMaskWatch(), net: nw, netFD: netFD}, extraFD, nil
+		lim: lim, watch: NewMaskWatch(), net: nw, netFD: netFD, forkSock: forkSock, forkFD: forkFD}, nil
 }
 
 // SandboxKey says what of the host a session sandbox opened now for spec
@@ -141,7 +148,11 @@ type sessionSandbox struct {
 	watch  *MaskWatch
 	net    *Net // alive until Close
 	netFD  int  // the guest's end of the TUN hand-over socket (0: none)
-	close  sync.Once
+	// forkSock is the host's end of the socket a branch's layers are sent
+	// over (AdoptFork); forkFD the guest's.
+	forkSock *os.File
+	forkFD   int
+	close    sync.Once
 }
 
 func (s *sessionSandbox) Conn() io.ReadWriteCloser { return s.ctrl }
@@ -159,6 +170,7 @@ func (s *sessionSandbox) Configure(start *wire.SessionStart) {
 	// keeps more for its own threads (a bomb must not take them).
 	start.CommandNPROC = s.lim.CommandNPROC()
 	s.net.SetupSession(start, s.netFD)
+	start.ForkFD = s.forkFD
 }
 
 // Ready shelters the guest's own threads from the pids limit and pins the
@@ -206,6 +218,7 @@ func (s *sessionSandbox) KillExec(int) {}
 func (s *sessionSandbox) Close() error {
 	s.close.Do(func() {
 		s.ctrl.Close()
+		s.forkSock.Close()
 		s.cmd.Process.Kill()
 		s.cmd.Wait()
 		s.net.Close()
