@@ -413,8 +413,8 @@ func (s *Store) sweep(expired bool) (int, error) {
 		}
 		switch suffix {
 		case "partial":
-			// Still being recorded if its lock is held.
-			l, err := lockFile(filepath.Join(p, "lock"), false)
+			// Still being recorded if its lock (an flock on the dir) is held.
+			l, err := lockDir(p)
 			if err != nil {
 				continue
 			}

