@@ -8,6 +8,14 @@
 // MCP SDK and the image registry client: tens of milliseconds a trial
 // through the daemon has no use for. docs/architecture.md, "The front and
 // the engine".
+//
+// The two go:debug settings spare the runtime's start-up what the front
+// has no use for in a process of a few milliseconds: reading the cgroup's
+// CPU limit to size GOMAXPROCS (five files under /proc and /sys) and
+// re-reading it in the background.
+//
+//go:debug containermaxprocs=0
+//go:debug updatemaxprocs=0
 package main
 
 import (

@@ -8,14 +8,12 @@
 package apiclient
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"net"
-	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -48,8 +46,7 @@ var ErrNoDaemon = errors.New("no dryexec daemon of this install answers")
 // Conn is a daemon of this install that answered: the client end of its
 // HTTP API, over its unix socket or TCP.
 type Conn struct {
-	hc    *http.Client
-	base  string // http://dryexec or http://HOST:PORT
+	w     *wire
 	token string // TCP only
 	// Where is the daemon's address, for messages: unix:PATH or the URL.
 	Where string
@@ -73,7 +70,15 @@ func Find(ctx context.Context, getenv func(string) string, home string, sentinel
 			b, _ := os.ReadFile(TokenFile(stateDir))
 			tok = strings.TrimSpace(string(b))
 		}
-		c.hc, c.base, c.token, c.Where = &http.Client{}, strings.TrimSuffix(u, "/"), tok, u
+		hostport, ok := strings.CutPrefix(strings.TrimSuffix(u, "/"), "http://")
+		if !ok || hostport == "" || strings.ContainsAny(hostport, "/?#@") {
+			return nil, fmt.Errorf("%w: DRYEXEC_URL %q: want http://HOST:PORT", ErrNoDaemon, u)
+		}
+		addr := hostport
+		if _, _, err := net.SplitHostPort(hostport); err != nil {
+			addr = net.JoinHostPort(strings.Trim(hostport, "[]"), "80")
+		}
+		c.w, c.token, c.Where = &wire{network: "tcp", addr: addr, host: hostport}, tok, u
 	} else {
 		sock := getenv("DRYEXEC_SOCKET")
 		if sock == "" {
@@ -83,11 +88,7 @@ func Find(ctx context.Context, getenv func(string) string, home string, sentinel
 				return nil, fmt.Errorf("%w: nothing listens on %s (start one with dryexec serve)", ErrNoDaemon, sock)
 			}
 		}
-		var d net.Dialer
-		tr := &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
-			return d.DialContext(ctx, "unix", sock)
-		}}
-		c.hc, c.base, c.Where = &http.Client{Transport: tr}, "http://dryexec", "unix:"+sock
+		c.w, c.Where = &wire{network: "unix", addr: sock, host: "dryexec"}, "unix:"+sock
 	}
 	// A daemon that does not answer within a second is not one to wait for.
 	pctx, cancel := context.WithTimeout(ctx, time.Second)
@@ -119,46 +120,39 @@ func sameDir(a, b string) bool {
 	return err == nil && os.SameFile(fa, fb)
 }
 
-// request builds a request of the API; body, when not nil, is sent as JSON.
-func (c *Conn) request(ctx context.Context, method, path string, body any) (*http.Request, error) {
-	var rd io.Reader
+// send makes one request of the API; body, when not nil, is sent as JSON.
+func (c *Conn) send(ctx context.Context, method, path string, body any, accept string) (*response, error) {
+	var b []byte
+	var hdr [][2]string
 	if body != nil {
-		b, err := json.Marshal(body)
-		if err != nil {
+		var err error
+		if b, err = json.Marshal(body); err != nil {
 			return nil, err
 		}
-		rd = bytes.NewReader(b)
+		hdr = append(hdr, [2]string{"Content-Type", "application/json"})
 	}
-	req, err := http.NewRequestWithContext(ctx, method, c.base+path, rd)
-	if err != nil {
-		return nil, err
-	}
-	if body != nil {
-		req.Header.Set("Content-Type", "application/json")
+	if accept != "" {
+		hdr = append(hdr, [2]string{"Accept", accept})
 	}
 	if c.token != "" {
-		req.Header.Set("Authorization", "Bearer "+c.token)
+		hdr = append(hdr, [2]string{"Authorization", "Bearer " + c.token})
 	}
-	return req, nil
+	return c.w.do(ctx, method, path, hdr, b)
 }
 
 // Call makes one request and decodes its JSON answer into out; an error
 // answer is an *Error.
 func (c *Conn) Call(ctx context.Context, method, path string, body, out any) error {
-	req, err := c.request(ctx, method, path, body)
+	resp, err := c.send(ctx, method, path, body, "")
 	if err != nil {
 		return err
 	}
-	resp, err := c.hc.Do(req)
-	if err != nil {
-		return err
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode >= 300 {
+	defer resp.close()
+	if resp.status >= 300 {
 		return c.readError(resp)
 	}
 	// Read to the end, so that the connection is reused by the next request.
-	b, err := io.ReadAll(resp.Body)
+	b, err := io.ReadAll(resp.body)
 	if err != nil {
 		return err
 	}
@@ -197,15 +191,15 @@ func (c *Conn) bind(e *Error) *Error {
 }
 
 // readError reads an error answer.
-func (c *Conn) readError(resp *http.Response) error {
+func (c *Conn) readError(resp *response) error {
 	var body struct {
 		Error Error `json:"error"`
 	}
-	b, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+	b, _ := io.ReadAll(io.LimitReader(resp.body, 1<<20))
 	if err := json.Unmarshal(b, &body); err != nil || body.Error.Code == "" {
-		return c.bind(&Error{Status: resp.StatusCode, Code: "internal", Message: strings.TrimSpace(string(b))})
+		return c.bind(&Error{Status: resp.status, Code: "internal", Message: strings.TrimSpace(string(b))})
 	}
-	body.Error.Status = resp.StatusCode
+	body.Error.Status = resp.status
 	return c.bind(&body.Error)
 }
 
@@ -230,20 +224,15 @@ type Hooks struct {
 // closes the stream, which makes the daemon kill the trial and keep nothing
 // of it.
 func (c *Conn) RunTrial(ctx context.Context, req any, h Hooks) (*dryexec.StateDelta, error) {
-	hr, err := c.request(ctx, "POST", "/v1/trials", req)
-	if err != nil {
-		return nil, BeforeStart{err}
-	}
-	hr.Header.Set("Accept", "application/x-ndjson")
-	resp, err := c.hc.Do(hr)
+	resp, err := c.send(ctx, "POST", "/v1/trials", req, "application/x-ndjson")
 	if err != nil {
 		return nil, BeforeStart{fmt.Errorf("%s: %w", c.Where, err)}
 	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
+	defer resp.close()
+	if resp.status != 200 {
 		return nil, BeforeStart{c.readError(resp)}
 	}
-	dec := json.NewDecoder(resp.Body)
+	dec := json.NewDecoder(resp.body)
 	started := false
 	for {
 		var ev struct {

@@ -96,7 +96,14 @@ func TestFrontLinksLittle(t *testing.T) {
 		"github.com/dryexec/dryexec/internal/front": true, "github.com/dryexec/dryexec/render": true,
 		"github.com/dryexec/dryexec/cmd/dryexec-front": true, "golang.org/x/sys/unix": true,
 		"github.com/mattn/go-isatty": true, "github.com/mattn/go-colorable": true, "github.com/fatih/color": true}
+	// Of the standard library, net/http is left out (apiclient speaks
+	// HTTP/1.1 itself): it brings crypto/tls, x509 and HTTP/2, their
+	// initialisation and a goroutine pair per connection.
+	heavy := map[string]bool{"net/http": true, "crypto/tls": true, "crypto/x509": true}
 	for _, dep := range strings.Fields(string(out)) {
+		if heavy[dep] {
+			t.Errorf("cmd/dryexec-front links %s", dep)
+		}
 		if first, _, _ := strings.Cut(dep, "/"); !strings.Contains(first, ".") || strings.HasPrefix(dep, "vendor/") {
 			continue // the standard library
 		}
