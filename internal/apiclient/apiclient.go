@@ -62,6 +62,36 @@ type Conn struct {
 // committed from here. The error says why none fits (wrapping ErrNoDaemon).
 // sentinels add to the errors an answered error code unwraps to (Error).
 func Find(ctx context.Context, getenv func(string) string, home string, sentinels map[string]error) (*Conn, error) {
+	c, err := Dial(getenv, home, sentinels)
+	if err != nil {
+		return nil, err
+	}
+	c.w.headWait = 0 // bounded by pctx below
+	// A daemon that does not answer within a second is not one to wait for.
+	pctx, cancel := context.WithTimeout(ctx, time.Second)
+	defer cancel()
+	var v struct {
+		API  string `json:"api"`
+		Home string `json:"home"`
+	}
+	if err := c.Call(pctx, "GET", "/v1/version", nil, &v); err != nil {
+		return nil, fmt.Errorf("%w: %s: %v", ErrNoDaemon, c.Where, err)
+	}
+	if v.API != "v1" || v.Home == "" {
+		return nil, fmt.Errorf("%w: %s is a daemon of another version (api %q, no home reported)", ErrNoDaemon, c.Where, v.API)
+	}
+	if !sameDir(v.Home, home) {
+		return nil, fmt.Errorf("%w: the daemon on %s records its trials in %s, this install in %s", ErrNoDaemon, c.Where, v.Home, home)
+	}
+	return c, nil
+}
+
+// Dial is Find's discovery without its question: the daemon's address, not
+// yet asked anything (nothing is connected until the first request). A
+// caller that sends its trial with the request's "home" field lets the
+// daemon check the store instead (409 other_home, before the trial starts),
+// one round trip less than Find.
+func Dial(getenv func(string) string, home string, sentinels map[string]error) (*Conn, error) {
 	stateDir := StateDir(home)
 	c := &Conn{sentinels: sentinels}
 	if u := getenv("DRYEXEC_URL"); u != "" {
@@ -90,22 +120,9 @@ func Find(ctx context.Context, getenv func(string) string, home string, sentinel
 		}
 		c.w, c.Where = &wire{network: "unix", addr: sock, host: "dryexec"}, "unix:"+sock
 	}
-	// A daemon that does not answer within a second is not one to wait for.
-	pctx, cancel := context.WithTimeout(ctx, time.Second)
-	defer cancel()
-	var v struct {
-		API  string `json:"api"`
-		Home string `json:"home"`
-	}
-	if err := c.Call(pctx, "GET", "/v1/version", nil, &v); err != nil {
-		return nil, fmt.Errorf("%w: %s: %v", ErrNoDaemon, c.Where, err)
-	}
-	if v.API != "v1" || v.Home == "" {
-		return nil, fmt.Errorf("%w: %s is a daemon of another version (api %q, no home reported)", ErrNoDaemon, c.Where, v.API)
-	}
-	if !sameDir(v.Home, home) {
-		return nil, fmt.Errorf("%w: the daemon on %s records its trials in %s, this install in %s", ErrNoDaemon, c.Where, v.Home, home)
-	}
+	// Nothing asked it yet: its first answer must start within a second,
+	// as Find's question must.
+	c.w.headWait = time.Second
 	return c, nil
 }
 

@@ -33,8 +33,12 @@ var errConnClosed = errors.New("the daemon closed the connection")
 type wire struct {
 	network, addr string // "unix" and a socket path, or "tcp" and HOST:PORT
 	host          string // the Host header
-	c             net.Conn
-	br            *bufio.Reader
+	// headWait, when not zero, bounds the wait for an answer's status and
+	// header (not its body): a daemon that does not answer in that time is
+	// not one to wait for.
+	headWait time.Duration
+	c        net.Conn
+	br       *bufio.Reader
 }
 
 // response is an answer whose body is being read from the connection.
@@ -123,10 +127,19 @@ func (w *wire) try(ctx context.Context, req []byte) (*response, error) {
 		stop()
 		return nil, closedOr(err)
 	}
+	if w.headWait > 0 {
+		if dl, ok := ctx.Deadline(); !ok || time.Until(dl) > w.headWait {
+			c.SetReadDeadline(time.Now().Add(w.headWait))
+		}
+	}
 	resp, err := w.readHead()
 	if err != nil {
 		stop()
 		return nil, err
+	}
+	if w.headWait > 0 {
+		dl, _ := ctx.Deadline()
+		c.SetReadDeadline(dl)
 	}
 	// The body is read under the same watch: stop runs once it is done.
 	resp.body = &watched{r: resp.body, stop: stop}

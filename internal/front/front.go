@@ -144,6 +144,7 @@ type trialRequest struct {
 	Rung      string            `json:"rung,omitempty"`
 	NoStore   bool              `json:"no_store,omitempty"`
 	EnvExact  bool              `json:"env_exact,omitempty"`
+	Home      string            `json:"home,omitempty"`
 }
 
 // Run runs args (after the program name) if it is a `run` the front
@@ -180,8 +181,16 @@ func Run(ctx context.Context, args []string, env Env) (code int, handled bool) {
 	req.Env["PWD"] = cwd
 	// Without a daemon the engine looks again (one stat when none
 	// listens) and runs the trial itself, or refuses with --via daemon.
-	dc, err := apiclient.Find(ctx, env.Getenv, home, nil)
+	// The daemon is not asked GET /v1/version first: the request's home
+	// has it refuse, before the trial starts, a trial for another store
+	// (409 other_home), and a daemon too old to know the field refuses it
+	// as unknown (400). Either is a failure before the start, which the
+	// engine then handles as it always does (it asks, and says why).
+	dc, err := apiclient.Dial(env.Getenv, home, nil)
 	if err != nil {
+		return 0, false
+	}
+	if req.Home, err = filepath.Abs(home); err != nil {
 		return 0, false
 	}
 	var live []*render.LiveWriter
