@@ -32,10 +32,14 @@ func lockFile(p string, wait bool) (*os.File, error) {
 // once when another process holds it. A trial being recorded holds its
 // .partial directory's this way: no lock file to create and remove.
 func lockDir(p string) (*os.File, error) {
-	f, err := os.OpenFile(p, os.O_RDONLY|unix.O_DIRECTORY, 0)
+	// unix.Open and os.NewFile rather than os.OpenFile: a blocking fd is
+	// not offered to the runtime's poller (os.OpenFile's four fcntl and an
+	// epoll_ctl that fails for a directory).
+	fd, err := unix.Open(p, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
 	if err != nil {
-		return nil, fmt.Errorf("store: lock: %w", err)
+		return nil, fmt.Errorf("store: lock: %w", &os.PathError{Op: "open", Path: p, Err: err})
 	}
+	f := os.NewFile(uintptr(fd), p)
 	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
 		f.Close()
 		return nil, fmt.Errorf("store: lock %s: %w", p, err)
