@@ -1,7 +1,8 @@
 // Package store owns trials kept on disk between `dryexec run` and a later
 // `commit` or `discard`: one directory per trial under $DRYEXEC_HOME/trials,
 // holding the StateDelta (delta.json) and the new content of every created or
-// modified file, content-addressed by sha256 (blobs/). A trial directory appears
+// modified file, content-addressed by sha256 (blobs/, made by the first blob:
+// a trial without content has none). A trial directory appears
 // under its final name only once complete (written as .partial, then renamed), so
 // a crash mid-trial leaves nothing that looks like a trial.
 package store
