@@ -9,7 +9,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"os"
 	"path/filepath"
 	"slices"
 	"sort"
@@ -19,6 +18,7 @@ import (
 	"time"
 
 	"github.com/dryexec/dryexec"
+	"github.com/dryexec/dryexec/internal/apiclient"
 	"github.com/dryexec/dryexec/netsim"
 	"github.com/dryexec/dryexec/policy"
 	"github.com/dryexec/dryexec/receipt"
@@ -468,7 +468,7 @@ func (s *Service) RunTrial(ctx context.Context, req TrialRequest, hooks TrialHoo
 	if err := req.check(); err != nil {
 		return nil, err
 	}
-	if req.Home != "" && !sameDir(req.Home, s.cfg.StoreDir) {
+	if req.Home != "" && !apiclient.SameDir(req.Home, s.cfg.StoreDir) {
 		return nil, &requestError{status: 409, code: "other_home",
 			msg: fmt.Sprintf("this daemon records its trials in %s, not in %s", s.cfg.StoreDir, req.Home)}
 	}
@@ -1109,15 +1109,4 @@ func valueCheck(field string, v *wire.Value) error {
 		return fmt.Errorf("%w: %s: type %q (want json, bytes or file)", ErrNotRepresentable, field, v.Type)
 	}
 	return nil
-}
-
-// sameDir reports whether a and b are the same directory (symlinks and bind
-// mounts included).
-func sameDir(a, b string) bool {
-	fa, err := os.Stat(a)
-	if err != nil {
-		return false
-	}
-	fb, err := os.Stat(b)
-	return err == nil && os.SameFile(fa, fb)
 }

@@ -80,7 +80,7 @@ func Find(ctx context.Context, getenv func(string) string, home string, sentinel
 	if v.API != "v1" || v.Home == "" {
 		return nil, fmt.Errorf("%w: %s is a daemon of another version (api %q, no home reported)", ErrNoDaemon, c.Where, v.API)
 	}
-	if !sameDir(v.Home, home) {
+	if !SameDir(v.Home, home) {
 		return nil, fmt.Errorf("%w: the daemon on %s records its trials in %s, this install in %s", ErrNoDaemon, c.Where, v.Home, home)
 	}
 	return c, nil
@@ -126,9 +126,9 @@ func Dial(getenv func(string) string, home string, sentinels map[string]error) (
 	return c, nil
 }
 
-// sameDir reports whether a and b are the same directory (symlinks and bind
-// mounts included).
-func sameDir(a, b string) bool {
+// SameDir reports whether a and b are the same directory (symlinks and bind
+// mounts included): how a client and a daemon tell that they use one store.
+func SameDir(a, b string) bool {
 	fa, err := os.Stat(a)
 	if err != nil {
 		return false
