@@ -142,21 +142,28 @@ func (w *wire) try(ctx context.Context, req []byte) (*response, error) {
 		c.SetReadDeadline(dl)
 	}
 	// The body is read under the same watch: stop runs once it is done.
-	resp.body = &watched{r: resp.body, stop: stop}
+	resp.body = &watched{r: resp.body, stop: stop, c: c}
 	return resp, nil
 }
 
 // watched ends the context watch of a request once its body is read (or on
-// close, through response.close).
+// close, through response.close). A body that fails (a deadline, a
+// connection cut) closes the connection: the daemon then knows its client
+// is gone (a trial it runs for it is killed), whichever of the deadline and
+// the context's end came first.
 type watched struct {
 	r    io.Reader
 	stop func() bool
+	c    net.Conn
 }
 
 func (w *watched) Read(p []byte) (int, error) {
 	n, err := w.r.Read(p)
 	if err != nil {
 		w.stop()
+		if !errors.Is(err, io.EOF) {
+			w.c.Close()
+		}
 	}
 	return n, err
 }
