@@ -2,6 +2,7 @@ package fidelity
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -22,11 +23,13 @@ import (
 
 	"github.com/dryexec/dryexec"
 	"github.com/dryexec/dryexec/guest"
+	"github.com/dryexec/dryexec/internal/guestexe"
 	"github.com/dryexec/dryexec/internal/rootless"
 	"github.com/dryexec/dryexec/internal/testreq"
 	"github.com/dryexec/dryexec/netsim/netproc"
 	gvisorrung "github.com/dryexec/dryexec/rung/gvisor"
 	"github.com/dryexec/dryexec/rung/linuxns"
+	vmrung "github.com/dryexec/dryexec/rung/vm"
 )
 
 // The harness's environment variables.
@@ -42,6 +45,9 @@ const (
 	binEnv     = "DRYEXEC_FIDELITY_BIN"
 	goCacheEnv = "DRYEXEC_FIDELITY_GOCACHE"
 	rowsEnv    = "DRYEXEC_FIDELITY_ROWS"
+	// vmEnv=1 adds the vm mode (make test-vm): a VM boot per trial, seconds
+	// each under TCG, so not part of make fidelity.
+	vmEnv = "DRYEXEC_TEST_VM"
 )
 
 // TestMain lets this test binary serve as the guest, should anything in it
@@ -62,6 +68,10 @@ type row struct {
 	Verdict  string   `json:"verdict"`
 	Diffs    []string `json:"diffs,omitempty"`
 	Known    string   `json:"known,omitempty"`
+	// Run says when, at which commit and under what load the row was
+	// measured: a table merges rows of separate runs (the vm mode runs
+	// apart, in make test-vm).
+	Run string `json:"run,omitempty"`
 }
 
 func TestFidelity(t *testing.T) {
@@ -77,6 +87,7 @@ func TestFidelity(t *testing.T) {
 	}
 	t.Run("rootless", func(t *testing.T) { rows = append(rows, h.rootless(t)...) })
 	t.Run("gvisor", func(t *testing.T) { rows = append(rows, h.gvisor(t)...) })
+	t.Run("vm", func(t *testing.T) { rows = append(rows, h.vm(t)...) })
 	if p := os.Getenv(tableEnv); p != "" {
 		load := fmt.Sprintf("load average %s at the start, %s at the end", loadBefore, loadAverage())
 		if err := writeTable(p, rows, h.calibrate, load); err != nil {
@@ -94,8 +105,12 @@ type harness struct {
 	rung      string // the rung trials run on: ns or gvisor
 	runsc     string // for gvisor: the runsc the CLI runs (workloads' PATH lacks GOPATH/bin)
 	path      string // PATH of every workload
+	run       string // when, at which commit: row.Run
 	calibrate bool
 	goCache   func() (string, error) // a warm GOCACHE for go_build's template
+	// trialScale multiplies a workload's timeout for its trial (vm: the
+	// command runs under TCG); 0 is 1.
+	trialScale time.Duration
 }
 
 func newHarness(t *testing.T) *harness {
@@ -113,6 +128,8 @@ func newHarness(t *testing.T) *harness {
 		t.Fatal(err)
 	}
 	h.base = base
+	rev, _ := exec.Command("git", "rev-parse", "--short", "HEAD").Output()
+	h.run = fmt.Sprintf("%s, commit %s", time.Now().UTC().Format("2006-01-02 15:04 UTC"), strings.TrimSpace(string(rev)))
 	h.path = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 	goTool, goErr := exec.LookPath("go")
 	if goErr == nil {
@@ -279,7 +296,7 @@ func (h *harness) workload(t *testing.T, w workload, r *row) {
 		t.Fatalf("the two copies of the template differ: %v", d)
 	}
 	stamp = h.startAfter(t, again, w.nextSecond)
-	d, twin, err := h.trial(t.Context(), root, env, w.run, timeout)
+	d, twin, err := h.trial(t.Context(), root, env, w.run, timeout*max(h.trialScale, 1))
 	if err != nil {
 		t.Fatalf("trial: %v", err)
 	}
@@ -561,6 +578,26 @@ func (h *harness) gvisor(t *testing.T) []*row {
 	return g.all(t)
 }
 
+// vm runs every workload again with its trial on the vm rung (root only, a
+// VM boot per trial) and returns its rows. Only with DRYEXEC_TEST_VM=1 (make
+// test-vm): under TCG each trial costs seconds of boot. Unavailable, it fails
+// where DRYEXEC_REQUIRE names vm and skips otherwise.
+func (h *harness) vm(t *testing.T) []*row {
+	if os.Getenv(vmEnv) == "" {
+		t.Skip("set " + vmEnv + "=1 (make test-vm) to run the workloads on the vm rung")
+	}
+	// The probe boots the guest beside the CLI: static, as the VM's
+	// initramfs (no libc) needs, where this test binary may not be.
+	t.Setenv(guestexe.Env, filepath.Join(filepath.Dir(h.bin), "dryexec-guest"))
+	testreq.Need(t, testreq.VM, (&vmrung.Rung{}).Available(t.Context()))
+	v := *h
+	v.mode, v.rung = "vm", "vm"
+	// The command runs under TCG on one vCPU: python_venv's and pip's
+	// trials take minutes there.
+	v.trialScale = 5
+	return v.all(t)
+}
+
 // all runs every workload in h's mode, one subtest each, and returns a row
 // per workload.
 func (h *harness) all(t *testing.T) []*row {
@@ -568,7 +605,7 @@ func (h *harness) all(t *testing.T) []*row {
 	for _, w := range workloads {
 		t.Run(w.name, func(t *testing.T) {
 			// The row goes in first: it records a skip or a harness failure too.
-			r := &row{Workload: w.name, Mode: h.mode}
+			r := &row{Workload: w.name, Mode: h.mode, Run: h.run}
 			rows = append(rows, r)
 			h.workload(t, w, r)
 		})
@@ -625,8 +662,29 @@ func writeRows(t *testing.T, path string, rows []*row) {
 }
 
 // writeTable writes the results as Markdown: one row per workload and mode,
-// then every difference.
+// then every difference. The rows also go to path's rows file (rowsFile),
+// and the rows of a mode this run did not run are kept from there: the vm
+// mode runs apart (make test-vm), and its rows stay in the table when make
+// fidelity runs the others, and the other way round.
 func writeTable(path string, rows []*row, calibrate bool, load string) error {
+	ran := map[string]bool{}
+	for _, r := range rows {
+		ran[r.Mode] = true
+		if r.Run != "" {
+			r.Run += ", " + load
+		}
+	}
+	if b, err := os.ReadFile(rowsFile(path)); err == nil {
+		var old []*row
+		if err := json.Unmarshal(b, &old); err != nil {
+			return fmt.Errorf("reading the last run's rows: %w", err)
+		}
+		for _, r := range old {
+			if !ran[r.Mode] {
+				rows = append(rows, r)
+			}
+		}
+	}
 	order := map[string]int{}
 	for i, w := range workloads {
 		order[w.name] = i
@@ -638,11 +696,23 @@ func writeTable(path string, rows []*row, calibrate bool, load string) error {
 		return rows[i].Mode < rows[j].Mode
 	})
 	var b strings.Builder
-	rev, _ := exec.Command("git", "rev-parse", "--short", "HEAD").Output()
 	kernel, _ := exec.Command("uname", "-r").Output()
-	fmt.Fprintf(&b, "# Fidelity: native runs vs dryexec trials (`make fidelity`)\n\n")
-	fmt.Fprintf(&b, "%s, commit %s, kernel %s, ns rung (root, rootless) and gvisor rung, %d CPUs, %s (times move with it). How to read it: docs/fidelity.md.\n\n",
-		time.Now().UTC().Format("2006-01-02 15:04 UTC"), strings.TrimSpace(string(rev)), strings.TrimSpace(string(kernel)), runtime.NumCPU(), load)
+	fmt.Fprintf(&b, "# Fidelity: native runs vs dryexec trials (`make fidelity`, `make test-vm`)\n\n")
+	fmt.Fprintf(&b, "Kernel %s, %d CPUs; ns rung (root, rootless) and gvisor rung from `make fidelity`, vm rung from `make test-vm`. How to read it: docs/fidelity.md. Each mode's run (times move with the load):\n\n",
+		strings.TrimSpace(string(kernel)), runtime.NumCPU())
+	var modes []string
+	runs := map[string]string{}
+	for _, r := range rows {
+		if _, ok := runs[r.Mode]; !ok {
+			modes = append(modes, r.Mode)
+		}
+		runs[r.Mode] = r.Run
+	}
+	sort.Strings(modes)
+	for _, m := range modes {
+		fmt.Fprintf(&b, "- %s: %s\n", m, cmp.Or(runs[m], "?"))
+	}
+	b.WriteString("\n")
 	if calibrate {
 		b.WriteString("**Calibration run**: \"trial\" is a second native run; differences are nondeterminism.\n\n")
 	}
@@ -691,7 +761,19 @@ func writeTable(path string, rows []*row, calibrate bool, load string) error {
 	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 		return err
 	}
+	js, err := json.MarshalIndent(rows, "", "  ")
+	if err != nil {
+		return err
+	}
+	if err := os.WriteFile(rowsFile(path), append(js, '\n'), 0o644); err != nil {
+		return err
+	}
 	return os.WriteFile(path, []byte(b.String()), 0o644)
+}
+
+// rowsFile is where writeTable keeps the rows of the table at path.
+func rowsFile(path string) string {
+	return strings.TrimSuffix(path, filepath.Ext(path)) + ".json"
 }
 
 // maxPerClass is how many differences of one class the table lists for a
