@@ -151,6 +151,27 @@ type TrialDone struct {
 	CPUUserNS int64 `json:"cpu_user_ns"`
 	CPUSysNS  int64 `json:"cpu_sys_ns"`
 	MaxRSS    int64 `json:"max_rss_bytes"`
+	// Nodes are FIFOs the command left that the sandbox's kernel keeps in
+	// its own memory, absent from the upper dirs (gVisor's gofer makes
+	// regular files only): the host makes each in the upper dirs before it
+	// walks them. NodesLost says why a FIFO the command made could not be
+	// found or placed: the delta is then incomplete, with that reason.
+	Nodes     []SandboxNode `json:"nodes,omitempty"`
+	NodesLost []string      `json:"nodes_lost,omitempty"`
+}
+
+// SandboxNode is a FIFO as the sandbox's kernel shows it at the end of the
+// command, with its ancestors (Dirs, the root's child first, its parent
+// last), which the host makes where an upper dir lacks them. Path is
+// absolute in the sandbox, in bytes (a name need not be UTF-8).
+type SandboxNode struct {
+	Path    []byte        `json:"path"`
+	Mode    uint32        `json:"mode"` // st_mode, type bits included
+	UID     uint32        `json:"uid"`
+	GID     uint32        `json:"gid"`
+	AtimeNS int64         `json:"atime_ns"`
+	MtimeNS int64         `json:"mtime_ns"`
+	Dirs    []SandboxNode `json:"dirs,omitempty"`
 }
 
 // TrialExit reports how the command ended. The guest sends it as soon as no

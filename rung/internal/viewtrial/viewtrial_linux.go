@@ -369,12 +369,12 @@ func (t *Trial) Report(ctx context.Context, cause error, d *dryexec.StateDelta, 
 	}
 	end := time.Now()
 	deadline := (&linuxns.Rung{CollectMin: t.CollectMin, CollectTimeout: t.CollectTimeout}).CollectDeadline(a, t.SentAt, end)
+	why := t.makeNodes()
 	werr := t.walk(ctx, deadline, d)
 	var se *fsdelta.StoreError
 	if errors.As(werr, &se) {
 		return nil, fmt.Errorf("trial %s: %w", t.Spec.TrialID, werr)
 	}
-	var why []string
 	if cause != nil {
 		why = append(why, fmt.Sprintf("%s failed mid-trial (%v)", t.What, cause))
 	}
