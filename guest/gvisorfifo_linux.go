@@ -39,7 +39,7 @@ var (
 	mknodArgs     = regexp.MustCompile(`^0x[0-9a-f]+ (.*), S_IFIFO\|0o[0-7]+, 0x[0-9a-f]+$`)
 	renameArgs    = regexp.MustCompile(`^0x[0-9a-f]+ (.*), 0x[0-9a-f]+ (.*)$`)
 	renameatArgs  = regexp.MustCompile(`^(AT_FDCWD|0x[0-9a-f]+) (.*), 0x[0-9a-f]+ (.*), (0x[0-9a-f]+), 0x[0-9a-f]+ (.*?)(?:, (0x[0-9a-f]+))?$`)
-	atFDCWDNumber = fmt.Sprintf("%#x", uint64(0xffffffffffffff9c)) // AT_FDCWD as strace prints a Hex argument
+	atFDCWDNumber = "0xffffff9c" // AT_FDCWD as strace prints a Hex argument (32 bits)
 )
 
 // sandboxFIFOs reads runsc's strace at fd (wire.GVisorLogFD), follows each

@@ -122,21 +122,17 @@ type knownFailure struct {
 // the overlay's copy's st_dev/st_ino, so git's local clone aborted with
 // "hardlink different from source"), went when the supervisor's link worker
 // began giving the new name the identity the source showed before the link
-// (docs/containment.md, "Links the supervisor performs"). On gvisor, the
-// workloads that make a FIFO differ: gVisor's gofer creates regular files
-// only, so the rung refuses mknod of a FIFO (EPERM) rather than let the
-// command make one the delta cannot see (docs/fidelity.md, "gvisor"). On
-// vm the same three differ: QEMU's 9p server cannot make a FIFO (below).
+// (docs/containment.md, "Links the supervisor performs"). On gvisor every
+// workload is exact too: the three that make a FIFO differed until the
+// trial guest began finding the FIFOs gVisor keeps in its own memory and
+// the host making them in the upper dirs (docs/fidelity.md, "On the gvisor
+// rung"). On vm the same three differ: QEMU's 9p server cannot make a FIFO
+// (below).
 var knownDiffering = []knownFailure{
-	{"tar_extract", "gvisor", noFIFOInGVisor},
-	{"rsync_hardlinks", "gvisor", noFIFOInGVisor},
-	{"fifo", "gvisor", noFIFOInGVisor},
 	{"tar_extract", "vm", noFIFOInVM},
 	{"rsync_hardlinks", "vm", noFIFOInVM},
 	{"fifo", "vm", noFIFOInVM},
 }
-
-const noFIFOInGVisor = "gVisor keeps a FIFO in its own memory (its gofer creates regular files only), so the gvisor rung refuses mknod of one with EPERM: the FIFO is missing from the trial and the delta alike"
 
 const noFIFOInVM = "QEMU 7.2's 9p server (Debian's, with the CVE-2023-2861 fix, which refuses to open any file that is not regular or a directory, O_PATH included) makes the FIFO, fails to open it (O_PATH) to set its mode, removes it and answers ENXIO: mkfifo fails in the VM and the FIFO is missing from the trial and the delta alike (docs/architecture.md, \"The vm rung\")"
 
