@@ -245,5 +245,5 @@ func lstatNode(p string) (wire.SandboxNode, error) {
 		return wire.SandboxNode{}, err
 	}
 	return wire.SandboxNode{Path: []byte(p), Mode: st.Mode, UID: st.Uid, GID: st.Gid,
-		AtimeNS: st.Atim.Nano(), MtimeNS: st.Mtim.Nano()}, nil
+		AtimeNS: st.Atim.Nano(), MtimeNS: st.Mtim.Nano(), CtimeNS: st.Ctim.Nano()}, nil
 }

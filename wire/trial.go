@@ -171,6 +171,7 @@ type SandboxNode struct {
 	GID     uint32        `json:"gid"`
 	AtimeNS int64         `json:"atime_ns"`
 	MtimeNS int64         `json:"mtime_ns"`
+	CtimeNS int64         `json:"ctime_ns"`
 	Dirs    []SandboxNode `json:"dirs,omitempty"`
 }
 

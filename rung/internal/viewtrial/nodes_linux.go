@@ -69,8 +69,7 @@ func (t *Trial) makeNode(n *wire.SandboxNode) error {
 	// beneath the upper dir, never through a link the sandbox made. One
 	// made here stands for a host directory the sandbox did not change (an
 	// overlay's copy-up keeps its mtime): its mtime is the sandbox's again
-	// once its entries are made, deepest first. The FIFO's own parent keeps
-	// the moved mtime, as an ns trial's does.
+	// once its entries are made, deepest first. The FIFO's own parent: below.
 	var restore []dirTimes
 	defer func() {
 		for i := len(restore) - 1; i >= 0; i-- {
@@ -125,7 +124,22 @@ func (t *Trial) makeNode(n *wire.SandboxNode) error {
 	if err := setOwnerMode(dir, name, n); err != nil {
 		return err
 	}
-	return setTimes(dir, name, n)
+	if err := setTimes(dir, name, n); err != nil {
+		return err
+	}
+	// The parent's mtime: gVisor did not move it for a FIFO of its own,
+	// where Linux does. If something changed the parent after the FIFO
+	// (its ctime is later: tar and rsync set a directory's times after its
+	// entries; a later entry moved it), the sandbox's mtime is what the
+	// command left: set it again. Otherwise the mtime mknod just gave it
+	// stands, as the FIFO's making moved it natively.
+	if len(n.Dirs) == 0 || n.Dirs[len(n.Dirs)-1].CtimeNS < n.CtimeNS {
+		return nil
+	}
+	pd := &n.Dirs[len(n.Dirs)-1]
+	ts := []unix.Timespec{unix.NsecToTimespec(pd.AtimeNS), unix.NsecToTimespec(pd.MtimeNS)}
+	// dir is an O_PATH descriptor: through its /proc link (followed).
+	return unix.UtimesNanoAt(unix.AT_FDCWD, "/proc/self/fd/"+strconv.Itoa(dir), ts, 0)
 }
 
 // openBeneath opens name in dir, a directory and not a link.
