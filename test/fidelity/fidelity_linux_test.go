@@ -72,11 +72,12 @@ type row struct {
 	// measured: a table merges rows of separate runs (the vm mode runs
 	// apart, in make test-vm).
 	Run string `json:"run,omitempty"`
+	// Load is the load average when the row's workload ended.
+	Load string `json:"load,omitempty"`
 }
 
 func TestFidelity(t *testing.T) {
 	testreq.Need(t, testreq.NS, (&linuxns.Rung{}).Available(t.Context()))
-	loadBefore := loadAverage()
 	h := newHarness(t)
 	rows := h.all(t)
 	if rootless.Active() {
@@ -89,8 +90,7 @@ func TestFidelity(t *testing.T) {
 	t.Run("gvisor", func(t *testing.T) { rows = append(rows, h.gvisor(t)...) })
 	t.Run("vm", func(t *testing.T) { rows = append(rows, h.vm(t)...) })
 	if p := os.Getenv(tableEnv); p != "" {
-		load := fmt.Sprintf("load average %s at the start, %s at the end", loadBefore, loadAverage())
-		if err := writeTable(p, rows, h.calibrate, load); err != nil {
+		if err := writeTable(p, rows, h.calibrate); err != nil {
 			t.Error(err)
 		}
 		t.Logf("table written to %s", p)
@@ -605,8 +605,18 @@ func (h *harness) all(t *testing.T) []*row {
 	for _, w := range workloads {
 		t.Run(w.name, func(t *testing.T) {
 			// The row goes in first: it records a skip or a harness failure too.
-			r := &row{Workload: w.name, Mode: h.mode, Run: h.run}
+			r := &row{Workload: w.name, Mode: h.mode}
 			rows = append(rows, r)
+			defer func() {
+				r.Run, r.Load = h.run, loadAverage()
+				// Into the table at once: a long run (vm) cut short
+				// still leaves the rows it finished.
+				if p := os.Getenv(tableEnv); p != "" && !rootless.Active() {
+					if err := writeTable(p, []*row{r}, h.calibrate); err != nil {
+						t.Error(err)
+					}
+				}
+			}()
 			h.workload(t, w, r)
 		})
 	}
@@ -663,31 +673,30 @@ func writeRows(t *testing.T, path string, rows []*row) {
 
 // writeTable writes the results as Markdown: one row per workload and mode,
 // then every difference. The rows also go to path's rows file (rowsFile),
-// and the rows of a mode this run did not run are kept from there: the vm
-// mode runs apart (make test-vm), and its rows stay in the table when make
-// fidelity runs the others, and the other way round.
-func writeTable(path string, rows []*row, calibrate bool, load string) error {
-	ran := map[string]bool{}
-	for _, r := range rows {
-		ran[r.Mode] = true
-		if r.Run != "" {
-			r.Run += ", " + load
-		}
+// and every row of the last table for a workload and mode not in rows is
+// kept from there: the vm mode runs apart (make test-vm), a run of a few
+// workloads (-run) replaces only theirs, and a run cut short keeps what
+// it finished (each workload's row is written as it ends).
+func writeTable(path string, rows []*row, calibrate bool) error {
+	order := map[string]int{}
+	for i, w := range workloads {
+		order[w.name] = i
 	}
+	ran := map[[2]string]bool{}
+	for _, r := range rows {
+		ran[[2]string{r.Workload, r.Mode}] = true
+	}
+	rows = slices.Clone(rows)
 	if b, err := os.ReadFile(rowsFile(path)); err == nil {
 		var old []*row
 		if err := json.Unmarshal(b, &old); err != nil {
 			return fmt.Errorf("reading the last run's rows: %w", err)
 		}
 		for _, r := range old {
-			if !ran[r.Mode] {
+			if _, known := order[r.Workload]; known && !ran[[2]string{r.Workload, r.Mode}] {
 				rows = append(rows, r)
 			}
 		}
-	}
-	order := map[string]int{}
-	for i, w := range workloads {
-		order[w.name] = i
 	}
 	sort.SliceStable(rows, func(i, j int) bool {
 		if order[rows[i].Workload] != order[rows[j].Workload] {
@@ -698,19 +707,44 @@ func writeTable(path string, rows []*row, calibrate bool, load string) error {
 	var b strings.Builder
 	kernel, _ := exec.Command("uname", "-r").Output()
 	fmt.Fprintf(&b, "# Fidelity: native runs vs dryexec trials (`make fidelity`, `make test-vm`)\n\n")
-	fmt.Fprintf(&b, "Kernel %s, %d CPUs; ns rung (root, rootless) and gvisor rung from `make fidelity`, vm rung from `make test-vm`. How to read it: docs/fidelity.md. Each mode's run (times move with the load):\n\n",
+	fmt.Fprintf(&b, "Kernel %s, %d CPUs; ns rung (root, rootless) and gvisor rung from `make fidelity`, vm rung from `make test-vm`. How to read it: docs/fidelity.md. Each mode's last run (times move with the load):\n\n",
 		strings.TrimSpace(string(kernel)), runtime.NumCPU())
+	// Each mode's runs, with how many rows each gave and the load averages
+	// its workloads ended under.
+	type runInfo struct {
+		rows  int
+		loads []string
+	}
+	runs := map[string]map[string]*runInfo{}
 	var modes []string
-	runs := map[string]string{}
 	for _, r := range rows {
-		if _, ok := runs[r.Mode]; !ok {
+		if runs[r.Mode] == nil {
+			runs[r.Mode] = map[string]*runInfo{}
 			modes = append(modes, r.Mode)
 		}
-		runs[r.Mode] = r.Run
+		ri := runs[r.Mode][r.Run]
+		if ri == nil {
+			ri = &runInfo{}
+			runs[r.Mode][r.Run] = ri
+		}
+		ri.rows++
+		if r.Load != "" {
+			ri.loads = append(ri.loads, r.Load)
+		}
 	}
 	sort.Strings(modes)
 	for _, m := range modes {
-		fmt.Fprintf(&b, "- %s: %s\n", m, cmp.Or(runs[m], "?"))
+		var parts []string
+		for run, ri := range runs[m] {
+			part := fmt.Sprintf("%s (%d rows", cmp.Or(run, "?"), ri.rows)
+			if len(ri.loads) > 0 {
+				slices.SortFunc(ri.loads, func(a, b string) int { return cmp.Compare(parseLoad(a), parseLoad(b)) })
+				part += fmt.Sprintf(", load average %s–%s", ri.loads[0], ri.loads[len(ri.loads)-1])
+			}
+			parts = append(parts, part+")")
+		}
+		sort.Strings(parts)
+		fmt.Fprintf(&b, "- %s: %s\n", m, strings.Join(parts, "; "))
 	}
 	b.WriteString("\n")
 	if calibrate {
@@ -793,6 +827,12 @@ func loadAverage() string {
 		return f[0]
 	}
 	return "?"
+}
+
+func parseLoad(s string) float64 {
+	var f float64
+	fmt.Sscanf(s, "%g", &f)
+	return f
 }
 
 // md makes s safe in a Markdown table cell or list item.
