@@ -592,9 +592,9 @@ func (h *harness) vm(t *testing.T) []*row {
 	testreq.Need(t, testreq.VM, (&vmrung.Rung{}).Available(t.Context()))
 	v := *h
 	v.mode, v.rung = "vm", "vm"
-	// The command runs under TCG on one vCPU: python_venv's and pip's
+	// The command runs under TCG on one vCPU: python_venv's, pip's and npm's
 	// trials take minutes there.
-	v.trialScale = 5
+	v.trialScale = 10
 	return v.all(t)
 }
 
