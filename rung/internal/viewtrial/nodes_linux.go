@@ -48,7 +48,7 @@ func (t *Trial) makeNode(n *wire.SandboxNode) error {
 	// Beneath a mask or dryexec's own state, what the command writes is
 	// the mask's, never the delta's (as on ns): nothing to make.
 	for _, h := range append(slices.Clone(t.Cover.Masks), t.Cover.Hidden...) {
-		if h = strings.TrimSuffix(h, "/"); p == h || strings.HasPrefix(p, h+"/") {
+		if h = strings.TrimSuffix(h, "/"); h != "" && (p == h || strings.HasPrefix(p, h+"/")) {
 			return nil
 		}
 	}
