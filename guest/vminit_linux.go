@@ -67,6 +67,15 @@ func runVMTrial() int {
 	if !ok {
 		return code
 	}
+	// The VM's clock started from the RTC's whole second; the files the
+	// command writes get the host's time from QEMU's 9p server: make (and
+	// anything comparing the two) would see its own writes in the future.
+	if cfg.WallNS > 0 {
+		ts := unix.NsecToTimespec(cfg.WallNS)
+		if err := unix.ClockSettime(unix.CLOCK_REALTIME, &ts); err != nil {
+			return sendFailure(conn, "setup", fmt.Errorf("setting the VM's clock: %w", err))
+		}
+	}
 	if err := enterVMRoot(); err != nil {
 		return sendFailure(conn, "setup", err)
 	}

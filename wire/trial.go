@@ -72,6 +72,11 @@ func MonoNow() int64 {
 // what the host means to run; the guest takes the command from trial.run.
 type TrialStart struct {
 	TrialRun
+	// WallNS is the host's wall clock as it sent this (ns since the epoch):
+	// a VM's guest sets the VM's clock from it, which otherwise starts from
+	// the RTC's whole second, up to a second behind the host's, whose clock
+	// 9p stamps the command's files with.
+	WallNS int64       `json:"wall_ns,omitempty"`
 	Mounts []MountSpec `json:"mounts"`
 	// Image, when set, replaces the host's mounts: the unpacked layer
 	// directories of an OCI image (host paths, lowest first), stacked as the

@@ -289,7 +289,8 @@ func CopyOut(dst io.Writer, src *os.File) {
 func (t *Trial) Converse(trustEnv []string, sendStub func([]byte) error, startIO func()) error {
 	a := t.Spec.Action
 	host, _ := os.Hostname()
-	start := wire.TrialStart{Hostname: host, CommandUserNS: true, CommandNPROC: CommandNPROC(t.Spec.Limits)}
+	start := wire.TrialStart{Hostname: host, CommandUserNS: true, CommandNPROC: CommandNPROC(t.Spec.Limits),
+		WallNS: time.Now().UnixNano()}
 	if err := t.Inner.Send(wire.KindReq, wire.VerbTrialStart, 1, &start); err != nil {
 		return t.GuestErr("sending trial.start", err)
 	}
