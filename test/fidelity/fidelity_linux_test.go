@@ -739,7 +739,11 @@ func writeTable(path string, rows []*row, calibrate bool) error {
 			part := fmt.Sprintf("%s (%d rows", cmp.Or(run, "?"), ri.rows)
 			if len(ri.loads) > 0 {
 				slices.SortFunc(ri.loads, func(a, b string) int { return cmp.Compare(parseLoad(a), parseLoad(b)) })
-				part += fmt.Sprintf(", load average %s–%s", ri.loads[0], ri.loads[len(ri.loads)-1])
+				if lo, hi := ri.loads[0], ri.loads[len(ri.loads)-1]; lo == hi {
+					part += ", load average " + lo
+				} else {
+					part += fmt.Sprintf(", load average %s–%s", lo, hi)
+				}
 			}
 			parts = append(parts, part+")")
 		}
