@@ -144,6 +144,8 @@ test: deps lint unit fidelity examples
 # vm. `make unit` runs the vm rung's short ones (probe, acceptance, --net).
 test-vm: deps
 	DRYEXEC_REQUIRE=vm,ns DRYEXEC_TEST_VM=1 $(GO) test -count=1 -timeout 60m -run 'TestSameDeltaAsNS|TestEscapeVM' ./rung/vm ./test/escape
+	DRYEXEC_REQUIRE=vm,ns,tool DRYEXEC_TEST_VM=1 DRYEXEC_FIDELITY_TABLE=$(CURDIR)/bench/results/fidelity.md \
+		$(GO) test -count=1 -timeout 90m -run '^TestFidelity$$/^vm$$' ./test/fidelity
 
 # The whole benchmark suite (docs/benchmarks.md): a Markdown table and a PNG
 # chart in bench/results/ (latest.md, latest.png and dated copies). BENCH_ROUNDS

@@ -200,15 +200,19 @@ func runGVisorTrial() int {
 	if !ok {
 		return code
 	}
-	return runInnerTrial(conn, &cfg, gvisorProfile())
+	return runInnerTrial(conn, &cfg, gvisorProfile(), func() ([]wire.SandboxNode, []string) {
+		return sandboxFIFOs(wire.GVisorLogFD)
+	})
 }
 
 // runInnerTrial is the part of the trial guest shared by the gvisor-trial
 // and vm-init roles, after the greeting: inside a kernel of the sandbox's
 // own, it starts the command, waits for it, kills what it left, syncs (the
-// host walks the upper dirs on its side) and reports. It returns the
-// process's exit status.
-func runInnerTrial(conn *wire.Conn, cfgp *wire.TrialStart, prof *seccomp.Profile) int {
+// host walks the upper dirs on its side) and reports. nodes, when not nil,
+// finds what the sandbox's kernel keeps in its own memory for the host to
+// make in the upper dirs (gvisor: FIFOs). It returns the process's exit
+// status.
+func runInnerTrial(conn *wire.Conn, cfgp *wire.TrialStart, prof *seccomp.Profile, nodes func() ([]wire.SandboxNode, []string)) int {
 	cfg := *cfgp
 	fail := func(code string, err error) int { return sendFailure(conn, code, err) }
 	if cfg.Hostname != "" {
@@ -238,6 +242,10 @@ func runInnerTrial(conn *wire.Conn, cfgp *wire.TrialStart, prof *seccomp.Profile
 	done, err := runCommand(&cfg, stub, nil, ran, timedOut, settled)
 	if err != nil {
 		return 1
+	}
+	if nodes != nil {
+		// Every process of the command is gone: what is left is final.
+		done.Nodes, done.NodesLost = nodes()
 	}
 	if err := conn.Send(wire.KindEvent, wire.VerbTrialDone, 0, done); err != nil {
 		return 1
@@ -302,23 +310,22 @@ func innerProfile() *seccomp.Profile {
 }
 
 // gvisorProfile is the seccomp profile of a command inside gVisor:
-// innerProfile's, and no FIFO or socket node (below).
+// innerProfile's, and no socket node (below). A FIFO is allowed: gVisor
+// keeps it in its own memory, and the trial guest reports it for the host
+// to make in the upper dirs (sandboxFIFOs).
 func gvisorProfile() *seccomp.Profile {
 	p := innerProfile()
-	// gVisor's gofer creates only regular files on the host: a FIFO (or a
-	// socket node) made by mknod would live in gVisor's memory alone,
-	// present for the command and absent from the upper dirs the delta is
-	// read from, so the delta would silently lack it. EPERM is what Linux
-	// answers for a filesystem that does not support the node type.
-	const noNode = "a FIFO or socket node inside gVisor exists in its memory only, where the delta cannot see it"
+	// A socket node made by mknod would live in gVisor's memory alone, as
+	// a FIFO does, and commit makes none anyway (only bind(2) makes a
+	// usable one): EPERM, what Linux answers for a filesystem that does
+	// not support the node type, rather than a node the delta lacks.
+	const noNode = "a socket node inside gVisor exists in its memory only, where the delta cannot see it"
 	for _, c := range []struct {
 		name string
 		arg  int
 	}{{"mknod", 1}, {"mknodat", 2}} {
-		for _, kind := range []uint32{unix.S_IFIFO, unix.S_IFSOCK} {
-			p.Rules = append(p.Rules, seccomp.Rule{Name: c.name, Errno: unix.EPERM, Why: noNode,
-				Conds: []seccomp.Cond{{Arg: c.arg, Op: seccomp.OpMaskedEq, Mask: unix.S_IFMT, Value: kind}}})
-		}
+		p.Rules = append(p.Rules, seccomp.Rule{Name: c.name, Errno: unix.EPERM, Why: noNode,
+			Conds: []seccomp.Cond{{Arg: c.arg, Op: seccomp.OpMaskedEq, Mask: unix.S_IFMT, Value: unix.S_IFSOCK}}})
 	}
 	return p
 }

@@ -41,3 +41,13 @@ const (
 // there, onto an empty file of the view's lowest layer (the scratch one
 // beneath the image), so that placing it is no change of the trial.
 const GVisorImageGuest = "/.dryexec-guest"
+
+// GVisorLogFD is where a gvisor trial guest finds runsc's log (a memfd the
+// host made; runsc writes it through --debug-log): its strace of
+// GVisorTracedCalls says where the command made FIFOs, which gVisor keeps
+// in its own memory (TrialDone.Nodes).
+const GVisorLogFD = 8
+
+// GVisorTracedCalls are the calls runsc's strace logs for GVisorLogFD:
+// every call that makes a FIFO or moves one.
+const GVisorTracedCalls = "mknod,mknodat,rename,renameat,renameat2"

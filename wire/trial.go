@@ -72,6 +72,11 @@ func MonoNow() int64 {
 // what the host means to run; the guest takes the command from trial.run.
 type TrialStart struct {
 	TrialRun
+	// WallNS is the host's wall clock as it sent this (ns since the epoch):
+	// a VM's guest sets the VM's clock from it, which otherwise starts from
+	// the RTC's whole second, up to a second behind the host's, whose clock
+	// 9p stamps the command's files with.
+	WallNS int64       `json:"wall_ns,omitempty"`
 	Mounts []MountSpec `json:"mounts"`
 	// Image, when set, replaces the host's mounts: the unpacked layer
 	// directories of an OCI image (host paths, lowest first), stacked as the
@@ -151,6 +156,28 @@ type TrialDone struct {
 	CPUUserNS int64 `json:"cpu_user_ns"`
 	CPUSysNS  int64 `json:"cpu_sys_ns"`
 	MaxRSS    int64 `json:"max_rss_bytes"`
+	// Nodes are FIFOs the command left that the sandbox's kernel keeps in
+	// its own memory, absent from the upper dirs (gVisor's gofer makes
+	// regular files only): the host makes each in the upper dirs before it
+	// walks them. NodesLost says why a FIFO the command made could not be
+	// found or placed: the delta is then incomplete, with that reason.
+	Nodes     []SandboxNode `json:"nodes,omitempty"`
+	NodesLost []string      `json:"nodes_lost,omitempty"`
+}
+
+// SandboxNode is a FIFO as the sandbox's kernel shows it at the end of the
+// command, with its ancestors (Dirs, the root's child first, its parent
+// last), which the host makes where an upper dir lacks them. Path is
+// absolute in the sandbox, in bytes (a name need not be UTF-8).
+type SandboxNode struct {
+	Path    []byte        `json:"path"`
+	Mode    uint32        `json:"mode"` // st_mode, type bits included
+	UID     uint32        `json:"uid"`
+	GID     uint32        `json:"gid"`
+	AtimeNS int64         `json:"atime_ns"`
+	MtimeNS int64         `json:"mtime_ns"`
+	CtimeNS int64         `json:"ctime_ns"`
+	Dirs    []SandboxNode `json:"dirs,omitempty"`
 }
 
 // TrialExit reports how the command ended. The guest sends it as soon as no

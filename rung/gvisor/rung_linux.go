@@ -343,7 +343,7 @@ const innerFD0 = 4
 
 // trialFDs are the numbers a trial guest has its descriptors at inside
 // gVisor, in the order start passes them.
-var trialFDs = []int{wire.CtrlFD, wire.StdoutFD, wire.StderrFD, wire.StdinFD, wire.StubFD}
+var trialFDs = []int{wire.CtrlFD, wire.StdoutFD, wire.StderrFD, wire.StdinFD, wire.StubFD, wire.GVisorLogFD}
 
 func pair(name string) (*os.File, *os.File, error) {
 	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
@@ -377,7 +377,17 @@ func (t *trial) start() error {
 		}
 		ends = append(ends, *p.guest)
 	}
-	if err := t.box.start([]*os.File{innerEnd, outW, errW, stdinR, stubR}); err != nil {
+	// runsc's log, for its strace of the calls that make a FIFO: the trial
+	// guest reads it (wire.GVisorLogFD) to find the FIFOs gVisor kept in its
+	// own memory. A memfd: runsc's log never counts against the write
+	// budget, and goes with the last descriptor.
+	logFD, err := unix.MemfdCreate("runsc-log", unix.MFD_CLOEXEC)
+	if err != nil {
+		return fmt.Errorf("runsc's log: %w", err)
+	}
+	runscLog := os.NewFile(uintptr(logFD), "runsc-log")
+	ends = append(ends, runscLog)
+	if err := t.box.start([]*os.File{innerEnd, outW, errW, stdinR, stubR, runscLog}); err != nil {
 		return err
 	}
 	t.Inner = wire.NewConn(t.innerCtrl)
@@ -550,6 +560,12 @@ func (b *box) prepare(role string, innerFDs []int) error {
 		argv = append(argv, "--network=sandbox", "--gso=false")
 	} else {
 		argv = append(argv, "--network=none")
+	}
+	if i := slices.Index(innerFDs, wire.GVisorLogFD); i >= 0 {
+		// The strace the trial guest finds FIFOs by (guest.sandboxFIFOs),
+		// of those calls alone; runsc reopens the log by its /proc path.
+		argv = append(argv, "--strace", "--strace-syscalls="+wire.GVisorTracedCalls,
+			"--debug-log=/proc/self/fd/"+strconv.Itoa(innerFD0+i))
 	}
 	argv = append(argv, b.r.RunscFlags...)
 	argv = append(argv, "run", "--bundle", wire.GVisorBundle)

@@ -2,6 +2,7 @@ package fidelity
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -22,11 +23,13 @@ import (
 
 	"github.com/dryexec/dryexec"
 	"github.com/dryexec/dryexec/guest"
+	"github.com/dryexec/dryexec/internal/guestexe"
 	"github.com/dryexec/dryexec/internal/rootless"
 	"github.com/dryexec/dryexec/internal/testreq"
 	"github.com/dryexec/dryexec/netsim/netproc"
 	gvisorrung "github.com/dryexec/dryexec/rung/gvisor"
 	"github.com/dryexec/dryexec/rung/linuxns"
+	vmrung "github.com/dryexec/dryexec/rung/vm"
 )
 
 // The harness's environment variables.
@@ -42,6 +45,9 @@ const (
 	binEnv     = "DRYEXEC_FIDELITY_BIN"
 	goCacheEnv = "DRYEXEC_FIDELITY_GOCACHE"
 	rowsEnv    = "DRYEXEC_FIDELITY_ROWS"
+	// vmEnv=1 adds the vm mode (make test-vm): a VM boot per trial, seconds
+	// each under TCG, so not part of make fidelity.
+	vmEnv = "DRYEXEC_TEST_VM"
 )
 
 // TestMain lets this test binary serve as the guest, should anything in it
@@ -62,11 +68,16 @@ type row struct {
 	Verdict  string   `json:"verdict"`
 	Diffs    []string `json:"diffs,omitempty"`
 	Known    string   `json:"known,omitempty"`
+	// Run says when, at which commit and under what load the row was
+	// measured: a table merges rows of separate runs (the vm mode runs
+	// apart, in make test-vm).
+	Run string `json:"run,omitempty"`
+	// Load is the load average when the row's workload ended.
+	Load string `json:"load,omitempty"`
 }
 
 func TestFidelity(t *testing.T) {
 	testreq.Need(t, testreq.NS, (&linuxns.Rung{}).Available(t.Context()))
-	loadBefore := loadAverage()
 	h := newHarness(t)
 	rows := h.all(t)
 	if rootless.Active() {
@@ -77,9 +88,9 @@ func TestFidelity(t *testing.T) {
 	}
 	t.Run("rootless", func(t *testing.T) { rows = append(rows, h.rootless(t)...) })
 	t.Run("gvisor", func(t *testing.T) { rows = append(rows, h.gvisor(t)...) })
+	t.Run("vm", func(t *testing.T) { rows = append(rows, h.vm(t)...) })
 	if p := os.Getenv(tableEnv); p != "" {
-		load := fmt.Sprintf("load average %s at the start, %s at the end", loadBefore, loadAverage())
-		if err := writeTable(p, rows, h.calibrate, load); err != nil {
+		if err := writeTable(p, rows, h.calibrate); err != nil {
 			t.Error(err)
 		}
 		t.Logf("table written to %s", p)
@@ -94,8 +105,12 @@ type harness struct {
 	rung      string // the rung trials run on: ns or gvisor
 	runsc     string // for gvisor: the runsc the CLI runs (workloads' PATH lacks GOPATH/bin)
 	path      string // PATH of every workload
+	run       string // when, at which commit: row.Run
 	calibrate bool
 	goCache   func() (string, error) // a warm GOCACHE for go_build's template
+	// trialScale multiplies a workload's timeout for its trial (vm: the
+	// command runs under TCG); 0 is 1.
+	trialScale time.Duration
 }
 
 func newHarness(t *testing.T) *harness {
@@ -113,6 +128,8 @@ func newHarness(t *testing.T) *harness {
 		t.Fatal(err)
 	}
 	h.base = base
+	rev, _ := exec.Command("git", "rev-parse", "--short", "HEAD").Output()
+	h.run = fmt.Sprintf("%s, commit %s", time.Now().UTC().Format("2006-01-02 15:04 UTC"), strings.TrimSpace(string(rev)))
 	h.path = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 	goTool, goErr := exec.LookPath("go")
 	if goErr == nil {
@@ -279,7 +296,7 @@ func (h *harness) workload(t *testing.T, w workload, r *row) {
 		t.Fatalf("the two copies of the template differ: %v", d)
 	}
 	stamp = h.startAfter(t, again, w.nextSecond)
-	d, twin, err := h.trial(t.Context(), root, env, w.run, timeout)
+	d, twin, err := h.trial(t.Context(), root, env, w.run, timeout*max(h.trialScale, 1))
 	if err != nil {
 		t.Fatalf("trial: %v", err)
 	}
@@ -561,6 +578,26 @@ func (h *harness) gvisor(t *testing.T) []*row {
 	return g.all(t)
 }
 
+// vm runs every workload again with its trial on the vm rung (root only, a
+// VM boot per trial) and returns its rows. Only with DRYEXEC_TEST_VM=1 (make
+// test-vm): under TCG each trial costs seconds of boot. Unavailable, it fails
+// where DRYEXEC_REQUIRE names vm and skips otherwise.
+func (h *harness) vm(t *testing.T) []*row {
+	if os.Getenv(vmEnv) == "" {
+		t.Skip("set " + vmEnv + "=1 (make test-vm) to run the workloads on the vm rung")
+	}
+	// The probe boots the guest beside the CLI: static, as the VM's
+	// initramfs (no libc) needs, where this test binary may not be.
+	t.Setenv(guestexe.Env, filepath.Join(filepath.Dir(h.bin), "dryexec-guest"))
+	testreq.Need(t, testreq.VM, (&vmrung.Rung{}).Available(t.Context()))
+	v := *h
+	v.mode, v.rung = "vm", "vm"
+	// The command runs under TCG on one vCPU: python_venv's, pip's and npm's
+	// trials take minutes there.
+	v.trialScale = 10
+	return v.all(t)
+}
+
 // all runs every workload in h's mode, one subtest each, and returns a row
 // per workload.
 func (h *harness) all(t *testing.T) []*row {
@@ -570,6 +607,16 @@ func (h *harness) all(t *testing.T) []*row {
 			// The row goes in first: it records a skip or a harness failure too.
 			r := &row{Workload: w.name, Mode: h.mode}
 			rows = append(rows, r)
+			defer func() {
+				r.Run, r.Load = h.run, loadAverage()
+				// Into the table at once: a long run (vm) cut short
+				// still leaves the rows it finished.
+				if p := os.Getenv(tableEnv); p != "" && !rootless.Active() {
+					if err := writeTable(p, []*row{r}, h.calibrate); err != nil {
+						t.Error(err)
+					}
+				}
+			}()
 			h.workload(t, w, r)
 		})
 	}
@@ -625,11 +672,31 @@ func writeRows(t *testing.T, path string, rows []*row) {
 }
 
 // writeTable writes the results as Markdown: one row per workload and mode,
-// then every difference.
-func writeTable(path string, rows []*row, calibrate bool, load string) error {
+// then every difference. The rows also go to path's rows file (rowsFile),
+// and every row of the last table for a workload and mode not in rows is
+// kept from there: the vm mode runs apart (make test-vm), a run of a few
+// workloads (-run) replaces only theirs, and a run cut short keeps what
+// it finished (each workload's row is written as it ends).
+func writeTable(path string, rows []*row, calibrate bool) error {
 	order := map[string]int{}
 	for i, w := range workloads {
 		order[w.name] = i
+	}
+	ran := map[[2]string]bool{}
+	for _, r := range rows {
+		ran[[2]string{r.Workload, r.Mode}] = true
+	}
+	rows = slices.Clone(rows)
+	if b, err := os.ReadFile(rowsFile(path)); err == nil {
+		var old []*row
+		if err := json.Unmarshal(b, &old); err != nil {
+			return fmt.Errorf("reading the last run's rows: %w", err)
+		}
+		for _, r := range old {
+			if _, known := order[r.Workload]; known && !ran[[2]string{r.Workload, r.Mode}] {
+				rows = append(rows, r)
+			}
+		}
 	}
 	sort.SliceStable(rows, func(i, j int) bool {
 		if order[rows[i].Workload] != order[rows[j].Workload] {
@@ -638,11 +705,52 @@ func writeTable(path string, rows []*row, calibrate bool, load string) error {
 		return rows[i].Mode < rows[j].Mode
 	})
 	var b strings.Builder
-	rev, _ := exec.Command("git", "rev-parse", "--short", "HEAD").Output()
 	kernel, _ := exec.Command("uname", "-r").Output()
-	fmt.Fprintf(&b, "# Fidelity: native runs vs dryexec trials (`make fidelity`)\n\n")
-	fmt.Fprintf(&b, "%s, commit %s, kernel %s, ns rung (root, rootless) and gvisor rung, %d CPUs, %s (times move with it). How to read it: docs/fidelity.md.\n\n",
-		time.Now().UTC().Format("2006-01-02 15:04 UTC"), strings.TrimSpace(string(rev)), strings.TrimSpace(string(kernel)), runtime.NumCPU(), load)
+	fmt.Fprintf(&b, "# Fidelity: native runs vs dryexec trials (`make fidelity`, `make test-vm`)\n\n")
+	fmt.Fprintf(&b, "Kernel %s, %d CPUs; ns rung (root, rootless) and gvisor rung from `make fidelity`, vm rung from `make test-vm`. How to read it: docs/fidelity.md. Each mode's last run (times move with the load):\n\n",
+		strings.TrimSpace(string(kernel)), runtime.NumCPU())
+	// Each mode's runs, with how many rows each gave and the load averages
+	// its workloads ended under.
+	type runInfo struct {
+		rows  int
+		loads []string
+	}
+	runs := map[string]map[string]*runInfo{}
+	var modes []string
+	for _, r := range rows {
+		if runs[r.Mode] == nil {
+			runs[r.Mode] = map[string]*runInfo{}
+			modes = append(modes, r.Mode)
+		}
+		ri := runs[r.Mode][r.Run]
+		if ri == nil {
+			ri = &runInfo{}
+			runs[r.Mode][r.Run] = ri
+		}
+		ri.rows++
+		if r.Load != "" {
+			ri.loads = append(ri.loads, r.Load)
+		}
+	}
+	sort.Strings(modes)
+	for _, m := range modes {
+		var parts []string
+		for run, ri := range runs[m] {
+			part := fmt.Sprintf("%s (%d rows", cmp.Or(run, "?"), ri.rows)
+			if len(ri.loads) > 0 {
+				slices.SortFunc(ri.loads, func(a, b string) int { return cmp.Compare(parseLoad(a), parseLoad(b)) })
+				if lo, hi := ri.loads[0], ri.loads[len(ri.loads)-1]; lo == hi {
+					part += ", load average " + lo
+				} else {
+					part += fmt.Sprintf(", load average %s–%s", lo, hi)
+				}
+			}
+			parts = append(parts, part+")")
+		}
+		sort.Strings(parts)
+		fmt.Fprintf(&b, "- %s: %s\n", m, strings.Join(parts, "; "))
+	}
+	b.WriteString("\n")
 	if calibrate {
 		b.WriteString("**Calibration run**: \"trial\" is a second native run; differences are nondeterminism.\n\n")
 	}
@@ -691,7 +799,19 @@ func writeTable(path string, rows []*row, calibrate bool, load string) error {
 	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 		return err
 	}
+	js, err := json.MarshalIndent(rows, "", "  ")
+	if err != nil {
+		return err
+	}
+	if err := os.WriteFile(rowsFile(path), append(js, '\n'), 0o644); err != nil {
+		return err
+	}
 	return os.WriteFile(path, []byte(b.String()), 0o644)
+}
+
+// rowsFile is where writeTable keeps the rows of the table at path.
+func rowsFile(path string) string {
+	return strings.TrimSuffix(path, filepath.Ext(path)) + ".json"
 }
 
 // maxPerClass is how many differences of one class the table lists for a
@@ -711,6 +831,12 @@ func loadAverage() string {
 		return f[0]
 	}
 	return "?"
+}
+
+func parseLoad(s string) float64 {
+	var f float64
+	fmt.Sscanf(s, "%g", &f)
+	return f
 }
 
 // md makes s safe in a Markdown table cell or list item.

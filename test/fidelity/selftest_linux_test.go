@@ -190,7 +190,7 @@ func TestTables(t *testing.T) {
 		if !names[k.workload] {
 			t.Errorf("knownDiffering names unknown workload %s", k.workload)
 		}
-		if !slices.Contains([]string{"", "root", "rootless", "gvisor"}, k.mode) || k.cause == "" {
+		if !slices.Contains([]string{"", "root", "rootless", "gvisor", "vm"}, k.mode) || k.cause == "" {
 			t.Errorf("knownDiffering entry %+v", k)
 		}
 		if seen[k.workload+"/"+k.mode] {

@@ -289,7 +289,8 @@ func CopyOut(dst io.Writer, src *os.File) {
 func (t *Trial) Converse(trustEnv []string, sendStub func([]byte) error, startIO func()) error {
 	a := t.Spec.Action
 	host, _ := os.Hostname()
-	start := wire.TrialStart{Hostname: host, CommandUserNS: true, CommandNPROC: CommandNPROC(t.Spec.Limits)}
+	start := wire.TrialStart{Hostname: host, CommandUserNS: true, CommandNPROC: CommandNPROC(t.Spec.Limits),
+		WallNS: time.Now().UnixNano()}
 	if err := t.Inner.Send(wire.KindReq, wire.VerbTrialStart, 1, &start); err != nil {
 		return t.GuestErr("sending trial.start", err)
 	}
@@ -369,12 +370,12 @@ func (t *Trial) Report(ctx context.Context, cause error, d *dryexec.StateDelta, 
 	}
 	end := time.Now()
 	deadline := (&linuxns.Rung{CollectMin: t.CollectMin, CollectTimeout: t.CollectTimeout}).CollectDeadline(a, t.SentAt, end)
+	why := t.makeNodes()
 	werr := t.walk(ctx, deadline, d)
 	var se *fsdelta.StoreError
 	if errors.As(werr, &se) {
 		return nil, fmt.Errorf("trial %s: %w", t.Spec.TrialID, werr)
 	}
-	var why []string
 	if cause != nil {
 		why = append(why, fmt.Sprintf("%s failed mid-trial (%v)", t.What, cause))
 	}

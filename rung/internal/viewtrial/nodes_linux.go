@@ -1,0 +1,179 @@
+package viewtrial
+
+import (
+	"errors"
+	"fmt"
+	"path"
+	"slices"
+	"strconv"
+	"strings"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/dryexec/dryexec/wire"
+)
+
+// makeNodes makes in the upper dirs the FIFOs the sandbox's kernel kept in
+// its own memory (wire.TrialDone.Nodes: gVisor's gofer makes regular files
+// only), as that kernel showed them at the command's end — mode, owner,
+// times — with any ancestor an upper dir lacks made as the sandbox showed
+// it, so that the walk finds each where an ns trial's would be. The
+// sandbox is gone: nothing else writes in the upper dirs. It returns why
+// any could not be made (the delta is then incomplete), and the guest's
+// own NodesLost.
+func (t *Trial) makeNodes() []string {
+	dn := t.Done
+	if dn == nil {
+		return nil
+	}
+	var why []string
+	for _, l := range dn.NodesLost {
+		why = append(why, "the sandbox kept a FIFO in its own memory that the delta lacks: "+l)
+	}
+	for _, n := range dn.Nodes {
+		if err := t.makeNode(&n); err != nil {
+			why = append(why, fmt.Sprintf("the FIFO the command made at %q is not in the delta: %v", n.Path, err))
+		}
+	}
+	return why
+}
+
+var errNotPlaced = errors.New("outside every upper dir, or not a FIFO with directories above it")
+
+func (t *Trial) makeNode(n *wire.SandboxNode) error {
+	p := string(n.Path)
+	if !path.IsAbs(p) || path.Clean(p) != p || p == "/" || n.Mode&unix.S_IFMT != unix.S_IFIFO {
+		return errNotPlaced
+	}
+	// Beneath a mask or dryexec's own state, what the command writes is
+	// the mask's, never the delta's (as on ns): nothing to make.
+	for _, h := range append(slices.Clone(t.Cover.Masks), t.Cover.Hidden...) {
+		if h = strings.TrimSuffix(h, "/"); h != "" && (p == h || strings.HasPrefix(p, h+"/")) {
+			return nil
+		}
+	}
+	// The upper dir that stands for the deepest mount holding p.
+	best := -1
+	for i, u := range t.Uppers {
+		if (u.Path == "/" || p == u.Path || strings.HasPrefix(p, u.Path+"/")) && p != u.Path &&
+			(best < 0 || len(u.Path) > len(t.Uppers[best].Path)) {
+			best = i
+		}
+	}
+	names := strings.Split(strings.Trim(p, "/"), "/")
+	if best < 0 || len(n.Dirs) != len(names)-1 {
+		return errNotPlaced
+	}
+	skip := 0 // the components of the mount's own path
+	if mp := t.Uppers[best].Path; mp != "/" {
+		skip = len(strings.Split(strings.Trim(mp, "/"), "/"))
+	}
+	dir, err := unix.Open("/proc/self/fd/"+strconv.Itoa(t.ScratchFD)+"/u/"+strconv.Itoa(best), unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return err
+	}
+	defer func() { unix.Close(dir) }()
+	// Each directory below the mount, opened (or made) one name at a time
+	// beneath the upper dir, never through a link the sandbox made. One
+	// made here stands for a host directory the sandbox did not change (an
+	// overlay's copy-up keeps its mtime): its mtime is the sandbox's again
+	// once its entries are made, deepest first. The FIFO's own parent: below.
+	var restore []dirTimes
+	defer func() {
+		for i := len(restore) - 1; i >= 0; i-- {
+			r := restore[i]
+			setTimes(r.parent, r.name, r.node)
+			unix.Close(r.parent)
+		}
+	}()
+	for i := skip; i < len(names)-1; i++ {
+		d := &n.Dirs[i]
+		next, err := openBeneath(dir, names[i])
+		if errors.Is(err, unix.ENOENT) {
+			if err := unix.Mkdirat(dir, names[i], 0o700); err != nil {
+				return err
+			}
+			if err := setOwnerMode(dir, names[i], d); err != nil {
+				return err
+			}
+			if i < len(names)-2 {
+				parent, err := unix.FcntlInt(uintptr(dir), unix.F_DUPFD_CLOEXEC, 0)
+				if err != nil {
+					return err
+				}
+				restore = append(restore, dirTimes{parent, names[i], d})
+			}
+			next, err = openBeneath(dir, names[i])
+		}
+		if err != nil {
+			return err
+		}
+		unix.Close(dir)
+		dir = next
+	}
+	name := names[len(names)-1]
+	var st unix.Stat_t
+	switch err := unix.Fstatat(dir, name, &st, unix.AT_SYMLINK_NOFOLLOW); {
+	case err == nil && st.Mode&unix.S_IFMT == unix.S_IFIFO:
+		return nil // a FIFO the host had, moved there: the walk has it
+	case err == nil && st.Mode&unix.S_IFMT == unix.S_IFCHR && st.Rdev == 0:
+		// A whiteout: the host's file was removed before the FIFO came.
+		if err := unix.Unlinkat(dir, name, 0); err != nil {
+			return err
+		}
+	case err == nil:
+		return fmt.Errorf("the upper dir has a %o there", st.Mode&unix.S_IFMT)
+	case !errors.Is(err, unix.ENOENT):
+		return err
+	}
+	if err := unix.Mknodat(dir, name, unix.S_IFIFO|0o600, 0); err != nil {
+		return err
+	}
+	if err := setOwnerMode(dir, name, n); err != nil {
+		return err
+	}
+	if err := setTimes(dir, name, n); err != nil {
+		return err
+	}
+	// The parent's mtime: gVisor did not move it for a FIFO of its own,
+	// where Linux does. If something changed the parent after the FIFO
+	// (its ctime is later: tar and rsync set a directory's times after its
+	// entries; a later entry moved it), the sandbox's mtime is what the
+	// command left: set it again. Otherwise the mtime mknod just gave it
+	// stands, as the FIFO's making moved it natively.
+	if len(n.Dirs) == 0 || n.Dirs[len(n.Dirs)-1].CtimeNS < n.CtimeNS {
+		return nil
+	}
+	pd := &n.Dirs[len(n.Dirs)-1]
+	ts := []unix.Timespec{unix.NsecToTimespec(pd.AtimeNS), unix.NsecToTimespec(pd.MtimeNS)}
+	// dir is an O_PATH descriptor: through its /proc link (followed).
+	return unix.UtimesNanoAt(unix.AT_FDCWD, "/proc/self/fd/"+strconv.Itoa(dir), ts, 0)
+}
+
+// openBeneath opens name in dir, a directory and not a link.
+func openBeneath(dir int, name string) (int, error) {
+	return unix.Openat2(dir, name, &unix.OpenHow{Flags: unix.O_PATH | unix.O_DIRECTORY | unix.O_NOFOLLOW | unix.O_CLOEXEC,
+		Resolve: unix.RESOLVE_BENEATH | unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_NO_MAGICLINKS | unix.RESOLVE_NO_XDEV})
+}
+
+// dirTimes is a directory whose times are to be set again: name in parent
+// (a descriptor of its own).
+type dirTimes struct {
+	parent int
+	name   string
+	node   *wire.SandboxNode
+}
+
+// setOwnerMode gives the entry name in dir (one this function's caller just
+// made: no link) n's owner and permission bits.
+func setOwnerMode(dir int, name string, n *wire.SandboxNode) error {
+	if err := unix.Fchownat(dir, name, int(n.UID), int(n.GID), unix.AT_SYMLINK_NOFOLLOW); err != nil {
+		return err
+	}
+	return unix.Fchmodat(dir, name, n.Mode&0o7777, 0)
+}
+
+func setTimes(dir int, name string, n *wire.SandboxNode) error {
+	ts := []unix.Timespec{unix.NsecToTimespec(n.AtimeNS), unix.NsecToTimespec(n.MtimeNS)}
+	return unix.UtimesNanoAt(dir, name, ts, unix.AT_SYMLINK_NOFOLLOW)
+}
