@@ -3,8 +3,8 @@ package gvisor
 import (
 	"io"
 	"os"
-	"path/filepath"
 	"os/exec"
+	"path/filepath"
 	"strconv"
 	"testing"
 
