@@ -29,7 +29,21 @@ type Setup struct {
 	// Roots are the PEM certificates allowed HTTPS is verified against (the
 	// host's system roots): the role cannot read the host's trust store.
 	Roots []byte `json:"roots,omitempty"`
+	// Link says what the role's descriptor 4 is: LinkTUN ("") the socket
+	// the sandbox's TUN device arrives on, LinkEthernet the link itself.
+	Link string `json:"link,omitempty"`
 }
+
+// Links the role serves (Setup.Link).
+const (
+	// LinkTUN: descriptor 4 is a unix socket; the sandbox sends its TUN
+	// device over it (SCM_RIGHTS), and netsim serves that.
+	LinkTUN = ""
+	// LinkEthernet: descriptor 4 is a datagram socket of Ethernet frames,
+	// one per datagram, whose other end is a VM's NIC (QEMU's -netdev
+	// dgram); netsim serves it as it is (netsim.Sim.ServeEthernet).
+	LinkEthernet = "ethernet"
+)
 
 // Kinds of Msg.
 const (

@@ -1,0 +1,194 @@
+package vm
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"reflect"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/dryexec/dryexec"
+	"github.com/dryexec/dryexec/internal/testreq"
+	"github.com/dryexec/dryexec/internal/testwait"
+	"github.com/dryexec/dryexec/netsim/netproc"
+	"github.com/dryexec/dryexec/netsim/tun"
+	"github.com/dryexec/dryexec/rung/linuxns"
+)
+
+// hostAddr is a non-loopback IPv4 address of this host, where a test's real
+// server listens: an allow rule may not name 127.0.0.1 (inside a sandbox it
+// is the sandbox's own lo), and traffic to the host's own address never
+// leaves the machine.
+func hostAddr(t *testing.T) string {
+	t.Helper()
+	addrs, err := net.InterfaceAddrs()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, a := range addrs {
+		if n, ok := a.(*net.IPNet); ok && n.IP.To4() != nil && !n.IP.IsLoopback() {
+			return n.IP.String()
+		}
+	}
+	t.Skip("this host has no non-loopback IPv4 address for the test's server")
+	return ""
+}
+
+// TestNetSameAsNS: a vm trial's network goes through the same netsim as an
+// ns trial's, behind the VM's virtio-net: a request allowed by policy
+// reaches a real server on this host, a mocked HTTPS API answers (the VM
+// trusts netsim's CA), a host neither allowed nor mocked is refused, DNS is
+// netsim's; the command's output and the delta's network log equal ns's for
+// the same spec, and the delta is complete.
+func TestNetSameAsNS(t *testing.T) {
+	r := testRung(t)
+	testreq.Need(t, testreq.NS, (&linuxns.Rung{}).Available(context.Background()))
+	testreq.Need(t, testreq.Netsim, tun.CheckTUN())
+	var mu sync.Mutex
+	var hits []string
+	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		mu.Lock()
+		hits = append(hits, req.URL.Path)
+		mu.Unlock()
+		fmt.Fprintf(w, "real %s", req.URL.Path)
+	})}
+	l, err := net.Listen("tcp", net.JoinHostPort(hostAddr(t), "0"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	go srv.Serve(l)
+	t.Cleanup(func() { srv.Close() })
+	addr := l.Addr().String()
+	dir := t.TempDir()
+	mock := filepath.Join(dir, "mock.yaml")
+	if err := os.WriteFile(mock, []byte("routes:\n  - host: api.example.com\n    path: /v1/ping\n    json: {pong: true}\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	script := fmt.Sprintf(`curl -sS -m 60 http://%s/ok; echo
+curl -sS -m 60 https://api.example.com/v1/ping; echo
+curl -sS -m 60 -o /dev/null -w '%%{http_code}\n' http://denied.example.org/
+getent hosts api.example.com > /dev/null; echo dns=$?`, addr)
+	spec := dryexec.TrialSpec{TrialID: "tr_vmnet", Net: []string{"allow:" + addr, "mock:" + mock}, NetCADir: filepath.Join(t.TempDir(), "ca")}
+	spec.Action.TimeoutMS = 180_000
+	want := "real /ok\n{\"pong\":true}\n403\ndns=0\n"
+	var logs [2][]dryexec.NetworkEvent
+	for i, rg := range []dryexec.Rung{&linuxns.Rung{}, r} {
+		d := runTrial(t, rg, dir, spec, "sh", "-c", script)
+		if d.Process.Stdout != want || d.Incomplete {
+			t.Errorf("%s: stdout %q (want %q), incomplete %v %s\nstderr: %s", rg.Name(), d.Process.Stdout, want, d.Incomplete, d.IncompleteReason, d.Process.Stderr)
+		}
+		logs[i] = d.Network
+	}
+	if !reflect.DeepEqual(logs[0], logs[1]) {
+		t.Errorf("network logs differ:\nns: %+v\nvm: %+v", logs[0], logs[1])
+	}
+	if len(hits) != 2 {
+		t.Errorf("the real server saw %q, want /ok from each rung", hits)
+	}
+}
+
+// lockedBuffer is a command's live stdout, read while the trial runs.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+// netsimPids are this process's children in netsim's role.
+func netsimPids() []int {
+	stats, _ := filepath.Glob("/proc/[0-9]*/stat")
+	var out []int
+	for _, st := range stats {
+		b, err := os.ReadFile(st)
+		if err != nil {
+			continue
+		}
+		// pid (comm) state ppid …: comm may hold spaces.
+		s := string(b)
+		f := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
+		if len(f) < 2 || f[1] != strconv.Itoa(os.Getpid()) {
+			continue
+		}
+		pid, _ := strconv.Atoi(filepath.Base(filepath.Dir(st)))
+		cmd, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+		if args := strings.Split(string(cmd), "\x00"); len(args) > 1 && args[1] == netproc.Role {
+			out = append(out, pid)
+		}
+	}
+	return out
+}
+
+// TestNetsimKilled: killing a vm trial's netsim process mid-trial ends the
+// trial's network, not the trial: the delta keeps what was logged before,
+// and is marked incomplete with the reason (so it is decided block), as on
+// ns (test/network's TestNetsimKilledMidTrial).
+func TestNetsimKilled(t *testing.T) {
+	r := testRung(t)
+	dir := t.TempDir()
+	mock := filepath.Join(dir, "mock.yaml")
+	if err := os.WriteFile(mock, []byte("routes:\n  - host: api.example.com\n    path: /v1/ping\n    json: {pong: true}\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out := &lockedBuffer{}
+	in, feed := io.Pipe()
+	spec := dryexec.TrialSpec{Net: []string{"mock:" + mock}, NetCADir: filepath.Join(t.TempDir(), "ca"), Stdout: out, Stdin: in}
+	spec.Action = dryexec.Action{Cwd: dir, Env: testPath, TimeoutMS: 180_000, Argv: []string{"sh", "-c",
+		`curl -sS -m 60 https://api.example.com/v1/ping; echo; echo READY; read x; curl -sS -m 5 https://api.example.com/v1/ping || echo AFTER-KILL-FAILED`}}
+	ctx, cancel := context.WithTimeout(t.Context(), 4*time.Minute)
+	defer cancel()
+	done := make(chan struct{})
+	var d *dryexec.StateDelta
+	var trialErr error
+	go func() {
+		defer close(done)
+		d, trialErr = r.Trial(ctx, spec)
+	}()
+	testwait.For(t, 3*time.Minute, "the command's first request", func() bool { return strings.Contains(out.String(), "READY") })
+	pids := netsimPids()
+	if len(pids) != 1 {
+		t.Fatalf("netsim processes of this test: %v, want one", pids)
+	}
+	if err := syscall.Kill(pids[0], syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	feed.Write([]byte("go\n"))
+	feed.Close()
+	<-done
+	if trialErr != nil {
+		t.Fatalf("the trial failed: %v", trialErr)
+	}
+	if !strings.Contains(d.Process.Stdout, `"pong":true`) || !strings.Contains(d.Process.Stdout, "AFTER-KILL-FAILED") {
+		t.Errorf("stdout %q: want the mocked answer before the kill and a failed request after it", d.Process.Stdout)
+	}
+	if !d.Incomplete || !strings.Contains(d.IncompleteReason, "network ended early") || !strings.Contains(d.IncompleteReason, netproc.ErrCrashed.Error()) {
+		t.Errorf("incomplete %v reason %q: want the network's early end", d.Incomplete, d.IncompleteReason)
+	}
+	mocked := false
+	for _, e := range d.Network {
+		mocked = mocked || (e.Host == "api.example.com" && e.Action == "mocked")
+	}
+	if !mocked {
+		t.Errorf("the log lost the request before the kill: %+v", d.Network)
+	}
+}
