@@ -21,25 +21,31 @@ import (
 // (guest vmNetUp); on the host the view guest binds netsim's resolv.conf
 // and trust bundle into the view, and the command gets the trust variables.
 //
-// Lifetime, for a trial or a session: openNet, start the view guest with
+// Lifetime, for a trial or a session: startNet, start the view guest with
 // File among its descriptors (QEMU inherits it), serve, give the view guest
-// viewStart's fields and QEMU Args, then close once QEMU is gone and finish
-// the delta (or read Log for a session).
+// viewStart's fields and QEMU netArgs, ready before the command runs, then
+// close once QEMU is gone and report into the delta (a session reads
+// net.Log).
 type vmNet struct {
 	net      *linuxns.Net
 	trustEnv []string // netsim's trust variables for the command
 }
 
-// openNet starts the network specs ask for (TrialSpec.Net; none: netsim
-// with nothing allowed, every attempt logged, as on ns) and waits until
-// netsim is confined and ready. caDir holds netsim's CA; id seeds the mocks.
-func openNet(ctx context.Context, specs []string, caDir, id string) (*vmNet, error) {
-	n, err := linuxns.NewEthernetNet(ctx, specs, caDir, id)
+// startNet starts the network specs ask for (TrialSpec.Net; none: netsim
+// with nothing allowed, every attempt logged, as on ns) without waiting for
+// netsim, whose start then overlaps the VM's boot: call ready before the
+// command runs. caDir holds netsim's CA; id seeds the mocks.
+func startNet(specs []string, caDir, id string) (*vmNet, error) {
+	n, err := linuxns.StartEthernetNet(specs, caDir, id)
 	if err != nil {
 		return nil, err
 	}
 	return &vmNet{net: n}, nil
 }
+
+// ready waits until netsim is made and confined: a bad configuration (a
+// mock file that does not compile) is a dryexec.ErrBadAction.
+func (n *vmNet) ready(ctx context.Context) error { return n.net.Ready(ctx) }
 
 // File is QEMU's end of the frame socket, to pass to the view guest (which
 // becomes QEMU); nil without a netsim.

@@ -3,6 +3,7 @@ package vm
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -190,5 +191,30 @@ func TestNetsimKilled(t *testing.T) {
 	}
 	if !mocked {
 		t.Errorf("the log lost the request before the kill: %+v", d.Network)
+	}
+}
+
+// TestNetBadMock: a mock file netsim refuses (a credential to inject that
+// is not there: found by netsim's process, not the host's parse) fails the
+// trial with ErrBadAction, before the command runs (netsim starts while the
+// VM boots, and the trial waits for it after the boot), and leaves no
+// netsim process behind.
+func TestNetBadMock(t *testing.T) {
+	r := testRung(t)
+	dir := t.TempDir()
+	bad := filepath.Join(dir, "bad.yaml")
+	if err := os.WriteFile(bad, []byte("allow:\n  - host: api.example.com\n    inject:\n      Authorization: {env: DRYEXEC_TEST_NO_SUCH_VAR}\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	spec := dryexec.TrialSpec{Net: []string{"mock:" + bad}, NetCADir: filepath.Join(t.TempDir(), "ca"),
+		Action: dryexec.Action{Argv: []string{"true"}, Cwd: dir, Env: testPath}}
+	ctx, cancel := context.WithTimeout(t.Context(), 4*time.Minute)
+	defer cancel()
+	d, err := r.Trial(ctx, spec)
+	if !errors.Is(err, dryexec.ErrBadAction) {
+		t.Fatalf("delta %v, error %v: want ErrBadAction", d != nil, err)
+	}
+	if pids := netsimPids(); len(pids) != 0 {
+		t.Errorf("netsim processes left: %v", pids)
 	}
 }

@@ -271,7 +271,7 @@ func (r *Rung) Trial(ctx context.Context, spec dryexec.TrialSpec) (*dryexec.Stat
 	if err != nil {
 		return nil, err
 	}
-	nw, err := openNet(ctx, spec.Net, caDir, spec.TrialID)
+	nw, err := startNet(spec.Net, caDir, spec.TrialID)
 	if err != nil {
 		return nil, err
 	}
@@ -428,6 +428,10 @@ func (t *trial) run(ctx context.Context) (*dryexec.StateDelta, error) {
 	stopBoot()
 	t.boot = time.Since(t.bootStart)
 	t.r.trace("hello")
+	// netsim started with the boot; the command needs it now.
+	if err := t.net.ready(ctx); err != nil {
+		return nil, err
+	}
 	if a.TimeoutMS > 0 {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeoutCause(ctx, a.Timeout()+t.r.walkGrace(), errOverdue)
