@@ -106,12 +106,12 @@ func (n *vmNet) report(spec dryexec.TrialSpec, d *dryexec.StateDelta) {
 // told to stop, as on ns: attempts after that point reached nothing and
 // were not logged, so the delta's network is not the whole story.
 func (n *vmNet) crashed(d *dryexec.StateDelta) {
-	err := n.net.Err()
-	if err == nil || d == nil {
+	why := n.net.Ended()
+	if why == "" || d == nil {
 		return
 	}
 	d.Incomplete = true
-	d.IncompleteReason = strings.TrimPrefix(d.IncompleteReason+"; the sandbox's network ended early: "+err.Error(), "; ")
+	d.IncompleteReason = strings.TrimPrefix(d.IncompleteReason+"; "+why, "; ")
 	d.Normalize()
 	d.ComputeTotals()
 }
