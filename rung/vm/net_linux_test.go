@@ -1,7 +1,6 @@
 package vm
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -11,7 +10,6 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
-	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -98,48 +96,6 @@ getent hosts api.example.com > /dev/null; echo dns=$?`, addr)
 	}
 }
 
-// lockedBuffer is a command's live stdout, read while the trial runs.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
-// netsimPids are this process's children in netsim's role.
-func netsimPids() []int {
-	stats, _ := filepath.Glob("/proc/[0-9]*/stat")
-	var out []int
-	for _, st := range stats {
-		b, err := os.ReadFile(st)
-		if err != nil {
-			continue
-		}
-		// pid (comm) state ppid …: comm may hold spaces.
-		s := string(b)
-		f := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
-		if len(f) < 2 || f[1] != strconv.Itoa(os.Getpid()) {
-			continue
-		}
-		pid, _ := strconv.Atoi(filepath.Base(filepath.Dir(st)))
-		cmd, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
-		if args := strings.Split(string(cmd), "\x00"); len(args) > 1 && args[1] == netproc.Role {
-			out = append(out, pid)
-		}
-	}
-	return out
-}
-
 // TestNetsimKilled: killing a vm trial's netsim process mid-trial ends the
 // trial's network, not the trial: the delta keeps what was logged before,
 // and is marked incomplete with the reason (so it is decided block), as on
@@ -151,7 +107,7 @@ func TestNetsimKilled(t *testing.T) {
 	if err := os.WriteFile(mock, []byte("routes:\n  - host: api.example.com\n    path: /v1/ping\n    json: {pong: true}\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	out := &lockedBuffer{}
+	out := &testwait.Buffer{}
 	in, feed := io.Pipe()
 	spec := dryexec.TrialSpec{Net: []string{"mock:" + mock}, NetCADir: filepath.Join(t.TempDir(), "ca"), Stdout: out, Stdin: in}
 	spec.Action = dryexec.Action{Cwd: dir, Env: testPath, TimeoutMS: 180_000, Argv: []string{"sh", "-c",
@@ -166,7 +122,7 @@ func TestNetsimKilled(t *testing.T) {
 		d, trialErr = r.Trial(ctx, spec)
 	}()
 	testwait.For(t, 3*time.Minute, "the command's first request", func() bool { return strings.Contains(out.String(), "READY") })
-	pids := netsimPids()
+	pids := netproc.Children(os.Getpid())
 	if len(pids) != 1 {
 		t.Fatalf("netsim processes of this test: %v, want one", pids)
 	}
@@ -214,7 +170,7 @@ func TestNetBadMock(t *testing.T) {
 	if !errors.Is(err, dryexec.ErrBadAction) {
 		t.Fatalf("delta %v, error %v: want ErrBadAction", d != nil, err)
 	}
-	if pids := netsimPids(); len(pids) != 0 {
+	if pids := netproc.Children(os.Getpid()); len(pids) != 0 {
 		t.Errorf("netsim processes left: %v", pids)
 	}
 }
