@@ -6,6 +6,7 @@ import (
 	"os"
 	"strings"
 	"testing"
+	"time"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
@@ -81,6 +82,41 @@ func TestServeEthernet(t *testing.T) {
 			}
 			if _, ok := findEvent(sim.Log(), dryexec.NetworkEvent{URL: tc.wantURL, Action: netsim.ActionMocked}); !ok {
 				t.Errorf("no mocked event for %s in %s", tc.wantURL, dumpLog(t, sim.Log()))
+			}
+		})
+	}
+}
+
+// pySlow connects, stays silent for 3 s (a client in a VM under TCG, loading
+// its CA bundle before its ClientHello), then asks for a mocked URL.
+const pySlow = `import socket, time
+s = socket.create_connection(("api.example.com", 80), timeout=20)
+time.sleep(3)
+try:
+    s.sendall(b"GET /health HTTP/1.1\r\nHost: api.example.com\r\nConnection: close\r\n\r\n")
+    print(s.recv(4096).split(b" ")[1].decode())
+except OSError as e:
+    print("reset", e.errno)
+`
+
+// TestSniffTimeout: a client that connects and stays silent longer than
+// netsim's sniff wait is taken for a server-speaks-first protocol and reset;
+// Config.SniffTimeout (what the vm rung sets for its slow clients) lets it
+// speak late and be answered.
+func TestSniffTimeout(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		timeout time.Duration
+		want    string
+	}{
+		{"default", 0, "reset"},
+		{"longer", 10 * time.Second, "204"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			sim := newSim(t, netsim.Config{SniffTimeout: tc.timeout}, map[string]string{"mocks.yaml": mockFile})
+			res := runSandbox(t, sim, sandboxOpts{ethernet: true}, "/usr/bin/python3", "-c", pySlow)
+			if !strings.HasPrefix(res.stdout, tc.want) {
+				t.Fatalf("stdout %q, want %q; stderr %s\nlog: %s", res.stdout, tc.want, res.stderr, dumpLog(t, sim.Log()))
 			}
 		})
 	}

@@ -182,7 +182,7 @@ func prepare(cfg netsim.Config) (*Setup, *ca.CA, error) {
 		return nil, nil, err
 	}
 	setup := &Setup{MockFile: cfg.MockFile, Allow: cfg.Allow, Seed: cfg.Seed, MaxBodyBytes: cfg.MaxBodyBytes,
-		MaxEvents: cfg.MaxEvents, CA: caData, Env: map[string]string{}, Files: map[string][]byte{}}
+		MaxEvents: cfg.MaxEvents, SniffTimeout: cfg.SniffTimeout, CA: caData, Env: map[string]string{}, Files: map[string][]byte{}}
 	if cfg.MockFile != "" {
 		abs, err := filepath.Abs(cfg.MockFile)
 		if err != nil {

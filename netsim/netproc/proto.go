@@ -2,6 +2,7 @@ package netproc
 
 import (
 	"errors"
+	"time"
 
 	"github.com/dryexec/dryexec/netsim"
 )
@@ -20,6 +21,8 @@ type Setup struct {
 	Seed         uint64        `json:"seed"`
 	MaxBodyBytes int           `json:"max_body_bytes,omitempty"`
 	MaxEvents    int           `json:"max_events,omitempty"`
+	// SniffTimeout is netsim.Config's.
+	SniffTimeout time.Duration `json:"sniff_timeout,omitempty"`
 	// CA is the content of the CA's file (ca.FileName).
 	CA []byte `json:"ca"`
 	// Env and Files are the values credential injection refers to, read by

@@ -134,7 +134,7 @@ func newSim(ctx context.Context, setup *Setup, out *sender) (*netsim.Sim, error)
 	}
 	cfg := netsim.Config{
 		MockFile: setup.MockFile, Allow: setup.Allow, Seed: setup.Seed, CA: c,
-		MaxBodyBytes: setup.MaxBodyBytes, MaxEvents: setup.MaxEvents,
+		MaxBodyBytes: setup.MaxBodyBytes, MaxEvents: setup.MaxEvents, SniffTimeout: setup.SniffTimeout,
 		LookupEnv: func(k string) (string, bool) { v, ok := setup.Env[k]; return v, ok },
 		ReadSecretFile: func(p string) ([]byte, error) {
 			if b, ok := setup.Files[p]; ok {

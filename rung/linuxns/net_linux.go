@@ -52,6 +52,8 @@ func newNet(spec dryexec.TrialSpec, ethernet bool) (*trialNet, error) {
 	typ, start := unix.SOCK_STREAM, netproc.Start
 	if ethernet {
 		typ, start = unix.SOCK_DGRAM, netproc.StartEthernet
+		// A VM (under TCG) is slow to speak first: see VMSniffTimeout.
+		cfg.SniffTimeout = VMSniffTimeout
 	}
 	fds, err := unix.Socketpair(unix.AF_UNIX, typ|unix.SOCK_CLOEXEC, 0)
 	if err != nil {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"os"
 	"sync"
+	"time"
 
 	"github.com/dryexec/dryexec"
 	"github.com/dryexec/dryexec/wire"
@@ -56,6 +57,13 @@ func StartEthernetNet(specs []string, caDir, id string) (*Net, error) {
 	}
 	return &Net{n: n}, nil
 }
+
+// VMSniffTimeout is how long netsim waits for a VM's client to speak first
+// on a new connection (netsim.Config.SniffTimeout; 2 s on ns): under TCG, on
+// a loaded host, curl's TLS ClientHello came more than 2 s after its connect
+// and netsim reset the connection as a silent one. It only delays the log of
+// a connection that never speaks.
+const VMSniffTimeout = 30 * time.Second
 
 // Ready waits until netsim is made and confined (NewNet has waited
 // already): a bad configuration is a dryexec.ErrBadAction. On an error,
