@@ -17,7 +17,7 @@ import (
 // the host's /dev until then. The guest keeps no copy, so no process in the
 // sandbox can reach the device's other side.
 func sendTUN(cfg *wire.TrialStart) error {
-	if !cfg.Net {
+	if !cfg.Net || cfg.NetFilesOnly {
 		return nil
 	}
 	sock := os.NewFile(uintptr(cfg.NetFD), "net")

@@ -18,7 +18,7 @@ import (
 
 // runVMInit is the vm rung's init (wire.RoleVMInit), PID 1 of a microVM whose
 // initramfs holds this binary as /init and the virtio modules the kernel
-// lacks. It loads them, opens the wire ports (virtio-serial) and starts the
+// lacks. It loads them, configures the NIC netsim serves (vmNetUp), opens the wire ports (virtio-serial) and starts the
 // trial guest (wire.RoleVMTrial) on them, as PID 1 of a pid and mount namespace
 // of its own, which is what the gvisor trial guest is in gVisor: the ports
 // land at the wire's descriptors in the child, where no runtime of ours has
@@ -37,6 +37,10 @@ func runVMInit() int {
 	}
 	if err := loadVMModules(); err != nil {
 		logf("%v", err)
+		return 1
+	}
+	if err := vmNetUp(10 * time.Second); err != nil {
+		logf("the network: %v", err)
 		return 1
 	}
 	ports, err := openVMPorts(10 * time.Second)

@@ -9,6 +9,7 @@ import (
 	"net/netip"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/dryexec/dryexec/netsim/ca"
 )
@@ -64,6 +65,12 @@ type Config struct {
 	// MaxBodyBytes bounds each request and response body kept in a Record
 	// (default 64 KiB); the traffic itself is not cut.
 	MaxBodyBytes int
+	// SniffTimeout is how long a new TCP connection may stay silent before
+	// netsim takes it for a server-speaks-first protocol (and, with no rule
+	// allowing raw TCP, resets it); 0: 2s. A VM under TCG needs longer: its
+	// curl sent its TLS ClientHello more than 2 s after connecting on a
+	// loaded host (it loads the CA bundle in between).
+	SniffTimeout time.Duration
 	// MaxEvents bounds the log (default 10000); later events are counted in
 	// Sim.Dropped only.
 	MaxEvents int

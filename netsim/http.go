@@ -3,6 +3,7 @@ package netsim
 import (
 	"bufio"
 	"bytes"
+	"cmp"
 	"context"
 	"crypto/tls"
 	"encoding/json"
@@ -109,7 +110,7 @@ func (s *Sim) handleConn(ctx context.Context, conn net.Conn, f flow, reset func(
 		return
 	}
 	rawOK := s.candidates(f, "", "")
-	wait := sniffTimeout
+	wait := cmp.Or(s.cfg.SniffTimeout, sniffTimeout)
 	if rawOK {
 		wait = rawSniffTimeout
 	}

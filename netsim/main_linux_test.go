@@ -31,6 +31,7 @@ const (
 	roleEnv     = "NETSIM_TEST_ROLE"
 	resolvEnv   = "NETSIM_TEST_RESOLV"
 	bundleEnv   = "NETSIM_TEST_BUNDLE"
+	linkEnv     = "NETSIM_TEST_LINK" // "ethernet": a TAP device instead of a TUN device
 	roleHost    = "host"
 	roleSandbox = "sandbox"
 )
@@ -91,7 +92,11 @@ func sandboxMain() {
 	if err := linkUp("lo"); err != nil {
 		fail("lo", err)
 	}
-	dev, err := tun.SetupTUN("dx0")
+	setup := tun.SetupTUN
+	if os.Getenv(linkEnv) == "ethernet" {
+		setup = setupTAP
+	}
+	dev, err := setup("dx0")
 	if err != nil {
 		fail("tun", err)
 	}
@@ -202,6 +207,9 @@ type result struct {
 type sandboxOpts struct {
 	env        []string // extra environment (e.g. the trust variables)
 	bindBundle bool     // bind the bundle over the system trust store
+	// ethernet: the sandbox's link is a TAP device (Ethernet frames, as a
+	// VM's virtio-net carries them) served with ServeEthernet.
+	ethernet bool
 }
 
 // runSandbox runs argv in a fresh sandbox whose network is sim.
@@ -229,6 +237,11 @@ func runSandbox(t testing.TB, sim *netsim.Sim, o sandboxOpts, argv ...string) re
 	if o.bindBundle {
 		cmd.Env = append(cmd.Env, bundleEnv+"="+bundle)
 	}
+	serve := sim.ServeTUN
+	if o.ethernet {
+		cmd.Env = append(cmd.Env, linkEnv+"=ethernet")
+		serve = sim.ServeEthernet
+	}
 	for _, e := range o.env {
 		cmd.Env = append(cmd.Env, strings.ReplaceAll(e, "$BUNDLE", bundle))
 	}
@@ -252,11 +265,11 @@ func runSandbox(t testing.TB, sim *netsim.Sim, o sandboxOpts, argv ...string) re
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	served := make(chan error, 1)
-	go func() { served <- sim.ServeTUN(ctx, dev) }()
+	go func() { served <- serve(ctx, dev) }()
 	werr := cmd.Wait()
 	cancel()
 	if err := <-served; err != nil {
-		t.Errorf("ServeTUN: %v", err)
+		t.Errorf("serving the link: %v", err)
 	}
 	code := 0
 	if ee, ok := werr.(*exec.ExitError); ok {

@@ -13,7 +13,8 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// tunLink reads and writes one packet per call on a TUN file.
+// tunLink reads and writes one packet per call on a TUN file (or on a
+// datagram socket of Ethernet frames, beneath an etherLink).
 type tunLink struct {
 	f *os.File
 	// reading is held by Read while it waits for a packet, so that Close
@@ -108,12 +109,40 @@ func (t *tunLink) Close() error {
 // sandbox ends: the open TUN file holds a reference to the sandbox's network
 // namespace, so the device does not go away by itself while it is served.
 func (s *Sim) ServeTUN(ctx context.Context, tun *os.File) error {
-	// The file must be non-blocking for Close (on ctx done) to interrupt a
-	// pending Read: re-wrap it so the runtime poller owns it.
-	raw, err := tun.SyscallConn()
+	l, err := packetLink(tun)
 	if err != nil {
-		tun.Close()
 		return err
+	}
+	return s.Serve(ctx, l)
+}
+
+// ServeEthernet serves a link of Ethernet frames, one per read and write of
+// frames (a datagram socket whose other end is a VM's NIC: QEMU's -netdev
+// dgram), until ctx is done. It takes ownership of frames. The sandbox's
+// interface must have GuestMAC and resolve no neighbours
+// (tun.ConfigureEthernet).
+func (s *Sim) ServeEthernet(ctx context.Context, frames *os.File) error {
+	l, err := packetLink(frames)
+	if err != nil {
+		return err
+	}
+	el, err := newEtherLink(l)
+	if err != nil {
+		l.Close()
+		return err
+	}
+	return s.Serve(ctx, el)
+}
+
+// packetLink makes f, a file that reads and writes one packet per call, a
+// link Serve can close while a Read waits: the file must be non-blocking for
+// that, so it is re-wrapped for the runtime poller to own. It takes
+// ownership of f.
+func packetLink(f *os.File) (*tunLink, error) {
+	raw, err := f.SyscallConn()
+	if err != nil {
+		f.Close()
+		return nil, err
 	}
 	var dup int
 	var cerr error
@@ -123,9 +152,9 @@ func (s *Sim) ServeTUN(ctx context.Context, tun *os.File) error {
 			cerr = unix.SetNonblock(dup, true)
 		}
 	})
-	tun.Close()
+	f.Close()
 	if cerr != nil {
-		return fmt.Errorf("netsim: preparing TUN fd: %w", cerr)
+		return nil, fmt.Errorf("netsim: preparing the link's fd: %w", cerr)
 	}
-	return s.Serve(ctx, &tunLink{f: os.NewFile(uintptr(dup), "tun"), ended: make(chan struct{})})
+	return &tunLink{f: os.NewFile(uintptr(dup), f.Name()), ended: make(chan struct{})}, nil
 }

@@ -32,7 +32,7 @@ var ErrServed = errors.New("netsim: Serve already called")
 
 // Serve runs the network of one sandbox over link, which carries raw IP
 // packets, one per Read and one per Write (a TUN device without packet info;
-// later a VM's virtio-net with the Ethernet header stripped). It returns when
+// a VM's virtio-net with the Ethernet header stripped: etherLink). It returns when
 // ctx is done or the link fails, after every connection handler has logged
 // its event; it closes link.
 func (s *Sim) Serve(ctx context.Context, link io.ReadWriteCloser) error {

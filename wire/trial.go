@@ -114,6 +114,11 @@ type TrialStart struct {
 	// Net is false.
 	Net   bool `json:"net,omitempty"`
 	NetFD int  `json:"net_fd,omitempty"`
+	// NetFilesOnly (with Net): the sandbox's link is not a TUN device the
+	// guest makes but one the host wired itself (the vm rung: the VM's
+	// virtio-net, whose frames QEMU sends to netsim); the view guest only
+	// binds netsim's resolv.conf and trust bundle, and NetFD is 0.
+	NetFilesOnly bool `json:"net_files_only,omitempty"`
 	// TrustBundle (PEM: the host's roots plus netsim's CA) is bound read-only
 	// over TrustPath, and netsim's resolv.conf over /etc/resolv.conf, so that
 	// the sandbox resolves and trusts through netsim. Neither is a change.

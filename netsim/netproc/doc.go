@@ -6,7 +6,8 @@
 // holds the store, the signing key and root's capabilities.
 //
 // The parent (Start) re-executes a binary in the role, hands it the socket
-// the sandbox's TUN device arrives on and its configuration over a pipe (the
+// the sandbox's TUN device arrives on (StartEthernet: a datagram socket of
+// a VM NIC's Ethernet frames, served as it is) and its configuration over a pipe (the
 // CA, the resolved credentials and the mock file's rules: the role opens
 // none of the caller's files except the mock file's directory), and reads
 // the network log back as it is written. The role (MaybeMain) enters a

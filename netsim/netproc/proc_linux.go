@@ -72,6 +72,18 @@ type Proc struct {
 // the role runs, without waiting for it to be ready, so that its start-up
 // overlaps the sandbox's: see Ready. Stop ends the network.
 func Start(cfg netsim.Config, link *os.File, exe string) (*Proc, error) {
+	return start(cfg, link, exe, LinkTUN)
+}
+
+// StartEthernet is Start for a sandbox whose network is a VM's NIC: frames
+// is a datagram socket (AF_UNIX, SOCK_DGRAM) carrying one Ethernet frame per
+// datagram, whose peer the VMM holds (QEMU's -netdev dgram with local.type=fd).
+// The role serves it as it is: no device is handed over.
+func StartEthernet(cfg netsim.Config, frames *os.File, exe string) (*Proc, error) {
+	return start(cfg, frames, exe, LinkEthernet)
+}
+
+func start(cfg netsim.Config, link *os.File, exe, kind string) (*Proc, error) {
 	defer link.Close()
 	if cfg.LookupHost != nil || cfg.UpstreamRoots != nil || cfg.LookupEnv != nil || cfg.OnRecord != nil || cfg.ReadSecretFile != nil {
 		return nil, errors.New("netproc: Config's functions and pools cannot be passed to another process")
@@ -83,6 +95,7 @@ func Start(cfg netsim.Config, link *os.File, exe string) (*Proc, error) {
 	if err != nil {
 		return nil, err
 	}
+	setup.Link = kind
 	rs, err := ruleset(exe, cfg.MockFile)
 	if err != nil {
 		return nil, err
@@ -169,7 +182,7 @@ func prepare(cfg netsim.Config) (*Setup, *ca.CA, error) {
 		return nil, nil, err
 	}
 	setup := &Setup{MockFile: cfg.MockFile, Allow: cfg.Allow, Seed: cfg.Seed, MaxBodyBytes: cfg.MaxBodyBytes,
-		MaxEvents: cfg.MaxEvents, CA: caData, Env: map[string]string{}, Files: map[string][]byte{}}
+		MaxEvents: cfg.MaxEvents, SniffTimeout: cfg.SniffTimeout, CA: caData, Env: map[string]string{}, Files: map[string][]byte{}}
 	if cfg.MockFile != "" {
 		abs, err := filepath.Abs(cfg.MockFile)
 		if err != nil {

@@ -2,6 +2,7 @@ package netproc
 
 import (
 	"errors"
+	"time"
 
 	"github.com/dryexec/dryexec/netsim"
 )
@@ -20,6 +21,8 @@ type Setup struct {
 	Seed         uint64        `json:"seed"`
 	MaxBodyBytes int           `json:"max_body_bytes,omitempty"`
 	MaxEvents    int           `json:"max_events,omitempty"`
+	// SniffTimeout is netsim.Config's.
+	SniffTimeout time.Duration `json:"sniff_timeout,omitempty"`
 	// CA is the content of the CA's file (ca.FileName).
 	CA []byte `json:"ca"`
 	// Env and Files are the values credential injection refers to, read by
@@ -29,7 +32,21 @@ type Setup struct {
 	// Roots are the PEM certificates allowed HTTPS is verified against (the
 	// host's system roots): the role cannot read the host's trust store.
 	Roots []byte `json:"roots,omitempty"`
+	// Link says what the role's descriptor 4 is: LinkTUN ("") the socket
+	// the sandbox's TUN device arrives on, LinkEthernet the link itself.
+	Link string `json:"link,omitempty"`
 }
+
+// Links the role serves (Setup.Link).
+const (
+	// LinkTUN: descriptor 4 is a unix socket; the sandbox sends its TUN
+	// device over it (SCM_RIGHTS), and netsim serves that.
+	LinkTUN = ""
+	// LinkEthernet: descriptor 4 is a datagram socket of Ethernet frames,
+	// one per datagram, whose other end is a VM's NIC (QEMU's -netdev
+	// dgram); netsim serves it as it is (netsim.Sim.ServeEthernet).
+	LinkEthernet = "ethernet"
+)
 
 // Kinds of Msg.
 const (

@@ -34,7 +34,8 @@ func MaybeMain(args []string) {
 }
 
 // role is the role: descriptor 3 is the control socket, 4 the socket the
-// sandbox's TUN device arrives on. attempt, when not nil, runs once the role
+// sandbox's TUN device arrives on, or the sandbox's link itself (Setup.Link).
+// attempt, when not nil, runs once the role
 // is confined instead of serving (this package's tests: tries to break out).
 func role(attempt func(out *sender) int) int {
 	ctrlF, linkF := os.NewFile(3, "ctrl"), os.NewFile(4, "link")
@@ -45,31 +46,45 @@ func role(attempt func(out *sender) int) int {
 		return 2
 	}
 	ctrl := fc.(*net.UnixConn)
-	lc, err := net.FileConn(linkF)
-	linkF.Close()
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "netsim role: link socket:", err)
-		return 2
-	}
-	link := lc.(*net.UnixConn)
 	out := newSender(ctrl)
 	defer out.close()
 
 	dec := json.NewDecoder(bufio.NewReader(ctrl))
 	var setup Setup
 	if err := dec.Decode(&setup); err != nil {
+		linkF.Close()
 		fmt.Fprintln(os.Stderr, "netsim role: reading the setup:", err)
+		return 2
+	}
+	// The hand-over socket is made a connection before the role confines
+	// itself; an Ethernet link stays a file until ServeEthernet takes it.
+	var link *net.UnixConn
+	switch setup.Link {
+	case LinkTUN:
+		lc, err := net.FileConn(linkF)
+		linkF.Close()
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "netsim role: link socket:", err)
+			return 2
+		}
+		link = lc.(*net.UnixConn)
+	case LinkEthernet:
+	default:
+		linkF.Close()
+		fmt.Fprintf(os.Stderr, "netsim role: unknown link %q\n", setup.Link)
 		return 2
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	sim, err := newSim(ctx, &setup, out)
 	if err != nil {
+		linkF.Close()
 		out.send(Msg{Kind: MsgDone, Err: err.Error(), BadConfig: errors.Is(err, netsim.ErrBadConfig)})
 		return 0
 	}
 	conf, err := confine()
 	if err != nil {
+		linkF.Close()
 		out.send(Msg{Kind: MsgDone, Err: "confining the netsim process: " + err.Error()})
 		return 0
 	}
@@ -82,19 +97,26 @@ func role(attempt func(out *sender) int) int {
 		var m json.RawMessage
 		dec.Decode(&m)
 		cancel()
-		link.Close()
+		if link != nil {
+			link.Close() // wakes RecvFD
+		}
 	}()
 	go func() {
 		<-sim.Quiet()
 		out.send(Msg{Kind: MsgQuiet})
 	}()
-	dev, err := tun.RecvFD(link)
-	if err == nil {
-		err = sim.ServeTUN(ctx, dev)
-	} else if ctx.Err() != nil {
-		err = nil // stopped before the sandbox sent its device
+	if link == nil {
+		err = sim.ServeEthernet(ctx, linkF)
 	} else {
-		err = fmt.Errorf("receiving the TUN device: %w", err)
+		var dev *os.File
+		dev, err = tun.RecvFD(link)
+		if err == nil {
+			err = sim.ServeTUN(ctx, dev)
+		} else if ctx.Err() != nil {
+			err = nil // stopped before the sandbox sent its device
+		} else {
+			err = fmt.Errorf("receiving the TUN device: %w", err)
+		}
 	}
 	m := Msg{Kind: MsgDone}
 	if err != nil {
@@ -112,7 +134,7 @@ func newSim(ctx context.Context, setup *Setup, out *sender) (*netsim.Sim, error)
 	}
 	cfg := netsim.Config{
 		MockFile: setup.MockFile, Allow: setup.Allow, Seed: setup.Seed, CA: c,
-		MaxBodyBytes: setup.MaxBodyBytes, MaxEvents: setup.MaxEvents,
+		MaxBodyBytes: setup.MaxBodyBytes, MaxEvents: setup.MaxEvents, SniffTimeout: setup.SniffTimeout,
 		LookupEnv: func(k string) (string, bool) { v, ok := setup.Env[k]; return v, ok },
 		ReadSecretFile: func(p string) ([]byte, error) {
 			if b, ok := setup.Files[p]; ok {

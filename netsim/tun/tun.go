@@ -19,6 +19,16 @@ var (
 // MTU of the link, on both sides.
 const MTU = 1500
 
+// The Ethernet addresses of a link that carries frames (a VM's virtio-net):
+// the VM's interface has GuestMAC (QEMU's -device …,mac=), and netsim
+// answers from GatewayMAC. Both are locally administered unicast addresses.
+// The guest's interface resolves no neighbours (ConfigureEthernet sets
+// IFF_NOARP): every destination is netsim, as on a TUN device.
+const (
+	GuestMAC   = "02:d7:e0:00:00:02"
+	GatewayMAC = "02:d7:e0:00:00:01"
+)
+
 // SystemBundle is where Debian, Ubuntu, Alpine and Arch keep the system trust
 // store; the guest binds netsim's bundle (system roots + the CA) over it.
 const SystemBundle = "/etc/ssl/certs/ca-certificates.crt"

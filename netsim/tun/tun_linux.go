@@ -46,6 +46,32 @@ func SetupTUN(name string) (*os.File, error) {
 	return f, nil
 }
 
+// ConfigureEthernet runs inside the sandbox on an Ethernet interface whose
+// other end netsim serves (a VM's virtio-net, wired by the VMM to netsim's
+// frame socket): it turns neighbour resolution off (IFF_NOARP: frames go to
+// netsim whatever their destination, and netsim answers no ARP or neighbour
+// solicitation), then configures it as SetupTUN does its device: MTU, up,
+// GuestAddr4/24 and GuestAddr6/64, default routes through it.
+func ConfigureEthernet(name string) error {
+	s, err := unix.Socket(unix.AF_INET, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return fmt.Errorf("tun: socket: %w", err)
+	}
+	defer unix.Close(s)
+	ifr, err := unix.NewIfreq(name)
+	if err != nil {
+		return err
+	}
+	if err := unix.IoctlIfreq(s, unix.SIOCGIFFLAGS, ifr); err != nil {
+		return fmt.Errorf("tun: reading flags of %s: %w", name, err)
+	}
+	ifr.SetUint16(ifr.Uint16() | unix.IFF_NOARP)
+	if err := unix.IoctlIfreq(s, unix.SIOCSIFFLAGS, ifr); err != nil {
+		return fmt.Errorf("tun: turning ARP off on %s: %w", name, err)
+	}
+	return configureLink(name)
+}
+
 // CheckTUN reports whether this process can open /dev/net/tun, which
 // SetupTUN needs inside the sandbox (for `dryexec doctor`). Rootless, the
 // node must be mode 0666, as distributions ship it.

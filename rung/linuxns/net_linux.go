@@ -39,17 +39,28 @@ type trialNet struct {
 
 // newTrialNet starts the trial's netsim without waiting for it: ready does,
 // once the guest's start-up has overlapped the role's.
-func newTrialNet(spec dryexec.TrialSpec) (*trialNet, error) {
-	cfg, warning, err := netConfig(spec)
+func newTrialNet(spec dryexec.TrialSpec) (*trialNet, error) { return newNet(spec, false) }
+
+// newNet is newTrialNet; with ethernet, the guest's end is not a hand-over
+// socket but a datagram socket of Ethernet frames for a VM's NIC (the VMM
+// holds it), and no TUN device is needed.
+func newNet(spec dryexec.TrialSpec, ethernet bool) (*trialNet, error) {
+	cfg, warning, err := netConfig(spec, !ethernet)
 	if cfg == nil {
 		return &trialNet{warning: warning}, err
 	}
-	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+	typ, start := unix.SOCK_STREAM, netproc.Start
+	if ethernet {
+		typ, start = unix.SOCK_DGRAM, netproc.StartEthernet
+		// A VM (under TCG) is slow to speak first: see VMSniffTimeout.
+		cfg.SniffTimeout = VMSniffTimeout
+	}
+	fds, err := unix.Socketpair(unix.AF_UNIX, typ|unix.SOCK_CLOEXEC, 0)
 	if err != nil {
 		return nil, fmt.Errorf("socketpair: %w", err)
 	}
 	guest := os.NewFile(uintptr(fds[1]), "net-guest")
-	sim, err := netproc.Start(*cfg, os.NewFile(uintptr(fds[0]), "net-host"), "")
+	sim, err := start(*cfg, os.NewFile(uintptr(fds[0]), "net-host"), "")
 	if err != nil {
 		guest.Close()
 		return nil, badConfig(err)
@@ -74,9 +85,10 @@ func badConfig(err error) error {
 }
 
 // netConfig is the netsim configuration spec.Net asks for. Without a usable
-// /dev/net/tun it returns none: with a warning when loopback only is an
-// honest answer (nothing but "none" was asked), else with an error.
-func netConfig(spec dryexec.TrialSpec) (*netsim.Config, string, error) {
+// /dev/net/tun (when needTUN) it returns none: with a warning when loopback
+// only is an honest answer (nothing but "none" was asked), else with an
+// error.
+func netConfig(spec dryexec.TrialSpec, needTUN bool) (*netsim.Config, string, error) {
 	specs := spec.Net
 	if len(specs) == 0 {
 		specs = []string{"none"}
@@ -87,7 +99,7 @@ func netConfig(spec dryexec.TrialSpec) (*netsim.Config, string, error) {
 			return nil, "", fmt.Errorf("%w: --net %s: %w", dryexec.ErrBadAction, s, err)
 		}
 	}
-	if err := tun.CheckTUN(); err != nil {
+	if err := tun.CheckTUN(); needTUN && err != nil {
 		if slices.ContainsFunc(specs, func(s string) bool { return s != "none" }) {
 			return nil, "", &dryexec.IsolationUnavailableError{Rung: Name, Missing: "network interception (mocks, allow rules) needs /dev/net/tun: " + err.Error()}
 		}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"os"
 	"sync"
+	"time"
 
 	"github.com/dryexec/dryexec"
 	"github.com/dryexec/dryexec/wire"
@@ -41,8 +42,37 @@ func NewNet(ctx context.Context, specs []string, caDir, id string) (*Net, error)
 	return &Net{n: n}, nil
 }
 
+// StartEthernetNet is NewNet for a sandbox whose network is a VM's NIC:
+// GuestFile is then a datagram socket (AF_UNIX, SOCK_DGRAM) carrying one
+// Ethernet frame per datagram, for the VMM's socket backend (QEMU's -netdev
+// dgram), and netsim serves the frames it carries; no TUN device is made
+// or needed. Start the VMM with it, then Serve, as with NewNet. It does not
+// wait for netsim: its process starts while the caller boots the VM (the
+// VM's frames queue on the socket until netsim reads them), and Ready
+// waits for it.
+func StartEthernetNet(specs []string, caDir, id string) (*Net, error) {
+	n, err := newNet(dryexec.TrialSpec{TrialID: id, Net: specs, NetCADir: caDir}, true)
+	if err != nil {
+		return nil, err
+	}
+	return &Net{n: n}, nil
+}
+
+// VMSniffTimeout is how long netsim waits for a VM's client to speak first
+// on a new connection (netsim.Config.SniffTimeout; 2 s on ns): under TCG, on
+// a loaded host, curl's TLS ClientHello came more than 2 s after its connect
+// and netsim reset the connection as a silent one. It only delays the log of
+// a connection that never speaks.
+const VMSniffTimeout = 30 * time.Second
+
+// Ready waits until netsim is made and confined (NewNet has waited
+// already): a bad configuration is a dryexec.ErrBadAction. On an error,
+// Close the Net.
+func (n *Net) Ready(ctx context.Context) error { return n.n.ready(ctx) }
+
 // GuestFile is the guest's end of the hand-over socket, to pass among its
-// extra files; nil when there is no netsim (loopback only).
+// extra files (NewEthernetNet: the VMM's end of the frame socket); nil when
+// there is no netsim (loopback only).
 func (n *Net) GuestFile() *os.File {
 	if n.n.sim == nil {
 		return nil
@@ -50,8 +80,8 @@ func (n *Net) GuestFile() *os.File {
 	return n.n.guest
 }
 
-// Serve starts serving the TUN device the guest will send; call it once the
-// guest runs. It closes our copy of the guest's end. ctx's values are kept,
+// Serve starts serving the TUN device the guest will send (NewEthernetNet:
+// the frames); call it once the guest (the VMM) runs. It closes our copy of the guest's end. ctx's values are kept,
 // its cancellation is not: Close ends the serving.
 func (n *Net) Serve(ctx context.Context) { n.n.serve(ctx) }
 

@@ -2,7 +2,11 @@ package vm
 
 import (
 	"context"
+	"os"
+	"path/filepath"
 	"testing"
+
+	"github.com/dryexec/dryexec"
 
 	"github.com/dryexec/dryexec/internal/rungbench"
 	"github.com/dryexec/dryexec/rung/gvisor"
@@ -31,4 +35,38 @@ func BenchmarkColdTrial(b *testing.B) {
 	}
 	med := rungbench.Interleave(b, cands)
 	b.ReportMetric(med[0]/med[2], "vm/ns")
+}
+
+// BenchmarkNetTrial times what netsim costs a vm trial: a cold /bin/true
+// trial with --net none (the VM's NIC and netsim's process, nothing
+// allowed) and one whose command makes one mocked HTTPS request (DNS,
+// netsim's TLS with a leaf certificate made for it, curl under TCG),
+// interleaved:
+//
+//	go test -run '^$' -bench NetTrial -benchtime 3x ./rung/vm
+func BenchmarkNetTrial(b *testing.B) {
+	r := &Rung{GuestExe: staticGuest(b)}
+	if err := r.Available(context.Background()); err != nil {
+		b.Skip(err)
+	}
+	dir := b.TempDir()
+	mock := filepath.Join(dir, "mock.yaml")
+	if err := os.WriteFile(mock, []byte("routes:\n  - host: api.example.com\n    path: /v1/ping\n    json: {pong: true}\n"), 0o644); err != nil {
+		b.Fatal(err)
+	}
+	trial := func(name string, net []string, argv ...string) rungbench.Candidate {
+		spec := dryexec.TrialSpec{Net: net, NetCADir: filepath.Join(dir, "ca"), Action: dryexec.Action{Argv: argv, Cwd: dir, Env: testPath}}
+		return rungbench.Candidate{Name: name, Run: func() error {
+			d, err := r.Trial(context.Background(), spec)
+			if err == nil && (d.Process.ExitCode != 0 || d.Incomplete) {
+				b.Fatalf("%s: exit %d, incomplete %v, stderr %s", name, d.Process.ExitCode, d.Incomplete, d.Process.Stderr)
+			}
+			return err
+		}}
+	}
+	med := rungbench.Interleave(b, []rungbench.Candidate{
+		trial("none", nil, "/bin/true"),
+		trial("mock_https", []string{"mock:" + mock}, "curl", "-sS", "-m", "120", "https://api.example.com/v1/ping"),
+	})
+	b.ReportMetric(med[1]-med[0], "https-ms")
 }

@@ -11,6 +11,8 @@
 // host: the view guest (wire.RoleGVisorView) builds them and becomes QEMU,
 // which exports the view to the VM over 9p; the VM's init
 // (wire.RoleVMInit) mounts it as its root and runs the command; once the VM
-// is gone the host walks the upper dirs. See docs/architecture.md, "The vm
+// is gone the host walks the upper dirs. The VM's network is ns's netsim
+// behind a virtio-net device whose frames QEMU passes on a socket netsim
+// serves (net_linux.go). See docs/architecture.md, "The vm
 // rung".
 package vm

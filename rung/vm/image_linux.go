@@ -28,9 +28,12 @@ const KernelEnv = "DRYEXEC_VM_KERNEL"
 
 // vmModules are the modules the VM needs, by name, when its kernel has them
 // as modules (Debian's does): the virtio-mmio transport of microvm's
-// devices, virtio-serial for the wire and 9p for the view. modules.dep
+// devices, virtio-serial for the wire, 9p for the view and virtio-net for
+// netsim. modules.dep
 // gives their dependencies.
-func vmModules() []string { return []string{"virtio_mmio", "virtio_console", "9pnet_virtio", "9p"} }
+func vmModules() []string {
+	return []string{"virtio_mmio", "virtio_console", "9pnet_virtio", "9p", "virtio_net"}
+}
 
 // Kernel is what a VM boots: the uncompressed kernel and the directory of
 // its modules ("" when the kernel has what it needs built in).

@@ -79,6 +79,9 @@ type vmConfig struct {
 	// rootDir is the view QEMU exports over 9p (wire.VMRootTag), relative
 	// to QEMU's working directory or absolute; "" exports none (the probe).
 	rootDir string
+	// netFD is QEMU's descriptor of netsim's frame socket (netArgs); 0: no
+	// NIC (the probe).
+	netFD int
 }
 
 // kernelArgs are the guest kernel's command line. tsc_early_khz: under TCG
@@ -120,6 +123,9 @@ func (c *vmConfig) argv() []string {
 		argv = append(argv,
 			"-fsdev", "local,id=root,path="+c.rootDir+",security_model=passthrough,multidevs=remap",
 			"-device", "virtio-9p-device,fsdev=root,mount_tag="+wire.VMRootTag)
+	}
+	if c.netFD > 0 {
+		argv = append(argv, netArgs(c.netFD)...)
 	}
 	argv = append(argv, c.transport.Args(c.portFDs)...)
 	return argv

@@ -235,33 +235,16 @@ func (r *Rung) Notes() []string {
 		accel,
 		"kernel: " + m.kernel.Vmlinux + " (sha256 " + m.kernel.Digest[:16] + "…); initramfs: " + m.initramfs,
 		"wire: virtio-serial; root: the view over 9p (virtio-9p, passthrough), upper dirs on the host",
-		"network: none only (netsim over virtio-net is not built yet: --net other than none is refused)",
+		"network: netsim, as on ns, behind the VM's virtio-net (QEMU's -netdev dgram on a socket netsim serves, Ethernet frames)",
 		"limits: memory is the VM's RAM, one vCPU; pids as RLIMIT_NPROC inside the VM",
 	}
 }
-
-// netNone says whether specs ask for no network.
-func netNone(specs []string) bool {
-	for _, s := range specs {
-		if s != "none" && s != "" {
-			return false
-		}
-	}
-	return true
-}
-
-// ErrNetUnsupported is returned for a trial asking for a network: the vm
-// rung has none yet.
-var ErrNetUnsupported = errors.New("the vm rung has no network yet (netsim over virtio-net is not built): run it with --net none")
 
 // Trial implements dryexec.Rung.
 func (r *Rung) Trial(ctx context.Context, spec dryexec.TrialSpec) (*dryexec.StateDelta, error) {
 	spec = spec.WithDefaults()
 	if err := linuxns.CheckAction(spec.Action); err != nil {
 		return nil, err
-	}
-	if !netNone(spec.Net) {
-		return nil, &dryexec.IsolationUnavailableError{Rung: Name, Missing: ErrNetUnsupported.Error()}
 	}
 	if spec.TrialID == "" {
 		spec.TrialID = dryexec.NewTrialID()
@@ -278,8 +261,8 @@ func (r *Rung) Trial(ctx context.Context, spec dryexec.TrialSpec) (*dryexec.Stat
 	if err != nil {
 		return nil, err
 	}
-	// netsim's CA key is masked in every sandbox, as on ns, though this
-	// one has no network: it signs what other sandboxes trust.
+	// netsim's CA key is masked in every sandbox, as on ns: it signs what
+	// sandboxes trust.
 	caDir, err := linuxns.EnsureCA(spec.NetCADir)
 	if err != nil {
 		return nil, err
@@ -288,7 +271,12 @@ func (r *Rung) Trial(ctx context.Context, spec dryexec.TrialSpec) (*dryexec.Stat
 	if err != nil {
 		return nil, err
 	}
-	t := &trial{r: r, m: m, exe: exe, transport: virtioSerial{}}
+	nw, err := startNet(spec.Net, caDir, spec.TrialID)
+	if err != nil {
+		return nil, err
+	}
+	defer nw.close()
+	t := &trial{r: r, m: m, exe: exe, transport: virtioSerial{}, net: nw}
 	t.Spec, t.Mounts, t.Cover, t.ScratchFD = spec, mounts, cover, -1
 	t.Rung, t.What, t.TailName = Name, "the VM", "QEMU and console"
 	t.Tail = func() string { return tailString(t.console) }
@@ -311,17 +299,24 @@ type trial struct {
 
 	ports   []*os.File   // host ends: ctrl, stdout, stderr, stdin, stub
 	console *tail.Buffer // QEMU's and the VM console's output
+	net     *vmNet
 
 	bootStart time.Time
 	boot      time.Duration
 }
 
 // The view guest's descriptors: wire.CtrlFD is its own stream; the VM's
-// ports' QEMU ends follow from portFD0, in wire.VMPorts order.
+// ports' QEMU ends follow from portFD0, in wire.VMPorts order, then
+// netsim's frame socket (netFD).
 const portFD0 = 4
 
+// netFD is the view guest's (and QEMU's) descriptor of netsim's frame
+// socket, after the ports.
+func netFD() int { return portFD0 + len(wire.VMPorts()) }
+
 // start starts the view guest in a mount and network namespace of its own
-// (QEMU, which it becomes, then has no network), with the ports' QEMU ends.
+// (QEMU, which it becomes, then has no network but netsim's frame socket),
+// with the ports' QEMU ends and that socket.
 func (t *trial) start() error {
 	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
 	if err != nil {
@@ -346,7 +341,7 @@ func (t *trial) start() error {
 		Path:       t.exe,
 		Args:       []string{"dryexec", "guest", wire.RoleGVisorView},
 		Env:        []string{},
-		ExtraFiles: append([]*os.File{viewEnd}, vmm...),
+		ExtraFiles: append(append([]*os.File{viewEnd}, vmm...), t.net.File()),
 		Stdout:     consoleW,
 		Stderr:     consoleW,
 		SysProcAttr: &syscall.SysProcAttr{
@@ -359,6 +354,7 @@ func (t *trial) start() error {
 		return fmt.Errorf("starting the vm's view guest: %w", err)
 	}
 	t.StartWait()
+	t.net.serve()
 	t.console = tail.New(consoleTail)
 	t.Pipes.Go(func() { viewtrial.CopyOut(t.console, consoleR) })
 	t.View = wire.NewConn(t.ViewCtrl)
@@ -377,6 +373,7 @@ func (t *trial) cleanup() {
 // exporting it.
 func (t *trial) prepare() error {
 	start := wire.TrialStart{Mounts: t.Mounts, UpperSize: t.Spec.UpperSizeBytes, Masks: t.Cover.Masks, Hidden: t.Cover.Hidden}
+	t.net.viewStart(&start)
 	if err := t.BuildView(&start); err != nil {
 		return err
 	}
@@ -394,6 +391,10 @@ func (t *trial) prepare() error {
 	// bundle).
 	cfg := vmConfig{qemu: t.m.qemu, accel: t.m.accel, kernel: t.m.kernel.Vmlinux, initramfs: t.m.initramfs,
 		memMB: mem, cpus: 1, transport: t.transport, portFDs: portFDs, rootDir: "root"}
+	if t.net.File() != nil {
+		cfg.netFD = netFD()
+		keep = append(keep, cfg.netFD)
+	}
 	// The view guest's exec verb is gvisor's: write a (here unused)
 	// config file, keep the ports, exec the program from the scratch dir.
 	t.bootStart = time.Now()
@@ -427,6 +428,10 @@ func (t *trial) run(ctx context.Context) (*dryexec.StateDelta, error) {
 	stopBoot()
 	t.boot = time.Since(t.bootStart)
 	t.r.trace("hello")
+	// netsim started with the boot; the command needs it now.
+	if err := t.net.ready(ctx); err != nil {
+		return nil, err
+	}
 	if a.TimeoutMS > 0 {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeoutCause(ctx, a.Timeout()+t.r.walkGrace(), errOverdue)
@@ -464,12 +469,19 @@ func (t *trial) run(ctx context.Context) (*dryexec.StateDelta, error) {
 		t.Kill()
 		<-t.Waited
 	}
+	// Every frame the VM sent is on netsim's socket: its log is final once
+	// it has drained them.
+	t.net.close()
 	t.r.trace("gone")
+	d := &dryexec.StateDelta{}
+	t.net.report(t.Spec, d)
 	// Which accelerator ran, and the boot's cost, are part of the record:
 	// TCG and KVM differ by an order of magnitude in speed, not in what
 	// the command may do.
-	return t.Report(outer, err, &dryexec.StateDelta{},
+	d, err = t.Report(outer, err, d,
 		fmt.Sprintf("vm: QEMU microvm, accel=%s, booted to the guest's hello in %v", t.m.accel, t.boot.Round(time.Millisecond)))
+	t.net.crashed(d)
+	return d, err
 }
 
 // converse starts the command in the VM and reads how it ended.
@@ -482,7 +494,7 @@ func (t *trial) converse() error {
 		unix.Shutdown(int(stubW.Fd()), unix.SHUT_WR)
 		return err
 	}
-	return t.Converse(nil, sendStub, t.startIO)
+	return t.Converse(t.net.trustEnv, sendStub, t.startIO)
 }
 
 // startIO copies the command's output into the delta's buffers (and the

@@ -1,16 +1,12 @@
 package network
 
 import (
-	"bytes"
 	"context"
-	"fmt"
 	"io"
 	"os"
 	"path/filepath"
 	"slices"
-	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -19,49 +15,6 @@ import (
 	"github.com/dryexec/dryexec/netsim/netproc"
 	"github.com/dryexec/dryexec/rung/linuxns"
 )
-
-// lockedBuffer is a command's live stdout, read while the trial runs.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
-// netsimPids are this process's children running in netsim's role.
-func netsimPids(t *testing.T) []int {
-	t.Helper()
-	stats, _ := filepath.Glob("/proc/[0-9]*/stat")
-	var out []int
-	for _, st := range stats {
-		b, err := os.ReadFile(st)
-		if err != nil {
-			continue
-		}
-		// pid (comm) state ppid …: comm may hold spaces, so cut at the last ')'.
-		s := string(b)
-		f := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
-		if len(f) < 2 || f[1] != strconv.Itoa(os.Getpid()) {
-			continue
-		}
-		pid, _ := strconv.Atoi(filepath.Base(filepath.Dir(st)))
-		cmd, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
-		if args := strings.Split(string(cmd), "\x00"); len(args) > 1 && args[1] == netproc.Role {
-			out = append(out, pid)
-		}
-	}
-	return out
-}
 
 // TestNetsimKilledMidTrial: killing the netsim process while a trial runs
 // ends that trial's network, not the trial nor this process: the trial
@@ -76,7 +29,7 @@ func TestNetsimKilledMidTrial(t *testing.T) {
 		t.Fatal(err)
 	}
 	spec := netSpec(t, "mock:"+mock)
-	out := &lockedBuffer{}
+	out := &testwait.Buffer{}
 	in, feed := io.Pipe()
 	spec.Stdout, spec.Stdin = out, in
 	spec.Action.Argv = []string{"sh", "-c", `curl -sS https://api.example.com/v1/ping; echo; echo READY; read x; ` +
@@ -103,7 +56,7 @@ func TestNetsimKilledMidTrial(t *testing.T) {
 		}
 	}()
 	testwait.For(t, time.Minute, "the command's first request", func() bool { return strings.Contains(out.String(), "READY") })
-	pids := netsimPids(t)
+	pids := netproc.Children(os.Getpid())
 	if len(pids) != 1 {
 		t.Fatalf("netsim processes of this test: %v, want one", pids)
 	}
@@ -151,7 +104,7 @@ func TestNetsimKilledMidSession(t *testing.T) {
 			t.Fatalf("warning %q before netsim was killed", w)
 		}
 	}
-	pids := netsimPids(t)
+	pids := netproc.Children(os.Getpid())
 	if len(pids) != 1 {
 		t.Fatalf("netsim processes of this test: %v, want one", pids)
 	}
