@@ -63,7 +63,7 @@ func Main(args []string) int {
 	case wire.RoleGVisorTrial:
 		return runGVisorTrial()
 	case wire.RoleVMInit:
-		return runVMInit()
+		return runVMInit(args[1:])
 	case wire.RoleVMTrial:
 		return runVMTrial()
 	}

@@ -29,9 +29,9 @@ func runGVisorView() int {
 
 func runGVisorTrial() int { return runGVisorView() }
 
-func runVMInit() int {
+func runVMInit([]string) int {
 	fmt.Fprintln(os.Stderr, "dryexec guest: the vm rung needs Linux")
 	return 2
 }
 
-func runVMTrial() int { return runVMInit() }
+func runVMTrial() int { return runVMInit(nil) }

@@ -88,6 +88,10 @@ func (s *session) start() error {
 		if err := s.startGVisor(); err != nil {
 			return err
 		}
+	case "vm":
+		if err := s.startVM(); err != nil {
+			return err
+		}
 	case "host":
 		if s.cfg.Workspace == "" || s.cfg.Baseline == "" {
 			return fmt.Errorf("the host rung needs a workspace and a baseline directory")
@@ -114,7 +118,7 @@ func (s *session) close() {
 // RLIMIT_NPROC there and is let go: everything it starts inherits that limit,
 // and nothing of the sandbox ever runs with the guest's higher one.
 func (s *session) startExec(cmd *exec.Cmd) error {
-	if s.cfg.Rung == "gvisor" {
+	if s.ownKernel() {
 		return s.startGVisorExec(cmd)
 	}
 	if s.platform == nil || s.platform.launcher == nil {
@@ -167,10 +171,10 @@ func (s *session) takeViolations() []wire.Violation {
 }
 
 // execAttr starts an exec in its own session (its own process group, no
-// controlling terminal), and on the ns and gvisor rungs in its own user
+// controlling terminal), and on the ns, gvisor and vm rungs in its own user
 // namespace.
 func (s *session) execAttr() *syscall.SysProcAttr {
-	if s.cfg.Rung != "ns" && s.cfg.Rung != "gvisor" {
+	if s.cfg.Rung != "ns" && !s.ownKernel() {
 		return &syscall.SysProcAttr{Setsid: true}
 	}
 	return commandAttr(&wire.TrialStart{Rootless: s.cfg.Rootless, CommandUserNS: s.cfg.CommandUserNS,
@@ -178,9 +182,9 @@ func (s *session) execAttr() *syscall.SysProcAttr {
 }
 
 // reapOrphans collects exited processes that were reparented to the guest (PID
-// 1 on the ns and gvisor rungs). It runs between execs, when no child of ours is waited for.
+// 1 on the ns, gvisor and vm rungs). It runs between execs, when no child of ours is waited for.
 func (s *session) reapOrphans() {
-	if s.cfg.Rung != "ns" && s.cfg.Rung != "gvisor" {
+	if s.cfg.Rung != "ns" && !s.ownKernel() {
 		return
 	}
 	for {

@@ -24,8 +24,9 @@ import (
 // land at the wire's descriptors in the child, where no runtime of ours has
 // put anything yet. The VM ends with the trial guest: whatever happens,
 // init resets the machine (QEMU's -no-reboot makes that QEMU's exit), so a
-// failed init never leaves a VM waiting.
-func runVMInit() int {
+// failed init never leaves a VM waiting. args may name the child's role
+// instead: wire.RoleSession, a session's guest (vmsession_linux.go).
+func runVMInit(args []string) int {
 	defer func() {
 		unix.Sync()
 		unix.Reboot(unix.LINUX_REBOOT_CMD_RESTART)
@@ -48,14 +49,18 @@ func runVMInit() int {
 		logf("%v", err)
 		return 1
 	}
-	cmd := exec.Command(guestexe.Self(), "guest", wire.RoleVMTrial)
+	role := wire.RoleVMTrial
+	if len(args) > 0 && args[0] == wire.RoleSession {
+		role = wire.RoleSession
+	}
+	cmd := exec.Command(guestexe.Self(), "guest", role)
 	cmd.Args[0] = "dryexec"
 	cmd.Env = []string{}
 	cmd.ExtraFiles = ports
 	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
 	cmd.SysProcAttr = &syscall.SysProcAttr{Cloneflags: syscall.CLONE_NEWPID | syscall.CLONE_NEWNS}
 	if err := cmd.Run(); err != nil {
-		logf("the trial guest: %v", err)
+		logf("the %s guest: %v", role, err)
 		return 1
 	}
 	return 0

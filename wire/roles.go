@@ -30,7 +30,8 @@ const (
 	RoleVMInit = "vm-init"
 	// RoleVMTrial: the vm rung's trial guest, started by RoleVMInit in the
 	// VM as PID 1 of a pid namespace with the wire ports at the wire's
-	// descriptors.
+	// descriptors. A session's VM has its init start RoleSession there
+	// instead (init's argv: "guest vm-init session").
 	RoleVMTrial = "vm-trial"
 )
 

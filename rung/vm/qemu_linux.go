@@ -82,6 +82,8 @@ type vmConfig struct {
 	// netFD is QEMU's descriptor of netsim's frame socket (netArgs); 0: no
 	// NIC (the probe).
 	netFD int
+	// session has the init start a session guest instead of a trial's.
+	session bool
 }
 
 // kernelArgs are the guest kernel's command line. tsc_early_khz: under TCG
@@ -113,6 +115,9 @@ func (c *vmConfig) argv() []string {
 		// QEMU's stderr, which the host keeps the tail of.
 		"-chardev", "file,id=con,path=/dev/stderr", "-serial", "chardev:con",
 		"-kernel", c.kernel, "-initrd", c.initramfs, "-append", kernelArgs,
+	}
+	if c.session {
+		argv[len(argv)-1] += " " + wire.RoleSession
 	}
 	if c.rootDir != "" {
 		// passthrough: the VM's root acts on the view as root on the host

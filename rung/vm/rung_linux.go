@@ -249,6 +249,21 @@ func (r *Rung) Trial(ctx context.Context, spec dryexec.TrialSpec) (*dryexec.Stat
 	if spec.TrialID == "" {
 		spec.TrialID = dryexec.NewTrialID()
 	}
+	t, err := r.newTrial(ctx, spec)
+	if err != nil {
+		return nil, err
+	}
+	defer t.cleanup()
+	if err := t.start(); err != nil {
+		return nil, err
+	}
+	return t.run(ctx)
+}
+
+// newTrial resolves what every VM of the rung needs for spec (QEMU, the
+// kernel, the initramfs, the host's mount plan and the masks, netsim's CA
+// key among them) into an unstarted trial: a trial's VM or a session's.
+func (r *Rung) newTrial(ctx context.Context, spec dryexec.TrialSpec) (*trial, error) {
 	m, err := r.resolve(ctx, true)
 	if err != nil {
 		return nil, err
@@ -281,11 +296,7 @@ func (r *Rung) Trial(ctx context.Context, spec dryexec.TrialSpec) (*dryexec.Stat
 	t.Rung, t.What, t.TailName = Name, "the VM", "QEMU and console"
 	t.Tail = func() string { return tailString(t.console) }
 	t.Trace, t.Log, t.CollectMin, t.CollectTimeout = r.Trace, r.Log, r.CollectMin, r.CollectTimeout
-	defer t.cleanup()
-	if err := t.start(); err != nil {
-		return nil, err
-	}
-	return t.run(ctx)
+	return t, nil
 }
 
 // trial is one VM: the view guest (which becomes QEMU), the host ends of
@@ -303,6 +314,8 @@ type trial struct {
 
 	bootStart time.Time
 	boot      time.Duration
+	// session: the VM's init starts a session guest, not a trial's.
+	session bool
 }
 
 // The view guest's descriptors: wire.CtrlFD is its own stream; the VM's
@@ -390,7 +403,7 @@ func (t *trial) prepare() error {
 	// "root" beneath it (wire.GVisorRoot is the same dir, named from the
 	// bundle).
 	cfg := vmConfig{qemu: t.m.qemu, accel: t.m.accel, kernel: t.m.kernel.Vmlinux, initramfs: t.m.initramfs,
-		memMB: mem, cpus: 1, transport: t.transport, portFDs: portFDs, rootDir: "root"}
+		memMB: mem, cpus: 1, transport: t.transport, portFDs: portFDs, rootDir: "root", session: t.session}
 	if t.net.File() != nil {
 		cfg.netFD = netFD()
 		keep = append(keep, cfg.netFD)

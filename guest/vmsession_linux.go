@@ -1,0 +1,27 @@
+package guest
+
+// startVM prepares a session inside the vm rung's microVM. vm-init started
+// this guest as PID 1 of a pid and mount namespace of the VM's, with the
+// wire's ports at its descriptors (RoleSession instead of RoleVMTrial):
+// it mounts the view the host exports over 9p as its root, as the trial
+// guest does (enterVMRoot: writes outside the workspace land in the view's
+// upper dirs on the host), brings up lo, and then keeps the workspace as
+// the gvisor session guest does (startGVisor): a tmpfs of the VM's own with
+// its baseline beside it, scan staging, the signals a command could end
+// PID 1 with handled. A decision, as on gvisor: an overlay staging here
+// would need its layers hidden from the command as ns hides them, and
+// scan staging already passes the corpus on every rung that uses it.
+func (s *session) startVM() error {
+	if err := enterVMRoot(); err != nil {
+		return err
+	}
+	if err := loopbackUp(); err != nil {
+		return err
+	}
+	return s.startGVisor()
+}
+
+// ownKernel says whether the session runs on a kernel of the sandbox's own
+// (gvisor's sentry, the vm rung's VM): its processes are not the host's,
+// so each exec gets the pids limit as its RLIMIT_NPROC (startGVisorExec).
+func (s *session) ownKernel() bool { return s.cfg.Rung == "gvisor" || s.cfg.Rung == "vm" }

@@ -1,0 +1,209 @@
+package vm
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"sync"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/dryexec/dryexec"
+	"github.com/dryexec/dryexec/rung/internal/viewtrial"
+	"github.com/dryexec/dryexec/rung/linuxns"
+	"github.com/dryexec/dryexec/wire"
+)
+
+var _ dryexec.SessionRung[wire.SessionStart] = (*Rung)(nil)
+
+// OpenSandbox implements dryexec.SessionRung: the session's guest runs in
+// a microVM of its own, booted as a trial's is (the same view over 9p,
+// masks pinned through the host's handle, the wire on virtio-serial), its
+// init starting `guest session` instead of the trial guest. The workspace
+// is a tmpfs of the VM's own with its baseline beside it (scan staging, as
+// on gvisor); writes elsewhere land in the view's upper dirs on the host
+// and go with the sandbox. The VM has no fork yet: its sandboxes are not
+// SandboxForkers, so Session.Fork is session.ErrForkUnsupported.
+func (r *Rung) OpenSandbox(ctx context.Context, spec dryexec.SandboxSpec) (dryexec.Sandbox[wire.SessionStart], error) {
+	// No image views here yet: refused, typed, whoever calls (session
+	// checks first).
+	if err := dryexec.CheckImage(r, spec.Image); err != nil {
+		return nil, err
+	}
+	if err := r.sessionNet(spec); err != nil {
+		return nil, err
+	}
+	t, err := r.newTrial(ctx, dryexec.TrialSpec{TrialID: spec.ID, Limits: spec.Limits, Masks: spec.Masks,
+		NoDefaultMasks: spec.NoDefaultMasks, OwnPaths: spec.OwnPaths, Net: spec.Net, NetCADir: spec.NetCADir})
+	if err != nil {
+		return nil, err
+	}
+	t.session = true
+	s := &sessionSandbox{t: t, ws: cmpOr(spec.Workspace, "/workspace")}
+	if err := t.start(); err != nil {
+		s.Close()
+		return nil, err
+	}
+	if err := s.boot(ctx); err != nil {
+		s.Close()
+		return nil, err
+	}
+	return s, nil
+}
+
+// errSessionNet is why a vm session with a network is refused.
+const errSessionNet = "a vm session has no network yet (netsim serves vm trials, not sessions): open it with --net none"
+
+// sessionNet is where a session's network is set up before its VM boots:
+// for now the vm rung has none, and a session asking for one is refused,
+// typed, before anything starts (as a trial is). netsim over virtio-net
+// plugs in here.
+func (r *Rung) sessionNet(spec dryexec.SandboxSpec) error {
+	for _, n := range spec.Net {
+		if n != "none" && n != "" {
+			return &dryexec.IsolationUnavailableError{Rung: Name, Missing: errSessionNet}
+		}
+	}
+	return nil
+}
+
+// boot builds the view, has the view guest become QEMU, and waits, within
+// BootTimeout and WalkGrace as a trial's boot, until the session guest's
+// first bytes (its hello) are there to read, without taking them: the
+// session reads the hello itself. Cancelling ctx meanwhile kills QEMU.
+func (s *sessionSandbox) boot(ctx context.Context) error {
+	t := s.t
+	limit := t.r.bootTimeout() + t.r.walkGrace()
+	stop := context.AfterFunc(ctx, t.Kill)
+	defer stop()
+	if err := t.prepare(); err != nil {
+		if ctx.Err() != nil {
+			return fmt.Errorf("opening a vm session: %w", context.Cause(ctx))
+		}
+		return err
+	}
+	err := waitReadable(t.ports[0], t.bootStart.Add(limit))
+	if ctx.Err() != nil {
+		return fmt.Errorf("opening a vm session: %w", context.Cause(ctx))
+	}
+	if errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Kill()
+		return t.GuestErr("booting the session's VM", fmt.Errorf("no hello within %v", limit))
+	}
+	if err != nil {
+		return t.GuestErr("booting the session's VM", err)
+	}
+	t.boot = time.Since(t.bootStart)
+	t.r.trace("hello")
+	return nil
+}
+
+// waitReadable waits until f has something to read (or its end) by
+// peeking at it, before deadline: nothing is consumed.
+func waitReadable(f *os.File, deadline time.Time) error {
+	if err := f.SetReadDeadline(deadline); err != nil {
+		return err
+	}
+	defer f.SetReadDeadline(time.Time{})
+	rc, err := f.SyscallConn()
+	if err != nil {
+		return err
+	}
+	var perr error
+	err = rc.Read(func(fd uintptr) bool {
+		var b [1]byte
+		_, _, e := unix.Recvfrom(int(fd), b[:], unix.MSG_PEEK|unix.MSG_DONTWAIT)
+		if e == unix.EAGAIN || e == unix.EINTR {
+			return false
+		}
+		perr = e
+		return true
+	})
+	if err != nil {
+		return err
+	}
+	return perr
+}
+
+// sessionSandbox is a vm session's sandbox: QEMU running the session guest
+// over the view, with the masks the host pinned.
+type sessionSandbox struct {
+	t     *trial
+	ws    string
+	close sync.Once
+}
+
+func (s *sessionSandbox) Conn() io.ReadWriteCloser { return s.t.ports[0] }
+func (s *sessionSandbox) Workspace() string        { return s.ws }
+
+// GuestPID is QEMU's: the session guest is a process of the VM's kernel,
+// and QEMU (the view guest, which became it) is the host process that
+// holds it, whose death ends it.
+func (s *sessionSandbox) GuestPID() int { return s.t.Cmd.Process.Pid }
+
+// BootTime is how long the VM took from QEMU's start to the session
+// guest's first bytes.
+func (s *sessionSandbox) BootTime() time.Duration { return s.t.boot }
+
+func (s *sessionSandbox) Configure(start *wire.SessionStart) {
+	host, _ := os.Hostname()
+	start.Rung, start.Workspace, start.Hostname = Name, s.ws, host
+	// Each exec in a user namespace of its own (uid 0, mapped whole), as a
+	// trial's command in the VM, and the pids limit as its RLIMIT_NPROC:
+	// the VM's processes are not the host's.
+	start.CommandUserNS, start.CommandUID, start.CommandGID = true, 0, 0
+	start.CommandNPROC = viewtrial.CommandNPROC(s.t.Spec.Limits)
+}
+
+// Ready does nothing: the masks were pinned when the view was built,
+// before QEMU started.
+func (s *sessionSandbox) Ready() error { return nil }
+
+// Violations are the masks read since the last call. The VM's limits are
+// its RAM and vCPU and RLIMIT_NPROC inside it, whose hits are not recorded
+// (as for a vm trial).
+func (s *sessionSandbox) Violations() []dryexec.Violation { return s.t.Watch.Check() }
+
+func (s *sessionSandbox) Warnings() []string {
+	if w := s.t.Watch.Warning(); w != "" {
+		return []string{w}
+	}
+	return nil
+}
+
+// Network is nil: the vm rung has no network yet.
+func (s *sessionSandbox) Network() []dryexec.NetworkEvent { return nil }
+
+// GuestEnded says how QEMU ended: the VM resets (and QEMU exits) when the
+// session guest ends, and a killed QEMU ends the guest with it.
+func (s *sessionSandbox) GuestEnded() (string, bool) {
+	select {
+	case <-s.t.Waited:
+	case <-time.After(linuxns.GuestExitWait):
+		return "", false
+	}
+	st := s.t.Cmd.ProcessState
+	if st == nil {
+		return "", false
+	}
+	if ws, ok := st.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+		return fmt.Sprintf("QEMU died (%v)", ws.Signal()), true
+	}
+	return fmt.Sprintf("QEMU exited (status %d)", st.ExitCode()), true
+}
+
+// KillExec does nothing: every process of the sandbox is the VM's, and
+// ends with it.
+func (s *sessionSandbox) KillExec(int) {}
+
+// Close kills QEMU (if it still runs) and frees what the host holds: the
+// ports, the masks' pins, the scratch handle. The view's mounts were in the
+// view guest's mount namespace, which ended with QEMU.
+func (s *sessionSandbox) Close() error {
+	s.close.Do(s.t.cleanup)
+	return nil
+}

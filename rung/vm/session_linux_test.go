@@ -1,0 +1,243 @@
+package vm_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/dryexec/dryexec"
+	"github.com/dryexec/dryexec/internal/guestexe"
+	"github.com/dryexec/dryexec/internal/testreq"
+	"github.com/dryexec/dryexec/rung/vm"
+	"github.com/dryexec/dryexec/session"
+	"github.com/dryexec/dryexec/wire"
+)
+
+// requireVMSession skips unless VMs boot here and DRYEXEC_TEST_VM is set
+// (a session's VM boots under TCG: seconds), and returns the static guest.
+func requireVMSession(t *testing.T) string {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("boots VMs")
+	}
+	if os.Getenv("DRYEXEC_TEST_VM") == "" {
+		t.Skip("set DRYEXEC_TEST_VM=1 (make test-vm) to run it")
+	}
+	exe := vm.StaticGuest(t)
+	t.Setenv(guestexe.Env, exe)
+	testreq.Need(t, testreq.VM, (&vm.Rung{}).Available(context.Background()))
+	return exe
+}
+
+func openVM(t *testing.T, opt session.Options) *session.Session {
+	t.Helper()
+	opt.Rung = vm.Name
+	s, err := session.Open(t.Context(), opt)
+	if err != nil {
+		t.Fatalf("opening a vm session: %v", err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return s
+}
+
+// TestSession: a vm session's guest runs in the VM (its own kernel, the
+// view as its root), keeps its workspace by scanning, carries the shell's
+// state between execs, diffs what a command changed and drops writes
+// outside the workspace with the VM; what it cannot do is refused, typed.
+func TestSession(t *testing.T) {
+	requireVMSession(t)
+	s := openVM(t, session.Options{})
+	if i := s.Info(); i.Rung != vm.Name || i.Staging != "scan" || i.Workspace != "/workspace" {
+		t.Fatalf("Info %+v: want rung vm, staging scan, workspace /workspace", i)
+	}
+	hostKernel, err := os.ReadFile("/proc/sys/kernel/random/boot_id")
+	if err != nil {
+		t.Fatal(err)
+	}
+	outside := filepath.Join(t.TempDir(), "outside")
+	steps := []struct {
+		command, stdout string
+	}{
+		{"cat /proc/sys/kernel/random/boot_id", ""}, // checked below: not the host's
+		{"echo one > a && mkdir -p d && echo two > d/b && cd d && export DX=kept", ""},
+		{`pwd; echo "$DX"`, "/workspace/d\nkept\n"},
+		{"echo gone > " + outside + " && cat " + outside, "gone\n"},
+		{"id -u; hostname >/dev/null; echo ok", "0\nok\n"},
+	}
+	for i, st := range steps {
+		r, err := s.Shell(t.Context(), st.command, time.Minute)
+		if err != nil {
+			t.Fatalf("Shell(%q): %v", st.command, err)
+		}
+		if r.ExitCode != 0 {
+			t.Fatalf("Shell(%q): exit %d\n%s", st.command, r.ExitCode, r.Transcript)
+		}
+		if i == 0 {
+			if strings.TrimSpace(r.Stdout) == "" || r.Stdout == string(hostKernel) {
+				t.Fatalf("the session's kernel has boot id %q, the host's %q: want a kernel of its own", r.Stdout, hostKernel)
+			}
+			continue
+		}
+		if st.stdout != "" && r.Stdout != st.stdout {
+			t.Fatalf("Shell(%q): stdout %q, want %q", st.command, r.Stdout, st.stdout)
+		}
+	}
+	d, err := s.Diff(t.Context(), false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]string{"a": "one\n", "d/b": "two\n"}
+	if len(d.Writes) != len(want) || len(d.Deletes) != 0 {
+		t.Fatalf("diff writes %v deletes %v, want %v", d.Writes, d.Deletes, want)
+	}
+	for p, b := range want {
+		if string(d.Writes[p]) != b {
+			t.Errorf("diff write %s = %q, want %q", p, d.Writes[p], b)
+		}
+	}
+	if _, err := os.Lstat(outside); err == nil {
+		t.Errorf("%s, written in the VM, is on the host", outside)
+	}
+
+	refusals := []struct {
+		name string
+		do   func() error
+		is   func(error) bool
+	}{
+		{"fork", func() error { _, err := s.Fork(t.Context(), 2); return err },
+			func(err error) bool { return errors.Is(err, session.ErrForkUnsupported) }},
+		{"network", func() error {
+			s2, err := session.Open(t.Context(), session.Options{Rung: vm.Name, Net: []string{"allow:example.com:443"}})
+			if err == nil {
+				s2.Close()
+			}
+			return err
+		}, func(err error) bool {
+			var iu *dryexec.IsolationUnavailableError
+			return errors.As(err, &iu) && iu.Rung == vm.Name
+		}},
+	}
+	for _, rf := range refusals {
+		t.Run(rf.name, func(t *testing.T) {
+			if err := rf.do(); !rf.is(err) {
+				t.Fatalf("got %v, want the typed refusal", err)
+			}
+		})
+	}
+}
+
+// TestSessionQEMUKilledMidExec: QEMU killed while an exec runs ends that
+// call with ErrSessionLost (and every later one), and once the session is
+// closed nothing of its VM is left on the host: no QEMU process, no socket
+// of this process, no temporary dir.
+func TestSessionQEMUKilledMidExec(t *testing.T) {
+	requireVMSession(t)
+	// A TMPDIR of the test's own: other processes on the machine write in
+	// the shared one.
+	tmp := t.TempDir()
+	t.Setenv("TMPDIR", tmp)
+	socksBefore := sockets(t)
+	started := make(chan struct{}, 1)
+	s := openVM(t, session.Options{OnEmit: func(e wire.Emit) {
+		if e.Name == "started" {
+			started <- struct{}{}
+		}
+	}})
+	qemu := qemuChildren(t)
+	if len(qemu) != 1 {
+		t.Fatalf("QEMU children %v, want one", qemu)
+	}
+	go func() {
+		// The exec has started (it emitted) when QEMU is killed.
+		select {
+		case <-started:
+			syscall.Kill(qemu[0], syscall.SIGKILL)
+		case <-time.After(3 * time.Minute):
+		}
+	}()
+	_, err := s.Python(t.Context(), "emit('started', 1)\nimport time\ntime.sleep(600)", nil, 0)
+	if !errors.Is(err, dryexec.ErrSessionLost) {
+		t.Fatalf("Python while QEMU was killed: %v; want ErrSessionLost", err)
+	}
+	if _, err := s.Shell(t.Context(), "true", time.Minute); !errors.Is(err, dryexec.ErrSessionLost) {
+		t.Errorf("Shell after the kill: %v; want ErrSessionLost", err)
+	}
+	s.Close()
+	if left := qemuChildren(t); len(left) != 0 {
+		t.Errorf("QEMU processes left: %v", left)
+	}
+	if n := sockets(t); n > socksBefore {
+		t.Errorf("%d sockets open after Close, %d before", n, socksBefore)
+	}
+	if left := dirNames(t, tmp); len(left) > 0 {
+		t.Errorf("left in TMPDIR: %v", left)
+	}
+}
+
+// qemuChildren lists this process's children that are QEMU (a vm sandbox's
+// view guest becomes QEMU), zombies included.
+func qemuChildren(t *testing.T) []int {
+	t.Helper()
+	ents, err := os.ReadDir("/proc")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var pids []int
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		st, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+		if err != nil {
+			continue
+		}
+		// pid (comm) state ppid …
+		s := string(st)
+		i := strings.LastIndexByte(s, ')')
+		f := strings.Fields(s[i+1:])
+		if len(f) < 2 || f[1] != strconv.Itoa(os.Getpid()) {
+			continue
+		}
+		if strings.HasPrefix(s[strings.IndexByte(s, '(')+1:i], "qemu-system") {
+			pids = append(pids, pid)
+		}
+	}
+	return pids
+}
+
+// sockets counts this process's open socket descriptors.
+func sockets(t *testing.T) int {
+	t.Helper()
+	ents, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, e := range ents {
+		if l, err := os.Readlink("/proc/self/fd/" + e.Name()); err == nil && strings.HasPrefix(l, "socket:") {
+			n++
+		}
+	}
+	return n
+}
+
+func dirNames(t *testing.T, dir string) []string {
+	t.Helper()
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, e := range ents {
+		names = append(names, e.Name())
+	}
+	return names
+}
