@@ -8,6 +8,7 @@ import (
 	"io/fs"
 	"maps"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -18,6 +19,7 @@ import (
 	"time"
 
 	"github.com/dryexec/dryexec/guest"
+	"github.com/dryexec/dryexec/internal/guestexe"
 	"github.com/dryexec/dryexec/internal/testreq"
 	"github.com/dryexec/dryexec/netsim/netproc"
 	"github.com/dryexec/dryexec/rung"
@@ -28,6 +30,10 @@ import (
 // rungEnv restricts the suite to one rung ("host" or "ns").
 const rungEnv = "DRYEXEC_CONFORMANCE_RUNG"
 
+// vmEnv runs the suite on the vm rung too: a VM boot per session, seconds
+// each under TCG (`make test-vm` sets it).
+const vmEnv = "DRYEXEC_TEST_VM"
+
 // TestMain lets this test binary serve as the guest: sessions start it again as
 // `dryexec guest session`.
 func TestMain(m *testing.M) {
@@ -36,7 +42,32 @@ func TestMain(m *testing.M) {
 	// Modes of new files are part of what a diff reports: make them the same
 	// for every run (the guest and the commands inherit this).
 	syscall.Umask(0o022)
-	os.Exit(m.Run())
+	os.Exit(runMain(m))
+}
+
+// runMain runs the tests. On the vm rung the guest is the VM's /init too,
+// which must be static, and this test binary may not be: a static guest is
+// built first and named for every rung of the run (it is the same guest,
+// the one `make build` ships).
+func runMain(m *testing.M) int {
+	if r := os.Getenv(rungEnv); os.Getenv(vmEnv) == "" || os.Getenv(guestexe.Env) != "" || (r != "" && r != "vm") {
+		return m.Run()
+	}
+	dir, err := os.MkdirTemp("", "dryexec-conformance-guest-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer os.RemoveAll(dir)
+	exe := filepath.Join(dir, guestexe.Name)
+	build := exec.Command("go", "build", "-o", exe, "github.com/dryexec/dryexec/cmd/dryexec-guest")
+	build.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := build.CombinedOutput(); err != nil {
+		fmt.Fprintf(os.Stderr, "building the static guest for the vm rung: %v\n%s", err, out)
+		return 1
+	}
+	os.Setenv(guestexe.Env, exe)
+	return m.Run()
 }
 
 // conformanceCase is one behaviour, run once per rung.
@@ -125,6 +156,11 @@ func forEachRung(t *testing.T, name string, fn func(t *testing.T, open opener)) 
 			case r == "gvisor":
 				// So are gvisor's, where CI requires gvisor (DRYEXEC_REQUIRE).
 				testreq.Need(t, testreq.GVisor, err)
+			case r == "vm" && os.Getenv(vmEnv) == "":
+				// A VM boot per session: minutes for the corpus under TCG.
+				t.Skipf("set %s=1 (make test-vm) to run the corpus on vm", vmEnv)
+			case r == "vm":
+				testreq.Need(t, testreq.VM, err)
 			case err != nil:
 				t.Skipf("no %s sessions here: %v", r, err)
 			}
@@ -159,9 +195,22 @@ var unobservable = map[string]map[string]string{
 		"isolation/ns_process_isolation": "the case lists the sandbox's network interfaces in /sys/class/net, " +
 			"which gVisor's sysfs does not have",
 	},
+	// vm: the same cases find the command's processes in the host's /proc,
+	// and a VM's processes are its kernel's. rung/vm's
+	// TestSessionQEMUKilledMidExec kills QEMU mid-exec instead, marked by an
+	// emit, not by a host process.
+	"vm": {
+		"lifecycle/guest_sigkill_during_exec": vmProcs,
+		"lifecycle/close_during_exec":         vmProcs,
+		"concurrency/calls_during_exec":       vmProcs,
+		"python/close_ends_a_running_exec":    vmProcs,
+	},
 }
 
-const gvisorProcs = "the case waits for the command's processes in the host's /proc, and gVisor's processes are not the host's"
+const (
+	gvisorProcs = "the case waits for the command's processes in the host's /proc, and gVisor's processes are not the host's"
+	vmProcs     = "the case waits for the command's processes in the host's /proc, and a VM's processes are its own kernel's"
+)
 
 // openDefault opens a session with default options.
 func openDefault(t *testing.T, open opener) *session.Session {
@@ -421,15 +470,21 @@ func showModes(m map[string]fs.FileMode) string {
 // ---- processes and mounts ----
 
 // isGuest says whether argv is a session guest's host process: the guest
-// itself (`dryexec guest session`: ns, host), or on gvisor runsc running
-// a session's container (`… run --bundle … dryexec-se_…`): the session
-// guest there is a process of gVisor's, and runsc is the host process that
+// itself (`dryexec guest session`: ns, host), on gvisor runsc running
+// a session's container (`… run --bundle … dryexec-se_…`), on vm QEMU
+// booting a session's VM (its kernel's command line ends with the init's
+// argv, `guest vm-init session`): the session guest there is a process of
+// gVisor's or of the VM's kernel, and runsc or QEMU is the host process that
 // holds it, whose death ends it.
 func isGuest(argv []string) bool {
 	if strings.Join(argv, " ") == "dryexec guest session" {
 		return true
 	}
 	n := len(argv)
+	if n >= 2 && strings.HasPrefix(filepath.Base(argv[0]), "qemu-system") {
+		i := slices.Index(argv, "-append")
+		return i >= 0 && i+1 < n && strings.HasSuffix(argv[i+1], " "+wire.RoleVMInit+" "+wire.RoleSession)
+	}
 	return n >= 4 && filepath.Base(argv[0]) == "runsc" && slices.Contains(argv, "run") &&
 		strings.HasPrefix(argv[n-1], "dryexec-se_")
 }
