@@ -139,13 +139,15 @@ examples: build
 
 test: deps lint unit fidelity examples
 
-# The vm rung's long tests, a VM boot per trial under TCG here (≈ 15 minutes
-# on 2 CPUs): the same delta as ns field by field and the escape corpus on
-# vm. `make unit` runs the vm rung's short ones (probe, acceptance, --net).
+# The vm rung's long tests, a VM boot per trial or session under TCG here:
+# the same delta as ns field by field, the escape corpus, its sessions (a
+# QEMU killed mid-exec) and the session conformance corpus on vm. `make
+# unit` runs the vm rung's short ones (probe, acceptance, --net).
 test-vm: deps
-	DRYEXEC_REQUIRE=vm,ns DRYEXEC_TEST_VM=1 $(GO) test -count=1 -timeout 60m -run 'TestSameDeltaAsNS|TestEscapeVM' ./rung/vm ./test/escape
+	DRYEXEC_REQUIRE=vm,ns DRYEXEC_TEST_VM=1 $(GO) test -count=1 -timeout 60m -run 'TestSameDeltaAsNS|TestEscapeVM|TestSession' ./rung/vm ./test/escape
 	DRYEXEC_REQUIRE=vm,ns,tool DRYEXEC_TEST_VM=1 DRYEXEC_FIDELITY_TABLE=$(CURDIR)/bench/results/fidelity.md \
 		$(GO) test -count=1 -timeout 90m -run '^TestFidelity$$/^vm$$' ./test/fidelity
+	DRYEXEC_REQUIRE=vm DRYEXEC_TEST_VM=1 DRYEXEC_CONFORMANCE_RUNG=vm $(GO) test -count=1 -timeout 120m -run TestConformance ./conformance
 
 # The whole benchmark suite (docs/benchmarks.md): a Markdown table and a PNG
 # chart in bench/results/ (latest.md, latest.png and dated copies). BENCH_ROUNDS

@@ -1,8 +1,9 @@
 // Package conformance is the session conformance corpus: one Go test suite,
 // written against package session's public API only, run once per rung that
-// holds sessions ("host", "ns" and "gvisor"; `make test` runs every one this
-// machine has, as root, and the ns rung again as an unprivileged user). A rung
-// that fails any case is not a rung.
+// holds sessions ("host", "ns", "gvisor" and "vm"; `make test` runs every one
+// this machine has, as root, and the ns rung again as an unprivileged user,
+// but vm: a VM boot per session, which `make test-vm` runs with
+// DRYEXEC_TEST_VM=1). A rung that fails any case is not a rung.
 //
 // Every case is a subtest of TestConformance named group/case/rung, so
 //

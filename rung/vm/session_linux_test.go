@@ -22,7 +22,7 @@ import (
 
 // requireVMSession skips unless VMs boot here and DRYEXEC_TEST_VM is set
 // (a session's VM boots under TCG: seconds), and returns the static guest.
-func requireVMSession(t *testing.T) string {
+func requireVMSession(t testing.TB) string {
 	t.Helper()
 	if testing.Short() {
 		t.Skip("boots VMs")
