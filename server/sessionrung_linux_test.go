@@ -13,8 +13,9 @@ import (
 // TestSessionRungCheck: the daemon opens a session on exactly the rungs
 // session.CheckRung accepts, and refuses the others with its reason. It
 // has no list of session rungs of its own: "best" resolves to a rung that
-// holds sessions, and gvisor or vm are refused for what they lack here
-// (unavailable, or no sessions yet), as the session package words it.
+// holds sessions, and a rung is refused for what it lacks here (gvisor
+// without runsc; vm where no VM boots or the guest is not static: a test
+// binary with cgo), as the session package words it.
 func TestSessionRungCheck(t *testing.T) {
 	requireNS(t)
 	d := startDaemon(t, server.Config{}, server.HandlerOptions{})
