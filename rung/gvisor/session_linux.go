@@ -8,8 +8,6 @@ import (
 	"slices"
 	"strings"
 	"sync"
-	"syscall"
-	"time"
 
 	"github.com/dryexec/dryexec"
 	"github.com/dryexec/dryexec/cgroup"
@@ -151,21 +149,7 @@ func (s *sessionSandbox) Network() []dryexec.NetworkEvent { return s.net.Log() }
 
 // GuestEnded says how runsc ended: it ends when the session guest, the
 // container's first process, does, with its status.
-func (s *sessionSandbox) GuestEnded() (string, bool) {
-	select {
-	case <-s.Waited:
-	case <-time.After(linuxns.GuestExitWait):
-		return "", false
-	}
-	st := s.Cmd.ProcessState
-	if st == nil {
-		return "", false
-	}
-	if ws, ok := st.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
-		return fmt.Sprintf("died (%v)", ws.Signal()), true
-	}
-	return fmt.Sprintf("exited (status %d)", st.ExitCode()), true
-}
+func (s *sessionSandbox) GuestEnded() (string, bool) { return s.Ended(linuxns.GuestExitWait) }
 
 // KillExec does nothing: every process of the sandbox is gVisor's, and
 // ends with it.

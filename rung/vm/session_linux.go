@@ -7,7 +7,6 @@ import (
 	"io"
 	"os"
 	"sync"
-	"syscall"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -181,19 +180,11 @@ func (s *sessionSandbox) Network() []dryexec.NetworkEvent { return nil }
 // GuestEnded says how QEMU ended: the VM resets (and QEMU exits) when the
 // session guest ends, and a killed QEMU ends the guest with it.
 func (s *sessionSandbox) GuestEnded() (string, bool) {
-	select {
-	case <-s.t.Waited:
-	case <-time.After(linuxns.GuestExitWait):
-		return "", false
+	how, ok := s.t.Ended(linuxns.GuestExitWait)
+	if ok {
+		how = "QEMU " + how
 	}
-	st := s.t.Cmd.ProcessState
-	if st == nil {
-		return "", false
-	}
-	if ws, ok := st.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
-		return fmt.Sprintf("QEMU died (%v)", ws.Signal()), true
-	}
-	return fmt.Sprintf("QEMU exited (status %d)", st.ExitCode()), true
+	return how, ok
 }
 
 // KillExec does nothing: every process of the sandbox is the VM's, and

@@ -14,6 +14,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -88,6 +89,25 @@ func (t *Trial) StartWait() {
 		t.WaitErr = t.Cmd.Wait()
 		close(t.Waited)
 	}()
+}
+
+// Ended says how the view guest's process (runsc, QEMU: what it became)
+// ended, waiting up to wait for it: a session's guest ends with it, and it
+// with the guest. ok is false if it has not ended.
+func (t *Trial) Ended(wait time.Duration) (how string, ok bool) {
+	select {
+	case <-t.Waited:
+	case <-time.After(wait):
+		return "", false
+	}
+	st := t.Cmd.ProcessState
+	if st == nil {
+		return "", false
+	}
+	if ws, ok := st.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+		return fmt.Sprintf("died (%v)", ws.Signal()), true
+	}
+	return fmt.Sprintf("exited (status %d)", st.ExitCode()), true
 }
 
 // Kill ends the view guest's process, and with it the sandbox.
