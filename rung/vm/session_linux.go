@@ -33,9 +33,6 @@ func (r *Rung) OpenSandbox(ctx context.Context, spec dryexec.SandboxSpec) (dryex
 	if err := dryexec.CheckImage(r, spec.Image); err != nil {
 		return nil, err
 	}
-	if err := r.sessionNet(spec); err != nil {
-		return nil, err
-	}
 	t, err := r.newTrial(ctx, dryexec.TrialSpec{TrialID: spec.ID, Limits: spec.Limits, Masks: spec.Masks,
 		NoDefaultMasks: spec.NoDefaultMasks, OwnPaths: spec.OwnPaths, Net: spec.Net, NetCADir: spec.NetCADir})
 	if err != nil {
@@ -43,6 +40,10 @@ func (r *Rung) OpenSandbox(ctx context.Context, spec dryexec.SandboxSpec) (dryex
 	}
 	t.session = true
 	s := &sessionSandbox{t: t, ws: cmpOr(spec.Workspace, "/workspace")}
+	if err := r.sessionNet(ctx, t); err != nil {
+		s.Close()
+		return nil, err
+	}
 	if err := t.start(); err != nil {
 		s.Close()
 		return nil, err
@@ -57,12 +58,14 @@ func (r *Rung) OpenSandbox(ctx context.Context, spec dryexec.SandboxSpec) (dryex
 // errSessionNet is why a vm session with a network is refused.
 const errSessionNet = "a vm session has no network yet (netsim serves vm trials, not sessions): open it with --net none"
 
-// sessionNet is where a session's network is set up before its VM boots:
-// for now the vm rung has none, and a session asking for one is refused,
-// typed, before anything starts (as a trial is). netsim over virtio-net
-// plugs in here.
-func (r *Rung) sessionNet(spec dryexec.SandboxSpec) error {
-	for _, n := range spec.Net {
+// sessionNet sets up the network of a session's VM (t.Spec.Net), after the
+// trial's resolution and before its view guest starts: the one call where
+// netsim over virtio-net plugs in for sessions, setting up t as a trial's
+// network is (QEMU's device, netsim's process), with Network and Warnings
+// then reading its log. For now a session asking for one is refused,
+// typed, before any VM starts.
+func (r *Rung) sessionNet(_ context.Context, t *trial) error {
+	for _, n := range t.Spec.Net {
 		if n != "none" && n != "" {
 			return &dryexec.IsolationUnavailableError{Rung: Name, Missing: errSessionNet}
 		}
