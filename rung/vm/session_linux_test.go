@@ -53,7 +53,9 @@ func openVM(t *testing.T, opt session.Options) *session.Session {
 // outside the workspace with the VM; what it cannot do is refused, typed.
 func TestSession(t *testing.T) {
 	requireVMSession(t)
-	s := openVM(t, session.Options{})
+	// Limits from the same spec as a trial's: the memory limit is the VM's
+	// RAM, the pids limit each exec's RLIMIT_NPROC.
+	s := openVM(t, session.Options{Limits: dryexec.Limits{MemoryBytes: 256 << 20, Pids: 40}})
 	if i := s.Info(); i.Rung != vm.Name || i.Staging != "scan" || i.Workspace != "/workspace" {
 		t.Fatalf("Info %+v: want rung vm, staging scan, workspace /workspace", i)
 	}
@@ -70,6 +72,8 @@ func TestSession(t *testing.T) {
 		{`pwd; echo "$DX"`, "/workspace/d\nkept\n"},
 		{"echo gone > " + outside + " && cat " + outside, "gone\n"},
 		{"id -u; hostname >/dev/null; echo ok", "0\nok\n"},
+		{"ulimit -u", "40\n"},
+		{`awk '/^MemTotal:/ { print ($2 > 180000 && $2 <= 262144) ? "ram ok" : "ram " $2 }' /proc/meminfo`, "ram ok\n"},
 	}
 	for i, st := range steps {
 		r, err := s.Shell(t.Context(), st.command, time.Minute)
