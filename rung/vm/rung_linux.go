@@ -254,6 +254,7 @@ func (r *Rung) Trial(ctx context.Context, spec dryexec.TrialSpec) (*dryexec.Stat
 	if err != nil {
 		return nil, err
 	}
+	defer t.net.close()
 	defer t.cleanup()
 	if err := t.start(); err != nil {
 		return nil, err
@@ -291,7 +292,6 @@ func (r *Rung) newTrial(ctx context.Context, spec dryexec.TrialSpec) (*trial, er
 	if err != nil {
 		return nil, err
 	}
-	defer nw.close()
 	t := &trial{r: r, m: m, exe: exe, transport: virtioSerial{}, net: nw}
 	t.Spec, t.Mounts, t.Cover, t.ScratchFD = spec, mounts, cover, -1
 	t.Rung, t.What, t.TailName = Name, "the VM", "QEMU and console"

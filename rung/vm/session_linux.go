@@ -198,6 +198,9 @@ func (s *sessionSandbox) KillExec(int) {}
 // ports, the masks' pins, the scratch handle. The view's mounts were in the
 // view guest's mount namespace, which ended with QEMU.
 func (s *sessionSandbox) Close() error {
-	s.close.Do(s.t.cleanup)
+	s.close.Do(func() {
+		s.t.cleanup()
+		s.t.net.close()
+	})
 	return nil
 }
