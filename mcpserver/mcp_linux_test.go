@@ -298,7 +298,7 @@ func TestMCPBadInput(t *testing.T) {
 		{"null trial id", "discard_trial", map[string]any{"trial_id": nil}, `argument "trial_id" is required and cannot be null`},
 		{"force a string", "commit_trial", map[string]any{"trial_id": tr.TrialID, "force": "yes"}, `argument "force" must be true or false, not a string`},
 		{"rung not in the enum", "run_trial", map[string]any{"command": "true", "cwd": wd, "rung": "seatbelt"}, `argument "rung" is "seatbelt": unknown; choose one of`},
-		{"session rung gvisor", "session_open", map[string]any{"rung": "gvisor"}, `argument "rung" is "gvisor": unknown; choose one of ns, host`},
+		{"session rung seatbelt", "session_open", map[string]any{"rung": "seatbelt"}, `argument "rung" is "seatbelt": unknown; choose one of host, ns, gvisor, vm, best`},
 		{"unknown session", "session_shell", map[string]any{"session_id": "se_aaaaaaaaaaaaaaaaaaaa", "command": "ls"}, "not found"},
 		{"session negative timeout", "session_shell", map[string]any{"session_id": "se_aaaaaaaaaaaaaaaaaaaa", "command": "ls", "timeout_ms": -5}, `argument "timeout_ms" must not be negative`},
 		{"seed dir relative", "session_open", map[string]any{"seed_dir": "src"}, `argument "seed_dir" is "src": want a clean absolute host directory`},

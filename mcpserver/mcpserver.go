@@ -105,7 +105,7 @@ type DiscardOut struct {
 
 // SessionOpenIn opens a session.
 type SessionOpenIn struct {
-	Rung      string   `json:"rung,omitempty" jsonschema:"ns (the default: a sandbox) or host (no isolation)"`
+	Rung      string   `json:"rung,omitempty" jsonschema:"ns (the default: namespaces), gvisor (gVisor's kernel), vm (a microVM: seconds to start under emulation), host (no isolation); best picks the strongest this host can run"`
 	Workspace string   `json:"workspace,omitempty" jsonschema:"absolute path where the workspace appears in the sandbox (default /workspace)"`
 	Image     string   `json:"image,omitempty" jsonschema:"open the session on this OCI image's root filesystem instead of the host's (pulled on first use); the workspace is mounted over it"`
 	SeedDir   string   `json:"seed_dir,omitempty" jsonschema:"absolute host directory whose copy becomes the workspace (and its baseline); session_commit applies the session's changes back to it. Absent: the workspace starts empty"`
@@ -228,10 +228,7 @@ func New(svc *server.Service, version, cwd string) *mcp.Server {
 		&mcp.ServerOptions{Instructions: instructions})
 	t := &tools{svc: svc, cwd: cwd, seeds: map[string]*seed{}}
 	trialRungs := append(rung.Built(), "best")
-	sessionRungs := []string{"host"}
-	if slices.Contains(rung.Built(), "ns") {
-		sessionRungs = []string{"ns", "host"}
-	}
+	sessionRungs := append(session.Rungs(), "best")
 	no, yes := new(bool), new(bool)
 	*yes = true
 	// Hints, per the MCP spec: readOnly (changes nothing), destructive

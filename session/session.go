@@ -345,6 +345,16 @@ func sessionRung(ctx context.Context, opt Options) (dryexec.SessionRung[wire.Ses
 	return sr, nil
 }
 
+// Rungs returns the rungs of this build that can hold a session, weakest
+// first (whether this host can run them is CheckRung's question): what an
+// interface lists to a client as a session's rungs.
+func Rungs() []string {
+	return rung.BuiltWhere(func(r dryexec.Rung) bool {
+		_, ok := r.(dryexec.SessionRung[wire.SessionStart])
+		return ok
+	})
+}
+
 // CheckRung says whether rung name can hold a session on this host: nil, or
 // why not (an *dryexec.IsolationUnavailableError when the rung is
 // unavailable here or has no sessions yet).
