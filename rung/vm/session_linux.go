@@ -40,10 +40,6 @@ func (r *Rung) OpenSandbox(ctx context.Context, spec dryexec.SandboxSpec) (dryex
 	}
 	t.session = true
 	s := &sessionSandbox{t: t, ws: cmpOr(spec.Workspace, "/workspace")}
-	if err := r.sessionNet(ctx, t); err != nil {
-		s.Close()
-		return nil, err
-	}
 	if err := t.start(); err != nil {
 		s.Close()
 		return nil, err
@@ -52,25 +48,15 @@ func (r *Rung) OpenSandbox(ctx context.Context, spec dryexec.SandboxSpec) (dryex
 		s.Close()
 		return nil, err
 	}
-	return s, nil
-}
-
-// errSessionNet is why a vm session with a network is refused.
-const errSessionNet = "a vm session has no network yet (netsim serves vm trials, not sessions): open it with --net none"
-
-// sessionNet sets up the network of a session's VM (t.Spec.Net), after the
-// trial's resolution and before its view guest starts: the one call where
-// netsim over virtio-net plugs in for sessions, setting up t as a trial's
-// network is (QEMU's device, netsim's process), with Network and Warnings
-// then reading its log. For now a session asking for one is refused,
-// typed, before any VM starts.
-func (r *Rung) sessionNet(_ context.Context, t *trial) error {
-	for _, n := range t.Spec.Net {
-		if n != "none" && n != "" {
-			return &dryexec.IsolationUnavailableError{Rung: Name, Missing: errSessionNet}
-		}
+	// The session's network is a trial's (newTrial started netsim, start
+	// and prepare wired QEMU's NIC and the view's trust files): netsim must
+	// be ready before the first exec, and a configuration it refuses (a
+	// mock file that does not compile) is the caller's ErrBadAction.
+	if err := t.net.ready(ctx); err != nil {
+		s.Close()
+		return nil, err
 	}
-	return nil
+	return s, nil
 }
 
 // boot builds the view, has the view guest become QEMU, and waits, within
@@ -159,6 +145,9 @@ func (s *sessionSandbox) Configure(start *wire.SessionStart) {
 	// the VM's processes are not the host's.
 	start.CommandUserNS, start.CommandUID, start.CommandGID = true, 0, 0
 	start.CommandNPROC = viewtrial.CommandNPROC(s.t.Spec.Limits)
+	// netsim's trust variables, as a trial's command gets them; the VM's
+	// NIC is configured by its init, and the trust files are in the view.
+	start.Env = viewtrial.WithTrust(start.Env, s.t.net.trustEnv)
 }
 
 // Ready does nothing: the masks were pinned when the view was built,
@@ -171,14 +160,24 @@ func (s *sessionSandbox) Ready() error { return nil }
 func (s *sessionSandbox) Violations() []dryexec.Violation { return s.t.Watch.Check() }
 
 func (s *sessionSandbox) Warnings() []string {
-	if w := s.t.Watch.Warning(); w != "" {
-		return []string{w}
+	var w []string
+	if mw := s.t.Watch.Warning(); mw != "" {
+		w = append(w, mw)
 	}
-	return nil
+	if nw := s.t.net.net.Warning(); nw != "" {
+		w = append(w, nw)
+	}
+	if e := s.t.net.net.Ended(); e != "" {
+		w = append(w, e)
+	}
+	return w
 }
 
-// Network is nil: the vm rung has no network yet.
-func (s *sessionSandbox) Network() []dryexec.NetworkEvent { return nil }
+// Network is what netsim logged so far, as on ns.
+func (s *sessionSandbox) Network() []dryexec.NetworkEvent { return s.t.net.net.Log() }
+
+// NetworkEnded says why the session's network ended early, or "".
+func (s *sessionSandbox) NetworkEnded() string { return s.t.net.net.Ended() }
 
 // GuestEnded says how QEMU ended: the VM resets (and QEMU exits) when the
 // session guest ends, and a killed QEMU ends the guest with it.

@@ -302,6 +302,20 @@ func CopyOut(dst io.Writer, src *os.File) {
 	io.Copy(dst, src)
 }
 
+// WithTrust is env ("K=V" entries) with netsim's trust variables (trustEnv)
+// over it, sorted: they win over the caller's own (a CA bundle the command
+// was told about elsewhere would not hold netsim's CA); they are the
+// sandbox's plumbing, not recorded in the action.
+func WithTrust(env, trustEnv []string) []string {
+	env = slices.DeleteFunc(env, func(kv string) bool {
+		k, _, _ := strings.Cut(kv, "=")
+		return slices.ContainsFunc(trustEnv, func(tv string) bool { return strings.HasPrefix(tv, k+"=") })
+	})
+	env = append(env, trustEnv...)
+	sort.Strings(env)
+	return env
+}
+
 // Converse starts the command inside the sandbox (the guest has greeted on
 // Inner) and reads how it ended. trustEnv are netsim's trust variables for
 // the command; sendStub writes the command's stub request (and ends it),
@@ -318,15 +332,7 @@ func (t *Trial) Converse(trustEnv []string, sendStub func([]byte) error, startIO
 	for k, v := range a.Env {
 		env = append(env, k+"="+v)
 	}
-	// netsim's trust variables win over the caller's own (a CA bundle the
-	// command was told about elsewhere would not hold netsim's CA); they
-	// are the sandbox's plumbing, not recorded in the action.
-	env = slices.DeleteFunc(env, func(kv string) bool {
-		k, _, _ := strings.Cut(kv, "=")
-		return slices.ContainsFunc(trustEnv, func(tv string) bool { return strings.HasPrefix(tv, k+"=") })
-	})
-	env = append(env, trustEnv...)
-	sort.Strings(env)
+	env = WithTrust(env, trustEnv)
 	// The sandbox's monotonic clock is its own: the guest times the
 	// command from trial.run, which therefore goes before the command.
 	run := wire.TrialRun{Argv: a.Argv, Env: env, Cwd: a.Cwd, TimeoutMS: a.TimeoutMS, Stdin: t.Spec.Stdin != nil}
