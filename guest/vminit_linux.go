@@ -66,6 +66,19 @@ func runVMInit(args []string) int {
 	return 0
 }
 
+// setWallClock sets the VM's clock to the host's wall clock as the host sent
+// it (ns since the epoch; 0: leave it).
+func setWallClock(wallNS int64) error {
+	if wallNS <= 0 {
+		return nil
+	}
+	ts := unix.NsecToTimespec(wallNS)
+	if err := unix.ClockSettime(unix.CLOCK_REALTIME, &ts); err != nil {
+		return fmt.Errorf("setting the VM's clock: %w", err)
+	}
+	return nil
+}
+
 // runVMTrial is the vm rung's trial guest (wire.RoleVMTrial), PID 1 of its pid
 // namespace in the VM, with the wire ports at the wire's descriptors: it
 // greets the host, mounts the view as its root and runs the command as the
@@ -79,11 +92,8 @@ func runVMTrial() int {
 	// The VM's clock started from the RTC's whole second; the files the
 	// command writes get the host's time from QEMU's 9p server: make (and
 	// anything comparing the two) would see its own writes in the future.
-	if cfg.WallNS > 0 {
-		ts := unix.NsecToTimespec(cfg.WallNS)
-		if err := unix.ClockSettime(unix.CLOCK_REALTIME, &ts); err != nil {
-			return sendFailure(conn, "setup", fmt.Errorf("setting the VM's clock: %w", err))
-		}
+	if err := setWallClock(cfg.WallNS); err != nil {
+		return sendFailure(conn, "setup", err)
 	}
 	if err := enterVMRoot(); err != nil {
 		return sendFailure(conn, "setup", err)

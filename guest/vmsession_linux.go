@@ -12,6 +12,9 @@ package guest
 // would need its layers hidden from the command as ns hides them, and
 // scan staging already passes the corpus on every rung that uses it.
 func (s *session) startVM() error {
+	if err := setWallClock(s.cfg.WallNS); err != nil {
+		return err
+	}
 	if err := enterVMRoot(); err != nil {
 		return err
 	}

@@ -273,6 +273,10 @@ type SessionStart struct {
 	Baseline string `json:"baseline,omitempty"`
 	// Env is the initial environment of shell and Python execs.
 	Env []string `json:"env"`
+	// WallNS is the host's wall clock as it sent this (ns since the
+	// epoch), for a guest on a kernel whose clock starts from elsewhere
+	// (the vm rung's VM: the RTC's whole second), as TrialStart.WallNS.
+	WallNS int64 `json:"wall_ns,omitempty"`
 	// OutputCap bounds each exec's transcript and streams (the tail is kept).
 	OutputCap int `json:"output_cap"`
 	// Shell is the shell execs run in: "" for bash where the sandbox has

@@ -140,6 +140,9 @@ func (s *sessionSandbox) BootTime() time.Duration { return s.t.boot }
 func (s *sessionSandbox) Configure(start *wire.SessionStart) {
 	host, _ := os.Hostname()
 	start.Rung, start.Workspace, start.Hostname = Name, s.ws, host
+	// The VM's clock started from the RTC's whole second; the view's files
+	// get the host's time from QEMU's 9p server, the workspace's the VM's.
+	start.WallNS = time.Now().UnixNano()
 	// Each exec in a user namespace of its own (uid 0, mapped whole), as a
 	// trial's command in the VM, and the pids limit as its RLIMIT_NPROC:
 	// the VM's processes are not the host's.

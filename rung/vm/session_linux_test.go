@@ -60,6 +60,23 @@ func TestSession(t *testing.T) {
 	if i := s.Info(); i.Rung != vm.Name || i.Staging != "scan" || i.Workspace != "/workspace" {
 		t.Fatalf("Info %+v: want rung vm, staging scan, workspace /workspace", i)
 	}
+	// The VM's clock is the host's (set from session.start), not the RTC's
+	// whole second, up to a second behind: what the command reads lies
+	// between the host's clock before the exec and after it (a little
+	// ahead allowed: under TCG the VM's clock runs fast).
+	before := time.Now()
+	r, err := s.Shell(t.Context(), "date +%s.%N", time.Minute)
+	after := time.Now()
+	if err != nil {
+		t.Fatal(err)
+	}
+	vmNow, err := strconv.ParseFloat(strings.TrimSpace(r.Stdout), 64)
+	if err != nil {
+		t.Fatalf("date in the VM: %q", r.Stdout)
+	}
+	if at := time.Unix(0, int64(vmNow*1e9)); at.Before(before.Add(-50*time.Millisecond)) || at.After(after.Add(time.Second)) {
+		t.Errorf("the VM's clock read %v, the host's was %v to %v: want the host's clock", at, before, after)
+	}
 	hostKernel, err := os.ReadFile("/proc/sys/kernel/random/boot_id")
 	if err != nil {
 		t.Fatal(err)
