@@ -114,7 +114,7 @@ openapi-lint:
 # internal/testhooks), which `make build` leaves out of the shipped binaries.
 TEST_TAGS     := dryexec_testhooks
 unit:
-	CGO_ENABLED=1 $(GO) test -race -tags $(TEST_TAGS) -count=1 -timeout 40m $$($(GO) list ./... | grep -v '/test/fidelity$$')
+	CGO_ENABLED=1 $(GO) test -race -tags $(TEST_TAGS) -count=1 -timeout 60m $$($(GO) list ./... | grep -v '/test/fidelity$$')
 
 # The fidelity harness (docs/fidelity.md): realistic workloads natively and as
 # trials in identical trees, as root and as uid 65534 (≈ 4 minutes on 2 CPUs);
