@@ -505,7 +505,7 @@ func (t *trial) converse() error {
 		_, err := stubW.Write(req)
 		// Half-closed, not closed: the VM sees the end of the request, and
 		// the socket stays open for QEMU's chardev.
-		unix.Shutdown(int(stubW.Fd()), unix.SHUT_WR)
+		shutWrite(stubW)
 		return err
 	}
 	return t.Converse(t.net.trustEnv, sendStub, t.startIO)
@@ -521,9 +521,23 @@ func (t *trial) startIO() {
 	if spec.Stdin != nil {
 		go func() {
 			io.Copy(stdinW, spec.Stdin)
-			unix.Shutdown(int(stdinW.Fd()), unix.SHUT_WR)
+			shutWrite(stdinW)
 		}()
 	} else {
-		unix.Shutdown(int(stdinW.Fd()), unix.SHUT_WR)
+		shutWrite(stdinW)
 	}
+}
+
+// shutWrite half-closes the socket f (the VM sees the end of what was
+// written; the socket stays open for QEMU's chardev). Through the file's
+// own reference count, not f.Fd(): the stdin copier ends whenever the
+// caller's stdin does, possibly after the trial's cleanup closed f, and a
+// number read by Fd() then may be another file's (the race detector caught
+// the read against the close).
+func shutWrite(f *os.File) {
+	rc, err := f.SyscallConn()
+	if err != nil {
+		return
+	}
+	rc.Control(func(fd uintptr) { unix.Shutdown(int(fd), unix.SHUT_WR) })
 }
