@@ -133,12 +133,7 @@ func (s *sessionSandbox) Warnings() []string {
 	if mw := s.Watch.Warning(); mw != "" {
 		w = append(w, mw)
 	}
-	if nw := s.net.Warning(); nw != "" {
-		w = append(w, nw)
-	}
-	if e := s.net.Ended(); e != "" {
-		w = append(w, e)
-	}
+	w = append(w, s.net.SessionWarnings()...)
 	return w
 }
 

@@ -130,6 +130,19 @@ func (n *Net) Err() error {
 	return n.n.crashed()
 }
 
+// SessionWarnings is what a session sandbox's Warnings say of its network:
+// why it is not intercepted, and why it ended early, each when it applies.
+func (n *Net) SessionWarnings() []string {
+	var w []string
+	if n.n.warning != "" {
+		w = append(w, n.n.warning)
+	}
+	if e := n.Ended(); e != "" {
+		w = append(w, e)
+	}
+	return w
+}
+
 // Ended says why the network ended early ("the sandbox's network ended
 // early: …"), or "" while it serves (or was never started).
 func (n *Net) Ended() string {

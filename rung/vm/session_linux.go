@@ -167,12 +167,7 @@ func (s *sessionSandbox) Warnings() []string {
 	if mw := s.t.Watch.Warning(); mw != "" {
 		w = append(w, mw)
 	}
-	if nw := s.t.net.net.Warning(); nw != "" {
-		w = append(w, nw)
-	}
-	if e := s.t.net.net.Ended(); e != "" {
-		w = append(w, e)
-	}
+	w = append(w, s.t.net.net.SessionWarnings()...)
 	return w
 }
 
