@@ -153,3 +153,32 @@ try_("mknod_reg", lambda: os.mknod("r1", 0o600 | stat.S_IFREG))
 		}
 	}
 }
+
+// TestFIFOThroughLinkStaysInTheView: the host makes the FIFOs gVisor kept
+// in its memory, at paths the sandbox reports; a path through a symlink the
+// command made (to a host directory) must not lead the host out of the
+// upper dirs: the host directory is untouched, and the FIFO is the delta's
+// at the path it has in the view (or the delta says it could not be placed).
+func TestFIFOThroughLinkStaysInTheView(t *testing.T) {
+	requireGVisor(t)
+	dir := t.TempDir()
+	host := filepath.Join(t.TempDir(), "hostdir")
+	if err := os.Mkdir(host, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	d := runTrial(t, nil, dir, dryexec.TrialSpec{}, "sh", "-c", "ln -s "+host+" link && mkfifo link/evil && mkfifo link/../link/evil2; echo done")
+	if _, err := os.Lstat(filepath.Join(host, "evil")); err == nil {
+		t.Fatalf("the FIFO made through the sandbox's link is on the host")
+	}
+	if _, err := os.Lstat(filepath.Join(host, "evil2")); err == nil {
+		t.Fatalf("the FIFO made through the sandbox's link is on the host")
+	}
+	t.Logf("incomplete %v %s", d.Incomplete, d.IncompleteReason)
+	kinds := map[string]string{}
+	for _, f := range d.Files {
+		kinds[f.Path] = string(f.Kind)
+	}
+	if !d.Incomplete && (kinds[filepath.Join(host, "evil")] != "fifo" || kinds[filepath.Join(host, "evil2")] != "fifo") {
+		t.Errorf("delta %v (stdout %q): want the FIFOs at %s in the view's delta, or the delta incomplete", kinds, d.Process.Stdout, host)
+	}
+}
