@@ -1,12 +1,14 @@
 // Package procfs owns reading numbers out of Linux /proc files of the
 // "Key:   value [kB]" form (status, smaps_rollup, meminfo): one parser for the
 // guest's memory delta, the warm pool's idle cost, the soak harness and the
-// benchmarks. It is text parsing only, so it builds everywhere.
+// benchmarks; and listing a process's children by their stat and cmdline
+// (Children). It is text parsing only, so it builds everywhere.
 package procfs
 
 import (
 	"bytes"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 )
@@ -64,4 +66,41 @@ func Rollup(pid int) (rss, pss int64) {
 	rss, _ = Field(b, "Rss:")
 	pss, _ = Field(b, "Pss:")
 	return rss << 10, pss << 10
+}
+
+// Children lists the processes whose parent is parent and for which keep
+// is true, given their command name (stat's comm) and argv; zombies
+// included (their argv is empty). For tests and cleanup checks that look
+// for what a sandbox left behind.
+func Children(parent int, keep func(comm string, argv []string) bool) []int {
+	stats, _ := filepath.Glob("/proc/[0-9]*/stat")
+	want := strconv.Itoa(parent)
+	var out []int
+	for _, st := range stats {
+		b, err := os.ReadFile(st)
+		if err != nil {
+			continue
+		}
+		// pid (comm) state ppid …: comm may hold spaces and parentheses,
+		// so cut at the last ')'.
+		s := string(b)
+		open, end := strings.IndexByte(s, '('), strings.LastIndexByte(s, ')')
+		if open < 0 || end < open {
+			continue
+		}
+		f := strings.Fields(s[end+1:])
+		if len(f) < 2 || f[1] != want {
+			continue
+		}
+		pid, _ := strconv.Atoi(filepath.Base(filepath.Dir(st)))
+		cmd, _ := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/cmdline")
+		var argv []string
+		if len(cmd) > 0 {
+			argv = strings.Split(strings.TrimSuffix(string(cmd), "\x00"), "\x00")
+		}
+		if keep(s[open+1:end], argv) {
+			out = append(out, pid)
+		}
+	}
+	return out
 }

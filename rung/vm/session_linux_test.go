@@ -15,6 +15,7 @@ import (
 
 	"github.com/dryexec/dryexec"
 	"github.com/dryexec/dryexec/internal/guestexe"
+	"github.com/dryexec/dryexec/internal/procfs"
 	"github.com/dryexec/dryexec/internal/testreq"
 	"github.com/dryexec/dryexec/rung/vm"
 	"github.com/dryexec/dryexec/session"
@@ -250,32 +251,7 @@ func TestSessionQEMUKilledMidExec(t *testing.T) {
 // view guest becomes QEMU), zombies included.
 func qemuChildren(t *testing.T) []int {
 	t.Helper()
-	ents, err := os.ReadDir("/proc")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var pids []int
-	for _, e := range ents {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		st, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-		if err != nil {
-			continue
-		}
-		// pid (comm) state ppid …
-		s := string(st)
-		i := strings.LastIndexByte(s, ')')
-		f := strings.Fields(s[i+1:])
-		if len(f) < 2 || f[1] != strconv.Itoa(os.Getpid()) {
-			continue
-		}
-		if strings.HasPrefix(s[strings.IndexByte(s, '(')+1:i], "qemu-system") {
-			pids = append(pids, pid)
-		}
-	}
-	return pids
+	return procfs.Children(os.Getpid(), func(comm string, _ []string) bool { return strings.HasPrefix(comm, "qemu-system") })
 }
 
 // sockets counts this process's open socket descriptors.
