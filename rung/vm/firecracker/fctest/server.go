@@ -191,8 +191,14 @@ func (s *Server) Close() error {
 	s.mu.Lock()
 	s.exitLocked()
 	s.mu.Unlock()
+	// exitLocked closed the listener already; http.Server.Close closes
+	// it again and says so unless Serve has noticed first, a race that
+	// is no failure of the fake's process ending.
 	err := s.srv.Close()
 	s.conns.Wait()
+	if errors.Is(err, net.ErrClosed) {
+		err = nil
+	}
 	return err
 }
 
