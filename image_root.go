@@ -21,6 +21,12 @@ type ImageRoot struct {
 	// the action (ImageAction) before the rung sees it.
 	Env        []string
 	WorkingDir string
+	// UserXattr: the layers are in the form an overlay mounted with
+	// userxattr in a user namespace honours (opaque dirs as
+	// user.overlay.opaque, every file the caller's): a cache pulled by a
+	// caller that is not root (image.FormUserXattr). A rung mounts them
+	// only so, and root's layers only as root.
+	UserXattr bool
 }
 
 // MaxImageLayers is the most layers an image sandbox stacks: overlayfs's own

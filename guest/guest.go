@@ -66,6 +66,8 @@ func Main(args []string) int {
 		return runVMInit(args[1:])
 	case wire.RoleVMTrial:
 		return runVMTrial()
+	case wire.RoleImageView:
+		return runImageView(args[1:])
 	}
 	fmt.Fprintf(os.Stderr, "dryexec guest: unknown role %q\n", args[0])
 	return 2

@@ -35,3 +35,8 @@ func runVMInit([]string) int {
 }
 
 func runVMTrial() int { return runVMInit(nil) }
+
+func runImageView([]string) int {
+	fmt.Fprintln(os.Stderr, "dryexec guest: image views need Linux")
+	return 2
+}

@@ -277,7 +277,8 @@ func (b *overlayBuilder) image(layers []string, extra ...string) error {
 			return err
 		}
 	}
-	mfd, err := imagemount.Overlay(append([]string{init}, layers...), u, w)
+	// Rootless, the layers are the cache's userxattr form (linuxns.checkImage).
+	mfd, err := imagemount.Overlay(append([]string{init}, layers...), u, w, b.rootless)
 	if err != nil {
 		return err
 	}

@@ -38,9 +38,11 @@ import (
 //	images/<hex>.json  one image, by manifest digest: its names, platform and
 //	                   layers (diff IDs, lowest first)
 //	tmp/               work in progress; renamed into layers/ when complete
+//	form               the cache's Form, written once when it is made
 type Cache struct {
-	dir string
-	log *slog.Logger
+	dir  string
+	form Form
+	log  *slog.Logger
 }
 
 // Image is a pulled image as the cache records it.
@@ -103,15 +105,67 @@ func Open(dir string, log *slog.Logger) (*Cache, error) {
 	if err := os.Chmod(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("image: cache: %w", err)
 	}
-	c := &Cache{dir: dir, log: log}
+	form, err := cacheForm(dir, callerForm())
+	if err != nil {
+		return nil, err
+	}
+	if want := callerForm(); form != want {
+		return nil, fmt.Errorf("%w: the image cache %s holds layers in the %s form, and this caller (uid %d) mounts the %s form: "+
+			"root and other users each keep their own cache (their own DRYEXEC_HOME)", ErrUnsupportedHost, dir, form, os.Geteuid(), want)
+	}
+	c := &Cache{dir: dir, form: form, log: log}
 	if _, err := c.sweepTmp(); err != nil {
 		return nil, err
 	}
 	return c, nil
 }
 
+// cacheForm reads the Form of the cache in dir, marking a new cache with
+// want. The mark is made by link(2), which never replaces one that a
+// concurrent Open made first. A cache of an older dryexec has no mark: it
+// was unpacked as root, the only way there was, unless it holds no layer.
+func cacheForm(dir string, want Form) (Form, error) {
+	p := filepath.Join(dir, "form")
+	for {
+		b, err := os.ReadFile(p)
+		if err == nil {
+			f := Form(strings.TrimSpace(string(b)))
+			if f != FormRoot && f != FormUserXattr {
+				return "", fmt.Errorf("image: cache: %s names no form (%q)", p, b)
+			}
+			return f, nil
+		}
+		if !errors.Is(err, fs.ErrNotExist) {
+			return "", fmt.Errorf("image: cache: %w", err)
+		}
+		if ents, err := os.ReadDir(filepath.Join(dir, "layers")); err == nil && len(ents) > 0 {
+			want = FormRoot
+		}
+		tmp, err := os.CreateTemp(filepath.Join(dir, "tmp"), "form-")
+		if err != nil {
+			return "", fmt.Errorf("image: cache: %w", err)
+		}
+		_, err = tmp.WriteString(string(want) + "\n")
+		if cerr := tmp.Close(); err == nil {
+			err = cerr
+		}
+		if err == nil {
+			err = os.Link(tmp.Name(), p)
+		}
+		os.Remove(tmp.Name())
+		// ErrNotExist: a concurrent Open swept tmp/ meanwhile; try again.
+		if err != nil && !errors.Is(err, fs.ErrExist) && !errors.Is(err, fs.ErrNotExist) {
+			return "", fmt.Errorf("image: cache: %w", err)
+		}
+		// Made, by this Open or a concurrent one: read what it says.
+	}
+}
+
 // Dir is the cache's directory.
 func (c *Cache) Dir() string { return c.dir }
+
+// Form is how the cache's layers are unpacked, and so who may mount them.
+func (c *Cache) Form() Form { return c.form }
 
 // sweepTmp removes tmp/'s content when no pull holds gc.lock, and reports how
 // many entries went.
@@ -327,7 +381,7 @@ func (c *Cache) unpack(ctx context.Context, l v1.Layer, diffID, dir string, pr *
 		pipeW.CloseWithError(err)
 		fed <- err
 	}()
-	skipped, err := unpackLayer(ctx, pipeR, dir, c.log)
+	skipped, err := unpackLayer(ctx, pipeR, dir, c.form, c.log)
 	if err == nil {
 		_, err = io.Copy(io.Discard, pipeR)
 	}
@@ -696,5 +750,6 @@ func (c *Cache) Ensure(ctx context.Context, ref string, opts PullOptions) (img I
 // its layer directories, env and working directory; ref is how the caller
 // named it.
 func (c *Cache) Root(ref string, img Image) *dryexec.ImageRoot {
-	return &dryexec.ImageRoot{Ref: ref, Digest: img.Digest, Layers: c.LayerDirs(img), Env: img.Env, WorkingDir: img.WorkingDir}
+	return &dryexec.ImageRoot{Ref: ref, Digest: img.Digest, Layers: c.LayerDirs(img), Env: img.Env, WorkingDir: img.WorkingDir,
+		UserXattr: c.form == FormUserXattr}
 }

@@ -38,9 +38,24 @@ var (
 	// (`..`, a write through a symlink, a hardlink to outside) or is not a
 	// well-formed tar.
 	ErrUnsafeLayer = errors.New("image: unsafe or malformed layer")
-	// ErrUnsupportedHost: unpacking needs Linux (openat2) and root (overlay
-	// whiteouts are character devices 0/0 and trusted.* xattrs).
+	// ErrUnsupportedHost: unpacking needs Linux (openat2); a cache unpacked
+	// in one Form is refused to a caller that mounts the other.
 	ErrUnsupportedHost = errors.New("image: this host cannot unpack images")
+)
+
+// Form is how a cache's layers mark what overlayfs must hide, which decides
+// who can mount them (docs/images.md, "Rootless"). Whiteouts are 0/0
+// character devices in both.
+type Form string
+
+const (
+	// FormRoot: opaque directories carry trusted.overlay.opaque, and files
+	// keep the image's owners. Only an overlay mounted by root honours it.
+	FormRoot Form = "root"
+	// FormUserXattr: opaque directories carry user.overlay.opaque, and
+	// every file is the caller's; for an overlay mounted with userxattr in
+	// a user namespace, by a caller that is not root.
+	FormUserXattr Form = "userxattr"
 )
 
 // RegistryError is the registry's own answer to a refused request, kept for

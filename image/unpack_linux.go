@@ -17,12 +17,15 @@ import (
 
 // Overlay's own whiteout forms (Documentation/filesystems/overlayfs.rst): a
 // character device 0/0 hides a lower name, an opaque xattr hides a lower
-// directory's whole content. Both need CAP_MKNOD / CAP_SYS_ADMIN in the
-// initial user namespace, hence root.
+// directory's whole content. The device 0/0 anyone may make (Linux 5.8 on);
+// the opaque xattr is trusted.overlay.opaque for an overlay mounted by root
+// (setting it needs CAP_SYS_ADMIN), user.overlay.opaque for one mounted with
+// userxattr in a user namespace (a rootless caller's; Form).
 const (
-	whPrefix  = ".wh."
-	whOpaque  = ".wh..wh..opq"
-	opaqueKey = "trusted.overlay.opaque"
+	whPrefix      = ".wh."
+	whOpaque      = ".wh..wh..opq"
+	opaqueKey     = "trusted.overlay.opaque"
+	userOpaqueKey = "user.overlay.opaque"
 )
 
 // beneath is how every path inside a layer is resolved: never above the
@@ -30,17 +33,23 @@ const (
 // the sandbox, not paths for the unpacker), never across a mount.
 const beneath = unix.RESOLVE_BENEATH | unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_NO_MAGICLINKS | unix.RESOLVE_NO_XDEV
 
-// canUnpack says why this host cannot unpack, or nil.
-func canUnpack() error {
-	if os.Geteuid() != 0 {
-		return fmt.Errorf("%w: unpacking layers needs root (overlay whiteouts are 0/0 devices and trusted.* xattrs)", ErrUnsupportedHost)
+// canUnpack says why this host cannot unpack, or nil: Linux unpacks as root
+// (FormRoot) or as anyone else (FormUserXattr).
+func canUnpack() error { return nil }
+
+// callerForm is the form this process unpacks in and mounts: root's, or the
+// userxattr form for anyone else.
+func callerForm() Form {
+	if os.Geteuid() == 0 {
+		return FormRoot
 	}
-	return nil
+	return FormUserXattr
 }
 
 // unpacker writes one layer's tar into dir as an overlayfs layer.
 type unpacker struct {
 	root int // O_PATH fd of the layer's directory
+	form Form
 	log  *slog.Logger
 	// dirTimes are applied at the end: entries written into a directory
 	// after it change its mtime.
@@ -54,13 +63,13 @@ type dirTime struct {
 }
 
 // unpackLayer unpacks the tar stream r into the empty directory dir.
-func unpackLayer(ctx context.Context, r io.Reader, dir string, log *slog.Logger) (skipped int, err error) {
+func unpackLayer(ctx context.Context, r io.Reader, dir string, form Form, log *slog.Logger) (skipped int, err error) {
 	fd, err := unix.Open(dir, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC|unix.O_NOFOLLOW, 0)
 	if err != nil {
 		return 0, fmt.Errorf("image: opening %s: %w", dir, err)
 	}
 	defer unix.Close(fd)
-	u := &unpacker{root: fd, log: log}
+	u := &unpacker{root: fd, form: form, log: log}
 	tr := tar.NewReader(r)
 	for {
 		if err := ctx.Err(); err != nil {
@@ -83,6 +92,11 @@ func unpackLayer(ctx context.Context, r io.Reader, dir string, log *slog.Logger)
 		if err != nil {
 			continue // replaced by a later entry
 		}
+		// The directory's own mode only now: unpacked 0700 or more, so that
+		// a read-only directory of the image (dr-xr-xr-x) can still be
+		// filled by a caller that is not root. Deepest first (children
+		// were appended after their parents), so each is still reachable.
+		_ = unix.Fchmodat(pfd, base, mode(d.h), 0)
 		u.times(pfd, base, d.h)
 		unix.Close(pfd)
 	}
@@ -140,7 +154,7 @@ func (u *unpacker) entry(h *tar.Header, body io.Reader) error {
 		if err := u.owner(pfd, base, h); err != nil {
 			return err
 		}
-		if err := unix.Fchmodat(pfd, base, mode(h), 0); err != nil {
+		if err := unix.Fchmodat(pfd, base, mode(h)|0o700, 0); err != nil {
 			return err
 		}
 		u.xattrs(pfd, base, h)
@@ -158,7 +172,7 @@ func (u *unpacker) entry(h *tar.Header, body io.Reader) error {
 		}
 		f := os.NewFile(uintptr(fd), base)
 		_, err = io.Copy(f, body)
-		if err == nil && os.Geteuid() == 0 {
+		if err == nil && u.form == FormRoot {
 			err = f.Chown(h.Uid, h.Gid)
 		}
 		if err == nil {
@@ -229,7 +243,11 @@ func (u *unpacker) whiteout(p, base string) error {
 			return err
 		}
 		defer unix.Close(rfd)
-		return unix.Fsetxattr(rfd, opaqueKey, []byte("y"), 0)
+		key := opaqueKey
+		if u.form == FormUserXattr {
+			key = userOpaqueKey
+		}
+		return unix.Fsetxattr(rfd, key, []byte("y"), 0)
 	}
 	if strings.HasPrefix(base, whPrefix+whPrefix) {
 		return nil // other AUFS bookkeeping (.wh..wh.plnk etc.): not content
@@ -327,8 +345,10 @@ func removeAt(fd int, name string) error {
 	return unix.Unlinkat(fd, name, unix.AT_REMOVEDIR)
 }
 
+// owner gives the entry the tar's owner as root; in the userxattr form
+// every file stays the caller's (docs/images.md, "Rootless").
 func (u *unpacker) owner(pfd int, base string, h *tar.Header) error {
-	if os.Geteuid() != 0 {
+	if u.form != FormRoot {
 		return nil
 	}
 	return unix.Fchownat(pfd, base, h.Uid, h.Gid, unix.AT_SYMLINK_NOFOLLOW)
@@ -344,13 +364,16 @@ func (u *unpacker) times(pfd int, base string, h *tar.Header) {
 	_ = unix.UtimesNanoAt(pfd, base, ts, unix.AT_SYMLINK_NOFOLLOW)
 }
 
-// xattrs applies the entry's user.* extended attributes. Others are dropped:
-// trusted.overlay.* from a layer could forge whiteouts or redirects in the
-// overlay stack, and security.capability grants nothing under no_new_privs.
+// xattrs applies the entry's user.* extended attributes but user.overlay.*.
+// Others are dropped: trusted.overlay.* (and, for an overlay mounted with
+// userxattr, user.overlay.*) from a layer could forge whiteouts or redirects
+// in the overlay stack, and security.capability grants nothing under
+// no_new_privs. user.overlay.* goes in both forms: one rule, and it is
+// nothing a program of the image reads.
 func (u *unpacker) xattrs(pfd int, base string, h *tar.Header) {
 	for k, v := range h.PAXRecords {
 		key, ok := strings.CutPrefix(k, "SCHILY.xattr.")
-		if !ok || !strings.HasPrefix(key, "user.") {
+		if !ok || !strings.HasPrefix(key, "user.") || strings.HasPrefix(key, "user.overlay.") {
 			continue
 		}
 		if err := unix.Lsetxattr("/proc/self/fd/"+strconv.Itoa(pfd)+"/"+base, key, []byte(v), 0); err != nil {

@@ -14,6 +14,8 @@ func canUnpack() error {
 	return fmt.Errorf("%w: unpacking images needs Linux", ErrUnsupportedHost)
 }
 
-func unpackLayer(context.Context, io.Reader, string, *slog.Logger) (int, error) {
+func callerForm() Form { return FormRoot }
+
+func unpackLayer(context.Context, io.Reader, string, Form, *slog.Logger) (int, error) {
 	return 0, canUnpack()
 }

@@ -33,6 +33,11 @@ const (
 	// descriptors. A session's VM has its init start RoleSession there
 	// instead (init's argv: "guest vm-init session").
 	RoleVMTrial = "vm-trial"
+	// RoleImageView: a short-lived helper of a host that is not root, in a
+	// user and mount namespace of its own: it mounts an image's read-only
+	// merged view and hands the mount's descriptor back
+	// (imagemount.SendView, linuxns.ImageView).
+	RoleImageView = "image-view"
 )
 
 // MaskAtime is the atime (and mtime) every mask entry starts with

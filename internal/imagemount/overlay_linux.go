@@ -25,7 +25,11 @@ import (
 // spelled, and a path holding a comma or colon would need escaping; each
 // lowerdir+ is one path, up to overlayfs's own limit (500). Linux 6.8 added
 // lowerdir+; an older kernel is refused with a clear error.
-func Overlay(layers []string, upper, work string) (int, error) {
+//
+// userxattr mounts layers of the rootless form (opaque dirs as
+// user.overlay.opaque), as a caller that is not root can in a user namespace
+// of its own; redirects then stay nofollow, the only kind userxattr allows.
+func Overlay(layers []string, upper, work string, userxattr bool) (int, error) {
 	if len(layers) == 0 {
 		return -1, errors.New("image overlay: no layers")
 	}
@@ -66,10 +70,21 @@ func Overlay(layers []string, upper, work string) (int, error) {
 		}
 	}
 	opts := [][2]string{{"metacopy", "off"}, {"index", "off"}, {"xino", "auto"}}
+	if userxattr {
+		if err := unix.FsconfigSetFlag(fsfd, "userxattr"); err != nil {
+			return -1, fmt.Errorf("image overlay: userxattr: %w%s", err, fsLog(fsfd))
+		}
+	}
 	if !ro {
 		// As for a host mount (overlayBuilder.overlay): a renamed dir works as
 		// rename(2) does, and the walk reports it from its redirect xattr.
-		opts = append(opts, [2]string{"upperdir", upper}, [2]string{"workdir", work}, [2]string{"redirect_dir", "on"})
+		// Rootless (userxattr) only nofollow is allowed: such a rename is
+		// EXDEV, and mv copies.
+		redirect := "on"
+		if userxattr {
+			redirect = "nofollow"
+		}
+		opts = append(opts, [2]string{"upperdir", upper}, [2]string{"workdir", work}, [2]string{"redirect_dir", redirect})
 	}
 	for _, o := range opts {
 		if err := set(o[0], o[1]); err != nil {
@@ -106,4 +121,19 @@ func fsLog(fsfd int) string {
 		return ""
 	}
 	return " (" + strings.Join(out, "; ") + ")"
+}
+
+// SendView makes the read-only merged view of layers (Overlay without an
+// upper) and sends its mount descriptor over the unix socket sock, or, if it
+// cannot, the error's text without one. It is the whole of a helper a caller
+// that is not root starts in a user and mount namespace of its own
+// (wire.RoleImageView): only there may it mount an overlay, and the detached
+// mount outlives the helper in the descriptor it hands over.
+func SendView(sock int, layers []string, userxattr bool) error {
+	fd, err := Overlay(layers, "", "", userxattr)
+	if err != nil {
+		return unix.Sendmsg(sock, []byte(err.Error()), nil, nil, 0)
+	}
+	defer unix.Close(fd)
+	return unix.Sendmsg(sock, []byte{0}, unix.UnixRights(fd), nil, 0)
 }

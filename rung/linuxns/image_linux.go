@@ -3,12 +3,16 @@ package linuxns
 import (
 	"fmt"
 	"os"
+	"os/exec"
 	"path"
+	"syscall"
 
 	"golang.org/x/sys/unix"
 
 	"github.com/dryexec/dryexec"
+	"github.com/dryexec/dryexec/internal/guestexe"
 	"github.com/dryexec/dryexec/internal/imagemount"
+	"github.com/dryexec/dryexec/internal/tail"
 	"github.com/dryexec/dryexec/wire"
 )
 
@@ -26,11 +30,16 @@ func checkImage(img *dryexec.ImageRoot) error {
 	if err := dryexec.CheckImage(&Rung{}, img); err != nil {
 		return err
 	}
-	if os.Getuid() != 0 {
-		// The layers' whiteouts are device nodes 0/0 and trusted.overlay.*
-		// xattrs, which only an overlay mounted by root honours (a rootless
-		// overlay reads user.overlay.*): the image package unpacks as root.
-		return &dryexec.IsolationUnavailableError{Rung: Name, Missing: "sandboxes from an image need root (the image cache's layers are root's overlay form)"}
+	// Root's layers mark opaque dirs with trusted.overlay.*, which only an
+	// overlay mounted by root honours; a rootless cache's with
+	// user.overlay.*, which only a userxattr overlay reads (and a rootless
+	// guest cannot mount without userxattr). Mounted the other way, the
+	// image's deleted directory contents would show again.
+	if rootless := os.Getuid() != 0; rootless != img.UserXattr {
+		return &dryexec.IsolationUnavailableError{Rung: Name, Missing: fmt.Sprintf(
+			"an image from a cache of %s's (userxattr form: %v) cannot serve a sandbox of %s: each keeps its own image cache",
+			map[bool]string{true: "a user that is not root", false: "root"}[img.UserXattr], img.UserXattr,
+			map[bool]string{true: "a user that is not root", false: "root"}[rootless])}
 	}
 	return nil
 }
@@ -78,13 +87,76 @@ func CheckImageAction(a dryexec.Action) error { return checkAction(a, true) }
 
 // ImageView is the host's read-only merged view of an image's layers, which
 // a trial's upper dir is diffed against (fsdelta.Mount.Root); rung names the
-// rung in its error.
+// rung in its error. A host that is not root cannot mount an overlay: a
+// helper in a user namespace of its own mounts the view (in the rootless
+// userxattr form) and hands it over (userNSView).
 func ImageView(rung string, layers []string) (*os.File, error) {
-	fd, err := imagemount.Overlay(layers, "", "")
+	var fd int
+	var err error
+	if os.Geteuid() == 0 {
+		fd, err = imagemount.Overlay(layers, "", "", false)
+	} else {
+		fd, err = userNSView(layers)
+	}
 	if err != nil {
 		return nil, &dryexec.IsolationUnavailableError{Rung: rung, Missing: err.Error()}
 	}
 	return os.NewFile(uintptr(fd), "image"), nil
+}
+
+// userNSView runs wire.RoleImageView in a user and mount namespace of its
+// own (uid and gid 0 there are the caller's: the cache's files are the
+// caller's) and returns the view's mount descriptor it sends back. The mount
+// is detached, so it lives on in the descriptor after the helper is gone.
+func userNSView(layers []string) (int, error) {
+	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_SEQPACKET|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return -1, fmt.Errorf("image view: socketpair: %w", err)
+	}
+	defer unix.Close(fds[0])
+	child := os.NewFile(uintptr(fds[1]), "image-view")
+	stderr := tail.New(4096)
+	cmd := &exec.Cmd{
+		Path:       guestexe.Executable(),
+		Args:       append([]string{"dryexec", "guest", wire.RoleImageView}, layers...),
+		Env:        []string{},
+		ExtraFiles: []*os.File{child},
+		Stderr:     stderr,
+		SysProcAttr: &syscall.SysProcAttr{
+			Cloneflags:  syscall.CLONE_NEWUSER | syscall.CLONE_NEWNS,
+			UidMappings: []syscall.SysProcIDMap{{ContainerID: 0, HostID: os.Getuid(), Size: 1}},
+			GidMappings: []syscall.SysProcIDMap{{ContainerID: 0, HostID: os.Getgid(), Size: 1}},
+			Pdeathsig:   syscall.SIGKILL,
+		},
+	}
+	err = cmd.Start()
+	child.Close()
+	if err != nil {
+		return -1, fmt.Errorf("image view: cannot create a user namespace: %w", err)
+	}
+	// The helper's end closes when it exits: a read never outwaits it.
+	buf, oob := make([]byte, 4096), make([]byte, unix.CmsgSpace(4))
+	n, oobn, _, _, rerr := unix.Recvmsg(fds[0], buf, oob, unix.MSG_CMSG_CLOEXEC)
+	werr := cmd.Wait()
+	if rerr != nil {
+		return -1, fmt.Errorf("image view: %w", rerr)
+	}
+	var fd = -1
+	if msgs, err := unix.ParseSocketControlMessage(oob[:oobn]); err == nil && len(msgs) == 1 {
+		if rights, err := unix.ParseUnixRights(&msgs[0]); err == nil && len(rights) == 1 {
+			fd = rights[0]
+		}
+	}
+	switch {
+	case fd >= 0 && werr == nil:
+		return fd, nil
+	case fd >= 0:
+		unix.Close(fd)
+	case n > 0 && buf[0] != 0:
+		return -1, fmt.Errorf("image view: %s", buf[:n])
+	}
+	msg, _ := stderr.Bytes()
+	return -1, fmt.Errorf("image view: the helper failed: %v: %s", werr, msg)
 }
 
 // CheckImageCwd says whether cwd is a directory in the image view (resolved
