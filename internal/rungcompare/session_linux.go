@@ -77,47 +77,7 @@ func SessionSameAsNS(t *testing.T, name string, cases []SessionCase) {
 	for _, c := range cases {
 		t.Run(c.Name, func(t *testing.T) {
 			dir := Fixture(t, "files")
-			run := func(r string) []SessionStep {
-				opt := c.Opt
-				opt.Rung = r
-				opt.Masks = replaceAll(repl, opt.Masks)
-				opt.Net = replaceAll(repl, opt.Net)
-				ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-				defer cancel()
-				s, err := session.Open(ctx, opt)
-				if err != nil {
-					t.Fatalf("opening a %s session: %v", r, err)
-				}
-				defer s.Close()
-				if err := s.PushDir(ctx, dir); err != nil {
-					t.Fatalf("%s: pushing the fixture: %v", r, err)
-				}
-				var steps []SessionStep
-				for _, cmd := range c.Commands {
-					res, err := s.Shell(ctx, repl.Replace(cmd), c.Timeout)
-					if err != nil {
-						t.Fatalf("%s: %q: %v", r, cmd, err)
-					}
-					d, err := s.Diff(ctx, c.Rebase)
-					if err != nil {
-						t.Fatalf("%s: diff after %q: %v", r, cmd, err)
-					}
-					res.DurationNS, res.Warnings = 0, nil
-					// The transcript merges two pipes in the order their bytes
-					// reached the reader, and between two pipes no order is
-					// defined (ns itself gave "err\nout\n" for `echo out; echo
-					// err >&2` once under load): each rung's must be a merge of
-					// its own stdout and stderr; the streams are compared apart.
-					if !isMerge(res.Transcript, res.Stdout, res.Stderr) {
-						t.Errorf("%s: %q: transcript %q is not a merge of stdout %q and stderr %q", r, cmd, res.Transcript, res.Stdout, res.Stderr)
-					}
-					res.Transcript = ""
-					// The session's network log, filled on the host: the
-					// exec's own events are res.Network.
-					steps = append(steps, SessionStep{Result: *res, Diff: *d, Violations: s.Violations(), Network: s.Network()})
-				}
-				return steps
-			}
+			run := func(r string) []SessionStep { return SessionSteps(t, r, c, dir, repl) }
 			ns, other := run("ns"), run(name)
 			if len(ns) != len(other) {
 				t.Fatalf("%d steps on ns, %d on %s", len(ns), len(other), name)
@@ -129,6 +89,52 @@ func SessionSameAsNS(t *testing.T, name string, cases []SessionCase) {
 			}
 		})
 	}
+}
+
+// SessionSteps runs case c in a session on rung r with dir pushed as its
+// workspace (repl replaces the placeholders of its options and commands)
+// and returns its steps, timing aside.
+func SessionSteps(t *testing.T, r string, c SessionCase, dir string, repl *strings.Replacer) []SessionStep {
+	t.Helper()
+	opt := c.Opt
+	opt.Rung = r
+	opt.Masks = replaceAll(repl, opt.Masks)
+	opt.Net = replaceAll(repl, opt.Net)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	s, err := session.Open(ctx, opt)
+	if err != nil {
+		t.Fatalf("opening a %s session: %v", r, err)
+	}
+	defer s.Close()
+	if err := s.PushDir(ctx, dir); err != nil {
+		t.Fatalf("%s: pushing the fixture: %v", r, err)
+	}
+	var steps []SessionStep
+	for _, cmd := range c.Commands {
+		res, err := s.Shell(ctx, repl.Replace(cmd), c.Timeout)
+		if err != nil {
+			t.Fatalf("%s: %q: %v", r, cmd, err)
+		}
+		d, err := s.Diff(ctx, c.Rebase)
+		if err != nil {
+			t.Fatalf("%s: diff after %q: %v", r, cmd, err)
+		}
+		res.DurationNS, res.Warnings = 0, nil
+		// The transcript merges two pipes in the order their bytes
+		// reached the reader, and between two pipes no order is
+		// defined (ns itself gave "err\nout\n" for `echo out; echo
+		// err >&2` once under load): each rung's must be a merge of
+		// its own stdout and stderr; the streams are compared apart.
+		if !isMerge(res.Transcript, res.Stdout, res.Stderr) {
+			t.Errorf("%s: %q: transcript %q is not a merge of stdout %q and stderr %q", r, cmd, res.Transcript, res.Stdout, res.Stderr)
+		}
+		res.Transcript = ""
+		// The session's network log, filled on the host: the
+		// exec's own events are res.Network.
+		steps = append(steps, SessionStep{Result: *res, Diff: *d, Violations: s.Violations(), Network: s.Network()})
+	}
+	return steps
 }
 
 // isMerge reports whether m is an interleaving of a and b, each kept in
