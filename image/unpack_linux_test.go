@@ -3,6 +3,7 @@ package image
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
@@ -10,6 +11,8 @@ import (
 	"testing"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/dryexec/dryexec/rung/linuxns"
 )
 
 // pullLayers stacks a layer per entry list, writes the image to a fresh OCI layout and pulls it into c.
@@ -32,6 +35,9 @@ func TestAwkwardLayers(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// Before TempDir's own removal, which cannot enter the read-only ro/
+	// as a caller that is not root.
+	t.Cleanup(func() { removeAll(c.Dir()) })
 	lower := []ent{
 		{name: "a/", typ: '5'}, {name: "a/keep", body: "k"}, {name: "a/gone", body: "g"},
 		{name: "b/", typ: '5'}, {name: "b/old", body: "o"},
@@ -44,7 +50,12 @@ func TestAwkwardLayers(t *testing.T) {
 		{name: "dev/null", typ: '3', major: 1, minor: 3},
 		{name: "dev/sda", typ: '4', major: 8, minor: 0},
 		{name: "pipe", typ: '6'},
-		{name: "x", body: "xattrs", pax: map[string]string{"SCHILY.xattr.user.note": "hi", "SCHILY.xattr.trusted.overlay.opaque": "y"}},
+		{name: "x", body: "xattrs", pax: map[string]string{"SCHILY.xattr.user.note": "hi", "SCHILY.xattr.trusted.overlay.opaque": "y",
+			"SCHILY.xattr.user.overlay.opaque": "y"}},
+		{name: "forged/", typ: '5'}, {name: "forged/old", body: "o"},
+		// A read-only directory with entries after it: a caller that is not
+		// root must still fill it, and it ends read-only.
+		{name: "ro/", typ: '5', mode: 0o555}, {name: "ro/sub/", typ: '5', mode: 0o500}, {name: "ro/sub/f", body: "f"},
 		{name: "/leading/slash", body: "relative after all"},
 	}
 	upper := []ent{
@@ -52,6 +63,10 @@ func TestAwkwardLayers(t *testing.T) {
 		{name: "a/.wh.gone", body: ""},
 		{name: "b/.wh..wh..opq", body: ""},
 		{name: "b/new", body: "n"},
+		// A layer's own overlay xattr on a directory: in the userxattr
+		// form it would make the directory opaque, hiding forged/old.
+		{name: "forged/", typ: '5', pax: map[string]string{"SCHILY.xattr.user.overlay.opaque": "y", "SCHILY.xattr.trusted.overlay.opaque": "y"}},
+		{name: "forged/new", body: "n"},
 	}
 	res, err := pullLayers(t, c, lower, upper)
 	if err != nil {
@@ -77,11 +92,23 @@ func TestAwkwardLayers(t *testing.T) {
 		t.Errorf("whiteout of a/gone is mode %o", s.Mode)
 	}
 	buf := make([]byte, 8)
-	if n, err := unix.Lgetxattr(filepath.Join(up, "b"), opaqueKey, buf); err != nil || string(buf[:n]) != "y" {
-		t.Errorf("b is not opaque: %q, %v", buf[:n], err)
+	key := opaqueKey
+	if c.Form() == FormUserXattr {
+		key = userOpaqueKey
 	}
-	if _, err := unix.Lgetxattr(filepath.Join(lo, "x"), opaqueKey, buf); err == nil {
-		t.Error("a layer's own trusted.overlay.* xattr was kept")
+	if n, err := unix.Lgetxattr(filepath.Join(up, "b"), key, buf); err != nil || string(buf[:n]) != "y" {
+		t.Errorf("b is not opaque (%s): %q, %v", key, buf[:n], err)
+	}
+	for _, k := range []string{opaqueKey, userOpaqueKey} {
+		for _, p := range []string{filepath.Join(lo, "x"), filepath.Join(up, "forged")} {
+			if _, err := unix.Lgetxattr(p, k, buf); err == nil {
+				t.Errorf("a layer's own %s xattr was kept on %s", k, p)
+			}
+		}
+	}
+	// Owners: the tar's as root; rootless, every file the caller's.
+	if s := st(filepath.Join(lo, "usr/bin/su")); c.Form() == FormUserXattr && (int(s.Uid) != os.Getuid() || int(s.Gid) != os.Getgid()) {
+		t.Errorf("su owned by %d:%d in a rootless cache, want the caller's", s.Uid, s.Gid)
 	}
 	if n, err := unix.Lgetxattr(filepath.Join(lo, "x"), "user.note", buf); err != nil || string(buf[:n]) != "hi" {
 		t.Errorf("user.note: %q, %v", buf[:n], err)
@@ -95,6 +122,13 @@ func TestAwkwardLayers(t *testing.T) {
 	if s := st(filepath.Join(lo, "usr/bin/wall")); s.Mode&0o7777 != 0o2755 {
 		t.Errorf("wall mode %o, want 2755", s.Mode&0o7777)
 	}
+	if s := st(filepath.Join(lo, "ro")); s.Mode&0o7777 != 0o555 {
+		t.Errorf("ro mode %o, want 555", s.Mode&0o7777)
+	}
+	if s := st(filepath.Join(lo, "ro/sub")); s.Mode&0o7777 != 0o500 {
+		t.Errorf("ro/sub mode %o, want 500", s.Mode&0o7777)
+	}
+	st(filepath.Join(lo, "ro/sub/f"))
 	if l, err := os.Readlink(filepath.Join(lo, "abs")); err != nil || l != "/etc/passwd" {
 		t.Errorf("abs -> %q, %v", l, err)
 	}
@@ -111,13 +145,14 @@ func TestAwkwardLayers(t *testing.T) {
 		t.Errorf("cache dir mode %v (%v), want 0700: it holds setuid files", st.Mode(), err)
 	}
 
-	// What overlayfs makes of the stack: the sandbox's view.
-	mnt := t.TempDir()
-	opts := "lowerdir=" + up + ":" + lo
-	if err := unix.Mount("overlay", mnt, "overlay", unix.MS_RDONLY, opts); err != nil {
+	// What overlayfs makes of the stack: the sandbox's view, as the ns rung
+	// mounts it for this caller (rootless: in a user namespace, userxattr).
+	view, err := linuxns.ImageView(linuxns.Name, dirs)
+	if err != nil {
 		t.Fatalf("mounting the layers: %v", err)
 	}
-	t.Cleanup(func() { unix.Unmount(mnt, unix.MNT_DETACH) })
+	defer view.Close()
+	mnt := fmt.Sprintf("/proc/self/fd/%d", view.Fd())
 	if _, err := os.Lstat(filepath.Join(mnt, "c")); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("c still visible: %v", err)
 	}
@@ -129,6 +164,9 @@ func TestAwkwardLayers(t *testing.T) {
 	}
 	if b, err := os.ReadFile(filepath.Join(mnt, "h")); err != nil || string(b) != "c-content" {
 		t.Errorf("h: %q, %v", b, err)
+	}
+	if got := entries(t, filepath.Join(mnt, "forged")); !slices.Equal(got, []string{"new", "old"}) {
+		t.Errorf("forged holds %v, want [new old]: a layer's own overlay xattr made it opaque", got)
 	}
 }
 

@@ -1,0 +1,16 @@
+package image
+
+import (
+	"os"
+	"testing"
+
+	"github.com/dryexec/dryexec/guest"
+)
+
+// TestMain lets this test binary serve as dryexec's guest: a caller that is
+// not root mounts an image's view through a helper role of it
+// (linuxns.ImageView, TestAwkwardLayers).
+func TestMain(m *testing.M) {
+	guest.MaybeMain(os.Args)
+	os.Exit(m.Run())
+}
