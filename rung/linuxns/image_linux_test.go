@@ -118,6 +118,15 @@ func TestImageTrialRefusals(t *testing.T) {
 	if !errors.Is(err, dryexec.ErrBadAction) {
 		t.Errorf("cwd missing in the image: %v, want ErrBadAction", err)
 	}
+	// Layers of a rootless cache (userxattr form) are never mounted as
+	// root's: their opaque dirs would not be honoured.
+	other := *root
+	other.UserXattr = true
+	_, err = (&Rung{}).Trial(ctx, dryexec.TrialSpec{Image: &other, Action: dryexec.Action{Argv: []string{"true"}, Cwd: "/"}})
+	var iu *dryexec.IsolationUnavailableError
+	if !errors.As(err, &iu) {
+		t.Errorf("root on a userxattr cache's layers: %v, want an *IsolationUnavailableError", err)
+	}
 	deep := *root
 	for len(deep.Layers) <= dryexec.MaxImageLayers {
 		deep.Layers = append(deep.Layers, root.Layers[len(root.Layers)-1])
