@@ -56,6 +56,8 @@ type session struct {
 	// prestarting delivers the runner being started in the background (nil
 	// if it failed), or is nil; a request takes it before anything else.
 	prestarting chan *runnerProc
+	// vm is what a vm session keeps to park (vmpark_linux.go); nil elsewhere.
+	vm *vmPark
 }
 
 func runSession() int {
@@ -217,6 +219,22 @@ func (s *session) handle(ctx context.Context, f *wire.Frame) (any, [][]byte, err
 		return nil, nil, nil
 	case wire.VerbFork, wire.VerbForkAdopt, wire.VerbPullOriginDiff, wire.VerbApplyEnd:
 		return s.handleFork(f)
+	case wire.VerbSessionPark:
+		s.dropRunner()
+		if err := s.parkVM(); err != nil {
+			return nil, nil, remote("park", "%v", err)
+		}
+		return nil, nil, nil
+	case wire.VerbSessionUnpark:
+		var req wire.SessionUnpark
+		if err := f.Decode(&req); err != nil {
+			return nil, nil, err
+		}
+		if err := s.unparkVM(req.WallNS); err != nil {
+			return nil, nil, remote("unpark", "%v", err)
+		}
+		s.prestartPython()
+		return s.ping(), nil, nil
 	case wire.VerbShutdown:
 		s.closePython()
 		s.close()

@@ -47,3 +47,10 @@ func (s *session) quiesce() (resume func()) { return func() {} }
 // errWriters is the ns rung's refusal to freeze (fork_linux.go); no other
 // platform freezes.
 var errWriters = errors.New("a workspace file is open for writing")
+
+// vmPark: only the vm rung parks (vmpark_linux.go).
+type vmPark struct{}
+
+func (s *session) parkVM() error { return fmt.Errorf("rung %s cannot park", s.cfg.Rung) }
+
+func (s *session) unparkVM(int64) error { return fmt.Errorf("rung %s cannot park", s.cfg.Rung) }

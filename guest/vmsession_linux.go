@@ -1,5 +1,7 @@
 package guest
 
+import "golang.org/x/sys/unix"
+
 // startVM prepares a session inside the vm rung's microVM. vm-init started
 // this guest as PID 1 of a pid and mount namespace of the VM's, with the
 // wire's ports at its descriptors (RoleSession instead of RoleVMTrial):
@@ -15,13 +17,26 @@ func (s *session) startVM() error {
 	if err := setWallClock(s.cfg.WallNS); err != nil {
 		return err
 	}
+	// The initramfs's root, where the guest waits while parked
+	// (vmpark_linux.go).
+	root, err := unix.Open("/", unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return err
+	}
 	if err := enterVMRoot(); err != nil {
+		unix.Close(root)
 		return err
 	}
 	if err := loopbackUp(); err != nil {
+		unix.Close(root)
 		return err
 	}
-	return s.startGVisor()
+	if err := s.startGVisor(); err != nil {
+		unix.Close(root)
+		return err
+	}
+	s.vm = &vmPark{initRoot: root}
+	return nil
 }
 
 // ownKernel says whether the session runs on a kernel of the sandbox's own

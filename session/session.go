@@ -199,6 +199,10 @@ type Session struct {
 	// violations accumulates what the sandbox reported, in order.
 	violations []dryexec.Violation
 
+	// netBefore is what the network logged before the session was parked
+	// (its sandbox's netsim is new since).
+	netBefore []dryexec.NetworkEvent
+
 	emitMu    sync.Mutex // guards the fields below; held across OnEmit
 	emits     []wire.Emit
 	emitBytes int
@@ -395,17 +399,22 @@ func imageEnv(opt Options, def map[string]string) map[string]string {
 // they completed: the first 10 000 are kept (netsim.Config.MaxEvents). Without
 // netsim (the host rung, or a rootless host without /dev/net/tun, see
 // Warnings) it is empty.
-func (s *Session) Network() []dryexec.NetworkEvent { return s.sb.Network() }
+func (s *Session) Network() []dryexec.NetworkEvent {
+	if len(s.netBefore) == 0 {
+		return s.sb.Network()
+	}
+	return append(slices.Clone(s.netBefore), s.sb.Network()...)
+}
 
 // netMark is where the network log stands; netSince returns what came after.
-func (s *Session) netMark() int { return len(s.sb.Network()) }
+func (s *Session) netMark() int { return len(s.Network()) }
 
 // netSince returns the events logged after mark: an exec's own. A request
 // netsim answered is logged before its last response bytes leave netsim, and
 // a refusal (a DNS answer, an RST) before it is sent, so each is in the list
 // of the exec that made it (Network has it too).
 func (s *Session) netSince(mark int) []dryexec.NetworkEvent {
-	log := s.sb.Network()
+	log := s.Network()
 	if mark >= len(log) {
 		return nil
 	}

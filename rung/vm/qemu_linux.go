@@ -84,6 +84,9 @@ type vmConfig struct {
 	netFD int
 	// session has the init start a session guest instead of a trial's.
 	session bool
+	// qmpFD is QEMU's descriptor of its monitor's socket (qmpArgs), and
+	// incomingFD of a saved state to restore (-incoming); 0: none.
+	qmpFD, incomingFD int
 }
 
 // kernelArgs are the guest kernel's command line. tsc_early_khz: under TCG
@@ -133,5 +136,11 @@ func (c *vmConfig) argv() []string {
 		argv = append(argv, netArgs(c.netFD)...)
 	}
 	argv = append(argv, c.transport.Args(c.portFDs)...)
+	if c.qmpFD > 0 {
+		argv = append(argv, qmpArgs(c.qmpFD)...)
+	}
+	if c.incomingFD > 0 {
+		argv = append(argv, "-incoming", "fd:"+strconv.Itoa(c.incomingFD))
+	}
 	return argv
 }

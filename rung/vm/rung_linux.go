@@ -317,6 +317,10 @@ type trial struct {
 	boot      time.Duration
 	// session: the VM's init starts a session guest, not a trial's.
 	session bool
+	// qmp is the host's end of QEMU's monitor (sessions only: parking);
+	// incoming, a saved state the VM is restored from instead of booted.
+	qmp, incoming *os.File
+	restoring     bool
 }
 
 // The view guest's descriptors: wire.CtrlFD is its own stream; the VM's
@@ -363,6 +367,12 @@ func (t *trial) start() error {
 			Pdeathsig:  syscall.SIGKILL,
 		},
 	}
+	vmmPark, err := t.parkFiles()
+	if err != nil {
+		consoleR.Close()
+		return err
+	}
+	defer closeAll(vmmPark)
 	if err := t.Cmd.Start(); err != nil {
 		consoleR.Close()
 		return fmt.Errorf("starting the vm's view guest: %w", err)
@@ -380,6 +390,7 @@ func (t *trial) start() error {
 func (t *trial) cleanup() {
 	t.Close()
 	closeAll(t.ports)
+	closeAll([]*os.File{t.qmp})
 	t.Release()
 }
 
@@ -409,6 +420,7 @@ func (t *trial) prepare() error {
 		cfg.netFD = netFD()
 		keep = append(keep, cfg.netFD)
 	}
+	keep = t.parkArgs(&cfg, keep)
 	// The view guest's exec verb is gvisor's: write a (here unused)
 	// config file, keep the ports, exec the program from the scratch dir.
 	t.bootStart = time.Now()

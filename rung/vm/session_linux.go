@@ -123,6 +123,7 @@ type sessionSandbox struct {
 	t     *trial
 	ws    string
 	close sync.Once
+	q     *qmp // QEMU's monitor, once parking needed it (park_linux.go)
 }
 
 func (s *sessionSandbox) Conn() io.ReadWriteCloser { return s.t.ports[0] }
@@ -196,6 +197,9 @@ func (s *sessionSandbox) KillExec(int) {}
 // view guest's mount namespace, which ended with QEMU.
 func (s *sessionSandbox) Close() error {
 	s.close.Do(func() {
+		if s.q != nil {
+			s.q.Close()
+		}
 		s.t.cleanup()
 		s.t.net.close()
 	})

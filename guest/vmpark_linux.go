@@ -1,0 +1,84 @@
+package guest
+
+import (
+	"fmt"
+	"os"
+
+	"golang.org/x/sys/unix"
+)
+
+// vmPark is what a vm session guest keeps to park and unpark: the VM's
+// initramfs root (where the guest goes while the view is unmounted) and
+// the workspace's tmpfs, which lives in the VM's RAM and so in its saved
+// state.
+type vmPark struct {
+	initRoot int // O_PATH of the initramfs's root, taken before the view
+	// ws is, while parked, a detached copy of the workspace's mount
+	// (open_tree): the mount goes with the view's, and a bind from the
+	// tmpfs's descriptor would not do (its mount is detached: the kernel
+	// binds only from mounts of its namespace).
+	ws     int
+	parked bool
+}
+
+// parkVM unmounts the view (9p) and every mount above it, and puts the
+// guest's root back on the initramfs, so that nothing in the VM refers to
+// QEMU's 9p export: QEMU blocks migration while its root fid is attached,
+// and drops the blocker when the client clunks it, which the kernel does
+// when the 9p superblock goes. The workspace's tmpfs stays (held by
+// layers); /dev/shm and /dev/pts are the VM's and go with the view's mounts.
+// Between execs nothing of the command runs (every exec's process group
+// ends with it), and the pre-started runner was dropped by the caller.
+func (s *session) parkVM() error {
+	p := s.vm
+	if p == nil {
+		return fmt.Errorf("this session cannot be parked (rung %s)", s.cfg.Rung)
+	}
+	if p.parked {
+		return fmt.Errorf("already parked")
+	}
+	ws, err := unix.OpenTree(unix.AT_FDCWD, s.ws, unix.OPEN_TREE_CLONE|unix.OPEN_TREE_CLOEXEC)
+	if err != nil {
+		return fmt.Errorf("keeping the workspace's mount: %w", err)
+	}
+	// Detached, not unmounted: the guest's own root and cwd are in it
+	// until the chroot below, and a detached tree goes with the last
+	// reference to it.
+	if err := unix.Unmount("/", unix.MNT_DETACH); err != nil {
+		unix.Close(ws)
+		return fmt.Errorf("detaching the view: %w", err)
+	}
+	p.ws = ws
+	if err := unix.Fchdir(p.initRoot); err != nil {
+		return fmt.Errorf("leaving the view: %w", err)
+	}
+	if err := unix.Chroot("."); err != nil {
+		return fmt.Errorf("leaving the view: %w", err)
+	}
+	p.parked = true
+	return nil
+}
+
+// unparkVM mounts the view the (new) QEMU exports, as at the session's
+// start, and binds the workspace's tmpfs at the workspace again.
+func (s *session) unparkVM(wallNS int64) error {
+	p := s.vm
+	if p == nil || !p.parked {
+		return fmt.Errorf("not parked")
+	}
+	if err := setWallClock(wallNS); err != nil {
+		return err
+	}
+	if err := enterVMRoot(); err != nil {
+		return err
+	}
+	if err := os.MkdirAll(s.ws, 0o755); err != nil {
+		return fmt.Errorf("creating the workspace mount point: %w", err)
+	}
+	if err := unix.MoveMount(p.ws, "", unix.AT_FDCWD, s.ws, unix.MOVE_MOUNT_F_EMPTY_PATH); err != nil {
+		return fmt.Errorf("mounting the workspace: %w", err)
+	}
+	unix.Close(p.ws)
+	p.parked = false
+	return nil
+}

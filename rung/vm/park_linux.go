@@ -1,0 +1,182 @@
+package vm
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/dryexec/dryexec"
+	"github.com/dryexec/dryexec/wire"
+)
+
+// The view guest's (and QEMU's) descriptors of the monitor's socket and of
+// a saved state to restore, after netsim's frame socket.
+func qmpFD() int      { return netFD() + 1 }
+func incomingFD() int { return netFD() + 2 }
+
+// parkFiles gives a session's VM its monitor (a socketpair: t.qmp is the
+// host's end) and, when it is restored, the saved state (t.incoming) as
+// the view guest's descriptors qmpFD and incomingFD; it returns what the
+// host closes once the view guest has started. A trial's VM has neither.
+func (t *trial) parkFiles() ([]*os.File, error) {
+	if !t.session {
+		return nil, nil
+	}
+	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return nil, fmt.Errorf("socketpair: %w", err)
+	}
+	t.qmp = os.NewFile(uintptr(fds[0]), "qmp")
+	vmm := os.NewFile(uintptr(fds[1]), "qmp-vmm")
+	for len(t.Cmd.ExtraFiles) < qmpFD()-3 {
+		t.Cmd.ExtraFiles = append(t.Cmd.ExtraFiles, nil)
+	}
+	t.Cmd.ExtraFiles = append(t.Cmd.ExtraFiles, vmm)
+	closeAfter := []*os.File{vmm}
+	if t.incoming != nil {
+		t.Cmd.ExtraFiles = append(t.Cmd.ExtraFiles, t.incoming)
+		closeAfter = append(closeAfter, t.incoming)
+		t.incoming = nil
+	}
+	return closeAfter, nil
+}
+
+// parkArgs adds the monitor and the restore to a session VM's command
+// line, and their descriptors to those the view guest keeps for QEMU.
+func (t *trial) parkArgs(cfg *vmConfig, keep []int) []int {
+	if !t.session {
+		return keep
+	}
+	cfg.qmpFD = qmpFD()
+	keep = append(keep, cfg.qmpFD)
+	if t.restoring {
+		cfg.incomingFD = incomingFD()
+		keep = append(keep, cfg.incomingFD)
+	}
+	return keep
+}
+
+// ParkFile is the name of a parked VM's saved state in its park dir.
+const ParkFile = "vm.state"
+
+// Park saves the VM's whole state (RAM, devices: the session guest, its
+// workspace's tmpfs, the shell's state) to dir/ParkFile and ends QEMU,
+// and with it everything the sandbox held on the host: a parked session
+// holds no RAM. The session guest must have let go of the view first
+// (wire.VerbSessionPark): QEMU refuses to migrate while 9p is attached.
+// On failure the VM runs on (the caller unparks the guest).
+func (s *sessionSandbox) Park(ctx context.Context, dir string) error {
+	t := s.t
+	q, err := s.monitor(ctx)
+	if err != nil {
+		return t.GuestErr("parking the session's VM", err)
+	}
+	path := filepath.Join(dir, ParkFile)
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	if err != nil {
+		return err
+	}
+	err = q.saveTo(ctx, f)
+	if err == nil {
+		err = f.Sync()
+	}
+	f.Close()
+	if err != nil {
+		os.Remove(path)
+		// Stopped for the save: let it run again, so that the session
+		// goes on where it was.
+		q.exec(context.WithoutCancel(ctx), "cont", nil, nil)
+		return fmt.Errorf("parking the session's VM: %w", err)
+	}
+	// Saved: QEMU ends (quit, else the kill in Close) and the host frees
+	// the view, the ports, netsim.
+	q.exec(ctx, "quit", nil, nil)
+	s.Close()
+	return nil
+}
+
+// Resume restores a VM that Park saved to dir for a session opened with
+// spec: a fresh view guest, view, netsim and ports, and QEMU started with
+// the same machine and devices and the saved state as its incoming
+// migration. The session guest is as it was at park, waiting for its next
+// request (wire.VerbSessionUnpark first) on the new ctrl port.
+func (r *Rung) Resume(ctx context.Context, spec dryexec.SandboxSpec, dir string) (dryexec.Sandbox[wire.SessionStart], error) {
+	if err := dryexec.CheckImage(r, spec.Image); err != nil {
+		return nil, err
+	}
+	state, err := os.Open(filepath.Join(dir, ParkFile))
+	if err != nil {
+		return nil, fmt.Errorf("resuming a vm session: %w", err)
+	}
+	t, err := r.newTrial(ctx, dryexec.TrialSpec{TrialID: spec.ID, Limits: spec.Limits, Masks: spec.Masks,
+		NoDefaultMasks: spec.NoDefaultMasks, OwnPaths: spec.OwnPaths, Net: spec.Net, NetCADir: spec.NetCADir})
+	if err != nil {
+		state.Close()
+		return nil, err
+	}
+	t.session, t.restoring, t.incoming = true, true, state
+	s := &sessionSandbox{t: t, ws: cmpOr(spec.Workspace, "/workspace")}
+	if err := t.start(); err != nil {
+		state.Close()
+		s.Close()
+		return nil, err
+	}
+	if err := s.restore(ctx); err != nil {
+		s.Close()
+		return nil, err
+	}
+	if err := t.net.ready(ctx); err != nil {
+		s.Close()
+		return nil, err
+	}
+	return s, nil
+}
+
+// restore builds the view, has the view guest become QEMU restoring the
+// saved state, and lets the VM run once all of it is in, within the boot's
+// bound. Cancelling ctx meanwhile kills QEMU.
+func (s *sessionSandbox) restore(ctx context.Context) error {
+	t := s.t
+	ctx, cancel := context.WithTimeout(ctx, t.r.bootTimeout()+t.r.walkGrace())
+	defer cancel()
+	stop := context.AfterFunc(ctx, t.Kill)
+	defer stop()
+	if err := t.prepare(); err != nil {
+		if ctx.Err() != nil {
+			return fmt.Errorf("resuming a vm session: %w", context.Cause(ctx))
+		}
+		return err
+	}
+	q, err := s.monitor(ctx)
+	if err != nil {
+		return t.GuestErr("restoring the session's VM", err)
+	}
+	if err := q.waitIncoming(ctx); err != nil {
+		return t.GuestErr("restoring the session's VM", err)
+	}
+	t.boot = time.Since(t.bootStart)
+	t.r.trace("hello")
+	return nil
+}
+
+// monitor is the client of QEMU's monitor, connected on first use.
+func (s *sessionSandbox) monitor(ctx context.Context) (*qmp, error) {
+	if s.q != nil {
+		return s.q, nil
+	}
+	if s.t.qmp == nil {
+		return nil, errors.New("the VM has no monitor")
+	}
+	q, err := dialQMP(ctx, s.t.qmp)
+	s.t.qmp = nil
+	if err != nil {
+		return nil, err
+	}
+	s.q = q
+	return q, nil
+}

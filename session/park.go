@@ -1,0 +1,131 @@
+package session
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/dryexec/dryexec"
+	"github.com/dryexec/dryexec/wire"
+)
+
+// ErrParkUnsupported: the session's rung cannot park it (only the vm
+// rung's sandboxes save their machine's state).
+var ErrParkUnsupported = errors.New("session: this rung cannot park a session")
+
+// parker is a sandbox that can save itself to a directory and end,
+// holding nothing on the host (rung/vm's).
+type parker interface {
+	Park(ctx context.Context, dir string) error
+}
+
+// resumer is a rung that can start a sandbox again from what its parker
+// saved.
+type resumer interface {
+	Resume(ctx context.Context, spec dryexec.SandboxSpec, dir string) (dryexec.Sandbox[wire.SessionStart], error)
+}
+
+// Parked is a session saved by Park: its sandbox's state in Dir, and what
+// the host kept of it (options, cache, host objects, emit callback).
+// Resume starts it again, once.
+type Parked struct {
+	// Dir holds the sandbox's saved state.
+	Dir string
+	// At is when it was parked.
+	At time.Time
+
+	opt         Options
+	cache       *Cache
+	hostObjects map[string]*hostObject
+	hostGlobals bool
+	onEmit      func(wire.Emit)
+	violations  []dryexec.Violation
+	network     []dryexec.NetworkEvent
+}
+
+// Options are the options the parked session was opened with.
+func (p *Parked) Options() Options { return p.opt }
+
+// Park saves the session to dir (which must exist; the caller owns it) and
+// ends its sandbox: a parked session holds no memory or process on the
+// host. The session's workspace, baseline, shell state (cwd, exported
+// variables) and cache are kept; what ran between execs is not (nothing of
+// the command's does: each exec's processes end with it, and the
+// pre-started Python runner starts again on resume). On the vm rung, what
+// the session wrote outside its workspace (the view's upper dirs) and
+// /dev/shm are not kept. s is closed on success; on failure it goes on as
+// it was, unless the failure lost it (dryexec.ErrSessionLost).
+func (s *Session) Park(ctx context.Context, dir string) (*Parked, error) {
+	p, ok := s.sb.(parker)
+	if !ok {
+		return nil, fmt.Errorf("%w (rung %s)", ErrParkUnsupported, s.opt.Rung)
+	}
+	if _, err := s.call(ctx, wire.VerbSessionPark, nil); err != nil {
+		return nil, err
+	}
+	if err := p.Park(ctx, dir); err != nil {
+		// The VM runs on: its guest takes its root back.
+		if _, uerr := s.call(context.WithoutCancel(ctx), wire.VerbSessionUnpark, &wire.SessionUnpark{WallNS: time.Now().UnixNano()}); uerr != nil {
+			return nil, fmt.Errorf("session: park: %w; and the guest could not resume: %w", err, uerr)
+		}
+		return nil, fmt.Errorf("session: park: %w", err)
+	}
+	pk := &Parked{Dir: dir, At: time.Now(), opt: s.opt, cache: s.cache, violations: s.Violations(), network: s.Network()}
+	s.bindMu.Lock()
+	pk.hostObjects, pk.hostGlobals = s.hostObjects, s.hostGlobals
+	s.bindMu.Unlock()
+	s.emitMu.Lock()
+	pk.onEmit = s.onEmit
+	s.emitMu.Unlock()
+	s.Close()
+	return pk, nil
+}
+
+// Resume starts a parked session again where it was parked: the same
+// workspace, baseline, shell state and cache, in a new sandbox restored
+// from p.Dir. p is spent: a second Resume is refused (the saved state is
+// one moment of one sandbox; resuming it twice would fork it without the
+// fork's bookkeeping).
+func Resume(ctx context.Context, p *Parked) (*Session, error) {
+	if p == nil || p.opt.Rung == "" {
+		return nil, errors.New("session: resume: not a parked session")
+	}
+	opt := p.opt
+	p.opt = Options{}
+	sr, err := sessionRung(ctx, opt)
+	if err != nil {
+		return nil, err
+	}
+	r, ok := sr.(resumer)
+	if !ok {
+		return nil, fmt.Errorf("%w (rung %s)", ErrParkUnsupported, opt.Rung)
+	}
+	sb, err := r.Resume(ctx, sandboxSpec(opt), p.Dir)
+	if err != nil {
+		return nil, err
+	}
+	s := &Session{sb: sb, opt: opt, runErr: make(chan error, 1), cache: p.cache, violations: p.violations, netBefore: p.network}
+	s.hostCtx, s.hostCancel = context.WithCancel(context.Background())
+	s.peer = wire.NewPeer(wire.NewConn(sb.Conn()), s.serveGuest)
+	go func() {
+		err := s.peer.Run(context.Background())
+		s.gone.Store(true)
+		s.killExec()
+		s.runErr <- err
+	}()
+	f, err := s.call(ctx, wire.VerbSessionUnpark, &wire.SessionUnpark{WallNS: time.Now().UnixNano()})
+	if err != nil {
+		s.Close()
+		return nil, err
+	}
+	if err := f.Decode(&s.info); err != nil {
+		s.Close()
+		return nil, err
+	}
+	s.bind(p.hostObjects, p.onEmit)
+	s.bindMu.Lock()
+	s.hostGlobals = p.hostGlobals
+	s.bindMu.Unlock()
+	return s, nil
+}
