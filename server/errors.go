@@ -93,6 +93,9 @@ func classify(err error) (int, APIError) {
 	case errors.Is(err, session.ErrForkUnsupported):
 		e.Code = "fork_unsupported"
 		return http.StatusNotImplemented, e
+	case errors.Is(err, session.ErrParkUnsupported):
+		e.Code = "park_unsupported"
+		return http.StatusNotImplemented, e
 	case errors.Is(err, session.ErrForkBusy):
 		e.Code = "fork_busy"
 		return http.StatusConflict, e

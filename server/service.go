@@ -153,7 +153,9 @@ type Service struct {
 
 	mu       sync.Mutex // guards sessions and closed
 	sessions map[string]*Live
-	closed   bool
+	// parked are the sessions this daemon parked (park.go).
+	parked map[string]*parkedLive
+	closed bool
 
 	// listen is the TCP address Serve listens on ("" for a unix socket):
 	// no network rule of a trial or session may reach it.
@@ -193,7 +195,7 @@ func NewService(cfg Config) (*Service, error) {
 	if err != nil {
 		return nil, fmt.Errorf("server: the daemon's policy: %w", err)
 	}
-	s := &Service{cfg: cfg, store: st, state: sd, slots: newQueue(cfg.MaxTrials, cfg.MaxQueue), sessions: map[string]*Live{},
+	s := &Service{cfg: cfg, store: st, state: sd, slots: newQueue(cfg.MaxTrials, cfg.MaxQueue), sessions: map[string]*Live{}, parked: map[string]*parkedLive{},
 		runner: run, engine: engine}
 	s.ctx, s.cancel = context.WithCancel(context.Background())
 	if cfg.SessionIdle > 0 {
@@ -230,6 +232,11 @@ func (s *Service) Recover() error {
 		s.cfg.Log.Info("removed expired or half-recorded trials", "count", n+rec.Leftovers)
 	}
 	s.state.cleanLeftovers()
+	if n, err := s.GCParked(); err != nil {
+		return err
+	} else if n > 0 {
+		s.cfg.Log.Info("removed parked sessions an earlier daemon left", "count", n)
+	}
 	return nil
 }
 
@@ -1020,7 +1027,16 @@ func (s *Service) Close() error {
 		}
 		delete(s.sessions, id)
 	}
+	var parked []string
+	for id := range s.parked {
+		parked = append(parked, id)
+	}
 	s.mu.Unlock()
+	// A parked session's host side (cache, host objects) is this
+	// process's: its saved state goes with it.
+	for _, id := range parked {
+		s.DropParked(id)
+	}
 	s.cancel()
 	var wg sync.WaitGroup
 	for _, l := range ls {
