@@ -100,7 +100,7 @@ func exercise(t *testing.T, s *mcp.ClientSession) {
 			t.Errorf("tool %s lacks a typed input or output schema", tl.Name)
 		}
 	}
-	want := "commit_trial discard_trial run_trial session_close session_commit session_compare session_diff session_fork session_keep session_network session_open session_python session_shell show_trial"
+	want := "commit_trial discard_trial run_trial session_close session_commit session_compare session_diff session_fork session_keep session_network session_open session_park session_parked session_python session_resume session_shell show_trial"
 	if got := strings.Join(sortStrings(names), " "); got != want {
 		t.Fatalf("tools: %s", got)
 	}

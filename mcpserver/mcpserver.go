@@ -279,6 +279,7 @@ func New(svc *server.Service, version, cwd string) *mcp.Server {
 	addTool(s, toolSpec{tool: &mcp.Tool{Name: "session_close", Title: "Close a session",
 		Description: "Close a session and drop its sandbox, with whatever it did not commit.",
 		Annotations: &mcp.ToolAnnotations{DestructiveHint: yes, IdempotentHint: false, OpenWorldHint: no}}}, t.sessionClose)
+	addParkTools(s, t)
 	return s
 }
 

@@ -90,7 +90,7 @@ func TestMCPSchemas(t *testing.T) {
 		return m
 	}
 	destructive := []string{"commit_trial", "discard_trial", "session_commit", "session_close", "session_keep"}
-	readOnly := []string{"show_trial", "session_network", "session_compare"}
+	readOnly := []string{"show_trial", "session_network", "session_compare", "session_parked"}
 	for name, tl := range tools {
 		in, out := schemaOf(tl.InputSchema), schemaOf(tl.OutputSchema)
 		if in["type"] != "object" || out["type"] != "object" {
