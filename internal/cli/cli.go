@@ -68,7 +68,7 @@ func Run(ctx context.Context, args []string, env Env) int {
 	root.AddCommand(serveCmd(env), mcpCmd(env))
 	root.AddCommand(agentCmd(env, &code))
 	root.AddCommand(imagesCmd(env, &code))
-	root.AddCommand(compareCmd(env))
+	root.AddCommand(compareCmd(env), parkCmd(env), parkedCmd(env), resumeCmd(env))
 	ran, err := root.ExecuteContextC(ctx)
 	if ctx.Err() != nil && ran != nil && ran.Name() != "serve" && ran.Name() != "mcp" && ran.Name() != "agent" {
 		// Ctrl-C or SIGTERM (main's signal.NotifyContext): say what became

@@ -180,6 +180,23 @@ class Client:
                        cache_read_only=cache_read_only, output_cap=output_cap, net=net, shell=shell, cache=cache,
                        host_globals=host_globals, python_warm=python_warm, image=image)
 
+    def parked(self) -> List[Dict[str, Any]]:
+        """The sessions this daemon parked (Session.park) and can resume,
+        oldest park first: {"session_id", "rung", "workspace", "created",
+        "parked", "bytes"} each."""
+        return list(self.transport.call("GET", "/v1/parked").get("parked") or [])
+
+    def resume(self, session_id: str) -> "Session":
+        """Resumes a parked session by id (one parked by another process,
+        say); the returned Session serves no host objects of its own."""
+        from ._session import Session
+        info = self.transport.call("POST", "/v1/parked/%s/resume" % _seg(session_id), {})
+        return Session._attach(self, info)
+
+    def drop_parked(self, session_id: str) -> None:
+        """Removes a parked session and its saved state without resuming it."""
+        self.transport.call("DELETE", "/v1/parked/%s" % _seg(session_id))
+
 
 def compare_ids(client: "Client", ids: List[str]) -> Dict[str, Any]:
     """POST /v1/compare: the comparison as data (see dry_exec.compare)."""
@@ -246,6 +263,13 @@ class DryExecClient:
 
     async def discard(self, trial_id: str) -> None:
         await self._call(lambda: self.sync.discard(trial_id))
+
+    async def parked(self) -> List[Dict[str, Any]]:
+        return await self._call(self.sync.parked)
+
+    async def resume(self, session_id: str) -> "AsyncSession":
+        from ._session import AsyncSession
+        return AsyncSession(await self._call(lambda: self.sync.resume(session_id)))
 
     async def session(self, rung: str = "ns", workspace: Optional[str] = None, **kwargs: Any) -> "AsyncSession":
         from ._session import AsyncSession

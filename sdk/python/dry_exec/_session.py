@@ -331,6 +331,34 @@ class Session:
             b._closed.set()
         return r
 
+    def park(self) -> Dict[str, Any]:
+        """Saves the session to disk and stops it (vm rung only): nothing
+        runs or is held until resume(), which brings back its workspace,
+        baseline, shell cwd and exported environment, and cache as they were
+        (not what it wrote outside the workspace). Other rungs refuse
+        (Refused, code park_unsupported) and the session goes on. Returns
+        {"session_id", "rung", "workspace", "created", "parked", "bytes"}.
+        A parked session belongs to the daemon that parked it: the daemon's
+        exit drops it."""
+        r = self._call("POST", "/park", {})
+        if self._poller is not None:
+            # The poller ends once the daemon no longer knows the session
+            # as live; resume() starts another.
+            self._poller.join(timeout=30)
+            self._poller = None
+        return r
+
+    def resume(self) -> "Session":
+        """Starts this parked session again where it was parked; its host
+        objects are served again by this object. Returns self."""
+        if self._closed.is_set():
+            raise SessionLost("session %s is closed" % self.id)
+        self.info = _build(SessionInfo, self._t.call("POST", "/v1/parked/%s/resume" % urllib.parse.quote(self.id, safe=""), {}))
+        if self._objects and self._poller is None:
+            self._poller = threading.Thread(target=self._serve_host_calls, name="dryexec-hostcalls-" + self.id, daemon=True)
+            self._poller.start()
+        return self
+
     def compare(self, *others: "Session") -> Dict[str, Any]:
         """This session's diff and others' side by side (dry_exec.compare)."""
         from ._client import compare_ids
@@ -490,6 +518,13 @@ class AsyncSession:
 
     async def keep(self, branch: "AsyncSession") -> Dict[str, Any]:
         return await self._run(self.sync.keep, branch.sync)
+
+    async def park(self) -> Dict[str, Any]:
+        return await self._run(self.sync.park)
+
+    async def resume(self) -> "AsyncSession":
+        await self._run(self.sync.resume)
+        return self
 
     async def compare(self, *others: "AsyncSession") -> Dict[str, Any]:
         return await self._run(self.sync.compare, *[o.sync for o in others])

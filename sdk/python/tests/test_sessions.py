@@ -211,3 +211,36 @@ class Forks(unittest.TestCase):
                 b0.shell("true")
             with self.assertRaises(dry_exec.BadRequest):
                 s.diff(origin=True)
+
+
+class Park(unittest.TestCase):
+    def test_park_refused_off_vm(self) -> None:
+        """Only the vm rung parks: elsewhere park() raises with the daemon's
+        code and the session goes on; nothing is listed as parked."""
+        client = dry_exec.default_client()
+        with dry_exec.session(rung="ns") as s:
+            with self.assertRaises(dry_exec.DryExecError) as cm:
+                s.park()
+            self.assertEqual(cm.exception.code, "park_unsupported")
+            self.assertEqual(s.shell("echo alive").transcript, "alive\n")
+            self.assertEqual(client.parked(), [])
+            with self.assertRaises(dry_exec.NotFound):
+                client.resume(s.id)
+
+    @unittest.skipUnless(os.environ.get("DRYEXEC_TEST_VM") and os.environ.get("DRYEXEC_GUEST"),
+                         "set DRYEXEC_TEST_VM=1 and DRYEXEC_GUEST to a static guest to boot VMs")
+    def test_park_resume_vm(self) -> None:
+        """A vm session parks (listed, not live) and resumes where it was."""
+        client = dry_exec.default_client()
+        with dry_exec.session(rung="vm", cache={"k": b"v"}) as s:
+            self.assertEqual(s.shell("mkdir d && cd d && echo hi > a.txt && export X=1").exit_code, 0)
+            p = s.park()
+            self.assertEqual((p["session_id"], p["rung"]), (s.id, "vm"))
+            self.assertGreater(p["bytes"], 0)
+            self.assertEqual([x["session_id"] for x in client.parked()], [s.id])
+            with self.assertRaises(dry_exec.SessionLost):
+                s.shell("true")
+            s.resume()
+            self.assertEqual(s.shell("pwd; echo $X; cat a.txt").transcript, "/workspace/d\n1\nhi\n")
+            self.assertEqual(s.cache["k"], b"v")
+            self.assertEqual(client.parked(), [])
