@@ -233,6 +233,11 @@ func (s *session) handle(ctx context.Context, f *wire.Frame) (any, [][]byte, err
 		if err := s.unparkVM(req.WallNS); err != nil {
 			return nil, nil, remote("unpark", "%v", err)
 		}
+		if req.Branch {
+			if err := s.branchVM(); err != nil {
+				return nil, nil, remote("unpark", "%v", err)
+			}
+		}
 		s.prestartPython()
 		return s.ping(), nil, nil
 	case wire.VerbShutdown:

@@ -54,3 +54,5 @@ type vmPark struct{}
 func (s *session) parkVM() error { return fmt.Errorf("rung %s cannot park", s.cfg.Rung) }
 
 func (s *session) unparkVM(int64) error { return fmt.Errorf("rung %s cannot park", s.cfg.Rung) }
+
+func (s *session) branchVM() error { return fmt.Errorf("rung %s cannot branch", s.cfg.Rung) }

@@ -3,6 +3,7 @@ package guest
 import (
 	"fmt"
 	"os"
+	"path/filepath"
 
 	"golang.org/x/sys/unix"
 )
@@ -81,4 +82,28 @@ func (s *session) unparkVM(wallNS int64) error {
 	unix.Close(p.ws)
 	p.parked = false
 	return nil
+}
+
+// branchVM makes this restored VM a fork's branch: the parent's baseline
+// becomes its origin (renamed beside it on the workspace's tmpfs: nothing
+// copied) and the workspace as it is its baseline.
+func (s *session) branchVM() error {
+	st, ok := s.st.(*scanStaging)
+	if !ok {
+		return fmt.Errorf("the %s staging cannot branch", s.st.name())
+	}
+	origin := filepath.Join(filepath.Dir(st.base), "origin")
+	// A branch of a branch: its own origin goes, the parent's baseline
+	// takes its place.
+	if err := os.RemoveAll(origin); err != nil {
+		return err
+	}
+	if err := os.Rename(st.base, origin); err != nil {
+		return fmt.Errorf("keeping the origin: %w", err)
+	}
+	if err := os.Mkdir(st.base, 0o755); err != nil {
+		return err
+	}
+	st.origin = origin
+	return st.rebase()
 }

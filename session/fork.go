@@ -100,6 +100,14 @@ func (s *Session) Fork(ctx context.Context, n int) ([]*Session, error) {
 	if n < 1 || n > MaxForkBranches {
 		return nil, fmt.Errorf("session: fork: %d branches: want 1 to %d", n, MaxForkBranches)
 	}
+	if sn, ok := s.sb.(snapshotter); ok {
+		s.fork.mu.Lock()
+		defer s.fork.mu.Unlock()
+		if s.fork.discarded {
+			return nil, fmt.Errorf("%w: fork: the branch was discarded", dryexec.ErrSessionLost)
+		}
+		return s.forkMemory(ctx, n, sn)
+	}
 	fk, ok := s.sb.(forker)
 	if !ok {
 		return nil, &ForkUnsupportedError{Rung: s.opt.Rung}

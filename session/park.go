@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
+	"slices"
 	"time"
 
 	"github.com/dryexec/dryexec"
@@ -93,6 +95,21 @@ func Resume(ctx context.Context, p *Parked) (*Session, error) {
 	}
 	opt := p.opt
 	p.opt = Options{}
+	s, err := resume(ctx, opt, p.Dir, false, p.cache, p.violations, p.network)
+	if err != nil {
+		return nil, err
+	}
+	s.bind(p.hostObjects, p.onEmit)
+	s.bindMu.Lock()
+	s.hostGlobals = p.hostGlobals
+	s.bindMu.Unlock()
+	return s, nil
+}
+
+// resume starts a session of opt from the sandbox state saved in dir, with
+// cache and what the host kept of it; branch: as a fork's branch
+// (wire.SessionUnpark.Branch).
+func resume(ctx context.Context, opt Options, dir string, branch bool, cache *Cache, violations []dryexec.Violation, network []dryexec.NetworkEvent) (*Session, error) {
 	sr, err := sessionRung(ctx, opt)
 	if err != nil {
 		return nil, err
@@ -101,11 +118,11 @@ func Resume(ctx context.Context, p *Parked) (*Session, error) {
 	if !ok {
 		return nil, fmt.Errorf("%w (rung %s)", ErrParkUnsupported, opt.Rung)
 	}
-	sb, err := r.Resume(ctx, sandboxSpec(opt), p.Dir)
+	sb, err := r.Resume(ctx, sandboxSpec(opt), dir)
 	if err != nil {
 		return nil, err
 	}
-	s := &Session{sb: sb, opt: opt, runErr: make(chan error, 1), cache: p.cache, violations: p.violations, netBefore: p.network}
+	s := &Session{sb: sb, opt: opt, runErr: make(chan error, 1), cache: cache, violations: violations, netBefore: network}
 	s.hostCtx, s.hostCancel = context.WithCancel(context.Background())
 	s.peer = wire.NewPeer(wire.NewConn(sb.Conn()), s.serveGuest)
 	go func() {
@@ -114,7 +131,7 @@ func Resume(ctx context.Context, p *Parked) (*Session, error) {
 		s.killExec()
 		s.runErr <- err
 	}()
-	f, err := s.call(ctx, wire.VerbSessionUnpark, &wire.SessionUnpark{WallNS: time.Now().UnixNano()})
+	f, err := s.call(ctx, wire.VerbSessionUnpark, &wire.SessionUnpark{WallNS: time.Now().UnixNano(), Branch: branch})
 	if err != nil {
 		s.Close()
 		return nil, err
@@ -123,9 +140,60 @@ func Resume(ctx context.Context, p *Parked) (*Session, error) {
 		s.Close()
 		return nil, err
 	}
-	s.bind(p.hostObjects, p.onEmit)
-	s.bindMu.Lock()
-	s.hostGlobals = p.hostGlobals
-	s.bindMu.Unlock()
 	return s, nil
+}
+
+// snapshotter is a sandbox that can save its state and run on (rung/vm's):
+// what a fork with memory restores each branch from.
+type snapshotter interface {
+	Snapshot(ctx context.Context, dir string) error
+}
+
+// forkMemory forks a session whose sandbox is a snapshotter: the guest lets
+// go of its view, the sandbox saves its state and runs on, the guest takes
+// its view back; then n sandboxes are restored from that state, each a
+// branch whose guest is the parent's as it was (its baseline is the
+// workspace at the fork, its origin the parent's baseline). s.fork.mu held.
+func (s *Session) forkMemory(ctx context.Context, n int, sn snapshotter) ([]*Session, error) {
+	dir, err := os.MkdirTemp("", "dryexec-fork-")
+	if err != nil {
+		return nil, fmt.Errorf("session: fork: %w", err)
+	}
+	defer os.RemoveAll(dir)
+	start := time.Now()
+	if _, err := s.call(ctx, wire.VerbSessionPark, nil); err != nil {
+		return nil, err
+	}
+	serr := sn.Snapshot(ctx, dir)
+	if _, err := s.call(context.WithoutCancel(ctx), wire.VerbSessionUnpark, &wire.SessionUnpark{WallNS: time.Now().UnixNano()}); err != nil {
+		return nil, fmt.Errorf("session: fork: the parent could not resume after its snapshot: %w", err)
+	}
+	s.fork.pause = time.Since(start)
+	if serr != nil {
+		return nil, fmt.Errorf("session: fork: %w", serr)
+	}
+	group := new([]*Session)
+	hostObjects := s.bound()
+	s.emitMu.Lock()
+	onEmit := s.onEmit
+	s.emitMu.Unlock()
+	s.bindMu.Lock()
+	globals := s.hostGlobals
+	s.bindMu.Unlock()
+	for range n {
+		b, err := resume(ctx, s.opt, dir, true, s.cache.clone(), nil, nil)
+		if err != nil {
+			for _, b := range *group {
+				b.Close()
+			}
+			return nil, err
+		}
+		b.bind(hostObjects, onEmit)
+		b.bindMu.Lock()
+		b.hostGlobals = globals
+		b.bindMu.Unlock()
+		b.fork.parent, b.fork.group = s, group
+		*group = append(*group, b)
+	}
+	return slices.Clone(*group), nil
 }

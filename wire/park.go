@@ -17,4 +17,9 @@ const (
 type SessionUnpark struct {
 	// WallNS is the host's wall clock (the VM's stood still while parked).
 	WallNS int64 `json:"wall_ns,omitempty"`
+	// Branch: this VM is one of n restored from a parent's saved state (a
+	// fork with memory): the guest makes its baseline the workspace as it
+	// is (a branch's diff is since the fork) and keeps the parent's
+	// baseline as its origin (DiffOrigin).
+	Branch bool `json:"branch,omitempty"`
 }

@@ -64,6 +64,14 @@ func (t *trial) parkArgs(cfg *vmConfig, keep []int) []int {
 // ParkFile is the name of a parked VM's saved state in its park dir.
 const ParkFile = "vm.state"
 
+// Snapshot saves the VM's whole state to dir/ParkFile, as Park does, and
+// lets the VM run on: the state is what a fork with memory restores each
+// branch from (Rung.Resume). The session guest must have let go of the
+// view first, and takes it back after.
+func (s *sessionSandbox) Snapshot(ctx context.Context, dir string) error {
+	return s.save(ctx, dir, false)
+}
+
 // Park saves the VM's whole state (RAM, devices: the session guest, its
 // workspace's tmpfs, the shell's state) to dir/ParkFile and ends QEMU,
 // and with it everything the sandbox held on the host: a parked session
@@ -71,6 +79,12 @@ const ParkFile = "vm.state"
 // (wire.VerbSessionPark): QEMU refuses to migrate while 9p is attached.
 // On failure the VM runs on (the caller unparks the guest).
 func (s *sessionSandbox) Park(ctx context.Context, dir string) error {
+	return s.save(ctx, dir, true)
+}
+
+// save saves the VM to dir/ParkFile; then quit ends QEMU and the sandbox,
+// else the VM runs on.
+func (s *sessionSandbox) save(ctx context.Context, dir string, quit bool) error {
 	t := s.t
 	q, err := s.monitor(ctx)
 	if err != nil {
@@ -92,6 +106,13 @@ func (s *sessionSandbox) Park(ctx context.Context, dir string) error {
 		// goes on where it was.
 		q.exec(context.WithoutCancel(ctx), "cont", nil, nil)
 		return fmt.Errorf("parking the session's VM: %w", err)
+	}
+	if !quit {
+		// Saved: the VM goes on from where it stopped.
+		if _, err := q.exec(ctx, "cont", nil, nil); err != nil {
+			return fmt.Errorf("resuming the VM after its snapshot: %w", err)
+		}
+		return nil
 	}
 	// Saved: QEMU ends (quit, else the kill in Close) and the host frees
 	// the view, the ports, netsim.

@@ -36,6 +36,15 @@ func TestSessionPark(t *testing.T) {
 		t.Fatalf("shell: %v %+v", err, r)
 	}
 	guestStart := strings.TrimSpace(r.Stdout)
+	// A park that fails (here: no dir to save to) leaves the session as it
+	// was: the guest took its view back.
+	if _, err := s.Park(ctx, filepath.Join(t.TempDir(), "missing")); err == nil {
+		t.Fatal("a park into a missing dir succeeded")
+	}
+	r, err = s.Shell(ctx, "pwd; echo $PARKVAR; cat f.txt; ls /usr/bin/env", time.Minute)
+	if err != nil || r.Stdout != "/workspace/sub\nhello\ndata\n/usr/bin/env\n" {
+		t.Fatalf("after a failed park: %v %+v", err, r)
+	}
 	qemu := s.GuestPID()
 	dir := t.TempDir()
 	p, err := s.Park(ctx, dir)

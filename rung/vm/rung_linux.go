@@ -237,7 +237,7 @@ func (r *Rung) Notes() []string {
 		"wire: virtio-serial; root: the view over 9p (virtio-9p, passthrough), upper dirs on the host",
 		"network: netsim, as on ns, behind the VM's virtio-net (QEMU's -netdev dgram on a socket netsim serves, Ethernet frames)",
 		"limits: memory is the VM's RAM, one vCPU; pids as RLIMIT_NPROC inside the VM",
-		"sessions: one VM per session, the session guest as its init's child over the same view; workspace on a tmpfs of the VM's own (scan staging, as on gvisor); the same network as a trial's; no fork yet",
+		"sessions: one VM per session, the session guest as its init's child over the same view; workspace on a tmpfs of the VM's own (scan staging, as on gvisor); the same network as a trial's; park and resume (QMP migration to a file) and fork with memory (n restores of a snapshot)",
 	}
 }
 

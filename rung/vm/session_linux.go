@@ -25,8 +25,9 @@ var _ dryexec.SessionRung[wire.SessionStart] = (*Rung)(nil)
 // init starting `guest session` instead of the trial guest. The workspace
 // is a tmpfs of the VM's own with its baseline beside it (scan staging, as
 // on gvisor); writes elsewhere land in the view's upper dirs on the host
-// and go with the sandbox. The VM has no fork yet: its sandboxes are not
-// SandboxForkers, so Session.Fork is session.ErrForkUnsupported.
+// and go with the sandbox. Its sandboxes park (Park, Rung.Resume) and fork
+// by their VM's memory (Snapshot, then n Resumes: park_linux.go), not as
+// SandboxForkers.
 func (r *Rung) OpenSandbox(ctx context.Context, spec dryexec.SandboxSpec) (dryexec.Sandbox[wire.SessionStart], error) {
 	// No image views here yet: refused, typed, whoever calls (session
 	// checks first).
