@@ -127,32 +127,12 @@ func (s *sessionSandbox) save(ctx context.Context, dir string, quit bool) error 
 // migration. The session guest is as it was at park, waiting for its next
 // request (wire.VerbSessionUnpark first) on the new ctrl port.
 func (r *Rung) Resume(ctx context.Context, spec dryexec.SandboxSpec, dir string) (dryexec.Sandbox[wire.SessionStart], error) {
-	if err := dryexec.CheckImage(r, spec.Image); err != nil {
-		return nil, err
-	}
 	state, err := os.Open(filepath.Join(dir, ParkFile))
 	if err != nil {
 		return nil, fmt.Errorf("resuming a vm session: %w", err)
 	}
-	t, err := r.newTrial(ctx, dryexec.TrialSpec{TrialID: spec.ID, Limits: spec.Limits, Masks: spec.Masks,
-		NoDefaultMasks: spec.NoDefaultMasks, OwnPaths: spec.OwnPaths, Net: spec.Net, NetCADir: spec.NetCADir})
+	s, err := r.openSession(ctx, spec, state)
 	if err != nil {
-		state.Close()
-		return nil, err
-	}
-	t.session, t.restoring, t.incoming = true, true, state
-	s := &sessionSandbox{t: t, ws: cmpOr(spec.Workspace, "/workspace")}
-	if err := t.start(); err != nil {
-		state.Close()
-		s.Close()
-		return nil, err
-	}
-	if err := s.restore(ctx); err != nil {
-		s.Close()
-		return nil, err
-	}
-	if err := t.net.ready(ctx); err != nil {
-		s.Close()
 		return nil, err
 	}
 	return s, nil

@@ -390,7 +390,7 @@ func (t *trial) start() error {
 func (t *trial) cleanup() {
 	t.Close()
 	closeAll(t.ports)
-	closeAll([]*os.File{t.qmp})
+	closeAll([]*os.File{t.qmp, t.incoming})
 	t.Release()
 }
 

@@ -29,23 +29,40 @@ var _ dryexec.SessionRung[wire.SessionStart] = (*Rung)(nil)
 // by their VM's memory (Snapshot, then n Resumes: park_linux.go), not as
 // SandboxForkers.
 func (r *Rung) OpenSandbox(ctx context.Context, spec dryexec.SandboxSpec) (dryexec.Sandbox[wire.SessionStart], error) {
+	s, err := r.openSession(ctx, spec, nil)
+	if err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// openSession starts a session's VM for spec: booted, or, with state,
+// restored from a saved one (Resume; state is the sandbox's from then on).
+func (r *Rung) openSession(ctx context.Context, spec dryexec.SandboxSpec, state *os.File) (*sessionSandbox, error) {
 	// No image views here yet: refused, typed, whoever calls (session
 	// checks first).
 	if err := dryexec.CheckImage(r, spec.Image); err != nil {
+		closeAll([]*os.File{state})
 		return nil, err
 	}
 	t, err := r.newTrial(ctx, dryexec.TrialSpec{TrialID: spec.ID, Limits: spec.Limits, Masks: spec.Masks,
 		NoDefaultMasks: spec.NoDefaultMasks, OwnPaths: spec.OwnPaths, Net: spec.Net, NetCADir: spec.NetCADir})
 	if err != nil {
+		closeAll([]*os.File{state})
 		return nil, err
 	}
 	t.session = true
+	t.restoring, t.incoming = state != nil, state
 	s := &sessionSandbox{t: t, ws: cmpOr(spec.Workspace, "/workspace")}
 	if err := t.start(); err != nil {
 		s.Close()
 		return nil, err
 	}
-	if err := s.boot(ctx); err != nil {
+	up := s.boot
+	if state != nil {
+		up = s.restore
+	}
+	if err := up(ctx); err != nil {
 		s.Close()
 		return nil, err
 	}
