@@ -102,10 +102,10 @@ func runVMTrial() int {
 		return sendFailure(conn, "net", err)
 	}
 	// innerProfile, without gvisor's refusal of socket nodes: 9p
-	// (passthrough) would make them in the upper dirs, where the delta sees
-	// them (a FIFO fails in QEMU's 9p server: docs/architecture.md, "The vm
-	// rung").
-	return runInnerTrial(conn, &cfg, innerProfile(), nil)
+	// (passthrough) makes them in the upper dirs, where the delta sees
+	// them. A FIFO, which QEMU's 9p server cannot make, the host makes
+	// (vmFIFOs).
+	return runInnerTrial(conn, &cfg, vmProfile(), nil, newVMFIFOs(conn))
 }
 
 // vmEarlyMounts gives the initramfs what loading modules and finding the

@@ -30,7 +30,29 @@ const (
 	// file of 8 EiB costs one frame, not 8 EiB of zeros on the stream.
 	VerbFSHole    = "fs.hole"
 	VerbTrialDone = "trial.done" // body: TrialDone
+	// VerbTrialMknod is the vm trial guest's request, while the command
+	// runs, that the host make a FIFO through the view (body TrialMknod;
+	// the host answers KindResp with TrialMknodResult, same ID): QEMU's
+	// 9p server cannot make one (docs/architecture.md, "The vm rung").
+	VerbTrialMknod = "trial.mknod"
 )
+
+// TrialMknod asks the host to make the FIFO Name in Dir, an absolute path
+// in the view as the sandbox resolved it, with Mode (type and permission
+// bits, the caller's umask applied) and owner. The host trusts none of it:
+// Dir is resolved again beneath the view's root, never outside it.
+type TrialMknod struct {
+	Dir  []byte `json:"dir"`
+	Name []byte `json:"name"`
+	Mode uint32 `json:"mode"`
+	UID  uint32 `json:"uid"`
+	GID  uint32 `json:"gid"`
+}
+
+// TrialMknodResult is the errno the call gets (0: made).
+type TrialMknodResult struct {
+	Errno int `json:"errno,omitempty"`
+}
 
 // FSHole is the body of fs.hole: N bytes of zeros come next in the content.
 type FSHole struct {

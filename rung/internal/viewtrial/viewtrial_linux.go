@@ -63,6 +63,10 @@ type Trial struct {
 	Uppers    []fsdelta.Mount
 	Scratch   *os.File // the host's handle on the scratch tmpfs (upper dirs)
 	ScratchFD int
+	// ViewRoot is the host's handle on the merged view while the sandbox
+	// runs (OpenViewRoot), through which it makes the FIFOs the sandbox
+	// asks for (wire.VerbTrialMknod); nil: it makes none.
+	ViewRoot *os.File
 
 	Sent    bool
 	SentAt  time.Time
@@ -136,6 +140,9 @@ func (t *Trial) Release() {
 	t.Watch.Close()
 	if t.Scratch != nil {
 		t.Scratch.Close()
+	}
+	if t.ViewRoot != nil {
+		t.ViewRoot.Close()
 	}
 }
 
@@ -376,10 +383,27 @@ func (t *Trial) Converse(trustEnv []string, sendStub func([]byte) error, startIO
 			}
 			t.Done = done
 			return nil
+		case wire.VerbTrialMknod:
+			if err := t.mknod(f); err != nil {
+				return t.GuestErr("answering trial.mknod", err)
+			}
 		default:
 			return fmt.Errorf("%w: unexpected %s %q", dryexec.ErrGuest, f.Kind, f.Verb)
 		}
 	}
+}
+
+// mknod answers the sandbox's request f to make a FIFO (MknodInView): the
+// errno its call gets, EPERM where the host has no view to make it in.
+func (t *Trial) mknod(f *wire.Frame) error {
+	var req wire.TrialMknod
+	res := wire.TrialMknodResult{Errno: int(unix.EPERM)}
+	if f.Kind != wire.KindReq || f.Decode(&req) != nil {
+		res.Errno = int(unix.EINVAL)
+	} else if t.ViewRoot != nil {
+		res.Errno = int(MknodInView(int(t.ViewRoot.Fd()), &req))
+	}
+	return t.Inner.Send(wire.KindResp, wire.VerbTrialMknod, f.ID, &res)
 }
 
 // Report walks the upper dirs and completes d, which the rung started
