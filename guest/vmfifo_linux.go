@@ -2,7 +2,6 @@ package guest
 
 import (
 	"context"
-	"errors"
 	"os"
 	"slices"
 	"strconv"
@@ -18,14 +17,15 @@ import (
 // FIFOs in the VM. QEMU's 9p server makes a FIFO, then opens it with O_PATH
 // to set its mode, which Debian's QEMU 7.2 (CVE-2023-2861's fix) refuses
 // with ENXIO, and removes the node: mkfifo on the view fails in the VM
-// (docs/architecture.md, "The vm rung"). So the command's mknod and mknodat
-// of a FIFO are handed to this supervisor (seccomp user notification, which
+// (docs/architecture.md, "The vm rung"), and its chmod of a FIFO fails the
+// same way. So the command's mknod of a FIFO and chmod calls are handed to
+// this supervisor (seccomp user notification, which
 // the VM's kernel has). It resolves the parent directory as the caller's
 // call would (the caller's cwd or dirfd, its root, every link followed by
 // this kernel: the one the command sees), and when that directory is on the
-// view (9p) asks the host to make the FIFO there (wire.VerbTrialMknod); the
+// view (9p) asks the host to make the FIFO there (wire.VerbTrialNode); the
 // host makes it through the merged view, resolved again beneath the view's
-// root (viewtrial.MknodInView), so that a lying VM still cannot reach
+// root (viewtrial.NodeInView), so that a lying VM still cannot reach
 // outside it. A FIFO elsewhere (the VM's own /dev/shm), or any other node,
 // continues as the caller made it, which is always safe: nothing here makes
 // a node the caller could not have asked QEMU for itself.
@@ -38,14 +38,15 @@ type vmFIFOs struct {
 	pending map[uint64]chan int
 }
 
-// mknodCalls are the calls vmFIFOs handles.
-var mknodCalls = []string{"mknod", "mknodat"}
+// nodeCalls are the calls vmFIFOs handles: those that make a node, and
+// those that change a mode (9p's chmod of a FIFO fails the same way).
+var nodeCalls = []string{"mknod", "mknodat", "chmod", "fchmod", "fchmodat", "fchmodat2"}
 
 // vmProfile is the seccomp profile of a command in the VM: innerProfile's,
-// with mknod and mknodat handed to the supervisor.
+// with nodeCalls handed to the supervisor.
 func vmProfile() *seccomp.Profile {
 	p := innerProfile()
-	p.Handle("QEMU's 9p server cannot make a FIFO: the host makes it through the view", mknodCalls...)
+	p.Handle("QEMU's 9p server can neither make a FIFO nor chmod one: the host does it through the view", nodeCalls...)
 	return p
 }
 
@@ -56,7 +57,7 @@ func newVMFIFOs(conn *wire.Conn) *vmFIFOs {
 // answer takes the host's answer to a request (readRun's frames after
 // trial.run); other frames are not this one's.
 func (v *vmFIFOs) answer(f *wire.Frame) {
-	if f.Verb != wire.VerbTrialMknod || (f.Kind != wire.KindResp && f.Kind != wire.KindErr) {
+	if f.Verb != wire.VerbTrialNode || (f.Kind != wire.KindResp && f.Kind != wire.KindErr) {
 		return
 	}
 	v.mu.Lock()
@@ -66,7 +67,7 @@ func (v *vmFIFOs) answer(f *wire.Frame) {
 	if ch == nil {
 		return
 	}
-	var r wire.TrialMknodResult
+	var r wire.TrialNodeResult
 	if f.Kind == wire.KindErr || f.Decode(&r) != nil {
 		r.Errno = int(unix.EIO)
 	}
@@ -74,14 +75,14 @@ func (v *vmFIFOs) answer(f *wire.Frame) {
 }
 
 // ask sends req to the host and waits for its errno.
-func (v *vmFIFOs) ask(req *wire.TrialMknod) unix.Errno {
+func (v *vmFIFOs) ask(req *wire.TrialNode) unix.Errno {
 	ch := make(chan int, 1)
 	v.mu.Lock()
 	v.next++
 	id := v.next
 	v.pending[id] = ch
 	v.mu.Unlock()
-	if err := v.conn.Send(wire.KindReq, wire.VerbTrialMknod, id, req); err != nil {
+	if err := v.conn.Send(wire.KindReq, wire.VerbTrialNode, id, req); err != nil {
 		v.mu.Lock()
 		delete(v.pending, id)
 		v.mu.Unlock()
@@ -90,28 +91,111 @@ func (v *vmFIFOs) ask(req *wire.TrialMknod) unix.Errno {
 	return unix.Errno(<-ch)
 }
 
-// handle answers one notified mknod or mknodat: anything but a FIFO (or a
-// path this cannot judge) continues at once; a FIFO is resolved and made on
-// a goroutine of its own (slow).
+// handle answers one notified call: anything but a FIFO on the view (or a
+// call this cannot judge) continues at once; a FIFO is made or chmodded by
+// the host, waited for on a goroutine of its own (slow).
 func (v *vmFIFOs) handle(_ context.Context, n *seccomp.Notification) (seccomp.Answer, func() seccomp.Answer) {
-	dir, pathArg, modeArg := int32(unix.AT_FDCWD), 0, 1
-	if seccomp.Name(n.Nr) == "mknodat" {
-		dir, pathArg, modeArg = int32(n.Args[0]), 1, 2
+	call := seccomp.Name(n.Nr)
+	dirfd, pathArg, modeArg := int32(unix.AT_FDCWD), 0, 1
+	switch call {
+	case "mknodat", "fchmodat", "fchmodat2":
+		dirfd, pathArg, modeArg = int32(n.Args[0]), 1, 2
+	case "fchmod":
+		dirfd, pathArg = int32(n.Args[0]), -1
 	}
 	mode := uint32(n.Args[modeArg])
-	if mode&unix.S_IFMT != unix.S_IFIFO {
+	if (call == "mknod" || call == "mknodat") && mode&unix.S_IFMT != unix.S_IFIFO {
 		return contAnswer, nil
 	}
-	p, err := readCString(n.PID, n.Args[pathArg])
-	if err != nil {
+	p := ""
+	if pathArg >= 0 {
+		var err error
+		if p, err = readCString(n.PID, n.Args[pathArg]); err != nil {
+			return contAnswer, nil
+		}
+	}
+	proc := "/proc/" + strconv.Itoa(n.PID)
+	if call == "mknod" || call == "mknodat" {
+		return seccomp.Answer{}, func() seccomp.Answer { return v.mknod(n, proc, dirfd, p, mode) }
+	}
+	// A chmod: only a FIFO on the view needs the host. The look is this
+	// supervisor's own and decides nothing but whether to look closer.
+	target, flags := magicPath(proc, dirfd, p), unix.O_PATH|unix.O_CLOEXEC
+	switch {
+	case pathArg < 0, p == "" && call == "fchmodat2" && n.Args[3]&unix.AT_EMPTY_PATH != 0:
+		target = proc + "/fd/" + strconv.Itoa(int(dirfd))
+	case call == "fchmodat2" && n.Args[3]&unix.AT_SYMLINK_NOFOLLOW != 0:
+		flags |= unix.O_NOFOLLOW
+	}
+	fd, st, ok := onView(target, flags)
+	if !ok || st.Mode&unix.S_IFMT != unix.S_IFIFO {
+		if ok {
+			unix.Close(fd)
+		}
 		return contAnswer, nil
 	}
-	return seccomp.Answer{}, func() seccomp.Answer { return v.make(n, dir, p, mode) }
+	return seccomp.Answer{}, func() seccomp.Answer {
+		defer unix.Close(fd)
+		return v.chmod(n, proc, fd, &st, mode)
+	}
 }
 
-// make resolves the FIFO's parent as the caller would and has the host make
+// onView opens target (O_PATH, with flags) and returns it with its stat if
+// it is on the view (9p); ok false otherwise, or if it cannot be opened
+// (the caller's own call then fails as it would natively).
+func onView(target string, flags int) (fd int, st unix.Stat_t, ok bool) {
+	fd, err := unix.Open(target, flags, 0)
+	if err != nil {
+		return -1, st, false
+	}
+	var sfs unix.Statfs_t
+	if unix.Fstatfs(fd, &sfs) != nil || sfs.Type != unix.V9FS_MAGIC || unix.Fstat(fd, &st) != nil {
+		unix.Close(fd)
+		return -1, st, false
+	}
+	return fd, st, true
+}
+
+// viewPath is where fd is in the view, as this kernel names it.
+func viewPath(fd int) (string, bool) {
+	p, err := os.Readlink("/proc/self/fd/" + strconv.Itoa(fd))
+	return p, err == nil && strings.HasPrefix(p, "/")
+}
+
+// chmod has the host set the mode of the FIFO fd (st) to mode, if the
+// caller (still waiting) may.
+func (v *vmFIFOs) chmod(n *seccomp.Notification, proc string, fd int, st *unix.Stat_t, mode uint32) seccomp.Answer {
+	where, ok := viewPath(fd)
+	cr, err := readCreds(proc)
+	if !ok || err != nil || !n.Valid() {
+		return contAnswer
+	}
+	if uint32(cr.fsuid) != st.Uid && cr.capEff&(1<<unix.CAP_FOWNER) == 0 {
+		return seccomp.Answer{Errno: unix.EPERM}
+	}
+	mode &= 0o7777
+	if uint32(cr.fsgid) != st.Gid && !slices.Contains(cr.groups, int(st.Gid)) && cr.capEff&(1<<unix.CAP_FSETID) == 0 {
+		mode &^= unix.S_ISGID // as chmod(2) clears it
+	}
+	i := strings.LastIndexByte(where, '/')
+	dir := where[:i]
+	if dir == "" {
+		dir = "/"
+	}
+	return v.do(&wire.TrialNode{Op: wire.NodeChmod, Dir: []byte(dir), Name: []byte(where[i+1:]), Mode: mode})
+}
+
+// do asks the host to do req and answers the call with its errno.
+func (v *vmFIFOs) do(req *wire.TrialNode) seccomp.Answer {
+	if e := v.ask(req); e != 0 {
+		return seccomp.Answer{Errno: e}
+	}
+	return seccomp.Answer{}
+}
+
+// mknod resolves the FIFO's parent as the caller would and has the host make
 // it there.
-func (v *vmFIFOs) make(n *seccomp.Notification, dirfd int32, p string, mode uint32) seccomp.Answer {
+func (v *vmFIFOs) mknod(n *seccomp.Notification, proc string, dirfd int32, p string, mode uint32) seccomp.Answer {
 	parent, name := ".", p
 	if i := strings.LastIndexByte(p, '/'); i >= 0 {
 		parent, name = p[:i], p[i+1:]
@@ -119,53 +203,24 @@ func (v *vmFIFOs) make(n *seccomp.Notification, dirfd int32, p string, mode uint
 			parent = "/"
 		}
 	}
-	if name == "" || name == "." || name == ".." {
-		// A trailing slash, or a name that always exists: the kernel's
-		// own answer, without 9p's mknod.
-		return contAnswer
-	}
-	if len(name) > unix.NAME_MAX {
-		return seccomp.Answer{Errno: unix.ENAMETOOLONG}
-	}
-	proc := "/proc/" + strconv.Itoa(n.PID)
-	if dirfd != unix.AT_FDCWD && !strings.HasPrefix(p, "/") {
-		if _, err := os.Lstat(proc + "/fd/" + strconv.Itoa(int(dirfd))); err != nil {
-			return seccomp.Answer{Errno: unix.EBADF}
-		}
-	}
-	cr, err := readCreds(proc)
-	if err != nil {
+	if name == "" || name == "." || name == ".." || len(name) > unix.NAME_MAX {
+		// A trailing slash, a name that always exists, one too long:
+		// the kernel's own answer, without 9p's mknod.
 		return contAnswer
 	}
 	// Opened as the caller's lookup would go: through its cwd, dirfd or
 	// root, every link followed by this kernel (the links the command made
-	// or sees in the view resolve in the VM, never on the host).
-	fd, err := unix.Open(magicPath(proc, dirfd, parent), unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
-	if err != nil {
-		if !n.Valid() {
-			return contAnswer
-		}
-		var en unix.Errno
-		if errors.As(err, &en) {
-			return seccomp.Answer{Errno: en}
-		}
+	// or sees in the view resolve in the VM, never on the host). Not on
+	// the view (the VM's own /dev/shm): the VM's mknod works there.
+	fd, st, ok := onView(magicPath(proc, dirfd, parent), unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC)
+	if !ok {
 		return contAnswer
 	}
 	defer unix.Close(fd)
-	var sfs unix.Statfs_t
-	if unix.Fstatfs(fd, &sfs) != nil || sfs.Type != unix.V9FS_MAGIC {
-		return contAnswer // the VM's own filesystem: its mknod works
-	}
-	var st unix.Stat_t
-	if unix.Fstat(fd, &st) != nil {
-		return contAnswer
-	}
-	where, err := os.Readlink("/proc/self/fd/" + strconv.Itoa(fd))
-	if err != nil || !strings.HasPrefix(where, "/") {
-		return contAnswer
-	}
+	where, ok := viewPath(fd)
+	cr, err := readCreds(proc)
 	// What was read of /proc/PID was the caller's only if it still waits.
-	if !n.Valid() {
+	if !ok || err != nil || !n.Valid() {
 		return contAnswer
 	}
 	if e := mayCreateIn(&st, cr); e != 0 {
@@ -175,12 +230,8 @@ func (v *vmFIFOs) make(n *seccomp.Notification, dirfd int32, p string, mode uint
 	if st.Mode&unix.S_ISGID != 0 {
 		gid = st.Gid // a set-group-ID directory gives its group
 	}
-	req := wire.TrialMknod{Dir: []byte(where), Name: []byte(name),
-		Mode: unix.S_IFIFO | mode&0o7777&^cr.umask, UID: uint32(cr.fsuid), GID: gid}
-	if e := v.ask(&req); e != 0 {
-		return seccomp.Answer{Errno: e}
-	}
-	return seccomp.Answer{}
+	return v.do(&wire.TrialNode{Op: wire.NodeMknod, Dir: []byte(where), Name: []byte(name),
+		Mode: unix.S_IFIFO | mode&0o7777&^cr.umask, UID: uint32(cr.fsuid), GID: gid})
 }
 
 // mayCreateIn is the errno the kernel would give a caller with cr for

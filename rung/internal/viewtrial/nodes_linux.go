@@ -209,18 +209,21 @@ func (t *Trial) OpenViewRoot() error {
 	return nil
 }
 
-// MknodInView makes the FIFO req asks for through the merged view whose
-// root is root, as the sandbox's own mknod would have, and returns the
-// errno the call gets. The request comes from the sandbox and is trusted
-// in nothing: its directory is resolved beneath root, every link in it
-// followed as within root (RESOLVE_IN_ROOT: an absolute link or a ".."
-// stays in the view, never reaching the host's own directories), no magic
-// link; the name is one component; only a FIFO is made. Through the merged
-// view, overlayfs copies the directory up as for any write of the sandbox.
-func MknodInView(root int, req *wire.TrialMknod) unix.Errno {
+// NodeInView makes the FIFO req asks for (or chmods it) through the merged
+// view whose root is root, as the sandbox's own call would have, and
+// returns the errno the call gets. The request comes from the sandbox and
+// is trusted in nothing: its directory is resolved beneath root, every link
+// in it followed as within root (RESOLVE_IN_ROOT: an absolute link or a
+// ".." stays in the view, never reaching the host's own directories), no
+// magic link; the name is one component, never followed; only a FIFO is
+// made or changed. Through the merged view, overlayfs copies the directory
+// up as for any write of the sandbox.
+func NodeInView(root int, req *wire.TrialNode) unix.Errno {
 	name := string(req.Name)
 	if name == "" || name == "." || name == ".." || strings.ContainsAny(name, "/\x00") ||
-		req.Mode&unix.S_IFMT != unix.S_IFIFO || !path.IsAbs(string(req.Dir)) || strings.ContainsRune(string(req.Dir), 0) {
+		!path.IsAbs(string(req.Dir)) || strings.ContainsRune(string(req.Dir), 0) ||
+		req.Op == wire.NodeMknod && req.Mode&unix.S_IFMT != unix.S_IFIFO ||
+		req.Op != wire.NodeMknod && req.Op != wire.NodeChmod {
 		return unix.EINVAL
 	}
 	dir, err := unix.Openat2(root, string(req.Dir), &unix.OpenHow{Flags: unix.O_PATH | unix.O_DIRECTORY | unix.O_CLOEXEC,
@@ -229,29 +232,37 @@ func MknodInView(root int, req *wire.TrialMknod) unix.Errno {
 		return errnoOf(err)
 	}
 	defer unix.Close(dir)
-	// This process's umask would apply: the bits are set below, on the
-	// node itself.
-	if err := unix.Mknodat(dir, name, unix.S_IFIFO|0o600, 0); err != nil {
-		return errnoOf(err)
+	undo := func(err error) unix.Errno { return errnoOf(err) }
+	if req.Op == wire.NodeMknod {
+		// This process's umask would apply: the bits are set below, on
+		// the node itself.
+		if err := unix.Mknodat(dir, name, unix.S_IFIFO|0o600, 0); err != nil {
+			return errnoOf(err)
+		}
+		undo = func(err error) unix.Errno {
+			unix.Unlinkat(dir, name, 0)
+			return errnoOf(err)
+		}
 	}
-	undo := func(err error) unix.Errno {
-		unix.Unlinkat(dir, name, 0)
-		return errnoOf(err)
-	}
-	// The node just made, not whatever the sandbox may have put in its
-	// place meanwhile (a link would be followed on the host by chmod).
+	// The node itself, not a link (chmod would follow it on the host).
 	fd, err := unix.Openat(dir, name, unix.O_PATH|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
 	if err != nil {
 		return errnoOf(err)
 	}
 	defer unix.Close(fd)
 	var st unix.Stat_t
-	if err := unix.Fstat(fd, &st); err != nil || st.Mode&unix.S_IFMT != unix.S_IFIFO {
-		return unix.EEXIST
+	if err := unix.Fstat(fd, &st); err != nil {
+		return errnoOf(err)
 	}
-	if err := unix.Fchownat(fd, "", int(req.UID), int(req.GID), unix.AT_EMPTY_PATH); err != nil {
-		return undo(err)
+	if st.Mode&unix.S_IFMT != unix.S_IFIFO {
+		return unix.EPERM // not the FIFO the sandbox saw (it changed meanwhile)
 	}
+	if req.Op == wire.NodeMknod {
+		if err := unix.Fchownat(fd, "", int(req.UID), int(req.GID), unix.AT_EMPTY_PATH); err != nil {
+			return undo(err)
+		}
+	}
+	// An O_PATH descriptor takes no fchmod: through its /proc link.
 	if err := unix.Fchmodat(unix.AT_FDCWD, "/proc/self/fd/"+strconv.Itoa(fd), req.Mode&0o7777, 0); err != nil {
 		return undo(err)
 	}

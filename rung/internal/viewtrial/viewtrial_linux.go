@@ -65,7 +65,7 @@ type Trial struct {
 	ScratchFD int
 	// ViewRoot is the host's handle on the merged view while the sandbox
 	// runs (OpenViewRoot), through which it makes the FIFOs the sandbox
-	// asks for (wire.VerbTrialMknod); nil: it makes none.
+	// asks for (wire.VerbTrialNode); nil: it makes none.
 	ViewRoot *os.File
 
 	Sent    bool
@@ -383,9 +383,9 @@ func (t *Trial) Converse(trustEnv []string, sendStub func([]byte) error, startIO
 			}
 			t.Done = done
 			return nil
-		case wire.VerbTrialMknod:
-			if err := t.mknod(f); err != nil {
-				return t.GuestErr("answering trial.mknod", err)
+		case wire.VerbTrialNode:
+			if err := t.node(f); err != nil {
+				return t.GuestErr("answering trial.node", err)
 			}
 		default:
 			return fmt.Errorf("%w: unexpected %s %q", dryexec.ErrGuest, f.Kind, f.Verb)
@@ -393,17 +393,17 @@ func (t *Trial) Converse(trustEnv []string, sendStub func([]byte) error, startIO
 	}
 }
 
-// mknod answers the sandbox's request f to make a FIFO (MknodInView): the
-// errno its call gets, EPERM where the host has no view to make it in.
-func (t *Trial) mknod(f *wire.Frame) error {
-	var req wire.TrialMknod
-	res := wire.TrialMknodResult{Errno: int(unix.EPERM)}
+// node answers the sandbox's request f to make or chmod a FIFO
+// (NodeInView): the errno its call gets, EPERM where the host has no view.
+func (t *Trial) node(f *wire.Frame) error {
+	var req wire.TrialNode
+	res := wire.TrialNodeResult{Errno: int(unix.EPERM)}
 	if f.Kind != wire.KindReq || f.Decode(&req) != nil {
 		res.Errno = int(unix.EINVAL)
 	} else if t.ViewRoot != nil {
-		res.Errno = int(MknodInView(int(t.ViewRoot.Fd()), &req))
+		res.Errno = int(NodeInView(int(t.ViewRoot.Fd()), &req))
 	}
-	return t.Inner.Send(wire.KindResp, wire.VerbTrialMknod, f.ID, &res)
+	return t.Inner.Send(wire.KindResp, wire.VerbTrialNode, f.ID, &res)
 }
 
 // Report walks the upper dirs and completes d, which the rung started
