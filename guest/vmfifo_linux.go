@@ -31,6 +31,9 @@ import (
 // a node the caller could not have asked QEMU for itself.
 type vmFIFOs struct {
 	conn *wire.Conn
+	// viewDev is the device of the view's 9p mount, the VM's root: what
+	// statfs would not tell (9p2000.L passes on the host's own).
+	viewDev uint64
 	// mu guards next and pending: the host's answers to the requests
 	// under way, by frame ID.
 	mu      sync.Mutex
@@ -50,8 +53,13 @@ func vmProfile() *seccomp.Profile {
 	return p
 }
 
-func newVMFIFOs(conn *wire.Conn) *vmFIFOs {
-	return &vmFIFOs{conn: conn, next: 1 << 32, pending: map[uint64]chan int{}}
+// newVMFIFOs serves the requests on conn, once the view is the root.
+func newVMFIFOs(conn *wire.Conn) (*vmFIFOs, error) {
+	var st unix.Stat_t
+	if err := unix.Stat("/", &st); err != nil {
+		return nil, err
+	}
+	return &vmFIFOs{conn: conn, viewDev: st.Dev, next: 1 << 32, pending: map[uint64]chan int{}}, nil
 }
 
 // answer takes the host's answer to a request (readRun's frames after
@@ -127,7 +135,7 @@ func (v *vmFIFOs) handle(_ context.Context, n *seccomp.Notification) (seccomp.An
 	case call == "fchmodat2" && n.Args[3]&unix.AT_SYMLINK_NOFOLLOW != 0:
 		flags |= unix.O_NOFOLLOW
 	}
-	fd, st, ok := onView(target, flags)
+	fd, st, ok := v.onView(target, flags)
 	if !ok || st.Mode&unix.S_IFMT != unix.S_IFIFO {
 		if ok {
 			unix.Close(fd)
@@ -141,15 +149,14 @@ func (v *vmFIFOs) handle(_ context.Context, n *seccomp.Notification) (seccomp.An
 }
 
 // onView opens target (O_PATH, with flags) and returns it with its stat if
-// it is on the view (9p); ok false otherwise, or if it cannot be opened
-// (the caller's own call then fails as it would natively).
-func onView(target string, flags int) (fd int, st unix.Stat_t, ok bool) {
+// it is on the view (the 9p mount); ok false otherwise, or if it cannot be
+// opened (the caller's own call then fails as it would natively).
+func (v *vmFIFOs) onView(target string, flags int) (fd int, st unix.Stat_t, ok bool) {
 	fd, err := unix.Open(target, flags, 0)
 	if err != nil {
 		return -1, st, false
 	}
-	var sfs unix.Statfs_t
-	if unix.Fstatfs(fd, &sfs) != nil || sfs.Type != unix.V9FS_MAGIC || unix.Fstat(fd, &st) != nil {
+	if unix.Fstat(fd, &st) != nil || st.Dev != v.viewDev {
 		unix.Close(fd)
 		return -1, st, false
 	}
@@ -212,7 +219,7 @@ func (v *vmFIFOs) mknod(n *seccomp.Notification, proc string, dirfd int32, p str
 	// root, every link followed by this kernel (the links the command made
 	// or sees in the view resolve in the VM, never on the host). Not on
 	// the view (the VM's own /dev/shm): the VM's mknod works there.
-	fd, st, ok := onView(magicPath(proc, dirfd, parent), unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC)
+	fd, st, ok := v.onView(magicPath(proc, dirfd, parent), unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC)
 	if !ok {
 		return contAnswer
 	}

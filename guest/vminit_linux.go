@@ -105,7 +105,11 @@ func runVMTrial() int {
 	// (passthrough) makes them in the upper dirs, where the delta sees
 	// them. A FIFO, which QEMU's 9p server cannot make, the host makes
 	// (vmFIFOs).
-	return runInnerTrial(conn, &cfg, vmProfile(), nil, newVMFIFOs(conn))
+	fifos, err := newVMFIFOs(conn)
+	if err != nil {
+		return sendFailure(conn, "setup", err)
+	}
+	return runInnerTrial(conn, &cfg, vmProfile(), nil, fifos)
 }
 
 // vmEarlyMounts gives the initramfs what loading modules and finding the
