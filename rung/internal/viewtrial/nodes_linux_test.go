@@ -28,8 +28,8 @@ func TestNodeInViewStaysInTheView(t *testing.T) {
 		}
 	}
 	for link, to := range map[string]string{
-		"tohost":      host,     // a link the command made to a host directory
-		"inview":      "/sub",   // absolute, meant within the view
+		"tohost":      host,   // a link the command made to a host directory
+		"inview":      "/sub", // absolute, meant within the view
 		"dir/up":      "../../" + filepath.Base(host),
 		"dir/hostfif": hostFIFO, // in place of a FIFO, for chmod
 	} {
