@@ -123,6 +123,7 @@ func (v *vmFIFOs) handle(_ context.Context, n *seccomp.Notification) (seccomp.An
 		}
 	}
 	proc := "/proc/" + strconv.Itoa(n.PID)
+	p = callerProc(p, n.PID)
 	if call == "mknod" || call == "mknodat" {
 		return seccomp.Answer{}, func() seccomp.Answer { return v.mknod(n, proc, dirfd, p, mode) }
 	}
@@ -146,6 +147,19 @@ func (v *vmFIFOs) handle(_ context.Context, n *seccomp.Notification) (seccomp.An
 		defer unix.Close(fd)
 		return v.chmod(n, proc, fd, &st, mode)
 	}
+}
+
+// callerProc is p with the caller's own /proc/self and /proc/thread-self
+// named by its thread id: this supervisor's lookup of them would find its
+// own. glibc's lchmod (mkfifo -m, tar) chmods "/proc/self/fd/N".
+func callerProc(p string, tid int) string {
+	id := strconv.Itoa(tid)
+	for _, self := range []struct{ link, is string }{{"/proc/self", "/proc/" + id}, {"/proc/thread-self", "/proc/" + id + "/task/" + id}} {
+		if p == self.link || strings.HasPrefix(p, self.link+"/") {
+			return self.is + p[len(self.link):]
+		}
+	}
+	return p
 }
 
 // onView opens target (O_PATH, with flags) and returns it with its stat if
