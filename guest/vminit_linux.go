@@ -101,10 +101,10 @@ func runVMTrial() int {
 	if err := loopbackUp(); err != nil {
 		return sendFailure(conn, "net", err)
 	}
-	// innerProfile, without gvisor's refusal of socket nodes: 9p
-	// (passthrough) makes them in the upper dirs, where the delta sees
-	// them. A FIFO, which QEMU's 9p server cannot make, the host makes
-	// (vmFIFOs).
+	// innerProfile, with a FIFO's mknod and chmod, which QEMU's 9p server
+	// cannot do, done by the host (vmFIFOs). A socket node (bind(2),
+	// mknod) fails on the view with ENXIO for the same reason: not handled
+	// yet.
 	fifos, err := newVMFIFOs(conn)
 	if err != nil {
 		return sendFailure(conn, "setup", err)
