@@ -1,14 +1,17 @@
 package vm
 
 import (
+	"context"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"golang.org/x/sys/unix"
 
 	"github.com/dryexec/dryexec"
+	"github.com/dryexec/dryexec/internal/testreq"
 )
 
 // TestFIFOStaysInTheView: the host makes and chmods the FIFOs a vm trial's
@@ -20,7 +23,12 @@ import (
 // own /dev/shm is the VM's (made, not in the delta); a device node stays
 // refused.
 func TestFIFOStaysInTheView(t *testing.T) {
-	r := testRung(t)
+	if testing.Short() {
+		t.Skip("boots a VM")
+	}
+	// testRung's, with time for a boot under TCG on a loaded host.
+	r := &Rung{GuestExe: staticGuest(t), BootTimeout: 5 * time.Minute}
+	testreq.Need(t, testreq.VM, r.Available(context.Background()))
 	dir := t.TempDir()
 	host := filepath.Join(t.TempDir(), "hostdir")
 	if err := os.Mkdir(host, 0o755); err != nil {
