@@ -1,6 +1,7 @@
 package guest
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"os"
@@ -202,7 +203,7 @@ func runGVisorTrial() int {
 	}
 	return runInnerTrial(conn, &cfg, gvisorProfile(), func() ([]wire.SandboxNode, []string) {
 		return sandboxFIFOs(wire.GVisorLogFD)
-	})
+	}, nil)
 }
 
 // runInnerTrial is the part of the trial guest shared by the gvisor-trial
@@ -210,15 +211,22 @@ func runGVisorTrial() int {
 // own, it starts the command, waits for it, kills what it left, syncs (the
 // host walks the upper dirs on its side) and reports. nodes, when not nil,
 // finds what the sandbox's kernel keeps in its own memory for the host to
-// make in the upper dirs (gvisor: FIFOs). It returns the process's exit
-// status.
-func runInnerTrial(conn *wire.Conn, cfgp *wire.TrialStart, prof *seccomp.Profile, nodes func() ([]wire.SandboxNode, []string)) int {
+// make in the upper dirs (gvisor: FIFOs). fifos, when not nil, serves the
+// calls prof hands to the supervisor (vm: mknod). It returns the process's
+// exit status.
+func runInnerTrial(conn *wire.Conn, cfgp *wire.TrialStart, prof *seccomp.Profile, nodes func() ([]wire.SandboxNode, []string), fifos *vmFIFOs) int {
 	cfg := *cfgp
 	fail := func(code string, err error) int { return sendFailure(conn, code, err) }
 	if cfg.Hostname != "" {
 		unix.Sethostname([]byte(cfg.Hostname))
 	}
-	stub, err := startGVisorStub(&cfg, prof)
+	var srv *seccomp.Server
+	var answers func(*wire.Frame)
+	if fifos != nil {
+		srv = &seccomp.Server{Profile: prof, Handle: fifos.handle}
+		answers = fifos.answer
+	}
+	stub, err := startGVisorStub(&cfg, prof, srv)
 	if err != nil {
 		return fail("setup", err)
 	}
@@ -231,8 +239,13 @@ func runInnerTrial(conn *wire.Conn, cfgp *wire.TrialStart, prof *seccomp.Profile
 	signal.Ignore(guestIgnored...)
 	ran := make(chan runStarted, 1)
 	timedOut := make(chan struct{})
-	go readRun(conn, &cfg, ran, timedOut)
+	go readRun(conn, &cfg, ran, timedOut, answers)
 	settled := func(exit *wire.TrialExit) error {
+		if srv != nil {
+			// A node the host is making for a call under way is in
+			// the view before the command's end is.
+			srv.Quiesce()
+		}
 		// gVisor (or the VM's kernel) may hold written pages in its own
 		// cache (a file's shared mapping): sync puts them in the upper
 		// dirs before the host walks.
@@ -264,8 +277,10 @@ var guestIgnored = []os.Signal{unix.SIGHUP, unix.SIGINT, unix.SIGQUIT, unix.SIGI
 // Landlock ruleset, which gVisor does not have, and no memory tracer) from a
 // thread of its own under no_new_privs and prof's seccomp filter,
 // which the stub and so the command inherit. The thread is never given back
-// to the runtime: it ends with its goroutine.
-func startGVisorStub(cfg *wire.TrialStart, prof *seccomp.Profile) (*cmdStub, error) {
+// to the runtime: it ends with its goroutine. With srv, the filter has a
+// listener that srv serves (its refusals are then answered by srv, with the
+// same errnos, unreported).
+func startGVisorStub(cfg *wire.TrialStart, prof *seccomp.Profile, srv *seccomp.Server) (*cmdStub, error) {
 	type started struct {
 		stub *cmdStub
 		err  error
@@ -273,9 +288,13 @@ func startGVisorStub(cfg *wire.TrialStart, prof *seccomp.Profile) (*cmdStub, err
 	ch := make(chan started, 1)
 	go func() {
 		runtime.LockOSThread()
-		prog, err := prof.Program(false)
+		prog, err := prof.Program(srv != nil)
+		listener := -1
 		if err == nil {
-			_, err = seccomp.Install(prog, false)
+			listener, err = seccomp.Install(prog, srv != nil)
+		}
+		if err == nil && listener >= 0 {
+			go srv.Serve(context.Background(), listener)
 		}
 		if err != nil {
 			ch <- started{err: fmt.Errorf("confining the command: %w", err)}

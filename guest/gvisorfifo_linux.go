@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"path"
+	"path/filepath"
 	"regexp"
 	"slices"
 	"strings"
@@ -68,7 +69,7 @@ func sandboxFIFOs(fd int) (nodes []wire.SandboxNode, lost []string) {
 				continue
 			}
 			found = true
-			if !seen[p] {
+			if p := string(n.Path); !seen[p] {
 				seen[p] = true
 				nodes = append(nodes, n)
 			}
@@ -218,8 +219,17 @@ func parseHex(s string) uint64 {
 	return v
 }
 
-// statNode is p as this kernel shows it, with its ancestors.
+// statNode is p as this kernel shows it, with its ancestors, at the path
+// p's directory resolves to here: a FIFO made through a link (one the
+// command made to a host directory, or the host's own /var/run) is where
+// the sandbox put it, in the view, and the host, which follows no link in
+// the upper dirs, makes it there.
 func statNode(p string) (wire.SandboxNode, error) {
+	real, err := filepath.EvalSymlinks(path.Dir(p))
+	if err != nil {
+		return wire.SandboxNode{}, err
+	}
+	p = path.Join(real, path.Base(p))
 	n, err := lstatNode(p)
 	if err != nil {
 		return n, err

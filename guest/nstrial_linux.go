@@ -93,7 +93,7 @@ func serveTrial(conn *wire.Conn, cfg *wire.TrialStart, l *confinedLauncher, scra
 	// is started (a new one cost ≈ 0.04 ms of a warm /bin/true here).
 	ran := make(chan runStarted, 1)
 	timedOut := make(chan struct{})
-	go readRun(conn, cfg, ran, timedOut)
+	go readRun(conn, cfg, ran, timedOut, nil)
 	// settled runs once no sandbox process can act any more: what the
 	// supervisor refused is all reported by then, and the upper dirs hold
 	// all that will be written. It sends trial.exit and the upper dirs'
@@ -172,8 +172,9 @@ type runStarted struct {
 // the trial, or dead), and PID 1 exits then, which kills all that is left in
 // the namespace. A stream closed before trial.run (a pool dropping its ready
 // sandbox) or a bad trial.run ends the guest too: the host may have written
-// a command to the stub already.
-func readRun(conn *wire.Conn, cfg *wire.TrialStart, ran chan<- runStarted, timedOut chan struct{}) {
+// a command to the stub already. Frames after trial.run go to answers (the
+// host's answers to the guest's own requests), nil: none are expected.
+func readRun(conn *wire.Conn, cfg *wire.TrialStart, ran chan<- runStarted, timedOut chan struct{}, answers func(*wire.Frame)) {
 	f, err := conn.Read()
 	if err != nil {
 		os.Exit(1)
@@ -198,8 +199,12 @@ func readRun(conn *wire.Conn, cfg *wire.TrialStart, ran chan<- runStarted, timed
 	}
 	ran <- s
 	for {
-		if _, err := conn.Read(); err != nil {
+		f, err := conn.Read()
+		if err != nil {
 			os.Exit(3)
+		}
+		if answers != nil {
+			answers(f)
 		}
 	}
 }

@@ -107,6 +107,7 @@ type callerCreds struct {
 	fsuid, fsgid int
 	groups       []int
 	capEff       uint64
+	umask        uint32
 }
 
 var contAnswer = seccomp.Answer{Continue: true}
@@ -411,6 +412,12 @@ func readCreds(proc string) (*callerCreds, error) {
 					return nil, err
 				}
 				cr.groups = append(cr.groups, id)
+			}
+		case "Umask":
+			if len(fields) == 1 {
+				if m, err := strconv.ParseUint(fields[0], 8, 32); err == nil {
+					cr.umask = uint32(m)
+				}
 			}
 		case "CapEff":
 			if len(fields) != 1 {

@@ -101,11 +101,15 @@ func runVMTrial() int {
 	if err := loopbackUp(); err != nil {
 		return sendFailure(conn, "net", err)
 	}
-	// innerProfile, without gvisor's refusal of socket nodes: 9p
-	// (passthrough) would make them in the upper dirs, where the delta sees
-	// them (a FIFO fails in QEMU's 9p server: docs/architecture.md, "The vm
-	// rung").
-	return runInnerTrial(conn, &cfg, innerProfile(), nil)
+	// innerProfile, with a FIFO's mknod and chmod, which QEMU's 9p server
+	// cannot do, done by the host (vmFIFOs). A socket node (bind(2),
+	// mknod) fails on the view with ENXIO for the same reason: not handled
+	// yet.
+	fifos, err := newVMFIFOs(conn)
+	if err != nil {
+		return sendFailure(conn, "setup", err)
+	}
+	return runInnerTrial(conn, &cfg, vmProfile(), nil, fifos)
 }
 
 // vmEarlyMounts gives the initramfs what loading modules and finding the

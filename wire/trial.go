@@ -30,7 +30,38 @@ const (
 	// file of 8 EiB costs one frame, not 8 EiB of zeros on the stream.
 	VerbFSHole    = "fs.hole"
 	VerbTrialDone = "trial.done" // body: TrialDone
+	// VerbTrialNode is the vm trial guest's request, while the command
+	// runs, that the host make a FIFO, or chmod one, through the view (body
+	// TrialNode; the host answers KindResp with TrialNodeResult, same ID):
+	// QEMU's 9p server can do neither (docs/architecture.md, "The vm rung").
+	VerbTrialNode = "trial.node"
 )
+
+// TrialNode asks the host to make the FIFO Name in Dir (Op "mknod") with
+// Mode (type and permission bits, the caller's umask applied) and owner, or
+// to set the permission bits of the FIFO Name in Dir to Mode (Op "chmod").
+// Dir is an absolute path in the view as the sandbox resolved it. The host
+// trusts none of it: Dir is resolved again beneath the view's root, never
+// outside it, and only a FIFO is made or changed.
+type TrialNode struct {
+	Op   string `json:"op"`
+	Dir  []byte `json:"dir"`
+	Name []byte `json:"name"`
+	Mode uint32 `json:"mode"`
+	UID  uint32 `json:"uid,omitempty"`
+	GID  uint32 `json:"gid,omitempty"`
+}
+
+// Ops of TrialNode.
+const (
+	NodeMknod = "mknod"
+	NodeChmod = "chmod"
+)
+
+// TrialNodeResult is the errno the call gets (0: made).
+type TrialNodeResult struct {
+	Errno int `json:"errno,omitempty"`
+}
 
 // FSHole is the body of fs.hole: N bytes of zeros come next in the content.
 type FSHole struct {

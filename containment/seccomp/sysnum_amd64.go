@@ -90,5 +90,10 @@ func table() map[string]int {
 		"linkat":            unix.SYS_LINKAT,
 		"mknod":             unix.SYS_MKNOD,
 		"mknodat":           unix.SYS_MKNODAT,
+		// chmod of a FIFO (the vm rung's supervisor makes it).
+		"chmod":     unix.SYS_CHMOD,
+		"fchmod":    unix.SYS_FCHMOD,
+		"fchmodat":  unix.SYS_FCHMODAT,
+		"fchmodat2": unix.SYS_FCHMODAT2,
 	}
 }

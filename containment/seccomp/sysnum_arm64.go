@@ -79,5 +79,9 @@ func table() map[string]int {
 		"renameat2":         unix.SYS_RENAMEAT2,
 		"linkat":            unix.SYS_LINKAT,
 		"mknodat":           unix.SYS_MKNODAT,
+		// chmod of a FIFO (the vm rung's supervisor makes it).
+		"fchmod":    unix.SYS_FCHMOD,
+		"fchmodat":  unix.SYS_FCHMODAT,
+		"fchmodat2": unix.SYS_FCHMODAT2,
 	}
 }

@@ -158,7 +158,8 @@ try_("mknod_reg", lambda: os.mknod("r1", 0o600 | stat.S_IFREG))
 // in its memory, at paths the sandbox reports; a path through a symlink the
 // command made (to a host directory) must not lead the host out of the
 // upper dirs: the host directory is untouched, and the FIFO is the delta's
-// at the path it has in the view (or the delta says it could not be placed).
+// at the path the sandbox's kernel resolved it to in the view (the host
+// directory's path), exactly, with the delta complete.
 func TestFIFOThroughLinkStaysInTheView(t *testing.T) {
 	requireGVisor(t)
 	dir := t.TempDir()
@@ -166,19 +167,26 @@ func TestFIFOThroughLinkStaysInTheView(t *testing.T) {
 	if err := os.Mkdir(host, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	d := runTrial(t, nil, dir, dryexec.TrialSpec{}, "sh", "-c", "ln -s "+host+" link && mkfifo link/evil && mkfifo link/../link/evil2; echo done")
-	if _, err := os.Lstat(filepath.Join(host, "evil")); err == nil {
-		t.Fatalf("the FIFO made through the sandbox's link is on the host")
+	d := runTrial(t, nil, dir, dryexec.TrialSpec{}, "sh", "-c", "ln -s "+host+" link && mkfifo link/evil && mkdir link/sub && mkfifo -m 0640 link/sub/../evil2; echo done")
+	for _, name := range []string{"evil", "evil2", "sub"} {
+		if _, err := os.Lstat(filepath.Join(host, name)); err == nil {
+			t.Fatalf("%s, made through the sandbox's link, is on the host", name)
+		}
 	}
-	if _, err := os.Lstat(filepath.Join(host, "evil2")); err == nil {
-		t.Fatalf("the FIFO made through the sandbox's link is on the host")
+	if d.Incomplete {
+		t.Errorf("incomplete: %s", d.IncompleteReason)
 	}
-	t.Logf("incomplete %v %s", d.Incomplete, d.IncompleteReason)
-	kinds := map[string]string{}
+	files := map[string]dryexec.FileChange{}
 	for _, f := range d.Files {
-		kinds[f.Path] = string(f.Kind)
+		files[f.Path] = f
 	}
-	if !d.Incomplete && (kinds[filepath.Join(host, "evil")] != "fifo" || kinds[filepath.Join(host, "evil2")] != "fifo") {
-		t.Errorf("delta %v (stdout %q): want the FIFOs at %s in the view's delta, or the delta incomplete", kinds, d.Process.Stdout, host)
+	for name, mode := range map[string]string{"evil": "0644", "evil2": "0640"} {
+		f, ok := files[filepath.Join(host, name)]
+		if !ok || f.Kind != "fifo" || f.Op != "create" || f.Mode != mode {
+			t.Errorf("%s: %+v, want a FIFO made with mode %s (delta: %v, stdout %q)", name, f, mode, files, d.Process.Stdout)
+		}
+	}
+	if _, ok := files[filepath.Join(dir, "link", "evil")]; ok {
+		t.Errorf("the FIFO is in the delta at the link's path too")
 	}
 }

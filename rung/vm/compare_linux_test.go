@@ -38,7 +38,7 @@ func requireVM(t *testing.T) {
 // to start the command.
 func TestSameDeltaAsNS(t *testing.T) {
 	requireVM(t)
-	cases := rungcompare.Without(rungcompare.Cases(), func(c rungcompare.Case) bool { return c.SizesDiffer || c.FIFO })
+	cases := rungcompare.Without(rungcompare.Cases(), func(c rungcompare.Case) bool { return c.SizesDiffer })
 	for i, c := range cases {
 		if c.Name == "timeout" {
 			cases[i].Args = slices.Clone(c.Args)

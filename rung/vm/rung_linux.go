@@ -424,7 +424,15 @@ func (t *trial) prepare() error {
 	// The view guest's exec verb is gvisor's: write a (here unused)
 	// config file, keep the ports, exec the program from the scratch dir.
 	t.bootStart = time.Now()
-	return t.ExecView(&wire.GVisorExec{Path: t.m.qemu, Argv: cfg.argv(), Config: []byte("{}"), Keep: keep}, "QEMU")
+	if err := t.ExecView(&wire.GVisorExec{Path: t.m.qemu, Argv: cfg.argv(), Config: []byte("{}"), Keep: keep}, "QEMU"); err != nil {
+		return err
+	}
+	if t.session {
+		return nil
+	}
+	// The FIFOs the command makes, QEMU's 9p server cannot: the host makes
+	// them through the view (guest/vmfifo_linux.go).
+	return t.OpenViewRoot()
 }
 
 var errOverdue = errors.New("the VM did not report in time")

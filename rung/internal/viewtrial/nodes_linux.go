@@ -3,6 +3,7 @@ package viewtrial
 import (
 	"errors"
 	"fmt"
+	"os"
 	"path"
 	"slices"
 	"strconv"
@@ -10,6 +11,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/dryexec/dryexec"
 	"github.com/dryexec/dryexec/wire"
 )
 
@@ -176,4 +178,101 @@ func setOwnerMode(dir int, name string, n *wire.SandboxNode) error {
 func setTimes(dir int, name string, n *wire.SandboxNode) error {
 	ts := []unix.Timespec{unix.NsecToTimespec(n.AtimeNS), unix.NsecToTimespec(n.MtimeNS)}
 	return unix.UtimesNanoAt(dir, name, ts, unix.AT_SYMLINK_NOFOLLOW)
+}
+
+// OpenViewRoot takes the host's handle on the merged view the view guest
+// exports (ViewRoot): "root" in its scratch dir, which is the working
+// directory of what it became (QEMU), in its mount namespace. Called once
+// the view guest has exec'ed; the working directory is checked to be the
+// scratch tmpfs the host holds, so that a pid reused meanwhile gives nothing.
+func (t *Trial) OpenViewRoot() error {
+	cwd, err := unix.Open("/proc/"+strconv.Itoa(t.Cmd.Process.Pid)+"/cwd", unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return fmt.Errorf("opening the view guest's working directory: %w", err)
+	}
+	defer unix.Close(cwd)
+	var a, b unix.Stat_t
+	if err := unix.Fstat(cwd, &a); err != nil {
+		return err
+	}
+	if err := unix.Fstat(t.ScratchFD, &b); err != nil {
+		return err
+	}
+	if a.Dev != b.Dev || a.Ino != b.Ino {
+		return fmt.Errorf("%w: the view guest's working directory is not its scratch tmpfs", dryexec.ErrGuest)
+	}
+	root, err := unix.Openat(cwd, "root", unix.O_PATH|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return fmt.Errorf("opening the merged view: %w", err)
+	}
+	t.ViewRoot = os.NewFile(uintptr(root), "view")
+	return nil
+}
+
+// NodeInView makes the FIFO req asks for (or chmods it) through the merged
+// view whose root is root, as the sandbox's own call would have, and
+// returns the errno the call gets. The request comes from the sandbox and
+// is trusted in nothing: its directory is resolved beneath root, every link
+// in it followed as within root (RESOLVE_IN_ROOT: an absolute link or a
+// ".." stays in the view, never reaching the host's own directories), no
+// magic link; the name is one component, never followed; only a FIFO is
+// made or changed. Through the merged view, overlayfs copies the directory
+// up as for any write of the sandbox.
+func NodeInView(root int, req *wire.TrialNode) unix.Errno {
+	name := string(req.Name)
+	if name == "" || name == "." || name == ".." || strings.ContainsAny(name, "/\x00") ||
+		!path.IsAbs(string(req.Dir)) || strings.ContainsRune(string(req.Dir), 0) ||
+		req.Op == wire.NodeMknod && req.Mode&unix.S_IFMT != unix.S_IFIFO ||
+		req.Op != wire.NodeMknod && req.Op != wire.NodeChmod {
+		return unix.EINVAL
+	}
+	dir, err := unix.Openat2(root, string(req.Dir), &unix.OpenHow{Flags: unix.O_PATH | unix.O_DIRECTORY | unix.O_CLOEXEC,
+		Resolve: unix.RESOLVE_IN_ROOT | unix.RESOLVE_NO_MAGICLINKS})
+	if err != nil {
+		return errnoOf(err)
+	}
+	defer unix.Close(dir)
+	undo := func(err error) unix.Errno { return errnoOf(err) }
+	if req.Op == wire.NodeMknod {
+		// This process's umask would apply: the bits are set below, on
+		// the node itself.
+		if err := unix.Mknodat(dir, name, unix.S_IFIFO|0o600, 0); err != nil {
+			return errnoOf(err)
+		}
+		undo = func(err error) unix.Errno {
+			unix.Unlinkat(dir, name, 0)
+			return errnoOf(err)
+		}
+	}
+	// The node itself, not a link (chmod would follow it on the host).
+	fd, err := unix.Openat(dir, name, unix.O_PATH|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return errnoOf(err)
+	}
+	defer unix.Close(fd)
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		return errnoOf(err)
+	}
+	if st.Mode&unix.S_IFMT != unix.S_IFIFO {
+		return unix.EPERM // not the FIFO the sandbox saw (it changed meanwhile)
+	}
+	if req.Op == wire.NodeMknod {
+		if err := unix.Fchownat(fd, "", int(req.UID), int(req.GID), unix.AT_EMPTY_PATH); err != nil {
+			return undo(err)
+		}
+	}
+	// An O_PATH descriptor takes no fchmod: through its /proc link.
+	if err := unix.Fchmodat(unix.AT_FDCWD, "/proc/self/fd/"+strconv.Itoa(fd), req.Mode&0o7777, 0); err != nil {
+		return undo(err)
+	}
+	return 0
+}
+
+func errnoOf(err error) unix.Errno {
+	var en unix.Errno
+	if errors.As(err, &en) {
+		return en
+	}
+	return unix.EIO
 }

@@ -63,6 +63,10 @@ type Trial struct {
 	Uppers    []fsdelta.Mount
 	Scratch   *os.File // the host's handle on the scratch tmpfs (upper dirs)
 	ScratchFD int
+	// ViewRoot is the host's handle on the merged view while the sandbox
+	// runs (OpenViewRoot), through which it makes the FIFOs the sandbox
+	// asks for (wire.VerbTrialNode); nil: it makes none.
+	ViewRoot *os.File
 
 	Sent    bool
 	SentAt  time.Time
@@ -136,6 +140,9 @@ func (t *Trial) Release() {
 	t.Watch.Close()
 	if t.Scratch != nil {
 		t.Scratch.Close()
+	}
+	if t.ViewRoot != nil {
+		t.ViewRoot.Close()
 	}
 }
 
@@ -376,10 +383,27 @@ func (t *Trial) Converse(trustEnv []string, sendStub func([]byte) error, startIO
 			}
 			t.Done = done
 			return nil
+		case wire.VerbTrialNode:
+			if err := t.node(f); err != nil {
+				return t.GuestErr("answering trial.node", err)
+			}
 		default:
 			return fmt.Errorf("%w: unexpected %s %q", dryexec.ErrGuest, f.Kind, f.Verb)
 		}
 	}
+}
+
+// node answers the sandbox's request f to make or chmod a FIFO
+// (NodeInView): the errno its call gets, EPERM where the host has no view.
+func (t *Trial) node(f *wire.Frame) error {
+	var req wire.TrialNode
+	res := wire.TrialNodeResult{Errno: int(unix.EPERM)}
+	if f.Kind != wire.KindReq || f.Decode(&req) != nil {
+		res.Errno = int(unix.EINVAL)
+	} else if t.ViewRoot != nil {
+		res.Errno = int(NodeInView(int(t.ViewRoot.Fd()), &req))
+	}
+	return t.Inner.Send(wire.KindResp, wire.VerbTrialNode, f.ID, &res)
 }
 
 // Report walks the upper dirs and completes d, which the rung started
