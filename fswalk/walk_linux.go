@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"os"
 	"path"
-	"slices"
 	"strings"
 
 	"github.com/dryexec/dryexec/wire"
@@ -351,20 +350,4 @@ func readlinkat(fd int, name string) (string, error) {
 			return string(buf[:n]), nil
 		}
 	}
-}
-
-// ReadDirNames returns the names in dir fd, sorted; fd stays open. The
-// host's differ lists host dirs with it too.
-func ReadDirNames(fd int) ([]string, error) {
-	// A dup shares the offset, which only this listing uses; fd itself serves
-	// the *at calls.
-	nfd, err := unix.FcntlInt(uintptr(fd), unix.F_DUPFD_CLOEXEC, 0)
-	if err != nil {
-		return nil, err
-	}
-	f := os.NewFile(uintptr(nfd), "")
-	defer f.Close()
-	names, err := f.Readdirnames(-1)
-	slices.Sort(names)
-	return names, err
 }
