@@ -7,6 +7,8 @@ import (
 	"strings"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/dryexec/dryexec/fswalk"
 )
 
 // hostFS is how the Differ reaches the host: one name at a time, relative
@@ -123,20 +125,6 @@ func (walkHostFS) statAt(parent int, name string) (unix.Stat_t, string, error) {
 	if uint32(st.Mode)&unix.S_IFMT != unix.S_IFLNK {
 		return st, "", nil
 	}
-	link, err := readlinkAt(parent, name)
+	link, err := fswalk.Readlinkat(parent, name)
 	return st, link, err
-}
-
-// readlinkAt reads the symlink name in dir fd, however long its target.
-func readlinkAt(fd int, name string) (string, error) {
-	for size := 256; ; size *= 2 {
-		buf := make([]byte, size)
-		n, err := unix.Readlinkat(fd, name, buf)
-		if err != nil {
-			return "", err
-		}
-		if n < size {
-			return string(buf[:n]), nil
-		}
-	}
 }

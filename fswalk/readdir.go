@@ -24,3 +24,17 @@ func ReadDirNames(fd int) ([]string, error) {
 	slices.Sort(names)
 	return names, err
 }
+
+// Readlinkat reads symlink name in dir fd, whatever the target's length.
+func Readlinkat(fd int, name string) (string, error) {
+	for size := 256; ; size *= 2 {
+		buf := make([]byte, size)
+		n, err := unix.Readlinkat(fd, name, buf)
+		if err != nil {
+			return "", err
+		}
+		if n < size {
+			return string(buf[:n]), nil
+		}
+	}
+}

@@ -232,7 +232,7 @@ func (w *walker) one(f *frame, name string) (*frame, error) {
 		e.Kind = wire.EntryFIFO
 	case unix.S_IFLNK:
 		e.Kind = wire.EntrySymlink
-		l, err := readlinkat(f.fd, name)
+		l, err := Readlinkat(f.fd, name)
 		if err != nil {
 			return nil, fmt.Errorf("readlink %q: %w", rel, err)
 		}
@@ -334,20 +334,6 @@ func fgetxattrString(fd int, name string) (string, bool, error) {
 			buf = make([]byte, 4*len(buf))
 		default:
 			return "", false, err
-		}
-	}
-}
-
-// readlinkat reads symlink name in dir fd, whatever the target's length.
-func readlinkat(fd int, name string) (string, error) {
-	for size := 256; ; size *= 2 {
-		buf := make([]byte, size)
-		n, err := unix.Readlinkat(fd, name, buf)
-		if err != nil {
-			return "", err
-		}
-		if n < size {
-			return string(buf[:n]), nil
 		}
 	}
 }

@@ -11,6 +11,7 @@ import (
 	"strings"
 
 	"github.com/dryexec/dryexec"
+	"github.com/dryexec/dryexec/fswalk"
 	"github.com/dryexec/dryexec/rung/internal/hostproc"
 )
 
@@ -169,7 +170,7 @@ func trial(ctx context.Context, spec dryexec.TrialSpec, pf platform) (*dryexec.S
 	if err != nil {
 		return nil, err
 	}
-	since, err := fsTick(scratch)
+	since, err := fswalk.FSTick(scratch)
 	if err != nil {
 		return nil, err
 	}

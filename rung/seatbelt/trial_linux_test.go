@@ -17,6 +17,7 @@ import (
 
 	"github.com/dryexec/dryexec"
 	"github.com/dryexec/dryexec/commit"
+	"github.com/dryexec/dryexec/fswalk"
 	"github.com/dryexec/dryexec/internal/acceptance"
 	"github.com/dryexec/dryexec/rung/host"
 	"github.com/dryexec/dryexec/wire"
@@ -215,7 +216,7 @@ func TestCloneWalk(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			since, err := fsTick(filepath.Dir(root))
+			since, err := fswalk.FSTick(filepath.Dir(root))
 			if err != nil {
 				t.Fatal(err)
 			}
