@@ -369,36 +369,42 @@ func TestUnsafeParent(t *testing.T) {
 	}
 	for _, c := range cases {
 		for _, force := range []bool{false, true} {
-			name := c.name
-			if force {
-				name += ", forced"
+			for _, walk := range []bool{false, true} {
+				name := c.name
+				if force {
+					name += ", forced"
+				}
+				if walk {
+					name += ", walkBeneath"
+				}
+				t.Run(name, func(t *testing.T) {
+					f := newFx(t, base)
+					changes := append(changeList{f.create("fine", "fine\n", 0o644)}, c.changes(f)...)
+					// The host's w moves into the outside dir and a symlink takes its place.
+					if err := os.Rename(f.p("w"), filepath.Join(f.outside, "w")); err != nil {
+						t.Fatal(err)
+					}
+					if err := os.Symlink(filepath.Join(f.outside, "w"), f.p("w")); err != nil {
+						t.Fatal(err)
+					}
+					before, outside := f.hostSnap(), f.outsideSnap()
+					opt := f.opt()
+					opt.Force = force
+					opt.ForcePaths = []string{f.p("w")}
+					opt.walkDirs = walk
+					_, err := Apply(context.Background(), f.delta(changes...), opt)
+					if !errors.Is(err, dryexec.ErrUnsafePath) {
+						t.Fatalf("Apply: %v, want ErrUnsafePath", err)
+					}
+					var ce *dryexec.CommitConflictError
+					if errors.As(err, &ce) {
+						t.Errorf("an unsafe path is reported as a conflict: %v", err)
+					}
+					wantTree(t, "host", before, f.hostSnap(), true)
+					wantTree(t, "symlink target", outside, f.outsideSnap(), true)
+					noLeftovers(t, f.base, f.jdir)
+				})
 			}
-			t.Run(name, func(t *testing.T) {
-				f := newFx(t, base)
-				changes := append(changeList{f.create("fine", "fine\n", 0o644)}, c.changes(f)...)
-				// The host's w moves into the outside dir and a symlink takes its place.
-				if err := os.Rename(f.p("w"), filepath.Join(f.outside, "w")); err != nil {
-					t.Fatal(err)
-				}
-				if err := os.Symlink(filepath.Join(f.outside, "w"), f.p("w")); err != nil {
-					t.Fatal(err)
-				}
-				before, outside := f.hostSnap(), f.outsideSnap()
-				opt := f.opt()
-				opt.Force = force
-				opt.ForcePaths = []string{f.p("w")}
-				_, err := Apply(context.Background(), f.delta(changes...), opt)
-				if !errors.Is(err, dryexec.ErrUnsafePath) {
-					t.Fatalf("Apply: %v, want ErrUnsafePath", err)
-				}
-				var ce *dryexec.CommitConflictError
-				if errors.As(err, &ce) {
-					t.Errorf("an unsafe path is reported as a conflict: %v", err)
-				}
-				wantTree(t, "host", before, f.hostSnap(), true)
-				wantTree(t, "symlink target", outside, f.outsideSnap(), true)
-				noLeftovers(t, f.base, f.jdir)
-			})
 		}
 	}
 }
@@ -878,6 +884,12 @@ func TestForcedRollbackKeepsHostModes(t *testing.T) {
 // TestSwapDuringApply: a parent dir turned into a symlink after the check,
 // while the commit runs, stops it with ErrUnsafePath and rolls back.
 func TestSwapDuringApply(t *testing.T) {
+	for _, walk := range []bool{false, true} {
+		t.Run(fmt.Sprintf("walkBeneath=%v", walk), func(t *testing.T) { testSwapDuringApply(t, walk) })
+	}
+}
+
+func testSwapDuringApply(t *testing.T, walk bool) {
 	requireRoot(t)
 	base := common.with("w", dir(0o755), "w/f", reg("f\n", 0o644))
 	f := newFx(t, base)
@@ -885,6 +897,7 @@ func TestSwapDuringApply(t *testing.T) {
 		f.modify("w/f", "f\n", 0o644, "f2\n", 0o644))
 	var host, outside tree
 	opt := f.opt()
+	opt.walkDirs = walk
 	opt.Hook = func(p int) {
 		if p == 1 {
 			os.Rename(f.p("w"), filepath.Join(f.outside, "w"))

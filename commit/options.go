@@ -55,6 +55,11 @@ type Options struct {
 	// skipPrehash leaves out the read of every content before the host is
 	// touched (benchmarks measure what it costs).
 	skipPrehash bool
+	// walkDirs resolves the host's directories with walkBeneath (darwin's
+	// one-name-at-a-time walk) instead of the platform's way: the Linux
+	// tests run the unsafe-path cases through both. Rollback and recovery
+	// keep the platform's.
+	walkDirs bool
 }
 
 // Recovered says what Recover did with one journal.

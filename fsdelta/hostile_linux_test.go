@@ -264,36 +264,39 @@ func TestDifferNeverFollowsHostSymlinks(t *testing.T) {
 		},
 	}
 	for _, c := range cases {
-		t.Run(c.name, func(t *testing.T) {
-			base, lower, outside := hostileDirs(t)
-			before := snapshot(t, base)
-			d := NewDiffer([]Mount{{Path: lower}}, nil, diffMax)
-			defer d.Close()
-			for _, a := range c.adds {
-				a.e.Link = strings.ReplaceAll(a.e.Link, "$OUT", outside)
-				if err := d.Add(&a.e, a.reader()); err != nil {
-					t.Fatalf("entry %q: %v", a.e.Path, err)
+		for _, h := range hostFSes {
+			t.Run(c.name+"/"+h.name, func(t *testing.T) {
+				base, lower, outside := hostileDirs(t)
+				before := snapshot(t, base)
+				d := NewDiffer([]Mount{{Path: lower}}, nil, diffMax)
+				d.host = h.fs
+				defer d.Close()
+				for _, a := range c.adds {
+					a.e.Link = strings.ReplaceAll(a.e.Link, "$OUT", outside)
+					if err := d.Add(&a.e, a.reader()); err != nil {
+						t.Fatalf("entry %q: %v", a.e.Path, err)
+					}
 				}
-			}
-			got, err := d.Finish()
-			if err != nil {
-				t.Fatal(err)
-			}
-			want := append([]wc{}, c.want...)
-			for i := range want {
-				want[i].link = strings.ReplaceAll(want[i].link, "$OUT", outside)
-			}
-			checkChanges(t, lower, got, want)
-			for _, g := range got {
-				if g.BeforeSHA256 == sha("S\n") || g.BeforeSHA256 == sha("O\n") || g.BeforeSHA256 == sha("D\n") {
-					t.Errorf("an outside file was read: %+v", g)
+				got, err := d.Finish()
+				if err != nil {
+					t.Fatal(err)
 				}
-				if strings.HasSuffix(g.Path, "/deep") {
-					t.Errorf("an outside dir was listed: %+v", g)
+				want := append([]wc{}, c.want...)
+				for i := range want {
+					want[i].link = strings.ReplaceAll(want[i].link, "$OUT", outside)
 				}
-			}
-			checkSameSnapshot(t, "lower and outside", before, snapshot(t, base))
-		})
+				checkChanges(t, lower, got, want)
+				for _, g := range got {
+					if g.BeforeSHA256 == sha("S\n") || g.BeforeSHA256 == sha("O\n") || g.BeforeSHA256 == sha("D\n") {
+						t.Errorf("an outside file was read: %+v", g)
+					}
+					if strings.HasSuffix(g.Path, "/deep") {
+						t.Errorf("an outside dir was listed: %+v", g)
+					}
+				}
+				checkSameSnapshot(t, "lower and outside", before, snapshot(t, base))
+			})
+		}
 	}
 }
 
@@ -349,19 +352,22 @@ func TestDifferTwoMounts(t *testing.T) {
 // overlay would never set) shows nothing of where it points.
 func TestDifferRedirectNeverFollowsHostSymlinks(t *testing.T) {
 	for _, src := range []string{"esc", "rel", "d/esc", "esc/sub"} {
-		t.Run(src, func(t *testing.T) {
-			base, lower, outside := hostileDirs(t)
-			before := snapshot(t, base)
-			d := NewDiffer([]Mount{{Path: lower}}, nil, diffMax)
-			defer d.Close()
-			a := rEntry("moved", src)
-			must(t, d.Add(&a.e, nil))
-			got, err := d.Finish()
-			must(t, err)
-			checkChanges(t, lower, got, []wc{wMkdir("moved", "0755")})
-			noOutside(t, lower, outside, got)
-			checkSameSnapshot(t, "lower and outside", before, snapshot(t, base))
-		})
+		for _, h := range hostFSes {
+			t.Run(src+"/"+h.name, func(t *testing.T) {
+				base, lower, outside := hostileDirs(t)
+				before := snapshot(t, base)
+				d := NewDiffer([]Mount{{Path: lower}}, nil, diffMax)
+				d.host = h.fs
+				defer d.Close()
+				a := rEntry("moved", src)
+				must(t, d.Add(&a.e, nil))
+				got, err := d.Finish()
+				must(t, err)
+				checkChanges(t, lower, got, []wc{wMkdir("moved", "0755")})
+				noOutside(t, lower, outside, got)
+				checkSameSnapshot(t, "lower and outside", before, snapshot(t, base))
+			})
+		}
 	}
 }
 

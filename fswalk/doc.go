@@ -7,4 +7,8 @@
 // The host half, which trusts none of it, is package fsdelta; the two are
 // apart so that the guest binary links no more than it needs. The walk is
 // tested in fsdelta, through the differ, as the rungs use the two.
+//
+// WalkTree reports a plain dir tree the same way, against a Baseline of
+// what it was before the command: the host rung's copy against its
+// original, the seatbelt rung's clone against a snapshot.
 package fswalk

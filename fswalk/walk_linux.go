@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"os"
 	"path"
-	"slices"
 	"strings"
 
 	"github.com/dryexec/dryexec/wire"
@@ -233,7 +232,7 @@ func (w *walker) one(f *frame, name string) (*frame, error) {
 		e.Kind = wire.EntryFIFO
 	case unix.S_IFLNK:
 		e.Kind = wire.EntrySymlink
-		l, err := readlinkat(f.fd, name)
+		l, err := Readlinkat(f.fd, name)
 		if err != nil {
 			return nil, fmt.Errorf("readlink %q: %w", rel, err)
 		}
@@ -337,34 +336,4 @@ func fgetxattrString(fd int, name string) (string, bool, error) {
 			return "", false, err
 		}
 	}
-}
-
-// readlinkat reads symlink name in dir fd, whatever the target's length.
-func readlinkat(fd int, name string) (string, error) {
-	for size := 256; ; size *= 2 {
-		buf := make([]byte, size)
-		n, err := unix.Readlinkat(fd, name, buf)
-		if err != nil {
-			return "", err
-		}
-		if n < size {
-			return string(buf[:n]), nil
-		}
-	}
-}
-
-// ReadDirNames returns the names in dir fd, sorted; fd stays open. The
-// host's differ lists host dirs with it too.
-func ReadDirNames(fd int) ([]string, error) {
-	// A dup shares the offset, which only this listing uses; fd itself serves
-	// the *at calls.
-	nfd, err := unix.FcntlInt(uintptr(fd), unix.F_DUPFD_CLOEXEC, 0)
-	if err != nil {
-		return nil, err
-	}
-	f := os.NewFile(uintptr(nfd), "")
-	defer f.Close()
-	names, err := f.Readdirnames(-1)
-	slices.Sort(names)
-	return names, err
 }

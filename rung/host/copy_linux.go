@@ -11,8 +11,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/dryexec/dryexec/fsdelta"
-	"github.com/dryexec/dryexec/wire"
+	"github.com/dryexec/dryexec/fswalk"
 )
 
 // copied is what copyTree left out of the copy, and why.
@@ -159,160 +158,29 @@ func copyFile(src, dst string) error {
 	return err
 }
 
-// walker reports what the command changed in the copy (root) to the Differ,
-// as a guest reports an overlay's upper dir: pre-order, names sorted, every
-// reported path's parent dir reported first, a deleted name as a whiteout.
-// Only what has a ctime at or after since, or whose kind is not the
-// original's, is compared with the host; a dir is listed against the
+// original is the baseline of the copy (fswalk.WalkTree): the tree it was
+// copied from, and the ctime the copy's end left (since). A path of the
+// copy is compared with the host only when its ctime is at or after since,
+// or its kind is not the original's; a dir is listed against the
 // original's only when its own ctime says its names may have changed.
-type walker struct {
-	root, orig string
-	since      unix.Timespec
-	skip       map[string]bool
-	differ     *fsdelta.Differ
-	// pending are the dirs above the current path not yet reported: an
-	// entry's ancestors are reported just before it.
-	pending []*wire.FSEntry
+type original struct {
+	orig  string
+	since int64
+	skip  map[string]bool
 }
 
-// dir walks the copy's dir rel ("" for the root); all says everything
-// beneath it is new (the original has no dir there).
-func (w *walker) dir(rel string, all bool) error {
-	names, err := readNames(filepath.Join(w.root, rel))
-	if err != nil {
-		return err
-	}
-	var self unix.Stat_t
-	if err := unix.Lstat(filepath.Join(w.root, rel), &self); err != nil {
-		return err
-	}
-	have := map[string]bool{}
-	for _, n := range names {
-		have[n] = true
-	}
-	if !all && notBefore(self.Ctim, w.since) {
-		// Its names may have changed: a name of the original's gone from
-		// the copy was deleted (or renamed away).
-		orig, err := readNames(filepath.Join(w.orig, rel))
-		if err != nil && !errors.Is(err, fs.ErrNotExist) {
-			return err
-		}
-		for _, n := range orig {
-			if !have[n] && !w.skip[join(rel, n)] {
-				names = append(names, n)
-			}
-		}
-		slices.Sort(names)
-	}
-	for _, n := range names {
-		p := join(rel, n)
-		if !have[n] {
-			if err := w.report(&wire.FSEntry{Path: p, Kind: wire.EntryWhiteout}, nil); err != nil {
-				return err
-			}
-			continue
-		}
-		if err := w.entry(p, all); err != nil {
-			return err
-		}
-	}
-	return nil
+func (o original) Changed(rel string, st fswalk.Stat) (changed, hadDir bool) {
+	ost, err := fswalk.Lstat(filepath.Join(o.orig, rel))
+	sameKind := err == nil && ost.Kind() == st.Kind()
+	return !sameKind || st.CtimeNS >= o.since, sameKind && st.Kind() == unix.S_IFDIR
 }
 
-// entry looks at one path of the copy.
-func (w *walker) entry(p string, all bool) error {
-	cp := filepath.Join(w.root, p)
-	var st unix.Stat_t
-	if err := unix.Lstat(cp, &st); err != nil {
-		return err
+func (o original) Names(rel string) ([]string, error) {
+	names, err := fswalk.ReadNames(filepath.Join(o.orig, rel))
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
 	}
-	var ost unix.Stat_t
-	oerr := unix.Lstat(filepath.Join(w.orig, p), &ost)
-	sameKind := oerr == nil && ost.Mode&unix.S_IFMT == st.Mode&unix.S_IFMT
-	changed := all || !sameKind || notBefore(st.Ctim, w.since)
-	e := &wire.FSEntry{Path: p, Mode: st.Mode & 07777, UID: int(st.Uid), GID: int(st.Gid), MtimeNS: st.Mtim.Nano()}
-	switch st.Mode & unix.S_IFMT {
-	case unix.S_IFDIR:
-		e.Kind = wire.EntryDir
-		if w.skip[p] {
-			return nil
-		}
-		w.pending = append(w.pending, e)
-		mark := len(w.pending)
-		if changed {
-			if err := w.flush(); err != nil {
-				return err
-			}
-		}
-		err := w.dir(p, all || !sameKind)
-		if len(w.pending) >= mark {
-			w.pending = w.pending[:mark-1] // nothing beneath it changed
-		}
-		return err
-	case unix.S_IFREG:
-		e.Kind, e.Size = wire.EntryFile, st.Size
-	case unix.S_IFLNK:
-		e.Kind = wire.EntrySymlink
-		l, err := os.Readlink(cp)
-		if err != nil {
-			return err
-		}
-		e.Link = l
-	case unix.S_IFIFO:
-		e.Kind = wire.EntryFIFO
-	default:
-		e.Kind = wire.EntryOther
-	}
-	if !changed {
-		return nil
-	}
-	if st.Nlink > 1 {
-		e.Ino, e.Nlink = st.Ino, uint32(st.Nlink)
-	}
-	if e.Kind != wire.EntryFile {
-		return w.report(e, nil)
-	}
-	f, err := os.OpenFile(cp, os.O_RDONLY|unix.O_NOFOLLOW, 0)
-	if err != nil {
-		return err
-	}
-	defer f.Close()
-	return w.report(e, f)
-}
-
-// flush reports the pending dirs, outermost first.
-func (w *walker) flush() error {
-	for _, d := range w.pending {
-		if err := w.differ.Add(d, nil); err != nil {
-			return err
-		}
-	}
-	w.pending = w.pending[:0]
-	return nil
-}
-
-func (w *walker) report(e *wire.FSEntry, content io.Reader) error {
-	if err := w.flush(); err != nil {
-		return err
-	}
-	return w.differ.Add(e, content)
-}
-
-func join(dir, name string) string {
-	if dir == "" {
-		return name
-	}
-	return dir + "/" + name
-}
-
-// readNames lists dir's names, sorted.
-func readNames(dir string) ([]string, error) {
-	f, err := os.Open(dir)
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	names, err := f.Readdirnames(-1)
-	slices.Sort(names)
 	return names, err
 }
+
+func (o original) Skip(rel string) bool { return o.skip[rel] }

@@ -5,12 +5,10 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"time"
-
-	"golang.org/x/sys/unix"
 
 	"github.com/dryexec/dryexec"
 	"github.com/dryexec/dryexec/fsdelta"
+	"github.com/dryexec/dryexec/fswalk"
 	"github.com/dryexec/dryexec/rung/internal/hostproc"
 	"github.com/dryexec/dryexec/rung/linuxns"
 )
@@ -48,7 +46,7 @@ func (r *Rung) Trial(ctx context.Context, spec dryexec.TrialSpec) (*dryexec.Stat
 	// Everything the command changes in the copy has a ctime from since on
 	// (the kernel sets it on every write, chmod, rename and link; no call
 	// sets it back): the walk compares nothing older with the host.
-	since, err := fsTick(scratch)
+	since, err := fswalk.FSTick(scratch)
 	if err != nil {
 		return nil, err
 	}
@@ -63,8 +61,7 @@ func (r *Rung) Trial(ctx context.Context, spec dryexec.TrialSpec) (*dryexec.Stat
 	if spec.SpillDir != "" {
 		differ.SpillTo(spec.SpillDir, 0)
 	}
-	w := &walker{root: root, orig: orig, since: since, skip: cp.skip, differ: differ}
-	if err := w.dir("", false); err != nil {
+	if err := fswalk.WalkTree(root, original{orig: orig, since: since, skip: cp.skip}, differ.Add); err != nil {
 		return nil, err
 	}
 	if err := differ.FinishDelta(d); err != nil {
@@ -75,45 +72,4 @@ func (r *Rung) Trial(ctx context.Context, spec dryexec.TrialSpec) (*dryexec.Stat
 	d.Normalize()
 	d.ComputeTotals()
 	return d, nil
-}
-
-// fsNow is the filesystem's clock at dir: the ctime of a file made there
-// now. (The kernel stamps ctimes from a coarse clock: read back, it is the
-// same clock the command's changes will be stamped with.)
-func fsNow(dir string) (unix.Timespec, error) {
-	f, err := os.CreateTemp(dir, ".now-")
-	if err != nil {
-		return unix.Timespec{}, err
-	}
-	defer os.Remove(f.Name())
-	defer f.Close()
-	var st unix.Stat_t
-	if err := unix.Fstat(int(f.Fd()), &st); err != nil {
-		return unix.Timespec{}, err
-	}
-	return st.Ctim, nil
-}
-
-// fsTick waits until the filesystem clock at dir has moved past the copy
-// just made and returns its time then. The kernel stamps ctimes from a
-// coarse clock (one tick is 1–10 ms): what the copy made in its last tick
-// has the ctime of a change the command makes in the same tick, and a hard
-// link the copy made, reported as changed, would be a change of identity
-// the Differ cannot tell from a real one. At most one tick of waiting.
-func fsTick(dir string) (unix.Timespec, error) {
-	done, err := fsNow(dir)
-	if err != nil {
-		return done, err
-	}
-	for {
-		now, err := fsNow(dir)
-		if err != nil || !notBefore(done, now) {
-			return now, err
-		}
-		time.Sleep(200 * time.Microsecond)
-	}
-}
-
-func notBefore(t, since unix.Timespec) bool {
-	return t.Sec > since.Sec || t.Sec == since.Sec && t.Nsec >= since.Nsec
 }

@@ -15,8 +15,9 @@
 // steps, doctor's checks) is unit-tested on Linux with a plain copy in
 // place of clonefile and no sandbox-exec. What is macOS-only
 // (rung_darwin.go: clonefile, sandbox-exec, the APFS check, sessions) has
-// been compiled and vetted for darwin and has never run on a Mac; this
-// build's rung reports itself unavailable on macOS until package fsdelta's
-// host half and package commit, which are Linux-only (openat2,
-// renameat2), are ported (docs/architecture.md, "The seatbelt rung").
+// been compiled and vetted for darwin and has never run on a Mac, nor have
+// the darwin halves of package fsdelta (the host read one name at a time
+// with O_NOFOLLOW, in place of openat2) and of package commit (renameatx_np
+// in place of renameat2), whose portable parts the Linux tests run
+// (docs/architecture.md, "The seatbelt rung").
 package seatbelt

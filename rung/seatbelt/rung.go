@@ -13,10 +13,6 @@ const Name = "seatbelt"
 // the ns rung enforces and Seatbelt here does not.
 const Unenforced = "seatbelt rung: no resource limits but the timeout (macOS has no cgroups); reads of masked paths are denied, not recorded as violations; a process that leaves the command's session is not stopped by the trial's end"
 
-// NoDiffer is why this build's seatbelt rung cannot finish a trial on
-// macOS: the delta's host half and the commit are Linux-only.
-const NoDiffer = "this build cannot produce or commit a delta on macOS: package fsdelta's Differ and package commit read and write the host with Linux's openat2 and renameat2, and are not ported (nothing of this rung has run on a Mac yet)"
-
 // Rung runs trials under Seatbelt on macOS. The zero value is ready to use.
 type Rung struct {
 	// GuestExe is the binary started as `guest session`; empty means
@@ -36,5 +32,6 @@ func (r *Rung) Notes() []string {
 	return []string{
 		"a trial runs on an APFS clone of its working directory under sandbox-exec: writes beneath the clone and a private tmp only, masked credentials and dryexec's state unreadable, no network (--net none only)",
 		"not enforced: limits (but the timeout); masked reads are denied, not recorded",
+		"never run on a Mac: the profile, the clone walk, the trial's steps and the darwin halves of the delta and of commit are tested on Linux only; clonefile, sandbox-exec and the rest are compiled for darwin, not run",
 	}
 }

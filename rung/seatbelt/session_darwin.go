@@ -20,9 +20,8 @@ import (
 // the guest compares with its baseline by scanning (scan staging, as on
 // the host rung). Never run on a Mac; no forks; the baseline is in the
 // writable scratch dir, where a command could reach it (one profile covers
-// the guest and its commands). rung.Open does not hand this rung out while
-// Available refuses it (NoDiffer), so only a Go caller that builds a Rung
-// itself reaches this.
+// the guest and its commands). rung.Open hands the rung out when
+// Available finds nothing missing on the Mac.
 
 var _ dryexec.SessionRung[wire.SessionStart] = (*Rung)(nil)
 

@@ -11,6 +11,7 @@ import (
 	"strings"
 
 	"github.com/dryexec/dryexec"
+	"github.com/dryexec/dryexec/fswalk"
 	"github.com/dryexec/dryexec/rung/internal/hostproc"
 )
 
@@ -111,7 +112,13 @@ func trial(ctx context.Context, spec dryexec.TrialSpec, pf platform) (*dryexec.S
 	if spec.TrialID == "" {
 		spec.TrialID = dryexec.NewTrialID()
 	}
-	orig := filepath.Clean(spec.Action.Cwd)
+	// The working directory as its symlinks resolve: the Differ and commit
+	// never follow one on the way to a path, and on macOS /tmp and /var are
+	// symlinks (to /private/...). The delta's paths are the resolved ones.
+	orig, err := filepath.EvalSymlinks(filepath.Clean(spec.Action.Cwd))
+	if err != nil {
+		return nil, fmt.Errorf("%w: the working directory: %w", dryexec.ErrBadAction, err)
+	}
 	masked, hidden, err := cover(spec, pf)
 	if err != nil {
 		return nil, err
@@ -121,7 +128,6 @@ func trial(ctx context.Context, spec dryexec.TrialSpec, pf platform) (*dryexec.S
 			return nil, fmt.Errorf("%w: the working directory %s is masked or dryexec's own state", dryexec.ErrBadAction, orig)
 		}
 	}
-	// The Differ first: where it does not build, nothing is run.
 	df, err := newDiffer(orig, spec, append(slices.Clone(masked), hidden...))
 	if err != nil {
 		return nil, err
@@ -164,7 +170,7 @@ func trial(ctx context.Context, spec dryexec.TrialSpec, pf platform) (*dryexec.S
 	if err != nil {
 		return nil, err
 	}
-	since, err := fsTick(scratch)
+	since, err := fswalk.FSTick(scratch)
 	if err != nil {
 		return nil, err
 	}

@@ -17,6 +17,7 @@ import (
 
 	"github.com/dryexec/dryexec"
 	"github.com/dryexec/dryexec/commit"
+	"github.com/dryexec/dryexec/fswalk"
 	"github.com/dryexec/dryexec/internal/acceptance"
 	"github.com/dryexec/dryexec/rung/host"
 	"github.com/dryexec/dryexec/wire"
@@ -215,7 +216,7 @@ func TestCloneWalk(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			since, err := fsTick(filepath.Dir(root))
+			since, err := fswalk.FSTick(filepath.Dir(root))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -236,12 +237,35 @@ func TestCloneWalk(t *testing.T) {
 // TestTrialCommit: a seatbelt delta commits through package commit like
 // any rung's, and the working directory is then what the command left in
 // its clone.
+//
+// Also with the working directory named through a symlink (macOS's /tmp
+// and /var are symlinks to /private/...): the Differ and commit follow no
+// symlink on the way to a path, so the trial works from the resolved
+// directory, and the delta's paths are the resolved ones.
 func TestTrialCommit(t *testing.T) {
+	for _, viaLink := range []bool{false, true} {
+		t.Run(fmt.Sprintf("viaSymlink=%v", viaLink), func(t *testing.T) { testTrialCommit(t, viaLink) })
+	}
+}
+
+func testTrialCommit(t *testing.T, viaLink bool) {
 	dir := tree(t)
+	cwd := dir
+	if viaLink {
+		cwd = filepath.Join(t.TempDir(), "link")
+		if err := os.Symlink(dir, cwd); err != nil {
+			t.Fatal(err)
+		}
+	}
 	blobs := &memSink{blobs: map[string][]byte{}}
-	d, err := trial(context.Background(), dryexec.TrialSpec{Action: action(dir, acceptance.Script), Blobs: blobs, NoDefaultMasks: true}, linuxPlatform(nil, nil))
+	d, err := trial(context.Background(), dryexec.TrialSpec{Action: action(cwd, acceptance.Script), Blobs: blobs, NoDefaultMasks: true}, linuxPlatform(nil, nil))
 	if err != nil {
 		t.Fatal(err)
+	}
+	for _, f := range d.Files {
+		if !strings.HasPrefix(f.Path, dir+"/") {
+			t.Errorf("delta path %s is not beneath the resolved working directory %s", f.Path, dir)
+		}
 	}
 	if _, err := os.Stat(filepath.Join(dir, "a.txt")); !errors.Is(err, os.ErrNotExist) {
 		t.Fatalf("the trial changed the working directory: %v", err)

@@ -1,3 +1,5 @@
+//go:build linux || darwin
+
 package fsdelta
 
 import (
@@ -42,8 +44,9 @@ type Differ struct {
 	blobs   dryexec.BlobSink
 	diffMax int64
 
-	roots   []int         // O_PATH fd of each mount's host root, -1 until opened
-	dirs    dirCache      // O_PATH fds of host dirs recently looked in
+	host    hostFS        // how host paths are opened: one name at a time, never through a symlink
+	roots   []int         // search fd of each mount's host root, -1 until opened
+	dirs    dirCache      // search fds of host dirs recently looked in
 	noLower map[mkey]bool // dirs below which the host has nothing to compare
 	opaque  []mkey        // opaque dirs with a host dir under them
 	// seen holds every dir reported so far, and every other path beneath an
@@ -125,6 +128,7 @@ type linkKey struct {
 func NewDiffer(mounts []Mount, blobs dryexec.BlobSink, diffMax int64) *Differ {
 	d := &Differ{
 		mounts: mounts, blobs: blobs, diffMax: diffMax,
+		host:     newHostFS(),
 		roots:    make([]int, len(mounts)),
 		last:     make([]string, len(mounts)),
 		noLower:  map[mkey]bool{},
@@ -1105,30 +1109,26 @@ func (d *Differ) lookup(m int, p string) (lower, error) {
 
 // lookupHost is lookup of what the host has at p, whatever the sandbox did.
 func (d *Differ) lookupHost(m int, p string) (lower, error) {
-	fd, err := d.openLower(m, p, unix.O_PATH|unix.O_NOFOLLOW)
-	if err != nil || fd < 0 {
+	parent, name, err := d.parentOf(m, p)
+	if err != nil || parent < 0 {
 		return lower{}, err
 	}
-	defer unix.Close(fd)
-	var st unix.Stat_t
-	if err := unix.Fstat(fd, &st); err != nil {
+	st, link, err := d.host.statAt(parent, name)
+	if err != nil {
+		if gone(err) {
+			return lower{}, nil
+		}
 		return lower{}, fmt.Errorf("stat host %s: %w", d.hostPath(m, p), err)
 	}
-	lo := lower{exists: true, mode: st.Mode & 07777, size: st.Size, uid: int(st.Uid), gid: int(st.Gid),
-		mtime: st.Mtim.Nano(), nlink: uint64(st.Nlink), dev: st.Dev, ino: st.Ino}
-	switch st.Mode & unix.S_IFMT {
+	lo := lower{exists: true, mode: uint32(st.Mode) & 07777, size: st.Size, uid: int(st.Uid), gid: int(st.Gid),
+		mtime: st.Mtim.Nano(), nlink: uint64(st.Nlink), dev: uint64(st.Dev), ino: st.Ino}
+	switch uint32(st.Mode) & unix.S_IFMT {
 	case unix.S_IFREG:
 		lo.kind = dryexec.KindFile
 	case unix.S_IFDIR:
 		lo.kind, lo.size = dryexec.KindDir, 0
 	case unix.S_IFLNK:
-		lo.kind, lo.mode = dryexec.KindSymlink, 0777
-		buf := make([]byte, unix.PathMax)
-		n, err := unix.Readlinkat(fd, "", buf)
-		if err != nil {
-			return lower{}, fmt.Errorf("readlink host %s: %w", d.hostPath(m, p), err)
-		}
-		lo.link = string(buf[:n])
+		lo.kind, lo.mode, lo.link = dryexec.KindSymlink, 0777, link
 	case unix.S_IFIFO:
 		lo.kind, lo.size = dryexec.KindFIFO, 0
 	default:
@@ -1141,38 +1141,50 @@ func (d *Differ) lookupHost(m int, p string) (lower, error) {
 // crossing into another mount. It returns -1 (and no error) when the host has
 // nothing there, or a parent on the host is a symlink or mount point.
 //
-// Only the last name of p goes to openat2, relative to an fd of its parent dir
-// (dirFD): p may be longer than PATH_MAX.
+// Only the last name of p goes to the kernel, relative to an fd of its parent
+// dir (dirFD): p may be longer than PATH_MAX.
 func (d *Differ) openLower(m int, p string, flags int) (int, error) {
-	if len(d.hidden) > 0 && d.isHidden(m, p) {
-		return -1, nil // as if the host had nothing there; Crossed says it did
-	}
-	dir, name := path.Split(p)
-	parent, err := d.dirFD(m, strings.TrimSuffix(dir, "/"))
+	parent, name, err := d.parentOf(m, p)
 	if err != nil || parent < 0 {
 		return -1, err
 	}
 	return d.openBeneath(m, parent, name, p, flags)
 }
 
+// parentOf returns the fd of p's parent dir on the host (the Differ's:
+// valid until the next lookup) and p's last name; -1 when the host has no
+// dir there or p is hidden (as if the host had nothing there; Crossed says
+// it did).
+func (d *Differ) parentOf(m int, p string) (int, string, error) {
+	if len(d.hidden) > 0 && d.isHidden(m, p) {
+		return -1, "", nil
+	}
+	dir, name := path.Split(p)
+	parent, err := d.dirFD(m, strings.TrimSuffix(dir, "/"))
+	return parent, name, err
+}
+
+// gone says an open or stat found nothing the Differ may look at: no such
+// name, a symlink, another filesystem, or a non-dir on the way.
+func gone(err error) bool {
+	return errors.Is(err, unix.ENOENT) || errors.Is(err, unix.ELOOP) || errors.Is(err, unix.EXDEV) || errors.Is(err, unix.ENOTDIR)
+}
+
 // openBeneath opens name in host dir fd parent (p is its path in mount m, for
 // errors), as openLower does.
 func (d *Differ) openBeneath(m, parent int, name, p string, flags int) (int, error) {
-	fd, err := unix.Openat2(parent, name, &unix.OpenHow{
-		Flags:   uint64(flags | unix.O_CLOEXEC),
-		Resolve: unix.RESOLVE_BENEATH | unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_NO_XDEV | unix.RESOLVE_NO_MAGICLINKS,
-	})
+	fd, err := d.host.openAt(parent, name, flags)
 	switch {
 	case err == nil:
 		return fd, nil
-	case errors.Is(err, unix.ENOENT), errors.Is(err, unix.ELOOP), errors.Is(err, unix.EXDEV), errors.Is(err, unix.ENOTDIR):
+	case gone(err):
 		return -1, nil
 	default:
 		return -1, fmt.Errorf("opening host %s: %w", d.hostPath(m, p), err)
 	}
 }
 
-// rootFD returns the O_PATH fd of mount m's host root.
+// rootFD returns the search fd of mount m's host root.
 func (d *Differ) rootFD(m int) (int, error) {
 	if d.roots[m] < 0 && d.mounts[m].Root != nil {
 		fd, err := unix.FcntlInt(d.mounts[m].Root.Fd(), unix.F_DUPFD_CLOEXEC, 0)
@@ -1184,10 +1196,7 @@ func (d *Differ) rootFD(m int) (int, error) {
 	if d.roots[m] < 0 {
 		// The mount's path came from the sandbox side: never follow a symlink
 		// on the way to it either.
-		fd, err := unix.Openat2(unix.AT_FDCWD, d.mounts[m].Path, &unix.OpenHow{
-			Flags:   unix.O_PATH | unix.O_DIRECTORY | unix.O_CLOEXEC,
-			Resolve: unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_NO_MAGICLINKS,
-		})
+		fd, err := d.host.openRoot(d.mounts[m].Path)
 		if err != nil {
 			return -1, fmt.Errorf("opening host mount %s: %w", d.mounts[m].Path, err)
 		}
@@ -1196,7 +1205,7 @@ func (d *Differ) rootFD(m int) (int, error) {
 	return d.roots[m], nil
 }
 
-// dirFD returns an O_PATH fd of host dir p ("" for the root) of mount m, or -1
+// dirFD returns a search fd of host dir p ("" for the root) of mount m, or -1
 // when the host has no dir there; it stays the Differ's (the caller must not
 // close it) and is valid until the next call. Each dir is opened from its
 // parent's fd, one name at a time, the way openLower opens anything.
@@ -1228,7 +1237,7 @@ func (d *Differ) dirFD(m int, p string) (int, error) {
 		} else {
 			end += start
 		}
-		nfd, err := d.openBeneath(m, fd, p[start:end], p[:end], unix.O_PATH|unix.O_DIRECTORY)
+		nfd, err := d.openBeneath(m, fd, p[start:end], p[:end], oSearch|unix.O_DIRECTORY)
 		if err != nil || nfd < 0 {
 			return -1, err
 		}

@@ -1,3 +1,5 @@
+//go:build linux || darwin
+
 package commit
 
 import (
@@ -106,7 +108,7 @@ func checkTouch(t dryexec.FileChange, dirs *dirs) (touchVerdict, error) {
 			return touchVerdict{reason: "the symlink points elsewhere now", drop: true}, nil
 		}
 	}
-	if t.Kind != dryexec.KindSymlink && t.Mode != "" && parseMode(t.Mode) != st.Mode&0o7777 {
+	if t.Kind != dryexec.KindSymlink && t.Mode != "" && parseMode(t.Mode) != uint32(st.Mode)&0o7777 {
 		return touchVerdict{reason: fmt.Sprintf("mode is %04o, the trial started from %s", st.Mode&0o7777, t.Mode)}, nil
 	}
 	if mt := st.Mtim.Nano(); t.BeforeMtimeNS != 0 && mt != t.BeforeMtimeNS {
@@ -227,7 +229,7 @@ func touchOne(s step, dirs *dirs) error {
 		if hex.EncodeToString(h.Sum(nil)) != s.SHA {
 			return errNotTouched
 		}
-		return setMtime(-1, "", fd, s.Mtime)
+		return setMtime(dfd, name, fd, s.Mtime)
 	}
 	var st unix.Stat_t
 	if err := unix.Fstatat(dfd, name, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {

@@ -1,3 +1,5 @@
+//go:build linux || darwin
+
 package commit
 
 import (
@@ -14,7 +16,6 @@ import (
 	"slices"
 	"sort"
 	"strings"
-	"unsafe"
 
 	"golang.org/x/sys/unix"
 
@@ -39,7 +40,7 @@ func Apply(ctx context.Context, d *dryexec.StateDelta, opt Options) ([]dryexec.F
 	if err := pl.check(d.TrialID, opt); err != nil {
 		return nil, err
 	}
-	a := &applier{opt: opt, j: &journal{Trial: d.TrialID, State: statePlanned, Steps: pl.steps}, dirs: newDirs(),
+	a := &applier{opt: opt, j: &journal{Trial: d.TrialID, State: statePlanned, Steps: pl.steps}, dirs: newDirsFor(opt),
 		touched: map[*step]bool{}}
 	defer a.closeDirs()
 	if !opt.skipPrehash {
@@ -76,7 +77,7 @@ func (pl *plan) check(trialID string, opt Options) error {
 		}
 		return false
 	}
-	dirs := newDirs()
+	dirs := newDirsFor(opt)
 	defer dirs.close()
 	// A forced mkdir where the host has a directory now keeps that directory;
 	// what the trial made in it is then checked against the host like any
@@ -233,7 +234,7 @@ func (pl *plan) checkOne(p string, dirs *dirs) (verdict, error) {
 	if serr != nil && !errors.Is(serr, unix.ENOENT) {
 		return verdict{}, fmt.Errorf("commit: stat %s: %w", dryexec.QuotePath(p), serr)
 	}
-	v := verdict{exists: serr == nil, mode: st.Mode & 0o7777}
+	v := verdict{exists: serr == nil, mode: uint32(st.Mode) & 0o7777}
 	kind := kindOf(st.Mode)
 	if creates {
 		if v.exists {
@@ -310,8 +311,9 @@ func unsafeErr(err error) bool {
 	return errors.Is(err, unix.ELOOP) || errors.Is(err, unix.EXDEV) || errors.Is(err, unix.ENOTDIR)
 }
 
-func kindOf(mode uint32) dryexec.Kind {
-	switch mode & unix.S_IFMT {
+// kindOf takes st_mode, a uint32 on Linux and a uint16 on darwin.
+func kindOf[M ~uint16 | ~uint32](mode M) dryexec.Kind {
+	switch uint32(mode) & unix.S_IFMT {
 	case unix.S_IFREG:
 		return dryexec.KindFile
 	case unix.S_IFDIR:
@@ -507,22 +509,19 @@ func (a *applier) run(ctx context.Context) error {
 	return nil
 }
 
-// setMtime sets the mtime of fd, or of name in dfd (never following a
-// symlink: a symlink's own mtime is set), leaving the atime alone. mtime 0
-// (the delta does not say) does nothing.
+// setMtime sets the mtime of name in dfd (never following a symlink: a
+// symlink's own mtime is set), or of fd when it is not -1 (dfd and name then
+// still name it: darwin, which has no futimens in x/sys, sets it through
+// them), leaving the atime alone. mtime 0 (the delta does not say) does
+// nothing.
 func setMtime(dfd int, name string, fd int, mtime int64) error {
 	if mtime == 0 {
 		return nil
 	}
-	ts := [2]unix.Timespec{{Nsec: unix.UTIME_OMIT}, unix.NsecToTimespec(mtime)}
 	if fd >= 0 {
-		// futimens: utimensat with a NULL path, which x/sys does not offer.
-		_, _, errno := unix.Syscall6(unix.SYS_UTIMENSAT, uintptr(fd), 0, uintptr(unsafe.Pointer(&ts[0])), 0, 0, 0)
-		if errno != 0 {
-			return errno
-		}
-		return nil
+		return setFdMtime(dfd, name, fd, mtime)
 	}
+	ts := [2]unix.Timespec{omitTime, unix.NsecToTimespec(mtime)}
 	return unix.UtimesNanoAt(dfd, name, ts[:], unix.AT_SYMLINK_NOFOLLOW)
 }
 
@@ -566,7 +565,7 @@ func (a *applier) stage(s *step) error {
 		s.TempIno = ino
 		return nil
 	case s.FileKnd == dryexec.KindFIFO:
-		if err := unix.Mknodat(dfd, name, unix.S_IFIFO|0o600, 0); err != nil {
+		if err := mkfifoAt(dfd, name, 0o600); err != nil {
 			return fmt.Errorf("commit: creating fifo %s: %w", dryexec.QuotePath(s.Path), err)
 		}
 		if os.Geteuid() == 0 {
@@ -686,14 +685,14 @@ func (a *applier) writeTemp(dfd int, name string, s *step) (uint64, error) {
 	if err != nil {
 		return 0, fmt.Errorf("commit: creating temp for %s: %w", dryexec.QuotePath(s.Path), err)
 	}
-	ino, err := a.fill(fd, src, s)
+	ino, err := a.fill(dfd, name, fd, src, s)
 	if cerr := unix.Close(fd); err == nil && cerr != nil {
 		err = fmt.Errorf("commit: writing %s: %w", dryexec.QuotePath(s.Path), cerr)
 	}
 	return ino, err
 }
 
-func (a *applier) fill(fd int, src io.Reader, s *step) (uint64, error) {
+func (a *applier) fill(dfd int, name string, fd int, src io.Reader, s *step) (uint64, error) {
 	if a.buf == nil {
 		a.buf = make([]byte, 64<<10)
 	}
@@ -727,13 +726,13 @@ func (a *applier) fill(fd int, src io.Reader, s *step) (uint64, error) {
 		chowned = true
 	}
 	// chown clears setuid/setgid, so the mode comes after it.
-	if chowned || st.Mode&0o7777 != s.Mode {
+	if chowned || uint32(st.Mode)&0o7777 != s.Mode {
 		if err := unix.Fchmod(fd, s.Mode); err != nil {
 			return 0, fmt.Errorf("commit: chmod %s: %w", dryexec.QuotePath(s.Path), err)
 		}
 	}
 	// Last: every write above changed the mtime.
-	if err := setMtime(-1, "", fd, s.Mtime); err != nil {
+	if err := setMtime(dfd, name, fd, s.Mtime); err != nil {
 		return 0, fmt.Errorf("commit: setting the mtime of %s: %w", dryexec.QuotePath(s.Path), err)
 	}
 	return st.Ino, nil
@@ -770,7 +769,7 @@ func (a *applier) do(s *step) error {
 	name := path.Base(s.Path)
 	switch s.Kind {
 	case stepRemove:
-		if err := unix.Renameat2(dfd, name, dfd, path.Base(s.Backup), unix.RENAME_NOREPLACE); err != nil {
+		if err := renameNoReplace(dfd, name, dfd, path.Base(s.Backup)); err != nil {
 			return fmt.Errorf("commit: removing %s: %w", dryexec.QuotePath(s.Path), err)
 		}
 		a.dirs.forget(s.Path)
@@ -791,11 +790,11 @@ func (a *applier) do(s *step) error {
 				return err
 			}
 		}
-		flags := uint(unix.RENAME_NOREPLACE)
+		rename := renameNoReplace
 		if s.Replace {
-			flags = unix.RENAME_EXCHANGE
+			rename = renameExchange
 		}
-		if err := unix.Renameat2(dfd, path.Base(s.Temp), dfd, name, flags); err != nil {
+		if err := rename(dfd, path.Base(s.Temp), dfd, name); err != nil {
 			return fmt.Errorf("commit: writing %s: %w", dryexec.QuotePath(s.Path), err)
 		}
 		a.placed[s.Path] = true
@@ -838,7 +837,7 @@ func syncFS(dirs []int) error {
 	for _, fd := range dirs {
 		var st unix.Stat_t
 		if unix.Fstat(fd, &st) == nil {
-			byDev[st.Dev] = append(byDev[st.Dev], fd)
+			byDev[uint64(st.Dev)] = append(byDev[uint64(st.Dev)], fd)
 		}
 	}
 	for _, fds := range byDev {
@@ -848,7 +847,7 @@ func syncFS(dirs []int) error {
 			if err != nil {
 				continue // an unreadable directory: try another on this filesystem
 			}
-			err = unix.Syncfs(rfd)
+			err = syncfs(rfd)
 			unix.Close(rfd)
 			if err != nil {
 				return fmt.Errorf("commit: syncfs: %w", err)
@@ -947,7 +946,7 @@ func undoStep(s step, created map[string]bool, dirs *dirs) error {
 		temp := path.Base(s.Temp)
 		if cur, ok := ino(name); ok && s.TempIno != 0 && cur == s.TempIno {
 			if s.Replace {
-				if err := unix.Renameat2(dfd, temp, dfd, name, unix.RENAME_EXCHANGE); err != nil {
+				if err := renameExchange(dfd, temp, dfd, name); err != nil {
 					return fmt.Errorf("rollback %s: %w", dryexec.QuotePath(s.Path), err)
 				}
 			} else if err := unix.Unlinkat(dfd, name, 0); err != nil {
@@ -980,7 +979,7 @@ func undoStep(s step, created map[string]bool, dirs *dirs) error {
 		}
 		if _, ok := ino(path.Base(s.Backup)); ok {
 			dirs.forget(s.Path)
-			if err := unix.Renameat2(dfd, path.Base(s.Backup), dfd, name, unix.RENAME_NOREPLACE); err != nil {
+			if err := renameNoReplace(dfd, path.Base(s.Backup), dfd, name); err != nil {
 				return fmt.Errorf("rollback %s: %w", dryexec.QuotePath(s.Path), err)
 			}
 		}

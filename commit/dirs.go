@@ -1,3 +1,5 @@
+//go:build linux || darwin
+
 package commit
 
 import (
@@ -20,6 +22,9 @@ type dirs struct {
 	// devs holds one descriptor (a dup) per filesystem seen, which syncfs
 	// needs even after the cache was emptied.
 	devs map[uint64]int
+	// beneath opens a relative path of dirs beneath a dir fd, following no
+	// symlink: openat2 on Linux, walkBeneath on darwin.
+	beneath func(dfd int, rel string) (int, error)
 }
 
 // maxCachedDirs bounds the descriptors the cache holds; past it, it starts
@@ -44,7 +49,16 @@ const (
 const ancestorProbes = maxPieceLevels + 1
 
 func newDirs() *dirs {
-	return &dirs{fds: map[string]int{}, worked: map[string]bool{}, devs: map[uint64]int{}}
+	return &dirs{fds: map[string]int{}, worked: map[string]bool{}, devs: map[uint64]int{}, beneath: openBeneath}
+}
+
+// newDirsFor is newDirs as opt says (walkDirs).
+func newDirsFor(opt Options) *dirs {
+	c := newDirs()
+	if opt.walkDirs {
+		c.beneath = walkBeneath
+	}
+	return c
 }
 
 // close releases every descriptor.
@@ -68,7 +82,7 @@ func (c *dirs) forget(p string) {
 	}
 }
 
-// open returns an O_PATH descriptor of the absolute, clean path dir, owned by
+// open returns a search (oSearch) descriptor of the absolute, clean path dir, owned by
 // the cache. Errors are those of openat2 with RESOLVE_NO_SYMLINKS: ELOOP for
 // a symlink on the way, ENOTDIR for a non-directory, ENOENT.
 func (c *dirs) open(dir string) (int, error) {
@@ -130,7 +144,7 @@ func (c *dirs) open(dir string) (int, error) {
 			})
 			piece = piece[:cut]
 		}
-		fd, err := openBeneath(base, piece)
+		fd, err := c.beneath(base, piece)
 		if err != nil {
 			return -1, err
 		}
@@ -154,7 +168,7 @@ func (c *dirs) root() (int, error) {
 	if fd, ok := c.fds["/"]; ok {
 		return fd, nil
 	}
-	fd, err := unix.Open("/", unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	fd, err := unix.Open("/", oSearch|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
 	if err != nil {
 		return -1, err
 	}
@@ -179,9 +193,9 @@ func (c *dirs) track(p string, fd int) {
 	if unix.Fstat(fd, &st) != nil {
 		return
 	}
-	if _, ok := c.devs[st.Dev]; !ok {
+	if _, ok := c.devs[uint64(st.Dev)]; !ok {
 		if d, err := unix.Dup(fd); err == nil {
-			c.devs[st.Dev] = d
+			c.devs[uint64(st.Dev)] = d
 		}
 	}
 }
@@ -195,17 +209,28 @@ func (c *dirs) sync() error {
 	return syncFS(fds)
 }
 
-// openBeneath opens the directory rel (relative, no "..") beneath dfd without
-// following any symlink.
-func openBeneath(dfd int, rel string) (int, error) {
-	for {
-		fd, err := unix.Openat2(dfd, rel, &unix.OpenHow{
-			Flags:   unix.O_PATH | unix.O_DIRECTORY | unix.O_CLOEXEC,
-			Resolve: unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_NO_MAGICLINKS | unix.RESOLVE_BENEATH,
-		})
-		if err == unix.EAGAIN || err == unix.EINTR {
-			continue // RESOLVE_BENEATH retries when a rename raced the walk
+// walkBeneath opens the directory rel (relative, no "..") beneath dfd without
+// following any symlink, one name at a time with O_NOFOLLOW: openat2's
+// RESOLVE_BENEATH|RESOLVE_NO_SYMLINKS from calls every Unix has (darwin's;
+// on Linux the tests run it beside openat2). Errors are openat2's: ELOOP for
+// a symlink on the way, ENOTDIR for a non-directory, EXDEV for "..".
+func walkBeneath(dfd int, rel string) (int, error) {
+	fd := dfd
+	for name := range strings.SplitSeq(rel, "/") {
+		if name == "" || name == "." || name == ".." {
+			if fd != dfd {
+				unix.Close(fd)
+			}
+			return -1, unix.EXDEV
 		}
-		return fd, err
+		nfd, err := unix.Openat(fd, name, oSearch|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+		if fd != dfd {
+			unix.Close(fd)
+		}
+		if err != nil {
+			return -1, err
+		}
+		fd = nfd
 	}
+	return fd, nil
 }
