@@ -255,9 +255,15 @@ func (a *api) health(w http.ResponseWriter, r *http.Request) error {
 	if a.svc.pool != nil {
 		h["pool"] = poolStats(a.svc.pool)
 	}
-	if a.svc.sessionPool != nil {
-		st := a.svc.sessionPool.Stats()
-		h["session_pool"] = map[string]any{"size": st.Size, "ready": st.Ready, "busy": st.Busy, "hits": st.Hits,
+	if a.svc.vmPool != nil {
+		h["vm_pool"] = poolStats(a.svc.vmPool)
+	}
+	for key, p := range map[string]*session.Pool{"session_pool": a.svc.sessionPool, "vm_session_pool": a.svc.vmSessionPool} {
+		if p == nil {
+			continue
+		}
+		st := p.Stats()
+		h[key] = map[string]any{"size": st.Size, "ready": st.Ready, "busy": st.Busy, "hits": st.Hits,
 			"misses": st.Misses, "failed": st.Failed, "last_error": st.LastError}
 	}
 	return writeJSON(w, 200, h)

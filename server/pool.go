@@ -10,10 +10,10 @@ import (
 // poolRung is the rung whose warm pool serves the daemon's default trials.
 const poolRung = "ns"
 
-// newPool starts the warm pool of the pool rung's sandboxes for trials
-// shaped like template, if that rung keeps pools (dryexec.Pooler).
-func newPool(ctx context.Context, cfg Config, template dryexec.TrialSpec) (dryexec.Pool, error) {
-	r, err := rung.Open(ctx, poolRung, rung.Config{GuestExe: cfg.GuestExe, Log: cfg.Log})
+// newPool starts a warm pool of size of name's sandboxes for trials shaped
+// like template, if that rung keeps pools (dryexec.Pooler).
+func newPool(ctx context.Context, cfg Config, name string, size int, template dryexec.TrialSpec) (dryexec.Pool, error) {
+	r, err := rung.Open(ctx, name, rung.Config{GuestExe: cfg.GuestExe, Log: cfg.Log})
 	if err != nil {
 		return nil, err
 	}
@@ -21,7 +21,7 @@ func newPool(ctx context.Context, cfg Config, template dryexec.TrialSpec) (dryex
 	if !ok {
 		return nil, &dryexec.IsolationUnavailableError{Rung: r.Name(), Missing: "a warm pool (this rung keeps none)"}
 	}
-	return p.NewPool(ctx, dryexec.PoolOptions{Size: cfg.Pool, IdleTimeout: cfg.PoolIdle, Spec: template})
+	return p.NewPool(ctx, dryexec.PoolOptions{Size: size, IdleTimeout: cfg.PoolIdle, Spec: template})
 }
 
 // poolStats reports the warm pool's figures for /v1/health (nil: no pool).

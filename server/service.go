@@ -75,6 +75,11 @@ type Config struct {
 	// requests with the daemon's defaults (no env, workspace, limits, masks,
 	// network or output cap of their own); 0 keeps none.
 	SessionPool int
+	// VMPool and VMSessionPool are the same for the vm rung: VMs booted
+	// ahead for vm trials and vm sessions with the daemon's defaults (each
+	// idle VM holds QEMU, its RAM as touched and a netsim process); 0 keeps
+	// none. Without a vm rung here, none is kept.
+	VMPool, VMSessionPool int
 	// Policy is the daemon's policy (`serve --policy`): every trial is
 	// decided by it, or by a request's own policy document on top of
 	// policy.Default, and signed with the install's key, as `dryexec run`
@@ -150,6 +155,9 @@ type Service struct {
 
 	pool        dryexec.Pool  // nil: every ns trial runs cold
 	sessionPool *session.Pool // nil: every session opens cold
+	// vmPool and vmSessionPool: the vm rung's (nil: none).
+	vmPool        dryexec.Pool
+	vmSessionPool *session.Pool
 
 	mu       sync.Mutex // guards sessions and closed
 	sessions map[string]*Live
@@ -202,6 +210,7 @@ func NewService(cfg Config) (*Service, error) {
 		go s.reapIdle()
 	}
 	s.startPool()
+	s.startVMPools()
 	return s, nil
 }
 
@@ -505,7 +514,10 @@ func (s *Service) RunTrial(ctx context.Context, req TrialRequest, hooks TrialHoo
 		return nil, err
 	}
 	var r dryexec.Rung = s.pool
-	if req.Rung != "ns" || s.pool == nil {
+	if req.Rung == "vm" {
+		r = s.vmPool
+	}
+	if (req.Rung != "ns" && req.Rung != "vm") || r == nil {
 		if r, err = rung.Select(ctx, req.Rung); err != nil {
 			return nil, err
 		}
@@ -880,6 +892,9 @@ func (s *Service) OpenSession(ctx context.Context, req SessionRequest) (*Live, e
 	if s.sessionPool != nil {
 		open = s.sessionPool.Open
 	}
+	if opt.Rung == "vm" && s.vmSessionPool != nil {
+		open = s.vmSessionPool.Open
+	}
 	sess, err := open(ctx, opt)
 	if err != nil {
 		if imageRelease != nil {
@@ -1051,6 +1066,12 @@ func (s *Service) Close() error {
 	if s.sessionPool != nil {
 		s.sessionPool.Close()
 	}
+	if s.vmPool != nil {
+		s.vmPool.Close()
+	}
+	if s.vmSessionPool != nil {
+		s.vmSessionPool.Close()
+	}
 	return nil
 }
 
@@ -1076,12 +1097,37 @@ func (s *Service) startPool() {
 	// Protected as RunTrial's specs are (by the runner), so that they
 	// compare equal.
 	template := s.runner.Protect(dryexec.TrialSpec{OwnPaths: s.ownPaths()})
-	p, err := newPool(s.ctx, s.cfg, template)
+	p, err := newPool(s.ctx, s.cfg, poolRung, s.cfg.Pool, template)
 	if err != nil {
 		s.cfg.Log.Warn("no warm pool: every ns trial starts cold", "err", err)
 		return
 	}
 	s.pool = p
+}
+
+// startVMPools starts the vm rung's pools the configuration asks for, once
+// a VM boots here (the probe's result is kept until the host's next boot).
+func (s *Service) startVMPools() {
+	if s.cfg.VMPool <= 0 && s.cfg.VMSessionPool <= 0 {
+		return
+	}
+	if _, err := rung.Select(s.ctx, "vm"); err != nil {
+		s.cfg.Log.Warn("no vm pool: every vm trial and session boots cold", "err", err)
+		return
+	}
+	if s.cfg.VMSessionPool > 0 {
+		tmpl := s.sessionOptions(SessionRequest{Rung: "vm"})
+		s.vmSessionPool = session.NewPool(s.ctx, session.PoolOptions{Size: s.cfg.VMSessionPool, IdleTimeout: s.cfg.PoolIdle, Template: tmpl})
+	}
+	if s.cfg.VMPool > 0 {
+		template := s.runner.Protect(dryexec.TrialSpec{OwnPaths: s.ownPaths()})
+		p, err := newPool(s.ctx, s.cfg, "vm", s.cfg.VMPool, template)
+		if err != nil {
+			s.cfg.Log.Warn("no vm pool: every vm trial boots cold", "err", err)
+			return
+		}
+		s.vmPool = p
+	}
 }
 
 func newSessionID() string {

@@ -24,10 +24,14 @@ func buildVersion() string {
 	return "devel"
 }
 
+// vmPools are how many VMs the daemon boots ahead (--vm-pool,
+// --vm-session-pool): none unless asked, since each idle VM holds memory.
+type vmPools struct{ trials, sessions int }
+
 // newService builds the daemon's core the way every front end (serve, mcp)
 // shares: the CLI's store, the env allowlist over this process's environment,
 // and the decision engine of `dryexec run`; then recovers (Service.Recover).
-func newService(env Env, log *slog.Logger, maxTrials, maxQueue, pool, sessionPool int, poolIdle time.Duration, policyFile, socket string) (*server.Service, error) {
+func newService(env Env, log *slog.Logger, maxTrials, maxQueue, pool, sessionPool int, vm vmPools, poolIdle time.Duration, policyFile, socket string) (*server.Service, error) {
 	dir, err := dryexec.DefaultHome(env.Getenv)
 	if err != nil {
 		return nil, err
@@ -50,6 +54,7 @@ func newService(env Env, log *slog.Logger, maxTrials, maxQueue, pool, sessionPoo
 	}
 	svc, err := server.NewService(server.Config{
 		StoreDir: dir, Socket: socket, TTL: ttl, StoreLimits: lim, MaxTrials: maxTrials, MaxQueue: maxQueue, Pool: pool, SessionPool: sessionPool, PoolIdle: poolIdle,
+		VMPool: vm.trials, VMSessionPool: vm.sessions,
 		Getenv: env.Getenv, Environ: callerEnviron(env), Version: buildVersion(), Log: log,
 		Policy: &base,
 	})
@@ -70,6 +75,7 @@ func serveCmd(env Env) *cobra.Command {
 		socket, listen, pol string
 		maxTrials, maxQueue int
 		pool, sessionPool   int
+		vm                  vmPools
 		drain, poolIdle     time.Duration
 		verbose             bool
 	)
@@ -89,7 +95,7 @@ func serveCmd(env Env) *cobra.Command {
 				level = slog.LevelDebug
 			}
 			log := slog.New(slog.NewTextHandler(env.Stderr, &slog.HandlerOptions{Level: level}))
-			svc, err := newService(env, log, maxTrials, maxQueue, pool, sessionPool, poolIdle, pol, socket)
+			svc, err := newService(env, log, maxTrials, maxQueue, pool, sessionPool, vm, poolIdle, pol, socket)
 			if err != nil {
 				return err
 			}
@@ -116,6 +122,8 @@ func serveCmd(env Env) *cobra.Command {
 	f.IntVar(&maxQueue, "max-queue", 64, "trials that may wait for a slot; more are refused with 503 busy")
 	f.IntVar(&pool, "pool", 2, "ns sandboxes kept prepared for trials (the warm pool); 0 for none")
 	f.IntVar(&sessionPool, "session-pool", 1, "ns sessions kept open ahead for session requests with default options; 0 for none")
+	f.IntVar(&vm.trials, "vm-pool", 0, "VMs booted ahead for vm trials with default options (each idle VM holds QEMU and its RAM); 0 for none")
+	f.IntVar(&vm.sessions, "vm-session-pool", 0, "VMs booted ahead for vm sessions with default options; 0 for none")
 	f.DurationVar(&poolIdle, "pool-idle", 5*time.Minute, "empty the pools after this long without a trial or session; they refill on the next")
 	f.DurationVar(&drain, "drain", 30*time.Second, "on SIGTERM, how long running trials may take before they are killed")
 	f.StringVar(&pol, "policy", "", "policy file (YAML or JSON, docs/decision.md) for trials whose request names none")

@@ -2,6 +2,7 @@ package rungbench
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"os/exec"
 	"slices"
@@ -15,6 +16,9 @@ import (
 type Candidate struct {
 	Name string
 	Run  func() error
+	// Prep, when set, runs before each Run, untimed (waiting for a warm
+	// pool to have a sandbox ready and be quiet).
+	Prep func() error
 }
 
 // Interleave runs every candidate once (to warm the page cache and first
@@ -24,6 +28,9 @@ type Candidate struct {
 func Interleave(b *testing.B, cands []Candidate) []float64 {
 	times := make([][]time.Duration, len(cands))
 	for _, c := range cands {
+		if err := c.prep(); err != nil {
+			b.Fatalf("%s: %v", c.Name, err)
+		}
 		if err := c.Run(); err != nil {
 			b.Fatalf("%s: %v", c.Name, err)
 		}
@@ -31,6 +38,11 @@ func Interleave(b *testing.B, cands []Candidate) []float64 {
 	b.ResetTimer()
 	for range b.N {
 		for i, c := range cands {
+			b.StopTimer()
+			if err := c.prep(); err != nil {
+				b.Fatalf("%s: %v", c.Name, err)
+			}
+			b.StartTimer()
 			t0 := time.Now()
 			if err := c.Run(); err != nil {
 				b.Fatalf("%s: %v", c.Name, err)
@@ -46,6 +58,30 @@ func Interleave(b *testing.B, cands []Candidate) []float64 {
 		b.ReportMetric(med[i], c.Name+"-ms")
 	}
 	return med
+}
+
+func (c Candidate) prep() error {
+	if c.Prep == nil {
+		return nil
+	}
+	return c.Prep()
+}
+
+// WaitQuiet is a Prep for a warm pool whose stats says how many sandboxes
+// are ready and how much work is in flight: it waits (up to 10 minutes: VMs
+// boot under TCG) until one is ready and nothing is being prepared or torn
+// down, so that the candidate meets a pool as a caller after a pause would.
+func WaitQuiet(stats func() (ready, busy int)) func() error {
+	return func() error {
+		deadline := time.Now().Add(10 * time.Minute)
+		for ready, busy := stats(); ready == 0 || busy > 0; ready, busy = stats() {
+			if time.Now().After(deadline) {
+				return fmt.Errorf("the pool not ready and quiet after 10 minutes")
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+		return nil
+	}
 }
 
 // Trial is a candidate running a /bin/true trial in a fresh dir on r; a

@@ -9,6 +9,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"slices"
 	"sync"
 	"time"
 )
@@ -38,6 +39,11 @@ type Funcs[T any] struct {
 	// each preparation, ready things not the same as the new one are stale
 	// (what they were made from has changed) and destroyed.
 	Same func(a, b T) bool
+	// Alive, when set, says whether a ready thing can still serve (a VM
+	// whose process was killed cannot). A dead thing is never handed out:
+	// Take passes over it, and it is destroyed and replaced, at the latest
+	// on the refiller's next tick (a second). Nil: things do not die.
+	Alive func(T) bool
 }
 
 // Stats say how a Pool has served.
@@ -52,6 +58,8 @@ type Stats struct {
 	// Failed counts failed preparations; LastError is the latest reason.
 	Failed    int
 	LastError string
+	// Died counts ready things found dead (Funcs.Alive) and replaced.
+	Died int
 }
 
 // Pool keeps things ready. Its methods may be called from several goroutines.
@@ -67,6 +75,7 @@ type Pool[T any] struct {
 
 	mu      sync.Mutex
 	ready   []T // oldest first
+	dead    []T // found dead (Funcs.Alive), to be destroyed by the refiller
 	closed  bool
 	lastUse time.Time
 	busy    int
@@ -103,6 +112,10 @@ func (p *Pool[T]) Take(fits func(T) bool) (t T, ok bool, err error) {
 	p.inUse.Add(1)
 	p.busy++
 	p.lastUse = time.Now()
+	if p.takeDeadLocked() {
+		// The refiller destroys them (and replaces them) at once.
+		p.poke()
+	}
 	for i, r := range p.ready {
 		if fits(r) {
 			p.ready = append(p.ready[:i], p.ready[i+1:]...)
@@ -112,6 +125,36 @@ func (p *Pool[T]) Take(fits func(T) bool) (t T, ok bool, err error) {
 	}
 	p.stats.Misses++
 	return t, false, nil
+}
+
+// takeDeadLocked moves the ready things that Alive says are dead to
+// p.dead, for the refiller to destroy, and says whether there were any.
+func (p *Pool[T]) takeDeadLocked() bool {
+	if p.fn.Alive == nil {
+		return false
+	}
+	n := len(p.dead)
+	p.ready = slices.DeleteFunc(p.ready, func(r T) bool {
+		if p.fn.Alive(r) {
+			return false
+		}
+		p.dead = append(p.dead, r)
+		return true
+	})
+	return len(p.dead) > n
+}
+
+// dropDead destroys the dead things Take or a tick found.
+func (p *Pool[T]) dropDead() {
+	p.mu.Lock()
+	p.takeDeadLocked()
+	dead := p.dead
+	p.dead = nil
+	p.stats.Died += len(dead)
+	p.mu.Unlock()
+	for _, t := range dead {
+		p.fn.Destroy(t)
+	}
 }
 
 // Done ends one Take's use and lets the pool refill.
@@ -141,6 +184,7 @@ func (p *Pool[T]) refill() {
 	tick := time.NewTicker(time.Second)
 	defer tick.Stop()
 	for {
+		p.dropDead()
 		if p.dropIdle() || !p.wants() {
 			select {
 			case <-p.ctx.Done():
@@ -251,11 +295,16 @@ func (p *Pool[T]) Close() {
 		return
 	}
 	p.closed = true
-	drop := p.ready
-	p.ready = nil
+	drop := append(p.ready, p.dead...)
+	p.ready, p.dead = nil, nil
 	p.mu.Unlock()
 	p.cancel()
 	<-p.done
+	// What the refiller found dead meanwhile is destroyed here too.
+	p.mu.Lock()
+	drop = append(drop, p.dead...)
+	p.dead = nil
+	p.mu.Unlock()
 	for _, t := range drop {
 		p.fn.Destroy(t)
 	}

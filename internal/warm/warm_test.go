@@ -136,3 +136,60 @@ func TestIdleAndFailures(t *testing.T) {
 	p.Done()
 	waitFor(t, "refill after idle", func() bool { return p.Stats().Ready == 1 })
 }
+
+// TestDeadNotHandedOut: a ready thing that died (Funcs.Alive) is passed over
+// by Take, destroyed once and replaced, without a Take asking for it.
+func TestDeadNotHandedOut(t *testing.T) {
+	m := &maker{destroyed: map[int]int{}}
+	var mu sync.Mutex
+	dead := map[int]bool{}
+	fn := m.funcs()
+	fn.Alive = func(x thing) bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return !dead[x.id]
+	}
+	p := New(context.Background(), Options{Size: 2, IdleTimeout: -1}, fn)
+	defer p.Close()
+	waitFor(t, "two ready", func() bool { return p.Stats().Ready == 2 })
+	mu.Lock()
+	dead[1] = true
+	mu.Unlock()
+	got, ok, err := p.Take(func(thing) bool { return true })
+	if err != nil || !ok || got.id != 2 {
+		t.Fatalf("Take with thing 1 dead: %+v %v %v", got, ok, err)
+	}
+	p.Done()
+	waitFor(t, "the dead one destroyed and replaced", func() bool {
+		m.mu.Lock()
+		d := m.destroyed[1]
+		m.mu.Unlock()
+		s := p.Stats()
+		return d == 1 && s.Ready == 2 && s.Died == 1
+	})
+
+	// A death no Take sees: the refiller's tick finds it.
+	var victim int
+	p.Each(func(x thing) { victim = max(victim, x.id) })
+	mu.Lock()
+	dead[victim] = true
+	mu.Unlock()
+	waitFor(t, "a death found without a Take", func() bool {
+		m.mu.Lock()
+		d := m.destroyed[victim]
+		m.mu.Unlock()
+		return d == 1 && p.Stats().Ready == 2
+	})
+	p.Each(func(x thing) {
+		if dead[x.id] {
+			t.Errorf("dead thing %d still ready", x.id)
+		}
+	})
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for id, n := range m.destroyed {
+		if n > 1 {
+			t.Errorf("thing %d destroyed %d times", id, n)
+		}
+	}
+}

@@ -80,6 +80,15 @@ func (n *Net) GuestFile() *os.File {
 	return n.n.guest
 }
 
+// Pid is netsim's process (0: none), whose memory a warm pool counts as
+// its sandbox's.
+func (n *Net) Pid() int {
+	if n.n.sim == nil {
+		return 0
+	}
+	return n.n.sim.Pid()
+}
+
 // Serve starts serving the TUN device the guest will send (NewEthernetNet:
 // the frames); call it once the guest (the VMM) runs. It closes our copy of the guest's end. ctx's values are kept,
 // its cancellation is not: Close ends the serving.

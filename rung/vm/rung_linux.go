@@ -9,7 +9,6 @@ import (
 	"log/slog"
 	"os"
 	"os/exec"
-	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -274,26 +273,16 @@ func (r *Rung) newTrial(ctx context.Context, spec dryexec.TrialSpec) (*trial, er
 	if err != nil {
 		return nil, err
 	}
-	mounts, err := linuxns.Mounts()
+	sb, err := sandboxFor(spec)
 	if err != nil {
 		return nil, err
 	}
-	// netsim's CA key is masked in every sandbox, as on ns: it signs what
-	// sandboxes trust.
-	caDir, err := linuxns.EnsureCA(spec.NetCADir)
+	nw, err := startNet(spec.Net, sb.caDir, spec.TrialID)
 	if err != nil {
 		return nil, err
 	}
-	cover, err := linuxns.ResolveCover(append(slices.Clone(spec.Masks), caDir), spec.NoDefaultMasks, spec.OwnPaths)
-	if err != nil {
-		return nil, err
-	}
-	nw, err := startNet(spec.Net, caDir, spec.TrialID)
-	if err != nil {
-		return nil, err
-	}
-	t := &trial{r: r, m: m, exe: exe, transport: virtioSerial{}, net: nw}
-	t.Spec, t.Mounts, t.Cover, t.ScratchFD = spec, mounts, cover, -1
+	t := &trial{r: r, m: m, exe: exe, transport: virtioSerial{}, net: nw, sb: sb}
+	t.Spec, t.Mounts, t.Cover, t.ScratchFD = spec, sb.mounts, sb.cover, -1
 	t.Rung, t.What, t.TailName = Name, "the VM", "QEMU and console"
 	t.Tail = func() string { return tailString(t.console) }
 	t.Trace, t.Log, t.CollectMin, t.CollectTimeout = r.Trace, r.Log, r.CollectMin, r.CollectTimeout
@@ -321,6 +310,10 @@ type trial struct {
 	// incoming, a saved state the VM is restored from instead of booted.
 	qmp, incoming *os.File
 	restoring     bool
+	// sb is what the VM was built from (a warm pool hands it out only to
+	// a trial asking for the same); pooled: booted ahead by a Pool.
+	sb     sandbox
+	pooled bool
 }
 
 // The view guest's descriptors: wire.CtrlFD is its own stream; the VM's
@@ -437,31 +430,40 @@ func (t *trial) prepare() error {
 
 var errOverdue = errors.New("the VM did not report in time")
 
+// bootVM prepares the VM and waits for its guest's hello: what a warm pool
+// does ahead of the trial. The boot counts against no command timeout: it
+// is bounded by its own; ctx's end kills QEMU.
+func (t *trial) bootVM(ctx context.Context) error {
+	bootCtx, bootCancel := context.WithTimeoutCause(ctx, t.r.bootTimeout()+t.r.walkGrace(), errOverdue)
+	defer bootCancel()
+	stopBoot := context.AfterFunc(bootCtx, t.Kill)
+	defer stopBoot()
+	if err := t.prepare(); err != nil {
+		if ctx.Err() != nil {
+			return fmt.Errorf("trial %s: %w", t.Spec.TrialID, context.Cause(ctx))
+		}
+		return err
+	}
+	if err := t.Hello(t.Inner, wire.RoleVMTrial); err != nil {
+		if bootCtx.Err() != nil {
+			return fmt.Errorf("trial %s: the VM did not boot within %v: %w", t.Spec.TrialID, t.r.bootTimeout()+t.r.walkGrace(), err)
+		}
+		return err
+	}
+	t.boot = time.Since(t.bootStart)
+	t.r.trace("hello")
+	return nil
+}
+
 // run prepares the VM, runs the command and builds the delta.
 func (t *trial) run(ctx context.Context) (*dryexec.StateDelta, error) {
 	a := t.Spec.Action
 	outer := ctx
-	// The boot counts against no command timeout: it is bounded by its own.
-	bootCtx, bootCancel := context.WithTimeoutCause(ctx, t.r.bootTimeout()+t.r.walkGrace(), errOverdue)
-	defer bootCancel()
-	stopBoot := context.AfterFunc(bootCtx, t.Kill)
-	if err := t.prepare(); err != nil {
-		stopBoot()
-		if ctx.Err() != nil {
-			return nil, fmt.Errorf("trial %s: %w", t.Spec.TrialID, context.Cause(ctx))
+	if !t.pooled {
+		if err := t.bootVM(ctx); err != nil {
+			return nil, err
 		}
-		return nil, err
 	}
-	if err := t.Hello(t.Inner, wire.RoleVMTrial); err != nil {
-		stopBoot()
-		if bootCtx.Err() != nil {
-			return nil, fmt.Errorf("trial %s: the VM did not boot within %v: %w", t.Spec.TrialID, t.r.bootTimeout()+t.r.walkGrace(), err)
-		}
-		return nil, err
-	}
-	stopBoot()
-	t.boot = time.Since(t.bootStart)
-	t.r.trace("hello")
 	// netsim started with the boot; the command needs it now.
 	if err := t.net.ready(ctx); err != nil {
 		return nil, err
@@ -512,8 +514,7 @@ func (t *trial) run(ctx context.Context) (*dryexec.StateDelta, error) {
 	// Which accelerator ran, and the boot's cost, are part of the record:
 	// TCG and KVM differ by an order of magnitude in speed, not in what
 	// the command may do.
-	d, err = t.Report(outer, err, d,
-		fmt.Sprintf("vm: QEMU microvm, accel=%s, booted to the guest's hello in %v", t.m.accel, t.boot.Round(time.Millisecond)))
+	d, err = t.Report(outer, err, d, t.bootNote())
 	t.net.crashed(d)
 	return d, err
 }

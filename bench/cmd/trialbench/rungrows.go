@@ -123,10 +123,11 @@ func warmRows(e *env, rs map[string]dryexec.Rung, names []string) (group, []stri
 		}
 		pools = append(pools, pool)
 		ready := func() error {
-			deadline := time.Now().Add(30 * time.Second)
+			// A vm pool boots its VMs under TCG here: tens of seconds each.
+			deadline := time.Now().Add(10 * time.Minute)
 			for st := pool.Stats(); st.Ready == 0 || st.Busy > 0; st = pool.Stats() {
 				if time.Now().After(deadline) {
-					return fmt.Errorf("the pool not ready and quiet after 30s: %+v", pool.Stats())
+					return fmt.Errorf("the pool not ready and quiet after 10 minutes: %+v", pool.Stats())
 				}
 				time.Sleep(time.Millisecond)
 			}
