@@ -13,6 +13,7 @@ import (
 
 	"github.com/dryexec/dryexec/internal/testwait"
 	"github.com/dryexec/dryexec/session"
+	"github.com/dryexec/dryexec/wire"
 )
 
 // forkOf forks s into n branches, closed when t ends.
@@ -20,7 +21,7 @@ func forkOf(t *testing.T, s *session.Session, n int) []*session.Session {
 	t.Helper()
 	bs, err := s.Fork(ctx(t), n)
 	if errors.Is(err, session.ErrForkUnsupported) {
-		// A rung without forks says so, typed (gvisor, for now).
+		// A rung without forks says so, typed (vm, for now).
 		t.Skipf("%s: %v", rungOf(s), err)
 	}
 	if err != nil {
@@ -99,7 +100,8 @@ var forkCases = []conformanceCase{
 	// that fork: no guest, exec process or mount of theirs is left.
 	{"keep_leaves_nothing", func(t *testing.T, open opener) {
 		before := mountSnapshot(t)
-		s := openDefault(t, open)
+		started := make(chan string, 8)
+		s := open(t, session.Options{OnEmit: func(e wire.Emit) { started <- e.Name }})
 		ws := s.Info().Workspace
 		seed(t, s, tree{"a": file("a\n"), "gone": file("g\n")})
 		parentGuest := onlyGuest(t)
@@ -109,12 +111,26 @@ var forkCases = []conformanceCase{
 		}
 		run(t, bs[1], "rm gone; ln -s a l; chmod 700 a")
 		bs[1].Cache().Set("won", []byte("1"))
-		// The other branches are mid-exec when keep discards them.
+		// The other branches are mid-exec when keep discards them. A gvisor
+		// sandbox's processes are not the host's: there the execs say they
+		// run by an emit (a branch's events go to its parent's OnEmit), and
+		// what ends with them is each branch's runsc.
 		marker := uniqueSleep()
-		for _, b := range []*session.Session{bs[0], bs[2]} {
+		gvisor := rungOf(s) == "gvisor"
+		for i, b := range []*session.Session{bs[0], bs[2]} {
+			if gvisor {
+				go b.Python(ctx(t), fmt.Sprintf("emit('running%d', 1)\nimport time\ntime.sleep(1000)", i), nil, 0)
+				continue
+			}
 			go b.Shell(ctx(t), marker+" & "+marker, 0)
 		}
-		waitRunning(t, marker, 4)
+		if gvisor {
+			for range 2 {
+				<-started
+			}
+		} else {
+			waitRunning(t, marker, 4)
+		}
 		if err := s.Keep(ctx(t), bs[1]); err != nil {
 			t.Fatalf("Keep: %v", err)
 		}
@@ -176,7 +192,7 @@ var forkCases = []conformanceCase{
 	{"busy_writer_refused", func(t *testing.T, open opener) {
 		s := openDefault(t, open)
 		if rungOf(s) != "ns" {
-			t.Skip("the host rung copies the tree; nothing is frozen")
+			t.Skip("the host and gvisor rungs copy the tree: no layer is shared, nothing is refused")
 		}
 		run(t, s, "setsid sh -c 'echo $$ > /tmp/w.pid; exec 3>w.log; echo x >&3; while :; do sleep 1 3>&-; done' >/dev/null 2>&1 & setsid sh -c 'while :; do sleep 1; done' >/dev/null 2>&1 & until [ -s w.log ]; do :; done")
 		if _, err := s.Fork(ctx(t), 1); !errors.Is(err, session.ErrForkBusy) {
@@ -187,6 +203,21 @@ var forkCases = []conformanceCase{
 		b := forkOf(t, s, 1)[0]
 		wantOut(t, b, "cat w.log after", "x\ny\n")
 		// The other background loop was continued: it is not stopped.
+		if got := run(t, s, "ps -o stat= -C sh | grep -c T || true"); got != "0\n" {
+			t.Errorf("stopped processes after the fork: %q", got)
+		}
+	}},
+	// A process left running in the session is stopped for the instant of
+	// the fork (ns: the freeze; gvisor: the trees' copy) and continued
+	// after; what it wrote before is the branch's.
+	{"background_continued", func(t *testing.T, open opener) {
+		s := openDefault(t, open)
+		if rungOf(s) == "host" {
+			t.Skip("the host rung stops nothing")
+		}
+		run(t, s, "setsid sh -c 'echo started > bg.log; while :; do sleep 1; done' >/dev/null 2>&1 & until [ -s bg.log ]; do :; done")
+		b := forkOf(t, s, 1)[0]
+		wantOut(t, b, "cat bg.log", "started\n")
 		if got := run(t, s, "ps -o stat= -C sh | grep -c T || true"); got != "0\n" {
 			t.Errorf("stopped processes after the fork: %q", got)
 		}
@@ -253,7 +284,7 @@ var forkCases = []conformanceCase{
 	// long before its end. Every level sees every level above.
 	{"deep_chain", func(t *testing.T, open opener) {
 		s := openDefault(t, open)
-		depth := 12 // the host rung copies the tree: there is no stack
+		depth := 12 // the host and gvisor rungs copy the tree: there is no stack
 		if rungOf(s) == "ns" {
 			depth = 170
 			if v := os.Getenv("ZZDEPTH"); v != "" {
@@ -297,7 +328,7 @@ var forkCases = []conformanceCase{
 	{"flatten_mid_use", func(t *testing.T, open opener) {
 		s := openDefault(t, open)
 		if rungOf(s) != "ns" {
-			t.Skip("the host rung copies the tree; there are no layers to merge")
+			t.Skip("the host and gvisor rungs copy the tree; there are no layers to merge")
 		}
 		seed(t, s, tree{"sub/a": file("a\n"), "gone": file("g\n")})
 		marker := uniqueSleep()
