@@ -206,6 +206,20 @@ var forkCases = []conformanceCase{
 		if got := run(t, s, "ps -o stat= -C sh | grep -c T || true"); got != "0\n" {
 			t.Errorf("stopped processes after the fork: %q", got)
 		}
+		if rungOf(s) != "gvisor" {
+			return // ns refuses a fork while a file is open for writing
+		}
+		// gvisor copies the trees, a after m/ and b after a: a writer not
+		// stopped for the copy would have moved b on past a by the time b is
+		// copied. Stopped, b is a or one behind.
+		run(t, s, "mkdir m; for i in $(seq 300); do echo $i > m/$i; done; setsid sh -c 'i=0; while :; do i=$((i+1)); echo $i > a.t; mv a.t a; echo $i > b.t; mv b.t b; done' >/dev/null 2>&1 & until [ -s b ]; do :; done")
+		for range 2 {
+			b := forkOf(t, s, 1)[0]
+			if got := run(t, b, `a=$(cat a) b=$(cat b); [ "$b" -le "$a" ] && echo ok || echo "a=$a b=$b"`); got != "ok\n" {
+				t.Errorf("the branch's a and b, written one after the other by a process running at the fork: %s", got)
+			}
+			b.Close()
+		}
 	}},
 	// A process left running in the session is stopped for the instant of
 	// the fork (ns: the freeze; gvisor: the trees' copy) and continued
@@ -220,6 +234,19 @@ var forkCases = []conformanceCase{
 		wantOut(t, b, "cat bg.log", "started\n")
 		if got := run(t, s, "ps -o stat= -C sh | grep -c T || true"); got != "0\n" {
 			t.Errorf("stopped processes after the fork: %q", got)
+		}
+		if rungOf(s) != "gvisor" {
+			return // ns refuses a fork while a file is open for writing
+		}
+		// gvisor copies the trees: a file growing during the copy would
+		// be torn (or fail the copy) were the writer not stopped.
+		run(t, s, "setsid sh -c 'while :; do echo 0123456789 >> grow; done' >/dev/null 2>&1 & until [ -s grow ]; do :; done")
+		for range 3 {
+			b := forkOf(t, s, 1)[0]
+			if got := run(t, b, "grep -cv '^0123456789$' grow || true"); got != "0\n" {
+				t.Errorf("the branch's copy of a file growing at the fork has %s torn lines", strings.TrimSpace(got))
+			}
+			b.Close()
 		}
 	}},
 	// Forks of forks, and many forks of one session: each level sees every
