@@ -145,7 +145,9 @@ func chunkReader(chunks [][]byte) io.Reader {
 //     read-only layer that this session and every branch then share, each
 //     with a fresh upper of its own, so a fork copies no file however large
 //     the tree; on the host rung (no isolation) the workspace is copied
-//     (reflinked where the filesystem can);
+//     (reflinked where the filesystem can); on the gvisor rung the guest
+//     streams the workspace and its baseline to the host (at most
+//     MaxForkStream), which pushes them into each branch;
 //   - the shell's cwd and exported environment, and the cache;
 //   - not the Python interpreter: each exec_python starts a fresh one on
 //     every rung, so there is no interpreter state to carry.
@@ -156,8 +158,9 @@ func chunkReader(chunks [][]byte) io.Reader {
 // baseline as it was at the fork. This session keeps running, its own
 // baseline unchanged.
 //
-// On the ns rung every process of the session is stopped (SIGSTOP) for the
-// instant of the freeze and continued after, and the freeze is refused (the
+// On the ns and gvisor rungs every process of the session is stopped
+// (SIGSTOP) for the instant of the freeze (gvisor: the stream) and continued
+// after; on ns the freeze is refused (the
 // session unchanged) while a process holds a workspace file open for
 // writing, which could otherwise write on into the shared layer. On the host
 // rung nothing is stopped: a process left running in the background may

@@ -3,7 +3,9 @@ package wire
 // Verbs of a session fork (package session's Session.Fork, Keep). The host
 // asks the parent's guest for VerbFork: it freezes the workspace as it is
 // (ns: the upper becomes a read-only layer, shared by the branches; host: a
-// copy into each branch's scratch dirs) and answers Forked. Each branch's
+// copy into each branch's scratch dirs; gvisor: streamed to the host as
+// fork.data calls, pushed into each branch before its adopt) and answers
+// Forked. Each branch's
 // guest, once started, gets VerbForkAdopt: its workspace's layers, the
 // parent's shell cwd and environment. VerbApplyEnd, after push_tree.begin and
 // push_tree.data, writes a tree of changes over the workspace (what keep
