@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dryexec/dryexec"
 	"github.com/dryexec/dryexec/internal/testwait"
 	"github.com/dryexec/dryexec/session"
 	"github.com/dryexec/dryexec/wire"
@@ -247,6 +248,32 @@ var forkCases = []conformanceCase{
 				t.Errorf("the branch's copy of a file growing at the fork has %s torn lines", strings.TrimSpace(got))
 			}
 			b.Close()
+		}
+	}},
+	// Each branch has its own network (netsim) and its log: what one
+	// branch tries is in its log alone.
+	{"own_network_log", func(t *testing.T, open opener) {
+		s := openDefault(t, open)
+		if rungOf(s) == "host" {
+			t.Skip("the host rung has no network of its own")
+		}
+		bs := forkOf(t, s, 2)
+		run(t, bs[0], `python3 -c "
+import socket
+s = socket.socket()
+s.settimeout(10)
+try:
+    s.connect(('192.0.2.7', 8080))
+except OSError:
+    pass"`)
+		tried := func(x *session.Session) bool {
+			return slices.ContainsFunc(x.Network(), func(e dryexec.NetworkEvent) bool { return e.Port == 8080 })
+		}
+		if !tried(bs[0]) {
+			t.Errorf("the branch's network log lacks its attempt: %+v", bs[0].Network())
+		}
+		if tried(s) || tried(bs[1]) {
+			t.Errorf("another's attempt in the parent's or the sibling's log: %+v, %+v", s.Network(), bs[1].Network())
 		}
 	}},
 	// Forks of forks, and many forks of one session: each level sees every
