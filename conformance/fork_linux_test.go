@@ -11,8 +11,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dryexec/dryexec"
 	"github.com/dryexec/dryexec/internal/testwait"
 	"github.com/dryexec/dryexec/session"
+	"github.com/dryexec/dryexec/wire"
 )
 
 // forkOf forks s into n branches, closed when t ends.
@@ -20,7 +22,7 @@ func forkOf(t *testing.T, s *session.Session, n int) []*session.Session {
 	t.Helper()
 	bs, err := s.Fork(ctx(t), n)
 	if errors.Is(err, session.ErrForkUnsupported) {
-		// A rung without forks says so, typed (gvisor, for now).
+		// A rung without forks says so, typed (vm, for now).
 		t.Skipf("%s: %v", rungOf(s), err)
 	}
 	if err != nil {
@@ -99,7 +101,8 @@ var forkCases = []conformanceCase{
 	// that fork: no guest, exec process or mount of theirs is left.
 	{"keep_leaves_nothing", func(t *testing.T, open opener) {
 		before := mountSnapshot(t)
-		s := openDefault(t, open)
+		started := make(chan string, 8)
+		s := open(t, session.Options{OnEmit: func(e wire.Emit) { started <- e.Name }})
 		ws := s.Info().Workspace
 		seed(t, s, tree{"a": file("a\n"), "gone": file("g\n")})
 		parentGuest := onlyGuest(t)
@@ -109,12 +112,26 @@ var forkCases = []conformanceCase{
 		}
 		run(t, bs[1], "rm gone; ln -s a l; chmod 700 a")
 		bs[1].Cache().Set("won", []byte("1"))
-		// The other branches are mid-exec when keep discards them.
+		// The other branches are mid-exec when keep discards them. A gvisor
+		// sandbox's processes are not the host's: there the execs say they
+		// run by an emit (a branch's events go to its parent's OnEmit), and
+		// what ends with them is each branch's runsc.
 		marker := uniqueSleep()
-		for _, b := range []*session.Session{bs[0], bs[2]} {
+		gvisor := rungOf(s) == "gvisor"
+		for i, b := range []*session.Session{bs[0], bs[2]} {
+			if gvisor {
+				go b.Python(ctx(t), fmt.Sprintf("emit('running%d', 1)\nimport time\ntime.sleep(1000)", i), nil, 0)
+				continue
+			}
 			go b.Shell(ctx(t), marker+" & "+marker, 0)
 		}
-		waitRunning(t, marker, 4)
+		if gvisor {
+			for range 2 {
+				<-started
+			}
+		} else {
+			waitRunning(t, marker, 4)
+		}
 		if err := s.Keep(ctx(t), bs[1]); err != nil {
 			t.Fatalf("Keep: %v", err)
 		}
@@ -176,7 +193,7 @@ var forkCases = []conformanceCase{
 	{"busy_writer_refused", func(t *testing.T, open opener) {
 		s := openDefault(t, open)
 		if rungOf(s) != "ns" {
-			t.Skip("the host rung copies the tree; nothing is frozen")
+			t.Skip("the host and gvisor rungs copy the tree: no layer is shared, nothing is refused")
 		}
 		run(t, s, "setsid sh -c 'echo $$ > /tmp/w.pid; exec 3>w.log; echo x >&3; while :; do sleep 1 3>&-; done' >/dev/null 2>&1 & setsid sh -c 'while :; do sleep 1; done' >/dev/null 2>&1 & until [ -s w.log ]; do :; done")
 		if _, err := s.Fork(ctx(t), 1); !errors.Is(err, session.ErrForkBusy) {
@@ -189,6 +206,74 @@ var forkCases = []conformanceCase{
 		// The other background loop was continued: it is not stopped.
 		if got := run(t, s, "ps -o stat= -C sh | grep -c T || true"); got != "0\n" {
 			t.Errorf("stopped processes after the fork: %q", got)
+		}
+		if rungOf(s) != "gvisor" {
+			return // ns refuses a fork while a file is open for writing
+		}
+		// gvisor copies the trees, a after m/ and b after a: a writer not
+		// stopped for the copy would have moved b on past a by the time b is
+		// copied. Stopped, b is a or one behind.
+		run(t, s, "mkdir m; for i in $(seq 300); do echo $i > m/$i; done; setsid sh -c 'i=0; while :; do i=$((i+1)); echo $i > a.t; mv a.t a; echo $i > b.t; mv b.t b; done' >/dev/null 2>&1 & until [ -s b ]; do :; done")
+		for range 2 {
+			b := forkOf(t, s, 1)[0]
+			if got := run(t, b, `a=$(cat a) b=$(cat b); [ "$b" -le "$a" ] && echo ok || echo "a=$a b=$b"`); got != "ok\n" {
+				t.Errorf("the branch's a and b, written one after the other by a process running at the fork: %s", got)
+			}
+			b.Close()
+		}
+	}},
+	// A process left running in the session is stopped for the instant of
+	// the fork (ns: the freeze; gvisor: the trees' copy) and continued
+	// after; what it wrote before is the branch's.
+	{"background_continued", func(t *testing.T, open opener) {
+		s := openDefault(t, open)
+		if rungOf(s) == "host" {
+			t.Skip("the host rung stops nothing")
+		}
+		run(t, s, "setsid sh -c 'echo started > bg.log; while :; do sleep 1; done' >/dev/null 2>&1 & until [ -s bg.log ]; do :; done")
+		b := forkOf(t, s, 1)[0]
+		wantOut(t, b, "cat bg.log", "started\n")
+		if got := run(t, s, "ps -o stat= -C sh | grep -c T || true"); got != "0\n" {
+			t.Errorf("stopped processes after the fork: %q", got)
+		}
+		if rungOf(s) != "gvisor" {
+			return // ns refuses a fork while a file is open for writing
+		}
+		// gvisor copies the trees: a file growing during the copy would
+		// be torn (or fail the copy) were the writer not stopped.
+		run(t, s, "setsid sh -c 'while :; do echo 0123456789 >> grow; done' >/dev/null 2>&1 & until [ -s grow ]; do :; done")
+		for range 3 {
+			b := forkOf(t, s, 1)[0]
+			if got := run(t, b, "grep -cv '^0123456789$' grow || true"); got != "0\n" {
+				t.Errorf("the branch's copy of a file growing at the fork has %s torn lines", strings.TrimSpace(got))
+			}
+			b.Close()
+		}
+	}},
+	// Each branch has its own network (netsim) and its log: what one
+	// branch tries is in its log alone.
+	{"own_network_log", func(t *testing.T, open opener) {
+		s := openDefault(t, open)
+		if rungOf(s) == "host" {
+			t.Skip("the host rung has no network of its own")
+		}
+		bs := forkOf(t, s, 2)
+		run(t, bs[0], `python3 -c "
+import socket
+s = socket.socket()
+s.settimeout(10)
+try:
+    s.connect(('192.0.2.7', 8080))
+except OSError:
+    pass"`)
+		tried := func(x *session.Session) bool {
+			return slices.ContainsFunc(x.Network(), func(e dryexec.NetworkEvent) bool { return e.Port == 8080 })
+		}
+		if !tried(bs[0]) {
+			t.Errorf("the branch's network log lacks its attempt: %+v", bs[0].Network())
+		}
+		if tried(s) || tried(bs[1]) {
+			t.Errorf("another's attempt in the parent's or the sibling's log: %+v, %+v", s.Network(), bs[1].Network())
 		}
 	}},
 	// Forks of forks, and many forks of one session: each level sees every
@@ -253,7 +338,7 @@ var forkCases = []conformanceCase{
 	// long before its end. Every level sees every level above.
 	{"deep_chain", func(t *testing.T, open opener) {
 		s := openDefault(t, open)
-		depth := 12 // the host rung copies the tree: there is no stack
+		depth := 12 // the host and gvisor rungs copy the tree: there is no stack
 		if rungOf(s) == "ns" {
 			depth = 170
 			if v := os.Getenv("ZZDEPTH"); v != "" {
@@ -297,7 +382,7 @@ var forkCases = []conformanceCase{
 	{"flatten_mid_use", func(t *testing.T, open opener) {
 		s := openDefault(t, open)
 		if rungOf(s) != "ns" {
-			t.Skip("the host rung copies the tree; there are no layers to merge")
+			t.Skip("the host and gvisor rungs copy the tree; there are no layers to merge")
 		}
 		seed(t, s, tree{"sub/a": file("a\n"), "gone": file("g\n")})
 		marker := uniqueSleep()

@@ -2,6 +2,7 @@ package guest
 
 import (
 	"archive/tar"
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -34,7 +35,7 @@ type flattener interface {
 }
 
 // handleFork serves the fork verbs (s.mu held).
-func (s *session) handleFork(f *wire.Frame) (any, [][]byte, error) {
+func (s *session) handleFork(ctx context.Context, f *wire.Frame) (any, [][]byte, error) {
 	fst, ok := s.st.(forkStaging)
 	if !ok && f.Verb != wire.VerbApplyEnd {
 		return nil, nil, remote("unsupported", "%s: the %s staging cannot fork", f.Verb, s.st.name())
@@ -51,7 +52,12 @@ func (s *session) handleFork(f *wire.Frame) (any, [][]byte, error) {
 		defer s.prestartPython()
 		resume := s.quiesce()
 		out := &wire.Forked{Cwd: s.shell.cwd, Env: slices.Clone(s.shell.env), Workspace: s.ws}
-		err := fst.freeze(&req, out)
+		var err error
+		if req.Stream {
+			err = s.streamFork(ctx, out)
+		} else {
+			err = fst.freeze(&req, out)
+		}
 		resume()
 		if errors.Is(err, errWriters) {
 			return nil, nil, remote("fork_busy", "%v", err)
@@ -67,7 +73,15 @@ func (s *session) handleFork(f *wire.Frame) (any, [][]byte, error) {
 		}
 		s.dropRunner()
 		defer s.prestartPython()
-		if err := fst.adopt(&req); err != nil {
+		var err error
+		if s.push != nil {
+			// The parent's trees, pushed before this adopt (gvisor).
+			err = s.adoptStream(s.push, req.TreeBytes)
+			s.push = nil
+		} else {
+			err = fst.adopt(&req)
+		}
+		if err != nil {
 			return nil, nil, remote("fork", "starting the branch: %v", err)
 		}
 		// The parent's shell state: its cwd (the same path in this
@@ -209,6 +223,50 @@ func (st *scanStaging) freeze(req *wire.Fork, _ *wire.Forked) error {
 func (st *scanStaging) adopt(req *wire.ForkAdopt) error {
 	st.origin = req.Origin
 	return st.reindex()
+}
+
+// adoptStream starts a branch from its parent's trees, pushed as one
+// stream (gvisor: the parent's streamFork): the first treeBytes are the
+// parent's workspace, which becomes this workspace and its baseline (the
+// fork point), the rest the parent's baseline, kept as the origin beside
+// the baseline, where commands cannot reach it either.
+func (s *session) adoptStream(r io.Reader, treeBytes int64) error {
+	st, ok := s.st.(*scanStaging)
+	if !ok {
+		return fmt.Errorf("the %s staging cannot adopt a pushed tree", s.st.name())
+	}
+	if err := clearDir(st.ws); err != nil {
+		return err
+	}
+	tree := io.LimitReader(r, treeBytes)
+	if err := extractTar(tree, st.ws); err != nil {
+		return fmt.Errorf("the parent's workspace: %w", err)
+	}
+	io.Copy(io.Discard, tree)
+	if err := st.rebase(); err != nil {
+		return err
+	}
+	st.dropOrigin()
+	origin := filepath.Join(filepath.Dir(st.base), "origin")
+	if err := os.Mkdir(origin, 0o755); err != nil {
+		return err
+	}
+	st.origin, st.ownOrigin = origin, true
+	if err := extractTar(r, origin); err != nil {
+		st.dropOrigin()
+		return fmt.Errorf("the parent's baseline: %w", err)
+	}
+	return nil
+}
+
+// dropOrigin forgets the origin, removing it where it is the guest's own
+// (gvisor: on the session's tmpfs; the host rung's host dirs are the
+// host's).
+func (st *scanStaging) dropOrigin() {
+	if st.ownOrigin {
+		os.RemoveAll(st.origin)
+	}
+	st.origin, st.ownOrigin = "", false
 }
 
 func (st *scanStaging) originDiff() (*wire.Diff, error) {

@@ -527,11 +527,12 @@ var errRedirect = errors.New("redirect")
 
 // quiesce stops every process of the sandbox but the guest for the instant
 // of a fork (the guest is the pid namespace's init, so kill(-1) reaches all
-// the others), and waits until each is stopped: none is between two writes
-// while the upper is frozen. resume continues them. A process the session
+// the others; so too inside gVisor), and waits until each is stopped: none
+// is between two writes while the upper is frozen (ns) or the trees are
+// sent (gvisor). resume continues them. A process the session
 // had itself stopped (kill -STOP) is continued too.
 func (s *session) quiesce() (resume func()) {
-	if s.cfg.Rung != "ns" || os.Getpid() != 1 {
+	if (s.cfg.Rung != "ns" && s.cfg.Rung != "gvisor") || os.Getpid() != 1 {
 		return func() {}
 	}
 	if err := unix.Kill(-1, unix.SIGSTOP); err != nil {

@@ -1,15 +1,22 @@
 package guest
 
 import (
+	"archive/tar"
+	"context"
 	"fmt"
+	"io"
+	"io/fs"
 	"os"
 	"os/exec"
 	"os/signal"
+	"path/filepath"
 	"runtime"
 	"strconv"
 	"syscall"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/dryexec/dryexec/wire"
 )
 
 // startGVisor prepares a session inside gVisor: the container's root is
@@ -117,4 +124,131 @@ func (s *session) startGVisorExec(cmd *exec.Cmd) error {
 		errc <- nil
 	}()
 	return <-errc
+}
+
+// streamFork (gvisor) sends the workspace and then its baseline to the host
+// as fork.data calls, each tree one tar stream, for branches the host
+// pushes them into: a branch is a gVisor sandbox of its own, whose kernel
+// cannot reach this one's tmpfs, so there is no layer to share as on ns.
+// The caller stopped every other process of the session, so the trees are
+// as they were at the call.
+func (s *session) streamFork(ctx context.Context, out *wire.Forked) error {
+	st, ok := s.st.(*scanStaging)
+	if !ok {
+		return fmt.Errorf("the %s staging cannot stream its trees", s.st.name())
+	}
+	w := &forkSender{ctx: ctx, peer: s.peer}
+	if err := writeTreeTar(w, st.ws); err != nil {
+		return fmt.Errorf("sending the workspace: %w", err)
+	}
+	out.TreeBytes = w.n + int64(len(w.buf))
+	if err := writeTreeTar(w, st.base); err != nil {
+		return fmt.Errorf("sending the baseline: %w", err)
+	}
+	if err := w.flush(); err != nil {
+		return fmt.Errorf("sending the baseline: %w", err)
+	}
+	out.StreamBytes = w.n
+	return nil
+}
+
+// forkSender is an io.Writer that sends what is written to the host as
+// fork.data calls, forkSendChunks attachments at a time.
+type forkSender struct {
+	ctx  context.Context
+	peer *wire.Peer
+	buf  []byte
+	n    int64 // bytes sent
+}
+
+// forkSendChunks bounds the guest's buffer (gVisor's memory, charged to
+// the sandbox) at 16 MiB, sixteen 1 MiB attachments a call.
+const forkSendChunks = 16
+
+func (w *forkSender) Write(p []byte) (int, error) {
+	total := len(p)
+	for len(p) > 0 {
+		if w.buf == nil {
+			w.buf = make([]byte, 0, forkSendChunks*wire.MaxAttachment)
+		}
+		k := min(len(p), cap(w.buf)-len(w.buf))
+		w.buf = append(w.buf, p[:k]...)
+		p = p[k:]
+		if len(w.buf) == cap(w.buf) {
+			if err := w.flush(); err != nil {
+				return total - len(p), err
+			}
+		}
+	}
+	return total, nil
+}
+
+func (w *forkSender) flush() error {
+	if len(w.buf) == 0 {
+		return nil
+	}
+	var bin [][]byte
+	for b := w.buf; len(b) > 0; {
+		k := min(len(b), wire.MaxAttachment)
+		bin = append(bin, b[:k])
+		b = b[k:]
+	}
+	if _, err := w.peer.Call(w.ctx, wire.VerbForkData, nil, bin...); err != nil {
+		return err
+	}
+	w.n += int64(len(w.buf))
+	w.buf = w.buf[:0]
+	return nil
+}
+
+// writeTreeTar writes dir's contents as a tar stream of what copyTree
+// copies (directories, symlinks, regular files with their modes and
+// mtimes; nothing else), which extractTar makes again: a branch's trees are
+// what the scan staging's own copies of a tree would be.
+func writeTreeTar(w io.Writer, dir string) error {
+	tw := tar.NewWriter(w)
+	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel(dir, p)
+		if rel == "." {
+			return nil
+		}
+		info, err := d.Info()
+		if err != nil {
+			return err
+		}
+		h := &tar.Header{Name: filepath.ToSlash(rel), Mode: int64(info.Mode().Perm()), ModTime: info.ModTime(), Format: tar.FormatPAX}
+		switch {
+		case d.IsDir():
+			h.Typeflag, h.Name = tar.TypeDir, h.Name+"/"
+		case info.Mode()&fs.ModeSymlink != 0:
+			h.Typeflag = tar.TypeSymlink
+			if h.Linkname, err = os.Readlink(p); err != nil {
+				return err
+			}
+		case info.Mode().IsRegular():
+			h.Typeflag, h.Size = tar.TypeReg, info.Size()
+		default:
+			return nil
+		}
+		if err := tw.WriteHeader(h); err != nil {
+			return err
+		}
+		if h.Typeflag != tar.TypeReg {
+			return nil
+		}
+		f, err := os.Open(p)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		_, err = io.Copy(tw, f)
+		return err
+	})
+	if err != nil {
+		return err
+	}
+	return tw.Close()
 }

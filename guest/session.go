@@ -218,7 +218,7 @@ func (s *session) handle(ctx context.Context, f *wire.Frame) (any, [][]byte, err
 		}
 		return nil, nil, nil
 	case wire.VerbFork, wire.VerbForkAdopt, wire.VerbPullOriginDiff, wire.VerbApplyEnd:
-		return s.handleFork(f)
+		return s.handleFork(ctx, f)
 	case wire.VerbSessionPark:
 		s.dropRunner()
 		if err := s.parkVM(); err != nil {
@@ -457,8 +457,10 @@ func copyFileMode(src, dst string, mode fs.FileMode) error {
 type scanStaging struct {
 	ws, base string
 	index    statIndex
-	// origin holds the parent's baseline of a forked session ("": none).
-	origin string
+	// origin holds the parent's baseline of a forked session ("": none);
+	// ownOrigin says the guest made it (and removes it when it goes).
+	origin    string
+	ownOrigin bool
 }
 
 func (st *scanStaging) name() string { return "scan" }
@@ -496,7 +498,7 @@ func (st *scanStaging) replace(r io.Reader) error {
 	if err := clearDir(st.base); err != nil {
 		return err
 	}
-	st.origin = ""
+	st.dropOrigin()
 	if err := extractTar(r, st.base); err != nil {
 		// Like the overlay staging: a refused tree leaves an empty workspace.
 		clearDir(st.base)

@@ -3,6 +3,7 @@
 package guest
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"os/exec"
@@ -56,3 +57,8 @@ func (s *session) parkVM() error { return fmt.Errorf("rung %s cannot park", s.cf
 func (s *session) unparkVM(int64) error { return fmt.Errorf("rung %s cannot park", s.cfg.Rung) }
 
 func (s *session) branchVM() error { return fmt.Errorf("rung %s cannot branch", s.cfg.Rung) }
+
+// streamFork is the gvisor rung's (gvisorsession_linux.go).
+func (s *session) streamFork(context.Context, *wire.Forked) error {
+	return errors.New("streaming a fork's trees: gvisor sessions run on Linux only")
+}

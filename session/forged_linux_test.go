@@ -56,6 +56,26 @@ func TestForgedGuestCallsRefusedOnHost(t *testing.T) {
 	if c := code(call(wire.VerbCacheGet, &wire.CacheRequest{Key: "k"})); c != "no_exec" {
 		t.Errorf("cache.get outside an exec: %s", c)
 	}
+	// A gvisor guest streams its trees only while the host's fork call is
+	// in flight, and no more than the limit: the host keeps none of it
+	// otherwise.
+	if c := code(call(wire.VerbForkData, nil, []byte("tree"))); c != "no_fork" {
+		t.Errorf("fork.data outside a fork: %s", c)
+	}
+	s.fork.in.start()
+	s.fork.in.limit = 6
+	if err := call(wire.VerbForkData, nil, []byte("tree")); err != nil {
+		t.Errorf("fork.data in a fork: %v", err)
+	}
+	if c := code(call(wire.VerbForkData, nil, []byte("more"))); c != "too_large" {
+		t.Errorf("fork.data past the limit: %s", c)
+	}
+	if c := code(call(wire.VerbForkData, nil, []byte("x"))); c != "no_fork" {
+		t.Errorf("fork.data after the limit was passed: %s", c)
+	}
+	if chunks, size, over := s.fork.in.stop(); len(chunks) != 0 || size != 0 || !over {
+		t.Errorf("after too much: %d chunks, %d bytes kept, over %v; want none kept, over", len(chunks), size, over)
+	}
 	s.cache.begin(false)
 	defer s.cache.end(false)
 	for _, tc := range []struct {

@@ -8,6 +8,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io"
 	"maps"
 	"slices"
 	"sync"
@@ -69,6 +70,73 @@ type forkState struct {
 	// (nil: it never forked and is no branch, or its rung opens no branch
 	// ahead).
 	family *family
+	// in takes the trees the guest streams during a fork (gvisor).
+	in forkInbox
+}
+
+// MaxForkStream bounds what a gvisor session's guest may stream to the
+// host in one fork (its workspace and baseline, as tar): it is held in the
+// host's memory until every branch has it.
+const MaxForkStream = 1 << 30
+
+// ErrForkTooLarge: a gvisor session's workspace and baseline together are
+// more than MaxForkStream.
+var ErrForkTooLarge = errors.New("fork: the workspace and its baseline are too large to stream")
+
+// forkInbox collects the fork.data calls of a streaming fork (the gvisor
+// rung's: Fork.Stream). It has a lock of its own: the guest's calls are
+// served while Fork, holding forkState.mu, waits for its fork call.
+type forkInbox struct {
+	mu     sync.Mutex // guards the fields
+	open   bool
+	chunks [][]byte
+	size   int64
+	limit  int64 // MaxForkStream (a test's own, smaller)
+	over   bool  // the guest sent more than limit
+}
+
+func (in *forkInbox) start() {
+	in.mu.Lock()
+	in.open, in.chunks, in.size, in.over, in.limit = true, nil, 0, false, MaxForkStream
+	in.mu.Unlock()
+}
+
+// stop closes the inbox and returns what it took, and whether the guest
+// sent too much (it took nothing then).
+func (in *forkInbox) stop() ([][]byte, int64, bool) {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	c, n, over := in.chunks, in.size, in.over
+	in.open, in.chunks, in.size, in.over = false, nil, 0, false
+	return c, n, over
+}
+
+// add serves one fork.data call: refused outside a fork, or past
+// MaxForkStream.
+func (in *forkInbox) add(bin [][]byte) (any, [][]byte, error) {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	if !in.open {
+		return nil, nil, remoteErr("no_fork", "%s outside a fork", wire.VerbForkData)
+	}
+	for _, b := range bin {
+		if in.size+int64(len(b)) > in.limit {
+			in.open, in.chunks, in.size, in.over = false, nil, 0, true
+			return nil, nil, remoteErr("too_large", "%v: more than %d bytes", ErrForkTooLarge, in.limit)
+		}
+		in.chunks = append(in.chunks, b)
+		in.size += int64(len(b))
+	}
+	return nil, nil, nil
+}
+
+// chunkReader reads chunks one after the other.
+func chunkReader(chunks [][]byte) io.Reader {
+	rs := make([]io.Reader, len(chunks))
+	for i, c := range chunks {
+		rs[i] = bytes.NewReader(c)
+	}
+	return io.MultiReader(rs...)
 }
 
 // Fork starts n new sessions (branches) from this one's state at the call:
@@ -77,7 +145,9 @@ type forkState struct {
 //     read-only layer that this session and every branch then share, each
 //     with a fresh upper of its own, so a fork copies no file however large
 //     the tree; on the host rung (no isolation) the workspace is copied
-//     (reflinked where the filesystem can);
+//     (reflinked where the filesystem can); on the gvisor rung the guest
+//     streams the workspace and its baseline to the host (at most
+//     MaxForkStream), which pushes them into each branch;
 //   - the shell's cwd and exported environment, and the cache;
 //   - not the Python interpreter: each exec_python starts a fresh one on
 //     every rung, so there is no interpreter state to carry.
@@ -88,8 +158,9 @@ type forkState struct {
 // baseline as it was at the fork. This session keeps running, its own
 // baseline unchanged.
 //
-// On the ns rung every process of the session is stopped (SIGSTOP) for the
-// instant of the freeze and continued after, and the freeze is refused (the
+// On the ns and gvisor rungs every process of the session is stopped
+// (SIGSTOP) for the instant of the freeze (gvisor: the stream) and continued
+// after; on ns the freeze is refused (the
 // session unchanged) while a process holds a workspace file open for
 // writing, which could otherwise write on into the shared layer. On the host
 // rung nothing is stopped: a process left running in the background may
@@ -122,9 +193,16 @@ func (s *Session) Fork(ctx context.Context, n int) ([]*Session, error) {
 		return nil, fmt.Errorf("session: fork: %w", err)
 	}
 	defer fk.DropFork()
+	if req.Stream {
+		s.fork.in.start()
+	}
 	start := time.Now()
 	f, err := s.call(ctx, wire.VerbFork, &req)
 	s.fork.pause = time.Since(start)
+	chunks, size, over := s.fork.in.stop()
+	if over {
+		return nil, fmt.Errorf("session: %w (more than %d bytes)", ErrForkTooLarge, MaxForkStream)
+	}
 	if re := (*wire.RemoteError)(nil); errors.As(err, &re) && re.Code == "fork_busy" {
 		return nil, fmt.Errorf("session: %w: %v", ErrForkBusy, err)
 	}
@@ -134,6 +212,9 @@ func (s *Session) Fork(ctx context.Context, n int) ([]*Session, error) {
 	var forked wire.Forked
 	if err := f.Decode(&forked); err != nil {
 		return nil, err
+	}
+	if req.Stream && (size != forked.StreamBytes || forked.TreeBytes < 0 || forked.TreeBytes > size) {
+		return nil, fmt.Errorf("%w: fork: the guest streamed %d bytes of trees and said %d (workspace %d)", dryexec.ErrGuest, size, forked.StreamBytes, forked.TreeBytes)
 	}
 	group := new([]*Session)
 	fail := func(err error) ([]*Session, error) {
@@ -177,7 +258,14 @@ func (s *Session) Fork(ctx context.Context, n int) ([]*Session, error) {
 			}
 			*group = append(*group, b)
 		}
-		if _, err := b.call(ctx, wire.VerbForkAdopt, &adopt); err != nil {
+		if req.Stream {
+			// The parent's trees, then the adopt that takes them.
+			adopt.TreeBytes = forked.TreeBytes
+			err = b.pushStream(ctx, chunkReader(chunks), wire.VerbForkAdopt, &adopt)
+		} else {
+			_, err = b.call(ctx, wire.VerbForkAdopt, &adopt)
+		}
+		if err != nil {
 			return fail(err)
 		}
 		b.cache = s.cache.clone()

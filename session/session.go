@@ -472,6 +472,8 @@ func (s *Session) serveGuest(ctx context.Context, f *wire.Frame) (any, [][]byte,
 		return nil, nil, nil
 	case wire.VerbCacheGet, wire.VerbCacheKeys, wire.VerbCacheSet, wire.VerbCacheDel:
 		return s.cache.serve(ctx, f)
+	case wire.VerbForkData:
+		return s.fork.in.add(f.Bin)
 	case wire.VerbHostCall, wire.VerbEmit:
 		if !s.cache.running() {
 			return nil, nil, remoteErr("no_exec", "%s outside an exec", f.Verb)

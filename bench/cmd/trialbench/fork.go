@@ -16,8 +16,8 @@ import (
 // forkTree is the workspace a fork is measured on (the issue's figure).
 const forkTree = 100_000
 
-// forkGroup: forking a session whose workspace holds 100,000 files, on ns
-// and host, against `cp -a` of the same tree in the same run; the pause the
+// forkGroup: forking a session whose workspace holds 100,000 files, on ns,
+// host and gvisor (where it runs), against `cp -a` of the same tree in the same run; the pause the
 // parent sees; a compare of two branches; and the memory an extra branch
 // costs.
 func forkGroup(e *env) ([]group, error) {
@@ -52,7 +52,15 @@ func forkGroup(e *env) ([]group, error) {
 		}
 	}
 	sessions := map[string]*session.Session{}
-	for _, k := range []struct{ name, rung, dir string }{{"ns", "ns", tree}, {"ns-empty", "ns", ""}, {"host", "host", tree}} {
+	kinds := []struct{ name, rung, dir string }{{"ns", "ns", tree}, {"ns-empty", "ns", ""}, {"host", "host", tree}}
+	// gvisor's rows where it runs here (runsc found and working).
+	gvisorErr := session.CheckRung(ctx, "gvisor")
+	if gvisorErr == nil {
+		kinds = append(kinds, struct{ name, rung, dir string }{"gvisor", "gvisor", tree})
+	} else {
+		fmt.Fprintf(os.Stderr, "fork: no gvisor rows: %v\n", gvisorErr)
+	}
+	for _, k := range kinds {
 		s, err := open(k.rung, k.dir)
 		if err != nil {
 			closeAll()
@@ -82,7 +90,7 @@ func forkGroup(e *env) ([]group, error) {
 		{name: fmt.Sprintf("cp -a of the %d-file tree (baseline)", forkTree), label: "cp -a",
 			prep: func() error { return os.RemoveAll(copyDir) },
 			run:  timed(func() error { return exec.Command("cp", "-a", tree, copyDir).Run() })},
-		{name: fmt.Sprintf("ns: fork(1) of a %d-file session, total (freeze + the branch's sandbox start)", forkTree), prep: dropBranches, run: func() (float64, error) {
+		{name: fmt.Sprintf("ns: fork(1) of a %d-file session, total (freeze + the branch's sandbox start)", forkTree), label: "ns fork", prep: dropBranches, run: func() (float64, error) {
 			v, err := fork("ns")()
 			pause = msOf(sessions["ns"].ForkPause())
 			return v, err
@@ -102,6 +110,18 @@ func forkGroup(e *env) ([]group, error) {
 			return nil
 		}, run: fork("ns-first")},
 		{name: fmt.Sprintf("host: fork(1) of a %d-file session, total (a copy of the tree)", forkTree), prep: dropBranches, run: fork("host")},
+	}
+	if gvisorErr == nil {
+		var gvPause float64
+		cands = append(cands,
+			candidate{name: fmt.Sprintf("gvisor: fork(1) of a %d-file session, total (the trees streamed out, a new sandbox, the trees pushed in)", forkTree), prep: dropBranches, run: func() (float64, error) {
+				v, err := fork("gvisor")()
+				gvPause = msOf(sessions["gvisor"].ForkPause())
+				return v, err
+			}},
+			candidate{name: "gvisor: the parent's pause in that fork (its trees streamed to the host)", run: func() (float64, error) { return gvPause, nil }})
+	}
+	cands = append(cands, []candidate{
 		{name: "ns: compare of two branches (one change each)", prep: func() error {
 			if err := dropBranches(); err != nil {
 				return err
@@ -124,13 +144,15 @@ func forkGroup(e *env) ([]group, error) {
 			}
 			return err
 		})},
-	}
+	}...)
 	g := group{key: "fork", title: fmt.Sprintf("Fork a live session (workspace of %d files, 100 of them written since the push)", forkTree),
-		unit: unitMS, bases: []int{0}, cands: cands, close: func() { dropBranches() },
+		unit: unitMS, bases: []int{0, 1}, cands: cands, close: func() { dropBranches() },
 		note: "A fork on ns freezes the session's upper as a read-only layer shared by the parent and the branch: its cost does not grow with the tree. " +
 			"The branch is a session its fork family opened ahead (its own namespaces, cgroup, netsim, guest), handed the frozen layers: the total is the freeze, the hand-over and the branch's remount; " +
 			"a family's first fork starts its branch cold (that row), and the family keeps as many opened ahead as its largest fork since. The pause is what the parent waits. " +
-			"The host rung copies the tree (reflink where the filesystem has it)."}
+			"The host rung copies the tree (reflink where the filesystem has it). " +
+			"A gvisor workspace is a tmpfs in its sandbox's own kernel, which no other sandbox can mount: its guest streams the workspace and baseline to the host (the parent's pause), " +
+			"and the host pushes them into a new sandbox started for the branch, so its cost grows with the tree."}
 
 	// The memory group forks the same session: the sessions close after it.
 	mem := group{key: "fork", title: "Memory per extra branch (ns, one exec_shell, idle)", unit: unitMiB, bases: []int{0}, close: closeAll}
