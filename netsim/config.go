@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/dryexec/dryexec/netsim/ca"
+	"github.com/dryexec/dryexec/netsim/mock"
 )
 
 // ErrBadConfig is wrapped by every error about a netsim configuration: a
@@ -58,6 +59,12 @@ type Config struct {
 	// role process streams the log to its parent with it. It runs with the
 	// log locked: it must not block or call back into the Sim.
 	OnRecord func(r Record, kept bool)
+	// OpenAPI loads the OpenAPI documents MockFile names (package
+	// netsim/mock/openapi's Load); nil refuses a mock file naming any, with
+	// ErrBadConfig and mock.ErrNoOpenAPI. A parameter, not an import, so that
+	// only the programs serving OpenAPI mocks link kin-openapi and pay for
+	// its initialisation (docs/architecture.md, "The front and the engine").
+	OpenAPI mock.LoadAPI
 	// Logger gets netsim's internal diagnostics; nil discards them. The
 	// network log proper is Sim.Log.
 	Logger *slog.Logger

@@ -3,18 +3,20 @@
 // apart from the daemon or CLI. `make build` installs it beside dryexec,
 // which prefers it to re-executing itself: it links netsim and the
 // netstack, not the CLI, the daemon or the decision engine, so it starts
-// faster. Not to be run by hand.
+// faster; and it alone links the OpenAPI mocks (netsim/mock/openapi), so the
+// CLI does not pay for their initialisation. Not to be run by hand.
 package main
 
 import (
 	"fmt"
 	"os"
 
+	"github.com/dryexec/dryexec/netsim/mock/openapi"
 	"github.com/dryexec/dryexec/netsim/netproc"
 )
 
 func main() {
-	netproc.MaybeMain(os.Args)
+	netproc.MaybeMainOpenAPI(os.Args, openapi.Load)
 	fmt.Fprintln(os.Stderr, "dryexec-netsim: internal role binary, started by dryexec")
 	os.Exit(2)
 }

@@ -76,23 +76,69 @@ func attempts(out *sender) int {
 // hand-over socket nobody sends on.
 func startRole(t *testing.T, exe string) *Proc {
 	t.Helper()
+	p, err := startRoleWith(t, netsim.Config{CADir: filepath.Join(t.TempDir(), "ca")}, exe)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// startRoleWith starts exe in the role with cfg and returns what Ready
+// returned.
+func startRoleWith(t *testing.T, cfg netsim.Config, exe string) (*Proc, error) {
+	t.Helper()
 	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
 	guest := os.NewFile(uintptr(fds[1]), "guest")
 	t.Cleanup(func() { guest.Close() })
-	p, err := Start(netsim.Config{CADir: filepath.Join(t.TempDir(), "ca")}, os.NewFile(uintptr(fds[0]), "host"), exe)
+	p, err := Start(cfg, os.NewFile(uintptr(fds[0]), "host"), exe)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { p.Stop(); <-p.Done() })
 	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
 	defer cancel()
-	if err := p.Ready(ctx); err != nil {
+	return p, p.Ready(ctx)
+}
+
+// TestOpenAPIOnlyWhereLinked: a mock file naming an OpenAPI document is
+// served by a role binary that links the OpenAPI mocks (dryexec-netsim; here
+// the test binary under another name) and refused as a bad config, naming
+// dryexec-netsim, by one that does not (the whole CLI re-executed).
+func TestOpenAPIOnlyWhereLinked(t *testing.T) {
+	dir := t.TempDir()
+	spec, err := os.ReadFile("../mock/testdata/petstore.yaml")
+	if err != nil {
 		t.Fatal(err)
 	}
-	return p
+	mocks := filepath.Join(dir, "mocks.yaml")
+	if err := os.WriteFile(filepath.Join(dir, "petstore.yaml"), spec, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(mocks, []byte("openapi:\n  - spec: petstore.yaml\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cfg := netsim.Config{CADir: filepath.Join(t.TempDir(), "ca"), MockFile: mocks}
+	_, err = startRoleWith(t, cfg, "")
+	if !errors.Is(err, netsim.ErrBadConfig) || !strings.Contains(err.Error(), ExeName) {
+		t.Errorf("a role without the OpenAPI mocks: Ready() = %v, want ErrBadConfig naming %s", err, ExeName)
+	}
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	exe := filepath.Join(t.TempDir(), openAPIExe)
+	if err := os.Symlink(self, exe); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(filepath.Dir(exe), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := startRoleWith(t, cfg, exe); err != nil {
+		t.Errorf("a role serving OpenAPI mocks: Ready() = %v", err)
+	}
 }
 
 // TestConfinement: the role reports the confinement it runs under, and it

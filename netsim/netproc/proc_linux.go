@@ -85,7 +85,7 @@ func StartEthernet(cfg netsim.Config, frames *os.File, exe string) (*Proc, error
 
 func start(cfg netsim.Config, link *os.File, exe, kind string) (*Proc, error) {
 	defer link.Close()
-	if cfg.LookupHost != nil || cfg.UpstreamRoots != nil || cfg.LookupEnv != nil || cfg.OnRecord != nil || cfg.ReadSecretFile != nil {
+	if cfg.LookupHost != nil || cfg.UpstreamRoots != nil || cfg.LookupEnv != nil || cfg.OnRecord != nil || cfg.ReadSecretFile != nil || cfg.OpenAPI != nil {
 		return nil, errors.New("netproc: Config's functions and pools cannot be passed to another process")
 	}
 	if exe == "" {
