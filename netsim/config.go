@@ -299,6 +299,20 @@ func validName(h string) bool {
 // mock file's, checked as New checks them. A front end calls it to judge
 // the rules before a sandbox starts (a mock file that cannot be read or a
 // rule that is malformed is an ErrBadConfig here too).
+// MocksOpenAPI reports whether MockFile names OpenAPI documents: only a
+// program given a Config.OpenAPI serves those (netproc starts a role binary
+// that links them only for such a file).
+func (c *Config) MocksOpenAPI() (bool, error) {
+	if c.MockFile == "" {
+		return false, nil
+	}
+	f, err := loadFile(c.MockFile)
+	if err != nil {
+		return false, err
+	}
+	return len(f.OpenAPI) > 0, nil
+}
+
 func (c *Config) Rules() ([]Rule, error) {
 	out := append([]Rule(nil), c.Allow...)
 	if c.MockFile != "" {

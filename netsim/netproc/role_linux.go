@@ -32,9 +32,10 @@ const nobody = 65534
 func MaybeMain(args []string) { MaybeMainOpenAPI(args, nil) }
 
 // MaybeMainOpenAPI is MaybeMain for a binary that serves OpenAPI mocks with
-// load (package netsim/mock/openapi's Load): dryexec-netsim, which Start
-// prefers, does; the whole CLI does not, so as not to pay for kin-openapi's
-// initialisation at every start.
+// load (package netsim/mock/openapi's Load): dryexec-netsim-openapi, which
+// Start runs for a mock file naming OpenAPI documents. The CLI and
+// dryexec-netsim do not, so as not to pay for kin-openapi's initialisation at
+// every start.
 func MaybeMainOpenAPI(args []string, load mock.LoadAPI) {
 	if len(args) < 2 || args[1] != Role {
 		return
@@ -163,7 +164,7 @@ func newSim(ctx context.Context, setup *Setup, openAPI mock.LoadAPI, out *sender
 	}
 	sim, err := netsim.New(ctx, cfg)
 	if errors.Is(err, mock.ErrNoOpenAPI) {
-		err = fmt.Errorf("%w (%s serves them: make build installs it beside dryexec; %s names another)", err, ExeName, ExeEnv)
+		err = fmt.Errorf("%w (%s serves them: make build installs it beside dryexec; %s names another)", err, OpenAPIExeName, OpenAPIExeEnv)
 	}
 	return sim, err
 }
