@@ -57,7 +57,8 @@ all: build
 # starts in every sandbox: a binary with the guest alone starts several times
 # faster than the engine (guestexe.Executable). Without it, the engine runs
 # itself as the guest. dryexec-netsim is, the same way, the confined process
-# that serves a sandbox's network (netproc.Executable). The front is built without cgo: a static binary starts
+# that serves a sandbox's network (netproc.Executable); dryexec-netsim-openapi
+# serves it for a mock file naming OpenAPI documents, which only it links. The front is built without cgo: a static binary starts
 # without the dynamic loader and libc's set-up (it resolves no users and no
 # host names through NSS).
 build:
@@ -65,6 +66,7 @@ build:
 	$(GO) build -o bin/dryexec-engine ./cmd/dryexec
 	$(GO) build -o bin/dryexec-guest ./cmd/dryexec-guest
 	$(GO) build -o bin/dryexec-netsim ./cmd/dryexec-netsim
+	$(GO) build -o bin/dryexec-netsim-openapi ./cmd/dryexec-netsim-openapi
 
 deps:
 	@missing=""; for p in $(APT_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \

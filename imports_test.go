@@ -28,6 +28,12 @@ func TestImportBoundaries(t *testing.T) {
 			"the guest supervisor runs inside every sandbox: the less it links, the less an attacker there can reach"},
 		{"./render", []string{"github.com/dryexec/dryexec/netsim", "gvisor.dev/"},
 			"rendering a stored delta needs no network stack"},
+		{"./cmd/dryexec", []string{"github.com/dryexec/dryexec/netsim/mock/openapi", "github.com/getkin/kin-openapi/",
+			"github.com/santhosh-tekuri/jsonschema/"},
+			"the OpenAPI mocks' libraries initialise for milliseconds at every start; only dryexec-netsim-openapi serves them"},
+		{"./cmd/dryexec-netsim", []string{"github.com/dryexec/dryexec/netsim/mock/openapi", "github.com/getkin/kin-openapi/",
+			"github.com/santhosh-tekuri/jsonschema/"},
+			"every trial's network role starts it: the OpenAPI mocks are dryexec-netsim-openapi's, for the mock files that name one"},
 	}
 	for _, c := range cases {
 		t.Run(strings.TrimPrefix(c.pkg, "./"), func(t *testing.T) {

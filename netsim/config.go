@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/dryexec/dryexec/netsim/ca"
+	"github.com/dryexec/dryexec/netsim/mock"
 )
 
 // ErrBadConfig is wrapped by every error about a netsim configuration: a
@@ -58,6 +59,12 @@ type Config struct {
 	// role process streams the log to its parent with it. It runs with the
 	// log locked: it must not block or call back into the Sim.
 	OnRecord func(r Record, kept bool)
+	// OpenAPI loads the OpenAPI documents MockFile names (package
+	// netsim/mock/openapi's Load); nil refuses a mock file naming any, with
+	// ErrBadConfig and mock.ErrNoOpenAPI. A parameter, not an import, so that
+	// only the programs serving OpenAPI mocks link kin-openapi and pay for
+	// its initialisation (docs/architecture.md, "The front and the engine").
+	OpenAPI mock.LoadAPI
 	// Logger gets netsim's internal diagnostics; nil discards them. The
 	// network log proper is Sim.Log.
 	Logger *slog.Logger
@@ -292,6 +299,20 @@ func validName(h string) bool {
 // mock file's, checked as New checks them. A front end calls it to judge
 // the rules before a sandbox starts (a mock file that cannot be read or a
 // rule that is malformed is an ErrBadConfig here too).
+// MocksOpenAPI reports whether MockFile names OpenAPI documents: only a
+// program given a Config.OpenAPI serves those (netproc starts a role binary
+// that links them only for such a file).
+func (c *Config) MocksOpenAPI() (bool, error) {
+	if c.MockFile == "" {
+		return false, nil
+	}
+	f, err := loadFile(c.MockFile)
+	if err != nil {
+		return false, err
+	}
+	return len(f.OpenAPI) > 0, nil
+}
+
 func (c *Config) Rules() ([]Rule, error) {
 	out := append([]Rule(nil), c.Allow...)
 	if c.MockFile != "" {

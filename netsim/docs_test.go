@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/dryexec/dryexec/netsim/mock"
+	"github.com/dryexec/dryexec/netsim/mock/openapi"
 )
 
 // TestDocExamples: the mock file examples in docs/network.md load, and
@@ -35,7 +36,7 @@ func TestDocExamples(t *testing.T) {
 			os.WriteFile(filepath.Join(dir, "openapi.json"), spec, 0o644)
 			file := filepath.Join(dir, "mocks."+string(b[1]))
 			os.WriteFile(file, b[2], 0o644)
-			s, err := New(context.Background(), Config{CADir: filepath.Join(dir, "ca"), MockFile: file,
+			s, err := New(context.Background(), Config{CADir: filepath.Join(dir, "ca"), MockFile: file, OpenAPI: openapi.Load,
 				LookupEnv: func(k string) (string, bool) { return "tok", k == "GITHUB_TOKEN" }})
 			if err != nil {
 				t.Fatal(err)

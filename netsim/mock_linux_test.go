@@ -10,6 +10,7 @@ import (
 
 	"github.com/dryexec/dryexec"
 	"github.com/dryexec/dryexec/netsim"
+	"github.com/dryexec/dryexec/netsim/mock/openapi"
 )
 
 const mockFile = `
@@ -49,6 +50,9 @@ func newSim(t testing.TB, cfg netsim.Config, files map[string]string) *netsim.Si
 	}
 	if cfg.CADir == "" {
 		cfg.CADir = filepath.Join(dir, "ca")
+	}
+	if cfg.OpenAPI == nil {
+		cfg.OpenAPI = openapi.Load
 	}
 	if cfg.LookupHost == nil {
 		// Never the machine's resolver.

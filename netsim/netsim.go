@@ -177,7 +177,7 @@ func New(ctx context.Context, cfg Config) (*Sim, error) {
 		if err != nil {
 			return nil, err
 		}
-		s.mocks, err = mock.Compile(ctx, f.Spec, filepath.Dir(cfg.MockFile), cfg.Seed)
+		s.mocks, err = mock.Compile(ctx, f.Spec, filepath.Dir(cfg.MockFile), cfg.Seed, cfg.OpenAPI)
 		if err != nil {
 			return nil, fmt.Errorf("%w: %s: %w", ErrBadConfig, cfg.MockFile, err)
 		}

@@ -34,7 +34,20 @@ type Recovery struct {
 // The cgroup sweep is best effort (rootless cannot remove root's groups, and
 // nothing else depends on it); the error is the store's.
 func Recover(st *store.Store) (Recovery, error) {
-	r := Recovery{Groups: RecoverSandboxes()}
+	n := RecoverSandboxes()
+	r, err := RecoverStore(st)
+	r.Groups = n
+	return r, err
+}
+
+// RecoverStore is the part of Recover that needs the store: interrupted
+// commits and half-recorded trials. The CLI calls it, and RecoverSandboxes
+// beside the command rather than before it (the sweep walks every cgroup
+// hierarchy of the host, and nothing the command does depends on it: a
+// group is an orphan only once its creator is gone, so a sweep never touches
+// a live process's sandbox).
+func RecoverStore(st *store.Store) (Recovery, error) {
+	var r Recovery
 	rec, err := st.Recover()
 	r.Commits = rec
 	if err != nil {

@@ -1,89 +1,25 @@
 package runner_test
 
 import (
-	"bufio"
-	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
-	"strconv"
-	"strings"
 	"testing"
 	"time"
 
 	"github.com/dryexec/dryexec"
-	"github.com/dryexec/dryexec/cgroup"
+	"github.com/dryexec/dryexec/cgroup/cgrouptest"
 	"github.com/dryexec/dryexec/internal/testreq"
 	"github.com/dryexec/dryexec/rung/linuxns"
 	"github.com/dryexec/dryexec/runner"
 	"github.com/dryexec/dryexec/store"
 )
 
-// orphanEnv makes the test binary the dryexec process that dies mid-trial:
-// it makes a sandbox group as the ns rung does, moves the process whose pid
-// is in the variable into it, says where the group is, and exits without
-// removing it (as a SIGKILL would leave it).
-const orphanEnv = "DRYEXEC_RUNNER_TEST_ORPHAN"
-
-func orphanMain() {
-	fail := func(err error) {
-		fmt.Println("ERROR", err)
-		os.Exit(1)
-	}
-	pid, err := strconv.Atoi(os.Getenv(orphanEnv))
-	if err != nil {
-		fail(err)
-	}
-	m, err := cgroup.NewManager(cgroup.Options{})
-	if err != nil {
-		fail(err)
-	}
-	g, _, err := m.New(dryexec.NewTrialID(), dryexec.Limits{Pids: 64})
-	if err != nil {
-		fail(err)
-	}
-	if err := g.Attach(pid); err != nil {
-		fail(err)
-	}
-	if g.CgroupFD() >= 0 {
-		// v2 places a process at clone time; a running one is moved by hand.
-		for _, p := range g.Paths() {
-			os.WriteFile(filepath.Join(p, "cgroup.procs"), []byte(strconv.Itoa(pid)), 0)
-		}
-	}
-	for _, p := range g.Paths() {
-		fmt.Println("GROUP", p)
-	}
-	os.Exit(0)
-}
-
 // orphan leaves a sandbox group whose creator is gone with a live process in
-// it (a child of this test), and a half-recorded trial in st. It returns the
+// it (cgrouptest.Orphan), and a half-recorded trial in st. It returns the
 // group's dirs and a channel closed when the process has died.
 func orphan(t *testing.T, st *store.Store) (groups []string, partial string, dead <-chan struct{}) {
 	t.Helper()
-	sleeper := exec.Command("sleep", "600")
-	if err := sleeper.Start(); err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan struct{})
-	go func() { sleeper.Wait(); close(done) }()
-	t.Cleanup(func() { sleeper.Process.Kill(); <-done })
-	helper := exec.Command(os.Args[0], "-test.run=^$")
-	helper.Env = append(os.Environ(), orphanEnv+"="+strconv.Itoa(sleeper.Process.Pid))
-	out, err := helper.CombinedOutput()
-	sc := bufio.NewScanner(strings.NewReader(string(out)))
-	for sc.Scan() {
-		if p, ok := strings.CutPrefix(sc.Text(), "GROUP "); ok {
-			groups = append(groups, p)
-		}
-	}
-	if err != nil || len(groups) == 0 {
-		if strings.Contains(string(out), cgroup.ErrUnavailable.Error()) {
-			testreq.Needf(t, testreq.Kernel, "cgroups", fmt.Errorf("%s", out))
-		}
-		t.Fatalf("the dying process: %v\n%s", err, out)
-	}
+	groups, dead = cgrouptest.Orphan(t)
 	// What a killed recording leaves: a .partial whose lock nobody holds.
 	partial = filepath.Join(st.Dir(), "trials", dryexec.NewTrialID()+".partial")
 	if err := os.MkdirAll(filepath.Join(partial, "blobs"), 0o700); err != nil {
@@ -92,7 +28,7 @@ func orphan(t *testing.T, st *store.Store) (groups []string, partial string, dea
 	if err := os.WriteFile(filepath.Join(partial, "lock"), nil, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	return groups, partial, done
+	return groups, partial, dead
 }
 
 func exists(p string) bool {

@@ -3,7 +3,9 @@
 // apart from the daemon or CLI. `make build` installs it beside dryexec,
 // which prefers it to re-executing itself: it links netsim and the
 // netstack, not the CLI, the daemon or the decision engine, so it starts
-// faster. Not to be run by hand.
+// faster. It serves no OpenAPI mock: dryexec-netsim-openapi does, for the
+// sandboxes whose mock file names one, so that the role of every other trial
+// does not pay for kin-openapi's initialisation. Not to be run by hand.
 package main
 
 import (

@@ -11,6 +11,7 @@ import (
 	"io"
 	"os"
 	"strings"
+	"sync"
 	"text/tabwriter"
 	"time"
 
@@ -46,11 +47,52 @@ type Env struct {
 	Stdin          io.Reader
 	Stdout, Stderr io.Writer
 	Getenv         func(string) string
+
+	// sweep is the invocation's sweep of dead sandboxes' cgroups (Run
+	// sets it).
+	sweep *sandboxSweep
+}
+
+// sandboxSweep runs runner.RecoverSandboxes once, beside the command instead
+// of before it: the sweep walks every cgroup hierarchy of the host (a few ms
+// here, more on a host with many groups) and the command needs nothing of
+// it. Run waits for it before returning, so every command that uses the
+// store still cleans what a killed dryexec left, as before.
+type sandboxSweep struct {
+	once sync.Once
+	done chan struct{}
+}
+
+// start starts the sweep, once; without a sandboxSweep (Env made outside
+// Run) it sweeps before returning.
+func (s *sandboxSweep) start() {
+	if s == nil {
+		runner.RecoverSandboxes()
+		return
+	}
+	s.once.Do(func() {
+		s.done = make(chan struct{})
+		go func() {
+			defer close(s.done)
+			runner.RecoverSandboxes()
+		}()
+	})
+}
+
+// wait returns once a started sweep has finished; a sweep not started by
+// then never starts.
+func (s *sandboxSweep) wait() {
+	s.once.Do(func() {})
+	if s.done != nil {
+		<-s.done
+	}
 }
 
 // Run executes the CLI with args (without the program name) and returns the exit
 // code.
 func Run(ctx context.Context, args []string, env Env) int {
+	env.sweep = &sandboxSweep{}
+	defer env.sweep.wait()
 	code := 0
 	note := &interruptNote{s: "nothing was changed"}
 	root := &cobra.Command{
@@ -137,8 +179,10 @@ func usage(check cobra.PositionalArgs) cobra.PositionalArgs {
 }
 
 // startStore is the start-up of every command that uses the store: it opens
-// the store and then recovers what a killed dryexec left (runner.Recover), so
-// that every such command starts from a clean state.
+// the store and then recovers what a killed dryexec left (runner.Recover's
+// two parts: the store's before it returns, so that every such command
+// starts from a clean store; the dead sandboxes' cgroups beside the command,
+// finished before Run returns).
 func startStore(env Env) (*store.Store, error) {
 	dir, err := dryexec.DefaultHome(env.Getenv)
 	if err != nil {
@@ -165,7 +209,8 @@ func startStore(env Env) (*store.Store, error) {
 	// the command uses the store. The rest of the store's cleaning (expired
 	// trials, content of finished ones) is autoGC's, after the command's
 	// output.
-	rec, err := runner.Recover(s)
+	env.sweep.start()
+	rec, err := runner.RecoverStore(s)
 	for _, r := range rec.Commits {
 		if r.Committed {
 			fmt.Fprintf(env.Stderr, "dryexec: finished the interrupted commit of %s\n", r.Trial)

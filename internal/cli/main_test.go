@@ -7,6 +7,7 @@ import (
 	"syscall"
 	"testing"
 
+	"github.com/dryexec/dryexec/cgroup/cgrouptest"
 	"github.com/dryexec/dryexec/guest"
 	"github.com/dryexec/dryexec/netsim/netproc"
 )
@@ -15,6 +16,7 @@ import (
 // with DRYEXEC_TEST_AS_CLI=1, the CLI itself, so that tests can SIGKILL a real
 // dryexec process mid-commit.
 func TestMain(m *testing.M) {
+	cgrouptest.MaybeOrphanMain()
 	guest.MaybeMain(os.Args)
 	netproc.MaybeMain(os.Args)
 	if os.Getenv("DRYEXEC_TEST_AS_CLI") == "1" {

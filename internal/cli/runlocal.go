@@ -49,7 +49,7 @@ func runLocal(ctx context.Context, env Env, home, rungName string, pol policy.Po
 		if st, err = store.Open(home, 0); err != nil {
 			return nil, nil, err
 		}
-		runner.RecoverSandboxes()
+		env.sweep.start()
 		opt.NoStore, spec.SpillDir = true, os.TempDir()
 	} else {
 		if st, err = startStore(env); err != nil {

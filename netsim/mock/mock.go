@@ -1,7 +1,7 @@
 // Package mock owns netsim's canned answers: static routes (host, method,
 // path → status, headers, body or file, delay) and OpenAPI 3 documents served
-// as schema-driven mocks (named example first, else generated from the schema,
-// deterministic for a seed; requests validated against the operation). It
+// as schema-driven mocks, which package netsim/mock/openapi loads (a LoadAPI
+// passed to Compile: only the programs that serve them link kin-openapi). It
 // knows nothing about sockets: netsim hands it a Request and writes the
 // Response it returns.
 package mock
@@ -21,6 +21,27 @@ import (
 
 // ErrBadSpec is wrapped by every error about a mock file's content.
 var ErrBadSpec = errors.New("bad mock spec")
+
+// ErrNoOpenAPI is wrapped (with ErrBadSpec) by Compile's error for a spec
+// naming OpenAPI documents when it was given no LoadAPI: the program does not
+// link the OpenAPI mocks (package netsim/mock/openapi), whose dependencies
+// (kin-openapi, a JSON Schema compiler) cost every program linking them
+// milliseconds of initialisation at each start.
+var ErrNoOpenAPI = errors.New("OpenAPI mocks are not linked into this program")
+
+// APIServer is one OpenAPI document served as a mock (made by a LoadAPI).
+type APIServer interface {
+	// MatchHost reports whether the document serves host.
+	MatchHost(host string) bool
+	// Serve answers req, deterministically for seed. A request the
+	// document has no operation for, or an invalid one, gives SchemaBreach.
+	Serve(ctx context.Context, req *Request, seed uint64) Result
+}
+
+// LoadAPI loads one OpenAPI entry of a Spec (its Spec path relative to
+// baseDir). Package netsim/mock/openapi's Load is the one there is; it is a
+// parameter so that only the programs serving OpenAPI mocks link it.
+type LoadAPI func(ctx context.Context, a API, baseDir string) (APIServer, error)
 
 // maxBodyFile bounds a route's body file: mocks are loaded into memory.
 const maxBodyFile = 16 << 20
@@ -112,21 +133,22 @@ type Result struct {
 type Set struct {
 	block  *Response
 	routes []route
-	apis   []*api
+	apis   []APIServer
 	seed   uint64
 }
 
 type route struct {
 	host, method string
 	port         int
-	path         pattern
+	path         Pattern
 	resp         Response
 	index        int
 }
 
 // Compile checks spec, reads the files it names (relative to baseDir) and
-// loads its OpenAPI documents. seed makes generated responses repeatable.
-func Compile(ctx context.Context, spec Spec, baseDir string, seed uint64) (*Set, error) {
+// loads its OpenAPI documents with loadAPI (nil: a spec naming any is
+// refused with ErrNoOpenAPI). seed makes generated responses repeatable.
+func Compile(ctx context.Context, spec Spec, baseDir string, seed uint64, loadAPI LoadAPI) (*Set, error) {
 	s := &Set{seed: seed}
 	if spec.Block != nil {
 		r, err := compileStatic(*spec.Block, baseDir, http.StatusForbidden)
@@ -136,7 +158,7 @@ func Compile(ctx context.Context, spec Spec, baseDir string, seed uint64) (*Set,
 		s.block = &r
 	}
 	for i, rt := range spec.Routes {
-		p, err := compilePattern(rt.Path)
+		p, err := CompilePattern(rt.Path)
 		if err != nil {
 			return nil, fmt.Errorf("%w: routes[%d]: %v", ErrBadSpec, i, err)
 		}
@@ -153,6 +175,9 @@ func Compile(ctx context.Context, spec Spec, baseDir string, seed uint64) (*Set,
 		})
 	}
 	for i, a := range spec.OpenAPI {
+		if loadAPI == nil {
+			return nil, fmt.Errorf("%w: openapi[%d]: %w", ErrBadSpec, i, ErrNoOpenAPI)
+		}
 		ap, err := loadAPI(ctx, a, baseDir)
 		if err != nil {
 			return nil, fmt.Errorf("%w: openapi[%d]: %v", ErrBadSpec, i, err)
@@ -250,7 +275,7 @@ func (s *Set) Match(ctx context.Context, req *Request) Result {
 			(r.method != "" && r.method != method) {
 			continue
 		}
-		if _, ok := r.path.match(req.Path); !ok {
+		if _, ok := r.path.Match(req.Path); !ok {
 			continue
 		}
 		resp := r.resp
@@ -259,10 +284,10 @@ func (s *Set) Match(ctx context.Context, req *Request) Result {
 	}
 	var miss *Result
 	for _, a := range s.apis {
-		if !a.matchHost(req.Host) {
+		if !a.MatchHost(req.Host) {
 			continue
 		}
-		res := a.serve(ctx, req, s.seed)
+		res := a.Serve(ctx, req, s.seed)
 		if res.Matched {
 			return res
 		}

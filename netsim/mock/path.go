@@ -5,36 +5,36 @@ import (
 	"strings"
 )
 
-// pattern matches a request path. Three forms, chosen by the text:
+// Pattern matches a request path. Three forms, chosen by the text:
 //
 //	/users/42        exact
 //	/static/*        prefix (a trailing "*")
 //	/users/{id}      template: each {name} matches one non-empty segment
-type pattern struct {
+type Pattern struct {
 	raw    string
 	prefix string   // set for the prefix form
 	segs   []string // template segments; "{x}" ones are parameters
 	params int
 }
 
-func compilePattern(p string) (pattern, error) {
+func CompilePattern(p string) (Pattern, error) {
 	if p == "" {
-		return pattern{raw: "*", prefix: "/"}, nil
+		return Pattern{raw: "*", prefix: "/"}, nil
 	}
 	if !strings.HasPrefix(p, "/") {
-		return pattern{}, fmt.Errorf("path %q must start with /", p)
+		return Pattern{}, fmt.Errorf("path %q must start with /", p)
 	}
 	if strings.HasSuffix(p, "*") {
 		pre := strings.TrimSuffix(p, "*")
 		if strings.ContainsAny(pre, "*{}") {
-			return pattern{}, fmt.Errorf("path %q: a prefix cannot hold * or {}", p)
+			return Pattern{}, fmt.Errorf("path %q: a prefix cannot hold * or {}", p)
 		}
-		return pattern{raw: p, prefix: pre}, nil
+		return Pattern{raw: p, prefix: pre}, nil
 	}
-	pt := pattern{raw: p, segs: strings.Split(p, "/")}
+	pt := Pattern{raw: p, segs: strings.Split(p, "/")}
 	for _, s := range pt.segs {
 		if strings.Contains(s, "*") {
-			return pattern{}, fmt.Errorf("path %q: * only at the end", p)
+			return Pattern{}, fmt.Errorf("path %q: * only at the end", p)
 		}
 		open, close := strings.Count(s, "{"), strings.Count(s, "}")
 		switch {
@@ -42,14 +42,14 @@ func compilePattern(p string) (pattern, error) {
 		case open == 1 && close == 1 && strings.HasPrefix(s, "{") && strings.HasSuffix(s, "}") && len(s) > 2:
 			pt.params++
 		default:
-			return pattern{}, fmt.Errorf("path %q: a parameter must be a whole segment such as {id}", p)
+			return Pattern{}, fmt.Errorf("path %q: a parameter must be a whole segment such as {id}", p)
 		}
 	}
 	return pt, nil
 }
 
-// match reports whether path matches and, for templates, the parameters.
-func (p pattern) match(path string) (map[string]string, bool) {
+// Match reports whether path matches and, for templates, the parameters.
+func (p Pattern) Match(path string) (map[string]string, bool) {
 	if p.prefix != "" {
 		return nil, strings.HasPrefix(path, p.prefix)
 	}
@@ -91,3 +91,7 @@ func MatchHost(pattern, host string) bool {
 		return pattern == host
 	}
 }
+
+// Params is how many {name} parameters a template has (0 for the exact and
+// prefix forms): an OpenAPI document's concrete paths win over templates.
+func (p Pattern) Params() int { return p.params }

@@ -76,23 +76,85 @@ func attempts(out *sender) int {
 // hand-over socket nobody sends on.
 func startRole(t *testing.T, exe string) *Proc {
 	t.Helper()
+	p, err := startRoleWith(t, netsim.Config{CADir: filepath.Join(t.TempDir(), "ca")}, exe)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// startRoleWith starts exe in the role with cfg and returns what Ready
+// returned.
+func startRoleWith(t *testing.T, cfg netsim.Config, exe string) (*Proc, error) {
+	t.Helper()
 	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
 	guest := os.NewFile(uintptr(fds[1]), "guest")
 	t.Cleanup(func() { guest.Close() })
-	p, err := Start(netsim.Config{CADir: filepath.Join(t.TempDir(), "ca")}, os.NewFile(uintptr(fds[0]), "host"), exe)
+	p, err := Start(cfg, os.NewFile(uintptr(fds[0]), "host"), exe)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { p.Stop(); <-p.Done() })
 	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
 	defer cancel()
-	if err := p.Ready(ctx); err != nil {
+	return p, p.Ready(ctx)
+}
+
+// TestOpenAPIOnlyWhereLinked: a mock file naming an OpenAPI document is
+// served by the role binary that links the OpenAPI mocks, which Start picks
+// for such a file (dryexec-netsim-openapi, $DRYEXEC_NETSIM_OPENAPI: here the
+// test binary under another name), and refused as a bad config, naming that
+// binary, by one that does not (dryexec-netsim, the CLI re-executed). A mock
+// file without one keeps the plain role.
+func TestOpenAPIOnlyWhereLinked(t *testing.T) {
+	dir := t.TempDir()
+	spec, err := os.ReadFile("../mock/testdata/petstore.yaml")
+	if err != nil {
 		t.Fatal(err)
 	}
-	return p
+	if err := os.WriteFile(filepath.Join(dir, "petstore.yaml"), spec, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	mocks := filepath.Join(dir, "mocks.yaml")
+	if err := os.WriteFile(mocks, []byte("openapi:\n  - spec: petstore.yaml\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	routes := filepath.Join(dir, "routes.yaml")
+	if err := os.WriteFile(routes, []byte("routes:\n  - path: /x\n    body: x\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cfg := netsim.Config{CADir: filepath.Join(t.TempDir(), "ca"), MockFile: mocks}
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := startRoleWith(t, cfg, self); !errors.Is(err, netsim.ErrBadConfig) || !strings.Contains(err.Error(), OpenAPIExeName) {
+		t.Errorf("a role without the OpenAPI mocks: Ready() = %v, want ErrBadConfig naming %s", err, OpenAPIExeName)
+	}
+	exe := filepath.Join(t.TempDir(), openAPIExe)
+	if err := os.Symlink(self, exe); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(filepath.Dir(exe), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv(OpenAPIExeEnv, exe)
+	if got := OpenAPIExecutable(); got != exe {
+		t.Fatalf("OpenAPIExecutable() = %s, want %s", got, exe)
+	}
+	if _, err := startRoleWith(t, cfg, ""); err != nil {
+		t.Errorf("Start picking the role for an OpenAPI mock file: Ready() = %v", err)
+	}
+	// A mock file without OpenAPI documents never starts the OpenAPI role
+	// (here it would fail: it is made to).
+	t.Setenv(OpenAPIExeEnv, filepath.Join(dir, "no-such-binary"))
+	cfg.MockFile = routes
+	if _, err := startRoleWith(t, cfg, ""); err != nil {
+		t.Errorf("a mock file without OpenAPI documents: Ready() = %v", err)
+	}
 }
 
 // TestConfinement: the role reports the confinement it runs under, and it

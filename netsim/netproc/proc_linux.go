@@ -41,6 +41,29 @@ const ExeName = "dryexec-netsim"
 // the daemon and the MCP server before main runs.
 func Executable() string { return guestexe.Beside(ExeEnv, ExeName) }
 
+// OpenAPIExeName is the role binary (cmd/dryexec-netsim-openapi) `make
+// build` puts beside dryexec for sandboxes whose mock file names OpenAPI
+// documents: it alone links the OpenAPI mocks (netsim/mock/openapi), whose
+// libraries' initialisation (kin-openapi, and a JSON Schema compiler that
+// compiles its meta-schemas in init) took 11 ms of a 24 ms start here, so
+// the role of every other trial does not pay for it.
+const OpenAPIExeName = "dryexec-netsim-openapi"
+
+// OpenAPIExeEnv names the binary to start in the role, instead of the
+// default, for a mock file naming OpenAPI documents.
+const OpenAPIExeEnv = "DRYEXEC_NETSIM_OPENAPI"
+
+// OpenAPIExecutable is the binary Start runs for a mock file naming OpenAPI
+// documents: $DRYEXEC_NETSIM_OPENAPI, else dryexec-netsim-openapi beside the
+// running executable, else Executable() (which then refuses the file, naming
+// the binary that serves it, unless it called MaybeMainOpenAPI).
+func OpenAPIExecutable() string {
+	if p := guestexe.Beside(OpenAPIExeEnv, OpenAPIExeName); p != guestexe.Self() {
+		return p
+	}
+	return Executable()
+}
+
 // Proc is one running role process: one sandbox's network.
 type Proc struct {
 	cmd    *exec.Cmd
@@ -85,15 +108,20 @@ func StartEthernet(cfg netsim.Config, frames *os.File, exe string) (*Proc, error
 
 func start(cfg netsim.Config, link *os.File, exe, kind string) (*Proc, error) {
 	defer link.Close()
-	if cfg.LookupHost != nil || cfg.UpstreamRoots != nil || cfg.LookupEnv != nil || cfg.OnRecord != nil || cfg.ReadSecretFile != nil {
+	if cfg.LookupHost != nil || cfg.UpstreamRoots != nil || cfg.LookupEnv != nil || cfg.OnRecord != nil || cfg.ReadSecretFile != nil || cfg.OpenAPI != nil {
 		return nil, errors.New("netproc: Config's functions and pools cannot be passed to another process")
-	}
-	if exe == "" {
-		exe = Executable()
 	}
 	setup, c, err := prepare(cfg)
 	if err != nil {
 		return nil, err
+	}
+	if exe == "" {
+		exe = Executable()
+		if openAPI, err := cfg.MocksOpenAPI(); err != nil {
+			return nil, err
+		} else if openAPI {
+			exe = OpenAPIExecutable()
+		}
 	}
 	setup.Link = kind
 	rs, err := ruleset(exe, cfg.MockFile)

@@ -17,6 +17,7 @@ import (
 	"github.com/dryexec/dryexec/containment/seccomp"
 	"github.com/dryexec/dryexec/netsim"
 	"github.com/dryexec/dryexec/netsim/ca"
+	"github.com/dryexec/dryexec/netsim/mock"
 	"github.com/dryexec/dryexec/netsim/tun"
 )
 
@@ -25,19 +26,28 @@ const nobody = 65534
 
 // MaybeMain runs the role and exits when args (os.Args) ask for it; else it
 // returns at once. Every binary Start may run (dryexec, dryexec-netsim, and
-// test binaries through TestMain) calls it first thing.
-func MaybeMain(args []string) {
+// test binaries through TestMain) calls it, or MaybeMainOpenAPI, first thing.
+// A role started through MaybeMain serves no OpenAPI mock: a mock file naming
+// one is refused as a bad config (mock.ErrNoOpenAPI).
+func MaybeMain(args []string) { MaybeMainOpenAPI(args, nil) }
+
+// MaybeMainOpenAPI is MaybeMain for a binary that serves OpenAPI mocks with
+// load (package netsim/mock/openapi's Load): dryexec-netsim-openapi, which
+// Start runs for a mock file naming OpenAPI documents. The CLI and
+// dryexec-netsim do not, so as not to pay for kin-openapi's initialisation at
+// every start.
+func MaybeMainOpenAPI(args []string, load mock.LoadAPI) {
 	if len(args) < 2 || args[1] != Role {
 		return
 	}
-	os.Exit(role(nil))
+	os.Exit(role(load, nil))
 }
 
 // role is the role: descriptor 3 is the control socket, 4 the socket the
 // sandbox's TUN device arrives on, or the sandbox's link itself (Setup.Link).
 // attempt, when not nil, runs once the role
 // is confined instead of serving (this package's tests: tries to break out).
-func role(attempt func(out *sender) int) int {
+func role(openAPI mock.LoadAPI, attempt func(out *sender) int) int {
 	ctrlF, linkF := os.NewFile(3, "ctrl"), os.NewFile(4, "link")
 	fc, err := net.FileConn(ctrlF)
 	ctrlF.Close()
@@ -76,7 +86,7 @@ func role(attempt func(out *sender) int) int {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	sim, err := newSim(ctx, &setup, out)
+	sim, err := newSim(ctx, &setup, openAPI, out)
 	if err != nil {
 		linkF.Close()
 		out.send(Msg{Kind: MsgDone, Err: err.Error(), BadConfig: errors.Is(err, netsim.ErrBadConfig)})
@@ -127,7 +137,7 @@ func role(attempt func(out *sender) int) int {
 }
 
 // newSim makes the Sim setup describes, with what the parent read for it.
-func newSim(ctx context.Context, setup *Setup, out *sender) (*netsim.Sim, error) {
+func newSim(ctx context.Context, setup *Setup, openAPI mock.LoadAPI, out *sender) (*netsim.Sim, error) {
 	c, err := ca.Parse(setup.CA)
 	if err != nil {
 		return nil, fmt.Errorf("netsim CA: %w", err)
@@ -135,6 +145,7 @@ func newSim(ctx context.Context, setup *Setup, out *sender) (*netsim.Sim, error)
 	cfg := netsim.Config{
 		MockFile: setup.MockFile, Allow: setup.Allow, Seed: setup.Seed, CA: c,
 		MaxBodyBytes: setup.MaxBodyBytes, MaxEvents: setup.MaxEvents, SniffTimeout: setup.SniffTimeout,
+		OpenAPI:   openAPI,
 		LookupEnv: func(k string) (string, bool) { v, ok := setup.Env[k]; return v, ok },
 		ReadSecretFile: func(p string) ([]byte, error) {
 			if b, ok := setup.Files[p]; ok {
@@ -151,7 +162,11 @@ func newSim(ctx context.Context, setup *Setup, out *sender) (*netsim.Sim, error)
 		pool.AppendCertsFromPEM(setup.Roots)
 		cfg.UpstreamRoots = pool
 	}
-	return netsim.New(ctx, cfg)
+	sim, err := netsim.New(ctx, cfg)
+	if errors.Is(err, mock.ErrNoOpenAPI) {
+		err = fmt.Errorf("%w (%s serves them: make build installs it beside dryexec; %s names another)", err, OpenAPIExeName, OpenAPIExeEnv)
+	}
+	return sim, err
 }
 
 // confine drops what the role does not need; the Landlock domain and

@@ -168,11 +168,13 @@ func run(ctx context.Context, cfg config) (err error) {
 		}
 		os.RemoveAll(work)
 	}()
-	// The layout of `make build`: the front, the engine and the guest side
-	// by side.
+	// The layout of `make build`: the front, the engine, the guest and the
+	// netsim roles side by side.
 	e.bin, e.engine = filepath.Join(work, "dryexec"), filepath.Join(work, "dryexec-engine")
 	guestBin := filepath.Join(work, guestexe.Name)
-	for out, pkg := range map[string]string{e.bin: "./cmd/dryexec-front", e.engine: "./cmd/dryexec", guestBin: "./cmd/dryexec-guest"} {
+	netsimBin, openAPIBin := filepath.Join(work, netproc.ExeName), filepath.Join(work, netproc.OpenAPIExeName)
+	for out, pkg := range map[string]string{e.bin: "./cmd/dryexec-front", e.engine: "./cmd/dryexec", guestBin: "./cmd/dryexec-guest",
+		netsimBin: "./cmd/dryexec-netsim", openAPIBin: "./cmd/dryexec-netsim-openapi"} {
 		build := exec.Command("go", "build", "-o", out, pkg)
 		build.Env = append(os.Environ(), "CGO_ENABLED=0")
 		if b, err := build.CombinedOutput(); err != nil {

@@ -1,4 +1,4 @@
-package mock
+package openapi
 
 import (
 	"encoding/base64"

@@ -1,4 +1,12 @@
-package mock
+// Package openapi serves OpenAPI 3 documents as netsim mocks: a named example
+// first, else a response generated from the schema (deterministic for a
+// seed), requests validated against the operation. It is apart from package
+// mock, and reaches netsim only as a mock.LoadAPI its caller passes
+// (netsim.Config.OpenAPI), because its dependencies (kin-openapi and the
+// JSON Schema compiler under it, which compiles its meta-schemas in its init)
+// cost milliseconds at every start of every program that links them: only the
+// programs that serve mocks (dryexec-netsim, tests) link it.
+package openapi
 
 import (
 	"bytes"
@@ -19,6 +27,8 @@ import (
 	"github.com/getkin/kin-openapi/openapi3"
 	"github.com/getkin/kin-openapi/openapi3filter"
 	"github.com/getkin/kin-openapi/routers"
+
+	"github.com/dryexec/dryexec/netsim/mock"
 )
 
 type api struct {
@@ -33,14 +43,16 @@ type api struct {
 type op struct {
 	method   string
 	key      string // the document's path key, e.g. /pets/{petId}
-	pat      pattern
+	pat      mock.Pattern
 	item     *openapi3.PathItem
 	op       *openapi3.Operation
 	id       string
 	concrete bool
 }
 
-func loadAPI(ctx context.Context, a API, baseDir string) (*api, error) {
+// Load loads the OpenAPI document a names (relative to baseDir) as a mock:
+// a mock.LoadAPI, for mock.Compile and netsim.Config.OpenAPI.
+func Load(ctx context.Context, a mock.API, baseDir string) (mock.APIServer, error) {
 	if a.Spec == "" {
 		return nil, errors.New("spec: a path to an OpenAPI document is required")
 	}
@@ -86,7 +98,7 @@ func loadAPI(ctx context.Context, a API, baseDir string) (*api, error) {
 	sort.Strings(keys)
 	for _, k := range keys {
 		item := doc.Paths.Value(k)
-		pat, err := compilePattern(k)
+		pat, err := mock.CompilePattern(k)
 		if err != nil {
 			return nil, fmt.Errorf("%s: %v", p, err)
 		}
@@ -101,7 +113,7 @@ func loadAPI(ctx context.Context, a API, baseDir string) (*api, error) {
 			if id == "" {
 				id = m + " " + k
 			}
-			ap.ops = append(ap.ops, op{method: m, key: k, pat: pat, item: item, op: o, id: id, concrete: pat.params == 0})
+			ap.ops = append(ap.ops, op{method: m, key: k, pat: pat, item: item, op: o, id: id, concrete: pat.Params() == 0})
 		}
 	}
 	// Concrete paths win over templates, as OpenAPI requires (/pets/mine
@@ -110,9 +122,10 @@ func loadAPI(ctx context.Context, a API, baseDir string) (*api, error) {
 	return ap, nil
 }
 
-func (a *api) matchHost(host string) bool {
+// MatchHost reports whether the document serves host.
+func (a *api) MatchHost(host string) bool {
 	for _, h := range a.hosts {
-		if MatchHost(h, host) {
+		if mock.MatchHost(h, host) {
 			return true
 		}
 	}
@@ -125,18 +138,19 @@ type errBody struct {
 	Detail string `json:"detail,omitempty"`
 }
 
-func jsonResponse(status int, v any) Response {
+func jsonResponse(status int, v any) mock.Response {
 	b, _ := json.Marshal(v)
 	h := http.Header{}
 	h.Set("Content-Type", "application/json")
-	return Response{Status: status, Header: h, Body: b}
+	return mock.Response{Status: status, Header: h, Body: b}
 }
 
-func (a *api) serve(ctx context.Context, req *Request, seed uint64) Result {
+// Serve answers req from the document's operations.
+func (a *api) Serve(ctx context.Context, req *mock.Request, seed uint64) mock.Result {
 	path := req.Path
 	if a.basePath != "" {
 		if path != a.basePath && !strings.HasPrefix(path, a.basePath+"/") {
-			return Result{SchemaBreach: true, Reason: fmt.Sprintf("%s: %s is outside the API's base path %s", a.name, path, a.basePath)}
+			return mock.Result{SchemaBreach: true, Reason: fmt.Sprintf("%s: %s is outside the API's base path %s", a.name, path, a.basePath)}
 		}
 		path = strings.TrimPrefix(path, a.basePath)
 		if path == "" {
@@ -146,7 +160,7 @@ func (a *api) serve(ctx context.Context, req *Request, seed uint64) Result {
 	method := strings.ToUpper(req.Method)
 	var pathSeen bool
 	for _, o := range a.ops {
-		params, ok := o.pat.match(path)
+		params, ok := o.pat.Match(path)
 		if !ok {
 			continue
 		}
@@ -156,7 +170,7 @@ func (a *api) serve(ctx context.Context, req *Request, seed uint64) Result {
 		}
 		if a.validate {
 			if err := a.check(ctx, o, req, params); err != nil {
-				return Result{
+				return mock.Result{
 					Matched: true, SchemaBreach: true,
 					Response: jsonResponse(http.StatusBadRequest, errBody{Error: "request does not match operation " + o.id, Detail: err.Error()}),
 					Reason:   fmt.Sprintf("%s %s: %v", a.name, o.id, oneLine(err)),
@@ -165,17 +179,17 @@ func (a *api) serve(ctx context.Context, req *Request, seed uint64) Result {
 		}
 		resp, err := a.respond(o, req, params, seed)
 		if err != nil {
-			return Result{Matched: true, Response: jsonResponse(http.StatusInternalServerError, errBody{Error: err.Error()}),
+			return mock.Result{Matched: true, Response: jsonResponse(http.StatusInternalServerError, errBody{Error: err.Error()}),
 				Reason: fmt.Sprintf("%s %s: %v", a.name, o.id, err)}
 		}
-		return Result{Matched: true, Response: resp, Reason: fmt.Sprintf("%s %s", a.name, o.id)}
+		return mock.Result{Matched: true, Response: resp, Reason: fmt.Sprintf("%s %s", a.name, o.id)}
 	}
 	if pathSeen {
-		return Result{Matched: true, SchemaBreach: true,
+		return mock.Result{Matched: true, SchemaBreach: true,
 			Response: jsonResponse(http.StatusMethodNotAllowed, errBody{Error: fmt.Sprintf("%s is not an operation of %s", method, path)}),
 			Reason:   fmt.Sprintf("%s: no %s operation on %s", a.name, method, path)}
 	}
-	return Result{SchemaBreach: true, Reason: fmt.Sprintf("%s: no operation for %s %s", a.name, method, req.Path)}
+	return mock.Result{SchemaBreach: true, Reason: fmt.Sprintf("%s: no operation for %s %s", a.name, method, req.Path)}
 }
 
 func oneLine(err error) string {
@@ -186,7 +200,7 @@ func oneLine(err error) string {
 	return s
 }
 
-func (a *api) check(ctx context.Context, o op, req *Request, params map[string]string) error {
+func (a *api) check(ctx context.Context, o op, req *mock.Request, params map[string]string) error {
 	u := &url.URL{Scheme: "http", Host: req.Host, Path: req.Path, RawQuery: req.RawQuery}
 	hr, err := http.NewRequestWithContext(ctx, o.method, u.String(), bytes.NewReader(req.Body))
 	if err != nil {
@@ -238,11 +252,11 @@ func pickResponse(o *openapi3.Operation) (int, *openapi3.Response) {
 	return http.StatusOK, nil
 }
 
-func (a *api) respond(o op, req *Request, params map[string]string, seed uint64) (Response, error) {
+func (a *api) respond(o op, req *mock.Request, params map[string]string, seed uint64) (mock.Response, error) {
 	status, r := pickResponse(o.op)
 	h := http.Header{}
 	if r == nil || len(r.Content) == 0 {
-		return Response{Status: status, Header: h}, nil
+		return mock.Response{Status: status, Header: h}, nil
 	}
 	ctype := "application/json"
 	mt := r.Content.Get(ctype)
@@ -259,7 +273,7 @@ func (a *api) respond(o op, req *Request, params map[string]string, seed uint64)
 	v, ok := example(mt)
 	if !ok {
 		if mt.Schema == nil || mt.Schema.Value == nil {
-			return Response{Status: status, Header: h}, nil
+			return mock.Response{Status: status, Header: h}, nil
 		}
 		hs := fnv.New64a()
 		fmt.Fprintf(hs, "%s %s?%s", o.method, req.Path, req.RawQuery)
@@ -270,13 +284,13 @@ func (a *api) respond(o op, req *Request, params map[string]string, seed uint64)
 		}
 	}
 	if s, isStr := v.(string); isStr && !strings.Contains(ctype, "json") {
-		return Response{Status: status, Header: h, Body: []byte(s)}, nil
+		return mock.Response{Status: status, Header: h, Body: []byte(s)}, nil
 	}
 	b, err := json.Marshal(v)
 	if err != nil {
-		return Response{}, fmt.Errorf("encoding example: %v", err)
+		return mock.Response{}, fmt.Errorf("encoding example: %v", err)
 	}
-	return Response{Status: status, Header: h, Body: b}, nil
+	return mock.Response{Status: status, Header: h, Body: b}, nil
 }
 
 // example returns a named example (first by name), else the media type's

@@ -1,4 +1,4 @@
-package mock
+package openapi
 
 import (
 	"encoding/json"
@@ -9,6 +9,8 @@ import (
 	"strings"
 
 	"github.com/getkin/kin-openapi/openapi3"
+
+	"github.com/dryexec/dryexec/netsim/mock"
 )
 
 // kin-openapi checks only some string formats unless formats are registered
@@ -72,7 +74,7 @@ func checkFormats(s *openapi3.Schema, v any, at string, depth int) error {
 
 // checkRequestFormats checks the formats of an operation's parameters and
 // JSON body (after kin-openapi's validation passed).
-func checkRequestFormats(o op, req *Request, params map[string]string) error {
+func checkRequestFormats(o op, req *mock.Request, params map[string]string) error {
 	q, _ := url.ParseQuery(req.RawQuery)
 	all := append(openapi3.Parameters{}, o.item.Parameters...)
 	all = append(all, o.op.Parameters...)
