@@ -20,6 +20,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/dryexec/dryexec"
+	"github.com/dryexec/dryexec/fswalk"
 )
 
 // Apply commits the selected changes of d to the host, or changes nothing and
@@ -290,7 +291,7 @@ func (pl *plan) checkOne(p string, dirs *dirs) (verdict, error) {
 		}
 	case dryexec.KindDir:
 		if f.Op == dryexec.OpRmdir {
-			names, err := listAt(dfd, path.Base(p))
+			names, err := fswalk.ReadNamesAt(dfd, path.Base(p))
 			if err != nil {
 				return verdict{}, fmt.Errorf("commit: listing %s: %w", dryexec.QuotePath(p), err)
 			}
@@ -338,16 +339,6 @@ func hashAt(dfd int, name string) (string, error) {
 		return "", err
 	}
 	return hex.EncodeToString(h.Sum(nil)), nil
-}
-
-func listAt(dfd int, name string) ([]string, error) {
-	fd, err := unix.Openat(dfd, name, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
-	if err != nil {
-		return nil, err
-	}
-	f := os.NewFile(uintptr(fd), name)
-	defer f.Close()
-	return f.Readdirnames(-1)
 }
 
 // applier carries out one journaled commit.

@@ -25,6 +25,20 @@ func ReadDirNames(fd int) ([]string, error) {
 	return names, err
 }
 
+// ReadNamesAt lists directory name in dir fd, sorted, never following a
+// symlink at name ("" or "." lists dfd itself).
+func ReadNamesAt(dfd int, name string) ([]string, error) {
+	if name == "" {
+		name = "."
+	}
+	fd, err := unix.Openat(dfd, name, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, err
+	}
+	defer unix.Close(fd)
+	return ReadDirNames(fd)
+}
+
 // Readlinkat reads symlink name in dir fd, whatever the target's length.
 func Readlinkat(fd int, name string) (string, error) {
 	for size := 256; ; size *= 2 {

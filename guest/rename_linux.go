@@ -15,6 +15,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/dryexec/dryexec/containment/seccomp"
+	"github.com/dryexec/dryexec/fswalk"
 )
 
 // A renamer performs, for the sandbox's processes, the renames of
@@ -678,23 +679,11 @@ func devIno(st *unix.Stat_t) [2]uint64 { return [2]uint64{st.Dev, st.Ino} }
 
 // dirEmpty reports whether dir name in dfd has no entries.
 func dirEmpty(dfd int, name string) (bool, error) {
-	names, err := readNames(dfd, name)
+	names, err := fswalk.ReadNamesAt(dfd, name)
 	return len(names) == 0, err
 }
 
 // readNames lists dir name in dfd ("" for dfd itself).
-func readNames(dfd int, name string) ([]string, error) {
-	if name == "" {
-		name = "."
-	}
-	fd, err := unix.Openat(dfd, name, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
-	if err != nil {
-		return nil, err
-	}
-	f := os.NewFile(uintptr(fd), name)
-	defer f.Close()
-	return f.Readdirnames(-1)
-}
 
 // check walks the tree to move before anything moves: every dir must be the
 // caller's own, with a group it may give it (so the copy can be made
@@ -724,7 +713,7 @@ func (w *renameWork) check(pfd int, name string, st *unix.Stat_t, depth int) err
 	if unix.Fstat(fd, &again) != nil || again.Ino != st.Ino || again.Dev != st.Dev {
 		return errCannot
 	}
-	names, err := readNames(fd, "")
+	names, err := fswalk.ReadNamesAt(fd, "")
 	if err != nil {
 		return errCannot
 	}
@@ -760,7 +749,7 @@ func (w *renameWork) restoreModes(pfd int, name string, depth int) {
 	}
 	mode, opened := w.modes[devIno(&st)]
 	if fd, err := unix.Openat(pfd, name, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0); err == nil {
-		names, _ := readNames(fd, "")
+		names, _ := fswalk.ReadNamesAt(fd, "")
 		for _, n := range names {
 			w.restoreModes(fd, n, depth+1)
 		}
@@ -791,7 +780,7 @@ func (w *renameWork) move(opd int, oname string, npd int, nname, rel string, st 
 	} else {
 		defer unix.Close(nfd)
 	}
-	names, err := readNames(ofd, "")
+	names, err := fswalk.ReadNamesAt(ofd, "")
 	if err != nil {
 		return err
 	}
