@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
+	"strings"
 
 	"golang.org/x/sys/unix"
 )
@@ -37,6 +39,15 @@ func (s *session) parkVM() error {
 	}
 	if p.parked {
 		return fmt.Errorf("already parked")
+	}
+	// A process the command left running (a daemon, `sleep &` with
+	// nohup) holds files of the view — its executable at least — so the
+	// 9p superblock would outlive the detach below: QEMU would refuse the
+	// migration, and the view could not be mounted again (the virtio
+	// channel stays in use). Refused before anything changes, so the
+	// session goes on as it was.
+	if others := sessionProcesses(); len(others) > 0 {
+		return fmt.Errorf("a process the session started still runs (%s): parking and forking a vm session need every process of its commands ended", strings.Join(others, ", "))
 	}
 	ws, err := unix.OpenTree(unix.AT_FDCWD, s.ws, unix.OPEN_TREE_CLONE|unix.OPEN_TREE_CLOEXEC)
 	if err != nil {
@@ -106,4 +117,35 @@ func (s *session) branchVM() error {
 	}
 	st.origin = origin
 	return st.rebase()
+}
+
+// sessionProcesses lists ("pid N: comm") the live processes of the
+// session's pid namespace but its guest (pid 1 there): what the command
+// left running. Zombies hold nothing and are left out.
+func sessionProcesses() []string {
+	ents, err := os.ReadDir("/proc")
+	if err != nil {
+		return nil
+	}
+	var out []string
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil || pid == 1 {
+			continue
+		}
+		b, err := os.ReadFile("/proc/" + e.Name() + "/stat")
+		if err != nil {
+			continue // gone meanwhile
+		}
+		st := string(b)
+		open, shut := strings.IndexByte(st, '('), strings.LastIndexByte(st, ')')
+		if open < 0 || shut < open || shut+2 >= len(st) {
+			continue
+		}
+		if state := st[shut+2]; state == 'Z' || state == 'X' {
+			continue
+		}
+		out = append(out, fmt.Sprintf("pid %d: %s", pid, st[open+1:shut]))
+	}
+	return out
 }
