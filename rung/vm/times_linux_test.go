@@ -55,9 +55,9 @@ if pid == 0:
     os.setresuid(65534, 65534, 65534)
     try:
         os.utime("f", ns=(t2, t2))
-        print("nobody: set")
+        print("nobody: set", flush=True)
     except PermissionError:
-        print("nobody: EPERM")
+        print("nobody: EPERM", flush=True)
     os._exit(0)
 os.waitpid(pid, 0)
 print(os.stat("f").st_mtime_ns == t1, os.lstat("lf").st_mtime_ns == t2, os.stat("link/hf").st_mtime_ns == t2)
