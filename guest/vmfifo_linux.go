@@ -203,12 +203,18 @@ func (v *vmFIFOs) chmod(n *seccomp.Notification, proc string, fd int, st *unix.S
 	if uint32(cr.fsgid) != st.Gid && !slices.Contains(cr.groups, int(st.Gid)) && cr.capEff&(1<<unix.CAP_FSETID) == 0 {
 		mode &^= unix.S_ISGID // as chmod(2) clears it
 	}
+	dir, name := splitView(where)
+	return v.do(&wire.TrialNode{Op: wire.NodeChmod, Dir: []byte(dir), Name: []byte(name), Mode: mode})
+}
+
+// splitView splits where, an absolute path in the view (viewPath), into
+// its directory and last name, as wire.TrialNode carries them.
+func splitView(where string) (dir, name string) {
 	i := strings.LastIndexByte(where, '/')
-	dir := where[:i]
-	if dir == "" {
+	if dir = where[:i]; dir == "" {
 		dir = "/"
 	}
-	return v.do(&wire.TrialNode{Op: wire.NodeChmod, Dir: []byte(dir), Name: []byte(where[i+1:]), Mode: mode})
+	return dir, where[i+1:]
 }
 
 // do asks the host to do req and answers the call with its errno.
@@ -335,12 +341,8 @@ func (v *vmFIFOs) utimensat(n *seccomp.Notification) (seccomp.Answer, func() sec
 		if uint32(cr.fsuid) != st.Uid && cr.capEff&(1<<unix.CAP_FOWNER) == 0 {
 			return seccomp.Answer{Errno: unix.EPERM}
 		}
-		i := strings.LastIndexByte(where, '/')
-		dir := where[:i]
-		if dir == "" {
-			dir = "/"
-		}
-		return v.do(&wire.TrialNode{Op: wire.NodeUtimes, Dir: []byte(dir), Name: []byte(where[i+1:]), Times: ts})
+		dir, name := splitView(where)
+		return v.do(&wire.TrialNode{Op: wire.NodeUtimes, Dir: []byte(dir), Name: []byte(name), Times: ts})
 	}
 }
 

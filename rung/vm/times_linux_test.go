@@ -1,7 +1,6 @@
 package vm
 
 import (
-	"context"
 	"os"
 	"path/filepath"
 	"testing"
@@ -10,7 +9,6 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/dryexec/dryexec"
-	"github.com/dryexec/dryexec/internal/testreq"
 )
 
 // TestGivenTimesAreExact: the times a vm trial's command gives an entry
@@ -19,11 +17,8 @@ import (
 // (not followed); a caller that does not own the file still gets EPERM; a
 // file reached through a link to a host directory changes in the view only.
 func TestGivenTimesAreExact(t *testing.T) {
-	if testing.Short() {
-		t.Skip("boots a VM")
-	}
-	r := &Rung{GuestExe: staticGuest(t), BootTimeout: 5 * time.Minute}
-	testreq.Need(t, testreq.VM, r.Available(context.Background()))
+	r := testRung(t)
+	r.BootTimeout = 5 * time.Minute // a boot under TCG on a loaded host
 	dir := t.TempDir()
 	host := filepath.Join(t.TempDir(), "hostdir")
 	if err := os.Mkdir(host, 0o755); err != nil {
