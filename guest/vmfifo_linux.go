@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"unsafe"
 
 	"golang.org/x/sys/unix"
 
@@ -50,6 +51,7 @@ var nodeCalls = []string{"mknod", "mknodat", "chmod", "fchmod", "fchmodat", "fch
 func vmProfile() *seccomp.Profile {
 	p := innerProfile()
 	p.Handle("QEMU's 9p server can neither make a FIFO nor chmod one: the host does it through the view", nodeCalls...)
+	p.Handle("the VM's 9p client keeps whole seconds of the times a command sets: the host sets them through the view", "utimensat")
 	return p
 }
 
@@ -104,6 +106,9 @@ func (v *vmFIFOs) ask(req *wire.TrialNode) unix.Errno {
 // the host, waited for on a goroutine of its own (slow).
 func (v *vmFIFOs) handle(_ context.Context, n *seccomp.Notification) (seccomp.Answer, func() seccomp.Answer) {
 	call := seccomp.Name(n.Nr)
+	if call == "utimensat" {
+		return v.utimensat(n)
+	}
 	dirfd, pathArg, modeArg := int32(unix.AT_FDCWD), 0, 1
 	switch call {
 	case "mknodat", "fchmodat", "fchmodat2":
@@ -198,12 +203,18 @@ func (v *vmFIFOs) chmod(n *seccomp.Notification, proc string, fd int, st *unix.S
 	if uint32(cr.fsgid) != st.Gid && !slices.Contains(cr.groups, int(st.Gid)) && cr.capEff&(1<<unix.CAP_FSETID) == 0 {
 		mode &^= unix.S_ISGID // as chmod(2) clears it
 	}
+	dir, name := splitView(where)
+	return v.do(&wire.TrialNode{Op: wire.NodeChmod, Dir: []byte(dir), Name: []byte(name), Mode: mode})
+}
+
+// splitView splits where, an absolute path in the view (viewPath), into
+// its directory and last name, as wire.TrialNode carries them.
+func splitView(where string) (dir, name string) {
 	i := strings.LastIndexByte(where, '/')
-	dir := where[:i]
-	if dir == "" {
+	if dir = where[:i]; dir == "" {
 		dir = "/"
 	}
-	return v.do(&wire.TrialNode{Op: wire.NodeChmod, Dir: []byte(dir), Name: []byte(where[i+1:]), Mode: mode})
+	return dir, where[i+1:]
 }
 
 // do asks the host to do req and answers the call with its errno.
@@ -273,4 +284,88 @@ func mayCreateIn(st *unix.Stat_t, cr *callerCreds) unix.Errno {
 		return unix.EACCES
 	}
 	return 0
+}
+
+// utimensat has the host set the times a command gives an entry on the
+// view. The VM's kernel truncates them to whole seconds before its 9p
+// client sends them: v9fs never sets its superblock's time granularity, so
+// it keeps the default of one second, and notify_change truncates given
+// times to it (cp -p, cp -a, touch -d, rsync -t, tar x would keep only
+// seconds). The current time (times NULL, UTIME_NOW) is the host's own, to
+// the nanosecond; whole seconds, bad times or flags, anything not on the
+// view or that cannot be judged continue as the caller made them.
+func (v *vmFIFOs) utimensat(n *seccomp.Notification) (seccomp.Answer, func() seccomp.Answer) {
+	dirfd, pathAddr, flags := int32(n.Args[0]), n.Args[1], n.Args[3]
+	if n.Args[2] == 0 || flags&^uint64(unix.AT_SYMLINK_NOFOLLOW|unix.AT_EMPTY_PATH) != 0 {
+		return contAnswer, nil
+	}
+	ts, ok := readTimes(n.PID, n.Args[2])
+	if !ok {
+		return contAnswer, nil
+	}
+	proc := "/proc/" + strconv.Itoa(n.PID)
+	// The entry as the caller's call resolves it: its path (the last link
+	// kept with AT_SYMLINK_NOFOLLOW), else its descriptor (futimens).
+	target, oflags := proc+"/fd/"+strconv.Itoa(int(dirfd)), unix.O_PATH|unix.O_CLOEXEC
+	if pathAddr != 0 {
+		p, err := readCString(n.PID, pathAddr)
+		if err != nil {
+			return contAnswer, nil
+		}
+		switch {
+		case p != "":
+			target = magicPath(proc, dirfd, callerProc(p, n.PID))
+			if flags&unix.AT_SYMLINK_NOFOLLOW != 0 {
+				oflags |= unix.O_NOFOLLOW
+			}
+		case flags&unix.AT_EMPTY_PATH == 0:
+			return contAnswer, nil
+		case dirfd == unix.AT_FDCWD:
+			target = proc + "/cwd"
+		}
+	} else if dirfd == unix.AT_FDCWD {
+		return contAnswer, nil
+	}
+	fd, st, ok := v.onView(target, oflags)
+	if !ok {
+		return contAnswer, nil
+	}
+	return seccomp.Answer{}, func() seccomp.Answer {
+		defer unix.Close(fd)
+		where, ok := viewPath(fd)
+		cr, err := readCreds(proc)
+		if !ok || where == "/" || err != nil || !n.Valid() {
+			return contAnswer
+		}
+		// Given times: the owner's, or CAP_FOWNER's (utimensat(2)).
+		if uint32(cr.fsuid) != st.Uid && cr.capEff&(1<<unix.CAP_FOWNER) == 0 {
+			return seccomp.Answer{Errno: unix.EPERM}
+		}
+		dir, name := splitView(where)
+		return v.do(&wire.TrialNode{Op: wire.NodeUtimes, Dir: []byte(dir), Name: []byte(name), Times: ts})
+	}
+}
+
+// readTimes reads utimensat's two timespecs from the caller's memory; ok
+// only when one of them has a fraction of a second to keep and both are
+// valid (the kernel answers the rest itself).
+func readTimes(pid int, addr uint64) (ts [4]int64, ok bool) {
+	var raw [2]unix.Timespec
+	local := []unix.Iovec{{Base: (*byte)(unsafe.Pointer(&raw[0]))}}
+	local[0].SetLen(int(unsafe.Sizeof(raw)))
+	remote := []unix.RemoteIovec{{Base: uintptr(addr), Len: int(unsafe.Sizeof(raw))}}
+	if n, err := unix.ProcessVMReadv(pid, local, remote, 0); err != nil || n != int(unsafe.Sizeof(raw)) {
+		return ts, false
+	}
+	for i, t := range raw {
+		switch {
+		case t.Nsec == unix.UTIME_NOW || t.Nsec == unix.UTIME_OMIT:
+		case t.Nsec < 0 || t.Nsec >= 1e9:
+			return ts, false
+		case t.Nsec != 0:
+			ok = true
+		}
+		ts[2*i], ts[2*i+1] = t.Sec, t.Nsec
+	}
+	return ts, ok
 }

@@ -31,18 +31,24 @@ const (
 	VerbFSHole    = "fs.hole"
 	VerbTrialDone = "trial.done" // body: TrialDone
 	// VerbTrialNode is the vm trial guest's request, while the command
-	// runs, that the host make a FIFO, or chmod one, through the view (body
-	// TrialNode; the host answers KindResp with TrialNodeResult, same ID):
-	// QEMU's 9p server can do neither (docs/architecture.md, "The vm rung").
+	// runs, that the host make a FIFO, or chmod one, or set a file's times
+	// to the nanosecond, through the view (body TrialNode; the host answers
+	// KindResp with TrialNodeResult, same ID): QEMU's 9p server can do
+	// neither of the first two, and the VM's 9p client truncates given
+	// times to whole seconds (docs/architecture.md, "The vm rung").
 	VerbTrialNode = "trial.node"
 )
 
 // TrialNode asks the host to make the FIFO Name in Dir (Op "mknod") with
 // Mode (type and permission bits, the caller's umask applied) and owner, or
-// to set the permission bits of the FIFO Name in Dir to Mode (Op "chmod").
+// to set the permission bits of the FIFO Name in Dir to Mode (Op "chmod"),
+// or to set the times of Name in Dir, not followed, to Times (Op "utimes":
+// atime then mtime, seconds and nanoseconds each, as utimensat(2) takes
+// them, UTIME_NOW and UTIME_OMIT included).
 // Dir is an absolute path in the view as the sandbox resolved it. The host
 // trusts none of it: Dir is resolved again beneath the view's root, never
-// outside it, and only a FIFO is made or changed.
+// outside it; only a FIFO is made or chmodded, and times are set on Name
+// itself, never through a link.
 type TrialNode struct {
 	Op   string `json:"op"`
 	Dir  []byte `json:"dir"`
@@ -50,12 +56,15 @@ type TrialNode struct {
 	Mode uint32 `json:"mode"`
 	UID  uint32 `json:"uid,omitempty"`
 	GID  uint32 `json:"gid,omitempty"`
+	// Times is Op "utimes"'s: atime sec, atime nsec, mtime sec, mtime nsec.
+	Times [4]int64 `json:"times,omitzero"`
 }
 
 // Ops of TrialNode.
 const (
-	NodeMknod = "mknod"
-	NodeChmod = "chmod"
+	NodeMknod  = "mknod"
+	NodeChmod  = "chmod"
+	NodeUtimes = "utimes"
 )
 
 // TrialNodeResult is the errno the call gets (0: made).

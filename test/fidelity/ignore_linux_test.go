@@ -129,10 +129,11 @@ type knownFailure struct {
 // rung"). On vm the same three differed (QEMU's 9p server cannot make a
 // FIFO) until the VM's supervisor began handing the command's mknod and
 // chmod of a FIFO to the host, which makes it through the view
-// (docs/architecture.md, "The vm rung").
-var knownDiffering = []knownFailure{
-	{"hard_links", "vm", "cp -al in the VM gives the copied directories their source's mtime in whole seconds (natively 00:54:09.710019831, in the delta 00:54:09.000000000: first seen 2026-12-05, cause not yet pinned down; rsync -a's directory times are exact on vm, rsync_hardlinks)"},
-}
+// (docs/architecture.md, "The vm rung"); hard_links differed on vm (the
+// VM's 9p client kept whole seconds of the times cp -a gives) until the
+// VM's supervisor began handing utimensat with a fraction of a second to
+// the host as well.
+var knownDiffering = []knownFailure{}
 
 // known returns the entry for workload w in mode, if there is one.
 func known(w, mode string) (knownFailure, bool) {

@@ -209,21 +209,21 @@ func (t *Trial) OpenViewRoot() error {
 	return nil
 }
 
-// NodeInView makes the FIFO req asks for (or chmods it) through the merged
-// view whose root is root, as the sandbox's own call would have, and
-// returns the errno the call gets. The request comes from the sandbox and
-// is trusted in nothing: its directory is resolved beneath root, every link
-// in it followed as within root (RESOLVE_IN_ROOT: an absolute link or a
-// ".." stays in the view, never reaching the host's own directories), no
-// magic link; the name is one component, never followed; only a FIFO is
-// made or changed. Through the merged view, overlayfs copies the directory
+// NodeInView makes the FIFO req asks for (or chmods it, or sets an entry's
+// times) through the merged view whose root is root, as the sandbox's own
+// call would have, and returns the errno the call gets. The request comes
+// from the sandbox and is trusted in nothing: its directory is resolved
+// beneath root, every link in it followed as within root (RESOLVE_IN_ROOT:
+// an absolute link or a ".." stays in the view, never reaching the host's
+// own directories), no magic link; the name is one component, never
+// followed; only a FIFO is made or chmodded. Through the merged view, overlayfs copies the directory
 // up as for any write of the sandbox.
 func NodeInView(root int, req *wire.TrialNode) unix.Errno {
 	name := string(req.Name)
 	if name == "" || name == "." || name == ".." || strings.ContainsAny(name, "/\x00") ||
 		!path.IsAbs(string(req.Dir)) || strings.ContainsRune(string(req.Dir), 0) ||
 		req.Op == wire.NodeMknod && req.Mode&unix.S_IFMT != unix.S_IFIFO ||
-		req.Op != wire.NodeMknod && req.Op != wire.NodeChmod {
+		req.Op != wire.NodeMknod && req.Op != wire.NodeChmod && req.Op != wire.NodeUtimes {
 		return unix.EINVAL
 	}
 	dir, err := unix.Openat2(root, string(req.Dir), &unix.OpenHow{Flags: unix.O_PATH | unix.O_DIRECTORY | unix.O_CLOEXEC,
@@ -232,6 +232,15 @@ func NodeInView(root int, req *wire.TrialNode) unix.Errno {
 		return errnoOf(err)
 	}
 	defer unix.Close(dir)
+	if req.Op == wire.NodeUtimes {
+		// Any kind of entry: the entry itself (a link's own times, as
+		// lutimes), never what it points to. The kernel checks the times.
+		ts := []unix.Timespec{{Sec: req.Times[0], Nsec: req.Times[1]}, {Sec: req.Times[2], Nsec: req.Times[3]}}
+		if err := unix.UtimesNanoAt(dir, name, ts, unix.AT_SYMLINK_NOFOLLOW); err != nil {
+			return errnoOf(err)
+		}
+		return 0
+	}
 	undo := func(err error) unix.Errno { return errnoOf(err) }
 	if req.Op == wire.NodeMknod {
 		// This process's umask would apply: the bits are set below, on

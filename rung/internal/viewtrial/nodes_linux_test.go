@@ -46,6 +46,14 @@ func TestNodeInViewStaysInTheView(t *testing.T) {
 	mk := func(dir, name string, mode uint32) *wire.TrialNode {
 		return &wire.TrialNode{Op: wire.NodeMknod, Dir: []byte(dir), Name: []byte(name), Mode: unix.S_IFIFO | mode, UID: uid, GID: gid}
 	}
+	const sec, nsec = 1767225609, 710019831
+	utimes := func(dir, name string) *wire.TrialNode {
+		return &wire.TrialNode{Op: wire.NodeUtimes, Dir: []byte(dir), Name: []byte(name), Times: [4]int64{sec, nsec, sec, nsec}}
+	}
+	var before unix.Stat_t
+	if err := unix.Lstat(hostFIFO, &before); err != nil {
+		t.Fatal(err)
+	}
 	for _, c := range []struct {
 		name string
 		req  *wire.TrialNode
@@ -62,6 +70,11 @@ func TestNodeInViewStaysInTheView(t *testing.T) {
 		{"chmod of a link to a host FIFO", &wire.TrialNode{Op: wire.NodeChmod, Dir: []byte("/dir"), Name: []byte("hostfif"), Mode: 0o666}, unix.EPERM},
 		{"chmod through a link to a host dir", &wire.TrialNode{Op: wire.NodeChmod, Dir: []byte("/tohost"), Name: []byte("fifo"), Mode: 0o666}, unix.ENOENT},
 		{"an unknown op", &wire.TrialNode{Op: "unlink", Dir: []byte("/sub"), Name: []byte("x")}, unix.EINVAL},
+		{"utimes through a link to a host dir", utimes("/tohost", "fifo"), unix.ENOENT},
+		{"utimes above the view", utimes("/../../../../../../"+host, "fifo"), unix.ENOENT},
+		{"utimes of a name that climbs", utimes("/dir", ".."), unix.EINVAL},
+		// The link's own times (as lutimes), never the host FIFO's.
+		{"utimes of a link to a host FIFO", utimes("/dir", "hostfif"), 0},
 	} {
 		if got := NodeInView(root, c.req); got != c.want {
 			t.Errorf("%s: got %v, want %v", c.name, got, c.want)
@@ -75,8 +88,14 @@ func TestNodeInViewStaysInTheView(t *testing.T) {
 	if err := unix.Lstat(hostFIFO, &st); err != nil {
 		t.Fatal(err)
 	}
-	if len(ents) != 1 || st.Mode != unix.S_IFIFO|0o600 {
-		t.Errorf("the host dir changed: %d entries, its FIFO's mode %o", len(ents), st.Mode)
+	if len(ents) != 1 || st.Mode != unix.S_IFIFO|0o600 || st.Mtim != before.Mtim {
+		t.Errorf("the host dir changed: %d entries, its FIFO's mode %o, mtime %v (was %v)", len(ents), st.Mode, st.Mtim, before.Mtim)
+	}
+	if err := unix.Lstat(filepath.Join(view, "dir", "hostfif"), &st); err != nil {
+		t.Fatal(err)
+	}
+	if st.Mtim != (unix.Timespec{Sec: sec, Nsec: nsec}) {
+		t.Errorf("the link's own mtime %v, want %d.%09d", st.Mtim, sec, nsec)
 	}
 
 	// Through a link that stays in the view: made where the sandbox saw
