@@ -230,7 +230,7 @@ var forkCases = []conformanceCase{
 		if rungOf(s) == "host" {
 			t.Skip("the host rung stops nothing")
 		}
-		run(t, s, "setsid sh -c 'echo started > bg.log; while :; do sleep 1; done' >/dev/null 2>&1 & until [ -s bg.log ]; do :; done")
+		run(t, s, "setsid sh -c 'echo $$ > bg.pid; echo started > bg.log; while :; do sleep 1; done' >/dev/null 2>&1 & until [ -s bg.log ]; do :; done")
 		if rungOf(s) == "vm" {
 			// A vm fork snapshots the VM, which needs the view let go of:
 			// a process left running holds it, so the fork is refused
@@ -239,7 +239,7 @@ var forkCases = []conformanceCase{
 				t.Fatalf("Fork with a process left running: %v, want a refusal naming it", err)
 			}
 			wantOut(t, s, "cat bg.log; echo y > after; cat after; ps -o stat= -C sh | grep -c T || true", "started\ny\n0\n")
-			run(t, s, "pkill -f 'echo started' ; while pgrep -f 'echo started' >/dev/null; do :; done")
+			run(t, s, "p=$(cat bg.pid); kill -- -$p; while ps -o stat= -s $p | grep -qv '^Z'; do :; done")
 			wantOut(t, forkOf(t, s, 1)[0], "cat bg.log after", "started\ny\n")
 			return
 		}

@@ -52,9 +52,9 @@ func (p *Parked) Options() Options { return p.opt }
 // Park saves the session to dir (which must exist; the caller owns it) and
 // ends its sandbox: a parked session holds no memory or process on the
 // host. The session's workspace, baseline, shell state (cwd, exported
-// variables) and cache are kept; what ran between execs is not (nothing of
-// the command's does: each exec's processes end with it, and the
-// pre-started Python runner starts again on resume). On the vm rung, what
+// variables) and cache are kept; the pre-started Python runner starts again
+// on resume. A process a command left running holds the VM's view, so the
+// guest refuses the park (and a fork) while one does. On the vm rung, what
 // the session wrote outside its workspace (the view's upper dirs) and
 // /dev/shm are not kept. s is closed on success; on failure it goes on as
 // it was, unless the failure lost it (dryexec.ErrSessionLost).
