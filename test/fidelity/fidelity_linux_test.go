@@ -48,6 +48,8 @@ const (
 	// vmEnv=1 adds the vm mode (make test-vm): a VM boot per trial, seconds
 	// each under TCG, so not part of make fidelity.
 	vmEnv = "DRYEXEC_TEST_VM"
+	// hostEnv=1 adds the host mode (the rung without isolation).
+	hostEnv = "DRYEXEC_FIDELITY_HOST"
 )
 
 // TestMain lets this test binary serve as the guest, should anything in it
@@ -89,6 +91,7 @@ func TestFidelity(t *testing.T) {
 	t.Run("rootless", func(t *testing.T) { rows = append(rows, h.rootless(t)...) })
 	t.Run("gvisor", func(t *testing.T) { rows = append(rows, h.gvisor(t)...) })
 	t.Run("vm", func(t *testing.T) { rows = append(rows, h.vm(t)...) })
+	t.Run("host", func(t *testing.T) { rows = append(rows, h.host(t)...) })
 	if p := os.Getenv(tableEnv); p != "" {
 		if err := writeTable(p, rows, h.calibrate); err != nil {
 			t.Error(err)
@@ -576,6 +579,19 @@ func (h *harness) gvisor(t *testing.T) []*row {
 	g := *h
 	g.mode, g.rung, g.runsc = "gvisor", "gvisor", runsc
 	return g.all(t)
+}
+
+// host runs every workload again with its trial on the host rung (no
+// isolation: the trial runs on a scratch copy of its working directory)
+// and returns its rows. Only with hostEnv=1: the rung is not a sandbox, so
+// its rows say how far its delta matches a native run, not a guarantee.
+func (h *harness) host(t *testing.T) []*row {
+	if os.Getenv(hostEnv) == "" {
+		t.Skip("set " + hostEnv + "=1 to run the workloads on the host rung")
+	}
+	o := *h
+	o.mode, o.rung = "host", "host"
+	return o.all(t)
 }
 
 // vm runs every workload again with its trial on the vm rung (root only, a
