@@ -3,10 +3,15 @@ package fctest
 import (
 	"encoding/json"
 	"fmt"
+	"io"
+	"net"
 	"os"
 	"os/signal"
+	"strconv"
 	"strings"
 	"syscall"
+
+	"github.com/dryexec/dryexec/wire"
 )
 
 // Environment of Main.
@@ -18,7 +23,23 @@ const (
 	// LogEnv names a file each answered call is appended to, as a JSON
 	// line (a Call), so that the test can check a process's requests.
 	LogEnv = "FCTEST_LOG"
+	// RefuseEnv lists requests ("METHOD /path", separated by ";") the
+	// fake refuses with a fault of its own, as Refuse does in a test's
+	// process.
+	RefuseEnv = "FCTEST_REFUSE"
+	// GuestEnv plays a guest on the vsock: "hello" has the guest listen
+	// on GuestPortsEnv's ports and greet on the first with the wire's
+	// hello (a vm-trial's, this wire version), as the VM's init does;
+	// "garbage" greets with bytes that are no wire frame; "" runs no
+	// guest (every CONNECT is refused).
+	GuestEnv = "FCTEST_GUEST"
+	// GuestPortsEnv is the guest's first vsock port; it listens on as
+	// many as the wire has streams (wire.VMPorts), from it.
+	GuestPortsEnv = "FCTEST_GUEST_PORT"
 )
+
+// RefusedFault is the fault_message of a refusal RefuseEnv asked for.
+const RefusedFault = "fctest: refused as asked"
 
 // Main is the fake as a process: a test binary's TestMain calls it when
 // the binary stands in for `firecracker` (the driver launches it with
@@ -76,9 +97,48 @@ func Main(args []string) int {
 		return 1
 	}
 	defer s.Close()
+	for _, mp := range strings.Split(os.Getenv(RefuseEnv), ";") {
+		if mp != "" {
+			s.Refuse(mp, RefusedFault)
+		}
+	}
+	if err := serveGuest(s, os.Getenv(GuestEnv), os.Getenv(GuestPortsEnv)); err != nil {
+		fmt.Fprintln(os.Stderr, "fctest:", err)
+		return 2
+	}
 	select {
 	case <-sig:
 	case <-s.Exited():
 	}
 	return 0
+}
+
+// serveGuest plays the guest GuestEnv asks for.
+func serveGuest(s *Server, mode, firstPort string) error {
+	if mode == "" {
+		return nil
+	}
+	base, err := strconv.ParseUint(firstPort, 10, 32)
+	if err != nil {
+		return fmt.Errorf("%s=%q: %w", GuestPortsEnv, firstPort, err)
+	}
+	var greet func(net.Conn)
+	switch mode {
+	case "hello":
+		greet = func(c net.Conn) {
+			wire.NewConn(c).Send(wire.KindHello, "", 0, wire.Hello{Version: wire.Version, Role: wire.RoleVMTrial})
+		}
+	case "garbage":
+		greet = func(c net.Conn) { c.Write([]byte("not a wire frame\n")) }
+	default:
+		return fmt.Errorf("%s=%q: hello, garbage or empty", GuestEnv, mode)
+	}
+	for i := range wire.VMPorts() {
+		h := func(c net.Conn) { io.Copy(io.Discard, c) }
+		if i == 0 {
+			h = func(c net.Conn) { greet(c); io.Copy(io.Discard, c) }
+		}
+		s.ServeGuest(uint32(base)+uint32(i), h)
+	}
+	return nil
 }
