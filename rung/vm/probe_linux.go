@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -46,6 +47,8 @@ func closeAll(fs []*os.File) {
 
 // BootResult is what a probe VM measured.
 type BootResult struct {
+	// VMM is VMMQEMU or VMMFirecracker.
+	VMM   string
 	Accel string
 	// Hello is the time from QEMU's start to the VM's init's first wire
 	// message (its hello).
@@ -86,20 +89,11 @@ func bootProbe(ctx context.Context, cfg vmConfig, deadline time.Duration) (BootR
 	done := make(chan error, 1)
 	go func() { done <- cmd.Wait() }()
 	hello := make(chan error, 1)
-	go func() {
-		f, err := wire.NewConn(host[0]).Read()
-		if err == nil {
-			var h wire.Hello
-			if f.Kind != wire.KindHello || f.Decode(&h) != nil || h.Role != wire.RoleVMTrial || h.Version != wire.Version {
-				err = fmt.Errorf("unexpected first frame %s %q from the VM", f.Kind, f.Verb)
-			}
-		}
-		hello <- err
-	}()
+	go func() { hello <- readHello(host[0]) }()
 	var res BootResult
 	select {
 	case err = <-hello:
-		res = BootResult{Accel: cfg.accel, Hello: time.Since(start)}
+		res = BootResult{VMM: VMMQEMU, Accel: cfg.accel, Hello: time.Since(start)}
 		cmd.Process.Kill()
 		<-done
 	case err = <-done:
@@ -115,6 +109,20 @@ func bootProbe(ctx context.Context, cfg vmConfig, deadline time.Duration) (BootR
 		return BootResult{}, err
 	}
 	return res, nil
+}
+
+// readHello reads the VM's first wire message, which must be its init's
+// hello (a vm-trial's, this wire version).
+func readHello(rw io.ReadWriter) error {
+	f, err := wire.NewConn(rw).Read()
+	if err != nil {
+		return err
+	}
+	var h wire.Hello
+	if f.Kind != wire.KindHello || f.Decode(&h) != nil || h.Role != wire.RoleVMTrial || h.Version != wire.Version {
+		return fmt.Errorf("unexpected first frame %s %q from the VM", f.Kind, f.Verb)
+	}
+	return nil
 }
 
 // probeDir keeps the probe's stamps: /run, which a reboot empties.

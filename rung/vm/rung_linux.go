@@ -39,6 +39,11 @@ type Rung struct {
 	// Accel forces an accelerator (AccelKVM, AccelTCG); empty: the probe's
 	// (KVM if a probe VM boots with it within KVMProbeDeadline, else TCG).
 	Accel string
+	// VMM is VMMQEMU, VMMFirecracker or VMMAuto; empty: $DRYEXEC_VM_VMM,
+	// else auto (chooseVMM, vmm_linux.go).
+	VMM string
+	// Firecracker is the firecracker binary; empty: firecracker.Detect's.
+	Firecracker string
 	// MemoryMB is the VM's RAM when the trial's limits set none; 0: 512.
 	MemoryMB int64
 	// GuestExe is the guest binary: the view guest on the host and the
@@ -108,12 +113,26 @@ type machine struct {
 	// why is what the probe found of the accelerators not chosen ("" when
 	// unprobed or forced).
 	why string
+	// vmm is the VMM and why (vmm_linux.go).
+	vmm vmmChoice
 }
 
-// resolve finds QEMU, the kernel and the initramfs, and decides the
+// resolve is resolveQEMU's machine with its VMM chosen (chooseVMM).
+func (r *Rung) resolve(ctx context.Context, probe bool) (*machine, error) {
+	m, err := r.resolveQEMU(ctx, probe)
+	if err != nil {
+		return nil, err
+	}
+	if err := r.chooseVMM(ctx, m, probe); err != nil {
+		return nil, err
+	}
+	return m, nil
+}
+
+// resolveQEMU finds QEMU, the kernel and the initramfs, and decides the
 // accelerator: r.Accel, else the one the last successful probe on this
 // boot of the host stamped, else a probe's (probe false: TCG, unprobed).
-func (r *Rung) resolve(ctx context.Context, probe bool) (*machine, error) {
+func (r *Rung) resolveQEMU(ctx context.Context, probe bool) (*machine, error) {
 	if os.Geteuid() != 0 {
 		return nil, unavailable("root: the vm rung's view guest builds overlays as root (rootless is not supported yet)")
 	}
@@ -216,6 +235,9 @@ func (r *Rung) Boot(ctx context.Context) (BootResult, error) {
 	if err != nil {
 		return BootResult{}, err
 	}
+	if m.vmm.name == VMMFirecracker {
+		return fcBootProbe(ctx, r.fcProbeVM(m, m.vmm.firecracker), r.bootTimeout())
+	}
 	cfg := vmConfig{qemu: m.qemu, accel: m.accel, kernel: m.kernel.Vmlinux, initramfs: m.initramfs, transport: virtioSerial{}}
 	return bootProbe(ctx, cfg, r.bootTimeout())
 }
@@ -231,6 +253,7 @@ func (r *Rung) Notes() []string {
 		accel += "; not chosen: " + m.why
 	}
 	return []string{
+		m.vmm.doctorNote(),
 		accel,
 		"kernel: " + m.kernel.Vmlinux + " (sha256 " + m.kernel.Digest[:16] + "…); initramfs: " + m.initramfs,
 		"wire: virtio-serial; root: the view over 9p (virtio-9p, passthrough), upper dirs on the host",
@@ -267,6 +290,9 @@ func (r *Rung) Trial(ctx context.Context, spec dryexec.TrialSpec) (*dryexec.Stat
 func (r *Rung) newTrial(ctx context.Context, spec dryexec.TrialSpec) (*trial, error) {
 	m, err := r.resolve(ctx, true)
 	if err != nil {
+		return nil, err
+	}
+	if err := m.vmm.forTrial(); err != nil {
 		return nil, err
 	}
 	exe, err := r.guestExe()
@@ -514,7 +540,7 @@ func (t *trial) run(ctx context.Context) (*dryexec.StateDelta, error) {
 	// Which accelerator ran, and the boot's cost, are part of the record:
 	// TCG and KVM differ by an order of magnitude in speed, not in what
 	// the command may do.
-	d, err = t.Report(outer, err, d, t.bootNote())
+	d, err = t.Report(outer, err, d, t.bootNote()+t.m.vmm.deltaNote())
 	t.net.crashed(d)
 	return d, err
 }
