@@ -10,11 +10,16 @@ import (
 
 	"github.com/dryexec/dryexec/guest"
 	"github.com/dryexec/dryexec/netsim/netproc"
+	"github.com/dryexec/dryexec/rung/vm/firecracker/fctest"
 )
 
 // TestMain lets this test binary serve as the view guest (the rung
-// re-executes /proc/self/exe as `dryexec guest gvisor-view`).
+// re-executes /proc/self/exe as `dryexec guest gvisor-view`), and as a fake
+// firecracker (vmm_linux_test.go).
 func TestMain(m *testing.M) {
+	if os.Getenv(fakeFirecrackerEnv) == "1" {
+		os.Exit(fctest.Main(os.Args[1:]))
+	}
 	guest.MaybeMain(os.Args)
 	netproc.MaybeMain(os.Args)
 	code := m.Run()
