@@ -13,6 +13,8 @@
 // (wire.RoleVMInit) mounts it as its root and runs the command; once the VM
 // is gone the host walks the upper dirs. The VM's network is ns's netsim
 // behind a virtio-net device whose frames QEMU passes on a socket netsim
-// serves (net_linux.go). See docs/architecture.md, "The vm
-// rung".
+// serves (net_linux.go). The VMM is QEMU; Firecracker (package
+// firecracker) is chosen only where a Firecracker probe VM greets over
+// vsock, and runs no trial yet (vmm_linux.go). See docs/architecture.md,
+// "The vm rung".
 package vm
