@@ -140,9 +140,8 @@ func TestFirecrackerBootProbe(t *testing.T) {
 		t.Errorf("result %+v, want firecracker and kvm", res)
 	}
 	calls := h.calls(t)
-	var got []string
+	got := routes(calls)
 	for _, c := range calls {
-		got = append(got, c.Method+" "+c.Path)
 		if c.Violation || c.Status >= 300 {
 			t.Errorf("%s %s: %d %s (violation %v)", c.Method, c.Path, c.Status, c.Fault, c.Violation)
 		}
@@ -334,4 +333,54 @@ func TestVMMThisHost(t *testing.T) {
 	if !strings.Contains(w, "accel=") || !strings.Contains(w, "vmm qemu: firecracker not used: no firecracker binary") {
 		t.Errorf("the delta does not say which VMM ran and why: %q", d.Warnings)
 	}
+}
+
+// TestRungOnFakeFirecracker drives the rung itself with the fake as its
+// firecracker (a guest that greets over the vsock): Boot goes through
+// Firecracker; a trial with firecracker named is refused, saying why;
+// on auto it runs on QEMU and its delta says why.
+func TestRungOnFakeFirecracker(t *testing.T) {
+	r := testRung(t)
+	h := fakeFirecracker(t, fake{guest: "hello"})
+	m, err := r.resolveQEMU(context.Background(), false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		os.Remove(bootstamp.Path(probeDir, h.bin, "firecracker", m.kernel.Digest, filepath.Base(m.initramfs)))
+	})
+	r.Firecracker = h.bin
+	t.Setenv(VMMEnv, "auto")
+	res, err := r.Boot(context.Background())
+	if err != nil || res.VMM != VMMFirecracker {
+		t.Fatalf("Boot: %+v %v, want a boot through firecracker", res, err)
+	}
+	if got := routes(h.calls(t)); len(got) < 2 || got[len(got)-1] != "PUT /actions" {
+		t.Errorf("firecracker's calls %q", got)
+	}
+	if notes := r.Notes(); len(notes) == 0 || !strings.HasPrefix(notes[0], "vmm: firecracker (firecracker at "+h.bin) {
+		t.Errorf("doctor's notes %q", notes)
+	}
+	// The choice is remembered; the trial's children are not to be fakes.
+	t.Setenv(fakeFirecrackerEnv, "")
+	t.Setenv(VMMEnv, "firecracker")
+	_, err = r.Trial(context.Background(), dryexec.TrialSpec{Action: dryexec.Action{Argv: []string{"true"}, Cwd: t.TempDir(), Env: testPath}})
+	var ue *dryexec.IsolationUnavailableError
+	if !errors.As(err, &ue) || !strings.Contains(err.Error(), "block drive") {
+		t.Fatalf("a trial on firecracker named: %v, want the rung unavailable saying why", err)
+	}
+	t.Setenv(VMMEnv, "auto")
+	d := runTrial(t, r, t.TempDir(), dryexec.TrialSpec{}, "true")
+	if w := strings.Join(d.Warnings, "\n"); !strings.Contains(w, "vmm qemu: firecracker booted a probe VM, but trials") {
+		t.Errorf("the delta does not say why QEMU ran: %q", d.Warnings)
+	}
+}
+
+// routes lists the calls as "METHOD PATH".
+func routes(calls []fctest.Call) []string {
+	var r []string
+	for _, c := range calls {
+		r = append(r, c.Method+" "+c.Path)
+	}
+	return r
 }
