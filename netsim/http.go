@@ -125,8 +125,9 @@ func (s *Sim) handleConn(ctx context.Context, conn net.Conn, f flow, reset func(
 		s.forwardRaw(ctx, conn, br, f)
 		return
 	case err != nil && silent:
-		reset()
+		// Logged before the sandbox sees the reset, as onTCP does.
 		s.record(Record{NetworkEvent: eventOf("tcp", "", "", f.host(), f.port, 0, ActionBlocked, "client sent nothing (not HTTP) and no rule allows tcp "+f.host())})
+		reset()
 		return
 	case err != nil:
 		conn.Close()
@@ -156,8 +157,8 @@ func (s *Sim) handleConn(ctx context.Context, conn net.Conn, f flow, reset func(
 	case rawOK:
 		s.forwardRaw(ctx, conn, br, f)
 	default:
-		reset()
 		s.record(Record{NetworkEvent: eventOf("tcp", "", "", f.host(), f.port, 0, ActionBlocked, "not HTTP, and no rule allows tcp "+f.host())})
+		reset()
 	}
 }
 
@@ -259,6 +260,13 @@ func (s *Sim) serveHTTP(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "netsim: no connection", http.StatusInternalServerError)
 		return
 	}
+	s.serveRequest(w, r, sc)
+}
+
+// serveRequest answers one request that was going to sc's destination:
+// the transparent path's (one connection, one flow) and the proxy's (one
+// request, one flow) alike.
+func (s *Sim) serveRequest(w http.ResponseWriter, r *http.Request, sc *sandboxConn) {
 	f := sc.f
 	// The name mocks and the log use: the DNS name the sandbox resolved,
 	// else (a literal address) the TLS SNI or the Host header. Allow rules
