@@ -2,6 +2,7 @@ package netsim
 
 import (
 	"context"
+	"hash/fnv"
 	"crypto/x509"
 	"errors"
 	"fmt"
@@ -14,6 +15,14 @@ import (
 	"github.com/dryexec/dryexec/netsim/ca"
 	"github.com/dryexec/dryexec/netsim/mock"
 )
+
+// SeedOf is Config.Seed for a trial or session id: mocks repeatable per
+// trial, the same id giving the same bytes.
+func SeedOf(id string) uint64 {
+	h := fnv.New64a()
+	h.Write([]byte(id))
+	return h.Sum64()
+}
 
 // ErrBadConfig is wrapped by every error about a netsim configuration: a
 // malformed --net value, rule or mock file.

@@ -26,13 +26,20 @@ import (
 // path's. The destination is the name the client gave: there is no DNS
 // here, and a name is resolved on the host only when a rule allows it.
 //
-// It returns when ctx is done or lis fails, after every handler has logged
-// its event; it closes lis. A Sim serves one link or listener in its life.
-func (s *Sim) ServeProxy(ctx context.Context, lis net.Listener) error {
+// It returns when ctx is done or a listener fails, after every handler has
+// logged its event; it closes every listener (more than one: the same port
+// on 127.0.0.1 and ::1, which a client naming "localhost" may try in either
+// order). A Sim serves one link or set of listeners in its life.
+func (s *Sim) ServeProxy(ctx context.Context, lis ...net.Listener) error {
 	s.serveMu.Lock()
-	if s.served {
+	if s.served || len(lis) == 0 {
 		s.serveMu.Unlock()
-		lis.Close()
+		for _, l := range lis {
+			l.Close()
+		}
+		if len(lis) == 0 {
+			return fmt.Errorf("%w: ServeProxy with no listener", ErrBadConfig)
+		}
 		return ErrServed
 	}
 	s.served = true
@@ -49,8 +56,10 @@ func (s *Sim) ServeProxy(ctx context.Context, lis net.Listener) error {
 		MaxHeaderBytes:    1 << 20,
 		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelDebug),
 	}
-	served := make(chan error, 1)
-	go func() { served <- px.Serve(lis) }()
+	served := make(chan error, len(lis))
+	for _, l := range lis {
+		go func() { served <- px.Serve(l) }()
+	}
 	var err error
 	select {
 	case <-ctx.Done():
@@ -65,11 +74,15 @@ func (s *Sim) ServeProxy(ctx context.Context, lis net.Listener) error {
 	s.http.srv.Close()
 	s.work.closeAndWait()
 	s.markQuiet()
-	if err == nil {
-		err = <-served
+	n := len(lis)
+	if err != nil {
+		n--
+	}
+	for range n {
+		<-served
 	}
 	s.transport.CloseIdleConnections()
-	if ctx.Err() != nil || errors.Is(err, http.ErrServerClosed) || errors.Is(err, net.ErrClosed) {
+	if err == nil || errors.Is(err, http.ErrServerClosed) || errors.Is(err, net.ErrClosed) {
 		return nil
 	}
 	return fmt.Errorf("netsim: proxy listener: %w", err)

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"hash/fnv"
 	"os"
 	"path/filepath"
 	"slices"
@@ -142,11 +141,7 @@ func caDirOf(dir string) (string, error) {
 }
 
 // seedOf makes mocks repeatable per trial: the same trial id, the same bytes.
-func seedOf(id string) uint64 {
-	h := fnv.New64a()
-	h.Write([]byte(id))
-	return h.Sum64()
-}
+func seedOf(id string) uint64 { return netsim.SeedOf(id) }
 
 // serve lets netsim serve the device the guest will send. Call it once the
 // guest runs (it has its end of the socket): our copy is closed, so that

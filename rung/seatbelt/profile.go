@@ -27,8 +27,9 @@ type Profile struct {
 	// file operation at or beneath them is denied, metadata included.
 	Hidden []string
 	// NetProxyPort, when not 0, is the one loopback TCP port the command
-	// may connect to: where netsim would listen as the sandbox's proxy on
-	// macOS. 0 denies every network operation.
+	// may connect to: where netsim listens as the sandbox's HTTP proxy, on
+	// 127.0.0.1 and ::1 both (SBPL's "localhost" is either). 0 denies every
+	// network operation.
 	NetProxyPort int
 }
 
@@ -98,7 +99,9 @@ func (p Profile) SBPL() (string, error) {
 	case p.NetProxyPort < 0 || p.NetProxyPort > 65535:
 		return "", fmt.Errorf("seatbelt profile: network proxy port %d out of range", p.NetProxyPort)
 	default:
-		b.WriteString("; network: netsim's loopback proxy only\n(deny network*)\n")
+		// system-socket is socket(2) itself; what a socket may reach is
+		// network-outbound's, and a unix socket is no remote ip.
+		b.WriteString("; network: netsim's loopback proxy only (127.0.0.1 and ::1, both netsim's)\n(deny network*)\n(allow system-socket)\n")
 		b.WriteString("(allow network-outbound (remote ip " + quote("localhost:"+strconv.Itoa(p.NetProxyPort)) + "))\n")
 	}
 	return b.String(), nil

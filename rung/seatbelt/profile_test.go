@@ -244,7 +244,7 @@ func TestProfileRules(t *testing.T) {
 		net  []string // the network rules, in order
 	}{
 		{"no network", 0, []string{"deny network*"}},
-		{"netsim proxy", 41999, []string{"deny network*", "allow network-outbound"}},
+		{"netsim proxy", 41999, []string{"deny network*", "allow system-socket", "allow network-outbound"}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			pr := Profile{Writable: []string{"/private/var/folders/x/clone", "/private/var/folders/x/tmp"},
@@ -269,7 +269,7 @@ func TestProfileRules(t *testing.T) {
 			}
 			var netRules []string
 			for _, h := range heads {
-				if strings.Contains(h, "network") {
+				if strings.Contains(h, "network") || strings.Contains(h, "socket") {
 					netRules = append(netRules, h)
 				}
 			}
@@ -278,9 +278,26 @@ func TestProfileRules(t *testing.T) {
 			}
 			r := rules(t, text)
 			if c.port != 0 {
-				got := r["allow network-outbound"].list[2]
-				if got.list[0].atom != "remote" || got.list[1].atom != "ip" || *got.list[2].str != "localhost:41999" {
+				// Exactly one filter: the proxy's loopback port. No other
+				// address, no unix socket (no remote unix-socket, no path).
+				out := r["allow network-outbound"]
+				if len(out.list) != 3 {
+					t.Fatalf("network-outbound allows more than one destination: %+v", out)
+				}
+				got := out.list[2]
+				if len(got.list) != 3 || got.list[0].atom != "remote" || got.list[1].atom != "ip" || *got.list[2].str != "localhost:41999" {
 					t.Errorf("network allow is %+v, want (remote ip \"localhost:41999\")", got)
+				}
+				if sock := r["allow system-socket"]; len(sock.list) != 2 {
+					t.Errorf("system-socket has filters: %+v", sock)
+				}
+				if pos("allow network-outbound") < pos("deny network*") {
+					t.Errorf("the proxy's allow comes before deny network* (the last match wins): %q", heads)
+				}
+			}
+			for _, h := range heads {
+				if strings.HasPrefix(h, "allow network") && h != "allow network-outbound" {
+					t.Errorf("network opened beyond the proxy: %s", h)
 				}
 			}
 			if got := r["allow mach-lookup"].filters()["global-name"]; !slices.Equal(got, machServices) {

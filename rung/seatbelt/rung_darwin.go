@@ -38,7 +38,56 @@ func (r *Rung) Available(ctx context.Context) error {
 // Trial implements dryexec.Rung: the working directory cloned with
 // clonefile, the command under sandbox-exec.
 func (r *Rung) Trial(ctx context.Context, spec dryexec.TrialSpec) (*dryexec.StateDelta, error) {
-	return trial(ctx, spec, platform{clone: cloneTree, confine: confine, homes: homes(), getenv: os.Getenv})
+	return trial(ctx, spec, platform{clone: cloneTree, confine: confine, homes: homes(), getenv: os.Getenv, denials: watchDenials})
+}
+
+// LogTool streams the unified log, where the kernel reports what Seatbelt
+// denied.
+const LogTool = "/usr/bin/log"
+
+// watchDenials starts `log stream` on Seatbelt's reports and waits for a
+// marker of its own to pass through it (denials.go), or says why it could
+// not: the trial then runs without recording masked reads or direct
+// connections, and says so.
+func watchDenials(ctx context.Context, scratch string) (*denialLog, string) {
+	failed := func(err error) (*denialLog, string) {
+		return nil, "seatbelt: masked reads and direct connections are denied but not recorded (reading Seatbelt's reports with log stream: " + err.Error() + ")"
+	}
+	r, w, err := os.Pipe()
+	if err != nil {
+		return failed(err)
+	}
+	cmd := exec.Command(LogTool, "stream", "--style", "ndjson", "--predicate", `sender == "Sandbox"`)
+	cmd.Stdout = w
+	err = cmd.Start()
+	w.Close()
+	if err != nil {
+		r.Close()
+		return failed(err)
+	}
+	end := func() { cmd.Process.Kill(); cmd.Wait() }
+	l := newDenialLog(r, scratch, markDenial, end)
+	if err := l.markAndWait(ctx, "mark-start"); err != nil {
+		l.close()
+		return failed(err)
+	}
+	return l, ""
+}
+
+// markDenial has a process of dryexec's own denied a read of path (which
+// exists): sandbox-exec with a profile that allows everything else, and
+// cat, which fails; the denial is what the stream is waited on for.
+func markDenial(ctx context.Context, path string) error {
+	profile := "(version 1)\n(allow default)\n(deny file-read-data (literal " + quote(path) + "))\n"
+	err := exec.CommandContext(ctx, SandboxExec, "-p", profile, "--", "/bin/cat", path).Run()
+	var ee *exec.ExitError
+	if errors.As(err, &ee) {
+		return nil // cat was refused, as it should be
+	}
+	if err == nil {
+		return fmt.Errorf("%s read its marker: the profile did not apply", SandboxExec)
+	}
+	return err
 }
 
 // confine runs argv under the profile. sandbox-exec applies it to itself

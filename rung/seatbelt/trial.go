@@ -36,6 +36,9 @@ type platform struct {
 	homes []string
 	// getenv reads the caller's environment (where dryexec keeps its state).
 	getenv func(string) string
+	// denials starts reading Seatbelt's reports of what it denied (macOS:
+	// `log stream`), with a warning when it cannot; nil reads none (Linux).
+	denials func(ctx context.Context, scratch string) (*denialLog, string)
 }
 
 // checkSpec refuses what this rung cannot honour before anything is made.
@@ -49,11 +52,6 @@ func checkSpec(spec dryexec.TrialSpec) error {
 	}
 	if spec.Image != nil {
 		return &dryexec.IsolationUnavailableError{Rung: Name, Missing: "sandboxes from an image (--image) are not supported on seatbelt (use --rung ns on Linux)"}
-	}
-	for _, n := range spec.Net {
-		if n != "none" {
-			return &dryexec.IsolationUnavailableError{Rung: Name, Missing: "network interception on macOS (netsim as a loopback proxy is not built yet): only --net none, which denies every connection"}
-		}
 	}
 	return nil
 }
@@ -123,6 +121,10 @@ func trial(ctx context.Context, spec dryexec.TrialSpec, pf platform) (*dryexec.S
 	if err != nil {
 		return nil, err
 	}
+	netCfg, err := netConfig(spec, pf.getenv)
+	if err != nil {
+		return nil, err
+	}
 	for _, c := range append(slices.Clone(masked), hidden...) {
 		if under(orig, c) {
 			return nil, fmt.Errorf("%w: the working directory %s is masked or dryexec's own state", dryexec.ErrBadAction, orig)
@@ -174,7 +176,13 @@ func trial(ctx context.Context, spec dryexec.TrialSpec, pf platform) (*dryexec.S
 	if err != nil {
 		return nil, err
 	}
-	profile, err := Profile{Writable: []string{root, tmp}, Masked: append(masked, cm...), Hidden: append(hidden, ch...)}.SBPL()
+	nw, err := startNet(ctx, netCfg, filepath.Join(scratch, "netsim-ca.pem"))
+	if err != nil {
+		return nil, err
+	}
+	defer nw.close()
+	pr := Profile{Writable: []string{root, tmp}, Masked: append(masked, cm...), Hidden: append(hidden, ch...), NetProxyPort: nw.port}
+	profile, err := pr.SBPL()
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", dryexec.ErrBadAction, err)
 	}
@@ -183,8 +191,28 @@ func trial(ctx context.Context, spec dryexec.TrialSpec, pf platform) (*dryexec.S
 		argv = pf.confine(profile, argv)
 	}
 	d := &dryexec.StateDelta{TrialID: spec.TrialID, Rung: Name, Action: spec.Action, Warnings: []string{Unenforced}}
-	if err := hostproc.Run(ctx, spec, argv, environ(spec.Action, tmp), root, &d.Process); err != nil {
+	var watch *denialLog
+	if pf.denials != nil {
+		var warn string
+		if watch, warn = pf.denials(ctx, scratch); warn != "" {
+			d.Warnings = append(d.Warnings, warn)
+		}
+	}
+	if err := hostproc.Run(ctx, spec, argv, environ(spec.Action, tmp, nw.env), root, &d.Process); err != nil {
+		watch.close()
 		return nil, err
+	}
+	if err := nw.finish(d); err != nil {
+		watch.close()
+		return nil, err
+	}
+	if watch != nil {
+		denied, warn := watch.stop(ctx)
+		if warn != "" {
+			d.Warnings = append(d.Warnings, warn)
+		}
+		d.Violations = append(d.Violations, pr.violations(denied, func(p string) string { return fromClone(p, root, orig) })...)
+		d.Network = append(d.Network, pr.networkEvents(denied)...)
 	}
 	if err := walkClone(root, snap, since, df); err != nil {
 		return nil, fmt.Errorf("seatbelt: walking the clone: %w", err)
@@ -203,14 +231,31 @@ func trial(ctx context.Context, spec dryexec.TrialSpec, pf platform) (*dryexec.S
 }
 
 // environ is the action's environment with TMPDIR pointed at the sandbox's
-// private tmp: the profile lets nothing write to the host's /tmp, and tools
-// that make temp files (sort, cc, a shell's here-documents) follow TMPDIR.
-// The delta still records the action's own environment.
-func environ(a dryexec.Action, tmp string) []string {
-	vars := make(map[string]string, len(a.Env)+1)
+// private tmp (the profile lets nothing write to the host's /tmp, and tools
+// that make temp files, sort, cc, a shell's here-documents, follow TMPDIR),
+// and netsim's proxy and trust variables (net) over the action's own, with
+// no NO_PROXY to send a destination around the proxy. The delta still
+// records the action's own environment.
+func environ(a dryexec.Action, tmp string, net map[string]string) []string {
+	vars := make(map[string]string, len(a.Env)+len(net)+1)
 	for k, v := range a.Env {
+		vars[k] = v
+	}
+	for _, k := range noProxyVars {
+		delete(vars, k)
+	}
+	for k, v := range net {
 		vars[k] = v
 	}
 	vars["TMPDIR"] = tmp
 	return hostproc.Environ(vars)
+}
+
+// fromClone is p with the clone's root replaced by the original directory
+// it was cloned from: where a report about the clone names the host's path.
+func fromClone(p, root, orig string) string {
+	if under(p, root) {
+		return orig + strings.TrimPrefix(p, root)
+	}
+	return p
 }

@@ -19,6 +19,7 @@ import (
 	"github.com/dryexec/dryexec/commit"
 	"github.com/dryexec/dryexec/fswalk"
 	"github.com/dryexec/dryexec/internal/acceptance"
+	"github.com/dryexec/dryexec/netsim"
 	"github.com/dryexec/dryexec/rung/host"
 	"github.com/dryexec/dryexec/wire"
 )
@@ -33,12 +34,14 @@ func copyClone(src, dst string) error {
 }
 
 // linuxPlatform runs a trial's steps on Linux: a copy for the clone, no
-// sandbox-exec (confine, when set, sees the profile), homes as given.
-func linuxPlatform(homes []string, confine func(string, []string) []string) platform {
+// sandbox-exec (confine, when set, sees the profile), homes as given,
+// dryexec's home (where netsim's CA is made) the test's own.
+func linuxPlatform(t *testing.T, homes []string, confine func(string, []string) []string) platform {
+	home := filepath.Join(t.TempDir(), "dryexec-home")
 	return platform{clone: copyClone, confine: confine, homes: homes,
 		getenv: func(k string) string {
 			if k == "DRYEXEC_HOME" {
-				return "/nonexistent/dryexec-home"
+				return home
 			}
 			return ""
 		}}
@@ -129,7 +132,7 @@ func TestTrialSameDeltaAsHost(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			sd, err := trial(ctx, dryexec.TrialSpec{Action: action(dir, tc.script), NoDefaultMasks: true}, linuxPlatform(nil, nil))
+			sd, err := trial(ctx, dryexec.TrialSpec{Action: action(dir, tc.script), NoDefaultMasks: true}, linuxPlatform(t, nil, nil))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -258,7 +261,7 @@ func testTrialCommit(t *testing.T, viaLink bool) {
 		}
 	}
 	blobs := &memSink{blobs: map[string][]byte{}}
-	d, err := trial(context.Background(), dryexec.TrialSpec{Action: action(cwd, acceptance.Script), Blobs: blobs, NoDefaultMasks: true}, linuxPlatform(nil, nil))
+	d, err := trial(context.Background(), dryexec.TrialSpec{Action: action(cwd, acceptance.Script), Blobs: blobs, NoDefaultMasks: true}, linuxPlatform(t, nil, nil))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -312,7 +315,7 @@ func TestTrialMasks(t *testing.T) {
 		t.Fatal(err)
 	}
 	var profile string
-	pf := linuxPlatform([]string{dir}, func(p string, argv []string) []string { profile = p; return argv })
+	pf := linuxPlatform(t, []string{dir}, func(p string, argv []string) []string { profile = p; return argv })
 	d, err := trial(context.Background(), dryexec.TrialSpec{Action: action(dir, `cat .ssh/id; ls -a; echo x > a`)}, pf)
 	if err != nil {
 		t.Fatal(err)
@@ -336,7 +339,7 @@ func TestTrialMasks(t *testing.T) {
 	if !slices.Contains(masked, dir+"/.ssh") || !inClone {
 		t.Errorf("masked %q: want %s/.ssh and its clone's", masked, dir)
 	}
-	if hidden := r["deny file-read* file-write*"].filters()["subpath"]; !slices.Contains(hidden, "/nonexistent/dryexec-home") {
+	if hidden := r["deny file-read* file-write*"].filters()["subpath"]; !slices.Contains(hidden, pf.getenv("DRYEXEC_HOME")) {
 		t.Errorf("hidden %q: want dryexec's home", hidden)
 	}
 	if _, err := os.Stat(filepath.Join(dir, ".ssh", "id")); err != nil {
@@ -355,8 +358,8 @@ func TestTrialRefuses(t *testing.T) {
 		homes []string
 		is    func(error) bool
 	}{
-		{"net allow", dryexec.TrialSpec{Net: []string{"allow:example.com:443"}}, nil, func(err error) bool { return errors.As(err, &iu) && iu.Rung == Name }},
-		{"net mock", dryexec.TrialSpec{Net: []string{"none", "mock:x.yaml"}}, nil, func(err error) bool { return errors.As(err, &iu) }},
+		{"net spec malformed", dryexec.TrialSpec{Net: []string{"allow:"}}, nil, func(err error) bool { return errors.Is(err, dryexec.ErrBadAction) }},
+		{"net mock file missing", dryexec.TrialSpec{Net: []string{"mock:" + filepath.Join(dir, "nonexistent.yaml")}}, nil, func(err error) bool { return errors.Is(err, netsim.ErrBadConfig) }},
 		{"image", dryexec.TrialSpec{Image: &dryexec.ImageRoot{}}, nil, func(err error) bool { return errors.As(err, &iu) }},
 		{"cwd masked", dryexec.TrialSpec{Masks: []string{dir}}, nil, func(err error) bool { return errors.Is(err, dryexec.ErrBadAction) }},
 		{"mask no literal carries", dryexec.TrialSpec{Masks: []string{"/Users/a/new\nline"}}, nil, func(err error) bool {
@@ -377,7 +380,7 @@ func TestTrialRefuses(t *testing.T) {
 				defer os.Rename(ssh, dir)
 				spec.Action.Cwd = ssh
 			}
-			_, err := trial(context.Background(), spec, linuxPlatform(c.homes, nil))
+			_, err := trial(context.Background(), spec, linuxPlatform(t, c.homes, nil))
 			if !c.is(err) {
 				t.Fatalf("%v: not the error wanted", err)
 			}
@@ -386,7 +389,7 @@ func TestTrialRefuses(t *testing.T) {
 			}
 		})
 	}
-	if _, err := trial(context.Background(), dryexec.TrialSpec{Net: []string{"none"}, Action: action(dir, "true"), NoDefaultMasks: true}, linuxPlatform(nil, nil)); err != nil {
+	if _, err := trial(context.Background(), dryexec.TrialSpec{Net: []string{"none"}, Action: action(dir, "true"), NoDefaultMasks: true}, linuxPlatform(t, nil, nil)); err != nil {
 		t.Errorf("--net none: %v", err)
 	}
 }
@@ -399,7 +402,7 @@ func TestTrialTmp(t *testing.T) {
 	dir := tree(t)
 	a := action(dir, `echo x > "$TMPDIR/t" && test "$TMPDIR" != /tmp && cat "$TMPDIR/t"`)
 	a.Env["TMPDIR"] = "/tmp"
-	d, err := trial(context.Background(), dryexec.TrialSpec{Action: a, NoDefaultMasks: true}, linuxPlatform(nil, nil))
+	d, err := trial(context.Background(), dryexec.TrialSpec{Action: a, NoDefaultMasks: true}, linuxPlatform(t, nil, nil))
 	if err != nil {
 		t.Fatal(err)
 	}
