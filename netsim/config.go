@@ -2,10 +2,10 @@ package netsim
 
 import (
 	"context"
-	"hash/fnv"
 	"crypto/x509"
 	"errors"
 	"fmt"
+	"hash/fnv"
 	"log/slog"
 	"net/netip"
 	"strconv"
