@@ -413,3 +413,62 @@ func TestTrialTmp(t *testing.T) {
 		t.Errorf("files %v, recorded TMPDIR %q: want none and /tmp", d.Files, d.Action.Env["TMPDIR"])
 	}
 }
+
+// TestTrialNetwork: the command reaches netsim through the proxy variables
+// (a caller's NO_PROXY does not send it around them), over HTTP and, with
+// netsim's CA in the bundle it is pointed at, HTTPS; the profile allows
+// exactly the port netsim listens on; the delta's network events are
+// netsim's log, as on the other rungs. With --net none every request is
+// refused and logged. (On Linux the command runs unconfined: that nothing
+// but the proxy's port is reachable is the profile's, TestProfileRules.)
+func TestTrialNetwork(t *testing.T) {
+	dir := tree(t)
+	mocks := filepath.Join(t.TempDir(), "mocks.yaml")
+	if err := os.WriteFile(mocks, []byte("routes:\n  - host: api.example.test\n    path: /v1/*\n    status: 200\n    body: mocked\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	script := `curl -sS -w ' %{http_code}\n' http://api.example.test/v1/a; curl -sS -w ' %{http_code}\n' https://api.example.test/v1/b; echo "$https_proxy"`
+	for _, c := range []struct {
+		net    []string
+		out    string
+		events []string
+	}{
+		{[]string{"mock:" + mocks}, "mocked 200\nmocked 200\n", []string{"http http://api.example.test/v1/a mocked 200", "https https://api.example.test/v1/b mocked 200"}},
+		{nil, "netsim: network mode none\n 403\n 000\n", []string{"tcp api.example.test blocked network mode none", "tcp api.example.test blocked network mode none"}},
+	} {
+		t.Run(fmt.Sprint(c.net), func(t *testing.T) {
+			a := action(dir, script)
+			a.Env["NO_PROXY"], a.Env["no_proxy"] = "*", "*"
+			var profile string
+			pf := linuxPlatform(t, nil, func(p string, argv []string) []string { profile = p; return argv })
+			d, err := trial(context.Background(), dryexec.TrialSpec{Action: a, Net: c.net, NoDefaultMasks: true}, pf)
+			if err != nil {
+				t.Fatal(err)
+			}
+			out, proxy, _ := strings.Cut(strings.TrimSuffix(d.Process.Stdout, "\n"), "http://127.0.0.1:")
+			if out != c.out {
+				t.Errorf("stdout %q, want %q; stderr %s", d.Process.Stdout, c.out, d.Process.Stderr)
+			}
+			if want := fmt.Sprintf(`(remote ip "localhost:%s")`, proxy); proxy == "" || !strings.Contains(profile, want) {
+				t.Errorf("profile does not allow the proxy's port %q:\n%s", proxy, profile)
+			}
+			var got []string
+			for _, e := range d.Network {
+				s := fmt.Sprintf("%s %s %s", e.Proto, e.URL, e.Action)
+				if e.URL == "" {
+					s = fmt.Sprintf("%s %s %s %s", e.Proto, e.Host, e.Action, e.Reason)
+				}
+				if e.Status != 0 {
+					s += fmt.Sprint(" ", e.Status)
+				}
+				got = append(got, s)
+			}
+			if !slices.Equal(got, c.events) {
+				t.Errorf("network events\n %q\nwant\n %q", got, c.events)
+			}
+			if d.Action.Env["NO_PROXY"] != "*" {
+				t.Errorf("the recorded action lost its NO_PROXY: %v", d.Action.Env)
+			}
+		})
+	}
+}
