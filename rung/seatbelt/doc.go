@@ -6,18 +6,23 @@
 // copy-on-write copy that costs metadata only), runs the command under
 // sandbox-exec with a profile that lets it write only beneath the clone and
 // a private tmp, denies reading the masked secrets and dryexec's own state,
-// and denies the network; then it walks the clone against a record of it
-// taken before the command ran (an inode, ctime, mtime and size fast path)
-// and hands what changed to package fsdelta as overlay-upper entries, so the
-// delta is the one every other rung produces, and package commit applies it.
+// and denies the network but one loopback port, where netsim serves as the
+// command's HTTP(S) proxy (net.go). Seatbelt's reports of what it denied
+// (the unified log) become the delta's secret violations and blocked
+// network events (denials.go). Then it walks the clone against a record of
+// it taken before the command ran (an inode, ctime, mtime and size fast
+// path) and hands what changed to package fsdelta as overlay-upper entries,
+// so the delta is the one every other rung produces, and package commit
+// applies it.
 //
 // What is platform-neutral here (the profile, the clone walk, the trial's
-// steps, doctor's checks) is unit-tested on Linux with a plain copy in
-// place of clonefile and no sandbox-exec. What is macOS-only
-// (rung_darwin.go: clonefile, sandbox-exec, the APFS check, sessions) has
-// been compiled and vetted for darwin and has never run on a Mac, nor have
-// the darwin halves of package fsdelta (the host read one name at a time
-// with O_NOFOLLOW, in place of openat2) and of package commit (renameatx_np
-// in place of renameat2), whose portable parts the Linux tests run
+// steps, the proxy network, the reading of denials, doctor's checks) is
+// unit-tested on Linux with a plain copy in place of clonefile and no
+// sandbox-exec. What is macOS-only (rung_darwin.go: clonefile,
+// sandbox-exec, log stream, the APFS check, sessions) has been compiled and
+// vetted for darwin and has never run on a Mac, nor have the darwin halves
+// of package fsdelta (the host read one name at a time with O_NOFOLLOW, in
+// place of openat2) and of package commit (renameatx_np in place of
+// renameat2), whose portable parts the Linux tests run
 // (docs/architecture.md, "The seatbelt rung").
 package seatbelt

@@ -11,7 +11,7 @@ const Name = "seatbelt"
 
 // Unenforced is the warning every seatbelt delta and session carries: what
 // the ns rung enforces and Seatbelt here does not.
-const Unenforced = "seatbelt rung: no resource limits but the timeout (macOS has no cgroups); reads of masked paths are denied, not recorded as violations; a process that leaves the command's session is not stopped by the trial's end"
+const Unenforced = "seatbelt rung: no resource limits but the timeout (macOS has no cgroups); a process that leaves the command's session is not stopped by the trial's end"
 
 // Rung runs trials under Seatbelt on macOS. The zero value is ready to use.
 type Rung struct {
@@ -30,8 +30,9 @@ func (r *Rung) Name() string { return Name }
 // Notes are what `dryexec doctor` says of the rung when it is available.
 func (r *Rung) Notes() []string {
 	return []string{
-		"a trial runs on an APFS clone of its working directory under sandbox-exec: writes beneath the clone and a private tmp only, masked credentials and dryexec's state unreadable, no network (--net none only)",
-		"not enforced: limits (but the timeout); masked reads are denied, not recorded",
-		"never run on a Mac: the profile, the clone walk, the trial's steps and the darwin halves of the delta and of commit are tested on Linux only; clonefile, sandbox-exec and the rest are compiled for darwin, not run",
+		"a trial runs on an APFS clone of its working directory under sandbox-exec: writes beneath the clone and a private tmp only, masked credentials and dryexec's state unreadable, the network only through netsim as its HTTP(S) proxy (sessions: --net none only)",
+		"masked reads and direct connections are read from Seatbelt's reports (log stream): a read of a masked path by another sandboxed program at the same time is counted too",
+		"not enforced: limits (but the timeout)",
+		"never run on a Mac: the profile, the clone walk, the trial's steps, netsim's proxy, the reading of Seatbelt's reports and the darwin halves of the delta and of commit are tested on Linux only; clonefile, sandbox-exec, log stream and the rest are compiled for darwin, not run",
 	}
 }

@@ -14,7 +14,8 @@ import (
 	"github.com/dryexec/dryexec/wire"
 )
 
-// Sessions, as far as this build goes: the guest supervisor runs under
+// Sessions, as far as this build goes (no network: --net none only, every
+// connection denied, none logged): the guest supervisor runs under
 // sandbox-exec with a profile that lets it (and so every command it
 // starts) write only beneath the sandbox's scratch dir, over a workspace
 // the guest compares with its baseline by scanning (scan staging, as on
@@ -29,6 +30,13 @@ var _ dryexec.SessionRung[wire.SessionStart] = (*Rung)(nil)
 func (r *Rung) OpenSandbox(ctx context.Context, spec dryexec.SandboxSpec) (dryexec.Sandbox[wire.SessionStart], error) {
 	if err := checkSpec(dryexec.TrialSpec{Net: spec.Net, Image: spec.Image, Action: dryexec.Action{Argv: []string{"guest"}, Cwd: "/"}}); err != nil {
 		return nil, err
+	}
+	for _, n := range spec.Net {
+		if n != "none" {
+			// Trials run netsim as their proxy; a session's execs would
+			// need its log split per exec, which is not built.
+			return nil, &dryexec.IsolationUnavailableError{Rung: Name, Missing: "network for seatbelt sessions (trials have netsim as a proxy; sessions only --net none, every connection denied)"}
+		}
 	}
 	pf := platform{homes: homes(), getenv: os.Getenv}
 	masked, hidden, err := cover(dryexec.TrialSpec{Masks: spec.Masks, NoDefaultMasks: spec.NoDefaultMasks, OwnPaths: spec.OwnPaths}, pf)
