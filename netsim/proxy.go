@@ -31,19 +31,15 @@ import (
 // on 127.0.0.1 and ::1, which a client naming "localhost" may try in either
 // order). A Sim serves one link or set of listeners in its life.
 func (s *Sim) ServeProxy(ctx context.Context, lis ...net.Listener) error {
-	s.serveMu.Lock()
-	if s.served || len(lis) == 0 {
-		s.serveMu.Unlock()
+	if len(lis) == 0 {
+		return fmt.Errorf("%w: ServeProxy with no listener", ErrBadConfig)
+	}
+	if !s.claimServe() {
 		for _, l := range lis {
 			l.Close()
 		}
-		if len(lis) == 0 {
-			return fmt.Errorf("%w: ServeProxy with no listener", ErrBadConfig)
-		}
 		return ErrServed
 	}
-	s.served = true
-	s.serveMu.Unlock()
 
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()

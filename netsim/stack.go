@@ -36,14 +36,10 @@ var ErrServed = errors.New("netsim: Serve already called")
 // ctx is done or the link fails, after every connection handler has logged
 // its event; it closes link.
 func (s *Sim) Serve(ctx context.Context, link io.ReadWriteCloser) error {
-	s.serveMu.Lock()
-	if s.served {
-		s.serveMu.Unlock()
+	if !s.claimServe() {
 		link.Close()
 		return ErrServed
 	}
-	s.served = true
-	s.serveMu.Unlock()
 
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -91,6 +87,18 @@ func (s *Sim) Serve(ctx context.Context, link io.ReadWriteCloser) error {
 		return nil
 	}
 	return fmt.Errorf("netsim: reading the link: %w", readErr)
+}
+
+// claimServe reports whether this is the Sim's first Serve or ServeProxy:
+// a Sim serves one sandbox in its life.
+func (s *Sim) claimServe() bool {
+	s.serveMu.Lock()
+	defer s.serveMu.Unlock()
+	if s.served {
+		return false
+	}
+	s.served = true
+	return true
 }
 
 func (s *Sim) newStack(ctx context.Context, link io.Writer) (*stack.Stack, *linkEndpoint, error) {
