@@ -3,6 +3,7 @@ package netsim_test
 import (
 	"bufio"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -14,6 +15,7 @@ import (
 	"testing"
 
 	"github.com/dryexec/dryexec"
+	"github.com/dryexec/dryexec/internal/testreq"
 	"github.com/dryexec/dryexec/netsim"
 )
 
@@ -46,7 +48,7 @@ func curlVia(t *testing.T, sim *netsim.Sim, proxy, url string) string {
 	if err := os.WriteFile(bundle, sim.Trust().CAPEM, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.Command("curl", "-sS", "-w", " %{http_code}", url)
+	cmd := exec.Command(testreq.NeedTool(t, "curl"), "-sS", "-w", " %{http_code}", url)
 	cmd.Env = []string{"http_proxy=" + proxy, "https_proxy=" + proxy, "CURL_CA_BUNDLE=" + bundle, "PATH=" + os.Getenv("PATH")}
 	out, _ := cmd.Output() // a refused CONNECT exits non-zero with status 000
 	return strings.TrimSpace(string(out))
@@ -159,5 +161,42 @@ func wantEvent(t *testing.T, sim *netsim.Sim, want dryexec.NetworkEvent, reason 
 	ev, ok := findEvent(sim.Log(), want)
 	if !ok || !strings.Contains(ev.Reason, reason) {
 		t.Fatalf("no event %+v with reason ~%q in %s", want, reason, dumpLog(t, sim.Log()))
+	}
+}
+
+// TestProxyListeners: one Sim serves every listener it is given (the same
+// port on 127.0.0.1 and ::1, as the seatbelt rung gives it), and only once.
+func TestProxyListeners(t *testing.T) {
+	sim := newSim(t, netsim.Config{}, map[string]string{"mocks.yaml": mockFile})
+	l4, err := net.Listen("tcp4", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	port := l4.Addr().(*net.TCPAddr).Port
+	l6, err := net.Listen("tcp6", fmt.Sprintf("[::1]:%d", port))
+	if err != nil {
+		l4.Close()
+		testreq.Needf(t, testreq.Netsim, "IPv6 loopback", err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- sim.ServeProxy(ctx, l4, l6) }()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("ServeProxy: %v", err)
+		}
+	}()
+	for _, proxy := range []string{fmt.Sprintf("http://127.0.0.1:%d", port), fmt.Sprintf("http://[::1]:%d", port)} {
+		if got := curlVia(t, sim, proxy, "http://api.example.com/users/7"); got != `{"name":"ada"} 200` {
+			t.Errorf("through %s: %q", proxy, got)
+		}
+	}
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := sim.ServeProxy(ctx, l); !errors.Is(err, netsim.ErrServed) {
+		t.Errorf("a second ServeProxy: %v", err)
 	}
 }

@@ -19,6 +19,7 @@ import (
 	"github.com/dryexec/dryexec/commit"
 	"github.com/dryexec/dryexec/fswalk"
 	"github.com/dryexec/dryexec/internal/acceptance"
+	"github.com/dryexec/dryexec/internal/testreq"
 	"github.com/dryexec/dryexec/netsim"
 	"github.com/dryexec/dryexec/rung/host"
 	"github.com/dryexec/dryexec/wire"
@@ -422,6 +423,7 @@ func TestTrialTmp(t *testing.T) {
 // refused and logged. (On Linux the command runs unconfined: that nothing
 // but the proxy's port is reachable is the profile's, TestProfileRules.)
 func TestTrialNetwork(t *testing.T) {
+	testreq.NeedTool(t, "curl")
 	dir := tree(t)
 	mocks := filepath.Join(t.TempDir(), "mocks.yaml")
 	if err := os.WriteFile(mocks, []byte("routes:\n  - host: api.example.test\n    path: /v1/*\n    status: 200\n    body: mocked\n"), 0o644); err != nil {
