@@ -90,6 +90,11 @@ type Config struct {
 	// MaxEvents bounds the log (default 10000); later events are counted in
 	// Sim.Dropped only.
 	MaxEvents int
+	// ProxyToken, when set, is the password ServeProxy requires of every
+	// request (Proxy-Authorization: Basic, any user name): its port is on
+	// the host's loopback, where any local program could otherwise send
+	// requests through it, with the credentials allow rules inject.
+	ProxyToken string
 
 	// none records that AddSpec saw "none", so that a mock or rule added
 	// after it is refused as well as one added before it.

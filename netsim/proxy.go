@@ -3,6 +3,8 @@ package netsim
 import (
 	"bufio"
 	"context"
+	"crypto/subtle"
+	"encoding/base64"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -88,6 +90,12 @@ func (s *Sim) ServeProxy(ctx context.Context, lis ...net.Listener) error {
 // absolute-form HTTP request, each to the destination it names.
 func (s *Sim) serveProxy(ctx context.Context, w http.ResponseWriter, r *http.Request) {
 	connect := r.Method == http.MethodConnect
+	if !s.proxyAuthorized(r) {
+		// Not the sandbox's: not in its log either.
+		w.Header().Set("Proxy-Authenticate", `Basic realm="dryexec netsim"`)
+		http.Error(w, "netsim proxy: authorization required", http.StatusProxyAuthRequired)
+		return
+	}
 	var f flow
 	var err error
 	switch {
@@ -145,6 +153,24 @@ func (s *Sim) serveProxy(ctx context.Context, w http.ResponseWriter, r *http.Req
 		conn.Close()
 	}
 	s.handleConn(ctx, &bufferedConn{Conn: conn, r: rw.Reader}, f, reset)
+}
+
+// proxyAuthorized reports whether r carries Config.ProxyToken (or none is
+// required). The header is the proxy's: serveRequest's forward strips it.
+func (s *Sim) proxyAuthorized(r *http.Request) bool {
+	if s.cfg.ProxyToken == "" {
+		return true
+	}
+	scheme, cred, ok := strings.Cut(r.Header.Get("Proxy-Authorization"), " ")
+	if !ok || !strings.EqualFold(scheme, "Basic") {
+		return false
+	}
+	b, err := base64.StdEncoding.DecodeString(strings.TrimSpace(cred))
+	if err != nil {
+		return false
+	}
+	_, pass, _ := strings.Cut(string(b), ":")
+	return subtle.ConstantTimeCompare([]byte(pass), []byte(s.cfg.ProxyToken)) == 1
 }
 
 // bufferedConn reads through the bytes the proxy's server already buffered

@@ -200,3 +200,32 @@ func TestProxyListeners(t *testing.T) {
 		t.Errorf("a second ServeProxy: %v", err)
 	}
 }
+
+// TestProxyToken: with a token, the proxy serves only requests that carry
+// it (what clients send for a proxy URL with a password): another local
+// program without it gets 407, reaches nothing and is not in the log.
+func TestProxyToken(t *testing.T) {
+	cs := newCountingServer(t)
+	port := cs.port()
+	sim := newSim(t, netsim.Config{ProxyToken: "s3cret-token", Allow: []netsim.Rule{{Host: "127.0.0.1", Port: port}}}, nil)
+	proxy := serveProxy(t, sim)
+	url := fmt.Sprintf("http://127.0.0.1:%d/x", port)
+	withToken := strings.Replace(proxy, "http://", "http://dryexec:s3cret-token@", 1)
+	wrong := strings.Replace(proxy, "http://", "http://dryexec:guess@", 1)
+	for _, c := range []struct{ proxy, url, want string }{
+		{proxy, url, " 407"},
+		{wrong, url, " 407"},
+		{proxy, "https://secure.example.com/", "000"},
+		{withToken, url, "real server saw GET /x 200"},
+	} {
+		if got := curlVia(t, sim, c.proxy, c.url); !strings.HasSuffix(got, c.want) {
+			t.Errorf("through %s to %s: %q, want ~%q", c.proxy, c.url, got, c.want)
+		}
+	}
+	if n := cs.tcpConns.Load(); n != 1 {
+		t.Errorf("the real server had %d connections, want 1", n)
+	}
+	if log := sim.Log(); len(log) != 1 || log[0].Action != netsim.ActionAllowed {
+		t.Errorf("log %s, want the one allowed request", dumpLog(t, log))
+	}
+}

@@ -4,6 +4,8 @@ package seatbelt
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"net"
@@ -74,7 +76,16 @@ type proxyNet struct {
 // trust bundle for the command to bundle (a path the profile lets it read,
 // not write) and returns what the command's environment needs.
 func startNet(ctx context.Context, cfg *netsim.Config, bundle string) (*proxyNet, error) {
-	sim, err := netsim.New(ctx, *cfg)
+	// The proxy's port is on the host's loopback: a password of the
+	// trial's own (in the proxy URL, which clients turn into
+	// Proxy-Authorization) keeps other local programs from using it.
+	token := make([]byte, 16)
+	if _, err := rand.Read(token); err != nil {
+		return nil, err
+	}
+	c := *cfg
+	c.ProxyToken = hex.EncodeToString(token)
+	sim, err := netsim.New(ctx, c)
 	if err != nil {
 		return nil, err
 	}
@@ -88,7 +99,7 @@ func startNet(ctx context.Context, cfg *netsim.Config, bundle string) (*proxyNet
 	}
 	port := lis[0].Addr().(*net.TCPAddr).Port
 	n := &proxyNet{sim: sim, port: port, served: make(chan error, 1), env: netsim.TrustEnv(bundle)}
-	url := "http://127.0.0.1:" + strconv.Itoa(port)
+	url := "http://dryexec:" + c.ProxyToken + "@127.0.0.1:" + strconv.Itoa(port)
 	for _, k := range proxyVars {
 		n.env[k] = url
 	}

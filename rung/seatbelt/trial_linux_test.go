@@ -447,7 +447,11 @@ func TestTrialNetwork(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			out, proxy, _ := strings.Cut(strings.TrimSuffix(d.Process.Stdout, "\n"), "http://127.0.0.1:")
+			out, proxy, _ := strings.Cut(strings.TrimSuffix(d.Process.Stdout, "\n"), "http://dryexec:")
+			token, proxy, _ := strings.Cut(proxy, "@127.0.0.1:")
+			if len(token) != 32 {
+				t.Errorf("proxy URL without the trial's token: %q", d.Process.Stdout)
+			}
 			if out != c.out {
 				t.Errorf("stdout %q, want %q; stderr %s", d.Process.Stdout, c.out, d.Process.Stderr)
 			}
