@@ -20,7 +20,7 @@ func TestSameDeltaAsNS(t *testing.T) {
 
 // requireBoth skips unless both rungs run here (fails where gvisor is
 // required and missing).
-func requireBoth(t *testing.T) {
+func requireBoth(t testing.TB) {
 	t.Helper()
 	testreq.Need(t, testreq.NS, (&linuxns.Rung{}).Available(context.Background()))
 	testreq.Need(t, testreq.GVisor, (&gvisor.Rung{}).Available(context.Background()))
