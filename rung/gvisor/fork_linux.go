@@ -2,19 +2,30 @@ package gvisor
 
 import (
 	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
 
 	"github.com/dryexec/dryexec"
+	"github.com/dryexec/dryexec/fsdelta"
 	"github.com/dryexec/dryexec/wire"
 )
 
 var _ dryexec.SandboxForker[wire.SessionStart, wire.Fork, wire.Forked, wire.ForkAdopt] = (*sessionSandbox)(nil)
 
-// PrepareFork implements dryexec.SandboxForker: the workspace is a tmpfs
-// in this sandbox's gVisor kernel (the sentry's memory), which no other
-// sandbox can mount, so there is no layer to share as on ns. The guest
-// instead streams the workspace and its baseline to the host (Stream),
-// every other process of the session stopped meanwhile, and the host
-// pushes them into each branch.
+// PrepareFork implements dryexec.SandboxForker, for a session on an image
+// (a memSessionSandbox forks by checkpoint instead): the workspace is a
+// tmpfs in this sandbox's gVisor kernel (the sentry's memory), which no
+// other sandbox can mount, so there is no layer to share as on ns. The
+// guest instead streams the workspace and its baseline to the host
+// (Stream), every other process of the session stopped meanwhile, and the
+// host pushes them into each branch.
 func (s *sessionSandbox) PrepareFork(n int, req *wire.Fork) error {
 	req.N, req.Stream = n, true
 	return nil
@@ -28,4 +39,138 @@ func (s *sessionSandbox) DropFork() {}
 // the parent's trees before its adopt.
 func (s *sessionSandbox) OpenFork(ctx context.Context, spec dryexec.SandboxSpec, _ *wire.Forked, _ int, _ *wire.ForkAdopt) (dryexec.Sandbox[wire.SessionStart], error) {
 	return s.r.OpenSandbox(ctx, spec)
+}
+
+// memSessionSandbox is a session sandbox on the host's view, whose guest
+// reads its control socket from runsc's stdin: it forks with memory. A
+// fork checkpoints the running sandbox (runsc checkpoint --leave-running:
+// gVisor's kernel, the workspace's tmpfs and baseline in it, every process
+// of the session) and restores each branch from that in a sandbox of its
+// own (Rung.Resume): the workspace is not copied file by file, and
+// processes a command left running go on in every branch. What the session
+// wrote outside its workspace (the view's upper dirs: /tmp, $HOME) is
+// copied into each branch's view before the restore: the restored kernel
+// expects every file it knew to be there.
+type memSessionSandbox struct{ *sessionSandbox }
+
+// Where a fork's dir (package session's, empty) holds the saved state.
+const (
+	kernelDir  = "kernel"      // runsc checkpoint's image
+	uppersDir  = "uppers"      // a copy of the view's upper dirs (scratch/u)
+	uppersPlan = "uppers.json" // the host paths they stand for, in order
+)
+
+// Snapshot saves the running sandbox to dir and lets it run on. runsc's
+// state, its bundle and its control socket are the view guest's (a mount
+// and a network namespace of its own, runsc's working dir there): the
+// checkpoint runs in them, and names dir through this process's root,
+// which the view guest's scratch tmpfs may cover. The upper dirs are
+// copied after it: the parent's guest is parked (idle) meanwhile; a process
+// a command left running that removes a file it wrote outside the
+// workspace in that instant fails the branches' restore, which fails the
+// fork cleanly.
+func (s *memSessionSandbox) Snapshot(ctx context.Context, dir string) error {
+	nsenter, err := exec.LookPath("nsenter")
+	if err != nil {
+		return fmt.Errorf("checkpointing the gvisor sandbox: %w", err)
+	}
+	img, err := viaRoot(filepath.Join(dir, kernelDir))
+	if err != nil {
+		return err
+	}
+	argv := append([]string{nsenter, "--target", strconv.Itoa(s.Cmd.Process.Pid), "--mount", "--net", "--wd", "--"}, s.runscArgv()...)
+	argv = append(argv, s.r.RunscFlags...)
+	argv = append(argv, "checkpoint", "--image-path", img, "--leave-running", s.container())
+	if err := run(ctx, argv); err != nil {
+		return fmt.Errorf("runsc checkpoint: %w", err)
+	}
+	plan, err := json.Marshal(upperPaths(s.Uppers))
+	if err != nil {
+		return err
+	}
+	if err := os.WriteFile(filepath.Join(dir, uppersPlan), plan, 0o600); err != nil {
+		return err
+	}
+	if err := run(ctx, []string{"cp", "-a", "--", s.scratchPath("u"), filepath.Join(dir, uppersDir)}); err != nil {
+		return fmt.Errorf("copying the view's upper dirs: %w", err)
+	}
+	return nil
+}
+
+// restoreUppers copies the upper dirs a Snapshot saved in dir into this
+// sandbox's, before runsc restore and before anything has looked into the
+// view: the same mount plan, or an error.
+func (b *box) restoreUppers(ctx context.Context, dir string) error {
+	plan, err := os.ReadFile(filepath.Join(dir, uppersPlan))
+	if err != nil {
+		return fmt.Errorf("%w: the fork's saved view: %v", dryexec.ErrGuest, err)
+	}
+	var paths []string
+	if err := json.Unmarshal(plan, &paths); err != nil {
+		return fmt.Errorf("%w: the fork's saved view: %v", dryexec.ErrGuest, err)
+	}
+	if !slices.Equal(paths, upperPaths(b.Uppers)) {
+		return fmt.Errorf("%w: the host's mounts changed since the fork (%q, now %q)", errForkView, paths, upperPaths(b.Uppers))
+	}
+	if err := run(ctx, []string{"cp", "-a", "--", filepath.Join(dir, uppersDir) + "/.", b.scratchPath("u")}); err != nil {
+		return fmt.Errorf("copying the parent's upper dirs: %w", err)
+	}
+	return nil
+}
+
+// errForkView: a branch's view is not the parent's.
+var errForkView = errors.New("gvisor: the branch's view differs from the parent's")
+
+func upperPaths(ms []fsdelta.Mount) []string {
+	out := make([]string, len(ms))
+	for i, m := range ms {
+		out[i] = m.Path
+	}
+	return out
+}
+
+// scratchPath names rel in the view guest's scratch tmpfs through the host's
+// handle on it, for a program this process starts.
+func (b *box) scratchPath(rel string) string {
+	return "/proc/" + strconv.Itoa(os.Getpid()) + "/fd/" + strconv.Itoa(int(b.Scratch.Fd())) + "/" + rel
+}
+
+// viaRoot names dir as a program in a view guest's mount namespace reaches
+// it: through /proc/PID/root of this process.
+func viaRoot(dir string) (string, error) {
+	abs, err := filepath.Abs(dir)
+	if err != nil {
+		return "", err
+	}
+	return "/proc/" + strconv.Itoa(os.Getpid()) + "/root" + abs, nil
+}
+
+// run runs argv, its output in the error.
+func run(ctx context.Context, argv []string) error {
+	cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
+	var out tailWriter
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Run(); err != nil {
+		return fmt.Errorf("%w: %s", err, strings.TrimSpace(out.String()))
+	}
+	return nil
+}
+
+// errImageResume: only a session on the host's view forks with memory.
+var errImageResume = errors.New("gvisor: a session on an image cannot be restored from a checkpoint")
+
+// Resume starts a session sandbox for spec from what Snapshot saved in
+// dir: a new view (the parent's upper dirs copied in), cgroup, masks and
+// netsim, and runsc restore of the saved kernel into it, whose guest's
+// control socket is the new runsc's stdin. Package session's fork with
+// memory calls it for each branch.
+func (r *Rung) Resume(ctx context.Context, spec dryexec.SandboxSpec, dir string) (dryexec.Sandbox[wire.SessionStart], error) {
+	if spec.Image != nil {
+		return nil, errImageResume
+	}
+	abs, err := filepath.Abs(dir)
+	if err != nil {
+		return nil, err
+	}
+	return r.openSession(ctx, spec, abs)
 }

@@ -315,6 +315,16 @@ type box struct {
 	runscErr  tailWriter // runsc's own error output
 	runscErrR *os.File
 
+	// ctrlIn, for a session on the host's view, is the guest's control
+	// socket, given to runsc as its stdin rather than with --pass-fd: runsc
+	// restore re-imports a checkpointed sandbox's stdio from its own, and
+	// has no --pass-fd (fork_linux.go). ctrlStdin says the guest finds it
+	// there; restoreFrom, when set, is the checkpoint runsc restores from
+	// instead of starting the guest.
+	ctrlIn      *os.File
+	ctrlStdin   bool
+	restoreFrom string
+
 	net      *linuxns.Net
 	trustEnv []string // netsim's trust variables for the command
 
@@ -454,6 +464,9 @@ func (b *box) start(inner []*os.File) error {
 		Stderr:      runscErrW,
 		SysProcAttr: attr,
 	}
+	if b.ctrlIn != nil {
+		b.Cmd.Stdin, b.ctrlStdin = b.ctrlIn, true
+	}
 	if err := b.Cmd.Start(); err != nil {
 		return fmt.Errorf("starting the gvisor view guest: %w", err)
 	}
@@ -527,7 +540,7 @@ func (b *box) cleanup() {
 // prepare builds the view, pins the masks, and has the view guest become
 // runsc, running the inner guest as role with the descriptors start gave
 // it (at the numbers in innerFDs).
-func (b *box) prepare(role string, innerFDs []int) error {
+func (b *box) prepare(ctx context.Context, role string, innerFDs []int) error {
 	start := wire.TrialStart{Mounts: b.Mounts, Image: b.imageLayers(), UpperSize: b.upperSize, Masks: b.Cover.Masks, Hidden: b.Cover.Hidden}
 	if b.net.GuestFile() != nil {
 		// What a session guest gets for its TUN device and trust files
@@ -546,21 +559,7 @@ func (b *box) prepare(role string, innerFDs []int) error {
 	if err != nil {
 		return err
 	}
-	// runsc's global flags: the view as the root with runsc's overlay off
-	// (every write lands in our upper dirs); --file-access=shared, so that
-	// gVisor asks the host for what it reads (with its default, exclusive,
-	// it answered a read of an empty mask from its own cache, and the host
-	// never saw the read); with netsim, --network=sandbox takes the TUN
-	// device from the view guest's namespace, and --gso=false, as with host
-	// segmentation offload gVisor handed the device segments netsim cannot
-	// take (DNS over UDP went through, no TCP connection did).
-	argv := []string{b.runsc, "--root", wire.GVisorState, "--platform=" + b.r.platform(),
-		"--overlay2=none", "--ignore-cgroups", "--file-access=shared"}
-	if b.net.GuestFile() != nil {
-		argv = append(argv, "--network=sandbox", "--gso=false")
-	} else {
-		argv = append(argv, "--network=none")
-	}
+	argv := b.runscArgv()
 	if i := slices.Index(innerFDs, wire.GVisorLogFD); i >= 0 {
 		// The strace the trial guest finds FIFOs by (guest.sandboxFIFOs),
 		// of those calls alone; runsc reopens the log by its /proc path.
@@ -568,15 +567,50 @@ func (b *box) prepare(role string, innerFDs []int) error {
 			"--debug-log=/proc/self/fd/"+strconv.Itoa(innerFD0+i))
 	}
 	argv = append(argv, b.r.RunscFlags...)
-	argv = append(argv, "run", "--bundle", wire.GVisorBundle)
+	if b.restoreFrom != "" {
+		// The checkpoint's own processes, not the guest: its stdio (the
+		// control socket among it) re-imported from runsc's.
+		if err := b.restoreUppers(ctx, b.restoreFrom); err != nil {
+			return err
+		}
+		img, err := viaRoot(filepath.Join(b.restoreFrom, kernelDir))
+		if err != nil {
+			return err
+		}
+		argv = append(argv, "restore", "--image-path", img, "--bundle", wire.GVisorBundle)
+	} else {
+		argv = append(argv, "run", "--bundle", wire.GVisorBundle)
+	}
 	var keep []int
 	for i, fd := range innerFDs {
 		keep = append(keep, innerFD0+i)
 		argv = append(argv, "--pass-fd", strconv.Itoa(innerFD0+i)+":"+strconv.Itoa(fd))
 	}
-	argv = append(argv, "dryexec-"+b.id)
+	argv = append(argv, b.container())
 	return b.ExecView(&wire.GVisorExec{Path: b.runsc, Argv: argv, Config: cfg, Keep: keep}, "runsc")
 }
+
+// runscArgv is runsc and dryexec's global flags for this sandbox, as its
+// run, checkpoint and restore all take them: the view as the root with
+// runsc's overlay off (every write lands in our upper dirs);
+// --file-access=shared, so that gVisor asks the host for what it reads
+// (with its default, exclusive, it answered a read of an empty mask from its
+// own cache, and the host never saw the read); with netsim,
+// --network=sandbox takes the TUN device from the view guest's namespace,
+// and --gso=false, as with host segmentation offload gVisor handed the
+// device segments netsim cannot take (DNS over UDP went through, no TCP
+// connection did).
+func (b *box) runscArgv() []string {
+	argv := []string{b.runsc, "--root", wire.GVisorState, "--platform=" + b.r.platform(),
+		"--overlay2=none", "--ignore-cgroups", "--file-access=shared"}
+	if b.net.GuestFile() != nil {
+		return append(argv, "--network=sandbox", "--gso=false")
+	}
+	return append(argv, "--network=none")
+}
+
+// container is the sandbox's container id in runsc's state.
+func (b *box) container() string { return "dryexec-" + b.id }
 
 // run prepares the sandbox, runs the command and builds the delta.
 func (t *trial) run(ctx context.Context) (*dryexec.StateDelta, error) {
@@ -590,7 +624,7 @@ func (t *trial) run(ctx context.Context) (*dryexec.StateDelta, error) {
 	// Cancelling ctx kills runsc, which breaks every stream.
 	stop := context.AfterFunc(ctx, t.Kill)
 	defer stop()
-	if err := t.prepare(wire.RoleGVisorTrial, trialFDs); err != nil {
+	if err := t.prepare(ctx, wire.RoleGVisorTrial, trialFDs); err != nil {
 		if ctx.Err() != nil {
 			return nil, fmt.Errorf("trial %s: %w", t.Spec.TrialID, context.Cause(ctx))
 		}

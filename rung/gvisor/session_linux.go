@@ -24,7 +24,17 @@ var _ dryexec.SessionRung[wire.SessionStart] = (*Rung)(nil)
 // sandbox's cgroup, with netsim behind a TUN device as on ns. The
 // workspace is a tmpfs of gVisor's own with its baseline beside it, kept by
 // the guest (scan staging; see docs/architecture.md, "The gvisor rung").
+//
+// A session on the host's view forks with memory (fork_linux.go): its
+// sandbox is a memSessionSandbox.
 func (r *Rung) OpenSandbox(ctx context.Context, spec dryexec.SandboxSpec) (dryexec.Sandbox[wire.SessionStart], error) {
+	return r.openSession(ctx, spec, "")
+}
+
+// openSession opens a session sandbox for spec: a new guest, or, with
+// restoreFrom (a checkpoint's dir, as the view guest's runsc names it),
+// the sandbox that checkpoint saved, restored.
+func (r *Rung) openSession(ctx context.Context, spec dryexec.SandboxSpec, restoreFrom string) (dryexec.Sandbox[wire.SessionStart], error) {
 	var b *box
 	var err error
 	if spec.Image != nil {
@@ -42,13 +52,19 @@ func (r *Rung) OpenSandbox(ctx context.Context, spec dryexec.SandboxSpec) (dryex
 		return nil, err
 	}
 	s := &sessionSandbox{box: b, ctrl: ctrl, ws: cmpOr(spec.Workspace, "/workspace")}
-	err = b.start([]*os.File{guestEnd})
+	inner, innerFDs := []*os.File{guestEnd}, []int{wire.CtrlFD}
+	if spec.Image == nil {
+		b.ctrlIn, b.restoreFrom = guestEnd, restoreFrom
+		inner, innerFDs = nil, nil
+	}
+	err = b.start(inner)
 	guestEnd.Close()
+	b.ctrlIn = nil
 	s.last = b.before
 	if err == nil {
 		// Cancelling ctx while the sandbox is being made kills runsc.
 		stop := context.AfterFunc(ctx, b.Kill)
-		err = b.prepare(wire.RoleSession, []int{wire.CtrlFD})
+		err = b.prepare(ctx, wire.RoleSession, innerFDs)
 		if !stop() && err == nil {
 			err = fmt.Errorf("opening a gvisor session: %w", context.Cause(ctx))
 		}
@@ -56,6 +72,9 @@ func (r *Rung) OpenSandbox(ctx context.Context, spec dryexec.SandboxSpec) (dryex
 	if err != nil {
 		s.Close()
 		return nil, err
+	}
+	if b.ctrlStdin {
+		return &memSessionSandbox{s}, nil
 	}
 	return s, nil
 }
@@ -152,6 +171,9 @@ func (s *sessionSandbox) KillExec(int) {}
 
 func (s *sessionSandbox) Close() error {
 	s.close.Do(func() {
+		if os.Getenv("GVDEBUG") != "" {
+			fmt.Fprintf(os.Stderr, "GVDEBUG %s restore=%q: %s\n", s.id, s.restoreFrom, s.runscErr.String())
+		}
 		s.ctrl.Close()
 		s.box.cleanup()
 		s.net.Close()

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 
 	"github.com/dryexec/dryexec/internal/guestexe"
@@ -50,7 +51,7 @@ func (b *box) ociSpec(role string) ([]byte, error) {
 		"ociVersion": "1.0.2",
 		"process": map[string]any{
 			"user":         map[string]int{"uid": 0, "gid": 0},
-			"args":         []string{exe, "guest", role},
+			"args":         b.guestArgs(exe, role),
 			"env":          []string{},
 			"cwd":          "/",
 			"capabilities": caps,
@@ -76,6 +77,18 @@ func (b *box) ociSpec(role string) ([]byte, error) {
 		return nil, err
 	}
 	return json.Marshal(spec)
+}
+
+// guestArgs is the container's process: the guest as role, or, when its
+// control socket is runsc's stdin (box.ctrlStdin), a shell of the view
+// that moves it to the guest's wire.CtrlFD first, stdin then /dev/null.
+// The descriptor stays a dup of runsc's stdin inside gVisor, so that a
+// restore hands it the restoring runsc's own.
+func (b *box) guestArgs(exe, role string) []string {
+	if !b.ctrlStdin {
+		return []string{exe, "guest", role}
+	}
+	return []string{"/bin/sh", "-c", `exec "$0" guest "$1" ` + strconv.Itoa(wire.CtrlFD) + `<&0 </dev/null`, exe, role}
 }
 
 // allCaps are the capabilities the trial guest has inside gVisor (gVisor's
