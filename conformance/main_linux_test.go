@@ -485,7 +485,7 @@ func isGuest(argv []string) bool {
 		i := slices.Index(argv, "-append")
 		return i >= 0 && i+1 < n && strings.HasSuffix(argv[i+1], " "+wire.RoleVMInit+" "+wire.RoleSession)
 	}
-	return n >= 4 && filepath.Base(argv[0]) == "runsc" && slices.Contains(argv, "run") &&
+	return n >= 4 && filepath.Base(argv[0]) == "runsc" && (slices.Contains(argv, "run") || slices.Contains(argv, "restore")) &&
 		strings.HasPrefix(argv[n-1], "dryexec-se_")
 }
 

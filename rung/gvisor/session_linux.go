@@ -171,9 +171,6 @@ func (s *sessionSandbox) KillExec(int) {}
 
 func (s *sessionSandbox) Close() error {
 	s.close.Do(func() {
-		if os.Getenv("GVDEBUG") != "" {
-			fmt.Fprintf(os.Stderr, "GVDEBUG %s restore=%q: %s\n", s.id, s.restoreFrom, s.runscErr.String())
-		}
 		s.ctrl.Close()
 		s.box.cleanup()
 		s.net.Close()
