@@ -135,7 +135,7 @@ func buildGVisorView(cfg *wire.TrialStart) (string, int, []string, error) {
 		}
 	}
 	root := scratchDir + "/root"
-	b := &overlayBuilder{scratch: scratchDir, root: root}
+	b := &overlayBuilder{scratch: scratchDir, root: root, seed: cfg.SeedUppers}
 	if len(cfg.Image) > 0 {
 		// A sandbox on an image: its layers are the one lower of "/", as
 		// in the ns guest's view (nothing of the host's filesystem).

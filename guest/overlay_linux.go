@@ -4,7 +4,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
+	"os/exec"
 	"path"
 	"strconv"
 	"strings"
@@ -21,6 +23,7 @@ type overlayBuilder struct {
 	rootless bool            // overlays must use user.* xattrs
 	locked   map[string]bool // mount points that may not be inside a lower (rootless)
 	uppers   []string        // host path of each upper dir, by index
+	seed     string          // wire.TrialStart.SeedUppers
 	skel     int
 	// sealed are directories the caller cannot list (rootless), shown as
 	// empty read-only ones: nothing beneath them is overlaid.
@@ -193,6 +196,9 @@ func (b *overlayBuilder) overlay(hostPath, lowerPath, target string) error {
 	if err := os.Mkdir(u, 0o755); err != nil {
 		return err
 	}
+	if err := b.seedUpper(i, u); err != nil {
+		return err
+	}
 	if err := os.Mkdir(w, 0o755); err != nil {
 		return err
 	}
@@ -307,4 +313,27 @@ func copyFile(src, dst string, mode os.FileMode) error {
 		err = cerr
 	}
 	return err
+}
+
+// seedUpper fills upper dir u (index i) from b.seed, before its overlay is
+// mounted: an overlay's upper may not change under it. cp -a keeps what
+// overlayfs wrote there (whiteouts, opaque and redirect xattrs).
+func (b *overlayBuilder) seedUpper(i, u string) error {
+	if b.seed == "" {
+		return nil
+	}
+	src := b.seed + "/" + i
+	if _, err := os.Lstat(src); errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	for _, cp := range []string{"/bin/cp", "/usr/bin/cp"} {
+		if _, err := os.Stat(cp); err != nil {
+			continue
+		}
+		if out, err := exec.Command(cp, "-a", "--", src+"/.", u).CombinedOutput(); err != nil {
+			return fmt.Errorf("seeding upper %s: %w: %s", i, err, strings.TrimSpace(string(out)))
+		}
+		return nil
+	}
+	return errors.New("seeding an upper dir: no cp in /bin or /usr/bin")
 }

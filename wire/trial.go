@@ -124,6 +124,10 @@ type TrialStart struct {
 	Image     []string `json:"image,omitempty"`
 	Hostname  string   `json:"hostname"`
 	UpperSize int64    `json:"upper_size"`
+	// SeedUppers (gvisor, a fork's branch) is a directory holding, as N/,
+	// the contents each upper dir N starts with (the parent's, copied at
+	// the fork), put in place before its overlay is mounted.
+	SeedUppers string `json:"seed_uppers,omitempty"`
 	// Rootless: the guest runs in a user namespace it was created with (the host
 	// user is not root): overlays use user.* xattrs, and host mounts are locked.
 	Rootless bool `json:"rootless,omitempty"`

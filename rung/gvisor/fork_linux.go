@@ -49,8 +49,8 @@ func (s *sessionSandbox) OpenFork(ctx context.Context, spec dryexec.SandboxSpec,
 // own (Rung.Resume): the workspace is not copied file by file, and
 // processes a command left running go on in every branch. What the session
 // wrote outside its workspace (the view's upper dirs: /tmp, $HOME) is
-// copied into each branch's view before the restore: the restored kernel
-// expects every file it knew to be there.
+// copied, and each branch's view starts from that copy: the restored
+// kernel expects every file it knew to be there.
 type memSessionSandbox struct{ *sessionSandbox }
 
 // Where a fork's dir (package session's, empty) holds the saved state.
@@ -97,11 +97,23 @@ func (s *memSessionSandbox) Snapshot(ctx context.Context, dir string) error {
 	return nil
 }
 
-// restoreUppers copies the upper dirs a Snapshot saved in dir into this
-// sandbox's, before runsc restore and before anything has looked into the
-// view: the same mount plan, or an error.
-func (b *box) restoreUppers(ctx context.Context, dir string) error {
-	plan, err := os.ReadFile(filepath.Join(dir, uppersPlan))
+// seedUppers has the view guest start this sandbox's upper dirs from the
+// copy a Snapshot saved (wire.TrialStart.SeedUppers), before it mounts the
+// overlays: an overlay's upper may not change under it.
+func (b *box) seedUppers(start *wire.TrialStart) error {
+	seed, err := viaRoot(filepath.Join(b.restoreFrom, uppersDir))
+	if err != nil {
+		return err
+	}
+	start.SeedUppers = seed
+	return nil
+}
+
+// checkUppers requires the view built from the seed to have the parent's
+// mount plan: a seed upper dir under another host path would put the
+// parent's writes elsewhere, and the restored kernel would miss files.
+func (b *box) checkUppers() error {
+	plan, err := os.ReadFile(filepath.Join(b.restoreFrom, uppersPlan))
 	if err != nil {
 		return fmt.Errorf("%w: the fork's saved view: %v", dryexec.ErrGuest, err)
 	}
@@ -111,9 +123,6 @@ func (b *box) restoreUppers(ctx context.Context, dir string) error {
 	}
 	if !slices.Equal(paths, upperPaths(b.Uppers)) {
 		return fmt.Errorf("%w: the host's mounts changed since the fork (%q, now %q)", errForkView, paths, upperPaths(b.Uppers))
-	}
-	if err := run(ctx, []string{"cp", "-a", "--", filepath.Join(dir, uppersDir) + "/.", b.scratchPath("u")}); err != nil {
-		return fmt.Errorf("copying the parent's upper dirs: %w", err)
 	}
 	return nil
 }

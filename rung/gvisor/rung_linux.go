@@ -551,6 +551,12 @@ func (b *box) prepare(ctx context.Context, role string, innerFDs []int) error {
 		start.Net, start.NetFD, start.TrustBundle, start.TrustPath = ss.Net, ss.NetFD, ss.TrustBundle, ss.TrustPath
 		b.trustEnv = ss.Env
 	}
+	if b.restoreFrom != "" {
+		// A fork's branch: its upper dirs start as the parent's were.
+		if err := b.seedUppers(&start); err != nil {
+			return err
+		}
+	}
 	if err := b.BuildView(&start); err != nil {
 		return err
 	}
@@ -570,7 +576,7 @@ func (b *box) prepare(ctx context.Context, role string, innerFDs []int) error {
 	if b.restoreFrom != "" {
 		// The checkpoint's own processes, not the guest: its stdio (the
 		// control socket among it) re-imported from runsc's.
-		if err := b.restoreUppers(ctx, b.restoreFrom); err != nil {
+		if err := b.checkUppers(); err != nil {
 			return err
 		}
 		img, err := viaRoot(filepath.Join(b.restoreFrom, kernelDir))
