@@ -1,10 +1,8 @@
 package gvisor_test
 
 import (
-	"bufio"
 	"bytes"
 	"context"
-	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
@@ -13,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dryexec/dryexec/internal/procfs"
 	"github.com/dryexec/dryexec/session"
 )
 
@@ -119,24 +118,8 @@ func newGroupsPSS(before map[int]string) float64 {
 		if old[cg] {
 			continue
 		}
-		sum += pss(pid)
+		_, p := procfs.Rollup(pid)
+		sum += float64(p)
 	}
 	return sum
-}
-
-// pss is a process's proportional set size in bytes (smaps_rollup).
-func pss(pid int) float64 {
-	f, err := os.Open(fmt.Sprintf("/proc/%d/smaps_rollup", pid))
-	if err != nil {
-		return 0
-	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		if k, v, ok := strings.Cut(sc.Text(), ":"); ok && k == "Pss" {
-			kb, _ := strconv.ParseFloat(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 64)
-			return kb * 1024
-		}
-	}
-	return 0
 }
