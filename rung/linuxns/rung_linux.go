@@ -78,7 +78,9 @@ type Rung struct {
 	CollectMin, CollectTimeout time.Duration
 	// Trace, when set, is called as a trial passes each phase ("start": guest
 	// process started, "hello": guest runtime up, "view": overlays mounted,
-	// "exit": command and its descendants gone, "done": delta built), to see
+	// "exit": command and its descendants gone, "done": delta built,
+	// "reaped": the guest waited for, "cleaned": netsim and the trial's
+	// cgroups gone too), to see
 	// where a trial's time goes. Nil costs nothing.
 	Trace func(phase string)
 	// Cgroups says where sandboxes' cgroups are made (zero: see package
@@ -652,6 +654,7 @@ func (t *trial) cleanup() {
 	t.ctrl.Close()
 	t.cmd.Process.Kill()
 	t.cmd.Wait()
+	t.r.trace("reaped")
 	for _, f := range []*os.File{t.outR, t.errR, t.stdinW, t.stubW} {
 		if f != nil {
 			f.Close()
@@ -672,6 +675,7 @@ func (t *trial) cleanup() {
 	if err := t.lim.Close(); err != nil && t.r.Log != nil {
 		t.r.Log.Warn("removing the trial's cgroup", "cgroup", t.id, "err", err)
 	}
+	t.r.trace("cleaned")
 }
 
 func (t *trial) run(ctx context.Context) (*dryexec.StateDelta, error) {
