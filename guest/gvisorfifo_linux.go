@@ -28,20 +28,32 @@ import (
 // no fanotify, and a walk of the whole view for FIFOs would read every
 // directory of the host.
 
-// straceExit matches a successful exit line of runsc's strace: the call's
-// name and its arguments as strace printed them.
-var straceExit = regexp.MustCompile(`\] \[ *\d+: *\d+\] .* X (mknodat|mknod|renameat2|renameat|rename)\((.*)\) = 0 \(0x0\) \([^()]*\)$`)
+// straceParsers are the patterns that read runsc's strace. They are
+// compiled where a log is read (once per gvisor trial), not at package
+// init: every guest of every rung would otherwise compile them as it
+// starts (≈ 0.4 ms and 400 allocations of each cold trial's start-up).
+type straceParsers struct {
+	// exit matches a successful exit line of runsc's strace: the call's
+	// name and its arguments as strace printed them.
+	exit *regexp.Regexp
+	// How strace prints the arguments (gVisor's pkg/sentry/strace): a dir
+	// FD as "AT_FDCWD <cwd>" or "<fd> <path>", a path as "<address>
+	// <string>", a mode as "S_IFIFO|0o644", renameat's new dir FD as a
+	// number only.
+	mknodat, mknod, rename, renameat *regexp.Regexp
+}
 
-// How strace prints the arguments (gVisor's pkg/sentry/strace): a dir FD as
-// "AT_FDCWD <cwd>" or "<fd> <path>", a path as "<address> <string>", a mode
-// as "S_IFIFO|0o644", renameat's new dir FD as a number only.
-var (
-	mknodatArgs   = regexp.MustCompile(`^(?:AT_FDCWD|0x[0-9a-f]+) (.*), 0x[0-9a-f]+ (.*), S_IFIFO\|0o[0-7]+, 0x[0-9a-f]+$`)
-	mknodArgs     = regexp.MustCompile(`^0x[0-9a-f]+ (.*), S_IFIFO\|0o[0-7]+, 0x[0-9a-f]+$`)
-	renameArgs    = regexp.MustCompile(`^0x[0-9a-f]+ (.*), 0x[0-9a-f]+ (.*)$`)
-	renameatArgs  = regexp.MustCompile(`^(AT_FDCWD|0x[0-9a-f]+) (.*), 0x[0-9a-f]+ (.*), (0x[0-9a-f]+), 0x[0-9a-f]+ (.*?)(?:, (0x[0-9a-f]+))?$`)
-	atFDCWDNumber = "0xffffff9c" // AT_FDCWD as strace prints a Hex argument (32 bits)
-)
+func newStraceParsers() *straceParsers {
+	return &straceParsers{
+		exit:     regexp.MustCompile(`\] \[ *\d+: *\d+\] .* X (mknodat|mknod|renameat2|renameat|rename)\((.*)\) = 0 \(0x0\) \([^()]*\)$`),
+		mknodat:  regexp.MustCompile(`^(?:AT_FDCWD|0x[0-9a-f]+) (.*), 0x[0-9a-f]+ (.*), S_IFIFO\|0o[0-7]+, 0x[0-9a-f]+$`),
+		mknod:    regexp.MustCompile(`^0x[0-9a-f]+ (.*), S_IFIFO\|0o[0-7]+, 0x[0-9a-f]+$`),
+		rename:   regexp.MustCompile(`^0x[0-9a-f]+ (.*), 0x[0-9a-f]+ (.*)$`),
+		renameat: regexp.MustCompile(`^(AT_FDCWD|0x[0-9a-f]+) (.*), 0x[0-9a-f]+ (.*), (0x[0-9a-f]+), 0x[0-9a-f]+ (.*?)(?:, (0x[0-9a-f]+))?$`),
+	}
+}
+
+const atFDCWDNumber = "0xffffff9c" // AT_FDCWD as strace prints a Hex argument (32 bits)
 
 // sandboxFIFOs reads runsc's strace at fd (wire.GVisorLogFD), follows each
 // FIFO the command made through the renames after it, and returns those
@@ -98,8 +110,9 @@ func followFIFOs(log string) (fifos [][]string, unplaced bool, lost []string) {
 			fifos[i] = moved(where, old, nw, exchange)
 		}
 	}
+	re := newStraceParsers()
 	for _, line := range strings.Split(log, "\n") {
-		m := straceExit.FindStringSubmatch(line)
+		m := re.exit.FindStringSubmatch(line)
 		if m == nil {
 			continue
 		}
@@ -107,9 +120,9 @@ func followFIFOs(log string) (fifos [][]string, unplaced bool, lost []string) {
 		switch call {
 		case "mknodat", "mknod":
 			var p string
-			if a := mknodatArgs.FindStringSubmatch(args); call == "mknodat" && a != nil {
+			if a := re.mknodat.FindStringSubmatch(args); call == "mknodat" && a != nil {
 				p = joinAt(a[1], a[2])
-			} else if a := mknodArgs.FindStringSubmatch(args); call == "mknod" && a != nil {
+			} else if a := re.mknod.FindStringSubmatch(args); call == "mknod" && a != nil {
 				if !path.IsAbs(a[1]) {
 					lost = append(lost, fmt.Sprintf("the command made a FIFO with mknod(2) at the relative path %q, which runsc's log does not place", a[1]))
 					continue
@@ -120,7 +133,7 @@ func followFIFOs(log string) (fifos [][]string, unplaced bool, lost []string) {
 			}
 			fifos = append(fifos, []string{p})
 		case "rename":
-			a := renameArgs.FindStringSubmatch(args)
+			a := re.rename.FindStringSubmatch(args)
 			switch {
 			case a == nil:
 				unplaced = true
@@ -134,7 +147,7 @@ func followFIFOs(log string) (fifos [][]string, unplaced bool, lost []string) {
 				}
 			}
 		case "renameat", "renameat2":
-			a := renameatArgs.FindStringSubmatch(args)
+			a := re.renameat.FindStringSubmatch(args)
 			if a == nil {
 				unplaced = true
 				continue

@@ -9,10 +9,12 @@
 // through the daemon has no use for. docs/architecture.md, "The front and
 // the engine".
 //
-// The two go:debug settings spare the runtime's start-up what the front
-// has no use for in a process of a few milliseconds: reading the cgroup's
-// CPU limit to size GOMAXPROCS (five files under /proc and /sys) and
-// re-reading it in the background.
+// The two go:debug settings spare the runtime what the front has no use
+// for in a process of a few milliseconds: sizing GOMAXPROCS by the cgroup's
+// CPU limit, keeping the limit's files open and re-reading them in the
+// background. (The runtime still reads /proc/self/cgroup, mountinfo and the
+// limit once at start, before GODEBUG applies, to count the setting as
+// non-default: strace shows the reads either way.)
 //
 //go:debug containermaxprocs=0
 //go:debug updatemaxprocs=0

@@ -78,7 +78,9 @@ type Rung struct {
 	CollectMin, CollectTimeout time.Duration
 	// Trace, when set, is called as a trial passes each phase ("start": guest
 	// process started, "hello": guest runtime up, "view": overlays mounted,
-	// "exit": command and its descendants gone, "done": delta built), to see
+	// "exit": command and its descendants gone, "done": delta built,
+	// "reaped": the guest waited for, "cleaned": netsim and the trial's
+	// cgroups gone too), to see
 	// where a trial's time goes. Nil costs nothing.
 	Trace func(phase string)
 	// Cgroups says where sandboxes' cgroups are made (zero: see package
@@ -510,6 +512,21 @@ func (r *Rung) start(sb sandbox, id string, nt *trialNet) (*trial, error) {
 // pinned and the guest's own threads leave the pids limit (its launcher
 // thread, which starts the command, stays in it).
 func (t *trial) ready() error {
+	// trial.start goes out before the hello is read: the guest sends its
+	// hello first and then reads, so the request waits in the stream for it
+	// and the guest builds the view as soon as its runtime is up, without a
+	// round trip through this process (one scheduling of it, which a
+	// loaded host makes slow). The hello is still checked before anything
+	// of the guest's is trusted; a guest of another protocol that read the
+	// request is killed with its namespaces.
+	host, _ := os.Hostname()
+	start := wire.TrialStart{
+		Mounts: t.sb.Mounts, Image: t.sb.Image, Hostname: host, UpperSize: t.sb.UpperSize,
+		Rootless: os.Getuid() != 0, CommandUserNS: true, CommandUID: os.Getuid(), CommandGID: os.Getgid(),
+		Masks: t.sb.Masks, Hidden: t.sb.Hidden, CommandNPROC: t.lim.CommandNPROC(),
+	}
+	t.net.start(&start, t.netFD)
+	sendErr := t.conn.Send(wire.KindReq, wire.VerbTrialStart, 1, &start, wire.Attachments(start.TrustBundle)...)
 	f, err := t.conn.Read()
 	if err != nil {
 		return t.guestErr("reading hello", err)
@@ -523,15 +540,8 @@ func (t *trial) ready() error {
 			dryexec.ErrGuest, t.cmd.Path, hello.Version, wire.Version)
 	}
 	t.r.trace("hello")
-	host, _ := os.Hostname()
-	start := wire.TrialStart{
-		Mounts: t.sb.Mounts, Image: t.sb.Image, Hostname: host, UpperSize: t.sb.UpperSize,
-		Rootless: os.Getuid() != 0, CommandUserNS: true, CommandUID: os.Getuid(), CommandGID: os.Getgid(),
-		Masks: t.sb.Masks, Hidden: t.sb.Hidden, CommandNPROC: t.lim.CommandNPROC(),
-	}
-	t.net.start(&start, t.netFD)
-	if err := t.conn.Send(wire.KindReq, wire.VerbTrialStart, 1, &start, wire.Attachments(start.TrustBundle)...); err != nil {
-		return t.guestErr("sending trial.start", err)
+	if sendErr != nil {
+		return t.guestErr("sending trial.start", sendErr)
 	}
 	if f, err = t.conn.Read(); err != nil {
 		return t.guestErr("reading trial.mounts", err)
@@ -644,6 +654,7 @@ func (t *trial) cleanup() {
 	t.ctrl.Close()
 	t.cmd.Process.Kill()
 	t.cmd.Wait()
+	t.r.trace("reaped")
 	for _, f := range []*os.File{t.outR, t.errR, t.stdinW, t.stubW} {
 		if f != nil {
 			f.Close()
@@ -664,6 +675,7 @@ func (t *trial) cleanup() {
 	if err := t.lim.Close(); err != nil && t.r.Log != nil {
 		t.r.Log.Warn("removing the trial's cgroup", "cgroup", t.id, "err", err)
 	}
+	t.r.trace("cleaned")
 }
 
 func (t *trial) run(ctx context.Context) (*dryexec.StateDelta, error) {

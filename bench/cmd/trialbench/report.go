@@ -132,7 +132,7 @@ func formatReport(m machine, cfg config, groups []group, sections [][]result, ph
 		return b.String()
 	}
 	b.WriteString("## Where an in-process cold trial's time goes (median time since Trial() was called)\n\n| phase | median |\n|---|---:|\n")
-	for _, p := range []string{"start", "hello", "view", "exit", "done", "pipes", "net"} {
+	for _, p := range []string{"start", "hello", "view", "exit", "done", "pipes", "net", "reaped", "cleaned"} {
 		d := phases[p]
 		if len(d) == 0 {
 			continue
@@ -142,7 +142,9 @@ func formatReport(m machine, cfg config, groups []group, sections [][]result, ph
 	}
 	b.WriteString("\nstart: guest process cloned into its namespaces; hello: the guest's Go runtime is up;\n" +
 		"view: overlays, /proc, /dev mounted and pivoted; exit: the command ran and everything it\n" +
-		"started is dead; done: upper dirs walked, hashed and diffed into the delta; net: netsim stopped and its log in the delta.\n")
+		"started is dead; done: upper dirs walked, hashed and diffed into the delta; net: netsim stopped and its log in the delta;\n" +
+		"reaped: the guest (PID 1 of the sandbox's namespaces) killed and waited for, its namespaces torn down;\n" +
+		"cleaned: netsim and the trial's cgroups gone too (Trial returns).\n")
 	return b.String()
 }
 
