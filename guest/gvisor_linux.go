@@ -203,7 +203,7 @@ func runGVisorTrial() int {
 	}
 	return runInnerTrial(conn, &cfg, gvisorProfile(), func() ([]wire.SandboxNode, []string) {
 		return sandboxFIFOs(wire.GVisorLogFD)
-	}, nil)
+	}, nil, nil)
 }
 
 // runInnerTrial is the part of the trial guest shared by the gvisor-trial
@@ -212,9 +212,10 @@ func runGVisorTrial() int {
 // host walks the upper dirs on its side) and reports. nodes, when not nil,
 // finds what the sandbox's kernel keeps in its own memory for the host to
 // make in the upper dirs (gvisor: FIFOs). fifos, when not nil, serves the
-// calls prof hands to the supervisor (vm: mknod). It returns the process's
-// exit status.
-func runInnerTrial(conn *wire.Conn, cfgp *wire.TrialStart, prof *seccomp.Profile, nodes func() ([]wire.SandboxNode, []string), fifos *vmFIFOs) int {
+// calls prof hands to the supervisor (vm: mknod); oom, when not nil, counts
+// the sandbox kernel's OOM kills into trial.exit (vm). It returns the
+// process's exit status.
+func runInnerTrial(conn *wire.Conn, cfgp *wire.TrialStart, prof *seccomp.Profile, nodes func() ([]wire.SandboxNode, []string), fifos *vmFIFOs, oom *vmOOM) int {
 	cfg := *cfgp
 	fail := func(code string, err error) int { return sendFailure(conn, code, err) }
 	if cfg.Hostname != "" {
@@ -229,6 +230,10 @@ func runInnerTrial(conn *wire.Conn, cfgp *wire.TrialStart, prof *seccomp.Profile
 	stub, err := startGVisorStub(&cfg, prof, srv)
 	if err != nil {
 		return fail("setup", err)
+	}
+	if oom != nil {
+		// After the stub's fork: the command keeps the score it had.
+		oom.protect()
 	}
 	// The command may signal this process: it is uid 0 as the guest is,
 	// and gVisor has no Landlock to scope its signals as the ns guest does.
@@ -250,6 +255,9 @@ func runInnerTrial(conn *wire.Conn, cfgp *wire.TrialStart, prof *seccomp.Profile
 		// cache (a file's shared mapping): sync puts them in the upper
 		// dirs before the host walks.
 		unix.Sync()
+		if oom != nil {
+			exit.OOMKills = oom.kills()
+		}
 		return conn.Send(wire.KindEvent, wire.VerbTrialExit, 0, exit)
 	}
 	done, err := runCommand(&cfg, stub, nil, ran, timedOut, settled)

@@ -109,7 +109,7 @@ func runVMTrial() int {
 	if err != nil {
 		return sendFailure(conn, "setup", err)
 	}
-	return runInnerTrial(conn, &cfg, vmProfile(), nil, fifos)
+	return runInnerTrial(conn, &cfg, vmProfile(), nil, fifos, newVMOOM())
 }
 
 // vmEarlyMounts gives the initramfs what loading modules and finding the

@@ -243,6 +243,9 @@ type TrialExit struct {
 	UpperUsed  int64  `json:"upper_used,omitempty"`
 	// Violations are what the sandbox refused (seccomp: kind "syscall").
 	Violations []Violation `json:"violations,omitempty"`
+	// OOMKills are the processes the VM's own kernel OOM-killed while the
+	// command ran (vm rung: the VM's RAM is the memory limit).
+	OOMKills int64 `json:"oom_kills,omitempty"`
 	// Memory is what the trial's processes wrote to memory (nil: not measured).
 	Memory *MemoryUse `json:"memory,omitempty"`
 }

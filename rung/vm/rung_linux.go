@@ -16,6 +16,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/dryexec/dryexec"
+	"github.com/dryexec/dryexec/cgroup"
 	"github.com/dryexec/dryexec/internal/guestexe"
 	"github.com/dryexec/dryexec/internal/tail"
 	"github.com/dryexec/dryexec/rung/internal/viewtrial"
@@ -52,6 +53,8 @@ type Rung struct {
 	GuestExe string
 	// Log receives debug records; nil logs nothing.
 	Log *slog.Logger
+	// Cgroups says where VMs' cgroups are made (see package cgroup).
+	Cgroups cgroup.Options
 	// BootTimeout bounds the boot to the init's hello; 0: 60s (TCG on a
 	// busy host).
 	BootTimeout time.Duration
@@ -258,7 +261,7 @@ func (r *Rung) Notes() []string {
 		"kernel: " + m.kernel.Vmlinux + " (sha256 " + m.kernel.Digest[:16] + "…); initramfs: " + m.initramfs,
 		"wire: virtio-serial; root: the view over 9p (virtio-9p, passthrough), upper dirs on the host",
 		"network: netsim, as on ns, behind the VM's virtio-net (QEMU's -netdev dgram on a socket netsim serves, Ethernet frames)",
-		"limits: memory is the VM's RAM, one vCPU; pids as RLIMIT_NPROC inside the VM",
+		"limits: memory is the VM's RAM (its kernel's OOM kills recorded), one vCPU; QEMU in a cgroup of the trial's (memory: the limit plus QEMU's overhead; cpu.max; pids with room for QEMU's threads); pids as RLIMIT_NPROC inside the VM",
 		"sessions: one VM per session, the session guest as its init's child over the same view; workspace on a tmpfs of the VM's own (scan staging, as on gvisor); the same network as a trial's; park and resume (QMP migration to a file) and fork with memory (n restores of a snapshot)",
 	}
 }
@@ -340,6 +343,8 @@ type trial struct {
 	// a trial asking for the same); pooled: booted ahead by a Pool.
 	sb     sandbox
 	pooled bool
+	// group holds the view guest and QEMU (hostLimits).
+	group *viewtrial.HostGroup
 }
 
 // The view guest's descriptors: wire.CtrlFD is its own stream; the VM's
@@ -374,17 +379,23 @@ func (t *trial) start() error {
 		return err
 	}
 	defer consoleW.Close()
+	if t.group, err = viewtrial.NewHostGroup(t.r.Cgroups, "vm-"+t.Spec.TrialID, t.Spec.Limits, hostLimits(t.Spec.Limits, t.memMB())); err != nil {
+		consoleR.Close()
+		return err
+	}
+	attr := &syscall.SysProcAttr{
+		Cloneflags: syscall.CLONE_NEWNS | syscall.CLONE_NEWNET,
+		Pdeathsig:  syscall.SIGKILL,
+	}
+	t.group.Place(attr)
 	t.Cmd = &exec.Cmd{
-		Path:       t.exe,
-		Args:       []string{"dryexec", "guest", wire.RoleGVisorView},
-		Env:        []string{},
-		ExtraFiles: append(append([]*os.File{viewEnd}, vmm...), t.net.File()),
-		Stdout:     consoleW,
-		Stderr:     consoleW,
-		SysProcAttr: &syscall.SysProcAttr{
-			Cloneflags: syscall.CLONE_NEWNS | syscall.CLONE_NEWNET,
-			Pdeathsig:  syscall.SIGKILL,
-		},
+		Path:        t.exe,
+		Args:        []string{"dryexec", "guest", wire.RoleGVisorView},
+		Env:         []string{},
+		ExtraFiles:  append(append([]*os.File{viewEnd}, vmm...), t.net.File()),
+		Stdout:      consoleW,
+		Stderr:      consoleW,
+		SysProcAttr: attr,
 	}
 	vmmPark, err := t.parkFiles()
 	if err != nil {
@@ -397,6 +408,12 @@ func (t *trial) start() error {
 		return fmt.Errorf("starting the vm's view guest: %w", err)
 	}
 	t.StartWait()
+	if err := t.group.Attach(t.Cmd.Process.Pid); err != nil {
+		// v1: before the view guest becomes QEMU (it waits for the
+		// host's first request).
+		consoleR.Close()
+		return err
+	}
 	t.net.serve()
 	t.console = tail.New(consoleTail)
 	t.Pipes.Go(func() { viewtrial.CopyOut(t.console, consoleR) })
@@ -408,6 +425,13 @@ func (t *trial) start() error {
 // cleanup ends the VM (if it still runs) and frees everything.
 func (t *trial) cleanup() {
 	t.Close()
+	if t.group != nil {
+		// Kills what is left in it (nothing once QEMU has ended), then
+		// removes it.
+		if err := t.group.Remove(); err != nil && t.r.Log != nil {
+			t.r.Log.Warn("removing the VM's cgroup", "trial", t.Spec.TrialID, "err", err)
+		}
+	}
 	closeAll(t.ports)
 	closeAll([]*os.File{t.qmp, t.incoming})
 	t.Release()
@@ -421,10 +445,7 @@ func (t *trial) prepare() error {
 	if err := t.BuildView(&start); err != nil {
 		return err
 	}
-	mem := t.r.MemoryMB
-	if l := t.Spec.Limits.MemoryBytes; l > 0 {
-		mem = max(l>>20, 128)
-	}
+	mem := t.memMB()
 	var portFDs, keep []int
 	for i := range wire.VMPorts() {
 		portFDs = append(portFDs, portFD0+i)
@@ -452,6 +473,58 @@ func (t *trial) prepare() error {
 	// The FIFOs the command makes, QEMU's 9p server cannot: the host makes
 	// them through the view (guest/vmfifo_linux.go).
 	return t.OpenViewRoot()
+}
+
+// memMB is the VM's RAM: the trial's memory limit (at least 128 MiB, which
+// the VM's kernel needs to boot), else the rung's, else 512 MiB.
+func (t *trial) memMB() int64 {
+	if l := t.Spec.Limits.MemoryBytes; l > 0 {
+		return max(l>>20, 128)
+	}
+	return cmp.Or(t.r.MemoryMB, 512)
+}
+
+// QEMUOverheadBytes is what a VM's host cgroup allows QEMU on top of the
+// VM's RAM: QEMU's own code and heap, TCG's translation cache (64 MiB,
+// tb-size), the 9p server's and virtio's buffers.
+const QEMUOverheadBytes = 256 << 20
+
+// qemuThreads is room in the host's pids limit for QEMU's threads (vCPUs,
+// its I/O and 9p worker pools) and the view guest's: the VM's processes
+// are the VM kernel's, which the host's pids limit cannot count.
+const qemuThreads = 256
+
+// hostLimits are the limits of the cgroup that holds QEMU, for a trial
+// asking for l with a VM of memMB of RAM: memory the larger of the limit
+// asked (default: half the host's RAM, as on ns) and the RAM, plus
+// QEMUOverheadBytes: the command's memory is bounded by the VM's RAM, and
+// what it writes to the view's upper dirs (a tmpfs of the host's, written
+// by QEMU's 9p server) is charged to the group, as ns charges the upper
+// tmpfs to the sandbox's; CPU as asked (cpu.max, cpu.weight); pids the
+// limit with room for QEMU's threads (inside, the limit is RLIMIT_NPROC).
+func hostLimits(l dryexec.Limits, memMB int64) dryexec.Limits {
+	if l.MemoryBytes >= 0 {
+		l.MemoryBytes = max(cgroup.Defaults(l).MemoryBytes, memMB<<20) + QEMUOverheadBytes
+	}
+	if l.Pids >= 0 {
+		l.Pids = cmp.Or(l.Pids, dryexec.DefaultPids) + qemuThreads
+	}
+	return l
+}
+
+// limitHits are the limits the VM hit: its kernel's OOM kills (the VM's RAM
+// is the command's memory), then what the host's cgroup saw (QEMU itself
+// OOM-killed at hostLimits).
+func (t *trial) limitHits() []dryexec.Violation {
+	var v []dryexec.Violation
+	if ex := t.Exit; ex != nil && ex.OOMKills > 0 {
+		ram := dryexec.Limits{MemoryBytes: t.memMB() << 20}
+		v = cgroup.Violations(ram, 0, cgroup.Stats{}, cgroup.Stats{OOMKills: ex.OOMKills})
+	}
+	if t.group != nil {
+		v = append(v, t.group.Hits()...)
+	}
+	return v
 }
 
 var errOverdue = errors.New("the VM did not report in time")
@@ -536,6 +609,8 @@ func (t *trial) run(ctx context.Context) (*dryexec.StateDelta, error) {
 	t.net.close()
 	t.r.trace("gone")
 	d := &dryexec.StateDelta{}
+	d.Violations = append(d.Violations, t.limitHits()...)
+	d.Warnings = append(d.Warnings, t.group.Warnings...)
 	t.net.report(t.Spec, d)
 	// Which accelerator ran, and the boot's cost, are part of the record:
 	// TCG and KVM differ by an order of magnitude in speed, not in what

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"sync"
 	"time"
 
@@ -176,13 +177,15 @@ func (s *sessionSandbox) Configure(start *wire.SessionStart) {
 // before QEMU started.
 func (s *sessionSandbox) Ready() error { return nil }
 
-// Violations are the masks read since the last call. The VM's limits are
-// its RAM and vCPU and RLIMIT_NPROC inside it, whose hits are not recorded
-// (as for a vm trial).
-func (s *sessionSandbox) Violations() []dryexec.Violation { return s.t.Watch.Check() }
+// Violations are the masks read and the host cgroup's limits hit since the
+// last call. The VM's own limits (its RAM and RLIMIT_NPROC inside it) are
+// not recorded for a session's execs yet.
+func (s *sessionSandbox) Violations() []dryexec.Violation {
+	return append(s.t.group.Hits(), s.t.Watch.Check()...)
+}
 
 func (s *sessionSandbox) Warnings() []string {
-	var w []string
+	w := slices.Clone(s.t.group.Warnings)
 	if mw := s.t.Watch.Warning(); mw != "" {
 		w = append(w, mw)
 	}

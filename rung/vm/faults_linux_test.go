@@ -1,0 +1,179 @@
+package vm_test
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/dryexec/dryexec"
+	"github.com/dryexec/dryexec/policy"
+	"github.com/dryexec/dryexec/rung/vm"
+)
+
+// markerWriter signals once the command's output holds "started".
+type markerWriter struct {
+	mu   sync.Mutex
+	buf  bytes.Buffer
+	once sync.Once
+	seen chan struct{}
+}
+
+func (w *markerWriter) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.buf.Write(p)
+	if strings.Contains(w.buf.String(), "started") {
+		w.once.Do(func() { close(w.seen) })
+	}
+	return len(p), nil
+}
+
+// vmGroups are the cgroup directories of the trial id's VM, in every
+// hierarchy (v1 and v2).
+func vmGroups(id string) []string {
+	var dirs []string
+	for _, pat := range []string{"/sys/fs/cgroup/*/dryexec/vm-" + id + "*", "/sys/fs/cgroup/dryexec/vm-" + id + "*"} {
+		m, _ := filepath.Glob(pat)
+		dirs = append(dirs, m...)
+	}
+	return dirs
+}
+
+// groupPIDs are the processes in the VM's groups (their run dirs).
+func groupPIDs(t *testing.T, dirs []string) []int {
+	t.Helper()
+	seen := map[int]bool{}
+	var pids []int
+	for _, d := range dirs {
+		b, err := os.ReadFile(filepath.Join(d, "run", "cgroup.procs"))
+		if err != nil {
+			continue
+		}
+		for f := range strings.FieldsSeq(string(b)) {
+			if p, err := strconv.Atoi(f); err == nil && !seen[p] {
+				seen[p] = true
+				pids = append(pids, p)
+			}
+		}
+	}
+	return pids
+}
+
+// faultTrial runs argv (which prints "started" once it runs) on r; at the
+// marker, it checks that QEMU runs in the trial's cgroup with its limits
+// and hands QEMU's pid, found through the group, to fault. It requires the
+// delta marked incomplete (which policy blocks) and nothing of the VM left:
+// no QEMU process, cgroup, socket or temporary file.
+func faultTrial(t *testing.T, r *vm.Rung, spec dryexec.TrialSpec, argv []string, fault func(qemu int)) *dryexec.StateDelta {
+	t.Helper()
+	tmp := t.TempDir()
+	t.Setenv("TMPDIR", tmp)
+	socksBefore := sockets(t)
+	spec.TrialID = dryexec.NewTrialID()
+	spec.Action.Argv, spec.Action.Cwd, spec.Action.Env = argv, tmp, map[string]string{"PATH": "/usr/bin:/bin:/usr/sbin:/sbin"}
+	w := &markerWriter{seen: make(chan struct{})}
+	spec.Stdout = w
+	faulted := make(chan struct{})
+	go func() {
+		defer close(faulted)
+		select {
+		case <-w.seen:
+		case <-time.After(4 * time.Minute):
+			t.Error("no marker from the command")
+			return
+		}
+		dirs := vmGroups(spec.TrialID)
+		if len(dirs) == 0 {
+			t.Error("the VM has no cgroup")
+			return
+		}
+		qemu := qemuChildren(t)
+		pids := groupPIDs(t, dirs)
+		if len(qemu) != 1 || len(pids) != 1 || pids[0] != qemu[0] {
+			t.Errorf("QEMU %v, in the VM's cgroup %v: want the one QEMU there", qemu, pids)
+			return
+		}
+		for _, d := range dirs {
+			if b, err := os.ReadFile(filepath.Join(d, "memory.limit_in_bytes")); err == nil {
+				want := spec.Limits.MemoryBytes + vm.QEMUOverheadBytes
+				if got, _ := strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64); got != want {
+					t.Errorf("memory.limit_in_bytes %d, want %d (the limit and QEMU's overhead)", got, want)
+				}
+			}
+			if b, err := os.ReadFile(filepath.Join(d, "cpu.cfs_quota_us")); err == nil && strings.TrimSpace(string(b)) != "150000" {
+				t.Errorf("cpu.cfs_quota_us %s, want 150000 (1.5 CPUs)", b)
+			}
+			if b, err := os.ReadFile(filepath.Join(d, "cpu.max")); err == nil && !strings.HasPrefix(string(b), "150000 ") {
+				t.Errorf("cpu.max %s, want 150000 per period (1.5 CPUs)", b)
+			}
+		}
+		if fault != nil {
+			fault(pids[0])
+		}
+	}()
+	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
+	defer cancel()
+	d, err := r.Trial(ctx, spec)
+	<-faulted
+	if err != nil {
+		t.Fatalf("trial: %v (want a delta marked incomplete)", err)
+	}
+	if !d.Incomplete || d.IncompleteReason == "" {
+		t.Errorf("delta incomplete %v (%q), want incomplete; exit %d, stderr %s", d.Incomplete, d.IncompleteReason, d.Process.ExitCode, d.Process.Stderr)
+	}
+	eng, err := policy.Compile(policy.Default())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if dec := eng.Decide(ctx, d).Decision; dec.Choice != "block" {
+		t.Errorf("policy decided %s (%v), want block", dec.Choice, dec.Reasons)
+	}
+	if left := qemuChildren(t); len(left) != 0 {
+		t.Errorf("QEMU processes left: %v", left)
+	}
+	if left := vmGroups(spec.TrialID); len(left) != 0 {
+		t.Errorf("cgroups left: %v", left)
+	}
+	if n := sockets(t); n > socksBefore {
+		t.Errorf("%d sockets open after the trial, %d before", n, socksBefore)
+	}
+	if left := dirNames(t, tmp); len(left) > 0 {
+		t.Errorf("left in TMPDIR: %v", left)
+	}
+	t.Logf("incomplete: %s", d.IncompleteReason)
+	return d
+}
+
+var faultLimits = dryexec.Limits{MemoryBytes: 256 << 20, CPUs: 1.5}
+
+// TestTrialQEMUKilled: QEMU SIGKILLed while the command runs ends the
+// trial with a delta marked incomplete, and nothing of the VM left.
+func TestTrialQEMUKilled(t *testing.T) {
+	requireVMSession(t)
+	spec := dryexec.TrialSpec{Limits: faultLimits, Action: dryexec.Action{TimeoutMS: 300_000}}
+	faultTrial(t, &vm.Rung{}, spec, []string{"sh", "-c", "echo started; sleep 600"}, func(qemu int) {
+		syscall.Kill(qemu, syscall.SIGKILL)
+	})
+}
+
+// TestTrialVMHung: a VM that stops answering (QEMU SIGSTOPped) ends the
+// trial at the command's timeout and WalkGrace, with a delta marked
+// incomplete: the host does not wait for it.
+func TestTrialVMHung(t *testing.T) {
+	requireVMSession(t)
+	r := &vm.Rung{WalkGrace: 5 * time.Second}
+	spec := dryexec.TrialSpec{Limits: faultLimits, Action: dryexec.Action{TimeoutMS: 30_000}}
+	d := faultTrial(t, r, spec, []string{"sh", "-c", "echo started; sleep 600"}, func(qemu int) {
+		syscall.Kill(qemu, syscall.SIGSTOP)
+	})
+	if !strings.Contains(d.IncompleteReason, "no report within") {
+		t.Errorf("incomplete reason %q: want the missing report named", d.IncompleteReason)
+	}
+}
