@@ -266,7 +266,11 @@ func (r *Rung) Notes() []string {
 // Trial implements dryexec.Rung.
 func (r *Rung) Trial(ctx context.Context, spec dryexec.TrialSpec) (*dryexec.StateDelta, error) {
 	spec = spec.WithDefaults()
-	if err := linuxns.CheckAction(spec.Action); err != nil {
+	check := linuxns.CheckAction
+	if spec.Image != nil {
+		check = linuxns.CheckImageAction // its cwd is checked in the image (openImage)
+	}
+	if err := check(spec.Action); err != nil {
 		return nil, err
 	}
 	if spec.TrialID == "" {
@@ -278,10 +282,15 @@ func (r *Rung) Trial(ctx context.Context, spec dryexec.TrialSpec) (*dryexec.Stat
 	}
 	defer t.net.close()
 	defer t.cleanup()
+	if err := t.openImage(); err != nil {
+		return nil, err
+	}
 	if err := t.start(); err != nil {
 		return nil, err
 	}
-	return t.run(ctx)
+	d, err := t.run(ctx)
+	imageDelta(spec, d)
+	return d, err
 }
 
 // newTrial resolves what every VM of the rung needs for spec (QEMU, the
@@ -340,6 +349,8 @@ type trial struct {
 	// a trial asking for the same); pooled: booted ahead by a Pool.
 	sb     sandbox
 	pooled bool
+	// imageView: the host's read-only view of a trial's image (openImage).
+	imageView *os.File
 }
 
 // The view guest's descriptors: wire.CtrlFD is its own stream; the VM's
@@ -410,17 +421,19 @@ func (t *trial) cleanup() {
 	t.Close()
 	closeAll(t.ports)
 	closeAll([]*os.File{t.qmp, t.incoming})
+	closeImage(t.imageView)
 	t.Release()
 }
 
 // prepare builds the view on the host and has the view guest become QEMU,
 // exporting it.
 func (t *trial) prepare() error {
-	start := wire.TrialStart{Mounts: t.Mounts, UpperSize: t.Spec.UpperSizeBytes, Masks: t.Cover.Masks, Hidden: t.Cover.Hidden}
+	start := wire.TrialStart{Mounts: t.Mounts, Image: t.sb.image, UpperSize: t.Spec.UpperSizeBytes, Masks: t.Cover.Masks, Hidden: t.Cover.Hidden}
 	t.net.viewStart(&start)
 	if err := t.BuildView(&start); err != nil {
 		return err
 	}
+	t.diffAgainstImage()
 	mem := t.r.MemoryMB
 	if l := t.Spec.Limits.MemoryBytes; l > 0 {
 		mem = max(l>>20, 128)
