@@ -46,7 +46,7 @@ func (r *Rung) openSession(ctx context.Context, spec dryexec.SandboxSpec, state 
 	}
 	if spec.Image != nil {
 		closeAll([]*os.File{state})
-		return nil, unavailable("sessions on an image (trials on one run on vm; sessions on one run on ns and gvisor)")
+		return nil, unavailable("sessions on an image (--image) are not supported on vm yet (trials on one are; sessions on one run on ns and gvisor)")
 	}
 	t, err := r.newTrial(ctx, dryexec.TrialSpec{TrialID: spec.ID, Limits: spec.Limits, Masks: spec.Masks,
 		NoDefaultMasks: spec.NoDefaultMasks, OwnPaths: spec.OwnPaths, Net: spec.Net, NetCADir: spec.NetCADir})
