@@ -70,4 +70,3 @@ func BenchmarkImageTrial(b *testing.B) {
 	b.ReportMetric(med[0]/med[3], "image/host")
 	b.ReportMetric(med[2]/med[0], "first/cached")
 }
-
