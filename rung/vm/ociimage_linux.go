@@ -80,3 +80,12 @@ func closeImage(f *os.File) {
 // SupportsImages implements dryexec.ImageRung: an image trial runs cold
 // (Rung.Trial).
 func (p *Pool) SupportsImages() bool { return true }
+
+// checkAction checks spec's action: its cwd on the host, or, on an image,
+// in the image (openImage does, once the image's view is open).
+func checkAction(spec dryexec.TrialSpec) error {
+	if spec.Image != nil {
+		return linuxns.CheckImageAction(spec.Action)
+	}
+	return linuxns.CheckAction(spec.Action)
+}

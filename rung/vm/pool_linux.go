@@ -181,11 +181,8 @@ func (p *Pool) Available(ctx context.Context) error { return p.r.Available(ctx) 
 // give, but for the boot's warning.
 func (p *Pool) Trial(ctx context.Context, spec dryexec.TrialSpec) (*dryexec.StateDelta, error) {
 	spec = spec.WithDefaults()
-	if spec.Image != nil {
-		// No pooled VM is booted over an image: it runs cold.
-		return p.r.Trial(ctx, spec)
-	}
-	if err := linuxns.CheckAction(spec.Action); err != nil {
+	// No pooled VM is booted over an image (sb.equal): it runs cold.
+	if err := checkAction(spec); err != nil {
 		return nil, err
 	}
 	if spec.TrialID == "" {

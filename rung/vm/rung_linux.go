@@ -19,7 +19,6 @@ import (
 	"github.com/dryexec/dryexec/internal/guestexe"
 	"github.com/dryexec/dryexec/internal/tail"
 	"github.com/dryexec/dryexec/rung/internal/viewtrial"
-	"github.com/dryexec/dryexec/rung/linuxns"
 	"github.com/dryexec/dryexec/wire"
 )
 
@@ -266,11 +265,7 @@ func (r *Rung) Notes() []string {
 // Trial implements dryexec.Rung.
 func (r *Rung) Trial(ctx context.Context, spec dryexec.TrialSpec) (*dryexec.StateDelta, error) {
 	spec = spec.WithDefaults()
-	check := linuxns.CheckAction
-	if spec.Image != nil {
-		check = linuxns.CheckImageAction // its cwd is checked in the image (openImage)
-	}
-	if err := check(spec.Action); err != nil {
+	if err := checkAction(spec); err != nil {
 		return nil, err
 	}
 	if spec.TrialID == "" {
