@@ -24,7 +24,7 @@ RUNSC         := gvisor.dev/gvisor/runsc@v0.0.0-20260905035102-160fafc42237
 # npm package.
 APT_PACKAGES  := bubblewrap util-linux python3 iproute2 curl git rsync tar nodejs \
                  unzip zip make gcc sqlite3 python3-venv python3-wheel-whl \
-                 qemu-system-x86 linux-image-amd64 xz-utils
+                 qemu-system-x86 linux-image-amd64 xz-utils erofs-utils
 # The capabilities (internal/testreq) a CI machine has once `make deps` ran as
 # root: under CI=true, `make test` requires them (DRYEXEC_REQUIRE), so a test
 # that needs one fails instead of skipping when it is missing, and a capability

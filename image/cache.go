@@ -38,6 +38,8 @@ import (
 //	images/<hex>.json  one image, by manifest digest: its names, platform and
 //	                   layers (diff IDs, lowest first)
 //	tmp/               work in progress; renamed into layers/ when complete
+//	erofs/<hex>.erofs  one image's merged root packed for the vm rung, by
+//	                   manifest digest, built on first use (Erofs)
 //	form               the cache's Form, written once when it is made
 type Cache struct {
 	dir  string
@@ -612,6 +614,7 @@ type PruneReport struct {
 	Layers int   // unpacked layers no image uses
 	Bytes  int64 // their size on disk
 	Tmp    int   // leftovers of interrupted pulls
+	Erofs  int   // erofs images (the vm rung's) of images no longer held
 }
 
 // Prune removes layers no recorded image uses and what interrupted pulls
@@ -636,8 +639,10 @@ func (c *Cache) pruneLocked() (PruneReport, error) {
 	if err != nil {
 		return rep, err
 	}
-	used := map[string]bool{}
+	used, images := map[string]bool{}, map[string]bool{}
 	for _, img := range all {
+		_, hx, _ := strings.Cut(img.Digest, ":")
+		images[hx] = true
 		for _, l := range img.Layers {
 			used[filepath.Base(c.layerDir(l))] = true
 		}
@@ -665,7 +670,9 @@ func (c *Cache) pruneLocked() (PruneReport, error) {
 		rep.Layers++
 		rep.Bytes += sz
 	}
-	return rep, nil
+	n, sz, err := c.pruneErofs(images)
+	rep.Erofs, rep.Bytes = n, rep.Bytes+sz
+	return rep, err
 }
 
 // DiskUsage is the bytes img's layers take in the cache (shared layers count

@@ -17,7 +17,7 @@ func TestImageRungs(t *testing.T) {
 		rung   string
 		images bool
 	}{
-		{"ns", true}, {"gvisor", true}, {"vm", false}, {Host, false},
+		{"ns", true}, {"gvisor", true}, {"vm", true}, {Host, false},
 	} {
 		t.Run(tc.rung, func(t *testing.T) {
 			r := build(tc.rung, Config{})

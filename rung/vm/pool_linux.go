@@ -25,10 +25,15 @@ type sandbox struct {
 	net       []string // never empty ("none")
 	limits    dryexec.Limits
 	upperSize int64
+	// image: the layer dirs of a trial on an image (nil: the host's view).
+	image []string
 }
 
 // sandboxFor resolves spec's sandbox against the host as it is now.
 func sandboxFor(spec dryexec.TrialSpec) (sandbox, error) {
+	if spec.Image != nil {
+		return imageSandbox(spec)
+	}
 	mounts, err := linuxns.Mounts()
 	if err != nil {
 		return sandbox{}, err
@@ -52,7 +57,7 @@ func sandboxFor(spec dryexec.TrialSpec) (sandbox, error) {
 
 func (a sandbox) equal(b sandbox) bool {
 	return a.limits == b.limits && a.upperSize == b.upperSize && a.caDir == b.caDir && slices.Equal(a.net, b.net) &&
-		slices.Equal(a.cover.Masks, b.cover.Masks) && slices.Equal(a.cover.Hidden, b.cover.Hidden) && slices.Equal(a.mounts, b.mounts)
+		slices.Equal(a.cover.Masks, b.cover.Masks) && slices.Equal(a.cover.Hidden, b.cover.Hidden) && slices.Equal(a.mounts, b.mounts) && slices.Equal(a.image, b.image)
 }
 
 // Pool keeps VMs booted ahead of trials: the view guest has built the view
@@ -176,7 +181,8 @@ func (p *Pool) Available(ctx context.Context) error { return p.r.Available(ctx) 
 // give, but for the boot's warning.
 func (p *Pool) Trial(ctx context.Context, spec dryexec.TrialSpec) (*dryexec.StateDelta, error) {
 	spec = spec.WithDefaults()
-	if err := linuxns.CheckAction(spec.Action); err != nil {
+	// No pooled VM is booted over an image (sb.equal): it runs cold.
+	if err := checkAction(spec); err != nil {
 		return nil, err
 	}
 	if spec.TrialID == "" {

@@ -20,7 +20,6 @@ import (
 	"github.com/dryexec/dryexec/internal/guestexe"
 	"github.com/dryexec/dryexec/internal/tail"
 	"github.com/dryexec/dryexec/rung/internal/viewtrial"
-	"github.com/dryexec/dryexec/rung/linuxns"
 	"github.com/dryexec/dryexec/wire"
 )
 
@@ -269,7 +268,7 @@ func (r *Rung) Notes() []string {
 // Trial implements dryexec.Rung.
 func (r *Rung) Trial(ctx context.Context, spec dryexec.TrialSpec) (*dryexec.StateDelta, error) {
 	spec = spec.WithDefaults()
-	if err := linuxns.CheckAction(spec.Action); err != nil {
+	if err := checkAction(spec); err != nil {
 		return nil, err
 	}
 	if spec.TrialID == "" {
@@ -281,10 +280,15 @@ func (r *Rung) Trial(ctx context.Context, spec dryexec.TrialSpec) (*dryexec.Stat
 	}
 	defer t.net.close()
 	defer t.cleanup()
+	if err := t.openImage(); err != nil {
+		return nil, err
+	}
 	if err := t.start(); err != nil {
 		return nil, err
 	}
-	return t.run(ctx)
+	d, err := t.run(ctx)
+	imageDelta(spec, d)
+	return d, err
 }
 
 // newTrial resolves what every VM of the rung needs for spec (QEMU, the
@@ -345,6 +349,8 @@ type trial struct {
 	pooled bool
 	// group holds the view guest and QEMU (hostLimits).
 	group *viewtrial.HostGroup
+	// imageView: the host's read-only view of a trial's image (openImage).
+	imageView *os.File
 }
 
 // The view guest's descriptors: wire.CtrlFD is its own stream; the VM's
@@ -434,17 +440,19 @@ func (t *trial) cleanup() {
 	}
 	closeAll(t.ports)
 	closeAll([]*os.File{t.qmp, t.incoming})
+	closeImage(t.imageView)
 	t.Release()
 }
 
 // prepare builds the view on the host and has the view guest become QEMU,
 // exporting it.
 func (t *trial) prepare() error {
-	start := wire.TrialStart{Mounts: t.Mounts, UpperSize: t.Spec.UpperSizeBytes, Masks: t.Cover.Masks, Hidden: t.Cover.Hidden}
+	start := wire.TrialStart{Mounts: t.Mounts, Image: t.sb.image, UpperSize: t.Spec.UpperSizeBytes, Masks: t.Cover.Masks, Hidden: t.Cover.Hidden}
 	t.net.viewStart(&start)
 	if err := t.BuildView(&start); err != nil {
 		return err
 	}
+	t.diffAgainstImage()
 	mem := t.memMB()
 	var portFDs, keep []int
 	for i := range wire.VMPorts() {

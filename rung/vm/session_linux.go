@@ -40,11 +40,14 @@ func (r *Rung) OpenSandbox(ctx context.Context, spec dryexec.SandboxSpec) (dryex
 // openSession starts a session's VM for spec: booted, or, with state,
 // restored from a saved one (Resume; state is the sandbox's from then on).
 func (r *Rung) openSession(ctx context.Context, spec dryexec.SandboxSpec, state *os.File) (*sessionSandbox, error) {
-	// No image views here yet: refused, typed, whoever calls (session
-	// checks first).
+	// Trials on an image, not sessions yet: refused, typed, whoever calls.
 	if err := dryexec.CheckImage(r, spec.Image); err != nil {
 		closeAll([]*os.File{state})
 		return nil, err
+	}
+	if spec.Image != nil {
+		closeAll([]*os.File{state})
+		return nil, unavailable("sessions on an image (--image) are not supported on vm yet (trials on one are; sessions on one run on ns and gvisor)")
 	}
 	t, err := r.newTrial(ctx, dryexec.TrialSpec{TrialID: spec.ID, Limits: spec.Limits, Masks: spec.Masks,
 		NoDefaultMasks: spec.NoDefaultMasks, OwnPaths: spec.OwnPaths, Net: spec.Net, NetCADir: spec.NetCADir})

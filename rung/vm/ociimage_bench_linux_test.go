@@ -1,0 +1,71 @@
+package vm
+
+import (
+	"context"
+	"fmt"
+	"testing"
+
+	"github.com/dryexec/dryexec"
+	"github.com/dryexec/dryexec/image"
+	"github.com/dryexec/dryexec/internal/imagetest"
+	"github.com/dryexec/dryexec/internal/rungbench"
+	"github.com/dryexec/dryexec/rung/linuxns"
+)
+
+// BenchmarkImageTrial times a cold /bin/true trial on an image (the host's
+// sh and true, from an OCI layout) on vm and on ns with the image cached, a
+// vm trial on the image's first use (a fresh cache: pull and unpack, then
+// the trial), and a vm trial on the host's view, interleaved in each
+// iteration; it reports each median (ms) and the ratios of vm to ns on the
+// image, of the image to the host's view on vm, and of first use to cached:
+//
+//	go test -run '^$' -bench ImageTrial -benchtime 3x ./rung/vm
+func BenchmarkImageTrial(b *testing.B) {
+	r := &Rung{GuestExe: staticGuest(b)}
+	if err := r.Available(context.Background()); err != nil {
+		b.Skip(err)
+	}
+	ref := imagetest.Layout(b, b.TempDir(), imagetest.Image(b, imagetest.Config{Env: []string{"PATH=/bin"}}, imagetest.Tools(b, "true")))
+	root := func() (*dryexec.ImageRoot, func(), error) {
+		c, err := image.Open(b.TempDir(), nil)
+		if err != nil {
+			return nil, nil, err
+		}
+		img, release, _, err := c.Ensure(context.Background(), ref, image.PullOptions{})
+		if err != nil {
+			return nil, nil, err
+		}
+		return c.Root(ref, img), release, nil
+	}
+	cached, release, err := root()
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer release()
+	run := func(rung dryexec.Rung, img *dryexec.ImageRoot) error {
+		// A timeout: a VM that never reports fails the run, not hangs it.
+		spec := dryexec.TrialSpec{Image: img, Action: dryexec.Action{Argv: []string{"/bin/true"}, Cwd: "/",
+			Env: map[string]string{"PATH": "/bin"}, TimeoutMS: 300_000}}
+		d, err := rung.Trial(context.Background(), spec)
+		if err == nil && (d.Process.ExitCode != 0 || d.Incomplete) {
+			err = fmt.Errorf("exit %d, incomplete %v, stderr %s", d.Process.ExitCode, d.Incomplete, d.Process.Stderr)
+		}
+		return err
+	}
+	med := rungbench.Interleave(b, []rungbench.Candidate{
+		{Name: "vm_image", Run: func() error { return run(r, cached) }},
+		{Name: "ns_image", Run: func() error { return run(&linuxns.Rung{}, cached) }},
+		{Name: "vm_image_first_use", Run: func() error {
+			img, release, err := root()
+			if err != nil {
+				return err
+			}
+			defer release()
+			return run(r, img)
+		}},
+		rungbench.Trial(b, r), // on the host's view: "vm"
+	})
+	b.ReportMetric(med[0]/med[1], "vm/ns")
+	b.ReportMetric(med[0]/med[3], "image/host")
+	b.ReportMetric(med[2]/med[0], "first/cached")
+}
