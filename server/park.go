@@ -134,20 +134,15 @@ func (s *Service) ParkSession(ctx context.Context, id string) (ParkedInfo, error
 // park first: its own and those on the store's disk that no other live
 // daemon holds (an earlier daemon's).
 func (s *Service) ParkedSessions() []ParkedInfo {
-	out, _ := s.scanParked()
+	out, _ := s.Parks()
 	return out
 }
 
-// DamagedParks lists the parks on the store's disk that cannot be resumed,
-// and why: `dryexec gc` removes them.
-func (s *Service) DamagedParks() []DamagedPark {
-	_, bad := s.scanParked()
-	return bad
-}
-
-// scanParked reads the store's parks. A park of this daemon whose
+// Parks lists the parked sessions this daemon can resume, as
+// ParkedSessions, and the parks on the store's disk that cannot be
+// resumed, and why (`dryexec gc` removes them). A park of this daemon whose
 // directory is gone (gc removed it, expired) is let go of here.
-func (s *Service) scanParked() ([]ParkedInfo, []DamagedPark) {
+func (s *Service) Parks() ([]ParkedInfo, []DamagedPark) {
 	out := []ParkedInfo{}
 	var bad []DamagedPark
 	seen := map[string]bool{}
@@ -396,7 +391,7 @@ func (a *api) parkSession(w http.ResponseWriter, r *http.Request) error {
 }
 
 func (a *api) listParked(w http.ResponseWriter, r *http.Request) error {
-	parked, damaged := a.svc.scanParked()
+	parked, damaged := a.svc.Parks()
 	out := map[string]any{"parked": parked}
 	if len(damaged) > 0 {
 		out["damaged"] = damaged
