@@ -77,7 +77,11 @@ func TestGCParks(t *testing.T) {
 	norecord := testPark(t, store, id('e'), later, nil)
 	os.Remove(filepath.Join(norecord, parkRecordFile))
 	elsewhere := testPark(t, store, id('f'), later, func(r *parkRecord) {
-		r.Files = map[string]int64{"../../" + filepath.Base(victim) + "/precious": 11}
+		rel, err := filepath.Rel(filepath.Join(parkedRoot(store), id('f')), victimFile)
+		if err != nil {
+			t.Fatal(err)
+		}
+		r.Files = map[string]int64{rel: 11}
 	})
 	linkedState := testPark(t, store, id('g'), later, nil)
 	os.Remove(filepath.Join(linkedState, "vm.state"))
