@@ -119,8 +119,8 @@ func (s *Service) ParkSession(ctx context.Context, id string) (ParkedInfo, error
 		if _, serr := os.Stat(dir); serr != nil {
 			dir = tmp
 		}
-		p.Dir = dir
 	}
+	p.Dir = dir
 	s.state.forgetSession(id)
 	s.mu.Lock()
 	delete(s.sessions, id)

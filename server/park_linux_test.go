@@ -2,6 +2,7 @@ package server_test
 
 import (
 	"context"
+	"encoding/json"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -169,6 +170,13 @@ func TestParkOutlivesDaemonVM(t *testing.T) {
 	closed = true
 	if _, err := os.Stat(filepath.Join(home, "parked", id, vm.ParkFile)); err != nil {
 		t.Fatalf("the park did not outlive its daemon: %v", err)
+	}
+	var rec map[string]any
+	if b, err := os.ReadFile(filepath.Join(home, "parked", id, "park.json")); err != nil || json.Unmarshal(b, &rec) != nil {
+		t.Fatalf("the park's record: %v", err)
+	}
+	if _, ok := rec["owner"]; ok || rec["session_id"] != id {
+		t.Fatalf("the record after its daemon's exit still names an owner, or another session: %v %v", rec["owner"], rec["session_id"])
 	}
 
 	d := startDaemon(t, server.Config{StoreDir: home}, server.HandlerOptions{})
