@@ -226,8 +226,8 @@ func NewService(cfg Config) (*Service, error) {
 // interrupted commits, half-recorded and expired trials (runner.Recover and
 // store.Sweep), and what its host-rung sessions left running and on disk
 // (the state dir's records), and expired, damaged or half-done parks
-// (GCParks; complete parks stay, for this daemon to resume). A daemon calls it once at start-up, before it
-// serves; nothing else does it implicitly. Sessions of another live daemon
+// (GCParks; complete parks stay, for this daemon to resume). A daemon calls
+// it once at start-up, before it serves; nothing else does it implicitly. Sessions of another live daemon
 // sharing the state dir are left alone, but a record with this process's pid
 // is taken for a previous daemon's (a container's daemon often has the same
 // pid each start): called later, it would end this daemon's own host
@@ -1038,7 +1038,8 @@ func (s *Service) Drain(ctx context.Context) error {
 }
 
 // Close kills running trials, closes every session and removes the daemon's
-// records of them. The service cannot be used afterwards.
+// records of them; parked sessions stay on disk for a later daemon. The
+// service cannot be used afterwards.
 func (s *Service) Close() error {
 	s.mu.Lock()
 	s.closed = true
