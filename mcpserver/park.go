@@ -13,6 +13,8 @@ import (
 // ParkedOut lists parked sessions.
 type ParkedOut struct {
 	Parked []server.ParkedInfo `json:"parked"`
+	// Damaged parks cannot be resumed; `dryexec gc` removes them.
+	Damaged []server.DamagedPark `json:"damaged,omitempty"`
 }
 
 func (t *tools) sessionPark(ctx context.Context, _ *mcp.CallToolRequest, in SessionIDIn) (string, server.ParkedInfo, error) {
@@ -24,7 +26,8 @@ func (t *tools) sessionPark(ctx context.Context, _ *mcp.CallToolRequest, in Sess
 }
 
 func (t *tools) sessionParked(ctx context.Context, _ *mcp.CallToolRequest, _ struct{}) (string, ParkedOut, error) {
-	out := ParkedOut{Parked: t.svc.ParkedSessions()}
+	var out ParkedOut
+	out.Parked, out.Damaged = t.svc.Parks()
 	if len(out.Parked) == 0 {
 		return "no parked sessions", out, nil
 	}

@@ -96,6 +96,9 @@ func classify(err error) (int, APIError) {
 	case errors.Is(err, session.ErrParkUnsupported):
 		e.Code = "park_unsupported"
 		return http.StatusNotImplemented, e
+	case errors.Is(err, ErrParkDamaged):
+		e.Code = "park_damaged"
+		return http.StatusConflict, e
 	case errors.Is(err, session.ErrForkBusy):
 		e.Code = "fork_busy"
 		return http.StatusConflict, e

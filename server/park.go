@@ -2,7 +2,6 @@ package server
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
@@ -23,26 +22,46 @@ type ParkedInfo struct {
 	Workspace string    `json:"workspace"`
 	Created   time.Time `json:"created"`
 	Parked    time.Time `json:"parked"`
+	// Expires is when `dryexec gc` removes it (Config.ParkTTL after Parked).
+	Expires time.Time `json:"expires"`
 	// Bytes is the saved state's size on disk.
 	Bytes int64 `json:"bytes"`
 }
 
-// parkedLive is a parked session this daemon can resume: the session's
-// handle (its options, cache and host objects, which live in this
-// process) and the Live's own fields.
+// parkedLive is a session this daemon parked: its handle (its host objects'
+// queue, the image it holds) kept in memory while its record is on disk.
+// A park an earlier daemon left has none: its resume builds one from the
+// record.
 type parkedLive struct {
 	info ParkedInfo
 	p    *session.Parked
 	l    *Live
 }
 
-// parkDir is where session id's saved state lives.
-func (s *Service) parkDir(id string) string { return filepath.Join(s.cfg.StoreDir, "parked", id) }
+// release lets go of what pl holds in this process.
+func (pl *parkedLive) release() {
+	pl.l.calls.close()
+	if pl.l.imageRelease != nil {
+		pl.l.imageRelease()
+	}
+}
+
+// parkDir is where session id's complete park lives.
+func (s *Service) parkDir(id string) string { return filepath.Join(parkedRoot(s.cfg.StoreDir), id) }
+
+// pendingDir is session id's park while this daemon writes (prefix
+// parkingPrefix) or resumes (resumingPrefix) it.
+func (s *Service) pendingDir(prefix, id string) string {
+	return filepath.Join(parkedRoot(s.cfg.StoreDir), fmt.Sprintf("%s%s-%d", prefix, id, os.Getpid()))
+}
 
 // ParkSession saves live session id to disk and ends its sandbox; it keeps
 // its id, leaves the live list for the parked one, and counts against no
-// session limit until resumed. A rung that cannot park it is
-// session.ErrParkUnsupported (the session goes on).
+// session limit until resumed. The park is durable: its record (what the
+// session was opened with, its cache, host objects, times) is written
+// beside the saved state, so that a later daemon on the same store lists
+// and resumes it. A rung that cannot park it is session.ErrParkUnsupported
+// (the session goes on).
 func (s *Service) ParkSession(ctx context.Context, id string) (ParkedInfo, error) {
 	s.mu.Lock()
 	l := s.sessions[id]
@@ -60,14 +79,19 @@ func (s *Service) ParkSession(ctx context.Context, id string) (ParkedInfo, error
 		s.mu.Unlock()
 	}
 	info := l.Info()
-	dir := s.parkDir(id)
-	if err := os.MkdirAll(dir, 0o700); err != nil {
+	if _, _, err := openParkedRoot(s.cfg.StoreDir); err != nil {
 		putBack()
 		return ParkedInfo{}, err
 	}
-	p, err := l.Session.Park(ctx, dir)
+	tmp := s.pendingDir(parkingPrefix, id)
+	os.RemoveAll(tmp)
+	if err := os.MkdirAll(tmp, 0o700); err != nil {
+		putBack()
+		return ParkedInfo{}, err
+	}
+	p, err := l.Session.Park(ctx, tmp)
 	if err != nil {
-		os.RemoveAll(dir)
+		os.RemoveAll(tmp)
 		if errors.Is(err, dryexec.ErrSessionLost) {
 			s.mu.Lock()
 			delete(s.sessions, id)
@@ -78,70 +102,165 @@ func (s *Service) ParkSession(ctx context.Context, id string) (ParkedInfo, error
 		}
 		return ParkedInfo{}, err
 	}
-	pi := ParkedInfo{SessionID: id, Rung: info.Rung, Workspace: info.Workspace, Created: info.Created, Parked: p.At.UTC(), Bytes: dirSize(dir)}
-	if b, err := json.Marshal(pi); err == nil {
-		// What gc and a later daemon read: the state is this daemon's to
-		// resume (the session's host side lives in its process).
-		os.WriteFile(filepath.Join(dir, "parked.json"), b, 0o600)
+	files, bytes := parkFiles(tmp)
+	at := p.At.UTC()
+	pi := ParkedInfo{SessionID: id, Rung: info.Rung, Workspace: info.Workspace, Created: info.Created, Parked: at, Expires: at.Add(s.cfg.ParkTTL), Bytes: bytes}
+	rec := &parkRecord{Version: parkRecordVersion, ParkedInfo: pi, Owner: os.Getpid(), Files: files, Objects: l.Objects, Session: p.Record()}
+	dir := s.parkDir(id)
+	if err = writeParkRecord(tmp, rec); err == nil {
+		if err = os.Rename(tmp, dir); err == nil {
+			err = syncDir(filepath.Dir(dir))
+		}
 	}
+	if err != nil {
+		// The session is parked, but only this daemon can resume it: its
+		// state stays where it was written, out of other daemons' sight.
+		s.cfg.Log.Warn("a parked session's record could not be written: it goes with this daemon", "session", id, "err", err)
+		if _, serr := os.Stat(dir); serr != nil {
+			dir = tmp
+		}
+	}
+	p.Dir = dir
 	s.state.forgetSession(id)
 	s.mu.Lock()
 	delete(s.sessions, id)
 	s.parked[id] = &parkedLive{info: pi, p: p, l: l}
 	s.mu.Unlock()
-	s.cfg.Log.Info("session parked", "session", id, "bytes", pi.Bytes)
+	s.cfg.Log.Info("session parked", "session", id, "bytes", pi.Bytes, "expires", pi.Expires)
 	return pi, nil
 }
 
 // ParkedSessions lists the parked sessions this daemon can resume, oldest
-// park first.
+// park first: its own and those on the store's disk that no other live
+// daemon holds (an earlier daemon's).
 func (s *Service) ParkedSessions() []ParkedInfo {
-	s.mu.Lock()
-	out := make([]ParkedInfo, 0, len(s.parked))
-	for _, p := range s.parked {
-		out = append(out, p.info)
-	}
-	s.mu.Unlock()
-	sort.Slice(out, func(i, j int) bool { return out[i].Parked.Before(out[j].Parked) })
+	out, _ := s.Parks()
 	return out
 }
 
+// Parks lists the parked sessions this daemon can resume, as
+// ParkedSessions, and the parks on the store's disk that cannot be
+// resumed, and why (`dryexec gc` removes them). A park of this daemon whose
+// directory is gone (gc removed it, expired) is let go of here.
+func (s *Service) Parks() ([]ParkedInfo, []DamagedPark) {
+	out := []ParkedInfo{}
+	var bad []DamagedPark
+	seen := map[string]bool{}
+	root, ok, err := openParkedRoot(s.cfg.StoreDir)
+	if err != nil {
+		s.cfg.Log.Warn("listing parked sessions", "err", err)
+	}
+	var ents []os.DirEntry
+	if ok {
+		ents, _ = os.ReadDir(root)
+	}
+	for _, e := range ents {
+		id := e.Name()
+		if !validSessionID(id) {
+			continue
+		}
+		s.mu.Lock()
+		pl := s.parked[id]
+		s.mu.Unlock()
+		if pl != nil {
+			continue // listed below
+		}
+		rec, err := readParkRecord(filepath.Join(root, id), id)
+		if err != nil {
+			bad = append(bad, DamagedPark{SessionID: id, Reason: err.Error()})
+			continue
+		}
+		if s.heldElsewhere(rec) {
+			continue
+		}
+		seen[id] = true
+		out = append(out, rec.ParkedInfo)
+	}
+	s.mu.Lock()
+	var gone []*parkedLive
+	for id, pl := range s.parked {
+		if seen[id] {
+			continue
+		}
+		if _, err := os.Stat(pl.p.Dir); err != nil {
+			delete(s.parked, id)
+			gone = append(gone, pl)
+			continue
+		}
+		out = append(out, pl.info)
+	}
+	s.mu.Unlock()
+	for _, pl := range gone {
+		pl.release()
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Parked.Before(out[j].Parked) })
+	return out, bad
+}
+
+// heldElsewhere says whether another live daemon on the store holds rec's
+// park (a record with this process's pid is an earlier daemon's, as
+// cleanLeftovers takes it).
+func (s *Service) heldElsewhere(rec *parkRecord) bool {
+	return rec.Owner > 0 && rec.Owner != os.Getpid() && alive(rec.Owner)
+}
+
 // ResumeSession starts parked session id again, under the same id, where it
-// was parked; its saved state is removed once it runs.
+// was parked; its saved state is removed once it runs. A park an earlier
+// daemon left is resumed from its record, with a new host-call queue for
+// its host objects; a damaged one is refused (ErrParkDamaged) and left for
+// gc.
 func (s *Service) ResumeSession(ctx context.Context, id string) (*Live, error) {
+	if !validSessionID(id) {
+		return nil, fmt.Errorf("%w: no parked session %q", ErrSessionNotFound, id)
+	}
 	s.mu.Lock()
 	if s.closed {
 		s.mu.Unlock()
 		return nil, fmt.Errorf("%w: the daemon is shutting down", ErrBusy)
 	}
-	pl := s.parked[id]
-	if pl != nil && len(s.sessions) >= s.cfg.MaxSessions {
+	if len(s.sessions) >= s.cfg.MaxSessions {
 		s.mu.Unlock()
 		return nil, fmt.Errorf("%w: %d sessions are open (the limit); close one", ErrBusy, len(s.sessions))
 	}
-	if pl != nil {
-		delete(s.parked, id)
-		s.sessions[id] = nil
-	}
-	s.mu.Unlock()
-	if pl == nil {
+	if _, busy := s.sessions[id]; busy {
+		s.mu.Unlock()
 		return nil, fmt.Errorf("%w: no parked session %q", ErrSessionNotFound, id)
 	}
-	sess, err := session.Resume(ctx, pl.p)
-	if err != nil {
-		// The saved state is one moment of one VM: a resume that failed
-		// may have run it, so it is not offered again.
+	pl := s.parked[id]
+	delete(s.parked, id)
+	s.sessions[id] = nil
+	s.mu.Unlock()
+	unreserve := func() {
 		s.mu.Lock()
 		delete(s.sessions, id)
 		s.mu.Unlock()
-		os.RemoveAll(s.parkDir(id))
-		pl.l.calls.close()
-		if pl.l.imageRelease != nil {
-			pl.l.imageRelease()
+	}
+	claimed, err := s.claimPark(id, pl)
+	if err != nil {
+		unreserve()
+		if pl != nil {
+			pl.release()
 		}
 		return nil, err
 	}
-	os.RemoveAll(s.parkDir(id))
+	if pl == nil {
+		if pl, err = s.loadParked(ctx, id, claimed); err != nil {
+			// Nothing was started: the park goes back for gc to judge.
+			os.Rename(claimed, s.parkDir(id))
+			unreserve()
+			return nil, err
+		}
+	}
+	pl.p.Dir = claimed
+	sess, err := session.Resume(ctx, pl.p)
+	// The saved state is one moment of one VM: resumed, or a resume that
+	// failed (it may have run it), it is not offered again.
+	os.RemoveAll(claimed)
+	if err != nil {
+		unreserve()
+		pl.release()
+		return nil, err
+	}
 	old := pl.l
 	l := &Live{ID: id, Session: sess, Created: old.Created, Objects: old.Objects, calls: old.calls, used: time.Now(), imageRelease: old.imageRelease, parent: old.parent}
 	if err := s.state.recordSession(id, sess.Info()); err != nil {
@@ -154,62 +273,110 @@ func (s *Service) ResumeSession(ctx context.Context, id string) (*Live, error) {
 	return l, nil
 }
 
+// claimPark moves park id out of every other daemon's sight (one rename:
+// of two daemons resuming it, one wins) and returns where it now is. A
+// park another live daemon holds is not this one's.
+func (s *Service) claimPark(id string, pl *parkedLive) (string, error) {
+	src := s.parkDir(id)
+	if pl != nil {
+		src = pl.p.Dir
+	} else if rec, err := readParkRecord(src, id); err == nil && s.heldElsewhere(rec) {
+		return "", fmt.Errorf("%w: parked session %q belongs to another running daemon (pid %d)", ErrSessionNotFound, id, rec.Owner)
+	}
+	if _, _, err := openParkedRoot(s.cfg.StoreDir); err != nil {
+		return "", err
+	}
+	claimed := s.pendingDir(resumingPrefix, id)
+	if err := os.Rename(src, claimed); err != nil {
+		if errors.Is(err, os.ErrNotExist) {
+			return "", fmt.Errorf("%w: no parked session %q", ErrSessionNotFound, id)
+		}
+		return "", err
+	}
+	return claimed, nil
+}
+
+// loadParked builds, from the record in dir, the host side of a park an
+// earlier daemon left: its host objects served through a new queue, its
+// image resolved again (the same digest or none).
+func (s *Service) loadParked(ctx context.Context, id, dir string) (*parkedLive, error) {
+	rec, err := readParkRecord(dir, id)
+	if err != nil {
+		return nil, err
+	}
+	q := newHostQueue(s.cfg.HostCallTimeout)
+	objs := map[string]any{}
+	for name := range rec.Objects {
+		objs[name] = &forwarder{q: q, object: name}
+	}
+	b := session.ResumeBinding{GuestExe: s.cfg.GuestExe, Log: s.cfg.Log, HostObjects: objs, OwnPaths: s.ownPaths()}
+	var imageRelease func()
+	if img := rec.Session.Image; img != nil {
+		root, rel, err := s.imageFor(ctx, img.Ref)
+		if err != nil {
+			q.close()
+			return nil, err
+		}
+		b.Image, imageRelease = root, rel
+	}
+	p, err := session.LoadParked(dir, rec.Parked, rec.Session, b)
+	if err != nil {
+		q.close()
+		if imageRelease != nil {
+			imageRelease()
+		}
+		return nil, fmt.Errorf("%w: %s: %w", ErrParkDamaged, id, err)
+	}
+	l := &Live{ID: id, Created: rec.Created, Objects: rec.Objects, calls: q, imageRelease: imageRelease}
+	return &parkedLive{info: rec.ParkedInfo, p: p, l: l}, nil
+}
+
 // DropParked removes parked session id and its saved state.
 func (s *Service) DropParked(id string) error {
+	if !validSessionID(id) {
+		return fmt.Errorf("%w: no parked session %q", ErrSessionNotFound, id)
+	}
 	s.mu.Lock()
 	pl := s.parked[id]
 	delete(s.parked, id)
 	s.mu.Unlock()
-	if pl == nil {
-		return fmt.Errorf("%w: no parked session %q", ErrSessionNotFound, id)
+	if pl != nil {
+		pl.release()
 	}
-	pl.l.calls.close()
-	if pl.l.imageRelease != nil {
-		pl.l.imageRelease()
+	claimed, err := s.claimPark(id, pl)
+	if err != nil {
+		return err
 	}
-	return os.RemoveAll(s.parkDir(id))
+	return os.RemoveAll(claimed)
 }
 
-// GCParked removes saved states under the store that no parked session of
-// this daemon owns: an earlier daemon's (its parked sessions' host side,
-// cache and host objects, went with its process) or a park interrupted
-// midway. It returns how many it removed.
-func (s *Service) GCParked() (int, error) {
-	root := filepath.Join(s.cfg.StoreDir, "parked")
-	ents, err := os.ReadDir(root)
-	if errors.Is(err, os.ErrNotExist) {
-		return 0, nil
+// releaseParked lets go of this daemon's parks as it exits: each stays on
+// disk, its record no longer naming this daemon, for a later daemon to
+// resume; one whose record could not be written goes with the daemon.
+func (s *Service) releaseParked() {
+	s.mu.Lock()
+	pls := make([]*parkedLive, 0, len(s.parked))
+	for id, pl := range s.parked {
+		pls = append(pls, pl)
+		delete(s.parked, id)
 	}
-	if err != nil {
-		return 0, err
-	}
-	n := 0
-	for _, e := range ents {
-		s.mu.Lock()
-		_, ours := s.parked[e.Name()]
-		_, parking := s.sessions[e.Name()]
-		s.mu.Unlock()
-		if ours || parking {
+	s.mu.Unlock()
+	for _, pl := range pls {
+		pl.release()
+		id := pl.info.SessionID
+		if pl.p.Dir != s.parkDir(id) {
+			os.RemoveAll(pl.p.Dir)
 			continue
 		}
-		if err := os.RemoveAll(filepath.Join(root, e.Name())); err != nil {
-			return n, err
+		rec, err := readParkRecord(pl.p.Dir, id)
+		if err == nil && rec.Owner == os.Getpid() {
+			rec.Owner = 0
+			err = writeParkRecord(pl.p.Dir, rec)
 		}
-		n++
-	}
-	return n, nil
-}
-
-// dirSize is the bytes of the regular files directly in dir.
-func dirSize(dir string) int64 {
-	ents, _ := os.ReadDir(dir)
-	var n int64
-	for _, e := range ents {
-		if fi, err := e.Info(); err == nil && fi.Mode().IsRegular() {
-			n += fi.Size()
+		if err != nil {
+			s.cfg.Log.Warn("releasing a parked session", "session", id, "err", err)
 		}
 	}
-	return n
 }
 
 func (a *api) parkSession(w http.ResponseWriter, r *http.Request) error {
@@ -224,7 +391,12 @@ func (a *api) parkSession(w http.ResponseWriter, r *http.Request) error {
 }
 
 func (a *api) listParked(w http.ResponseWriter, r *http.Request) error {
-	return writeJSON(w, 200, map[string]any{"parked": a.svc.ParkedSessions()})
+	parked, damaged := a.svc.Parks()
+	out := map[string]any{"parked": parked}
+	if len(damaged) > 0 {
+		out["damaged"] = damaged
+	}
+	return writeJSON(w, 200, out)
 }
 
 func (a *api) resumeSession(w http.ResponseWriter, r *http.Request) error {

@@ -2,6 +2,7 @@ package server_test
 
 import (
 	"context"
+	"encoding/json"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -117,6 +118,94 @@ func TestParkResumeVM(t *testing.T) {
 		t.Fatalf("cache after resume: %d %q", resp.StatusCode, data)
 	}
 	if _, err := os.Stat(filepath.Join(d.home, "parked", info.SessionID)); !os.IsNotExist(err) {
+		t.Fatalf("the saved state outlived the resume: %v", err)
+	}
+	d.ok(t, "GET", "/v1/parked", nil, 200, &pl)
+	if len(pl.Parked) != 0 {
+		t.Fatalf("still listed after resume: %+v", pl.Parked)
+	}
+}
+
+// A park outlives its daemon: a vm session parked under one Service, that
+// Service closed (as the daemon exits), is listed by a new daemon on the
+// same store and resumes there with its workspace, shell state, cache and
+// host objects' allowlist.
+func TestParkOutlivesDaemonVM(t *testing.T) {
+	requireVMDaemon(t)
+	ctx := context.Background()
+	home := filepath.Join(t.TempDir(), "home")
+	first, err := server.NewService(server.Config{StoreDir: home, Getenv: func(k string) string {
+		if k == "PATH" {
+			return "/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin"
+		}
+		return ""
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	closed := false
+	defer func() {
+		if !closed {
+			first.Close()
+		}
+	}()
+	l, err := first.OpenSession(ctx, server.SessionRequest{Rung: "vm", Cache: map[string]server.CacheItem{"k": {Bytes: []byte("v")}},
+		HostObjects: map[string][]string{"db": {"query"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := l.ID
+	sr, err := l.Session.Shell(ctx, "mkdir d && cd d && echo hi > a.txt && export X=1", 0)
+	if err != nil || sr.ExitCode != 0 {
+		t.Fatalf("shell: %+v %v", sr, err)
+	}
+	pi, err := first.ParkSession(ctx, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := pi.Expires.Sub(pi.Parked); d != server.DefaultParkTTL {
+		t.Errorf("expires %v after the park, want %v", d, server.DefaultParkTTL)
+	}
+	first.Close()
+	closed = true
+	if _, err := os.Stat(filepath.Join(home, "parked", id, vm.ParkFile)); err != nil {
+		t.Fatalf("the park did not outlive its daemon: %v", err)
+	}
+	var rec map[string]any
+	if b, err := os.ReadFile(filepath.Join(home, "parked", id, "park.json")); err != nil || json.Unmarshal(b, &rec) != nil {
+		t.Fatalf("the park's record: %v", err)
+	}
+	if _, ok := rec["owner"]; ok || rec["session_id"] != id {
+		t.Fatalf("the record after its daemon's exit still names an owner, or another session: %v %v", rec["owner"], rec["session_id"])
+	}
+
+	d := startDaemon(t, server.Config{StoreDir: home}, server.HandlerOptions{})
+	if err := d.svc.Recover(); err != nil {
+		t.Fatal(err)
+	}
+	var pl struct {
+		Parked  []server.ParkedInfo
+		Damaged []server.DamagedPark
+	}
+	d.ok(t, "GET", "/v1/parked", nil, 200, &pl)
+	if len(pl.Parked) != 1 || pl.Parked[0].SessionID != id || !pl.Parked[0].Expires.Equal(pi.Expires) || len(pl.Damaged) != 0 {
+		t.Fatalf("the new daemon's parked list: %+v", pl)
+	}
+	var info server.SessionInfo
+	d.ok(t, "POST", "/v1/parked/"+id+"/resume", nil, 200, &info)
+	if info.SessionID != id || info.Rung != "vm" || len(info.HostObjects["db"]) != 1 {
+		t.Fatalf("resumed as %+v", info)
+	}
+	sp := "/v1/sessions/" + id
+	var out wire.ShellResult
+	d.ok(t, "POST", sp+"/shell", server.ShellRequest{Command: "pwd; echo $X; cat a.txt"}, 200, &out)
+	if out.Transcript != "/workspace/d\n1\nhi\n" {
+		t.Fatalf("after resume in a new daemon: %+v", out)
+	}
+	if resp, data := d.do(t, "GET", sp+"/cache/k", nil); resp.StatusCode != 200 || string(data) != "v" {
+		t.Fatalf("cache after resume: %d %q", resp.StatusCode, data)
+	}
+	if _, err := os.Stat(filepath.Join(home, "parked", id)); !os.IsNotExist(err) {
 		t.Fatalf("the saved state outlived the resume: %v", err)
 	}
 	d.ok(t, "GET", "/v1/parked", nil, 200, &pl)

@@ -43,6 +43,10 @@ type Config struct {
 	Socket string
 	// TTL is how long trials are kept (0: store.DefaultTTL).
 	TTL time.Duration
+	// ParkTTL is how long a parked session is kept on disk (0:
+	// DefaultParkTTL): past it, `dryexec gc` (and the next daemon's
+	// Recover) removes it.
+	ParkTTL time.Duration
 	// StoreLimits bound what the store keeps (zero fields: store's defaults).
 	StoreLimits store.Limits
 	// MaxTrials is how many trials run at once (default 4); MaxQueue how many
@@ -94,6 +98,9 @@ type Config struct {
 func (c Config) withDefaults() Config {
 	if c.StateDir == "" {
 		c.StateDir = filepath.Join(c.StoreDir, "serve")
+	}
+	if c.ParkTTL <= 0 {
+		c.ParkTTL = DefaultParkTTL
 	}
 	if c.MaxTrials <= 0 {
 		c.MaxTrials = 4
@@ -218,8 +225,9 @@ func NewService(cfg Config) (*Service, error) {
 // finished left: its sandboxes' groups and whatever still runs in them,
 // interrupted commits, half-recorded and expired trials (runner.Recover and
 // store.Sweep), and what its host-rung sessions left running and on disk
-// (the state dir's records). A daemon calls it once at start-up, before it
-// serves; nothing else does it implicitly. Sessions of another live daemon
+// (the state dir's records), and expired, damaged or half-done parks
+// (GCParks; complete parks stay, for this daemon to resume). A daemon calls
+// it once at start-up, before it serves; nothing else does it implicitly. Sessions of another live daemon
 // sharing the state dir are left alone, but a record with this process's pid
 // is taken for a previous daemon's (a container's daemon often has the same
 // pid each start): called later, it would end this daemon's own host
@@ -241,12 +249,11 @@ func (s *Service) Recover() error {
 		s.cfg.Log.Info("removed expired or half-recorded trials", "count", n+rec.Leftovers)
 	}
 	s.state.cleanLeftovers()
-	if n, err := s.GCParked(); err != nil {
-		return err
-	} else if n > 0 {
-		s.cfg.Log.Info("removed parked sessions an earlier daemon left", "count", n)
+	removed, err := GCParks(s.cfg.StoreDir, time.Now())
+	for _, r := range removed {
+		s.cfg.Log.Info("removed a parked session", "session", r.SessionID, "reason", r.Reason, "bytes", r.Bytes)
 	}
-	return nil
+	return err
 }
 
 // Config returns the configuration in effect (defaults filled).
@@ -1031,7 +1038,8 @@ func (s *Service) Drain(ctx context.Context) error {
 }
 
 // Close kills running trials, closes every session and removes the daemon's
-// records of them. The service cannot be used afterwards.
+// records of them; parked sessions stay on disk for a later daemon. The
+// service cannot be used afterwards.
 func (s *Service) Close() error {
 	s.mu.Lock()
 	s.closed = true
@@ -1042,16 +1050,9 @@ func (s *Service) Close() error {
 		}
 		delete(s.sessions, id)
 	}
-	var parked []string
-	for id := range s.parked {
-		parked = append(parked, id)
-	}
 	s.mu.Unlock()
-	// A parked session's host side (cache, host objects) is this
-	// process's: its saved state goes with it.
-	for _, id := range parked {
-		s.DropParked(id)
-	}
+	// A parked session stays on disk for the next daemon to resume.
+	s.releaseParked()
 	s.cancel()
 	var wg sync.WaitGroup
 	for _, l := range ls {

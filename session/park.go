@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
+	"maps"
 	"os"
 	"slices"
 	"time"
@@ -196,4 +198,152 @@ func (s *Session) forkMemory(ctx context.Context, n int, sn snapshotter) ([]*Ses
 		*group = append(*group, b)
 	}
 	return slices.Clone(*group), nil
+}
+
+// ParkRecord is what a parked session is besides its sandbox's saved
+// state: the options it was opened with (those a later process can use: no
+// Go values), its cache, its violations and network log so far, and its
+// host objects' allowlists. A daemon writes it beside the saved state, so
+// that a later daemon, in another process, can resume the session
+// (LoadParked). It is JSON.
+type ParkRecord struct {
+	Rung           string            `json:"rung"`
+	Workspace      string            `json:"workspace,omitempty"`
+	Env            map[string]string `json:"env,omitempty"`
+	OutputCap      int               `json:"output_cap,omitempty"`
+	Shell          string            `json:"shell,omitempty"`
+	CacheReadOnly  bool              `json:"cache_read_only,omitempty"`
+	PythonWarm     bool              `json:"python_warm,omitempty"`
+	Limits         dryexec.Limits    `json:"limits"`
+	Masks          []string          `json:"masks,omitempty"`
+	NoDefaultMasks bool              `json:"no_default_masks,omitempty"`
+	OwnPaths       []string          `json:"own_paths,omitempty"`
+	Net            []string          `json:"net,omitempty"`
+	NetCADir       string            `json:"net_ca_dir,omitempty"`
+	// Image is the image the session runs on (nil: the host's root): the
+	// resuming process resolves it again and must find the same digest.
+	Image *ParkedImage `json:"image,omitempty"`
+	// Allow lists the methods of each host object; the resuming process
+	// serves the objects (LoadParked's hostObjects).
+	Allow       map[string][]string    `json:"allow,omitempty"`
+	HostGlobals bool                   `json:"host_globals,omitempty"`
+	Cache       []ParkedCacheItem      `json:"cache,omitempty"`
+	Violations  []dryexec.Violation    `json:"violations,omitempty"`
+	Network     []dryexec.NetworkEvent `json:"network,omitempty"`
+}
+
+// ParkedImage names a parked session's image.
+type ParkedImage struct {
+	Ref    string `json:"ref"`
+	Digest string `json:"digest"`
+}
+
+// ParkedCacheItem is one cache entry of a ParkRecord.
+type ParkedCacheItem struct {
+	Key   string `json:"key"`
+	Value []byte `json:"value"`
+	Kind  string `json:"kind,omitempty"`
+}
+
+// Record is p as a ParkRecord.
+func (p *Parked) Record() ParkRecord {
+	o := p.opt
+	r := ParkRecord{Rung: o.Rung, Workspace: o.Workspace, Env: o.Env, OutputCap: o.OutputCap, Shell: o.Shell,
+		CacheReadOnly: o.CacheReadOnly, PythonWarm: o.PythonWarm, Limits: o.Limits, Masks: o.Masks, NoDefaultMasks: o.NoDefaultMasks,
+		OwnPaths: o.OwnPaths, Net: o.Net, NetCADir: o.NetCADir, HostGlobals: p.hostGlobals,
+		Violations: p.violations, Network: p.network}
+	if o.Image != nil {
+		r.Image = &ParkedImage{Ref: o.Image.Ref, Digest: o.Image.Digest}
+	}
+	if len(p.hostObjects) > 0 {
+		r.Allow = o.Allow
+	}
+	if p.cache != nil {
+		p.cache.mu.Lock()
+		for _, k := range slices.Sorted(maps.Keys(p.cache.m)) {
+			e := p.cache.m[k]
+			r.Cache = append(r.Cache, ParkedCacheItem{Key: k, Value: e.v, Kind: e.kind})
+		}
+		p.cache.mu.Unlock()
+	}
+	return r
+}
+
+// ErrBadParkRecord: a park record that cannot be resumed as it is (a field
+// out of range, a cache entry of an unknown kind).
+var ErrBadParkRecord = errors.New("session: a park record that cannot be resumed")
+
+// Check reports what makes r unusable, before anything is started from it.
+func (r *ParkRecord) Check() error {
+	bad := func(format string, a ...any) error {
+		return fmt.Errorf("%w: %s", ErrBadParkRecord, fmt.Sprintf(format, a...))
+	}
+	if r.Rung == "" {
+		return bad("no rung")
+	}
+	if err := CheckShell(r.Shell); err != nil {
+		return bad("%v", err)
+	}
+	if err := r.Limits.Check(); err != nil {
+		return bad("limits: %v", err)
+	}
+	if r.OutputCap < 0 {
+		return bad("output_cap %d", r.OutputCap)
+	}
+	if r.Image != nil && (r.Image.Ref == "" || r.Image.Digest == "") {
+		return bad("an image without its reference or digest")
+	}
+	seen := map[string]bool{}
+	for _, c := range r.Cache {
+		if err := checkCacheKind(c.Kind); err != nil {
+			return bad("cache %q: %v", c.Key, err)
+		}
+		if seen[c.Key] {
+			return bad("cache key %q twice", c.Key)
+		}
+		seen[c.Key] = true
+	}
+	return nil
+}
+
+// ResumeBinding is what the resuming process gives a ParkRecord: its own
+// guest, log, host objects (served by it: each named in the record's Allow)
+// and emit callback, the image resolved again (when the record has one) and
+// its own paths, hidden from the sandbox with the record's.
+type ResumeBinding struct {
+	GuestExe    string
+	Log         *slog.Logger
+	HostObjects map[string]any
+	OnEmit      func(wire.Emit)
+	Image       *dryexec.ImageRoot
+	OwnPaths    []string
+}
+
+// LoadParked is the parked session that rec and the saved state in dir
+// describe, parked at at: what Resume starts again, in this process. It
+// checks rec first (ErrBadParkRecord).
+func LoadParked(dir string, at time.Time, rec ParkRecord, b ResumeBinding) (*Parked, error) {
+	if err := rec.Check(); err != nil {
+		return nil, err
+	}
+	if (rec.Image == nil) != (b.Image == nil) || rec.Image != nil && rec.Image.Digest != b.Image.Digest {
+		return nil, fmt.Errorf("%w: the session's image is not the one given", ErrBadParkRecord)
+	}
+	opt := Options{Rung: rec.Rung, Workspace: rec.Workspace, Env: rec.Env, OutputCap: rec.OutputCap, Shell: rec.Shell,
+		GuestExe: b.GuestExe, Log: b.Log, CacheReadOnly: rec.CacheReadOnly, PythonWarm: rec.PythonWarm, Limits: rec.Limits,
+		Masks: rec.Masks, NoDefaultMasks: rec.NoDefaultMasks, Net: rec.Net, NetCADir: rec.NetCADir, Image: b.Image,
+		HostObjects: b.HostObjects, Allow: rec.Allow, NoHostGlobals: !rec.HostGlobals,
+		OwnPaths: slices.Compact(slices.Sorted(slices.Values(append(slices.Clone(rec.OwnPaths), b.OwnPaths...))))}
+	objs, err := newHostObjects(b.HostObjects, rec.Allow)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrBadParkRecord, err)
+	}
+	cache := newCache(rec.CacheReadOnly)
+	for _, c := range rec.Cache {
+		if err := cache.SetEntry(c.Key, CacheItem{Value: c.Value, Kind: c.Kind}); err != nil {
+			return nil, fmt.Errorf("%w: %v", ErrBadParkRecord, err)
+		}
+	}
+	return &Parked{Dir: dir, At: at, opt: opt, cache: cache, hostObjects: objs, hostGlobals: rec.HostGlobals,
+		onEmit: b.OnEmit, violations: rec.Violations, network: rec.Network}, nil
 }

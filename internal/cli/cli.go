@@ -26,6 +26,7 @@ import (
 	"github.com/dryexec/dryexec/receipt"
 	"github.com/dryexec/dryexec/render"
 	"github.com/dryexec/dryexec/runner"
+	"github.com/dryexec/dryexec/server"
 	"github.com/dryexec/dryexec/store"
 )
 
@@ -448,7 +449,9 @@ func gcCmd(env Env) *cobra.Command {
 		Long: `Prune the trial store now: trials older than the TTL (DRYEXEC_TRIAL_TTL, default 24h),
 trials a killed run left half-recorded, and the content of committed or discarded trials that a
 crash left behind (a commit or discard drops it at once). Every dryexec command does this by
-itself at most once a minute, after its answer; gc is for now.`,
+itself at most once a minute, after its answer; gc is for now. gc also removes parked sessions
+(dryexec park) past their expiry (DRYEXEC_PARK_TTL of the daemon that parked them, default
+168h), damaged ones, and what a park or resume interrupted by a crash left, and names each.`,
 		Args: usage(cobra.NoArgs),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			s, err := startStore(env)
@@ -463,8 +466,16 @@ itself at most once a minute, after its answer; gc is for now.`,
 			if err != nil {
 				return err
 			}
-			_, err = fmt.Fprintf(env.Stdout, "gc: removed %d trial%s, dropped the content of %d finished trial%s, freed %s; the store holds %d trial%s, %s\n",
-				r.Removed, plural(r.Removed), r.Dropped, plural(r.Dropped), humanSize(r.Freed), u.Trials, plural(u.Trials), humanSize(u.Bytes))
+			if _, err := fmt.Fprintf(env.Stdout, "gc: removed %d trial%s, dropped the content of %d finished trial%s, freed %s; the store holds %d trial%s, %s\n",
+				r.Removed, plural(r.Removed), r.Dropped, plural(r.Dropped), humanSize(r.Freed), u.Trials, plural(u.Trials), humanSize(u.Bytes)); err != nil {
+				return err
+			}
+			parks, err := server.GCParks(s.Dir(), time.Now())
+			for _, p := range parks {
+				if _, werr := fmt.Fprintf(env.Stdout, "gc: removed parked session %s (%s): %s\n", p.SessionID, humanSize(p.Bytes), p.Reason); werr != nil {
+					return werr
+				}
+			}
 			return err
 		},
 	}

@@ -33,8 +33,9 @@ func parkCmd(env Env) *cobra.Command {
 		Use:   "park SESSION",
 		Short: "Save a live session to disk and stop it until `dryexec resume` (vm rung)",
 		Long: "Saves a live session of the running daemon (se_…) to disk under the store and stops it: nothing runs or is " +
-			"held until `dryexec resume`, which brings back its workspace, shell state and cache. Only the vm rung parks; " +
-			"parked sessions belong to the daemon and go with it.",
+			"held until `dryexec resume`, which brings back its workspace, shell state and cache. Only the vm rung parks. " +
+			"A park outlives the daemon: the next daemon on the same store lists and resumes it, until it expires " +
+			"(DRYEXEC_PARK_TTL, default 168h) and `dryexec gc` removes it.",
 		Args: usage(cobra.ExactArgs(1)),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			c, err := sessionDaemon(cmd, env, "park")
@@ -61,7 +62,7 @@ func parkedCmd(env Env) *cobra.Command {
 	var asJSON bool
 	c := &cobra.Command{
 		Use:   "parked",
-		Short: "List the running daemon's parked sessions",
+		Short: "List the parked sessions the running daemon can resume (and damaged parks, on stderr)",
 		Args:  usage(cobra.NoArgs),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			c, err := sessionDaemon(cmd, env, "parked")
@@ -69,7 +70,8 @@ func parkedCmd(env Env) *cobra.Command {
 				return err
 			}
 			var out struct {
-				Parked []server.ParkedInfo `json:"parked"`
+				Parked  []server.ParkedInfo  `json:"parked"`
+				Damaged []server.DamagedPark `json:"damaged,omitempty"`
 			}
 			if err := c.Call(cmd.Context(), "GET", "/v1/parked", nil, &out); err != nil {
 				return err
@@ -78,10 +80,13 @@ func parkedCmd(env Env) *cobra.Command {
 				return printJSON(env.Stdout, out)
 			}
 			for _, p := range out.Parked {
-				if _, err := fmt.Fprintf(env.Stdout, "%s  %s  %s  parked %s  %s\n", p.SessionID, p.Rung, p.Workspace,
-					p.Parked.Local().Format("2006-01-02 15:04:05"), humanSize(p.Bytes)); err != nil {
+				if _, err := fmt.Fprintf(env.Stdout, "%s  %s  %s  parked %s  expires %s  %s\n", p.SessionID, p.Rung, p.Workspace,
+					p.Parked.Local().Format("2006-01-02 15:04:05"), p.Expires.Local().Format("2006-01-02 15:04"), humanSize(p.Bytes)); err != nil {
 					return err
 				}
+			}
+			for _, d := range out.Damaged {
+				fmt.Fprintf(env.Stderr, "dryexec: damaged park %s, not resumable (dryexec gc removes it): %s\n", d.SessionID, d.Reason)
 			}
 			return nil
 		},

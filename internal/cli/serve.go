@@ -42,6 +42,12 @@ func newService(env Env, log *slog.Logger, maxTrials, maxQueue, pool, sessionPoo
 			return nil, usageError{fmt.Errorf("DRYEXEC_TRIAL_TTL=%q: want a positive duration like 24h", v)}
 		}
 	}
+	var parkTTL time.Duration
+	if v := env.Getenv("DRYEXEC_PARK_TTL"); v != "" {
+		if parkTTL, err = time.ParseDuration(v); err != nil || parkTTL <= 0 {
+			return nil, usageError{fmt.Errorf("DRYEXEC_PARK_TTL=%q: want a positive duration like 168h", v)}
+		}
+	}
 	base := policy.Default()
 	if policyFile != "" {
 		if base, err = policy.Load(policyFile); err != nil {
@@ -53,7 +59,7 @@ func newService(env Env, log *slog.Logger, maxTrials, maxQueue, pool, sessionPoo
 		return nil, err
 	}
 	svc, err := server.NewService(server.Config{
-		StoreDir: dir, Socket: socket, TTL: ttl, StoreLimits: lim, MaxTrials: maxTrials, MaxQueue: maxQueue, Pool: pool, SessionPool: sessionPool, PoolIdle: poolIdle,
+		StoreDir: dir, Socket: socket, TTL: ttl, ParkTTL: parkTTL, StoreLimits: lim, MaxTrials: maxTrials, MaxQueue: maxQueue, Pool: pool, SessionPool: sessionPool, PoolIdle: poolIdle,
 		VMPool: vm.trials, VMSessionPool: vm.sessions,
 		Getenv: env.Getenv, Environ: callerEnviron(env), Version: buildVersion(), Log: log,
 		Policy: &base,

@@ -181,9 +181,10 @@ class Client:
                        host_globals=host_globals, python_warm=python_warm, image=image)
 
     def parked(self) -> List[Dict[str, Any]]:
-        """The sessions this daemon parked (Session.park) and can resume,
-        oldest park first: {"session_id", "rung", "workspace", "created",
-        "parked", "bytes"} each."""
+        """The parked sessions (Session.park) this daemon can resume, its own
+        and those an earlier daemon on the same store left, oldest park
+        first: {"session_id", "rung", "workspace", "created", "parked",
+        "expires", "bytes"} each."""
         return list(self.transport.call("GET", "/v1/parked").get("parked") or [])
 
     def resume(self, session_id: str) -> "Session":
