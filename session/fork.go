@@ -145,9 +145,12 @@ func chunkReader(chunks [][]byte) io.Reader {
 //     read-only layer that this session and every branch then share, each
 //     with a fresh upper of its own, so a fork copies no file however large
 //     the tree; on the host rung (no isolation) the workspace is copied
-//     (reflinked where the filesystem can); on the gvisor rung the guest
-//     streams the workspace and its baseline to the host (at most
-//     MaxForkStream), which pushes them into each branch;
+//     (reflinked where the filesystem can); a gvisor session on the host's
+//     view forks by memory (runsc checkpoint and restore, as a vm session
+//     does by its VM's snapshot: running processes carry on in each
+//     branch), a gvisor session on an image streams the workspace and its
+//     baseline to the host (at most MaxForkStream), which pushes them into
+//     each branch;
 //   - the shell's cwd and exported environment, and the cache;
 //   - not the Python interpreter: each exec_python starts a fresh one on
 //     every rung, so there is no interpreter state to carry.

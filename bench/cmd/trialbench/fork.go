@@ -114,12 +114,12 @@ func forkGroup(e *env) ([]group, error) {
 	if gvisorErr == nil {
 		var gvPause float64
 		cands = append(cands,
-			candidate{name: fmt.Sprintf("gvisor: fork(1) of a %d-file session, total (the trees streamed out, a new sandbox, the trees pushed in)", forkTree), prep: dropBranches, run: func() (float64, error) {
+			candidate{name: fmt.Sprintf("gvisor: fork(1) of a %d-file session, total (runsc checkpoint of the parent, its upper dirs copied, a branch restored)", forkTree), prep: dropBranches, run: func() (float64, error) {
 				v, err := fork("gvisor")()
 				gvPause = msOf(sessions["gvisor"].ForkPause())
 				return v, err
 			}},
-			candidate{name: "gvisor: the parent's pause in that fork (its trees streamed to the host)", run: func() (float64, error) { return gvPause, nil }})
+			candidate{name: "gvisor: the parent's pause in that fork (its checkpoint)", run: func() (float64, error) { return gvPause, nil }})
 	}
 	cands = append(cands, []candidate{
 		{name: "ns: compare of two branches (one change each)", prep: func() error {
