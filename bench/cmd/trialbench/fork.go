@@ -151,8 +151,8 @@ func forkGroup(e *env) ([]group, error) {
 			"The branch is a session its fork family opened ahead (its own namespaces, cgroup, netsim, guest), handed the frozen layers: the total is the freeze, the hand-over and the branch's remount; " +
 			"a family's first fork starts its branch cold (that row), and the family keeps as many opened ahead as its largest fork since. The pause is what the parent waits. " +
 			"The host rung copies the tree (reflink where the filesystem has it). " +
-			"A gvisor workspace is a tmpfs in its sandbox's own kernel, which no other sandbox can mount: its guest streams the workspace and baseline to the host (the parent's pause), " +
-			"and the host pushes them into a new sandbox started for the branch, so its cost grows with the tree."}
+			"A gvisor workspace is a tmpfs in its sandbox's own kernel, which no other sandbox can mount: the fork checkpoints the parent's sandbox (runsc checkpoint --leave-running: the parent's pause) " +
+			"and restores a new sandbox from it for the branch; the checkpoint holds that tmpfs, so its cost grows with the tree."}
 
 	// The memory group forks the same session: the sessions close after it.
 	mem := group{key: "fork", title: "Memory per extra branch (ns, one exec_shell, idle)", unit: unitMiB, bases: []int{0}, close: closeAll}
