@@ -105,24 +105,67 @@ func (b *box) seedUppers(start *wire.TrialStart) error {
 	if err != nil {
 		return err
 	}
-	start.SeedUppers = seed
+	if err := b.parentMounts(); err != nil {
+		return err
+	}
+	start.SeedUppers, start.Mounts = seed, b.Mounts
 	return nil
+}
+
+// parentMounts narrows the branch's view to the host mounts the parent's
+// view was built over. A mount that appeared on the host since (a tool's
+// tmpfs, an automount) is not in the parent's view, so the branch leaves it
+// out too: the restored kernel then sees the same tree. A mount of the
+// parent's that is gone cannot be rebuilt, and the fork is refused.
+func (b *box) parentMounts() error {
+	paths, err := b.savedPlan()
+	if err != nil {
+		return err
+	}
+	var kept []wire.MountSpec
+	for _, m := range b.Mounts {
+		if slices.Contains(paths, m.Path) {
+			kept = append(kept, m)
+		}
+	}
+	if len(kept) != len(paths) {
+		return fmt.Errorf("%w: a host mount of the parent's view is gone (%q, now %q)", errForkView, paths, mountPaths(b.Mounts))
+	}
+	b.Mounts = kept
+	return nil
+}
+
+// savedPlan reads the host paths of the parent's upper dirs, in order.
+func (b *box) savedPlan() ([]string, error) {
+	plan, err := os.ReadFile(filepath.Join(b.restoreFrom, uppersPlan))
+	if err != nil {
+		return nil, fmt.Errorf("%w: the fork's saved view: %v", dryexec.ErrGuest, err)
+	}
+	var paths []string
+	if err := json.Unmarshal(plan, &paths); err != nil {
+		return nil, fmt.Errorf("%w: the fork's saved view: %v", dryexec.ErrGuest, err)
+	}
+	return paths, nil
+}
+
+func mountPaths(ms []wire.MountSpec) []string {
+	out := make([]string, len(ms))
+	for i, m := range ms {
+		out[i] = m.Path
+	}
+	return out
 }
 
 // checkUppers requires the view built from the seed to have the parent's
 // mount plan: a seed upper dir under another host path would put the
 // parent's writes elsewhere, and the restored kernel would miss files.
 func (b *box) checkUppers() error {
-	plan, err := os.ReadFile(filepath.Join(b.restoreFrom, uppersPlan))
+	paths, err := b.savedPlan()
 	if err != nil {
-		return fmt.Errorf("%w: the fork's saved view: %v", dryexec.ErrGuest, err)
-	}
-	var paths []string
-	if err := json.Unmarshal(plan, &paths); err != nil {
-		return fmt.Errorf("%w: the fork's saved view: %v", dryexec.ErrGuest, err)
+		return err
 	}
 	if !slices.Equal(paths, upperPaths(b.Uppers)) {
-		return fmt.Errorf("%w: the host's mounts changed since the fork (%q, now %q)", errForkView, paths, upperPaths(b.Uppers))
+		return fmt.Errorf("%w: the branch's view is not the parent's (%q, now %q)", errForkView, paths, upperPaths(b.Uppers))
 	}
 	return nil
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io/fs"
 	"os"
+	"path/filepath"
 	"strconv"
 	"testing"
 	"time"
@@ -12,6 +13,7 @@ import (
 	"github.com/dryexec/dryexec/internal/testreq"
 	"github.com/dryexec/dryexec/rung/gvisor"
 	"github.com/dryexec/dryexec/session"
+	"golang.org/x/sys/unix"
 )
 
 // TestForkCarriesViewAndProcesses forks a gvisor session (checkpoint and
@@ -52,6 +54,46 @@ func TestForkCarriesViewAndProcesses(t *testing.T) {
 	for _, x := range []string{".a", ".b", ".c"} {
 		if _, err := os.Lstat(name + x); !errors.Is(err, fs.ErrNotExist) {
 			t.Errorf("the host has %s%s: %v", name, x, err)
+		}
+	}
+}
+
+// TestForkAfterHostMount forks a gvisor session after a tmpfs was mounted
+// on the host (as another program may at any time): the branch's view is
+// built over the parent's mounts, so the restore sees the tree the parent's
+// kernel saw, and the fork is not refused. The new mount stays out of both
+// views, and what the host put in it reaches neither.
+func TestForkAfterHostMount(t *testing.T) {
+	ctx := context.Background()
+	testreq.Need(t, testreq.GVisor, (&gvisor.Rung{}).Available(ctx))
+	s, err := session.Open(ctx, session.Options{Rung: gvisor.Name})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	mnt := t.TempDir()
+	if err := unix.Mount("dryexec-test", mnt, "tmpfs", 0, "size=1m"); err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Unmount(mnt, unix.MNT_DETACH)
+	if err := os.WriteFile(filepath.Join(mnt, "new"), []byte("x"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Shell(ctx, "echo before-fork > f", time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	bs, err := s.Fork(ctx, 1)
+	if err != nil {
+		t.Fatalf("fork after a host mount appeared: %v", err)
+	}
+	defer bs[0].Close()
+	for _, x := range []*session.Session{s, bs[0]} {
+		r, err := x.Shell(ctx, "cat f; test -e "+mnt+"/new && echo sees-new-mount; true", time.Minute)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r.Stdout != "before-fork\n" {
+			t.Errorf("%q (%q), want the parent's file and not the mount made after it started", r.Stdout, r.Stderr)
 		}
 	}
 }
