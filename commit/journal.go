@@ -12,6 +12,8 @@ import (
 	"path/filepath"
 	"strings"
 	"unicode/utf8"
+
+	"github.com/dryexec/dryexec/internal/durable"
 )
 
 const (
@@ -201,27 +203,7 @@ func writeJournal(dir string, j *journal) error {
 	if err != nil {
 		return fmt.Errorf("commit: encoding journal: %w", err)
 	}
-	p := journalPath(dir, j.Trial)
-	tmp := p + ".tmp"
-	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
-	if err != nil {
-		return fmt.Errorf("commit: journal: %w", err)
-	}
-	_, err = f.Write(b)
-	if err == nil {
-		err = f.Sync()
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Rename(tmp, p)
-	}
-	if err == nil {
-		err = syncDir(dir)
-	}
-	if err != nil {
-		os.Remove(tmp)
+	if err := durable.WriteFile(journalPath(dir, j.Trial), b); err != nil {
 		return fmt.Errorf("commit: writing journal: %w", err)
 	}
 	return nil
@@ -231,16 +213,7 @@ func removeJournal(dir, trial string) error {
 	if err := os.Remove(journalPath(dir, trial)); err != nil && !errors.Is(err, os.ErrNotExist) {
 		return err
 	}
-	return syncDir(dir)
-}
-
-func syncDir(dir string) error {
-	d, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	defer d.Close()
-	return d.Sync()
+	return durable.SyncDir(dir)
 }
 
 // Recover finishes or rolls back every commit a crash left in dir. The caller

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/dryexec/dryexec"
+	"github.com/dryexec/dryexec/internal/durable"
 	"github.com/dryexec/dryexec/session"
 )
 
@@ -109,7 +110,7 @@ func (s *Service) ParkSession(ctx context.Context, id string) (ParkedInfo, error
 	dir := s.parkDir(id)
 	if err = writeParkRecord(tmp, rec); err == nil {
 		if err = os.Rename(tmp, dir); err == nil {
-			err = syncDir(filepath.Dir(dir))
+			err = durable.SyncDir(filepath.Dir(dir))
 		}
 	}
 	if err != nil {

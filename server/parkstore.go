@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/dryexec/dryexec/internal/durable"
 	"github.com/dryexec/dryexec/session"
 )
 
@@ -76,40 +77,10 @@ func writeParkRecord(dir string, rec *parkRecord) error {
 	if err != nil {
 		return err
 	}
-	p := filepath.Join(dir, parkRecordFile)
-	tmp := p + ".tmp"
-	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
-	if err != nil {
-		return err
-	}
-	_, err = f.Write(b)
-	if err == nil {
-		err = f.Sync()
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Rename(tmp, p)
-	}
-	if err == nil {
-		err = syncDir(dir)
-	}
-	if err != nil {
-		os.Remove(tmp)
+	if err := durable.WriteFile(filepath.Join(dir, parkRecordFile), b); err != nil {
 		return fmt.Errorf("writing the park record: %w", err)
 	}
 	return nil
-}
-
-func syncDir(dir string) error {
-	d, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	err = d.Sync()
-	d.Close()
-	return err
 }
 
 // readParkRecord reads and checks the record of the park in dir, whose
