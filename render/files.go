@@ -189,8 +189,9 @@ func (s *fileSummary) pick() ([]*group, counts) {
 }
 
 // fold sorts groups by path and merges a group that is only a directory's own
-// change (mkdir v) into the group of its contents (v/bin at depth 2), so
-// that a created tree is not a line per level.
+// change (mkdir v) into the group of its contents when that is the only one
+// (v/bin at depth 2, nothing else in v), so that a created tree is not a line
+// per level.
 func fold(in []*group) []*group {
 	gs := make([]*group, 0, len(in))
 	for _, g := range in {
@@ -209,7 +210,12 @@ func fold(in []*group) []*group {
 	})
 	out := gs[:0]
 	for i, g := range gs {
-		if g.isDir && g.n() == 1 && i+1 < len(gs) && strings.HasPrefix(gs[i+1].key, g.key+"/") {
+		// Only into a sole group beneath it: folded into the first of
+		// several (v/bin of v/bin, v/lib), the directory's own change would
+		// be counted as one of that group's files, and the line would say
+		// one file more than that subtree holds.
+		if g.isDir && g.n() == 1 && i+1 < len(gs) && strings.HasPrefix(gs[i+1].key, g.key+"/") &&
+			(i+2 >= len(gs) || !strings.HasPrefix(gs[i+2].key, g.key+"/")) {
 			gs[i+1].merge(g.counts)
 			gs[i+1].one = "" // no longer one change
 			continue

@@ -80,6 +80,17 @@ func TestSummaryScales(t *testing.T) {
 	for i := range 500 {
 		flat = append(flat, created(fmt.Sprintf("/w/f%03d", i), 1))
 	}
+	// mkdir -p v/a v/b, files in v/a only: v's own creation is neither
+	// v/a's nor v/b's.
+	twoKids := []dryexec.FileChange{mkdir("/w/v"), mkdir("/w/v/a"), mkdir("/w/v/b")}
+	for i := range 300 {
+		twoKids = append(twoKids, created(fmt.Sprintf("/w/v/a/f%d", i), 1))
+	}
+	// mkdir -p one/two, files in one/two only: one line for the tree.
+	oneKid := []dryexec.FileChange{mkdir("/w/one"), mkdir("/w/one/two")}
+	for i := range 300 {
+		oneKid = append(oneKid, created(fmt.Sprintf("/w/one/two/f%d", i), 1))
+	}
 	tests := []struct {
 		name     string
 		files    []dryexec.FileChange
@@ -92,7 +103,8 @@ func TestSummaryScales(t *testing.T) {
 			"3,440 files changed (3,439 created, 1 modified, 0 deleted, 22.8 MiB written)",
 			"  in /w:",
 			"  ~ a.txt",
-			"  + v/bin/ — 22 files created, 2.0 KiB",
+			"  + v/",
+			"  + v/bin/ — 21 files created, 2.0 KiB",
 			"  + v/lib/ — 3,415 files created, 22.8 MiB",
 			"  + v/pyvenv.cfg",
 			"  + /tmp/pip-log",
@@ -109,6 +121,14 @@ func TestSummaryScales(t *testing.T) {
 			"  + f028",
 			"  … 471 more changes — dryexec show tr_aaaaaaaaaaaaaaaaaaaa --files",
 		}, []string{"f029"}, 36},
+		{"a directory with two subtrees", twoKids, 0, []string{
+			"  + v/",
+			"  + v/a/ — 301 files created, 300 B",
+			"  + v/b/",
+		}, []string{"302"}, 14},
+		{"a directory with one subtree", oneKid, 0, []string{
+			"  + one/two/ — 302 files created, 300 B",
+		}, []string{"  + one/\n"}, 14},
 		{"--files: every change", venv()[:40], -1, []string{"  + /w/v/bin/tool01", "    +x", "  ~ /w/a.txt"}, []string{"--files"}, 200},
 		{"small: every change, as before", venv()[:5], 0, []string{"  + /w/v/bin/tool01", "    +x"}, []string{"--files"}, 30},
 	}
