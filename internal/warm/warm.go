@@ -200,6 +200,12 @@ func (p *Pool[T]) refill() {
 		t, err := p.fn.Prepare(p.ctx)
 		p.mu.Lock()
 		p.busy--
+		if err != nil && p.ctx.Err() != nil {
+			// The pool is closing: a preparation it cut short is not a
+			// failure of the host (and no warning at every clean exit).
+			p.mu.Unlock()
+			return
+		}
 		if err != nil {
 			p.stats.Failed++
 			p.stats.LastError = err.Error()

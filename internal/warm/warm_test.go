@@ -1,8 +1,10 @@
 package warm
 
 import (
+	"bytes"
 	"context"
 	"errors"
+	"log/slog"
 	"sync"
 	"testing"
 	"time"
@@ -191,5 +193,29 @@ func TestDeadNotHandedOut(t *testing.T) {
 		if n > 1 {
 			t.Errorf("thing %d destroyed %d times", id, n)
 		}
+	}
+}
+
+// TestCloseMidPrepare: a preparation that Close cuts short is not a failure
+// of the host: not counted, not logged (a clean exit of every daemon and
+// `dryexec mcp` would otherwise warn).
+func TestCloseMidPrepare(t *testing.T) {
+	started := make(chan struct{})
+	var logged bytes.Buffer
+	p := New(context.Background(), Options{Size: 1, IdleTimeout: -1, Log: slog.New(slog.NewTextHandler(&logged, nil))}, Funcs[thing]{
+		Prepare: func(ctx context.Context) (thing, error) {
+			close(started)
+			<-ctx.Done()
+			return thing{}, ctx.Err()
+		},
+		Destroy: func(thing) {},
+	})
+	<-started
+	p.Close()
+	if s := p.Stats(); s.Failed != 0 || s.LastError != "" {
+		t.Errorf("after Close: %d failed, last error %q; want none", s.Failed, s.LastError)
+	}
+	if logged.Len() != 0 {
+		t.Errorf("logged on Close: %s", logged.String())
 	}
 }
