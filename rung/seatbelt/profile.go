@@ -31,6 +31,12 @@ type Profile struct {
 	// 127.0.0.1 and ::1 both (SBPL's "localhost" is either). 0 denies every
 	// network operation.
 	NetProxyPort int
+	// Tag, when not empty, is put on every deny rule as (with message
+	// Tag): the kernel appends it to its report of each denial, so that a
+	// reader of the unified log, where every Seatbelt sandbox's denials
+	// land, can tell this sandbox's from another's (denials.go). Letters,
+	// digits, '-' and '_' only.
+	Tag string
 }
 
 // PathError is a path a profile cannot hold: not absolute and clean, or a
@@ -59,8 +65,18 @@ var machServices = []string{
 // come after those that allow: in SBPL the last rule that matches an
 // operation decides it.
 func (p Profile) SBPL() (string, error) {
+	if !validTag(p.Tag) {
+		return "", fmt.Errorf("seatbelt profile: tag %q: want letters, digits, '-' and '_' only", p.Tag)
+	}
+	// deny is a deny rule's head: its operations and the tag.
+	deny := func(ops string) string {
+		if p.Tag == "" {
+			return "(deny " + ops
+		}
+		return "(deny " + ops + " (with message " + quote(p.Tag) + ")"
+	}
 	var b strings.Builder
-	b.WriteString("(version 1)\n(deny default)\n")
+	b.WriteString("(version 1)\n" + deny("default") + ")\n")
 	b.WriteString("; processes: run and fork anything; signal and inspect only this sandbox's\n")
 	b.WriteString("(allow process-exec)\n(allow process-fork)\n")
 	b.WriteString("(allow signal (target same-sandbox))\n(allow process-info* (target same-sandbox))\n")
@@ -80,14 +96,14 @@ func (p Profile) SBPL() (string, error) {
 	}
 	b.WriteString(")\n(allow file-write-data (literal \"/dev/null\"))\n")
 	if len(p.Masked) > 0 {
-		b.WriteString("; secrets: no content, no listing, no writes (after the allows: the last match wins)\n(deny file-read-data file-write*")
+		b.WriteString("; secrets: no content, no listing, no writes (after the allows: the last match wins)\n" + deny("file-read-data file-write*"))
 		if err := subpaths(&b, p.Masked); err != nil {
 			return "", err
 		}
 		b.WriteString(")\n")
 	}
 	if len(p.Hidden) > 0 {
-		b.WriteString("; dryexec's own state: nothing at all\n(deny file-read* file-write*")
+		b.WriteString("; dryexec's own state: nothing at all\n" + deny("file-read* file-write*"))
 		if err := subpaths(&b, p.Hidden); err != nil {
 			return "", err
 		}
@@ -95,16 +111,27 @@ func (p Profile) SBPL() (string, error) {
 	}
 	switch {
 	case p.NetProxyPort == 0:
-		b.WriteString("; network: none\n(deny network*)\n")
+		b.WriteString("; network: none\n" + deny("network*") + ")\n")
 	case p.NetProxyPort < 0 || p.NetProxyPort > 65535:
 		return "", fmt.Errorf("seatbelt profile: network proxy port %d out of range", p.NetProxyPort)
 	default:
 		// system-socket is socket(2) itself; what a socket may reach is
 		// network-outbound's, and a unix socket is no remote ip.
-		b.WriteString("; network: netsim's loopback proxy only (127.0.0.1 and ::1, both netsim's)\n(deny network*)\n(allow system-socket)\n")
+		b.WriteString("; network: netsim's loopback proxy only (127.0.0.1 and ::1, both netsim's)\n" + deny("network*") + ")\n(allow system-socket)\n")
 		b.WriteString("(allow network-outbound (remote ip " + quote("localhost:"+strconv.Itoa(p.NetProxyPort)) + "))\n")
 	}
 	return b.String(), nil
+}
+
+// validTag reports whether tag is empty or a name a string literal and the
+// log's predicate carry as it is.
+func validTag(tag string) bool {
+	for _, r := range tag {
+		if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '-' || r == '_') {
+			return false
+		}
+	}
+	return true
 }
 
 // subpaths writes a (subpath "…") filter for each of paths.

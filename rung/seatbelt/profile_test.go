@@ -323,3 +323,43 @@ func TestProfileRules(t *testing.T) {
 		t.Error("a proxy port out of range was accepted")
 	}
 }
+
+// TestProfileTag: with a tag, every deny rule, the default's included,
+// carries (with message TAG), so that each of the profile's denials is
+// reported with it, and no allow rule does; a tag the log's predicate or a
+// literal could not carry as it is is refused.
+func TestProfileTag(t *testing.T) {
+	for _, port := range []int{0, 41999} {
+		pr := Profile{Writable: []string{"/w"}, Masked: []string{"/Users/a/.ssh"}, Hidden: []string{"/s"}, NetProxyPort: port, Tag: testTag}
+		text, err := pr.SBPL()
+		if err != nil {
+			t.Fatal(err)
+		}
+		denies := 0
+		for _, f := range readSBPL(t, text) {
+			var tagged []string
+			for _, x := range f.list {
+				if len(x.list) == 3 && x.list[0].atom == "with" && x.list[1].atom == "message" && x.list[2].str != nil {
+					tagged = append(tagged, *x.list[2].str)
+				}
+			}
+			switch h := f.head(); {
+			case strings.HasPrefix(h, "deny "):
+				denies++
+				if !slices.Equal(tagged, []string{testTag}) {
+					t.Errorf("%s: messages %q, want [%s]", h, tagged, testTag)
+				}
+			case len(tagged) > 0:
+				t.Errorf("%s carries the tag", h)
+			}
+		}
+		if denies != 4 {
+			t.Errorf("%d deny rules, want 4 (default, secrets, own state, network):\n%s", denies, text)
+		}
+	}
+	for _, bad := range []string{`a"b`, `a)b`, "a\nb", "a b", `a\b`, "é"} {
+		if _, err := (Profile{Writable: []string{"/w"}, Tag: bad}).SBPL(); err == nil {
+			t.Errorf("tag %q accepted", bad)
+		}
+	}
+}

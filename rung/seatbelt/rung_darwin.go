@@ -45,19 +45,24 @@ func (r *Rung) Trial(ctx context.Context, spec dryexec.TrialSpec) (*dryexec.Stat
 // denied.
 const LogTool = "/usr/bin/log"
 
-// watchDenials starts `log stream` on Seatbelt's reports and waits for a
-// marker of its own to pass through it (denials.go), or says why it could
-// not: the trial then runs without recording masked reads or direct
-// connections, and says so.
-func watchDenials(ctx context.Context, scratch string) (*denialLog, string) {
+// watchDenials starts `log stream` on Seatbelt's reports that end with
+// tag (those of a profile tagged tag: denials.go) and waits for a marker
+// of its own to pass through it, or says why it could not: the trial then
+// runs without recording masked reads or direct connections, and says so.
+func watchDenials(ctx context.Context, marks, tag string) (*denialLog, string) {
 	failed := func(err error) (*denialLog, string) {
 		return nil, "seatbelt: masked reads and direct connections are denied but not recorded (reading Seatbelt's reports with log stream: " + err.Error() + ")"
+	}
+	if tag == "" || !validTag(tag) {
+		return failed(fmt.Errorf("no usable tag %q", tag))
 	}
 	r, w, err := os.Pipe()
 	if err != nil {
 		return failed(err)
 	}
-	cmd := exec.Command(LogTool, "stream", "--style", "ndjson", "--predicate", `sender == "Sandbox"`)
+	// The tag is letters, digits, '-' and '_': nothing the predicate's
+	// string literal must escape.
+	cmd := exec.Command(LogTool, "stream", "--style", "ndjson", "--predicate", `eventMessage ENDSWITH "`+tag+`"`)
 	cmd.Stdout = w
 	err = cmd.Start()
 	w.Close()
@@ -66,7 +71,8 @@ func watchDenials(ctx context.Context, scratch string) (*denialLog, string) {
 		return failed(err)
 	}
 	end := func() { cmd.Process.Kill(); cmd.Wait() }
-	l := newDenialLog(r, scratch, markDenial, end)
+	mark := func(ctx context.Context, path string) error { return markDenial(ctx, path, tag) }
+	l := newDenialLog(r, tag, marks, mark, end)
 	if err := l.markAndWait(ctx, "mark-start"); err != nil {
 		l.close()
 		return failed(err)
@@ -75,10 +81,11 @@ func watchDenials(ctx context.Context, scratch string) (*denialLog, string) {
 }
 
 // markDenial has a process of dryexec's own denied a read of path (which
-// exists): sandbox-exec with a profile that allows everything else, and
-// cat, which fails; the denial is what the stream is waited on for.
-func markDenial(ctx context.Context, path string) error {
-	profile := "(version 1)\n(allow default)\n(deny file-read-data (literal " + quote(path) + "))\n"
+// exists), under a profile that allows everything else and tags its one
+// deny rule with tag, as the command's are: sandbox-exec running cat,
+// which fails; the denial is what the stream is waited on for.
+func markDenial(ctx context.Context, path, tag string) error {
+	profile := "(version 1)\n(allow default)\n(deny file-read-data (with message " + quote(tag) + ") (literal " + quote(path) + "))\n"
 	err := exec.CommandContext(ctx, SandboxExec, "-p", profile, "--", "/bin/cat", path).Run()
 	var ee *exec.ExitError
 	if errors.As(err, &ee) {

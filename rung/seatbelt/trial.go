@@ -4,6 +4,8 @@ package seatbelt
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -36,9 +38,10 @@ type platform struct {
 	homes []string
 	// getenv reads the caller's environment (where dryexec keeps its state).
 	getenv func(string) string
-	// denials starts reading Seatbelt's reports of what it denied (macOS:
-	// `log stream`), with a warning when it cannot; nil reads none (Linux).
-	denials func(ctx context.Context, scratch string) (*denialLog, string)
+	// denials starts reading Seatbelt's reports of what a profile tagged
+	// tag denied (macOS: `log stream`), its markers in the directory marks,
+	// with a warning when it cannot; nil reads none (Linux).
+	denials func(ctx context.Context, marks, tag string) (*denialLog, string)
 }
 
 // checkSpec refuses what this rung cannot honour before anything is made.
@@ -145,12 +148,14 @@ func trial(ctx context.Context, spec dryexec.TrialSpec, pf platform) (*dryexec.S
 	if scratch, err = filepath.EvalSymlinks(scratch); err != nil {
 		return nil, err
 	}
-	root, tmp := filepath.Join(scratch, "w"), filepath.Join(scratch, "tmp")
+	root, tmp, marks := filepath.Join(scratch, "w"), filepath.Join(scratch, "tmp"), filepath.Join(scratch, "marks")
 	if err := pf.clone(orig, root); err != nil {
 		return nil, fmt.Errorf("seatbelt: cloning %s: %w", orig, err)
 	}
-	if err := os.Mkdir(tmp, 0o700); err != nil {
-		return nil, err
+	for _, d := range []string{tmp, marks} {
+		if err := os.Mkdir(d, 0o700); err != nil {
+			return nil, err
+		}
 	}
 	// The clone's counterparts of what is covered: removed, and denied too.
 	inClone := func(paths []string) []string {
@@ -181,7 +186,11 @@ func trial(ctx context.Context, spec dryexec.TrialSpec, pf platform) (*dryexec.S
 		return nil, err
 	}
 	defer nw.close()
-	pr := Profile{Writable: []string{root, tmp}, Masked: append(masked, cm...), Hidden: append(hidden, ch...), NetProxyPort: nw.port}
+	tag, err := newTag()
+	if err != nil {
+		return nil, err
+	}
+	pr := Profile{Writable: []string{root, tmp}, Masked: append(masked, cm...), Hidden: append(append(hidden, ch...), marks), NetProxyPort: nw.port, Tag: tag}
 	profile, err := pr.SBPL()
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", dryexec.ErrBadAction, err)
@@ -194,7 +203,7 @@ func trial(ctx context.Context, spec dryexec.TrialSpec, pf platform) (*dryexec.S
 	var watch *denialLog
 	if pf.denials != nil {
 		var warn string
-		if watch, warn = pf.denials(ctx, scratch); warn != "" {
+		if watch, warn = pf.denials(ctx, marks, tag); warn != "" {
 			d.Warnings = append(d.Warnings, warn)
 		}
 	}
@@ -228,6 +237,16 @@ func trial(ctx context.Context, spec dryexec.TrialSpec, pf platform) (*dryexec.S
 	d.Normalize()
 	d.ComputeTotals()
 	return d, nil
+}
+
+// newTag is a sandbox's own Profile.Tag: random, so that no other
+// sandbox's denials carry it (denials.go).
+func newTag() (string, error) {
+	b := make([]byte, 12)
+	if _, err := rand.Read(b); err != nil {
+		return "", err
+	}
+	return "dryexec-" + hex.EncodeToString(b), nil
 }
 
 // environ is the action's environment with TMPDIR pointed at the sandbox's
