@@ -111,14 +111,17 @@ func (s *Sim) serveProxy(ctx context.Context, w http.ResponseWriter, r *http.Req
 		if connect {
 			ev.Proto, ev.Method = "tcp", ""
 		}
-		http.Error(w, "netsim proxy: "+err.Error(), http.StatusBadRequest)
+		// Logged before the answer is written, as every refusal is: once
+		// the client has it, the event is in the log (a session's exec
+		// ends on it and reads its part of the log).
 		s.record(Record{NetworkEvent: ev})
+		http.Error(w, "netsim proxy: "+err.Error(), http.StatusBadRequest)
 		return
 	}
 	if s.mode == "none" {
 		// As the transparent path refuses the connection itself.
-		http.Error(w, "netsim: network mode none", http.StatusForbidden)
 		s.record(Record{NetworkEvent: eventOf("tcp", "", "", f.host(), f.port, 0, ActionBlocked, "network mode none")})
+		http.Error(w, "netsim: network mode none", http.StatusForbidden)
 		return
 	}
 	if !connect {

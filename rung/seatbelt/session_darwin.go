@@ -14,15 +14,16 @@ import (
 	"github.com/dryexec/dryexec/wire"
 )
 
-// Sessions, as far as this build goes (no network: --net none only, every
-// connection denied, none logged): the guest supervisor runs under
-// sandbox-exec with a profile that lets it (and so every command it
-// starts) write only beneath the sandbox's scratch dir, over a workspace
-// the guest compares with its baseline by scanning (scan staging, as on
-// the host rung). Never run on a Mac; no forks; the baseline is in the
-// writable scratch dir, where a command could reach it (one profile covers
-// the guest and its commands). rung.Open hands the rung out when
-// Available finds nothing missing on the Mac.
+// Sessions: the guest supervisor runs under sandbox-exec with a profile
+// that lets it (and so every command it starts) write only beneath the
+// session's workspace, baseline and tmp, over a workspace the guest
+// compares with its baseline by scanning (scan staging, as on the host
+// rung). The network is a trial's: netsim as the HTTP proxy on one loopback
+// port, for the session's life, with the session's policy and mocks, and
+// Seatbelt's denials read under the session's tag (sessionNet). Never run
+// on a Mac; no forks; the baseline is writable by the session's commands
+// (one profile covers the guest and its commands). rung.Open hands the
+// rung out when Available finds nothing missing on the Mac.
 
 var _ dryexec.SessionRung[wire.SessionStart] = (*Rung)(nil)
 
@@ -31,14 +32,7 @@ func (r *Rung) OpenSandbox(ctx context.Context, spec dryexec.SandboxSpec) (dryex
 	if err := checkSpec(dryexec.TrialSpec{Net: spec.Net, Image: spec.Image, Action: dryexec.Action{Argv: []string{"guest"}, Cwd: "/"}}); err != nil {
 		return nil, err
 	}
-	for _, n := range spec.Net {
-		if n != "none" {
-			// Trials run netsim as their proxy; a session's execs would
-			// need its log split per exec, which is not built.
-			return nil, &dryexec.IsolationUnavailableError{Rung: Name, Missing: "network for seatbelt sessions (trials have netsim as a proxy; sessions only --net none, every connection denied)"}
-		}
-	}
-	pf := platform{homes: homes(), getenv: os.Getenv}
+	pf := platform{homes: homes(), getenv: os.Getenv, denials: watchDenials}
 	masked, hidden, err := cover(dryexec.TrialSpec{Masks: spec.Masks, NoDefaultMasks: spec.NoDefaultMasks, OwnPaths: spec.OwnPaths}, pf)
 	if err != nil {
 		return nil, err
@@ -48,26 +42,36 @@ func (r *Rung) OpenSandbox(ctx context.Context, spec dryexec.SandboxSpec) (dryex
 		return nil, err
 	}
 	s := &sandbox{tmp: tmp}
-	if s.tmp, err = filepath.EvalSymlinks(tmp); err != nil {
+	fail := func(err error) (dryexec.Sandbox[wire.SessionStart], error) {
+		if s.net != nil {
+			s.net.close()
+		}
 		os.RemoveAll(tmp)
 		return nil, err
 	}
-	s.ws, s.base = filepath.Join(s.tmp, "workspace"), filepath.Join(s.tmp, "baseline")
-	for _, d := range []string{s.ws, s.base, filepath.Join(s.tmp, "tmp")} {
+	if s.tmp, err = filepath.EvalSymlinks(tmp); err != nil {
+		return fail(err)
+	}
+	s.ws, s.base, s.cmdTmp = filepath.Join(s.tmp, "workspace"), filepath.Join(s.tmp, "baseline"), filepath.Join(s.tmp, "tmp")
+	marks := filepath.Join(s.tmp, "marks")
+	for _, d := range []string{s.ws, s.base, s.cmdTmp, marks} {
 		if err := os.Mkdir(d, 0o755); err != nil {
-			os.RemoveAll(tmp)
-			return nil, err
+			return fail(err)
 		}
 	}
-	profile, err := Profile{Writable: []string{s.tmp}, Masked: masked, Hidden: hidden}.SBPL()
-	if err != nil {
-		os.RemoveAll(tmp)
-		return nil, err
+	// The trust bundle beside, not inside, what the commands may write.
+	if s.net, err = openSessionNet(ctx, spec, pf.getenv, filepath.Join(s.tmp, "netsim-ca.pem")); err != nil {
+		return fail(err)
 	}
+	pr := Profile{Writable: []string{s.ws, s.base, s.cmdTmp}, Masked: masked, Hidden: append(hidden, marks), NetProxyPort: s.net.nw.port, Tag: s.net.tag}
+	profile, err := pr.SBPL()
+	if err != nil {
+		return fail(err)
+	}
+	s.net.watchDenials(ctx, pr, marks, pf.denials)
 	ctrl, guestEnd, err := wire.SocketPair()
 	if err != nil {
-		os.RemoveAll(tmp)
-		return nil, err
+		return fail(err)
 	}
 	defer guestEnd.Close()
 	exe := r.GuestExe
@@ -77,23 +81,23 @@ func (r *Rung) OpenSandbox(ctx context.Context, spec dryexec.SandboxSpec) (dryex
 	s.ctrl = ctrl
 	s.cmd = &exec.Cmd{
 		Path: SandboxExec, Args: confine(profile, []string{exe, "guest", wire.RoleSession}),
-		Env: []string{"TMPDIR=" + filepath.Join(s.tmp, "tmp")}, ExtraFiles: []*os.File{guestEnd},
+		Env: []string{"TMPDIR=" + s.cmdTmp}, ExtraFiles: []*os.File{guestEnd},
 		SysProcAttr: &syscall.SysProcAttr{Setpgid: true},
 	}
 	if err := s.cmd.Start(); err != nil {
 		ctrl.Close()
-		os.RemoveAll(tmp)
-		return nil, err
+		return fail(err)
 	}
 	return s, nil
 }
 
 // sandbox is one seatbelt session: the confined guest and its scratch dir.
 type sandbox struct {
-	ctrl          *os.File
-	cmd           *exec.Cmd
-	tmp, ws, base string
-	close         sync.Once
+	ctrl                  *os.File
+	cmd                   *exec.Cmd
+	tmp, ws, base, cmdTmp string
+	net                   *sessionNet
+	close                 sync.Once
 }
 
 func (s *sandbox) Conn() io.ReadWriteCloser { return s.ctrl }
@@ -101,15 +105,17 @@ func (s *sandbox) Workspace() string        { return s.ws }
 func (s *sandbox) GuestPID() int            { return s.cmd.Process.Pid }
 
 // Configure: the guest keeps the workspace and its baseline in the scratch
-// dir and diffs them by scanning.
+// dir and diffs them by scanning; execs get the private tmp and netsim's
+// proxy and trust variables over the caller's environment.
 func (s *sandbox) Configure(start *wire.SessionStart) {
 	start.Rung, start.Workspace, start.Baseline = Name, s.ws, s.base
+	start.Env = s.net.env(start.Env, s.cmdTmp)
 }
 
 func (s *sandbox) Ready() error                    { return nil }
-func (s *sandbox) Violations() []dryexec.Violation { return nil }
-func (s *sandbox) Network() []dryexec.NetworkEvent { return nil }
-func (s *sandbox) Warnings() []string              { return []string{Unenforced} }
+func (s *sandbox) Violations() []dryexec.Violation { return s.net.Violations() }
+func (s *sandbox) Network() []dryexec.NetworkEvent { return s.net.Network() }
+func (s *sandbox) Warnings() []string              { return append([]string{Unenforced}, s.net.Warnings()...) }
 
 // GuestEnded: how a guest ended is not looked at here.
 func (s *sandbox) GuestEnded() (string, bool) { return "", false }
@@ -127,6 +133,7 @@ func (s *sandbox) Close() error {
 		s.ctrl.Close()
 		s.cmd.Process.Kill()
 		s.cmd.Wait()
+		s.net.close()
 		os.RemoveAll(s.tmp)
 	})
 	return nil

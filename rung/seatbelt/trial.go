@@ -7,6 +7,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -256,9 +257,15 @@ func newTag() (string, error) {
 // no NO_PROXY to send a destination around the proxy. The delta still
 // records the action's own environment.
 func environ(a dryexec.Action, tmp string, net map[string]string) []string {
-	vars := make(map[string]string, len(a.Env)+len(net)+1)
-	for k, v := range a.Env {
-		vars[k] = v
+	return withNet(maps.Clone(a.Env), tmp, net)
+}
+
+// withNet is vars (which it changes) with TMPDIR at tmp, net's variables
+// over vars' own and no NO_PROXY, as KEY=VALUE: a trial's command's
+// environment (environ) and a session's execs' (sessionNet.env).
+func withNet(vars map[string]string, tmp string, net map[string]string) []string {
+	if vars == nil {
+		vars = map[string]string{}
 	}
 	for _, k := range noProxyVars {
 		delete(vars, k)
