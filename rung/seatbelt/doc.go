@@ -8,15 +8,18 @@
 // a private tmp, denies reading the masked secrets and dryexec's own state,
 // and denies the network but one loopback port, where netsim serves as the
 // command's HTTP(S) proxy (net.go). Seatbelt's reports of what it denied
-// (the unified log) become the delta's secret violations and blocked
-// network events (denials.go). Then it walks the clone against a record of
+// (the unified log, told apart from other sandboxes' by a tag on the
+// profile's deny rules) become the delta's secret violations and blocked
+// network events (denials.go). Sessions get the same network, one netsim
+// per session, its log split per exec (sessionnet.go). Then it walks the clone against a record of
 // it taken before the command ran (an inode, ctime, mtime and size fast
 // path) and hands what changed to package fsdelta as overlay-upper entries,
 // so the delta is the one every other rung produces, and package commit
 // applies it.
 //
 // What is platform-neutral here (the profile, the clone walk, the trial's
-// steps, the proxy network, the reading of denials, doctor's checks) is
+// steps, the proxy network, a session's network, the reading of denials,
+// doctor's checks) is
 // unit-tested on Linux with a plain copy in place of clonefile and no
 // sandbox-exec. What is macOS-only (rung_darwin.go: clonefile,
 // sandbox-exec, log stream, the APFS check, sessions) has been compiled and

@@ -30,9 +30,9 @@ func (r *Rung) Name() string { return Name }
 // Notes are what `dryexec doctor` says of the rung when it is available.
 func (r *Rung) Notes() []string {
 	return []string{
-		"a trial runs on an APFS clone of its working directory under sandbox-exec: writes beneath the clone and a private tmp only, masked credentials and dryexec's state unreadable, the network only through netsim as its HTTP(S) proxy (sessions: --net none only)",
-		"masked reads and direct connections are read from Seatbelt's reports (log stream): a read of a masked path by another sandboxed program at the same time is counted too",
+		"a trial runs on an APFS clone of its working directory under sandbox-exec: writes beneath the clone and a private tmp only, masked credentials and dryexec's state unreadable, the network only through netsim as its HTTP(S) proxy (a session's too, one netsim per session)",
+		"masked reads and direct connections are read from Seatbelt's reports (log stream), told apart from other sandboxes' by a random tag on each deny rule of the trial's or session's profile",
 		"not enforced: limits (but the timeout)",
-		"never run on a Mac: the profile, the clone walk, the trial's steps, netsim's proxy, the reading of Seatbelt's reports and the darwin halves of the delta and of commit are tested on Linux only; clonefile, sandbox-exec, log stream and the rest are compiled for darwin, not run",
+		"never run on a Mac: the profile, the clone walk, the trial's steps, netsim's proxy, a session's network, the reading of Seatbelt's reports and the darwin halves of the delta and of commit are tested on Linux only; clonefile, sandbox-exec, log stream and the rest are compiled for darwin, not run",
 	}
 }
