@@ -256,3 +256,31 @@ func TestDenialsTwoSandboxes(t *testing.T) {
 		t.Errorf("trial B: %q, want %q", got, want)
 	}
 }
+
+// TestMarkerNotForged: only a denial to read the pending marker itself, under
+// the trial's tag, ends a wait: a command's denial of another operation on
+// that very path, or another sandbox's read of it, does not (the stream then
+// ends, and the wait says so), and neither is counted as the command's.
+func TestMarkerNotForged(t *testing.T) {
+	for _, forge := range []func(fs *fakeStream, path string){
+		func(fs *fakeStream, path string) { fs.send("Sandbox: sh(7) deny(1) file-write-create " + path) },
+		func(fs *fakeStream, path string) {
+			io.WriteString(fs.w, logLine("Sandbox: cat(7) deny(1) file-read-data "+path, "dryexec-ffffffffffffffffffffffff"))
+		},
+	} {
+		fs := newFakeStream()
+		l := newDenialLog(fs.r, fs.tag, t.TempDir(), func(_ context.Context, path string) error {
+			forge(fs, path)
+			fs.w.Close()
+			return nil
+		}, func() {})
+		err := l.markAndWait(context.Background(), "mark-end")
+		if err == nil || !strings.Contains(err.Error(), "ended before the marker") {
+			t.Errorf("a forged marker ended the wait: %v", err)
+		}
+		l.close()
+		if len(l.got) != 0 {
+			t.Errorf("the forgery counted as a denial: %+v", l.got)
+		}
+	}
+}
