@@ -458,6 +458,10 @@ func TestTrialNetwork(t *testing.T) {
 			if want := fmt.Sprintf(`(remote ip "localhost:%s")`, proxy); proxy == "" || !strings.Contains(profile, want) {
 				t.Errorf("profile does not allow the proxy's port %q:\n%s", proxy, profile)
 			}
+			// The trial's own tag on its deny rules, its markers' dir hidden.
+			if !strings.Contains(profile, `(deny default (with message "dryexec-`) || !strings.Contains(profile, `/marks")`) {
+				t.Errorf("profile without the trial's tag or its markers' dir hidden:\n%s", profile)
+			}
 			var got []string
 			for _, e := range d.Network {
 				s := fmt.Sprintf("%s %s %s", e.Proto, e.URL, e.Action)
