@@ -43,7 +43,7 @@ type sessionNet struct {
 // openSessionNet starts netsim for spec's network (--net none when it
 // names none: every request refused and logged) as a proxy on a loopback
 // port, its trust bundle written to bundle, and makes the session's tag.
-// The profile is built from both, then watch starts reading denials.
+// The profile is built from both, then watchDenials starts reading denials.
 func openSessionNet(ctx context.Context, spec dryexec.SandboxSpec, getenv func(string) string, bundle string) (*sessionNet, error) {
 	cfg, err := netConfig(dryexec.TrialSpec{Net: spec.Net, NetCADir: spec.NetCADir, TrialID: spec.ID}, getenv)
 	if err != nil {
@@ -60,7 +60,7 @@ func openSessionNet(ctx context.Context, spec dryexec.SandboxSpec, getenv func(s
 	return &sessionNet{nw: nw, tag: tag, seen: map[string]bool{}}, nil
 }
 
-// watch starts reading the denials of pr (built with n's port and tag,
+// watchDenials starts reading the denials of pr (built with n's port and tag,
 // hiding marks) through start (nil: none are read, as on Linux).
 func (n *sessionNet) watchDenials(ctx context.Context, pr Profile, marks string, start func(ctx context.Context, marks, tag string) (*denialLog, string)) {
 	n.mu.Lock()
