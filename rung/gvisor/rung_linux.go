@@ -328,8 +328,8 @@ type box struct {
 	net      *linuxns.Net
 	trustEnv []string // netsim's trust variables for the command
 
-	group     *cgroup.Group // nil: no cgroup here (a warning says so)
-	before    cgroup.Stats
+	// group holds the view guest, runsc and its sandbox (hostLimits).
+	group     *viewtrial.HostGroup
 	limitHits []dryexec.Violation // the group's, once the sandbox is gone
 	warnings  []string
 }
@@ -420,22 +420,10 @@ func (b *box) start(inner []*os.File) error {
 	}
 	defer runscErrW.Close()
 
-	name := "gv-" + b.id
-	if m, merr := cgroup.NewManager(b.r.Cgroups); merr != nil {
-		err = merr
-	} else {
-		b.group, b.warnings, err = m.New(name, b.hostLimits())
-	}
-	switch {
-	case errors.Is(err, cgroup.ErrUnavailable):
-		b.group = nil
-		b.warnings = append(b.warnings, fmt.Sprintf("%v: the sandbox's memory and CPU are not limited", err))
-	case err != nil:
+	if b.group, err = viewtrial.NewHostGroup(b.r.Cgroups, "gv-"+b.id, b.limits, b.hostLimits()); err != nil {
 		return err
 	}
-	if b.group != nil {
-		b.before = b.group.Stats()
-	}
+	b.warnings = append(b.warnings, b.group.Warnings...)
 
 	exe := b.r.GuestExe
 	if exe == "" {
@@ -453,9 +441,7 @@ func (b *box) start(inner []*os.File) error {
 	if g := b.net.GuestFile(); g != nil {
 		extra = append(extra, g)
 	}
-	if b.group != nil && b.group.CgroupFD() >= 0 {
-		attr.UseCgroupFD, attr.CgroupFD = true, b.group.CgroupFD()
-	}
+	b.group.Place(attr)
 	b.Cmd = &exec.Cmd{
 		Path:        exe,
 		Args:        []string{"dryexec", "guest", wire.RoleGVisorView},
@@ -474,12 +460,10 @@ func (b *box) start(inner []*os.File) error {
 	runscErrR := b.runscErrR
 	b.runscErrR = nil
 	b.Pipes.Go(func() { viewtrial.CopyOut(&b.runscErr, runscErrR) })
-	if b.group != nil {
-		// v1 groups (on a hybrid host, the v2 fd above holds no memory or
-		// pids controller) are joined by pid, before runsc starts.
-		if err := b.group.Attach(b.Cmd.Process.Pid); err != nil {
-			return fmt.Errorf("putting the gvisor sandbox in its cgroup: %w", err)
-		}
+	// v1: before the view guest becomes runsc (it waits for the host's
+	// first request).
+	if err := b.group.Attach(b.Cmd.Process.Pid); err != nil {
+		return err
 	}
 	b.net.Serve(context.Background())
 	b.View = wire.NewConn(b.ViewCtrl)
@@ -526,7 +510,6 @@ func (b *box) cleanup() {
 		if err := b.group.Remove(); err != nil && b.r.Log != nil {
 			b.r.Log.Warn("removing the sandbox's cgroup", "sandbox", b.id, "err", err)
 		}
-		b.group = nil
 	}
 	if b.runscErrR != nil {
 		b.runscErrR.Close()
@@ -667,9 +650,8 @@ func (t *trial) run(ctx context.Context) (*dryexec.StateDelta, error) {
 		// What the sandbox hit, read before the group goes: runsc's
 		// sandbox and gofer may outlive runsc for a moment, and removing
 		// the group kills them.
-		t.limitHits = cgroup.Violations(t.group.Limits(), t.group.PidsHeadroom(), t.before, t.group.Stats())
+		t.limitHits = t.group.Hits()
 		t.group.Remove()
-		t.group = nil
 	}
 	t.r.trace("gone")
 	return t.report(outer, err)

@@ -10,7 +10,6 @@ import (
 	"sync"
 
 	"github.com/dryexec/dryexec"
-	"github.com/dryexec/dryexec/cgroup"
 	"github.com/dryexec/dryexec/rung/internal/viewtrial"
 	"github.com/dryexec/dryexec/rung/linuxns"
 	"github.com/dryexec/dryexec/wire"
@@ -60,7 +59,6 @@ func (r *Rung) openSession(ctx context.Context, spec dryexec.SandboxSpec, restor
 	err = b.start(inner)
 	guestEnd.Close()
 	b.ctrlIn = nil
-	s.last = b.before
 	if err == nil {
 		// Cancelling ctx while the sandbox is being made kills runsc.
 		stop := context.AfterFunc(ctx, b.Kill)
@@ -100,8 +98,6 @@ type sessionSandbox struct {
 	*box
 	ctrl  *os.File
 	ws    string
-	mu    sync.Mutex   // guards last
-	last  cgroup.Stats // the group's, at the last Violations
 	close sync.Once
 }
 
@@ -138,11 +134,7 @@ func (s *sessionSandbox) Ready() error { return nil }
 func (s *sessionSandbox) Violations() []dryexec.Violation {
 	var v []dryexec.Violation
 	if s.group != nil {
-		s.mu.Lock()
-		now := s.group.Stats()
-		v = cgroup.Violations(s.group.Limits(), s.group.PidsHeadroom(), s.last, now)
-		s.last = now
-		s.mu.Unlock()
+		v = s.group.Hits()
 	}
 	return append(v, s.Watch.Check()...)
 }
