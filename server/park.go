@@ -284,12 +284,16 @@ func (s *Service) claimPark(id string, pl *parkedLive) (string, error) {
 	} else if rec, err := readParkRecord(src, id); err == nil && s.heldElsewhere(rec) {
 		return "", fmt.Errorf("%w: parked session %q belongs to another running daemon (pid %d)", ErrSessionNotFound, id, rec.Owner)
 	}
-	if _, _, err := openParkedRoot(s.cfg.StoreDir); err != nil {
+	root, _, err := openParkedRoot(s.cfg.StoreDir)
+	if err != nil {
 		return "", err
 	}
 	claimed := s.pendingDir(resumingPrefix, id)
 	if err := os.Rename(src, claimed); err != nil {
 		if errors.Is(err, os.ErrNotExist) {
+			if pid := claimedBy(root, id); pid > 0 {
+				return "", fmt.Errorf("%w: %q, by the daemon of pid %d", ErrParkClaimed, id, pid)
+			}
 			return "", fmt.Errorf("%w: no parked session %q", ErrSessionNotFound, id)
 		}
 		return "", err

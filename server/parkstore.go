@@ -36,6 +36,11 @@ const DefaultParkTTL = 7 * 24 * time.Hour
 // the files beside it. Such a park is never resumed; `dryexec gc` removes it.
 var ErrParkDamaged = errors.New("parked session damaged")
 
+// ErrParkClaimed: another daemon on the same store claimed the park first
+// (to resume or drop it). It is also ErrSessionNotFound: the park is not
+// this daemon's to take.
+var ErrParkClaimed = fmt.Errorf("%w: parked session claimed by another daemon", ErrSessionNotFound)
+
 const (
 	parkRecordFile    = "park.json"
 	parkRecordVersion = 1
@@ -177,6 +182,19 @@ func pendingPark(name string) (id string, pid int, ok bool) {
 		return "", 0, false
 	}
 	return rest[:i], pid, true
+}
+
+// claimedBy is the pid of the other daemon that holds a claim on park id
+// in root (a .resuming- entry), or 0.
+func claimedBy(root, id string) int {
+	ents, _ := os.ReadDir(root)
+	for _, e := range ents {
+		got, pid, ok := pendingPark(e.Name())
+		if ok && got == id && pid != os.Getpid() && strings.HasPrefix(e.Name(), resumingPrefix) {
+			return pid
+		}
+	}
+	return 0
 }
 
 // openParkedRoot is the store's parked/ directory, refused unless it is a
