@@ -100,9 +100,8 @@ func splitNul(b []byte) []string {
 	return out
 }
 
-// TestErofsPack packs an image with every awkward layer case (whiteouts, an
-// opaque dir, setuid and setgid files, absolute and relative symlinks, a
-// hard link, a FIFO, xattrs) from several goroutines at once: one builds it,
+// TestErofsPack packs an image with every awkward layer case (awkwardLayers,
+// TestAwkwardLayers's) from several goroutines at once: one builds it,
 // the others wait and reuse it; mounted, it holds exactly the merged view the
 // ns rung mounts. Prune keeps it while the image is recorded and removes it
 // after.
@@ -113,24 +112,7 @@ func TestErofsPack(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	lower := []ent{
-		{name: "a/", typ: '5'}, {name: "a/keep", body: "k"}, {name: "a/gone", body: "g"},
-		{name: "b/", typ: '5'}, {name: "b/old", body: "o"},
-		{name: "c", body: "c-content"},
-		{name: "h", typ: '1', link: "c"},
-		{name: "usr/bin/su", body: "#!/bin/sh\n", mode: 0o4755},
-		{name: "usr/bin/wall", body: "#!/bin/sh\n", mode: 0o2755, uid: 7},
-		{name: "abs", typ: '2', link: "/etc/passwd"},
-		{name: "rel", typ: '2', link: "../c"},
-		{name: "pipe", typ: '6'},
-		{name: "x", body: "xattrs", pax: map[string]string{"SCHILY.xattr.user.note": "hi"}},
-	}
-	upper := []ent{
-		{name: ".wh.c", body: ""},
-		{name: "a/.wh.gone", body: ""},
-		{name: "b/.wh..wh..opq", body: ""},
-		{name: "b/new", body: "n"},
-	}
+	lower, upper := awkwardLayers()
 	res, err := pullLayers(t, c, lower, upper)
 	if err != nil {
 		t.Fatal(err)

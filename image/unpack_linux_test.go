@@ -26,25 +26,20 @@ func pullLayers(t *testing.T, c *Cache, ents ...[]ent) (*PullResult, error) {
 	return c.Pull(context.Background(), "oci:"+lay, PullOptions{})
 }
 
-// TestAwkwardLayers unpacks two layers with every awkward case, checks the
-// overlay form on disk, then mounts the stack with overlayfs and checks what a
-// sandbox would see.
-func TestAwkwardLayers(t *testing.T) {
-	needRoot(t)
-	c, err := Open(t.TempDir(), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	// Before TempDir's own removal, which cannot enter the read-only ro/
-	// as a caller that is not root.
-	t.Cleanup(func() { removeAll(c.Dir()) })
-	lower := []ent{
+// awkwardLayers are two layers with every awkward case a layer can hold:
+// whiteouts, an opaque dir, a layer's own (forged) overlay xattrs, setuid
+// and setgid files, absolute and relative symlinks, a hard link, device
+// nodes, a FIFO, xattrs, read-only dirs and a leading slash. TestAwkwardLayers
+// checks how they unpack, TestErofsPack that their erofs image is the merged
+// view.
+func awkwardLayers() (lower, upper []ent) {
+	lower = []ent{
 		{name: "a/", typ: '5'}, {name: "a/keep", body: "k"}, {name: "a/gone", body: "g"},
 		{name: "b/", typ: '5'}, {name: "b/old", body: "o"},
 		{name: "c", body: "c-content"},
 		{name: "h", typ: '1', link: "c"},
 		{name: "usr/bin/su", body: "#!/bin/sh\n", mode: 0o4755},
-		{name: "usr/bin/wall", body: "#!/bin/sh\n", mode: 0o2755, uid: 0},
+		{name: "usr/bin/wall", body: "#!/bin/sh\n", mode: 0o2755, uid: 7},
 		{name: "abs", typ: '2', link: "/etc/passwd"},
 		{name: "rel", typ: '2', link: "../c"},
 		{name: "dev/null", typ: '3', major: 1, minor: 3},
@@ -58,7 +53,7 @@ func TestAwkwardLayers(t *testing.T) {
 		{name: "ro/", typ: '5', mode: 0o555}, {name: "ro/sub/", typ: '5', mode: 0o500}, {name: "ro/sub/f", body: "f"},
 		{name: "/leading/slash", body: "relative after all"},
 	}
-	upper := []ent{
+	upper = []ent{
 		{name: ".wh.c", body: ""},
 		{name: "a/.wh.gone", body: ""},
 		{name: "b/.wh..wh..opq", body: ""},
@@ -68,6 +63,22 @@ func TestAwkwardLayers(t *testing.T) {
 		{name: "forged/", typ: '5', pax: map[string]string{"SCHILY.xattr.user.overlay.opaque": "y", "SCHILY.xattr.trusted.overlay.opaque": "y"}},
 		{name: "forged/new", body: "n"},
 	}
+	return lower, upper
+}
+
+// TestAwkwardLayers unpacks two layers with every awkward case, checks the
+// overlay form on disk, then mounts the stack with overlayfs and checks what a
+// sandbox would see.
+func TestAwkwardLayers(t *testing.T) {
+	needRoot(t)
+	c, err := Open(t.TempDir(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Before TempDir's own removal, which cannot enter the read-only ro/
+	// as a caller that is not root.
+	t.Cleanup(func() { removeAll(c.Dir()) })
+	lower, upper := awkwardLayers()
 	res, err := pullLayers(t, c, lower, upper)
 	if err != nil {
 		t.Fatal(err)
