@@ -1,0 +1,125 @@
+package gvisor_test
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/dryexec/dryexec/internal/testreq"
+	"github.com/dryexec/dryexec/rung/gvisor"
+	"github.com/dryexec/dryexec/session"
+)
+
+// TestForkSeedForgeries tries, from a gvisor session, to leave in the
+// view's upper dirs something that a branch's overlay (built on the host
+// from a copy of those dirs) would read as overlayfs's own metadata or
+// follow on the host: overlay xattrs (a redirect to a masked dir, opaque,
+// metacopy; trusted.* and the rootless user.* form), device nodes (a
+// whiteout's 0:0 and real devices), symlinks to a masked file and to a host
+// file, a hard link to a host file. The branch must see no masked content
+// and no host device, and the host must be unchanged.
+func TestForkSeedForgeries(t *testing.T) {
+	ctx := context.Background()
+	testreq.NeedRoot(t)
+	testreq.Need(t, testreq.GVisor, (&gvisor.Rung{}).Available(ctx))
+	tag := strconv.FormatInt(time.Now().UnixNano(), 36)
+	secretDir := "/tmp/dryexec-gvsecret-" + tag
+	victim := "/tmp/dryexec-gvvictim-" + tag
+	attack := "/tmp/dryexec-gvattack-" + tag
+	const secret = "SECRET-KEY-MATERIAL"
+	if err := os.Mkdir(secretDir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	defer os.RemoveAll(secretDir)
+	if err := os.WriteFile(filepath.Join(secretDir, "id_rsa"), []byte(secret+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(victim, []byte("host\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	defer os.Remove(victim)
+
+	s, err := session.Open(ctx, session.Options{Rung: gvisor.Name, Masks: []string{secretDir}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	shell := func(s *session.Session, cmd string) string {
+		t.Helper()
+		r, err := s.Shell(ctx, cmd, time.Minute)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r.Stdout + r.Stderr
+	}
+	py := `import os
+a = ` + strconv.Quote(attack) + `
+os.mkdir(a)
+def attempt(what, f):
+    try:
+        f()
+        print("done", what)
+    except OSError as e:
+        print("refused", what, e.strerror)
+for n, (kind, name, value) in enumerate([
+        ("d", "trusted.overlay.redirect", ` + strconv.Quote(secretDir) + `),
+        ("d", "user.overlay.redirect", ` + strconv.Quote(secretDir) + `),
+        ("d", "trusted.overlay.opaque", "y"),
+        ("d", "user.overlay.opaque", "y"),
+        ("f", "trusted.overlay.metacopy", ""),
+        ("f", "trusted.overlay.redirect", ` + strconv.Quote(secretDir+"/id_rsa") + `),
+        ("f", "trusted.overlay.origin", "\0\xfb"),
+        ("d", "trusted.dryexec", "x"),
+        ("d", "security.dryexec", "x")]):
+    p = a + "/x%d" % n
+    if kind == "d":
+        os.mkdir(p)
+        open(p + "/id_rsa", "w").write("decoy\n")
+    else:
+        open(p, "w").write("decoy\n")
+    attempt(p + " " + name, lambda: os.setxattr(p, name, value.encode()))
+import stat
+attempt("whiteout", lambda: os.mknod(a + "/wh", stat.S_IFCHR | 0o666, os.makedev(0, 0)))
+attempt("chr 1:1", lambda: os.mknod(a + "/mem", stat.S_IFCHR | 0o666, os.makedev(1, 1)))
+attempt("blk 7:0", lambda: os.mknod(a + "/loop", stat.S_IFBLK | 0o666, os.makedev(7, 0)))
+attempt("symlink secret", lambda: os.symlink(` + strconv.Quote(secretDir+"/id_rsa") + `, a + "/lsecret"))
+attempt("symlink secret dir", lambda: os.symlink(` + strconv.Quote(secretDir) + `, a + "/ldir"))
+attempt("symlink victim", lambda: os.symlink(` + strconv.Quote(victim) + `, a + "/lvictim"))
+attempt("hard link victim", lambda: os.link(` + strconv.Quote(victim) + `, a + "/hvictim"))
+`
+	t.Logf("parent:\n%s", shell(s, "python3 -c "+shQuote(py)))
+	bs, err := s.Fork(ctx, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := bs[0]
+	defer b.Close()
+	// In the branch: read every place, then write through the links.
+	read := `cd ` + attack + ` && for p in x*/id_rsa x* lsecret ldir/id_rsa; do echo "== $p"; cat $p 2>&1; done; ls -la . ldir/ 2>&1;
+head -c 64 mem 2>&1 | od -c | head -3; head -c 64 loop 2>&1 | od -c | head -3;
+echo pwned > lvictim; echo pwned > hvictim; echo pwned > lsecret; cat lvictim hvictim`
+	out := shell(b, read)
+	t.Logf("branch:\n%s", out)
+	if strings.Contains(out, secret) {
+		t.Errorf("the branch read the masked file through a forged upper")
+	}
+	if got, _ := os.ReadFile(victim); string(got) != "host\n" {
+		t.Errorf("the host file is now %q", got)
+	}
+	if got, _ := os.ReadFile(filepath.Join(secretDir, "id_rsa")); string(got) != secret+"\n" {
+		t.Errorf("the masked file is now %q", got)
+	}
+	if _, err := os.Lstat(attack); err == nil {
+		t.Errorf("the host has %s", attack)
+	}
+	// The parent sees its own as before, still without the secret.
+	if out := shell(s, "cat "+attack+"/x0/id_rsa "+attack+"/lsecret 2>&1"); strings.Contains(out, secret) {
+		t.Errorf("the parent read the masked file: %q", out)
+	}
+}
+
+func shQuote(s string) string { return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'" }
