@@ -65,10 +65,8 @@ const (
 // and a network namespace of its own, runsc's working dir there): the
 // checkpoint runs in them, and names dir through this process's root,
 // which the view guest's scratch tmpfs may cover. The upper dirs are
-// copied after it: the parent's guest is parked (idle) meanwhile; a process
-// a command left running that removes a file it wrote outside the
-// workspace in that instant fails the branches' restore, which fails the
-// fork cleanly.
+// copied after it, the sandbox still paused (every process of the session,
+// not only the parked guest), so the copy is of the moment checkpointed.
 func (s *memSessionSandbox) Snapshot(ctx context.Context, dir string) error {
 	nsenter, err := exec.LookPath("nsenter")
 	if err != nil {
@@ -78,11 +76,36 @@ func (s *memSessionSandbox) Snapshot(ctx context.Context, dir string) error {
 	if err != nil {
 		return err
 	}
-	argv := append([]string{nsenter, "--target", strconv.Itoa(s.Cmd.Process.Pid), "--mount", "--net", "--wd", "--"}, s.runscArgv()...)
-	argv = append(argv, s.r.RunscFlags...)
-	argv = append(argv, "checkpoint", "--image-path", img, "--leave-running", s.container())
-	if err := run(ctx, argv); err != nil {
-		return fmt.Errorf("runsc checkpoint: %w", err)
+	runsc := func(ctx context.Context, args ...string) error {
+		argv := append([]string{nsenter, "--target", strconv.Itoa(s.Cmd.Process.Pid), "--mount", "--net", "--wd", "--"}, s.runscArgv()...)
+		argv = append(append(argv, s.r.RunscFlags...), args...)
+		if err := run(ctx, append(argv, s.container())); err != nil {
+			return fmt.Errorf("runsc %s: %w", args[0], err)
+		}
+		return nil
+	}
+	// The sandbox is paused from before the checkpoint until its upper
+	// dirs are copied: the copy (cp, on the host, by path) then walks a
+	// tree nothing changes. Running, a process of the session could swap a
+	// dir cp had entered with a symlink (renameat2 RENAME_EXCHANGE), and
+	// cp would read the host's file it names, past the masks, into every
+	// branch (TestForkCopySwapRace); and the restored kernel could miss a
+	// file it knew.
+	if err := runsc(ctx, "pause"); err != nil {
+		return err
+	}
+	err = s.checkpoint(ctx, runsc, img, dir)
+	if rerr := runsc(context.WithoutCancel(ctx), "resume"); err == nil {
+		err = rerr
+	}
+	return err
+}
+
+// checkpoint saves the paused sandbox's kernel to img, and its upper dirs
+// and their host paths to dir.
+func (s *memSessionSandbox) checkpoint(ctx context.Context, runsc func(context.Context, ...string) error, img, dir string) error {
+	if err := runsc(ctx, "checkpoint", "--image-path", img, "--leave-running"); err != nil {
+		return err
 	}
 	plan, err := json.Marshal(upperPaths(s.Uppers))
 	if err != nil {

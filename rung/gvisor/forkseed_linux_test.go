@@ -123,3 +123,86 @@ echo pwned > lvictim; echo pwned > hvictim; echo pwned > lsecret; cat lvictim hv
 }
 
 func shQuote(s string) string { return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'" }
+
+// TestForkCopySwapRace: a process the parent session left running swaps,
+// over and over, directories of its own in /tmp (each holding a file named
+// as the masked one) with symlinks to the masked dir (renameat2
+// RENAME_EXCHANGE, atomic: the path never goes missing). The host copies the
+// view's upper dirs for the fork by path; were the sandbox running while it
+// copies, it would enter such a dir and then read through the symlink
+// swapped in, on the host, past the masks. No branch may see the masked
+// content, and the host must be unchanged.
+func TestForkCopySwapRace(t *testing.T) {
+	ctx := context.Background()
+	testreq.NeedRoot(t)
+	testreq.Need(t, testreq.GVisor, (&gvisor.Rung{}).Available(ctx))
+	tag := strconv.FormatInt(time.Now().UnixNano(), 36)
+	secretDir := "/tmp/dryexec-gvsecret-" + tag
+	attack := "/tmp/dryexec-gvswap-" + tag
+	const secret = "SECRET-KEY-MATERIAL"
+	if err := os.Mkdir(secretDir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	defer os.RemoveAll(secretDir)
+	if err := os.WriteFile(filepath.Join(secretDir, "id_rsa"), []byte(secret+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	s, err := session.Open(ctx, session.Options{Rung: gvisor.Name, Masks: []string{secretDir}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	// The swapper says it has swapped every pair once (the marker) before
+	// the command returns: the fork starts with it at work.
+	py := `import ctypes, os, sys
+libc = ctypes.CDLL(None, use_errno=True)
+a, sec = sys.argv[1], sys.argv[2]
+os.mkdir(a)
+os.chdir(a)
+pairs = []
+for i in range(200):
+    os.mkdir("d%d" % i)
+    open("d%d/id_rsa" % i, "w").write("decoy\n")
+    os.symlink(sec, "l%d" % i)
+    pairs.append((b"d%d" % i, b"l%d" % i))
+if os.fork() == 0:
+    os.setsid()
+    marked = False
+    while True:
+        for d, l in pairs:
+            if libc.syscall(316, -100, d, -100, l, 2) != 0:  # renameat2(RENAME_EXCHANGE)
+                os._exit(1)
+        if not marked:
+            open("swapping", "w").close()
+            marked = True
+`
+	r, err := s.Shell(ctx, "python3 -c "+shQuote(py)+" "+attack+" "+secretDir+" </dev/null >/dev/null 2>&1; "+
+		"until [ -e "+attack+"/swapping ]; do :; done; echo swapping", time.Minute)
+	if err != nil || r.Stdout != "swapping\n" {
+		t.Fatalf("starting the swapper: %+v, %v", r, err)
+	}
+	for k := range 3 {
+		bs, err := s.Fork(ctx, 1)
+		if err != nil {
+			t.Fatalf("fork %d: %v", k, err)
+		}
+		b := bs[0]
+		r, err := b.Shell(ctx, "cat "+attack+"/[dl]*/id_rsa | sort | uniq -c", time.Minute)
+		b.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if strings.Contains(r.Stdout, secret) {
+			t.Fatalf("branch %d read the masked file through a swap during the fork's copy:\n%s", k, r.Stdout)
+		}
+		if !strings.Contains(r.Stdout, "decoy") {
+			t.Errorf("branch %d: %q, want the decoys", k, r.Stdout+r.Stderr)
+		}
+	}
+	if _, err := os.Lstat(attack); err == nil {
+		t.Errorf("the host has %s", attack)
+	}
+	if got, _ := os.ReadFile(filepath.Join(secretDir, "id_rsa")); string(got) != secret+"\n" {
+		t.Errorf("the masked file is now %q", got)
+	}
+}
