@@ -14,6 +14,33 @@ import (
 	"github.com/dryexec/dryexec/session"
 )
 
+// secret is the content of the masked file maskedSession makes.
+const secret = "SECRET-KEY-MATERIAL"
+
+// maskedSession opens a gvisor session with a host dir of the test's masked
+// (secretDir, holding id_rsa with secret in it); tag names the test's other
+// host paths. Both go with the test.
+func maskedSession(t *testing.T, ctx context.Context) (s *session.Session, tag, secretDir string) {
+	t.Helper()
+	testreq.NeedRoot(t)
+	testreq.Need(t, testreq.GVisor, (&gvisor.Rung{}).Available(ctx))
+	tag = strconv.FormatInt(time.Now().UnixNano(), 36)
+	secretDir = "/tmp/dryexec-gvsecret-" + tag
+	if err := os.Mkdir(secretDir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(secretDir) })
+	if err := os.WriteFile(filepath.Join(secretDir, "id_rsa"), []byte(secret+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	s, err := session.Open(ctx, session.Options{Rung: gvisor.Name, Masks: []string{secretDir}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return s, tag, secretDir
+}
+
 // TestForkSeedForgeries tries, from a gvisor session, to leave in the
 // view's upper dirs something that a branch's overlay (built on the host
 // from a copy of those dirs) would read as overlayfs's own metadata or
@@ -24,30 +51,13 @@ import (
 // and no host device, and the host must be unchanged.
 func TestForkSeedForgeries(t *testing.T) {
 	ctx := context.Background()
-	testreq.NeedRoot(t)
-	testreq.Need(t, testreq.GVisor, (&gvisor.Rung{}).Available(ctx))
-	tag := strconv.FormatInt(time.Now().UnixNano(), 36)
-	secretDir := "/tmp/dryexec-gvsecret-" + tag
+	s, tag, secretDir := maskedSession(t, ctx)
 	victim := "/tmp/dryexec-gvvictim-" + tag
 	attack := "/tmp/dryexec-gvattack-" + tag
-	const secret = "SECRET-KEY-MATERIAL"
-	if err := os.Mkdir(secretDir, 0o700); err != nil {
-		t.Fatal(err)
-	}
-	defer os.RemoveAll(secretDir)
-	if err := os.WriteFile(filepath.Join(secretDir, "id_rsa"), []byte(secret+"\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
 	if err := os.WriteFile(victim, []byte("host\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	defer os.Remove(victim)
-
-	s, err := session.Open(ctx, session.Options{Rung: gvisor.Name, Masks: []string{secretDir}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
 	shell := func(s *session.Session, cmd string) string {
 		t.Helper()
 		r, err := s.Shell(ctx, cmd, time.Minute)
@@ -134,24 +144,8 @@ func shQuote(s string) string { return "'" + strings.ReplaceAll(s, "'", `'\''`) 
 // content, and the host must be unchanged.
 func TestForkCopySwapRace(t *testing.T) {
 	ctx := context.Background()
-	testreq.NeedRoot(t)
-	testreq.Need(t, testreq.GVisor, (&gvisor.Rung{}).Available(ctx))
-	tag := strconv.FormatInt(time.Now().UnixNano(), 36)
-	secretDir := "/tmp/dryexec-gvsecret-" + tag
+	s, tag, secretDir := maskedSession(t, ctx)
 	attack := "/tmp/dryexec-gvswap-" + tag
-	const secret = "SECRET-KEY-MATERIAL"
-	if err := os.Mkdir(secretDir, 0o700); err != nil {
-		t.Fatal(err)
-	}
-	defer os.RemoveAll(secretDir)
-	if err := os.WriteFile(filepath.Join(secretDir, "id_rsa"), []byte(secret+"\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	s, err := session.Open(ctx, session.Options{Rung: gvisor.Name, Masks: []string{secretDir}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
 	// The swapper says it has swapped every pair once (the marker) before
 	// the command returns: the fork starts with it at work.
 	py := `import ctypes, os, sys
