@@ -2,6 +2,7 @@ package dryexec
 
 import (
 	"errors"
+	"os"
 	"path/filepath"
 )
 
@@ -27,4 +28,23 @@ func DefaultHome(getenv func(string) string) (string, error) {
 		return "", ErrNoHome
 	}
 	return filepath.Join(home, ".local", "state", "dryexec"), nil
+}
+
+// PrivateTemp makes a new directory (os.MkdirTemp's pattern) for state of a
+// sandbox's that no other sandbox may read: a fork's memory image and copied
+// upper dirs, a spilled delta, an uploaded tree. It is made under
+// DefaultHome's tmp/, which every rung hides from its sandboxes with the rest
+// of the home, never under os.TempDir: the host's /tmp is in every
+// sandbox's view, and a sandbox's root can read a 0700 directory there
+// while another session forks.
+func PrivateTemp(getenv func(string) string, pattern string) (string, error) {
+	home, err := DefaultHome(getenv)
+	if err != nil {
+		return "", err
+	}
+	base := filepath.Join(home, "tmp")
+	if err := os.MkdirAll(base, 0o700); err != nil {
+		return "", err
+	}
+	return os.MkdirTemp(base, pattern)
 }

@@ -614,11 +614,16 @@ func (a *api) pushTree(w http.ResponseWriter, r *http.Request) error {
 	if ct := r.Header.Get("Content-Type"); ct != "application/x-tar" {
 		return &requestError{status: http.StatusUnsupportedMediaType, code: "unsupported_media_type", msg: fmt.Sprintf("Content-Type %q: want application/x-tar", ct)}
 	}
-	f, err := os.CreateTemp("", "dryexec-push-*.tar")
+	// The caller's tree, not in /tmp: other sandboxes see the host's /tmp.
+	dir, err := dryexec.PrivateTemp(os.Getenv, "push-")
 	if err != nil {
 		return err
 	}
-	defer os.Remove(f.Name())
+	defer os.RemoveAll(dir)
+	f, err := os.Create(filepath.Join(dir, "tree.tar"))
+	if err != nil {
+		return err
+	}
 	defer f.Close()
 	if _, err := io.Copy(f, http.MaxBytesReader(w, r.Body, a.opt.MaxPush)); err != nil {
 		var mb *http.MaxBytesError

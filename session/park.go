@@ -157,7 +157,9 @@ type snapshotter interface {
 // branch whose guest is the parent's as it was (its baseline is the
 // workspace at the fork, its origin the parent's baseline). s.fork.mu held.
 func (s *Session) forkMemory(ctx context.Context, n int, sn snapshotter) ([]*Session, error) {
-	dir, err := os.MkdirTemp("", "dryexec-fork-")
+	// Not in /tmp: the memory image and the copied upper dirs are the
+	// session's, and other sandboxes see the host's /tmp.
+	dir, err := dryexec.PrivateTemp(os.Getenv, "fork-")
 	if err != nil {
 		return nil, fmt.Errorf("session: fork: %w", err)
 	}

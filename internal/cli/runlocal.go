@@ -50,7 +50,13 @@ func runLocal(ctx context.Context, env Env, home, rungName string, pol policy.Po
 			return nil, nil, err
 		}
 		env.sweep.start()
-		opt.NoStore, spec.SpillDir = true, os.TempDir()
+		// The spill (what the trial wrote, past what memory holds) is
+		// not put in /tmp, which other sandboxes see.
+		spill, err := dryexec.PrivateTemp(os.Getenv, "spill-")
+		if err != nil {
+			return nil, nil, err
+		}
+		opt.NoStore, spec.SpillDir = true, spill
 	} else {
 		if st, err = startStore(env); err != nil {
 			return nil, nil, err

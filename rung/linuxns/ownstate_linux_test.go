@@ -111,3 +111,33 @@ func TestOwnStateHidden(t *testing.T) {
 		})
 	}
 }
+
+// TestPrivateTempHidden: what a rung or session keeps in a
+// dryexec.PrivateTemp dir (a fork's memory image and copied upper dirs while
+// the fork runs, a spilled delta) is not readable from another trial, which
+// sees the host's /tmp.
+func TestPrivateTempHidden(t *testing.T) {
+	requireNS(t)
+	tmp := t.TempDir()
+	t.Setenv("DRYEXEC_HOME", tmp+"/home")
+	dir, err := dryexec.PrivateTemp(os.Getenv, "fork-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	const secret = "MEMORY-IMAGE-OF-ANOTHER-SESSION-41c2"
+	if err := os.WriteFile(dir+"/pages.img", []byte(secret), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	spec := dryexec.TrialSpec{Action: dryexec.Action{
+		Argv: []string{"/bin/sh", "-c", `cat "$1"/pages.img; ls -a "$1"; cat /proc/self/root"$1"/pages.img`, "sh", dir},
+		Cwd:  tmp, Env: testPath}}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	d, err := (&Rung{}).Trial(ctx, spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(d.Process.Stdout, secret) || strings.Contains(d.Process.Stdout, "pages.img") {
+		t.Errorf("a trial read another sandbox's private temp dir %s:\n%s", dir, d.Process.Stdout)
+	}
+}
