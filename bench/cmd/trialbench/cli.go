@@ -4,6 +4,7 @@ package main
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -15,7 +16,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
-	"strings"
 	"syscall"
 	"time"
 )
@@ -25,8 +25,10 @@ import (
 // pool) from the front (bin/dryexec of `make build`) and from the engine
 // alone (cmd/dryexec, what `go run` builds), and without a daemon
 // (in-process, cold), against bwrap's cold sandbox in the same run; the same
-// trial as one API request from this process (the daemon's own time) and
-// through the Python SDK in a running interpreter; with `dryexec --help`
+// trial as one API request from this process (the daemon's own time), the
+// same for `/bin/sh -c /bin/true` (what the SDK runs for the str
+// "/bin/true": its row's match), and through the Python SDK in a running
+// interpreter; with `dryexec --help`
 // (the front, then the engine's start) and fork+exec for scale. The issue's
 // targets: with a daemon ≤ 0.5 × bwrap, without ≤ 3 ×, the SDK ≤ 2 ms.
 // Before each run through the daemon, unmeasured, the benchmark waits until
@@ -94,7 +96,9 @@ func cliGroup(e *env) ([]group, error) {
 		{name: "the same from the engine alone (dryexec-engine: cmd/dryexec, what go run builds)", label: "engine", prep: quiet,
 			run: timed(e.commandEnv(e.empty, withDaemon, e.engine, "run", "--via", "daemon", "--", "/bin/true"))},
 		{name: "POST /v1/trials (/bin/true) from this process: the daemon's own time, no CLI process", label: "api", prep: quiet,
-			run: timed(func() error { return postTrial(hc) })},
+			run: timed(func() error { return postTrial(hc, "/bin/true") })},
+		{name: "POST /v1/trials (/bin/sh -c /bin/true, what the SDK's str form runs) from this process", label: "api-sh", prep: quiet,
+			run: timed(func() error { return postTrial(hc, "/bin/sh", "-c", "/bin/true") })},
 		{name: `Python SDK: dry_exec.run("/bin/true") through the daemon (a running interpreter, timed in it)`, label: "sdk", prep: quiet,
 			run: sdk.run},
 		{name: "dryexec run -- /bin/true, no daemon (--via local: the front, then the engine in-process)", label: "local",
@@ -124,10 +128,14 @@ func (e *env) commandEnv(dir string, vars []string, argv ...string) func() error
 	}
 }
 
-// postTrial runs /bin/true through the daemon's API from this process, as
-// the SDK's plain call does (one JSON answer).
-func postTrial(hc *http.Client) error {
-	resp, err := hc.Post("http://dryexec/v1/trials", "application/json", strings.NewReader(`{"argv":["/bin/true"],"cwd":"/"}`))
+// postTrial runs argv through the daemon's API from this process, as the
+// SDK's plain call does (one JSON answer).
+func postTrial(hc *http.Client, argv ...string) error {
+	body, err := json.Marshal(map[string]any{"argv": argv, "cwd": "/"})
+	if err != nil {
+		return err
+	}
+	resp, err := hc.Post("http://dryexec/v1/trials", "application/json", bytes.NewReader(body))
 	if err != nil {
 		return err
 	}
