@@ -5,7 +5,6 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
-	"strings"
 	"testing"
 	"time"
 
@@ -58,22 +57,8 @@ func TestSpareRecordsTrial(t *testing.T) {
 			if n, err := s.SweepLeftovers(); err != nil || n != 0 {
 				t.Fatalf("a sweep removed %d (%v): the spare in use must stay", n, err)
 			}
-			id := dryexec.NewTrialID()
-			tr, err := s.Begin(id)
-			if err != nil {
-				t.Fatal(err)
-			}
-			d := &dryexec.StateDelta{TrialID: id, Rung: "ns"}
-			if tc.content != "" {
-				sha, _, err := tr.PutBlob(strings.NewReader(tc.content))
-				if err != nil {
-					t.Fatal(err)
-				}
-				d.Files = []dryexec.FileChange{{Path: "/x", Op: dryexec.OpCreate, Kind: dryexec.KindFile, SHA256: sha}}
-			}
-			if err := tr.Save(d); err != nil {
-				t.Fatal(err)
-			}
+			d := recordTrial(t, s, tc.content)
+			id := d.TrialID
 			got, err := s.Load(id)
 			if err != nil || got.TrialID != id || len(got.Files) != len(d.Files) {
 				t.Fatalf("Load right after Save: %+v, %v", got, err)
@@ -83,15 +68,7 @@ func TestSpareRecordsTrial(t *testing.T) {
 					t.Fatalf("the trial's content: %q, %v", b, err)
 				}
 			}
-			ents, err := os.ReadDir(s.trialDir(id))
-			if err != nil {
-				t.Fatal(err)
-			}
-			var names []string
-			for _, e := range ents {
-				names = append(names, e.Name())
-			}
-			if !slices.Equal(names, tc.want) {
+			if names := dirNames(t, s.trialDir(id)); !slices.Equal(names, tc.want) {
 				t.Fatalf("the trial's directory holds %v, want %v", names, tc.want)
 			}
 			if _, err := os.Stat(sp); !errors.Is(err, os.ErrNotExist) {
