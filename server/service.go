@@ -218,6 +218,10 @@ func NewService(cfg Config) (*Service, error) {
 	}
 	s.startPool()
 	s.startVMPools()
+	// The daemon records trial after trial: each takes a directory made
+	// ahead, between trials, rather than making one on its request's path
+	// (store.KeepSpare).
+	st.KeepSpare()
 	return s, nil
 }
 
@@ -1073,6 +1077,7 @@ func (s *Service) Close() error {
 	if s.vmSessionPool != nil {
 		s.vmSessionPool.Close()
 	}
+	s.store.DropSpare()
 	return nil
 }
 

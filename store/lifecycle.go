@@ -412,8 +412,9 @@ func (s *Store) sweep(expired bool) (int, error) {
 			continue
 		}
 		switch suffix {
-		case "partial":
-			// Still being recorded if its lock (an flock on the dir) is held.
+		case "partial", "spare":
+			// Still being recorded, or a spare kept ready (spare.go), if
+			// its lock (an flock on the dir) is held.
 			l, err := lockDir(p)
 			if err != nil {
 				continue

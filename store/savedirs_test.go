@@ -2,7 +2,6 @@ package store
 
 import (
 	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -28,33 +27,47 @@ func TestSaveWithoutContentMakesOneDir(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			id := dryexec.NewTrialID()
-			tr, err := s.Begin(id)
-			if err != nil {
-				t.Fatal(err)
-			}
-			d := &dryexec.StateDelta{TrialID: id}
-			if tc.content != "" {
-				sha, _, err := tr.PutBlob(strings.NewReader(tc.content))
-				if err != nil {
-					t.Fatal(err)
-				}
-				d.Files = []dryexec.FileChange{{Path: "/x", Op: dryexec.OpCreate, Kind: dryexec.KindFile, SHA256: sha}}
-			}
-			if err := tr.Save(d); err != nil {
-				t.Fatal(err)
-			}
-			ents, err := os.ReadDir(filepath.Join(s.Dir(), "trials", id))
-			if err != nil {
-				t.Fatal(err)
-			}
-			var got []string
-			for _, e := range ents {
-				got = append(got, e.Name())
-			}
-			if !slices.Equal(got, tc.want) {
+			d := recordTrial(t, s, tc.content)
+			if got := dirNames(t, s.trialDir(d.TrialID)); !slices.Equal(got, tc.want) {
 				t.Fatalf("the trial's directory holds %v, want %v", got, tc.want)
 			}
 		})
 	}
+}
+
+// recordTrial records a trial, Begin to Save, whose one file holds content
+// ("": a trial without content), and returns its delta.
+func recordTrial(t *testing.T, s *Store, content string) *dryexec.StateDelta {
+	t.Helper()
+	id := dryexec.NewTrialID()
+	tr, err := s.Begin(id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := &dryexec.StateDelta{TrialID: id, Rung: "ns"}
+	if content != "" {
+		sha, _, err := tr.PutBlob(strings.NewReader(content))
+		if err != nil {
+			t.Fatal(err)
+		}
+		d.Files = []dryexec.FileChange{{Path: "/x", Op: dryexec.OpCreate, Kind: dryexec.KindFile, SHA256: sha}}
+	}
+	if err := tr.Save(d); err != nil {
+		t.Fatal(err)
+	}
+	return d
+}
+
+// dirNames lists the names in dir.
+func dirNames(t *testing.T, dir string) []string {
+	t.Helper()
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, e := range ents {
+		got = append(got, e.Name())
+	}
+	return got
 }

@@ -23,7 +23,6 @@ import (
 	"sort"
 	"strings"
 	"sync"
-	"syscall"
 	"time"
 
 	"github.com/dryexec/dryexec"
@@ -36,6 +35,7 @@ type Store struct {
 	dir    string
 	ttl    time.Duration
 	limits Limits
+	spares spares // the spare trial directory, if the store keeps one (spare.go)
 }
 
 // DefaultTTL is how long a trial is kept when nothing says otherwise.
@@ -75,6 +75,9 @@ type Trial struct {
 	once sync.Once // open
 	err  error     // open's
 	lock *os.File  // the .partial dir, flocked while recording: Sweep leaves a locked .partial alone
+	// delta: delta.json, made by open when it took a spare (spare.go),
+	// else by Save.
+	delta *os.File
 	// blobsMade: blobDir made the blobs dir.
 	blobsMade bool
 
@@ -105,8 +108,17 @@ func (s *Store) Begin(id string) (*Trial, error) {
 // (mkdir, mkdir, create) and no unlink, each an inode allocation on the
 // store's file system (ext4 here: 20–50 µs apiece, measured with perf in the
 // daemon's trial path).
+//
+// A store that keeps a spare (KeepSpare) hands it over instead: the trial
+// is then recorded in the spare's directory (tr_….spare, already made and
+// locked, delta.json already created), which Save renames to the trial's
+// id as it would the .partial.
 func (t *Trial) open() error {
 	t.once.Do(func() {
+		if sp := t.s.takeSpare(); sp != nil {
+			t.dir, t.lock, t.delta = sp.dir, sp.lock, sp.delta
+			return
+		}
 		if err := os.Mkdir(t.dir, 0o700); err != nil {
 			t.err = fmt.Errorf("store: %w", err)
 			return
@@ -186,7 +198,17 @@ func (t *Trial) Save(d *dryexec.StateDelta) error {
 	// Written in place, without writeFile's temporary file and rename:
 	// nobody reads a .partial directory, and its rename below is what
 	// publishes the delta whole.
-	if err := writeDeltaInPlace(filepath.Join(t.dir, "delta.json"), d); err != nil {
+	if t.delta == nil {
+		f, err := createInPlace(filepath.Join(t.dir, "delta.json"))
+		if err != nil {
+			t.Abort()
+			return err
+		}
+		t.delta = f
+	}
+	err := writeDelta(t.delta, d)
+	t.delta = nil // closed
+	if err != nil {
 		t.Abort()
 		return err
 	}
@@ -196,27 +218,20 @@ func (t *Trial) Save(d *dryexec.StateDelta) error {
 	}
 	t.dir = t.s.trialDir(t.id)
 	t.lock.Close()
+	t.s.refillSpare()
 	return nil
 }
 
-// writeDeltaInPlace writes d to path (not synced), a new file in a
-// directory nobody reads yet, streaming its files (StateDelta.WriteJSON): a
+// writeDelta writes d to f (not synced) and closes it: a new file in a
+// directory nobody reads yet, streaming d's files (StateDelta.WriteJSON): a
 // delta of a million files is never whole in memory as JSON.
-func writeDeltaInPlace(path string, d *dryexec.StateDelta) error {
-	// syscall.Open and os.NewFile rather than os.OpenFile: a blocking fd is
-	// not offered to the runtime's poller (four fcntl and a failing
-	// epoll_ctl per file, measured with strace in the trial's path).
-	fd, err := syscall.Open(path, syscall.O_WRONLY|syscall.O_CREAT|syscall.O_EXCL|syscall.O_CLOEXEC, 0o600)
-	if err != nil {
-		return fmt.Errorf("store: %w", &os.PathError{Op: "open", Path: path, Err: err})
-	}
-	f := os.NewFile(uintptr(fd), path)
-	err = d.WriteJSON(f)
+func writeDelta(f *os.File, d *dryexec.StateDelta) error {
+	err := d.WriteJSON(f)
 	if cerr := f.Close(); err == nil {
 		err = cerr
 	}
 	if err != nil {
-		return fmt.Errorf("store: writing %s: %w", filepath.Base(path), err)
+		return fmt.Errorf("store: writing %s: %w", filepath.Base(f.Name()), err)
 	}
 	return nil
 }
@@ -226,8 +241,13 @@ func (t *Trial) Abort() {
 	if t.lock == nil {
 		return // nothing was written
 	}
+	if t.delta != nil {
+		t.delta.Close()
+		t.delta = nil
+	}
 	os.RemoveAll(t.dir)
 	t.lock.Close()
+	t.s.refillSpare()
 }
 
 // writeJSON writes v to path through a temporary file and a rename, so that
