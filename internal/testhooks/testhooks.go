@@ -23,3 +23,10 @@ func Missing() error {
 	}
 	return ErrNotBuilt
 }
+
+// VMPanicEnv, set to 1 in the environment of a vm trial's command or of a vm
+// session's exec, has the guest supervisor panic the VM's kernel as the
+// command starts (sysrq c): the tests' way to a guest kernel panic mid-exec,
+// which nothing inside the sandbox can cause (its /proc/sysrq-trigger is
+// read-only). Only with the hooks compiled in, and only inside a dryexec VM.
+const VMPanicEnv = "DRYEXEC_TESTHOOK_VM_PANIC"
