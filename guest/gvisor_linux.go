@@ -255,7 +255,7 @@ func runInnerTrial(conn *wire.Conn, cfgp *wire.TrialStart, prof *seccomp.Profile
 		go func() {
 			st := <-in
 			ran <- st
-			vmPanicHook(cfg.Env)
+			vmPanicHook(cfg.Argv)
 		}()
 	}
 	go readRun(conn, &cfg, toRun, timedOut, answers)

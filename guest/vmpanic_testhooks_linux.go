@@ -15,11 +15,13 @@ import (
 	"github.com/dryexec/dryexec/wire"
 )
 
-// vmPanicHook panics the VM's kernel when env asks for it
-// (testhooks.VMPanicEnv). It does not return then; it reports on the
-// console why it could not.
-func vmPanicHook(env []string) {
-	if !slices.Contains(env, testhooks.VMPanicEnv+"=1") {
+// vmPanicHook panics the VM's kernel when args hold
+// testhooks.VMPanicEnv=1 (a session exec's environment, a trial's argv: the
+// guest does not see a trial command's environment, which goes to the
+// stub). It does not return then; it reports on the console why it could
+// not.
+func vmPanicHook(args []string) {
+	if !slices.Contains(args, testhooks.VMPanicEnv+"=1") {
 		return
 	}
 	err := crashVMKernel()

@@ -3,6 +3,7 @@ package vm_test
 import (
 	"bytes"
 	"context"
+	"errors"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -198,8 +199,8 @@ func TestTrialVMHung(t *testing.T) {
 func TestTrialKernelPanic(t *testing.T) {
 	requireVMSession(t)
 	testreq.NeedTestHooks(t)
-	spec := dryexec.TrialSpec{Limits: faultLimits, Action: dryexec.Action{TimeoutMS: 300_000, Env: map[string]string{testhooks.VMPanicEnv: "1"}}}
-	d := faultTrial(t, &vm.Rung{}, spec, []string{"sh", "-c", "echo started; sleep 600"}, nil)
+	spec := dryexec.TrialSpec{Limits: faultLimits, Action: dryexec.Action{TimeoutMS: 300_000}}
+	d := faultTrial(t, &vm.Rung{}, spec, []string{"env", testhooks.VMPanicEnv + "=1", "sh", "-c", "echo started; sleep 600"}, nil)
 	if !strings.Contains(d.IncompleteReason, "Kernel panic") {
 		t.Errorf("incomplete reason %q: want the VM's kernel panic named", d.IncompleteReason)
 	}
@@ -237,4 +238,77 @@ while True: x.append(b"\1" * (1<<20))' 2>/dev/null; echo rc=$?`, "rc=137\n", "me
 		}
 		seen = len(v)
 	}
+}
+
+// TestSessionKernelPanic: the VM's kernel panicking as an exec starts (the
+// guest's test hook) ends that call with ErrSessionLost naming the panic,
+// and every later one; once the session is closed nothing of its VM is left
+// on the host: no QEMU process, cgroup, socket of this process or temporary
+// dir.
+func TestSessionKernelPanic(t *testing.T) {
+	requireVMSession(t)
+	testreq.NeedTestHooks(t)
+	tmp := t.TempDir()
+	t.Setenv("TMPDIR", tmp)
+	socksBefore := sockets(t)
+	s := openVM(t, session.Options{Env: map[string]string{"PATH": "/usr/bin:/bin", testhooks.VMPanicEnv: "1"}})
+	qemu := qemuChildren(t)
+	if len(qemu) != 1 {
+		t.Fatalf("QEMU children %v, want one", qemu)
+	}
+	groups := procGroups(t, qemu[0])
+	if len(groups) == 0 {
+		t.Fatal("QEMU is in no cgroup of dryexec's")
+	}
+	_, err := s.Shell(t.Context(), "echo started; sleep 600", 5*time.Minute)
+	if !errors.Is(err, dryexec.ErrSessionLost) || !strings.Contains(err.Error(), "Kernel panic") {
+		t.Fatalf("Shell while the VM's kernel panicked: %v; want ErrSessionLost naming the panic", err)
+	}
+	t.Logf("lost: %v", err)
+	if _, err := s.Shell(t.Context(), "true", time.Minute); !errors.Is(err, dryexec.ErrSessionLost) {
+		t.Errorf("Shell after the panic: %v; want ErrSessionLost", err)
+	}
+	s.Close()
+	if left := qemuChildren(t); len(left) != 0 {
+		t.Errorf("QEMU processes left: %v", left)
+	}
+	for _, g := range groups {
+		if _, err := os.Stat(g); err == nil {
+			t.Errorf("cgroup left: %s", g)
+		}
+	}
+	if n := sockets(t); n > socksBefore {
+		t.Errorf("%d sockets open after Close, %d before", n, socksBefore)
+	}
+	if left := dirNames(t, tmp); len(left) > 0 {
+		t.Errorf("left in TMPDIR: %v", left)
+	}
+}
+
+// procGroups are the directories of pid's cgroups under dryexec's parent,
+// in every mounted hierarchy.
+func procGroups(t *testing.T, pid int) []string {
+	t.Helper()
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/cgroup")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var dirs []string
+	for line := range strings.SplitSeq(strings.TrimSpace(string(b)), "\n") {
+		// hierarchy-ID:controllers:path
+		parts := strings.SplitN(line, ":", 3)
+		if len(parts) != 3 || !strings.Contains(parts[2], "/dryexec/") {
+			continue
+		}
+		m, _ := filepath.Glob("/sys/fs/cgroup/*" + parts[2])
+		if parts[1] == "" {
+			m = append(m, "/sys/fs/cgroup"+parts[2])
+		}
+		for _, d := range m {
+			if _, err := os.Stat(d); err == nil {
+				dirs = append(dirs, d)
+			}
+		}
+	}
+	return dirs
 }
