@@ -201,7 +201,7 @@ func TestTrialKernelPanic(t *testing.T) {
 	testreq.NeedTestHooks(t)
 	spec := dryexec.TrialSpec{Limits: faultLimits, Action: dryexec.Action{TimeoutMS: 300_000}}
 	d := faultTrial(t, &vm.Rung{}, spec, []string{"env", testhooks.VMPanicEnv + "=1", "sh", "-c", "echo started; sleep 600"}, nil)
-	if !strings.Contains(d.IncompleteReason, "Kernel panic") {
+	if !strings.HasPrefix(d.IncompleteReason, "the VM failed mid-trial (the VM's kernel panicked (Kernel panic - not syncing: sysrq triggered crash)") {
 		t.Errorf("incomplete reason %q: want the VM's kernel panic named", d.IncompleteReason)
 	}
 }
@@ -261,7 +261,7 @@ func TestSessionKernelPanic(t *testing.T) {
 		t.Fatal("QEMU is in no cgroup of dryexec's")
 	}
 	_, err := s.Shell(t.Context(), "echo started; sleep 600", 5*time.Minute)
-	if !errors.Is(err, dryexec.ErrSessionLost) || !strings.Contains(err.Error(), "Kernel panic") {
+	if !errors.Is(err, dryexec.ErrSessionLost) || !strings.Contains(err.Error(), "after the VM's kernel panicked (Kernel panic - not syncing: sysrq triggered crash)") {
 		t.Fatalf("Shell while the VM's kernel panicked: %v; want ErrSessionLost naming the panic", err)
 	}
 	t.Logf("lost: %v", err)

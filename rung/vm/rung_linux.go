@@ -621,6 +621,11 @@ func (t *trial) run(ctx context.Context) (*dryexec.StateDelta, error) {
 		t.Kill()
 		<-t.Waited
 	}
+	if err != nil {
+		if p := t.kernelPanicked(); p != "" {
+			err = fmt.Errorf("the VM's kernel panicked (%s): %w", p, err)
+		}
+	}
 	// Every frame the VM sent is on netsim's socket: its log is final once
 	// it has drained them.
 	t.net.close()

@@ -7,7 +7,6 @@ import (
 	"io"
 	"os"
 	"slices"
-	"strings"
 	"sync"
 	"time"
 
@@ -224,38 +223,17 @@ func (s *sessionSandbox) NetworkEnded() string { return s.t.net.net.Ended() }
 
 // GuestEnded says how QEMU ended: the VM resets (and QEMU exits) when the
 // session guest ends or the VM's kernel panics (panic=-1), and a killed
-// QEMU ends the guest with it. A panic is named with the kernel's own line
-// from the console, once the console's copier has read QEMU's last output.
+// QEMU ends the guest with it. A panic is named (kernelPanicked).
 func (s *sessionSandbox) GuestEnded() (string, bool) {
 	how, ok := s.t.Ended(linuxns.GuestExitWait)
 	if !ok {
 		return how, ok
 	}
 	how = "QEMU " + how
-	drained := make(chan struct{})
-	go func() {
-		s.t.Pipes.Wait()
-		close(drained)
-	}()
-	select {
-	case <-drained:
-	case <-time.After(linuxns.GuestExitWait):
-	}
-	if p := kernelPanic(tailString(s.t.console)); p != "" {
+	if p := s.t.kernelPanicked(); p != "" {
 		how += " after the VM's kernel panicked (" + p + ")"
 	}
 	return how, ok
-}
-
-// kernelPanic is the kernel's panic line in the console's output
-// ("Kernel panic - not syncing: …"), or "".
-func kernelPanic(console string) string {
-	i := strings.LastIndex(console, "Kernel panic - ")
-	if i < 0 {
-		return ""
-	}
-	line, _, _ := strings.Cut(console[i:], "\n")
-	return strings.TrimSpace(line)
 }
 
 // KillExec does nothing: every process of the sandbox is the VM's, and
