@@ -13,6 +13,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/dryexec/dryexec/containment/seccomp"
+	"github.com/dryexec/dryexec/internal/testhooks"
 	"github.com/dryexec/dryexec/wire"
 )
 
@@ -244,7 +245,20 @@ func runInnerTrial(conn *wire.Conn, cfgp *wire.TrialStart, prof *seccomp.Profile
 	signal.Ignore(guestIgnored...)
 	ran := make(chan runStarted, 1)
 	timedOut := make(chan struct{})
-	go readRun(conn, &cfg, ran, timedOut, answers)
+	toRun := ran
+	if oom != nil && testhooks.Enabled {
+		// In the VM, the tests' kernel panic as the command starts
+		// (testhooks.VMPanicEnv): trial.run is in cfg once readRun hands
+		// it over.
+		in := make(chan runStarted, 1)
+		toRun = in
+		go func() {
+			st := <-in
+			ran <- st
+			vmPanicHook(cfg.Argv)
+		}()
+	}
+	go readRun(conn, &cfg, toRun, timedOut, answers)
 	settled := func(exit *wire.TrialExit) error {
 		if srv != nil {
 			// A node the host is making for a call under way is in

@@ -101,7 +101,17 @@ func (s *session) startGVisor() error {
 func (s *session) startGVisorExec(cmd *exec.Cmd) error {
 	nproc := s.cfg.CommandNPROC
 	if nproc == 0 {
-		return cmd.Start()
+		if err := cmd.Start(); err != nil {
+			return err
+		}
+		// Untraced, the exec runs already: what it allocated before this
+		// is at most its first pages.
+		if err := s.unprotectExec(cmd); err != nil {
+			cmd.Process.Kill()
+			cmd.Wait()
+			return err
+		}
+		return nil
 	}
 	if cmd.SysProcAttr == nil {
 		cmd.SysProcAttr = &syscall.SysProcAttr{}
@@ -115,7 +125,12 @@ func (s *session) startGVisorExec(cmd *exec.Cmd) error {
 			errc <- err
 			return
 		}
-		if err := takeFirstStop(cmd.Process.Pid, nproc); err != nil {
+		// Stopped at its execve's trap: nothing of the exec ran yet.
+		err := s.unprotectExec(cmd)
+		if err == nil {
+			err = takeFirstStop(cmd.Process.Pid, nproc)
+		}
+		if err != nil {
 			cmd.Process.Kill()
 			cmd.Wait()
 			errc <- fmt.Errorf("limiting the exec's processes: %w", err)

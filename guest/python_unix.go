@@ -248,6 +248,7 @@ wait:
 	}
 	res.DurationNS = time.Since(start).Nanoseconds()
 	res.Violations = s.takeViolations()
+	res.OOMKills = s.takeOOMKills()
 	x.markDropped()
 	res.Prints, res.PrintsDropped = x.prints, x.dropped
 	if res.Prints == nil {

@@ -14,6 +14,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/dryexec/dryexec/fswalk"
+	"github.com/dryexec/dryexec/internal/testhooks"
 	"github.com/dryexec/dryexec/wire"
 )
 
@@ -119,7 +120,12 @@ func (s *session) close() {
 // and nothing of the sandbox ever runs with the guest's higher one.
 func (s *session) startExec(cmd *exec.Cmd) error {
 	if s.ownKernel() {
-		return s.startGVisorExec(cmd)
+		err := s.startGVisorExec(cmd)
+		if err == nil && s.vm != nil && testhooks.Enabled {
+			// The tests' kernel panic mid-exec (testhooks.VMPanicEnv).
+			vmPanicHook(cmd.Env)
+		}
+		return err
 	}
 	if s.platform == nil || s.platform.launcher == nil {
 		return cmd.Start()

@@ -36,6 +36,8 @@ func (s *session) startExec(cmd *exec.Cmd) error { return cmd.Start() }
 
 func (s *session) takeViolations() []wire.Violation { return nil }
 
+func (s *session) takeOOMKills() int64 { return 0 }
+
 func (s *session) execAttr() *syscall.SysProcAttr { return &syscall.SysProcAttr{Setsid: true} }
 
 func (s *session) reapOrphans() {}

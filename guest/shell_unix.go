@@ -475,6 +475,7 @@ func (s *session) execShell(ctx context.Context, req *wire.ExecShell) *wire.Shel
 	}
 	res.Cwd = s.shell.cwd
 	res.Violations = s.takeViolations()
+	res.OOMKills = s.takeOOMKills()
 	tb, ttr := t.all.Bytes()
 	ob, otr := out.Bytes()
 	eb, etr := errb.Bytes()

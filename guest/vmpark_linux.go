@@ -22,6 +22,8 @@ type vmPark struct {
 	// binds only from mounts of its namespace).
 	ws     int
 	parked bool
+	// oom counts the VM kernel's OOM kills between execs' reports.
+	oom *vmOOM
 }
 
 // parkVM unmounts the view (9p) and every mount above it, and puts the

@@ -1,6 +1,11 @@
 package guest
 
-import "golang.org/x/sys/unix"
+import (
+	"fmt"
+	"os/exec"
+
+	"golang.org/x/sys/unix"
+)
 
 // startVM prepares a session inside the vm rung's microVM. vm-init started
 // this guest as PID 1 of a pid and mount namespace of the VM's, with the
@@ -35,8 +40,35 @@ func (s *session) startVM() error {
 		unix.Close(root)
 		return err
 	}
-	s.vm = &vmPark{initRoot: root}
+	// The VM's OOM kills are counted per exec (takeOOMKills), and the
+	// guest kept out of them: the execs it starts get their score back
+	// (unprotectExec).
+	oom := newVMOOM()
+	oom.protect()
+	s.vm = &vmPark{initRoot: root, oom: oom}
 	return nil
+}
+
+// unprotectExec gives a vm session's exec the OOM score the guest took
+// from itself (unprotect); elsewhere it does nothing.
+func (s *session) unprotectExec(cmd *exec.Cmd) error {
+	if s.vm == nil || s.vm.oom == nil {
+		return nil
+	}
+	if err := unprotect(cmd.Process.Pid); err != nil {
+		return fmt.Errorf("giving the exec its OOM score: %w", err)
+	}
+	return nil
+}
+
+// takeOOMKills is how many processes the VM's kernel OOM-killed since the
+// last call (vm sessions; 0 elsewhere): the host turns them into a limit
+// violation naming the VM's RAM.
+func (s *session) takeOOMKills() int64 {
+	if s.vm == nil || s.vm.oom == nil {
+		return 0
+	}
+	return s.vm.oom.kills()
 }
 
 // ownKernel says whether the session runs on a kernel of the sandbox's own

@@ -114,6 +114,7 @@ func (s *Session) PythonWith(ctx context.Context, code string, inputs map[string
 	if r.Prints == nil {
 		r.Prints = []wire.PrintEntry{}
 	}
+	s.takeOOMKills(&r.OOMKills)
 	// The log is the host's: nothing the guest wrote here is kept.
 	r.Network = s.netSince(mark)
 	s.cache.end(r.OK)

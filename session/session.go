@@ -439,6 +439,25 @@ func (s *Session) networkEnded() string {
 	return ""
 }
 
+// oomCounter is a sandbox whose own kernel enforces its memory limit, out of
+// the host cgroup's sight (vm: the VM's RAM): its guest counts the OOM kills
+// of each exec, and the sandbox reports them with its Violations, as ns
+// reports its cgroup's.
+type oomCounter interface {
+	// GuestOOMKills takes n (> 0) kills the guest counted during an exec.
+	GuestOOMKills(n int64)
+}
+
+// takeOOMKills hands the OOM kills the guest counted during an exec (*n) to
+// the sandbox and clears *n: the result has none, the session's Violations
+// have them, the same shape on every rung.
+func (s *Session) takeOOMKills(n *int64) {
+	if o, ok := s.sb.(oomCounter); ok && *n > 0 {
+		o.GuestOOMKills(*n)
+	}
+	*n = 0
+}
+
 // Violations returns everything the boundary saw so far in this session:
 // limits hit ({kind: limit}: OOM kills, refused forks) and masked secrets read
 // ({kind: secret}), in the order they were first seen. The host rung has no

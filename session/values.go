@@ -37,6 +37,7 @@ func (s *Session) ShellWith(ctx context.Context, command string, opt ShellOption
 	}
 	var r wire.ShellResult
 	err = wire.DecodeBody(f, &r, false)
+	s.takeOOMKills(&r.OOMKills)
 	// The log is the host's: nothing the guest wrote here is kept.
 	r.Network = s.netSince(mark)
 	if e := s.networkEnded(); e != "" {

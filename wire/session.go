@@ -71,6 +71,12 @@ type ShellResult struct {
 	DurationNS int64    `json:"duration_ns"`
 	// Violations are what the sandbox refused during the exec (ns rung).
 	Violations []Violation `json:"violations,omitempty"`
+	// OOMKills are the processes the sandbox's own kernel OOM-killed
+	// during the exec (vm rung: its RAM is the memory limit), which the
+	// host cannot see: the host makes them a violation of the session's
+	// (Containment.Violations, as the host's cgroup's OOM kills are on
+	// ns) and clears the field.
+	OOMKills int64 `json:"oom_kills,omitempty"`
 	// Network is what netsim logged during the exec (ns rung), filled on the
 	// host from its own log: whatever the guest put here is replaced.
 	Network []dryexec.NetworkEvent `json:"network,omitempty"`
@@ -155,6 +161,12 @@ type PythonResult struct {
 	DurationNS     int64             `json:"duration_ns"`
 	// Violations are what the sandbox refused during the exec (ns rung).
 	Violations []Violation `json:"violations,omitempty"`
+	// OOMKills are the processes the sandbox's own kernel OOM-killed
+	// during the exec (vm rung: its RAM is the memory limit), which the
+	// host cannot see: the host makes them a violation of the session's
+	// (Containment.Violations, as the host's cgroup's OOM kills are on
+	// ns) and clears the field.
+	OOMKills int64 `json:"oom_kills,omitempty"`
 	// Network is what netsim logged during the exec (ns rung), filled on the
 	// host from its own log: whatever the guest put here is replaced.
 	Network []dryexec.NetworkEvent `json:"network,omitempty"`

@@ -23,3 +23,11 @@ func Missing() error {
 	}
 	return ErrNotBuilt
 }
+
+// VMPanicEnv=1, in the environment of a vm session's exec or in a vm trial's
+// argv (`env VMPanicEnv=1 cmd…`: the trial's guest does not see its
+// command's environment), has the guest supervisor panic the VM's kernel as
+// the command starts (sysrq c): the tests' way to a guest kernel panic mid-exec,
+// which nothing inside the sandbox can cause (its /proc/sysrq-trigger is
+// read-only). Only with the hooks compiled in, and only inside a dryexec VM.
+const VMPanicEnv = "DRYEXEC_TESTHOOK_VM_PANIC"

@@ -3,6 +3,7 @@ package vm_test
 import (
 	"bytes"
 	"context"
+	"errors"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -13,8 +14,11 @@ import (
 	"time"
 
 	"github.com/dryexec/dryexec"
+	"github.com/dryexec/dryexec/internal/testhooks"
+	"github.com/dryexec/dryexec/internal/testreq"
 	"github.com/dryexec/dryexec/policy"
 	"github.com/dryexec/dryexec/rung/vm"
+	"github.com/dryexec/dryexec/session"
 )
 
 // markerWriter signals once the command's output holds "started".
@@ -68,7 +72,8 @@ func groupPIDs(t *testing.T, dirs []string) []int {
 
 // faultTrial runs argv (which prints "started" once it runs) on r; at the
 // marker, it checks that QEMU runs in the trial's cgroup with its limits
-// and hands QEMU's pid, found through the group, to fault. It requires the
+// and hands QEMU's pid, found through the group, to fault (nil: the fault
+// comes from inside the VM, and nothing waits for the marker). It requires the
 // delta marked incomplete (which policy blocks) and nothing of the VM left:
 // no QEMU process, cgroup, socket or temporary file.
 func faultTrial(t *testing.T, r *vm.Rung, spec dryexec.TrialSpec, argv []string, fault func(qemu int)) *dryexec.StateDelta {
@@ -77,11 +82,21 @@ func faultTrial(t *testing.T, r *vm.Rung, spec dryexec.TrialSpec, argv []string,
 	t.Setenv("TMPDIR", tmp)
 	socksBefore := sockets(t)
 	spec.TrialID = dryexec.NewTrialID()
-	spec.Action.Argv, spec.Action.Cwd, spec.Action.Env = argv, tmp, map[string]string{"PATH": "/usr/bin:/bin:/usr/sbin:/sbin"}
+	spec.Action.Argv, spec.Action.Cwd = argv, tmp
+	if spec.Action.Env == nil {
+		spec.Action.Env = map[string]string{}
+	}
+	spec.Action.Env["PATH"] = "/usr/bin:/bin:/usr/sbin:/sbin"
 	w := &markerWriter{seen: make(chan struct{})}
 	spec.Stdout = w
 	faulted := make(chan struct{})
+	if fault == nil {
+		close(faulted)
+	}
 	go func() {
+		if fault == nil {
+			return
+		}
 		defer close(faulted)
 		select {
 		case <-w.seen:
@@ -114,9 +129,7 @@ func faultTrial(t *testing.T, r *vm.Rung, spec dryexec.TrialSpec, argv []string,
 				t.Errorf("cpu.max %s, want 150000 per period (1.5 CPUs)", b)
 			}
 		}
-		if fault != nil {
-			fault(pids[0])
-		}
+		fault(pids[0])
 	}()
 	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
 	defer cancel()
@@ -176,4 +189,126 @@ func TestTrialVMHung(t *testing.T) {
 	if !strings.Contains(d.IncompleteReason, "no report within") {
 		t.Errorf("incomplete reason %q: want the missing report named", d.IncompleteReason)
 	}
+}
+
+// TestTrialKernelPanic: the VM's kernel panicking as the command starts
+// (the guest's test hook: nothing in the sandbox can) ends the trial with a
+// delta marked incomplete that names the panic, blocked, and nothing of the
+// VM left: panic=-1 resets the VM at once, and -no-reboot makes that QEMU's
+// exit, not a VM left sitting at its panic.
+func TestTrialKernelPanic(t *testing.T) {
+	requireVMSession(t)
+	testreq.NeedTestHooks(t)
+	spec := dryexec.TrialSpec{Limits: faultLimits, Action: dryexec.Action{TimeoutMS: 300_000}}
+	d := faultTrial(t, &vm.Rung{}, spec, []string{"env", testhooks.VMPanicEnv + "=1", "sh", "-c", "echo started; sleep 600"}, nil)
+	if !strings.HasPrefix(d.IncompleteReason, "the VM failed mid-trial (the VM's kernel panicked (Kernel panic - not syncing: sysrq triggered crash)") {
+		t.Errorf("incomplete reason %q: want the VM's kernel panic named", d.IncompleteReason)
+	}
+}
+
+// TestSessionOOM: an exec that fills the VM's RAM (the session's memory
+// limit) is OOM-killed by the VM's kernel, which the host cannot see: the
+// session records it as ns records its cgroup's (TestNSSessionContainment):
+// one {kind: limit} violation of the session's naming the limit, none in
+// the exec's result, and the session lives on (its guest is not chosen).
+func TestSessionOOM(t *testing.T) {
+	requireVMSession(t)
+	s := openVM(t, session.Options{Limits: dryexec.Limits{MemoryBytes: 128 << 20}})
+	steps := []struct{ cmd, stdout, want string }{
+		{"echo fine", "fine\n", ""},
+		{`/usr/bin/python3 -c 'x=[]
+while True: x.append(b"\1" * (1<<20))' 2>/dev/null; echo rc=$?`, "rc=137\n", "memory limit 134217728 bytes (128 MiB) reached: the kernel killed 1 process(es) (OOM)"},
+		{"echo still here", "still here\n", ""},
+	}
+	seen := 0
+	for _, st := range steps {
+		r, err := s.Shell(t.Context(), st.cmd, 3*time.Minute)
+		if err != nil {
+			t.Fatalf("%q: %v", st.cmd, err)
+		}
+		if r.Stdout != st.stdout || len(r.Violations) != 0 || r.OOMKills != 0 {
+			t.Errorf("%q: stdout %q, violations %+v, oom kills %d; want %q and none in the result", st.cmd, r.Stdout, r.Violations, r.OOMKills, st.stdout)
+		}
+		v := s.Violations()
+		switch {
+		case st.want == "" && len(v) != seen:
+			t.Errorf("%q: new violations %+v", st.cmd, v[seen:])
+		case st.want != "" && (len(v) != seen+1 || v[seen].Kind != dryexec.ViolationLimit || v[seen].Detail != st.want):
+			t.Errorf("%q: violations %+v, want one more: limit %q", st.cmd, v[seen:], st.want)
+		}
+		seen = len(v)
+	}
+}
+
+// TestSessionKernelPanic: the VM's kernel panicking as an exec starts (the
+// guest's test hook) ends that call with ErrSessionLost naming the panic,
+// and every later one; once the session is closed nothing of its VM is left
+// on the host: no QEMU process, cgroup, socket of this process or temporary
+// dir.
+func TestSessionKernelPanic(t *testing.T) {
+	requireVMSession(t)
+	testreq.NeedTestHooks(t)
+	tmp := t.TempDir()
+	t.Setenv("TMPDIR", tmp)
+	socksBefore := sockets(t)
+	s := openVM(t, session.Options{Env: map[string]string{"PATH": "/usr/bin:/bin", testhooks.VMPanicEnv: "1"}})
+	qemu := qemuChildren(t)
+	if len(qemu) != 1 {
+		t.Fatalf("QEMU children %v, want one", qemu)
+	}
+	groups := procGroups(t, qemu[0])
+	if len(groups) == 0 {
+		t.Fatal("QEMU is in no cgroup of dryexec's")
+	}
+	_, err := s.Shell(t.Context(), "echo started; sleep 600", 5*time.Minute)
+	if !errors.Is(err, dryexec.ErrSessionLost) || !strings.Contains(err.Error(), "after the VM's kernel panicked (Kernel panic - not syncing: sysrq triggered crash)") {
+		t.Fatalf("Shell while the VM's kernel panicked: %v; want ErrSessionLost naming the panic", err)
+	}
+	t.Logf("lost: %v", err)
+	if _, err := s.Shell(t.Context(), "true", time.Minute); !errors.Is(err, dryexec.ErrSessionLost) {
+		t.Errorf("Shell after the panic: %v; want ErrSessionLost", err)
+	}
+	s.Close()
+	if left := qemuChildren(t); len(left) != 0 {
+		t.Errorf("QEMU processes left: %v", left)
+	}
+	for _, g := range groups {
+		if _, err := os.Stat(g); err == nil {
+			t.Errorf("cgroup left: %s", g)
+		}
+	}
+	if n := sockets(t); n > socksBefore {
+		t.Errorf("%d sockets open after Close, %d before", n, socksBefore)
+	}
+	if left := dirNames(t, tmp); len(left) > 0 {
+		t.Errorf("left in TMPDIR: %v", left)
+	}
+}
+
+// procGroups are the directories of pid's cgroups under dryexec's parent,
+// in every mounted hierarchy.
+func procGroups(t *testing.T, pid int) []string {
+	t.Helper()
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/cgroup")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var dirs []string
+	for line := range strings.SplitSeq(strings.TrimSpace(string(b)), "\n") {
+		// hierarchy-ID:controllers:path
+		parts := strings.SplitN(line, ":", 3)
+		if len(parts) != 3 || !strings.Contains(parts[2], "/dryexec/") {
+			continue
+		}
+		m, _ := filepath.Glob("/sys/fs/cgroup/*" + parts[2])
+		if parts[1] == "" {
+			m = append(m, "/sys/fs/cgroup"+parts[2])
+		}
+		for _, d := range m {
+			if _, err := os.Stat(d); err == nil {
+				dirs = append(dirs, d)
+			}
+		}
+	}
+	return dirs
 }

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/dryexec/dryexec/guest"
+	"github.com/dryexec/dryexec/internal/testhooks"
 	"github.com/dryexec/dryexec/netsim/netproc"
 	"github.com/dryexec/dryexec/rung/vm/firecracker/fctest"
 )
@@ -40,7 +41,12 @@ func staticGuest(t testing.TB) string {
 			return
 		}
 		guestPath = filepath.Join(dir, "dryexec-guest")
-		cmd := exec.Command("go", "build", "-o", guestPath, "github.com/dryexec/dryexec/cmd/dryexec-guest")
+		args := []string{"build", "-o", guestPath}
+		if testhooks.Enabled {
+			// The guest has the hooks the tests do (testhooks.VMPanicEnv).
+			args = append(args, "-tags", testhooks.Tag)
+		}
+		cmd := exec.Command("go", append(args, "github.com/dryexec/dryexec/cmd/dryexec-guest")...)
 		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 		if out, err := cmd.CombinedOutput(); err != nil {
 			guestErr = &buildError{out: string(out), err: err}

@@ -525,14 +525,23 @@ func hostLimits(l dryexec.Limits, memMB int64) dryexec.Limits {
 // OOM-killed at hostLimits).
 func (t *trial) limitHits() []dryexec.Violation {
 	var v []dryexec.Violation
-	if ex := t.Exit; ex != nil && ex.OOMKills > 0 {
-		ram := dryexec.Limits{MemoryBytes: t.memMB() << 20}
-		v = cgroup.Violations(ram, 0, cgroup.Stats{}, cgroup.Stats{OOMKills: ex.OOMKills})
+	if ex := t.Exit; ex != nil {
+		v = t.ramHits(ex.OOMKills)
 	}
 	if t.group != nil {
 		v = append(v, t.group.Hits()...)
 	}
 	return v
+}
+
+// ramHits is the limit violation of n OOM kills by the VM's kernel (none
+// for n ≤ 0): the memory limit it names is the VM's RAM.
+func (t *trial) ramHits(n int64) []dryexec.Violation {
+	if n <= 0 {
+		return nil
+	}
+	ram := dryexec.Limits{MemoryBytes: t.memMB() << 20}
+	return cgroup.Violations(ram, 0, cgroup.Stats{}, cgroup.Stats{OOMKills: n})
 }
 
 var errOverdue = errors.New("the VM did not report in time")
@@ -611,6 +620,11 @@ func (t *trial) run(ctx context.Context) (*dryexec.StateDelta, error) {
 	case <-ctx.Done():
 		t.Kill()
 		<-t.Waited
+	}
+	if err != nil {
+		if p := t.kernelPanicked(); p != "" {
+			err = fmt.Errorf("the VM's kernel panicked (%s): %w", p, err)
+		}
 	}
 	// Every frame the VM sent is on netsim's socket: its log is final once
 	// it has drained them.

@@ -146,6 +146,10 @@ type sessionSandbox struct {
 	ws    string
 	close sync.Once
 	q     *qmp // QEMU's monitor, once parking needed it (park_linux.go)
+	// ramHits are the OOM kills of the VM's kernel the guest counted
+	// (GuestOOMKills), until Violations takes them.
+	mu      sync.Mutex
+	ramHits []dryexec.Violation
 }
 
 func (s *sessionSandbox) Conn() io.ReadWriteCloser { return s.t.ports[0] }
@@ -180,11 +184,26 @@ func (s *sessionSandbox) Configure(start *wire.SessionStart) {
 // before QEMU started.
 func (s *sessionSandbox) Ready() error { return nil }
 
-// Violations are the masks read and the host cgroup's limits hit since the
-// last call. The VM's own limits (its RAM and RLIMIT_NPROC inside it) are
-// not recorded for a session's execs yet.
+// GuestOOMKills takes the OOM kills of the VM's kernel during an exec, as
+// the session guest counted them: the VM's RAM is the session's memory
+// limit, as it is a trial's (limitHits).
+func (s *sessionSandbox) GuestOOMKills(n int64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.ramHits = append(s.ramHits, s.t.ramHits(n)...)
+}
+
+// Violations are the limits hit and the masks read since the last call:
+// the VM's RAM (GuestOOMKills), then the host cgroup's (QEMU's). The pids
+// limit, RLIMIT_NPROC inside the VM, is not recorded for a session's execs
+// yet.
 func (s *sessionSandbox) Violations() []dryexec.Violation {
-	return append(s.t.group.Hits(), s.t.Watch.Check()...)
+	s.mu.Lock()
+	v := s.ramHits
+	s.ramHits = nil
+	s.mu.Unlock()
+	v = append(v, s.t.group.Hits()...)
+	return append(v, s.t.Watch.Check()...)
 }
 
 func (s *sessionSandbox) Warnings() []string {
@@ -203,11 +222,16 @@ func (s *sessionSandbox) Network() []dryexec.NetworkEvent { return s.t.net.net.L
 func (s *sessionSandbox) NetworkEnded() string { return s.t.net.net.Ended() }
 
 // GuestEnded says how QEMU ended: the VM resets (and QEMU exits) when the
-// session guest ends, and a killed QEMU ends the guest with it.
+// session guest ends or the VM's kernel panics (panic=-1), and a killed
+// QEMU ends the guest with it. A panic is named (kernelPanicked).
 func (s *sessionSandbox) GuestEnded() (string, bool) {
 	how, ok := s.t.Ended(linuxns.GuestExitWait)
-	if ok {
-		how = "QEMU " + how
+	if !ok {
+		return how, ok
+	}
+	how = "QEMU " + how
+	if p := s.t.kernelPanicked(); p != "" {
+		how += " after the VM's kernel panicked (" + p + ")"
 	}
 	return how, ok
 }
