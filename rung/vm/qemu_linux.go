@@ -118,14 +118,14 @@ const kernelArgs = "console=ttyS0 quiet loglevel=3 panic=-1 reboot=t tsc_early_k
 //     (Debian's kernel does not enforce signatures outside Secure Boot),
 //     and the command cannot load any (no CAP_SYS_MODULE outside its user
 //     namespace).
-//   - init_kprobe_trace, btf_vmlinux_init, init_encrypted, init_zswap:
-//     kprobe tracing's files, /sys/kernel/btf/vmlinux (for BPF tools, which
-//     the command cannot load programs with), the "encrypted" key type and
-//     zswap (the VM has no swap). Not slab_sysfs_init (0.1 s), though only
-//     /sys/kernel/slab looks like its work: it also marks the slab
-//     allocator fully up.
+//   - init_kprobe_trace, init_encrypted, init_zswap: kprobe tracing's
+//     files, the "encrypted" key type and zswap (the VM has no swap).
+//
+// Not skipped, though they cost as much: slab_sysfs_init (it also marks
+// the slab allocator fully up) and btf_vmlinux_init (without
+// /sys/kernel/btf every module load WARNs with a stack dump).
 const bootSkips = "cryptomgr.notests initcall_blacklist=crypto_kdf108_init,load_system_certificate_list," +
-	"init_kprobe_trace,btf_vmlinux_init,init_encrypted,init_zswap"
+	"init_kprobe_trace,init_encrypted,init_zswap"
 
 func (c *vmConfig) argv() []string {
 	accel := "tcg,tb-size=64"
