@@ -184,7 +184,9 @@ func TestTrialVMHung(t *testing.T) {
 // nothing else bounds such a trial.
 func TestTrialVMSilent(t *testing.T) {
 	requireVMSession(t)
-	r := &vm.Rung{SilenceLimit: 10 * time.Second, WalkGrace: 5 * time.Second}
+	// The boot's own bound is generous: a boot on this loaded host has
+	// taken over a minute, and the test is about the command's silence.
+	r := &vm.Rung{SilenceLimit: 10 * time.Second, BootTimeout: 5 * time.Minute}
 	spec := dryexec.TrialSpec{Limits: faultLimits}
 	d := faultTrial(t, r, spec, []string{"sh", "-c", "echo started; sleep 600"}, func(qemu int) {
 		syscall.Kill(qemu, syscall.SIGSTOP)
@@ -199,7 +201,7 @@ func TestTrialVMSilent(t *testing.T) {
 // guest's heartbeat keeps it alive, and the trial ends normally.
 func TestTrialQuietCommandLives(t *testing.T) {
 	requireVMSession(t)
-	r := &vm.Rung{SilenceLimit: 10 * time.Second}
+	r := &vm.Rung{SilenceLimit: 10 * time.Second, BootTimeout: 5 * time.Minute}
 	dir := t.TempDir()
 	d, err := r.Trial(context.Background(), dryexec.TrialSpec{Action: dryexec.Action{
 		Argv: []string{"sleep", "30"}, Cwd: dir, Env: map[string]string{"PATH": "/usr/bin:/bin"}}})
