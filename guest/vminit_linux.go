@@ -89,6 +89,7 @@ func runVMTrial() int {
 	if !ok {
 		return code
 	}
+	defer vmHeartbeat(conn)()
 	// The VM's clock started from the RTC's whole second; the files the
 	// command writes get the host's time from QEMU's 9p server: make (and
 	// anything comparing the two) would see its own writes in the future.

@@ -1,5 +1,7 @@
 package wire
 
+import "time"
+
 // The vm rung's guest (RoleVMInit) is the init of a microVM. It finds
 // its streams as virtio-serial ports named VMPortPrefix+name (VMPorts, in
 // the order of the *FD constants: ctrl, stdout, stderr, stdin, stub), puts
@@ -19,3 +21,14 @@ const (
 // VMPorts returns the virtio-serial ports' names, for CtrlFD, StdoutFD,
 // StderrFD, StdinFD and StubFD in this order.
 func VMPorts() []string { return []string{"ctrl", "stdout", "stderr", "stdin", "stub"} }
+
+// VerbVMAlive is the vm trial guest's heartbeat: a KindEvent with no body
+// that it sends on the ctrl stream every VMAliveEvery from its hello until
+// the trial ends. A VM that runs a command without a timeout may rightly be
+// silent for hours otherwise; with the heartbeat the host can tell a
+// sleeping command from a VM that stopped answering (QEMU stopped, the
+// VM's kernel wedged) and end the trial rather than wait forever.
+const VerbVMAlive = "vm.alive"
+
+// VMAliveEvery is how often the vm trial guest sends VerbVMAlive.
+const VMAliveEvery = 2 * time.Second

@@ -312,3 +312,38 @@ func procGroups(t *testing.T, pid int) []string {
 	}
 	return dirs
 }
+
+// TestTrialVMSilent: a VM that stops answering (QEMU SIGSTOPped) while a
+// command without a timeout runs ends the trial once the VM has been
+// silent for SilenceLimit, with a delta marked incomplete that names it:
+// nothing else bounds such a trial.
+func TestTrialVMSilent(t *testing.T) {
+	requireVMSession(t)
+	// The boot's own bound is generous: a boot on this loaded host has
+	// taken over a minute, and the test is about the command's silence.
+	r := &vm.Rung{SilenceLimit: 10 * time.Second, BootTimeout: 5 * time.Minute}
+	spec := dryexec.TrialSpec{Limits: faultLimits}
+	d := faultTrial(t, r, spec, []string{"sh", "-c", "echo started; sleep 600"}, func(qemu int) {
+		syscall.Kill(qemu, syscall.SIGSTOP)
+	})
+	if !strings.Contains(d.IncompleteReason, "stopped answering") {
+		t.Errorf("incomplete reason %q: want the silent VM named", d.IncompleteReason)
+	}
+}
+
+// TestTrialQuietCommandLives: a command without a timeout that prints
+// nothing for longer than SilenceLimit is not taken for a hung VM: the
+// guest's heartbeat keeps it alive, and the trial ends normally.
+func TestTrialQuietCommandLives(t *testing.T) {
+	requireVMSession(t)
+	r := &vm.Rung{SilenceLimit: 10 * time.Second, BootTimeout: 5 * time.Minute}
+	dir := t.TempDir()
+	d, err := r.Trial(context.Background(), dryexec.TrialSpec{Action: dryexec.Action{
+		Argv: []string{"sleep", "30"}, Cwd: dir, Env: map[string]string{"PATH": "/usr/bin:/bin"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d.Incomplete || d.Process.ExitCode != 0 {
+		t.Fatalf("exit %d, incomplete %v (%s): want a normal end", d.Process.ExitCode, d.Incomplete, d.IncompleteReason)
+	}
+}

@@ -60,6 +60,13 @@ type Rung struct {
 	// WalkGrace bounds how long the VM may take to report and end after
 	// the command's own timeout; 0 means 60s.
 	WalkGrace time.Duration
+	// SilenceLimit is how long a VM running a command may send nothing
+	// (its guest's heartbeat, wire.VerbVMAlive, comes every
+	// wire.VMAliveEvery) before it is taken as hung and the trial ends
+	// with its delta marked incomplete: the bound on a trial without a
+	// timeout whose VM stopped answering. 0: 2 minutes, room for a guest
+	// starved on a loaded host under TCG.
+	SilenceLimit time.Duration
 	// CollectMin and CollectTimeout are linuxns.Rung's: how long a trial
 	// gets, after its command, to hash and store what it wrote.
 	CollectMin, CollectTimeout time.Duration
@@ -89,6 +96,8 @@ func (r *Rung) trace(phase string) {
 func (r *Rung) walkGrace() time.Duration { return cmp.Or(r.WalkGrace, 60*time.Second) }
 
 func (r *Rung) bootTimeout() time.Duration { return cmp.Or(r.BootTimeout, 60*time.Second) }
+
+func (r *Rung) silenceLimit() time.Duration { return cmp.Or(r.SilenceLimit, 2*time.Minute) }
 
 func unavailable(missing string) error {
 	return &dryexec.IsolationUnavailableError{Rung: Name, Missing: missing}
@@ -332,6 +341,7 @@ type trial struct {
 	transport transport
 
 	ports   []*os.File   // host ends: ctrl, stdout, stderr, stdin, stub
+	ctrl    *heardFile   // ports[0], noting when the VM last said something
 	console *tail.Buffer // QEMU's and the VM console's output
 	net     *vmNet
 
@@ -424,7 +434,8 @@ func (t *trial) start() error {
 	t.console = tail.New(consoleTail)
 	t.Pipes.Go(func() { viewtrial.CopyOut(t.console, consoleR) })
 	t.View = wire.NewConn(t.ViewCtrl)
-	t.Inner = wire.NewConn(t.ports[0])
+	t.ctrl = newHeardFile(t.ports[0])
+	t.Inner = wire.NewConn(t.ctrl)
 	return nil
 }
 
@@ -589,22 +600,34 @@ func (t *trial) run(ctx context.Context) (*dryexec.StateDelta, error) {
 		ctx, cancel = context.WithTimeoutCause(ctx, a.Timeout()+t.r.walkGrace(), errOverdue)
 		defer cancel()
 	}
+	// A VM that falls silent while its command runs is hung: without a
+	// timeout nothing else would end the trial.
+	ctx, silent := context.WithCancelCause(ctx)
+	defer silent(nil)
+	stopWatch := t.ctrl.watch(t.r.silenceLimit(), silent)
+	defer stopWatch()
 	// Cancelling ctx kills QEMU, which breaks every stream.
 	stop := context.AfterFunc(ctx, t.Kill)
 	defer stop()
 	t.Out, t.Errb = tail.New(t.Spec.OutputCap), tail.New(t.Spec.OutputCap)
 	err := t.converse()
+	stopWatch()
+	cause := context.Cause(ctx)
+	vmFault := errors.Is(cause, errOverdue) || errors.Is(cause, errSilent)
 	if err != nil && !t.Sent {
 		if ctx.Err() != nil {
-			return nil, fmt.Errorf("trial %s: %w", t.Spec.TrialID, context.Cause(ctx))
+			return nil, fmt.Errorf("trial %s: %w", t.Spec.TrialID, cause)
 		}
 		return nil, err
 	}
-	if err != nil && ctx.Err() != nil && !errors.Is(context.Cause(ctx), errOverdue) {
+	if err != nil && ctx.Err() != nil && !vmFault {
 		return nil, fmt.Errorf("trial %s: %w", t.Spec.TrialID, ctx.Err())
 	}
-	if err != nil && errors.Is(context.Cause(ctx), errOverdue) {
+	switch {
+	case err != nil && errors.Is(cause, errOverdue):
 		err = fmt.Errorf("%w: no report within the command's timeout and %v more", dryexec.ErrGuest, t.r.walkGrace())
+	case err != nil && errors.Is(cause, errSilent):
+		err = fmt.Errorf("%w: %w", dryexec.ErrGuest, cause)
 	}
 	// Every write of the VM is in the upper dirs once QEMU (its 9p
 	// server) has ended: the host walks them only then. The VM resets

@@ -383,6 +383,8 @@ func (t *Trial) Converse(trustEnv []string, sendStub func([]byte) error, startIO
 			}
 			t.Done = done
 			return nil
+		case wire.VerbVMAlive:
+			// The vm guest's heartbeat: its rung watches for it.
 		case wire.VerbTrialNode:
 			if err := t.node(f); err != nil {
 				return t.GuestErr("answering trial.node", err)
