@@ -21,11 +21,19 @@ import (
 func runLocal(ctx context.Context, env Env, home, rungName string, pol policy.Policy, engine *policy.Engine, spec dryexec.TrialSpec,
 	noStore, capSet bool, cc int64, live []*render.LiveWriter, note *interruptNote) (*dryexec.StateDelta, *store.Store, error) {
 	var err error
-	if engine == nil {
-		if engine, err = policy.Compile(pol); err != nil {
-			return nil, nil, usageError{err}
+	// The built-in policy is compiled (CEL: a few ms of CPU) beside the
+	// rung's probe, the receipt key and the store's start-up, which wait
+	// on the file system more than they compute; it is a program's own,
+	// so it does not fail on anything the caller gave.
+	var compileErr error
+	compiled := make(chan struct{})
+	go func() {
+		defer close(compiled)
+		if engine == nil {
+			engine, compileErr = policy.Compile(pol)
 		}
-	}
+	}()
+	defer func() { <-compiled }() // never left running past a failure below
 	r, err := rung.Select(ctx, rungName)
 	if err != nil {
 		return nil, nil, err
@@ -64,6 +72,9 @@ func runLocal(ctx context.Context, env Env, home, rungName string, pol policy.Po
 		if capSet {
 			opt.ContentCap = cc
 		}
+	}
+	if <-compiled; compileErr != nil {
+		return nil, nil, usageError{compileErr}
 	}
 	run, err := runner.New(st, signer)
 	if err != nil {

@@ -34,11 +34,65 @@ type trialNet struct {
 	served  bool     // serve was called
 	warning string
 	stopped bool // stop was called
+	// starting, when not nil, is closed once the role's start (begun by
+	// startTrialNet) has returned: sim, trust and startErr are set then.
+	// join waits for it; nothing reads them before.
+	starting chan struct{}
+	startErr error
 }
 
 // newTrialNet starts the trial's netsim without waiting for it: ready does,
 // once the guest's start-up has overlapped the role's.
 func newTrialNet(spec dryexec.TrialSpec) (*trialNet, error) { return newNet(spec, false) }
+
+// startTrialNet is newTrialNet with the role's start itself (reading the
+// CA, the Landlock ruleset, the fork and exec) in the background: the
+// caller starts the guest meanwhile, with only the guest's end of the
+// hand-over socket, and calls started before it tells the guest anything
+// of the network. A cold trial's path is a chain of process starts; this
+// takes the role's off it.
+func startTrialNet(spec dryexec.TrialSpec) (*trialNet, error) {
+	cfg, warning, err := netConfig(spec, true)
+	if cfg == nil {
+		return &trialNet{warning: warning}, err
+	}
+	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return nil, fmt.Errorf("socketpair: %w", err)
+	}
+	n := &trialNet{guest: os.NewFile(uintptr(fds[1]), "net-guest"), starting: make(chan struct{})}
+	host := os.NewFile(uintptr(fds[0]), "net-host")
+	go func() {
+		defer close(n.starting)
+		if n.sim, n.startErr = netproc.Start(*cfg, host, ""); n.startErr == nil {
+			n.trust = n.sim.Trust()
+		}
+	}()
+	return n, nil
+}
+
+// join waits for a start begun by startTrialNet; a failed start leaves no
+// netsim (sim nil) and closes the guest's end, as newTrialNet would have.
+func (n *trialNet) join() {
+	if n == nil || n.starting == nil {
+		return
+	}
+	<-n.starting
+	n.starting = nil
+	if n.startErr != nil && !n.served {
+		n.served = true // nothing more to hand over
+		n.guest.Close()
+	}
+}
+
+// started waits for a start begun by startTrialNet and returns its error.
+func (n *trialNet) started() error {
+	n.join()
+	if n == nil || n.startErr == nil {
+		return nil
+	}
+	return badConfig(n.startErr)
+}
 
 // newNet is newTrialNet; with ethernet, the guest's end is not a hand-over
 // socket but a datagram socket of Ethernet frames for a VM's NIC (the VMM
@@ -70,6 +124,7 @@ func newNet(spec dryexec.TrialSpec, ethernet bool) (*trialNet, error) {
 // ready waits until netsim is made and confined: a bad configuration is a
 // dryexec.ErrBadAction here.
 func (n *trialNet) ready(ctx context.Context) error {
+	n.join()
 	if n == nil || n.sim == nil {
 		return nil
 	}
@@ -157,6 +212,7 @@ func (n *trialNet) serve(ctx context.Context) {
 // start fills what the guest needs in start to create the TUN device and
 // bind netsim's resolv.conf and trust bundle.
 func (n *trialNet) start(start *wire.TrialStart, netFD int) {
+	n.join()
 	if n == nil || n.sim == nil {
 		return
 	}
@@ -169,6 +225,7 @@ func (n *trialNet) start(start *wire.TrialStart, netFD int) {
 // They win over the caller's own: a CA bundle the sandbox was told about
 // elsewhere would not hold netsim's CA.
 func (n *trialNet) trustEnv(env []string) []string {
+	n.join()
 	if n == nil || n.sim == nil {
 		return env
 	}
@@ -189,6 +246,7 @@ func (n *trialNet) trustEnv(env []string) []string {
 // tunLink drains), and the rest of the trial (the guest's walk of the upper
 // dirs) goes on meanwhile. finish waits for it.
 func (n *trialNet) stop() {
+	n.join()
 	if n == nil || n.sim == nil || n.stopped {
 		return
 	}
@@ -206,6 +264,7 @@ func (n *trialNet) stop() {
 // the delta says so and is incomplete, since attempts after that point
 // reached nothing and were not logged.
 func (n *trialNet) finish(d *dryexec.StateDelta) {
+	n.join()
 	if n == nil {
 		return
 	}
@@ -248,6 +307,7 @@ func (n *trialNet) crashed() error {
 // close stops netsim, if finish has not, and waits until it has released
 // everything.
 func (n *trialNet) close() {
+	n.join()
 	if n == nil || n.sim == nil {
 		return
 	}

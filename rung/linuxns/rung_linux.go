@@ -414,7 +414,9 @@ type trial struct {
 // confined, ready for a command, its netsim serving. id names the trial's
 // cgroup and seeds its mocks.
 func (r *Rung) prepare(ctx context.Context, sb sandbox, id string) (*trial, error) {
-	nt, err := newTrialNet(dryexec.TrialSpec{TrialID: id, Net: sb.Net, NetCADir: sb.NetCADir})
+	// netsim's role starts beside the guest (startTrialNet): both are
+	// process starts, and the guest's is the one the trial waits for.
+	nt, err := startTrialNet(dryexec.TrialSpec{TrialID: id, Net: sb.Net, NetCADir: sb.NetCADir})
 	if err != nil {
 		return nil, err
 	}
@@ -423,12 +425,16 @@ func (r *Rung) prepare(ctx context.Context, sb sandbox, id string) (*trial, erro
 		nt.close()
 		return nil, err
 	}
+	if err := nt.started(); err != nil {
+		t.cleanup()
+		return nil, err
+	}
 	nt.serve(ctx)
 	if err := t.ready(); err != nil {
 		t.cleanup()
 		return nil, err
 	}
-	// netsim started before the guest and made itself ready meanwhile.
+	// netsim started beside the guest and made itself ready meanwhile.
 	if err := nt.ready(ctx); err != nil {
 		t.cleanup()
 		return nil, err

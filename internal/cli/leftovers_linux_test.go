@@ -1,0 +1,95 @@
+package cli
+
+import (
+	"bytes"
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/dryexec/dryexec/cgroup"
+)
+
+// TestLocalRunsLeaveNothing: `dryexec run --via local` as a process of its
+// own, N times, each trial leaving a process behind in the sandbox and
+// netsim's role started beside its guest. Once each dryexec has exited
+// (the marker: its exit status), nothing of its trial is left on the host:
+// no cgroup named after it, no process of this binary (guest, netsim role)
+// but this test, no process the command started, and the host's mounts as
+// they were.
+func TestLocalRunsLeaveNothing(t *testing.T) {
+	requireNS(t)
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	self, _ = filepath.EvalSymlinks(self)
+	const marker = "987.125" // the background sleep's argument: what to look for
+	mountsBefore := mountLines(t)
+	home, dir := t.TempDir(), t.TempDir()
+	for i := range 4 {
+		cmd := exec.Command(os.Args[0], "run", "--via", "local", "-q", "-C", dir, "--", "sh", "-c", "sleep "+marker+" & echo x > f")
+		cmd.Env = []string{"DRYEXEC_TEST_AS_CLI=1", "DRYEXEC_HOME=" + home, "PATH=/usr/bin:/bin"}
+		var stderr bytes.Buffer
+		cmd.Stderr = &stderr
+		err := cmd.Run()
+		var ee *exec.ExitError
+		if err != nil && !(errors.As(err, &ee) && (ee.ExitCode() == ExitReview || ee.ExitCode() == ExitCommandFailed)) {
+			t.Fatalf("run %d: %v\n%s", i, err, stderr.String())
+		}
+		tag := "." + strconv.Itoa(cmd.Process.Pid) + "-"
+		for _, g := range cgroup.Leftovers() {
+			if strings.Contains(filepath.Base(g), tag) {
+				t.Errorf("run %d: its sandbox's cgroup is left: %s", i, g)
+			}
+		}
+		for pid, what := range liveProcs(t, self, marker) {
+			t.Errorf("run %d: a process is left: %d %s", i, pid, what)
+		}
+	}
+	if after := mountLines(t); after != mountsBefore {
+		t.Errorf("the host's mounts changed:\nbefore %s\nafter  %s", mountsBefore, after)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "f")); err == nil {
+		t.Error("a trial wrote to the host")
+	}
+}
+
+// liveProcs lists the processes, other than this one, that run exe (this
+// test binary: a guest or a netsim role) or whose command line holds marker.
+func liveProcs(t *testing.T, exe, marker string) map[int]string {
+	t.Helper()
+	ents, err := os.ReadDir("/proc")
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[int]string{}
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil || pid == os.Getpid() {
+			continue
+		}
+		b, err := os.ReadFile("/proc/" + e.Name() + "/cmdline")
+		if err != nil || len(b) == 0 {
+			continue // gone, or a zombie already reaped by its parent
+		}
+		line := strings.ReplaceAll(string(bytes.TrimRight(b, "\x00")), "\x00", " ")
+		if x, _ := os.Readlink("/proc/" + e.Name() + "/exe"); x == exe || strings.Contains(line, marker) {
+			out[pid] = line
+		}
+	}
+	return out
+}
+
+// mountLines is the host's mount table as this process sees it.
+func mountLines(t *testing.T) string {
+	t.Helper()
+	b, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}

@@ -1,0 +1,55 @@
+package linuxns
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/dryexec/dryexec"
+	"github.com/dryexec/dryexec/cgroup"
+	"github.com/dryexec/dryexec/netsim/netproc"
+)
+
+// TestNetsimStartFailsAfterGuest: the netsim role's start runs beside the
+// guest's (startTrialNet), so it can fail once the guest is running. The
+// trial then fails with the start's error, and nothing of it is left: no
+// child of this process (the guest reaped), no cgroup of the trial.
+func TestNetsimStartFailsAfterGuest(t *testing.T) {
+	requireNS(t)
+	missing := filepath.Join(t.TempDir(), "no-such-netsim")
+	t.Setenv(netproc.ExeEnv, missing)
+	spec := dryexec.TrialSpec{TrialID: dryexec.NewTrialID(),
+		Action: dryexec.Action{Argv: []string{"true"}, Cwd: t.TempDir(), Env: testPath}}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	d, err := (&Rung{}).Trial(ctx, spec)
+	if err == nil || !strings.Contains(err.Error(), missing) {
+		t.Fatalf("trial with no netsim binary: delta %v, err %v; want the start's error naming %s", d != nil, err, missing)
+	}
+	for _, g := range cgroup.Leftovers() {
+		if strings.Contains(g, spec.TrialID) {
+			t.Errorf("the trial's cgroup is left: %s", g)
+		}
+	}
+	if kids := children(t); len(kids) > 0 {
+		t.Errorf("processes left as this process's children: %v", kids)
+	}
+}
+
+// children lists this process's live children (every thread's).
+func children(t *testing.T) []string {
+	t.Helper()
+	tasks, err := filepath.Glob("/proc/self/task/*/children")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, f := range tasks {
+		b, _ := os.ReadFile(f)
+		out = append(out, strings.Fields(string(b))...)
+	}
+	return out
+}
