@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -201,3 +202,80 @@ func TestParksOfEarlierDaemon(t *testing.T) {
 }
 
 func itoa(n int) string { return strconv.Itoa(n) }
+
+// A record tampered to name a rung that cannot resume a park (its rung and
+// its session's both) is damaged: the resume is refused before it spends
+// the saved state, which stays for gc.
+func TestParkTamperedRung(t *testing.T) {
+	store := t.TempDir()
+	id := "se_" + strings.Repeat("t", 20)
+	dir := testPark(t, store, id, time.Now().Add(time.Hour), func(r *parkRecord) {
+		r.Rung, r.Session.Rung = "ns", "ns"
+	})
+	svc, err := NewService(Config{StoreDir: store})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer svc.Close()
+	if _, damaged := svc.Parks(); len(damaged) != 1 || damaged[0].SessionID != id {
+		t.Errorf("damaged: %+v", damaged)
+	}
+	if _, err := svc.ResumeSession(context.Background(), id); !errors.Is(err, ErrParkDamaged) {
+		t.Errorf("resuming a park whose record names rung ns: %v", err)
+	}
+	if !exists(filepath.Join(dir, "vm.state")) {
+		t.Error("a refused resume spent the saved state")
+	}
+}
+
+// gc of parks whose saved state or record is a hard link to a file outside
+// parked/, or a FIFO, removes the park's names only: the outside file keeps
+// its bytes, and gc opens no FIFO (it would block).
+func TestGCParksLinksAndFIFOs(t *testing.T) {
+	store, victim := t.TempDir(), t.TempDir()
+	victimFile := filepath.Join(victim, "precious")
+	if err := os.WriteFile(victimFile, []byte("saved state"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	id := func(c byte) string { return "se_" + strings.Repeat(string(c), 20) }
+	past := time.Now().Add(-time.Second)
+	// An expired park whose saved state is the outside file, by a hard
+	// link of the recorded size: a valid park, to be removed as expired.
+	linked := testPark(t, store, id('a'), past, nil)
+	state := filepath.Join(linked, "vm.state")
+	os.Remove(state)
+	if err := os.Link(victimFile, state); err != nil {
+		t.Skipf("no hard link across the test's temp dirs: %v", err)
+	}
+	fifoState := testPark(t, store, id('b'), time.Now().Add(time.Hour), nil)
+	os.Remove(filepath.Join(fifoState, "vm.state"))
+	if err := syscall.Mkfifo(filepath.Join(fifoState, "vm.state"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	fifoRecord := testPark(t, store, id('c'), time.Now().Add(time.Hour), nil)
+	os.Remove(filepath.Join(fifoRecord, parkRecordFile))
+	if err := syscall.Mkfifo(filepath.Join(fifoRecord, parkRecordFile), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	removed, err := GCParks(store, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]string{}
+	for _, r := range removed {
+		got[r.SessionID] = r.Reason
+	}
+	for k, w := range map[string]string{id('a'): "expired", id('b'): "regular file", id('c'): "regular file"} {
+		if !strings.Contains(got[k], w) {
+			t.Errorf("%s: removed for %q, want a reason with %q", k, got[k], w)
+		}
+	}
+	for _, p := range []string{linked, fifoState, fifoRecord} {
+		if exists(p) {
+			t.Errorf("%s survived gc", p)
+		}
+	}
+	if b, err := os.ReadFile(victimFile); err != nil || string(b) != "saved state" {
+		t.Errorf("the file outside parked/: %q, %v", b, err)
+	}
+}

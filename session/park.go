@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/dryexec/dryexec"
+	"github.com/dryexec/dryexec/rung"
 	"github.com/dryexec/dryexec/wire"
 )
 
@@ -143,6 +144,15 @@ func resume(ctx context.Context, opt Options, dir string, branch bool, cache *Ca
 		return nil, err
 	}
 	return s, nil
+}
+
+// ParkRungs returns the rungs of this build whose sessions can be parked
+// and resumed.
+func ParkRungs() []string {
+	return rung.BuiltWhere(func(r dryexec.Rung) bool {
+		_, ok := r.(resumer)
+		return ok
+	})
 }
 
 // snapshotter is a sandbox that can save its state and run on (rung/vm's):
@@ -282,6 +292,11 @@ func (r *ParkRecord) Check() error {
 	}
 	if r.Rung == "" {
 		return bad("no rung")
+	}
+	// A record's rung names what resumes its saved state: one that cannot
+	// (a tampered record) would fail only once the resume has spent it.
+	if !slices.Contains(ParkRungs(), r.Rung) {
+		return bad("rung %q cannot resume a park", r.Rung)
 	}
 	if err := CheckShell(r.Shell); err != nil {
 		return bad("%v", err)

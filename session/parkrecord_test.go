@@ -80,6 +80,8 @@ func TestParkRecordRefused(t *testing.T) {
 		b   ResumeBinding
 	}{
 		"no rung":          {ParkRecord{}, ResumeBinding{}},
+		"rung cannot park": {ParkRecord{Rung: "ns"}, ResumeBinding{}},
+		"unknown rung":     {ParkRecord{Rung: "vm/../ns"}, ResumeBinding{}},
 		"cache kind":       {ParkRecord{Rung: "vm", Cache: []ParkedCacheItem{{Key: "k", Kind: "marshal"}}}, ResumeBinding{}},
 		"cache key twice":  {ParkRecord{Rung: "vm", Cache: []ParkedCacheItem{{Key: "k"}, {Key: "k"}}}, ResumeBinding{}},
 		"limits":           {ParkRecord{Rung: "vm", Limits: dryexec.Limits{MemoryBytes: -2}}, ResumeBinding{}},
