@@ -127,10 +127,19 @@ func (s *sessionSandbox) save(ctx context.Context, dir string, quit bool) error 
 // migration. The session guest is as it was at park, waiting for its next
 // request (wire.VerbSessionUnpark first) on the new ctrl port.
 func (r *Rung) Resume(ctx context.Context, spec dryexec.SandboxSpec, dir string) (dryexec.Sandbox[wire.SessionStart], error) {
-	state, err := os.Open(filepath.Join(dir, ParkFile))
+	// The caller checked the saved state, but the directory is writable:
+	// open it as the regular file it was, never through a link swapped in
+	// since, and without blocking on a FIFO (its open would wait forever).
+	fd, err := unix.Open(filepath.Join(dir, ParkFile), unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_CLOEXEC, 0)
 	if err != nil {
-		return nil, fmt.Errorf("resuming a vm session: %w", err)
+		return nil, fmt.Errorf("resuming a vm session: %w", &os.PathError{Op: "open", Path: filepath.Join(dir, ParkFile), Err: err})
 	}
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil || st.Mode&unix.S_IFMT != unix.S_IFREG || unix.SetNonblock(fd, false) != nil {
+		unix.Close(fd)
+		return nil, fmt.Errorf("resuming a vm session: %s is not a regular file", filepath.Join(dir, ParkFile))
+	}
+	state := os.NewFile(uintptr(fd), filepath.Join(dir, ParkFile))
 	s, err := r.openSession(ctx, spec, state)
 	if err != nil {
 		return nil, err
