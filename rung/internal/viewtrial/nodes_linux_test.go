@@ -3,6 +3,7 @@ package viewtrial
 import (
 	"os"
 	"path/filepath"
+	"strconv"
 	"testing"
 
 	"golang.org/x/sys/unix"
@@ -119,5 +120,103 @@ func TestNodeInViewStaysInTheView(t *testing.T) {
 	}
 	if unix.Lstat(filepath.Join(view, "sub", "p"), &st); st.Mode != unix.S_IFIFO|0o640 {
 		t.Errorf("after chmod: %o", st.Mode)
+	}
+}
+
+// A sandbox asking for FIFOs in a loop gets ENOSPC past maxViewNodes: each
+// is an inode the host makes (charged to the host process, not to the
+// sandbox's limits), so the count is the trial's, not the VM's to choose.
+// Chmod and utimes make nothing and stay answered.
+func TestNodeInViewBounded(t *testing.T) {
+	view := t.TempDir()
+	root, err := os.Open(view)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr := &Trial{ViewRoot: root}
+	defer root.Close()
+	uid, gid := uint32(os.Getuid()), uint32(os.Getgid())
+	for i := range maxViewNodes {
+		req := &wire.TrialNode{Op: wire.NodeMknod, Dir: []byte("/"), Name: []byte(strconv.Itoa(i)), Mode: unix.S_IFIFO | 0o600, UID: uid, GID: gid}
+		if e := tr.nodeInView(req); e != 0 {
+			t.Fatalf("FIFO %d: %v", i, e)
+		}
+	}
+	if e := tr.nodeInView(&wire.TrialNode{Op: wire.NodeMknod, Dir: []byte("/"), Name: []byte("one-more"), Mode: unix.S_IFIFO | 0o600, UID: uid, GID: gid}); e != unix.ENOSPC {
+		t.Errorf("FIFO %d: %v, want ENOSPC", maxViewNodes+1, e)
+	}
+	if _, err := os.Lstat(filepath.Join(view, "one-more")); err == nil {
+		t.Error("a FIFO past the bound was made")
+	}
+	if e := tr.nodeInView(&wire.TrialNode{Op: wire.NodeChmod, Dir: []byte("/"), Name: []byte("0"), Mode: 0o640}); e != 0 {
+		t.Errorf("chmod past the bound: %v", e)
+	}
+}
+
+// A sandbox swapping a directory of its view with a link to a host
+// directory (RENAME_EXCHANGE, in a loop) while it asks for FIFOs, chmods
+// and times there: whichever the host meets, it stays in the view; the
+// host directory gains nothing and its FIFO keeps its mode and times.
+func TestNodeInViewSwapRace(t *testing.T) {
+	view, host := t.TempDir(), t.TempDir()
+	hostFIFO := filepath.Join(host, "f")
+	if err := unix.Mkfifo(hostFIFO, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	var before unix.Stat_t
+	if err := unix.Lstat(hostFIFO, &before); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Mkdir(filepath.Join(view, "d"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.Mkfifo(filepath.Join(view, "d", "f"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(host, filepath.Join(view, "l")); err != nil {
+		t.Fatal(err)
+	}
+	root, err := unix.Open(view, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Close(root)
+	stop, swapped := make(chan struct{}), make(chan int)
+	go func() {
+		n := 0
+		defer func() { swapped <- n }()
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			if err := unix.Renameat2(root, "d", root, "l", unix.RENAME_EXCHANGE); err != nil {
+				t.Error(err)
+				return
+			}
+			n++
+		}
+	}()
+	uid, gid := uint32(os.Getuid()), uint32(os.Getgid())
+	const rounds = 2000
+	for i := range rounds {
+		name := "p" + strconv.Itoa(i)
+		NodeInView(root, &wire.TrialNode{Op: wire.NodeMknod, Dir: []byte("/d"), Name: []byte(name), Mode: unix.S_IFIFO | 0o666, UID: uid, GID: gid})
+		NodeInView(root, &wire.TrialNode{Op: wire.NodeChmod, Dir: []byte("/d"), Name: []byte("f"), Mode: 0o666})
+		NodeInView(root, &wire.TrialNode{Op: wire.NodeUtimes, Dir: []byte("/d"), Name: []byte("f"), Times: [4]int64{1, 0, 1, 0}})
+	}
+	close(stop)
+	t.Logf("%d swaps during %d rounds", <-swapped, rounds)
+	ents, err := os.ReadDir(host)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var st unix.Stat_t
+	if err := unix.Lstat(hostFIFO, &st); err != nil {
+		t.Fatal(err)
+	}
+	if len(ents) != 1 || st.Mode != before.Mode || st.Mtim != before.Mtim || st.Atim != before.Atim {
+		t.Errorf("the host dir changed: %d entries, its FIFO's mode %o, mtime %v (was %o, %v)", len(ents), st.Mode, st.Mtim, before.Mode, before.Mtim)
 	}
 }

@@ -67,6 +67,8 @@ type Trial struct {
 	// runs (OpenViewRoot), through which it makes the FIFOs the sandbox
 	// asks for (wire.VerbTrialNode); nil: it makes none.
 	ViewRoot *os.File
+	// nodesMade counts the FIFOs made through ViewRoot (maxViewNodes).
+	nodesMade int
 
 	Sent    bool
 	SentAt  time.Time
@@ -399,13 +401,36 @@ func (t *Trial) Converse(trustEnv []string, sendStub func([]byte) error, startIO
 // (NodeInView): the errno its call gets, EPERM where the host has no view.
 func (t *Trial) node(f *wire.Frame) error {
 	var req wire.TrialNode
-	res := wire.TrialNodeResult{Errno: int(unix.EPERM)}
+	var res wire.TrialNodeResult
 	if f.Kind != wire.KindReq || f.Decode(&req) != nil {
 		res.Errno = int(unix.EINVAL)
-	} else if t.ViewRoot != nil {
-		res.Errno = int(NodeInView(int(t.ViewRoot.Fd()), &req))
+	} else {
+		res.Errno = int(t.nodeInView(&req))
 	}
 	return t.Inner.Send(wire.KindResp, wire.VerbTrialNode, f.ID, &res)
+}
+
+// maxViewNodes bounds the FIFOs one trial has the host make. Each is an
+// inode of the scratch tmpfs, whose size bounds data only, and one this
+// process makes is charged to its own memory cgroup, not the sandbox's:
+// unbounded, a VM asking in a loop would grow the host's kernel memory
+// outside every limit of its trial.
+const maxViewNodes = 1 << 14
+
+// nodeInView is NodeInView through t's view, ENOSPC past maxViewNodes
+// FIFOs, EPERM where the host has no view.
+func (t *Trial) nodeInView(req *wire.TrialNode) unix.Errno {
+	if t.ViewRoot == nil {
+		return unix.EPERM
+	}
+	if req.Op == wire.NodeMknod && t.nodesMade >= maxViewNodes {
+		return unix.ENOSPC
+	}
+	en := NodeInView(int(t.ViewRoot.Fd()), req)
+	if req.Op == wire.NodeMknod && en == 0 {
+		t.nodesMade++
+	}
+	return en
 }
 
 // Report walks the upper dirs and completes d, which the rung started
