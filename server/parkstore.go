@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/dryexec/dryexec/internal/durable"
@@ -94,19 +95,21 @@ func readParkRecord(dir, id string) (*parkRecord, error) {
 	damaged := func(format string, a ...any) error {
 		return fmt.Errorf("%w: %s: %s", ErrParkDamaged, id, fmt.Sprintf(format, a...))
 	}
-	p := filepath.Join(dir, parkRecordFile)
-	fi, err := os.Lstat(p)
-	if err != nil {
+	// Opened first, then checked, by its descriptor: the directory is
+	// writable, and a record checked by name then opened could have become
+	// a FIFO meanwhile (the open would block forever) or a link.
+	f, err := openNoFollow(filepath.Join(dir, parkRecordFile))
+	if errors.Is(err, os.ErrNotExist) {
 		return nil, damaged("no record (%s): a park interrupted, or not a park", parkRecordFile)
 	}
-	if !fi.Mode().IsRegular() || fi.Size() > maxParkRecord {
-		return nil, damaged("the record is not a regular file of at most %d bytes", maxParkRecord)
-	}
-	f, err := os.Open(p)
 	if err != nil {
-		return nil, damaged("%v", err)
+		return nil, damaged("the record is not a regular file of at most %d bytes: %v", maxParkRecord, err)
 	}
 	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil || !fi.Mode().IsRegular() || fi.Size() > maxParkRecord {
+		return nil, damaged("the record is not a regular file of at most %d bytes", maxParkRecord)
+	}
 	var rec parkRecord
 	if err := json.NewDecoder(io.LimitReader(f, maxParkRecord)).Decode(&rec); err != nil {
 		return nil, damaged("the record does not parse: %v", err)
@@ -147,6 +150,12 @@ func readParkRecord(dir, id string) (*parkRecord, error) {
 		return nil, damaged("%v", err)
 	}
 	return &rec, nil
+}
+
+// openNoFollow opens p for reading if it is not a link, without blocking
+// on a FIFO (the caller checks what it opened).
+func openNoFollow(p string) (*os.File, error) {
+	return os.OpenFile(p, os.O_RDONLY|syscall.O_NOFOLLOW|syscall.O_NONBLOCK, 0)
 }
 
 // parkFiles lists the regular files in dir with their sizes: the saved
