@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/dryexec/dryexec/internal/testreq"
 )
 
 // A park's record swapped with a FIFO in a loop (RENAME_EXCHANGE, as
@@ -21,23 +23,12 @@ func TestParkRecordSwappedForFIFO(t *testing.T) {
 	if err := unix.Mkfifo(fifo, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	stop, swapped := make(chan struct{}), make(chan int)
-	go func() {
-		n := 0
-		defer func() { swapped <- n }()
-		for {
-			select {
-			case <-stop:
-				return
-			default:
-			}
-			if err := unix.Renameat2(unix.AT_FDCWD, fifo, unix.AT_FDCWD, filepath.Join(dir, parkRecordFile), unix.RENAME_EXCHANGE); err != nil {
-				t.Error(err)
-				return
-			}
-			n++
-		}
-	}()
+	d, err := unix.Open(dir, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Close(d)
+	stop := testreq.SwapLoop(t, d, "x", parkRecordFile)
 	good, damaged := 0, 0
 	for range 5000 {
 		if _, err := readParkRecord(dir, id); err == nil {
@@ -46,8 +37,7 @@ func TestParkRecordSwappedForFIFO(t *testing.T) {
 			damaged++
 		}
 	}
-	close(stop)
-	t.Logf("%d swaps; %d reads good, %d damaged", <-swapped, good, damaged)
+	t.Logf("%d swaps; %d reads good, %d damaged", stop(), good, damaged)
 	if _, err := os.Lstat(dir); err != nil {
 		t.Fatal(err)
 	}

@@ -8,6 +8,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/dryexec/dryexec/internal/testreq"
 	"github.com/dryexec/dryexec/wire"
 )
 
@@ -181,23 +182,7 @@ func TestNodeInViewSwapRace(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer unix.Close(root)
-	stop, swapped := make(chan struct{}), make(chan int)
-	go func() {
-		n := 0
-		defer func() { swapped <- n }()
-		for {
-			select {
-			case <-stop:
-				return
-			default:
-			}
-			if err := unix.Renameat2(root, "d", root, "l", unix.RENAME_EXCHANGE); err != nil {
-				t.Error(err)
-				return
-			}
-			n++
-		}
-	}()
+	stop := testreq.SwapLoop(t, root, "d", "l")
 	uid, gid := uint32(os.Getuid()), uint32(os.Getgid())
 	const rounds = 2000
 	for i := range rounds {
@@ -206,8 +191,7 @@ func TestNodeInViewSwapRace(t *testing.T) {
 		NodeInView(root, &wire.TrialNode{Op: wire.NodeChmod, Dir: []byte("/d"), Name: []byte("f"), Mode: 0o666})
 		NodeInView(root, &wire.TrialNode{Op: wire.NodeUtimes, Dir: []byte("/d"), Name: []byte("f"), Times: [4]int64{1, 0, 1, 0}})
 	}
-	close(stop)
-	t.Logf("%d swaps during %d rounds", <-swapped, rounds)
+	t.Logf("%d swaps during %d rounds", stop(), rounds)
 	ents, err := os.ReadDir(host)
 	if err != nil {
 		t.Fatal(err)
