@@ -289,7 +289,7 @@ func (r *Rung) Trial(ctx context.Context, spec dryexec.TrialSpec) (*dryexec.Stat
 	}
 	defer t.net.close()
 	defer t.cleanup()
-	if err := t.openImage(); err != nil {
+	if err := t.openImage(ctx); err != nil {
 		return nil, err
 	}
 	if err := t.start(); err != nil {
@@ -328,6 +328,7 @@ func (r *Rung) newTrial(ctx context.Context, spec dryexec.TrialSpec) (*trial, er
 	t.Rung, t.What, t.TailName = Name, "the VM", "QEMU and console"
 	t.Tail = func() string { return tailString(t.console) }
 	t.Trace, t.Log, t.CollectMin, t.CollectTimeout = r.Trace, r.Log, r.CollectMin, r.CollectTimeout
+	t.InnerStart = t.innerStart
 	return t, nil
 }
 
@@ -359,8 +360,12 @@ type trial struct {
 	pooled bool
 	// group holds the view guest and QEMU (hostLimits).
 	group *viewtrial.HostGroup
-	// imageView: the host's read-only view of a trial's image (openImage).
-	imageView *os.File
+	// imageView: the host's read-only view of a trial's image (openImage);
+	// erofs: the image's erofs, the VM's read-only drive; upperDrive: the
+	// drive a trial's VM writes its upper dir back on (importUpper).
+	imageView  *os.File
+	erofs      string
+	upperDrive *os.File
 }
 
 // The view guest's descriptors: wire.CtrlFD is its own stream; the VM's
@@ -451,7 +456,7 @@ func (t *trial) cleanup() {
 	}
 	closeAll(t.ports)
 	closeAll([]*os.File{t.qmp, t.incoming})
-	closeImage(t.imageView)
+	t.closeImage()
 	t.Release()
 }
 
@@ -480,6 +485,7 @@ func (t *trial) prepare() error {
 		keep = append(keep, cfg.netFD)
 	}
 	keep = t.parkArgs(&cfg, keep)
+	t.imageDrives(&cfg)
 	// The view guest's exec verb is gvisor's: write a (here unused)
 	// config file, keep the ports, exec the program from the scratch dir.
 	t.bootStart = time.Now()
@@ -653,6 +659,10 @@ func (t *trial) run(ctx context.Context) (*dryexec.StateDelta, error) {
 	// it has drained them.
 	t.net.close()
 	t.r.trace("gone")
+	// On an image, the VM's writes are on its upper drive until now.
+	if ierr := t.importUpper(outer); ierr != nil && err == nil {
+		err = ierr
+	}
 	d := &dryexec.StateDelta{}
 	d.Violations = append(d.Violations, t.limitHits()...)
 	d.Warnings = append(d.Warnings, t.group.Warnings...)
