@@ -71,6 +71,9 @@ func (t *trial) openImage(ctx context.Context) error {
 			return err
 		}
 	}
+	if t.r.imageOver9p && !t.session {
+		return nil
+	}
 	if t.erofs, _, err = image.ErofsOf(ctx, t.Spec.Image.Digest, t.sb.image, v); err != nil {
 		if errors.Is(err, image.ErrNoMkfsErofs) {
 			return unavailable(err.Error())

@@ -75,6 +75,10 @@ type Rung struct {
 	// command has ended, "gone": QEMU has ended, "done": the delta is
 	// built).
 	Trace func(phase string)
+
+	// imageOver9p has a trial on an image export the host's view of it
+	// over 9p, as before the erofs drive: the benchmark's baseline.
+	imageOver9p bool
 }
 
 var _ dryexec.Rung = (*Rung)(nil)
