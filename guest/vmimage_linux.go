@@ -124,7 +124,7 @@ func (v *vmImage) export() error {
 	cw := &countWriter{w: f}
 	bw := bufio.NewWriterSize(cw, 1<<20)
 	tw := tar.NewWriter(bw)
-	if err := writeUpperTar(tw, "/proc/self/fd/"+strconv.Itoa(int(v.upper.Fd()))); err != nil {
+	if err := writeUpperTar(tw, v.upper); err != nil {
 		return err
 	}
 	if err := tw.Close(); err != nil {
@@ -156,12 +156,16 @@ func (c *countWriter) Write(b []byte) (int, error) {
 	return n, err
 }
 
-// writeUpperTar writes the overlay upper dir at root into tw, parents
+// writeUpperTar writes the overlay upper dir upper into tw, parents
 // before children. trusted.overlay.* xattrs are overlay's bookkeeping: the
 // opaque one becomes .wh..wh..opq, the others (origin, impure) are not the
 // command's and are left out, as a redirect cannot happen (nofollow).
 // user.* xattrs go as PAX records, as a layer's do.
-func writeUpperTar(tw *tar.Writer, root string) error {
+func writeUpperTar(tw *tar.Writer, upper *os.File) error {
+	// Through the descriptor: the upper dir is outside the root since the
+	// switch. "/." so that the walk starts in the dir, not at the magic
+	// link to it (a root that is a symlink is not descended).
+	root := "/proc/self/fd/" + strconv.Itoa(int(upper.Fd())) + "/."
 	links := map[uint64]string{} // inode -> the first name written
 	return filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
 		if err != nil {
