@@ -110,11 +110,16 @@ func (t *trial) imageDrives(cfg *vmConfig) {
 	}
 }
 
-// innerStart gives the guest in the VM netsim's files, which it binds over
-// its own root (the view guest's binds are in the 9p view, which a VM on an
-// image does not mount).
+// innerStart gives the guest in the VM on an image the size of its upper
+// tmpfs (the trial's --upper-size, as the host's upper tmpfs has it on ns)
+// and netsim's files, which it binds over its own root (the view guest's
+// binds are in the 9p view, which a VM on an image does not mount).
 func (t *trial) innerStart(start *wire.TrialStart) {
-	if t.erofs != "" && t.net.File() != nil {
+	if t.erofs == "" {
+		return
+	}
+	start.UpperSize = t.Spec.UpperSizeBytes
+	if t.net.File() != nil {
 		start.Net, start.NetFilesOnly = true, true
 		start.TrustBundle, start.TrustPath = t.net.trustBundle, t.net.trustPath
 	}
