@@ -50,7 +50,7 @@ func BenchmarkImageTrial(b *testing.B) {
 			Env: map[string]string{"PATH": "/bin"}, TimeoutMS: 300_000}}
 		d, err := rung.Trial(context.Background(), spec)
 		if err == nil && (d.Process.ExitCode != 0 || d.Incomplete) {
-			err = fmt.Errorf("exit %d, incomplete %v, stderr %s", d.Process.ExitCode, d.Incomplete, d.Process.Stderr)
+			err = fmt.Errorf("exit %d, incomplete %v (%s), stderr %s", d.Process.ExitCode, d.Incomplete, d.IncompleteReason, d.Process.Stderr)
 		}
 		return err
 	}
