@@ -96,11 +96,25 @@ func runVMTrial() int {
 	if err := setWallClock(cfg.WallNS); err != nil {
 		return sendFailure(conn, "setup", err)
 	}
-	if err := enterVMRoot(); err != nil {
+	img, err := enterVMRoot(&cfg, cfg.UpperSize)
+	if err != nil {
 		return sendFailure(conn, "setup", err)
 	}
 	if err := loopbackUp(); err != nil {
 		return sendFailure(conn, "net", err)
+	}
+	if img != nil {
+		// The root is the VM's own overlay: FIFOs and times are its
+		// kernel's; the upper dir goes back to the host once the command's
+		// processes are gone, before trial.done. A failed export leaves the
+		// drive without its magic, which the host reports.
+		export := func() ([]wire.SandboxNode, []string) {
+			if err := img.export(); err != nil {
+				fmt.Fprintf(os.Stderr, "dryexec vm-trial: exporting the upper dir: %v\n", err)
+			}
+			return nil, nil
+		}
+		return runInnerTrial(conn, &cfg, innerProfile(), export, nil, newVMOOM())
 	}
 	// innerProfile, with a FIFO's mknod and chmod, which QEMU's 9p server
 	// cannot do, done by the host (vmFIFOs). A socket node (bind(2),
@@ -200,17 +214,35 @@ func openVMPorts(wait time.Duration) ([]*os.File, error) {
 // pivot_root'ed away), with the VM's own /proc (of this pid namespace),
 // /sys, /dev, /dev/pts and /dev/shm over it: those are the VM's, never
 // written to the view.
-func enterVMRoot() error {
+//
+// With the host's image drive (wire.VMImageSerial), the root is instead an
+// overlay of the VM's own over the image (mountVMImage), netsim's files
+// (net's) bound over it, and the returned vmImage exports its upper dir.
+func enterVMRoot(net *wire.TrialStart, upperSize int64) (*vmImage, error) {
 	const newRoot = "/newroot"
 	if err := os.MkdirAll(newRoot, 0o755); err != nil {
-		return err
+		return nil, err
 	}
-	// cache=mmap: the view's files may be mapped shared and written (the
-	// sync before trial.exit flushes them); nothing else is cached, so the
-	// host's walk sees every write.
-	if err := unix.Mount(wire.VMRootTag, newRoot, "9p", 0, "trans=virtio,version=9p2000.L,access=client,cache=mmap,msize=524288"); err != nil {
-		return fmt.Errorf("mounting the view (9p %s): %w", wire.VMRootTag, err)
+	img, err := mountVMImage(newRoot, net, upperSize)
+	if err != nil {
+		return nil, err
 	}
+	if img == nil {
+		// cache=mmap: the view's files may be mapped shared and written
+		// (the sync before trial.exit flushes them); nothing else is
+		// cached, so the host's walk sees every write.
+		if err := unix.Mount(wire.VMRootTag, newRoot, "9p", 0, "trans=virtio,version=9p2000.L,access=client,cache=mmap,msize=524288"); err != nil {
+			return nil, fmt.Errorf("mounting the view (9p %s): %w", wire.VMRootTag, err)
+		}
+	}
+	if err := enterNewRoot(newRoot); err != nil {
+		return nil, err
+	}
+	return img, nil
+}
+
+// enterNewRoot makes newRoot the root (enterVMRoot).
+func enterNewRoot(newRoot string) error {
 	if err := unix.Chdir(newRoot); err != nil {
 		return err
 	}

@@ -8,6 +8,8 @@ import (
 	"strings"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/dryexec/dryexec/wire"
 )
 
 // vmPark is what a vm session guest keeps to park and unpark: the VM's
@@ -24,6 +26,9 @@ type vmPark struct {
 	parked bool
 	// oom counts the VM kernel's OOM kills between execs' reports.
 	oom *vmOOM
+	// image: the root is the VM's own overlay over the host's image drive
+	// (mountVMImage), not the 9p view.
+	image bool
 }
 
 // parkVM unmounts the view (9p) and every mount above it, and puts the
@@ -46,6 +51,13 @@ func (s *session) parkVM() error {
 	}
 	if p.parked {
 		return fmt.Errorf("already parked")
+	}
+	if p.image {
+		// The root is the VM's own overlay over its drives, no 9p: the
+		// VM's state holds it whole, nothing to let go. (The host refuses
+		// to save it yet, typed: a restore would need the drives again.)
+		p.parked = true
+		return nil
 	}
 	// A process the command left running (a daemon, `sleep &` with
 	// nohup) holds files of the view — its executable at least — so the
@@ -92,7 +104,11 @@ func (s *session) unparkVM(wallNS int64) error {
 	if err := setWallClock(wallNS); err != nil {
 		return err
 	}
-	if err := enterVMRoot(); err != nil {
+	if p.image {
+		p.parked = false
+		return nil
+	}
+	if _, err := enterVMRoot(&wire.TrialStart{}, 0); err != nil {
 		return err
 	}
 	if err := os.MkdirAll(s.ws, 0o755); err != nil {

@@ -5,6 +5,8 @@ import (
 	"os/exec"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/dryexec/dryexec/wire"
 )
 
 // startVM prepares a session inside the vm rung's microVM. vm-init started
@@ -28,7 +30,11 @@ func (s *session) startVM() error {
 	if err != nil {
 		return err
 	}
-	if err := enterVMRoot(); err != nil {
+	// On an image (the host's image drive), netsim's files are bound by
+	// this guest over the VM's own root; the host sent them for that.
+	net := &wire.TrialStart{Net: s.cfg.TrustPath != "", TrustBundle: s.cfg.TrustBundle, TrustPath: s.cfg.TrustPath}
+	img, err := enterVMRoot(net, 0)
+	if err != nil {
 		unix.Close(root)
 		return err
 	}
@@ -45,7 +51,7 @@ func (s *session) startVM() error {
 	// (unprotectExec).
 	oom := newVMOOM()
 	oom.protect()
-	s.vm = &vmPark{initRoot: root, oom: oom}
+	s.vm = &vmPark{initRoot: root, oom: oom, image: img != nil}
 	return nil
 }
 

@@ -1,6 +1,7 @@
 package image
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -27,7 +28,7 @@ var ErrNoMkfsErofs = errors.New("image: mkfs.erofs not found (install erofs-util
 // written. built says whether this call built it. The caller holds the image
 // (Use or Ensure), so that prune does not remove it meanwhile.
 func (c *Cache) Erofs(ctx context.Context, img Image, view *os.File) (path string, built bool, err error) {
-	return erofsIn(ctx, c.dir, img.Digest, view)
+	return erofsIn(ctx, c.dir, img.Digest, view, oneLayer(c.LayerDirs(img)))
 }
 
 // ErofsOf is Cache.Erofs for a sandbox's image (dryexec.ImageRoot): the
@@ -40,10 +41,22 @@ func ErofsOf(ctx context.Context, digest string, layers []string, view *os.File)
 	if filepath.Base(filepath.Dir(layers[0])) != "layers" {
 		return "", false, fmt.Errorf("image: %s is not a layer of an image cache", layers[0])
 	}
-	return erofsIn(ctx, dir, digest, view)
+	return erofsIn(ctx, dir, digest, view, oneLayer(layers))
 }
 
-func erofsIn(ctx context.Context, dir, digest string, view *os.File) (string, bool, error) {
+// oneLayer is the layer of an image of one layer, else "": that layer is
+// its own merged view, a directory of the cache, packed from its path. Its
+// view is a clone of it (imagemount.Overlay), which the kernel refuses to
+// clone again (EINVAL) for mkfsErofs's namespace.
+func oneLayer(layers []string) string {
+	if len(layers) == 1 {
+		return layers[0]
+	}
+	return ""
+}
+
+// erofsIn packs view, or the directory src when set, into dir's erofs/.
+func erofsIn(ctx context.Context, dir, digest string, view *os.File, src string) (string, bool, error) {
 	algo, hx, ok := strings.Cut(digest, ":")
 	if !ok || algo != "sha256" || len(hx) != 64 || strings.Trim(hx, "0123456789abcdef") != "" {
 		return "", false, fmt.Errorf("%w: %q", ErrBadDigest, digest)
@@ -74,7 +87,11 @@ func erofsIn(ctx context.Context, dir, digest string, view *os.File) (string, bo
 	}
 	tmp.Close()
 	defer os.Remove(tmp.Name())
-	if err := mkfsErofs(ctx, mkfs, dir, tmp.Name(), view); err != nil {
+	pack := func() error { return mkfsErofs(ctx, mkfs, dir, tmp.Name(), view) }
+	if src != "" {
+		pack = func() error { return runMkfs(ctx, mkfs, tmp.Name(), src) }
+	}
+	if err := pack(); err != nil {
 		if ctx.Err() != nil {
 			return "", false, ctx.Err()
 		}
@@ -118,4 +135,18 @@ func (c *Cache) pruneErofs(keep map[string]bool) (int, int64, error) {
 		n++
 	}
 	return n, size, nil
+}
+
+// runMkfs runs mkfs.erofs on the directory src into out. Times are kept per
+// file (--preserve-mtime): a trial's walk compares them with what the VM
+// leaves, as on ns. xattrs are kept (-x2, the default, spelled out); owners,
+// modes, setuid bits, device nodes, symlinks and hard links are erofs's own.
+func runMkfs(ctx context.Context, mkfs, out, src string) error {
+	cmd := exec.CommandContext(ctx, mkfs, "--quiet", "--preserve-mtime", "-x2", out, src)
+	var stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stderr, &stderr
+	if err := cmd.Run(); err != nil {
+		return fmt.Errorf("%w: %s", err, strings.TrimSpace(stderr.String()))
+	}
+	return nil
 }

@@ -1,14 +1,11 @@
 package image
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"runtime"
-	"strings"
 
 	"golang.org/x/sys/unix"
 )
@@ -47,17 +44,7 @@ func mkfsErofs(ctx context.Context, mkfs, cache, out string, view *os.File) erro
 			if err := unix.MoveMount(fd, "", unix.AT_FDCWD, at, unix.MOVE_MOUNT_F_EMPTY_PATH); err != nil {
 				return fmt.Errorf("attaching the image's view: %w", err)
 			}
-			// Times are kept per file (--preserve-mtime): a trial's walk
-			// compares them with what the VM leaves, as on ns. xattrs are
-			// kept (-x2, the default, spelled out); owners, modes, setuid
-			// bits, device nodes, symlinks and hard links are erofs's own.
-			cmd := exec.CommandContext(ctx, mkfs, "--quiet", "--preserve-mtime", "-x2", out, at)
-			var stderr bytes.Buffer
-			cmd.Stdout, cmd.Stderr = &stderr, &stderr
-			if err := cmd.Run(); err != nil {
-				return fmt.Errorf("%w: %s", err, strings.TrimSpace(stderr.String()))
-			}
-			return nil
+			return runMkfs(ctx, mkfs, out, at)
 		}()
 	}()
 	return <-done

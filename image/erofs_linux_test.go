@@ -197,11 +197,47 @@ func TestErofsPack(t *testing.T) {
 // refused before anything is built.
 func TestErofsBadInput(t *testing.T) {
 	for _, d := range []string{"", "sha256:../../etc", "md5:abc"} {
-		if _, _, err := erofsIn(context.Background(), t.TempDir(), d, nil); !errors.Is(err, ErrBadDigest) {
+		if _, _, err := erofsIn(context.Background(), t.TempDir(), d, nil, ""); !errors.Is(err, ErrBadDigest) {
 			t.Errorf("digest %q: %v, want ErrBadDigest", d, err)
 		}
 	}
 	if _, _, err := ErofsOf(context.Background(), "sha256:"+fmt.Sprint(make([]byte, 0)), []string{"/tmp/x"}, nil); err == nil {
 		t.Error("layers outside a cache: no error")
+	}
+}
+
+// TestErofsOneLayer: an image of one layer, whose view is a clone of the
+// layer's directory (which the kernel will not clone again), packs from
+// that directory: the erofs image holds the view, setuid bits and all.
+func TestErofsOneLayer(t *testing.T) {
+	testreq.NeedRoot(t)
+	needMkfsErofs(t)
+	c, err := Open(t.TempDir(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := pullLayers(t, c, []ent{{name: "bin/", typ: '5'}, {name: "bin/su", body: "#!/bin/sh\n", mode: 0o4755}, {name: "abs", typ: '2', link: "/etc/passwd"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	view, err := linuxns.ImageView(linuxns.Name, c.LayerDirs(res.Image))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer view.Close()
+	p, built, err := ErofsOf(context.Background(), res.Image.Digest, c.LayerDirs(res.Image), view)
+	if err != nil || !built {
+		t.Fatalf("ErofsOf: %s built=%v %v", p, built, err)
+	}
+	if p2, built, err := c.Erofs(context.Background(), res.Image, view); err != nil || built || p2 != p {
+		t.Errorf("Cache.Erofs after ErofsOf: %s built=%v %v, want %s cached", p2, built, err, p)
+	}
+	mnt := t.TempDir()
+	if out, err := exec.Command("mount", "-t", "erofs", "-o", "ro,loop", p, mnt).CombinedOutput(); err != nil {
+		t.Fatalf("mounting the erofs image: %v: %s", err, out)
+	}
+	defer exec.Command("umount", mnt).Run()
+	if got, want := tree(t, mnt), tree(t, fmt.Sprintf("/proc/self/fd/%d/", view.Fd())); !slices.Equal(got, want) {
+		t.Errorf("the erofs image differs from the view:\n got %q\nwant %q", got, want)
 	}
 }

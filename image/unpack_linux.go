@@ -388,3 +388,15 @@ func (u *unpacker) xattrs(pfd int, base string, h *tar.Header) {
 func mode(h *tar.Header) uint32 {
 	return uint32(h.Mode) & 0o7777
 }
+
+// UnpackUpper unpacks r, a tar in an OCI layer's form, into dir (empty),
+// in the form this process's overlays use, with every check a pulled
+// layer gets: the vm rung has a VM's upper dir (which the VM, not the
+// host, wrote) sent back this way, and makes it the trial's upper dir on
+// the host. skipped counts the entries left out (device nodes).
+func UnpackUpper(ctx context.Context, r io.Reader, dir string, log *slog.Logger) (skipped int, err error) {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	return unpackLayer(ctx, r, dir, callerForm(), log)
+}

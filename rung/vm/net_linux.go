@@ -29,6 +29,10 @@ import (
 type vmNet struct {
 	net      *linuxns.Net
 	trustEnv []string // netsim's trust variables for the command
+	// trustBundle and trustPath: netsim's trust bundle and where it goes,
+	// for a VM that binds it itself (on an image: trial.innerStart).
+	trustBundle []byte
+	trustPath   string
 }
 
 // startNet starts the network specs ask for (TrialSpec.Net; none: netsim
@@ -67,6 +71,7 @@ func (n *vmNet) viewStart(start *wire.TrialStart) {
 	start.Net, start.NetFilesOnly = true, true
 	start.TrustBundle, start.TrustPath = ss.TrustBundle, ss.TrustPath
 	n.trustEnv = ss.Env
+	n.trustBundle, n.trustPath = ss.TrustBundle, ss.TrustPath
 }
 
 // Args are QEMU's arguments for the VM's NIC on fd (QEMU's number of

@@ -15,9 +15,11 @@ import (
 // BenchmarkImageTrial times a cold /bin/true trial on an image (the host's
 // sh and true, from an OCI layout) on vm and on ns with the image cached, a
 // vm trial on the image's first use (a fresh cache: pull and unpack, then
-// the trial), and a vm trial on the host's view, interleaved in each
+// the trial), a vm trial on the host's view, and a vm trial on the image
+// exported over 9p as before the erofs drive, interleaved in each
 // iteration; it reports each median (ms) and the ratios of vm to ns on the
-// image, of the image to the host's view on vm, and of first use to cached:
+// image, of the image to the host's view on vm, of first use to cached,
+// and of the erofs drive to 9p:
 //
 //	go test -run '^$' -bench ImageTrial -benchtime 3x ./rung/vm
 func BenchmarkImageTrial(b *testing.B) {
@@ -48,7 +50,7 @@ func BenchmarkImageTrial(b *testing.B) {
 			Env: map[string]string{"PATH": "/bin"}, TimeoutMS: 300_000}}
 		d, err := rung.Trial(context.Background(), spec)
 		if err == nil && (d.Process.ExitCode != 0 || d.Incomplete) {
-			err = fmt.Errorf("exit %d, incomplete %v, stderr %s", d.Process.ExitCode, d.Incomplete, d.Process.Stderr)
+			err = fmt.Errorf("exit %d, incomplete %v (%s), stderr %s", d.Process.ExitCode, d.Incomplete, d.IncompleteReason, d.Process.Stderr)
 		}
 		return err
 	}
@@ -64,8 +66,10 @@ func BenchmarkImageTrial(b *testing.B) {
 			return run(r, img)
 		}},
 		rungbench.Trial(b, r), // on the host's view: "vm"
+		{Name: "vm_image_9p", Run: func() error { return run(&Rung{GuestExe: r.GuestExe, imageOver9p: true}, cached) }},
 	})
 	b.ReportMetric(med[0]/med[1], "vm/ns")
 	b.ReportMetric(med[0]/med[3], "image/host")
 	b.ReportMetric(med[2]/med[0], "first/cached")
+	b.ReportMetric(med[0]/med[4], "erofs/9p")
 }

@@ -1,18 +1,32 @@
 package vm
 
 import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
 	"os"
+	"strconv"
+	"strings"
 
 	"github.com/dryexec/dryexec"
+	"github.com/dryexec/dryexec/image"
 	"github.com/dryexec/dryexec/rung/linuxns"
 	"github.com/dryexec/dryexec/wire"
 )
 
-// SupportsImages implements dryexec.ImageRung: a trial on an image runs
-// over a view whose root is one overlay of the image's layers, built on the
-// host by the view guest as for gvisor, with its upper dir on the host, and
-// exported to the VM over 9p like a view of the host (docs/images.md). The
-// delta is the walk of that upper dir against the image, as on ns.
+// SupportsImages implements dryexec.ImageRung: a trial on an image boots
+// with the image packed as erofs (image.ErofsOf, cached by digest) on a
+// read-only virtio-blk drive, and the VM's root is an overlay of the VM's
+// own over it, its upper dir on a tmpfs of the VM's (guest/vmimage_linux.go):
+// the image's files are read by the VM's kernel from the drive, never
+// served by QEMU's 9p per access. After the command the guest writes the
+// upper dir as a tar in an OCI layer's form on a second drive; the host,
+// once QEMU has ended, reads that drive as plain bytes and unpacks it with
+// a pulled layer's checks (image.UnpackUpper) into the trial's upper dir on
+// the host, which it walks against the image as on ns (docs/images.md).
+// The host's kernel never mounts anything the VM wrote.
 func (r *Rung) SupportsImages() bool { return true }
 
 // imageSandbox is sandboxFor for a trial on spec.Image: one mount, "/",
@@ -40,8 +54,10 @@ func imageSandbox(spec dryexec.TrialSpec) (sandbox, error) {
 }
 
 // openImage takes the host's read-only view of the trial's image, which the
-// walk compares the upper dir with, and checks the cwd in it.
-func (t *trial) openImage() error {
+// walk compares the upper dir with, checks the cwd in it, and has the
+// image's erofs drive (built on first use) and, for a trial, the drive the
+// VM sends its upper dir back on.
+func (t *trial) openImage(ctx context.Context) error {
 	if t.sb.image == nil {
 		return nil
 	}
@@ -50,7 +66,118 @@ func (t *trial) openImage() error {
 		return err
 	}
 	t.imageView = v
-	return linuxns.CheckImageCwd(v, t.Spec.Action.Cwd)
+	if !t.session {
+		if err := linuxns.CheckImageCwd(v, t.Spec.Action.Cwd); err != nil {
+			return err
+		}
+	}
+	if t.r.imageOver9p && !t.session {
+		return nil
+	}
+	if t.erofs, _, err = image.ErofsOf(ctx, t.Spec.Image.Digest, t.sb.image, v); err != nil {
+		if errors.Is(err, image.ErrNoMkfsErofs) {
+			return unavailable(err.Error())
+		}
+		return err
+	}
+	if t.session {
+		return nil
+	}
+	// Sparse: it takes on the host what the VM writes, at most the upper
+	// dir's budget and the tar's headers on top.
+	f, err := os.CreateTemp("", "dryexec-vm-upper-")
+	if err != nil {
+		return err
+	}
+	t.upperDrive = f
+	size := wire.VMUpperOffset + t.Spec.UpperSizeBytes + t.Spec.UpperSizeBytes/4 + 64<<20
+	if err := f.Truncate(size); err != nil {
+		return fmt.Errorf("the VM's upper drive: %w", err)
+	}
+	return nil
+}
+
+// imageDrives adds the image's drives to cfg, and drops the 9p view: the
+// VM's root is its own overlay over the erofs drive.
+func (t *trial) imageDrives(cfg *vmConfig) {
+	if t.erofs == "" {
+		return
+	}
+	cfg.rootDir = ""
+	cfg.drives = append(cfg.drives, drive{path: t.erofs, serial: wire.VMImageSerial, readOnly: true})
+	if t.upperDrive != nil {
+		cfg.drives = append(cfg.drives, drive{path: t.upperDrive.Name(), serial: wire.VMUpperSerial})
+	}
+}
+
+// innerStart gives the guest in the VM on an image the size of its upper
+// tmpfs (the trial's --upper-size, as the host's upper tmpfs has it on ns)
+// and netsim's files, which it binds over its own root (the view guest's
+// binds are in the 9p view, which a VM on an image does not mount).
+func (t *trial) innerStart(start *wire.TrialStart) {
+	if t.erofs == "" {
+		return
+	}
+	start.UpperSize = t.Spec.UpperSizeBytes
+	if t.net.File() != nil {
+		start.Net, start.NetFilesOnly = true, true
+		start.TrustBundle, start.TrustPath = t.net.trustBundle, t.net.trustPath
+	}
+}
+
+// errNoUpper: the VM did not write its upper dir back whole (it died, or
+// its guest failed to: the console says why).
+var errNoUpper = errors.New("the VM did not send its upper dir back")
+
+// importUpper unpacks the upper dir the VM wrote on its upper drive into
+// the trial's upper dir on the host, once QEMU has ended: the drive is
+// read as plain bytes, its tar checked entry by entry as a pulled layer's
+// (no path above the upper dir, no device node, no trusted.* xattr).
+func (t *trial) importUpper(ctx context.Context) error {
+	if t.upperDrive == nil {
+		return nil
+	}
+	head := make([]byte, len(wire.VMUpperMagic)+8)
+	if _, err := t.upperDrive.ReadAt(head, 0); err != nil {
+		return fmt.Errorf("%w: %w", errNoUpper, err)
+	}
+	if string(head[:len(wire.VMUpperMagic)]) != wire.VMUpperMagic {
+		return errNoUpper
+	}
+	st, err := t.upperDrive.Stat()
+	if err != nil {
+		return err
+	}
+	n := binary.LittleEndian.Uint64(head[len(wire.VMUpperMagic):])
+	if n > uint64(st.Size()-wire.VMUpperOffset) {
+		return fmt.Errorf("%w: its length (%d) is past the drive's end", errNoUpper, n)
+	}
+	dir := "/proc/self/fd/" + strconv.Itoa(t.ScratchFD) + "/u/0"
+	skipped, err := image.UnpackUpper(ctx, io.NewSectionReader(t.upperDrive, wire.VMUpperOffset, int64(n)), dir, t.r.Log)
+	if err != nil {
+		return fmt.Errorf("the VM's upper dir: %w", err)
+	}
+	if skipped > 0 && t.r.Log != nil {
+		t.r.Log.Debug("device nodes of the VM's upper dir left out", "trial", t.Spec.TrialID, "n", skipped)
+	}
+	return nil
+}
+
+// drive is a virtio-blk drive of a VM, found in it by its serial.
+type drive struct {
+	path     string
+	serial   string
+	readOnly bool
+}
+
+func (d drive) args(i int) []string {
+	id := "drv" + strconv.Itoa(i)
+	// QEMU's option syntax doubles a comma inside a value.
+	spec := "file=" + strings.ReplaceAll(d.path, ",", ",,") + ",format=raw,if=none,id=" + id
+	if d.readOnly {
+		spec += ",readonly=on"
+	}
+	return []string{"-drive", spec, "-device", "virtio-blk-device,drive=" + id + ",serial=" + d.serial}
 }
 
 // diffAgainstImage has the walk compare the upper dir with the image, not
@@ -71,9 +198,13 @@ func imageDelta(spec dryexec.TrialSpec, d *dryexec.StateDelta) {
 	}
 }
 
-func closeImage(f *os.File) {
-	if f != nil {
-		f.Close()
+func (t *trial) closeImage() {
+	if t.imageView != nil {
+		t.imageView.Close()
+	}
+	if t.upperDrive != nil {
+		os.Remove(t.upperDrive.Name())
+		t.upperDrive.Close()
 	}
 }
 

@@ -10,15 +10,17 @@ import (
 )
 
 // TestImageRefusals: what the vm rung refuses of an image before any VM
-// boots, each typed: a session on an image (trials only, so far), an image
+// boots, each typed: an image
 // from a rootless cache (its opaque dirs are user.overlay.*, which root's
 // overlay ignores: the image's deleted directory contents would show
-// again), and more layers than overlayfs stacks.
+// again), and more layers than overlayfs stacks; resuming a parked
+// session on an image (parking one is refused: its restore would need the
+// image's drive again).
 func TestImageRefusals(t *testing.T) {
 	img := &dryexec.ImageRoot{Ref: "x", Digest: "sha256:" + strings.Repeat("0", 64), Layers: []string{"/l"}}
 	var iu *dryexec.IsolationUnavailableError
-	if _, err := (&Rung{}).OpenSandbox(context.Background(), dryexec.SandboxSpec{Image: img}); !errors.As(err, &iu) || iu.Rung != Name {
-		t.Errorf("a session on an image: %v, want an IsolationUnavailableError naming vm", err)
+	if _, err := (&Rung{}).Resume(context.Background(), dryexec.SandboxSpec{Image: img}, t.TempDir()); !errors.As(err, &iu) || iu.Rung != Name {
+		t.Errorf("resuming a session on an image: %v, want an IsolationUnavailableError naming vm", err)
 	}
 	rootless := *img
 	rootless.UserXattr = true

@@ -86,6 +86,11 @@ func (s *sessionSandbox) Park(ctx context.Context, dir string) error {
 // else the VM runs on.
 func (s *sessionSandbox) save(ctx context.Context, dir string, quit bool) error {
 	t := s.t
+	if t.erofs != "" {
+		// Its restore would need the image's drive attached again, which
+		// Resume's spec does not carry yet.
+		return unavailable("parking or forking a vm session on an image (not supported yet)")
+	}
 	q, err := s.monitor(ctx)
 	if err != nil {
 		return t.GuestErr("parking the session's VM", err)
@@ -127,6 +132,10 @@ func (s *sessionSandbox) save(ctx context.Context, dir string, quit bool) error 
 // migration. The session guest is as it was at park, waiting for its next
 // request (wire.VerbSessionUnpark first) on the new ctrl port.
 func (r *Rung) Resume(ctx context.Context, spec dryexec.SandboxSpec, dir string) (dryexec.Sandbox[wire.SessionStart], error) {
+	if spec.Image != nil {
+		// save refuses a session on an image: no saved state has one.
+		return nil, unavailable("resuming a vm session on an image (parking one is not supported yet)")
+	}
 	// The caller checked the saved state, but the directory is writable:
 	// open it as the regular file it was, never through a link swapped in
 	// since, and without blocking on a FIFO (its open would wait forever).

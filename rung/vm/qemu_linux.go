@@ -87,6 +87,8 @@ type vmConfig struct {
 	// qmpFD is QEMU's descriptor of its monitor's socket (qmpArgs), and
 	// incomingFD of a saved state to restore (-incoming); 0: none.
 	qmpFD, incomingFD int
+	// drives are virtio-blk drives (a trial's image and upper drives).
+	drives []drive
 }
 
 // kernelArgs are the guest kernel's command line. tsc_early_khz: under TCG
@@ -160,6 +162,9 @@ func (c *vmConfig) argv() []string {
 		argv = append(argv,
 			"-fsdev", "local,id=root,path="+c.rootDir+",security_model=passthrough,multidevs=remap",
 			"-device", "virtio-9p-device,fsdev=root,mount_tag="+wire.VMRootTag)
+	}
+	for i, d := range c.drives {
+		argv = append(argv, d.args(i)...)
 	}
 	if c.netFD > 0 {
 		argv = append(argv, netArgs(c.netFD)...)

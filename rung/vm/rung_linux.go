@@ -75,6 +75,10 @@ type Rung struct {
 	// command has ended, "gone": QEMU has ended, "done": the delta is
 	// built).
 	Trace func(phase string)
+
+	// imageOver9p has a trial on an image export the host's view of it
+	// over 9p, as before the erofs drive: the benchmark's baseline.
+	imageOver9p bool
 }
 
 var _ dryexec.Rung = (*Rung)(nil)
@@ -267,7 +271,7 @@ func (r *Rung) Notes() []string {
 		m.vmm.doctorNote(),
 		accel,
 		"kernel: " + m.kernel.Vmlinux + " (sha256 " + m.kernel.Digest[:16] + "…); initramfs: " + m.initramfs,
-		"wire: virtio-serial; root: the view over 9p (virtio-9p, passthrough), upper dirs on the host",
+		"wire: virtio-serial; root: the view over 9p (virtio-9p, passthrough), upper dirs on the host; on an OCI image: the image's erofs on a read-only virtio-blk drive under the VM's own overlay, its upper dir sent back on a second drive and unpacked by the host",
 		"network: netsim, as on ns, behind the VM's virtio-net (QEMU's -netdev dgram on a socket netsim serves, Ethernet frames)",
 		"limits: memory is the VM's RAM (its kernel's OOM kills recorded), one vCPU; QEMU in a cgroup of the trial's (memory: the limit plus QEMU's overhead; cpu.max; pids with room for QEMU's threads); pids as RLIMIT_NPROC inside the VM",
 		"sessions: one VM per session, the session guest as its init's child over the same view; workspace on a tmpfs of the VM's own (scan staging, as on gvisor); the same network as a trial's; park and resume (QMP migration to a file) and fork with memory (n restores of a snapshot)",
@@ -289,7 +293,7 @@ func (r *Rung) Trial(ctx context.Context, spec dryexec.TrialSpec) (*dryexec.Stat
 	}
 	defer t.net.close()
 	defer t.cleanup()
-	if err := t.openImage(); err != nil {
+	if err := t.openImage(ctx); err != nil {
 		return nil, err
 	}
 	if err := t.start(); err != nil {
@@ -328,6 +332,7 @@ func (r *Rung) newTrial(ctx context.Context, spec dryexec.TrialSpec) (*trial, er
 	t.Rung, t.What, t.TailName = Name, "the VM", "QEMU and console"
 	t.Tail = func() string { return tailString(t.console) }
 	t.Trace, t.Log, t.CollectMin, t.CollectTimeout = r.Trace, r.Log, r.CollectMin, r.CollectTimeout
+	t.InnerStart = t.innerStart
 	return t, nil
 }
 
@@ -359,8 +364,12 @@ type trial struct {
 	pooled bool
 	// group holds the view guest and QEMU (hostLimits).
 	group *viewtrial.HostGroup
-	// imageView: the host's read-only view of a trial's image (openImage).
-	imageView *os.File
+	// imageView: the host's read-only view of a trial's image (openImage);
+	// erofs: the image's erofs, the VM's read-only drive; upperDrive: the
+	// drive a trial's VM writes its upper dir back on (importUpper).
+	imageView  *os.File
+	erofs      string
+	upperDrive *os.File
 }
 
 // The view guest's descriptors: wire.CtrlFD is its own stream; the VM's
@@ -451,7 +460,7 @@ func (t *trial) cleanup() {
 	}
 	closeAll(t.ports)
 	closeAll([]*os.File{t.qmp, t.incoming})
-	closeImage(t.imageView)
+	t.closeImage()
 	t.Release()
 }
 
@@ -480,6 +489,7 @@ func (t *trial) prepare() error {
 		keep = append(keep, cfg.netFD)
 	}
 	keep = t.parkArgs(&cfg, keep)
+	t.imageDrives(&cfg)
 	// The view guest's exec verb is gvisor's: write a (here unused)
 	// config file, keep the ports, exec the program from the scratch dir.
 	t.bootStart = time.Now()
@@ -653,6 +663,10 @@ func (t *trial) run(ctx context.Context) (*dryexec.StateDelta, error) {
 	// it has drained them.
 	t.net.close()
 	t.r.trace("gone")
+	// On an image, the VM's writes are on its upper drive until now.
+	if ierr := t.importUpper(outer); ierr != nil && err == nil {
+		err = ierr
+	}
 	d := &dryexec.StateDelta{}
 	d.Violations = append(d.Violations, t.limitHits()...)
 	d.Warnings = append(d.Warnings, t.group.Warnings...)

@@ -40,17 +40,8 @@ func (r *Rung) OpenSandbox(ctx context.Context, spec dryexec.SandboxSpec) (dryex
 // openSession starts a session's VM for spec: booted, or, with state,
 // restored from a saved one (Resume; state is the sandbox's from then on).
 func (r *Rung) openSession(ctx context.Context, spec dryexec.SandboxSpec, state *os.File) (*sessionSandbox, error) {
-	// Trials on an image, not sessions yet: refused, typed, whoever calls.
-	if err := dryexec.CheckImage(r, spec.Image); err != nil {
-		closeAll([]*os.File{state})
-		return nil, err
-	}
-	if spec.Image != nil {
-		closeAll([]*os.File{state})
-		return nil, unavailable("sessions on an image (--image) are not supported on vm yet (trials on one are; sessions on one run on ns and gvisor)")
-	}
 	t, err := r.newTrial(ctx, dryexec.TrialSpec{TrialID: spec.ID, Limits: spec.Limits, Masks: spec.Masks,
-		NoDefaultMasks: spec.NoDefaultMasks, OwnPaths: spec.OwnPaths, Net: spec.Net, NetCADir: spec.NetCADir})
+		NoDefaultMasks: spec.NoDefaultMasks, OwnPaths: spec.OwnPaths, Net: spec.Net, NetCADir: spec.NetCADir, Image: spec.Image})
 	if err != nil {
 		closeAll([]*os.File{state})
 		return nil, err
@@ -58,6 +49,13 @@ func (r *Rung) openSession(ctx context.Context, spec dryexec.SandboxSpec, state 
 	t.session = true
 	t.restoring, t.incoming = state != nil, state
 	s := &sessionSandbox{t: t, ws: cmpOr(spec.Workspace, "/workspace")}
+	// On an image, the VM's root is its own overlay over the image's erofs
+	// drive, as a trial's (ociimage_linux.go); the workspace is the
+	// session guest's tmpfs over it, as on the host's view.
+	if err := t.openImage(ctx); err != nil {
+		s.Close()
+		return nil, err
+	}
 	if err := t.start(); err != nil {
 		s.Close()
 		return nil, err
@@ -178,6 +176,10 @@ func (s *sessionSandbox) Configure(start *wire.SessionStart) {
 	// netsim's trust variables, as a trial's command gets them; the VM's
 	// NIC is configured by its init, and the trust files are in the view.
 	start.Env = viewtrial.WithTrust(start.Env, s.t.net.trustEnv)
+	if s.t.erofs != "" {
+		// On an image the guest binds netsim's files over its own root.
+		start.TrustBundle, start.TrustPath = s.t.net.trustBundle, s.t.net.trustPath
+	}
 }
 
 // Ready does nothing: the masks were pinned when the view was built,

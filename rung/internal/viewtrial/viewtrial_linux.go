@@ -46,6 +46,10 @@ type Trial struct {
 	Log   *slog.Logger
 	// CollectMin and CollectTimeout are linuxns.Rung's.
 	CollectMin, CollectTimeout time.Duration
+	// InnerStart, when set, completes the trial.start the guest inside
+	// the sandbox gets (the vm rung on an image: netsim's files, which
+	// its guest then binds itself, not the view guest).
+	InnerStart func(*wire.TrialStart)
 
 	// Cmd is the view guest, then what it became (runsc, QEMU); Waited
 	// closes once it has been waited for (WaitErr).
@@ -334,7 +338,10 @@ func (t *Trial) Converse(trustEnv []string, sendStub func([]byte) error, startIO
 	host, _ := os.Hostname()
 	start := wire.TrialStart{Hostname: host, CommandUserNS: true, CommandNPROC: CommandNPROC(t.Spec.Limits),
 		WallNS: time.Now().UnixNano()}
-	if err := t.Inner.Send(wire.KindReq, wire.VerbTrialStart, 1, &start); err != nil {
+	if t.InnerStart != nil {
+		t.InnerStart(&start)
+	}
+	if err := t.Inner.Send(wire.KindReq, wire.VerbTrialStart, 1, &start, wire.Attachments(start.TrustBundle)...); err != nil {
 		return t.GuestErr("sending trial.start", err)
 	}
 	env := make([]string, 0, len(a.Env))

@@ -1,0 +1,275 @@
+package guest
+
+import (
+	"archive/tar"
+	"bufio"
+	"encoding/binary"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/dryexec/dryexec/wire"
+)
+
+// vmImageScratch is the VM's tmpfs for a root on an image: the erofs mount
+// (lower), the layer of mount points beneath it (image-init), the overlay's
+// upper and work dirs (u, w) and netsim's files (net).
+const vmImageScratch = "/vmimage"
+
+// vmDrive returns the /dev path of the VM's virtio-blk disk whose serial
+// is serial, or "": the host names its drives by serial (the order in which
+// virtio-mmio devices are probed is not the command line's).
+func vmDrive(serial string) string {
+	ents, _ := filepath.Glob("/sys/block/vd*/serial")
+	for _, e := range ents {
+		if b, err := os.ReadFile(e); err == nil && strings.TrimSpace(string(b)) == serial {
+			return "/dev/" + filepath.Base(filepath.Dir(e))
+		}
+	}
+	return ""
+}
+
+// vmImage is a VM's root on an OCI image: the image's erofs (the host's
+// read-only drive wire.VMImageSerial) under an overlay whose upper dir is
+// on a tmpfs of the VM's, so that the image's files are read by the VM's
+// own kernel from a block device, not served by QEMU's 9p per access, and
+// the command's FIFOs and sub-second times are the VM kernel's own (no
+// host round trip, as over 9p: vmfifo_linux.go). At the end the upper dir
+// goes back to the host as a tar on the drive wire.VMUpperSerial (export),
+// which the host unpacks, with a pulled layer's checks, into the trial's
+// upper dir on the host and walks as on ns.
+type vmImage struct {
+	upper *os.File // the upper dir, reachable after the switch of root
+	out   string   // the drive the upper dir is exported to ("": none)
+}
+
+// mountVMImage mounts the image's overlay at newRoot and binds netsim's
+// files (cfg's, as the view guest does on the host) over it. nil, nil when
+// the host attached no image drive: the root is then the 9p view.
+func mountVMImage(newRoot string, cfg *wire.TrialStart, upperSize int64) (*vmImage, error) {
+	dev := vmDrive(wire.VMImageSerial)
+	if dev == "" {
+		return nil, nil
+	}
+	// A trial's (a session's workspace is a tmpfs of its own, streamed).
+	out := vmDrive(wire.VMUpperSerial)
+	s := vmImageScratch
+	if err := os.MkdirAll(s, 0o755); err != nil {
+		return nil, err
+	}
+	opts := "mode=0755"
+	if upperSize > 0 {
+		// The trial's --upper-size, as the host's upper tmpfs has it on ns.
+		opts += ",size=" + strconv.FormatInt(upperSize, 10)
+	}
+	if err := unix.Mount("tmpfs", s, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, opts); err != nil {
+		return nil, fmt.Errorf("the image's tmpfs: %w", err)
+	}
+	for _, d := range []string{"/lower", "/image-init", "/image-init/proc", "/image-init/dev", "/image-init/sys", "/u", "/w"} {
+		if err := os.Mkdir(s+d, 0o755); err != nil {
+			return nil, err
+		}
+	}
+	if err := unix.Mount(dev, s+"/lower", "erofs", unix.MS_RDONLY|unix.MS_NODEV, ""); err != nil {
+		return nil, fmt.Errorf("mounting the image (erofs on %s): %w", dev, err)
+	}
+	// As the host's image view (guest/overlay_linux.go, imagemount): the
+	// mount points the VM's own /proc, /dev and /sys need beneath the image,
+	// metacopy and the index off. Unlike it, redirect_dir=nofollow: a
+	// renamed directory's redirect xattr (trusted.*) does not survive the
+	// trip back to the host as a layer, which would then hold only what was
+	// copied up of it; renaming a directory of the image is EXDEV instead,
+	// and mv copies. With classic mount options, not lowerdir+: the VM's
+	// kernel may be older than 6.8, and these paths have no comma or colon.
+	o := "lowerdir=" + s + "/lower:" + s + "/image-init,upperdir=" + s + "/u,workdir=" + s + "/w" +
+		",metacopy=off,index=off,xino=auto,redirect_dir=nofollow"
+	if err := unix.Mount("overlay", newRoot, "overlay", unix.MS_NODEV, o); err != nil {
+		return nil, fmt.Errorf("the image's overlay: %w", err)
+	}
+	if err := bindNetFiles(cfg, s, newRoot); err != nil {
+		return nil, err
+	}
+	u, err := os.OpenFile(s+"/u", os.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW, 0)
+	if err != nil {
+		return nil, err
+	}
+	return &vmImage{upper: u, out: out}, nil
+}
+
+// export writes the upper dir to the upper drive as a tar in an OCI
+// layer's form (whiteouts as .wh. names, an opaque dir as .wh..wh..opq):
+// the tar at wire.VMUpperOffset, then the magic and the tar's length (8
+// bytes, little-endian) at 0.
+// Every process of the command is gone: the upper dir is final.
+func (v *vmImage) export() error {
+	if v.out == "" {
+		return fmt.Errorf("no drive %s to export the upper dir to", wire.VMUpperSerial)
+	}
+	f, err := os.OpenFile(v.out, os.O_WRONLY, 0)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	if _, err := f.Seek(wire.VMUpperOffset, 0); err != nil {
+		return err
+	}
+	cw := &countWriter{w: f}
+	bw := bufio.NewWriterSize(cw, 1<<20)
+	tw := tar.NewWriter(bw)
+	if err := writeUpperTar(tw, v.upper); err != nil {
+		return err
+	}
+	if err := tw.Close(); err != nil {
+		return err
+	}
+	if err := bw.Flush(); err != nil {
+		return err
+	}
+	if err := f.Sync(); err != nil {
+		return err
+	}
+	head := make([]byte, len(wire.VMUpperMagic)+8)
+	copy(head, wire.VMUpperMagic)
+	binary.LittleEndian.PutUint64(head[len(wire.VMUpperMagic):], uint64(cw.n))
+	if _, err := f.WriteAt(head, 0); err != nil {
+		return err
+	}
+	return f.Sync()
+}
+
+type countWriter struct {
+	w interface{ Write([]byte) (int, error) }
+	n int64
+}
+
+func (c *countWriter) Write(b []byte) (int, error) {
+	n, err := c.w.Write(b)
+	c.n += int64(n)
+	return n, err
+}
+
+// writeUpperTar writes the overlay upper dir upper into tw, parents
+// before children. trusted.overlay.* xattrs are overlay's bookkeeping: the
+// opaque one becomes .wh..wh..opq, the others (origin, impure) are not the
+// command's and are left out, as a redirect cannot happen (nofollow).
+// user.* xattrs go as PAX records, as a layer's do.
+func writeUpperTar(tw *tar.Writer, upper *os.File) error {
+	// Through the descriptor: the upper dir is outside the root since the
+	// switch. "/." so that the walk starts in the dir, not at the magic
+	// link to it (a root that is a symlink is not descended).
+	root := "/proc/self/fd/" + strconv.Itoa(int(upper.Fd())) + "/."
+	links := map[uint64]string{} // inode -> the first name written
+	return filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel(root, p)
+		if rel == "." {
+			return nil
+		}
+		var st unix.Stat_t
+		if err := unix.Lstat(p, &st); err != nil {
+			return err
+		}
+		h := &tar.Header{Name: rel, Mode: int64(st.Mode & 0o7777), Uid: int(st.Uid), Gid: int(st.Gid),
+			ModTime: time.Unix(st.Mtim.Unix()), AccessTime: time.Unix(st.Atim.Unix()), Format: tar.FormatPAX}
+		switch st.Mode & unix.S_IFMT {
+		case unix.S_IFCHR:
+			if st.Rdev == 0 {
+				// A whiteout.
+				return tw.WriteHeader(&tar.Header{Name: path.Join(path.Dir(rel), ".wh."+path.Base(rel)), Typeflag: tar.TypeReg, Format: tar.FormatPAX})
+			}
+			h.Typeflag, h.Devmajor, h.Devminor = tar.TypeChar, int64(unix.Major(st.Rdev)), int64(unix.Minor(st.Rdev))
+		case unix.S_IFBLK:
+			h.Typeflag, h.Devmajor, h.Devminor = tar.TypeBlock, int64(unix.Major(st.Rdev)), int64(unix.Minor(st.Rdev))
+		case unix.S_IFDIR:
+			h.Typeflag, h.Name = tar.TypeDir, rel+"/"
+		case unix.S_IFLNK:
+			target, err := os.Readlink(p)
+			if err != nil {
+				return err
+			}
+			h.Typeflag, h.Linkname = tar.TypeSymlink, target
+		case unix.S_IFIFO:
+			h.Typeflag = tar.TypeFifo
+		case unix.S_IFREG:
+			if st.Nlink > 1 {
+				if first, ok := links[st.Ino]; ok {
+					return tw.WriteHeader(&tar.Header{Name: rel, Typeflag: tar.TypeLink, Linkname: first, Format: tar.FormatPAX})
+				}
+				links[st.Ino] = rel
+			}
+			h.Typeflag, h.Size = tar.TypeReg, st.Size
+		default:
+			return nil // a socket: no tar form, as on ns's walk (not a change)
+		}
+		h.PAXRecords = userXattrs(p)
+		if err := tw.WriteHeader(h); err != nil {
+			return err
+		}
+		if h.Typeflag == tar.TypeReg {
+			if err := copyInto(tw, p, h.Size); err != nil {
+				return err
+			}
+		}
+		if h.Typeflag == tar.TypeDir && opaque(p) {
+			return tw.WriteHeader(&tar.Header{Name: rel + "/.wh..wh..opq", Typeflag: tar.TypeReg, Format: tar.FormatPAX})
+		}
+		return nil
+	})
+}
+
+func copyInto(tw *tar.Writer, p string, size int64) error {
+	f, err := os.Open(p)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	n, err := io.Copy(tw, f)
+	if err == nil && n != size {
+		err = fmt.Errorf("%s: %d bytes, not %d", p, n, size)
+	}
+	return err
+}
+
+func opaque(p string) bool {
+	b := make([]byte, 8)
+	n, err := unix.Lgetxattr(p, "trusted.overlay.opaque", b)
+	return err == nil && n == 1 && b[0] == 'y'
+}
+
+// userXattrs are p's user.* extended attributes as PAX records.
+func userXattrs(p string) map[string]string {
+	sz, err := unix.Llistxattr(p, nil)
+	if err != nil || sz == 0 {
+		return nil
+	}
+	buf := make([]byte, sz)
+	if sz, err = unix.Llistxattr(p, buf); err != nil {
+		return nil
+	}
+	var recs map[string]string
+	for k := range strings.SplitSeq(string(buf[:sz]), "\x00") {
+		if !strings.HasPrefix(k, "user.") {
+			continue
+		}
+		v := make([]byte, 64<<10)
+		n, err := unix.Lgetxattr(p, k, v)
+		if err != nil {
+			continue
+		}
+		if recs == nil {
+			recs = map[string]string{}
+		}
+		recs["SCHILY.xattr."+k] = string(v[:n])
+	}
+	return recs
+}
