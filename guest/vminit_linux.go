@@ -89,7 +89,7 @@ func runVMTrial() int {
 	if !ok {
 		return code
 	}
-	defer vmHeartbeat(conn)()
+	defer vmHeartbeat(func() error { return conn.Send(wire.KindEvent, wire.VerbVMAlive, 0, nil) })()
 	// The VM's clock started from the RTC's whole second; the files the
 	// command writes get the host's time from QEMU's 9p server: make (and
 	// anything comparing the two) would see its own writes in the future.

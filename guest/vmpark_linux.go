@@ -29,6 +29,10 @@ type vmPark struct {
 	// image: the root is the VM's own overlay over the host's image drive
 	// (mountVMImage), not the 9p view.
 	image bool
+	// alive stops the heartbeat (vmHeartbeat) while it runs; nil while
+	// parked: the VM is about to be saved, and a heartbeat in flight then
+	// would be cut in the middle of its frame.
+	alive func()
 }
 
 // parkVM unmounts the view (9p) and every mount above it, and puts the
@@ -87,6 +91,10 @@ func (s *session) parkVM() error {
 		return fmt.Errorf("leaving the view: %w", err)
 	}
 	p.parked = true
+	if p.alive != nil {
+		p.alive()
+		p.alive = nil
+	}
 	return nil
 }
 
@@ -119,6 +127,7 @@ func (s *session) unparkVM(wallNS int64) error {
 	}
 	unix.Close(p.ws)
 	p.parked = false
+	p.alive = s.vmHeartbeat()
 	return nil
 }
 

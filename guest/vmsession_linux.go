@@ -52,7 +52,16 @@ func (s *session) startVM() error {
 	oom := newVMOOM()
 	oom.protect()
 	s.vm = &vmPark{initRoot: root, oom: oom, image: img != nil}
+	s.vm.alive = s.vmHeartbeat()
 	return nil
+}
+
+// vmHeartbeat starts the session's heartbeat (vmHeartbeat): from session
+// start until it parks, and again once unparked, a vm session guest says it
+// is alive, calls in flight or not, so that the host can tell an exec
+// without a timeout from a VM that stopped answering.
+func (s *session) vmHeartbeat() (stop func()) {
+	return vmHeartbeat(func() error { return s.peer.Notify(wire.VerbVMAlive, nil) })
 }
 
 // unprotectExec gives a vm session's exec the OOM score the guest took

@@ -148,9 +148,57 @@ type sessionSandbox struct {
 	// (GuestOOMKills), until Violations takes them.
 	mu      sync.Mutex
 	ramHits []dryexec.Violation
+	// stopWatch ends the watch on the VM's silence (heardFile.watch), nil
+	// while none runs; silence is why the watch killed QEMU, or nil.
+	stopWatch func()
+	silence   error
 }
 
-func (s *sessionSandbox) Conn() io.ReadWriteCloser { return s.t.ports[0] }
+// Conn is the VM's ctrl stream, watched for silence: the session guest
+// sends its heartbeat (wire.VerbVMAlive) whenever it is not parked, and a
+// VM silent for the rung's SilenceLimit (QEMU stopped, its kernel wedged)
+// is killed, where an exec without a timeout would otherwise be waited for
+// forever; the call in flight, and every later one, is then
+// dryexec.ErrSessionLost, naming the silence (GuestEnded).
+func (s *sessionSandbox) Conn() io.ReadWriteCloser { return watchedConn{s} }
+
+// watchedConn arms the sandbox's watch on every write: the host asking
+// something (a call, unparking) is when the guest must be alive; save
+// disarms it while QEMU is stopped to save the VM.
+type watchedConn struct{ s *sessionSandbox }
+
+func (c watchedConn) Read(p []byte) (int, error) { return c.s.t.ctrl.Read(p) }
+func (c watchedConn) Close() error               { return c.s.t.ctrl.Close() }
+
+func (c watchedConn) Write(p []byte) (int, error) {
+	c.s.arm()
+	return c.s.t.ctrl.Write(p)
+}
+
+// arm starts the watch on the VM's silence unless it runs.
+func (s *sessionSandbox) arm() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.stopWatch != nil {
+		return
+	}
+	s.stopWatch = s.t.ctrl.watch(s.t.r.silenceLimit(), func(cause error) {
+		s.mu.Lock()
+		s.silence = cause
+		s.mu.Unlock()
+		s.t.Kill()
+	})
+}
+
+// disarm ends the watch on the VM's silence, if it runs.
+func (s *sessionSandbox) disarm() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.stopWatch != nil {
+		s.stopWatch()
+		s.stopWatch = nil
+	}
+}
 func (s *sessionSandbox) Workspace() string        { return s.ws }
 
 // GuestPID is QEMU's: the session guest is a process of the VM's kernel,
@@ -232,6 +280,12 @@ func (s *sessionSandbox) GuestEnded() (string, bool) {
 		return how, ok
 	}
 	how = "QEMU " + how
+	s.mu.Lock()
+	silence := s.silence
+	s.mu.Unlock()
+	if silence != nil {
+		how += " by the host: " + silence.Error()
+	}
 	if p := s.t.kernelPanicked(); p != "" {
 		how += " after the VM's kernel panicked (" + p + ")"
 	}
@@ -247,6 +301,7 @@ func (s *sessionSandbox) KillExec(int) {}
 // view guest's mount namespace, which ended with QEMU.
 func (s *sessionSandbox) Close() error {
 	s.close.Do(func() {
+		s.disarm()
 		if s.q != nil {
 			s.q.Close()
 		}
