@@ -199,7 +199,8 @@ func (s *sessionSandbox) disarm() {
 		s.stopWatch = nil
 	}
 }
-func (s *sessionSandbox) Workspace() string        { return s.ws }
+
+func (s *sessionSandbox) Workspace() string { return s.ws }
 
 // GuestPID is QEMU's: the session guest is a process of the VM's kernel,
 // and QEMU (the view guest, which became it) is the host process that
