@@ -85,6 +85,9 @@ func (s *sessionSandbox) Park(ctx context.Context, dir string) error {
 // save saves the VM to dir/ParkFile; then quit ends QEMU and the sandbox,
 // else the VM runs on.
 func (s *sessionSandbox) save(ctx context.Context, dir string, quit bool) error {
+	// The parked guest sends no heartbeat, and QEMU saving the VM stops
+	// it: the next call (unparking) arms the watch again.
+	s.disarm()
 	t := s.t
 	if t.erofs != "" {
 		// Its restore would need the image's drive attached again, which
@@ -95,9 +98,6 @@ func (s *sessionSandbox) save(ctx context.Context, dir string, quit bool) error 
 	if err != nil {
 		return t.GuestErr("parking the session's VM", err)
 	}
-	// The parked guest sends no heartbeat, and QEMU saving the VM stops
-	// it: the next call (unparking) arms the watch again.
-	s.disarm()
 	path := filepath.Join(dir, ParkFile)
 	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
 	if err != nil {
