@@ -220,14 +220,8 @@ func TestSessionQEMUKilledMidExec(t *testing.T) {
 	if len(qemu) != 1 {
 		t.Fatalf("QEMU children %v, want one", qemu)
 	}
-	go func() {
-		// The exec has started (it emitted) when QEMU is killed.
-		select {
-		case <-started:
-			syscall.Kill(qemu[0], syscall.SIGKILL)
-		case <-time.After(3 * time.Minute):
-		}
-	}()
+	// The exec has started (it emitted) when QEMU is killed.
+	signalOn(started, qemu[0], syscall.SIGKILL)
 	_, err := s.Python(t.Context(), "emit('started', 1)\nimport time\ntime.sleep(600)", nil, 0)
 	if !errors.Is(err, dryexec.ErrSessionLost) {
 		t.Fatalf("Python while QEMU was killed: %v; want ErrSessionLost", err)
@@ -236,8 +230,33 @@ func TestSessionQEMUKilledMidExec(t *testing.T) {
 		t.Errorf("Shell after the kill: %v; want ErrSessionLost", err)
 	}
 	s.Close()
+	checkNothingLeft(t, "", tmp, socksBefore)
+}
+
+// signalOn sends sig to pid once started is signalled (the exec has
+// started), unless that takes 4 minutes.
+func signalOn(started <-chan struct{}, pid int, sig syscall.Signal) {
+	go func() {
+		select {
+		case <-started:
+			syscall.Kill(pid, sig)
+		case <-time.After(4 * time.Minute):
+		}
+	}()
+}
+
+// checkNothingLeft fails t if anything of a closed vm sandbox is left on
+// the host: a QEMU, its cgroup (of the sandbox id, unless ""), a socket
+// beyond the socksBefore this process had, a file in its TMPDIR tmp.
+func checkNothingLeft(t *testing.T, id, tmp string, socksBefore int) {
+	t.Helper()
 	if left := qemuChildren(t); len(left) != 0 {
 		t.Errorf("QEMU processes left: %v", left)
+	}
+	if id != "" {
+		if left := vmGroups(id); len(left) != 0 {
+			t.Errorf("cgroups left: %v", left)
+		}
 	}
 	if n := sockets(t); n > socksBefore {
 		t.Errorf("%d sockets open after Close, %d before", n, socksBefore)

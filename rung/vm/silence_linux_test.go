@@ -69,13 +69,7 @@ func TestSessionVMSilent(t *testing.T) {
 	if len(qemu) != 1 {
 		t.Fatalf("QEMU children %v, want one", qemu)
 	}
-	go func() {
-		select {
-		case <-started:
-			syscall.Kill(qemu[0], syscall.SIGSTOP)
-		case <-time.After(4 * time.Minute):
-		}
-	}()
+	signalOn(started, qemu[0], syscall.SIGSTOP)
 	_, err := peer.Call(t.Context(), wire.VerbExecPython, &wire.ExecPython{Code: "emit('started', 1)\nimport time\ntime.sleep(600)"})
 	if !errors.Is(err, wire.ErrClosed) {
 		t.Fatalf("exec in a stopped VM: %v; want the session gone", err)
@@ -87,18 +81,7 @@ func TestSessionVMSilent(t *testing.T) {
 		t.Errorf("exec after the VM fell silent: %v; want the session gone", err)
 	}
 	sb.Close()
-	if left := qemuChildren(t); len(left) != 0 {
-		t.Errorf("QEMU processes left: %v", left)
-	}
-	if left := vmGroups(id); len(left) != 0 {
-		t.Errorf("cgroups left: %v", left)
-	}
-	if n := sockets(t); n > socksBefore {
-		t.Errorf("%d sockets open after Close, %d before", n, socksBefore)
-	}
-	if left := dirNames(t, tmp); len(left) > 0 {
-		t.Errorf("left in TMPDIR: %v", left)
-	}
+	checkNothingLeft(t, id, tmp, socksBefore)
 }
 
 // TestSessionQuietExecLives: an exec without a timeout that says nothing
