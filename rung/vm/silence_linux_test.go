@@ -99,7 +99,7 @@ func TestSessionQuietExecLives(t *testing.T) {
 	if err := f.Decode(&res); err != nil {
 		t.Fatal(err)
 	}
-	if res.ExitCode != 0 || strings.TrimSpace(res.Stdout) != "done" {
-		t.Fatalf("exit %d, stdout %q: want a normal end", res.ExitCode, res.Stdout)
+	if res.ExitCode != 0 || strings.TrimSpace(res.Transcript) != "done" {
+		t.Fatalf("exit %d, output %q: want a normal end", res.ExitCode, res.Transcript)
 	}
 }
