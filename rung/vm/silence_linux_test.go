@@ -39,7 +39,7 @@ func rawSession(t *testing.T, r *vm.Rung, id string, onEmit func(name string)) (
 		return nil, nil, nil
 	})
 	go peer.Run(context.Background())
-	start := wire.SessionStart{Workspace: sb.Workspace(), Env: []string{"PATH=/usr/local/bin:/usr/bin:/bin"}}
+	start := wire.SessionStart{Workspace: sb.Workspace(), OutputCap: 1 << 16, Env: []string{"PATH=/usr/local/bin:/usr/bin:/bin"}}
 	sb.Configure(&start)
 	if _, err := peer.Call(t.Context(), wire.VerbSessionStart, &start, wire.Attachments(start.TrustBundle)...); err != nil {
 		t.Fatalf("session.start: %v", err)
