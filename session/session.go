@@ -480,6 +480,10 @@ func (s *Session) Warnings() []string { return s.sb.Warnings() }
 // refused.
 func (s *Session) serveGuest(ctx context.Context, f *wire.Frame) (any, [][]byte, error) {
 	switch f.Verb {
+	case wire.VerbVMAlive:
+		// A vm guest's heartbeat: its sandbox's own watch counts it (it
+		// reads the stream); nothing to answer, and it is no error.
+		return nil, nil, nil
 	case wire.VerbExecStarted:
 		var es wire.ExecStarted
 		if err := f.Decode(&es); err != nil || es.PID <= 1 {
