@@ -8,7 +8,6 @@ import (
 	"io"
 	"io/fs"
 	"os"
-	"path"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -104,9 +103,10 @@ func mountVMImage(newRoot string, cfg *wire.TrialStart, upperSize int64) (*vmIma
 	return &vmImage{upper: u, out: out}, nil
 }
 
-// export writes the upper dir to the upper drive as a tar in an OCI
-// layer's form (whiteouts as .wh. names, an opaque dir as .wh..wh..opq):
-// the tar at wire.VMUpperOffset, then the magic and the tar's length (8
+// export writes the upper dir to the upper drive as a tar with overlay's
+// own marks (a whiteout as a char device 0/0, an opaque dir by the PAX
+// record wire.VMUpperOpaque; not a layer's .wh. names, which a file the
+// command named .wh.foo would fake): the tar at wire.VMUpperOffset, then the magic and the tar's length (8
 // bytes, little-endian) at 0.
 // Every process of the command is gone: the upper dir is final.
 func (v *vmImage) export() error {
@@ -158,7 +158,7 @@ func (c *countWriter) Write(b []byte) (int, error) {
 
 // writeUpperTar writes the overlay upper dir upper into tw, parents
 // before children. trusted.overlay.* xattrs are overlay's bookkeeping: the
-// opaque one becomes .wh..wh..opq, the others (origin, impure) are not the
+// opaque one becomes the PAX record wire.VMUpperOpaque, the others (origin, impure) are not the
 // command's and are left out, as a redirect cannot happen (nofollow).
 // user.* xattrs go as PAX records, as a layer's do.
 func writeUpperTar(tw *tar.Writer, upper *os.File) error {
@@ -183,10 +183,6 @@ func writeUpperTar(tw *tar.Writer, upper *os.File) error {
 			ModTime: time.Unix(st.Mtim.Unix()), AccessTime: time.Unix(st.Atim.Unix()), Format: tar.FormatPAX}
 		switch st.Mode & unix.S_IFMT {
 		case unix.S_IFCHR:
-			if st.Rdev == 0 {
-				// A whiteout.
-				return tw.WriteHeader(&tar.Header{Name: path.Join(path.Dir(rel), ".wh."+path.Base(rel)), Typeflag: tar.TypeReg, Format: tar.FormatPAX})
-			}
 			h.Typeflag, h.Devmajor, h.Devminor = tar.TypeChar, int64(unix.Major(st.Rdev)), int64(unix.Minor(st.Rdev))
 		case unix.S_IFBLK:
 			h.Typeflag, h.Devmajor, h.Devminor = tar.TypeBlock, int64(unix.Major(st.Rdev)), int64(unix.Minor(st.Rdev))
@@ -212,16 +208,17 @@ func writeUpperTar(tw *tar.Writer, upper *os.File) error {
 			return nil // a socket: no tar form, as on ns's walk (not a change)
 		}
 		h.PAXRecords = userXattrs(p)
+		if h.Typeflag == tar.TypeDir && opaque(p) {
+			if h.PAXRecords == nil {
+				h.PAXRecords = map[string]string{}
+			}
+			h.PAXRecords[wire.VMUpperOpaque] = "y"
+		}
 		if err := tw.WriteHeader(h); err != nil {
 			return err
 		}
 		if h.Typeflag == tar.TypeReg {
-			if err := copyInto(tw, p, h.Size); err != nil {
-				return err
-			}
-		}
-		if h.Typeflag == tar.TypeDir && opaque(p) {
-			return tw.WriteHeader(&tar.Header{Name: rel + "/.wh..wh..opq", Typeflag: tar.TypeReg, Format: tar.FormatPAX})
+			return copyInto(tw, p, h.Size)
 		}
 		return nil
 	})

@@ -15,7 +15,7 @@ import (
 
 // TestUpperTarRoundTrip: what a real overlay leaves in its upper dir (a
 // whiteout, an opaque dir, a hard link, a FIFO, a setuid file, sub-second
-// times, a user xattr) goes through writeUpperTar, as a VM's guest exports
+// times, a user xattr, files named as a layer's marks) goes through writeUpperTar, as a VM's guest exports
 // it, and image.UnpackUpper, as the host takes it back, into the same upper
 // dir: the same entries, kinds, modes, times and overlay marks, and none of
 // overlay's other trusted.* bookkeeping.
@@ -44,6 +44,9 @@ func TestUpperTarRoundTrip(t *testing.T) {
 	must(t, os.Link(m+"/d/keep", m+"/d/link"))
 	must(t, unix.Mkfifo(m+"/d/p", 0o600))
 	must(t, unix.Setxattr(m+"/opq/new", "user.note", []byte("hi"), 0))
+	// Files a command may name as a layer's marks are files.
+	must(t, os.WriteFile(m+"/d/.wh.keep", []byte("a\n"), 0o644))
+	must(t, os.WriteFile(m+"/d/.wh..wh..opq", []byte("b\n"), 0o644))
 	ts := []unix.Timespec{{Sec: 1600000000, Nsec: 123456789}, {Sec: 1600000000, Nsec: 987654321}}
 	must(t, unix.UtimesNanoAt(unix.AT_FDCWD, m+"/opq/new", ts, 0))
 	must(t, unix.Unmount(merged, 0))
@@ -69,6 +72,14 @@ func TestUpperTarRoundTrip(t *testing.T) {
 	v := make([]byte, 8)
 	if n, err := unix.Lgetxattr(back+"/opq", "trusted.overlay.opaque", v); err != nil || string(v[:n]) != "y" {
 		t.Errorf("opq: opaque %q, %v; want y", v[:n], err)
+	}
+	for name, want := range map[string]string{".wh.keep": "a\n", ".wh..wh..opq": "b\n"} {
+		if b, err := os.ReadFile(back + "/d/" + name); err != nil || string(b) != want {
+			t.Errorf("d/%s: %q, %v; want the file", name, b, err)
+		}
+	}
+	if _, err := unix.Lgetxattr(back+"/d", "trusted.overlay.opaque", v); err == nil {
+		t.Errorf("d: a file named .wh..wh..opq made it opaque")
 	}
 	if _, err := unix.Lgetxattr(back+"/d", "trusted.overlay.origin", v); err == nil {
 		t.Errorf("d: overlay's origin xattr came back")

@@ -13,6 +13,8 @@ import (
 	"strings"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/dryexec/dryexec/wire"
 )
 
 // Overlay's own whiteout forms (Documentation/filesystems/overlayfs.rst): a
@@ -50,7 +52,10 @@ func callerForm() Form {
 type unpacker struct {
 	root int // O_PATH fd of the layer's directory
 	form Form
-	log  *slog.Logger
+	// upper: the tar is an upper dir's (UnpackUpper): whiteouts are char
+	// devices 0/0, opaque dirs have wire.VMUpperOpaque, .wh. names are names.
+	upper bool
+	log   *slog.Logger
 	// dirTimes are applied at the end: entries written into a directory
 	// after it change its mtime.
 	dirTimes []dirTime
@@ -64,12 +69,16 @@ type dirTime struct {
 
 // unpackLayer unpacks the tar stream r into the empty directory dir.
 func unpackLayer(ctx context.Context, r io.Reader, dir string, form Form, log *slog.Logger) (skipped int, err error) {
+	return unpack(ctx, r, dir, form, false, log)
+}
+
+func unpack(ctx context.Context, r io.Reader, dir string, form Form, upper bool, log *slog.Logger) (skipped int, err error) {
 	fd, err := unix.Open(dir, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC|unix.O_NOFOLLOW, 0)
 	if err != nil {
 		return 0, fmt.Errorf("image: opening %s: %w", dir, err)
 	}
 	defer unix.Close(fd)
-	u := &unpacker{root: fd, form: form, log: log}
+	u := &unpacker{root: fd, form: form, upper: upper, log: log}
 	tr := tar.NewReader(r)
 	for {
 		if err := ctx.Err(); err != nil {
@@ -112,13 +121,16 @@ func (u *unpacker) entry(h *tar.Header, body io.Reader) error {
 		return nil // the layer's root is the cache's directory
 	}
 	base := path.Base(p)
-	if strings.HasPrefix(base, whPrefix) {
+	if strings.HasPrefix(base, whPrefix) && !u.upper {
 		return u.whiteout(p, base)
 	}
 	switch h.Typeflag {
 	case tar.TypeXGlobalHeader:
 		return nil
 	case tar.TypeChar, tar.TypeBlock:
+		if u.upper && h.Typeflag == tar.TypeChar && h.Devmajor == 0 && h.Devminor == 0 {
+			return u.hide(path.Dir(p), base)
+		}
 		// Device nodes are never created: a sandbox gets its own /dev, and a
 		// device file in the cache would be a door to the host's devices.
 		u.log.Debug("image: device node skipped", "path", p)
@@ -158,6 +170,11 @@ func (u *unpacker) entry(h *tar.Header, body io.Reader) error {
 			return err
 		}
 		u.xattrs(pfd, base, h)
+		if u.upper && h.PAXRecords[wire.VMUpperOpaque] == "y" {
+			if err := u.setOpaque(p); err != nil {
+				return err
+			}
+		}
 		u.dirTimes = append(u.dirTimes, dirTime{p, h})
 		return nil
 	}
@@ -233,21 +250,7 @@ func (u *unpacker) entry(h *tar.Header, body io.Reader) error {
 func (u *unpacker) whiteout(p, base string) error {
 	dir := path.Dir(p)
 	if base == whOpaque {
-		fd, err := u.dir(dir, true)
-		if err != nil {
-			return err
-		}
-		defer unix.Close(fd)
-		rfd, err := unix.Openat(fd, ".", unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
-		if err != nil {
-			return err
-		}
-		defer unix.Close(rfd)
-		key := opaqueKey
-		if u.form == FormUserXattr {
-			key = userOpaqueKey
-		}
-		return unix.Fsetxattr(rfd, key, []byte("y"), 0)
+		return u.setOpaque(dir)
 	}
 	if strings.HasPrefix(base, whPrefix+whPrefix) {
 		return nil // other AUFS bookkeeping (.wh..wh.plnk etc.): not content
@@ -256,6 +259,31 @@ func (u *unpacker) whiteout(p, base string) error {
 	if name == "" || name == "." || name == ".." {
 		return fmt.Errorf("%w: whiteout %q names nothing", ErrUnsafeLayer, p)
 	}
+	return u.hide(dir, name)
+}
+
+// setOpaque marks the directory dir opaque in the overlay form of u's.
+func (u *unpacker) setOpaque(dir string) error {
+	fd, err := u.dir(dir, true)
+	if err != nil {
+		return err
+	}
+	defer unix.Close(fd)
+	rfd, err := unix.Openat(fd, ".", unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return err
+	}
+	defer unix.Close(rfd)
+	key := opaqueKey
+	if u.form == FormUserXattr {
+		key = userOpaqueKey
+	}
+	return unix.Fsetxattr(rfd, key, []byte("y"), 0)
+}
+
+// hide makes name in dir a whiteout (overlay's char device 0/0), in place
+// of whatever was unpacked there.
+func (u *unpacker) hide(dir, name string) error {
 	pfd, err := u.dir(dir, true)
 	if err != nil {
 		return err
@@ -389,14 +417,18 @@ func mode(h *tar.Header) uint32 {
 	return uint32(h.Mode) & 0o7777
 }
 
-// UnpackUpper unpacks r, a tar in an OCI layer's form, into dir (empty),
-// in the form this process's overlays use, with every check a pulled
-// layer gets: the vm rung has a VM's upper dir (which the VM, not the
-// host, wrote) sent back this way, and makes it the trial's upper dir on
-// the host. skipped counts the entries left out (device nodes).
+// UnpackUpper unpacks r, the tar of an overlay upper dir, into dir
+// (empty), in the form this process's overlays use, with every check a
+// pulled layer gets: the vm rung has a VM's upper dir (which the VM, not
+// the host, wrote) sent back this way, and makes it the trial's upper dir
+// on the host. Unlike a layer's, its marks are overlay's own, so that
+// every name is a name: a whiteout is a char device 0/0 (the one device
+// made), an opaque dir's entry has the PAX record wire.VMUpperOpaque "y", and an
+// entry named .wh.foo is a file named .wh.foo. skipped counts the entries
+// left out (other device nodes).
 func UnpackUpper(ctx context.Context, r io.Reader, dir string, log *slog.Logger) (skipped int, err error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return unpackLayer(ctx, r, dir, callerForm(), log)
+	return unpack(ctx, r, dir, callerForm(), true, log)
 }

@@ -16,15 +16,19 @@ const (
 	// VMImageSerial is the serial of the read-only virtio-blk drive that
 	// holds a trial's OCI image as erofs: with it, the VM's root is an
 	// overlay of its own over that image, its upper dir on a tmpfs of the
-	// VM's, sent back as a tar in an OCI layer's form on the writable drive
-	// VMUpperSerial (nothing of the image goes over 9p).
+	// VM's, sent back as a tar on the writable drive VMUpperSerial (nothing
+	// of the image goes over 9p). The tar keeps overlay's own marks, not a
+	// layer's .wh. names, so that every name is a name: a whiteout is a
+	// char device 0/0, an opaque dir's entry has the PAX record
+	// VMUpperOpaque "y".
 	VMImageSerial = "dryexec-image"
 	VMUpperSerial = "dryexec-upper"
 	// VMUpperMagic starts the upper drive once the tar at VMUpperOffset is
 	// whole, followed by its length (8 bytes, little-endian): a VM that died
 	// mid-export leaves the drive without it, and the host reads no tar.
-	VMUpperMagic  = "dryexec-upper-v1"
+	VMUpperMagic  = "dryexec-upper-v2"
 	VMUpperOffset = 4096
+	VMUpperOpaque = "DRYEXEC.overlay.opaque"
 	// VMModules lists, one per line in load order, the kernel modules the
 	// initramfs carries (as /lib/modules/NAME.ko) for the init to load.
 	VMModules = "/dryexec-modules"

@@ -62,6 +62,40 @@ func TestImportUpperUntrusted(t *testing.T) {
 					t.Errorf("d/f: %q", b)
 				}
 			}},
+		{name: "overlay's marks, and layer marks as names", magic: true, ok: true, entries: []entry{
+			{h: tar.Header{Name: ".wh.foo", Typeflag: tar.TypeReg, Size: 1, Mode: 0o644}, body: "a"},
+			{h: tar.Header{Name: "gone", Typeflag: tar.TypeChar, Mode: 0o644}},
+			{h: tar.Header{Name: "d/", Typeflag: tar.TypeDir, Mode: 0o755, PAXRecords: map[string]string{wire.VMUpperOpaque: "y"}}},
+			{h: tar.Header{Name: "d/.wh..wh..opq", Typeflag: tar.TypeReg, Size: 1, Mode: 0o644}, body: "b"},
+			{h: tar.Header{Name: "e/", Typeflag: tar.TypeDir, Mode: 0o755}},
+			{h: tar.Header{Name: "e/.wh..wh..opq", Typeflag: tar.TypeReg, Size: 1, Mode: 0o644}, body: "c"}},
+			check: func(t *testing.T, upper string) {
+				for p, want := range map[string]string{".wh.foo": "a", "d/.wh..wh..opq": "b", "e/.wh..wh..opq": "c"} {
+					if b, err := os.ReadFile(filepath.Join(upper, p)); err != nil || string(b) != want {
+						t.Errorf("%s: %q, %v; want the file the command made", p, b, err)
+					}
+				}
+				if _, err := os.Lstat(upper + "/foo"); err == nil {
+					t.Errorf(".wh.foo made a whiteout of foo")
+				}
+				var st unix.Stat_t
+				if err := unix.Lstat(upper+"/gone", &st); err != nil || st.Mode&unix.S_IFMT != unix.S_IFCHR || st.Rdev != 0 {
+					t.Errorf("gone: %v, mode %o; want the whiteout", err, st.Mode)
+				}
+				v := make([]byte, 4)
+				if _, err := unix.Lgetxattr(upper+"/d", "trusted.overlay.opaque", v); err != nil {
+					t.Errorf("d: not opaque: %v", err)
+				}
+				if _, err := unix.Lgetxattr(upper+"/e", "trusted.overlay.opaque", v); err == nil {
+					t.Errorf("e: a file named .wh..wh..opq made it opaque")
+				}
+			}},
+		{name: "whiteout through a symlink", magic: true, entries: []entry{
+			{h: tar.Header{Name: "l", Typeflag: tar.TypeSymlink, Linkname: outside}},
+			{h: tar.Header{Name: "l/planted", Typeflag: tar.TypeChar}}}},
+		{name: "opaque through a symlink", magic: true, entries: []entry{
+			{h: tar.Header{Name: "l", Typeflag: tar.TypeSymlink, Linkname: outside}},
+			{h: tar.Header{Name: "l/planted/", Typeflag: tar.TypeDir, Mode: 0o755, PAXRecords: map[string]string{wire.VMUpperOpaque: "y"}}}}},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
