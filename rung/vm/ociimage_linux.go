@@ -27,7 +27,8 @@ import (
 // own over it, its upper dir on a tmpfs of the VM's (guest/vmimage_linux.go):
 // the image's files are read by the VM's kernel from the drive, never
 // served by QEMU's 9p per access. After the command the guest writes the
-// upper dir as a tar in an OCI layer's form on a second drive; the host,
+// upper dir as a tar on a second drive (overlay's own marks, not a layer's
+// .wh. names: wire.VMImageSerial); the host,
 // once QEMU has ended, reads that drive as plain bytes and unpacks it with
 // a pulled layer's checks (image.UnpackUpper) into the trial's upper dir on
 // the host, which it walks against the image as on ns (docs/images.md).
