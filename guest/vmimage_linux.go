@@ -177,7 +177,7 @@ func writeUpperTar(tw *tar.Writer, upper *os.File) error {
 		}
 		var st unix.Stat_t
 		if err := unix.Lstat(p, &st); err != nil {
-			return err
+			return fmt.Errorf("%s: %w", rel, err)
 		}
 		h := &tar.Header{Name: rel, Mode: int64(st.Mode & 0o7777), Uid: int(st.Uid), Gid: int(st.Gid),
 			ModTime: time.Unix(st.Mtim.Unix()), AccessTime: time.Unix(st.Atim.Unix()), Format: tar.FormatPAX}

@@ -110,7 +110,7 @@ func runVMTrial() int {
 		// drive without its magic, which the host reports.
 		export := func() ([]wire.SandboxNode, []string) {
 			if err := img.export(); err != nil {
-				fmt.Fprintf(os.Stderr, "dryexec vm-trial: exporting the upper dir: %v\n", err)
+				fmt.Fprintf(os.Stderr, "%s%v\n", wire.VMExportFailed, err)
 			}
 			return nil, nil
 		}

@@ -29,6 +29,9 @@ const (
 	VMUpperMagic  = "dryexec-upper-v2"
 	VMUpperOffset = 4096
 	VMUpperOpaque = "DRYEXEC.overlay.opaque"
+	// VMExportFailed starts the guest's console line on a failed export of
+	// its upper dir, which the host quotes in its error.
+	VMExportFailed = "dryexec vm-trial: exporting the upper dir: "
 	// VMModules lists, one per line in load order, the kernel modules the
 	// initramfs carries (as /lib/modules/NAME.ko) for the init to load.
 	VMModules = "/dryexec-modules"

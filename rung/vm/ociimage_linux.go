@@ -90,8 +90,14 @@ func (t *trial) openImage(ctx context.Context) error {
 		return nil
 	}
 	// Sparse: it takes on the host what the VM writes, at most the upper
-	// dir's budget and the tar's headers on top.
-	size := wire.VMUpperOffset + t.Spec.UpperSizeBytes + t.Spec.UpperSizeBytes/4 + 64<<20
+	// dir's budget and the tar's headers on top: up to 2 KiB an entry (a
+	// header, PAX times, a path of up to 1 KiB) for as many entries as the
+	// VM's tmpfs can hold, whose default inode count (hard links count
+	// too) is half the VM's pages: memMB*128. An empty file's entry is
+	// 1.5 KiB (header, PAX times): 55000 of them, which a VM of 512 MiB
+	// holds in an 8 MiB upper, are 84 MB, past the upper's 1.25 times and
+	// 64 MiB.
+	size := wire.VMUpperOffset + t.Spec.UpperSizeBytes + t.Spec.UpperSizeBytes/4 + t.memMB()*128*2048 + 64<<20
 	t.upperDrive, err = newUpperDrive(size, t.r.Log)
 	return err
 }
@@ -189,6 +195,13 @@ func (t *trial) innerStart(start *wire.TrialStart) {
 // its guest failed to: the console says why).
 var errNoUpper = errors.New("the VM did not send its upper dir back")
 
+func (t *trial) consoleText() string {
+	if t.console == nil {
+		return ""
+	}
+	return tailString(t.console)
+}
+
 // importUpper unpacks the upper dir the VM wrote on its upper drive into
 // the trial's upper dir on the host, once QEMU has ended: the drive is
 // read as plain bytes, its tar checked entry by entry as a pulled layer's
@@ -202,6 +215,12 @@ func (t *trial) importUpper(ctx context.Context) error {
 		return fmt.Errorf("%w: %w", errNoUpper, err)
 	}
 	if string(head[:len(wire.VMUpperMagic)]) != wire.VMUpperMagic {
+		// The guest's own word on why, if it said it.
+		con := t.consoleText()
+		if i := strings.LastIndex(con, wire.VMExportFailed); i >= 0 {
+			msg, _, _ := strings.Cut(con[i:], "\n")
+			return fmt.Errorf("%w (%s)", errNoUpper, strings.TrimSpace(msg))
+		}
 		return errNoUpper
 	}
 	st, err := t.upperDrive.Stat()
