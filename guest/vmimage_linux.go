@@ -9,6 +9,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 	"time"
@@ -167,6 +168,11 @@ func writeUpperTar(tw *tar.Writer, upper *os.File) error {
 	// link to it (a root that is a symlink is not descended).
 	root := "/proc/self/fd/" + strconv.Itoa(int(upper.Fd())) + "/."
 	links := map[uint64]string{} // inode -> the first name written
+	// The walk names upper only by its descriptor's number: upper must stay
+	// reachable until it ends, or the collector may finalize it mid-walk,
+	// closing the descriptor (a walk of a few hundred entries allocates
+	// enough), and every later path is ENOENT or another file's.
+	defer runtime.KeepAlive(upper)
 	return filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
 		if err != nil {
 			return err
