@@ -127,11 +127,24 @@ func retryable(err error) bool {
 // still booting refuses. The last refusal is returned with ctx's cause.
 func DialRetry(ctx context.Context, uds string, port uint32) (*net.UnixConn, error) {
 	wait := 2 * time.Millisecond
+	var last error // the guest's last refusal
 	for {
 		conn, err := Dial(ctx, uds, port)
-		if err == nil || !retryable(err) || ctx.Err() != nil {
-			return conn, err
+		if err == nil {
+			return conn, nil
 		}
+		if ctx.Err() != nil {
+			// ctx cut this attempt short (an i/o timeout of its own, on a
+			// loaded host): the refusal before it is what the guest said.
+			if last == nil {
+				last = err
+			}
+			return nil, errors.Join(last, context.Cause(ctx))
+		}
+		if !retryable(err) {
+			return nil, err
+		}
+		last = err
 		t := time.NewTimer(wait)
 		select {
 		case <-ctx.Done():

@@ -9,6 +9,7 @@ import (
 	"net"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -236,4 +237,35 @@ func TestVsockTransport(t *testing.T) {
 		st.Close()
 	}
 	noViolations(t, s.Calls())
+}
+
+// TestDialRetryCutMidAttempt: when the deadline cuts an attempt short (the
+// device accepted, its answer slow: a loaded host), the error is still the
+// guest's last refusal with the deadline, not the cut attempt's i/o
+// timeout, so that a caller can tell a guest that never listened.
+func TestDialRetryCutMidAttempt(t *testing.T) {
+	uds := filepath.Join(shortDir(t), "v.sock")
+	stuckIn := make(chan struct{}, 1)
+	stuck := make(chan struct{})
+	t.Cleanup(func() { close(stuck) })
+	var n atomic.Int32
+	rawVsock(t, uds, func(c net.Conn) {
+		defer c.Close()
+		bufio.NewReader(c).ReadString('\n')
+		if n.Add(1) == 1 {
+			return // closed at once: refused
+		}
+		stuckIn <- struct{}{}
+		<-stuck // accepted, never answered
+	})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() {
+		<-stuckIn // the attempt after the refusal hangs: end it now
+		cancel()
+	}()
+	_, err := DialRetry(ctx, uds, 7)
+	if !errors.Is(err, ErrConnectRefused) || !errors.Is(err, context.Canceled) {
+		t.Errorf("DialRetry: %v, want the refusal and the end of ctx", err)
+	}
 }
