@@ -2,7 +2,6 @@ package cli
 
 import (
 	"context"
-	"os"
 
 	"github.com/dryexec/dryexec"
 	"github.com/dryexec/dryexec/policy"
@@ -58,13 +57,10 @@ func runLocal(ctx context.Context, env Env, home, rungName string, pol policy.Po
 			return nil, nil, err
 		}
 		env.sweep.start()
-		// The spill (what the trial wrote, past what memory holds) is
-		// not put in /tmp, which other sandboxes see.
-		spill, err := dryexec.PrivateTemp(os.Getenv, "spill-")
-		if err != nil {
-			return nil, nil, err
-		}
-		opt.NoStore, spec.SpillDir = true, spill
+		// The spill (what the trial wrote, past what memory holds) goes
+		// where the runner puts a stored trial's, the store's directory,
+		// hidden from every sandbox: not /tmp, which they all see.
+		opt.NoStore = true
 	} else {
 		if st, err = startStore(env); err != nil {
 			return nil, nil, err
