@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"os"
 	"path/filepath"
 	"slices"
 	"sort"
@@ -253,6 +254,11 @@ func (s *Service) Recover() error {
 		s.cfg.Log.Info("removed expired or half-recorded trials", "count", n+rec.Leftovers)
 	}
 	s.state.cleanLeftovers()
+	if n, err := dryexec.SweepPrivateTemp(os.Getenv); err != nil {
+		return err
+	} else if n > 0 {
+		s.cfg.Log.Info("removed what forks or uploads of processes that are gone left", "count", n)
+	}
 	removed, err := GCParks(s.cfg.StoreDir, time.Now())
 	for _, r := range removed {
 		s.cfg.Log.Info("removed a parked session", "session", r.SessionID, "reason", r.Reason, "bytes", r.Bytes)

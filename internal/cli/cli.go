@@ -451,7 +451,8 @@ trials a killed run left half-recorded, and the content of committed or discarde
 crash left behind (a commit or discard drops it at once). Every dryexec command does this by
 itself at most once a minute, after its answer; gc is for now. gc also removes parked sessions
 (dryexec park) past their expiry (DRYEXEC_PARK_TTL of the daemon that parked them, default
-168h), damaged ones, and what a park or resume interrupted by a crash left, and names each.`,
+168h), damaged ones, and what a park or resume interrupted by a crash left, and names each,
+and the temporary dirs of forks and uploads whose process is gone.`,
 		Args: usage(cobra.NoArgs),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			s, err := startStore(env)
@@ -469,6 +470,13 @@ itself at most once a minute, after its answer; gc is for now. gc also removes p
 			if _, err := fmt.Fprintf(env.Stdout, "gc: removed %d trial%s, dropped the content of %d finished trial%s, freed %s; the store holds %d trial%s, %s\n",
 				r.Removed, plural(r.Removed), r.Dropped, plural(r.Dropped), humanSize(r.Freed), u.Trials, plural(u.Trials), humanSize(u.Bytes)); err != nil {
 				return err
+			}
+			if n, err := dryexec.SweepPrivateTemp(os.Getenv); err != nil {
+				return err
+			} else if n > 0 {
+				if _, err := fmt.Fprintf(env.Stdout, "gc: removed %d temporary dir%s that forks or uploads of processes now gone left\n", n, plural(n)); err != nil {
+					return err
+				}
 			}
 			parks, err := server.GCParks(s.Dir(), time.Now())
 			for _, p := range parks {
