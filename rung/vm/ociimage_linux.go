@@ -11,7 +11,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -108,21 +107,19 @@ const upperDrivePattern = "vm-upper-"
 // newUpperDrive makes the sparse file a VM on an image writes its upper
 // dir back on, in a dryexec.PrivateTemp dir of its own: what the command
 // wrote is in it, and the host's /tmp is in every other sandbox's view.
-// The file is flocked while the trial holds it; first the dirs that
-// crashed trials left (no lock on their drive) are removed.
+// First what processes that are gone left there (a crash mid-trial) is
+// removed: dryexec.SweepPrivateTemp, the daemon's and gc's sweep too.
 func newUpperDrive(size int64, log *slog.Logger) (*os.File, error) {
+	if _, err := dryexec.SweepPrivateTemp(os.Getenv); err != nil && log != nil {
+		log.Warn("removing what crashed processes left in the private temp dir", "err", err)
+	}
 	dir, err := dryexec.PrivateTemp(os.Getenv, upperDrivePattern)
 	if err != nil {
 		return nil, fmt.Errorf("the VM's upper drive: %w", err)
 	}
-	sweepUpperDrives(filepath.Dir(dir), log)
 	f, err := os.OpenFile(filepath.Join(dir, "upper"), os.O_RDWR|os.O_CREATE|os.O_EXCL|unix.O_CLOEXEC, 0o600)
 	if err == nil {
-		err = unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB)
-		if err == nil {
-			err = f.Truncate(size)
-		}
-		if err != nil {
+		if err = f.Truncate(size); err != nil {
 			f.Close()
 		}
 	}
@@ -131,36 +128,6 @@ func newUpperDrive(size int64, log *slog.Logger) (*os.File, error) {
 		return nil, fmt.Errorf("the VM's upper drive: %w", err)
 	}
 	return f, nil
-}
-
-// sweepUpperDrives removes the upper drives' dirs in base whose drive no
-// live trial holds (a crash's leftovers): a trial's flock goes with its
-// process.
-func sweepUpperDrives(base string, log *slog.Logger) {
-	ents, _ := os.ReadDir(base)
-	for _, e := range ents {
-		if !e.IsDir() || !strings.HasPrefix(e.Name(), upperDrivePattern) {
-			continue
-		}
-		dir := filepath.Join(base, e.Name())
-		// A young dir may be a trial's between PrivateTemp and its flock.
-		if info, err := e.Info(); err != nil || time.Since(info.ModTime()) < time.Minute {
-			continue
-		}
-		f, err := os.OpenFile(filepath.Join(dir, "upper"), os.O_RDONLY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
-		if err == nil {
-			err = unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB)
-			f.Close()
-		} else if errors.Is(err, os.ErrNotExist) {
-			err = nil // a crash before the drive was made
-		}
-		if err != nil {
-			continue // held by a live trial
-		}
-		if err := os.RemoveAll(dir); err != nil && log != nil {
-			log.Warn("removing a crashed trial's upper drive", "dir", dir, "err", err)
-		}
-	}
 }
 
 // imageDrives adds the image's drives to cfg, and drops the 9p view: the

@@ -2,17 +2,18 @@ package vm
 
 import (
 	"os"
+	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
-	"time"
 )
 
 // TestUpperDrivePrivate: the drive a VM writes its upper dir back on (what
 // the command wrote) is under the dryexec home's tmp/, which every
 // sandbox's view hides, not in the host's /tmp, which every sandbox sees;
-// it goes with the trial; and a crashed trial's drive (no lock held) is
-// removed when the next one is made, a live trial's is not.
+// it goes with the trial; and a crashed process's drive is removed when
+// the next one is made, a live trial's is not.
 func TestUpperDrivePrivate(t *testing.T) {
 	home := t.TempDir()
 	t.Setenv("DRYEXEC_HOME", home)
@@ -28,18 +29,17 @@ func TestUpperDrivePrivate(t *testing.T) {
 	if fi, err := os.Stat(filepath.Dir(live.Name())); err != nil || fi.Mode().Perm() != 0o700 {
 		t.Fatalf("the drive's dir: %v, %v; want 0700", fi, err)
 	}
-	crashed := filepath.Join(home, "tmp", upperDrivePattern+"crashed")
+	// A trial of a process that is gone (reaped: no zombie holds its pid).
+	gone := exec.Command("true")
+	if err := gone.Run(); err != nil {
+		t.Fatal(err)
+	}
+	crashed := filepath.Join(home, "tmp", upperDrivePattern+strconv.Itoa(gone.Process.Pid)+"-1")
 	if err := os.Mkdir(crashed, 0o700); err != nil {
 		t.Fatal(err)
 	}
 	if err := os.WriteFile(crashed+"/upper", []byte("what a crashed trial wrote"), 0o600); err != nil {
 		t.Fatal(err)
-	}
-	old := time.Now().Add(-time.Hour)
-	for _, d := range []string{crashed, filepath.Dir(live.Name())} {
-		if err := os.Chtimes(d, old, old); err != nil {
-			t.Fatal(err)
-		}
 	}
 	next, err := newUpperDrive(1<<20, nil)
 	if err != nil {
