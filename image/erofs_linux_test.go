@@ -108,20 +108,8 @@ func splitNul(b []byte) []string {
 func TestErofsPack(t *testing.T) {
 	testreq.NeedRoot(t)
 	needMkfsErofs(t)
-	c, err := Open(t.TempDir(), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
 	lower, upper := awkwardLayers()
-	res, err := pullLayers(t, c, lower, upper)
-	if err != nil {
-		t.Fatal(err)
-	}
-	view, err := linuxns.ImageView(linuxns.Name, c.LayerDirs(res.Image))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer view.Close()
+	c, res, view := pulledView(t, lower, upper)
 
 	const n = 4
 	paths, builds := make([]string, n), make([]bool, n)
@@ -212,19 +200,7 @@ func TestErofsBadInput(t *testing.T) {
 func TestErofsOneLayer(t *testing.T) {
 	testreq.NeedRoot(t)
 	needMkfsErofs(t)
-	c, err := Open(t.TempDir(), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	res, err := pullLayers(t, c, []ent{{name: "bin/", typ: '5'}, {name: "bin/su", body: "#!/bin/sh\n", mode: 0o4755}, {name: "abs", typ: '2', link: "/etc/passwd"}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	view, err := linuxns.ImageView(linuxns.Name, c.LayerDirs(res.Image))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer view.Close()
+	c, res, view := pulledView(t, []ent{{name: "bin/", typ: '5'}, {name: "bin/su", body: "#!/bin/sh\n", mode: 0o4755}, {name: "abs", typ: '2', link: "/etc/passwd"}})
 	p, built, err := ErofsOf(context.Background(), res.Image.Digest, c.LayerDirs(res.Image), view)
 	if err != nil || !built {
 		t.Fatalf("ErofsOf: %s built=%v %v", p, built, err)
@@ -240,4 +216,24 @@ func TestErofsOneLayer(t *testing.T) {
 	if got, want := tree(t, mnt), tree(t, fmt.Sprintf("/proc/self/fd/%d/", view.Fd())); !slices.Equal(got, want) {
 		t.Errorf("the erofs image differs from the view:\n got %q\nwant %q", got, want)
 	}
+}
+
+// pulledView pulls an image of layers into a new cache and opens the view
+// the ns rung mounts of it, closed when the test ends.
+func pulledView(t *testing.T, layers ...[]ent) (*Cache, *PullResult, *os.File) {
+	t.Helper()
+	c, err := Open(t.TempDir(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := pullLayers(t, c, layers...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	view, err := linuxns.ImageView(linuxns.Name, c.LayerDirs(res.Image))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { view.Close() })
+	return c, res, view
 }
