@@ -42,8 +42,9 @@ type session struct {
 	peer  *wire.Peer
 	// push collects a tree being pushed (push_tree.begin … end).
 	push *bytes.Buffer
-	// platform holds what the ns rung adds (nil on the host rung).
-	platform *sessionPlatform
+	// platform holds what the ns rung adds (nil on the host rung). Only
+	// Linux code reads it: elsewhere its type is empty.
+	platform *sessionPlatform //lint:ignore U1000 read by session_linux.go only
 	// runner is the pre-started python runner waiting for the next
 	// exec_python, or nil; pyClosed: the session is ending, start no more
 	// (python_prestart_unix.go).
@@ -57,7 +58,7 @@ type session struct {
 	// if it failed), or is nil; a request takes it before anything else.
 	prestarting chan *runnerProc
 	// vm is what a vm session keeps to park (vmpark_linux.go); nil elsewhere.
-	vm *vmPark
+	vm *vmPark //lint:ignore U1000 read by vmpark_linux.go only
 }
 
 func runSession() int {
