@@ -78,7 +78,7 @@ func (r *Rung) OpenSandbox(ctx context.Context, spec dryexec.SandboxSpec) (dryex
 	if exe == "" {
 		exe = guestexe.Executable()
 	}
-	s.ctrl = ctrl
+	s.ctrl, s.conn = ctrl, &sentConn{ReadWriteCloser: ctrl, sent: &s.net.sent}
 	s.cmd = &exec.Cmd{
 		Path: SandboxExec, Args: confine(profile, []string{exe, "guest", wire.RoleSession}),
 		Env: []string{"TMPDIR=" + s.cmdTmp}, ExtraFiles: []*os.File{guestEnd},
@@ -93,14 +93,16 @@ func (r *Rung) OpenSandbox(ctx context.Context, spec dryexec.SandboxSpec) (dryex
 
 // sandbox is one seatbelt session: the confined guest and its scratch dir.
 type sandbox struct {
-	ctrl                  *os.File
+	ctrl *os.File
+	conn *sentConn // ctrl, its writes counted for the session's network
+
 	cmd                   *exec.Cmd
 	tmp, ws, base, cmdTmp string
 	net                   *sessionNet
 	close                 sync.Once
 }
 
-func (s *sandbox) Conn() io.ReadWriteCloser { return s.ctrl }
+func (s *sandbox) Conn() io.ReadWriteCloser { return s.conn }
 func (s *sandbox) Workspace() string        { return s.ws }
 func (s *sandbox) GuestPID() int            { return s.cmd.Process.Pid }
 

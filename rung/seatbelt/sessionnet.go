@@ -5,9 +5,11 @@ package seatbelt
 import (
 	"context"
 	"fmt"
+	"io"
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 
 	"github.com/dryexec/dryexec"
 )
@@ -25,9 +27,20 @@ import (
 // late, read up to a marker each time Network or Violations is called. An
 // exec's denials are therefore in its own part of the log, not the next
 // one's.
+//
+// Network and Violations called together (one after the other, as a
+// session's result or park reads both) share one marker: the second reuses
+// the first's wait when nothing was sent to the guest since (sent), so no
+// exec can have started in between. Only a process left running in the
+// background could be denied meanwhile, and its denial is read with the
+// next call's marker: late, never lost, as it would be anyway for a
+// report the kernel delivers after the wait.
 type sessionNet struct {
 	nw  *proxyNet
 	tag string
+	// sent counts the writes to the guest's control connection
+	// (sentConn): a request since a wait means an exec may have run.
+	sent atomic.Uint64
 
 	mu      sync.Mutex
 	pr      Profile
@@ -38,6 +51,32 @@ type sessionNet struct {
 	vio     []dryexec.Violation // not yet returned by Violations
 	seen    map[string]bool     // paths reported as secret violations
 	closed  bool
+	// spare is the reader whose next call may reuse the last wait, the
+	// other one's, if sent is still spareAt; readNone: none may.
+	spare   reader
+	spareAt uint64
+}
+
+// reader is who reads the denials: Network, Violations or close.
+type reader int
+
+const (
+	readNone reader = iota
+	readNetwork
+	readViolations
+	readClose
+)
+
+// sentConn is the guest's control connection, counting what the host
+// writes to it in sessionNet.sent.
+type sentConn struct {
+	io.ReadWriteCloser
+	sent *atomic.Uint64
+}
+
+func (c *sentConn) Write(b []byte) (int, error) {
+	c.sent.Add(1)
+	return c.ReadWriteCloser.Write(b)
 }
 
 // openSessionNet starts netsim for spec's network (--net none when it
@@ -88,16 +127,31 @@ func (n *sessionNet) env(env []string, tmp string) []string {
 }
 
 // catchUp appends to the log what netsim and Seatbelt's reports hold that
-// it does not yet: denials are read up to a new marker. Called with n.mu.
-func (n *sessionNet) catchUp() {
+// it does not yet: denials are read up to a new marker, unless by is the
+// spare reader of the last one's (sessionNet). Called with n.mu.
+func (n *sessionNet) catchUp(by reader) {
 	if n.closed {
 		return
 	}
 	var denied []denial
-	if n.watch != nil {
+	switch {
+	case n.watch == nil:
+	case by == n.spare && n.sent.Load() == n.spareAt:
+		n.spare = readNone // the other's wait serves this call too
+	default:
+		// Counted before the marker: a request sent during the wait may
+		// have started an exec the marker does not cover.
+		at := n.sent.Load()
 		var err error
 		if denied, err = n.watch.take(context.Background()); err != nil {
 			n.warnOnce(missingWarning(err))
+		}
+		n.spare, n.spareAt = readNone, at
+		switch by {
+		case readNetwork:
+			n.spare = readViolations
+		case readViolations:
+			n.spare = readNetwork
 		}
 	}
 	sim := n.nw.sim.Log()
@@ -123,7 +177,7 @@ func (n *sessionNet) warnOnce(w string) {
 func (n *sessionNet) Network() []dryexec.NetworkEvent {
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	n.catchUp()
+	n.catchUp(readNetwork)
 	return slices.Clone(n.log)
 }
 
@@ -132,7 +186,7 @@ func (n *sessionNet) Network() []dryexec.NetworkEvent {
 func (n *sessionNet) Violations() []dryexec.Violation {
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	n.catchUp()
+	n.catchUp(readViolations)
 	v := n.vio
 	n.vio = nil
 	return v
@@ -158,7 +212,7 @@ func (n *sessionNet) close() {
 	if n.closed {
 		return
 	}
-	n.catchUp()
+	n.catchUp(readClose)
 	n.watch.close()
 	var d dryexec.StateDelta
 	if err := n.nw.finish(&d); err != nil {

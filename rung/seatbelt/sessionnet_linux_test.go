@@ -3,6 +3,7 @@ package seatbelt
 import (
 	"context"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -118,5 +119,90 @@ func TestSessionNetPerExec(t *testing.T) {
 	n.close()
 	if got := summary(n.Network()); len(got) != 3 {
 		t.Errorf("after close the log is %q", got)
+	}
+}
+
+// nopConn stands for the guest's control connection: what is written to
+// it goes nowhere.
+type nopConn struct{}
+
+func (nopConn) Read([]byte) (int, error)    { return 0, io.EOF }
+func (nopConn) Write(b []byte) (int, error) { return len(b), nil }
+func (nopConn) Close() error                { return nil }
+
+// TestSessionNetOneWait: Network and Violations called together read
+// Seatbelt's reports up to one marker, whichever comes first; but a call
+// of the same kind again, or either after anything was sent to the guest
+// (an exec may have run), waits for a marker of its own, so an exec's
+// masked read is in the very next Violations.
+func TestSessionNetOneWait(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	marks := filepath.Join(dir, "marks")
+	if err := os.Mkdir(marks, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	n, err := openSessionNet(ctx, dryexec.SandboxSpec{ID: "se_test"}, linuxPlatform(t, nil, nil).getenv, filepath.Join(dir, "netsim-ca.pem"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer n.close()
+	pr := Profile{Writable: []string{dir}, Masked: []string{"/Users/a/.ssh"}, Hidden: []string{marks}, NetProxyPort: n.nw.port, Tag: n.tag}
+	// The reports reach the stream when the next marker's does.
+	var late []string
+	waits := 0
+	n.watchDenials(ctx, pr, marks, func(ctx context.Context, marks, tag string) (*denialLog, string) {
+		fs := newFakeStream()
+		fs.tag = tag
+		mark := func(ctx context.Context, path string) error {
+			waits++
+			fs.send(late...)
+			late = nil
+			return fs.mark(ctx, path)
+		}
+		l := newDenialLog(fs.r, tag, marks, mark, func() { fs.w.Close() })
+		if err := l.markAndWait(ctx, "mark-start"); err != nil {
+			return nil, err.Error()
+		}
+		return l, ""
+	})
+	conn := &sentConn{ReadWriteCloser: nopConn{}, sent: &n.sent}
+	read := func(key string) string {
+		switch key {
+		case "N":
+			return fmt.Sprint(len(n.Network()))
+		default:
+			var got []string
+			for _, v := range n.Violations() {
+				got = append(got, v.Detail)
+			}
+			return strings.Join(got, ",")
+		}
+	}
+	denyRead := func(p string) { late = append(late, "Sandbox: cat(8) deny(1) file-read-data "+p) }
+	steps := []struct {
+		exec      string // a masked path an exec reads first ("": no exec)
+		read      string // N: Network, V: Violations
+		wantWaits int
+		want      string
+	}{
+		{"/Users/a/.ssh/a", "N", 1, "0"},
+		{"", "V", 0, "/Users/a/.ssh/a"}, // together: the Network's marker
+		{"", "V", 1, ""},                // again: a marker of its own
+		{"", "N", 0, "0"},               // together with that Violations
+		{"/Users/a/.ssh/b", "V", 1, "/Users/a/.ssh/b"},
+		{"/Users/a/.ssh/c", "N", 1, "0"},
+		// An exec after the Network: its read is in the next Violations.
+		{"/Users/a/.ssh/d", "V", 1, "/Users/a/.ssh/c,/Users/a/.ssh/d"},
+	}
+	for i, s := range steps {
+		if s.exec != "" {
+			conn.Write([]byte(`{"verb":"exec_shell"}`))
+			denyRead(s.exec)
+		}
+		before := waits
+		if got := read(s.read); got != s.want || waits-before != s.wantWaits {
+			t.Errorf("step %d (%s): %q after %d markers, want %q after %d", i, s.read, got, waits-before, s.want, s.wantWaits)
+		}
 	}
 }
