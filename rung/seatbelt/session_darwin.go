@@ -20,55 +20,52 @@ import (
 // compares with its baseline by scanning (scan staging, as on the host
 // rung). The network is a trial's: netsim as the HTTP proxy on one loopback
 // port, for the session's life, with the session's policy and mocks, and
-// Seatbelt's denials read under the session's tag (sessionNet). Never run
-// on a Mac; no forks; the baseline is writable by the session's commands
-// (one profile covers the guest and its commands). rung.Open hands the
-// rung out when Available finds nothing missing on the Mac.
+// Seatbelt's denials read under the session's tag (sessionNet). Forks are
+// clones of the parent's dirs (fork_darwin.go). Never run on a Mac; the
+// baseline is writable by the session's commands (one profile covers the
+// guest and its commands, docs/architecture.md says why). rung.Open hands
+// the rung out when Available finds nothing missing on the Mac.
 
 var _ dryexec.SessionRung[wire.SessionStart] = (*Rung)(nil)
 
 // OpenSandbox implements dryexec.SessionRung.
 func (r *Rung) OpenSandbox(ctx context.Context, spec dryexec.SandboxSpec) (dryexec.Sandbox[wire.SessionStart], error) {
-	if err := checkSpec(dryexec.TrialSpec{Net: spec.Net, Image: spec.Image, Action: dryexec.Action{Argv: []string{"guest"}, Cwd: "/"}}); err != nil {
+	if err := checkSandbox(spec); err != nil {
+		return nil, err
+	}
+	dirs, err := newSessionDirs(nil)
+	if err != nil {
+		return nil, err
+	}
+	return r.open(ctx, spec, dirs)
+}
+
+// open starts a session's guest over dirs, which it owns from then on
+// (removes them when it fails, or when the sandbox closes).
+func (r *Rung) open(ctx context.Context, spec dryexec.SandboxSpec, dirs *sessionDirs) (dryexec.Sandbox[wire.SessionStart], error) {
+	s := &sandbox{r: r, dirs: dirs, ws: dirs.ws, base: dirs.base, cmdTmp: dirs.cmdTmp}
+	fail := func(err error) (dryexec.Sandbox[wire.SessionStart], error) {
+		if s.net != nil {
+			s.net.close()
+		}
+		dirs.remove()
 		return nil, err
 	}
 	pf := platform{homes: homes(), getenv: os.Getenv, denials: watchDenials}
 	masked, hidden, err := cover(dryexec.TrialSpec{Masks: spec.Masks, NoDefaultMasks: spec.NoDefaultMasks, OwnPaths: spec.OwnPaths}, pf)
 	if err != nil {
-		return nil, err
-	}
-	tmp, err := os.MkdirTemp("", "dryexec-seatbelt-session-")
-	if err != nil {
-		return nil, err
-	}
-	s := &sandbox{tmp: tmp}
-	fail := func(err error) (dryexec.Sandbox[wire.SessionStart], error) {
-		if s.net != nil {
-			s.net.close()
-		}
-		os.RemoveAll(tmp)
-		return nil, err
-	}
-	if s.tmp, err = filepath.EvalSymlinks(tmp); err != nil {
 		return fail(err)
-	}
-	s.ws, s.base, s.cmdTmp = filepath.Join(s.tmp, "workspace"), filepath.Join(s.tmp, "baseline"), filepath.Join(s.tmp, "tmp")
-	marks := filepath.Join(s.tmp, "marks")
-	for _, d := range []string{s.ws, s.base, s.cmdTmp, marks} {
-		if err := os.Mkdir(d, 0o755); err != nil {
-			return fail(err)
-		}
 	}
 	// The trust bundle beside, not inside, what the commands may write.
-	if s.net, err = openSessionNet(ctx, spec, pf.getenv, filepath.Join(s.tmp, "netsim-ca.pem")); err != nil {
+	if s.net, err = openSessionNet(ctx, spec, pf.getenv, filepath.Join(dirs.tmp, "netsim-ca.pem")); err != nil {
 		return fail(err)
 	}
-	pr := Profile{Writable: []string{s.ws, s.base, s.cmdTmp}, Masked: masked, Hidden: append(hidden, marks), NetProxyPort: s.net.nw.port, Tag: s.net.tag}
+	pr := dirs.profile(masked, hidden, s.net.nw.port, s.net.tag)
 	profile, err := pr.SBPL()
 	if err != nil {
 		return fail(err)
 	}
-	s.net.watchDenials(ctx, pr, marks, pf.denials)
+	s.net.watchDenials(ctx, pr, dirs.marks, pf.denials)
 	ctrl, guestEnd, err := wire.SocketPair()
 	if err != nil {
 		return fail(err)
@@ -93,13 +90,16 @@ func (r *Rung) OpenSandbox(ctx context.Context, spec dryexec.SandboxSpec) (dryex
 
 // sandbox is one seatbelt session: the confined guest and its scratch dir.
 type sandbox struct {
-	ctrl *os.File
-	conn *sentConn // ctrl, its writes counted for the session's network
-
-	cmd                   *exec.Cmd
-	tmp, ws, base, cmdTmp string
-	net                   *sessionNet
-	close                 sync.Once
+	r                *Rung
+	ctrl             *os.File
+	conn             *sentConn // ctrl, its writes counted for the session's network
+	cmd              *exec.Cmd
+	dirs             *sessionDirs
+	ws, base, cmdTmp string
+	net              *sessionNet
+	close            sync.Once
+	// forks are the branches PrepareFork made and OpenFork has not opened.
+	forks []*sessionDirs
 }
 
 func (s *sandbox) Conn() io.ReadWriteCloser { return s.conn }
@@ -136,7 +136,8 @@ func (s *sandbox) Close() error {
 		s.cmd.Process.Kill()
 		s.cmd.Wait()
 		s.net.close()
-		os.RemoveAll(s.tmp)
+		s.DropFork()
+		s.dirs.remove()
 	})
 	return nil
 }
