@@ -10,22 +10,23 @@
 // command's HTTP(S) proxy (net.go). Seatbelt's reports of what it denied
 // (the unified log, told apart from other sandboxes' by a tag on the
 // profile's deny rules) become the delta's secret violations and blocked
-// network events (denials.go). Sessions get the same network, one netsim
-// per session, its log split per exec (sessionnet.go). Then it walks the clone against a record of
-// it taken before the command ran (an inode, ctime, mtime and size fast
-// path) and hands what changed to package fsdelta as overlay-upper entries,
-// so the delta is the one every other rung produces, and package commit
-// applies it.
+// network events (denials.go). Sessions get the same network, one netsim per
+// session, its log split per exec (sessionnet.go), and fork by clones of the
+// parent's dirs (sessiondirs.go); their baseline is writable by their
+// commands (rung.go, BaselineWritable). A trial then walks the clone against a
+// record of it taken before the command ran (an inode, ctime, mtime and size
+// fast path) and hands what changed to package fsdelta as overlay-upper
+// entries, so the delta is the one every other rung produces, and package
+// commit applies it.
 //
 // What is platform-neutral here (the profile, the clone walk, the trial's
-// steps, the proxy network, a session's network, the reading of denials,
-// doctor's checks) is
-// unit-tested on Linux with a plain copy in place of clonefile and no
-// sandbox-exec. What is macOS-only (rung_darwin.go: clonefile,
-// sandbox-exec, log stream, the APFS check, sessions) has been compiled and
-// vetted for darwin and has never run on a Mac, nor have the darwin halves
-// of package fsdelta (the host read one name at a time with O_NOFOLLOW, in
-// place of openat2) and of package commit (renameatx_np in place of
-// renameat2), whose portable parts the Linux tests run
-// (docs/architecture.md, "The seatbelt rung").
+// steps, the proxy network, a session's network and dirs, the reading of
+// denials, doctor's checks) is unit-tested on Linux with a plain copy in
+// place of clonefile and no sandbox-exec. What is macOS-only
+// (rung_darwin.go: clonefile, sandbox-exec, log stream, the APFS check,
+// sessions, forks) has been compiled and vetted for darwin and has never run
+// on a Mac, nor have the darwin halves of package fsdelta (the host read one
+// name at a time with O_NOFOLLOW, in place of openat2) and of package commit
+// (renameatx_np in place of renameat2), whose portable parts the Linux tests
+// run (docs/architecture.md, "The seatbelt rung").
 package seatbelt

@@ -117,7 +117,9 @@ func (s *sandbox) Configure(start *wire.SessionStart) {
 func (s *sandbox) Ready() error                    { return nil }
 func (s *sandbox) Violations() []dryexec.Violation { return s.net.Violations() }
 func (s *sandbox) Network() []dryexec.NetworkEvent { return s.net.Network() }
-func (s *sandbox) Warnings() []string              { return append([]string{Unenforced}, s.net.Warnings()...) }
+func (s *sandbox) Warnings() []string {
+	return append([]string{Unenforced, BaselineWritable}, s.net.Warnings()...)
+}
 
 // GuestEnded: how a guest ended is not looked at here.
 func (s *sandbox) GuestEnded() (string, bool) { return "", false }
