@@ -15,6 +15,27 @@ import (
 	"github.com/dryexec/dryexec/internal/testreq"
 )
 
+// fakeWatch has n read Seatbelt's reports from a fake stream: the reports
+// queued in *late reach it only with the next marker's, as the kernel's
+// log delivers them late; *waits counts the markers.
+func fakeWatch(ctx context.Context, n *sessionNet, pr Profile, marks string, late *[]string, waits *int) {
+	n.watchDenials(ctx, pr, marks, func(ctx context.Context, marks, tag string) (*denialLog, string) {
+		fs := newFakeStream()
+		fs.tag = tag
+		mark := func(ctx context.Context, path string) error {
+			*waits++
+			fs.send(*late...)
+			*late = nil
+			return fs.mark(ctx, path)
+		}
+		l := newDenialLog(fs.r, tag, marks, mark, func() { fs.w.Close() })
+		if err := l.markAndWait(ctx, "mark-start"); err != nil {
+			return nil, err.Error()
+		}
+		return l, ""
+	})
+}
+
 // TestSessionNetPerExec: a session's execs reach the session's one netsim
 // through its proxy (the session's mocks answer, the caller's NO_PROXY is
 // gone, the proxy URL carries the session's token), and the log read as
@@ -47,22 +68,8 @@ func TestSessionNetPerExec(t *testing.T) {
 	pr := Profile{Writable: []string{tmp}, Masked: []string{"/Users/a/.ssh"}, Hidden: []string{marks}, NetProxyPort: n.nw.port, Tag: n.tag}
 	// The kernel's reports reach the stream late: only when a later one
 	// (a marker's) is delivered, all of them in order.
-	var fs *fakeStream
 	var late []string
-	n.watchDenials(ctx, pr, marks, func(ctx context.Context, marks, tag string) (*denialLog, string) {
-		fs = newFakeStream()
-		fs.tag = tag
-		mark := func(ctx context.Context, path string) error {
-			fs.send(late...)
-			late = nil
-			return fs.mark(ctx, path)
-		}
-		l := newDenialLog(fs.r, tag, marks, mark, func() { fs.w.Close() })
-		if err := l.markAndWait(ctx, "mark-start"); err != nil {
-			return nil, err.Error()
-		}
-		return l, ""
-	})
+	fakeWatch(ctx, n, pr, marks, &late, new(int))
 	if w := n.Warnings(); len(w) != 0 {
 		t.Fatal(w)
 	}
@@ -151,21 +158,7 @@ func TestSessionNetOneWait(t *testing.T) {
 	// The reports reach the stream when the next marker's does.
 	var late []string
 	waits := 0
-	n.watchDenials(ctx, pr, marks, func(ctx context.Context, marks, tag string) (*denialLog, string) {
-		fs := newFakeStream()
-		fs.tag = tag
-		mark := func(ctx context.Context, path string) error {
-			waits++
-			fs.send(late...)
-			late = nil
-			return fs.mark(ctx, path)
-		}
-		l := newDenialLog(fs.r, tag, marks, mark, func() { fs.w.Close() })
-		if err := l.markAndWait(ctx, "mark-start"); err != nil {
-			return nil, err.Error()
-		}
-		return l, ""
-	})
+	fakeWatch(ctx, n, pr, marks, &late, &waits)
 	conn := &sentConn{ReadWriteCloser: nopConn{}, sent: &n.sent}
 	read := func(key string) string {
 		switch key {
