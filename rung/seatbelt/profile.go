@@ -15,8 +15,9 @@ import (
 // unresolved path in a rule would match nothing.
 type Profile struct {
 	// Writable are the directories the command may create, change and
-	// delete beneath: the clone of the working directory and its private
-	// tmp. Nothing else of the host is writable.
+	// delete beneath: a trial's clone of the working directory and its
+	// private tmp; a session's workspace, baseline and tmp
+	// (sessionDirs.profile). Nothing else of the host is writable.
 	Writable []string
 	// Masked are the credential paths (dryexec.MaskPaths): reading their
 	// content, listing them and writing beneath them are denied. Their
@@ -90,7 +91,7 @@ func (p Profile) SBPL() (string, error) {
 	if len(p.Writable) == 0 {
 		return "", errors.New("seatbelt profile: no writable directory (the command needs its clone)")
 	}
-	b.WriteString("; writes: the clone and its tmp only, and the null device\n(allow file-write*")
+	b.WriteString("; writes: beneath these only (the clone or workspace, the tmp), and the null device\n(allow file-write*")
 	if err := subpaths(&b, p.Writable); err != nil {
 		return "", err
 	}
