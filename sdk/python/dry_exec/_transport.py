@@ -31,7 +31,30 @@ _MAX_IDLE = 4
 _STALE = (BrokenPipeError, ConnectionResetError, http.client.RemoteDisconnected)
 
 
-class _UnixConnection(http.client.HTTPConnection):
+class _OneWrite(http.client.HTTPConnection):
+    """An HTTPConnection that sends a request's head and body in one write.
+    http.client sends them apart: the daemon, woken by the head, parses it,
+    finds no body yet and sleeps until the second write wakes it again, one
+    more hand-off between processes on every trial (on a busy machine, a
+    wait for a CPU). expect_body is set before each request that has one."""
+
+    expect_body = False
+    _head: Optional[bytes] = None
+
+    def send(self, data: Any) -> None:
+        if self.expect_body and self._head is None and isinstance(data, bytes):
+            self._head = data  # the head: the body follows
+            return
+        if self._head is not None:
+            data, self._head, self.expect_body = self._head + bytes(data), None, False
+        super().send(data)
+
+
+class _TCPConnection(_OneWrite):
+    pass
+
+
+class _UnixConnection(_OneWrite):
     def __init__(self, path: str, timeout: Optional[float]) -> None:
         super().__init__("localhost", timeout=timeout)
         self._path = path
@@ -63,19 +86,19 @@ class Transport:
             if u.scheme != "http" or not u.hostname:
                 raise ValueError("url %r: want http://HOST:PORT" % url)
             self._host, self._port = u.hostname, u.port or 80
-        self._idle: List[http.client.HTTPConnection] = []
+        self._idle: List[_OneWrite] = []
         self._idle_lock = threading.Lock()
         self._pid = os.getpid()
 
     def __repr__(self) -> str:
         return "Transport(%s)" % (("unix:" + self.socket_path) if self.socket_path else self.url)
 
-    def _conn(self, timeout: Optional[float]) -> http.client.HTTPConnection:
+    def _conn(self, timeout: Optional[float]) -> _OneWrite:
         if self.socket_path is not None:
             return _UnixConnection(self.socket_path, timeout)
-        return http.client.HTTPConnection(self._host, self._port, timeout=timeout)
+        return _TCPConnection(self._host, self._port, timeout=timeout)
 
-    def _take(self, timeout: Optional[float]) -> Optional[http.client.HTTPConnection]:
+    def _take(self, timeout: Optional[float]) -> Optional[_OneWrite]:
         """An idle kept connection, if there is one (with timeout set)."""
         with self._idle_lock:
             if self._pid != os.getpid():
@@ -89,7 +112,7 @@ class Transport:
                 conn.sock.settimeout(timeout)
         return conn
 
-    def _keep(self, conn: http.client.HTTPConnection, resp: http.client.HTTPResponse) -> None:
+    def _keep(self, conn: _OneWrite, resp: http.client.HTTPResponse) -> None:
         """Keeps conn for the next request once resp is read to its end,
         unless either side said it closes."""
         if resp.will_close or conn.sock is None:
@@ -112,7 +135,7 @@ class Transport:
 
     def _send(self, method: str, path: str, body: Any, content_type: Optional[str], accept: Optional[str],
               timeout: Optional[float], extra: Optional[Mapping[str, str]] = None,
-              reuse: bool = False) -> Tuple[http.client.HTTPConnection, http.client.HTTPResponse]:
+              reuse: bool = False) -> Tuple[_OneWrite, http.client.HTTPResponse]:
         headers: Dict[str, str] = dict(extra or {})
         data: Optional[bytes] = None
         if body is not _NOBODY:
@@ -129,6 +152,7 @@ class Transport:
         kept = self._take(timeout) if reuse else None
         if kept is not None:
             try:
+                kept._head, kept.expect_body = None, bool(data)
                 kept.request(method, path, body=data, headers=headers)
                 return kept, kept.getresponse()
             except _STALE:
@@ -137,6 +161,7 @@ class Transport:
                 kept.close()
                 raise DaemonUnavailable("talking to the dryexec daemon at %s: %s" % (self, e)) from None
         conn = self._conn(timeout)
+        conn.expect_body = bool(data)
         try:
             conn.request(method, path, body=data, headers=headers)
             return conn, conn.getresponse()
