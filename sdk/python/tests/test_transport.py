@@ -17,6 +17,15 @@ import dry_exec  # noqa: E402
 from dry_exec._transport import Transport  # noqa: E402
 
 
+def _listening() -> "tuple[str, socket.socket]":
+    """A unix socket listening in a fresh directory, and its path."""
+    path = os.path.join(tempfile.mkdtemp(dir=_env._ROOT), "s.sock")
+    srv = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    srv.bind(path)
+    srv.listen(4)
+    return path, srv
+
+
 class KeptConnections(unittest.TestCase):
     def test_trials_reuse_one_connection(self) -> None:
         c = dry_exec.Client()
@@ -32,10 +41,7 @@ class KeptConnections(unittest.TestCase):
         self.assertEqual(c.transport._idle, [])
 
     def test_closed_while_idle_is_sent_again(self) -> None:
-        path = os.path.join(tempfile.mkdtemp(dir=_env._ROOT), "s.sock")
-        srv = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        srv.bind(path)
-        srv.listen(4)
+        path, srv = _listening()
         conns = []
 
         def serve() -> None:
@@ -71,10 +77,7 @@ class OneWrite(unittest.TestCase):
         # woken by the head, would sleep again until the body came. Every
         # request must reach the socket as one write, on a new connection
         # and on a kept one, with a body and without.
-        path = os.path.join(tempfile.mkdtemp(dir=_env._ROOT), "s.sock")
-        srv = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        srv.bind(path)
-        srv.listen(4)
+        path, srv = _listening()
         got = []
 
         def serve() -> None:
