@@ -47,6 +47,9 @@ var (
 	ErrWrongKey = fmt.Errorf("%w: signed by another key", ErrVerify)
 	// ErrBadSignature: the digest matches but the signature does not.
 	ErrBadSignature = fmt.Errorf("%w: the signature is not valid", ErrVerify)
+	// ErrOtherTrial: a valid receipt, but over another trial's delta (one
+	// trial's signed record copied under another id, to replay it).
+	ErrOtherTrial = fmt.Errorf("%w: the delta is another trial's", ErrVerify)
 )
 
 // Digest returns the lower-case hex sha256 of Canonical(doc).

@@ -139,6 +139,24 @@ func TestCommitVerifies(t *testing.T) {
 			d, _ := s.Load(id)
 			os.Remove(s.BlobPath(id, d.Files[1].SHA256))
 		}, dryexec.ErrUnverified, ErrCorrupt},
+		{"another trial's signed delta and blobs replayed", func(t *testing.T, s *Store, id, host, elsewhere string) {
+			// Each part verifies on its own: the receipt is this install's,
+			// over exactly these bytes, and the blobs hash right. Only the
+			// trial it names is not the one being committed.
+			other := signedTrial(t, s, "auto_commit", map[string]string{filepath.Join(elsewhere, "passwd"): "evil\n"})
+			raw, err := os.ReadFile(filepath.Join(s.trialDir(other), "delta.json"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			d, _ := s.Load(other)
+			blob, err := os.ReadFile(s.BlobPath(other, d.Files[0].SHA256))
+			if err != nil {
+				t.Fatal(err)
+			}
+			must(t, os.WriteFile(s.BlobPath(id, d.Files[0].SHA256), blob, 0o600))
+			must(t, os.WriteFile(filepath.Join(s.trialDir(id), "delta.json"), raw, 0o600))
+			must(t, os.RemoveAll(s.trialDir(other)))
+		}, dryexec.ErrUnverified, receipt.ErrOtherTrial},
 		{"the install's key gone", func(t *testing.T, s *Store, id, host, elsewhere string) {
 			os.Remove(filepath.Join(s.Dir(), receipt.KeyFile))
 			os.Remove(filepath.Join(s.Dir(), receipt.PublicKeyFile))

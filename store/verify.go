@@ -38,6 +38,12 @@ func (s *Store) loadSigned(id string) (*dryexec.StateDelta, error) {
 	if _, err := receipt.Verify(raw, pub); err != nil {
 		return nil, fmt.Errorf("%w: %s: %w; nothing was changed", dryexec.ErrUnverified, id, err)
 	}
+	// The receipt covers the trial id inside the delta, not the directory
+	// it was found in: without this, one trial's record (committed or
+	// discarded already) copied under a new id would commit again.
+	if d.TrialID != id {
+		return nil, fmt.Errorf("%w: %s: %w (it names %q); nothing was changed", dryexec.ErrUnverified, id, receipt.ErrOtherTrial, d.TrialID)
+	}
 	return &d, nil
 }
 
