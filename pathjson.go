@@ -4,6 +4,7 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
+	"strconv"
 	"strings"
 	"unicode/utf8"
 )
@@ -64,9 +65,12 @@ func (c *FileChange) UnmarshalJSON(b []byte) error {
 }
 
 // QuotePath is p for people: as is when it is printable UTF-8, else Go-quoted
-// so that invalid bytes show as \xNN and no control byte reaches a terminal.
+// so that invalid bytes show as \xNN and no control reaches a terminal. C1
+// controls count (U+009B is CSI to a terminal reading UTF-8), and so do the
+// format characters that reorder text (U+202E): strconv.IsPrint says no to
+// both, and %q escapes what it says no to.
 func QuotePath(p string) string {
-	if utf8.ValidString(p) && !strings.ContainsFunc(p, func(r rune) bool { return r < 0x20 || r == 0x7f }) {
+	if utf8.ValidString(p) && !strings.ContainsFunc(p, func(r rune) bool { return r != ' ' && !strconv.IsPrint(r) }) {
 		return p
 	}
 	return fmt.Sprintf("%q", p)

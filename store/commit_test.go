@@ -10,6 +10,7 @@ import (
 	"strings"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"github.com/dryexec/dryexec"
 	"github.com/dryexec/dryexec/receipt"
@@ -262,5 +263,57 @@ func TestCommitSkipped(t *testing.T) {
 	}
 	if _, err := os.Lstat(big.Path); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("big was written: %v", err)
+	}
+}
+
+// TestCommitErrorsEscapeNames: a refused commit names the paths it refused,
+// and the CLI prints that error on the user's terminal; a name the command
+// chose must not steer it. C1 controls (U+009B is CSI to a terminal that
+// reads UTF-8), bidi overrides and invalid bytes come out escaped in every
+// error that names a path: a conflict, an uncommittable path, an unsafe way.
+func TestCommitErrorsEscapeNames(t *testing.T) {
+	names := []string{"csi\u009b2J\u009b31m", "osc\u009d52;c;eA==\u009c", "bidi\u202etxt.exe", "nel\u0085+ passwd", "esc\x1b[1A", "bad\xff\x9b"}
+	cases := []struct {
+		name  string
+		setup func(t *testing.T, s *Store, host, name string) string // the trial's id
+	}{
+		{"conflict", func(t *testing.T, s *Store, host, name string) string {
+			id := signedTrial(t, s, "review", map[string]string{filepath.Join(host, name): "new\n"})
+			must(t, os.WriteFile(filepath.Join(host, name), []byte("host's\n"), 0o644))
+			return id
+		}},
+		{"uncommittable", func(t *testing.T, s *Store, host, name string) string {
+			c := dryexec.FileChange{Path: filepath.Join(host, name), Op: dryexec.OpCreate, Kind: dryexec.KindFile, Mode: "0644", Size: 1}
+			c.NotKept("over the quota")
+			return signedTrial(t, s, "review", nil, c)
+		}},
+		{"unsafe way", func(t *testing.T, s *Store, host, name string) string {
+			id := signedTrial(t, s, "review", map[string]string{filepath.Join(host, name, "f"): "new\n"})
+			must(t, os.Symlink(t.TempDir(), filepath.Join(host, name)))
+			return id
+		}},
+	}
+	for _, c := range cases {
+		for _, name := range names {
+			t.Run(c.name+"/"+strings.ToValidUTF8(name, "?"), func(t *testing.T) {
+				s, err := Open(t.TempDir(), 0)
+				must(t, err)
+				host := t.TempDir()
+				id := c.setup(t, s, host, name)
+				_, err = s.CommitWith(context.Background(), id, CommitOptions{})
+				if err == nil {
+					t.Fatal("the commit was not refused")
+				}
+				msg := err.Error()
+				for i, r := range msg {
+					if r == '\n' {
+						continue
+					}
+					if r < 0x20 || r == 0x7f || r >= 0x80 && r <= 0x9f || r >= 0x202a && r <= 0x202e || r >= 0x2066 && r <= 0x2069 || r == utf8.RuneError {
+						t.Fatalf("raw %U at %d in %q", r, i, msg)
+					}
+				}
+			})
+		}
 	}
 }
