@@ -22,6 +22,7 @@ import (
 	"github.com/dryexec/dryexec/netsim/tun"
 	"github.com/dryexec/dryexec/rung/linuxns"
 	"github.com/dryexec/dryexec/server"
+	"github.com/dryexec/dryexec/store"
 )
 
 func requireNS(t *testing.T) {
@@ -253,8 +254,9 @@ func TestMCPHTTP(t *testing.T) {
 // before any trial runs; a blocked trial's summary offers no commit command.
 func TestMCPBadInput(t *testing.T) {
 	requireNS(t)
+	home := t.TempDir()
 	cmd := exec.Command(os.Args[0], "mcp")
-	cmd.Env = append(os.Environ(), "DRYEXEC_TEST_AS_CLI=1", "DRYEXEC_HOME="+t.TempDir())
+	cmd.Env = append(os.Environ(), "DRYEXEC_TEST_AS_CLI=1", "DRYEXEC_HOME="+home)
 	cmd.Stderr = os.Stderr
 	client := mcp.NewClient(&mcp.Implementation{Name: "test", Version: "1"}, nil)
 	s, err := client.Connect(context.Background(), &mcp.CommandTransport{Command: cmd}, nil)
@@ -342,6 +344,15 @@ func TestMCPBadInput(t *testing.T) {
 	call(t, s, "commit_trial", map[string]any{"trial_id": tr.TrialID, "paths": []string{filepath.Join(wd, "a")}, "force": true}, &co)
 	if len(co.Applied) != 1 {
 		t.Fatalf("forced commit: %+v", co)
+	}
+	// The override is recorded as the agent's, through MCP: not as the
+	// user dryexec runs as, which is what a person's commit records.
+	st, err := store.Open(home, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if state, err := st.StateOf(tr.TrialID); err != nil || state.Override == nil || !strings.HasPrefix(state.Override.By, "mcp, ") {
+		t.Errorf("override recorded as %+v (%v), want by mcp", state.Override, err)
 	}
 }
 

@@ -446,7 +446,7 @@ func (t *tools) showTrial(ctx context.Context, _ *mcp.CallToolRequest, in TrialI
 }
 
 func (t *tools) commitTrial(ctx context.Context, _ *mcp.CallToolRequest, in CommitIn) (string, CommitOut, error) {
-	applied, err := t.svc.Commit(ctx, in.TrialID, server.CommitRequest{Paths: in.Paths, Force: in.Force, To: in.To})
+	applied, err := t.svc.Commit(ctx, in.TrialID, server.CommitRequest{Paths: in.Paths, Force: in.Force, To: in.To, By: "mcp"})
 	if err != nil {
 		return "", CommitOut{}, err
 	}

@@ -182,7 +182,7 @@ func (t *tools) sessionCommit(ctx context.Context, _ *mcp.CallToolRequest, in Se
 		return "", SessionCommitOut{}, fmt.Errorf("the session's changes reach outside %s (%s); nothing was committed", sd.dir, strings.Join(outside, ", "))
 	}
 	out := SessionCommitOut{SessionID: in.SessionID, TrialID: dt.TrialID, Decision: decisionOut(dt.Decision)}
-	applied, err := t.svc.Commit(ctx, dt.TrialID, server.CommitRequest{Force: in.Force})
+	applied, err := t.svc.Commit(ctx, dt.TrialID, server.CommitRequest{Force: in.Force, By: "mcp"})
 	if err != nil {
 		// The trial stays: what was refused can be looked at, and a
 		// person may still commit or drop it.

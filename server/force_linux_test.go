@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/dryexec/dryexec"
@@ -25,12 +26,17 @@ func TestCommitForceOverridesBlock(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(wd, "a")); err == nil {
 		t.Fatal("a refused commit changed the host")
 	}
+	// Who overrode is the interface's to say, not the caller's: a "by" in
+	// the body is refused, as any unknown field.
+	for _, forged := range []string{`{"force": true, "by": "alice at the terminal"}`, `{"force": true, "By": "mcp"}`} {
+		d.fails(t, "POST", "/v1/trials/"+blocked.TrialID+"/commit", []byte(forged), http.StatusBadRequest, "bad_request")
+	}
 	d.ok(t, "POST", "/v1/trials/"+blocked.TrialID+"/commit", server.CommitRequest{Force: true}, http.StatusOK, nil)
 	if b, err := os.ReadFile(filepath.Join(wd, "a")); err != nil || string(b) != "a\n" {
 		t.Fatalf("forced commit: %q %v", b, err)
 	}
 	st, err := d.svc.Store().StateOf(blocked.TrialID)
-	if err != nil || st.Override == nil || st.Override.Decision != "block" {
+	if err != nil || st.Override == nil || st.Override.Decision != "block" || !strings.HasPrefix(st.Override.By, "api, dryexec running as ") {
 		t.Fatalf("override not recorded: %+v %v", st, err)
 	}
 }

@@ -660,6 +660,11 @@ type CommitRequest struct {
 	// (else 409 image_commit), refused for any other; Paths then name
 	// paths beneath To.
 	To string `json:"to,omitempty"`
+	// By names the interface the request came through ("api", "mcp"), set
+	// by that interface, never by its caller (no JSON field): a forced
+	// commit of a blocked trial is recorded as this, so an override an
+	// agent made through MCP does not pass for a person's at the terminal.
+	By string `json:"-"`
 }
 
 // Commit applies trial id's changes to the host.
@@ -687,7 +692,13 @@ func (s *Service) Commit(ctx context.Context, id string, req CommitRequest) ([]d
 			}
 		}
 	}
-	applied, err := s.store.Commit(ctx, id, store.CommitOptions{Paths: req.Paths, Force: req.Force, AllowBlocked: req.Force, To: req.To})
+	by := req.By
+	if by == "" {
+		by = "api"
+	}
+	// The user dryexec runs as is not who asked, but it says whose it was.
+	by += ", dryexec running as " + store.ProcessUser()
+	applied, err := s.store.Commit(ctx, id, store.CommitOptions{Paths: req.Paths, Force: req.Force, AllowBlocked: req.Force, To: req.To, By: by})
 	if applied == nil && err == nil {
 		applied = []dryexec.FileChange{}
 	}

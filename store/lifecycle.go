@@ -40,8 +40,8 @@ type State struct {
 // Override records a commit of a trial the policy decided block.
 type Override struct {
 	// By is who asked, as the interface that committed knows them (the CLI:
-	// the user and uid; the API: what its caller said, else the daemon's
-	// user).
+	// the user and uid; the API and MCP: "api" or "mcp" and the user
+	// dryexec runs as, which is not who asked; no caller can set it).
 	By string    `json:"by"`
 	At time.Time `json:"at"`
 	// Decision and Reasons are the policy's, as signed in the trial.
@@ -266,7 +266,7 @@ func (s *Store) CommitWith(ctx context.Context, id string, opt CommitOptions) (*
 		}
 		by := opt.By
 		if by == "" {
-			by = processUser()
+			by = ProcessUser()
 		}
 		res.Override = &Override{By: by, At: time.Now().UTC(), Decision: d.Decision.Choice, Reasons: d.Decision.Reasons}
 	}
@@ -360,8 +360,8 @@ func blockReasons(d *dryexec.StateDelta) string {
 	return "decided block: " + strings.Join(d.Decision.Reasons, "; ")
 }
 
-// processUser names the user this process runs as: "name (uid N)".
-func processUser() string {
+// ProcessUser names the user this process runs as: "name (uid N)".
+func ProcessUser() string {
 	uid := os.Getuid()
 	if u, err := user.LookupId(strconv.Itoa(uid)); err == nil {
 		return fmt.Sprintf("%s (uid %d)", u.Username, uid)
