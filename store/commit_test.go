@@ -317,3 +317,76 @@ func TestCommitErrorsEscapeNames(t *testing.T) {
 		}
 	}
 }
+
+// TestCommitDiscardRace: commits and discards of one trial at once, from
+// separate Store values as separate processes would hold: exactly one wins,
+// every other is refused with the reason (already committed, discarded),
+// and the host and the trial's state agree with the winner.
+func TestCommitDiscardRace(t *testing.T) {
+	dir := t.TempDir()
+	for round := range 8 {
+		s, err := Open(dir, 0)
+		must(t, err)
+		host := t.TempDir()
+		id := signedTrial(t, s, "review", map[string]string{filepath.Join(host, "a"): "a\n", filepath.Join(host, "b"): "b\n"})
+		start := make(chan struct{})
+		errs := make(chan error, 6)
+		for i := range 6 {
+			go func() {
+				s, err := Open(dir, 0) // its own handle, as another process's
+				if err != nil {
+					errs <- err
+					return
+				}
+				<-start
+				if (i+round)%2 == 0 {
+					_, err = s.CommitWith(context.Background(), id, CommitOptions{})
+				} else {
+					err = s.Discard(id)
+				}
+				errs <- err
+			}()
+		}
+		close(start)
+		wins := 0
+		for range 6 {
+			err := <-errs
+			switch {
+			case err == nil:
+				wins++
+			case errors.Is(err, dryexec.ErrAlreadyCommitted), errors.Is(err, dryexec.ErrDiscarded):
+			default:
+				t.Fatalf("round %d: %v", round, err)
+			}
+		}
+		st, _ := s.StateOf(id)
+		_, aErr := os.Stat(filepath.Join(host, "a"))
+		_, bErr := os.Stat(filepath.Join(host, "b"))
+		switch {
+		case wins != 1:
+			t.Fatalf("round %d: %d winners", round, wins)
+		case st.Status == StatusCommitted && (aErr != nil || bErr != nil):
+			t.Fatalf("round %d: committed, but the host has a: %v, b: %v", round, aErr, bErr)
+		case st.Status == StatusDiscarded && (aErr == nil || bErr == nil):
+			t.Fatalf("round %d: discarded, but the host has a or b", round)
+		case st.Status != StatusCommitted && st.Status != StatusDiscarded:
+			t.Fatalf("round %d: status %q", round, st.Status)
+		}
+		if l := leftoverNames(t, host); len(l) > 0 {
+			t.Fatalf("round %d: left on the host: %v", round, l)
+		}
+	}
+}
+
+// leftoverNames lists the commit's temp and backup names in dir.
+func leftoverNames(t *testing.T, dir string) []string {
+	ents, err := os.ReadDir(dir)
+	must(t, err)
+	var out []string
+	for _, e := range ents {
+		if strings.HasPrefix(e.Name(), ".dryexec-") {
+			out = append(out, e.Name())
+		}
+	}
+	return out
+}
