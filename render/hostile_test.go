@@ -1,9 +1,12 @@
 package render
 
 import (
+	"bytes"
+	"encoding/json"
 	"fmt"
 	"reflect"
 	"testing"
+	"unicode/utf8"
 
 	"github.com/dryexec/dryexec"
 )
@@ -97,14 +100,40 @@ func TestEveryStringEscaped(t *testing.T) {
 func assertNoRawControls(t *testing.T, out string, col bool) {
 	t.Helper()
 	for i, r := range out {
+		if r == utf8.RuneError {
+			if _, size := utf8.DecodeRuneInString(out[i:]); size == 1 {
+				t.Fatalf("invalid byte %#x at %d: %q", out[i], i, out[max(0, i-40):min(len(out), i+40)])
+			}
+			continue // a real U+FFFD (JSON's stand-in for an invalid byte) steers nothing
+		}
 		switch {
 		case r == '\n' || r == '\t':
 		case r == 0x1b:
 			if !col || !isOurSGR(out[i:]) {
 				t.Fatalf("raw ESC at %d: %q", i, out[max(0, i-40):min(len(out), i+40)])
 			}
-		case r < 0x20 || r == 0x7f || r >= 0x80 && r <= 0x9f || isBidi(r) || r == 0xfffd:
+		case r < 0x20 || r == 0x7f || r >= 0x80 && r <= 0x9f || isBidi(r):
 			t.Fatalf("raw control %U at %d: %q", r, i, out[max(0, i-40):min(len(out), i+40)])
 		}
+	}
+}
+
+// TestEveryExchangeStringEscaped: the same for `dryexec show --network`:
+// every string of a kept exchange (headers, bodies, URL) is hostile.
+func TestEveryExchangeStringEscaped(t *testing.T) {
+	var recs []dryexec.Exchange
+	fillStrings(reflect.ValueOf(&recs).Elem(), 0)
+	recs[0].RequestBody = []byte(hostile[:len(hostile)-len("\xff\r\n  + /etc/ok")] + "\nline 2\x1b[K")
+	recs[0].ResponseBody = []byte("ok\u009b1;1H\u202e")
+	raw, err := json.Marshal(recs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, col := range []bool{false, true} {
+		var b bytes.Buffer
+		if err := Exchanges(&b, raw, Options{Color: col}); err != nil {
+			t.Fatal(err)
+		}
+		assertNoRawControls(t, b.String(), col)
 	}
 }
