@@ -265,6 +265,7 @@ func TestMCPBadInput(t *testing.T) {
 	}
 	defer s.Close()
 	wd := t.TempDir()
+	escaped := filepath.Join(t.TempDir(), "escaped")
 	var tr mcpserver.TrialOut
 	call(t, s, "run_trial", map[string]any{"command": "echo a > a", "cwd": wd}, &tr)
 	for _, tc := range []struct {
@@ -300,7 +301,10 @@ func TestMCPBadInput(t *testing.T) {
 		{"null trial id", "discard_trial", map[string]any{"trial_id": nil}, `argument "trial_id" is required and cannot be null`},
 		{"force a string", "commit_trial", map[string]any{"trial_id": tr.TrialID, "force": "yes"}, `argument "force" must be true or false, not a string`},
 		{"rung not in the enum", "run_trial", map[string]any{"command": "true", "cwd": wd, "rung": "seatbelt"}, `argument "rung" is "seatbelt": unknown; choose one of`},
-		{"session rung seatbelt", "session_open", map[string]any{"rung": "seatbelt"}, `argument "rung" is "seatbelt": unknown; choose one of host, ns, gvisor, vm, best`},
+		{"session rung seatbelt", "session_open", map[string]any{"rung": "seatbelt"}, `argument "rung" is "seatbelt": unknown; choose one of ns, gvisor, vm, best`},
+		// The host rung would run the model's command on the host for real.
+		{"host rung", "run_trial", map[string]any{"command": "echo escaped > " + escaped, "cwd": wd, "rung": "host"}, `argument "rung" is "host": unknown; choose one of`},
+		{"session host rung", "session_open", map[string]any{"rung": "host", "seed_dir": wd}, `argument "rung" is "host": unknown; choose one of ns, gvisor, vm, best`},
 		{"unknown session", "session_shell", map[string]any{"session_id": "se_aaaaaaaaaaaaaaaaaaaa", "command": "ls"}, "not found"},
 		{"session negative timeout", "session_shell", map[string]any{"session_id": "se_aaaaaaaaaaaaaaaaaaaa", "command": "ls", "timeout_ms": -5}, `argument "timeout_ms" must not be negative`},
 		{"seed dir relative", "session_open", map[string]any{"seed_dir": "src"}, `argument "seed_dir" is "src": want a clean absolute host directory`},
@@ -327,6 +331,9 @@ func TestMCPBadInput(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join(wd, "a")); err == nil {
 		t.Fatal("a refused commit changed the host")
+	}
+	if _, err := os.Stat(escaped); err == nil {
+		t.Fatal("a run_trial on the host rung wrote on the host")
 	}
 	// Blocked: the summary offers discard, not commit.
 	wd = t.TempDir()

@@ -105,7 +105,7 @@ type DiscardOut struct {
 
 // SessionOpenIn opens a session.
 type SessionOpenIn struct {
-	Rung      string   `json:"rung,omitempty" jsonschema:"ns (the default: namespaces), gvisor (gVisor's kernel), vm (a microVM: seconds to start under emulation), host (no isolation); best picks the strongest this host can run"`
+	Rung      string   `json:"rung,omitempty" jsonschema:"ns (the default: namespaces), gvisor (gVisor's kernel), vm (a microVM: seconds to start under emulation); best picks the strongest this host can run"`
 	Workspace string   `json:"workspace,omitempty" jsonschema:"absolute path where the workspace appears in the sandbox (default /workspace)"`
 	Image     string   `json:"image,omitempty" jsonschema:"open the session on this OCI image's root filesystem instead of the host's (pulled on first use); the workspace is mounted over it"`
 	SeedDir   string   `json:"seed_dir,omitempty" jsonschema:"absolute host directory whose copy becomes the workspace (and its baseline); session_commit applies the session's changes back to it. Absent: the workspace starts empty"`
@@ -221,14 +221,21 @@ Trials: run_trial runs one command and answers what it would change (files, outp
 Sessions: for many steps in one sandbox, session_open (seed_dir copies a host directory in as the workspace), then session_shell and session_python (files, cwd and variables persist), session_diff to see the workspace's changes with their content, session_network for network attempts, session_commit to apply the changes to the seed directory (recorded and decided as a trial), and session_close at the end. To try alternatives, session_fork a session into branches (each starts from its state), work in each, session_compare them, and session_keep the one to keep: its changes become the parent's.
 Network: nothing leaves a sandbox unless net allows it; every attempt is logged.`
 
+func isHostRung(name string) bool { return name == "host" }
+
 // New returns an MCP server whose tools act on svc. cwd is the default
 // directory of run_trial.
 func New(svc *server.Service, version, cwd string) *mcp.Server {
 	s := mcp.NewServer(&mcp.Implementation{Name: "dryexec", Title: "dryexec: trials before changes", Version: version},
 		&mcp.ServerOptions{Instructions: instructions})
 	t := &tools{svc: svc, cwd: cwd, seeds: map[string]*seed{}}
-	trialRungs := append(rung.Built(), "best")
-	sessionRungs := append(session.Rungs(), "best")
+	// The host rung isolates nothing: offered to the model, a run_trial or
+	// session would run its command on the host for real, with dryexec's
+	// own state (the receipt key, the store) in reach, under tools that
+	// promise nothing changes. The model is whom the trial is for, so the
+	// choice is not its to make: the CLI and the API still offer host.
+	trialRungs := append(slices.DeleteFunc(rung.Built(), isHostRung), "best")
+	sessionRungs := append(slices.DeleteFunc(session.Rungs(), isHostRung), "best")
 	no, yes := new(bool), new(bool)
 	*yes = true
 	// Hints, per the MCP spec: readOnly (changes nothing), destructive
