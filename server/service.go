@@ -698,7 +698,14 @@ func (s *Service) Commit(ctx context.Context, id string, req CommitRequest) ([]d
 	}
 	// The user dryexec runs as is not who asked, but it says whose it was.
 	by += ", dryexec running as " + store.ProcessUser()
-	applied, err := s.store.Commit(ctx, id, store.CommitOptions{Paths: req.Paths, Force: req.Force, AllowBlocked: req.Force, To: req.To, By: by})
+	opt := store.CommitOptions{Paths: req.Paths, Force: req.Force, AllowBlocked: req.Force, To: req.To, By: by}
+	if req.To != "" {
+		// The daemon's policy judges where an image trial's changes land.
+		opt.Redecide = func(ctx context.Context, d *dryexec.StateDelta) dryexec.Decision {
+			return s.engine.Decide(ctx, d).Decision
+		}
+	}
+	applied, err := s.store.Commit(ctx, id, opt)
 	if applied == nil && err == nil {
 		applied = []dryexec.FileChange{}
 	}

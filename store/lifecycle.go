@@ -163,6 +163,12 @@ type CommitOptions struct {
 	// required for such a trial, refused for any other. Paths then name
 	// paths beneath To.
 	To string
+	// Redecide, when set, judges a trial on an image again once its changes
+	// are mapped beneath To: the signed decision saw the image's paths, and
+	// To is chosen only now, so a target the policy denies (a To of
+	// /etc/cron.d) was never judged. A block it finds is refused and
+	// overridden as a signed block is (AllowBlocked, recorded).
+	Redecide func(ctx context.Context, mapped *dryexec.StateDelta) dryexec.Decision
 }
 
 // CommitResult is what a commit did.
@@ -225,6 +231,13 @@ func (s *Store) CommitWith(ctx context.Context, id string, opt CommitOptions) (*
 	d, outside, err := MapImage(d, opt.To)
 	if err != nil {
 		return nil, err
+	}
+	if opt.To != "" && opt.Redecide != nil && d.Decision.Choice != policy.Block {
+		// d is MapImage's copy: the signed record keeps its own decision.
+		if dec := opt.Redecide(ctx, d); dec.Choice == policy.Block {
+			d.Decision = dryexec.Decision{Choice: policy.Block, RiskScore: dec.RiskScore,
+				Reasons: append([]string{"decided again for its target " + dryexec.QuotePath(opt.To)}, dec.Reasons...)}
+		}
 	}
 	// What this commit leaves: a partly committed trial commits only what
 	// is left of it, a path already committed is said to be so, and the
