@@ -1,6 +1,7 @@
 package server_test
 
 import (
+	"archive/tar"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -8,25 +9,40 @@ import (
 	"testing"
 
 	"github.com/dryexec/dryexec"
+	"github.com/dryexec/dryexec/internal/imagetest"
+	"github.com/dryexec/dryexec/internal/testreq"
 	"github.com/dryexec/dryexec/policy"
-	"github.com/dryexec/dryexec/receipt"
 	"github.com/dryexec/dryexec/server"
 )
 
-// TestImageCommitTargetDecided: a trial on an image was decided on the
+// TestImageCommitTargetDecided: a trial on an image is decided on the
 // image's paths, and where its changes land on the host is named only at
 // commit (to), by whoever commits: through MCP, the model. A target the
 // daemon's policy denies (here a directory standing in for /etc/cron.d) is
 // judged at commit and refused as a block is, until force overrides it
-// (recorded); the same trial onto an allowed target commits.
+// (recorded); the same kind of trial onto an allowed target commits.
 func TestImageCommitTargetDecided(t *testing.T) {
+	testreq.NeedRoot(t)
+	requireNS(t)
+	t.Setenv("DOCKER_CONFIG", t.TempDir())
+	img := imagetest.Image(t, imagetest.Config{Env: []string{"PATH=/bin"}, WorkingDir: "/src"},
+		imagetest.Tools(t), imagetest.Layer(t, imagetest.Entry{Name: "src/", Type: tar.TypeDir}))
+	ref := imagetest.Registry(t) + "/target/img:1"
+	imagetest.Push(t, ref, img)
 	denied, allowed := t.TempDir(), t.TempDir()
 	p := policy.Default()
 	p.DeniedMutationTargets = append(p.DeniedMutationTargets, denied+"/**")
-	p.AllowedMutationTargets = []string{"*"}
-	d := startDaemon(t, server.Config{Policy: &p}, server.HandlerOptions{})
-	id := imageTrial(t, d, map[string]string{"/w/job": "* * * * * root sh -c 'id > /tmp/pwned'\n"})
+	d := startDaemon(t, server.Config{Pool: -1, Policy: &p}, server.HandlerOptions{})
+	trial := func(content string) string {
+		var delta dryexec.StateDelta
+		d.ok(t, "POST", "/v1/trials", server.TrialRequest{Image: ref, Argv: []string{"sh", "-c", "echo '" + content + "' > job"}}, http.StatusCreated, &delta)
+		if delta.Decision.Choice == policy.Block || len(delta.Files) != 1 {
+			t.Fatalf("the trial on the image: %s, files %+v", delta.Decision.Choice, delta.Files)
+		}
+		return delta.TrialID
+	}
 
+	id := trial("* * * * * root id > /tmp/pwned")
 	d.fails(t, "POST", "/v1/trials/"+id+"/commit", server.CommitRequest{To: denied}, http.StatusForbidden, "blocked")
 	if ents, _ := os.ReadDir(denied); len(ents) > 0 {
 		t.Fatalf("a refused commit wrote %v", ents)
@@ -44,46 +60,9 @@ func TestImageCommitTargetDecided(t *testing.T) {
 		t.Fatalf("forced commit: %v", err)
 	}
 	// Onto a target the policy allows, nothing stands in the way.
-	id = imageTrial(t, d, map[string]string{"/w/job": "ok\n"})
+	id = trial("ok")
 	d.ok(t, "POST", "/v1/trials/"+id+"/commit", server.CommitRequest{To: allowed}, http.StatusOK, nil)
 	if b, err := os.ReadFile(filepath.Join(allowed, "job")); err != nil || string(b) != "ok\n" {
 		t.Fatalf("commit onto an allowed target: %q %v", b, err)
 	}
-}
-
-// imageTrial records in d's store a trial on an image (workspace /w)
-// creating files, decided auto_commit and signed with the install's key, as
-// the daemon records one; it returns the trial's id.
-func imageTrial(t *testing.T, d *daemon, files map[string]string) string {
-	t.Helper()
-	s := d.svc.Store()
-	signer, err := receipt.LoadOrCreate(s.Dir())
-	if err != nil {
-		t.Fatal(err)
-	}
-	id := dryexec.NewTrialID()
-	tr, err := s.Begin(id)
-	if err != nil {
-		t.Fatal(err)
-	}
-	dl := &dryexec.StateDelta{TrialID: id, Rung: "ns", Action: dryexec.Action{Argv: []string{"sh"}, Cwd: "/w"},
-		Image:    &dryexec.DeltaImage{Ref: "example/img:1", Digest: "sha256:" + strings.Repeat("0", 64), Workspace: "/w"},
-		Decision: dryexec.Decision{Choice: policy.AutoCommit, Reasons: []string{"info: nothing needs a person"}}}
-	for p, c := range files {
-		sha, n, err := tr.PutBlob(strings.NewReader(c))
-		if err != nil {
-			t.Fatal(err)
-		}
-		dl.Files = append(dl.Files, dryexec.FileChange{Path: p, Op: dryexec.OpCreate, Kind: dryexec.KindFile, Mode: "0644",
-			Size: n, SHA256: sha, UID: os.Getuid(), GID: os.Getgid()})
-	}
-	dl.Normalize()
-	dl.ComputeTotals()
-	if err := signer.Sign(dl); err != nil {
-		t.Fatal(err)
-	}
-	if err := tr.Save(dl); err != nil {
-		t.Fatal(err)
-	}
-	return id
 }
