@@ -254,9 +254,15 @@ func TestMCPHTTP(t *testing.T) {
 // before any trial runs; a blocked trial's summary offers no commit command.
 func TestMCPBadInput(t *testing.T) {
 	requireNS(t)
-	home := t.TempDir()
+	home, userHome := t.TempDir(), t.TempDir()
+	if err := os.MkdirAll(filepath.Join(userHome, ".ssh"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(userHome, ".ssh", "id_ed25519"), []byte("PRIVATE KEY\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
 	cmd := exec.Command(os.Args[0], "mcp")
-	cmd.Env = append(os.Environ(), "DRYEXEC_TEST_AS_CLI=1", "DRYEXEC_HOME="+home)
+	cmd.Env = append(os.Environ(), "DRYEXEC_TEST_AS_CLI=1", "DRYEXEC_HOME="+home, "HOME="+userHome)
 	cmd.Stderr = os.Stderr
 	client := mcp.NewClient(&mcp.Implementation{Name: "test", Version: "1"}, nil)
 	s, err := client.Connect(context.Background(), &mcp.CommandTransport{Command: cmd}, nil)
@@ -309,6 +315,12 @@ func TestMCPBadInput(t *testing.T) {
 		{"session negative timeout", "session_shell", map[string]any{"session_id": "se_aaaaaaaaaaaaaaaaaaaa", "command": "ls", "timeout_ms": -5}, `argument "timeout_ms" must not be negative`},
 		{"seed dir relative", "session_open", map[string]any{"seed_dir": "src"}, `argument "seed_dir" is "src": want a clean absolute host directory`},
 		{"seed dir missing", "session_open", map[string]any{"seed_dir": "/nonexistent/src"}, "not a directory on the host"},
+		// A seed is copied from outside the sandbox: what the view masks
+		// (credentials) or hides (dryexec's home, the receipt key) must not
+		// come in that way.
+		{"seed dir a credential dir", "session_open", map[string]any{"seed_dir": filepath.Join(userHome, ".ssh")}, "every sandbox's view hides"},
+		{"seed dir holding one", "session_open", map[string]any{"seed_dir": userHome}, "every sandbox's view hides"},
+		{"seed dir dryexec's home", "session_open", map[string]any{"seed_dir": home}, "every sandbox's view hides"},
 		{"diff path escapes", "session_diff", map[string]any{"session_id": "se_aaaaaaaaaaaaaaaaaaaa", "paths": []string{"../x"}}, "without .."},
 		{"commit unseeded unknown", "session_commit", map[string]any{"session_id": "se_aaaaaaaaaaaaaaaaaaaa"}, "not found"},
 		{"bad trial id", "commit_trial", map[string]any{"trial_id": "../../etc"}, "not a trial id"},

@@ -486,6 +486,10 @@ func (t *tools) sessionOpen(ctx context.Context, _ *mcp.CallToolRequest, in Sess
 		if sd, err = snapshot(in.SeedDir); err != nil {
 			return "", SessionOut{}, err
 		}
+		// The seed is copied from outside the sandbox, past its masks.
+		if err := t.svc.CheckSeed(sd.dir); err != nil {
+			return "", SessionOut{}, err
+		}
 	}
 	l, err := t.svc.OpenSession(ctx, server.SessionRequest{Rung: in.Rung, Workspace: in.Workspace, Net: in.Net, Image: in.Image})
 	if err != nil {

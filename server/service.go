@@ -360,6 +360,32 @@ func (s *Service) keyMask() string { return filepath.Join(s.cfg.StoreDir, receip
 // in every sandbox like the receipt key (its key could forge any certificate).
 func (s *Service) netCADir() string { return filepath.Join(s.cfg.StoreDir, "netsim-ca") }
 
+// CheckSeed refuses a host directory as a session's seed when copying it in
+// would carry what every sandbox's view hides (a credential mask, the
+// daemon's own state, the receipt key) into the sandbox: the copy is made
+// outside the sandbox, with the daemon's rights, so the view's covers do not
+// apply to it. dir is refused when it is at or beneath a covered path, or
+// holds one.
+func (s *Service) CheckSeed(dir string) error {
+	own := s.runner.Protect(dryexec.TrialSpec{OwnPaths: s.ownPaths()})
+	covered, err := rung.Covered(append(own.OwnPaths, own.Masks...))
+	if err != nil {
+		return err
+	}
+	if r, err := filepath.EvalSymlinks(dir); err == nil {
+		dir = r
+	}
+	for _, c := range covered {
+		if r, err := filepath.EvalSymlinks(c); err == nil {
+			c = r
+		}
+		if c == dir || strings.HasPrefix(dir, c+"/") || strings.HasPrefix(c, strings.TrimSuffix(dir, "/")+"/") {
+			return fmt.Errorf("%w: %s would carry %s into the sandbox, which every sandbox's view hides (credentials, dryexec's own state); seed from a directory that does not hold it", ErrPolicy, dryexec.QuotePath(dir), dryexec.QuotePath(c))
+		}
+	}
+	return nil
+}
+
 // ownPaths are where the daemon keeps its own state: its home (every
 // trial's delta and blobs, the receipt key, netsim's CA), its state dir (the
 // bearer token, live sessions' records) and its socket. Every ns trial and
