@@ -233,7 +233,7 @@ func TestMCPHTTP(t *testing.T) {
 	done := make(chan error, 1)
 	go func() {
 		done <- server.Serve(ctx, svc, server.ServeOptions{Socket: sock, Ready: func(a string) { ready <- a },
-			Handler: server.HandlerOptions{MCP: mcpserver.HTTPHandler(svc, "test", "/")}})
+			Handler: server.HandlerOptions{MCP: mcpserver.HTTPHandler(svc, "test", "/", mcpserver.Options{AllowForce: true})}})
 	}()
 	<-ready
 	defer func() { cancel(); <-done }()
@@ -323,6 +323,7 @@ func TestMCPBadInput(t *testing.T) {
 		{"seed dir dryexec's home", "session_open", map[string]any{"seed_dir": home}, "every sandbox's view hides"},
 		{"diff path escapes", "session_diff", map[string]any{"session_id": "se_aaaaaaaaaaaaaaaaaaaa", "paths": []string{"../x"}}, "without .."},
 		{"commit unseeded unknown", "session_commit", map[string]any{"session_id": "se_aaaaaaaaaaaaaaaaaaaa"}, "not found"},
+		{"session commit force not allowed", "session_commit", map[string]any{"session_id": "se_aaaaaaaaaaaaaaaaaaaa", "force": true}, "--allow-force"},
 		{"bad trial id", "commit_trial", map[string]any{"trial_id": "../../etc"}, "not a trial id"},
 		{"commit path not in trial", "commit_trial", map[string]any{"trial_id": tr.TrialID, "paths": []string{filepath.Join(wd, "b")}}, "changed nothing at or beneath"},
 	} {
@@ -359,6 +360,23 @@ func TestMCPBadInput(t *testing.T) {
 	if err != nil || !bad.IsError || !strings.Contains(text(bad), "block") {
 		t.Fatalf("commit of a blocked trial: %v %s", err, text(bad))
 	}
+	// force is the operator's to allow: this server was started without
+	// --allow-force, so the model's force changes nothing.
+	bad, err = s.CallTool(context.Background(), &mcp.CallToolParams{Name: "commit_trial", Arguments: map[string]any{"trial_id": tr.TrialID, "force": true}})
+	if err != nil || !bad.IsError || !strings.Contains(text(bad), "--allow-force") {
+		t.Fatalf("forced commit without --allow-force: %v %s", err, text(bad))
+	}
+	if _, err := os.Stat(filepath.Join(wd, "a")); err == nil {
+		t.Fatal("a force refused for want of --allow-force changed the host")
+	}
+	cmd = exec.Command(os.Args[0], "mcp", "--allow-force")
+	cmd.Env = append(os.Environ(), "DRYEXEC_TEST_AS_CLI=1", "DRYEXEC_HOME="+home, "HOME="+userHome)
+	cmd.Stderr = os.Stderr
+	s, err = mcp.NewClient(&mcp.Implementation{Name: "test", Version: "1"}, nil).Connect(context.Background(), &mcp.CommandTransport{Command: cmd}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
 	var co mcpserver.CommitOut
 	call(t, s, "commit_trial", map[string]any{"trial_id": tr.TrialID, "paths": []string{filepath.Join(wd, "a")}, "force": true}, &co)
 	if len(co.Applied) != 1 {

@@ -9,6 +9,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/base64"
+	"errors"
 	"fmt"
 	"io"
 	"maps"
@@ -87,7 +88,7 @@ type TrialIDIn struct {
 type CommitIn struct {
 	TrialID string   `json:"trial_id" jsonschema:"the trial's id, tr_…"`
 	Paths   []string `json:"paths,omitempty" jsonschema:"absolute host paths to commit (a directory selects all beneath it); absent: everything"`
-	Force   bool     `json:"force,omitempty" jsonschema:"only when a person decided: commit even a trial the policy blocked, and even where the host changed since the trial (never through a symlink)"`
+	Force   bool     `json:"force,omitempty" jsonschema:"only when a person decided: commit even a trial the policy blocked, and even where the host changed since the trial (never through a symlink); refused unless the server was started with --allow-force"`
 	To      string   `json:"to,omitempty" jsonschema:"for a trial run on an image: the absolute host directory that receives what it changed beneath its cwd in the image (required for such a trial; nothing else of it is committable)"`
 }
 
@@ -181,7 +182,7 @@ type DiffOut struct {
 type SessionCommitIn struct {
 	SessionID string   `json:"session_id" jsonschema:"the session's id, se_…; it must have been opened with seed_dir"`
 	Paths     []string `json:"paths,omitempty" jsonschema:"workspace-relative paths to commit (a directory selects all beneath it); absent: every change"`
-	Force     bool     `json:"force,omitempty" jsonschema:"only when a person decided: commit even what the policy blocked, and over host files that changed since the session was seeded"`
+	Force     bool     `json:"force,omitempty" jsonschema:"only when a person decided: commit even what the policy blocked, and over host files that changed since the session was seeded; refused unless the server was started with --allow-force"`
 }
 
 // SessionCommitOut is what session_commit applied, through which trial.
@@ -223,12 +224,27 @@ Network: nothing leaves a sandbox unless net allows it; every attempt is logged.
 
 func isHostRung(name string) bool { return name == "host" }
 
+// Options are the operator's choices for an MCP server: what its client (a
+// model) may not decide for itself.
+type Options struct {
+	// AllowForce lets the client's force through (commit_trial and
+	// session_commit over a block or a host change). Off, force is
+	// refused: the policy's block and the host-changed check are for a
+	// person to override, and the client of an MCP server is a model,
+	// whose tool calls many hosts approve without asking anyone.
+	AllowForce bool
+}
+
+// ErrForceNotAllowed is returned by a commit asking for force from an MCP
+// server started without Options.AllowForce.
+var ErrForceNotAllowed = errors.New("force is not this MCP server's to grant")
+
 // New returns an MCP server whose tools act on svc. cwd is the default
 // directory of run_trial.
-func New(svc *server.Service, version, cwd string) *mcp.Server {
+func New(svc *server.Service, version, cwd string, opts Options) *mcp.Server {
 	s := mcp.NewServer(&mcp.Implementation{Name: "dryexec", Title: "dryexec: trials before changes", Version: version},
 		&mcp.ServerOptions{Instructions: instructions})
-	t := &tools{svc: svc, cwd: cwd, seeds: map[string]*seed{}}
+	t := &tools{svc: svc, cwd: cwd, opts: opts, seeds: map[string]*seed{}}
 	// The host rung isolates nothing: offered to the model, a run_trial or
 	// session would run its command on the host for real, with dryexec's
 	// own state (the receipt key, the store) in reach, under tools that
@@ -292,20 +308,20 @@ func New(svc *server.Service, version, cwd string) *mcp.Server {
 
 // HTTPHandler serves the same tools over streamable HTTP (mounted at /mcp by
 // the daemon, behind its auth).
-func HTTPHandler(svc *server.Service, version, cwd string) http.Handler {
-	s := New(svc, version, cwd)
+func HTTPHandler(svc *server.Service, version, cwd string, opts Options) http.Handler {
+	s := New(svc, version, cwd, opts)
 	return mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return s }, &mcp.StreamableHTTPOptions{JSONResponse: true})
 }
 
 // Run serves the tools on in/out (newline-delimited JSON-RPC, as on stdio)
 // until the client goes away or ctx ends.
-func Run(ctx context.Context, svc *server.Service, version string, in io.Reader, out io.Writer) error {
+func Run(ctx context.Context, svc *server.Service, version string, opts Options, in io.Reader, out io.Writer) error {
 	cwd, err := os.Getwd()
 	if err != nil {
 		return err
 	}
 	d := newDrain(ctx, in, out)
-	return New(svc, version, cwd).Run(ctx, &mcp.IOTransport{Reader: io.NopCloser(d), Writer: nopWriteCloser{d}})
+	return New(svc, version, cwd, opts).Run(ctx, &mcp.IOTransport{Reader: io.NopCloser(d), Writer: nopWriteCloser{d}})
 }
 
 type nopWriteCloser struct{ io.Writer }
@@ -313,8 +329,9 @@ type nopWriteCloser struct{ io.Writer }
 func (nopWriteCloser) Close() error { return nil }
 
 type tools struct {
-	svc *server.Service
-	cwd string
+	svc  *server.Service
+	cwd  string
+	opts Options
 
 	mu    sync.Mutex       // guards seeds
 	seeds map[string]*seed // by session id: the sessions opened with seed_dir
@@ -453,12 +470,24 @@ func (t *tools) showTrial(ctx context.Context, _ *mcp.CallToolRequest, in TrialI
 }
 
 func (t *tools) commitTrial(ctx context.Context, _ *mcp.CallToolRequest, in CommitIn) (string, CommitOut, error) {
+	if err := t.checkForce(in.Force, "dryexec commit --force "+in.TrialID); err != nil {
+		return "", CommitOut{}, err
+	}
 	applied, err := t.svc.Commit(ctx, in.TrialID, server.CommitRequest{Paths: in.Paths, Force: in.Force, To: in.To, By: "mcp"})
 	if err != nil {
 		return "", CommitOut{}, err
 	}
 	out := CommitOut{TrialID: in.TrialID, Applied: changeLines(applied)}
 	return fmt.Sprintf("committed %s: %d change(s) applied\n%s", in.TrialID, len(applied), strings.Join(out.Applied, "\n")), out, nil
+}
+
+// checkForce refuses force unless the operator allowed it; person says
+// how a person can decide instead.
+func (t *tools) checkForce(force bool, person string) error {
+	if !force || t.opts.AllowForce {
+		return nil
+	}
+	return fmt.Errorf("%w: it was started without --allow-force, so a block or a host change is for a person to override (%s); nothing was committed", ErrForceNotAllowed, person)
 }
 
 func changeLines(fs []dryexec.FileChange) []string {

@@ -35,7 +35,7 @@ func inProcess(t *testing.T) *mcp.ClientSession {
 	ct, st := mcp.NewInMemoryTransports()
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
-	ss, err := mcpserver.New(svc, "test", t.TempDir()).Connect(ctx, st, nil)
+	ss, err := mcpserver.New(svc, "test", t.TempDir(), mcpserver.Options{AllowForce: true}).Connect(ctx, st, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -113,6 +113,9 @@ func (t *tools) sessionCommit(ctx context.Context, _ *mcp.CallToolRequest, in Se
 	if err := checkRelPaths("session_commit", in.Paths); err != nil {
 		return "", SessionCommitOut{}, err
 	}
+	if err := t.checkForce(in.Force, "its operator may restart it with --allow-force"); err != nil {
+		return "", SessionCommitOut{}, err
+	}
 	l, err := t.svc.Session(in.SessionID)
 	if err != nil {
 		return "", SessionCommitOut{}, err

@@ -9,7 +9,8 @@ import (
 )
 
 func mcpCmd(env Env) *cobra.Command {
-	return &cobra.Command{
+	var opts mcpserver.Options
+	cmd := &cobra.Command{
 		Use:   "mcp",
 		Short: "Serve dryexec's tools to an MCP client over stdin/stdout",
 		Args:  usage(cobra.NoArgs),
@@ -21,7 +22,9 @@ func mcpCmd(env Env) *cobra.Command {
 				return err
 			}
 			defer svc.Close()
-			return mcpserver.Run(cmd.Context(), svc, buildVersion(), env.Stdin, env.Stdout)
+			return mcpserver.Run(cmd.Context(), svc, buildVersion(), opts, env.Stdin, env.Stdout)
 		},
 	}
+	cmd.Flags().BoolVar(&opts.AllowForce, "allow-force", false, "let the client's force through (commit over a policy block or a host change); off, only a person overrides, with dryexec commit --force")
+	return cmd
 }

@@ -84,6 +84,7 @@ func serveCmd(env Env) *cobra.Command {
 		vm                  vmPools
 		drain, poolIdle     time.Duration
 		verbose             bool
+		mcpOpts             mcpserver.Options
 	)
 	c := &cobra.Command{
 		Use:   "serve [--socket PATH | --listen ADDR]",
@@ -110,7 +111,7 @@ func serveCmd(env Env) *cobra.Command {
 			}
 			cwd, _ := os.Getwd()
 			opt := server.ServeOptions{Socket: socket, Listen: listen, Drain: drain,
-				Handler: server.HandlerOptions{MCP: mcpserver.HTTPHandler(svc, buildVersion(), cwd)},
+				Handler: server.HandlerOptions{MCP: mcpserver.HTTPHandler(svc, buildVersion(), cwd, mcpOpts)},
 				Ready: func(addr string) {
 					if listen != "" {
 						fmt.Fprintf(env.Stdout, "dryexec: serving on http://%s (bearer token in %s)\n", addr, server.TokenFile(svc.Config().StateDir))
@@ -134,5 +135,6 @@ func serveCmd(env Env) *cobra.Command {
 	f.DurationVar(&drain, "drain", 30*time.Second, "on SIGTERM, how long running trials may take before they are killed")
 	f.StringVar(&pol, "policy", "", "policy file (YAML or JSON, docs/decision.md) for trials whose request names none")
 	f.BoolVarP(&verbose, "verbose", "v", false, "log every trial")
+	f.BoolVar(&mcpOpts.AllowForce, "mcp-allow-force", false, "let /mcp clients' force through (commit over a policy block or a host change); off, only a person overrides")
 	return c
 }
