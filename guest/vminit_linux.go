@@ -44,7 +44,7 @@ func runVMInit(args []string) int {
 		logf("the network: %v", err)
 		return 1
 	}
-	ports, err := openVMPorts(10 * time.Second)
+	ports, err := openVMWire(10 * time.Second)
 	if err != nil {
 		logf("%v", err)
 		return 1

@@ -35,6 +35,14 @@ const (
 	// VMModules lists, one per line in load order, the kernel modules the
 	// initramfs carries (as /lib/modules/NAME.ko) for the init to load.
 	VMModules = "/dryexec-modules"
+	// VMVsockParam on the VM kernel's command line has its init take the
+	// streams from vsock instead of virtio-serial (a VMM without
+	// virtio-serial: Firecracker): it listens on VMVsockPortBase+i for
+	// stream i of VMPorts and accepts one connection on each, which the
+	// host makes. The kernel leaves a dotted parameter to modules, so
+	// init's argv is unchanged; init reads /proc/cmdline.
+	VMVsockParam    = "dryexec.wire=vsock"
+	VMVsockPortBase = 10000
 )
 
 // VMPorts returns the virtio-serial ports' names, for CtrlFD, StdoutFD,

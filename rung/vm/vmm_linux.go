@@ -13,6 +13,7 @@ import (
 	"github.com/dryexec/dryexec/internal/bootstamp"
 	"github.com/dryexec/dryexec/internal/tail"
 	"github.com/dryexec/dryexec/rung/vm/firecracker"
+	"github.com/dryexec/dryexec/wire"
 )
 
 // VMMEnv chooses the rung's VMM: "qemu", "firecracker" or "auto" (the
@@ -169,7 +170,7 @@ const fcGuestCID = 3
 // fcWireParam tells the VM's init to find the wire's streams on vsock
 // ports from firecracker.VsockPortBase (the kernel leaves a dotted
 // parameter to modules, so init's argv is unchanged).
-const fcWireParam = "dryexec.wire=vsock"
+const fcWireParam = wire.VMVsockParam
 
 // fcKernelArgs is kernelArgs for Firecracker: reboot=k, as Firecracker
 // ends its process on the guest's keyboard-controller reset (QEMU's
