@@ -21,8 +21,11 @@ const (
 	// layer's .wh. names, so that every name is a name: a whiteout is a
 	// char device 0/0, an opaque dir's entry has the PAX record
 	// VMUpperOpaque "y".
-	VMImageSerial = "dryexec-image"
-	VMUpperSerial = "dryexec-upper"
+	// The serials are also the drives' ids on Firecracker (whose
+	// virtio-blk gives the id as the serial), which allows only
+	// [A-Za-z0-9_].
+	VMImageSerial = "dryexec_image"
+	VMUpperSerial = "dryexec_upper"
 	// VMUpperMagic starts the upper drive once the tar at VMUpperOffset is
 	// whole, followed by its length (8 bytes, little-endian): a VM that died
 	// mid-export leaves the drive without it, and the host reads no tar.
