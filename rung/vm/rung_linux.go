@@ -312,9 +312,6 @@ func (r *Rung) newTrial(ctx context.Context, spec dryexec.TrialSpec) (*trial, er
 	if err != nil {
 		return nil, err
 	}
-	if err := m.vmm.forTrial(); err != nil {
-		return nil, err
-	}
 	exe, err := r.guestExe()
 	if err != nil {
 		return nil, err
@@ -370,6 +367,8 @@ type trial struct {
 	imageView  *os.File
 	erofs      string
 	upperDrive *os.File
+	// fc: the VM runs on Firecracker (fcimage_linux.go); nil: on QEMU.
+	fc *fcState
 }
 
 // The view guest's descriptors: wire.CtrlFD is its own stream; the VM's
@@ -385,6 +384,7 @@ func netFD() int { return portFD0 + len(wire.VMPorts()) }
 // (QEMU, which it becomes, then has no network but netsim's frame socket),
 // with the ports' QEMU ends and that socket.
 func (t *trial) start() error {
+	t.settleVMM()
 	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
 	if err != nil {
 		return fmt.Errorf("socketpair: %w", err)
@@ -422,6 +422,10 @@ func (t *trial) start() error {
 		Stderr:      consoleW,
 		SysProcAttr: attr,
 	}
+	if t.Cmd.ExtraFiles, err = t.fcExtraFiles(t.Cmd.ExtraFiles, vmm); err != nil {
+		consoleR.Close()
+		return err
+	}
 	vmmPark, err := t.parkFiles()
 	if err != nil {
 		consoleR.Close()
@@ -451,6 +455,7 @@ func (t *trial) start() error {
 // cleanup ends the VM (if it still runs) and frees everything.
 func (t *trial) cleanup() {
 	t.Close()
+	t.closeFirecracker()
 	if t.group != nil {
 		// Kills what is left in it (nothing once QEMU has ended), then
 		// removes it.
@@ -493,7 +498,11 @@ func (t *trial) prepare() error {
 	// The view guest's exec verb is gvisor's: write a (here unused)
 	// config file, keep the ports, exec the program from the scratch dir.
 	t.bootStart = time.Now()
-	if err := t.ExecView(&wire.GVisorExec{Path: t.m.qemu, Argv: cfg.argv(), Config: []byte("{}"), Keep: keep}, "QEMU"); err != nil {
+	if t.fc != nil {
+		if err := t.bootFirecracker(); err != nil {
+			return err
+		}
+	} else if err := t.ExecView(&wire.GVisorExec{Path: t.m.qemu, Argv: cfg.argv(), Config: []byte("{}"), Keep: keep}, "QEMU"); err != nil {
 		return err
 	}
 	if t.session {

@@ -31,12 +31,6 @@ const (
 // ErrBadVMM: Rung.VMM or $DRYEXEC_VM_VMM names no VMM.
 var ErrBadVMM = errors.New("unknown VMM")
 
-// errFirecrackerTrials is why no trial or session runs on Firecracker yet,
-// even where a Firecracker probe VM boots: Firecracker has neither 9p nor
-// virtio-fs, so the view would have to reach the VM as a block drive, and
-// the VM's init opens its streams on virtio-serial ports, not vsock.
-var errFirecrackerTrials = errors.New("trials and sessions on Firecracker need the view as a block drive (Firecracker has no 9p or virtio-fs) and the VM's init listening on vsock; neither is built yet")
-
 // vmmMode parses a VMM setting; "" is auto.
 func vmmMode(s string) (string, error) {
 	switch s {
@@ -131,20 +125,6 @@ func (r *Rung) detectFirecracker(ctx context.Context, m *machine, binary string,
 		os.WriteFile(stamp, []byte(use+"\n"+d.Why), 0o600)
 	}
 	return d
-}
-
-// forTrial is the VMM a trial's or a session's VM runs on. Firecracker
-// runs none yet (errFirecrackerTrials): auto falls back to QEMU, saying
-// so; Firecracker named outright is the rung unavailable.
-func (c *vmmChoice) forTrial() error {
-	if c.name != VMMFirecracker {
-		return nil
-	}
-	if c.forced {
-		return unavailable("firecracker: " + errFirecrackerTrials.Error())
-	}
-	c.name, c.why = VMMQEMU, "firecracker booted a probe VM, but "+errFirecrackerTrials.Error()
-	return nil
 }
 
 // fcVM is one Firecracker VM as the rung configures it.
