@@ -1,13 +1,19 @@
 package vm_test
 
 import (
+	"os"
+	"path/filepath"
 	"reflect"
 	"slices"
+	"strconv"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/dryexec/dryexec"
 	"github.com/dryexec/dryexec/internal/rungcompare"
+	"github.com/dryexec/dryexec/policy"
 	"github.com/dryexec/dryexec/rung/linuxns"
 	"github.com/dryexec/dryexec/rung/vm"
 	"github.com/dryexec/dryexec/wire"
@@ -78,7 +84,7 @@ func TestImageOnFirecracker(t *testing.T) {
 	}
 	t.Run("falls_back", func(t *testing.T) {
 		before := len(calls(t))
-		d := run(t, fc, dryexec.TrialSpec{Image: root, Net: []string{"deny"}}, "/w", "true")
+		d := run(t, fc, dryexec.TrialSpec{Image: root, Net: []string{"allow:127.0.0.1:9"}, NetCADir: filepath.Join(t.TempDir(), "ca")}, "/w", "true")
 		if w := strings.Join(d.Warnings, "\n"); !strings.Contains(w, "but trials with a network run on QEMU") {
 			t.Errorf("a networked image trial's delta does not say why QEMU ran: %q", d.Warnings)
 		}
@@ -91,4 +97,67 @@ func TestImageOnFirecracker(t *testing.T) {
 		}
 	})
 	vm.NoFCLeftovers(t)
+}
+
+// TestImageOnFirecrackerVMMKilled: the VMM (the fake firecracker, and the
+// QEMU it runs, both in the trial's cgroup) SIGKILLed while the command
+// runs ends the trial with a delta marked incomplete, which policy blocks,
+// and nothing left: no process, cgroup, socket or the VMM's sockets and
+// drives in the private temp dir.
+func TestImageOnFirecrackerVMMKilled(t *testing.T) {
+	requireVM(t)
+	t.Setenv("DRYEXEC_HOME", t.TempDir())
+	r := &vm.Rung{VMM: vm.VMMFirecracker}
+	vm.QEMUFirecracker(t, r)
+	root := rungcompare.PullImage(t, rungcompare.AwkwardImage(t))
+	socksBefore := sockets(t)
+	w := &markerWriter{seen: make(chan struct{})}
+	spec := dryexec.TrialSpec{TrialID: dryexec.NewTrialID(), Image: root, Stdout: w, Limits: faultLimits,
+		Action: dryexec.Action{Argv: []string{"sh", "-c", "echo started; sleep 600"}, Cwd: "/w", TimeoutMS: 300_000,
+			Env: map[string]string{"PATH": "/usr/bin:/bin"}}}
+	faulted := make(chan struct{})
+	go func() {
+		defer close(faulted)
+		select {
+		case <-w.seen:
+		case <-time.After(4 * time.Minute):
+			t.Error("no marker from the command")
+			return
+		}
+		pids := groupPIDs(t, vmGroups(spec.TrialID))
+		if len(pids) != 2 {
+			t.Errorf("in the VM's cgroup %v: want the fake firecracker and its QEMU", pids)
+		}
+		for _, p := range pids {
+			if b, _ := os.ReadFile("/proc/" + strconv.Itoa(p) + "/comm"); !strings.HasPrefix(string(b), "qemu") {
+				syscall.Kill(p, syscall.SIGKILL)
+			}
+		}
+	}()
+	d, err := r.Trial(t.Context(), spec)
+	<-faulted
+	if err != nil {
+		t.Fatalf("trial: %v (want a delta marked incomplete)", err)
+	}
+	if !d.Incomplete || d.IncompleteReason == "" {
+		t.Errorf("delta incomplete %v (%q), want incomplete; stderr %s", d.Incomplete, d.IncompleteReason, d.Process.Stderr)
+	}
+	eng, err := policy.Compile(policy.Default())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if dec := eng.Decide(t.Context(), d).Decision; dec.Choice != "block" {
+		t.Errorf("policy decided %s (%v), want block", dec.Choice, dec.Reasons)
+	}
+	if left := qemuChildren(t); len(left) != 0 {
+		t.Errorf("QEMU processes left: %v", left)
+	}
+	if left := vmGroups(spec.TrialID); len(left) != 0 {
+		t.Errorf("cgroups left: %v", left)
+	}
+	if n := sockets(t); n > socksBefore {
+		t.Errorf("%d sockets open after the trial, %d before", n, socksBefore)
+	}
+	vm.NoFCLeftovers(t)
+	t.Logf("incomplete: %s", d.IncompleteReason)
 }
