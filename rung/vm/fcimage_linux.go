@@ -7,6 +7,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"sync"
 
 	"github.com/dryexec/dryexec/rung/vm/firecracker"
@@ -41,16 +42,19 @@ func (t *trial) fcNotFor() string {
 		return "sessions run on QEMU (parking and forking are QEMU's migration; a session on Firecracker is not built)"
 	case t.upperDrive == nil:
 		return "trials on the host's view run on QEMU: Firecracker has neither 9p nor virtio-fs to give the VM the view"
-	case t.net.File() != nil:
+	case slices.ContainsFunc(t.Spec.Net, func(s string) bool { return s != "none" }):
 		return "trials with a network run on QEMU: Firecracker's NIC is a host TAP device, which netsim is not wired to"
 	}
 	return ""
 }
 
 // settleVMM decides t's VMM once what it runs is known (after openImage):
-// Firecracker, where chosen, for an image trial without a network; QEMU
-// otherwise, saying why in the delta's note. Firecracker named outright
-// falls back too: no VMM but QEMU can run those.
+// Firecracker, where chosen, for an image trial whose network is none;
+// QEMU otherwise, saying why in the delta's note. Firecracker named
+// outright falls back too: no VMM but QEMU can run those. On QEMU "none"
+// is netsim blocking and logging every attempt behind the VM's NIC; the
+// Firecracker VM has no NIC at all, so an attempt fails in the VM and is
+// not logged: the note says so.
 func (t *trial) settleVMM() {
 	c := &t.m.vmm
 	if c.name != VMMFirecracker {
@@ -60,6 +64,7 @@ func (t *trial) settleVMM() {
 		c.name, c.why = VMMQEMU, "firecracker chosen ("+c.why+"), but "+why
 		return
 	}
+	c.why += "; the VM has no network device, so its attempts to reach the network fail in it and are not logged"
 	t.fc = &fcState{}
 }
 
