@@ -182,7 +182,7 @@ func (l viewLauncher) Launch(_ context.Context, spec firecracker.LaunchSpec) (fi
 	if err := l.t.ExecView(&wire.GVisorExec{Path: argv[0], Argv: argv, Config: []byte("{}")}, "firecracker"); err != nil {
 		return nil, err
 	}
-	return viewProcess{l.t}, nil
+	return viewProcess(l), nil
 }
 
 // viewProcess is the view guest become firecracker.
