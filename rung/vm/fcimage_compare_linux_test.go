@@ -13,7 +13,6 @@ import (
 
 	"github.com/dryexec/dryexec"
 	"github.com/dryexec/dryexec/internal/rungcompare"
-	"github.com/dryexec/dryexec/policy"
 	"github.com/dryexec/dryexec/rung/linuxns"
 	"github.com/dryexec/dryexec/rung/vm"
 	"github.com/dryexec/dryexec/wire"
@@ -136,28 +135,7 @@ func TestImageOnFirecrackerVMMKilled(t *testing.T) {
 	}()
 	d, err := r.Trial(t.Context(), spec)
 	<-faulted
-	if err != nil {
-		t.Fatalf("trial: %v (want a delta marked incomplete)", err)
-	}
-	if !d.Incomplete || d.IncompleteReason == "" {
-		t.Errorf("delta incomplete %v (%q), want incomplete; stderr %s", d.Incomplete, d.IncompleteReason, d.Process.Stderr)
-	}
-	eng, err := policy.Compile(policy.Default())
-	if err != nil {
-		t.Fatal(err)
-	}
-	if dec := eng.Decide(t.Context(), d).Decision; dec.Choice != "block" {
-		t.Errorf("policy decided %s (%v), want block", dec.Choice, dec.Reasons)
-	}
-	if left := qemuChildren(t); len(left) != 0 {
-		t.Errorf("QEMU processes left: %v", left)
-	}
-	if left := vmGroups(spec.TrialID); len(left) != 0 {
-		t.Errorf("cgroups left: %v", left)
-	}
-	if n := sockets(t); n > socksBefore {
-		t.Errorf("%d sockets open after the trial, %d before", n, socksBefore)
-	}
+	faultedDelta(t, d, err, spec.TrialID, socksBefore)
 	vm.NoFCLeftovers(t)
 	t.Logf("incomplete: %s", d.IncompleteReason)
 }
