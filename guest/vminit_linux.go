@@ -49,6 +49,13 @@ func runVMInit(args []string) int {
 		logf("%v", err)
 		return 1
 	}
+	// Closed before the reset (deferred after it): the last close of a
+	// vsock stream waits for the host to have it (openVsockPorts).
+	defer func() {
+		for _, p := range ports {
+			p.Close()
+		}
+	}()
 	role := wire.RoleVMTrial
 	if len(args) > 0 && args[0] == wire.RoleSession {
 		role = wire.RoleSession

@@ -68,10 +68,21 @@ func openVsockPorts(wait time.Duration) ([]*os.File, error) {
 			}
 			return nil, fmt.Errorf("no host connection on vsock port %d (%s) within %v: %w", wire.VMVsockPortBase+i, wire.VMPorts()[i], wait, err)
 		}
+		// The init resets the VM as soon as the trial guest ends: with
+		// lingering, the last close of a stream (the init's, before the
+		// reset) waits, up to vsockLinger, until the host has the
+		// stream's end, so that the guest's last frames (trial.exit,
+		// trial.done) are not lost in the transport's queue. Best
+		// effort: without it the close does not wait.
+		unix.SetsockoptLinger(fd, unix.SOL_SOCKET, unix.SO_LINGER, &unix.Linger{Onoff: 1, Linger: vsockLinger})
 		files = append(files, os.NewFile(uintptr(fd), wire.VMPorts()[i]))
 	}
 	return files, nil
 }
+
+// vsockLinger bounds, in seconds, how long closing a vsock stream waits
+// for the host to have all of it.
+const vsockLinger = 5
 
 // vsockListen listens on port of any CID. Until the transport's driver
 // has probed the device, the socket family has no transport and bind

@@ -83,7 +83,7 @@ func TestImageOnFirecracker(t *testing.T) {
 	}
 	t.Run("falls_back", func(t *testing.T) {
 		before := len(calls(t))
-		d := run(t, fc, dryexec.TrialSpec{Image: root, Net: []string{"allow:127.0.0.1:9"}, NetCADir: filepath.Join(t.TempDir(), "ca")}, "/w", "true")
+		d := run(t, fc, dryexec.TrialSpec{Image: root, Net: []string{"allow:example.com"}, NetCADir: filepath.Join(t.TempDir(), "ca")}, "/w", "true")
 		if w := strings.Join(d.Warnings, "\n"); !strings.Contains(w, "but trials with a network run on QEMU") {
 			t.Errorf("a networked image trial's delta does not say why QEMU ran: %q", d.Warnings)
 		}

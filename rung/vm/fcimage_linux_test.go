@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 
@@ -68,19 +69,27 @@ func qemuBackedFirecracker(st fctest.Started) (map[uint32]func(net.Conn), error)
 		closeAll(host)
 		return nil, err
 	}
+	// What the guest wrote last (its trial.exit, trial.done) is still in
+	// the bridges when QEMU ends: the fake ends (its process exits) once
+	// every bridge has passed on the guest's end. The host connects every
+	// port at the boot, long before QEMU can end.
+	var toHost sync.WaitGroup
 	go func() {
 		cmd.Wait()
+		toHost.Wait()
 		st.Reset()
 	}()
 	guest := map[uint32]func(net.Conn){}
 	for i, f := range host {
 		guest[firecracker.VsockPortBase+uint32(i)] = func(c net.Conn) {
+			toHost.Add(1)
 			go func() {
 				io.Copy(f, c)
 				shutWrite(f)
 			}()
 			io.Copy(c, f)
 			c.(*net.UnixConn).CloseWrite()
+			toHost.Done()
 		}
 	}
 	return guest, nil
