@@ -44,11 +44,18 @@ func runVMInit(args []string) int {
 		logf("the network: %v", err)
 		return 1
 	}
-	ports, err := openVMPorts(10 * time.Second)
+	ports, err := openVMWire(10 * time.Second)
 	if err != nil {
 		logf("%v", err)
 		return 1
 	}
+	// Closed before the reset (deferred after it): the last close of a
+	// vsock stream waits for the host to have it (openVsockPorts).
+	defer func() {
+		for _, p := range ports {
+			p.Close()
+		}
+	}()
 	role := wire.RoleVMTrial
 	if len(args) > 0 && args[0] == wire.RoleSession {
 		role = wire.RoleSession

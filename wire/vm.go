@@ -21,8 +21,11 @@ const (
 	// layer's .wh. names, so that every name is a name: a whiteout is a
 	// char device 0/0, an opaque dir's entry has the PAX record
 	// VMUpperOpaque "y".
-	VMImageSerial = "dryexec-image"
-	VMUpperSerial = "dryexec-upper"
+	// The serials are also the drives' ids on Firecracker (whose
+	// virtio-blk gives the id as the serial), which allows only
+	// [A-Za-z0-9_].
+	VMImageSerial = "dryexec_image"
+	VMUpperSerial = "dryexec_upper"
 	// VMUpperMagic starts the upper drive once the tar at VMUpperOffset is
 	// whole, followed by its length (8 bytes, little-endian): a VM that died
 	// mid-export leaves the drive without it, and the host reads no tar.
@@ -35,6 +38,14 @@ const (
 	// VMModules lists, one per line in load order, the kernel modules the
 	// initramfs carries (as /lib/modules/NAME.ko) for the init to load.
 	VMModules = "/dryexec-modules"
+	// VMVsockParam on the VM kernel's command line has its init take the
+	// streams from vsock instead of virtio-serial (a VMM without
+	// virtio-serial: Firecracker): it listens on VMVsockPortBase+i for
+	// stream i of VMPorts and accepts one connection on each, which the
+	// host makes. The kernel leaves a dotted parameter to modules, so
+	// init's argv is unchanged; init reads /proc/cmdline.
+	VMVsockParam    = "dryexec.wire=vsock"
+	VMVsockPortBase = 10000
 )
 
 // VMPorts returns the virtio-serial ports' names, for CtrlFD, StdoutFD,

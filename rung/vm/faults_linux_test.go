@@ -135,6 +135,19 @@ func faultTrial(t *testing.T, r *vm.Rung, spec dryexec.TrialSpec, argv []string,
 	defer cancel()
 	d, err := r.Trial(ctx, spec)
 	<-faulted
+	faultedDelta(t, d, err, spec.TrialID, socksBefore)
+	if left := dirNames(t, tmp); len(left) > 0 {
+		t.Errorf("left in TMPDIR: %v", left)
+	}
+	t.Logf("incomplete: %s", d.IncompleteReason)
+	return d
+}
+
+// faultedDelta requires the delta d (err: the trial's error) of a VM that
+// faulted marked incomplete, which policy blocks, and nothing of trial
+// id's VM left: no QEMU process, cgroup, or socket beyond socksBefore.
+func faultedDelta(t *testing.T, d *dryexec.StateDelta, err error, id string, socksBefore int) {
+	t.Helper()
 	if err != nil {
 		t.Fatalf("trial: %v (want a delta marked incomplete)", err)
 	}
@@ -145,23 +158,18 @@ func faultTrial(t *testing.T, r *vm.Rung, spec dryexec.TrialSpec, argv []string,
 	if err != nil {
 		t.Fatal(err)
 	}
-	if dec := eng.Decide(ctx, d).Decision; dec.Choice != "block" {
+	if dec := eng.Decide(t.Context(), d).Decision; dec.Choice != "block" {
 		t.Errorf("policy decided %s (%v), want block", dec.Choice, dec.Reasons)
 	}
 	if left := qemuChildren(t); len(left) != 0 {
 		t.Errorf("QEMU processes left: %v", left)
 	}
-	if left := vmGroups(spec.TrialID); len(left) != 0 {
+	if left := vmGroups(id); len(left) != 0 {
 		t.Errorf("cgroups left: %v", left)
 	}
 	if n := sockets(t); n > socksBefore {
 		t.Errorf("%d sockets open after the trial, %d before", n, socksBefore)
 	}
-	if left := dirNames(t, tmp); len(left) > 0 {
-		t.Errorf("left in TMPDIR: %v", left)
-	}
-	t.Logf("incomplete: %s", d.IncompleteReason)
-	return d
 }
 
 var faultLimits = dryexec.Limits{MemoryBytes: 256 << 20, CPUs: 1.5}

@@ -32,10 +32,11 @@ const KernelEnv = "DRYEXEC_VM_KERNEL"
 // netsim, and virtio-blk, erofs and overlayfs for a root on an OCI image
 // (the image's erofs drive under an overlay of the VM's; erofs needs
 // libcrc32c, whose init asks the crypto API for crc32c, a soft dependency
-// modules.dep does not list: crc32c_generic goes first). modules.dep
-// gives their dependencies.
+// modules.dep does not list: crc32c_generic goes first), and virtio's
+// vsock transport for a VM on Firecracker (the wire over vsock: no
+// virtio-serial there). modules.dep gives their dependencies.
 func vmModules() []string {
-	return []string{"virtio_mmio", "virtio_console", "9pnet_virtio", "9p", "virtio_net", "virtio_blk", "crc32c_generic", "erofs", "overlay"}
+	return []string{"virtio_mmio", "virtio_console", "9pnet_virtio", "9p", "virtio_net", "virtio_blk", "crc32c_generic", "erofs", "overlay", "vmw_vsock_virtio_transport"}
 }
 
 // Kernel is what a VM boots: the uncompressed kernel and the directory of

@@ -18,8 +18,11 @@ import (
 // re-executes /proc/self/exe as `dryexec guest gvisor-view`), and as a fake
 // firecracker (vmm_linux_test.go).
 func TestMain(m *testing.M) {
-	if os.Getenv(fakeFirecrackerEnv) == "1" {
+	switch os.Getenv(fakeFirecrackerEnv) {
+	case "1":
 		os.Exit(fctest.Main(os.Args[1:]))
+	case fakeQEMUFirecracker:
+		os.Exit(fctest.MainBacked(os.Args[1:], qemuBackedFirecracker))
 	}
 	guest.MaybeMain(os.Args)
 	netproc.MaybeMain(os.Args)

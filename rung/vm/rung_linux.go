@@ -271,7 +271,7 @@ func (r *Rung) Notes() []string {
 		m.vmm.doctorNote(),
 		accel,
 		"kernel: " + m.kernel.Vmlinux + " (sha256 " + m.kernel.Digest[:16] + "…); initramfs: " + m.initramfs,
-		"wire: virtio-serial; root: the view over 9p (virtio-9p, passthrough), upper dirs on the host; on an OCI image: the image's erofs on a read-only virtio-blk drive under the VM's own overlay, its upper dir sent back on a second drive and unpacked by the host",
+		"wire: virtio-serial; root: the view over 9p (virtio-9p, passthrough), upper dirs on the host; on an OCI image: the image's erofs on a read-only virtio-blk drive under the VM's own overlay, its upper dir sent back on a second drive and unpacked by the host; with vmm firecracker, such a trial with --net none runs on Firecracker (the same drives, the wire over vsock, no NIC) and everything else on QEMU",
 		"network: netsim, as on ns, behind the VM's virtio-net (QEMU's -netdev dgram on a socket netsim serves, Ethernet frames)",
 		"limits: memory is the VM's RAM (its kernel's OOM kills recorded), one vCPU; QEMU in a cgroup of the trial's (memory: the limit plus QEMU's overhead; cpu.max; pids with room for QEMU's threads); pids as RLIMIT_NPROC inside the VM",
 		"sessions: one VM per session, the session guest as its init's child over the same view; workspace on a tmpfs of the VM's own (scan staging, as on gvisor); the same network as a trial's; park and resume (QMP migration to a file) and fork with memory (n restores of a snapshot)",
@@ -310,9 +310,6 @@ func (r *Rung) Trial(ctx context.Context, spec dryexec.TrialSpec) (*dryexec.Stat
 func (r *Rung) newTrial(ctx context.Context, spec dryexec.TrialSpec) (*trial, error) {
 	m, err := r.resolve(ctx, true)
 	if err != nil {
-		return nil, err
-	}
-	if err := m.vmm.forTrial(); err != nil {
 		return nil, err
 	}
 	exe, err := r.guestExe()
@@ -370,6 +367,8 @@ type trial struct {
 	imageView  *os.File
 	erofs      string
 	upperDrive *os.File
+	// fc: the VM runs on Firecracker (fcimage_linux.go); nil: on QEMU.
+	fc *fcState
 }
 
 // The view guest's descriptors: wire.CtrlFD is its own stream; the VM's
@@ -385,6 +384,7 @@ func netFD() int { return portFD0 + len(wire.VMPorts()) }
 // (QEMU, which it becomes, then has no network but netsim's frame socket),
 // with the ports' QEMU ends and that socket.
 func (t *trial) start() error {
+	t.settleVMM()
 	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
 	if err != nil {
 		return fmt.Errorf("socketpair: %w", err)
@@ -422,6 +422,10 @@ func (t *trial) start() error {
 		Stderr:      consoleW,
 		SysProcAttr: attr,
 	}
+	if t.Cmd.ExtraFiles, err = t.fcExtraFiles(t.Cmd.ExtraFiles, vmm); err != nil {
+		consoleR.Close()
+		return err
+	}
 	vmmPark, err := t.parkFiles()
 	if err != nil {
 		consoleR.Close()
@@ -451,6 +455,7 @@ func (t *trial) start() error {
 // cleanup ends the VM (if it still runs) and frees everything.
 func (t *trial) cleanup() {
 	t.Close()
+	t.closeFirecracker()
 	if t.group != nil {
 		// Kills what is left in it (nothing once QEMU has ended), then
 		// removes it.
@@ -493,7 +498,11 @@ func (t *trial) prepare() error {
 	// The view guest's exec verb is gvisor's: write a (here unused)
 	// config file, keep the ports, exec the program from the scratch dir.
 	t.bootStart = time.Now()
-	if err := t.ExecView(&wire.GVisorExec{Path: t.m.qemu, Argv: cfg.argv(), Config: []byte("{}"), Keep: keep}, "QEMU"); err != nil {
+	if t.fc != nil {
+		if err := t.bootFirecracker(); err != nil {
+			return err
+		}
+	} else if err := t.ExecView(&wire.GVisorExec{Path: t.m.qemu, Argv: cfg.argv(), Config: []byte("{}"), Keep: keep}, "QEMU"); err != nil {
 		return err
 	}
 	if t.session {

@@ -13,6 +13,7 @@ import (
 	"github.com/dryexec/dryexec/internal/bootstamp"
 	"github.com/dryexec/dryexec/internal/tail"
 	"github.com/dryexec/dryexec/rung/vm/firecracker"
+	"github.com/dryexec/dryexec/wire"
 )
 
 // VMMEnv chooses the rung's VMM: "qemu", "firecracker" or "auto" (the
@@ -29,12 +30,6 @@ const (
 
 // ErrBadVMM: Rung.VMM or $DRYEXEC_VM_VMM names no VMM.
 var ErrBadVMM = errors.New("unknown VMM")
-
-// errFirecrackerTrials is why no trial or session runs on Firecracker yet,
-// even where a Firecracker probe VM boots: Firecracker has neither 9p nor
-// virtio-fs, so the view would have to reach the VM as a block drive, and
-// the VM's init opens its streams on virtio-serial ports, not vsock.
-var errFirecrackerTrials = errors.New("trials and sessions on Firecracker need the view as a block drive (Firecracker has no 9p or virtio-fs) and the VM's init listening on vsock; neither is built yet")
 
 // vmmMode parses a VMM setting; "" is auto.
 func vmmMode(s string) (string, error) {
@@ -132,20 +127,6 @@ func (r *Rung) detectFirecracker(ctx context.Context, m *machine, binary string,
 	return d
 }
 
-// forTrial is the VMM a trial's or a session's VM runs on. Firecracker
-// runs none yet (errFirecrackerTrials): auto falls back to QEMU, saying
-// so; Firecracker named outright is the rung unavailable.
-func (c *vmmChoice) forTrial() error {
-	if c.name != VMMFirecracker {
-		return nil
-	}
-	if c.forced {
-		return unavailable("firecracker: " + errFirecrackerTrials.Error())
-	}
-	c.name, c.why = VMMQEMU, "firecracker booted a probe VM, but "+errFirecrackerTrials.Error()
-	return nil
-}
-
 // fcVM is one Firecracker VM as the rung configures it.
 type fcVM struct {
 	binary, kernel, initramfs string
@@ -169,7 +150,7 @@ const fcGuestCID = 3
 // fcWireParam tells the VM's init to find the wire's streams on vsock
 // ports from firecracker.VsockPortBase (the kernel leaves a dotted
 // parameter to modules, so init's argv is unchanged).
-const fcWireParam = "dryexec.wire=vsock"
+const fcWireParam = wire.VMVsockParam
 
 // fcKernelArgs is kernelArgs for Firecracker: reboot=k, as Firecracker
 // ends its process on the guest's keyboard-controller reset (QEMU's

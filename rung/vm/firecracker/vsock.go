@@ -39,7 +39,7 @@ type Transport interface {
 // streams (wire.VMPorts()[0], ctrl); stream i is on VsockPortBase+i. The
 // guest listens on them; the host connects (Firecracker's host-initiated
 // direction), so the host needs no listening socket of its own.
-const VsockPortBase = 10000
+const VsockPortBase = wire.VMVsockPortBase
 
 // VsockPorts returns the guest's vsock port for each wire.VMPorts name, in
 // that order.

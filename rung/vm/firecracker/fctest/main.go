@@ -46,7 +46,14 @@ const RefusedFault = "fctest: refused as asked"
 // `--api-sock PATH`, and the jailer adds `--id=ID`). It serves until
 // SIGTERM or SIGINT, or until the VM shuts down (SendCtrlAltDel), and
 // returns the exit code.
-func Main(args []string) int {
+func Main(args []string) int { return MainBacked(args, nil) }
+
+// MainBacked is Main with a Backend (Options.Backend): at InstanceStart
+// the fake boots a real VM from what the API configured, whose guest
+// answers on the vsock. GuestEnv must then be empty. The process ends
+// when that VM does (Started.Reset), as Firecracker's ends with its
+// guest.
+func MainBacked(args []string, backend func(Started) (map[uint32]func(net.Conn), error)) int {
 	var sock, id string
 	for i := 0; i < len(args); i++ {
 		a := args[i]
@@ -80,7 +87,7 @@ func Main(args []string) int {
 		fmt.Fprintln(os.Stderr, "fctest: exiting as asked (Error creating the vmm: no KVM)")
 		return 1
 	}
-	opt := Options{ID: id}
+	opt := Options{ID: id, Backend: backend}
 	if p := os.Getenv(LogEnv); p != "" {
 		f, err := os.OpenFile(p, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o600)
 		if err != nil {

@@ -34,10 +34,12 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net"
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -69,6 +71,30 @@ type Options struct {
 	// the paths requests name (kernel, drives, snapshots, the vsock
 	// socket) are inside it.
 	Root string
+	// Backend, when set, boots a real VM at InstanceStart from what the
+	// API configured (Started): the fake then checks the requests and
+	// a real guest answers on the vsock: the Backend returns a handler
+	// per guest port (as ServeGuest's). Its error refuses the start. It
+	// runs with the fake's lock held: it must not call the Server.
+	Backend func(Started) (map[uint32]func(net.Conn), error)
+}
+
+// Started is the VM an InstanceStart asks for, the paths as the host sees
+// them, with the means for a Backend to play its guest's vsock side.
+type Started struct {
+	Kernel, Initrd, BootArgs string
+	VCPUs                    int
+	MemMiB                   int64
+	Drives                   []StartedDrive
+	// Reset ends the VM as a guest's reset ends Firecracker's process:
+	// the sockets go and Exited is closed.
+	Reset func()
+}
+
+// StartedDrive is a configured drive.
+type StartedDrive struct {
+	ID, Path string
+	ReadOnly bool
 }
 
 // Server is the fake. Its zero value is not usable: Listen makes one.
@@ -466,6 +492,16 @@ func (s *Server) apply(method, path string, body map[string]any) *refusal {
 			if err := s.listenVsock(); err != nil {
 				return bad("Start microvm error: Cannot create the vsock device: %v", err)
 			}
+			if s.opt.Backend != nil {
+				guest, err := s.opt.Backend(s.startedLocked())
+				if err != nil {
+					s.vsockLn.Close()
+					os.Remove(s.host(s.cfg.Vsock["uds_path"].(string)))
+					s.vsockLn = nil
+					return bad("Start microvm error: %v", err)
+				}
+				maps.Copy(s.guest, guest)
+			}
 			s.started = true
 		case "SendCtrlAltDel":
 			// Firecracker answers, then the guest resets and the process
@@ -535,6 +571,38 @@ func (s *Server) load(body map[string]any) *refusal {
 	s.loaded, s.started = true, true
 	s.paused = body["resume_vm"] != true
 	return nil
+}
+
+// startedLocked is the configured VM, for a Backend.
+func (s *Server) startedLocked() Started {
+	st := Started{Reset: func() {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		s.exitLocked()
+	}}
+	str := func(m map[string]any, k string) string { v, _ := m[k].(string); return v }
+	st.Kernel, st.Initrd, st.BootArgs = s.host(str(s.cfg.Boot, "kernel_image_path")), str(s.cfg.Boot, "initrd_path"), str(s.cfg.Boot, "boot_args")
+	if st.Initrd != "" {
+		st.Initrd = s.host(st.Initrd)
+	}
+	if n, ok := s.cfg.Machine["vcpu_count"].(float64); ok {
+		st.VCPUs = int(n)
+	}
+	if n, ok := s.cfg.Machine["mem_size_mib"].(float64); ok {
+		st.MemMiB = int64(n)
+	}
+	ids := make([]string, 0, len(s.cfg.Drives))
+	for id := range s.cfg.Drives {
+		ids = append(ids, id)
+	}
+	// Firecracker attaches drives in the order they were configured; the
+	// fake keeps a map, so in id order (the guest finds drives by id).
+	slices.Sort(ids)
+	for _, id := range ids {
+		d := s.cfg.Drives[id]
+		st.Drives = append(st.Drives, StartedDrive{ID: id, Path: s.host(str(d, "path_on_host")), ReadOnly: d["is_read_only"] == true})
+	}
+	return st
 }
 
 // listenVsock binds the vsock device's socket, if there is a device. A
