@@ -41,7 +41,7 @@ func runGVisorView() int {
 	if err := loopbackUp(); err != nil {
 		return fail("net", err)
 	}
-	if err := sendTUN(&cfg); err != nil {
+	if _, err := sendTUN(&cfg); err != nil {
 		return fail("net", err)
 	}
 	scratchDir, scratch, uppers, err := buildGVisorView(&cfg)

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"sync"
 
 	"golang.org/x/sys/unix"
 
@@ -15,28 +16,94 @@ import (
 // namespace, with its addresses and default routes, and hands it to the host,
 // where netsim serves it. It runs before the view is built: /dev/net/tun is
 // the host's /dev until then. The guest keeps no copy, so no process in the
-// sandbox can reach the device's other side.
-func sendTUN(cfg *wire.TrialStart) error {
+// sandbox can reach the device's other side. With cfg.NetLazy it hands the
+// device over later (handTUNLazily) and returns what holds it until then.
+func sendTUN(cfg *wire.TrialStart) (*lazyTUN, error) {
 	if !cfg.Net || cfg.NetFilesOnly {
-		return nil
+		return nil, nil
 	}
 	sock := os.NewFile(uintptr(cfg.NetFD), "net")
-	defer sock.Close()
 	c, err := net.FileConn(sock)
+	sock.Close()
 	if err != nil {
-		return fmt.Errorf("net socket: %w", err)
+		return nil, fmt.Errorf("net socket: %w", err)
 	}
-	defer c.Close()
 	uc, ok := c.(*net.UnixConn)
 	if !ok {
-		return fmt.Errorf("net socket: fd %d is not a unix socket", cfg.NetFD)
+		c.Close()
+		return nil, fmt.Errorf("net socket: fd %d is not a unix socket", cfg.NetFD)
 	}
 	dev, err := tun.SetupTUN("dx0")
 	if err != nil {
+		c.Close()
+		return nil, err
+	}
+	t := &lazyTUN{dev: dev, sock: uc}
+	if !cfg.NetLazy {
+		return nil, t.hand()
+	}
+	go t.watch()
+	return t, nil
+}
+
+// lazyTUN holds the sandbox's TUN device in the guest until it has a packet
+// to read (wire.TrialStart.NetLazy): the host starts netsim only then, so a
+// trial that sends nothing pays for no netsim process. The guest is PID 1
+// of the sandbox and no sandbox process can reach its descriptors, as for
+// the stream to the host it holds anyway.
+type lazyTUN struct {
+	mu   sync.Mutex
+	dev  *os.File
+	sock *net.UnixConn
+	sent bool
+}
+
+// watch hands the device over once a packet waits on it. It blocks a
+// thread in poll(2) until then, or until the guest exits.
+func (t *lazyTUN) watch() {
+	fds := []unix.PollFd{{Fd: int32(t.dev.Fd()), Events: unix.POLLIN}}
+	for {
+		n, err := unix.Poll(fds, -1)
+		if err == unix.EINTR || (err == nil && n == 0) {
+			continue
+		}
+		break
+	}
+	t.hand() // a failure ends the sandbox's network: the host sees the socket end
+}
+
+// flush hands the device over if a packet waits on it. The guest calls it
+// once no sandbox process can send any more and before trial.exit, so that
+// the host, reading trial.exit, finds the device on its socket if the
+// trial sent anything at all, and netsim logs it.
+func (t *lazyTUN) flush() error {
+	if t == nil {
+		return nil
+	}
+	t.mu.Lock()
+	sent := t.sent
+	t.mu.Unlock()
+	if sent {
+		return nil
+	}
+	fds := []unix.PollFd{{Fd: int32(t.dev.Fd()), Events: unix.POLLIN}}
+	if n, err := unix.Poll(fds, 0); err != nil || n == 0 {
 		return err
 	}
-	defer dev.Close()
-	if err := tun.SendFD(uc, dev); err != nil {
+	return t.hand()
+}
+
+// hand sends the device to the host, once, and closes the guest's copy.
+func (t *lazyTUN) hand() error {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.sent {
+		return nil
+	}
+	t.sent = true
+	defer t.sock.Close()
+	defer t.dev.Close()
+	if err := tun.SendFD(t.sock, t.dev); err != nil {
 		return fmt.Errorf("handing the TUN device to the host: %w", err)
 	}
 	return nil

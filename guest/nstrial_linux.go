@@ -33,7 +33,8 @@ func runNSTrial() int {
 	if !ok {
 		return code
 	}
-	if err := sendTUN(&cfg); err != nil {
+	dev, err := sendTUN(&cfg)
+	if err != nil {
 		return fail("net", err)
 	}
 	scratch, uppers, err := buildView(&cfg, false)
@@ -52,7 +53,7 @@ func runNSTrial() int {
 	// reports from there, so that no hand-off between threads (≈ 0.1–0.2 ms
 	// each here) is on the trial's path.
 	code = 1
-	if err := l.l.do(func() { code = serveTrial(conn, &cfg, l, scratch, uppers) }); err != nil {
+	if err := l.l.do(func() { code = serveTrial(conn, &cfg, l, scratch, uppers, dev) }); err != nil {
 		return fail("setup", fmt.Errorf("confining the sandbox: %w", err))
 	}
 	l.conf.close()
@@ -62,7 +63,7 @@ func runNSTrial() int {
 
 // serveTrial waits for the command, runs it and reports: trial.exit, the
 // upper dirs' entries, trial.done. It runs on the launcher thread l.
-func serveTrial(conn *wire.Conn, cfg *wire.TrialStart, l *confinedLauncher, scratch int, uppers []string) int {
+func serveTrial(conn *wire.Conn, cfg *wire.TrialStart, l *confinedLauncher, scratch int, uppers []string, dev *lazyTUN) int {
 	fail := func(code string, err error) int { return sendFailure(conn, code, err) }
 	f, err := conn.Read()
 	if err != nil {
@@ -105,6 +106,9 @@ func serveTrial(conn *wire.Conn, cfg *wire.TrialStart, l *confinedLauncher, scra
 		if unix.Fstatfs(scratch, &sfs) == nil {
 			exit.UpperUsed = int64(sfs.Blocks-sfs.Bfree) * sfs.Bsize
 			exit.UpperFull = sfs.Bavail == 0 || sfs.Ffree == 0
+		}
+		if err := dev.flush(); err != nil {
+			return err
 		}
 		if err := conn.Send(wire.KindEvent, wire.VerbTrialExit, 0, exit); err != nil {
 			return err

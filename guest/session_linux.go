@@ -43,7 +43,7 @@ func (s *session) start() error {
 		// (before the view); buildView then binds netsim's resolv.conf and
 		// trust bundle outside the workspace, so neither is a change a diff
 		// could report.
-		if err := sendTUN(tc); err != nil {
+		if _, err := sendTUN(tc); err != nil {
 			return fmt.Errorf("creating the sandbox's network: %w", err)
 		}
 		scratch, _, err := buildView(tc, true)

@@ -163,6 +163,12 @@ type TrialStart struct {
 	// virtio-net, whose frames QEMU sends to netsim); the view guest only
 	// binds netsim's resolv.conf and trust bundle, and NetFD is 0.
 	NetFilesOnly bool `json:"net_files_only,omitempty"`
+	// NetLazy (with Net, ns trials): the guest hands the TUN device over
+	// only once it has a packet to read, and, if one is queued then, before
+	// it sends trial.exit; the host starts netsim when the device arrives. A
+	// trial that sends nothing starts no netsim process (the host then logs
+	// no event, as netsim would have logged none).
+	NetLazy bool `json:"net_lazy,omitempty"`
 	// TrustBundle (PEM: the host's roots plus netsim's CA) is bound read-only
 	// over TrustPath, and netsim's resolv.conf over /etc/resolv.conf, so that
 	// the sandbox resolves and trusts through netsim. Neither is a change.

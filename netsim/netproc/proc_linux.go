@@ -196,6 +196,17 @@ func (p *Proc) Ready(ctx context.Context) error {
 	}
 }
 
+// TrustOf is what a role started with cfg would give the sandbox to trust
+// (Proc.Trust), without starting one: for a network whose role starts
+// only if the sandbox sends anything.
+func TrustOf(cfg netsim.Config) (netsim.Trust, error) {
+	_, c, err := prepare(cfg)
+	if err != nil {
+		return netsim.Trust{}, err
+	}
+	return netsim.TrustOf(c), nil
+}
+
 // prepare reads what the role needs and may not read itself.
 func prepare(cfg netsim.Config) (*Setup, *ca.CA, error) {
 	if cfg.CADir == "" {

@@ -9,6 +9,7 @@ import (
 	"slices"
 	"sort"
 	"strings"
+	"sync"
 
 	"golang.org/x/sys/unix"
 
@@ -39,6 +40,16 @@ type trialNet struct {
 	// join waits for it; nothing reads them before.
 	starting chan struct{}
 	startErr error
+	// lazy: netsim starts only once the guest hands the TUN device over,
+	// which it does when a packet waits on it (wire.TrialStart.NetLazy).
+	// Until then cfg and host (our end of the hand-over socket) wait, and
+	// watched is closed once the watcher (lazyWatch) is done. mu guards
+	// sim, host and stopped, which the watcher sets.
+	lazy    bool
+	cfg     *netsim.Config
+	host    *os.File
+	watched chan struct{}
+	mu      sync.Mutex
 }
 
 // newTrialNet starts the trial's netsim without waiting for it: ready does,
@@ -51,6 +62,10 @@ func newTrialNet(spec dryexec.TrialSpec) (*trialNet, error) { return newNet(spec
 // hand-over socket, and calls started before it tells the guest anything
 // of the network. A cold trial's path is a chain of process starts; this
 // takes the role's off it.
+//
+// A trial whose network is "none" starts no role at all until the sandbox
+// sends a packet (lazyNet): most commands send none, and the role's start
+// was a quarter of a cold trial's CPU.
 func startTrialNet(spec dryexec.TrialSpec) (*trialNet, error) {
 	cfg, warning, err := netConfig(spec, true)
 	if cfg == nil {
@@ -60,8 +75,11 @@ func startTrialNet(spec dryexec.TrialSpec) (*trialNet, error) {
 	if err != nil {
 		return nil, fmt.Errorf("socketpair: %w", err)
 	}
-	n := &trialNet{guest: os.NewFile(uintptr(fds[1]), "net-guest"), starting: make(chan struct{})}
+	if cfg.Mode() == "none" {
+		return lazyNet(cfg, fds)
+	}
 	host := os.NewFile(uintptr(fds[0]), "net-host")
+	n := &trialNet{guest: os.NewFile(uintptr(fds[1]), "net-guest"), starting: make(chan struct{})}
 	go func() {
 		defer close(n.starting)
 		if n.sim, n.startErr = netproc.Start(*cfg, host, ""); n.startErr == nil {
@@ -69,6 +87,77 @@ func startTrialNet(spec dryexec.TrialSpec) (*trialNet, error) {
 		}
 	}()
 	return n, nil
+}
+
+// lazyNet is a trial network whose role starts when the guest hands the
+// TUN device over (lazyWatch), or not at all. The trust bundle and
+// variables are netsim's all the same, so the sandbox is the same either
+// way.
+func lazyNet(cfg *netsim.Config, fds [2]int) (*trialNet, error) {
+	trust, err := netproc.TrustOf(*cfg)
+	if err != nil {
+		unix.Close(fds[0])
+		unix.Close(fds[1])
+		return nil, err
+	}
+	// Non-blocking, so that the runtime's poller waits on our end for the
+	// watcher and its Close wakes the watcher.
+	unix.SetNonblock(fds[0], true)
+	n := &trialNet{lazy: true, cfg: cfg, host: os.NewFile(uintptr(fds[0]), "net-host"), guest: os.NewFile(uintptr(fds[1]), "net-guest"),
+		trust: trust, watched: make(chan struct{})}
+	go n.lazyWatch()
+	return n, nil
+}
+
+// lazyWatch starts netsim once the TUN device waits on our end of the
+// hand-over socket; it returns without when the end is closed first (the
+// trial ended having sent nothing, or the guest died).
+func (n *trialNet) lazyWatch() {
+	defer close(n.watched)
+	rc, err := n.host.SyscallConn()
+	if err != nil {
+		return
+	}
+	var sent bool
+	// Read only waits: the device stays on the socket for the role.
+	err = rc.Read(func(fd uintptr) bool {
+		sent = handedOver(int(fd))
+		return sent || !pending(int(fd))
+	})
+	if err == nil && sent {
+		n.mu.Lock()
+		n.startLazy()
+		n.mu.Unlock()
+	}
+}
+
+// pending says whether fd has nothing to read yet and its peer is still
+// there: the watcher keeps waiting.
+func pending(fd int) bool {
+	fds := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN | unix.POLLRDHUP}}
+	n, err := unix.Poll(fds, 0)
+	return err == nil && n == 0
+}
+
+// handedOver says whether the guest's message with the device waits on fd
+// (a byte of data carries it, tun.SendFD).
+func handedOver(fd int) bool {
+	n, err := unix.IoctlGetInt(fd, unix.SIOCINQ)
+	return err == nil && n > 0
+}
+
+// startLazy starts the role of a lazy network on the device waiting on
+// host, unless the trial's network is stopped or started already; mu is
+// held.
+func (n *trialNet) startLazy() {
+	if n.stopped || n.sim != nil || n.host == nil {
+		return
+	}
+	host := n.host
+	n.host = nil
+	// A start that fails leaves the sandbox's network ended early: the
+	// delta says so (crashed).
+	n.sim, n.startErr = netproc.Start(*n.cfg, host, "")
 }
 
 // join waits for a start begun by startTrialNet; a failed start leaves no
@@ -125,7 +214,7 @@ func newNet(spec dryexec.TrialSpec, ethernet bool) (*trialNet, error) {
 // dryexec.ErrBadAction here.
 func (n *trialNet) ready(ctx context.Context) error {
 	n.join()
-	if n == nil || n.sim == nil {
+	if n == nil || n.lazy || n.sim == nil {
 		return nil
 	}
 	return badConfig(n.sim.Ready(ctx))
@@ -202,7 +291,7 @@ func seedOf(id string) uint64 { return netsim.SeedOf(id) }
 // guest runs (it has its end of the socket): our copy is closed, so that
 // the role sees the socket end if the guest dies before sending.
 func (n *trialNet) serve(ctx context.Context) {
-	if n == nil || n.sim == nil || n.served {
+	if n == nil || (n.sim == nil && !n.lazy) || n.served {
 		return
 	}
 	n.served = true
@@ -213,10 +302,10 @@ func (n *trialNet) serve(ctx context.Context) {
 // bind netsim's resolv.conf and trust bundle.
 func (n *trialNet) start(start *wire.TrialStart, netFD int) {
 	n.join()
-	if n == nil || n.sim == nil {
+	if n == nil || (n.sim == nil && !n.lazy) {
 		return
 	}
-	start.Net, start.NetFD = true, netFD
+	start.Net, start.NetFD, start.NetLazy = true, netFD, n.lazy
 	start.TrustBundle, start.TrustPath = n.trust.Bundle, n.trust.BundlePath
 }
 
@@ -226,7 +315,7 @@ func (n *trialNet) start(start *wire.TrialStart, netFD int) {
 // elsewhere would not hold netsim's CA.
 func (n *trialNet) trustEnv(env []string) []string {
 	n.join()
-	if n == nil || n.sim == nil {
+	if n == nil || (n.sim == nil && !n.lazy) {
 		return env
 	}
 	env = slices.DeleteFunc(env, func(kv string) bool {
@@ -247,6 +336,10 @@ func (n *trialNet) trustEnv(env []string) []string {
 // dirs) goes on meanwhile. finish waits for it.
 func (n *trialNet) stop() {
 	n.join()
+	if n != nil && n.lazy {
+		n.stopLazy()
+		return
+	}
 	if n == nil || n.sim == nil || n.stopped {
 		return
 	}
@@ -254,6 +347,39 @@ func (n *trialNet) stop() {
 	n.sim.Stop()
 	if !n.served {
 		n.guest.Close()
+	}
+}
+
+// stopLazy is stop for a lazy network: the guest has handed the device
+// over by now if the sandbox sent anything (it does so before
+// trial.exit), so the role starts now if the watcher has not started it,
+// to log what waits on the device; else no role ever runs.
+func (n *trialNet) stopLazy() {
+	n.mu.Lock()
+	if !n.stopped {
+		if n.sim == nil && n.host != nil {
+			var sent bool
+			if rc, err := n.host.SyscallConn(); err == nil {
+				rc.Control(func(fd uintptr) { sent = handedOver(int(fd)) })
+			}
+			if sent {
+				n.startLazy()
+			}
+		}
+		n.stopped = true
+		if n.host != nil {
+			n.host.Close() // wakes the watcher
+			n.host = nil
+		}
+		if !n.served {
+			n.served = true
+			n.guest.Close()
+		}
+	}
+	sim := n.sim
+	n.mu.Unlock()
+	if sim != nil {
+		sim.Stop()
 	}
 }
 
@@ -271,10 +397,24 @@ func (n *trialNet) finish(d *dryexec.StateDelta) {
 	if n.warning != "" && d != nil {
 		d.Warnings = append(d.Warnings, n.warning)
 	}
-	if n.sim == nil {
+	if n.sim == nil && !n.lazy {
 		return
 	}
 	n.stop()
+	if n.sim == nil {
+		// A lazy network the sandbox sent nothing on (or whose role could
+		// not start: crashed says so): what a role would have logged.
+		if d != nil {
+			if n.startErr != nil {
+				d.Incomplete = true
+				d.IncompleteReason = joinReasons(d.IncompleteReason, endedEarly(n.startErr))
+			}
+			d.Network = nil
+			d.Normalize()
+			d.ComputeTotals()
+		}
+		return
+	}
 	<-n.sim.Quiet()
 	if d != nil {
 		d.Network = n.sim.Log()
@@ -308,6 +448,10 @@ func (n *trialNet) crashed() error {
 // everything.
 func (n *trialNet) close() {
 	n.join()
+	if n != nil && n.lazy {
+		n.stop()
+		<-n.watched
+	}
 	if n == nil || n.sim == nil {
 		return
 	}
