@@ -107,8 +107,11 @@ func role(openAPI mock.LoadAPI, attempt func(out *sender) int) int {
 		var m json.RawMessage
 		dec.Decode(&m)
 		cancel()
-		if link != nil {
-			link.Close() // wakes RecvFD
+		// A device already waiting is still taken and drained (a role
+		// started only once the sandbox sent something, and stopped at
+		// once, has its packets to log); else closing wakes RecvFD.
+		if link != nil && !deviceWaiting(link) {
+			link.Close()
 		}
 	}()
 	go func() {
@@ -274,4 +277,20 @@ func (s *sender) close() {
 	s.mu.Unlock()
 	s.cond.Signal()
 	<-s.done
+}
+
+// deviceWaiting says whether the sandbox's device waits on link, unread:
+// its message (a byte of data, tun.SendFD) is there. It peeks without
+// taking the descriptor.
+func deviceWaiting(link *net.UnixConn) bool {
+	rc, err := link.SyscallConn()
+	if err != nil {
+		return false
+	}
+	waiting := false
+	rc.Control(func(fd uintptr) {
+		n, _, _, _, err := unix.Recvmsg(int(fd), make([]byte, 1), nil, unix.MSG_PEEK|unix.MSG_DONTWAIT)
+		waiting = err == nil && n > 0
+	})
+	return waiting
 }
