@@ -98,6 +98,11 @@ func configureLink(name string) error {
 	if err := unix.IoctlIfreq(s, unix.SIOCGIFFLAGS, ifr); err != nil {
 		return fmt.Errorf("tun: reading flags of %s: %w", name, err)
 	}
+	// No router solicitations: netsim is no router and drops them unlogged,
+	// and the one the kernel sends as the link comes up would wake a lazily
+	// started netsim for a trial that sends nothing (wire.TrialStart.NetLazy).
+	// Best effort: a kernel without IPv6 has no such setting.
+	os.WriteFile("/proc/sys/net/ipv6/conf/"+name+"/router_solicitations", []byte("0"), 0)
 	ifr.SetUint16(ifr.Uint16() | unix.IFF_UP)
 	if err := unix.IoctlIfreq(s, unix.SIOCSIFFLAGS, ifr); err != nil {
 		return fmt.Errorf("tun: setting %s up: %w", name, err)
