@@ -16,12 +16,14 @@ import (
 // TestNetsimStartFailsAfterGuest: the netsim role's start runs beside the
 // guest's (startTrialNet), so it can fail once the guest is running. The
 // trial then fails with the start's error, and nothing of it is left: no
-// child of this process (the guest reaped), no cgroup of the trial.
+// child of this process (the guest reaped), no cgroup of the trial. (An
+// allow rule: with the network "none" the role starts only once the
+// sandbox sends a packet, and `true` sends none.)
 func TestNetsimStartFailsAfterGuest(t *testing.T) {
 	requireNS(t)
 	missing := filepath.Join(t.TempDir(), "no-such-netsim")
 	t.Setenv(netproc.ExeEnv, missing)
-	spec := dryexec.TrialSpec{TrialID: dryexec.NewTrialID(),
+	spec := dryexec.TrialSpec{TrialID: dryexec.NewTrialID(), Net: []string{"allow:example.com:443"},
 		Action: dryexec.Action{Argv: []string{"true"}, Cwd: t.TempDir(), Env: testPath}}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
