@@ -298,6 +298,12 @@ type SessionStart struct {
 	// starts with the first exec_python (later ones are pre-started), so that
 	// a session that never runs Python keeps no interpreter.
 	PythonWarm bool `json:"python_warm,omitempty"`
+	// CommandPrefix is an argv the guest puts before every command it
+	// starts (a shell exec's shell, a Python runner): the seatbelt rung's
+	// `sandbox-exec -p PROFILE --`, which confines each command while the
+	// guest itself, which must write the baseline, runs unconfined. Empty
+	// on every other rung, whose guest confines its commands otherwise.
+	CommandPrefix []string `json:"command_prefix,omitempty"`
 	// ns rung only:
 	Mounts []MountSpec `json:"mounts,omitempty"`
 	// Image: as in TrialStart.
