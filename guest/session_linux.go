@@ -98,7 +98,11 @@ func (s *session) start() error {
 			return fmt.Errorf("the host rung needs a workspace and a baseline directory")
 		}
 		s.ws = s.cfg.Workspace
-		s.st = &scanStaging{ws: s.cfg.Workspace, base: s.cfg.Baseline}
+		st, err := newScanStaging(s.cfg.Workspace, s.cfg.Baseline)
+		if err != nil {
+			return err
+		}
+		s.st = st
 	default:
 		return fmt.Errorf("unknown rung %q", s.cfg.Rung)
 	}
@@ -262,19 +266,16 @@ func (st *overlayStaging) diff() (*wire.Diff, error) {
 	if st.stacked() {
 		return st.diffStack(st.baseN)
 	}
-	w := newWSDiffer(st.ws, st.base, false)
-	err := fswalk.Walk(st.upper, 0, st.walkOptions(), func(e *wire.FSEntry, _ *os.File) error {
-		// A renamed dir shows another baseline dir's children than its
-		// own path's, so all of them are compared, as for an opaque one.
-		if e.Kind == wire.EntryDir && (e.Opaque || e.Redirect != "") {
-			w.opaque[e.Path] = true
-		}
-		return w.path(e.Path)
+	return diffDirs(st.ws, st.base, false, func(w *wsDiffer) error {
+		return fswalk.Walk(st.upper, 0, st.walkOptions(), func(e *wire.FSEntry, _ *os.File) error {
+			// A renamed dir shows another baseline dir's children than its
+			// own path's, so all of them are compared, as for an opaque one.
+			if e.Kind == wire.EntryDir && (e.Opaque || e.Redirect != "") {
+				w.opaque[e.Path] = true
+			}
+			return w.path(e.Path)
+		})
 	})
-	if err != nil {
-		return nil, err
-	}
-	return w.result(), nil
 }
 
 func (st *overlayStaging) reset() error {

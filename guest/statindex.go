@@ -2,7 +2,7 @@ package guest
 
 import (
 	"io/fs"
-	"path/filepath"
+	"os"
 	"time"
 )
 
@@ -29,18 +29,19 @@ type statIndex struct {
 // changing. Such entries are always compared by content (git's "racy" rule).
 const racyWindow = time.Second
 
-func buildStatIndex(root string) (statIndex, error) {
+// buildStatIndex stats every regular file beneath root by name, through
+// root's fd (never a dirent's Info, which looks the path up from the top).
+func buildStatIndex(root *os.Root) (statIndex, error) {
 	idx := statIndex{built: time.Now(), files: map[string]statKey{}}
-	err := filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
+	err := fs.WalkDir(root.FS(), ".", func(p string, d fs.DirEntry, err error) error {
 		if err != nil || !d.Type().IsRegular() {
 			return err
 		}
-		fi, err := d.Info()
+		fi, err := root.Lstat(p)
 		if err != nil {
 			return err
 		}
-		rel, _ := filepath.Rel(root, p)
-		idx.files[filepath.ToSlash(rel)] = keyOf(fi)
+		idx.files[p] = keyOf(fi)
 		return nil
 	})
 	return idx, err

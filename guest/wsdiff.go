@@ -7,7 +7,6 @@ import (
 	"io/fs"
 	"maps"
 	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 	"syscall"
@@ -19,8 +18,12 @@ import (
 // set of candidate paths: every path for a scan, only what the overlay's upper
 // holds for overlay staging. The comparison itself is the same for both, so both
 // stagings report the same diff for the same changes.
+//
+// Both trees are read through roots (os.Root): every name beneath the fds
+// they were opened as, so that a symlink in the workspace, or one swapped
+// in for a dir while the diff runs, never has the guest read outside it.
 type wsDiffer struct {
-	cur, base string
+	cur, base *os.Root
 	// scan: compare every child of every directory. Otherwise (overlay) the
 	// candidates are what the upper holds, and a directory's children are only
 	// compared in full where the host side cannot show through: it is opaque,
@@ -34,9 +37,29 @@ type wsDiffer struct {
 	done      map[string]bool
 }
 
-func newWSDiffer(cur, base string, scan bool) *wsDiffer {
+func newWSDiffer(cur, base *os.Root, scan bool) *wsDiffer {
 	return &wsDiffer{cur: cur, base: base, scan: scan, done: map[string]bool{}, opaque: map[string]bool{},
 		diff: wire.Diff{Writes: []wire.DiffWrite{}, Deletes: []string{}, Modes: []wire.DiffMode{}}}
+}
+
+// diffDirs is a diff of the trees at the paths cur and base, opened for
+// its length: what diff takes, then each root's Close.
+func diffDirs(cur, base string, scan bool, diff func(*wsDiffer) error) (*wire.Diff, error) {
+	cr, err := os.OpenRoot(cur)
+	if err != nil {
+		return nil, err
+	}
+	defer cr.Close()
+	br, err := os.OpenRoot(base)
+	if err != nil {
+		return nil, err
+	}
+	defer br.Close()
+	w := newWSDiffer(cr, br, scan)
+	if err := diff(w); err != nil {
+		return nil, err
+	}
+	return w.result(), nil
 }
 
 // diffMode is what a session reports of a mode: permission bits with the exec
@@ -50,8 +73,8 @@ func (w *wsDiffer) path(rel string) error {
 		return nil
 	}
 	w.done[rel] = true
-	ci, cerr := os.Lstat(filepath.Join(w.cur, rel))
-	bi, berr := os.Lstat(filepath.Join(w.base, rel))
+	ci, cerr := w.cur.Lstat(rel)
+	bi, berr := w.base.Lstat(rel)
 	// A parent that is a file on one side (ENOTDIR) means the path is absent there.
 	if cerr != nil && !errors.Is(cerr, fs.ErrNotExist) && !errors.Is(cerr, syscall.ENOTDIR) {
 		return cerr
@@ -93,8 +116,8 @@ func (w *wsDiffer) path(rel string) error {
 		return w.written(rel, ci)
 	}
 	if ci.Mode()&fs.ModeSymlink != 0 {
-		cl, _ := os.Readlink(filepath.Join(w.cur, rel))
-		bl, _ := os.Readlink(filepath.Join(w.base, rel))
+		cl, _ := w.cur.Readlink(rel)
+		bl, _ := w.base.Readlink(rel)
 		if cl != bl {
 			return w.written(rel, ci)
 		}
@@ -103,7 +126,7 @@ func (w *wsDiffer) path(rel string) error {
 	if w.unchanged != nil && w.unchanged(rel, ci) && diffMode(ci.Mode()) == diffMode(bi.Mode()) {
 		return nil
 	}
-	same, err := sameContent(filepath.Join(w.cur, rel), filepath.Join(w.base, rel), ci, bi)
+	same, err := sameContent(w.cur, w.base, rel, ci, bi)
 	if err != nil {
 		return err
 	}
@@ -118,8 +141,12 @@ func (w *wsDiffer) path(rel string) error {
 
 func (w *wsDiffer) children(rel string) error {
 	names := map[string]bool{}
-	for _, root := range []string{w.cur, w.base} {
-		ents, _ := os.ReadDir(filepath.Join(root, rel)) // absent or not a dir: no children
+	dir := rel
+	if dir == "" {
+		dir = "."
+	}
+	for _, root := range []*os.Root{w.cur, w.base} {
+		ents, _ := fs.ReadDir(root.FS(), dir) // absent or not a dir: no children
 		for _, e := range ents {
 			names[e.Name()] = true
 		}
@@ -136,7 +163,7 @@ func (w *wsDiffer) written(rel string, info fs.FileInfo) error {
 	dw := wire.DiffWrite{Path: rel, Mode: diffMode(info.Mode())}
 	switch {
 	case info.Mode()&fs.ModeSymlink != 0:
-		l, err := os.Readlink(filepath.Join(w.cur, rel))
+		l, err := w.cur.Readlink(rel)
 		if err != nil {
 			return err
 		}
@@ -156,12 +183,11 @@ func (w *wsDiffer) deleted(rel string, info fs.FileInfo) error {
 		w.diff.Deletes = append(w.diff.Deletes, rel)
 		return nil
 	}
-	return filepath.WalkDir(filepath.Join(w.base, rel), func(p string, d fs.DirEntry, err error) error {
+	return fs.WalkDir(w.base.FS(), rel, func(p string, d fs.DirEntry, err error) error {
 		if err != nil || d.IsDir() {
 			return err
 		}
-		r, _ := filepath.Rel(w.base, p)
-		w.diff.Deletes = append(w.diff.Deletes, filepath.ToSlash(r))
+		w.diff.Deletes = append(w.diff.Deletes, p)
 		return nil
 	})
 }
@@ -181,17 +207,18 @@ func join(dir, name string) string {
 	return dir + "/" + name
 }
 
-// sameContent compares two regular files byte for byte (sizes first).
-func sameContent(a, b string, ai, bi fs.FileInfo) (bool, error) {
+// sameContent compares the regular file rel of two trees byte for byte
+// (sizes first).
+func sameContent(a, b *os.Root, rel string, ai, bi fs.FileInfo) (bool, error) {
 	if !ai.Mode().IsRegular() || !bi.Mode().IsRegular() || ai.Size() != bi.Size() {
 		return false, nil
 	}
-	fa, err := os.Open(a)
+	fa, err := a.OpenFile(rel, os.O_RDONLY|syscall.O_NONBLOCK, 0)
 	if err != nil {
 		return false, err
 	}
 	defer fa.Close()
-	fb, err := os.Open(b)
+	fb, err := b.OpenFile(rel, os.O_RDONLY|syscall.O_NONBLOCK, 0)
 	if err != nil {
 		return false, err
 	}
