@@ -454,48 +454,70 @@ func clearRoot(r *os.Root) error {
 }
 
 // copyRoot copies src's contents into dst, preserving modes, mtimes and
-// symlinks (copied as links, never followed). Every name is opened,
-// stat'd and created beneath the roots' fds (os.Root): a symlink a
-// command swaps in for a directory while the copy runs cannot take a read
-// or a write outside either tree, as a path-based walk's would (an
-// unconfined guest, the seatbelt rung's, would then copy a file the
-// commands may not read into the baseline, or write one outside the
-// workspace). An entry is stat'd by name (Lstat), never by a dirent's Info,
-// which looks the path up from the top.
+// symlinks (copied as links, never followed). Each dir is opened beneath
+// its parent's fd (os.Root) and every name in it is stat'd, opened and
+// created beneath that fd: a symlink a command swaps in for a dir while the
+// copy runs cannot take a read or a write outside either tree, as a
+// path-based walk's would (an unconfined guest, the seatbelt rung's, would
+// then copy a file the commands may not read into the baseline, or write
+// one outside the workspace).
 func copyRoot(src, dst *os.Root) error {
-	return fs.WalkDir(src.FS(), ".", func(rel string, d fs.DirEntry, err error) error {
-		if err != nil || rel == "." {
-			return err
-		}
-		info, err := src.Lstat(rel)
+	ents, err := fs.ReadDir(src.FS(), ".")
+	if err != nil {
+		return err
+	}
+	for _, e := range ents {
+		name := e.Name()
+		info, err := src.Lstat(name)
 		if err != nil {
 			return err
 		}
 		switch {
 		case info.IsDir():
-			if !d.IsDir() {
-				// Swapped in for what the walk listed: the walk will not
-				// descend into it, and the copy has no dir to fill.
-				return fmt.Errorf("%s changed type during the copy", rel)
-			}
-			if err := dst.Mkdir(rel, 0o700); err != nil {
+			if err := dst.Mkdir(name, 0o700); err != nil {
 				return err
 			}
-			return dst.Chmod(rel, info.Mode().Perm()|0o700)
+			if err := dst.Chmod(name, info.Mode().Perm()|0o700); err != nil {
+				return err
+			}
+			if err := inRoots(src, dst, name, copyRoot); err != nil {
+				return err
+			}
 		case info.Mode()&fs.ModeSymlink != 0:
-			l, err := src.Readlink(rel)
+			l, err := src.Readlink(name)
 			if err != nil {
 				return err
 			}
-			return dst.Symlink(l, rel)
-		case info.Mode().IsRegular():
-			if err := copyFileRoot(src, dst, rel, info.Mode()); err != nil {
+			if err := dst.Symlink(l, name); err != nil {
 				return err
 			}
-			return dst.Chtimes(rel, info.ModTime(), info.ModTime())
+		case info.Mode().IsRegular():
+			if err := copyFileRoot(src, dst, name, info.Mode()); err != nil {
+				return err
+			}
+			if err := dst.Chtimes(name, info.ModTime(), info.ModTime()); err != nil {
+				return err
+			}
 		}
-		return nil
-	})
+	}
+	return nil
+}
+
+// inRoots runs f over the dir name of a and of b, each opened beneath its
+// parent's fd (a symlink swapped in for it is followed only while it stays
+// beneath the parent), and closes them.
+func inRoots(a, b *os.Root, name string, f func(a, b *os.Root) error) error {
+	ra, err := a.OpenRoot(name)
+	if err != nil {
+		return err
+	}
+	defer ra.Close()
+	rb, err := b.OpenRoot(name)
+	if err != nil {
+		return err
+	}
+	defer rb.Close()
+	return f(ra, rb)
 }
 
 // copyFileRoot copies the regular file rel of src to a new file rel of dst.
