@@ -429,16 +429,6 @@ func mkdirParent(root *os.Root, rel string) error {
 	return nil
 }
 
-// clearDir removes everything inside dir, keeping dir.
-func clearDir(dir string) error {
-	r, err := os.OpenRoot(dir)
-	if err != nil {
-		return err
-	}
-	defer r.Close()
-	return clearRoot(r)
-}
-
 // clearRoot removes everything inside r, keeping r: each name by an fd of
 // r's, so a symlink a command swapped in is removed, never followed.
 func clearRoot(r *os.Root) error {

@@ -417,3 +417,33 @@ func (st *overlayStaging) takeRedirected(entries []wire.FSEntry) (map[string]str
 }
 
 func setNotDumpable() { unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0) }
+
+// clearDir removes everything inside dir, keeping dir.
+func clearDir(dir string) error {
+	r, err := os.OpenRoot(dir)
+	if err != nil {
+		return err
+	}
+	defer r.Close()
+	return clearRoot(r)
+}
+
+// diffDirs is a diff of the trees at the paths cur and base, opened for
+// its length: what diff takes, then each root's Close.
+func diffDirs(cur, base string, scan bool, diff func(*wsDiffer) error) (*wire.Diff, error) {
+	cr, err := os.OpenRoot(cur)
+	if err != nil {
+		return nil, err
+	}
+	defer cr.Close()
+	br, err := os.OpenRoot(base)
+	if err != nil {
+		return nil, err
+	}
+	defer br.Close()
+	w := newWSDiffer(cr, br, scan)
+	if err := diff(w); err != nil {
+		return nil, err
+	}
+	return w.result(), nil
+}

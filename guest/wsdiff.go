@@ -47,26 +47,6 @@ func newWSDiffer(cur, base *os.Root, scan bool) *wsDiffer {
 		diff: wire.Diff{Writes: []wire.DiffWrite{}, Deletes: []string{}, Modes: []wire.DiffMode{}}}
 }
 
-// diffDirs is a diff of the trees at the paths cur and base, opened for
-// its length: what diff takes, then each root's Close.
-func diffDirs(cur, base string, scan bool, diff func(*wsDiffer) error) (*wire.Diff, error) {
-	cr, err := os.OpenRoot(cur)
-	if err != nil {
-		return nil, err
-	}
-	defer cr.Close()
-	br, err := os.OpenRoot(base)
-	if err != nil {
-		return nil, err
-	}
-	defer br.Close()
-	w := newWSDiffer(cr, br, scan)
-	if err := diff(w); err != nil {
-		return nil, err
-	}
-	return w.result(), nil
-}
-
 // at is where to look rel up on side 0 (cur) or 1 (base): its dir's root,
 // when children has it open, and rel's last name; else the tree's root and
 // rel. A nil root: the side has no such dir, so nothing is there.
