@@ -252,7 +252,7 @@ func (s *session) adoptStream(r io.Reader, treeBytes int64) error {
 		return err
 	}
 	tree := io.LimitReader(r, treeBytes)
-	if err := extractTar(tree, st.ws); err != nil {
+	if err := extractRoot(tree, st.wsR); err != nil {
 		return fmt.Errorf("the parent's workspace: %w", err)
 	}
 	io.Copy(io.Discard, tree)

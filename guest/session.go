@@ -605,7 +605,7 @@ func (st *scanStaging) replace(r io.Reader) error {
 		return err
 	}
 	st.dropOrigin()
-	if err := extractTar(r, st.base); err != nil {
+	if err := extractRoot(r, st.baseR); err != nil {
 		// Like the overlay staging: a refused tree leaves an empty workspace.
 		clearRoot(st.baseR)
 		st.reset()
