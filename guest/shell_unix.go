@@ -509,7 +509,7 @@ func pythonPath() string {
 	return ""
 }
 
-// announce tells the host, on the host rung, which process leads the exec's
+// announce tells the host, on the host and seatbelt rungs, which process leads the exec's
 // session, so that it can be killed if the guest dies mid-exec.
 func (s *session) announce(pid int) {
 	// The seatbelt rung's guest is unconfined too (its commands are

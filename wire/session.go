@@ -349,7 +349,7 @@ const (
 	VerbPushEnd   = "push_tree.end"
 )
 
-// VerbExecStarted (guest→host event, host rung only) names the process an exec
+// VerbExecStarted (guest→host event, host and seatbelt rungs) names the process an exec
 // started, the leader of its own session: the host kills that session if the
 // guest dies or is closed mid-exec, since nothing else there would.
 const VerbExecStarted = "exec.started"
