@@ -110,7 +110,11 @@ func (s *session) handleFork(ctx context.Context, f *wire.Frame) (any, [][]byte,
 		}
 		s.dropRunner()
 		defer s.prestartPython()
-		err := applyTree(s.ws, s.push, &req)
+		ws, done, err := s.wsRoot()
+		if err == nil {
+			err = applyTree(ws, s.push, &req)
+			done()
+		}
 		s.push = nil
 		if err != nil {
 			return nil, nil, remote("apply", "%v", err)
@@ -123,8 +127,10 @@ func (s *session) handleFork(ctx context.Context, f *wire.Frame) (any, [][]byte,
 // applyTree writes a tree of changes over the workspace ws: Deletes removed
 // first (a path that became a directory, or the reverse, is in both), then
 // the tar's files and symlinks written, replacing what is there, then Modes.
-// Paths that leave the workspace or pass through a symlink are refused.
-func applyTree(ws string, r io.Reader, req *wire.ApplyEnd) error {
+// Paths that leave the workspace or pass through a symlink are refused, and
+// every change is made beneath ws's fd (os.Root): a symlink a process swaps
+// in meanwhile cannot take a write outside.
+func applyTree(ws *os.Root, r io.Reader, req *wire.ApplyEnd) error {
 	check := func(p string) error {
 		if err := checkWSPath(p); err != nil {
 			return err
@@ -135,7 +141,7 @@ func applyTree(ws string, r io.Reader, req *wire.ApplyEnd) error {
 		if err := check(p); err != nil {
 			return err
 		}
-		if err := os.RemoveAll(filepath.Join(ws, p)); err != nil {
+		if err := ws.RemoveAll(p); err != nil {
 			return err
 		}
 	}
@@ -155,18 +161,17 @@ func applyTree(ws string, r io.Reader, req *wire.ApplyEnd) error {
 		if err := check(name); err != nil {
 			return err
 		}
-		p := filepath.Join(ws, name)
-		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+		if err := mkdirParent(ws, name); err != nil {
 			return err
 		}
-		if fi, err := os.Lstat(p); err == nil && (fi.IsDir() || h.Typeflag == tar.TypeSymlink || fi.Mode()&fs.ModeSymlink != 0) {
-			if err := os.RemoveAll(p); err != nil {
+		if fi, err := ws.Lstat(name); err == nil && (fi.IsDir() || h.Typeflag == tar.TypeSymlink || fi.Mode()&fs.ModeSymlink != 0) {
+			if err := ws.RemoveAll(name); err != nil {
 				return err
 			}
 		}
 		switch h.Typeflag {
 		case tar.TypeReg:
-			f, err := os.OpenFile(p, os.O_WRONLY|os.O_CREATE|os.O_TRUNC|oNoFollow, fs.FileMode(h.Mode).Perm())
+			f, err := ws.OpenFile(name, os.O_WRONLY|os.O_CREATE|os.O_TRUNC|oNoFollow, fs.FileMode(h.Mode).Perm())
 			if err != nil {
 				return err
 			}
@@ -177,11 +182,11 @@ func applyTree(ws string, r io.Reader, req *wire.ApplyEnd) error {
 			if err != nil {
 				return err
 			}
-			if err := os.Chmod(p, fs.FileMode(h.Mode).Perm()); err != nil {
+			if err := ws.Chmod(name, fs.FileMode(h.Mode).Perm()); err != nil {
 				return err
 			}
 		case tar.TypeSymlink:
-			if err := os.Symlink(h.Linkname, p); err != nil {
+			if err := ws.Symlink(h.Linkname, name); err != nil {
 				return err
 			}
 		default:
@@ -192,11 +197,10 @@ func applyTree(ws string, r io.Reader, req *wire.ApplyEnd) error {
 		if err := check(m.Path); err != nil {
 			return err
 		}
-		p := filepath.Join(ws, m.Path)
-		if fi, err := os.Lstat(p); err != nil || fi.Mode()&fs.ModeSymlink != 0 {
+		if fi, err := ws.Lstat(m.Path); err != nil || fi.Mode()&fs.ModeSymlink != 0 {
 			continue // a symlink's mode is not its own; a path since deleted has none
 		}
-		if err := os.Chmod(p, fs.FileMode(m.Mode).Perm()); err != nil {
+		if err := ws.Chmod(m.Path, fs.FileMode(m.Mode).Perm()); err != nil {
 			return err
 		}
 	}
@@ -209,9 +213,18 @@ func applyTree(ws string, r io.Reader, req *wire.ApplyEnd) error {
 // the background may write during the copy (docs/api.md says so).
 func (st *scanStaging) freeze(req *wire.Fork, _ *wire.Forked) error {
 	for _, c := range req.Copies {
-		for _, cp := range [][2]string{{st.ws, c.Workspace}, {st.ws, c.Baseline}, {st.base, c.Origin}} {
-			if err := copyTree(cp[0], cp[1]); err != nil {
-				return fmt.Errorf("copying %s: %w", cp[0], err)
+		for _, cp := range []struct {
+			src *os.Root
+			dst string
+		}{{st.wsR, c.Workspace}, {st.wsR, c.Baseline}, {st.baseR, c.Origin}} {
+			dr, err := os.OpenRoot(cp.dst)
+			if err != nil {
+				return err
+			}
+			err = copyRoot(cp.src, dr)
+			dr.Close()
+			if err != nil {
+				return fmt.Errorf("copying %s: %w", cp.src.Name(), err)
 			}
 		}
 	}
@@ -235,11 +248,11 @@ func (s *session) adoptStream(r io.Reader, treeBytes int64) error {
 	if !ok {
 		return fmt.Errorf("the %s staging cannot adopt a pushed tree", s.st.name())
 	}
-	if err := clearDir(st.ws); err != nil {
+	if err := clearRoot(st.wsR); err != nil {
 		return err
 	}
 	tree := io.LimitReader(r, treeBytes)
-	if err := extractTar(tree, st.ws); err != nil {
+	if err := extractRoot(tree, st.wsR); err != nil {
 		return fmt.Errorf("the parent's workspace: %w", err)
 	}
 	io.Copy(io.Discard, tree)
@@ -273,7 +286,12 @@ func (st *scanStaging) originDiff() (*wire.Diff, error) {
 	if st.origin == "" {
 		return nil, errNoOrigin
 	}
-	w := newWSDiffer(st.ws, st.origin, true)
+	or, err := os.OpenRoot(st.origin)
+	if err != nil {
+		return nil, err
+	}
+	defer or.Close()
+	w := newWSDiffer(st.wsR, or, true)
 	if err := w.children(""); err != nil {
 		return nil, err
 	}

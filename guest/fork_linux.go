@@ -236,19 +236,20 @@ func (st *overlayStaging) diffStack(n int) (*wire.Diff, error) {
 		return nil, err
 	}
 	defer done()
-	w := newWSDiffer(st.ws, base, false)
-	for _, layer := range append([]string{st.upper}, all[:len(all)-n]...) {
-		err := fswalk.Walk(layer, 0, st.walkOptions(), func(e *wire.FSEntry, _ *os.File) error {
-			if e.Kind == wire.EntryDir && (e.Opaque || e.Redirect != "") {
-				w.opaque[e.Path] = true
+	return diffDirs(st.ws, base, false, func(w *wsDiffer) error {
+		for _, layer := range append([]string{st.upper}, all[:len(all)-n]...) {
+			err := fswalk.Walk(layer, 0, st.walkOptions(), func(e *wire.FSEntry, _ *os.File) error {
+				if e.Kind == wire.EntryDir && (e.Opaque || e.Redirect != "") {
+					w.opaque[e.Path] = true
+				}
+				return w.path(e.Path)
+			})
+			if err != nil {
+				return err
 			}
-			return w.path(e.Path)
-		})
-		if err != nil {
-			return nil, err
 		}
-	}
-	return w.result(), nil
+		return nil
+	})
 }
 
 // view is a directory showing the layers merged (topmost first): the one

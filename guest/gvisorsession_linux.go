@@ -72,7 +72,10 @@ func (s *session) startGVisor() error {
 		return fmt.Errorf("detaching the workspace's tmpfs: %w", err)
 	}
 	// fd stays open for the session's life: the baseline's only way in.
-	st := &scanStaging{ws: s.ws, base: "/proc/self/fd/" + strconv.Itoa(fd) + "/base"}
+	st, err := newScanStaging(s.ws, "/proc/self/fd/"+strconv.Itoa(fd)+"/base")
+	if err != nil {
+		return err
+	}
 	if err := st.reindex(); err != nil {
 		return err
 	}

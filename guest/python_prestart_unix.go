@@ -93,7 +93,7 @@ func (s *session) startRunner(py string, env []string, dir string) (*runnerProc,
 	// One writer for stdout and stderr: exec.Cmd then gives both the same
 	// pipe, so the transcript is in exactly the order the runner wrote.
 	out := tail.New(s.cfg.OutputCap)
-	cmd := exec.Command(py, "-B", "-u", "-c", pyRunner)
+	cmd := s.command(py, "-B", "-u", "-c", pyRunner)
 	cmd.Env = env
 	cmd.Dir = dir
 	cmd.Stdout, cmd.Stderr = out, out

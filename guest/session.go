@@ -10,10 +10,10 @@ import (
 	"io/fs"
 	"os"
 	"path"
-	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
+	"syscall"
 
 	"github.com/dryexec/dryexec/wire"
 )
@@ -255,21 +255,51 @@ func (s *session) ping() *wire.Ping {
 		PythonReady: s.runner != nil}
 }
 
+// wsRoot is the workspace as a root (os.Root): the scan staging's, held
+// since the session started (the path may have been replaced since by the
+// commands), else opened now; done closes what was opened.
+func (s *session) wsRoot() (r *os.Root, done func(), err error) {
+	if st, ok := s.st.(*scanStaging); ok {
+		return st.wsR, func() {}, nil
+	}
+	if r, err = os.OpenRoot(s.ws); err != nil {
+		return nil, nil, err
+	}
+	return r, func() { r.Close() }, nil
+}
+
 // readFile returns one chunk of a workspace file, refusing paths that leave the
 // workspace or pass through a symlink.
 func (s *session) readFile(req wire.ReadFile) ([]byte, error) {
 	if err := checkWSPath(req.Path); err != nil {
 		return nil, err
 	}
-	p := filepath.Join(s.ws, req.Path)
-	if err := noSymlinkParents(s.ws, req.Path); err != nil {
+	ws, done, err := s.wsRoot()
+	if err != nil {
 		return nil, err
 	}
-	f, err := os.OpenFile(p, os.O_RDONLY|oNoFollow, 0)
+	defer done()
+	if err := noSymlinkParents(ws, req.Path); err != nil {
+		return nil, err
+	}
+	fi, err := ws.Lstat(req.Path)
+	if err != nil {
+		return nil, err
+	}
+	if !fi.Mode().IsRegular() {
+		return nil, fmt.Errorf("%s is not a regular file", req.Path)
+	}
+	f, err := ws.OpenFile(req.Path, os.O_RDONLY|oNoFollow|syscall.O_NONBLOCK, 0)
 	if err != nil {
 		return nil, err
 	}
 	defer f.Close()
+	// The root keeps the open inside the workspace; that it is the file
+	// just looked at (not one a symlink swapped in since points to) is
+	// checked here.
+	if ofi, err := f.Stat(); err != nil || !os.SameFile(fi, ofi) {
+		return nil, fmt.Errorf("%s changed while it was read", req.Path)
+	}
 	buf := make([]byte, wire.MaxAttachment)
 	n, err := f.ReadAt(buf, req.Offset)
 	if err != nil && err != io.EOF {
@@ -287,13 +317,14 @@ func checkWSPath(p string) error {
 
 // noSymlinkParents fails when a directory on the way from root to rel is a
 // symlink (or not a directory). Components that do not exist yet are fine: they
-// will be created as real directories.
-func noSymlinkParents(root, rel string) error {
-	dir := root
+// will be created as real directories. (The root is what keeps every access
+// inside; this refuses a tree that names a path through a link at all.)
+func noSymlinkParents(root *os.Root, rel string) error {
+	dir := ""
 	parts := strings.Split(rel, "/")
 	for _, c := range parts[:len(parts)-1] {
-		dir = filepath.Join(dir, c)
-		fi, err := os.Lstat(dir)
+		dir = path.Join(dir, c)
+		fi, err := root.Lstat(dir)
 		if errors.Is(err, fs.ErrNotExist) {
 			return nil
 		}
@@ -310,6 +341,17 @@ func noSymlinkParents(root, rel string) error {
 // extractTar unpacks r into dir, which must be empty, refusing any entry that
 // would land outside it or pass through a symlink.
 func extractTar(r io.Reader, dir string) error {
+	root, err := os.OpenRoot(dir)
+	if err != nil {
+		return err
+	}
+	defer root.Close()
+	return extractRoot(r, root)
+}
+
+// extractRoot is extractTar into the root dir: every entry made beneath its
+// fd, never through a symlink out of it.
+func extractRoot(r io.Reader, dir *os.Root) error {
 	tr := tar.NewReader(r)
 	for {
 		h, err := tr.Next()
@@ -334,21 +376,20 @@ func extractTar(r io.Reader, dir string) error {
 		if err := noSymlinkParents(dir, name); err != nil {
 			return fmt.Errorf("tree entry %q: %w", h.Name, err)
 		}
-		p := filepath.Join(dir, name)
 		mode := fs.FileMode(h.Mode).Perm()
 		switch h.Typeflag {
 		case tar.TypeDir:
-			if err := os.MkdirAll(p, 0o755); err != nil {
+			if err := dir.MkdirAll(name, 0o755); err != nil {
 				return err
 			}
-			if err := os.Chmod(p, mode|0o700); err != nil {
+			if err := dir.Chmod(name, mode|0o700); err != nil {
 				return err
 			}
 		case tar.TypeReg:
-			if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			if err := mkdirParent(dir, name); err != nil {
 				return err
 			}
-			f, err := os.OpenFile(p, os.O_WRONLY|os.O_CREATE|os.O_EXCL|oNoFollow, mode)
+			f, err := dir.OpenFile(name, os.O_WRONLY|os.O_CREATE|os.O_EXCL, mode)
 			if err != nil {
 				return err
 			}
@@ -359,19 +400,19 @@ func extractTar(r io.Reader, dir string) error {
 			if err != nil {
 				return err
 			}
-			if err := os.Chmod(p, mode); err != nil {
+			if err := dir.Chmod(name, mode); err != nil {
 				return err
 			}
 			// Keep the tree's mtimes: the scan index treats files written
 			// just now as "racy" and reads them on every diff.
 			if !h.ModTime.IsZero() {
-				os.Chtimes(p, h.ModTime, h.ModTime)
+				dir.Chtimes(name, h.ModTime, h.ModTime)
 			}
 		case tar.TypeSymlink:
-			if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			if err := mkdirParent(dir, name); err != nil {
 				return err
 			}
-			if err := os.Symlink(h.Linkname, p); err != nil {
+			if err := dir.Symlink(h.Linkname, name); err != nil {
 				return err
 			}
 		default:
@@ -380,94 +421,158 @@ func extractTar(r io.Reader, dir string) error {
 	}
 }
 
-// clearDir removes everything inside dir, keeping dir.
-func clearDir(dir string) error {
-	ents, err := os.ReadDir(dir)
+// mkdirParent makes rel's parent dirs beneath root, as MkdirAll would.
+func mkdirParent(root *os.Root, rel string) error {
+	if d := path.Dir(rel); d != "." {
+		return root.MkdirAll(d, 0o755)
+	}
+	return nil
+}
+
+// clearRoot removes everything inside r, keeping r: each name by an fd of
+// r's, so a symlink a command swapped in is removed, never followed.
+func clearRoot(r *os.Root) error {
+	ents, err := fs.ReadDir(r.FS(), ".")
 	if err != nil {
 		return err
 	}
 	var errs []error
 	for _, e := range ents {
-		errs = append(errs, os.RemoveAll(filepath.Join(dir, e.Name())))
+		errs = append(errs, r.RemoveAll(e.Name()))
 	}
 	return errors.Join(errs...)
 }
 
-// copyTree copies src's contents into dst (which exists), preserving modes and
-// symlinks.
-func copyTree(src, dst string) error {
-	return filepath.WalkDir(src, func(p string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		rel, _ := filepath.Rel(src, p)
-		if rel == "." {
-			return nil
-		}
-		t := filepath.Join(dst, rel)
-		info, err := d.Info()
+// copyRoot copies src's contents into dst, preserving modes, mtimes and
+// symlinks (copied as links, never followed). Each dir is opened beneath
+// its parent's fd (os.Root) and every name in it is stat'd, opened and
+// created beneath that fd: a symlink a command swaps in for a dir while the
+// copy runs cannot take a read or a write outside either tree, as a
+// path-based walk's would (an unconfined guest, the seatbelt rung's, would
+// then copy a file the commands may not read into the baseline, or write
+// one outside the workspace).
+func copyRoot(src, dst *os.Root) error {
+	ents, err := fs.ReadDir(src.FS(), ".")
+	if err != nil {
+		return err
+	}
+	for _, e := range ents {
+		name := e.Name()
+		info, err := src.Lstat(name)
 		if err != nil {
 			return err
 		}
 		switch {
-		case d.IsDir():
-			if err := os.Mkdir(t, 0o700); err != nil {
+		case info.IsDir():
+			if err := dst.Mkdir(name, 0o700); err != nil {
 				return err
 			}
-			return os.Chmod(t, info.Mode().Perm()|0o700)
+			if err := dst.Chmod(name, info.Mode().Perm()|0o700); err != nil {
+				return err
+			}
+			if err := inRoots(src, dst, name, copyRoot); err != nil {
+				return err
+			}
 		case info.Mode()&fs.ModeSymlink != 0:
-			l, err := os.Readlink(p)
+			l, err := src.Readlink(name)
 			if err != nil {
 				return err
 			}
-			return os.Symlink(l, t)
-		case info.Mode().IsRegular():
-			if err := copyFileMode(p, t, info.Mode()); err != nil {
+			if err := dst.Symlink(l, name); err != nil {
 				return err
 			}
-			return os.Chtimes(t, info.ModTime(), info.ModTime())
+		case info.Mode().IsRegular():
+			if err := copyFileRoot(src, dst, name, info.Mode()); err != nil {
+				return err
+			}
+			if err := dst.Chtimes(name, info.ModTime(), info.ModTime()); err != nil {
+				return err
+			}
 		}
-		return nil
-	})
+	}
+	return nil
 }
 
-func copyFileMode(src, dst string, mode fs.FileMode) error {
-	in, err := os.Open(src)
+// inRoots runs f over the dir name of a and of b, each opened beneath its
+// parent's fd (a symlink swapped in for it is followed only while it stays
+// beneath the parent), and closes them.
+func inRoots(a, b *os.Root, name string, f func(a, b *os.Root) error) error {
+	ra, err := a.OpenRoot(name)
+	if err != nil {
+		return err
+	}
+	defer ra.Close()
+	rb, err := b.OpenRoot(name)
+	if err != nil {
+		return err
+	}
+	defer rb.Close()
+	return f(ra, rb)
+}
+
+// copyFileRoot copies the regular file rel of src to a new file rel of dst.
+func copyFileRoot(src, dst *os.Root, rel string, mode fs.FileMode) error {
+	// Non-blocking: a fifo swapped in must not hang the guest's open.
+	in, err := src.OpenFile(rel, os.O_RDONLY|oNoFollow|syscall.O_NONBLOCK, 0)
 	if err != nil {
 		return err
 	}
 	defer in.Close()
-	out, err := os.OpenFile(dst, os.O_WRONLY|os.O_CREATE|os.O_EXCL|oNoFollow, mode.Perm())
+	if fi, err := in.Stat(); err != nil || !fi.Mode().IsRegular() {
+		return fmt.Errorf("%s is no longer a regular file", rel)
+	}
+	out, err := dst.OpenFile(rel, os.O_WRONLY|os.O_CREATE|os.O_EXCL, mode.Perm())
 	if err != nil {
 		return err
 	}
 	_, err = io.Copy(out, in)
+	if err == nil {
+		err = out.Chmod(mode.Perm())
+	}
 	if cerr := out.Close(); err == nil {
 		err = cerr
 	}
-	if err != nil {
-		return err
-	}
-	return os.Chmod(dst, mode.Perm())
+	return err
 }
 
 // scanStaging keeps a full copy of the baseline and compares whole trees: the
 // host rung's staging, which needs nothing from the kernel. Like git's index, it
 // remembers each workspace file's stat as of the baseline, so a diff reads only
 // the files whose stat changed.
+//
+// The workspace is the commands' to shape while the guest reads and writes
+// it, and on the seatbelt rung the guest is not confined as they are: every
+// access goes through wsR and baseR, the two dirs opened once when the
+// session starts (os.Root), so a symlink in the workspace, or swapped in for
+// one of its dirs or for the workspace itself, never takes the guest outside.
 type scanStaging struct {
-	ws, base string
-	index    statIndex
+	ws, base   string
+	wsR, baseR *os.Root
+	index      statIndex
 	// origin holds the parent's baseline of a forked session ("": none);
 	// ownOrigin says the guest made it (and removes it when it goes).
 	origin    string
 	ownOrigin bool
 }
 
+// newScanStaging opens the workspace ws and the baseline base.
+func newScanStaging(ws, base string) (*scanStaging, error) {
+	wsR, err := os.OpenRoot(ws)
+	if err != nil {
+		return nil, fmt.Errorf("the workspace: %w", err)
+	}
+	baseR, err := os.OpenRoot(base)
+	if err != nil {
+		wsR.Close()
+		return nil, fmt.Errorf("the baseline: %w", err)
+	}
+	return &scanStaging{ws: ws, base: base, wsR: wsR, baseR: baseR}, nil
+}
+
 func (st *scanStaging) name() string { return "scan" }
 
 func (st *scanStaging) diff() (*wire.Diff, error) {
-	w := newWSDiffer(st.ws, st.base, true)
+	w := newWSDiffer(st.wsR, st.baseR, true)
 	w.unchanged = st.index.unchanged
 	if err := w.children(""); err != nil {
 		return nil, err
@@ -476,33 +581,33 @@ func (st *scanStaging) diff() (*wire.Diff, error) {
 }
 
 func (st *scanStaging) rebase() error {
-	if err := clearDir(st.base); err != nil {
+	if err := clearRoot(st.baseR); err != nil {
 		return err
 	}
-	if err := copyTree(st.ws, st.base); err != nil {
+	if err := copyRoot(st.wsR, st.baseR); err != nil {
 		return err
 	}
 	return st.reindex()
 }
 
 func (st *scanStaging) reset() error {
-	if err := clearDir(st.ws); err != nil {
+	if err := clearRoot(st.wsR); err != nil {
 		return err
 	}
-	if err := copyTree(st.base, st.ws); err != nil {
+	if err := copyRoot(st.baseR, st.wsR); err != nil {
 		return err
 	}
 	return st.reindex()
 }
 
 func (st *scanStaging) replace(r io.Reader) error {
-	if err := clearDir(st.base); err != nil {
+	if err := clearRoot(st.baseR); err != nil {
 		return err
 	}
 	st.dropOrigin()
-	if err := extractTar(r, st.base); err != nil {
+	if err := extractRoot(r, st.baseR); err != nil {
 		// Like the overlay staging: a refused tree leaves an empty workspace.
-		clearDir(st.base)
+		clearRoot(st.baseR)
 		st.reset()
 		return err
 	}
@@ -510,7 +615,7 @@ func (st *scanStaging) replace(r io.Reader) error {
 }
 
 func (st *scanStaging) reindex() error {
-	idx, err := buildStatIndex(st.ws)
+	idx, err := buildStatIndex(st.wsR)
 	st.index = idx
 	return err
 }

@@ -98,7 +98,11 @@ func (s *session) start() error {
 			return fmt.Errorf("the host rung needs a workspace and a baseline directory")
 		}
 		s.ws = s.cfg.Workspace
-		s.st = &scanStaging{ws: s.cfg.Workspace, base: s.cfg.Baseline}
+		st, err := newScanStaging(s.cfg.Workspace, s.cfg.Baseline)
+		if err != nil {
+			return err
+		}
+		s.st = st
 	default:
 		return fmt.Errorf("unknown rung %q", s.cfg.Rung)
 	}
@@ -262,19 +266,16 @@ func (st *overlayStaging) diff() (*wire.Diff, error) {
 	if st.stacked() {
 		return st.diffStack(st.baseN)
 	}
-	w := newWSDiffer(st.ws, st.base, false)
-	err := fswalk.Walk(st.upper, 0, st.walkOptions(), func(e *wire.FSEntry, _ *os.File) error {
-		// A renamed dir shows another baseline dir's children than its
-		// own path's, so all of them are compared, as for an opaque one.
-		if e.Kind == wire.EntryDir && (e.Opaque || e.Redirect != "") {
-			w.opaque[e.Path] = true
-		}
-		return w.path(e.Path)
+	return diffDirs(st.ws, st.base, false, func(w *wsDiffer) error {
+		return fswalk.Walk(st.upper, 0, st.walkOptions(), func(e *wire.FSEntry, _ *os.File) error {
+			// A renamed dir shows another baseline dir's children than its
+			// own path's, so all of them are compared, as for an opaque one.
+			if e.Kind == wire.EntryDir && (e.Opaque || e.Redirect != "") {
+				w.opaque[e.Path] = true
+			}
+			return w.path(e.Path)
+		})
 	})
-	if err != nil {
-		return nil, err
-	}
-	return w.result(), nil
 }
 
 func (st *overlayStaging) reset() error {
@@ -416,3 +417,33 @@ func (st *overlayStaging) takeRedirected(entries []wire.FSEntry) (map[string]str
 }
 
 func setNotDumpable() { unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0) }
+
+// clearDir removes everything inside dir, keeping dir.
+func clearDir(dir string) error {
+	r, err := os.OpenRoot(dir)
+	if err != nil {
+		return err
+	}
+	defer r.Close()
+	return clearRoot(r)
+}
+
+// diffDirs is a diff of the trees at the paths cur and base, opened for
+// its length: what diff takes, then each root's Close.
+func diffDirs(cur, base string, scan bool, diff func(*wsDiffer) error) (*wire.Diff, error) {
+	cr, err := os.OpenRoot(cur)
+	if err != nil {
+		return nil, err
+	}
+	defer cr.Close()
+	br, err := os.OpenRoot(base)
+	if err != nil {
+		return nil, err
+	}
+	defer br.Close()
+	w := newWSDiffer(cr, br, scan)
+	if err := diff(w); err != nil {
+		return nil, err
+	}
+	return w.result(), nil
+}

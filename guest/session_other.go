@@ -25,7 +25,11 @@ func (s *session) start() error {
 		return fmt.Errorf("the %s rung needs a workspace and a baseline directory", s.cfg.Rung)
 	}
 	s.ws = s.cfg.Workspace
-	s.st = &scanStaging{ws: s.cfg.Workspace, base: s.cfg.Baseline}
+	st, err := newScanStaging(s.cfg.Workspace, s.cfg.Baseline)
+	if err != nil {
+		return err
+	}
+	s.st = st
 	s.shell.cwd = s.ws
 	return nil
 }

@@ -377,7 +377,7 @@ func (s *session) execShell(ctx context.Context, req *wire.ExecShell) *wire.Shel
 	case !s.shell.probed:
 		probe, limit = envProbe, exportPLimit
 	}
-	cmd := exec.Command(s.shell.path, "-c", wrapper, "sh", s.shell.cwd, s.ws, req.Command, probe)
+	cmd := s.command(s.shell.path, "-c", wrapper, "sh", s.shell.cwd, s.ws, req.Command, probe)
 	cmd.Env = env
 	cmd.Stdin = nil
 	cmd.Stdout = streamWriter{t, out}
@@ -509,12 +509,28 @@ func pythonPath() string {
 	return ""
 }
 
-// announce tells the host, on the host rung, which process leads the exec's
+// announce tells the host, on the host and seatbelt rungs, which process leads the exec's
 // session, so that it can be killed if the guest dies mid-exec.
 func (s *session) announce(pid int) {
-	if s.cfg.Rung == "host" && s.peer != nil {
+	// The seatbelt rung's guest is unconfined too (its commands are
+	// confined one by one): nothing but the host kills an exec it left.
+	if (s.cfg.Rung == "host" || s.cfg.Rung == "seatbelt") && s.peer != nil {
 		s.peer.Notify(wire.VerbExecStarted, &wire.ExecStarted{PID: pid})
 	}
+}
+
+// command is exec.Command(name, args...) behind the session's
+// CommandPrefix: every process the guest starts for a command (a shell
+// exec's shell, a Python runner) goes through here, so that on the
+// seatbelt rung each is started by sandbox-exec under the commands'
+// profile. sandbox-exec execs the command in place: the pid, its session
+// and the fds it is handed are the command's.
+func (s *session) command(name string, args ...string) *exec.Cmd {
+	p := s.cfg.CommandPrefix
+	if len(p) == 0 {
+		return exec.Command(name, args...)
+	}
+	return exec.Command(p[0], slices.Concat(p[1:], []string{name}, args)...)
 }
 
 // resolveShell turns SessionStart.Shell into the binary execs run in, looked

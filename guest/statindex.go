@@ -2,7 +2,7 @@ package guest
 
 import (
 	"io/fs"
-	"path/filepath"
+	"os"
 	"time"
 )
 
@@ -29,21 +29,40 @@ type statIndex struct {
 // changing. Such entries are always compared by content (git's "racy" rule).
 const racyWindow = time.Second
 
-func buildStatIndex(root string) (statIndex, error) {
+// buildStatIndex stats every regular file beneath root, each by its name
+// beneath its dir's fd (os.Root), never by a path from the top.
+func buildStatIndex(root *os.Root) (statIndex, error) {
 	idx := statIndex{built: time.Now(), files: map[string]statKey{}}
-	err := filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
-		if err != nil || !d.Type().IsRegular() {
-			return err
-		}
-		fi, err := d.Info()
+	var walk func(dir *os.Root, rel string) error
+	walk = func(dir *os.Root, rel string) error {
+		ents, err := fs.ReadDir(dir.FS(), ".")
 		if err != nil {
 			return err
 		}
-		rel, _ := filepath.Rel(root, p)
-		idx.files[filepath.ToSlash(rel)] = keyOf(fi)
+		for _, e := range ents {
+			p := join(rel, e.Name())
+			switch {
+			case e.Type().IsRegular():
+				fi, err := dir.Lstat(e.Name())
+				if err != nil {
+					return err
+				}
+				idx.files[p] = keyOf(fi)
+			case e.IsDir():
+				sub, err := dir.OpenRoot(e.Name())
+				if err != nil {
+					return err
+				}
+				err = walk(sub, p)
+				sub.Close()
+				if err != nil {
+					return err
+				}
+			}
+		}
 		return nil
-	})
-	return idx, err
+	}
+	return idx, walk(root, "")
 }
 
 func (idx statIndex) unchanged(rel string, fi fs.FileInfo) bool {

@@ -7,7 +7,7 @@ import (
 	"io/fs"
 	"maps"
 	"os"
-	"path/filepath"
+	"path"
 	"slices"
 	"strings"
 	"syscall"
@@ -19,8 +19,16 @@ import (
 // set of candidate paths: every path for a scan, only what the overlay's upper
 // holds for overlay staging. The comparison itself is the same for both, so both
 // stagings report the same diff for the same changes.
+//
+// Both trees are read through roots (os.Root): every name beneath the fds
+// they were opened as, so that a symlink in the workspace, or one swapped
+// in for a dir while the diff runs, never has the guest read outside it.
 type wsDiffer struct {
-	cur, base string
+	cur, base *os.Root
+	// open are the dirs children is listing, by path, each side opened
+	// beneath its parent's (nil where the side has no such dir): a name in
+	// one is looked up with one call on its fd, not from the top.
+	open map[string][2]*os.Root
 	// scan: compare every child of every directory. Otherwise (overlay) the
 	// candidates are what the upper holds, and a directory's children are only
 	// compared in full where the host side cannot show through: it is opaque,
@@ -34,9 +42,36 @@ type wsDiffer struct {
 	done      map[string]bool
 }
 
-func newWSDiffer(cur, base string, scan bool) *wsDiffer {
-	return &wsDiffer{cur: cur, base: base, scan: scan, done: map[string]bool{}, opaque: map[string]bool{},
+func newWSDiffer(cur, base *os.Root, scan bool) *wsDiffer {
+	return &wsDiffer{cur: cur, base: base, scan: scan, done: map[string]bool{}, opaque: map[string]bool{}, open: map[string][2]*os.Root{},
 		diff: wire.Diff{Writes: []wire.DiffWrite{}, Deletes: []string{}, Modes: []wire.DiffMode{}}}
+}
+
+// at is where to look rel up on side 0 (cur) or 1 (base): its dir's root,
+// when children has it open, and rel's last name; else the tree's root and
+// rel. A nil root: the side has no such dir, so nothing is there.
+func (w *wsDiffer) at(side int, rel string) (*os.Root, string) {
+	dir, name := path.Split(rel)
+	if d, ok := w.open[strings.TrimSuffix(dir, "/")]; ok {
+		return d[side], name
+	}
+	return [2]*os.Root{w.cur, w.base}[side], rel
+}
+
+func (w *wsDiffer) lstat(side int, rel string) (fs.FileInfo, error) {
+	r, name := w.at(side, rel)
+	if r == nil {
+		return nil, fs.ErrNotExist
+	}
+	return r.Lstat(name)
+}
+
+func (w *wsDiffer) readlink(side int, rel string) (string, error) {
+	r, name := w.at(side, rel)
+	if r == nil {
+		return "", fs.ErrNotExist
+	}
+	return r.Readlink(name)
 }
 
 // diffMode is what a session reports of a mode: permission bits with the exec
@@ -50,8 +85,8 @@ func (w *wsDiffer) path(rel string) error {
 		return nil
 	}
 	w.done[rel] = true
-	ci, cerr := os.Lstat(filepath.Join(w.cur, rel))
-	bi, berr := os.Lstat(filepath.Join(w.base, rel))
+	ci, cerr := w.lstat(0, rel)
+	bi, berr := w.lstat(1, rel)
 	// A parent that is a file on one side (ENOTDIR) means the path is absent there.
 	if cerr != nil && !errors.Is(cerr, fs.ErrNotExist) && !errors.Is(cerr, syscall.ENOTDIR) {
 		return cerr
@@ -93,8 +128,8 @@ func (w *wsDiffer) path(rel string) error {
 		return w.written(rel, ci)
 	}
 	if ci.Mode()&fs.ModeSymlink != 0 {
-		cl, _ := os.Readlink(filepath.Join(w.cur, rel))
-		bl, _ := os.Readlink(filepath.Join(w.base, rel))
+		cl, _ := w.readlink(0, rel)
+		bl, _ := w.readlink(1, rel)
 		if cl != bl {
 			return w.written(rel, ci)
 		}
@@ -103,7 +138,9 @@ func (w *wsDiffer) path(rel string) error {
 	if w.unchanged != nil && w.unchanged(rel, ci) && diffMode(ci.Mode()) == diffMode(bi.Mode()) {
 		return nil
 	}
-	same, err := sameContent(filepath.Join(w.cur, rel), filepath.Join(w.base, rel), ci, bi)
+	ca, cn := w.at(0, rel)
+	ba, bn := w.at(1, rel)
+	same, err := sameContent(ca, cn, ba, bn, ci, bi)
 	if err != nil {
 		return err
 	}
@@ -118,12 +155,26 @@ func (w *wsDiffer) path(rel string) error {
 
 func (w *wsDiffer) children(rel string) error {
 	names := map[string]bool{}
-	for _, root := range []string{w.cur, w.base} {
-		ents, _ := os.ReadDir(filepath.Join(root, rel)) // absent or not a dir: no children
+	var dirs [2]*os.Root
+	for side := range dirs {
+		if rel == "" {
+			dirs[side] = [2]*os.Root{w.cur, w.base}[side]
+		} else if r, name := w.at(side, rel); r != nil {
+			if d, err := r.OpenRoot(name); err == nil {
+				defer d.Close()
+				dirs[side] = d
+			}
+		}
+		if dirs[side] == nil {
+			continue // absent or not a dir: no children
+		}
+		ents, _ := fs.ReadDir(dirs[side].FS(), ".")
 		for _, e := range ents {
 			names[e.Name()] = true
 		}
 	}
+	w.open[rel] = dirs
+	defer delete(w.open, rel)
 	for _, n := range slices.Sorted(maps.Keys(names)) {
 		if err := w.path(join(rel, n)); err != nil {
 			return err
@@ -136,7 +187,7 @@ func (w *wsDiffer) written(rel string, info fs.FileInfo) error {
 	dw := wire.DiffWrite{Path: rel, Mode: diffMode(info.Mode())}
 	switch {
 	case info.Mode()&fs.ModeSymlink != 0:
-		l, err := os.Readlink(filepath.Join(w.cur, rel))
+		l, err := w.readlink(0, rel)
 		if err != nil {
 			return err
 		}
@@ -156,12 +207,11 @@ func (w *wsDiffer) deleted(rel string, info fs.FileInfo) error {
 		w.diff.Deletes = append(w.diff.Deletes, rel)
 		return nil
 	}
-	return filepath.WalkDir(filepath.Join(w.base, rel), func(p string, d fs.DirEntry, err error) error {
+	return fs.WalkDir(w.base.FS(), rel, func(p string, d fs.DirEntry, err error) error {
 		if err != nil || d.IsDir() {
 			return err
 		}
-		r, _ := filepath.Rel(w.base, p)
-		w.diff.Deletes = append(w.diff.Deletes, filepath.ToSlash(r))
+		w.diff.Deletes = append(w.diff.Deletes, p)
 		return nil
 	})
 }
@@ -181,17 +231,18 @@ func join(dir, name string) string {
 	return dir + "/" + name
 }
 
-// sameContent compares two regular files byte for byte (sizes first).
-func sameContent(a, b string, ai, bi fs.FileInfo) (bool, error) {
+// sameContent compares two regular files, the name a of the dir ad and b of
+// bd, byte for byte (sizes first).
+func sameContent(ad *os.Root, a string, bd *os.Root, b string, ai, bi fs.FileInfo) (bool, error) {
 	if !ai.Mode().IsRegular() || !bi.Mode().IsRegular() || ai.Size() != bi.Size() {
 		return false, nil
 	}
-	fa, err := os.Open(a)
+	fa, err := ad.OpenFile(a, os.O_RDONLY|syscall.O_NONBLOCK, 0)
 	if err != nil {
 		return false, err
 	}
 	defer fa.Close()
-	fb, err := os.Open(b)
+	fb, err := bd.OpenFile(b, os.O_RDONLY|syscall.O_NONBLOCK, 0)
 	if err != nil {
 		return false, err
 	}

@@ -298,6 +298,12 @@ type SessionStart struct {
 	// starts with the first exec_python (later ones are pre-started), so that
 	// a session that never runs Python keeps no interpreter.
 	PythonWarm bool `json:"python_warm,omitempty"`
+	// CommandPrefix is an argv the guest puts before every command it
+	// starts (a shell exec's shell, a Python runner): the seatbelt rung's
+	// `sandbox-exec -p PROFILE --`, which confines each command while the
+	// guest itself, which must write the baseline, runs unconfined. Empty
+	// on every other rung, whose guest confines its commands otherwise.
+	CommandPrefix []string `json:"command_prefix,omitempty"`
 	// ns rung only:
 	Mounts []MountSpec `json:"mounts,omitempty"`
 	// Image: as in TrialStart.
@@ -343,7 +349,7 @@ const (
 	VerbPushEnd   = "push_tree.end"
 )
 
-// VerbExecStarted (guest→host event, host rung only) names the process an exec
+// VerbExecStarted (guest→host event, host and seatbelt rungs) names the process an exec
 // started, the leader of its own session: the host kills that session if the
 // guest dies or is closed mid-exec, since nothing else there would.
 const VerbExecStarted = "exec.started"

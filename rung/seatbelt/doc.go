@@ -12,12 +12,13 @@
 // profile's deny rules) become the delta's secret violations and blocked
 // network events (denials.go). Sessions get the same network, one netsim per
 // session, its log split per exec (sessionnet.go), and fork by clones of the
-// parent's dirs (sessiondirs.go); their baseline is writable by their
-// commands (rung.go, BaselineWritable). A trial then walks the clone against a
-// record of it taken before the command ran (an inode, ctime, mtime and size
-// fast path) and hands what changed to package fsdelta as overlay-upper
-// entries, so the delta is the one every other rung produces, and package
-// commit applies it.
+// parent's dirs (sessiondirs.go); a session's guest runs unconfined and
+// starts each command under sandbox-exec itself, with a profile that keeps
+// the commands out of the baseline (session_darwin.go). A trial then walks
+// the clone against a record of it taken before the command ran (an inode,
+// ctime, mtime and size fast path) and hands what changed to package
+// fsdelta as overlay-upper entries, so the delta is the one every other
+// rung produces, and package commit applies it.
 //
 // What is platform-neutral here (the profile, the clone walk, the trial's
 // steps, the proxy network, a session's network and dirs, the reading of

@@ -16,11 +16,12 @@ var _ dryexec.SandboxForker[wire.SessionStart, wire.Fork, wire.Forked, wire.Fork
 // PrepareFork implements dryexec.SandboxForker: each branch's dirs, cloned
 // (clonefile) by dryexec from the parent's workspace and baseline while
 // the session runs nothing, before the parent's guest is asked to fork.
-// The request names no copies, so that guest (scan staging) copies nothing:
-// confined to its own dirs, it could not write a branch's. As on the host
-// rung, a process the session left running in the background may write
-// during the clone, and is not carried into the branch: a branch starts
-// with a guest of its own and no process of the parent's.
+// The request names no copies, so that guest (scan staging) copies
+// nothing: a clone costs metadata only, where the guest's copy reads every
+// byte. As on the host rung, a process the session left running in the
+// background may write during the clone, and is not carried into the
+// branch: a branch starts with a guest of its own and no process of the
+// parent's.
 func (s *sandbox) PrepareFork(n int, req *wire.Fork) error {
 	s.DropFork()
 	req.N = n

@@ -124,6 +124,14 @@ func (p Profile) SBPL() (string, error) {
 	return b.String(), nil
 }
 
+// confine runs argv under the profile. sandbox-exec applies it to itself
+// and then execs argv in place (same pid), so everything the command
+// starts inherits it. With argv nil it is a session's
+// SessionStart.CommandPrefix, which the guest puts before each command.
+func confine(profile string, argv []string) []string {
+	return append([]string{SandboxExec, "-p", profile, "--"}, argv...)
+}
+
 // validTag reports whether tag is empty or a name a string literal and the
 // log's predicate carry as it is.
 func validTag(tag string) bool {

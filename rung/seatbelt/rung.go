@@ -13,15 +13,6 @@ const Name = "seatbelt"
 // the ns rung enforces and Seatbelt here does not.
 const Unenforced = "seatbelt rung: no resource limits but the timeout (macOS has no cgroups); a process that leaves the command's session is not stopped by the trial's end"
 
-// BaselineWritable is the warning every seatbelt session carries: its
-// diff is against a baseline its own commands may write. One profile
-// covers the guest (which must write the baseline to rebase it) and every
-// command it starts, Seatbelt has no rule that tells the two apart by
-// anything a command cannot copy, and a sandboxed process cannot apply a
-// second, stricter profile to its children (as others report it: not
-// tried here).
-const BaselineWritable = "seatbelt session: the baseline the session's diff is taken against is writable by its commands, which can hide a change from the diff or show a false before"
-
 // Rung runs trials under Seatbelt on macOS. The zero value is ready to use.
 type Rung struct {
 	// GuestExe is the binary started as `guest session`; empty means
@@ -40,7 +31,7 @@ func (r *Rung) Name() string { return Name }
 func (r *Rung) Notes() []string {
 	return []string{
 		"a trial runs on an APFS clone of its working directory under sandbox-exec: writes beneath the clone and a private tmp only, masked credentials and dryexec's state unreadable, the network only through netsim as its HTTP(S) proxy (a session's too, one netsim per session)",
-		"sessions fork by cloning the parent's workspace and baseline (processes are not carried); a session's baseline is writable by its own commands, which can forge its diff",
+		"a session's guest runs unconfined and starts each command under sandbox-exec with a profile that keeps it out of the baseline its diff is taken against; sessions fork by cloning the parent's workspace and baseline (processes are not carried)",
 		"masked reads and direct connections are read from Seatbelt's reports (log stream), told apart from other sandboxes' by a random tag on each deny rule of the trial's or session's profile",
 		"not enforced: limits (but the timeout)",
 		"never run on a Mac: the profile, the clone walk, the trial's steps, netsim's proxy, a session's network and dirs, the reading of Seatbelt's reports and the darwin halves of the delta and of commit are tested on Linux only; clonefile, sandbox-exec, log stream and the rest are compiled for darwin, not run",

@@ -97,12 +97,6 @@ func markDenial(ctx context.Context, path, tag string) error {
 	return err
 }
 
-// confine runs argv under the profile. sandbox-exec applies it to itself
-// and then execs argv, so everything the command starts inherits it.
-func confine(profile string, argv []string) []string {
-	return append([]string{SandboxExec, "-p", profile, "--"}, argv...)
-}
-
 // cloneTree clones the tree src to dst with clonefile(2): on APFS a
 // copy-on-write copy of the whole hierarchy that costs metadata, not data.
 // Elsewhere (HFS+, a network or FAT volume) there is no clone, and the

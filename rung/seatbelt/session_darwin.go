@@ -14,16 +14,17 @@ import (
 	"github.com/dryexec/dryexec/wire"
 )
 
-// Sessions: the guest supervisor runs under sandbox-exec with a profile
-// that lets it (and so every command it starts) write only beneath the
-// session's workspace, baseline and tmp, over a workspace the guest
-// compares with its baseline by scanning (scan staging, as on the host
-// rung). The network is a trial's: netsim as the HTTP proxy on one loopback
-// port, for the session's life, with the session's policy and mocks, and
-// Seatbelt's denials read under the session's tag (sessionNet). Forks are
-// clones of the parent's dirs (fork_darwin.go). Never run on a Mac; the
-// baseline is writable by the session's commands (one profile covers the
-// guest and its commands, docs/architecture.md says why). rung.Open hands
+// Sessions: the guest supervisor runs unconfined, as the user (as on the
+// host rung), and starts each command (a shell exec, a Python runner)
+// under sandbox-exec with the commands' profile (SessionStart.CommandPrefix):
+// they may write only the session's workspace and tmp, never the baseline
+// the guest diffs the workspace against by scanning (scan staging, as on
+// the host rung). A confined guest could not do that: a process under
+// Seatbelt cannot apply a stricter profile to its children. The network is
+// a trial's: netsim as the HTTP proxy on one loopback port, for the
+// session's life, with the session's policy and mocks, and Seatbelt's
+// denials read under the session's tag (sessionNet). Forks are clones of
+// the parent's dirs (fork_darwin.go). Never run on a Mac; rung.Open hands
 // the rung out when Available finds nothing missing on the Mac.
 
 var _ dryexec.SessionRung[wire.SessionStart] = (*Rung)(nil)
@@ -61,8 +62,7 @@ func (r *Rung) open(ctx context.Context, spec dryexec.SandboxSpec, dirs *session
 		return fail(err)
 	}
 	pr := dirs.profile(masked, hidden, s.net.nw.port, s.net.tag)
-	profile, err := pr.SBPL()
-	if err != nil {
+	if s.profile, err = pr.SBPL(); err != nil {
 		return fail(err)
 	}
 	s.net.watchDenials(ctx, pr, dirs.marks, pf.denials)
@@ -76,8 +76,10 @@ func (r *Rung) open(ctx context.Context, spec dryexec.SandboxSpec, dirs *session
 		exe = guestexe.Executable()
 	}
 	s.ctrl, s.conn = ctrl, &sentConn{ReadWriteCloser: ctrl, sent: &s.net.sent}
+	// The guest itself is not confined: its commands are, each by the
+	// prefix Configure hands it.
 	s.cmd = &exec.Cmd{
-		Path: SandboxExec, Args: confine(profile, []string{exe, "guest", wire.RoleSession}),
+		Path: exe, Args: []string{exe, "guest", wire.RoleSession},
 		Env: []string{"TMPDIR=" + s.cmdTmp}, ExtraFiles: []*os.File{guestEnd},
 		SysProcAttr: &syscall.SysProcAttr{Setpgid: true},
 	}
@@ -88,7 +90,7 @@ func (r *Rung) open(ctx context.Context, spec dryexec.SandboxSpec, dirs *session
 	return s, nil
 }
 
-// sandbox is one seatbelt session: the confined guest and its scratch dir.
+// sandbox is one seatbelt session: the guest and its scratch dir.
 type sandbox struct {
 	r                *Rung
 	ctrl             *os.File
@@ -96,8 +98,11 @@ type sandbox struct {
 	cmd              *exec.Cmd
 	dirs             *sessionDirs
 	ws, base, cmdTmp string
-	net              *sessionNet
-	close            sync.Once
+	// profile is the commands' profile (SBPL), each command started under
+	// it by the guest.
+	profile string
+	net     *sessionNet
+	close   sync.Once
 	// forks are the branches PrepareFork made and OpenFork has not opened.
 	forks []*sessionDirs
 }
@@ -107,10 +112,12 @@ func (s *sandbox) Workspace() string        { return s.ws }
 func (s *sandbox) GuestPID() int            { return s.cmd.Process.Pid }
 
 // Configure: the guest keeps the workspace and its baseline in the scratch
-// dir and diffs them by scanning; execs get the private tmp and netsim's
-// proxy and trust variables over the caller's environment.
+// dir and diffs them by scanning; it starts every command under
+// sandbox-exec with the commands' profile; execs get the private tmp and
+// netsim's proxy and trust variables over the caller's environment.
 func (s *sandbox) Configure(start *wire.SessionStart) {
 	start.Rung, start.Workspace, start.Baseline = Name, s.ws, s.base
+	start.CommandPrefix = confine(s.profile, nil)
 	start.Env = s.net.env(start.Env, s.cmdTmp)
 }
 
@@ -118,14 +125,15 @@ func (s *sandbox) Ready() error                    { return nil }
 func (s *sandbox) Violations() []dryexec.Violation { return s.net.Violations() }
 func (s *sandbox) Network() []dryexec.NetworkEvent { return s.net.Network() }
 func (s *sandbox) Warnings() []string {
-	return append([]string{Unenforced, BaselineWritable}, s.net.Warnings()...)
+	return append([]string{Unenforced}, s.net.Warnings()...)
 }
 
 // GuestEnded: how a guest ended is not looked at here.
 func (s *sandbox) GuestEnded() (string, bool) { return "", false }
 
-// KillExec kills the exec's process group: a command that outlives its
-// guest is still confined by the profile, but would go on running.
+// KillExec kills the exec's process group (the guest announces each
+// exec's, as on the host rung): a command that outlives its guest is
+// still confined by the profile, but would go on running.
 func (s *sandbox) KillExec(sid int) {
 	if sid > 1 {
 		syscall.Kill(-sid, syscall.SIGKILL)

@@ -5,6 +5,7 @@ package seatbelt
 import (
 	"os"
 	"path/filepath"
+	"slices"
 
 	"github.com/dryexec/dryexec"
 )
@@ -38,8 +39,7 @@ type forkSource struct {
 // nil), the parent's workspace cloned as the workspace and again as the
 // baseline (the fork point: the branch's diff starts empty), and the
 // parent's baseline as the origin. The clones are dryexec's own, made
-// before the branch's guest starts: the parent's guest, confined to its
-// own dirs, could not write a branch's.
+// before the branch's guest starts, so the fork request names no copies.
 func newSessionDirs(from *forkSource) (d *sessionDirs, err error) {
 	tmp, err := os.MkdirTemp("", "dryexec-seatbelt-session-")
 	if err != nil {
@@ -77,11 +77,19 @@ func newSessionDirs(from *forkSource) (d *sessionDirs, err error) {
 	return d, nil
 }
 
-// profile is the session's Profile: the guest and every command it starts
-// may write the workspace, the baseline and the private tmp; an origin is
-// read, never written; the markers' dir is hidden with dryexec's state.
+// profile is the Profile of the session's commands, which the guest starts
+// one by one under it (SessionStart.CommandPrefix; the guest itself runs
+// unconfined, as the user, since it must write the baseline): they may
+// write the workspace and the private tmp only. The baseline and a
+// branch's origin, which the session's diffs are taken against, and the
+// markers' dir are hidden with dryexec's state: neither written nor read,
+// so a command can neither hide a change from a diff nor forge its before.
 func (d *sessionDirs) profile(masked, hidden []string, port int, tag string) Profile {
-	return Profile{Writable: []string{d.ws, d.base, d.cmdTmp}, Masked: masked, Hidden: append(append([]string{}, hidden...), d.marks), NetProxyPort: port, Tag: tag}
+	h := append(slices.Clone(hidden), d.base, d.marks)
+	if d.origin != "" {
+		h = append(h, d.origin)
+	}
+	return Profile{Writable: []string{d.ws, d.cmdTmp}, Masked: masked, Hidden: h, NetProxyPort: port, Tag: tag}
 }
 
 // remove removes the scratch dir and everything in it.

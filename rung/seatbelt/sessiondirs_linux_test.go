@@ -6,6 +6,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/dryexec/dryexec"
@@ -78,11 +79,50 @@ func TestSessionDirsFork(t *testing.T) {
 	}
 }
 
-// TestSessionProfileOrigin: a session's profile lets it write its
-// workspace, baseline and tmp only: a branch's origin (the parent's
-// baseline, which its origin diff is taken against) is not writable, and
-// the markers' dir is hidden.
-func TestSessionProfileOrigin(t *testing.T) {
+// decide is what the profile text decides for op on path, read the way
+// SBPL decides: the last rule whose operation covers op (a trailing * is a
+// prefix: file-write* covers file-write-data) and whose (subpath …) or
+// (literal …) filters match path, or that has none, wins; the default's
+// deny when none does. Rules with other filters (network, mach) are not
+// file rules and are skipped.
+func decide(t *testing.T, text, op, path string) string {
+	t.Helper()
+	verdict := ""
+	for _, f := range readSBPL(t, text) {
+		h := strings.Fields(f.head())
+		if len(h) < 2 || h[0] != "allow" && h[0] != "deny" {
+			continue
+		}
+		if h[1] == "default" {
+			verdict = h[0]
+			continue
+		}
+		covers := slices.ContainsFunc(h[1:], func(o string) bool {
+			return o == op || strings.HasSuffix(o, "*") && strings.HasPrefix(op, strings.TrimSuffix(o, "*"))
+		})
+		if !covers {
+			continue
+		}
+		fl := f.filters()
+		matched := len(fl) == 0
+		for _, sp := range fl["subpath"] {
+			matched = matched || path == sp || strings.HasPrefix(path, sp+"/")
+		}
+		matched = matched || slices.Contains(fl["literal"], path)
+		if matched {
+			verdict = h[0]
+		}
+	}
+	return verdict
+}
+
+// TestSessionCommandProfile: the profile each command of a session runs
+// under (the guest, unconfined, puts confine(profile) before each) lets it
+// write its workspace and tmp only: the baseline, a branch's origin (what
+// the session's diffs are taken against) and the markers' dir can be
+// neither written nor read, nor can a name that only starts like one of
+// them be mistaken for it.
+func TestSessionCommandProfile(t *testing.T) {
 	d := &sessionDirs{tmp: "/private/var/s", ws: "/private/var/s/workspace", base: "/private/var/s/baseline",
 		cmdTmp: "/private/var/s/tmp", marks: "/private/var/s/marks", origin: "/private/var/s/origin"}
 	hidden := []string{"/Users/a/.local/state/dryexec"}
@@ -92,14 +132,49 @@ func TestSessionProfileOrigin(t *testing.T) {
 		t.Fatal(err)
 	}
 	r := rules(t, text)
-	if got, want := r["allow file-write*"].filters()["subpath"], []string{d.ws, d.base, d.cmdTmp}; !slices.Equal(got, want) {
+	if got, want := r["allow file-write*"].filters()["subpath"], []string{d.ws, d.cmdTmp}; !slices.Equal(got, want) {
 		t.Errorf("writable %q, want %q", got, want)
-	}
-	if got := r["deny file-read* file-write*"].filters()["subpath"]; !slices.Contains(got, d.marks) || !slices.Contains(got, hidden[0]) {
-		t.Errorf("hidden %q, want the markers' dir and dryexec's state", got)
 	}
 	if len(hidden) != 1 {
 		t.Errorf("profile changed its caller's hidden paths: %q", hidden)
+	}
+	for _, c := range []struct {
+		path        string
+		read, write string
+	}{
+		{d.ws + "/src/a.go", "allow", "allow"},
+		{d.ws, "allow", "allow"},
+		{d.cmdTmp + "/x", "allow", "allow"},
+		{d.base, "deny", "deny"},
+		{d.base + "/src/a.go", "deny", "deny"},
+		{d.origin + "/src/a.go", "deny", "deny"},
+		{d.marks + "/m1", "deny", "deny"},
+		{hidden[0] + "/sessions", "deny", "deny"},
+		{d.tmp + "/netsim-ca.pem", "allow", "deny"},
+		{d.tmp + "/baseline2/x", "allow", "deny"},
+		{d.ws + "2/x", "allow", "deny"},
+		{"/Users/a/.ssh/id_rsa", "deny", "deny"},
+		{"/Users/a/notes.txt", "allow", "deny"},
+	} {
+		for _, op := range []struct{ name, want string }{{"file-read-data", c.read}, {"file-read-metadata", c.read}, {"file-write-data", c.write}, {"file-write-create", c.write}, {"file-write-unlink", c.write}} {
+			want := op.want
+			if op.name == "file-read-metadata" && c.path == "/Users/a/.ssh/id_rsa" {
+				want = "allow" // a mask hides content, not names
+			}
+			if got := decide(t, text, op.name, c.path); got != want {
+				t.Errorf("%s %s: %s, want %s", op.name, c.path, got, want)
+			}
+		}
+	}
+	// The prefix the guest gets: sandbox-exec with this very profile, then
+	// "--" and (the guest adds it) the command.
+	if got, want := confine(text, nil), []string{SandboxExec, "-p", text, "--"}; !slices.Equal(got, want) {
+		t.Errorf("command prefix %q, want %q", got, want)
+	}
+	// A session that is no branch has no origin to hide.
+	d.origin = ""
+	if got := d.profile(nil, nil, 0, "").Hidden; !slices.Equal(got, []string{d.base, d.marks}) {
+		t.Errorf("hidden %q, want the baseline and the markers' dir", got)
 	}
 }
 
