@@ -12,6 +12,7 @@ import (
 	"os"
 	"path"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -1364,11 +1365,25 @@ func unifiedDiff(p string, old, new []byte, hadOld bool) string {
 	if !isText(old) || !isText(new) {
 		return ""
 	}
-	from := "a" + p
+	from := diffName("a" + p)
 	if !hadOld {
 		from = "/dev/null"
 	}
-	return udiff.Unified(from, "b"+p, string(old), string(new))
+	return udiff.Unified(from, diffName("b"+p), string(old), string(new))
+}
+
+// diffName is a name as a diff header shows it: quoted with Go's escapes, as
+// git quotes it, when it holds a control character, a quote or backslash, a
+// rune that does not print (bidi overrides) or bytes that are not UTF-8. The
+// command picks its file names: unquoted, a newline in one wrote diff lines of
+// its own into the header (TestDiffHeaderNames).
+func diffName(s string) string {
+	for _, r := range s {
+		if r == '"' || r == '\\' || r == utf8.RuneError || !strconv.IsPrint(r) {
+			return strconv.Quote(s)
+		}
+	}
+	return s
 }
 
 func isText(b []byte) bool { return utf8.Valid(b) && bytes.IndexByte(b, 0) < 0 }

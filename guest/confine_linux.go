@@ -92,6 +92,10 @@ type confinement struct {
 	// renames, when set, performs the sandbox's renames of lower dirs that
 	// the overlays refuse (rootless: see renamer).
 	renames bool
+	// filterOnly: the seccomp filter alone, answered in the filter (no
+	// listener, no supervisor, nothing reported) and no blocked signals: a
+	// gvisor session's launcher (filterLauncher).
+	filterOnly bool
 }
 
 // newConfinement compiles the filter and builds the Landlock ruleset; it must
@@ -135,6 +139,21 @@ func (c *confinement) close() {
 	}
 }
 
+// filterLauncher starts a launcher thread under no_new_privs and p's filter
+// alone: a gvisor session's, which starts every exec as the gvisor trial's
+// guest starts its command (startGVisorStub). gVisor has no Landlock and no
+// user notification, so nothing is reported and the thread keeps its signals
+// (no trampoline needed); the profile's refusals of signals to PID 1 are
+// what keeps an exec from ending the session's guest: gVisor delivers
+// SIGKILL to its init from inside (TestSignalsToGuestGVisor).
+func filterLauncher(p *seccomp.Profile) (*launcher, error) {
+	prog, err := p.Program(false)
+	if err != nil {
+		return nil, err
+	}
+	return startLauncher(&confinement{prog: prog, profile: p, landlock: -1, nested: -1, filterOnly: true})
+}
+
 // startLauncher starts a launcher thread confined by c.
 func startLauncher(c *confinement) (*launcher, error) {
 	var rn *renamer
@@ -155,7 +174,11 @@ func startLauncher(c *confinement) (*launcher, error) {
 		defer close(l.exited)
 		// Never unlocked: the thread ends with this goroutine.
 		runtime.LockOSThread()
-		fd, err := -1, blockAllSignals()
+		var err error
+		if !c.filterOnly {
+			err = blockAllSignals()
+		}
+		fd := -1
 		if err == nil {
 			fd, err = c.apply()
 		}
@@ -180,6 +203,11 @@ func startLauncher(c *confinement) (*launcher, error) {
 			rn.close()
 		}
 		return nil, r.err
+	}
+	if r.fd < 0 {
+		// No listener: nothing to serve.
+		close(l.served)
+		return l, nil
 	}
 	l.srv = &seccomp.Server{Profile: c.profile, Report: l.log.add}
 	if rn != nil {
@@ -231,12 +259,15 @@ func (c *confinement) apply() (int, error) {
 			return -1, fmt.Errorf("landlock_restrict_self: %w", e)
 		}
 	}
-	return seccomp.Install(c.prog, true)
+	return seccomp.Install(c.prog, !c.filterOnly)
 }
 
 // violations returns and forgets what the supervisor refused so far,
 // complete up to the last call of a process that is dead now.
 func (l *launcher) violations() []wire.Violation {
+	if l.srv == nil {
+		return nil
+	}
 	l.srv.Quiesce()
 	return l.log.take()
 }

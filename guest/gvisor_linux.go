@@ -347,6 +347,16 @@ func innerProfile() *seccomp.Profile {
 	// tkill names a thread only, and the guest's threads are the
 	// sandbox's first tids: refused whole (libc signals threads with tgkill).
 	p.Rules = append(p.Rules, seccomp.Rule{Name: "tkill", Errno: unix.EPERM, Why: why})
+	// SIGIO aimed at the guest (F_SETOWN, F_SETOWN_EX at any of its
+	// threads) carries the signal F_SETSIG names: the guest handles every
+	// signal but the two it cannot, which gVisor (unlike Linux) delivers
+	// to its init from inside. Not covered: kill and rt_sigqueueinfo of
+	// one of the guest's thread ids other than 1, and pidfd_send_signal
+	// through a /proc/1 directory fd (docs/containment.md).
+	for _, sig := range []unix.Signal{unix.SIGKILL, unix.SIGSTOP} {
+		p.Rules = append(p.Rules, seccomp.Rule{Name: "fcntl", Errno: unix.EINVAL, Why: "an I/O signal that cannot be handled (" + why + " could be its owner)",
+			Conds: []seccomp.Cond{{Arg: 1, Op: seccomp.OpEq, Value: unix.F_SETSIG}, {Arg: 2, Op: seccomp.OpEq, Value: uint32(sig)}}})
+	}
 	return p
 }
 

@@ -92,6 +92,16 @@ func (s *session) startGVisor() error {
 		for range sigs {
 		}
 	}()
+	// Every exec starts from a thread under the gvisor trial command's
+	// seccomp profile (no signal to PID 1 by any call, which handling
+	// cannot stop for SIGKILL and SIGSTOP: gVisor delivers them to its
+	// init from inside) and no_new_privs. Before this, an exec ran
+	// unfiltered and `kill -9 1` lost the session.
+	l, err := filterLauncher(gvisorProfile())
+	if err != nil {
+		return fmt.Errorf("confining the sandbox: %w", err)
+	}
+	s.platform = &sessionPlatform{launcher: l}
 	return nil
 }
 
@@ -102,6 +112,27 @@ func (s *session) startGVisor() error {
 // ns rung's rlimit fallback: the sandbox's processes are gVisor's, which
 // the host's cgroup cannot count.
 func (s *session) startGVisorExec(cmd *exec.Cmd) error {
+	if s.platform != nil && s.platform.launcher != nil {
+		// gvisor: from the confined launcher (startGVisor), which is then
+		// the tracer too.
+		var err error
+		if derr := s.platform.launcher.do(func() { err = s.startOwnKernelExec(cmd) }); derr != nil {
+			return derr
+		}
+		return err
+	}
+	errc := make(chan error, 1)
+	go func() {
+		// The tracer must be the thread that started the process.
+		runtime.LockOSThread()
+		defer runtime.UnlockOSThread()
+		errc <- s.startOwnKernelExec(cmd)
+	}()
+	return <-errc
+}
+
+// startOwnKernelExec is startGVisorExec on the calling (locked) thread.
+func (s *session) startOwnKernelExec(cmd *exec.Cmd) error {
 	nproc := s.cfg.CommandNPROC
 	if nproc == 0 {
 		if err := cmd.Start(); err != nil {
@@ -120,28 +151,20 @@ func (s *session) startGVisorExec(cmd *exec.Cmd) error {
 		cmd.SysProcAttr = &syscall.SysProcAttr{}
 	}
 	cmd.SysProcAttr.Ptrace = true
-	errc := make(chan error, 1)
-	go func() {
-		runtime.LockOSThread()
-		defer runtime.UnlockOSThread()
-		if err := cmd.Start(); err != nil {
-			errc <- err
-			return
-		}
-		// Stopped at its execve's trap: nothing of the exec ran yet.
-		err := s.unprotectExec(cmd)
-		if err == nil {
-			err = takeFirstStop(cmd.Process.Pid, nproc)
-		}
-		if err != nil {
-			cmd.Process.Kill()
-			cmd.Wait()
-			errc <- fmt.Errorf("limiting the exec's processes: %w", err)
-			return
-		}
-		errc <- nil
-	}()
-	return <-errc
+	if err := cmd.Start(); err != nil {
+		return err
+	}
+	// Stopped at its execve's trap: nothing of the exec ran yet.
+	err := s.unprotectExec(cmd)
+	if err == nil {
+		err = takeFirstStop(cmd.Process.Pid, nproc)
+	}
+	if err != nil {
+		cmd.Process.Kill()
+		cmd.Wait()
+		return fmt.Errorf("limiting the exec's processes: %w", err)
+	}
+	return nil
 }
 
 // streamFork (gvisor) sends the workspace and then its baseline to the host

@@ -200,8 +200,9 @@ func (t *tools) sessionCommit(ctx context.Context, _ *mcp.CallToolRequest, in Se
 	}
 	t.mu.Unlock()
 	if len(in.Paths) == 0 {
-		// Everything is on the host now: the next diff starts from here.
-		if _, err := l.Session.Diff(ctx, true); err != nil {
+		// Everything is on the host now: the next diff starts from here,
+		// unless the workspace moved since d (a daemon the session left).
+		if err := l.Session.Rebase(ctx, d); err != nil {
 			return "", SessionCommitOut{}, fmt.Errorf("committed as trial %s, but rebasing the session failed: %w", dt.TrialID, err)
 		}
 	}

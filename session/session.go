@@ -67,6 +67,7 @@ package session
 
 import (
 	"archive/tar"
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -596,6 +597,82 @@ func (d *Diff) Paths() []string {
 // the new baseline.
 func (s *Session) Diff(ctx context.Context, rebase bool) (*Diff, error) {
 	return s.pullDiff(ctx, wire.VerbPullDiff, &wire.PullDiff{Rebase: rebase})
+}
+
+// ErrWorkspaceMoved is the workspace holding other changes than the diff a
+// caller committed when it asks to make that diff the baseline: a process the
+// session left running (a daemon of an earlier exec) changed it meanwhile.
+var ErrWorkspaceMoved = errors.New("the session's workspace changed after the committed diff")
+
+// DriftError lists what differs between the committed diff and the
+// workspace; Folded says whether those changes are in the baseline now (the
+// workspace moved between the guest's check and its fold) or not (nothing
+// was rebased: the next diff still shows them).
+type DriftError struct {
+	Paths  []string
+	Folded bool
+}
+
+func (e *DriftError) Error() string {
+	what := "nothing was rebased: the next diff shows them"
+	if e.Folded {
+		what = "they are in the session's baseline now but not on the host, and later diffs will not show them"
+	}
+	const max = 20
+	ps := e.Paths
+	more := ""
+	if len(ps) > max {
+		ps, more = ps[:max], fmt.Sprintf(" and %d more", len(ps)-max)
+	}
+	return fmt.Sprintf("%v: %s%s; %s", ErrWorkspaceMoved, strings.Join(ps, ", "), more, what)
+}
+
+func (e *DriftError) Unwrap() error { return ErrWorkspaceMoved }
+
+// Rebase makes the workspace the new baseline once committed (a diff the
+// caller has applied to the host) is exactly what it holds. A plain
+// Diff(ctx, true) folds whatever the workspace holds when it runs: a
+// daemon left by an earlier exec that writes while the commit is applied
+// (seconds) had its change folded into the baseline unseen, never on the
+// host, and sent there later inside the next write of that file
+// (TestRebaseAfterCommitSeesDaemon). First the workspace is diffed without
+// folding and compared (a difference rebases nothing); then the fold's own
+// diff is compared again, for the moment in between.
+func (s *Session) Rebase(ctx context.Context, committed *Diff) error {
+	now, err := s.Diff(ctx, false)
+	if err != nil {
+		return err
+	}
+	if ps := committed.drift(now); len(ps) > 0 {
+		return &DriftError{Paths: ps}
+	}
+	folded, err := s.Diff(ctx, true)
+	if err != nil {
+		return err
+	}
+	if ps := committed.drift(folded); len(ps) > 0 {
+		return &DriftError{Paths: ps, Folded: true}
+	}
+	return nil
+}
+
+// drift lists the paths whose change differs between d and o: written with
+// other content, linked elsewhere, deleted in one only, another mode.
+func (d *Diff) drift(o *Diff) []string {
+	var out []string
+	deleted := func(x *Diff, p string) bool { return slices.Contains(x.Deletes, p) }
+	for _, p := range slices.Compact(slices.Sorted(slices.Values(append(d.Paths(), o.Paths()...)))) {
+		a, aok := d.Writes[p]
+		b, bok := o.Writes[p]
+		al, alok := d.Links[p]
+		bl, blok := o.Links[p]
+		am, amok := d.Modes[p]
+		bm, bmok := o.Modes[p]
+		if aok != bok || !bytes.Equal(a, b) || alok != blok || al != bl || amok != bmok || am != bm || deleted(d, p) != deleted(o, p) {
+			out = append(out, p)
+		}
+	}
+	return out
 }
 
 // pullDiff asks the guest for a diff (verb, body) and reads its contents.

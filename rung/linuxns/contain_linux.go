@@ -276,22 +276,25 @@ func ownPathDefaults(homes []string) []string {
 	return append(out, "/run/user/"+strconv.Itoa(os.Getuid())+"/dryexec.sock")
 }
 
-// hiddenAliases adds to hidden the other host paths that reach the same
+// mountAliases adds to paths the other host paths that reach the same
 // directory or file through another mount of its filesystem (a parent
-// bind-mounted elsewhere): the sandbox overlays every host mount, so each
-// such path must be covered too. An alias counts only if it is the same inode
-// (a mount over it shadows nothing of ours). Cost: one read of the mount
+// bind-mounted elsewhere, or the path itself): the sandbox overlays every
+// host mount on its own, so each such path must be covered too, the masked
+// credentials as well as dryexec's own state (a mask on ~/.ssh alone left
+// ALIAS/.ssh showing the key: test/escape TestMaskedSecretViaBindAlias). An
+// alias counts only if it is the same inode (a mount over it shadows nothing
+// of ours). Cost: one read of the mount
 // table per resolution (cached with the masks by a Pool).
-func hiddenAliases(hidden []string) []string {
-	if len(hidden) == 0 {
-		return hidden
+func mountAliases(paths []string) []string {
+	if len(paths) == 0 {
+		return paths
 	}
 	infos, err := mountinfo.GetMounts(nil)
 	if err != nil {
-		return hidden
+		return paths
 	}
-	out := slices.Clone(hidden)
-	for _, p := range hidden {
+	out := slices.Clone(paths)
+	for _, p := range paths {
 		var st unix.Stat_t
 		if unix.Stat(p, &st) != nil {
 			continue
@@ -325,7 +328,7 @@ func hiddenAliases(hidden []string) []string {
 // resolveCover resolves both lists (resolveMaskPaths) and drops what another
 // hidden path already covers.
 func resolveCover(masks, hidden []string) Cover {
-	h := hiddenAliases(resolveMaskPaths(hidden))
+	h := mountAliases(resolveMaskPaths(hidden))
 	slices.Sort(h) // a parent sorts before what is beneath it
 	var c Cover
 	beneath := func(p string) bool {
@@ -341,7 +344,7 @@ func resolveCover(masks, hidden []string) Cover {
 			c.Hidden = append(c.Hidden, p)
 		}
 	}
-	for _, p := range resolveMaskPaths(masks) {
+	for _, p := range mountAliases(resolveMaskPaths(masks)) {
 		if !beneath(p) {
 			c.Masks = append(c.Masks, p)
 		}
