@@ -363,10 +363,12 @@ type trial struct {
 	group *viewtrial.HostGroup
 	// imageView: the host's read-only view of a trial's image (openImage);
 	// erofs: the image's erofs, the VM's read-only drive; upperDrive: the
-	// drive a trial's VM writes its upper dir back on (importUpper).
+	// drive a trial's VM writes its upper dir back on (importUpper);
+	// workDrive: the ext4 a trial's VM keeps its upper dir on (newWorkDrive).
 	imageView  *os.File
 	erofs      string
 	upperDrive *os.File
+	workDrive  string
 	// fc: the VM runs on Firecracker (fcimage_linux.go); nil: on QEMU.
 	fc *fcState
 }
