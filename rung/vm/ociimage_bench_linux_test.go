@@ -33,17 +33,7 @@ func BenchmarkImageTrial(b *testing.B) {
 		b.Skip(err)
 	}
 	ref := imagetest.Layout(b, b.TempDir(), imagetest.Image(b, imagetest.Config{Env: []string{"PATH=/bin"}}, imagetest.Tools(b, "true")))
-	root := func() (*dryexec.ImageRoot, func(), error) {
-		c, err := image.Open(b.TempDir(), nil)
-		if err != nil {
-			return nil, nil, err
-		}
-		img, release, _, err := c.Ensure(context.Background(), ref, image.PullOptions{})
-		if err != nil {
-			return nil, nil, err
-		}
-		return c.Root(ref, img), release, nil
-	}
+	root := func() (*dryexec.ImageRoot, func(), error) { return pulledRoot(b, ref) }
 	cached, release, err := root()
 	if err != nil {
 		b.Fatal(err)
@@ -109,16 +99,11 @@ func BenchmarkImageReadMany(b *testing.B) {
 	}
 	ref := imagetest.Layout(b, b.TempDir(), imagetest.Image(b, imagetest.Config{Env: []string{"PATH=/bin"}},
 		imagetest.Tools(b, "cat", "wc"), imagetest.Layer(b, ents...)))
-	c, err := image.Open(b.TempDir(), nil)
-	if err != nil {
-		b.Fatal(err)
-	}
-	img, release, _, err := c.Ensure(context.Background(), ref, image.PullOptions{})
+	cached, release, err := pulledRoot(b, ref)
 	if err != nil {
 		b.Fatal(err)
 	}
 	defer release()
-	cached := c.Root(ref, img)
 	run := func(rung dryexec.Rung, img *dryexec.ImageRoot, cwd string) error {
 		spec := dryexec.TrialSpec{Image: img, Action: dryexec.Action{Argv: []string{"sh", "-c", "cat data/* | wc -c"}, Cwd: cwd,
 			Env: map[string]string{"PATH": "/bin:/usr/bin"}, TimeoutMS: 300_000}}
@@ -137,4 +122,18 @@ func BenchmarkImageReadMany(b *testing.B) {
 	b.ReportMetric(med[0]/med[1], "erofs/image_9p")
 	b.ReportMetric(med[0]/med[2], "erofs/host_9p")
 	b.ReportMetric(med[0]/med[3], "vm/ns")
+}
+
+// pulledRoot pulls ref into a fresh cache and returns it as a sandbox's
+// root, and the release of its hold on the image.
+func pulledRoot(b *testing.B, ref string) (*dryexec.ImageRoot, func(), error) {
+	c, err := image.Open(b.TempDir(), nil)
+	if err != nil {
+		return nil, nil, err
+	}
+	img, release, _, err := c.Ensure(context.Background(), ref, image.PullOptions{})
+	if err != nil {
+		return nil, nil, err
+	}
+	return c.Root(ref, img), release, nil
 }
