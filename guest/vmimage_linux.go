@@ -2,7 +2,6 @@ package guest
 
 import (
 	"archive/tar"
-	"bufio"
 	"encoding/binary"
 	"fmt"
 	"io"
@@ -175,37 +174,96 @@ func (v *vmImage) export() error {
 	if v.out == "" {
 		return fmt.Errorf("no drive %s to export the upper dir to", wire.VMUpperSerial)
 	}
-	f, err := os.OpenFile(v.out, os.O_WRONLY, 0)
+	// O_DIRECT: the tar goes to the drive without the VM's page cache, whose
+	// dirty pages (as slow to write back as TCG's disk is) next to a large
+	// upper dir's inodes and dentries ran a small VM out of memory.
+	f, err := os.OpenFile(v.out, os.O_WRONLY|unix.O_DIRECT, 0)
 	if err != nil {
 		return err
 	}
 	defer f.Close()
-	if _, err := f.Seek(wire.VMUpperOffset, 0); err != nil {
+	dw, err := newDirectWriter(f, wire.VMUpperOffset)
+	if err != nil {
 		return err
 	}
-	cw := &countWriter{w: f}
-	bw := bufio.NewWriterSize(cw, 1<<20)
-	tw := tar.NewWriter(bw)
+	defer dw.free()
+	cw := &countWriter{w: dw}
+	tw := tar.NewWriter(cw)
 	if err := writeUpperTar(tw, v.upper); err != nil {
 		return err
 	}
 	if err := tw.Close(); err != nil {
 		return err
 	}
-	if err := bw.Flush(); err != nil {
+	if err := dw.flush(); err != nil {
 		return err
 	}
 	if err := f.Sync(); err != nil {
 		return err
 	}
-	head := make([]byte, len(wire.VMUpperMagic)+8)
-	copy(head, wire.VMUpperMagic)
-	binary.LittleEndian.PutUint64(head[len(wire.VMUpperMagic):], uint64(cw.n))
-	if _, err := f.WriteAt(head, 0); err != nil {
+	// The magic and the length, alone in the drive's first block.
+	dw.n = copy(dw.buf, wire.VMUpperMagic)
+	binary.LittleEndian.PutUint64(dw.buf[dw.n:], uint64(cw.n))
+	dw.n += 8
+	dw.off = 0
+	if err := dw.flush(); err != nil {
 		return err
 	}
 	return f.Sync()
 }
+
+// directWriter writes to a file opened with O_DIRECT from off on, in
+// whole blocks of a page-aligned buffer (O_DIRECT's rule); the last block
+// is padded with zeros (the tar's length is written apart).
+type directWriter struct {
+	f   *os.File
+	buf []byte
+	n   int
+	off int64
+}
+
+const directBlock = 4096
+
+func newDirectWriter(f *os.File, off int64) (*directWriter, error) {
+	buf, err := unix.Mmap(-1, 0, 1<<20, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS)
+	if err != nil {
+		return nil, err
+	}
+	return &directWriter{f: f, buf: buf, off: off}, nil
+}
+
+func (d *directWriter) Write(b []byte) (int, error) {
+	written := 0
+	for len(b) > 0 {
+		c := copy(d.buf[d.n:], b)
+		d.n += c
+		b = b[c:]
+		written += c
+		if d.n == len(d.buf) {
+			if err := d.flush(); err != nil {
+				return written, err
+			}
+		}
+	}
+	return written, nil
+}
+
+// flush writes what the buffer holds, padded to a whole block.
+func (d *directWriter) flush() error {
+	if d.n == 0 {
+		return nil
+	}
+	n := (d.n + directBlock - 1) / directBlock * directBlock
+	clear(d.buf[d.n:n])
+	if _, err := d.f.WriteAt(d.buf[:n], d.off); err != nil {
+		return err
+	}
+	d.off += int64(n)
+	d.n = 0
+	return nil
+}
+
+func (d *directWriter) free() { unix.Munmap(d.buf) }
 
 type countWriter struct {
 	w interface{ Write([]byte) (int, error) }

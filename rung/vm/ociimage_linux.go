@@ -200,6 +200,22 @@ func (t *trial) imageDrives(cfg *vmConfig) {
 	}
 }
 
+// hostUpperSize is the size of the host's scratch tmpfs, which holds the
+// trial's upper dir: --upper-size, as on ns. On an image with a work drive,
+// the VM enforces the budget (its ext4 holds --upper-size of data) and
+// reports it used up; the host's tmpfs holds what it sends back and the
+// view's own entries beside it, so it gets room for those on top, lest a
+// budget the VM filled fail the import.
+func (t *trial) hostUpperSize() int64 {
+	if t.workDrive == "" {
+		return t.Spec.UpperSizeBytes
+	}
+	return t.Spec.UpperSizeBytes + hostScratchSlack
+}
+
+// hostScratchSlack: the view's own entries in the host's scratch tmpfs.
+const hostScratchSlack = 16 << 20
+
 // innerStart gives the guest in the VM on an image the size of its upper
 // tmpfs (the trial's --upper-size, as the host's upper tmpfs has it on ns)
 // and netsim's files, which it binds over its own root (the view guest's

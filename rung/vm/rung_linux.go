@@ -474,7 +474,7 @@ func (t *trial) cleanup() {
 // prepare builds the view on the host and has the view guest become QEMU,
 // exporting it.
 func (t *trial) prepare() error {
-	start := wire.TrialStart{Mounts: t.Mounts, Image: t.sb.image, UpperSize: t.Spec.UpperSizeBytes, Masks: t.Cover.Masks, Hidden: t.Cover.Hidden}
+	start := wire.TrialStart{Mounts: t.Mounts, Image: t.sb.image, UpperSize: t.hostUpperSize(), Masks: t.Cover.Masks, Hidden: t.Cover.Hidden}
 	t.net.viewStart(&start)
 	if err := t.BuildView(&start); err != nil {
 		return err
