@@ -4,6 +4,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -64,6 +65,26 @@ func TestImageSessionOnDrive(t *testing.T) {
 	}
 	if string(d.Writes["w.txt"]) != "w\n" || len(d.Writes) != 1 {
 		t.Errorf("diff after resume: %+v, want w.txt only", d)
+	}
+	// A fork with memory: each branch a restore of the VM's snapshot, on
+	// the same drive, its overlay's upper dir its own from then on.
+	bs, err := s2.Fork(ctx, 2)
+	if err != nil {
+		t.Fatalf("forking a vm session on an image: %v", err)
+	}
+	for _, b := range bs {
+		defer b.Close()
+	}
+	for i, b := range bs {
+		if _, err := b.Shell(ctx, "echo "+strconv.Itoa(i)+" > /w/up.txt", 0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i, b := range append(bs, s2) {
+		want := []string{"0\n", "1\n", "up\n"}[i]
+		if r, err := b.Shell(ctx, "cat /w/up.txt; cat /w/keep.txt", 0); err != nil || r.Stdout != want+"keep\n" {
+			t.Errorf("session %d after the fork: %v %+v, want %q then the image's keep.txt", i, err, r, want)
+		}
 	}
 	// The cache prunes the image's erofs and builds it again: another file.
 	p2, err := s2.Park(ctx, t.TempDir())
