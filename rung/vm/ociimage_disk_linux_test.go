@@ -26,7 +26,7 @@ func bulkImage(t *testing.T) string {
 }
 
 // TestImageManyFilesSameAsNS: a trial on an image making more entries than
-// the VM's tmpfs had inodes for (half its pages: 16384 in a VM of 128 MiB,
+// the VM's tmpfs had inodes for (half its pages: 32768 in a VM of 256 MiB,
 // ≈ 58k entries in one of 512 MiB; then ENOSPC, and no violation) gets
 // what ns gives, the VM's upper dir being on the work drive
 // with as many inodes as ns's upper tmpfs; one filling --upper-size gets
@@ -34,7 +34,7 @@ func bulkImage(t *testing.T) string {
 func TestImageManyFilesSameAsNS(t *testing.T) {
 	requireVM(t)
 	rungcompare.ImageSameDeltaAsNS(t, vm.Name, bulkImage(t), []rungcompare.Case{
-		{Name: "20k_files", Args: []string{"--memory", "134217728", "--", "sh", "-c", `mkdir m && cd m && seq 1 20000 | xargs touch; echo $?; ls 1 19999 20000`}},
+		{Name: "36k_files", Args: []string{"--memory", "268435456", "--", "sh", "-c", `mkdir m && cd m && seq 1 36000 | xargs touch; echo $?; ls 1 35999 36000`}},
 		// ext4 counts a directory's blocks, tmpfs does not: how much of
 		// the budget the file gets differs by a few KiB.
 		{Name: "upper_full", Args: []string{"--upper-size", "8388608", "--", "sh", "-c", `dd if=/dev/zero of=big bs=1M count=16 2>/dev/null; echo $?; ls big`}, SizesDiffer: true},
@@ -49,9 +49,9 @@ func TestImageWritesPastRAM(t *testing.T) {
 	requireVM(t)
 	ref := bulkImage(t)
 	home := t.TempDir()
-	const mb = 200 // the VM has 128 MiB of RAM (--memory)
-	code, d := rungcompare.CLIRun(t, home, vm.Name, "", "--image", ref, "--no-store", "--memory", "134217728",
-		"--upper-size", strconv.Itoa(320<<20), "--", "sh", "-c", "dd if=/dev/zero of=big bs=1M count="+strconv.Itoa(mb)+" 2>/dev/null; echo $?")
+	const mb = 320 // the VM has 256 MiB of RAM (--memory)
+	code, d := rungcompare.CLIRun(t, home, vm.Name, "", "--image", ref, "--no-store", "--memory", "268435456",
+		"--upper-size", strconv.Itoa(400<<20), "--", "sh", "-c", "dd if=/dev/zero of=big bs=1M count="+strconv.Itoa(mb)+" 2>/dev/null; echo $?")
 	h := sha256.New()
 	io.CopyN(h, zeros{}, mb<<20)
 	want := hex.EncodeToString(h.Sum(nil))
@@ -66,8 +66,8 @@ func TestImageWritesPastRAM(t *testing.T) {
 		t.Errorf("exit %d, stdout %q (stderr %q), /w/big %d bytes sha256 %s, violations %+v, incomplete %v (%s): want 0, %d bytes of zeros, none",
 			code, d.Process.Stdout, d.Process.Stderr, got, sum, d.Violations, d.Incomplete, d.IncompleteReason, mb<<20)
 	}
-	code, d = rungcompare.CLIRun(t, home, vm.Name, "", "--image", ref, "--no-store", "--memory", "134217728",
-		"--upper-size", strconv.Itoa(150<<20), "--", "sh", "-c", "dd if=/dev/zero of=big bs=1M count="+strconv.Itoa(mb)+" 2>/dev/null; echo $?")
+	code, d = rungcompare.CLIRun(t, home, vm.Name, "", "--image", ref, "--no-store", "--memory", "268435456",
+		"--upper-size", strconv.Itoa(200<<20), "--", "sh", "-c", "dd if=/dev/zero of=big bs=1M count="+strconv.Itoa(mb)+" 2>/dev/null; echo $?")
 	if len(d.Violations) != 1 || d.Violations[0].Kind != "limit" || d.Process.Stdout != "1\n" {
 		t.Errorf("past --upper-size: exit %d, stdout %q, violations %+v: want dd's failure and one limit violation", code, d.Process.Stdout, d.Violations)
 	}
