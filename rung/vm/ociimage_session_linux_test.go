@@ -38,7 +38,7 @@ func TestImageSessionOnDrive(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer s.Close()
-	r, err := s.Shell(ctx, `cat /w/keep.txt /proc/self/mounts; echo w > w.txt; echo up > /w/up.txt; V=kept`, 0)
+	r, err := s.Shell(ctx, `cat /w/keep.txt /proc/self/mounts; echo w > w.txt; echo up > /w/up.txt; export V=kept`, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
