@@ -204,7 +204,7 @@ func runGVisorTrial() int {
 	}
 	return runInnerTrial(conn, &cfg, gvisorProfile(), func() ([]wire.SandboxNode, []string) {
 		return sandboxFIFOs(wire.GVisorLogFD)
-	}, nil, nil)
+	}, nil, nil, nil)
 }
 
 // runInnerTrial is the part of the trial guest shared by the gvisor-trial
@@ -214,9 +214,11 @@ func runGVisorTrial() int {
 // finds what the sandbox's kernel keeps in its own memory for the host to
 // make in the upper dirs (gvisor: FIFOs). fifos, when not nil, serves the
 // calls prof hands to the supervisor (vm: mknod); oom, when not nil, counts
-// the sandbox kernel's OOM kills into trial.exit (vm). It returns the
+// the sandbox kernel's OOM kills into trial.exit (vm); full, when not nil,
+// says there whether the upper dir's budget was used up (vm on an image:
+// the host's scratch does not hold the VM's upper dir). It returns the
 // process's exit status.
-func runInnerTrial(conn *wire.Conn, cfgp *wire.TrialStart, prof *seccomp.Profile, nodes func() ([]wire.SandboxNode, []string), fifos *vmFIFOs, oom *vmOOM) int {
+func runInnerTrial(conn *wire.Conn, cfgp *wire.TrialStart, prof *seccomp.Profile, nodes func() ([]wire.SandboxNode, []string), fifos *vmFIFOs, oom *vmOOM, full func() bool) int {
 	cfg := *cfgp
 	fail := func(code string, err error) int { return sendFailure(conn, code, err) }
 	if cfg.Hostname != "" {
@@ -271,6 +273,9 @@ func runInnerTrial(conn *wire.Conn, cfgp *wire.TrialStart, prof *seccomp.Profile
 		unix.Sync()
 		if oom != nil {
 			exit.OOMKills = oom.kills()
+		}
+		if full != nil {
+			exit.UpperFull = full()
 		}
 		return conn.Send(wire.KindEvent, wire.VerbTrialExit, 0, exit)
 	}

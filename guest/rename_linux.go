@@ -111,6 +111,12 @@ type callerCreds struct {
 	umask        uint32
 }
 
+// inGroup says whether gid is the caller's filesystem group or one of its
+// supplementary groups (the kernel's in_group_p).
+func (cr *callerCreds) inGroup(gid uint32) bool {
+	return uint32(cr.fsgid) == gid || slices.Contains(cr.groups, int(gid))
+}
+
 var contAnswer = seccomp.Answer{Continue: true}
 
 // handle answers one notified rename call: at once (on the supervisor's
@@ -695,7 +701,7 @@ func (w *renameWork) check(pfd int, name string, st *unix.Stat_t, depth int) err
 	if depth > maxRenameDepth || int(st.Uid) != w.creds.fsuid {
 		return errCannot
 	}
-	if int(st.Gid) != w.creds.fsgid && !slices.Contains(w.creds.groups, int(st.Gid)) {
+	if !w.creds.inGroup(st.Gid) {
 		return errCannot
 	}
 	if st.Mode&0o700 != 0o700 {

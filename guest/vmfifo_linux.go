@@ -3,7 +3,6 @@ package guest
 import (
 	"context"
 	"os"
-	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -200,7 +199,7 @@ func (v *vmFIFOs) chmod(n *seccomp.Notification, proc string, fd int, st *unix.S
 		return seccomp.Answer{Errno: unix.EPERM}
 	}
 	mode &= 0o7777
-	if uint32(cr.fsgid) != st.Gid && !slices.Contains(cr.groups, int(st.Gid)) && cr.capEff&(1<<unix.CAP_FSETID) == 0 {
+	if !cr.inGroup(st.Gid) && cr.capEff&(1<<unix.CAP_FSETID) == 0 {
 		mode &^= unix.S_ISGID // as chmod(2) clears it
 	}
 	dir, name := splitView(where)
@@ -258,12 +257,26 @@ func (v *vmFIFOs) mknod(n *seccomp.Notification, proc string, dirfd int32, p str
 	if e := mayCreateIn(&st, cr); e != 0 {
 		return seccomp.Answer{Errno: e}
 	}
-	gid := uint32(cr.fsgid)
-	if st.Mode&unix.S_ISGID != 0 {
-		gid = st.Gid // a set-group-ID directory gives its group
-	}
+	mode, gid := newFIFOMode(&st, cr, mode)
 	return v.do(&wire.TrialNode{Op: wire.NodeMknod, Dir: []byte(where), Name: []byte(name),
-		Mode: unix.S_IFIFO | mode&0o7777&^cr.umask, UID: uint32(cr.fsuid), GID: gid})
+		Mode: unix.S_IFIFO | mode, UID: uint32(cr.fsuid), GID: gid})
+}
+
+// newFIFOMode is the permission bits and group the kernel gives a FIFO
+// that a caller with cr makes with mode in dir (st), as its mknod(2) would
+// on ns (vfs_prepare_mode): the caller's umask taken out; in a
+// set-group-ID directory, the directory's group, and no set-group-ID bit
+// unless the caller is in that group or may override it (CAP_FSETID) —
+// the host, which makes the FIFO, may set any bit.
+func newFIFOMode(dir *unix.Stat_t, cr *callerCreds, mode uint32) (perm, gid uint32) {
+	perm, gid = mode&0o7777&^cr.umask, uint32(cr.fsgid)
+	if dir.Mode&unix.S_ISGID != 0 {
+		gid = dir.Gid
+		if !cr.inGroup(dir.Gid) && cr.capEff&(1<<unix.CAP_FSETID) == 0 {
+			perm &^= unix.S_ISGID
+		}
+	}
+	return perm, gid
 }
 
 // mayCreateIn is the errno the kernel would give a caller with cr for
@@ -277,7 +290,7 @@ func mayCreateIn(st *unix.Stat_t, cr *callerCreds) unix.Errno {
 	switch {
 	case uint32(cr.fsuid) == st.Uid:
 		perm = st.Mode >> 6 & 0o7
-	case uint32(cr.fsgid) == st.Gid || slices.Contains(cr.groups, int(st.Gid)):
+	case cr.inGroup(st.Gid):
 		perm = st.Mode >> 3 & 0o7
 	}
 	if perm&0o3 != 0o3 {

@@ -2,7 +2,6 @@ package guest
 
 import (
 	"archive/tar"
-	"bufio"
 	"encoding/binary"
 	"fmt"
 	"io"
@@ -21,7 +20,8 @@ import (
 
 // vmImageScratch is the VM's tmpfs for a root on an image: the erofs mount
 // (lower), the layer of mount points beneath it (image-init), the overlay's
-// upper and work dirs (u, w) and netsim's files (net).
+// upper and work dirs (u, w; a trial's in the work drive, mounted at disk)
+// and netsim's files (net).
 const vmImageScratch = "/vmimage"
 
 // vmDrive returns the /dev path of the VM's virtio-blk disk whose serial
@@ -65,16 +65,32 @@ func mountVMImage(newRoot string, cfg *wire.TrialStart, upperSize int64) (*vmIma
 	if err := os.MkdirAll(s, 0o755); err != nil {
 		return nil, err
 	}
+	// A trial's upper dir is on the host's ext4 drive (wire.VMWorkSerial),
+	// not in the VM's RAM; without one (a session's upper dir, which it
+	// never exports), on this tmpfs, as large as the trial's budget.
+	work := vmDrive(wire.VMWorkSerial)
 	opts := "mode=0755"
-	if upperSize > 0 {
+	if upperSize > 0 && work == "" {
 		// The trial's --upper-size, as the host's upper tmpfs has it on ns.
 		opts += ",size=" + strconv.FormatInt(upperSize, 10)
 	}
 	if err := unix.Mount("tmpfs", s, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, opts); err != nil {
 		return nil, fmt.Errorf("the image's tmpfs: %w", err)
 	}
-	for _, d := range []string{"/lower", "/image-init", "/image-init/proc", "/image-init/dev", "/image-init/sys", "/u", "/w"} {
+	for _, d := range []string{"/lower", "/image-init", "/image-init/proc", "/image-init/dev", "/image-init/sys", "/disk"} {
 		if err := os.Mkdir(s+d, 0o755); err != nil {
+			return nil, err
+		}
+	}
+	uw := s
+	if work != "" {
+		uw = s + "/disk"
+		if err := mountWorkDrive(work, uw, upperSize); err != nil {
+			return nil, err
+		}
+	}
+	for _, d := range []string{"/u", "/w"} {
+		if err := os.Mkdir(uw+d, 0o755); err != nil {
 			return nil, err
 		}
 	}
@@ -89,7 +105,7 @@ func mountVMImage(newRoot string, cfg *wire.TrialStart, upperSize int64) (*vmIma
 	// copied up of it; renaming a directory of the image is EXDEV instead,
 	// and mv copies. With classic mount options, not lowerdir+: the VM's
 	// kernel may be older than 6.8, and these paths have no comma or colon.
-	o := "lowerdir=" + s + "/lower:" + s + "/image-init,upperdir=" + s + "/u,workdir=" + s + "/w" +
+	o := "lowerdir=" + s + "/lower:" + s + "/image-init,upperdir=" + uw + "/u,workdir=" + uw + "/w" +
 		",metacopy=off,index=off,xino=auto,redirect_dir=nofollow"
 	if err := unix.Mount("overlay", newRoot, "overlay", unix.MS_NODEV, o); err != nil {
 		return nil, fmt.Errorf("the image's overlay: %w", err)
@@ -97,11 +113,55 @@ func mountVMImage(newRoot string, cfg *wire.TrialStart, upperSize int64) (*vmIma
 	if err := bindNetFiles(cfg, s, newRoot); err != nil {
 		return nil, err
 	}
-	u, err := os.OpenFile(s+"/u", os.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW, 0)
+	u, err := os.OpenFile(uw+"/u", os.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW, 0)
 	if err != nil {
 		return nil, err
 	}
 	return &vmImage{upper: u, out: out}, nil
+}
+
+// mountWorkDrive mounts the host's ext4 drive dev at dir and takes all but
+// upperSize bytes of its free blocks with the file dir/reserve (fallocate:
+// no data written), outside the upper dir: the command then gets ENOSPC
+// where it would on ns's upper tmpfs of --upper-size (a directory or a
+// large file's extent blocks count on ext4, not on tmpfs: a few KiB).
+// noinit_itable: the inode tables the host left as holes stay holes.
+func mountWorkDrive(dev, dir string, upperSize int64) error {
+	if err := unix.Mount(dev, dir, "ext4", unix.MS_NOSUID|unix.MS_NODEV, "noinit_itable"); err != nil {
+		return fmt.Errorf("mounting the work drive (ext4 on %s): %w", dev, err)
+	}
+	f, err := os.OpenFile(dir+"/reserve", os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o600)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	// The reserve's own extent blocks come out of what is left: a second
+	// round takes what the first overshot the budget by.
+	for range 3 {
+		var sfs unix.Statfs_t
+		if err := unix.Fstatfs(int(f.Fd()), &sfs); err != nil {
+			return err
+		}
+		extra := int64(sfs.Bavail)*sfs.Bsize - upperSize
+		if extra < sfs.Bsize {
+			return nil
+		}
+		st, err := f.Stat()
+		if err != nil {
+			return err
+		}
+		if err := unix.Fallocate(int(f.Fd()), 0, st.Size(), extra); err != nil {
+			return fmt.Errorf("reserving the work drive's blocks past the budget: %w", err)
+		}
+	}
+	return nil
+}
+
+// full says whether the upper dir's budget was used up: no block or no
+// inode left, as ns's guest says of its upper tmpfs.
+func (v *vmImage) full() bool {
+	var sfs unix.Statfs_t
+	return unix.Fstatfs(int(v.upper.Fd()), &sfs) == nil && (sfs.Bavail == 0 || sfs.Ffree == 0)
 }
 
 // export writes the upper dir to the upper drive as a tar with overlay's
@@ -114,37 +174,96 @@ func (v *vmImage) export() error {
 	if v.out == "" {
 		return fmt.Errorf("no drive %s to export the upper dir to", wire.VMUpperSerial)
 	}
-	f, err := os.OpenFile(v.out, os.O_WRONLY, 0)
+	// O_DIRECT: the tar goes to the drive without the VM's page cache, whose
+	// dirty pages (as slow to write back as TCG's disk is) next to a large
+	// upper dir's inodes and dentries ran a small VM out of memory.
+	f, err := os.OpenFile(v.out, os.O_WRONLY|unix.O_DIRECT, 0)
 	if err != nil {
 		return err
 	}
 	defer f.Close()
-	if _, err := f.Seek(wire.VMUpperOffset, 0); err != nil {
+	dw, err := newDirectWriter(f, wire.VMUpperOffset)
+	if err != nil {
 		return err
 	}
-	cw := &countWriter{w: f}
-	bw := bufio.NewWriterSize(cw, 1<<20)
-	tw := tar.NewWriter(bw)
+	defer dw.free()
+	cw := &countWriter{w: dw}
+	tw := tar.NewWriter(cw)
 	if err := writeUpperTar(tw, v.upper); err != nil {
 		return err
 	}
 	if err := tw.Close(); err != nil {
 		return err
 	}
-	if err := bw.Flush(); err != nil {
+	if err := dw.flush(); err != nil {
 		return err
 	}
 	if err := f.Sync(); err != nil {
 		return err
 	}
-	head := make([]byte, len(wire.VMUpperMagic)+8)
-	copy(head, wire.VMUpperMagic)
-	binary.LittleEndian.PutUint64(head[len(wire.VMUpperMagic):], uint64(cw.n))
-	if _, err := f.WriteAt(head, 0); err != nil {
+	// The magic and the length, alone in the drive's first block.
+	dw.n = copy(dw.buf, wire.VMUpperMagic)
+	binary.LittleEndian.PutUint64(dw.buf[dw.n:], uint64(cw.n))
+	dw.n += 8
+	dw.off = 0
+	if err := dw.flush(); err != nil {
 		return err
 	}
 	return f.Sync()
 }
+
+// directWriter writes to a file opened with O_DIRECT from off on, in
+// whole blocks of a page-aligned buffer (O_DIRECT's rule); the last block
+// is padded with zeros (the tar's length is written apart).
+type directWriter struct {
+	f   *os.File
+	buf []byte
+	n   int
+	off int64
+}
+
+const directBlock = 4096
+
+func newDirectWriter(f *os.File, off int64) (*directWriter, error) {
+	buf, err := unix.Mmap(-1, 0, 1<<20, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS)
+	if err != nil {
+		return nil, err
+	}
+	return &directWriter{f: f, buf: buf, off: off}, nil
+}
+
+func (d *directWriter) Write(b []byte) (int, error) {
+	written := 0
+	for len(b) > 0 {
+		c := copy(d.buf[d.n:], b)
+		d.n += c
+		b = b[c:]
+		written += c
+		if d.n == len(d.buf) {
+			if err := d.flush(); err != nil {
+				return written, err
+			}
+		}
+	}
+	return written, nil
+}
+
+// flush writes what the buffer holds, padded to a whole block.
+func (d *directWriter) flush() error {
+	if d.n == 0 {
+		return nil
+	}
+	n := (d.n + directBlock - 1) / directBlock * directBlock
+	clear(d.buf[d.n:n])
+	if _, err := d.f.WriteAt(d.buf[:n], d.off); err != nil {
+		return err
+	}
+	d.off += int64(n)
+	d.n = 0
+	return nil
+}
+
+func (d *directWriter) free() { unix.Munmap(d.buf) }
 
 type countWriter struct {
 	w interface{ Write([]byte) (int, error) }

@@ -119,3 +119,41 @@ func must(t *testing.T, err error) {
 		t.Fatal(err)
 	}
 }
+
+// TestDirectWriter: the export's writer puts the bytes at its offset in
+// whole blocks (O_DIRECT's rule), the last one padded with zeros, across
+// its buffer's refills.
+func TestDirectWriter(t *testing.T) {
+	f, err := os.Create(filepath.Join(t.TempDir(), "drive"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	dw, err := newDirectWriter(f, 4096)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer dw.free()
+	want := make([]byte, 3<<20+123)
+	for i := range want {
+		want[i] = byte(i*7 + i>>12)
+	}
+	for b := want; len(b) > 0; {
+		n := min(len(b), 70001)
+		if _, err := dw.Write(b[:n]); err != nil {
+			t.Fatal(err)
+		}
+		b = b[n:]
+	}
+	if err := dw.flush(); err != nil {
+		t.Fatal(err)
+	}
+	got, err := os.ReadFile(f.Name())
+	if err != nil {
+		t.Fatal(err)
+	}
+	padded := (len(want) + 4095) / 4096 * 4096
+	if len(got) != 4096+padded || !bytes.Equal(got[4096:4096+len(want)], want) || bytes.ContainsFunc(got[4096+len(want):], func(r rune) bool { return r != 0 }) {
+		t.Errorf("drive of %d bytes, want %d: the data at 4096, then zeros", len(got), 4096+padded)
+	}
+}

@@ -121,7 +121,7 @@ func runVMTrial() int {
 			}
 			return nil, nil
 		}
-		return runInnerTrial(conn, &cfg, innerProfile(), export, nil, newVMOOM())
+		return runInnerTrial(conn, &cfg, innerProfile(), export, nil, newVMOOM(), img.full)
 	}
 	// innerProfile, with a FIFO's mknod and chmod, which QEMU's 9p server
 	// cannot do, done by the host (vmFIFOs). A socket node (bind(2),
@@ -131,7 +131,7 @@ func runVMTrial() int {
 	if err != nil {
 		return sendFailure(conn, "setup", err)
 	}
-	return runInnerTrial(conn, &cfg, vmProfile(), nil, fifos, newVMOOM())
+	return runInnerTrial(conn, &cfg, vmProfile(), nil, fifos, newVMOOM(), nil)
 }
 
 // vmEarlyMounts gives the initramfs what loading modules and finding the

@@ -58,9 +58,13 @@ func (s *session) parkVM() error {
 	}
 	if p.image {
 		// The root is the VM's own overlay over its drives, no 9p: the
-		// VM's state holds it whole, nothing to let go. (The host refuses
-		// to save it yet, typed: a restore would need the drives again.)
+		// VM's state holds it whole (the host attaches the same erofs
+		// drive to the restored VM), nothing to let go but the heartbeat.
 		p.parked = true
+		if p.alive != nil {
+			p.alive()
+			p.alive = nil
+		}
 		return nil
 	}
 	// A process the command left running (a daemon, `sleep &` with
@@ -114,6 +118,7 @@ func (s *session) unparkVM(wallNS int64) error {
 	}
 	if p.image {
 		p.parked = false
+		p.alive = s.vmHeartbeat()
 		return nil
 	}
 	if _, err := enterVMRoot(&wire.TrialStart{}, 0); err != nil {

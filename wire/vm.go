@@ -26,6 +26,13 @@ const (
 	// [A-Za-z0-9_].
 	VMImageSerial = "dryexec_image"
 	VMUpperSerial = "dryexec_upper"
+	// VMWorkSerial is a trial's writable drive, an ext4 the host made
+	// (mkfs, never mounted on the host) that holds the VM's overlay upper
+	// and work dirs: on a disk, not in the VM's RAM, so that what the
+	// command writes is bounded by --upper-size, not by the VM's memory.
+	// The guest takes all but the trial's --upper-size of its free blocks
+	// with a file of its own, outside the upper dir.
+	VMWorkSerial = "dryexec_work"
 	// VMUpperMagic starts the upper drive once the tar at VMUpperOffset is
 	// whole, followed by its length (8 bytes, little-endian): a VM that died
 	// mid-export leaves the drive without it, and the host reads no tar.

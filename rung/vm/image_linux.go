@@ -29,14 +29,15 @@ const KernelEnv = "DRYEXEC_VM_KERNEL"
 // vmModules are the modules the VM needs, by name, when its kernel has them
 // as modules (Debian's does): the virtio-mmio transport of microvm's
 // devices, virtio-serial for the wire, 9p for the view, virtio-net for
-// netsim, and virtio-blk, erofs and overlayfs for a root on an OCI image
-// (the image's erofs drive under an overlay of the VM's; erofs needs
+// netsim, and virtio-blk, erofs, overlayfs and ext4 for a root on an OCI
+// image (the image's erofs drive under an overlay of the VM's, its upper
+// dir on an ext4 drive: wire.VMWorkSerial; erofs needs
 // libcrc32c, whose init asks the crypto API for crc32c, a soft dependency
 // modules.dep does not list: crc32c_generic goes first), and virtio's
 // vsock transport for a VM on Firecracker (the wire over vsock: no
 // virtio-serial there). modules.dep gives their dependencies.
 func vmModules() []string {
-	return []string{"virtio_mmio", "virtio_console", "9pnet_virtio", "9p", "virtio_net", "virtio_blk", "crc32c_generic", "erofs", "overlay", "vmw_vsock_virtio_transport"}
+	return []string{"virtio_mmio", "virtio_console", "9pnet_virtio", "9p", "virtio_net", "virtio_blk", "crc32c_generic", "erofs", "overlay", "vmw_vsock_virtio_transport", "ext4"}
 }
 
 // Kernel is what a VM boots: the uncompressed kernel and the directory of

@@ -8,6 +8,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -88,17 +89,70 @@ func (t *trial) openImage(ctx context.Context) error {
 	if t.session {
 		return nil
 	}
+	// The VM's upper dir is on an ext4 drive with as many inodes as ns's
+	// upper tmpfs on the host has (newWorkDrive).
+	inodes := tmpfsInodes()
 	// Sparse: it takes on the host what the VM writes, at most the upper
 	// dir's budget and the tar's headers on top: up to 2 KiB an entry (a
 	// header, PAX times, a path of up to 1 KiB) for as many entries as the
-	// VM's tmpfs can hold, whose default inode count (hard links count
-	// too) is half the VM's pages: memMB*128. An empty file's entry is
-	// 1.5 KiB (header, PAX times): 55000 of them, which a VM of 512 MiB
-	// holds in an 8 MiB upper, are 84 MB, past the upper's 1.25 times and
-	// 64 MiB.
-	size := wire.VMUpperOffset + t.Spec.UpperSizeBytes + t.Spec.UpperSizeBytes/4 + t.memMB()*128*2048 + 64<<20
-	t.upperDrive, err = newUpperDrive(size, t.r.Log)
+	// work drive has inodes (an empty file's entry is 1.5 KiB).
+	size := wire.VMUpperOffset + t.Spec.UpperSizeBytes + t.Spec.UpperSizeBytes/4 + inodes*2048 + 64<<20
+	if t.upperDrive, err = newUpperDrive(size, t.r.Log); err != nil {
+		return err
+	}
+	t.workDrive, err = newWorkDrive(ctx, filepath.Dir(t.upperDrive.Name()), t.Spec.UpperSizeBytes, inodes)
 	return err
+}
+
+// errNoMkfsExt4: the host has no mkfs.ext4 to make a VM's work drive with.
+var errNoMkfsExt4 = errors.New("vm: mkfs.ext4 not found (install e2fsprogs)")
+
+// tmpfsInodes is the inode count of a tmpfs mounted without nr_inodes on
+// this host (half its pages), which ns's upper tmpfs has.
+func tmpfsInodes() int64 {
+	var si unix.Sysinfo_t
+	if unix.Sysinfo(&si) != nil {
+		return 1 << 20
+	}
+	return int64(si.Totalram) * int64(si.Unit) / int64(os.Getpagesize()) / 2
+}
+
+// newWorkDrive makes, in dir, the sparse file a trial's VM keeps its
+// overlay upper and work dirs on (wire.VMWorkSerial): an ext4 of inodes
+// inodes, made by mkfs.ext4 on the file and never mounted on the host.
+// On a disk, not in the VM's RAM, so that a trial may write more than its
+// VM's memory, up to upper (--upper-size), as on ns. The file is larger
+// than upper (ext4 has at most one inode a block, and its inode tables):
+// the guest takes the blocks past upper with a file of its own, outside
+// the upper dir, so that the command gets ENOSPC where ns's would. No
+// journal: the drive is gone with the trial, a crash loses nothing.
+func newWorkDrive(ctx context.Context, dir string, upper, inodes int64) (string, error) {
+	mkfs, err := exec.LookPath("mkfs.ext4")
+	if err != nil {
+		return "", unavailable(fmt.Sprintf("%v: %v", errNoMkfsExt4, err))
+	}
+	const block = 4096
+	size := max(upper+upper/16+inodes*256+64<<20, inodes*block)
+	size = (size + block - 1) / block * block
+	p := filepath.Join(dir, "work")
+	f, err := os.OpenFile(p, os.O_RDWR|os.O_CREATE|os.O_EXCL|unix.O_CLOEXEC, 0o600)
+	if err != nil {
+		return "", fmt.Errorf("the VM's work drive: %w", err)
+	}
+	err = f.Truncate(size)
+	f.Close()
+	if err != nil {
+		return "", fmt.Errorf("the VM's work drive: %w", err)
+	}
+	// lazy_itable_init: the inode tables stay holes (the guest mounts
+	// with noinit_itable, so its kernel does not zero them either).
+	out, err := exec.CommandContext(ctx, mkfs, "-q", "-F", "-b", strconv.Itoa(block), "-I", "256", "-m", "0",
+		"-N", strconv.FormatInt(inodes, 10), "-O", "^has_journal,^resize_inode",
+		"-E", "lazy_itable_init=1,nodiscard,root_owner=0:0", p).CombinedOutput()
+	if err != nil {
+		return "", fmt.Errorf("the VM's work drive: mkfs.ext4: %w: %s", err, strings.TrimSpace(string(out)))
+	}
+	return p, nil
 }
 
 // upperDrivePattern names the private temp dirs of the VMs' upper drives.
@@ -141,7 +195,26 @@ func (t *trial) imageDrives(cfg *vmConfig) {
 	if t.upperDrive != nil {
 		cfg.drives = append(cfg.drives, drive{path: t.upperDrive.Name(), serial: wire.VMUpperSerial})
 	}
+	if t.workDrive != "" {
+		cfg.drives = append(cfg.drives, drive{path: t.workDrive, serial: wire.VMWorkSerial})
+	}
 }
+
+// hostUpperSize is the size of the host's scratch tmpfs, which holds the
+// trial's upper dir: --upper-size, as on ns. On an image with a work drive,
+// the VM enforces the budget (its ext4 holds --upper-size of data) and
+// reports it used up; the host's tmpfs holds what it sends back and the
+// view's own entries beside it, so it gets room for those on top, lest a
+// budget the VM filled fail the import.
+func (t *trial) hostUpperSize() int64 {
+	if t.workDrive == "" {
+		return t.Spec.UpperSizeBytes
+	}
+	return t.Spec.UpperSizeBytes + hostScratchSlack
+}
+
+// hostScratchSlack: the view's own entries in the host's scratch tmpfs.
+const hostScratchSlack = 16 << 20
 
 // innerStart gives the guest in the VM on an image the size of its upper
 // tmpfs (the trial's --upper-size, as the host's upper tmpfs has it on ns)

@@ -2,8 +2,10 @@ package vm
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"time"
@@ -11,6 +13,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/dryexec/dryexec"
+	"github.com/dryexec/dryexec/internal/durable"
 	"github.com/dryexec/dryexec/wire"
 )
 
@@ -90,9 +93,11 @@ func (s *sessionSandbox) save(ctx context.Context, dir string, quit bool) error 
 	s.disarm()
 	t := s.t
 	if t.erofs != "" {
-		// Its restore would need the image's drive attached again, which
-		// Resume's spec does not carry yet.
-		return unavailable("parking or forking a vm session on an image (not supported yet)")
+		// The restored VM gets the same drive again (Resume): its memory
+		// holds the erofs's metadata as its kernel read it.
+		if err := writeErofsID(filepath.Join(dir, ParkImageFile), t.erofs); err != nil {
+			return fmt.Errorf("parking the session's VM: %w", err)
+		}
 	}
 	q, err := s.monitor(ctx)
 	if err != nil {
@@ -110,6 +115,7 @@ func (s *sessionSandbox) save(ctx context.Context, dir string, quit bool) error 
 	f.Close()
 	if err != nil {
 		os.Remove(path)
+		os.Remove(filepath.Join(dir, ParkImageFile))
 		// Stopped for the save: let it run again, so that the session
 		// goes on where it was.
 		q.exec(context.WithoutCancel(ctx), "cont", nil, nil)
@@ -135,9 +141,13 @@ func (s *sessionSandbox) save(ctx context.Context, dir string, quit bool) error 
 // migration. The session guest is as it was at park, waiting for its next
 // request (wire.VerbSessionUnpark first) on the new ctrl port.
 func (r *Rung) Resume(ctx context.Context, spec dryexec.SandboxSpec, dir string) (dryexec.Sandbox[wire.SessionStart], error) {
+	var want *erofsID
 	if spec.Image != nil {
-		// save refuses a session on an image: no saved state has one.
-		return nil, unavailable("resuming a vm session on an image (parking one is not supported yet)")
+		id, err := readErofsID(filepath.Join(dir, ParkImageFile))
+		if err != nil {
+			return nil, fmt.Errorf("resuming a vm session on an image: %w", err)
+		}
+		want = &id
 	}
 	// The caller checked the saved state, but the directory is writable:
 	// open it as the regular file it was, never through a link swapped in
@@ -152,12 +162,92 @@ func (r *Rung) Resume(ctx context.Context, spec dryexec.SandboxSpec, dir string)
 		return nil, fmt.Errorf("resuming a vm session: %s is not a regular file", filepath.Join(dir, ParkFile))
 	}
 	state := os.NewFile(uintptr(fd), filepath.Join(dir, ParkFile))
-	s, err := r.openSession(ctx, spec, state)
+	s, err := r.openSession(ctx, spec, state, want)
 	if err != nil {
 		return nil, err
 	}
 	return s, nil
 }
+
+// ParkImageFile names, in the park dir of a vm session on an image, the
+// identity of the image's erofs drive the saved VM had (erofsID).
+const ParkImageFile = "vm.image"
+
+// erofsID is an erofs image of the cache as a file: the restored VM must
+// get the very file its kernel read (the saved memory holds its metadata,
+// where its inodes are), not one the cache built again for the same digest
+// after a prune (mkfs.erofs's layout and UUID may differ). Cached erofs
+// files are never written after their rename into place: a new inode is a
+// new build.
+type erofsID struct {
+	Dev     uint64 `json:"dev"`
+	Ino     uint64 `json:"ino"`
+	Size    int64  `json:"size"`
+	MtimeNS int64  `json:"mtime_ns"`
+}
+
+func erofsIdentity(path string) (erofsID, error) {
+	var st unix.Stat_t
+	if err := unix.Stat(path, &st); err != nil {
+		return erofsID{}, &os.PathError{Op: "stat", Path: path, Err: err}
+	}
+	return erofsID{Dev: st.Dev, Ino: st.Ino, Size: st.Size, MtimeNS: st.Mtim.Nano()}, nil
+}
+
+func writeErofsID(path, erofs string) error {
+	id, err := erofsIdentity(erofs)
+	if err != nil {
+		return err
+	}
+	b, err := json.Marshal(id)
+	if err != nil {
+		return err
+	}
+	return durable.WriteFile(path, b)
+}
+
+// readErofsID reads what writeErofsID wrote, as a regular file of at most
+// a few hundred bytes, never through a link (the park dir is writable).
+func readErofsID(path string) (erofsID, error) {
+	fd, err := unix.Open(path, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return erofsID{}, fmt.Errorf("the saved state's image drive: %w", &os.PathError{Op: "open", Path: path, Err: err})
+	}
+	f := os.NewFile(uintptr(fd), path)
+	defer f.Close()
+	if st, err := f.Stat(); err != nil || !st.Mode().IsRegular() {
+		return erofsID{}, fmt.Errorf("the saved state's image drive: %s is not a regular file", path)
+	}
+	b, err := io.ReadAll(io.LimitReader(f, 1<<10))
+	if err != nil {
+		return erofsID{}, err
+	}
+	var id erofsID
+	if err := json.Unmarshal(b, &id); err != nil || id.Ino == 0 {
+		return erofsID{}, fmt.Errorf("the saved state's image drive: %s: not a drive's identity", path)
+	}
+	return id, nil
+}
+
+// checkErofs fails unless the erofs the restored VM is to get is the one
+// the saved VM had (want; nil: not a restore on an image).
+func (t *trial) checkErofs(want *erofsID) error {
+	if want == nil {
+		return nil
+	}
+	got, err := erofsIdentity(t.erofs)
+	if err != nil {
+		return err
+	}
+	if got != *want {
+		return fmt.Errorf("%w: resuming a vm session on an image: the image's erofs drive (%s) is not the one the parked VM read (the image cache pruned and built it again since): the saved memory would not match it", ErrDriveChanged, t.erofs)
+	}
+	return nil
+}
+
+// ErrDriveChanged: a parked vm session on an image cannot resume, the
+// image's erofs having been built again since the park.
+var ErrDriveChanged = errors.New("vm: the image's drive changed since the park")
 
 // restore builds the view, has the view guest become QEMU restoring the
 // saved state, and lets the VM run once all of it is in, within the boot's

@@ -363,10 +363,12 @@ type trial struct {
 	group *viewtrial.HostGroup
 	// imageView: the host's read-only view of a trial's image (openImage);
 	// erofs: the image's erofs, the VM's read-only drive; upperDrive: the
-	// drive a trial's VM writes its upper dir back on (importUpper).
+	// drive a trial's VM writes its upper dir back on (importUpper);
+	// workDrive: the ext4 a trial's VM keeps its upper dir on (newWorkDrive).
 	imageView  *os.File
 	erofs      string
 	upperDrive *os.File
+	workDrive  string
 	// fc: the VM runs on Firecracker (fcimage_linux.go); nil: on QEMU.
 	fc *fcState
 }
@@ -472,7 +474,7 @@ func (t *trial) cleanup() {
 // prepare builds the view on the host and has the view guest become QEMU,
 // exporting it.
 func (t *trial) prepare() error {
-	start := wire.TrialStart{Mounts: t.Mounts, Image: t.sb.image, UpperSize: t.Spec.UpperSizeBytes, Masks: t.Cover.Masks, Hidden: t.Cover.Hidden}
+	start := wire.TrialStart{Mounts: t.Mounts, Image: t.sb.image, UpperSize: t.hostUpperSize(), Masks: t.Cover.Masks, Hidden: t.Cover.Hidden}
 	t.net.viewStart(&start)
 	if err := t.BuildView(&start); err != nil {
 		return err

@@ -30,7 +30,7 @@ var _ dryexec.SessionRung[wire.SessionStart] = (*Rung)(nil)
 // by their VM's memory (Snapshot, then n Resumes: park_linux.go), not as
 // SandboxForkers.
 func (r *Rung) OpenSandbox(ctx context.Context, spec dryexec.SandboxSpec) (dryexec.Sandbox[wire.SessionStart], error) {
-	s, err := r.openSession(ctx, spec, nil)
+	s, err := r.openSession(ctx, spec, nil, nil)
 	if err != nil {
 		return nil, err
 	}
@@ -38,8 +38,9 @@ func (r *Rung) OpenSandbox(ctx context.Context, spec dryexec.SandboxSpec) (dryex
 }
 
 // openSession starts a session's VM for spec: booted, or, with state,
-// restored from a saved one (Resume; state is the sandbox's from then on).
-func (r *Rung) openSession(ctx context.Context, spec dryexec.SandboxSpec, state *os.File) (*sessionSandbox, error) {
+// restored from a saved one (Resume; state is the sandbox's from then on),
+// on an image with the erofs drive erofs identifies (nil: none).
+func (r *Rung) openSession(ctx context.Context, spec dryexec.SandboxSpec, state *os.File, erofs *erofsID) (*sessionSandbox, error) {
 	t, err := r.newTrial(ctx, dryexec.TrialSpec{TrialID: spec.ID, Limits: spec.Limits, Masks: spec.Masks,
 		NoDefaultMasks: spec.NoDefaultMasks, OwnPaths: spec.OwnPaths, Net: spec.Net, NetCADir: spec.NetCADir, Image: spec.Image})
 	if err != nil {
@@ -53,6 +54,10 @@ func (r *Rung) openSession(ctx context.Context, spec dryexec.SandboxSpec, state 
 	// drive, as a trial's (ociimage_linux.go); the workspace is the
 	// session guest's tmpfs over it, as on the host's view.
 	if err := t.openImage(ctx); err != nil {
+		s.Close()
+		return nil, err
+	}
+	if err := t.checkErofs(erofs); err != nil {
 		s.Close()
 		return nil, err
 	}

@@ -379,7 +379,10 @@ func (t *Trial) Converse(trustEnv []string, sendStub func([]byte) error, startIO
 			if err := f.Decode(ex); err != nil {
 				return t.GuestErr("decoding trial.exit", err)
 			}
-			t.UpperFull = t.UpperFull || UpperFull(t.ScratchFD)
+			// The sandbox's word too: a VM on an image keeps its upper
+			// dir on a drive of its own until its end. A false "full"
+			// only adds a violation against the trial.
+			t.UpperFull = t.UpperFull || ex.UpperFull || UpperFull(t.ScratchFD)
 			t.Exit = ex
 			t.trace("exit")
 		case wire.VerbTrialDone:
