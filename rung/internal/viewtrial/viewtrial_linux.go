@@ -71,7 +71,9 @@ type Trial struct {
 	// runs (OpenViewRoot), through which it makes the FIFOs the sandbox
 	// asks for (wire.VerbTrialNode); nil: it makes none.
 	ViewRoot *os.File
-	// nodesMade counts the FIFOs made through ViewRoot (maxViewNodes).
+	// nodesMade counts the inodes the host made for the sandbox: FIFOs
+	// through ViewRoot (trial.node), FIFOs and their directories from
+	// trial.done's list (maxViewNodes bounds them together).
 	nodesMade int
 
 	Sent    bool
