@@ -299,3 +299,36 @@ func dirsOf(p string) []wire.SandboxNode {
 	}
 	return dirs
 }
+
+// What the guest says in its own words (an error frame's message,
+// trial.done's NodesLost) goes into the delta's incomplete reason: a guest
+// that is the sandbox's may fill a 1 MiB header with it. The reason keeps
+// a bounded part of each, and of the list.
+func TestGuestWordsBounded(t *testing.T) {
+	long := strings.Repeat("the VM says all is well. ", 40000)
+	lost := make([]string, 5000)
+	for i := range lost {
+		lost[i] = "lost " + strconv.Itoa(i)
+	}
+	lost[0] = long[:200000]
+	for name, guest := range map[string]func(g *wire.Conn){
+		"an error frame": func(g *wire.Conn) {
+			if err := g.Send(wire.KindErr, "", 0, &wire.RemoteError{Code: long[:10000], Message: long[:900000]}); err != nil {
+				t.Error(err)
+			}
+		},
+		"NodesLost": func(g *wire.Conn) {
+			g.Send(wire.KindEvent, wire.VerbTrialExit, 0, &wire.TrialExit{})
+			g.Send(wire.KindEvent, wire.VerbTrialDone, 0, &wire.TrialDone{NodesLost: lost})
+		},
+	} {
+		t.Run(name, func(t *testing.T) {
+			tr, host := forgedTrial(t)
+			d, _ := converseWith(t, tr, func(_ *os.File, g *wire.Conn) { guest(g) })
+			wantHostFiles(t, d, host)
+			if !d.Incomplete || len(d.IncompleteReason) > 16<<10 {
+				t.Errorf("incomplete %v, reason of %d bytes", d.Incomplete, len(d.IncompleteReason))
+			}
+		})
+	}
+}

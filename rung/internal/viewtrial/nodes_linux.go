@@ -31,8 +31,12 @@ func (t *Trial) makeNodes() []string {
 		return nil
 	}
 	var why []string
-	for _, l := range dn.NodesLost {
-		why = append(why, "the sandbox kept a FIFO in its own memory that the delta lacks: "+l)
+	for i, l := range dn.NodesLost {
+		if i == maxNodesLost {
+			why = append(why, fmt.Sprintf("and %d more such FIFOs", len(dn.NodesLost)-i))
+			break
+		}
+		why = append(why, "the sandbox kept a FIFO in its own memory that the delta lacks: "+clipGuest(l))
 	}
 	for i, n := range dn.Nodes {
 		if t.nodesMade >= maxViewNodes {
@@ -45,6 +49,9 @@ func (t *Trial) makeNodes() []string {
 	}
 	return why
 }
+
+// maxNodesLost bounds the guest's NodesLost lines in a delta's reason.
+const maxNodesLost = 8
 
 var errNotPlaced = errors.New("outside every upper dir, or not a FIFO with directories above it")
 

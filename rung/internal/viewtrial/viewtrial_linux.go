@@ -175,9 +175,24 @@ func ReadFrame(conn *wire.Conn) (*wire.Frame, error) {
 	if f.Kind == wire.KindErr {
 		var re wire.RemoteError
 		f.Decode(&re)
+		re.Code, re.Message = clipGuest(re.Code), clipGuest(re.Message)
 		return nil, &re
 	}
 	return f, nil
+}
+
+// maxGuestText bounds each string of the guest's own that the host puts in
+// an error or a delta's incomplete reason: the sandbox's guest may be the
+// sandbox's (root in a VM can replace it), and a frame's header may hold
+// 1 MiB of whatever it likes.
+const maxGuestText = 1 << 10
+
+// clipGuest is s cut to maxGuestText bytes, marked when cut.
+func clipGuest(s string) string {
+	if len(s) <= maxGuestText {
+		return s
+	}
+	return strings.ToValidUTF8(s[:maxGuestText], "") + "… (cut at 1 KiB)"
 }
 
 // Hello reads and checks a guest's hello on conn.
