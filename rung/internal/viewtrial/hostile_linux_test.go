@@ -191,6 +191,10 @@ func TestHostileGuestFrames(t *testing.T) {
 		{"an unknown verb", false, func(_ *testing.T, _ *os.File, g *wire.Conn) {
 			g.Send(wire.KindEvent, "host.exec", 0, map[string]string{"argv": "sh"})
 		}},
+		{"an ns guest's file report, which no VM gives", true, func(_ *testing.T, _ *os.File, g *wire.Conn) {
+			exit(g)
+			g.Send(wire.KindEvent, wire.VerbFSEntry, 0, &wire.FSEntry{Path: "planted.txt", Kind: wire.EntryWhiteout})
+		}},
 		{"trial.done before trial.exit", false, func(_ *testing.T, _ *os.File, g *wire.Conn) {
 			g.Send(wire.KindEvent, wire.VerbTrialDone, 0, &wire.TrialDone{})
 		}},

@@ -1,0 +1,91 @@
+package vm_test
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/dryexec/dryexec"
+	"github.com/dryexec/dryexec/internal/testhooks"
+	"github.com/dryexec/dryexec/internal/testreq"
+	"github.com/dryexec/dryexec/rung/vm"
+)
+
+// TestVMRootAgainstTheView has root of the VM — the guest supervisor, not
+// the command, which runs in a user namespace of its own — do to the 9p
+// view what a VM taken over could (testhooks.VMRootEnv): device nodes, a
+// setuid root file with security.capability, trusted.* xattrs and the
+// overlay's own opaque marker on a host dir, a symlink to /etc and a write
+// through it, a hard link, a name with a newline, a 255-byte name, "..".
+// The host's files stay as they were; the delta shows what the VM made
+// (device nodes as kind other, which commit refuses; the setuid root file
+// with its owner and mode, which policy sends to review), deletes no host
+// file the opaque marker would have hidden, and the write through the
+// link is in the view's /etc, never the host's.
+func TestVMRootAgainstTheView(t *testing.T) {
+	requireVMSession(t)
+	testreq.NeedTestHooks(t)
+	dir := t.TempDir()
+	for p, c := range map[string]string{"hostfile": "host\n", "sub/keep": "keep\n"} {
+		if err := os.MkdirAll(filepath.Dir(filepath.Join(dir, p)), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, p), []byte(c), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	r := &vm.Rung{BootTimeout: 5 * time.Minute}
+	// The hook runs before the command starts: the command only checks
+	// it ran.
+	d, err := r.Trial(context.Background(), dryexec.TrialSpec{Action: dryexec.Action{
+		Argv: []string{"env", testhooks.VMRootEnv + "=1", "sh", "-c", "test -e " + testhooks.VMRootDone + " && cat vm-root-errors"}, Cwd: dir,
+		Env: map[string]string{"PATH": "/usr/bin:/bin"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d.Process.ExitCode != 0 {
+		t.Fatalf("exit %d (the hook did not run?): %s", d.Process.ExitCode, d.Process.Stderr)
+	}
+	byPath := map[string]dryexec.FileChange{}
+	for _, fc := range d.Files {
+		byPath[fc.Path] = fc
+	}
+	t.Logf("what the VM's root was refused:\n%s", d.Process.Stdout)
+	for _, name := range []string{"mem", "disk"} {
+		if fc := byPath[filepath.Join(dir, name)]; fc.Kind != dryexec.KindOther || fc.Op != dryexec.OpCreate {
+			t.Errorf("%s: %+v, want a created node of kind other", name, fc)
+		}
+	}
+	if fc := byPath[filepath.Join(dir, "suid")]; fc.Mode != "4755" || fc.UID != 0 {
+		t.Errorf("suid: mode %q uid %d, want 4755 root", fc.Mode, fc.UID)
+	}
+	if fc := byPath[filepath.Join(dir, "esc")]; fc.Kind != dryexec.KindSymlink || fc.LinkTarget != "/etc" {
+		t.Errorf("esc: %+v, want a symlink to /etc", fc)
+	}
+	for _, name := range []string{"a\nb", strings.Repeat("n", 255)} {
+		if _, ok := byPath[filepath.Join(dir, name)]; !ok {
+			t.Errorf("the delta lacks %q", name)
+		}
+	}
+	if fc, ok := byPath[filepath.Join(dir, "sub/keep")]; ok {
+		t.Errorf("sub/keep in the delta (%s): the opaque marker hid a host file", fc.Op)
+	}
+	// The host: unchanged.
+	for p, c := range map[string]string{"hostfile": "host\n", "sub/keep": "keep\n"} {
+		if b, err := os.ReadFile(filepath.Join(dir, p)); err != nil || string(b) != c {
+			t.Errorf("host %s: %q %v", p, b, err)
+		}
+	}
+	for _, p := range []string{"/etc/dryexec-vm-root", "/dryexec-vm-root-top", filepath.Join(dir, "mem"), filepath.Join(dir, "suid")} {
+		if _, err := os.Lstat(p); err == nil {
+			t.Errorf("%s exists on the host", p)
+		}
+	}
+	t.Logf("delta: incomplete %v %q; files %d", d.Incomplete, d.IncompleteReason, len(d.Files))
+	for _, fc := range d.Files {
+		t.Logf("  %s %s %s mode %s uid %d", fc.Op, fc.Kind, fc.Path, fc.Mode, fc.UID)
+	}
+}
