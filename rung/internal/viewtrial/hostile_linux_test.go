@@ -195,6 +195,11 @@ func TestHostileGuestFrames(t *testing.T) {
 			exit(g)
 			g.Send(wire.KindEvent, wire.VerbFSEntry, 0, &wire.FSEntry{Path: "planted.txt", Kind: wire.EntryWhiteout})
 		}},
+		{"heartbeats carrying bulk bytes", false, func(_ *testing.T, _ *os.File, g *wire.Conn) {
+			g.Send(wire.KindEvent, wire.VerbVMAlive, 0, nil, make([]byte, 1<<10), make([]byte, 1<<10))
+			g.Send(wire.KindEvent, wire.VerbTrialExit, 0, &wire.TrialExit{})
+			g.Send(wire.KindEvent, wire.VerbTrialDone, 0, &wire.TrialDone{})
+		}},
 		{"trial.done before trial.exit", false, func(_ *testing.T, _ *os.File, g *wire.Conn) {
 			g.Send(wire.KindEvent, wire.VerbTrialDone, 0, &wire.TrialDone{})
 		}},

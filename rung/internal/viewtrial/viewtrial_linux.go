@@ -387,6 +387,12 @@ func (t *Trial) Converse(trustEnv []string, sendStub func([]byte) error, startIO
 		if err != nil {
 			return t.GuestErr("reading the report", err)
 		}
+		if len(f.Bin) > 0 {
+			// Nothing the sandbox reports carries bulk bytes: a frame that
+			// does (up to 64 MiB of them, each frame read whole) ends the
+			// conversation at the first, not at the sandbox's pleasure.
+			return fmt.Errorf("%w: %s %q with %d attachments", dryexec.ErrGuest, f.Kind, f.Verb, len(f.Bin))
+		}
 		switch f.Verb {
 		case wire.VerbTrialExit:
 			if t.Exit != nil {
