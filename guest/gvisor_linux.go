@@ -256,6 +256,7 @@ func runInnerTrial(conn *wire.Conn, cfgp *wire.TrialStart, prof *seccomp.Profile
 		toRun = in
 		go func() {
 			st := <-in
+			vmRootHook(&cfg)
 			ran <- st
 			vmPanicHook(cfg.Argv)
 		}()

@@ -31,3 +31,16 @@ func Missing() error {
 // which nothing inside the sandbox can cause (its /proc/sysrq-trigger is
 // read-only). Only with the hooks compiled in, and only inside a dryexec VM.
 const VMPanicEnv = "DRYEXEC_TESTHOOK_VM_PANIC"
+
+// VMRootEnv=1, in a vm trial's argv, has the trial's guest supervisor —
+// root of the VM, outside the command's user namespace, over the 9p view —
+// do to the view what root in a VM that took the guest over could (device
+// nodes, setuid root, security.* and trusted.* xattrs, a symlink to a host
+// dir and a write through it, odd names) in the command's working
+// directory, then create VMRootDone there. Only with the hooks compiled
+// in, and only inside a dryexec VM.
+const VMRootEnv = "DRYEXEC_TESTHOOK_VM_ROOT"
+
+// VMRootDone is the file VMRootEnv's hook creates last, the command's
+// marker that the hook is done.
+const VMRootDone = "vm-root-done"

@@ -22,23 +22,36 @@ import (
 // it, so that the walk finds each where an ns trial's would be. The
 // sandbox is gone: nothing else writes in the upper dirs. It returns why
 // any could not be made (the delta is then incomplete), and the guest's
-// own NodesLost.
+// own NodesLost. The list is the sandbox's word (on vm, a guest that root
+// in the VM replaced may name any): what it has the host make counts
+// against the FIFOs it asked for with trial.node, maxViewNodes in all.
 func (t *Trial) makeNodes() []string {
 	dn := t.Done
 	if dn == nil {
 		return nil
 	}
 	var why []string
-	for _, l := range dn.NodesLost {
-		why = append(why, "the sandbox kept a FIFO in its own memory that the delta lacks: "+l)
+	for i, l := range dn.NodesLost {
+		if i == maxNodesLost {
+			why = append(why, fmt.Sprintf("and %d more such FIFOs", len(dn.NodesLost)-i))
+			break
+		}
+		why = append(why, "the sandbox kept a FIFO in its own memory that the delta lacks: "+clipGuest(l))
 	}
-	for _, n := range dn.Nodes {
+	for i, n := range dn.Nodes {
+		if t.nodesMade >= maxViewNodes {
+			why = append(why, fmt.Sprintf("%d FIFOs the command made are not in the delta: the host makes at most %d per trial", len(dn.Nodes)-i, maxViewNodes))
+			break
+		}
 		if err := t.makeNode(&n); err != nil {
 			why = append(why, fmt.Sprintf("the FIFO the command made at %q is not in the delta: %v", n.Path, err))
 		}
 	}
 	return why
 }
+
+// maxNodesLost bounds the guest's NodesLost lines in a delta's reason.
+const maxNodesLost = 8
 
 var errNotPlaced = errors.New("outside every upper dir, or not a FIFO with directories above it")
 
@@ -95,6 +108,7 @@ func (t *Trial) makeNode(n *wire.SandboxNode) error {
 			if err := unix.Mkdirat(dir, names[i], 0o700); err != nil {
 				return err
 			}
+			t.nodesMade++
 			if err := setOwnerMode(dir, names[i], d); err != nil {
 				return err
 			}
@@ -131,6 +145,7 @@ func (t *Trial) makeNode(n *wire.SandboxNode) error {
 	if err := unix.Mknodat(dir, name, unix.S_IFIFO|0o600, 0); err != nil {
 		return err
 	}
+	t.nodesMade++
 	if err := setOwnerMode(dir, name, n); err != nil {
 		return err
 	}

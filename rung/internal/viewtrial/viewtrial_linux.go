@@ -71,7 +71,9 @@ type Trial struct {
 	// runs (OpenViewRoot), through which it makes the FIFOs the sandbox
 	// asks for (wire.VerbTrialNode); nil: it makes none.
 	ViewRoot *os.File
-	// nodesMade counts the FIFOs made through ViewRoot (maxViewNodes).
+	// nodesMade counts the inodes the host made for the sandbox: FIFOs
+	// through ViewRoot (trial.node), FIFOs and their directories from
+	// trial.done's list (maxViewNodes bounds them together).
 	nodesMade int
 
 	Sent    bool
@@ -173,9 +175,24 @@ func ReadFrame(conn *wire.Conn) (*wire.Frame, error) {
 	if f.Kind == wire.KindErr {
 		var re wire.RemoteError
 		f.Decode(&re)
+		re.Code, re.Message = clipGuest(re.Code), clipGuest(re.Message)
 		return nil, &re
 	}
 	return f, nil
+}
+
+// maxGuestText bounds each string of the guest's own that the host puts in
+// an error or a delta's incomplete reason: the sandbox's guest may be the
+// sandbox's (root in a VM can replace it), and a frame's header may hold
+// 1 MiB of whatever it likes.
+const maxGuestText = 1 << 10
+
+// clipGuest is s cut to maxGuestText bytes, marked when cut.
+func clipGuest(s string) string {
+	if len(s) <= maxGuestText {
+		return s
+	}
+	return strings.ToValidUTF8(s[:maxGuestText], "") + "… (cut at 1 KiB)"
 }
 
 // Hello reads and checks a guest's hello on conn.
@@ -369,6 +386,12 @@ func (t *Trial) Converse(trustEnv []string, sendStub func([]byte) error, startIO
 		f, err := ReadFrame(t.Inner)
 		if err != nil {
 			return t.GuestErr("reading the report", err)
+		}
+		if len(f.Bin) > 0 {
+			// Nothing the sandbox reports carries bulk bytes: a frame that
+			// does (up to 64 MiB of them, each frame read whole) ends the
+			// conversation at the first, not at the sandbox's pleasure.
+			return fmt.Errorf("%w: %s %q with %d attachments", dryexec.ErrGuest, f.Kind, f.Verb, len(f.Bin))
 		}
 		switch f.Verb {
 		case wire.VerbTrialExit:
