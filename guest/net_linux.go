@@ -33,7 +33,7 @@ func sendTUN(cfg *wire.TrialStart) (*lazyTUN, error) {
 		c.Close()
 		return nil, fmt.Errorf("net socket: fd %d is not a unix socket", cfg.NetFD)
 	}
-	dev, err := tun.SetupTUN("dx0")
+	dev, err := tun.SetupTUN(tun.DeviceName)
 	if err != nil {
 		c.Close()
 		return nil, err

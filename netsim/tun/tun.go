@@ -19,6 +19,10 @@ var (
 // MTU of the link, on both sides.
 const MTU = 1500
 
+// DeviceName is the sandbox's network interface on every rung: the ns
+// sandbox's TUN device, and the VM's NIC once renamed (Rename).
+const DeviceName = "dx0"
+
 // The Ethernet addresses of a link that carries frames (a VM's virtio-net):
 // the VM's interface has GuestMAC (QEMU's -device …,mac=), and netsim
 // answers from GatewayMAC. Both are locally administered unicast addresses.

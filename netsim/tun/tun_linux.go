@@ -8,6 +8,7 @@ import (
 	"net/netip"
 	"os"
 	"syscall"
+	"unsafe"
 
 	"golang.org/x/sys/unix"
 )
@@ -70,6 +71,29 @@ func ConfigureEthernet(name string) error {
 		return fmt.Errorf("tun: turning ARP off on %s: %w", name, err)
 	}
 	return configureLink(name)
+}
+
+// Rename gives the interface name the name to: the VM's NIC is called what
+// the ns sandbox's TUN device is (DeviceName), so that a command sees the
+// same network whichever rung runs it. The interface must be down (a NIC
+// the kernel has just probed is).
+func Rename(name, to string) error {
+	if len(name) >= unix.IFNAMSIZ || len(to) >= unix.IFNAMSIZ {
+		return fmt.Errorf("tun: renaming %q to %q: a name has at most %d bytes", name, to, unix.IFNAMSIZ-1)
+	}
+	s, err := unix.Socket(unix.AF_INET, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return fmt.Errorf("tun: socket: %w", err)
+	}
+	defer unix.Close(s)
+	// struct ifreq: the name, then ifr_newname in the union.
+	var req [40]byte
+	copy(req[:], name)
+	copy(req[unix.IFNAMSIZ:], to)
+	if _, _, e := unix.Syscall(unix.SYS_IOCTL, uintptr(s), unix.SIOCSIFNAME, uintptr(unsafe.Pointer(&req[0]))); e != 0 {
+		return fmt.Errorf("tun: renaming %s to %s: %w", name, to, e)
+	}
+	return nil
 }
 
 // CheckTUN reports whether this process can open /dev/net/tun, which
