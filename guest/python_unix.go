@@ -136,6 +136,10 @@ type pyExec struct {
 	gotResult          chan struct{} // closed when the result arrives
 }
 
+// runnerStartMax bounds a runner's start when the call has a shorter
+// timeout (execPython).
+const runnerStartMax = 30 * time.Second
+
 // execPython runs one piece of Python in a runner process of its own: the
 // pre-started one if it still fits, else a fresh one. It runs in the shell's cwd
 // and environment, and is killed (with its process group) at the timeout or when
@@ -160,21 +164,35 @@ func (s *session) execPython(ctx context.Context, req *wire.ExecPython) (*wire.P
 	}
 	dir := runnerDir(env, cwd)
 	start := time.Now()
+	// The timeout is the code's: it counts from when the runner is ready
+	// (its interpreter started: the code runs next), so that a slow start
+	// (a VM under emulation: ≈3 s for python3 under TCG, a loaded host) does
+	// not eat the code's time. The start itself is bounded apart, by the
+	// timeout or runnerStartMax, whichever is longer (a sitecustomize that
+	// never returns still ends).
 	var timeout, grace <-chan time.Time
+	restart := func() {}
 	if req.TimeoutMS > 0 {
-		timer := time.NewTimer(time.Duration(req.TimeoutMS) * time.Millisecond)
+		d := time.Duration(req.TimeoutMS) * time.Millisecond
+		timer := time.NewTimer(max(d, runnerStartMax))
 		defer timer.Stop()
 		timeout = timer.C
+		restart = func() {
+			if timeout != nil { // not fired yet
+				timer.Reset(d)
+			}
+		}
 	}
 	r := s.takeRunner(py, env, dir, req.Fresh)
 	if r != nil {
-		// It may still be starting: that counts against the call's timeout,
-		// as it would for a runner started now.
+		// It may still be starting.
 		select {
 		case <-r.ready:
 			if !r.alive() || !r.unchanged() {
 				r.discard(s)
 				r = nil
+			} else {
+				restart()
 			}
 		case <-timeout:
 			timeout = nil
@@ -212,9 +230,19 @@ func (s *session) execPython(ctx context.Context, req *wire.ExecPython) (*wire.P
 		x.relay()
 	}()
 	gotResult := x.gotResult
+	// A runner started for this call: its code starts once it is ready.
+	var ready <-chan struct{}
+	select {
+	case <-r.ready:
+	default:
+		ready = r.ready
+	}
 wait:
 	for {
 		select {
+		case <-ready:
+			ready = nil
+			restart()
 		case <-r.exited:
 			break wait
 		case <-timeout:
