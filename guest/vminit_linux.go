@@ -150,7 +150,9 @@ func vmEarlyMounts() error {
 
 // loadVMModules loads the modules wire.VMModules lists, in its order (the
 // host wrote them dependencies first). One the kernel has built in or
-// already loaded is no error.
+// already loaded is no error. The vsock ones are loaded only when the wire
+// runs over vsock (a VM on Firecracker): elsewhere the VM has no vsock
+// device, and a vsock stack would only give commands a /dev/vsock to open.
 func loadVMModules() error {
 	list, err := os.ReadFile(wire.VMModules)
 	if errors.Is(err, os.ErrNotExist) {
@@ -159,7 +161,15 @@ func loadVMModules() error {
 	if err != nil {
 		return err
 	}
+	cmdline, err := os.ReadFile("/proc/cmdline")
+	if err != nil {
+		return fmt.Errorf("reading the kernel's command line: %w", err)
+	}
+	vsock := vmWireOnVsock(string(cmdline))
 	for name := range strings.FieldsSeq(string(list)) {
+		if !vsock && strings.Contains(name, "vsock") {
+			continue
+		}
 		f, err := os.Open("/lib/modules/" + name + ".ko")
 		if err != nil {
 			return err
