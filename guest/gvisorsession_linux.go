@@ -9,7 +9,6 @@ import (
 	"os"
 	"os/exec"
 	"os/signal"
-	"path/filepath"
 	"runtime"
 	"strconv"
 	"syscall"
@@ -179,11 +178,11 @@ func (s *session) streamFork(ctx context.Context, out *wire.Forked) error {
 		return fmt.Errorf("the %s staging cannot stream its trees", s.st.name())
 	}
 	w := &forkSender{ctx: ctx, peer: s.peer}
-	if err := writeTreeTar(w, st.ws); err != nil {
+	if err := writeTreeTar(w, st.wsR); err != nil {
 		return fmt.Errorf("sending the workspace: %w", err)
 	}
 	out.TreeBytes = w.n + int64(len(w.buf))
-	if err := writeTreeTar(w, st.base); err != nil {
+	if err := writeTreeTar(w, st.baseR); err != nil {
 		return fmt.Errorf("sending the baseline: %w", err)
 	}
 	if err := w.flush(); err != nil {
@@ -242,31 +241,33 @@ func (w *forkSender) flush() error {
 	return nil
 }
 
-// writeTreeTar writes dir's contents as a tar stream of what copyTree
+// writeTreeTar writes dir's contents as a tar stream of what copyRoot
 // copies (directories, symlinks, regular files with their modes and
-// mtimes; nothing else), which extractTar makes again: a branch's trees are
-// what the scan staging's own copies of a tree would be.
-func writeTreeTar(w io.Writer, dir string) error {
+// mtimes; nothing else), which extractRoot makes again: a branch's trees
+// are what the scan staging's own copies of a tree would be. dir is the
+// staging's held root: the path a staging was opened by need not name the
+// same directory now (the baseline's is a /proc/self/fd path), and a walk
+// by path could be led out by a symlink a process swaps in.
+func writeTreeTar(w io.Writer, dir *os.Root) error {
 	tw := tar.NewWriter(w)
-	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+	err := fs.WalkDir(dir.FS(), ".", func(p string, d fs.DirEntry, err error) error {
 		if err != nil {
 			return err
 		}
-		rel, _ := filepath.Rel(dir, p)
-		if rel == "." {
+		if p == "." {
 			return nil
 		}
-		info, err := d.Info()
+		info, err := dir.Lstat(p)
 		if err != nil {
 			return err
 		}
-		h := &tar.Header{Name: filepath.ToSlash(rel), Mode: int64(info.Mode().Perm()), ModTime: info.ModTime(), Format: tar.FormatPAX}
+		h := &tar.Header{Name: p, Mode: int64(info.Mode().Perm()), ModTime: info.ModTime(), Format: tar.FormatPAX}
 		switch {
-		case d.IsDir():
+		case info.IsDir():
 			h.Typeflag, h.Name = tar.TypeDir, h.Name+"/"
 		case info.Mode()&fs.ModeSymlink != 0:
 			h.Typeflag = tar.TypeSymlink
-			if h.Linkname, err = os.Readlink(p); err != nil {
+			if h.Linkname, err = dir.Readlink(p); err != nil {
 				return err
 			}
 		case info.Mode().IsRegular():
@@ -280,12 +281,12 @@ func writeTreeTar(w io.Writer, dir string) error {
 		if h.Typeflag != tar.TypeReg {
 			return nil
 		}
-		f, err := os.Open(p)
+		f, err := dir.OpenFile(p, os.O_RDONLY|oNoFollow, 0)
 		if err != nil {
 			return err
 		}
 		defer f.Close()
-		_, err = io.Copy(tw, f)
+		_, err = io.CopyN(tw, f, h.Size)
 		return err
 	})
 	if err != nil {

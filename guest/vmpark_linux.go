@@ -156,7 +156,15 @@ func (s *session) branchVM() error {
 	if err := os.Mkdir(st.base, 0o755); err != nil {
 		return err
 	}
-	st.origin = origin
+	// The staging holds its baseline by a root opened on the old dir, the
+	// origin now: it is opened again on the new one, or the rebase below
+	// would copy the workspace over the origin and leave the baseline empty.
+	base, err := os.OpenRoot(st.base)
+	if err != nil {
+		return err
+	}
+	st.baseR.Close()
+	st.baseR, st.origin = base, origin
 	return st.rebase()
 }
 
