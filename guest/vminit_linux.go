@@ -36,7 +36,15 @@ func runVMInit(args []string) int {
 		logf("%v", err)
 		return 1
 	}
-	if err := loadVMModules(); err != nil {
+	// The host chose the wire's transport on the kernel's command line:
+	// read once, for the modules to load and the streams to open.
+	cmdline, err := os.ReadFile("/proc/cmdline")
+	if err != nil {
+		logf("reading the kernel's command line: %v", err)
+		return 1
+	}
+	vsock := vmWireOnVsock(string(cmdline))
+	if err := loadVMModules(vsock); err != nil {
 		logf("%v", err)
 		return 1
 	}
@@ -44,7 +52,7 @@ func runVMInit(args []string) int {
 		logf("the network: %v", err)
 		return 1
 	}
-	ports, err := openVMWire(10 * time.Second)
+	ports, err := openVMWire(vsock, 10*time.Second)
 	if err != nil {
 		logf("%v", err)
 		return 1
@@ -153,7 +161,7 @@ func vmEarlyMounts() error {
 // already loaded is no error. The vsock ones are loaded only when the wire
 // runs over vsock (a VM on Firecracker): elsewhere the VM has no vsock
 // device, and a vsock stack would only give commands a /dev/vsock to open.
-func loadVMModules() error {
+func loadVMModules(vsock bool) error {
 	list, err := os.ReadFile(wire.VMModules)
 	if errors.Is(err, os.ErrNotExist) {
 		return nil
@@ -161,11 +169,6 @@ func loadVMModules() error {
 	if err != nil {
 		return err
 	}
-	cmdline, err := os.ReadFile("/proc/cmdline")
-	if err != nil {
-		return fmt.Errorf("reading the kernel's command line: %w", err)
-	}
-	vsock := vmWireOnVsock(string(cmdline))
 	for name := range strings.FieldsSeq(string(list)) {
 		if !vsock && strings.Contains(name, "vsock") {
 			continue

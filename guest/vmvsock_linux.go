@@ -21,12 +21,8 @@ func vmWireOnVsock(cmdline string) bool {
 // openVMWire opens the wire's streams on the transport the host chose on
 // the kernel's command line: virtio-serial ports (openVMPorts), or vsock
 // (openVsockPorts).
-func openVMWire(wait time.Duration) ([]*os.File, error) {
-	cmdline, err := os.ReadFile("/proc/cmdline")
-	if err != nil {
-		return nil, fmt.Errorf("reading the kernel's command line: %w", err)
-	}
-	if vmWireOnVsock(string(cmdline)) {
+func openVMWire(vsock bool, wait time.Duration) ([]*os.File, error) {
+	if vsock {
 		return openVsockPorts(wait)
 	}
 	return openVMPorts(wait)
