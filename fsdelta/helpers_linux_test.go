@@ -26,6 +26,7 @@ func TestMain(m *testing.M) {
 	// Modes in the cases are written as the files are created: make them
 	// independent of the caller's umask.
 	unix.Umask(0o022)
+	testreq.OwnMountNamespace()
 	os.Exit(m.Run())
 }
 

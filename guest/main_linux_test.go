@@ -4,6 +4,8 @@ import (
 	"os"
 	"runtime"
 	"testing"
+
+	"github.com/dryexec/dryexec/internal/testreq"
 )
 
 // TestMain keeps the main goroutine on the main thread, as Main does in the
@@ -15,6 +17,7 @@ import (
 // TestStubProtocol).
 func TestMain(m *testing.M) {
 	MaybeMain(os.Args)
+	testreq.OwnMountNamespace()
 	runtime.LockOSThread()
 	os.Exit(m.Run())
 }

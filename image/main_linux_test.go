@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/dryexec/dryexec/guest"
+	"github.com/dryexec/dryexec/internal/testreq"
 )
 
 // TestMain lets this test binary serve as dryexec's guest: a caller that is
@@ -12,5 +13,6 @@ import (
 // (linuxns.ImageView, TestAwkwardLayers).
 func TestMain(m *testing.M) {
 	guest.MaybeMain(os.Args)
+	testreq.OwnMountNamespace()
 	os.Exit(m.Run())
 }

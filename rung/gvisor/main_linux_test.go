@@ -21,6 +21,7 @@ import (
 func TestMain(m *testing.M) {
 	guest.MaybeMain(os.Args)
 	netproc.MaybeMain(os.Args)
+	testreq.OwnMountNamespace()
 	os.Exit(m.Run())
 }
 

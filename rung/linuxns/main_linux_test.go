@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/dryexec/dryexec/guest"
+	"github.com/dryexec/dryexec/internal/testreq"
 	"github.com/dryexec/dryexec/netsim/netproc"
 	"github.com/dryexec/dryexec/wire"
 	"go.uber.org/goleak"
@@ -21,6 +22,7 @@ func TestMain(m *testing.M) {
 	}
 	guest.MaybeMain(os.Args)
 	netproc.MaybeMain(os.Args)
+	testreq.OwnMountNamespace()
 	// Every goroutine a test started must be gone when the tests end.
 	goleak.VerifyTestMain(m)
 }

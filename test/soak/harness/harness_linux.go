@@ -26,6 +26,7 @@ import (
 	"github.com/dryexec/dryexec/guest"
 	"github.com/dryexec/dryexec/internal/cli"
 	"github.com/dryexec/dryexec/internal/procfs"
+	"github.com/dryexec/dryexec/internal/testreq"
 	"github.com/dryexec/dryexec/netsim/netproc"
 	"github.com/dryexec/dryexec/server"
 )
@@ -49,6 +50,7 @@ func Main(m *testing.M) {
 		stop()
 		os.Exit(code)
 	}
+	testreq.OwnMountNamespace()
 	os.Exit(m.Run())
 }
 
