@@ -13,6 +13,7 @@ import (
 	"sync"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/dryexec/dryexec"
 	"github.com/dryexec/dryexec/internal/bootstamp"
@@ -36,8 +37,12 @@ const fakeQEMUFirecracker = "qemu"
 // its virtio-serial ports) and reboot=k to QEMU's reboot=t; a start whose
 // boot args lack wire.VMVsockParam is refused, as that guest would never
 // listen on the vsock. QEMU's end is the fake's (Started.Reset), as a
-// guest's reset ends Firecracker.
-func qemuBackedFirecracker(st fctest.Started) (map[uint32]func(net.Conn), error) {
+// guest's reset ends Firecracker. Firecracker's snapshots are QEMU's
+// migration, as the rung's own parks: PATCH /vm is QMP's stop and cont,
+// snapshot/create migrates the stopped VM to the memory file, and
+// snapshot/load starts QEMU with the same command line and that file as
+// its incoming migration, then lets it run if asked to.
+func qemuBackedFirecracker(st fctest.Started) (*fctest.BackendVM, error) {
 	args := " " + st.BootArgs + " "
 	if !strings.Contains(args, " "+wire.VMVsockParam+" ") || !strings.Contains(args, " reboot=k ") {
 		return nil, fmt.Errorf("fctest: boot args %q lack %s or reboot=k", st.BootArgs, wire.VMVsockParam)
@@ -52,9 +57,29 @@ func qemuBackedFirecracker(st fctest.Started) (map[uint32]func(net.Conn), error)
 		return nil, err
 	}
 	defer closeAll(vmm)
+	monHost, monVMM, err := socketPairs(1)
+	if err != nil {
+		closeAll(host)
+		return nil, err
+	}
+	defer closeAll(monVMM)
+	mon := []*os.File{monHost[0], monVMM[0]}
 	cfg := vmConfig{qemu: q, accel: AccelTCG, kernel: st.Kernel, initramfs: st.Initrd, memMB: st.MemMiB, cpus: st.VCPUs, transport: virtioSerial{}}
+	files := slices.Clone(vmm)
 	for i := range vmm {
 		cfg.portFDs = append(cfg.portFDs, 3+i)
+	}
+	cfg.qmpFD = 3 + len(files)
+	files = append(files, mon[1])
+	if st.Restore != "" {
+		f, err := os.Open(st.Restore)
+		if err != nil {
+			closeAll(append(host, mon[0]))
+			return nil, err
+		}
+		defer f.Close()
+		cfg.incomingFD = 3 + len(files)
+		files = append(files, f)
 	}
 	for _, d := range st.Drives {
 		cfg.drives = append(cfg.drives, drive{path: d.Path, serial: d.ID, readOnly: d.ReadOnly})
@@ -62,11 +87,11 @@ func qemuBackedFirecracker(st fctest.Started) (map[uint32]func(net.Conn), error)
 	argv := cfg.argv()
 	argv[slices.Index(argv, "-append")+1] = strings.TrimSpace(args)
 	cmd := exec.Command(argv[0], argv[1:]...)
-	cmd.ExtraFiles = vmm
+	cmd.ExtraFiles = files
 	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {
-		closeAll(host)
+		closeAll(append(host, mon[0]))
 		return nil, err
 	}
 	// What the guest wrote last (its trial.exit, trial.done) is still in
@@ -79,9 +104,42 @@ func qemuBackedFirecracker(st fctest.Started) (map[uint32]func(net.Conn), error)
 		toHost.Wait()
 		st.Reset()
 	}()
-	guest := map[uint32]func(net.Conn){}
+	fail := func(err error) (*fctest.BackendVM, error) {
+		cmd.Process.Kill()
+		closeAll(host)
+		return nil, err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	mq, err := dialQMP(ctx, mon[0])
+	if err != nil {
+		return fail(err)
+	}
+	if st.Restore != "" {
+		if err := mq.waitIncoming(ctx, st.Resume); err != nil {
+			return fail(err)
+		}
+	}
+	call := func(cmd string) func() error {
+		return func() error {
+			_, err := mq.exec(context.Background(), cmd, nil, nil)
+			return err
+		}
+	}
+	vm := &fctest.BackendVM{Guest: map[uint32]func(net.Conn){}, Pause: call("stop"), Resume: call("cont"),
+		Save: func(mem string) error {
+			f, err := os.OpenFile(mem, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
+			if err != nil {
+				return err
+			}
+			defer f.Close()
+			if err := mq.saveTo(context.Background(), f); err != nil {
+				return err
+			}
+			return f.Sync()
+		}}
 	for i, f := range host {
-		guest[firecracker.VsockPortBase+uint32(i)] = func(c net.Conn) {
+		vm.Guest[firecracker.VsockPortBase+uint32(i)] = func(c net.Conn) {
 			toHost.Add(1)
 			go func() {
 				io.Copy(f, c)
@@ -92,7 +150,7 @@ func qemuBackedFirecracker(st fctest.Started) (map[uint32]func(net.Conn), error)
 			toHost.Done()
 		}
 	}
-	return guest, nil
+	return vm, nil
 }
 
 // QEMUFirecracker is a `firecracker` for the rung: a script that runs this

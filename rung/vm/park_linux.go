@@ -268,7 +268,7 @@ func (s *sessionSandbox) restore(ctx context.Context) error {
 	if err != nil {
 		return t.GuestErr("restoring the session's VM", err)
 	}
-	if err := q.waitIncoming(ctx); err != nil {
+	if err := q.waitIncoming(ctx, true); err != nil {
 		return t.GuestErr("restoring the session's VM", err)
 	}
 	t.boot = time.Since(t.bootStart)

@@ -193,8 +193,9 @@ func (q *qmp) waitMigration(ctx context.Context, cmd string) error {
 }
 
 // waitIncoming waits until a VM started with -incoming has taken its whole
-// state (it is then paused: it was stopped when saved) and lets it run.
-func (q *qmp) waitIncoming(ctx context.Context) error {
+// state (it is then paused: it was stopped when saved) and, if run, lets
+// it run.
+func (q *qmp) waitIncoming(ctx context.Context, run bool) error {
 	tick := time.NewTicker(20 * time.Millisecond)
 	defer tick.Stop()
 	for {
@@ -205,6 +206,9 @@ func (q *qmp) waitIncoming(ctx context.Context) error {
 		switch st {
 		case "inmigrate":
 		case "paused", "prelaunch", "postmigrate":
+			if !run {
+				return nil
+			}
 			_, err := q.exec(ctx, "cont", nil, nil)
 			return err
 		case "running":

@@ -115,6 +115,14 @@ type SnapshotLoad struct {
 	// deprecated; exactly one of the two is allowed).
 	MemBackend *MemoryBackend `json:"mem_backend,omitempty"`
 	ResumeVM   bool           `json:"resume_vm,omitempty"`
+	// VsockOverride binds the restored VM's vsock socket at another path
+	// than the snapshot recorded (the parked VM's run dir is gone).
+	VsockOverride *VsockOverride `json:"vsock_override,omitempty"`
+}
+
+// VsockOverride is SnapshotLoad's vsock_override.
+type VsockOverride struct {
+	UDSPath string `json:"uds_path"`
 }
 
 // apiFault is the spec's Error definition.

@@ -54,6 +54,10 @@ type Snapshot struct {
 	// snapshot records it and a restored VM binds it again, so the parked
 	// process's socket file is removed before the restore.
 	VsockUDS string
+	// VsockOverride, when set, is where the restored VM binds its vsock
+	// socket instead (snapshot/load's vsock_override): a parked VM's run
+	// dir may be gone when it is restored, in another process.
+	VsockOverride string
 }
 
 // Machine is one Firecracker process and its VM, driven through the API in
@@ -263,20 +267,24 @@ func Restore(ctx context.Context, spec LaunchSpec, snap Snapshot, opt Options) (
 	if err != nil {
 		return nil, err
 	}
-	if snap.VsockUDS != "" {
-		if err := os.Remove(m.hostPath(snap.VsockUDS)); err != nil && !errors.Is(err, os.ErrNotExist) {
+	bind := cmp.Or(snap.VsockOverride, snap.VsockUDS)
+	if bind != "" {
+		if err := os.Remove(m.hostPath(bind)); err != nil && !errors.Is(err, os.ErrNotExist) {
 			m.Close()
 			return nil, fmt.Errorf("removing the parked VM's vsock socket: %w", err)
 		}
 	}
+	load := SnapshotLoad{SnapshotPath: snap.StatePath,
+		MemBackend: &MemoryBackend{BackendType: "File", BackendPath: snap.MemPath}, ResumeVM: true}
+	if snap.VsockOverride != "" {
+		load.VsockOverride = &VsockOverride{UDSPath: snap.VsockOverride}
+	}
 	start := time.Now()
-	err = m.client.LoadSnapshot(ctx, SnapshotLoad{SnapshotPath: snap.StatePath,
-		MemBackend: &MemoryBackend{BackendType: "File", BackendPath: snap.MemPath}, ResumeVM: true})
-	if err != nil {
+	if err := m.client.LoadSnapshot(ctx, load); err != nil {
 		m.Close()
 		return nil, fmt.Errorf("restoring the parked VM: %w%s", err, m.outputNote())
 	}
-	m.state, m.vsock = InstanceRunning, snap.VsockUDS
+	m.state, m.vsock = InstanceRunning, bind
 	m.debug("firecracker VM restored", "took", time.Since(start))
 	return m, nil
 }

@@ -50,10 +50,10 @@ func Main(args []string) int { return MainBacked(args, nil) }
 
 // MainBacked is Main with a Backend (Options.Backend): at InstanceStart
 // the fake boots a real VM from what the API configured, whose guest
-// answers on the vsock. GuestEnv must then be empty. The process ends
+// answers on the vsock (at snapshot/load it restores one). GuestEnv must then be empty. The process ends
 // when that VM does (Started.Reset), as Firecracker's ends with its
 // guest.
-func MainBacked(args []string, backend func(Started) (map[uint32]func(net.Conn), error)) int {
+func MainBacked(args []string, backend func(Started) (*BackendVM, error)) int {
 	var sock, id string
 	for i := 0; i < len(args); i++ {
 		a := args[i]

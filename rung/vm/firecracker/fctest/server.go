@@ -24,7 +24,13 @@
 //   - the vsock handshake: exactly "CONNECT <decimal port>\n" first on a
 //     connection to uds_path, which exists only once the VM runs. A port
 //     with a guest listener (ServeGuest) is answered "OK <host port>\n",
-//     any other connection is closed, as Firecracker does.
+//     any other connection is closed, as Firecracker does. A snapshot
+//     closes every connection (Firecracker resets the vsock's transport
+//     when it saves the VM: its connections do not survive a snapshot,
+//     the guest's listeners do);
+//   - with a Backend, a real VM behind it: PATCH /vm pauses and resumes
+//     it, snapshot/create saves it to mem_file_path, snapshot/load
+//     restores it from there.
 //
 // What it cannot check: that a real Firecracker of some version agrees.
 package fctest
@@ -72,11 +78,25 @@ type Options struct {
 	// socket) are inside it.
 	Root string
 	// Backend, when set, boots a real VM at InstanceStart from what the
-	// API configured (Started): the fake then checks the requests and
-	// a real guest answers on the vsock: the Backend returns a handler
-	// per guest port (as ServeGuest's). Its error refuses the start. It
-	// runs with the fake's lock held: it must not call the Server.
-	Backend func(Started) (map[uint32]func(net.Conn), error)
+	// API configured (Started), or restores one at snapshot/load: the
+	// fake then checks the requests and a real guest answers on the
+	// vsock (BackendVM.Guest). Its error refuses the start or the load.
+	// It and its VM's methods run with the fake's lock held: they must
+	// not call the Server.
+	Backend func(Started) (*BackendVM, error)
+}
+
+// BackendVM is a Backend's running VM.
+type BackendVM struct {
+	// Guest has a handler per guest vsock port (as ServeGuest's).
+	Guest map[uint32]func(net.Conn)
+	// Pause and Resume stop and restart the VM's vCPUs (PATCH /vm); nil:
+	// the backend cannot, and the request is refused.
+	Pause, Resume func() error
+	// Save writes the paused VM's whole state (its memory and devices)
+	// to memPath (snapshot/create), which Started.Restore later names;
+	// nil: the backend cannot, and the request is refused.
+	Save func(memPath string) error
 }
 
 // Started is the VM an InstanceStart asks for, the paths as the host sees
@@ -86,6 +106,11 @@ type Started struct {
 	VCPUs                    int
 	MemMiB                   int64
 	Drives                   []StartedDrive
+	// Restore, when set, is a memory file BackendVM.Save wrote: the VM is
+	// restored from it (snapshot/load) instead of booted, with the
+	// configuration it was saved with, running if Resume, else paused.
+	Restore string
+	Resume  bool
 	// Reset ends the VM as a guest's reset ends Firecracker's process:
 	// the sockets go and Exited is closed.
 	Reset func()
@@ -116,6 +141,8 @@ type Server struct {
 	exited     bool
 	cfg        vmConfig
 	guest      map[uint32]func(net.Conn)
+	vm         *BackendVM
+	vconns     []net.Conn // vsock connections acknowledged, until a snapshot
 	vsockLn    net.Listener
 	hostPort   uint32
 	conns      sync.WaitGroup
@@ -492,15 +519,8 @@ func (s *Server) apply(method, path string, body map[string]any) *refusal {
 			if err := s.listenVsock(); err != nil {
 				return bad("Start microvm error: Cannot create the vsock device: %v", err)
 			}
-			if s.opt.Backend != nil {
-				guest, err := s.opt.Backend(s.startedLocked())
-				if err != nil {
-					s.vsockLn.Close()
-					os.Remove(s.host(s.cfg.Vsock["uds_path"].(string)))
-					s.vsockLn = nil
-					return bad("Start microvm error: %v", err)
-				}
-				maps.Copy(s.guest, guest)
+			if err := s.backendStart(s.startedLocked()); err != nil {
+				return bad("Start microvm error: %v", err)
 			}
 			s.started = true
 		case "SendCtrlAltDel":
@@ -509,21 +529,75 @@ func (s *Server) apply(method, path string, body map[string]any) *refusal {
 			s.exiting = true
 		}
 	case "/vm":
-		s.paused = body["state"] == "Paused"
+		pause := body["state"] == "Paused"
+		if s.vm != nil {
+			do := s.vm.Resume
+			if pause {
+				do = s.vm.Pause
+			}
+			if do == nil {
+				return &refusal{fault: "fctest: the backend cannot pause or resume its VM"}
+			}
+			if err := do(); err != nil {
+				return &refusal{fault: fmt.Sprintf("fctest: the backend's VM: %v", err)}
+			}
+		}
+		s.paused = pause
 	case "/snapshot/create":
-		state, _ := json.Marshal(struct {
-			Magic string   `json:"magic"`
-			Cfg   vmConfig `json:"cfg"`
-		}{snapshotMagic, s.cfg})
-		if err := os.WriteFile(s.host(body["snapshot_path"].(string)), state, 0o600); err != nil {
-			return bad("Create snapshot error: Cannot perform open on the snapshot backing file: %v", err)
-		}
-		if err := os.WriteFile(s.host(body["mem_file_path"].(string)), []byte(snapshotMagic+" memory\n"), 0o600); err != nil {
-			return bad("Create snapshot error: Cannot perform open on the memory backing file: %v", err)
-		}
+		return s.create(body)
 	case "/snapshot/load":
 		return s.load(body)
 	}
+	return nil
+}
+
+// create writes the fake's snapshot: its configuration as the state
+// file, and the memory file (the backend's VM saved to it, or a marker),
+// then resets the vsock's transport as Firecracker does, closing every
+// connection.
+func (s *Server) create(body map[string]any) *refusal {
+	state, _ := json.Marshal(struct {
+		Magic string   `json:"magic"`
+		Cfg   vmConfig `json:"cfg"`
+	}{snapshotMagic, s.cfg})
+	if err := os.WriteFile(s.host(body["snapshot_path"].(string)), state, 0o600); err != nil {
+		return bad("Create snapshot error: Cannot perform open on the snapshot backing file: %v", err)
+	}
+	mem := s.host(body["mem_file_path"].(string))
+	if s.vm != nil {
+		if s.vm.Save == nil {
+			return &refusal{fault: "fctest: the backend cannot save its VM"}
+		}
+		if err := s.vm.Save(mem); err != nil {
+			return &refusal{fault: fmt.Sprintf("Create snapshot error: Cannot save the microVM memory: %v", err)}
+		}
+	} else if err := os.WriteFile(mem, []byte(snapshotMagic+" memory\n"), 0o600); err != nil {
+		return bad("Create snapshot error: Cannot perform open on the memory backing file: %v", err)
+	}
+	for _, c := range s.vconns {
+		c.Close()
+	}
+	s.vconns = nil
+	return nil
+}
+
+// backendStart has the Backend boot or restore st, once the vsock's
+// socket is bound; its error unbinds it.
+func (s *Server) backendStart(st Started) error {
+	if s.opt.Backend == nil {
+		return nil
+	}
+	vm, err := s.opt.Backend(st)
+	if err != nil {
+		if s.vsockLn != nil {
+			s.vsockLn.Close()
+			os.Remove(s.host(s.cfg.Vsock["uds_path"].(string)))
+			s.vsockLn = nil
+		}
+		return err
+	}
+	s.vm = vm
+	maps.Copy(s.guest, vm.Guest)
 	return nil
 }
 
@@ -568,8 +642,13 @@ func (s *Server) load(body map[string]any) *refusal {
 	if err := s.listenVsock(); err != nil {
 		return bad("Load snapshot error: Failed to restore from snapshot: vsock: %v", err)
 	}
+	st := s.startedLocked()
+	st.Restore, st.Resume = s.host(mem), body["resume_vm"] == true
+	if err := s.backendStart(st); err != nil {
+		return &refusal{fault: fmt.Sprintf("Load snapshot error: Failed to restore from snapshot: %v", err)}
+	}
 	s.loaded, s.started = true, true
-	s.paused = body["resume_vm"] != true
+	s.paused = !st.Resume
 	return nil
 }
 
@@ -657,6 +736,9 @@ func (s *Server) vsockConn(c net.Conn) {
 		c.Close()
 		return
 	}
+	s.mu.Lock()
+	s.vconns = append(s.vconns, c)
+	s.mu.Unlock()
 	// The guest's end is the handler's to close.
 	go h(c)
 }
