@@ -2,31 +2,40 @@ package vm
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net"
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"sync"
 
+	"github.com/dryexec/dryexec"
 	"github.com/dryexec/dryexec/rung/vm/firecracker"
 	"github.com/dryexec/dryexec/wire"
 )
 
-// A trial on an OCI image runs on Firecracker when the rung chose it
-// (chooseVMM): the kernel and the rung's initramfs as the boot source,
-// the image's erofs as a read-only drive and the upper drive as a second,
-// and a vsock device for the wire (the init listens on it: wire.VMVsockParam).
-// Everything else is the QEMU image trial's: the view guest builds the
-// host's upper dir, becomes the VMM (here firecracker, from its scratch
-// dir, in the trial's cgroup and with no network of its own), the host
-// reads the upper drive once the VMM has ended, and the delta is built by
-// the same code. What stays on QEMU, and why, is fcNotFor's.
+// A trial or a session on an OCI image runs on Firecracker when the rung
+// chose it (chooseVMM): the kernel and the rung's initramfs as the boot
+// source, the image's erofs as a read-only drive and, for a trial, the
+// upper drive as a second, and a vsock device for the wire (the init
+// listens on it: wire.VMVsockParam). Everything else is the QEMU image
+// trial's or session's: the view guest builds the host's upper dir,
+// becomes the VMM (here firecracker, from its scratch dir, in the trial's
+// cgroup and with no network of its own), the host reads the upper drive
+// once the VMM has ended, and the delta is built by the same code. A
+// session parks by Firecracker's snapshot (fcSave) and resumes in a new
+// Firecracker loading it. What stays on QEMU, and why, is fcNotFor's.
 
 // fcState is what a trial on Firecracker holds beyond a QEMU trial's.
 type fcState struct {
 	machine *firecracker.Machine
+	// dir holds the API's and the vsock's sockets: the upper drive's
+	// private temp dir for a trial, one of the session's own (removed
+	// with it) for a session.
+	dir, ownDir string
 	// ends are the VMM's ends of the wire's socket pairs (on QEMU, its
 	// chardevs' descriptors); here each is relayed to its vsock stream.
 	ends    []net.Conn
@@ -38,10 +47,14 @@ type fcState struct {
 // "" when it runs on Firecracker.
 func (t *trial) fcNotFor() string {
 	switch {
-	case t.session:
-		return "sessions run on QEMU (parking and forking are QEMU's migration; a session on Firecracker is not built)"
-	case t.upperDrive == nil:
+	case t.saved != nil && t.saved.vmm == VMMQEMU:
+		return "this session was parked on QEMU, which alone can restore its saved state"
+	case t.erofs == "" && t.session:
+		return "sessions on the host's view run on QEMU: Firecracker has neither 9p nor virtio-fs to give the VM the view"
+	case t.erofs == "":
 		return "trials on the host's view run on QEMU: Firecracker has neither 9p nor virtio-fs to give the VM the view"
+	case slices.ContainsFunc(t.Spec.Net, func(s string) bool { return s != "none" }) && t.session:
+		return "sessions with a network run on QEMU: Firecracker's NIC is a host TAP device, which netsim is not wired to"
 	case slices.ContainsFunc(t.Spec.Net, func(s string) bool { return s != "none" }):
 		return "trials with a network run on QEMU: Firecracker's NIC is a host TAP device, which netsim is not wired to"
 	}
@@ -49,7 +62,8 @@ func (t *trial) fcNotFor() string {
 }
 
 // settleVMM decides t's VMM once what it runs is known (after openImage):
-// Firecracker, where chosen, for an image trial whose network is none;
+// Firecracker, where chosen, for an image trial or session whose network
+// is none (a session parked on QEMU excepted);
 // QEMU otherwise, saying why in the delta's note. Firecracker named
 // outright falls back too: no VMM but QEMU can run those. On QEMU "none"
 // is netsim blocking and logging every attempt behind the VM's NIC; the
@@ -98,8 +112,10 @@ const fcSockMax = 107
 func (t *trial) bootFirecracker() error {
 	ctx, cancel := context.WithTimeout(context.Background(), t.r.bootTimeout())
 	defer cancel()
-	dir := filepath.Dir(t.upperDrive.Name())
-	api, vsock := filepath.Join(dir, "api"), filepath.Join(dir, "vsock")
+	if err := t.fcDir(); err != nil {
+		return err
+	}
+	api, vsock := filepath.Join(t.fc.dir, "api"), filepath.Join(t.fc.dir, "vsock")
 	if len(vsock) > fcSockMax {
 		return fmt.Errorf("firecracker's sockets: %s is longer than a socket path may be (%d bytes); use a shorter DRYEXEC_HOME", vsock, fcSockMax)
 	}
@@ -107,23 +123,36 @@ func (t *trial) bootFirecracker() error {
 	if err != nil {
 		return err
 	}
-	fm, err := firecracker.Launch(ctx, firecracker.LaunchSpec{Binary: bin, APISock: api},
-		firecracker.Options{Launcher: viewLauncher{t}, StartTimeout: t.r.bootTimeout(), Log: t.r.Log})
-	if err != nil {
-		return &FirecrackerError{Step: "launching", Err: err}
+	spec := firecracker.LaunchSpec{Binary: bin, APISock: api}
+	opt := firecracker.Options{Launcher: viewLauncher{t}, StartTimeout: t.r.bootTimeout(), Log: t.r.Log}
+	if t.saved != nil {
+		// Firecracker reads the parked VM's files through the view
+		// guest's descriptors (parkFiles), never by a name in the park's
+		// writable dir; its vsock socket is bound in this run's dir.
+		fd := func(i int) string { return "/proc/self/fd/" + strconv.Itoa(incomingFD()+i) }
+		fm, err := firecracker.Restore(ctx, spec, firecracker.Snapshot{StatePath: fd(0), MemPath: fd(1), VsockOverride: vsock}, opt)
+		if err != nil {
+			return &FirecrackerError{Step: "restoring the parked VM", Err: err}
+		}
+		t.fc.machine = fm
+	} else {
+		fm, err := firecracker.Launch(ctx, spec, opt)
+		if err != nil {
+			return &FirecrackerError{Step: "launching", Err: err}
+		}
+		t.fc.machine = fm
+		v := fcVM{binary: bin, kernel: t.m.kernel.Vmlinux, initramfs: t.m.initramfs, memMB: t.memMB(), cpus: 1, session: t.session}
+		cfg := v.config(t.fc.dir)
+		cfg.Vsock.UDSPath = vsock
+		cfg.Drives = []firecracker.Drive{{DriveID: wire.VMImageSerial, PathOnHost: t.erofs, IsReadOnly: true}}
+		if t.upperDrive != nil {
+			cfg.Drives = append(cfg.Drives, firecracker.Drive{DriveID: wire.VMUpperSerial, PathOnHost: t.upperDrive.Name()})
+		}
+		if err := fm.Boot(ctx, cfg); err != nil {
+			return &FirecrackerError{Step: "configuring and starting", Err: err}
+		}
 	}
-	t.fc.machine = fm
-	v := fcVM{binary: bin, kernel: t.m.kernel.Vmlinux, initramfs: t.m.initramfs, memMB: t.memMB(), cpus: 1}
-	cfg := v.config(dir)
-	cfg.Vsock.UDSPath = vsock
-	cfg.Drives = []firecracker.Drive{
-		{DriveID: wire.VMImageSerial, PathOnHost: t.erofs, IsReadOnly: true},
-		{DriveID: wire.VMUpperSerial, PathOnHost: t.upperDrive.Name()},
-	}
-	if err := fm.Boot(ctx, cfg); err != nil {
-		return &FirecrackerError{Step: "configuring and starting", Err: err}
-	}
-	streams, err := fm.Transport().Open(ctx)
+	streams, err := t.fc.machine.Transport().Open(ctx)
 	if err != nil {
 		return &FirecrackerError{Step: "connecting the wire over vsock", Err: err}
 	}
@@ -167,6 +196,111 @@ func (t *trial) closeFirecracker() {
 	if t.fc.machine != nil {
 		t.fc.machine.Close()
 	}
+	if t.fc.ownDir != "" {
+		os.RemoveAll(t.fc.ownDir)
+	}
+}
+
+// fcDir sets the dir of the VMM's sockets: a trial's upper drive's
+// private temp dir, else a private temp dir of the session's own (not in
+// /tmp, which other sandboxes see).
+func (t *trial) fcDir() error {
+	if t.upperDrive != nil {
+		t.fc.dir = filepath.Dir(t.upperDrive.Name())
+		return nil
+	}
+	dir, err := dryexec.PrivateTemp(os.Getenv, fcSessionDirPattern)
+	if err != nil {
+		return fmt.Errorf("firecracker's run dir: %w", err)
+	}
+	t.fc.dir, t.fc.ownDir = dir, dir
+	return nil
+}
+
+// vmmName names the VM's VMM process, for what the host says of its end.
+func (t *trial) vmmName() string {
+	if t.fc != nil {
+		return "firecracker"
+	}
+	return "QEMU"
+}
+
+// fcSessionDirPattern names the private temp dirs of sessions' VMMs.
+const fcSessionDirPattern = "vm-fc-"
+
+// Files of a session parked on Firecracker, in its park dir: the VM's
+// state (devices, vCPUs) and its memory, as PUT /snapshot/create writes
+// them; the image drive's identity is ParkImageFile, as on QEMU.
+const (
+	FCStateFile = "vm.fc-state"
+	FCMemFile   = "vm.fc-mem"
+)
+
+// ErrParkedOnFirecracker: a session parked on Firecracker cannot resume
+// where Firecracker is not chosen (or not usable for it): only a
+// Firecracker loads its snapshot.
+var ErrParkedOnFirecracker = errors.New("vm: the session was parked on Firecracker, which is not used here")
+
+// ErrFirecrackerFork: a session on Firecracker does not fork with memory
+// (not built: Firecracker's snapshot resets the vsock's connections, and
+// the parent would have to connect its wire again).
+var ErrFirecrackerFork = errors.New("vm: a session on Firecracker cannot fork with memory (not built)")
+
+// fcSave parks the session's VM (Snapshot: quit false is refused,
+// ErrFirecrackerFork): pause, a full snapshot to dir's FCStateFile and
+// FCMemFile, then the VMM ended, so that a parked session holds no RAM,
+// and the sandbox closed. On failure the VM runs on, as on QEMU.
+func (s *sessionSandbox) fcSave(ctx context.Context, dir string, quit bool) error {
+	t := s.t
+	if !quit {
+		return ErrFirecrackerFork
+	}
+	if _, ok := ctx.Deadline(); !ok {
+		// Writing the VM's memory may take longer than an API call's
+		// default bound; never longer than a boot.
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, t.r.bootTimeout()+t.r.walkGrace())
+		defer cancel()
+	}
+	files := []string{filepath.Join(dir, FCStateFile), filepath.Join(dir, FCMemFile), filepath.Join(dir, ParkImageFile)}
+	fail := func(err error) error {
+		for _, f := range files {
+			os.Remove(f)
+		}
+		if m := t.fc.machine; m.State() == firecracker.InstancePaused {
+			// Paused for the snapshot: let it run again, so that the
+			// session goes on where it was.
+			if rerr := m.Resume(context.WithoutCancel(ctx)); rerr != nil {
+				err = errors.Join(err, fmt.Errorf("resuming the VM: %w", rerr))
+			}
+		}
+		return fmt.Errorf("parking the session's VM: %w", err)
+	}
+	// The restored VM gets the same drive again (Resume): its memory holds
+	// the erofs's metadata as its kernel read it.
+	if err := writeErofsID(files[2], t.erofs); err != nil {
+		return fail(err)
+	}
+	if _, err := t.fc.machine.Park(ctx, firecracker.Snapshot{StatePath: files[0], MemPath: files[1]}); err != nil {
+		return fail(err)
+	}
+	for _, f := range files[:2] {
+		if err := syncFile(f); err != nil {
+			return fail(err)
+		}
+	}
+	s.Close()
+	return nil
+}
+
+// syncFile flushes a file the VMM wrote to disk.
+func syncFile(path string) error {
+	f, err := os.Open(path)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	return f.Sync()
 }
 
 // viewLauncher starts firecracker as the trial's view guest becoming it
@@ -179,7 +313,12 @@ func (l viewLauncher) Launch(_ context.Context, spec firecracker.LaunchSpec) (fi
 	if err != nil {
 		return nil, err
 	}
-	if err := l.t.ExecView(&wire.GVisorExec{Path: argv[0], Argv: argv, Config: []byte("{}")}, "firecracker"); err != nil {
+	var keep []int
+	if l.t.saved != nil {
+		// The parked VM's state and memory files (parkFiles).
+		keep = []int{incomingFD(), incomingFD() + 1}
+	}
+	if err := l.t.ExecView(&wire.GVisorExec{Path: argv[0], Argv: argv, Config: []byte("{}"), Keep: keep}, "firecracker"); err != nil {
 		return nil, err
 	}
 	return viewProcess(l), nil

@@ -18,35 +18,56 @@ import (
 )
 
 // The view guest's (and QEMU's) descriptors of the monitor's socket and of
-// a saved state to restore, after netsim's frame socket.
+// a saved state to restore (Firecracker's: its state file, then its
+// memory file), after netsim's frame socket.
 func qmpFD() int      { return netFD() + 1 }
 func incomingFD() int { return netFD() + 2 }
 
-// parkFiles gives a session's VM its monitor (a socketpair: t.qmp is the
-// host's end) and, when it is restored, the saved state (t.incoming) as
-// the view guest's descriptors qmpFD and incomingFD; it returns what the
-// host closes once the view guest has started. A trial's VM has neither.
+// savedVM is a parked VM to restore, its files open (Rung.Resume).
+type savedVM struct {
+	// vmm is the VMM that saved it, the only one that can restore it.
+	vmm string
+	// files: QEMU's saved state (ParkFile), or Firecracker's state and
+	// memory files (FCStateFile, FCMemFile).
+	files []*os.File
+}
+
+// parkFiles gives a session's VM on QEMU its monitor (a socketpair: t.qmp
+// is the host's end) and, when it is restored, the saved state's files
+// (t.saved) as the view guest's descriptors qmpFD and from incomingFD on;
+// it returns what the host closes once the view guest has started. A
+// trial's VM has neither; Firecracker has no monitor but its API.
 func (t *trial) parkFiles() ([]*os.File, error) {
 	if !t.session {
 		return nil, nil
 	}
-	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
-	if err != nil {
-		return nil, fmt.Errorf("socketpair: %w", err)
+	var closeAfter []*os.File
+	if t.fc == nil {
+		fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+		if err != nil {
+			return nil, fmt.Errorf("socketpair: %w", err)
+		}
+		t.qmp = os.NewFile(uintptr(fds[0]), "qmp")
+		vmm := os.NewFile(uintptr(fds[1]), "qmp-vmm")
+		t.extraFile(qmpFD(), vmm)
+		closeAfter = append(closeAfter, vmm)
 	}
-	t.qmp = os.NewFile(uintptr(fds[0]), "qmp")
-	vmm := os.NewFile(uintptr(fds[1]), "qmp-vmm")
-	for len(t.Cmd.ExtraFiles) < qmpFD()-3 {
-		t.Cmd.ExtraFiles = append(t.Cmd.ExtraFiles, nil)
-	}
-	t.Cmd.ExtraFiles = append(t.Cmd.ExtraFiles, vmm)
-	closeAfter := []*os.File{vmm}
-	if t.incoming != nil {
-		t.Cmd.ExtraFiles = append(t.Cmd.ExtraFiles, t.incoming)
-		closeAfter = append(closeAfter, t.incoming)
-		t.incoming = nil
+	if t.saved != nil {
+		for i, f := range t.saved.files {
+			t.extraFile(incomingFD()+i, f)
+		}
+		closeAfter = append(closeAfter, t.saved.files...)
+		t.saved.files = nil
 	}
 	return closeAfter, nil
+}
+
+// extraFile makes f the view guest's descriptor fd.
+func (t *trial) extraFile(fd int, f *os.File) {
+	for len(t.Cmd.ExtraFiles) <= fd-3 {
+		t.Cmd.ExtraFiles = append(t.Cmd.ExtraFiles, nil)
+	}
+	t.Cmd.ExtraFiles[fd-3] = f
 }
 
 // parkArgs adds the monitor and the restore to a session VM's command
@@ -57,7 +78,7 @@ func (t *trial) parkArgs(cfg *vmConfig, keep []int) []int {
 	}
 	cfg.qmpFD = qmpFD()
 	keep = append(keep, cfg.qmpFD)
-	if t.restoring {
+	if t.saved != nil {
 		cfg.incomingFD = incomingFD()
 		keep = append(keep, cfg.incomingFD)
 	}
@@ -92,6 +113,9 @@ func (s *sessionSandbox) save(ctx context.Context, dir string, quit bool) error 
 	// it: the next call (unparking) arms the watch again.
 	s.disarm()
 	t := s.t
+	if t.fc != nil {
+		return s.fcSave(ctx, dir, quit)
+	}
 	if t.erofs != "" {
 		// The restored VM gets the same drive again (Resume): its memory
 		// holds the erofs's metadata as its kernel read it.
@@ -149,24 +173,44 @@ func (r *Rung) Resume(ctx context.Context, spec dryexec.SandboxSpec, dir string)
 		}
 		want = &id
 	}
-	// The caller checked the saved state, but the directory is writable:
-	// open it as the regular file it was, never through a link swapped in
-	// since, and without blocking on a FIFO (its open would wait forever).
-	fd, err := unix.Open(filepath.Join(dir, ParkFile), unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_CLOEXEC, 0)
-	if err != nil {
-		return nil, fmt.Errorf("resuming a vm session: %w", &os.PathError{Op: "open", Path: filepath.Join(dir, ParkFile), Err: err})
+	// A park on Firecracker has its state and memory files; QEMU's, its
+	// saved state alone. The VMM that saved it restores it.
+	saved := &savedVM{vmm: VMMQEMU}
+	names := []string{ParkFile}
+	if _, err := os.Lstat(filepath.Join(dir, FCStateFile)); err == nil {
+		saved.vmm, names = VMMFirecracker, []string{FCStateFile, FCMemFile}
 	}
-	var st unix.Stat_t
-	if err := unix.Fstat(fd, &st); err != nil || st.Mode&unix.S_IFMT != unix.S_IFREG || unix.SetNonblock(fd, false) != nil {
-		unix.Close(fd)
-		return nil, fmt.Errorf("resuming a vm session: %s is not a regular file", filepath.Join(dir, ParkFile))
+	for _, name := range names {
+		f, err := openSaved(filepath.Join(dir, name))
+		if err != nil {
+			closeAll(saved.files)
+			return nil, fmt.Errorf("resuming a vm session: %w", err)
+		}
+		saved.files = append(saved.files, f)
 	}
-	state := os.NewFile(uintptr(fd), filepath.Join(dir, ParkFile))
-	s, err := r.openSession(ctx, spec, state, want)
+	s, err := r.openSession(ctx, spec, saved, want)
 	if err != nil {
 		return nil, err
 	}
 	return s, nil
+}
+
+// openSaved opens a parked VM's file to restore it from. The caller checked
+// the saved state, but the directory is writable: it is opened as the
+// regular file it was, never through a link swapped in since, and without
+// blocking on a FIFO (its open would wait forever). The VMM reads it
+// through the descriptor (incomingFD), never by its name.
+func openSaved(path string) (*os.File, error) {
+	fd, err := unix.Open(path, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, &os.PathError{Op: "open", Path: path, Err: err}
+	}
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil || st.Mode&unix.S_IFMT != unix.S_IFREG || unix.SetNonblock(fd, false) != nil {
+		unix.Close(fd)
+		return nil, fmt.Errorf("%s is not a regular file", path)
+	}
+	return os.NewFile(uintptr(fd), path), nil
 }
 
 // ParkImageFile names, in the park dir of a vm session on an image, the
@@ -263,6 +307,12 @@ func (s *sessionSandbox) restore(ctx context.Context) error {
 			return fmt.Errorf("resuming a vm session: %w", context.Cause(ctx))
 		}
 		return err
+	}
+	if t.fc != nil {
+		// Firecracker's load resumed the VM (bootFirecracker).
+		t.boot = time.Since(t.bootStart)
+		t.r.trace("hello")
+		return nil
 	}
 	q, err := s.monitor(ctx)
 	if err != nil {

@@ -351,10 +351,11 @@ type trial struct {
 	boot      time.Duration
 	// session: the VM's init starts a session guest, not a trial's.
 	session bool
-	// qmp is the host's end of QEMU's monitor (sessions only: parking);
-	// incoming, a saved state the VM is restored from instead of booted.
-	qmp, incoming *os.File
-	restoring     bool
+	// qmp is the host's end of QEMU's monitor (sessions on QEMU only:
+	// parking); saved, a parked VM the session is restored from instead
+	// of booted (Rung.Resume).
+	qmp   *os.File
+	saved *savedVM
 	// sb is what the VM was built from (a warm pool hands it out only to
 	// a trial asking for the same); pooled: booted ahead by a Pool.
 	sb     sandbox
@@ -387,6 +388,9 @@ func netFD() int { return portFD0 + len(wire.VMPorts()) }
 // with the ports' QEMU ends and that socket.
 func (t *trial) start() error {
 	t.settleVMM()
+	if t.saved != nil && t.saved.vmm == VMMFirecracker && t.fc == nil {
+		return fmt.Errorf("%w: %s", ErrParkedOnFirecracker, t.m.vmm.why)
+	}
 	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
 	if err != nil {
 		return fmt.Errorf("socketpair: %w", err)
@@ -466,7 +470,10 @@ func (t *trial) cleanup() {
 		}
 	}
 	closeAll(t.ports)
-	closeAll([]*os.File{t.qmp, t.incoming})
+	closeAll([]*os.File{t.qmp})
+	if t.saved != nil {
+		closeAll(t.saved.files)
+	}
 	t.closeImage()
 	t.Release()
 }

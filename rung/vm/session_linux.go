@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -37,18 +38,20 @@ func (r *Rung) OpenSandbox(ctx context.Context, spec dryexec.SandboxSpec) (dryex
 	return s, nil
 }
 
-// openSession starts a session's VM for spec: booted, or, with state,
-// restored from a saved one (Resume; state is the sandbox's from then on),
-// on an image with the erofs drive erofs identifies (nil: none).
-func (r *Rung) openSession(ctx context.Context, spec dryexec.SandboxSpec, state *os.File, erofs *erofsID) (*sessionSandbox, error) {
+// openSession starts a session's VM for spec: booted, or, with saved,
+// restored from a parked one (Resume; its files are the sandbox's from
+// then on), on an image with the erofs drive erofs identifies (nil: none).
+func (r *Rung) openSession(ctx context.Context, spec dryexec.SandboxSpec, saved *savedVM, erofs *erofsID) (*sessionSandbox, error) {
 	t, err := r.newTrial(ctx, dryexec.TrialSpec{TrialID: spec.ID, Limits: spec.Limits, Masks: spec.Masks,
 		NoDefaultMasks: spec.NoDefaultMasks, OwnPaths: spec.OwnPaths, Net: spec.Net, NetCADir: spec.NetCADir, Image: spec.Image})
 	if err != nil {
-		closeAll([]*os.File{state})
+		if saved != nil {
+			closeAll(saved.files)
+		}
 		return nil, err
 	}
 	t.session = true
-	t.restoring, t.incoming = state != nil, state
+	t.saved = saved
 	s := &sessionSandbox{t: t, ws: cmpOr(spec.Workspace, "/workspace")}
 	// On an image, the VM's root is its own overlay over the image's erofs
 	// drive, as a trial's (ociimage_linux.go); the workspace is the
@@ -66,7 +69,7 @@ func (r *Rung) openSession(ctx context.Context, spec dryexec.SandboxSpec, state 
 		return nil, err
 	}
 	up := s.boot
-	if state != nil {
+	if saved != nil {
 		up = s.restore
 	}
 	if err := up(ctx); err != nil {
@@ -268,6 +271,11 @@ func (s *sessionSandbox) Warnings() []string {
 		w = append(w, mw)
 	}
 	w = append(w, s.t.net.net.SessionWarnings()...)
+	if s.t.fc != nil {
+		// Which VMM runs the session, and what that changes (no network
+		// device: attempts fail unlogged), as a trial's delta says.
+		w = append(w, strings.TrimPrefix(s.t.m.vmm.deltaNote(), "; "))
+	}
 	return w
 }
 
@@ -281,11 +289,12 @@ func (s *sessionSandbox) NetworkEnded() string { return s.t.net.net.Ended() }
 // session guest ends or the VM's kernel panics (panic=-1), and a killed
 // QEMU ends the guest with it. A panic is named (kernelPanicked).
 func (s *sessionSandbox) GuestEnded() (string, bool) {
-	how, ok := s.t.Ended(linuxns.GuestExitWait)
+	t := s.t
+	how, ok := t.Ended(linuxns.GuestExitWait)
 	if !ok {
 		return how, ok
 	}
-	how = "QEMU " + how
+	how = t.vmmName() + " " + how
 	s.mu.Lock()
 	silence := s.silence
 	s.mu.Unlock()

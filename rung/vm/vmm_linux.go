@@ -135,6 +135,8 @@ type fcVM struct {
 	// runDir holds the VM's sockets (a fresh dir beneath it, removed
 	// with the VM); "": the system's temp dir.
 	runDir string
+	// session has the init start a session guest instead of a trial's.
+	session bool
 }
 
 // fcProbeVM is the probe VM: m's kernel and initramfs, no root, QEMU's
@@ -166,9 +168,14 @@ func (v fcVM) config(dir string) firecracker.Config {
 	if mem <= 0 {
 		mem = 512
 	}
+	args := fcKernelArgs()
+	if v.session {
+		// As on QEMU (vmConfig.argv): the init's argv ends with the role.
+		args += " " + wire.RoleSession
+	}
 	return firecracker.Config{
 		Machine: firecracker.MachineConfig{VCPUCount: max(v.cpus, 1), MemSizeMiB: mem},
-		Boot:    firecracker.BootSource{KernelImagePath: v.kernel, InitrdPath: v.initramfs, BootArgs: fcKernelArgs()},
+		Boot:    firecracker.BootSource{KernelImagePath: v.kernel, InitrdPath: v.initramfs, BootArgs: args},
 		Vsock:   &firecracker.Vsock{GuestCID: fcGuestCID, UDSPath: filepath.Join(dir, "vsock")},
 	}
 }
