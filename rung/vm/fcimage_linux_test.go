@@ -186,6 +186,9 @@ func QEMUFirecracker(t *testing.T, r *Rung) func(*testing.T) []fctest.Call {
 	return h.calls
 }
 
+// Routes is routes for the external tests.
+func Routes(calls []fctest.Call) []string { return routes(calls) }
+
 // NoFCLeftovers fails t if a trial left anything in DRYEXEC_HOME's
 // private temp dir (an upper drive's dir, which holds the VMM's sockets)
 // or a child process of the test's.

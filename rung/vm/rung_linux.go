@@ -271,10 +271,10 @@ func (r *Rung) Notes() []string {
 		m.vmm.doctorNote(),
 		accel,
 		"kernel: " + m.kernel.Vmlinux + " (sha256 " + m.kernel.Digest[:16] + "…); initramfs: " + m.initramfs,
-		"wire: virtio-serial; root: the view over 9p (virtio-9p, passthrough), upper dirs on the host; on an OCI image: the image's erofs on a read-only virtio-blk drive under the VM's own overlay, its upper dir sent back on a second drive and unpacked by the host; with vmm firecracker, such a trial with --net none runs on Firecracker (the same drives, the wire over vsock, no NIC) and everything else on QEMU",
+		"wire: virtio-serial; root: the view over 9p (virtio-9p, passthrough), upper dirs on the host; on an OCI image: the image's erofs on a read-only virtio-blk drive under the VM's own overlay, its upper dir sent back on a second drive and unpacked by the host; with vmm firecracker, such a trial or session with --net none runs on Firecracker (the same drives, the wire over vsock, no NIC) and everything else on QEMU",
 		"network: netsim, as on ns, behind the VM's virtio-net (QEMU's -netdev dgram on a socket netsim serves, Ethernet frames)",
 		"limits: memory is the VM's RAM (its kernel's OOM kills recorded), one vCPU; QEMU in a cgroup of the trial's (memory: the limit plus QEMU's overhead; cpu.max; pids with room for QEMU's threads); pids as RLIMIT_NPROC inside the VM",
-		"sessions: one VM per session, the session guest as its init's child over the same view; workspace on a tmpfs of the VM's own (scan staging, as on gvisor); the same network as a trial's; park and resume (QMP migration to a file) and fork with memory (n restores of a snapshot)",
+		"sessions: one VM per session, the session guest as its init's child over the same view; workspace on a tmpfs of the VM's own (scan staging, as on gvisor); the same network as a trial's; park and resume (QMP migration to a file; on Firecracker its snapshot/create and snapshot/load) and fork with memory (n restores of a snapshot; not on Firecracker)",
 	}
 }
 
