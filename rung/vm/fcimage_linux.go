@@ -12,6 +12,8 @@ import (
 	"strconv"
 	"sync"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/dryexec/dryexec"
 	"github.com/dryexec/dryexec/rung/vm/firecracker"
 	"github.com/dryexec/dryexec/wire"
@@ -280,6 +282,16 @@ func (s *sessionSandbox) fcSave(ctx context.Context, dir string, quit bool) erro
 	// the erofs's metadata as its kernel read it.
 	if err := writeErofsID(files[2], t.erofs); err != nil {
 		return fail(err)
+	}
+	// Made here first, as QEMU's saved state is (O_EXCL): a name already
+	// taken in the park dir (a link planted there) fails the park rather
+	// than have the VMM write through it.
+	for _, f := range files[:2] {
+		fd, err := unix.Open(f, unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o600)
+		if err != nil {
+			return fail(&os.PathError{Op: "create", Path: f, Err: err})
+		}
+		unix.Close(fd)
 	}
 	if _, err := t.fc.machine.Park(ctx, firecracker.Snapshot{StatePath: files[0], MemPath: files[1]}); err != nil {
 		return fail(err)

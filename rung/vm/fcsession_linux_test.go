@@ -30,9 +30,11 @@ import (
 // Firecracker whose only request after GET / is PUT /snapshot/load
 // (resume_vm, the vsock bound afresh by vsock_override), with the
 // workspace, its baseline, the image overlay's upper dir (in the VM's
-// RAM), the shell's cwd and the same guest supervisor as they were. No call refused. A rung that does not
-// use Firecracker refuses to resume it, typed, before anything starts; a
-// fork with memory is refused, typed, and the session goes on.
+// RAM), the shell's cwd and the same guest supervisor as they were. No
+// call refused. A park through a link planted in the park dir fails,
+// leaving the host file and the session as they were. A rung that does
+// not use Firecracker refuses to resume the park, typed, before anything
+// starts; a fork with memory is refused, typed, and the session goes on.
 func TestImageSessionOnFirecracker(t *testing.T) {
 	requireVMSession(t)
 	t.Setenv("DRYEXEC_HOME", t.TempDir())
@@ -81,6 +83,26 @@ func TestImageSessionOnFirecracker(t *testing.T) {
 	if len(qemu) != 1 {
 		t.Fatalf("the fake firecracker's children: %v, want its QEMU", qemu)
 	}
+	// A park dir whose memory file's name is taken by a link to a host
+	// file: the park fails before the VM is touched, the host file is
+	// unchanged, and the session goes on.
+	host := filepath.Join(t.TempDir(), "host-file")
+	if err := os.WriteFile(host, []byte("host"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	planted := t.TempDir()
+	if err := os.Symlink(host, filepath.Join(planted, vm.FCMemFile)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Park(ctx, planted); err == nil {
+		t.Fatal("a park through a planted link succeeded")
+	}
+	if b, _ := os.ReadFile(host); string(b) != "host" {
+		t.Errorf("the host file behind the planted link: %q", b)
+	}
+	if got := sh(s, "pwd; cat f.txt"); got != "/workspace/sub\ndata\n" {
+		t.Errorf("after the refused park: %q", got)
+	}
 	dir := t.TempDir()
 	p, err := s.Park(ctx, dir)
 	if err != nil {
@@ -100,6 +122,7 @@ func TestImageSessionOnFirecracker(t *testing.T) {
 		t.Errorf("a park on Firecracker wrote QEMU's %s", vm.ParkFile)
 	}
 	parked := calls(t)[len(booted):]
+	// Nothing reached the VMM for the refused park.
 	if got, want := vm.Routes(parked), []string{"PATCH /vm", "PUT /snapshot/create"}; !slices.Equal(got, want) {
 		t.Errorf("the park's calls %q, want %q", got, want)
 	} else {
