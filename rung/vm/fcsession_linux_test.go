@@ -189,3 +189,50 @@ func alive(pid int) bool {
 	f := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
 	return len(f) > 0 && f[0] != "Z"
 }
+
+// TestImageSessionParkedOnQEMU: a session on an image parked while the
+// rung used QEMU resumes on QEMU once Firecracker is chosen (only QEMU
+// loads its saved state), with no request to Firecracker, and works.
+func TestImageSessionParkedOnQEMU(t *testing.T) {
+	requireVMSession(t)
+	t.Setenv("DRYEXEC_HOME", t.TempDir())
+	r := &vm.Rung{}
+	calls := vm.QEMUFirecracker(t, r)
+	root := rungcompare.PullImage(t, rungcompare.AwkwardImage(t))
+	ctx := t.Context()
+	t.Setenv(vm.VMMEnv, vm.VMMQEMU)
+	s, err := session.Open(ctx, session.Options{Rung: vm.Name, Image: root})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if r, err := s.Shell(ctx, "echo q > q.txt", 5*time.Minute); err != nil || r.ExitCode != 0 {
+		t.Fatalf("shell: %v %+v", err, r)
+	}
+	dir := t.TempDir()
+	p, err := s.Park(ctx, dir)
+	if err != nil {
+		t.Fatalf("park on QEMU: %v", err)
+	}
+	if _, err := os.Stat(filepath.Join(dir, vm.ParkFile)); err != nil {
+		t.Fatalf("QEMU's park: %v", err)
+	}
+	t.Setenv(vm.VMMEnv, vm.VMMFirecracker)
+	t.Setenv(firecracker.BinaryEnv, r.Firecracker)
+	s2, err := session.Resume(ctx, p)
+	if err != nil {
+		t.Fatalf("resuming a QEMU park with Firecracker chosen: %v", err)
+	}
+	defer s2.Close()
+	if r, err := s2.Shell(ctx, "cat q.txt", 5*time.Minute); err != nil || r.Stdout != "q\n" {
+		t.Errorf("after resume: %v %+v", err, r)
+	}
+	if w := strings.Join(s2.Warnings(), "\n"); strings.Contains(w, "vmm firecracker") {
+		t.Errorf("the resumed session says Firecracker runs it: %q", s2.Warnings())
+	}
+	if c := calls(t); len(c) != 0 {
+		t.Errorf("firecracker was asked %q for a session parked on QEMU", vm.Routes(c))
+	}
+	s2.Close()
+	vm.NoFCLeftovers(t)
+}
