@@ -1,6 +1,7 @@
 package guest
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -33,6 +34,20 @@ type vmPark struct {
 	// parked: the VM is about to be saved, and a heartbeat in flight then
 	// would be cut in the middle of its frame.
 	alive func()
+	// vsock: the wire runs over vsock streams (a VM on Firecracker), which
+	// a Firecracker snapshot resets; this guest does not connect them again
+	// after a restore, so such a session refuses to park (parkVM).
+	vsock bool
+}
+
+// errParkVsock refuses a park whose resume would find the wire's streams
+// reset: the session goes on as it was instead of being lost at resume.
+var errParkVsock = errors.New("this session's wire runs over vsock, whose streams a Firecracker snapshot resets, and the guest does not reconnect them after a restore: parking would lose the session, so it is refused")
+
+// onVsock says whether fd is a vsock socket.
+func onVsock(fd int) bool {
+	dom, err := unix.GetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_DOMAIN)
+	return err == nil && dom == unix.AF_VSOCK
 }
 
 // parkVM unmounts the view (9p) and every mount above it, and puts the
@@ -55,6 +70,9 @@ func (s *session) parkVM() error {
 	}
 	if p.parked {
 		return fmt.Errorf("already parked")
+	}
+	if p.vsock {
+		return errParkVsock
 	}
 	if p.image {
 		// The root is the VM's own overlay over its drives, no 9p: the

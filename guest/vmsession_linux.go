@@ -51,7 +51,7 @@ func (s *session) startVM() error {
 	// (unprotectExec).
 	oom := newVMOOM()
 	oom.protect()
-	s.vm = &vmPark{initRoot: root, oom: oom, image: img != nil}
+	s.vm = &vmPark{initRoot: root, oom: oom, image: img != nil, vsock: onVsock(wire.CtrlFD)}
 	s.vm.alive = s.vmHeartbeat()
 	return nil
 }

@@ -1,8 +1,12 @@
 package guest
 
 import (
+	"errors"
 	"testing"
 
+	"golang.org/x/sys/unix"
+
+	"github.com/dryexec/dryexec/internal/testreq"
 	"github.com/dryexec/dryexec/wire"
 )
 
@@ -24,5 +28,38 @@ func TestVMWireOnVsock(t *testing.T) {
 		if got := vmWireOnVsock(tc.cmdline); got != tc.want {
 			t.Errorf("vmWireOnVsock(%q) = %v, want %v", tc.cmdline, got, tc.want)
 		}
+	}
+}
+
+// A session whose wire runs over vsock (Firecracker) refuses to park, and
+// stays as it was: a Firecracker snapshot resets vsock streams, which this
+// guest does not reconnect, so the resume would lose the session. The
+// decision rests on the wire's socket family, tried on a real AF_VSOCK
+// socket (creating one needs no transport) and on the socketpair the other
+// rungs' wires are.
+func TestParkRefusedOverVsock(t *testing.T) {
+	vs, err := unix.Socket(unix.AF_VSOCK, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+	testreq.Needf(t, testreq.Kernel, "an AF_VSOCK socket", err)
+	defer unix.Close(vs)
+	pair, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Close(pair[0])
+	defer unix.Close(pair[1])
+	if !onVsock(vs) || onVsock(pair[0]) {
+		t.Fatalf("onVsock: vsock socket %v, socketpair %v; want true, false", onVsock(vs), onVsock(pair[0]))
+	}
+	stopped := false
+	s := &session{vm: &vmPark{image: true, vsock: onVsock(vs), alive: func() { stopped = true }}}
+	if err := s.parkVM(); !errors.Is(err, errParkVsock) {
+		t.Fatalf("parkVM over vsock: %v, want errParkVsock", err)
+	}
+	if s.vm.parked || stopped {
+		t.Errorf("a refused park changed the session: parked %v, heartbeat stopped %v", s.vm.parked, stopped)
+	}
+	s.vm.vsock = onVsock(pair[0])
+	if err := s.parkVM(); err != nil || !s.vm.parked {
+		t.Errorf("parkVM over a socketpair: %v, parked %v; want parked", err, s.vm.parked)
 	}
 }
