@@ -500,6 +500,9 @@ type renameWork struct {
 	modes map[[2]uint64]uint32
 	top   int // the new dir, once made
 	mnt   uint64
+	// afterStep, when set, runs after each step of a link swap (swapLink):
+	// a test's way of racing the caller's other threads against it.
+	afterStep func(step string)
 }
 
 // errCannot: the tree cannot be moved exactly as the caller's own rights
