@@ -87,7 +87,7 @@ func (r *renamer) handleLink(ctx context.Context, n *seccomp.Notification) (secc
 		defer closeBase(oldBase)
 		defer closeBase(newBase)
 		return r.worker(cr, func() seccomp.Answer {
-			w := &renameWork{ctx: ctx, n: n, creds: cr}
+			w := &renameWork{ctx: ctx, n: n, creds: cr, afterStep: r.afterStep}
 			return w.link(oldBase, newBase, req)
 		})
 	}

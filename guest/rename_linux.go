@@ -57,6 +57,8 @@ type renamer struct {
 	mntNS    string // the guest's mount namespace, as /proc/self/ns/mnt names it
 	root     unix.Stat_t
 	pool     workerPool
+	// afterStep is handed to each link's renameWork (a test's hook).
+	afterStep func(step string)
 }
 
 // renameCalls are the calls the renamer handles.
