@@ -55,7 +55,7 @@ func TestLinkSwapRaces(t *testing.T) {
 	out, err := cmd.CombinedOutput()
 	if err != nil {
 		if bytes.Contains(out, []byte(linkSwapUnavailable)) {
-			testreq.Needf(t, testreq.Kernel, "overlayfs in a user namespace", errors.New(firstLineWith(out, linkSwapUnavailable)))
+			testreq.Needf(t, testreq.Kernel, "overlayfs in a user namespace", errors.New(strings.TrimSpace(string(out))))
 		}
 		t.Fatalf("the user-namespace run failed: %v\n%s", err, out)
 	}
@@ -67,15 +67,6 @@ func TestLinkSwapRaces(t *testing.T) {
 // linkSwapUnavailable starts the re-run's message when the kernel cannot
 // give it a rootless overlay.
 const linkSwapUnavailable = "no rootless overlay:"
-
-func firstLineWith(out []byte, sub string) string {
-	for _, l := range strings.Split(string(out), "\n") {
-		if strings.Contains(l, sub) {
-			return strings.TrimSpace(l)
-		}
-	}
-	return ""
-}
 
 // linkSwapRaces is TestLinkSwapRaces in its user namespace.
 func linkSwapRaces(t *testing.T, lower string) {
