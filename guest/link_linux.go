@@ -87,14 +87,14 @@ func (r *renamer) handleLink(ctx context.Context, n *seccomp.Notification) (secc
 		defer closeBase(oldBase)
 		defer closeBase(newBase)
 		return r.worker(cr, func() seccomp.Answer {
-			w := &renameWork{ctx: ctx, n: n, creds: cr}
+			w := &renameWork{ctx: ctx, n: n, creds: cr, afterStep: r.afterStep}
 			return w.link(oldBase, newBase, req)
 		})
 	}
 }
 
 // link makes the link with the caller's rights and, where the overlay left
-// the two names two identities, makes them one (unshareLink).
+// the two names two identities, makes them one (swapLink).
 func (w *renameWork) link(oldBase, newBase int, req renameReq) seccomp.Answer {
 	opd, on, npd, nn, ok := openParents(oldBase, newBase, req)
 	if !ok {
@@ -118,14 +118,22 @@ func (w *renameWork) link(oldBase, newBase int, req renameReq) seccomp.Answer {
 
 // swapLink gives the new name nn (in npd) the identity the source on (in
 // opd) showed before the link, where the overlay gave it another. Only the
-// source's dentry knows the lower file, so it is moved to the new name: the
-// new name unlinked, the source renamed to it (which keeps the dentry), and
-// the source linked back (looked up afresh, it then shows the copy's
-// identity). The overlay refuses a rename between two names of one upper
-// inode (ESTALE), RENAME_EXCHANGE included, hence the three steps. Each step
-// the caller could make itself; a step that fails puts back what the ones
-// before did. It gives up, leaving the link as the overlay made it, on
+// source's dentry knows the lower file, so it is moved to the new name, and
+// the new name's dentry (looked up afresh, the copy's identity) to the
+// source's: nn renamed to a temporary name beside the source, the source
+// renamed to nn, the temporary name renamed to the source. The overlay
+// refuses a rename between two names of one upper inode (ESTALE),
+// RENAME_EXCHANGE included, hence the three steps. Each step the caller could
+// make itself. It gives up, leaving the link as the overlay made it, on
 // anything odd.
+//
+// The caller's other threads and processes may rename, remove or make the
+// same names meanwhile (the link's caller waits; they do not). So every step
+// is a rename with RENAME_NOREPLACE: the file always keeps a name (no step
+// removes one, so a concurrent unlink of another name cannot take its last),
+// and nothing another process made is replaced. A step that fails puts the
+// file back at nn, where the link made it: the call has succeeded, so nn
+// stays the file even when the source was renamed away meanwhile.
 func (w *renameWork) swapLink(opd int, on string, npd int, nn string, before *unix.Stat_t) {
 	var so, sn unix.Stat_t
 	if unix.Fstatat(opd, on, &so, unix.AT_SYMLINK_NOFOLLOW) != nil || unix.Fstatat(npd, nn, &sn, unix.AT_SYMLINK_NOFOLLOW) != nil {
@@ -138,7 +146,7 @@ func (w *renameWork) swapLink(opd int, on string, npd int, nn string, before *un
 		so.Nlink != sn.Nlink || so.Size != sn.Size || so.Mtim != sn.Mtim || so.Uid != sn.Uid || so.Gid != sn.Gid {
 		return // not the overlay's two views of one file
 	}
-	// The caller's own file: a sticky dir lets it unlink and rename it.
+	// The caller's own file: a sticky dir lets it rename it.
 	if int(so.Uid) != w.creds.fsuid {
 		return
 	}
@@ -164,20 +172,66 @@ func (w *renameWork) swapLink(opd int, on string, npd int, nn string, before *un
 	if unix.Fstat(dir, &ds) != nil || !w.live() {
 		return
 	}
-	if unix.Unlinkat(npd, nn, 0) != nil {
+	// One worker thread makes one call at a time: its tid names the
+	// temporary name uniquely among the workers (NOREPLACE refuses a name
+	// the sandbox made).
+	tmp := ".dryexec-link-" + strconv.Itoa(unix.Gettid())
+	if unix.Renameat2(npd, nn, opd, tmp, unix.RENAME_NOREPLACE) != nil {
 		return
 	}
-	if unix.Renameat(opd, on, npd, nn) != nil {
-		unix.Linkat(opd, on, npd, nn, 0)
+	w.step(linkStepKept)
+	if unix.Renameat2(opd, on, npd, nn, unix.RENAME_NOREPLACE) != nil {
+		// The source was renamed or removed meanwhile, or nn made.
+		w.putBack(opd, tmp, npd, nn)
 		return
 	}
-	if unix.Linkat(npd, nn, opd, on, 0) != nil {
-		if unix.Renameat(npd, nn, opd, on) == nil {
-			unix.Linkat(opd, on, npd, nn, 0)
-		}
+	w.step(linkStepMoved)
+	var moved unix.Stat_t
+	if unix.Fstatat(npd, nn, &moved, unix.AT_SYMLINK_NOFOLLOW) != nil || moved.Dev != before.Dev || moved.Ino != before.Ino {
+		// Another file took the source's name meanwhile and was moved in
+		// its place: it goes back.
+		unix.Renameat2(npd, nn, opd, on, unix.RENAME_NOREPLACE)
+		w.putBack(opd, tmp, npd, nn)
+		return
+	}
+	if unix.Renameat2(opd, tmp, opd, on, unix.RENAME_NOREPLACE) != nil {
+		// Another file took the source's name meanwhile: the file keeps
+		// its new name (as if that file had been renamed over the source).
+		dropKept(opd, tmp)
 		return
 	}
 	setTimes(dir, &ds)
+}
+
+// putBack renames the new name's dentry, kept as tmp in opd, back to nn in
+// npd: the link as the overlay made it. Where nn was made meanwhile the
+// file keeps its other names.
+func (w *renameWork) putBack(opd int, tmp string, npd int, nn string) {
+	if unix.Renameat2(opd, tmp, npd, nn, unix.RENAME_NOREPLACE) != nil {
+		dropKept(opd, tmp)
+	}
+}
+
+// dropKept removes the temporary name tmp in opd if the file has another
+// one; its last name is kept rather than lost.
+func dropKept(opd int, tmp string) {
+	var st unix.Stat_t
+	if unix.Fstatat(opd, tmp, &st, unix.AT_SYMLINK_NOFOLLOW) == nil && st.Nlink > 1 {
+		unix.Unlinkat(opd, tmp, 0)
+	}
+}
+
+// The steps of swapLink a test may interleave with (renameWork.afterStep).
+const (
+	linkStepKept  = "kept"  // nn renamed to the temporary name
+	linkStepMoved = "moved" // the source renamed to nn
+)
+
+// step runs the test's hook after a step of a link swap.
+func (w *renameWork) step(name string) {
+	if w.afterStep != nil {
+		w.afterStep(name)
+	}
 }
 
 // setTimes sets fd's access and modification times to st's.

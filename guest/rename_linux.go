@@ -57,6 +57,8 @@ type renamer struct {
 	mntNS    string // the guest's mount namespace, as /proc/self/ns/mnt names it
 	root     unix.Stat_t
 	pool     workerPool
+	// afterStep is handed to each link's renameWork (a test's hook).
+	afterStep func(step string)
 }
 
 // renameCalls are the calls the renamer handles.
@@ -500,6 +502,9 @@ type renameWork struct {
 	modes map[[2]uint64]uint32
 	top   int // the new dir, once made
 	mnt   uint64
+	// afterStep, when set, runs after each step of a link swap (swapLink):
+	// a test's way of racing the caller's other threads against it.
+	afterStep func(step string)
 }
 
 // errCannot: the tree cannot be moved exactly as the caller's own rights

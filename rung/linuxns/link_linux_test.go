@@ -406,15 +406,19 @@ def flip():
 t = threading.Thread(target=flip)
 t.start()
 seen = set()
-for i in range(400):
-    if call("sw", "swl", 0x400) == "ok":
-        try:
-            seen.add(open("swl", "rb").read(8))
-        except OSError:
-            pass
-        os.unlink("swl")
-stop = True
-t.join()
+# A failure here (a link reported made that is not there) must end the
+# script, not leave flip running: finally stops it.
+try:
+    for i in range(400):
+        if call("sw", "swl", 0x400) == "ok":
+            try:
+                seen.add(open("swl", "rb").read(8))
+            except OSError:
+                pass
+            os.unlink("swl")
+finally:
+    stop = True
+    t.join()
 # What the links read: our file, or (the kernel following a symlink for the
 # caller) x; a link of the symlink itself, made in the race, reads the mask.
 print("race:", "ok" if seen <= {b"mine\n", b"x\n", b""} else sorted(seen))
