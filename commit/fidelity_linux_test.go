@@ -565,3 +565,54 @@ func TestLinkToHostFile(t *testing.T) {
 	}
 	noLeftovers(t, f.base, f.jdir)
 }
+
+// TestLinkOverHostFile: `ln -f a b` over two host files (and a link of a new
+// file over a host file) makes them one inode in the trial, and the delta says
+// so (one link_group; b a modify). Commit wrote b as a file of its own, so the
+// host got two files where the delta showed one: a change unlike the one shown.
+// Every path of a group ends up as one inode, the host file's where it only
+// gained links.
+func TestLinkOverHostFile(t *testing.T) {
+	requireRoot(t)
+	f := newFx(t, common.with("a", reg("A\n", 0o644), "b", reg("B\n", 0o644),
+		"c", reg("C\n", 0o644), "d", reg("D\n", 0o600)))
+	var before unix.Stat_t
+	if err := unix.Lstat(f.p("a"), &before); err != nil {
+		t.Fatal(err)
+	}
+	d := f.delta(
+		linked(f.modify("a", "A\n", 0o644, "A\n", 0o644), 1),
+		linked(f.modify("b", "B\n", 0o644, "A\n", 0o644), 1),
+		linked(f.create("nd", "N\n", 0o640), 2),
+		linked(f.modify("c", "C\n", 0o644, "N\n", 0o640), 2),
+		linked(f.modify("d", "D\n", 0o600, "N\n", 0o640), 2))
+	if _, err := Apply(context.Background(), d, f.opt()); err != nil {
+		t.Fatalf("Apply: %v", err)
+	}
+	groups := [][]string{{"a", "b"}, {"nd", "c", "d"}}
+	for _, g := range groups {
+		var first unix.Stat_t
+		for i, p := range g {
+			var st unix.Stat_t
+			if err := unix.Lstat(f.p(p), &st); err != nil {
+				t.Fatal(err)
+			}
+			if i == 0 {
+				first = st
+				continue
+			}
+			if st.Ino != first.Ino || int(st.Nlink) != len(g) {
+				t.Errorf("%s: inode %d, %d links; want %s's inode %d, %d links (one file in the delta)",
+					p, st.Ino, st.Nlink, g[0], first.Ino, len(g))
+			}
+		}
+	}
+	if got, _ := os.ReadFile(f.p("b")); string(got) != "A\n" {
+		t.Errorf("b holds %q, want %q", got, "A\n")
+	}
+	var st unix.Stat_t
+	if err := unix.Lstat(f.p("a"), &st); err != nil || st.Ino != before.Ino {
+		t.Errorf("a is no longer the host's inode %d (%v)", before.Ino, err)
+	}
+	noLeftovers(t, f.base, f.jdir)
+}

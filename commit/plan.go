@@ -302,7 +302,10 @@ func makePlan(trialID string, changes []dryexec.FileChange) (*plan, error) {
 				s.Replace = f.Op == dryexec.OpModify
 				s.SHA, s.Size, s.Link, s.Mtime = f.SHA256, f.Size, f.LinkTarget, f.MtimeNS
 				places = append(places, s)
-				if f.LinkGroup != 0 && f.Op == dryexec.OpCreate && f.Kind == dryexec.KindFile {
+				// A modify too: a host file replaced by a link (ln -f a b)
+				// is one inode with the group in the delta, and must be so
+				// on the host, not a copy of its own.
+				if f.LinkGroup != 0 && f.Kind == dryexec.KindFile {
 					groups[f.LinkGroup] = append(groups[f.LinkGroup], len(places)-1)
 				}
 			case dryexec.OpChmod:
@@ -338,7 +341,7 @@ func makePlan(trialID string, changes []dryexec.FileChange) (*plan, error) {
 	return pl, nil
 }
 
-// linkGroups makes every created file of a hard-link group but one a link to
+// linkGroups makes every written file of a hard-link group but one a link to
 // that one: the first not in a directory this commit creates (so it is
 // staged before anything links to it), else the first. The files of a group
 // are one inode in the trial, so they must have one content.
