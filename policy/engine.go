@@ -378,6 +378,25 @@ func (e *Engine) checkFiles(d *dryexec.StateDelta, fs *facts) (sensitive string)
 	if readErr != nil {
 		fs.add(EffectBlock, "the delta's file changes could not be read back: %v", readErr)
 	}
+	// A touched path is not a change of the contract, but commit sets its
+	// mtime on the host: a write there all the same, so the targets apply
+	// (a `touch /etc/x` auto-committed set /etc/x's mtime). The other checks
+	// leave it alone: a busy dir outside the cwd (/tmp) is touched by any
+	// temp file that came and went.
+	for _, t := range d.Touched {
+		p := t.Path
+		if !cleanAbs(p) {
+			bad.add(strconv.Quote(p))
+			continue
+		}
+		segs = splitPath(p, segs[:0])
+		if !allowed.all && allowed.first(p, segs) == nil {
+			outside.add(p + " (mtime only)")
+		}
+		if g := denied.first(p, segs); g != nil {
+			deny.add(p + " (" + g.src + ", mtime only)")
+		}
+	}
 	if bad.n > 0 {
 		fs.add(EffectBlock, "paths that are not absolute and clean: %s", bad.String())
 	}

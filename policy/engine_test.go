@@ -77,6 +77,17 @@ func TestPrecedence(t *testing.T) {
 		}, Block, []string{"block: the boundary refused something (secret violation): /root/.npmrc"}},
 		{"denied target", nil, func(d *dryexec.StateDelta) { d.Files = append(d.Files, file("/etc/passwd", dryexec.OpModify)) }, Block,
 			[]string{"block: touches a denied target: /etc/passwd (/etc/**)"}},
+		// Commit sets a touched path's mtime on the host: in a denied
+		// target (or outside the allowed ones) that is a write there.
+		{"touched denied target", nil, func(d *dryexec.StateDelta) {
+			d.Touched = append(d.Touched, dryexec.FileChange{Path: "/etc/hostname", Op: dryexec.OpTouch, Kind: dryexec.KindFile, Mode: "0644"})
+		}, Block, []string{"block: touches a denied target: /etc/hostname (/etc/**, mtime only)"}},
+		{"touched outside the allowed targets", func(p *Policy) { p.AllowedMutationTargets = []string{"/w/**"} }, func(d *dryexec.StateDelta) {
+			d.Touched = append(d.Touched, dryexec.FileChange{Path: "/srv/x", Op: dryexec.OpTouch, Kind: dryexec.KindFile, Mode: "0644"})
+		}, Block, []string{"changes outside the allowed targets (/w/**): /srv/x (mtime only)"}},
+		{"touched in the allowed targets", nil, func(d *dryexec.StateDelta) {
+			d.Touched = append(d.Touched, dryexec.FileChange{Path: "/w/x", Op: dryexec.OpTouch, Kind: dryexec.KindFile, Mode: "0644"})
+		}, AutoCommit, nil},
 		{"denied beats allowed", func(p *Policy) { p.DeniedMutationTargets = []string{"/w/a.txt"} }, nil, Block, []string{"denied target: /w/a.txt"}},
 		{"outside allowed targets", func(p *Policy) { p.AllowedMutationTargets = []string{"./build/**"} }, nil, Block,
 			[]string{"block: changes outside the allowed targets (./build/**): /w/a.txt"}},
