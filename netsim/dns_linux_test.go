@@ -1,6 +1,7 @@
 package netsim_test
 
 import (
+	"slices"
 	"strings"
 	"testing"
 
@@ -57,6 +58,43 @@ func TestDNS(t *testing.T) {
 		{Proto: "dns", Method: "AAAA", Host: "one.example.com", Action: netsim.ActionMocked},
 	} {
 		if _, ok := findEvent(sim.Log(), w); !ok {
+			t.Errorf("no event like %+v in %s", w, dumpLog(t, sim.Log()))
+		}
+	}
+}
+
+// TestNotDNSOnRecord: whatever the sandbox sends to port 53 is on record,
+// DNS or not. A datagram that was not a query, and a TCP connection that
+// carried no whole DNS message, were dropped without an event: a way to send
+// (in every mode, to any address) that the log did not show.
+func TestNotDNSOnRecord(t *testing.T) {
+	sim := newSim(t, netsim.Config{}, map[string]string{"mocks.yaml": mockFile})
+	res := runSandbox(t, sim, sandboxOpts{}, "/usr/bin/python3", "-c", `import socket
+u = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+u.sendto(b"not dns, 27 bytes of data!!", ("192.0.2.53", 53))
+u.sendto(b"\x12\x34\x01\x00\x00\x01" + b"A" * 3000, ("192.0.2.53", 53))
+t = socket.create_connection(("10.199.0.1", 53), timeout=5)
+t.sendall(b"\x00\x05hello")
+t.recv(10)
+t2 = socket.create_connection(("10.199.0.1", 53), timeout=5)
+t2.sendall(b"hello")
+t2.shutdown(socket.SHUT_WR)
+t2.recv(10)
+print("sent")
+`)
+	if strings.TrimSpace(res.stdout) != "sent" {
+		t.Fatalf("got %q; stderr %s", res.stdout, res.stderr)
+	}
+	for _, w := range []dryexec.NetworkEvent{
+		{Proto: "udp", Host: "192.0.2.53", Port: 53, Action: netsim.ActionBlocked, BytesOut: 27},
+		{Proto: "udp", Host: "192.0.2.53", Port: 53, Action: netsim.ActionBlocked, BytesOut: 3006},
+		{Proto: "tcp", Port: 53, Action: netsim.ActionBlocked, BytesOut: 7},
+		{Proto: "tcp", Port: 53, Action: netsim.ActionBlocked, BytesOut: 5},
+	} {
+		if !slices.ContainsFunc(sim.Log(), func(e dryexec.NetworkEvent) bool {
+			return e.Proto == w.Proto && (w.Host == "" || e.Host == w.Host) && e.Port == w.Port &&
+				e.Action == w.Action && e.BytesOut == w.BytesOut
+		}) {
 			t.Errorf("no event like %+v in %s", w, dumpLog(t, sim.Log()))
 		}
 	}

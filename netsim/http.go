@@ -106,7 +106,7 @@ func (s *Sim) startHTTP(ctx context.Context) *httpServer {
 // else (raw TCP, forwarded only when a rule allows it, else reset).
 func (s *Sim) handleConn(ctx context.Context, conn net.Conn, f flow, reset func()) {
 	if f.port == 53 {
-		s.serveDNSTCP(ctx, conn)
+		s.serveDNSTCP(ctx, conn, f)
 		return
 	}
 	rawOK := s.candidates(f, "", "")

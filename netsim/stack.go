@@ -327,7 +327,7 @@ func (s *Sim) onUDP(ctx context.Context, r *udp.ForwarderRequest) bool {
 	}
 	go func() {
 		defer s.work.done()
-		s.serveDNS(ctx, c)
+		s.serveDNS(ctx, c, f)
 	}()
 	return true
 }
@@ -337,8 +337,9 @@ func (s *Sim) onUDP(ctx context.Context, r *udp.ForwarderRequest) bool {
 // this is simply a new flow.
 const dnsIdle = 500 * time.Millisecond
 
-// serveDNS answers the queries of one client socket until it goes quiet.
-func (s *Sim) serveDNS(ctx context.Context, c *gonet.UDPConn) {
+// serveDNS answers the queries of one client socket (flow f) until it goes
+// quiet.
+func (s *Sim) serveDNS(ctx context.Context, c *gonet.UDPConn, f flow) {
 	defer c.Close()
 	buf := make([]byte, 4096)
 	for ctx.Err() == nil {
@@ -349,6 +350,11 @@ func (s *Sim) serveDNS(ctx context.Context, c *gonet.UDPConn) {
 		}
 		reply, name, qtype, action, reason, ok := s.dnsAnswer(buf[:n])
 		if !ok {
+			// Dropped, as a resolver would, but on record: every datagram
+			// the sandbox sends is (port 53 is no way to send unseen).
+			ev := eventOf("udp", "", "", f.host(), f.port, 0, ActionBlocked, "not a DNS query: dropped")
+			ev.BytesOut = int64(n)
+			s.record(Record{NetworkEvent: ev})
 			continue
 		}
 		// Logged before the answer leaves, as a refusal is (onTCP).
@@ -361,25 +367,41 @@ func (s *Sim) serveDNS(ctx context.Context, c *gonet.UDPConn) {
 
 // serveDNSTCP answers DNS over TCP (two-byte length prefix per message), as
 // resolvers use for large answers or with "options use-vc".
-func (s *Sim) serveDNSTCP(ctx context.Context, c net.Conn) {
+func (s *Sim) serveDNSTCP(ctx context.Context, c net.Conn, f flow) {
 	defer c.Close()
 	stop := context.AfterFunc(ctx, func() { c.Close() })
 	defer stop()
+	// A connection that ends without one whole DNS message is on record
+	// too: port 53 is no way to send unseen.
+	answered, sent := false, int64(0)
+	defer func() {
+		if !answered && ctx.Err() == nil {
+			ev := eventOf("tcp", "", "", f.host(), f.port, 0, ActionBlocked, "not a DNS message: connection closed")
+			ev.BytesOut = sent
+			s.record(Record{NetworkEvent: ev})
+		}
+	}()
 	var lenBuf [2]byte
 	buf := make([]byte, 65535)
 	for {
 		c.SetReadDeadline(time.Now().Add(10 * time.Second))
-		if _, err := io.ReadFull(c, lenBuf[:]); err != nil {
+		k, err := io.ReadFull(c, lenBuf[:])
+		sent += int64(k)
+		if err != nil {
 			return
 		}
 		n := int(lenBuf[0])<<8 | int(lenBuf[1])
-		if _, err := io.ReadFull(c, buf[:n]); err != nil {
+		k, err = io.ReadFull(c, buf[:n])
+		sent += int64(k)
+		if err != nil {
 			return
 		}
 		reply, name, qtype, action, reason, ok := s.dnsAnswer(buf[:n])
 		if !ok {
+			answered = false // garbage after queries is on record as well
 			return
 		}
+		answered = true
 		ev := eventOf("dns", qtype, "", name, 53, 0, action, reason+" (over TCP)")
 		ev.BytesOut, ev.BytesIn = int64(n), int64(len(reply))
 		s.record(Record{NetworkEvent: ev})
