@@ -616,3 +616,33 @@ func TestLinkOverHostFile(t *testing.T) {
 	}
 	noLeftovers(t, f.base, f.jdir)
 }
+
+// TestTempNamesInTheDelta: commit's temp and backup names are
+// .dryexec-TAG-N beside each path, and a command can learn its trial id (the
+// cgroup path in /proc/self/cgroup), so a trial can create those very names.
+// Commit then failed ("file exists") on a delta it had been shown; it now
+// never picks a name the delta writes.
+func TestTempNamesInTheDelta(t *testing.T) {
+	requireRoot(t)
+	f := newFx(t, common.with("a", reg("old\n", 0o644), "gone", reg("g\n", 0o644)))
+	tag := ".dryexec-" + strings.TrimPrefix(testTrial, "tr_") + "-"
+	d := f.delta(
+		f.create(tag+"1", "planted 1\n", 0o644),
+		f.create(tag+"2", "planted 2\n", 0o644),
+		f.create(tag+"3.old", "planted 3\n", 0o644),
+		f.modify("a", "old\n", 0o644, "new\n", 0o644),
+		f.del("gone", "g\n", 0o644),
+		f.create("b", "b\n", 0o644))
+	if _, err := Apply(context.Background(), d, f.opt()); err != nil {
+		t.Fatalf("Apply: %v", err)
+	}
+	want := map[string]string{tag + "1": "planted 1\n", tag + "2": "planted 2\n", tag + "3.old": "planted 3\n", "a": "new\n", "b": "b\n"}
+	for p, w := range want {
+		if got, err := os.ReadFile(f.p(p)); err != nil || string(got) != w {
+			t.Errorf("%s holds %q (%v), want %q", p, got, err, w)
+		}
+	}
+	if _, err := os.Lstat(f.p("gone")); err == nil {
+		t.Error("gone is still there")
+	}
+}

@@ -267,9 +267,17 @@ func makePlan(trialID string, changes []dryexec.FileChange) (*plan, error) {
 	}
 	tag := strings.TrimPrefix(trialID, "tr_")
 	n := 0
+	// A command can learn its trial id (its cgroup's path) and so create
+	// these very names: a name the delta writes is skipped, else commit
+	// would stage over it and fail on a delta it showed.
 	name := func(p, suffix string) string {
-		n++
-		return path.Join(path.Dir(p), fmt.Sprintf(".dryexec-%s-%d%s", tag, n, suffix))
+		for {
+			n++
+			t := path.Join(path.Dir(p), fmt.Sprintf(".dryexec-%s-%d%s", tag, n, suffix))
+			if _, ok := byPath[t]; !ok {
+				return t
+			}
+		}
 	}
 	var removes, mkdirs, places, chmods []step
 	groups := map[int][]int{}    // hard-link group → indexes in places
