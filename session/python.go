@@ -116,7 +116,7 @@ func (s *Session) PythonWith(ctx context.Context, code string, inputs map[string
 	}
 	s.takeOOMKills(&r.OOMKills)
 	// The log is the host's: nothing the guest wrote here is kept.
-	r.Network = s.netSince(mark)
+	r.Network = s.netSince(ctx, mark)
 	s.cache.end(r.OK)
 	return &r, nil
 }

@@ -412,15 +412,37 @@ func (s *Session) netMark() int { return len(s.Network()) }
 
 // netSince returns the events logged after mark: an exec's own. A request
 // netsim answered is logged before its last response bytes leave netsim, and
-// a refusal (a DNS answer, an RST) before it is sent, so each is in the list
-// of the exec that made it (Network has it too).
-func (s *Session) netSince(mark int) []dryexec.NetworkEvent {
+// a refusal (a DNS answer, an RST) before it is sent, so once the sandbox's
+// log has caught up with netsim's (networkSyncer) each is in the list of the
+// exec that made it (Network has it too).
+func (s *Session) netSince(ctx context.Context, mark int) []dryexec.NetworkEvent {
+	if n, ok := s.sb.(networkSyncer); ok {
+		// Bounded and not cut by the exec's own end (a timed-out call
+		// still reports what it tried): netsim is a local process, and
+		// one that stopped answering must not hold the exec's result.
+		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), netSyncWait)
+		if err := n.SyncNetwork(sctx); err != nil {
+			slog.Warn("session: the exec's network log may lack its last events", "err", err)
+		}
+		cancel()
+	}
 	log := s.Network()
 	if mark >= len(log) {
 		return nil
 	}
 	return log[mark:]
 }
+
+// networkSyncer is a sandbox whose network log lags netsim's (netsim runs as
+// a process of its own and sends each event over a socket): SyncNetwork
+// returns once Network holds every event netsim had logged when it was
+// called.
+type networkSyncer interface {
+	SyncNetwork(ctx context.Context) error
+}
+
+// netSyncWait bounds a network sync (netSince).
+const netSyncWait = 5 * time.Second
 
 // networkEnder is a sandbox whose network can end before it does: netsim
 // runs as a process of its own, which can be killed or crash.

@@ -39,7 +39,7 @@ func (s *Session) ShellWith(ctx context.Context, command string, opt ShellOption
 	err = wire.DecodeBody(f, &r, false)
 	s.takeOOMKills(&r.OOMKills)
 	// The log is the host's: nothing the guest wrote here is kept.
-	r.Network = s.netSince(mark)
+	r.Network = s.netSince(ctx, mark)
 	if e := s.networkEnded(); e != "" {
 		r.Warnings = append(r.Warnings, e)
 	}

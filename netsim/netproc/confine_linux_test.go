@@ -2,6 +2,7 @@ package netproc
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"net"
 	"os"
@@ -14,13 +15,14 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/dryexec/dryexec"
 	"github.com/dryexec/dryexec/netsim"
 )
 
 // attempts runs in the confined role (TestEscape): each tries something the
 // role must not be able to do, and the results go back as MsgDone's Err,
 // "name=result;…" (result "ok" when the attempt worked).
-func attempts(out *sender) int {
+func attempts(out *sender, _ *json.Decoder) int {
 	var res []string
 	try := func(name string, err error) {
 		r := "ok"
@@ -258,5 +260,57 @@ func BenchmarkStartStop(b *testing.B) {
 		p.Stop()
 		<-p.Done()
 		unix.Close(fds[1])
+	}
+}
+
+// lateRecordCount is how many events lateRecords logs.
+const lateRecordCount = 2000
+
+// lateRecords runs in the role (TestSyncHasEveryEvent): once ready it logs
+// lateRecordCount events, then answers the parent's syncs as a serving
+// role does, until the parent stops it.
+func lateRecords(out *sender, dec *json.Decoder) int {
+	for i := range lateRecordCount {
+		out.send(Msg{Kind: MsgRecord, Kept: true, Record: &netsim.Record{NetworkEvent: dryexec.NetworkEvent{Proto: "tcp", Host: "10.0.0.1", Port: i, Action: "blocked"}}})
+	}
+	control(dec, out)
+	out.send(Msg{Kind: MsgDone})
+	return 0
+}
+
+// TestSyncHasEveryEvent: events cross two queues between the role's log and
+// Log (the role's sender, this process's reader), so Log read the moment a
+// command saw netsim's answer could lack them: a session exec's network
+// list missed its own blocked connect. Sync returns only once Log holds
+// every event the role had logged before it read the sync: here, all the
+// events the role logs before it reads anything.
+func TestSyncHasEveryEvent(t *testing.T) {
+	exe := filepath.Join(t.TempDir(), syncExe)
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(self, exe); err != nil {
+		t.Fatal(err)
+	}
+	// The role runs as nobody when we are root: it must be able to reach
+	// the binary through the link's directory.
+	if err := os.Chmod(filepath.Dir(exe), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	p := startRole(t, exe)
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	for range 3 {
+		if err := p.Sync(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if n := len(p.Log()); n != lateRecordCount {
+			t.Fatalf("after Sync the log holds %d events, want %d", n, lateRecordCount)
+		}
+	}
+	p.Stop()
+	if err := p.Sync(ctx); err != nil {
+		t.Fatalf("Sync after Stop: %v", err)
 	}
 }

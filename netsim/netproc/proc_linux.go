@@ -85,6 +85,16 @@ type Proc struct {
 	readyErr  error
 	copied    chan struct{} // closed once its stderr is read and closed
 	stopOnce  sync.Once
+
+	// wmu serialises what the parent writes after the Setup (a sync, the
+	// shutdown in Stop); seq numbers the syncs sent, stopped says Stop ran.
+	wmu     sync.Mutex
+	seq     uint64
+	stopped bool
+	// synced is the last sync answered, and syncNote is closed (and
+	// replaced) at each answer; both under mu.
+	synced   uint64
+	syncNote chan struct{}
 }
 
 // Start starts the role for a sandbox whose TUN device will arrive over link
@@ -155,7 +165,7 @@ func start(cfg netsim.Config, link *os.File, exe, kind string) (*Proc, error) {
 		return nil, err
 	}
 	p := &Proc{ctrl: ctrl, trust: netsim.TrustOf(c), stderr: &tailBuf{max: 4096},
-		quiet: make(chan struct{}), done: make(chan struct{}), ready: make(chan struct{})}
+		quiet: make(chan struct{}), done: make(chan struct{}), ready: make(chan struct{}), syncNote: make(chan struct{})}
 	// Every file the child gets is open before the fork: the thread that
 	// forks runs in the role's Landlock domain and may open nothing.
 	p.cmd = &exec.Cmd{Path: exe, Args: []string{exe, Role}, Env: []string{},
@@ -329,6 +339,14 @@ func (p *Proc) read(dec *json.Decoder) {
 			p.mu.Unlock()
 		case MsgQuiet:
 			p.markQuiet()
+		case MsgSynced:
+			p.mu.Lock()
+			if m.Seq > p.synced {
+				p.synced = m.Seq
+				close(p.syncNote)
+				p.syncNote = make(chan struct{})
+			}
+			p.mu.Unlock()
 		case MsgDone:
 			finished = true
 			if m.Err != "" {
@@ -435,7 +453,62 @@ func (p *Proc) Err() error {
 
 // Stop asks the role to stop taking packets, log what is still queued and
 // exit. It does not wait: see Quiet and Done.
-func (p *Proc) Stop() { p.stopOnce.Do(func() { p.ctrl.CloseWrite() }) }
+func (p *Proc) Stop() {
+	p.stopOnce.Do(func() {
+		p.wmu.Lock()
+		defer p.wmu.Unlock()
+		p.stopped = true
+		p.ctrl.CloseWrite()
+	})
+}
+
+// Sync returns once Log holds every event the role had logged when it read
+// this call's request: netsim logs an answer before its last bytes leave
+// and a refusal before it is sent, so after a command has seen those, Sync
+// puts its events in Log. The events cross two queues (the role's sender,
+// this process's reader), and a session reading its log the moment an exec
+// ended missed some: they went to the next exec's list. After Stop it waits
+// for Quiet instead, which says the same of every event; a role that died
+// ends the wait too (its events are all it sent).
+func (p *Proc) Sync(ctx context.Context) error {
+	p.wmu.Lock()
+	if p.stopped {
+		p.wmu.Unlock()
+		return p.waitQuiet(ctx)
+	}
+	p.seq++
+	n := p.seq
+	err := json.NewEncoder(p.ctrl).Encode(Control{Kind: CtrlSync, Seq: n})
+	p.wmu.Unlock()
+	if err != nil {
+		// The role is gone or going: its stream ends, and Quiet with it.
+		return p.waitQuiet(ctx)
+	}
+	for {
+		p.mu.Lock()
+		got, note := p.synced, p.syncNote
+		p.mu.Unlock()
+		if got >= n {
+			return nil
+		}
+		select {
+		case <-note:
+		case <-p.quiet:
+			return nil
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
+func (p *Proc) waitQuiet(ctx context.Context) error {
+	select {
+	case <-p.quiet:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
 
 // tailBuf keeps the first max bytes of the role's stderr (a panic's first
 // line is what says why it died).

@@ -12,6 +12,9 @@ import (
 // stream of Msg, one JSON value each, ending with MsgDone. The parent ends
 // the network by shutting down its writing side (the role reads EOF); the
 // role ends it by exiting, and a role that exits without MsgDone crashed.
+// Between the Setup and the EOF the parent may write Control messages: a
+// sync, which the role answers with MsgSynced behind every event it had
+// logged when it read the sync (Proc.Sync).
 
 // Setup is everything the role needs, read once before it confines itself.
 type Setup struct {
@@ -60,7 +63,19 @@ const (
 	// MsgDone ends the stream: Err is why serving failed ("" when it
 	// ended as asked).
 	MsgDone = "done"
+	// MsgSynced answers the Control sync of the same Seq: every event the
+	// role logged before it read that sync came before this message.
+	MsgSynced = "synced"
 )
+
+// CtrlSync is the kind of Control that asks for a MsgSynced.
+const CtrlSync = "sync"
+
+// Control is one message from the parent after the Setup.
+type Control struct {
+	Kind string `json:"kind"`
+	Seq  uint64 `json:"seq"`
+}
 
 // Msg is one message from the role.
 type Msg struct {
@@ -72,6 +87,8 @@ type Msg struct {
 	BadConfig bool   `json:"bad_config,omitempty"`
 	// Confinement is what the role applied to itself (MsgReady).
 	Confinement *Confinement `json:"confinement,omitempty"`
+	// Seq is the sync a MsgSynced answers.
+	Seq uint64 `json:"seq,omitempty"`
 }
 
 // Confinement says what the role process runs under.

@@ -47,7 +47,7 @@ func MaybeMainOpenAPI(args []string, load mock.LoadAPI) {
 // sandbox's TUN device arrives on, or the sandbox's link itself (Setup.Link).
 // attempt, when not nil, runs once the role
 // is confined instead of serving (this package's tests: tries to break out).
-func role(openAPI mock.LoadAPI, attempt func(out *sender) int) int {
+func role(openAPI mock.LoadAPI, attempt func(out *sender, dec *json.Decoder) int) int {
 	ctrlF, linkF := os.NewFile(3, "ctrl"), os.NewFile(4, "link")
 	fc, err := net.FileConn(ctrlF)
 	ctrlF.Close()
@@ -100,12 +100,11 @@ func role(openAPI mock.LoadAPI, attempt func(out *sender) int) int {
 	}
 	out.send(Msg{Kind: MsgReady, Confinement: conf})
 	if attempt != nil {
-		return attempt(out)
+		return attempt(out, dec)
 	}
 	// The parent ends the network by shutting down its side: EOF here.
 	go func() {
-		var m json.RawMessage
-		dec.Decode(&m)
+		control(dec, out)
 		cancel()
 		// A device already waiting is still taken and drained (a role
 		// started only once the sandbox sent something, and stopped at
@@ -232,6 +231,21 @@ type sender struct {
 	queue  []Msg
 	closed bool
 	done   chan struct{}
+}
+
+// control answers the parent's syncs until it shuts its side down (EOF):
+// each answer is queued behind every event already sent, so once the
+// parent reads it, its log holds them.
+func control(dec *json.Decoder, out *sender) {
+	for {
+		var c Control
+		if err := dec.Decode(&c); err != nil {
+			return
+		}
+		if c.Kind == CtrlSync {
+			out.send(Msg{Kind: MsgSynced, Seq: c.Seq})
+		}
+	}
 }
 
 func newSender(c *net.UnixConn) *sender {

@@ -153,6 +153,9 @@ func (s *sessionSandbox) NetworkEnded() string { return s.net.Ended() }
 
 func (s *sessionSandbox) Network() []dryexec.NetworkEvent { return s.net.Log() }
 
+// SyncNetwork returns once Network holds every event netsim has logged.
+func (s *sessionSandbox) SyncNetwork(ctx context.Context) error { return s.net.Sync(ctx) }
+
 // GuestEnded says how runsc ended: it ends when the session guest, the
 // container's first process, does, with its status.
 func (s *sessionSandbox) GuestEnded() (string, bool) { return s.Ended(linuxns.GuestExitWait) }

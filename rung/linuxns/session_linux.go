@@ -202,6 +202,9 @@ func (s *sessionSandbox) NetworkEnded() string { return s.net.Ended() }
 
 func (s *sessionSandbox) Network() []dryexec.NetworkEvent { return s.net.Log() }
 
+// SyncNetwork returns once Network holds every event netsim has logged.
+func (s *sessionSandbox) SyncNetwork(ctx context.Context) error { return s.net.Sync(ctx) }
+
 func (s *sessionSandbox) GuestEnded() (string, bool) {
 	return GuestState(s.cmd.Process.Pid, GuestExitWait)
 }

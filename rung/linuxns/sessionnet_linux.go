@@ -121,6 +121,16 @@ func (n *Net) Log() []dryexec.NetworkEvent {
 	return n.n.sim.Log()
 }
 
+// Sync returns once Log holds every event netsim had logged when it was
+// called (netproc.Proc.Sync): a session reads an exec's own events right
+// after the exec, and they cross a process boundary to get here.
+func (n *Net) Sync(ctx context.Context) error {
+	if n.n.sim == nil {
+		return nil
+	}
+	return n.n.sim.Sync(ctx)
+}
+
 // Dropped counts the events beyond the log's bound.
 func (n *Net) Dropped() int {
 	if n.n.sim == nil {

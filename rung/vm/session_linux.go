@@ -282,6 +282,9 @@ func (s *sessionSandbox) Warnings() []string {
 // Network is what netsim logged so far, as on ns.
 func (s *sessionSandbox) Network() []dryexec.NetworkEvent { return s.t.net.net.Log() }
 
+// SyncNetwork returns once Network holds every event netsim has logged.
+func (s *sessionSandbox) SyncNetwork(ctx context.Context) error { return s.t.net.net.Sync(ctx) }
+
 // NetworkEnded says why the session's network ended early, or "".
 func (s *sessionSandbox) NetworkEnded() string { return s.t.net.net.Ended() }
 
