@@ -42,6 +42,17 @@ func sendTUN(cfg *wire.TrialStart) (*lazyTUN, error) {
 	if !cfg.NetLazy {
 		return nil, t.hand()
 	}
+	// Persistent while the guest holds it, so that the guest's exit does
+	// not wait for the device's removal (tun.SetPersist): it goes with the
+	// sandbox's network namespace instead. No sandbox process can tell:
+	// the guest holds the device for as long as any of them lives. hand
+	// turns it back before netsim gets it.
+	if err := tun.SetPersist(dev, true); err != nil {
+		dev.Close()
+		c.Close()
+		return nil, err
+	}
+	t.persist = true
 	go t.watch()
 	return t, nil
 }
@@ -52,10 +63,11 @@ func sendTUN(cfg *wire.TrialStart) (*lazyTUN, error) {
 // of the sandbox and no sandbox process can reach its descriptors, as for
 // the stream to the host it holds anyway.
 type lazyTUN struct {
-	mu   sync.Mutex
-	dev  *os.File
-	sock *net.UnixConn
-	sent bool
+	mu      sync.Mutex
+	dev     *os.File
+	sock    *net.UnixConn
+	sent    bool
+	persist bool // tun.SetPersist is on (see sendTUN)
 }
 
 // watch hands the device over once a packet waits on it. It blocks a
@@ -103,6 +115,14 @@ func (t *lazyTUN) hand() error {
 	t.sent = true
 	defer t.sock.Close()
 	defer t.dev.Close()
+	// netsim's device is not persistent: if netsim dies, the device goes
+	// with it and the sandbox's connections fail at once (no route) rather
+	// than hang on a link nobody reads.
+	if t.persist {
+		if err := tun.SetPersist(t.dev, false); err != nil {
+			return fmt.Errorf("handing the TUN device to the host: %w", err)
+		}
+	}
 	if err := tun.SendFD(t.sock, t.dev); err != nil {
 		return fmt.Errorf("handing the TUN device to the host: %w", err)
 	}

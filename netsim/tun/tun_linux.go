@@ -47,6 +47,24 @@ func SetupTUN(name string) (*os.File, error) {
 	return f, nil
 }
 
+// SetPersist makes the TUN device dev is attached to persistent (on) or not.
+// A device that is not persistent is unregistered when its last descriptor
+// closes, synchronously, in the closing process: a few RCU grace periods,
+// measured at 11–20 ms on a loaded 2-CPU VM, which a sandbox's PID 1
+// holding the device then spends in its exit. A persistent device outlives
+// its descriptors and goes with its network namespace, which the kernel
+// tears down in the background once nothing holds it.
+func SetPersist(dev *os.File, on bool) error {
+	v := 0
+	if on {
+		v = 1
+	}
+	if err := unix.IoctlSetInt(int(dev.Fd()), unix.TUNSETPERSIST, v); err != nil {
+		return fmt.Errorf("tun: setting persist=%v: %w", on, err)
+	}
+	return nil
+}
+
 // ConfigureEthernet runs inside the sandbox on an Ethernet interface whose
 // other end netsim serves (a VM's virtio-net, wired by the VMM to netsim's
 // frame socket): it turns neighbour resolution off (IFF_NOARP: frames go to

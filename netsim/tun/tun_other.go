@@ -18,6 +18,9 @@ func CheckTUN() error { return errNoTUN }
 // SetupTUN is Linux-only.
 func SetupTUN(name string) (*os.File, error) { return nil, errNoTUN }
 
+// SetPersist is Linux-only.
+func SetPersist(dev *os.File, on bool) error { return errNoTUN }
+
 // SendFD is Linux-only.
 func SendFD(c *net.UnixConn, f *os.File) error { return errNoTUN }
 
