@@ -118,9 +118,11 @@ type Op string
 
 // The ops of a FileChange. A rename is a delete plus a create.
 const (
-	OpCreate  Op = "create"
-	OpModify  Op = "modify"
-	OpDelete  Op = "delete"
+	OpCreate Op = "create"
+	OpModify Op = "modify"
+	OpDelete Op = "delete"
+	// OpChmod is a metadata change of the path: its mode, its owner
+	// (BeforeUID/BeforeGID set) or both.
 	OpChmod   Op = "chmod"
 	OpMkdir   Op = "mkdir"
 	OpRmdir   Op = "rmdir"
@@ -166,6 +168,12 @@ type FileChange struct {
 	// BeforeMode is the mode the host had (chmod, modify, delete); not in the
 	// contract's example but needed to check and explain mode changes.
 	BeforeMode string `json:"before_mode,omitempty"`
+	// BeforeUID and BeforeGID are the host's owner when the change moves it
+	// (a chmod that is a chown, or a modify that also changes the owner);
+	// nil otherwise. Pointers: root's 0 is an owner, not an absence. Commit
+	// refuses when the host's owner moved since the trial started.
+	BeforeUID *int `json:"before_uid,omitempty"`
+	BeforeGID *int `json:"before_gid,omitempty"`
 	// Diff is a unified diff, only for small text files.
 	Diff string `json:"diff"`
 	// MtimeNS is the modification time the command left (nanoseconds since the
@@ -188,6 +196,17 @@ type FileChange struct {
 
 // Kept reports whether c's content was stored with the trial.
 func (c *FileChange) Kept() bool { return c.ContentKept == nil || *c.ContentKept }
+
+// OwnerChanged reports whether c moves the path's owner (BeforeUID and
+// BeforeGID set and one differs from UID, GID).
+func (c *FileChange) OwnerChanged() bool {
+	return c.BeforeUID != nil && c.BeforeGID != nil && (*c.BeforeUID != c.UID || *c.BeforeGID != c.GID)
+}
+
+// SetBeforeOwner records uid, gid as the host's owner before c.
+func (c *FileChange) SetBeforeOwner(uid, gid int) {
+	c.BeforeUID, c.BeforeGID = &uid, &gid
+}
 
 // NotKept marks c's content as not stored, for reason.
 func (c *FileChange) NotKept(reason string) {

@@ -335,8 +335,8 @@ func (d *Differ) add1(e *wire.FSEntry, content io.Reader) error {
 			// new tree does not have, as an opaque dir does. Not an rmdir
 			// and a mkdir of one path, which no order of the changes could
 			// apply (each must come after the other's children).
-			if lo.mode != e.Mode {
-				d.add(dryexec.FileChange{Path: hp, Op: dryexec.OpChmod, Kind: dryexec.KindDir, Mode: mode, BeforeMode: modeString(lo.mode), UID: uid, GID: gid, MtimeNS: e.MtimeNS})
+			if c, ok := d.chmodOf(lo, e.Mode, dryexec.FileChange{Path: hp, Kind: dryexec.KindDir, Mode: mode, UID: uid, GID: gid, MtimeNS: e.MtimeNS}); ok {
+				d.add(c)
 			} else {
 				d.touch(e, lo, dryexec.FileChange{Path: hp, Kind: dryexec.KindDir, Mode: mode, UID: uid, GID: gid})
 			}
@@ -367,8 +367,8 @@ func (d *Differ) add1(e *wire.FSEntry, content io.Reader) error {
 			d.noLower[k] = true
 			d.add(dryexec.FileChange{Path: hp, Op: dryexec.OpMkdir, Kind: dryexec.KindDir, Mode: mode, UID: uid, GID: gid, MtimeNS: e.MtimeNS})
 		case lo.kind == dryexec.KindDir:
-			if lo.mode != e.Mode {
-				d.add(dryexec.FileChange{Path: hp, Op: dryexec.OpChmod, Kind: dryexec.KindDir, Mode: mode, BeforeMode: modeString(lo.mode), UID: uid, GID: gid, MtimeNS: e.MtimeNS})
+			if c, ok := d.chmodOf(lo, e.Mode, dryexec.FileChange{Path: hp, Kind: dryexec.KindDir, Mode: mode, UID: uid, GID: gid, MtimeNS: e.MtimeNS}); ok {
+				d.add(c)
 			} else {
 				// A dir that gained or lost entries (also one made and
 				// removed again: a temp file) has a new mtime and nothing
@@ -390,7 +390,14 @@ func (d *Differ) add1(e *wire.FSEntry, content io.Reader) error {
 		return d.addFile(e, content, lo, hp, mode, uid, gid)
 	case wire.EntrySymlink:
 		if lo.exists && lo.kind == dryexec.KindSymlink && lo.link == e.Link {
-			d.touch(e, lo, dryexec.FileChange{Path: hp, Kind: dryexec.KindSymlink, Mode: "0777", LinkTarget: e.Link, Size: int64(len(e.Link)), UID: uid, GID: gid})
+			fc := dryexec.FileChange{Path: hp, Kind: dryexec.KindSymlink, Mode: "0777", LinkTarget: e.Link, Size: int64(len(e.Link)), UID: uid, GID: gid}
+			// A symlink's mode means nothing: only its owner (lchown) moves.
+			if c, ok := d.chmodOf(lo, lo.mode, fc); ok {
+				c.Mode, c.BeforeMode, c.MtimeNS = "0777", "0777", e.MtimeNS
+				d.add(c)
+				return nil
+			}
+			d.touch(e, lo, fc)
 			return nil
 		}
 		if lo.exists {
@@ -406,8 +413,14 @@ func (d *Differ) add1(e *wire.FSEntry, content io.Reader) error {
 		}
 		if lo.exists {
 			if lo.kind == kind && lo.mode == e.Mode {
+				fc := dryexec.FileChange{Path: hp, Kind: kind, Mode: mode, UID: uid, GID: gid}
+				if c, ok := d.chmodOf(lo, e.Mode, fc); ok { // chown of a host fifo, socket or device node
+					c.MtimeNS = e.MtimeNS
+					d.add(c)
+					return nil
+				}
 				if kind == dryexec.KindFIFO { // commit makes no device node or socket: nor touches one
-					d.touch(e, lo, dryexec.FileChange{Path: hp, Kind: kind, Mode: mode, UID: uid, GID: gid})
+					d.touch(e, lo, fc)
 				}
 				return nil
 			}
@@ -550,11 +563,17 @@ func (d *Differ) addFile(e *wire.FSEntry, content io.Reader, lo lower, hp, mode 
 				return err
 			}
 			fc.BeforeSHA256, fc.BeforeMode = beforeSHA, modeString(lo.mode)
+			moved := d.ownerMoved(lo, uid, gid)
+			if moved {
+				// Commit applies the new owner (and checks the host's) with
+				// the content or the mode, whichever this turns out to be.
+				fc.SetBeforeOwner(lo.uid, lo.gid)
+			}
 			// Only two hashes taken whole say "same bytes": a hash cut
 			// short by the deadline is empty.
 			same := fc.SHA256 != "" && beforeSHA == fc.SHA256
 			switch {
-			case same && lo.mode == e.Mode:
+			case same && lo.mode == e.Mode && !moved:
 				// Rewritten with the same bytes, or only touched: no change
 				// but (where it moved) of the mtime, unless the file is now
 				// one inode with another path of the delta (a hard link made
@@ -590,6 +609,29 @@ func (d *Differ) addFile(e *wire.FSEntry, content io.Reader, lo lower, hp, mode 
 	}
 	d.add(fc)
 	return nil
+}
+
+// ownerMoved reports whether a change owned by uid, gid gives the host path lo
+// another owner. Never with SetOwner: that guest's ids are not host ids (its
+// user namespace maps only the caller), so it cannot chown a host path, and
+// the caller's ids SetOwner puts in are no claim that it did.
+func (d *Differ) ownerMoved(lo lower, uid, gid int) bool {
+	return !d.forceOwner && (lo.uid != uid || lo.gid != gid)
+}
+
+// chmodOf makes fc (the path as the trial left it, mode now) a chmod of the
+// host path lo when its mode or owner moved: one entry says both, the host's
+// owner in BeforeUID/BeforeGID only when it moved. ok is false when neither did.
+func (d *Differ) chmodOf(lo lower, now uint32, fc dryexec.FileChange) (dryexec.FileChange, bool) {
+	moved := d.ownerMoved(lo, fc.UID, fc.GID)
+	if lo.mode == now && !moved {
+		return fc, false
+	}
+	fc.Op, fc.BeforeMode = dryexec.OpChmod, modeString(lo.mode)
+	if moved {
+		fc.SetBeforeOwner(lo.uid, lo.gid)
+	}
+	return fc, true
 }
 
 // maxDiffTotal bounds the diffs of one delta: past it, files get none. A

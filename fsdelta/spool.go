@@ -235,6 +235,15 @@ func appendChange(b []byte, c *dryexec.FileChange) []byte {
 	b = binary.AppendVarint(b, int64(c.UID))
 	b = binary.AppendVarint(b, int64(c.GID))
 	str(c.BeforeMode)
+	// The host's owner: each id a byte (0 none, 1 set) and, if set, the id.
+	for _, id := range []*int{c.BeforeUID, c.BeforeGID} {
+		if id == nil {
+			b = append(b, 0)
+			continue
+		}
+		b = append(b, 1)
+		b = binary.AppendVarint(b, int64(*id))
+	}
 	str(c.Diff)
 	b = binary.AppendVarint(b, c.MtimeNS)
 	b = binary.AppendVarint(b, c.BeforeMtimeNS)
@@ -287,6 +296,18 @@ func decodeChange(b []byte, c *dryexec.FileChange) error {
 	c.UID = int(num())
 	c.GID = int(num())
 	c.BeforeMode = str()
+	for _, id := range []**int{&c.BeforeUID, &c.BeforeGID} {
+		*id = nil
+		if len(b) == 0 {
+			return errSpoolCorrupt
+		}
+		set := b[0] == 1
+		b = b[1:]
+		if set {
+			v := int(num())
+			*id = &v
+		}
+	}
 	c.Diff = str()
 	c.MtimeNS = num()
 	c.BeforeMtimeNS = num()
