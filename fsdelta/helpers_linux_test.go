@@ -324,12 +324,19 @@ type wc struct {
 	diffHas    []string // the diff must hold each; nil: the diff must be empty
 	owned      bool     // uid:gid below own the path, not the test's user
 	uid, gid   int
+	hostOwner  *[2]int // the host's owner (before_uid, before_gid) of a chown
 }
 
 // by returns w with the path owned by uid:gid (after the change; before it, for
 // delete and rmdir).
 func (w wc) by(uid, gid int) wc {
 	w.owned, w.uid, w.gid = true, uid, gid
+	return w
+}
+
+// from returns w as also moving the path's owner from the host's uid:gid.
+func (w wc) from(uid, gid int) wc {
+	w.hostOwner = &[2]int{uid, gid}
 	return w
 }
 
@@ -375,6 +382,9 @@ func (w wc) expected(lower string) dryexec.FileChange {
 	if w.kind == dryexec.KindSymlink {
 		fc.Size = int64(len(w.link))
 	}
+	if w.hostOwner != nil {
+		fc.SetBeforeOwner(w.hostOwner[0], w.hostOwner[1])
+	}
 	if w.content != nil {
 		fc.SHA256, fc.Size = sha(*w.content), int64(len(*w.content))
 	}
@@ -391,6 +401,9 @@ func showChanges(lower string, cs []dryexec.FileChange) string {
 	var b strings.Builder
 	for _, c := range cs {
 		fmt.Fprintf(&b, "\n\t%-7s %-7s %s %d:%d %s", c.Op, c.Kind, c.Mode, c.UID, c.GID, dryexec.QuotePath(strings.TrimPrefix(c.Path, lower+"/")))
+		if c.BeforeUID != nil && c.BeforeGID != nil {
+			fmt.Fprintf(&b, " from %d:%d", *c.BeforeUID, *c.BeforeGID)
+		}
 		if c.LinkGroup != 0 {
 			fmt.Fprintf(&b, " link_group=%d", c.LinkGroup)
 		}
@@ -414,7 +427,7 @@ func checkChanges(t testing.TB, lower string, got []dryexec.FileChange, want []w
 		// Times and link groups are checked against the merged view
 		// (checkMtimes, the nlink in contentTree).
 		g.Diff, g.MtimeNS, g.LinkGroup = "", 0, 0
-		if g != e {
+		if !reflect.DeepEqual(g, e) {
 			t.Errorf("change %d:\n got %+v\nwant %+v\nall:%s", i, g, e, showChanges(lower, got))
 			continue
 		}

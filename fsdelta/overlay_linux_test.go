@@ -609,13 +609,18 @@ func overlayCases() []ovCase {
 			extra: noOutside,
 		},
 		// Owners: a change carries the path's owner after it (the upper's), a
-		// delete or rmdir the host's. A chown alone is not reported.
+		// delete or rmdir the host's. A chown alone is a chmod naming the
+		// host's owner (before_uid, before_gid).
 		{
-			name:  "chown only is no change",
+			name:  "chown only is a chmod",
 			lower: baseLower,
 			do: func(f fsops) {
 				f.chown("a.txt", 1234, 5678)
 				f.chown("d", 1234, 5678)
+			},
+			want: []wc{
+				wChmod("a.txt", "one\ntwo\n", "0644", "0644").by(1234, 5678).from(os.Geteuid(), os.Getegid()),
+				wChmodDir("d", "0755", "0755").by(1234, 5678).from(os.Geteuid(), os.Getegid()),
 			},
 		},
 		{
@@ -628,8 +633,8 @@ func overlayCases() []ovCase {
 				f.chmod("d", 0o750)
 			},
 			want: []wc{
-				wChmod("a.txt", "one\ntwo\n", "0644", "0600").by(1234, 5678),
-				wChmodDir("d", "0755", "0750").by(4321, 8765),
+				wChmod("a.txt", "one\ntwo\n", "0644", "0600").by(1234, 5678).from(os.Geteuid(), os.Getegid()),
+				wChmodDir("d", "0755", "0750").by(4321, 8765).from(os.Geteuid(), os.Getegid()),
 			},
 		},
 		{
@@ -639,7 +644,7 @@ func overlayCases() []ovCase {
 				f.write("a.txt", "new\n")
 				f.chown("a.txt", 1234, 5678)
 			},
-			want: []wc{wModify("a.txt", "one\ntwo\n", "new\n", "0644", "0644", "+new").by(1234, 5678)},
+			want: []wc{wModify("a.txt", "one\ntwo\n", "new\n", "0644", "0644", "+new").by(1234, 5678).from(os.Geteuid(), os.Getegid())},
 		},
 		{
 			name: "changes to another user's paths keep their owner",
@@ -709,7 +714,11 @@ func overlayCases() []ovCase {
 				f.removeAll("o")
 				f.mkdir("o")
 			},
-			want: []wc{wDelete("o/x", "x\n", "0644").by(1111, 2222)},
+			// o is now the test user's, as after the native run.
+			want: []wc{
+				wChmodDir("o", "0755", "0755").by(os.Geteuid(), os.Getegid()).from(1234, 5678),
+				wDelete("o/x", "x\n", "0644").by(1111, 2222),
+			},
 		},
 		{
 			name:  "another user's file replaced by a dir",
@@ -1474,7 +1483,10 @@ func applyChanges(t testing.TB, lower, dst string, blobs memBlobs, changes []dry
 			}
 			_, err = os.Lstat(p)
 		}
-		if err == nil && c.Op != dryexec.OpDelete && c.Op != dryexec.OpRmdir && c.Op != dryexec.OpSymlink {
+		if err == nil && c.OwnerChanged() {
+			err = unix.Lchown(p, c.UID, c.GID)
+		}
+		if err == nil && c.Op != dryexec.OpDelete && c.Op != dryexec.OpRmdir && c.Kind != dryexec.KindSymlink {
 			err = unix.Chmod(p, mode)
 		}
 		if err != nil {

@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/dryexec/dryexec"
+	"github.com/dryexec/dryexec/fswalk"
 	"github.com/dryexec/dryexec/wire"
 )
 
@@ -34,8 +35,18 @@ func ownerAdds() []add {
 // ownerChanges is what ownerAdds give, each new or changed path owned by
 // owner(its entry's uid, gid); the delete has the host file's owner (the test's
 // user, who made it).
-func ownerChanges(owner func(uid, gid int) (int, int)) []wc {
-	by := func(w wc, uid, gid int) wc { return w.by(owner(uid, gid)) }
+//
+// Unless forced (SetOwner), a chmod or modify whose owner is not the host's
+// (the test's user) also names the host's owner: it is a chown.
+func ownerChanges(forced bool, owner func(uid, gid int) (int, int)) []wc {
+	by := func(w wc, uid, gid int) wc {
+		u, g := owner(uid, gid)
+		w = w.by(u, g)
+		if !forced && (w.op == dryexec.OpChmod || w.op == dryexec.OpModify) && (u != os.Geteuid() || g != os.Getegid()) {
+			w = w.from(os.Geteuid(), os.Getegid())
+		}
+		return w
+	}
 	return []wc{
 		by(wModify("a.txt", "one\ntwo\n", "changed\n", "0644", "0644", "+changed"), 0, 0),
 		by(wChmodDir("d", "0755", "0700"), 65534, 65534),
@@ -70,7 +81,7 @@ func ownerDiff(t *testing.T, setOwner bool) (string, []dryexec.FileChange) {
 // its entry's owner.
 func TestDifferEntryOwners(t *testing.T) {
 	lower, got := ownerDiff(t, false)
-	checkChanges(t, lower, got, ownerChanges(func(uid, gid int) (int, int) { return uid, gid }))
+	checkChanges(t, lower, got, ownerChanges(false, func(uid, gid int) (int, int) { return uid, gid }))
 }
 
 // With SetOwner (rootless: the guest's ids are its namespace's) every new or
@@ -78,7 +89,7 @@ func TestDifferEntryOwners(t *testing.T) {
 // host's owner.
 func TestDifferSetOwner(t *testing.T) {
 	lower, got := ownerDiff(t, true)
-	checkChanges(t, lower, got, ownerChanges(func(int, int) (int, int) { return 4242, 4343 }))
+	checkChanges(t, lower, got, ownerChanges(true, func(int, int) (int, int) { return 4242, 4343 }))
 }
 
 // SetOwner does not make a malformed entry acceptable.
@@ -95,5 +106,56 @@ func TestDifferSetOwnerStillRefusesNegativeIDs(t *testing.T) {
 		if err := d.Add(&e, nil); !errors.As(err, &be) {
 			t.Errorf("entry %+v: %v, want an *ErrBadEntry", e, err)
 		}
+	}
+}
+
+// TestDifferChown: as root, an owner change of a host path is a change of the
+// delta (a chmod naming the host's owner), never nothing: a file's alone, with
+// its mode (one entry says both), a symlink's (lchown), a dir's, and with new
+// content (a modify that names the host's owner).
+func TestDifferChown(t *testing.T) {
+	rootOrSkip(t)
+	me, mg := os.Geteuid(), os.Getegid()
+	cases := []ovCase{
+		{
+			name: "chown only",
+			do:   func(f fsops) { f.chown("a.txt", 65534, mg) },
+			want: []wc{wChmod("a.txt", "one\ntwo\n", "0644", "0644").by(65534, mg).from(me, mg)},
+		},
+		{
+			name: "chgrp only",
+			do:   func(f fsops) { f.chown("a.txt", me, 65534) },
+			want: []wc{wChmod("a.txt", "one\ntwo\n", "0644", "0644").by(me, 65534).from(me, mg)},
+		},
+		{
+			name: "chown and chmod",
+			do:   func(f fsops) { f.chown("d/b.txt", 1234, 5678); f.chmod("d/b.txt", 0o600) },
+			want: []wc{wChmod("d/b.txt", "bee\n", "0644", "0600").by(1234, 5678).from(me, mg)},
+		},
+		{
+			name: "chown of a symlink",
+			do:   func(f fsops) { f.chown("ln", 65534, 65534) },
+			want: []wc{wc{path: "ln", op: dryexec.OpChmod, kind: dryexec.KindSymlink, mode: "0777", beforeMode: "0777", link: "a.txt"}.by(65534, 65534).from(me, mg)},
+		},
+		{
+			name: "chown of a dir",
+			do:   func(f fsops) { f.chown("d", 65534, 0) },
+			want: []wc{wChmodDir("d", "0755", "0755").by(65534, 0).from(me, mg)},
+		},
+		{
+			name: "chown and new content",
+			do:   func(f fsops) { f.write("a.txt", "three\n"); f.chown("a.txt", 65534, 65534) },
+			want: []wc{wModify("a.txt", "one\ntwo\n", "three\n", "0644", "0644", "+three").by(65534, 65534).from(me, mg)},
+		},
+	}
+	for _, mode := range overlayModes[:2] {
+		t.Run(mode.name, func(t *testing.T) {
+			for _, c := range cases {
+				t.Run(c.name, func(t *testing.T) {
+					c.lower = with(link("ln", "a.txt"))
+					runOverlayCase(t, c, mode.opts, fswalk.WalkOptions{UserXattr: mode.userXattr})
+				})
+			}
+		})
 	}
 }

@@ -201,10 +201,11 @@ func TestTouched(t *testing.T) {
 			touched: []string{},
 		},
 		{
-			// Another owner is more than an mtime (though a chown alone is
-			// not in the contract): not touched.
+			// Another owner is more than an mtime: a chmod that moves the
+			// owner, not a touch.
 			name:    "rewritten and chowned",
 			do:      func(f fsops) { f.write("a.txt", "one\ntwo\n"); f.chown("a.txt", 1234, 1234) },
+			want:    []wc{wChmod("a.txt", "one\ntwo\n", "0644", "0644").by(1234, 1234).from(os.Geteuid(), os.Getegid())},
 			touched: []string{},
 		},
 		{
