@@ -56,6 +56,25 @@ func applyCases() []applyCase {
 			after: common.with("m", reg("new and longer\n", 0o600)),
 		},
 		{
+			// Owner changes (as root): alone, with the mode (a setuid file
+			// keeps its bit though chown clears it), of a dir, of a symlink
+			// (lchown: its target keeps its owner), and with new content.
+			name: "chown",
+			before: common.with("f", reg("f\n", 0o644), "s", reg("s\n", 0o4755), "d", dir(0o755),
+				"m", reg("m\n", 0o644)),
+			changes: func(f *fx) changeList {
+				return changeList{
+					chowned(f.chmodFile("f", "f\n", 0o644, 0o644), 0, 0, 65534, 0),
+					chowned(f.chmodFile("s", "s\n", 0o4755, 0o4750), 0, 0, 1234, 5678),
+					chowned(f.chmodDir("d", 0o755, 0o755), 0, 0, 65534, 65534),
+					f.chownLink("keepdir/link", "k1", 0, 0, 7, 8),
+					chowned(f.modify("m", "m\n", 0o644, "m2\n", 0o644), 0, 0, 9, 10),
+				}
+			},
+			after: common.with("f", reg("f\n", 0o644).own(65534, 0), "s", reg("s\n", 0o4750).own(1234, 5678),
+				"d", dir(0o755).own(65534, 65534), "keepdir/link", sym("k1").own(7, 8), "m", reg("m2\n", 0o644).own(9, 10)),
+		},
+		{
 			name:    "delete file",
 			before:  common.with("gone", reg("bye\n", 0o644)),
 			changes: func(f *fx) changeList { return changeList{f.del("gone", "bye\n", 0o644)} },

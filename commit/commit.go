@@ -90,8 +90,8 @@ func (pl *plan) check(trialID string, opt Options) error {
 		}
 	}
 	slices.SortFunc(mkdirs, func(a, b string) int { return cmp.Or(depth(a)-depth(b), strings.Compare(a, b)) })
-	fixes := map[string]verdict{}    // forced conflicts, by path
-	hostModes := map[string]uint32{} // the modes chmods change now
+	fixes := map[string]verdict{}     // forced conflicts, by path
+	hostModes := map[string]verdict{} // the modes (and owners) chmods change now
 	for _, p := range mkdirs {
 		v, err := pl.checkOne(p, dirs)
 		if err != nil {
@@ -114,7 +114,7 @@ func (pl *plan) check(trialID string, opt Options) error {
 			return err
 		}
 		if v.exists && pl.first[p].Op == dryexec.OpChmod {
-			hostModes[p] = v.mode
+			hostModes[p] = v
 		}
 		if v.reason == "" {
 			continue
@@ -156,17 +156,18 @@ const (
 
 // verdict is what checkOne found at one path.
 type verdict struct {
-	reason string // "" when the host is as the trial started from
-	unsafe bool   // the way to the path leads through a symlink or a non-directory
-	fix    forceFix
-	exists bool   // the host has something at the path
-	mode   uint32 // and its permission bits
+	reason   string // "" when the host is as the trial started from
+	unsafe   bool   // the way to the path leads through a symlink or a non-directory
+	fix      forceFix
+	exists   bool   // the host has something at the path
+	mode     uint32 // and its permission bits
+	uid, gid int    // and its owner
 }
 
 // adapt fits the plan to the host as check found it: fixes holds the forced
 // conflicts, hostModes the modes the chmods change, which rollback restores
 // (a forced commit may find other modes than the trial started from).
-func (pl *plan) adapt(fixes map[string]verdict, hostModes map[string]uint32) {
+func (pl *plan) adapt(fixes map[string]verdict, hostModes map[string]verdict) {
 	if len(fixes) == 0 && len(hostModes) == 0 {
 		return
 	}
@@ -176,8 +177,8 @@ func (pl *plan) adapt(fixes map[string]verdict, hostModes map[string]uint32) {
 		v, forced := fixes[s.Path]
 		switch {
 		case s.Kind == stepChmod:
-			if m, ok := hostModes[s.Path]; ok {
-				s.OldMode = m
+			if h, ok := hostModes[s.Path]; ok {
+				s.OldMode, s.OldUID, s.OldGID = h.mode, h.uid, h.gid
 			}
 		case !forced:
 		case v.fix == fixGone && s.Kind == stepRemove:
@@ -235,7 +236,7 @@ func (pl *plan) checkOne(p string, dirs *dirs) (verdict, error) {
 	if serr != nil && !errors.Is(serr, unix.ENOENT) {
 		return verdict{}, fmt.Errorf("commit: stat %s: %w", dryexec.QuotePath(p), serr)
 	}
-	v := verdict{exists: serr == nil, mode: uint32(st.Mode) & 0o7777}
+	v := verdict{exists: serr == nil, mode: uint32(st.Mode) & 0o7777, uid: int(st.Uid), gid: int(st.Gid)}
 	kind := kindOf(st.Mode)
 	if creates {
 		if v.exists {
@@ -268,6 +269,10 @@ func (pl *plan) checkOne(p string, dirs *dirs) (verdict, error) {
 	}
 	if kind != dryexec.KindSymlink && wantMode != "" && parseMode(wantMode) != v.mode {
 		v.reason = fmt.Sprintf("mode is %04o, the trial started from %s", v.mode, wantMode)
+		return v, nil
+	}
+	if f.BeforeUID != nil && f.BeforeGID != nil && (v.uid != *f.BeforeUID || v.gid != *f.BeforeGID) {
+		v.reason = fmt.Sprintf("owner is %d:%d, the trial started from %d:%d", v.uid, v.gid, *f.BeforeUID, *f.BeforeGID)
 		return v, nil
 	}
 	switch kind {
@@ -791,8 +796,18 @@ func (a *applier) do(s *step) error {
 		a.placed[s.Path] = true
 	case stepChmod:
 		var st unix.Stat_t
-		if err := unix.Fstatat(dfd, name, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil || kindOf(st.Mode) == dryexec.KindSymlink {
+		err := unix.Fstatat(dfd, name, &st, unix.AT_SYMLINK_NOFOLLOW)
+		link := err == nil && kindOf(st.Mode) == dryexec.KindSymlink
+		if err != nil || (link && !(s.Chown && s.FileKnd == dryexec.KindSymlink)) {
 			return fmt.Errorf("commit: chmod %s: not there or a symlink", dryexec.QuotePath(s.Path))
+		}
+		if s.Chown {
+			if err := unix.Fchownat(dfd, name, s.UID, s.GID, unix.AT_SYMLINK_NOFOLLOW); err != nil {
+				return fmt.Errorf("commit: chown %s: %w", dryexec.QuotePath(s.Path), err)
+			}
+		}
+		if link {
+			return nil // a symlink has no mode of its own
 		}
 		if err := chmodAt(dfd, name, s.Mode); err != nil {
 			return fmt.Errorf("commit: chmod %s: %w", dryexec.QuotePath(s.Path), err)
@@ -930,7 +945,17 @@ func undoStep(s step, created map[string]bool, dirs *dirs) error {
 	switch s.Kind {
 	case stepChmod:
 		var st unix.Stat_t
-		if unix.Fstatat(dfd, name, &st, unix.AT_SYMLINK_NOFOLLOW) == nil && kindOf(st.Mode) != dryexec.KindSymlink {
+		if unix.Fstatat(dfd, name, &st, unix.AT_SYMLINK_NOFOLLOW) != nil {
+			break
+		}
+		if s.Chown {
+			// The host's owner first: chown clears setuid and setgid,
+			// which the old mode then sets back.
+			if err := unix.Fchownat(dfd, name, s.OldUID, s.OldGID, unix.AT_SYMLINK_NOFOLLOW); err != nil {
+				return fmt.Errorf("rollback %s: chown: %w", dryexec.QuotePath(s.Path), err)
+			}
+		}
+		if kindOf(st.Mode) != dryexec.KindSymlink {
 			return chmodAt(dfd, name, s.OldMode)
 		}
 	case stepPlace:

@@ -255,6 +255,28 @@ func TestConflicts(t *testing.T) {
 			want:    []string{"a"},
 		},
 		{
+			name: "owner changed under a chown",
+			host: func(f *fx) { os.Chown(f.p("a"), 4, 4) },
+			changes: func(f *fx) changeList {
+				return changeList{chowned(f.chmodFile("a", "a\n", 0o644, 0o644), 0, 0, 65534, 0)}
+			},
+			want: []string{"a"},
+		},
+		{
+			name: "owner changed under a modify that chowns",
+			host: func(f *fx) { os.Chown(f.p("a"), 0, 4) },
+			changes: func(f *fx) changeList {
+				return changeList{chowned(f.modify("a", "a\n", 0o644, "t\n", 0o644), 0, 0, 65534, 0)}
+			},
+			want: []string{"a"},
+		},
+		{
+			name:    "symlink owner changed under an lchown",
+			host:    func(f *fx) { os.Lchown(f.p("l"), 5, 5) },
+			changes: func(f *fx) changeList { return changeList{f.chownLink("l", "a", 0, 0, 65534, 0)} },
+			want:    []string{"l"},
+		},
+		{
 			name:    "dir mode changed under a chmod",
 			host:    func(f *fx) { os.Chmod(f.p("d"), 0o700) },
 			changes: func(f *fx) changeList { return changeList{f.chmodDir("d", 0o755, 0o750)} },

@@ -351,6 +351,19 @@ func at(fc dryexec.FileChange, mtimeNS int64) dryexec.FileChange {
 	return fc
 }
 
+// chowned makes fc move the path's owner from the host's huid:hgid to uid:gid.
+func chowned(fc dryexec.FileChange, huid, hgid, uid, gid int) dryexec.FileChange {
+	fc.UID, fc.GID = uid, gid
+	fc.SetBeforeOwner(huid, hgid)
+	return fc
+}
+
+// chownLink is the lchown of the host symlink p (target), a chmod of it.
+func (f *fx) chownLink(p, target string, huid, hgid, uid, gid int) dryexec.FileChange {
+	return chowned(dryexec.FileChange{Path: f.p(p), Op: dryexec.OpChmod, Kind: dryexec.KindSymlink, Mode: "0777",
+		BeforeMode: "0777", Size: int64(len(target)), LinkTarget: target}, huid, hgid, uid, gid)
+}
+
 func owned(fc dryexec.FileChange, uid, gid int) dryexec.FileChange {
 	fc.UID, fc.GID = uid, gid
 	return fc

@@ -2,6 +2,7 @@ package commit
 
 import (
 	"fmt"
+	"os"
 	"path"
 	"slices"
 	"strings"
@@ -56,6 +57,12 @@ type step struct {
 	LinkHost bool `json:"link_host,omitempty"`
 	// Mtime is the mtime (ns) the trial left, set once the content is in place.
 	Mtime int64 `json:"mtime_ns,omitempty"`
+	// Chown: a chmod step that also sets the owner to UID, GID (lchown,
+	// before the mode: chown clears setuid and setgid); rollback sets
+	// OldUID, OldGID back.
+	Chown  bool `json:"chown,omitempty"`
+	OldUID int  `json:"old_uid,omitempty"`
+	OldGID int  `json:"old_gid,omitempty"`
 }
 
 // touchStep is the step that sets t's mtime (a touched path).
@@ -317,7 +324,10 @@ func makePlan(trialID string, changes []dryexec.FileChange) (*plan, error) {
 					groups[f.LinkGroup] = append(groups[f.LinkGroup], len(places)-1)
 				}
 			case dryexec.OpChmod:
-				s.Kind, s.OldMode = stepChmod, parseMode(f.BeforeMode)
+				s.Kind, s.OldMode, s.FileKnd = stepChmod, parseMode(f.BeforeMode), f.Kind
+				if f.OwnerChanged() {
+					s.Chown, s.OldUID, s.OldGID = true, *f.BeforeUID, *f.BeforeGID
+				}
 				if f.Kind == dryexec.KindFile && f.SHA256 != f.BeforeSHA256 && f.SHA256 != "" {
 					return nil, fmt.Errorf("commit: chmod of %s also changes content", p)
 				}
@@ -395,6 +405,9 @@ func linkedOnly(f dryexec.FileChange) bool {
 // uncommittable says why commit cannot write f as the trial left it ("" when
 // it can): a socket or device node, or content that was not kept.
 func uncommittable(f dryexec.FileChange) string {
+	if r := chownRefused(f); r != "" {
+		return r
+	}
 	switch f.Op {
 	case dryexec.OpCreate, dryexec.OpModify, dryexec.OpSymlink:
 	default:
@@ -409,6 +422,28 @@ func uncommittable(f dryexec.FileChange) string {
 			reason += " (" + f.ContentReason + ")"
 		}
 		return reason
+	}
+	return ""
+}
+
+// chownRefused says why this process cannot give f's path the owner the trial
+// left ("" when it can, or f moves no owner): only root gives a file to
+// another user; anyone else may only change the group of a file that stays
+// their own to a group they are in, as chgrp(1) may.
+func chownRefused(f dryexec.FileChange) string {
+	if !f.OwnerChanged() || os.Geteuid() == 0 {
+		return ""
+	}
+	why := fmt.Sprintf("it changes the owner from %d:%d to %d:%d, which only root can do", *f.BeforeUID, *f.BeforeGID, f.UID, f.GID)
+	if f.UID != *f.BeforeUID || f.UID != os.Geteuid() {
+		return why
+	}
+	if f.GID == os.Getegid() {
+		return ""
+	}
+	groups, err := os.Getgroups()
+	if err != nil || !slices.Contains(groups, f.GID) {
+		return fmt.Sprintf("it changes the group to %d, which this user is not in", f.GID)
 	}
 	return ""
 }
