@@ -346,7 +346,7 @@ func (e *Engine) checkFiles(d *dryexec.StateDelta, fs *facts) (sensitive string)
 		}
 	}
 	cwd, rw := d.Action.Cwd, e.p.ReviewWhen
-	var bad, outside, deny, touched, away, setid, deleted examples
+	var bad, outside, deny, touched, away, setid, deleted, chown, noCreate examples
 	segs := make([]string, 0, 16)
 	readErr := d.EachFile(func(f *dryexec.FileChange) error {
 		p := f.Path
@@ -366,6 +366,12 @@ func (e *Engine) checkFiles(d *dryexec.StateDelta, fs *facts) (sensitive string)
 		}
 		if rw.SetID && f.Op != dryexec.OpDelete && f.Op != dryexec.OpRmdir && setID(f.Mode) {
 			setid.add(p + " (" + f.Mode + ")")
+		}
+		if ownerReview(f, cwd) {
+			chown.add(fmt.Sprintf("%s (%d:%d → %d:%d)", p, *f.BeforeUID, *f.BeforeGID, f.UID, f.GID))
+		}
+		if f.Kind == dryexec.KindOther && (f.Op == dryexec.OpCreate || f.Op == dryexec.OpModify) {
+			noCreate.add(p)
 		}
 		if g := denied.first(p, segs); g != nil {
 			deny.add(p + " (" + g.src + ")")
@@ -419,10 +425,30 @@ func (e *Engine) checkFiles(d *dryexec.StateDelta, fs *facts) (sensitive string)
 	if setid.n > 0 {
 		fs.add(EffectReview, "sets a setuid or setgid bit: %s", setid.String())
 	}
+	if chown.n > 0 {
+		fs.add(EffectReview, "changes the owner of %s", chown.String())
+	}
+	if noCreate.n > 0 {
+		// Commit refuses these by name: auto_commit would only fail.
+		fs.add(EffectReview, "commit cannot create a unix socket or device node: %s", noCreate.String())
+	}
 	if touched.n == 0 {
 		return ""
 	}
 	return touched.String()
+}
+
+// ownerReview reports whether f's owner change needs a person: one that gives
+// the path to another user (root included), makes root its group, or is of a
+// path outside the working directory. A change of group, to another than
+// root's, of a path in the cwd that stays its user's (chgrp in the project)
+// does not. Not a ReviewWhen switch: a chown outside the project is never
+// routine.
+func ownerReview(f *dryexec.FileChange, cwd string) bool {
+	if !f.OwnerChanged() {
+		return false
+	}
+	return f.UID != *f.BeforeUID || f.GID == 0 || !beneath(f.Path, cwd)
 }
 
 // beneath reports whether the clean path p is dir or inside it. A relative or

@@ -168,6 +168,20 @@ func TestPrecedence(t *testing.T) {
 			[]string{"review: deletes what exists on the host: /w/old", "risk: +0.02 deletes 1 path (budget 10)"}},
 		{"setuid", nil, func(d *dryexec.StateDelta) { d.Files[0].Mode = "4755" }, Review, []string{"review: sets a setuid or setgid bit: /w/a.txt (4755)"}},
 		{"setgid", nil, func(d *dryexec.StateDelta) { d.Files[0].Mode = "2755" }, Review, []string{"setuid or setgid"}},
+		{"chown to another user in the cwd", nil, func(d *dryexec.StateDelta) { d.Files[0] = chownOf("/w/a.txt", 0, 0, 65534, 0) }, Review,
+			[]string{"review: changes the owner of /w/a.txt (0:0 → 65534:0)"}},
+		{"chgrp to root in the cwd", nil, func(d *dryexec.StateDelta) { d.Files[0] = chownOf("/w/a.txt", 1000, 1000, 1000, 0) }, Review,
+			[]string{"review: changes the owner of /w/a.txt (1000:1000 → 1000:0)"}},
+		{"chgrp in the cwd by the same user", nil, func(d *dryexec.StateDelta) { d.Files[0] = chownOf("/w/a.txt", 1000, 1000, 1000, 1001) },
+			AutoCommit, nil},
+		{"chgrp outside the cwd, outside_cwd off", func(p *Policy) { p.ReviewWhen.OutsideCwd = false },
+			func(d *dryexec.StateDelta) { d.Files = append(d.Files, chownOf("/tmp/x", 1000, 1000, 1000, 1001)) }, Review,
+			[]string{"review: changes the owner of /tmp/x (1000:1000 → 1000:1001)"}},
+		{"a unix socket commit cannot create", nil, func(d *dryexec.StateDelta) {
+			s := file("/w/sock", dryexec.OpCreate)
+			s.Kind, s.SHA256 = dryexec.KindOther, ""
+			d.Files = append(d.Files, s)
+		}, Review, []string{"review: commit cannot create a unix socket or device node: /w/sock"}},
 		{"sticky is not setid", nil, func(d *dryexec.StateDelta) { d.Files[0].Mode = "1777" }, AutoCommit, nil},
 		{"score above threshold (sensitive path)", nil, func(d *dryexec.StateDelta) { d.Files[0].Path = "/w/.env" }, Review,
 			[]string{"risk: +0.60 changes sensitive paths: /w/.env (**/.env)", "review: risk 0.60 is above the review threshold 0.50"}},
@@ -382,4 +396,12 @@ func TestRulesSeeJSONNames(t *testing.T) {
 			t.Errorf("%s did not fire: %q", x, r.Decision.Reasons)
 		}
 	}
+}
+
+// chownOf is the chmod that moves p's owner from huid:hgid to uid:gid.
+func chownOf(p string, huid, hgid, uid, gid int) dryexec.FileChange {
+	f := file(p, dryexec.OpChmod)
+	f.UID, f.GID = uid, gid
+	f.SetBeforeOwner(huid, hgid)
+	return f
 }
