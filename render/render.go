@@ -355,7 +355,8 @@ func opSymbol(op dryexec.Op, c palette) string {
 }
 
 // fileDescription is the path (dirs with a trailing slash, symlinks with their
-// target) and, for mode changes, the old and new mode.
+// target) and, for mode changes, the old and new mode, for owner changes the
+// old and new uid:gid.
 func fileDescription(f dryexec.FileChange) string {
 	var b strings.Builder
 	b.WriteString(cleanField(f.Path))
@@ -368,12 +369,17 @@ func fileDescription(f dryexec.FileChange) string {
 		b.WriteString(cleanField(f.LinkTarget))
 	}
 	switch {
+	case f.Op == dryexec.OpChmod && f.BeforeMode == f.Mode && f.OwnerChanged():
+		// A chown alone: the owner below says it all.
 	case f.Op == dryexec.OpChmod && f.BeforeMode != "":
 		b.WriteString("  " + cleanField(f.BeforeMode) + " → " + cleanField(f.Mode))
 	case f.Op == dryexec.OpChmod:
 		b.WriteString("  → " + cleanField(f.Mode))
 	case f.Op == dryexec.OpModify && f.BeforeMode != "" && f.Mode != "" && f.BeforeMode != f.Mode:
 		b.WriteString("  " + cleanField(f.BeforeMode) + " → " + cleanField(f.Mode))
+	}
+	if f.OwnerChanged() {
+		fmt.Fprintf(&b, "  owner %d:%d → %d:%d", *f.BeforeUID, *f.BeforeGID, f.UID, f.GID)
 	}
 	if f.Op == dryexec.OpModify && f.Kind == dryexec.KindOther {
 		b.WriteString("  (special file)")

@@ -557,3 +557,23 @@ func TestNoCommands(t *testing.T) {
 		})
 	}
 }
+
+// TestSummaryOwner: an owner change shows as chown says it, alone or with the
+// mode, never as a bare "m" line that hides it.
+func TestSummaryOwner(t *testing.T) {
+	own := func(f dryexec.FileChange, huid, hgid int) dryexec.FileChange {
+		f.SetBeforeOwner(huid, hgid)
+		return f
+	}
+	d := &dryexec.StateDelta{TrialID: "tr_07", Rung: "ns", Action: dryexec.Action{Argv: []string{"chown", "65534", "f"}},
+		Files: []dryexec.FileChange{
+			own(dryexec.FileChange{Path: "/w/f", Op: dryexec.OpChmod, Kind: dryexec.KindFile, Mode: "0644", BeforeMode: "0644", UID: 65534}, 0, 0),
+			own(dryexec.FileChange{Path: "/w/g", Op: dryexec.OpChmod, Kind: dryexec.KindFile, Mode: "0600", BeforeMode: "0644", UID: 1, GID: 2}, 0, 0),
+		}}
+	got := summary(t, d, Options{})
+	for _, want := range []string{"m /w/f  owner 0:0 → 65534:0\n", "m /w/g  0644 → 0600  owner 0:0 → 1:2\n"} {
+		if !strings.Contains(got, want) {
+			t.Errorf("summary lacks %q:\n%s", want, got)
+		}
+	}
+}

@@ -100,6 +100,9 @@ class FileChange:
     uid: int = 0
     gid: int = 0
     before_mode: str = ""
+    # The host's owner, on a change that moves it (a chmod that is a chown).
+    before_uid: Optional[int] = None
+    before_gid: Optional[int] = None
     diff: str = ""
 
 
