@@ -54,6 +54,10 @@ func deltaTrial(t *testing.T, dir, script string, blobs deltatest.Blobs, denied 
 //   - touch_denied_target: a path whose mtime alone moved is listed as
 //     touched, which the policy did not look at, yet commit sets its mtime on
 //     the host: `touch /etc/hostname` was auto_commit, and commit wrote there.
+//   - chown_host_file: as root, `chown 65534 f` left no entry, was
+//     auto_commit, and commit left f root's.
+//   - unix_socket: a socket the command bound was auto_commit, though commit
+//     refuses it by name.
 func TestDeltaTruth(t *testing.T) {
 	testreq.Need(t, testreq.NS, (&linuxns.Rung{}).Available(context.Background()))
 	t.Run("ln_f_over_host_file", func(t *testing.T) {
@@ -107,6 +111,57 @@ func TestDeltaTruth(t *testing.T) {
 		}
 		if d.Decision.Choice != policy.Block || !strings.Contains(strings.Join(d.Decision.Reasons, "\n"), "mtime only") {
 			t.Errorf("decision %s %q: want block for a denied target's mtime", d.Decision.Choice, d.Decision.Reasons)
+		}
+	})
+	t.Run("chown_host_file", func(t *testing.T) {
+		// As root the trial's ids are the host's: f is given away in the
+		// trial and must be on the host after commit. Rootless (the rerun),
+		// the chown fails in the trial as it does natively: no owner change
+		// is listed and f stays the user's.
+		root := os.Geteuid() == 0
+		dir := t.TempDir()
+		f := filepath.Join(dir, "f")
+		if err := os.WriteFile(f, []byte("f\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		d := deltaTrial(t, dir, `chown 65534 f 2>/dev/null || true`, deltatest.Blobs{})
+		var listed *dryexec.FileChange
+		for i := range d.Files {
+			if d.Files[i].Path == f {
+				listed = &d.Files[i]
+			}
+		}
+		switch {
+		case root && (listed == nil || listed.Op != dryexec.OpChmod || !listed.OwnerChanged() || listed.UID != 65534 || *listed.BeforeUID != 0):
+			t.Fatalf("the delta does not list f's new owner: %+v", d.Files)
+		case !root && listed != nil:
+			t.Fatalf("rootless, the delta lists f, which the trial could not chown: %+v", *listed)
+		}
+		if root && d.Decision.Choice == policy.AutoCommit {
+			t.Errorf("decision %s %q: a file given to another user wants review", d.Decision.Choice, d.Decision.Reasons)
+		}
+		ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+		defer cancel()
+		if _, err := commit.Apply(ctx, d, commit.Options{JournalDir: t.TempDir()}); err != nil {
+			t.Fatalf("commit: %v", err)
+		}
+		var st unix.Stat_t
+		if err := unix.Lstat(f, &st); err != nil {
+			t.Fatal(err)
+		}
+		want := [2]uint32{65534, 0}
+		if !root {
+			want = [2]uint32{uint32(os.Geteuid()), uint32(os.Getegid())}
+		}
+		if st.Uid != want[0] || st.Gid != want[1] {
+			t.Errorf("after commit f is %d:%d, want %d:%d as after the native run", st.Uid, st.Gid, want[0], want[1])
+		}
+	})
+	t.Run("unix_socket", func(t *testing.T) {
+		dir := t.TempDir()
+		d := deltaTrial(t, dir, `python3 -c 'import socket; socket.socket(socket.AF_UNIX).bind("sock")'`, deltatest.Blobs{})
+		if d.Decision.Choice == policy.AutoCommit || !strings.Contains(strings.Join(d.Decision.Reasons, "\n"), "commit cannot create a unix socket") {
+			t.Errorf("decision %s %q: commit refuses the socket, the decision must say so", d.Decision.Choice, d.Decision.Reasons)
 		}
 	})
 }
