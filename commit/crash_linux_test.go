@@ -160,9 +160,64 @@ type killJob struct {
 	KillAfter time.Duration `json:"kill_after"`
 	// TimeFile, when set, receives how long Apply took.
 	TimeFile string `json:"time_file"`
+	// Refused: Apply must fail with a *dryexec.UncommittableError naming
+	// this path, before writing anything.
+	Refused string `json:"refused,omitempty"`
 }
 
 // TestApplyChild is the child's side of TestKillRecovery and TestNotRoot; it
+
+// runAs runs job's Apply for f's host in a child process as uid (no
+// supplementary groups), which must succeed (or refuse as job.Refused says).
+func runAs(t *testing.T, f *fx, setpriv string, uid int, job killJob) {
+	t.Helper()
+	work := filepath.Join(f.base, "work")
+	blobDir := filepath.Join(work, "blobs")
+	os.MkdirAll(blobDir, 0o755)
+	os.Chmod(work, 0o755)
+	for s, b := range f.blobs {
+		os.WriteFile(filepath.Join(blobDir, s), b, 0o644)
+	}
+	job.BlobDir, job.Journal = blobDir, f.jdir
+	jb, _ := json.Marshal(job)
+	jobPath := filepath.Join(work, "job.json")
+	os.WriteFile(jobPath, jb, 0o644)
+	bin := filepath.Join(work, "commit.test")
+	b, err := os.ReadFile(os.Args[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(bin, b, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(setpriv, fmt.Sprintf("--reuid=%d", uid), fmt.Sprintf("--regid=%d", uid), "--clear-groups",
+		bin, "-test.run=^TestApplyChild$", "-test.count=1", "-test.v")
+	cmd.Env = append(os.Environ(), childEnv+"="+jobPath)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("commit as uid %d: %v\n%s", uid, err, out)
+	}
+}
+
+// TestNotRootChown: a commit not as root refuses an owner change the caller
+// cannot make (a file given to root) with a typed error, before it writes
+// anything of the delta.
+func TestNotRootChown(t *testing.T) {
+	requireRoot(t)
+	setpriv := testreq.NeedRootless(t)
+	const uid = 65534
+	f := newFx(t, tree{"mine.txt": reg("mine\n", 0o644).own(uid, uid)})
+	for d := f.base; d != os.TempDir() && d != "/"; d = filepath.Dir(d) {
+		os.Chmod(d, 0o755)
+	}
+	os.Chown(f.root, uid, uid)
+	os.MkdirAll(f.jdir, 0o700)
+	os.Chown(f.jdir, uid, uid)
+	d := f.delta(f.create("new", "n\n", 0o644), chowned(f.chmodFile("mine.txt", "mine\n", 0o644, 0o644), uid, uid, 0, uid))
+	before := f.hostSnap()
+	runAs(t, f, setpriv, uid, killJob{Delta: d, Refused: f.p("mine.txt")})
+	wantTree(t, "host after a refused commit", before, f.hostSnap(), true)
+}
+
 // does nothing in a normal run.
 func TestApplyChild(t *testing.T) {
 	p := os.Getenv(childEnv)
@@ -191,6 +246,14 @@ func TestApplyChild(t *testing.T) {
 			}
 		},
 	})
+	if job.Refused != "" {
+		var ue *dryexec.UncommittableError
+		if !errors.As(err, &ue) || len(ue.Paths) != 1 || ue.Paths[0].Path != job.Refused {
+			t.Fatalf("Apply: %v, want an *UncommittableError naming %s alone", err, job.Refused)
+		}
+		t.Logf("refused: %v", err)
+		return
+	}
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -361,30 +424,7 @@ func TestNotRoot(t *testing.T) {
 		f.create("src/new", "new\n", 0o644),
 		f.mkdir("wx", 0o300), f.create("wx/hidden", "h\n", 0o600),
 	)
-	work := filepath.Join(f.base, "work")
-	blobDir := filepath.Join(work, "blobs")
-	os.MkdirAll(blobDir, 0o755)
-	os.Chmod(work, 0o755)
-	for s, b := range f.blobs {
-		os.WriteFile(filepath.Join(blobDir, s), b, 0o644)
-	}
-	jb, _ := json.Marshal(killJob{Delta: d, BlobDir: blobDir, Journal: f.jdir})
-	jobPath := filepath.Join(work, "job.json")
-	os.WriteFile(jobPath, jb, 0o644)
-	bin := filepath.Join(work, "commit.test")
-	b, err := os.ReadFile(os.Args[0])
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(bin, b, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	cmd := exec.Command(setpriv, fmt.Sprintf("--reuid=%d", uid), fmt.Sprintf("--regid=%d", uid), "--clear-groups",
-		bin, "-test.run=^TestApplyChild$", "-test.count=1", "-test.v")
-	cmd.Env = append(os.Environ(), childEnv+"="+jobPath)
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("commit as uid %d: %v\n%s", uid, err, out)
-	}
+	runAs(t, f, setpriv, uid, killJob{Delta: d})
 	wantTree(t, "host", tree{"mine.txt": u(reg("mine 2\n", 0o600)), "x": u(reg("x\n", 0o755)),
 		"mod": u(dir(0o555)), "mod/a.go": u(reg("package a\n", 0o444)), "mod/sub": u(dir(0o555)),
 		"mod/sub/b.go": u(reg("package b\n", 0o444)), "mod/sub/ln": u(sym("b.go")),
