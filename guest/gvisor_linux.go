@@ -230,10 +230,14 @@ func runInnerTrial(conn *wire.Conn, cfgp *wire.TrialStart, prof *seccomp.Profile
 		srv = &seccomp.Server{Profile: prof, Handle: fifos.handle}
 		answers = fifos.answer
 	}
-	stub, err := startGVisorStub(&cfg, prof, srv)
+	// gVisor delivers SIGKILL and SIGSTOP to this guest from inside:
+	// there the command gets a pid namespace of its own (commandPIDNS).
+	// The VM's kernel is Linux, which drops them.
+	stub, pidns, err := startGVisorStub(&cfg, prof, srv, fifos == nil && oom == nil)
 	if err != nil {
 		return fail("setup", err)
 	}
+	defer pidns.close()
 	if oom != nil {
 		// After the stub's fork: the command keeps the score it had.
 		oom.protect()
@@ -308,14 +312,26 @@ var guestIgnored = []os.Signal{unix.SIGHUP, unix.SIGINT, unix.SIGQUIT, unix.SIGI
 // to the runtime: it ends with its goroutine. With srv, the filter has a
 // listener that srv serves (its refusals are then answered by srv, with the
 // same errnos, unreported).
-func startGVisorStub(cfg *wire.TrialStart, prof *seccomp.Profile, srv *seccomp.Server) (*cmdStub, error) {
+//
+// With ownPIDNS, the thread first makes a pid namespace for the stub
+// (commandPIDNS), before the filter, which refuses that.
+func startGVisorStub(cfg *wire.TrialStart, prof *seccomp.Profile, srv *seccomp.Server, ownPIDNS bool) (*cmdStub, *commandPIDNS, error) {
 	type started struct {
-		stub *cmdStub
-		err  error
+		stub  *cmdStub
+		pidns *commandPIDNS
+		err   error
 	}
 	ch := make(chan started, 1)
 	go func() {
 		runtime.LockOSThread()
+		var pidns *commandPIDNS
+		if ownPIDNS {
+			var err error
+			if pidns, err = newCommandPIDNS(); err != nil {
+				ch <- started{err: err}
+				return
+			}
+		}
 		prog, err := prof.Program(srv != nil)
 		listener := -1
 		if err == nil {
@@ -325,14 +341,18 @@ func startGVisorStub(cfg *wire.TrialStart, prof *seccomp.Profile, srv *seccomp.S
 			go srv.Serve(context.Background(), listener)
 		}
 		if err != nil {
+			pidns.close()
 			ch <- started{err: fmt.Errorf("confining the command: %w", err)}
 			return
 		}
 		s, err := startTrialStub(cfg, nil, -1)
-		ch <- started{s, err}
+		if err != nil {
+			pidns.close()
+		}
+		ch <- started{s, pidns, err}
 	}()
 	s := <-ch
-	return s.stub, s.err
+	return s.stub, s.pidns, s.err
 }
 
 // innerProfile is the seccomp profile of a command inside a kernel of the

@@ -96,11 +96,24 @@ func (s *session) startGVisor() error {
 	// cannot stop for SIGKILL and SIGSTOP: gVisor delivers them to its
 	// init from inside) and no_new_privs. Before this, an exec ran
 	// unfiltered and `kill -9 1` lost the session.
-	l, err := filterLauncher(gvisorProfile())
+	//
+	// And every exec runs in one pid namespace of the session's
+	// (commandPIDNS), made on the launcher thread before its filter: a
+	// later exec sees what an earlier one left running, and no exec can
+	// name the guest's threads, to which gVisor delivers SIGKILL from
+	// inside (the filter refuses pid 1 only). It lives as long as the
+	// session: session.close ends it, and everything in it.
+	var pidns *commandPIDNS
+	l, err := filterLauncher(gvisorProfile(), func() error {
+		var err error
+		pidns, err = newCommandPIDNS()
+		return err
+	})
 	if err != nil {
+		pidns.close()
 		return fmt.Errorf("confining the sandbox: %w", err)
 	}
-	s.platform = &sessionPlatform{launcher: l}
+	s.platform = &sessionPlatform{launcher: l, pidns: pidns}
 	return nil
 }
 
