@@ -396,6 +396,13 @@ func gvisorProfile() *seccomp.Profile {
 	// a FIFO does, and commit makes none anyway (only bind(2) makes a
 	// usable one): EPERM, what Linux answers for a filesystem that does
 	// not support the node type, rather than a node the delta lacks.
+	// A pidfd made from a /proc directory names a process the command's
+	// pid namespace (commandPIDNS) hides: /proc is the sandbox's, and
+	// /proc/1 is this guest, whose SIGKILL gVisor delivers. ENOSYS, as a
+	// kernel without pidfds answers: Go, systemd and the like fall back to
+	// kill(2) then.
+	p.Rules = append(p.Rules, seccomp.Rule{Name: "pidfd_send_signal", Errno: unix.ENOSYS,
+		Why: "a pidfd of a /proc directory reaches past the command's pid namespace (the guest supervisor at /proc/1)"})
 	const noNode = "a socket node inside gVisor exists in its memory only, where the delta cannot see it"
 	for _, c := range []struct {
 		name string

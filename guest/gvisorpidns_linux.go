@@ -1,10 +1,12 @@
 package guest
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"os"
 	"os/signal"
+	"strconv"
 	"syscall"
 
 	"golang.org/x/sys/unix"
@@ -20,70 +22,131 @@ import (
 // pid 1 by number but not the guest's other thread ids, which name the whole
 // guest too (kill(TID, SIGKILL)), nor a pidfd made from a /proc/1 directory.
 // In a namespace of its own the command can name none of the guest's
-// threads: kill and pidfd_open resolve numbers in the caller's namespace,
-// and a pidfd of a process outside it is refused.
+// threads: kill, rt_sigqueueinfo and pidfd_open resolve numbers in the
+// caller's namespace. /proc is still the sandbox's (gVisor's procfs lists
+// the namespace of whoever mounted it, and Go's setup of a command's user
+// namespace writes /proc/PID/uid_map by the guest's numbers), so a pidfd
+// made from a /proc/1 directory would still name the guest: gvisorProfile
+// refuses pidfd_send_signal.
 //
 // Its init is the guest binary as wire.RolePIDInit (runPIDInit): it reaps
-// the orphans of the command, so the command itself is never an init. The
-// guest makes the namespace on a locked thread (unshare(CLONE_NEWPID)
-// applies to that thread's children): the init is its first child, and
-// every process the thread starts afterwards (the trial's stub, a session's
-// execs) is the guest's child inside the namespace, which the guest waits
-// for, times out and kills as before (it sees the namespace's processes).
+// the orphans of the command, so the command itself is never an init. The guest starts the init in a new pid namespace
+// (clone(CLONE_NEWPID)) and joins that namespace for its children on a
+// locked thread (setns of a pid namespace applies to the calling thread's
+// later children; gVisor refuses unshare(CLONE_NEWPID) to a process of
+// several threads): every process the thread starts afterwards (the trial's
+// stub, a session's execs) is the guest's child inside the namespace, which
+// the guest waits for, times out and kills as before (it sees the
+// namespace's processes, by their numbers in its own namespace).
+//
+// The init is as killable as any init inside gVisor (kill of one of its
+// thread ids): that ends the command's namespace and everything in it, the
+// command's own doing, never the guest; a session then makes a new one.
 type commandPIDNS struct {
-	init int      // the init's pid, in the guest's namespace
-	hold *os.File // the init exits at EOF on its end: close to end the namespace
+	init  int      // the init's pid, in the guest's namespace
+	hold  *os.File // the init exits at EOF on its end: close to end the namespace
+	alive *os.File // hangs up when the init is gone
 }
 
-// newCommandPIDNS makes the calling thread's children start in a new pid
-// namespace and starts its init. The thread must be locked, never given
-// back to the runtime, and not yet under the command's seccomp filter,
-// which refuses unshare of a pid namespace.
+// newCommandPIDNS starts the init of a new pid namespace, waits for it to
+// run, and makes the calling thread's later children start in the
+// namespace. The thread must be locked, never given back to the
+// runtime (the Go runtime then starts its threads elsewhere: a thread
+// cannot be made in another pid namespace), and not yet under the command's
+// seccomp filter, which refuses setns and a new pid namespace.
 func newCommandPIDNS() (*commandPIDNS, error) {
-	if err := unix.Unshare(unix.CLONE_NEWPID); err != nil {
-		return nil, fmt.Errorf("a pid namespace for the command: %w", err)
-	}
 	var p [2]int
 	if err := unix.Pipe2(p[:], unix.O_CLOEXEC); err != nil {
 		return nil, err
 	}
-	r, w := os.NewFile(uintptr(p[0]), "pidns-hold"), os.NewFile(uintptr(p[1]), "pidns-hold")
-	defer r.Close()
+	holdR, holdW := os.NewFile(uintptr(p[0]), "pidns-hold"), os.NewFile(uintptr(p[1]), "pidns-hold")
+	defer holdR.Close()
+	if err := unix.Pipe2(p[:], unix.O_CLOEXEC); err != nil {
+		holdW.Close()
+		return nil, err
+	}
+	aliveR, aliveW := os.NewFile(uintptr(p[0]), "pidns-alive"), os.NewFile(uintptr(p[1]), "pidns-alive")
+	defer aliveW.Close()
+	n := &commandPIDNS{hold: holdW, alive: aliveR}
 	devnull, err := os.OpenFile("/dev/null", os.O_RDWR, 0)
 	if err != nil {
-		w.Close()
+		n.close()
 		return nil, err
 	}
 	defer devnull.Close()
-	pid, err := syscall.ForkExec(guestexe.Self(), []string{"dryexec", "guest", wire.RolePIDInit}, &syscall.ProcAttr{
+	files := []uintptr{devnull.Fd(), devnull.Fd(), devnull.Fd(), holdR.Fd(), aliveW.Fd()}
+	n.init, err = syscall.ForkExec(guestexe.Self(), []string{"dryexec", "guest", wire.RolePIDInit}, &syscall.ProcAttr{
 		Env:   []string{},
-		Files: []uintptr{devnull.Fd(), devnull.Fd(), devnull.Fd(), r.Fd()},
+		Files: files,
+		Sys:   &syscall.SysProcAttr{Cloneflags: unix.CLONE_NEWPID},
 	})
 	if err != nil {
-		w.Close()
+		n.close()
 		return nil, fmt.Errorf("starting the command's pid namespace init: %w", err)
 	}
-	return &commandPIDNS{init: pid, hold: w}, nil
+	aliveW.Close()
+	// A zero byte once it runs as the namespace's init, else why not.
+	var b [256]byte
+	k, _ := io.ReadAtLeast(aliveR, b[:], 1)
+	if k != 1 || b[0] != 0 {
+		n.close()
+		return nil, fmt.Errorf("the command's pid namespace init: %s", b[:k])
+	}
+	// The init is this process's child, not yet reaped: its pid names it.
+	fd, err := unix.Open("/proc/"+strconv.Itoa(n.init)+"/ns/pid", unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	if err == nil {
+		err = unix.Setns(fd, unix.CLONE_NEWPID)
+		unix.Close(fd)
+	}
+	if err != nil {
+		n.close()
+		return nil, fmt.Errorf("entering the command's pid namespace: %w", err)
+	}
+	return n, nil
+}
+
+// gone says whether the init has exited (its namespace with it).
+func (n *commandPIDNS) gone() bool {
+	fds := []unix.PollFd{{Fd: int32(n.alive.Fd()), Events: unix.POLLIN}}
+	k, err := unix.Poll(fds, 0)
+	return err == nil && k > 0 && fds[0].Revents&(unix.POLLHUP|unix.POLLERR) != 0
 }
 
 // close ends the namespace: its init exits, and the kernel kills every
 // process left in it.
 func (n *commandPIDNS) close() {
-	if n != nil && n.hold != nil {
+	if n == nil {
+		return
+	}
+	if n.hold != nil {
 		n.hold.Close()
 		n.hold = nil
 	}
+	if n.alive != nil {
+		n.alive.Close()
+		n.alive = nil
+	}
 }
 
-// runPIDInit is wire.RolePIDInit, PID 1 of a commandPIDNS: it reaps
-// whatever is reparented to it until the guest closes fd 3, then exits,
-// which ends every process of the namespace. It ignores every signal it can
-// (PID 1 gets from its namespace only those it handles, and the Go runtime
-// would handle them all); SIGCHLD only wakes it.
+// runPIDInit is wire.RolePIDInit, PID 1 of a commandPIDNS: it says it runs
+// on fd 4 (a zero byte; an error's text otherwise) and holds fd 4 for its
+// life (the guest sees it hang up when the init is gone), then reaps whatever is
+// reparented to it until the guest closes fd 3, then exits, which ends every
+// process of the namespace. It ignores every signal it can (PID 1 gets from
+// its namespace only those it handles, and the Go runtime would handle them
+// all); SIGCHLD only wakes it.
 func runPIDInit() int {
 	signal.Ignore(guestIgnored...)
 	chld := make(chan os.Signal, 1)
 	signal.Notify(chld, unix.SIGCHLD)
+	alive := os.NewFile(4, "pidns-alive")
+	if os.Getpid() != 1 {
+		alive.WriteString("not the init of a pid namespace")
+		return 1
+	}
+	if _, err := alive.Write([]byte{0}); err != nil {
+		return 1
+	}
 	go func() {
 		io.Copy(io.Discard, os.NewFile(3, "pidns-hold"))
 		os.Exit(0)
@@ -92,7 +155,7 @@ func runPIDInit() int {
 		// A SIGCHLD during the loop stays in chld: no exit is missed.
 		for {
 			pid, err := unix.Wait4(-1, nil, unix.WNOHANG|unix.WALL, nil)
-			if err == unix.EINTR {
+			if errors.Is(err, unix.EINTR) {
 				continue
 			}
 			if pid <= 0 || err != nil {
