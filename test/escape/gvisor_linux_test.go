@@ -2,13 +2,18 @@ package escape
 
 import (
 	"context"
+	"path/filepath"
 	"regexp"
 	"runtime"
+	"slices"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/dryexec/dryexec"
 	"github.com/dryexec/dryexec/internal/testreq"
 	"github.com/dryexec/dryexec/rung/gvisor"
+	"github.com/dryexec/dryexec/session"
 )
 
 const gvisorName = gvisor.Name
@@ -50,14 +55,141 @@ func TestEscapeGVisor(t *testing.T) {
 // other signal to -1. The trial's delta is whole and the session's next execs
 // run. Before, a session's exec ran without the trial's seccomp profile
 // (`kill -9 1` lost the session), and a SIGKILL I/O signal ended the guest of
-// a trial. Not covered (docs/containment.md, "On the gvisor rung"): kill and
-// rt_sigqueueinfo of a guest thread id other than 1, and pidfd_send_signal
-// through a /proc/1 directory fd, which still end the guest.
+// a trial. The "threads" subtests aim kill and rt_sigqueueinfo at each
+// thread id /proc/1/task lists and pidfd_send_signal at /proc/1 and each
+// /proc/TID directory (before, each ended the guest: the trial's delta was
+// incomplete, the session lost).
 func TestSignalsToGuestGVisor(t *testing.T) {
 	testreq.NeedRoot(t)
 	testreq.Need(t, testreq.GVisor, (&gvisor.Rung{}).Available(context.Background()))
 	t.Run("trial", func(t *testing.T) { signalsToGuestTrial(t, &gvisor.Rung{}, gvisorSignalAttack) })
 	t.Run("session", func(t *testing.T) { signalsToGuestSession(t, gvisorName, gvisorSignalAttack) })
+	t.Run("threads/trial", gvisorThreadsTrial)
+	t.Run("threads/session", gvisorThreadsSession)
+}
+
+// gvisorThreadAttack aims SIGSTOP and SIGKILL at every thread id
+// /proc/1/task lists (the guest's, /proc being the sandbox's) by kill and
+// rt_sigqueueinfo, and by pidfd_send_signal through /proc/1 and each
+// /proc/TID directory, with every flag. The command runs in a pid namespace
+// of its own, where those numbers may name its own processes, or the
+// threads of that namespace's init, whose end kills the namespace: the
+// attack may end itself (SIGKILL) before "attack-done", which is its own
+// doing. What must hold is the guest: a complete delta with before-TAG.txt,
+// a session whose next execs run.
+const gvisorThreadAttack = `
+import ctypes, os, signal, struct, json
+TAG = os.environ.get("TAG") or globals().get("TAG", "x")
+libc = ctypes.CDLL(None, use_errno=True)
+libc.syscall.restype = ctypes.c_long
+def sc(nr, *a):
+    return libc.syscall(ctypes.c_long(nr), *[ctypes.c_long(x) if isinstance(x, int) else x for x in a])
+with open("before-%s.txt" % TAG, "w") as f:
+    f.write("before\n")
+tids = sorted(int(t) for t in os.listdir("/proc/1/task"))
+print("guest threads", tids, flush=True)
+info = ctypes.create_string_buffer(128)
+sent = {}
+def tally(name, rc):
+    k = name + (":sent" if rc >= 0 else ":refused-%d" % ctypes.get_errno())
+    sent[k] = sent.get(k, 0) + 1
+dirs = []
+for p in ["/proc/1"] + ["/proc/%d" % t for t in tids]:
+    try:
+        dirs.append(os.open(p, os.O_DIRECTORY | os.O_RDONLY))
+    except OSError:
+        pass
+for sig in (signal.SIGSTOP, signal.SIGKILL):
+    struct.pack_into("iii", info, 0, sig, 0, -1)
+    for fd in dirs:
+        for fl in (0, 1, 2, 4):
+            tally("pidfd_send_signal", sc(424, fd, sig, None, fl))
+for sig in (signal.SIGSTOP, signal.SIGKILL):
+    struct.pack_into("iii", info, 0, sig, 0, -1)
+    for tid in tids:
+        if tid in (os.getpid(), os.getppid()):
+            continue
+        tally("rt_sigqueueinfo", sc(129, tid, sig, info))
+        tally("kill", sc(62, tid, sig))
+print("attack-done", json.dumps(sent, sort_keys=True), flush=True)
+`
+
+// gvisorThreadsTrial: gvisorThreadAttack as a trial's command.
+func gvisorThreadsTrial(t *testing.T) {
+	dir := t.TempDir()
+	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
+	defer cancel()
+	d, err := (&gvisor.Rung{}).Trial(ctx, dryexec.TrialSpec{Action: dryexec.Action{
+		Argv: []string{"/usr/bin/python3", "-c", gvisorThreadAttack}, Cwd: dir, TimeoutMS: 120_000,
+		Env: map[string]string{"PATH": "/usr/local/bin:/usr/bin:/bin", "TAG": "trial"},
+	}})
+	if err != nil {
+		t.Fatalf("the trial failed (the guest did not survive the attack): %v", err)
+	}
+	validate(t, d)
+	t.Logf("exit %d (%s)\n%s%s", d.Process.ExitCode, d.Process.Signal, d.Process.Stdout, d.Process.Stderr)
+	if d.Incomplete {
+		t.Fatalf("the delta is incomplete (the guest did not report): %s", d.IncompleteReason)
+	}
+	if d.Process.ExitCode != 0 && d.Process.Signal != "SIGKILL" {
+		t.Errorf("the command exited %d (%s), want 0 or its own SIGKILL", d.Process.ExitCode, d.Process.Signal)
+	}
+	p := filepath.Join(dir, "before-trial.txt")
+	if !slices.ContainsFunc(d.Files, func(c dryexec.FileChange) bool { return c.Path == p }) {
+		t.Errorf("the delta lacks %s: %+v", p, d.Files)
+	}
+	if strings.Contains(d.Process.Stdout, "pidfd_send_signal:sent") {
+		t.Errorf("pidfd_send_signal through a /proc directory was not refused")
+	}
+}
+
+// gvisorThreadsSession: gvisorThreadAttack from a session's shell exec and
+// from its Python runner; the session's next execs run, and its workspace
+// holds what the attacks wrote.
+func gvisorThreadsSession(t *testing.T) {
+	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Minute)
+	defer cancel()
+	s, err := session.Open(ctx, session.Options{Rung: gvisorName})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	alive := func(when string) {
+		t.Helper()
+		r, err := s.Shell(ctx, "echo alive", 30*time.Second)
+		if err != nil || r.ExitCode != 0 || r.Stdout != "alive\n" {
+			t.Fatalf("%s: the session's next shell exec: %+v, %v", when, r, err)
+		}
+		p, err := s.Python(ctx, "print('py-alive')", nil, 30*time.Second)
+		if err != nil || !strings.Contains(p.Transcript, "py-alive") {
+			t.Fatalf("%s: the session's next Python exec: %+v, %v", when, p, err)
+		}
+	}
+	r, err := s.Shell(ctx, "TAG=shell /usr/bin/python3 - <<'EOF'\n"+gvisorThreadAttack+"\nEOF", 2*time.Minute)
+	if err != nil {
+		t.Fatalf("the attacking exec: %v", err)
+	}
+	t.Logf("shell attack: exit %d\n%s", r.ExitCode, r.Transcript)
+	alive("after the shell exec's attack")
+	p, err := s.Python(ctx, "TAG = 'python'\n"+gvisorThreadAttack, nil, 2*time.Minute)
+	if err != nil {
+		t.Fatalf("the attacking Python exec: %v", err)
+	}
+	t.Logf("python attack:\n%s", p.Transcript)
+	alive("after the Python exec's attack")
+	d, err := s.Diff(ctx, false)
+	if err != nil {
+		t.Fatalf("diff: %v", err)
+	}
+	written := map[string]bool{}
+	for k := range d.Writes {
+		written[filepath.Base(k)] = true
+	}
+	for _, name := range []string{"before-shell.txt", "before-python.txt"} {
+		if !written[name] {
+			t.Errorf("the workspace's diff lacks %s: %v", name, written)
+		}
+	}
 }
 
 // gvisorSignalAttack is signalAttack's shape (the same markers and files)
