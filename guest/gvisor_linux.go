@@ -376,9 +376,9 @@ func innerProfile() *seccomp.Profile {
 	// SIGIO aimed at the guest (F_SETOWN, F_SETOWN_EX at any of its
 	// threads) carries the signal F_SETSIG names: the guest handles every
 	// signal but the two it cannot, which gVisor (unlike Linux) delivers
-	// to its init from inside. Not covered: kill and rt_sigqueueinfo of
-	// one of the guest's thread ids other than 1, and pidfd_send_signal
-	// through a /proc/1 directory fd (docs/containment.md).
+	// to its init from inside. The guest's other thread ids are out of the
+	// command's reach on gvisor by its own pid namespace (commandPIDNS),
+	// and /proc's directories by gvisorProfile.
 	for _, sig := range []unix.Signal{unix.SIGKILL, unix.SIGSTOP} {
 		p.Rules = append(p.Rules, seccomp.Rule{Name: "fcntl", Errno: unix.EINVAL, Why: "an I/O signal that cannot be handled (" + why + " could be its owner)",
 			Conds: []seccomp.Cond{{Arg: 1, Op: seccomp.OpEq, Value: unix.F_SETSIG}, {Arg: 2, Op: seccomp.OpEq, Value: uint32(sig)}}})
