@@ -345,7 +345,11 @@ func startGVisorStub(cfg *wire.TrialStart, prof *seccomp.Profile, srv *seccomp.S
 			ch <- started{err: fmt.Errorf("confining the command: %w", err)}
 			return
 		}
-		s, err := startTrialStub(cfg, nil, -1)
+		root := ""
+		if pidns != nil {
+			root = pidns.chroot()
+		}
+		s, err := startTrialStub(cfg, nil, -1, root)
 		if err != nil {
 			pidns.close()
 		}

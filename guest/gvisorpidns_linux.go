@@ -23,11 +23,16 @@ import (
 // guest too (kill(TID, SIGKILL)), nor a pidfd made from a /proc/1 directory.
 // In a namespace of its own the command can name none of the guest's
 // threads: kill, rt_sigqueueinfo and pidfd_open resolve numbers in the
-// caller's namespace. /proc is still the sandbox's (gVisor's procfs lists
-// the namespace of whoever mounted it, and Go's setup of a command's user
-// namespace writes /proc/PID/uid_map by the guest's numbers), so a pidfd
-// made from a /proc/1 directory would still name the guest: gvisorProfile
-// refuses pidfd_send_signal.
+// caller's namespace. And /proc agrees: gVisor's procfs lists the pid
+// namespace of whoever mounted it, so the init, in a mount namespace of its
+// own, mounts one over the sandbox's /proc, and the command's root is the
+// init's (root: the stub's Chroot, through a descriptor the guest holds).
+// The guest itself keeps the sandbox's /proc in its own mount namespace: Go's
+// setup of a command's user namespace writes /proc/PID/uid_map by the
+// guest's numbers. A command that leaves its chroot (it is root of its own
+// user namespace) finds the sandbox's /proc again, where a pidfd made from
+// the /proc/1 directory would name the guest: gvisorProfile refuses
+// pidfd_send_signal.
 //
 // Its init is the guest binary as wire.RolePIDInit (runPIDInit): it reaps
 // the orphans of the command, so the command itself is never an init. The guest starts the init in a new pid namespace
@@ -46,6 +51,18 @@ type commandPIDNS struct {
 	init  int      // the init's pid, in the guest's namespace
 	hold  *os.File // the init exits at EOF on its end: close to end the namespace
 	alive *os.File // hangs up when the init is gone
+	// root is the init's root (O_PATH), in its mount namespace, whose /proc
+	// is the namespace's: the commands' root (chroot). Held, not named
+	// by /proc/INIT/root, whose number a command may have made another
+	// process's once the init is gone.
+	root *os.File
+}
+
+// chroot is the path a child of the guest chroots to (SysProcAttr.Chroot)
+// to have the namespace's /proc: the init's root, through the guest's
+// descriptor, which the child has until its exec.
+func (n *commandPIDNS) chroot() string {
+	return "/proc/self/fd/" + strconv.Itoa(int(n.root.Fd()))
 }
 
 // newCommandPIDNS starts the init of a new pid namespace, waits for it to
@@ -78,7 +95,7 @@ func newCommandPIDNS() (*commandPIDNS, error) {
 	n.init, err = syscall.ForkExec(guestexe.Self(), []string{"dryexec", "guest", wire.RolePIDInit}, &syscall.ProcAttr{
 		Env:   []string{},
 		Files: files,
-		Sys:   &syscall.SysProcAttr{Cloneflags: unix.CLONE_NEWPID},
+		Sys:   &syscall.SysProcAttr{Cloneflags: unix.CLONE_NEWPID | unix.CLONE_NEWNS},
 	})
 	if err != nil {
 		n.close()
@@ -93,7 +110,12 @@ func newCommandPIDNS() (*commandPIDNS, error) {
 		return nil, fmt.Errorf("the command's pid namespace init: %s", b[:k])
 	}
 	// The init is this process's child, not yet reaped: its pid names it.
-	fd, err := unix.Open("/proc/"+strconv.Itoa(n.init)+"/ns/pid", unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	proc := "/proc/" + strconv.Itoa(n.init)
+	if n.root, err = os.OpenFile(proc+"/root", unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0); err != nil {
+		n.close()
+		return nil, fmt.Errorf("the command's pid namespace init's root: %w", err)
+	}
+	fd, err := unix.Open(proc+"/ns/pid", unix.O_RDONLY|unix.O_CLOEXEC, 0)
 	if err == nil {
 		err = unix.Setns(fd, unix.CLONE_NEWPID)
 		unix.Close(fd)
@@ -126,9 +148,15 @@ func (n *commandPIDNS) close() {
 		n.alive.Close()
 		n.alive = nil
 	}
+	if n.root != nil {
+		n.root.Close()
+		n.root = nil
+	}
 }
 
-// runPIDInit is wire.RolePIDInit, PID 1 of a commandPIDNS: it says it runs
+// runPIDInit is wire.RolePIDInit, PID 1 of a commandPIDNS, in a mount
+// namespace of its own: it mounts the namespace's /proc there (private: the
+// guest's /proc stays the sandbox's), says it runs
 // on fd 4 (a zero byte; an error's text otherwise) and holds fd 4 for its
 // life (the guest sees it hang up when the init is gone), then reaps whatever is
 // reparented to it until the guest closes fd 3, then exits, which ends every
@@ -142,6 +170,14 @@ func runPIDInit() int {
 	alive := os.NewFile(4, "pidns-alive")
 	if os.Getpid() != 1 {
 		alive.WriteString("not the init of a pid namespace")
+		return 1
+	}
+	if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
+		alive.WriteString("making its mounts private: " + err.Error())
+		return 1
+	}
+	if err := unix.Mount("proc", "/proc", "proc", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, ""); err != nil {
+		alive.WriteString("mounting its /proc: " + err.Error())
 		return 1
 	}
 	if _, err := alive.Write([]byte{0}); err != nil {

@@ -151,9 +151,12 @@ func (s *session) startGVisorExec(cmd *exec.Cmd) error {
 		// (the guest is outside it): the child would kill itself. Not
 		// needed: the guest's end closes the hold pipe, its init exits, and
 		// the namespace dies with everything in it.
-		if cmd.SysProcAttr != nil {
-			cmd.SysProcAttr.Pdeathsig = 0
+		if cmd.SysProcAttr == nil {
+			cmd.SysProcAttr = &syscall.SysProcAttr{}
 		}
+		cmd.SysProcAttr.Pdeathsig = 0
+		// The namespace's /proc (commandPIDNS).
+		cmd.SysProcAttr.Chroot = s.platform.pidns.chroot()
 	}
 	if s.platform != nil && s.platform.launcher != nil {
 		// gvisor: from the confined launcher (startGVisor), which is then
