@@ -8,6 +8,7 @@ import (
 	"os/signal"
 	"path"
 	"runtime"
+	"slices"
 	"strconv"
 
 	"golang.org/x/sys/unix"
@@ -405,6 +406,13 @@ func gvisorProfile() *seccomp.Profile {
 	// /proc/1 is this guest, whose SIGKILL gVisor delivers. ENOSYS, as a
 	// kernel without pidfds answers: Go, systemd and the like fall back to
 	// kill(2) then.
+	// chroot is let through: a command's process chroots to its pid
+	// namespace's root before its exec (commandPIDNS), under this filter.
+	// That root is its mount namespace's own root, which no chroot leaves
+	// (nothing is above it, and its /proc names only the namespace's
+	// processes), and no_new_privs keeps a set-user-ID program in a root
+	// of the command's own making from gaining anything.
+	p.Rules = slices.DeleteFunc(p.Rules, func(r seccomp.Rule) bool { return r.Name == "chroot" })
 	p.Rules = append(p.Rules, seccomp.Rule{Name: "pidfd_send_signal", Errno: unix.ENOSYS,
 		Why: "a pidfd of a /proc directory reaches past the command's pid namespace (the guest supervisor at /proc/1)"})
 	const noNode = "a socket node inside gVisor exists in its memory only, where the delta cannot see it"
