@@ -14,6 +14,7 @@ import (
 	"github.com/dryexec/dryexec/internal/testreq"
 	"github.com/dryexec/dryexec/rung/gvisor"
 	"github.com/dryexec/dryexec/session"
+	"github.com/dryexec/dryexec/wire"
 )
 
 const gvisorName = gvisor.Name
@@ -56,9 +57,11 @@ func TestEscapeGVisor(t *testing.T) {
 // run. Before, a session's exec ran without the trial's seccomp profile
 // (`kill -9 1` lost the session), and a SIGKILL I/O signal ended the guest of
 // a trial. The "threads" subtests aim kill and rt_sigqueueinfo at each
-// thread id /proc/1/task lists and pidfd_send_signal at /proc/1 and each
-// /proc/TID directory (before, each ended the guest: the trial's delta was
-// incomplete, the session lost).
+// thread id /proc/1/task lists and at every small number, and
+// pidfd_send_signal at /proc/1 and each /proc/TID directory (before, each
+// ended the guest: the trial's delta was incomplete, the session lost); the
+// command's /proc, even after a chroot breakout, shows its pid namespace's
+// init as pid 1, never the guest.
 func TestSignalsToGuestGVisor(t *testing.T) {
 	testreq.NeedRoot(t)
 	testreq.Need(t, testreq.GVisor, (&gvisor.Rung{}).Available(context.Background()))
@@ -68,9 +71,11 @@ func TestSignalsToGuestGVisor(t *testing.T) {
 	t.Run("threads/session", gvisorThreadsSession)
 }
 
-// gvisorThreadAttack aims SIGSTOP and SIGKILL at every thread id
-// /proc/1/task lists (the guest's, /proc being the sandbox's) by kill and
-// rt_sigqueueinfo, and by pidfd_send_signal through /proc/1 and each
+// gvisorThreadAttack first tries to chroot out of its root (to find the
+// sandbox's /proc), then aims SIGSTOP and SIGKILL by kill and
+// rt_sigqueueinfo at every number up to 64 and every thread id /proc/1/task
+// lists (without a pid namespace of the command's: the guest's, /proc being
+// the sandbox's), and pidfd_send_signal through /proc/1 and each such
 // /proc/TID directory, with every flag. The command runs in a pid namespace
 // of its own, where those numbers may name its own processes, or the
 // threads of that namespace's init, whose end kills the namespace: the
@@ -86,15 +91,41 @@ def sc(nr, *a):
     return libc.syscall(ctypes.c_long(nr), *[ctypes.c_long(x) if isinstance(x, int) else x for x in a])
 with open("before-%s.txt" % TAG, "w") as f:
     f.write("before\n")
-tids = sorted(int(t) for t in os.listdir("/proc/1/task"))
-print("guest threads", tids, flush=True)
+def proc1():
+    try:
+        return open("/proc/1/cmdline").read().replace("\0", " ").strip()
+    except OSError as e:
+        return "none (%s)" % e.strerror
+print("pid 1 is", proc1(), flush=True)
+# chroot is let through inside gVisor (a command's process chroots to its
+# pid namespace's root): try to leave that root for the sandbox's /proc,
+# then come back.
+top = os.open("/", os.O_RDONLY)
+try:
+    os.makedirs("jail-" + TAG, exist_ok=True)
+    os.chroot("jail-" + TAG)
+    os.fchdir(top)
+    for _ in range(64):
+        os.chdir("..")
+    os.chroot(".")
+    print("after a chroot breakout, pid 1 is", proc1(), flush=True)
+    os.fchdir(top)
+    os.chroot(".")
+except OSError as e:
+    print("chroot refused", e.errno, flush=True)
+listed = sorted(int(t) for t in os.listdir("/proc/1/task"))
+print("pid 1's threads", listed, flush=True)
+# Every small number too, whatever /proc lists: the guest's thread ids are
+# the sandbox's first. pid 1's own last (in a pid namespace of the
+# command's, its end ends the attack).
+tids = [n for n in range(1, 65) if n not in listed] + listed
 info = ctypes.create_string_buffer(128)
 sent = {}
 def tally(name, rc):
     k = name + (":sent" if rc >= 0 else ":refused-%d" % ctypes.get_errno())
     sent[k] = sent.get(k, 0) + 1
 dirs = []
-for p in ["/proc/1"] + ["/proc/%d" % t for t in tids]:
+for p in ["/proc/1"] + ["/proc/%d" % t for t in tids if os.path.isdir("/proc/%d" % t)]:
     try:
         dirs.append(os.open(p, os.O_DIRECTORY | os.O_RDONLY))
     except OSError:
@@ -141,6 +172,24 @@ func gvisorThreadsTrial(t *testing.T) {
 	if strings.Contains(d.Process.Stdout, "pidfd_send_signal:sent") {
 		t.Errorf("pidfd_send_signal through a /proc directory was not refused")
 	}
+	wantOwnProc(t, d.Process.Stdout)
+}
+
+// wantOwnProc fails unless the attack's output says its /proc showed its
+// pid namespace's init as pid 1, and showed no other pid 1 (the guest) after
+// a chroot breakout: the command's /proc is its namespace's, and no chroot
+// leaves the root that has it for one that has the sandbox's.
+func wantOwnProc(t *testing.T, out string) {
+	t.Helper()
+	own := "dryexec guest " + wire.RolePIDInit
+	if !strings.Contains(out, "pid 1 is "+own+"\n") {
+		t.Errorf("the command's /proc is not its pid namespace's (want pid 1 %q):\n%s", own, out)
+	}
+	for _, m := range regexp.MustCompile(`(?m)pid 1 is (.*)$`).FindAllStringSubmatch(out, -1) {
+		if m[1] != own && !strings.HasPrefix(m[1], "none (") {
+			t.Errorf("the command saw pid 1 as %q", m[1])
+		}
+	}
 }
 
 // gvisorThreadsSession: gvisorThreadAttack from a session's shell exec and
@@ -170,12 +219,14 @@ func gvisorThreadsSession(t *testing.T) {
 		t.Fatalf("the attacking exec: %v", err)
 	}
 	t.Logf("shell attack: exit %d\n%s", r.ExitCode, r.Transcript)
+	wantOwnProc(t, r.Transcript)
 	alive("after the shell exec's attack")
 	p, err := s.Python(ctx, "TAG = 'python'\n"+gvisorThreadAttack, nil, 2*time.Minute)
 	if err != nil {
 		t.Fatalf("the attacking Python exec: %v", err)
 	}
 	t.Logf("python attack:\n%s", p.Transcript)
+	wantOwnProc(t, p.Transcript)
 	alive("after the Python exec's attack")
 	d, err := s.Diff(ctx, false)
 	if err != nil {
@@ -211,8 +262,25 @@ print("self-ok" if len(got) == 2 else "self-FAILED %r" % got, flush=True)
 child = subprocess.Popen(["sleep", "1000"])
 os.kill(child.pid, signal.SIGKILL)
 print("child-ok" if child.wait() == -signal.SIGKILL else "child-FAILED", flush=True)
-tids = sorted(int(t) for t in os.listdir("/proc/1/task"))
-print("guest threads", tids, flush=True)
+# chroot is let through inside gVisor (a command's process chroots to its
+# pid namespace's root): try to leave that root for the sandbox's /proc.
+try:
+    os.makedirs("jail-" + TAG, exist_ok=True)
+    top = os.open("/", os.O_RDONLY)
+    os.chroot("jail-" + TAG)
+    os.fchdir(top)
+    for _ in range(64):
+        os.chdir("..")
+    os.chroot(".")
+    print("chroot breakout tried", flush=True)
+except OSError as e:
+    print("chroot refused", e.errno, flush=True)
+listed = sorted(int(t) for t in os.listdir("/proc/1/task"))
+print("pid 1's threads", listed, flush=True)
+# Every small number too, whatever /proc lists: the guest's thread ids are
+# the sandbox's first. pid 1's own last (in a pid namespace of the
+# command's, its end ends the attack).
+tids = [n for n in range(1, 65) if n not in listed] + listed
 info = ctypes.create_string_buffer(128)
 for sig in (signal.SIGSTOP, signal.SIGKILL):
     struct.pack_into("iii", info, 0, sig, 0, -1)
