@@ -113,6 +113,15 @@ try:
     os.chroot(".")
 except OSError as e:
     print("chroot refused", e.errno, flush=True)
+# pid 1 (the namespace's init, outside the command's seccomp filter) is
+# no more the command's to take over than the guest is.
+try:
+    os.close(os.open("/proc/1/mem", os.O_RDWR))
+    print("pid 1 taken: its mem opened", flush=True)
+except OSError:
+    pass
+if libc.ptrace(ctypes.c_long(16), ctypes.c_long(1), None, None) == 0:
+    print("pid 1 taken: ptrace attached", flush=True)
 listed = sorted(int(t) for t in os.listdir("/proc/1/task"))
 print("pid 1's threads", listed, flush=True)
 # Every small number too, whatever /proc lists: the guest's thread ids are
@@ -177,13 +186,17 @@ func gvisorThreadsTrial(t *testing.T) {
 
 // wantOwnProc fails unless the attack's output says its /proc showed its
 // pid namespace's init as pid 1, and showed no other pid 1 (the guest) after
-// a chroot breakout: the command's /proc is its namespace's, and no chroot
-// leaves the root that has it for one that has the sandbox's.
+// a chroot breakout (the command's /proc is its namespace's, and no chroot
+// leaves the root that has it for one that has the sandbox's), and that
+// neither ptrace nor /proc/1/mem took pid 1 over.
 func wantOwnProc(t *testing.T, out string) {
 	t.Helper()
 	own := "dryexec guest " + wire.RolePIDInit
 	if !strings.Contains(out, "pid 1 is "+own+"\n") {
 		t.Errorf("the command's /proc is not its pid namespace's (want pid 1 %q):\n%s", own, out)
+	}
+	if strings.Contains(out, "pid 1 taken") {
+		t.Errorf("the command took pid 1 over:\n%s", out)
 	}
 	for _, m := range regexp.MustCompile(`(?m)pid 1 is (.*)$`).FindAllStringSubmatch(out, -1) {
 		if m[1] != own && !strings.HasPrefix(m[1], "none (") {
@@ -275,6 +288,15 @@ try:
     print("chroot breakout tried", flush=True)
 except OSError as e:
     print("chroot refused", e.errno, flush=True)
+# pid 1 (the namespace's init, outside the command's seccomp filter) is
+# no more the command's to take over than the guest is.
+try:
+    os.close(os.open("/proc/1/mem", os.O_RDWR))
+    print("pid 1 taken: its mem opened", flush=True)
+except OSError:
+    pass
+if libc.ptrace(ctypes.c_long(16), ctypes.c_long(1), None, None) == 0:
+    print("pid 1 taken: ptrace attached", flush=True)
 listed = sorted(int(t) for t in os.listdir("/proc/1/task"))
 print("pid 1's threads", listed, flush=True)
 # Every small number too, whatever /proc lists: the guest's thread ids are
