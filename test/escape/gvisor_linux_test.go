@@ -71,6 +71,20 @@ func TestSignalsToGuestGVisor(t *testing.T) {
 	t.Run("threads/session", gvisorThreadsSession)
 }
 
+// gvisorAttackPrologue is the gvisor attacks' start: the tag (from the
+// environment, or a global the Python exec set), a raw syscall helper, and
+// before-TAG.txt written.
+const gvisorAttackPrologue = `
+import ctypes, os, signal, struct, json, fcntl, subprocess
+TAG = os.environ.get("TAG") or globals().get("TAG", "x")
+libc = ctypes.CDLL(None, use_errno=True)
+libc.syscall.restype = ctypes.c_long
+def sc(nr, *a):
+    return libc.syscall(ctypes.c_long(nr), *[ctypes.c_long(x) if isinstance(x, int) else x for x in a])
+with open("before-%s.txt" % TAG, "w") as f:
+    f.write("before\n")
+`
+
 // gvisorThreadAttack first tries to chroot out of its root (to find the
 // sandbox's /proc), then aims SIGSTOP and SIGKILL by kill and
 // rt_sigqueueinfo at every number up to 64 and every thread id /proc/1/task
@@ -82,15 +96,7 @@ func TestSignalsToGuestGVisor(t *testing.T) {
 // attack may end itself (SIGKILL) before "attack-done", which is its own
 // doing. What must hold is the guest: a complete delta with before-TAG.txt,
 // a session whose next execs run.
-const gvisorThreadAttack = `
-import ctypes, os, signal, struct, json
-TAG = os.environ.get("TAG") or globals().get("TAG", "x")
-libc = ctypes.CDLL(None, use_errno=True)
-libc.syscall.restype = ctypes.c_long
-def sc(nr, *a):
-    return libc.syscall(ctypes.c_long(nr), *[ctypes.c_long(x) if isinstance(x, int) else x for x in a])
-with open("before-%s.txt" % TAG, "w") as f:
-    f.write("before\n")
+const gvisorThreadAttack = gvisorAttackPrologue + `
 def proc1():
     try:
         return open("/proc/1/cmdline").read().replace("\0", " ").strip()
@@ -216,17 +222,7 @@ func gvisorThreadsSession(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer s.Close()
-	alive := func(when string) {
-		t.Helper()
-		r, err := s.Shell(ctx, "echo alive", 30*time.Second)
-		if err != nil || r.ExitCode != 0 || r.Stdout != "alive\n" {
-			t.Fatalf("%s: the session's next shell exec: %+v, %v", when, r, err)
-		}
-		p, err := s.Python(ctx, "print('py-alive')", nil, 30*time.Second)
-		if err != nil || !strings.Contains(p.Transcript, "py-alive") {
-			t.Fatalf("%s: the session's next Python exec: %+v, %v", when, p, err)
-		}
-	}
+	alive := func(when string) { t.Helper(); sessionAlive(ctx, t, s, when) }
 	r, err := s.Shell(ctx, "TAG=shell /usr/bin/python3 - <<'EOF'\n"+gvisorThreadAttack+"\nEOF", 2*time.Minute)
 	if err != nil {
 		t.Fatalf("the attacking exec: %v", err)
@@ -258,15 +254,7 @@ func gvisorThreadsSession(t *testing.T) {
 
 // gvisorSignalAttack is signalAttack's shape (the same markers and files)
 // with the two signals the guest cannot handle.
-const gvisorSignalAttack = `
-import ctypes, os, signal, struct, fcntl, subprocess
-TAG = os.environ.get("TAG") or globals().get("TAG", "x")
-libc = ctypes.CDLL(None, use_errno=True)
-libc.syscall.restype = ctypes.c_long
-def sc(nr, *a):
-    return libc.syscall(ctypes.c_long(nr), *[ctypes.c_long(x) if isinstance(x, int) else x for x in a])
-with open("before-%s.txt" % TAG, "w") as f:
-    f.write("before\n")
+const gvisorSignalAttack = gvisorAttackPrologue + `
 got = []
 signal.signal(signal.SIGUSR1, lambda s, fr: got.append(s))
 os.kill(os.getpid(), signal.SIGUSR1)
