@@ -408,10 +408,12 @@ func gvisorProfile() *seccomp.Profile {
 	// kill(2) then.
 	// chroot is let through: a command's process chroots to its pid
 	// namespace's root before its exec (commandPIDNS), under this filter.
-	// That root is its mount namespace's own root, which no chroot leaves
-	// (nothing is above it, and its /proc names only the namespace's
-	// processes), and no_new_privs keeps a set-user-ID program in a root
-	// of the command's own making from gaining anything.
+	// A breakout from that root (chroot to a subdir, ".." upwards) ends in
+	// gVisor's empty, read-only root beneath the container's, with no
+	// /proc at all (test/escape's chroot attempts), and no_new_privs keeps
+	// a set-user-ID program in a root of the command's own making from
+	// gaining anything. The price: gVisor (as Linux) refuses a user
+	// namespace to a chrooted process, which the command now is.
 	p.Rules = slices.DeleteFunc(p.Rules, func(r seccomp.Rule) bool { return r.Name == "chroot" })
 	p.Rules = append(p.Rules, seccomp.Rule{Name: "pidfd_send_signal", Errno: unix.ENOSYS,
 		Why: "a pidfd of a /proc directory reaches past the command's pid namespace (the guest supervisor at /proc/1)"})
