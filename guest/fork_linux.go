@@ -178,7 +178,7 @@ func (st *overlayStaging) adopt(req *wire.ForkAdopt) error {
 	if err := st.remount(func() error {
 		st.lowers, st.base = all[:len(all)-1], all[len(all)-1]
 		st.baseN, st.originN, st.shared = len(all), req.OriginLayers, true
-		return clearDir(st.upper)
+		return renewDir(st.upper)
 	}); err != nil {
 		return err
 	}

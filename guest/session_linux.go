@@ -253,7 +253,7 @@ func (st *overlayStaging) remount(change func() error) error {
 		return fmt.Errorf("detaching the workspace: %w", err)
 	}
 	err := change()
-	if cerr := clearDir(st.work); err == nil {
+	if cerr := renewDir(st.work); err == nil {
 		err = cerr
 	}
 	if merr := st.mount(); err == nil {
@@ -288,7 +288,7 @@ func (st *overlayStaging) reset() error {
 	return st.remount(func() error {
 		// Layers frozen above the baseline since (by a fork) go too.
 		st.lowers = st.lowers[len(st.lowers)-(st.baseN-1):]
-		return clearDir(st.upper)
+		return renewDir(st.upper)
 	})
 }
 
@@ -301,7 +301,7 @@ func (st *overlayStaging) replace(r io.Reader) error {
 				return err
 			}
 		}
-		if err := clearDir(st.upper); err != nil {
+		if err := renewDir(st.upper); err != nil {
 			return err
 		}
 		if err := clearDir(st.base); err != nil {
@@ -399,7 +399,7 @@ func (st *overlayStaging) rebase() error {
 		if err := os.RemoveAll(st.rebaseTmp()); err != nil {
 			return err
 		}
-		return clearDir(st.upper)
+		return renewDir(st.upper)
 	})
 }
 
@@ -489,6 +489,18 @@ func clearDir(dir string) error {
 	}
 	defer r.Close()
 	return clearRoot(r)
+}
+
+// renewDir empties a layer dir by replacing it with a new one. A process
+// still inside the detached old view (a cwd, a name the overlay cached) is
+// left with the removed dir, where nothing can be made any more, instead of
+// writing on into the dir the new view uses, behind that view's cache (its
+// diff would then compare stale names and miss the change).
+func renewDir(dir string) error {
+	if err := os.RemoveAll(dir); err != nil {
+		return err
+	}
+	return os.Mkdir(dir, 0o755)
 }
 
 // diffDirs is a diff of the trees at the paths cur and base, opened for
