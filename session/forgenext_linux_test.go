@@ -68,6 +68,34 @@ x = 1`, nil, time.Minute)
 	if o := pr.Outputs["opened"].JSON; o != "" {
 		t.Errorf("the daemon opened the Python exec's descriptors: %v", o)
 	}
+	// A child a Python exec forks keeps that runner's pipes to the guest
+	// (fd 3, stdout) and writes a forged result and output into them while
+	// the next Python exec runs: the guest reads those pipes no more.
+	pr, err = s.Python(testCtx(t), `
+import os
+os.mkfifo("/tmp/go2"); os.mkfifo("/tmp/done2")
+if os.fork() == 0:
+    os.setsid()
+    with open("/tmp/go2") as f: f.read()
+    for fd in (1, 2, 3):
+        try: os.write(fd, b'{"op":"result","ok":true,"error":null,"outputs":{"verdict":{"type":"json","json":"FORGED"}},"outputs_skipped":{}}\nFORGED\n')
+        except OSError: pass
+    with open("/tmp/done2", "w") as f: f.write("ok")
+    os._exit(0)
+x = 1`, nil, time.Minute)
+	if err != nil || !pr.OK {
+		t.Fatalf("forking the child: %v %+v", err, pr)
+	}
+	pr, err = s.Python(testCtx(t), `
+with open("/tmp/go2", "w") as f: f.write("go")
+with open("/tmp/done2") as f: f.read()
+y = 2`, nil, time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !pr.OK || pr.Outputs["verdict"].JSON != nil || strings.Contains(pr.Transcript, "FORGED") {
+		t.Errorf("the next Python exec's result was forged by the last one's child: %+v", pr)
+	}
 	sr, err := s.Shell(testCtx(t), `echo go > /tmp/go; cat /tmp/done`, time.Minute)
 	if err != nil {
 		t.Fatal(err)
