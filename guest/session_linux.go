@@ -351,6 +351,19 @@ func (st *overlayStaging) rebase() error {
 		if err != nil {
 			return err
 		}
+		// The fold below goes by paths: one the kernel refuses
+		// (ENAMETOOLONG) half-way would leave the entries before it
+		// folded while the caller gets an error and no diff, so they
+		// would be in the baseline unseen. A command can make such a
+		// path (a deep tree), so every path is checked before anything
+		// moves.
+		for _, e := range entries {
+			for _, p := range []string{filepath.Join(st.base, e.Path), filepath.Join(st.upper, e.Path), filepath.Join(st.base, e.Redirect)} {
+				if len(p) >= unix.PathMax {
+					return fmt.Errorf("%w (%d bytes of path): nothing was rebased", errDeepRebase, len(e.Path))
+				}
+			}
+		}
 		moved, err := st.takeRedirected(entries)
 		if err != nil {
 			return err
@@ -490,6 +503,9 @@ func clearDir(dir string) error {
 	defer r.Close()
 	return clearRoot(r)
 }
+
+// errDeepRebase: a path of the workspace is too long for the rebase's fold.
+var errDeepRebase = errors.New("a path of the workspace is too deep to rebase")
 
 // renewDir empties a layer dir by replacing it with a new one. A process
 // still inside the detached old view (a cwd, a name the overlay cached) is

@@ -2,6 +2,7 @@ package session
 
 import (
 	"os"
+	"strings"
 	"testing"
 	"time"
 
@@ -127,4 +128,24 @@ func TestResetDaemonCwdCannotHide(t *testing.T) {
 		t.Fatal(err)
 	}
 	checkWorkspace(t, s, d, map[string]string{"Makefile": "all:\n"})
+}
+
+// TestRebaseDeepPathFoldsNothing: a command leaves a change (0.mk) and a tree
+// too deep for the rebase's fold, whose paths the kernel refuses. The fold
+// failed half-way: 0.mk was in the baseline, the caller got an error and no
+// diff, and the next diff no longer showed 0.mk. Now the rebase refuses
+// before anything moves.
+func TestRebaseDeepPathFoldsNothing(t *testing.T) {
+	s := openDaemonSession(t)
+	sh(t, s, `echo 'all:' > 0.mk; n=$(printf 'a%.0s' $(seq 200)); for i in $(seq 25); do mkdir $n && cd $n || exit 1; done; echo deep > f`)
+	if _, err := s.Diff(testCtx(t), true); err == nil || !strings.Contains(err.Error(), "nothing was rebased") {
+		t.Errorf("the rebase of a tree too deep to fold: %.200v, want a refusal", err)
+	}
+	d, err := s.Diff(testCtx(t), false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(d.Writes["0.mk"]) != "all:\n" || len(d.Writes) != 2 {
+		t.Errorf("after the refused rebase the diff writes %d files, 0.mk as %q; want 0.mk and the deep file", len(d.Writes), d.Writes["0.mk"])
+	}
 }
