@@ -9,6 +9,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/base64"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -176,13 +177,15 @@ type DiffOut struct {
 	Links   map[string]string `json:"links" jsonschema:"path → target of each new or changed symlink"`
 	Deletes []string          `json:"deletes"`
 	Modes   map[string]string `json:"modes" jsonschema:"path → octal mode of each path whose permissions alone changed"`
+	Digest  string            `json:"digest" jsonschema:"sha256 of exactly these changes (content included, even where omitted here): pass it as session_commit's expect_digest, with the same paths, to commit only this diff"`
 }
 
 // SessionCommitIn applies a session's changes to the directory it was seeded from.
 type SessionCommitIn struct {
-	SessionID string   `json:"session_id" jsonschema:"the session's id, se_…; it must have been opened with seed_dir"`
-	Paths     []string `json:"paths,omitempty" jsonschema:"workspace-relative paths to commit (a directory selects all beneath it); absent: every change"`
-	Force     bool     `json:"force,omitempty" jsonschema:"only when a person decided: commit even what the policy blocked, and over host files that changed since the session was seeded; refused unless the server was started with --allow-force"`
+	SessionID    string   `json:"session_id" jsonschema:"the session's id, se_…; it must have been opened with seed_dir"`
+	Paths        []string `json:"paths,omitempty" jsonschema:"workspace-relative paths to commit (a directory selects all beneath it); absent: every change"`
+	Force        bool     `json:"force,omitempty" jsonschema:"only when a person decided: commit even what the policy blocked, and over host files that changed since the session was seeded; refused unless the server was started with --allow-force"`
+	ExpectDigest string   `json:"expect_digest,omitempty" jsonschema:"the digest of the session_diff that was reviewed (same paths): the commit is refused, changing nothing, unless its changes are exactly that diff's. Absent: whatever the workspace holds at commit time is committed"`
 }
 
 // SessionCommitOut is what session_commit applied, through which trial.
@@ -219,7 +222,7 @@ type SessionOut struct {
 // initialization: the workflow the tools are built for.
 const instructions = `dryexec runs commands as trials: in a sandbox over a copy-on-write view of the host, so nothing on the host changes until a change is committed.
 Trials: run_trial runs one command and answers what it would change (files, output, exit code, network attempts) with the policy's decision (auto_commit, review, block). Read it, then call commit_trial to apply the changes to the host (all, or some paths) or discard_trial to drop them. Never commit a trial that is blocked or that did something unintended; force is for a person's decision only. show_trial shows a stored trial again.
-Sessions: for many steps in one sandbox, session_open (seed_dir copies a host directory in as the workspace), then session_shell and session_python (files, cwd and variables persist), session_diff to see the workspace's changes with their content, session_network for network attempts, session_commit to apply the changes to the seed directory (recorded and decided as a trial), and session_close at the end. To try alternatives, session_fork a session into branches (each starts from its state), work in each, session_compare them, and session_keep the one to keep: its changes become the parent's.
+Sessions: for many steps in one sandbox, session_open (seed_dir copies a host directory in as the workspace), then session_shell and session_python (files, cwd and variables persist), session_diff to see the workspace's changes with their content and digest, session_network for network attempts, session_commit with that digest as expect_digest to apply exactly the reviewed changes to the seed directory (recorded and decided as a trial), and session_close at the end. To try alternatives, session_fork a session into branches (each starts from its state), work in each, session_compare them, and session_keep the one to keep: its changes become the parent's.
 Network: nothing leaves a sandbox unless net allows it; every attempt is logged.`
 
 func isHostRung(name string) bool { return name == "host" }
@@ -282,13 +285,13 @@ func New(svc *server.Service, version, cwd string, opts Options) *mcp.Server {
 		Description: "Run Python code in a session's interpreter; a trailing expression is echoed.",
 		Annotations: &mcp.ToolAnnotations{DestructiveHint: no, OpenWorldHint: yes}}}, t.sessionPython)
 	addTool(s, toolSpec{tool: &mcp.Tool{Name: "session_diff", Title: "Show a session's changes",
-		Description: "List a session's workspace changes since its baseline, with each written file's content (text, or base64).",
+		Description: "List a session's workspace changes since its baseline, with each written file's content (text, or base64), and the digest of exactly these changes: pass it to session_commit as expect_digest so that only what was reviewed is committed.",
 		Annotations: &mcp.ToolAnnotations{DestructiveHint: no, OpenWorldHint: no}}}, t.sessionDiff)
 	addTool(s, toolSpec{tool: &mcp.Tool{Name: "session_network", Title: "Show a session's network log",
 		Description: "List the network attempts the session's commands made (mocked, allowed or blocked).",
 		Annotations: &mcp.ToolAnnotations{ReadOnlyHint: true, IdempotentHint: true, OpenWorldHint: no}}}, t.sessionNetwork)
 	addTool(s, toolSpec{tool: &mcp.Tool{Name: "session_commit", Title: "Apply a session's changes to its seed directory",
-		Description: "Apply a session's changes (all, or the given paths) to the host directory it was seeded from. They are recorded as a trial, decided by the policy and committed like commit_trial: refused, changing nothing, if the policy blocks them or the host changed since the seeding.",
+		Description: "Apply a session's changes (all, or the given paths) to the host directory it was seeded from. They are recorded as a trial, decided by the policy and committed like commit_trial: refused, changing nothing, if the policy blocks them or the host changed since the seeding. Pass expect_digest, the digest of the session_diff that was reviewed (with the same paths): the commit is then refused, changing nothing, if the changes are no longer exactly those (a process still running in the session changed the workspace); without it, what the workspace holds at commit time is committed.",
 		Annotations: &mcp.ToolAnnotations{DestructiveHint: yes, IdempotentHint: false, OpenWorldHint: no}}}, t.sessionCommit)
 	addTool(s, toolSpec{tool: &mcp.Tool{Name: "session_fork", Title: "Fork a session into branches",
 		Description: "Start n new sessions (branches) from a session's state now: its files exactly, the shell's cwd and exported environment, and the cache (not Python interpreter state). Each branch is a session of its own, its diff since the fork; the parent keeps running. Try alternatives in parallel, then session_compare and session_keep.",
@@ -693,10 +696,14 @@ func (t *tools) sessionDiff(ctx context.Context, _ *mcp.CallToolRequest, in Diff
 		out.Modes[p] = fmt.Sprintf("%04o", d.Modes[p].Perm())
 		fmt.Fprintf(&b, "chmod %s %s\n", out.Modes[p], p)
 	}
+	if out.Digest, err = diffDigest(d, sel); err != nil {
+		return "", DiffOut{}, err
+	}
 	if b.Len() == 0 {
 		b.WriteString("no changes\n")
-	} else if t.seedOf(in.SessionID) != nil {
-		fmt.Fprintf(&b, "next: session_commit {\"session_id\": %q} applies them to %s\n", in.SessionID, t.seedOf(in.SessionID).dir)
+	} else if sd := t.seedOf(in.SessionID); sd != nil && !in.Origin && !in.Rebase {
+		args, _ := json.Marshal(SessionCommitIn{SessionID: in.SessionID, Paths: in.Paths, ExpectDigest: out.Digest})
+		fmt.Fprintf(&b, "digest %s\nnext: session_commit %s applies exactly these changes to %s\n", out.Digest, args, sd.dir)
 	}
 	return b.String(), out, nil
 }

@@ -6,6 +6,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -21,7 +22,9 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/dryexec/dryexec"
+	"github.com/dryexec/dryexec/receipt"
 	"github.com/dryexec/dryexec/server"
+	"github.com/dryexec/dryexec/session"
 )
 
 // A session's changes reach the host the way every change does: as a trial.
@@ -131,6 +134,17 @@ func (t *tools) sessionCommit(ctx context.Context, _ *mcp.CallToolRequest, in Se
 	sel := selectDiff(d, in.Paths)
 	writes, links, deletes, chmods := sel.writes, sel.links, sel.deletes, sel.chmods
 	all := slices.Concat(writes, links, deletes, chmods)
+	if in.ExpectDigest != "" {
+		// What is committed below is d, in memory: checked here, it is
+		// what the reviewer saw, whatever the workspace does next.
+		got, err := diffDigest(d, sel)
+		if err != nil {
+			return "", SessionCommitOut{}, err
+		}
+		if got != in.ExpectDigest {
+			return "", SessionCommitOut{}, &WorkspaceMovedError{SessionID: in.SessionID, Expected: in.ExpectDigest, Actual: got, Paths: all}
+		}
+	}
 	if len(all) == 0 {
 		if len(in.Paths) > 0 {
 			return "", SessionCommitOut{}, fmt.Errorf("session %s changed nothing at or beneath %s; session_diff lists what it changed", in.SessionID, strings.Join(in.Paths, ", "))
@@ -304,4 +318,72 @@ func commitScript(deletes, chmods []string, modes map[string]fs.FileMode) string
 
 func shellQuote(s string) string {
 	return "'" + strings.ReplaceAll(s, "'", `'"'"'`) + "'"
+}
+
+// ErrWorkspaceMoved: session_commit was given the digest of a reviewed
+// session_diff, and the diff it would commit now is another (a process the
+// session left running changed the workspace since); nothing was committed.
+// *WorkspaceMovedError carries the details.
+var ErrWorkspaceMoved = fmt.Errorf("%w: the workspace changed since the reviewed session_diff", dryexec.ErrCommitRefused)
+
+// WorkspaceMovedError is session_commit's refusal of a diff that is not the
+// one whose digest it was given.
+type WorkspaceMovedError struct {
+	SessionID string
+	// Expected is the digest the caller passed, Actual the fresh diff's.
+	Expected, Actual string
+	// Paths are the paths the fresh diff would commit.
+	Paths []string
+}
+
+func (e *WorkspaceMovedError) Error() string {
+	paths := e.Paths
+	more := ""
+	if len(paths) > 20 {
+		paths, more = paths[:20], fmt.Sprintf(" and %d more", len(paths)-20)
+	}
+	return fmt.Sprintf("%v: session %s's changes now have digest %s, not the expected %s (a process still running in the session may have changed them); nothing was committed. It would now commit: %s%s. Call session_diff again, review it, and pass its digest",
+		ErrWorkspaceMoved, e.SessionID, e.Actual, e.Expected, strings.Join(paths, ", "), more)
+}
+
+func (e *WorkspaceMovedError) Unwrap() error { return ErrWorkspaceMoved }
+
+// diffEntry is one change of a session diff as its digest encodes it.
+type diffEntry struct {
+	Path   string `json:"path"`
+	Op     string `json:"op"`
+	Kind   string `json:"kind,omitempty"`
+	SHA256 string `json:"sha256,omitempty"`
+	Size   int    `json:"size,omitempty"`
+	Mode   uint32 `json:"mode,omitempty"`
+	Target string `json:"target,omitempty"`
+}
+
+// diffDigest is the hex sha256 of the receipts' canonical JSON (RFC 8785)
+// of {"files": [...]}, sel's changes in d in selectDiff's order: each written file's content hash and mode, each
+// symlink's target, each delete, each change of permissions alone. A
+// session diff knows no owners or before-states (its baseline is the
+// session's), so those are not in it. session_diff shows it and
+// session_commit compares it with its own fresh diff's, so what is
+// committed is exactly what was reviewed.
+func diffDigest(d *session.Diff, sel diffSel) (string, error) {
+	es := []diffEntry{}
+	for _, p := range sel.writes {
+		sum := sha256.Sum256(d.Writes[p])
+		es = append(es, diffEntry{Path: p, Op: "write", Kind: "file", SHA256: hex.EncodeToString(sum[:]), Size: len(d.Writes[p]), Mode: uint32(d.Modes[p])})
+	}
+	for _, p := range sel.links {
+		es = append(es, diffEntry{Path: p, Op: "write", Kind: "symlink", Target: d.Links[p]})
+	}
+	for _, p := range sel.deletes {
+		es = append(es, diffEntry{Path: p, Op: "delete"})
+	}
+	for _, p := range sel.chmods {
+		es = append(es, diffEntry{Path: p, Op: "chmod", Mode: uint32(d.Modes[p])})
+	}
+	doc, err := json.Marshal(map[string][]diffEntry{"files": es})
+	if err != nil {
+		return "", fmt.Errorf("encoding the session diff: %w", err)
+	}
+	return receipt.Digest(doc)
 }
