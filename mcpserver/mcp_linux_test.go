@@ -324,6 +324,7 @@ func TestMCPBadInput(t *testing.T) {
 		{"diff path escapes", "session_diff", map[string]any{"session_id": "se_aaaaaaaaaaaaaaaaaaaa", "paths": []string{"../x"}}, "without .."},
 		{"commit unseeded unknown", "session_commit", map[string]any{"session_id": "se_aaaaaaaaaaaaaaaaaaaa"}, "not found"},
 		{"session commit force not allowed", "session_commit", map[string]any{"session_id": "se_aaaaaaaaaaaaaaaaaaaa", "force": true}, "--allow-force"},
+		{"session commit digest not hex", "session_commit", map[string]any{"session_id": "se_aaaaaaaaaaaaaaaaaaaa", "expect_digest": "sha256:abc"}, `argument "expect_digest" is "sha256:abc": want the 64 lower-case hex digits`},
 		{"bad trial id", "commit_trial", map[string]any{"trial_id": "../../etc"}, "not a trial id"},
 		{"commit path not in trial", "commit_trial", map[string]any{"trial_id": tr.TrialID, "paths": []string{filepath.Join(wd, "b")}}, "changed nothing at or beneath"},
 	} {

@@ -119,6 +119,9 @@ func (t *tools) sessionCommit(ctx context.Context, _ *mcp.CallToolRequest, in Se
 	if err := t.checkForce(in.Force, "its operator may restart it with --allow-force"); err != nil {
 		return "", SessionCommitOut{}, err
 	}
+	if d, err := hex.DecodeString(in.ExpectDigest); in.ExpectDigest != "" && (err != nil || len(d) != sha256.Size || hex.EncodeToString(d) != in.ExpectDigest) {
+		return "", SessionCommitOut{}, &ArgumentError{Tool: "session_commit", Arg: "expect_digest", Msg: fmt.Sprintf("is %q: want the 64 lower-case hex digits of session_diff's digest", in.ExpectDigest)}
+	}
 	l, err := t.svc.Session(in.SessionID)
 	if err != nil {
 		return "", SessionCommitOut{}, err
@@ -142,7 +145,7 @@ func (t *tools) sessionCommit(ctx context.Context, _ *mcp.CallToolRequest, in Se
 			return "", SessionCommitOut{}, err
 		}
 		if got != in.ExpectDigest {
-			return "", SessionCommitOut{}, &WorkspaceMovedError{SessionID: in.SessionID, Expected: in.ExpectDigest, Actual: got, Paths: all}
+			return "", SessionCommitOut{}, &UnreviewedDiffError{SessionID: in.SessionID, Expected: in.ExpectDigest, Actual: got, Paths: all}
 		}
 	}
 	if len(all) == 0 {
@@ -320,15 +323,16 @@ func shellQuote(s string) string {
 	return "'" + strings.ReplaceAll(s, "'", `'"'"'`) + "'"
 }
 
-// ErrWorkspaceMoved: session_commit was given the digest of a reviewed
+// ErrUnreviewedDiff: session_commit was given the digest of a reviewed
 // session_diff, and the diff it would commit now is another (a process the
 // session left running changed the workspace since); nothing was committed.
-// *WorkspaceMovedError carries the details.
-var ErrWorkspaceMoved = fmt.Errorf("%w: the workspace changed since the reviewed session_diff", dryexec.ErrCommitRefused)
+// *UnreviewedDiffError carries the details. (session.ErrWorkspaceMoved is
+// the same drift caught later, when a committed diff becomes the baseline.)
+var ErrUnreviewedDiff = fmt.Errorf("%w: the workspace changed since the reviewed session_diff", dryexec.ErrCommitRefused)
 
-// WorkspaceMovedError is session_commit's refusal of a diff that is not the
+// UnreviewedDiffError is session_commit's refusal of a diff that is not the
 // one whose digest it was given.
-type WorkspaceMovedError struct {
+type UnreviewedDiffError struct {
 	SessionID string
 	// Expected is the digest the caller passed, Actual the fresh diff's.
 	Expected, Actual string
@@ -336,17 +340,17 @@ type WorkspaceMovedError struct {
 	Paths []string
 }
 
-func (e *WorkspaceMovedError) Error() string {
+func (e *UnreviewedDiffError) Error() string {
 	paths := e.Paths
 	more := ""
 	if len(paths) > 20 {
 		paths, more = paths[:20], fmt.Sprintf(" and %d more", len(paths)-20)
 	}
 	return fmt.Sprintf("%v: session %s's changes now have digest %s, not the expected %s (a process still running in the session may have changed them); nothing was committed. It would now commit: %s%s. Call session_diff again, review it, and pass its digest",
-		ErrWorkspaceMoved, e.SessionID, e.Actual, e.Expected, strings.Join(paths, ", "), more)
+		ErrUnreviewedDiff, e.SessionID, e.Actual, e.Expected, strings.Join(paths, ", "), more)
 }
 
-func (e *WorkspaceMovedError) Unwrap() error { return ErrWorkspaceMoved }
+func (e *UnreviewedDiffError) Unwrap() error { return ErrUnreviewedDiff }
 
 // diffEntry is one change of a session diff as its digest encodes it.
 type diffEntry struct {
