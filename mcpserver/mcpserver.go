@@ -177,7 +177,7 @@ type DiffOut struct {
 	Links   map[string]string `json:"links" jsonschema:"path → target of each new or changed symlink"`
 	Deletes []string          `json:"deletes"`
 	Modes   map[string]string `json:"modes" jsonschema:"path → octal mode of each path whose permissions alone changed"`
-	Digest  string            `json:"digest" jsonschema:"sha256 of exactly these changes (content included, even where omitted here): pass it as session_commit's expect_digest, with the same paths, to commit only this diff"`
+	Digest  string            `json:"digest" jsonschema:"sha256 of exactly these changes (content included, even where omitted here): pass it as session_commit's expect_digest, with the same paths, to commit only this diff (not one shown with rebase or origin: session_commit commits the diff since the current baseline)"`
 }
 
 // SessionCommitIn applies a session's changes to the directory it was seeded from.
