@@ -85,6 +85,12 @@ func TestPrecedence(t *testing.T) {
 		{"touched outside the allowed targets", func(p *Policy) { p.AllowedMutationTargets = []string{"/w/**"} }, func(d *dryexec.StateDelta) {
 			d.Touched = append(d.Touched, dryexec.FileChange{Path: "/srv/x", Op: dryexec.OpTouch, Kind: dryexec.KindFile, Mode: "0644"})
 		}, Block, []string{"changes outside the allowed targets (/w/**): /srv/x (mtime only)"}},
+		// Making build/x touches the dir that holds build/: no write of
+		// its own outside build/**.
+		{"touched parent dir of the allowed targets", func(p *Policy) { p.AllowedMutationTargets = []string{"/w/build/**"} }, func(d *dryexec.StateDelta) {
+			d.Files = []dryexec.FileChange{file("/w/build/x", dryexec.OpCreate)}
+			d.Touched = append(d.Touched, dryexec.FileChange{Path: "/w", Op: dryexec.OpTouch, Kind: dryexec.KindDir, Mode: "0755"})
+		}, AutoCommit, nil},
 		{"touched in the allowed targets", nil, func(d *dryexec.StateDelta) {
 			d.Touched = append(d.Touched, dryexec.FileChange{Path: "/w/x", Op: dryexec.OpTouch, Kind: dryexec.KindFile, Mode: "0644"})
 		}, AutoCommit, nil},
