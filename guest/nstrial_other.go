@@ -29,8 +29,6 @@ func runGVisorView() int {
 
 func runGVisorTrial() int { return runGVisorView() }
 
-func runPIDInit() int { return runGVisorView() }
-
 func runVMInit([]string) int {
 	fmt.Fprintln(os.Stderr, "dryexec guest: the vm rung needs Linux")
 	return 2
