@@ -49,20 +49,26 @@ OASLINT_DIR   ?= $(HOME)/.cache/dryexec/oaslint
 
 all: build
 
-# bin/dryexec is the front (cmd/dryexec-front): it hands `dryexec run -- CMD`
-# to a running daemon itself and execs dryexec-engine beside it (cmd/dryexec,
-# the whole CLI) for everything else, so that a trial through the daemon does
-# not pay for the engine's package initialisation (docs/architecture.md, "The
+# bin/dryexec is the small front (internal/smallfront, on linux/amd64; the Go
+# front elsewhere): a static program of a few kilobytes that hands `dryexec
+# run -- CMD` to a running daemon (POST /v1/front) and execs the Go front
+# beside it, dryexec-front (cmd/dryexec-front), for everything else. The Go
+# front does the same through the daemon's POST /v1/trials and execs
+# dryexec-engine beside it (cmd/dryexec, the whole CLI) for the rest, so
+# that a trial through the daemon pays neither for the engine's package
+# initialisation nor for a Go runtime's start (docs/architecture.md, "The
 # front and the engine"). dryexec-guest beside the engine is the guest it
 # starts in every sandbox: a binary with the guest alone starts several times
 # faster than the engine (guestexe.Executable). Without it, the engine runs
 # itself as the guest. dryexec-netsim is, the same way, the confined process
 # that serves a sandbox's network (netproc.Executable); dryexec-netsim-openapi
-# serves it for a mock file naming OpenAPI documents, which only it links. The front is built without cgo: a static binary starts
+# serves it for a mock file naming OpenAPI documents, which only it links. The Go front is built without cgo: a static binary starts
 # without the dynamic loader and libc's set-up (it resolves no users and no
 # host names through NSS).
 build:
-	CGO_ENABLED=0 $(GO) build -o bin/dryexec ./cmd/dryexec-front
+	CGO_ENABLED=0 $(GO) build -o bin/dryexec-front ./cmd/dryexec-front
+	if [ "$$($(GO) env GOOS)/$$($(GO) env GOARCH)" = linux/amd64 ]; then \
+		$(GO) run ./cmd/dryexec-smallfront bin/dryexec; else cp bin/dryexec-front bin/dryexec; fi
 	$(GO) build -o bin/dryexec-engine ./cmd/dryexec
 	$(GO) build -o bin/dryexec-guest ./cmd/dryexec-guest
 	$(GO) build -o bin/dryexec-netsim ./cmd/dryexec-netsim

@@ -58,14 +58,18 @@ func ColorWanted(f *os.File, env func(string) string) bool {
 	if f == nil {
 		return false
 	}
+	fd := f.Fd()
+	return ColorWantedOn(isatty.IsTerminal(fd) || isatty.IsCygwinTerminal(fd), env)
+}
+
+// ColorWantedOn is ColorWanted for output that goes to a terminal exactly
+// when terminal is true: another process's stream, which the small front
+// reports to the daemon.
+func ColorWantedOn(terminal bool, env func(string) string) bool {
 	if env == nil {
 		env = os.Getenv
 	}
-	if env("NO_COLOR") != "" || env("TERM") == "dumb" {
-		return false
-	}
-	fd := f.Fd()
-	return isatty.IsTerminal(fd) || isatty.IsCygwinTerminal(fd)
+	return terminal && env("NO_COLOR") == "" && env("TERM") != "dumb"
 }
 
 // palette holds this call's colours. Each is a fresh color.Color whose state is

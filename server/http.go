@@ -69,6 +69,7 @@ func (a *api) routes() []route {
 		{"GET", "/v1/version", a.version},
 		{"GET", "/v1/openapi.json", a.openapi},
 		{"POST", "/v1/trials", a.createTrial},
+		{"POST", "/v1/front", a.front},
 		{"GET", "/v1/trials", a.listTrials},
 		{"GET", "/v1/trials/{id}", a.getTrial},
 		{"GET", "/v1/trials/{id}/network", a.getTrialNetwork},

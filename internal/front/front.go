@@ -29,12 +29,36 @@ import (
 	"github.com/dryexec/dryexec/render"
 )
 
-// Env is what the front may touch of its process.
+// Env is what the front may touch of its caller.
 type Env struct {
 	Stdout, Stderr io.Writer
 	Getenv         func(string) string
 	// Environ lists the caller's variables (os.Environ), for --env NAME*.
 	Environ []string
+	// Cwd is the caller's working directory; "" is this process's.
+	Cwd string
+	// Terminals says which of the caller's Stdout and Stderr are
+	// terminals; nil: whether Stdout and Stderr are *os.File terminals.
+	Terminals *Terminals
+}
+
+// Terminals says which of a caller's standard streams are terminals (live
+// output is then escaped, the summary coloured).
+type Terminals struct{ Stdout, Stderr bool }
+
+func (e Env) terminals() Terminals {
+	if e.Terminals != nil {
+		return *e.Terminals
+	}
+	return Terminals{Stdout: isTTY(e.Stdout), Stderr: isTTY(e.Stderr)}
+}
+
+// Daemon is a daemon that runs a trial request (a POST /v1/trials body) as
+// its NDJSON stream does: apiclient.Conn over the API, or the daemon
+// itself, in-process, for the small front (Serve). A failure before the
+// trial started is an apiclient.BeforeStart.
+type Daemon interface {
+	RunTrial(ctx context.Context, req any, h apiclient.Hooks) (*dryexec.StateDelta, error)
 }
 
 // Exit codes the front itself gives (the same as internal/cli's).
@@ -133,10 +157,11 @@ func parseRun(args []string) (r runArgs, ok bool) {
 	return r, true
 }
 
-// trialRequest is the part of the daemon's trial request (server.TrialRequest,
+// TrialRequest is the part of the daemon's trial request (server.TrialRequest,
 // docs/api.md) the front sends: what internal/cli's daemonRequest sends for
-// the same flags. TestFrontRequestMatchesServer keeps the two in step.
-type trialRequest struct {
+// the same flags. server's TestFrontRequestMatchesServer keeps the two in
+// step.
+type TrialRequest struct {
 	Argv      []string          `json:"argv"`
 	Cwd       string            `json:"cwd"`
 	Env       map[string]string `json:"env,omitempty"`
@@ -152,6 +177,25 @@ type trialRequest struct {
 // when the engine must run them instead (nothing has been written to
 // Stdout or Stderr then, and nothing ran). code is the exit code.
 func Run(ctx context.Context, args []string, env Env) (code int, handled bool) {
+	return run(ctx, args, env, func(home string) (Daemon, string, bool) {
+		dc, err := apiclient.Dial(env.Getenv, home, nil)
+		if err != nil {
+			return nil, "", false
+		}
+		return dc, dc.Where, true
+	})
+}
+
+// Serve is Run inside the daemon d (where names it in messages), for a
+// caller that sent its arguments, environment, working directory and
+// terminals: the small front (docs/architecture.md, "The front and the
+// engine"). handled is false, with nothing written to env's streams and
+// nothing run, exactly when Run would leave the arguments to the engine.
+func Serve(ctx context.Context, args []string, env Env, d Daemon, where string) (code int, handled bool) {
+	return run(ctx, args, env, func(string) (Daemon, string, bool) { return d, where, true })
+}
+
+func run(ctx context.Context, args []string, env Env, dial func(home string) (Daemon, string, bool)) (code int, handled bool) {
 	r, ok := parseRun(args)
 	if !ok {
 		return 0, false
@@ -170,11 +214,11 @@ func Run(ctx context.Context, args []string, env Env) (code int, handled bool) {
 	if err != nil {
 		return 0, false
 	}
-	cwd, ok := checkCwd(r.cwd)
+	cwd, ok := checkCwd(env.Cwd, r.cwd)
 	if !ok {
 		return 0, false
 	}
-	req := trialRequest{Argv: r.argv, Cwd: cwd, TimeoutMS: r.timeout.Milliseconds(), Rung: "ns", NoStore: r.noStore, EnvExact: true}
+	req := TrialRequest{Argv: r.argv, Cwd: cwd, TimeoutMS: r.timeout.Milliseconds(), Rung: "ns", NoStore: r.noStore, EnvExact: true}
 	if req.Env, err = dryexec.SandboxEnv(env.Getenv, env.Environ, r.pass, r.set); err != nil {
 		return 0, false
 	}
@@ -186,8 +230,8 @@ func Run(ctx context.Context, args []string, env Env) (code int, handled bool) {
 	// (409 other_home), and a daemon too old to know the field refuses it
 	// as unknown (400). Either is a failure before the start, which the
 	// engine then handles as it always does (it asks, and says why).
-	dc, err := apiclient.Dial(env.Getenv, home, nil)
-	if err != nil {
+	dc, where, ok := dial(home)
+	if !ok {
 		return 0, false
 	}
 	if req.Home, err = filepath.Abs(home); err != nil {
@@ -197,7 +241,7 @@ func Run(ctx context.Context, args []string, env Env) (code int, handled bool) {
 	hooks := apiclient.Hooks{
 		Queued: func() {
 			if !r.quiet {
-				fmt.Fprintf(env.Stderr, "dryexec: the daemon (%s) runs as many trials as it may; this one waits for a slot\n", dc.Where)
+				fmt.Fprintf(env.Stderr, "dryexec: the daemon (%s) runs as many trials as it may; this one waits for a slot\n", where)
 			}
 		},
 	}
@@ -210,7 +254,8 @@ func Run(ctx context.Context, args []string, env Env) (code int, handled bool) {
 		if r.asJSON {
 			outW = env.Stderr
 		}
-		lo, le := render.NewLiveWriterPair(outW, isTTY(outW), env.Stderr, isTTY(env.Stderr))
+		tty := env.terminals()
+		lo, le := render.NewLiveWriterPair(outW, tty.Stdout && !r.asJSON || tty.Stderr && r.asJSON, env.Stderr, tty.Stderr)
 		hooks.Stdout, hooks.Stderr, live = lo, le, []*render.LiveWriter{lo, le}
 	}
 	d, err := dc.RunTrial(ctx, req, hooks)
@@ -246,8 +291,7 @@ func Run(ctx context.Context, args []string, env Env) (code int, handled bool) {
 		err = d.WriteJSON(env.Stdout)
 	} else {
 		bw := bufio.NewWriterSize(env.Stdout, 64<<10)
-		f, _ := env.Stdout.(*os.File)
-		err = render.Summary(bw, d, render.Options{Color: f != nil && render.ColorWanted(f, env.Getenv), OutputShown: live != nil, NoCommands: r.noStore})
+		err = render.Summary(bw, d, render.Options{Color: render.ColorWantedOn(env.terminals().Stdout, env.Getenv), OutputShown: live != nil, NoCommands: r.noStore})
 		if ferr := bw.Flush(); err == nil {
 			err = ferr
 		}
@@ -262,24 +306,27 @@ func Run(ctx context.Context, args []string, env Env) (code int, handled bool) {
 	return RunStatus(r.exitStatus, d), true
 }
 
-// checkCwd is the directory the trial starts in: -C's, made absolute, else
-// the current one; ok is false if it is not a directory (the engine says
-// why).
-func checkCwd(cwd string) (string, bool) {
-	if cwd == "" {
-		wd, err := os.Getwd()
-		if err != nil {
+// checkCwd is the directory the trial starts in: -C's, made absolute
+// against the caller's wd ("": this process's), else wd; ok is false if it
+// is not a directory (the engine says why).
+func checkCwd(wd, cwd string) (string, bool) {
+	if wd == "" {
+		var err error
+		if wd, err = os.Getwd(); err != nil {
 			return "", false
 		}
+	}
+	if cwd == "" {
 		cwd = wd
 	}
-	if strings.ContainsRune(cwd, 0) {
+	if strings.ContainsRune(cwd, 0) || !filepath.IsAbs(wd) {
 		return "", false
 	}
-	abs, err := filepath.Abs(cwd)
-	if err != nil {
-		return "", false
+	abs := cwd
+	if !filepath.IsAbs(abs) {
+		abs = filepath.Join(wd, abs)
 	}
+	abs = filepath.Clean(abs)
 	if fi, err := os.Stat(abs); err != nil || !fi.IsDir() {
 		return "", false
 	}
@@ -293,6 +340,11 @@ func interrupted(ctx context.Context, env Env, note string) int {
 	fmt.Fprintf(env.Stderr, "dryexec: interrupted (%s): %s\n", sig, note)
 	return code
 }
+
+// Interrupt is the cause of a context ended by the signal sig, as
+// signal.NotifyContext gives it (InterruptedBy reads it): how the daemon
+// ends a small front's run when its caller is interrupted.
+func Interrupt(sig os.Signal) error { return fmt.Errorf("%v signal received", sig) }
 
 // InterruptedBy names what ended ctx and the exit code for it. The cause of
 // signal.NotifyContext's cancellation names the signal ("interrupt signal

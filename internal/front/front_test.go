@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/dryexec/dryexec/policy"
-	"github.com/dryexec/dryexec/server"
 )
 
 // TestParseRun: the front takes only what it can send exactly as the
@@ -56,24 +55,6 @@ func TestParseRun(t *testing.T) {
 	}
 	if _, ok := parseRun([]string{"run", "--", "a\x00b"}); ok {
 		t.Error("an argument with a NUL byte is the engine's to refuse")
-	}
-}
-
-// TestRequestMatchesServer: every field the front sends is one the daemon
-// reads, under the same JSON name with the same type (server.TrialRequest).
-func TestRequestMatchesServer(t *testing.T) {
-	srv := map[string]reflect.Type{}
-	st := reflect.TypeOf(server.TrialRequest{})
-	for i := range st.NumField() {
-		srv[strings.Split(st.Field(i).Tag.Get("json"), ",")[0]] = st.Field(i).Type
-	}
-	ft := reflect.TypeOf(trialRequest{})
-	for i := range ft.NumField() {
-		f := ft.Field(i)
-		name := strings.Split(f.Tag.Get("json"), ",")[0]
-		if typ, ok := srv[name]; !ok || typ != f.Type {
-			t.Errorf("front field %s (json %q, %v): the daemon's is %v (present %v)", f.Name, name, f.Type, typ, ok)
-		}
 	}
 }
 

@@ -93,8 +93,10 @@ func cliGroup(e *env) ([]group, error) {
 	g := group{key: "cli", title: "dryexec run -- /bin/true from the shell: with a daemon, without, vs bwrap", unit: unitMS,
 		close: func() { st, _ = health(); sdk.close(); stop() }}
 	g.cands = []candidate{
-		{name: "dryexec run -- /bin/true, a daemon running (--via daemon; bin/dryexec, the front)", label: "daemon", prep: quiet,
+		{name: "dryexec run -- /bin/true, a daemon running (--via daemon; bin/dryexec, the small front)", label: "daemon", prep: quiet,
 			run: timed(e.commandEnv(e.empty, withDaemon, e.bin, "run", "--via", "daemon", "--", "/bin/true"))},
+		{name: "the same from the Go front (dryexec-front: POST /v1/trials from a Go process)", label: "go-front", prep: quiet,
+			run: timed(e.commandEnv(e.empty, withDaemon, e.goFront, "run", "--via", "daemon", "--", "/bin/true"))},
 		{name: "the same from the engine alone (dryexec-engine: cmd/dryexec, what go run builds)", label: "engine", prep: quiet,
 			run: timed(e.commandEnv(e.empty, withDaemon, e.engine, "run", "--via", "daemon", "--", "/bin/true"))},
 		{name: "POST /v1/trials (/bin/true) from this process: the daemon's own time, no CLI process", label: "api", prep: quiet,
@@ -103,10 +105,10 @@ func cliGroup(e *env) ([]group, error) {
 			run: timed(func() error { return postTrial(hc, "/bin/sh", "-c", "/bin/true") })},
 		{name: `Python SDK: dry_exec.run("/bin/true") through the daemon (a running interpreter, timed in it)`, label: "sdk", prep: quiet,
 			run: sdk.run},
-		{name: "dryexec run -- /bin/true, no daemon (--via local: the front, then the engine in-process)", label: "local",
+		{name: "dryexec run -- /bin/true, no daemon (--via local: the small front, the Go front, then the engine in-process)", label: "local",
 			run: timed(e.commandEnv(e.empty, vars, e.bin, "run", "--via", "local", "--", "/bin/true"))},
 		{name: "bwrap --ro-bind / / --unshare-all --dev /dev --proc /proc /bin/true", run: timed(e.command(e.empty, "bwrap", "--ro-bind", "/", "/", "--unshare-all", "--dev", "/dev", "--proc", "/proc", "/bin/true"))},
-		{name: "dryexec --help (the front, then the engine's process start)", run: timed(e.commandEnv(e.empty, vars, e.bin, "--help"))},
+		{name: "dryexec --help (the small front, the Go front, then the engine's process start)", run: timed(e.commandEnv(e.empty, vars, e.bin, "--help"))},
 		{name: "fork+exec /bin/true", run: timed(e.command(e.empty, "/bin/true"))},
 	}
 	// The baseline is bwrap's row, wherever it is in the list.

@@ -33,6 +33,7 @@ import (
 	"github.com/dryexec/dryexec"
 	"github.com/dryexec/dryexec/guest"
 	"github.com/dryexec/dryexec/internal/guestexe"
+	"github.com/dryexec/dryexec/internal/smallfront"
 	"github.com/dryexec/dryexec/netsim/netproc"
 )
 
@@ -135,7 +136,8 @@ type env struct {
 	ctx     context.Context
 	cfg     config
 	work    string // removed at the end
-	bin     string // dryexec as `make build` installs it: the front (cmd/dryexec-front)
+	bin     string // dryexec as `make build` installs it: the small front (internal/smallfront)
+	goFront string // dryexec-front beside it: the Go front (cmd/dryexec-front)
 	engine  string // dryexec-engine beside it: the whole CLI (cmd/dryexec, what `go run` builds)
 	empty   string // an empty directory
 	trees   map[int]string
@@ -170,16 +172,19 @@ func run(ctx context.Context, cfg config) (err error) {
 	}()
 	// The layout of `make build`: the front, the engine, the guest and the
 	// netsim roles side by side.
-	e.bin, e.engine = filepath.Join(work, "dryexec"), filepath.Join(work, "dryexec-engine")
+	e.bin, e.goFront, e.engine = filepath.Join(work, "dryexec"), filepath.Join(work, smallfront.GoFrontName), filepath.Join(work, "dryexec-engine")
 	guestBin := filepath.Join(work, guestexe.Name)
 	netsimBin, openAPIBin := filepath.Join(work, netproc.ExeName), filepath.Join(work, netproc.OpenAPIExeName)
-	for out, pkg := range map[string]string{e.bin: "./cmd/dryexec-front", e.engine: "./cmd/dryexec", guestBin: "./cmd/dryexec-guest",
+	for out, pkg := range map[string]string{e.goFront: "./cmd/dryexec-front", e.engine: "./cmd/dryexec", guestBin: "./cmd/dryexec-guest",
 		netsimBin: "./cmd/dryexec-netsim", openAPIBin: "./cmd/dryexec-netsim-openapi"} {
 		build := exec.Command("go", "build", "-o", out, pkg)
 		build.Env = append(os.Environ(), "CGO_ENABLED=0")
 		if b, err := build.CombinedOutput(); err != nil {
 			return fmt.Errorf("building %s: %v\n%s", pkg, err, b)
 		}
+	}
+	if err := smallfront.Install(e.bin); err != nil {
+		return fmt.Errorf("the small front: %w", err)
 	}
 	// The in-process candidates start the same small guest binary the CLI
 	// finds beside itself.
