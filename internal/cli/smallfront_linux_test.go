@@ -73,6 +73,7 @@ func TestSmallFront(t *testing.T) {
 	d := startTestDaemon(t, home)
 	other := startTestDaemon(t, t.TempDir())
 	old := oldDaemon(t)
+	mute := muteDaemon(t)
 	noDaemon := t.TempDir()
 	for _, tt := range []struct {
 		name      string
@@ -93,6 +94,7 @@ func TestSmallFront(t *testing.T) {
 		{"--via local: the engine", d.runtime, []string{"run", "--via", "local", "--json", "--", "true"}, 0, false, false, `"trial_id"`, ""},
 		{"another store's daemon: the engine", other.runtime, []string{"run", "--json", "--", "true"}, 0, false, false, `"trial_id"`, ""},
 		{"a daemon without /v1/front: the Go front, then the engine", old, []string{"run", "--json", "--", "true"}, 0, false, false, `"trial_id"`, ""},
+		{"a daemon that never answers: the Go front, then the engine", mute, []string{"run", "--json", "--", "true"}, 0, false, false, `"trial_id"`, ""},
 		{"--help: the engine's", d.runtime, []string{"--help"}, 0, false, true, "Usage:", ""},
 		{"a usage error: the engine's", d.runtime, []string{"run", "--exit-status", "nope", "--", "true"}, ExitUsage, false, true, "", "want decision"},
 	} {
@@ -157,6 +159,20 @@ func oldDaemon(t *testing.T) string {
 	srv := &http.Server{Handler: http.NotFoundHandler()}
 	go srv.Serve(l)
 	t.Cleanup(func() { srv.Close() })
+	return dir
+}
+
+// muteDaemon is a wedged daemon: its socket takes connections (the
+// kernel's backlog) but nothing ever reads or answers them. It returns its
+// runtime dir.
+func muteDaemon(t *testing.T) string {
+	t.Helper()
+	dir := t.TempDir()
+	l, err := net.Listen("unix", filepath.Join(dir, "dryexec.sock"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Close() })
 	return dir
 }
 

@@ -281,10 +281,20 @@ __attribute__((used)) void front_main(long *sp)
 	if (sfd < 0 || put(s, start, at - start) < 0)
 		handover();
 
-	/* The answer's head: 101, or the Go front's to handle. */
+	/* The answer's head: 101, or the Go front's to handle. The daemon
+	 * sends it as soon as it has read the request; one that does not
+	 * within a second is wedged, as apiclient.Dial's first answer must
+	 * come within one too: the Go front then decides (closing the
+	 * connection stops anything the daemon may yet start). */
 	u64 have = 0, hend = 0;
 	while (!hend) {
 		if (have == 4096)
+			handover();
+		struct { int fd; short events, revents; } hp = { (int)s, POLLIN, 0 };
+		long w = sys3(SYS_poll, (long)&hp, 1, 1000);
+		if (w == -EINTR)
+			continue;
+		if (w <= 0)
 			handover();
 		long r = sys3(SYS_read, s, (long)buf + have, 4096 - have);
 		if (r == -EINTR)
