@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/user"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/dryexec/dryexec"
 	"github.com/dryexec/dryexec/internal/apiclient"
@@ -65,10 +66,39 @@ func daemonRequest(spec dryexec.TrialSpec, rungName string, pol *policy.Policy, 
 		if len(b) > maxDaemonStdin {
 			return req, usageError{fmt.Errorf("--stdin: more than %d MiB, which the daemon does not take; use --via local", maxDaemonStdin>>20)}
 		}
+		if !utf8.Valid(b) {
+			// As notText: JSON would carry other bytes than were read.
+			return req, usageError{errors.New("--stdin: the input is not valid UTF-8, which the daemon's API cannot carry unchanged; use --via local")}
+		}
 		s := string(b)
 		req.Stdin = &s
 	}
 	return req, nil
+}
+
+// notText names the first part of spec's request that is not valid UTF-8
+// (an argument, the directory, a variable, a mask, stdin), or "".
+func notText(spec dryexec.TrialSpec) string {
+	a := spec.Action
+	for i, arg := range a.Argv {
+		if !utf8.ValidString(arg) {
+			return fmt.Sprintf("argument %d of the command", i)
+		}
+	}
+	if !utf8.ValidString(a.Cwd) {
+		return "the working directory"
+	}
+	for k, v := range a.Env {
+		if !utf8.ValidString(k) || !utf8.ValidString(v) {
+			return "an environment variable"
+		}
+	}
+	for _, m := range spec.Masks {
+		if !utf8.ValidString(m) {
+			return "a --mask path"
+		}
+	}
+	return ""
 }
 
 // homeDir is the home "~/" stands for, as the ns rung reads it: $HOME, else
@@ -117,6 +147,15 @@ func (r daemonRun) run(ctx context.Context, spec dryexec.TrialSpec) (*dryexec.St
 			return nil, nil
 		}
 		return nil, usageError{errors.New("--policy names an external scorer, which a daemon does not take from a request (set it with serve --policy); use --via local")}
+	}
+	if what := notText(spec); what != "" {
+		// The API is JSON, which carries text: encoding/json would replace
+		// each byte that is not UTF-8 with U+FFFD, and the daemon would
+		// run another command, in another directory, or with other input.
+		if auto {
+			return nil, nil
+		}
+		return nil, usageError{fmt.Errorf("%s is not valid UTF-8, which the daemon's API cannot carry unchanged; use --via local", what)}
 	}
 	dc, err := findDaemon(ctx, r.env, r.home)
 	if err != nil {

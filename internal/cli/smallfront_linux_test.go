@@ -95,6 +95,7 @@ func TestSmallFront(t *testing.T) {
 		{"another store's daemon: the engine", other.runtime, []string{"run", "--json", "--", "true"}, 0, false, false, `"trial_id"`, ""},
 		{"a daemon without /v1/front: the Go front, then the engine", old, []string{"run", "--json", "--", "true"}, 0, false, false, `"trial_id"`, ""},
 		{"a daemon that never answers: the Go front, then the engine", mute, []string{"run", "--json", "--", "true"}, 0, false, false, `"trial_id"`, ""},
+		{"an argument not UTF-8: the engine, bytes unchanged", d.runtime, []string{"run", "--", "sh", "-c", `printf "<%s>" "$1"`, "x", "caf\xe9"}, 0, false, false, "<caf\xe9>", ""},
 		{"--help: the engine's", d.runtime, []string{"--help"}, 0, false, true, "Usage:", ""},
 		{"a usage error: the engine's", d.runtime, []string{"run", "--exit-status", "nope", "--", "true"}, ExitUsage, false, true, "", "want decision"},
 	} {

@@ -385,3 +385,59 @@ func TestDaemonRequestPolicy(t *testing.T) {
 		t.Fatalf("the policy does not survive the request:\n%+v\n%+v", p, back)
 	}
 }
+
+// TestDaemonCarriesOnlyText: the daemon's API is JSON, which would turn
+// every byte of a request that is not UTF-8 into U+FFFD, so that the trial
+// ran another command than the one asked. A run whose argument, directory
+// or variable is not UTF-8 therefore runs in-process under --via auto,
+// through the engine and through the front (which leaves it to the engine),
+// with its bytes unchanged; --via daemon refuses it, and --stdin input that
+// is not UTF-8, as a usage error.
+func TestDaemonCarriesOnlyText(t *testing.T) {
+	requireNS(t)
+	home := t.TempDir()
+	d := startTestDaemon(t, home)
+	dir := t.TempDir()
+	odd := filepath.Join(dir, "d\xe9")
+	if err := os.Mkdir(odd, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	vars := map[string]string{"XDG_RUNTIME_DIR": d.runtime}
+	for _, tt := range []struct {
+		name string
+		vars map[string]string
+		args []string
+		want string
+	}{
+		{"an argument", nil, []string{"run", "-C", dir, "--", "sh", "-c", `printf "<%s>" "$1"`, "x", "caf\xe9"}, "<caf\xe9>"},
+		{"the directory", nil, []string{"run", "-C", odd, "--", "sh", "-c", `printf "<%s>" "$PWD"`}, "<" + odd + ">"},
+		{"a variable", map[string]string{"V": "v\xe9"}, []string{"run", "-C", dir, "--env", "V", "--", "sh", "-c", `printf "<%s>" "$V"`}, "<v\xe9>"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			vs := map[string]string{}
+			for k, v := range vars {
+				vs[k] = v
+			}
+			for k, v := range tt.vars {
+				vs[k] = v
+			}
+			code, handled, _, _ := frontWith(t, home, vs, tt.args...)
+			if handled {
+				t.Fatalf("the front sent it to the daemon (exit %d)", code)
+			}
+			before := d.log.String()
+			code, out, errs := cliWith(t, home, vs, tt.args...)
+			if code != 0 || !strings.Contains(out, tt.want) {
+				t.Fatalf("exit %d; stdout %q, want %q; stderr %s", code, out, tt.want, errs)
+			}
+			if d.log.String() != before {
+				t.Errorf("the daemon ran it: %s", strings.TrimPrefix(d.log.String(), before))
+			}
+			args := append([]string{"run", "--via", "daemon"}, tt.args[1:]...)
+			code, _, errs = cliWith(t, home, vs, args...)
+			if code != ExitUsage || !strings.Contains(errs, "not valid UTF-8") {
+				t.Fatalf("--via daemon: exit %d, want %d; stderr %s", code, ExitUsage, errs)
+			}
+		})
+	}
+}

@@ -21,6 +21,7 @@ import (
 	"path/filepath"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/mattn/go-isatty"
 
@@ -172,6 +173,27 @@ type TrialRequest struct {
 	Home      string            `json:"home,omitempty"`
 }
 
+// text reports whether every string of the request is valid UTF-8: the
+// only strings the API's JSON carries unchanged (encoding/json replaces
+// each invalid byte with U+FFFD, so a file name in Latin-1 would reach the
+// trial as another name).
+func (r TrialRequest) text() bool {
+	if !utf8.ValidString(r.Cwd) || !utf8.ValidString(r.Home) {
+		return false
+	}
+	for _, a := range r.Argv {
+		if !utf8.ValidString(a) {
+			return false
+		}
+	}
+	for k, v := range r.Env {
+		if !utf8.ValidString(k) || !utf8.ValidString(v) {
+			return false
+		}
+	}
+	return true
+}
+
 // Run runs args (after the program name) if it is a `run` the front
 // handles and a daemon of this install takes the trial; handled is false
 // when the engine must run them instead (nothing has been written to
@@ -235,6 +257,11 @@ func run(ctx context.Context, args []string, env Env, dial func(home string) (Da
 		return 0, false
 	}
 	if req.Home, err = filepath.Abs(home); err != nil {
+		return 0, false
+	}
+	if !req.text() {
+		// The API's JSON would replace those bytes with U+FFFD, and the
+		// trial would run something else: the engine runs it in-process.
 		return 0, false
 	}
 	var live []*render.LiveWriter
