@@ -524,6 +524,7 @@ type TrialHooks struct {
 // RunTrial runs one trial to its end and returns its delta, stored (unless
 // NoStore) and decided. It waits for a slot; ErrBusy if the queue is full.
 func (s *Service) RunTrial(ctx context.Context, req TrialRequest, hooks TrialHooks) (*dryexec.StateDelta, error) {
+	begun := time.Now()
 	if err := req.check(); err != nil {
 		return nil, err
 	}
@@ -600,16 +601,24 @@ func (s *Service) RunTrial(ctx context.Context, req TrialRequest, hooks TrialHoo
 		spec.Action = dryexec.ImageAction(spec.Action, img)
 		spec.Action.Env["PWD"] = spec.Action.Cwd
 	}
+	// When each phase ended goes into the log line, so that where a
+	// trial's time went in the daemon reads from its log, without a
+	// profiler or a rebuild: prep (the checks, a slot, the spec), run (the
+	// rung's trial: the sandbox, the command, the delta), record (the
+	// decision, the signature, the store).
+	var started, ran time.Time
 	d, err := s.runner.Run(ctx, r, engine, spec, runner.Options{NoStore: req.NoStore, ContentCap: req.ContentCap, Started: func(id string) {
 		if hooks.Started != nil {
 			hooks.Started(id)
 		}
 		s.cfg.Log.Debug("trial start", "trial", id, "argv", req.Argv)
-	}})
+		started = time.Now()
+	}, Ran: func() { ran = time.Now() }})
 	if err != nil {
 		return nil, err
 	}
-	s.cfg.Log.Info("trial done", "trial", d.TrialID, "exit", d.Process.ExitCode, "files", d.Totals.FilesChanged)
+	s.cfg.Log.Info("trial done", "trial", d.TrialID, "exit", d.Process.ExitCode, "files", d.Totals.FilesChanged,
+		"prep", started.Sub(begun), "run", ran.Sub(started), "record", time.Since(ran))
 	return d, nil
 }
 
