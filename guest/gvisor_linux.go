@@ -280,7 +280,7 @@ func runInnerTrial(conn *wire.Conn, cfgp *wire.TrialStart, prof *seccomp.Profile
 		}
 		return conn.Send(wire.KindEvent, wire.VerbTrialExit, 0, exit)
 	}
-	done, err := runCommand(&cfg, stub, nil, ran, timedOut, settled)
+	done, err := runCommand(&cfg, stub, nil, ran, timedOut, settled, false)
 	if err != nil {
 		return 1
 	}

@@ -116,7 +116,7 @@ func serveTrial(conn *wire.Conn, cfg *wire.TrialStart, l *confinedLauncher, scra
 		walkErr = walkUppers(conn, scratch, len(uppers), cfg.Rootless)
 		return walkErr
 	}
-	done, err := runCommand(cfg, stub, mt, ran, timedOut, settled)
+	done, err := runCommand(cfg, stub, mt, ran, timedOut, settled, true)
 	if walkErr != nil {
 		return fail("walk", walkErr)
 	}
@@ -538,7 +538,11 @@ func startTrialStub(cfg *wire.TrialStart, mt *memTracer, nested int) (*cmdStub, 
 // upper dirs: when the command, traced, stops at its exit as the last one
 // alive (it is let go, and reaped after settled returns), else once
 // everything is reaped. It returns what is known only after the reaping.
-func runCommand(cfg *wire.TrialStart, stub *cmdStub, mt *memTracer, ran <-chan runStarted, timedOut <-chan struct{}, settled func(*wire.TrialExit) error) (*wire.TrialDone, error) {
+// With hostDates (the ns guest: it shares the host's clock), a command
+// that ends before trial.run has been read is reported with its end
+// (EndMonoNS) for the host to date, rather than after a wait for the
+// reader.
+func runCommand(cfg *wire.TrialStart, stub *cmdStub, mt *memTracer, ran <-chan runStarted, timedOut <-chan struct{}, settled func(*wire.TrialExit) error, hostDates bool) (*wire.TrialDone, error) {
 	pid := stub.pid
 	var st *runStarted
 	began := func() int64 {
@@ -548,6 +552,17 @@ func runCommand(cfg *wire.TrialStart, stub *cmdStub, mt *memTracer, ran <-chan r
 		}
 		return st.at
 	}
+	// read says whether trial.run has been read, without waiting for it.
+	read := func() bool {
+		if st == nil {
+			select {
+			case s := <-ran:
+				st = &s
+			default:
+			}
+		}
+		return st != nil
+	}
 	defer func() {
 		if st != nil && st.timer != nil {
 			st.timer.Stop()
@@ -556,10 +571,17 @@ func runCommand(cfg *wire.TrialStart, stub *cmdStub, mt *memTracer, ran <-chan r
 	// exited builds the report from the command's wait status and when it
 	// ended (wire.MonoNow).
 	exited := func(ws unix.WaitStatus, end int64) *wire.TrialExit {
-		ex := &wire.TrialExit{DurationNS: max(end-began(), 0)}
+		ex := &wire.TrialExit{EndMonoNS: end}
 		if err := stub.startError(); err != nil {
+			// The message names the command: trial.run's.
+			ex.DurationNS = max(end-began(), 0)
 			ex.ExitCode, ex.StartError = startFailure(cfg, err)
 			return ex
+		}
+		// Without trial.run no timeout was armed either: the command did
+		// not time out.
+		if read() || !hostDates {
+			ex.DurationNS = max(end-began(), 0)
 		}
 		if mt != nil {
 			ex.Memory = mt.result()
@@ -637,6 +659,9 @@ func runCommand(cfg *wire.TrialStart, stub *cmdStub, mt *memTracer, ran <-chan r
 			return nil, err
 		}
 	}
+	// trial.run is read by now (its timeout, if any, then stops below):
+	// the host sent it right after the command.
+	began()
 	done := &wire.TrialDone{}
 	var ru unix.Rusage
 	if unix.Getrusage(unix.RUSAGE_CHILDREN, &ru) == nil {

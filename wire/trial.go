@@ -247,6 +247,12 @@ type TrialExit struct {
 	DurationNS int64  `json:"duration_ns"`
 	UpperFull  bool   `json:"upper_full,omitempty"`
 	UpperUsed  int64  `json:"upper_used,omitempty"`
+	// EndMonoNS is when the command ended, on MonoNow's clock. The ns guest,
+	// which shares the host's clock, sends it with DurationNS 0 when it had
+	// not yet read trial.run (its start) at that moment: the host, which
+	// wrote the start, dates the command, and the report does not wait for
+	// the guest's reader to be scheduled.
+	EndMonoNS int64 `json:"end_mono_ns,omitempty"`
 	// Violations are what the sandbox refused (seccomp: kind "syscall").
 	Violations []Violation `json:"violations,omitempty"`
 	// OOMKills are the processes the VM's own kernel OOM-killed while the

@@ -9,3 +9,5 @@ type testHooks struct{}
 func (*testHooks) beforeAttach() {}
 
 func (*testHooks) started(int) {}
+
+func (*testHooks) runAfterExit() bool { return false }

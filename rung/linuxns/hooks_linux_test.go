@@ -15,3 +15,5 @@ import (
 func setAttachDelay(t *testing.T, _ *Rung, _ time.Duration) { testreq.NeedTestHooks(t) }
 
 func setGuestStarted(t *testing.T, _ *Rung, _ func(pid int)) { testreq.NeedTestHooks(t) }
+
+func setRunAfterExit(t *testing.T, _ *Rung) { testreq.NeedTestHooks(t) }

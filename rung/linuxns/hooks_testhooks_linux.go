@@ -12,7 +12,13 @@ type testHooks struct {
 	// guestStarted, when set, gets each guest's pid as it starts (killing a
 	// guest from the host side mid-trial).
 	guestStarted func(pid int)
+	// holdRun sends trial.run only once trial.exit has come: the guest's
+	// reader has then not read it when the command ends, whatever the
+	// scheduler does.
+	holdRun bool
 }
+
+func (h *testHooks) runAfterExit() bool { return h.holdRun }
 
 func (h *testHooks) beforeAttach() { time.Sleep(h.attachDelay) }
 

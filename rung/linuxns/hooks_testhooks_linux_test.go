@@ -18,3 +18,8 @@ func setGuestStarted(t *testing.T, r *Rung, f func(pid int)) {
 	testreq.NeedTestHooks(t)
 	r.hooks.guestStarted = f
 }
+
+func setRunAfterExit(t *testing.T, r *Rung) {
+	testreq.NeedTestHooks(t)
+	r.hooks.holdRun = true
+}

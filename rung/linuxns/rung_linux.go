@@ -754,8 +754,16 @@ func (t *trial) converse() (*dryexec.StateDelta, error) {
 	t.sent, t.sentAt = true, run.StartMonoNS
 	t.startIO()
 	run.Env = nil
-	if err := t.conn.Send(wire.KindReq, wire.VerbTrialRun, 2, &run); err != nil {
-		return nil, t.guestErr("sending trial.run", err)
+	sendRun := func() error {
+		if err := t.conn.Send(wire.KindReq, wire.VerbTrialRun, 2, &run); err != nil {
+			return t.guestErr("sending trial.run", err)
+		}
+		return nil
+	}
+	if !t.r.hooks.runAfterExit() {
+		if err := sendRun(); err != nil {
+			return nil, err
+		}
 	}
 	differ := fsdelta.NewDiffer(t.uppers, t.spec.Blobs, t.spec.DiffMaxBytes)
 	defer differ.Close()
@@ -792,7 +800,19 @@ func (t *trial) converse() (*dryexec.StateDelta, error) {
 			if err := f.Decode(exit); err != nil {
 				return nil, t.guestErr("decoding trial.exit", err)
 			}
+			if exit.DurationNS == 0 && exit.EndMonoNS > 0 {
+				// The guest reported the end before it had read
+				// trial.run: the command started when this process
+				// wrote it (the clock is shared), and ended no later
+				// than now.
+				exit.DurationNS = min(max(exit.EndMonoNS-t.sentAt, 0), wire.MonoNow()-t.sentAt)
+			}
 			t.exit = exit
+			if t.r.hooks.runAfterExit() {
+				if err := sendRun(); err != nil {
+					return nil, err
+				}
+			}
 			t.r.trace("exit")
 			deadline = t.r.collectDeadline(a, started, time.Now())
 			differ.SetDeadline(deadline)

@@ -459,3 +459,37 @@ func TestReportPaths(t *testing.T) {
 		})
 	}
 }
+
+// TestExitBeforeTrialRun: a command that ends before the guest has read
+// trial.run (forced: the host sends it only once trial.exit has come) is
+// reported at once and dated by the host, whose clock the guest shares: the
+// trial ends, with the command's exit and a duration within the trial's
+// own time. A guest that waited for trial.run to date the exit never
+// reported it (the context's deadline ended the trial).
+func TestExitBeforeTrialRun(t *testing.T) {
+	requireNS(t)
+	r := &Rung{}
+	setRunAfterExit(t, r)
+	dir := t.TempDir()
+	// Only a guest that waits for trial.run could reach this deadline.
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	for _, argv := range [][]string{{"/bin/true"}, {"sh", "-c", "exit 3"}} {
+		start := time.Now()
+		d, err := r.Trial(ctx, dryexec.TrialSpec{Action: dryexec.Action{Argv: argv, Cwd: dir, Env: testPath}})
+		took := time.Since(start)
+		if err != nil {
+			t.Fatalf("%v: %v", argv, err)
+		}
+		want := 0
+		if argv[0] == "sh" {
+			want = 3
+		}
+		if d.Process.ExitCode != want {
+			t.Fatalf("%v: exit %d, want %d", argv, d.Process.ExitCode, want)
+		}
+		if got := time.Duration(d.Process.DurationNS); got <= 0 || got > took {
+			t.Fatalf("%v: duration %v, want more than 0 and at most the trial's %v", argv, got, took)
+		}
+	}
+}
