@@ -15,6 +15,7 @@ import (
 
 	"github.com/dryexec/dryexec"
 	"github.com/dryexec/dryexec/image"
+	"github.com/dryexec/dryexec/internal/localrun"
 )
 
 // imagesCmd is `dryexec images pull|ls|rm|prune`: the image cache under
@@ -44,12 +45,12 @@ Registry credentials come from the docker config ($DOCKER_CONFIG or
 			if platform != "" {
 				p, err := v1.ParsePlatform(platform)
 				if err != nil {
-					return usageError{fmt.Errorf("--platform %q: %w", platform, err)}
+					return usageError{Err: fmt.Errorf("--platform %q: %w", platform, err)}
 				}
 				opts.Platform = p
 			}
 			var bar *progressBar
-			if isTTY(env.Stderr) {
+			if localrun.IsTTY(env.Stderr) {
 				bar = &progressBar{w: env.Stderr}
 				opts.Progress = bar.update
 			}
@@ -158,7 +159,7 @@ func openImages(env Env) (*image.Cache, error) {
 func imageErr(env Env, code *int, err error) error {
 	switch {
 	case errors.Is(err, image.ErrBadReference):
-		return usageError{err}
+		return usageError{Err: err}
 	case errors.Is(err, image.ErrNotFound), errors.Is(err, image.ErrUnauthorized), errors.Is(err, image.ErrPlatformNotFound),
 		errors.Is(err, image.ErrBadDigest), errors.Is(err, image.ErrUnsupportedMediaType), errors.Is(err, image.ErrUnsafeLayer),
 		errors.Is(err, image.ErrUnsupportedHost):

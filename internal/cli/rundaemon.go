@@ -13,6 +13,7 @@ import (
 
 	"github.com/dryexec/dryexec"
 	"github.com/dryexec/dryexec/internal/apiclient"
+	"github.com/dryexec/dryexec/internal/localrun"
 	"github.com/dryexec/dryexec/policy"
 	"github.com/dryexec/dryexec/render"
 	"github.com/dryexec/dryexec/server"
@@ -45,7 +46,7 @@ func daemonRequest(spec dryexec.TrialSpec, rungName string, pol *policy.Policy, 
 		if rest, ok := strings.CutPrefix(m, "~/"); ok {
 			h := homeDir()
 			if h == "" {
-				return req, usageError{fmt.Errorf("--mask %s: no home directory known", m)}
+				return req, usageError{Err: fmt.Errorf("--mask %s: no home directory known", m)}
 			}
 			m = h + "/" + rest
 		}
@@ -64,7 +65,7 @@ func daemonRequest(spec dryexec.TrialSpec, rungName string, pol *policy.Policy, 
 			return req, err
 		}
 		if len(b) > maxDaemonStdin {
-			return req, usageError{fmt.Errorf("--stdin: more than %d MiB, which the daemon does not take; use --via local", maxDaemonStdin>>20)}
+			return req, usageError{Err: fmt.Errorf("--stdin: more than %d MiB, which the daemon does not take; use --via local", maxDaemonStdin>>20)}
 		}
 		if !utf8.Valid(b) {
 			// As notText: JSON would carry other bytes than were read.
@@ -134,7 +135,7 @@ type daemonRun struct {
 // this process gives (a live stdin, a policy with an external scorer). With
 // --via daemon those are errors (apiclient.ErrNoDaemon, a usage error, server.ErrBusy).
 func (r daemonRun) run(ctx context.Context, spec dryexec.TrialSpec) (*dryexec.StateDelta, error) {
-	auto := r.via == viaAuto
+	auto := r.via == localrun.ViaAuto
 	switch {
 	case spec.Stdin != nil && auto:
 		// The API takes stdin whole, in the request: an interactive or
@@ -146,7 +147,7 @@ func (r daemonRun) run(ctx context.Context, spec dryexec.TrialSpec) (*dryexec.St
 		if auto {
 			return nil, nil
 		}
-		return nil, usageError{errors.New("--policy names an external scorer, which a daemon does not take from a request (set it with serve --policy); use --via local")}
+		return nil, usageError{Err: errors.New("--policy names an external scorer, which a daemon does not take from a request (set it with serve --policy); use --via local")}
 	}
 	if what := notText(spec); what != "" {
 		// The API is JSON, which carries text: encoding/json would replace
@@ -168,8 +169,8 @@ func (r daemonRun) run(ctx context.Context, spec dryexec.TrialSpec) (*dryexec.St
 	if cc == 0 {
 		// DRYEXEC_TRIAL_CONTENT_CAP is this process's setting for its own
 		// trials: it travels with the trial (the daemon's applies otherwise).
-		if cc, err = parseBytes(r.env.Getenv("DRYEXEC_TRIAL_CONTENT_CAP")); err != nil {
-			return nil, usageError{fmt.Errorf("DRYEXEC_TRIAL_CONTENT_CAP: %w", err)}
+		if cc, err = localrun.ParseBytes(r.env.Getenv("DRYEXEC_TRIAL_CONTENT_CAP")); err != nil {
+			return nil, usageError{Err: fmt.Errorf("DRYEXEC_TRIAL_CONTENT_CAP: %w", err)}
 		}
 	}
 	req, err := daemonRequest(spec, r.rungName, r.pol, r.noStore, cc)
@@ -184,7 +185,7 @@ func (r daemonRun) run(ctx context.Context, spec dryexec.TrialSpec) (*dryexec.St
 			}
 		},
 		Started: func(id string) {
-			r.note.set("trial %s was stopped before it finished; nothing of it was kept (a trial never changes the host)", id)
+			r.note.Set("trial %s was stopped before it finished; nothing of it was kept (a trial never changes the host)", id)
 		},
 		Stdout: spec.Stdout, Stderr: spec.Stderr,
 	})
