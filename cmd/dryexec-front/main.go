@@ -7,11 +7,10 @@
 // and the engine links CEL, netsim's network stack and OpenAPI mocks, the
 // MCP SDK and the image registry client: tens of milliseconds a trial
 // through the daemon has no use for. docs/architecture.md, "The front and
-// the engine". A run that the local engine takes (runflags.Parse: the
-// flags it knows, `--` and a command) goes to dryexec-local beside it
+// the engine". A run it leaves goes to dryexec-local beside the engine
 // instead, when it is there: the same trial without a daemon, from a binary
 // that links only what it needs (cmd/dryexec-local), which itself hands the
-// engine what it finds it cannot do (a daemon to ask, --via daemon).
+// engine what it does not take (another flag, a daemon to ask).
 //
 // The two go:debug settings spare the runtime what the front has no use
 // for in a process of a few milliseconds: sizing GOMAXPROCS by the cgroup's
@@ -29,11 +28,10 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"syscall"
 
 	"github.com/dryexec/dryexec/internal/front"
-	"github.com/dryexec/dryexec/internal/guestexe"
-	"github.com/dryexec/dryexec/internal/runflags"
 )
 
 func main() {
@@ -43,9 +41,9 @@ func main() {
 	if handled {
 		os.Exit(code)
 	}
-	engine, err := local(os.Args[1:]), error(nil)
-	if engine == "" {
-		engine, err = front.Engine(os.Getenv, os.Executable)
+	engine, err := front.Engine(os.Getenv, os.Executable)
+	if l := local(os.Args[1:], engine); err == nil && l != "" {
+		engine = l
 	}
 	if err == nil {
 		// Replaces this process: the engine has its pid, signals and
@@ -57,17 +55,23 @@ func main() {
 	os.Exit(125)
 }
 
-// local is the local engine, if args are a run it takes and no engine was
-// named ($DRYEXEC_ENGINE: every invocation the front leaves goes to that
-// one): $DRYEXEC_LOCAL, else dryexec-local beside this front if it is
-// there; else "". The parse costs microseconds: a run the local engine
-// does not take goes to the engine directly, not through a second exec.
-func local(args []string) string {
-	if _, _, ok := runflags.Parse(args); !ok || os.Getenv("DRYEXEC_ENGINE") != "" {
+// localName is the local engine's file name (runflags.LocalName, which the
+// front does not import: TestFrontLinksLittle keeps pflag out of it).
+const localName = "dryexec-local"
+
+// local is the local engine beside engine (make build puts the front, the
+// engine and it side by side) when args are a run and no engine was named
+// ($DRYEXEC_ENGINE: then every invocation the front leaves goes to that
+// one); else "". The local engine reads the flags itself and hands what it
+// does not take to the engine (cmd/dryexec-local): the front has no flag
+// parser but its own.
+func local(args []string, engine string) string {
+	if len(args) == 0 || args[0] != "run" || os.Getenv("DRYEXEC_ENGINE") != "" {
 		return ""
 	}
-	if p := guestexe.Beside(runflags.LocalEnv, runflags.LocalName); p != guestexe.Self() {
-		return p
+	p := filepath.Join(filepath.Dir(engine), localName)
+	if st, err := os.Stat(p); err != nil || !st.Mode().IsRegular() || st.Mode()&0o111 == 0 {
+		return ""
 	}
-	return ""
+	return p
 }

@@ -14,12 +14,16 @@ import (
 )
 
 // TestFrontPicksBinary: the front execs the local engine beside it for a
-// run it takes, and the engine for anything else — another command or
-// flag, a local engine that is not there, an engine named by
-// $DRYEXEC_ENGINE — with the arguments unchanged. Both are stand-ins that
+// run, and the engine for anything else — another command, a local engine
+// that is not there, an engine named by $DRYEXEC_ENGINE — with the
+// arguments unchanged (the local engine hands the engine the runs it does
+// not take: TestLocalHandsOver, internal/cli). Both are stand-ins that
 // say who they are (no daemon answers, so the front handles nothing
 // itself).
 func TestFrontPicksBinary(t *testing.T) {
+	if localName != runflags.LocalName {
+		t.Fatalf("the front looks for %s, the local engine is %s", localName, runflags.LocalName)
+	}
 	goTool := testreq.NeedTool(t, "go")
 	dir := t.TempDir()
 	fe := filepath.Join(dir, "dryexec")
@@ -53,8 +57,7 @@ func TestFrontPicksBinary(t *testing.T) {
 	}{
 		{"a run it takes", fe, nil, []string{"run", "--json", "-q", "-C", "/", "--", "true"}, "local"},
 		{"--via local", fe, nil, []string{"run", "--via", "local", "--", "true"}, "local"},
-		{"--rung", fe, nil, []string{"run", "--rung", "host", "--", "true"}, "engine"},
-		{"no --", fe, nil, []string{"run", "true"}, "engine"},
+		{"--rung: the local engine's to hand over", fe, nil, []string{"run", "--rung", "host", "--", "true"}, "local"},
 		{"ls", fe, nil, []string{"ls"}, "engine"},
 		{"DRYEXEC_ENGINE", fe, []string{"DRYEXEC_ENGINE=" + named}, []string{"run", "--", "true"}, "named"},
 		{"no local engine beside it", filepath.Join(lone, "dryexec"), nil, []string{"run", "--", "true"}, "engine"},

@@ -1,9 +1,7 @@
 // Package runflags owns the flags of `dryexec run` that the local engine
 // (cmd/dryexec-local) takes: their definitions, which the engine's `run`
 // command (internal/cli) uses too, so that both read an invocation the same
-// way, and Parse, which tells whether an invocation uses them alone. It
-// links only pflag and the standard library: the front (cmd/dryexec-front)
-// calls Parse to choose the binary it execs.
+// way, and Parse, which tells whether an invocation uses them alone.
 package runflags
 
 import (
@@ -28,12 +26,9 @@ const (
 	ExitCommand  = "command"
 )
 
-// The local engine's binary: LocalName beside the front (`make build`), or
-// the path in $LocalEnv.
-const (
-	LocalName = "dryexec-local"
-	LocalEnv  = "DRYEXEC_LOCAL"
-)
+// LocalName is the local engine's file name, beside the front and the
+// engine (`make build`).
+const LocalName = "dryexec-local"
 
 // Local holds the values of the flags Define defines.
 type Local struct {
