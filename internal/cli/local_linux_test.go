@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 
@@ -111,18 +112,9 @@ func TestLocalSameAsEngine(t *testing.T) {
 			if lcode != tt.wantCode || ecode != tt.wantCode {
 				t.Fatalf("exit %d (local), %d (engine), want %d\nlocal stderr: %s\nengine stderr: %s", lcode, ecode, tt.wantCode, lerr, eerr)
 			}
-			if strings.Contains(strings.Join(args, " "), "--json") {
-				if a, b := shape(t, lout), shape(t, eout); !reflect.DeepEqual(a, b) {
-					t.Errorf("the deltas differ:\nlocal: %s\nengine: %s", lout, eout)
-				}
-			} else if summaryShape(lout) != summaryShape(eout) {
-				t.Errorf("stdout differs:\nlocal:\n%s\nengine:\n%s", lout, eout)
-			}
-			if summaryShape(lerr) != summaryShape(eerr) {
-				t.Errorf("stderr differs:\nlocal:\n%s\nengine:\n%s", lerr, eerr)
-			}
+			sameOutput(t, args, "local", lout, lerr, "engine", eout, eerr)
 			lids, eids := trialIDs.FindAllString(lout+lerr, 1), trialIDs.FindAllString(eout+eerr, 1)
-			if tt.wantCode == ExitUsage || strings.Contains(strings.Join(args, " "), "--no-store") {
+			if tt.wantCode == ExitUsage || slices.Contains(args, "--no-store") {
 				for _, h := range []string{lhome, ehome} {
 					if _, out, _ := cli(t, h, "ls"); !strings.Contains(out, "store: 0 trials") {
 						t.Errorf("a trial was stored:\n%s", out)

@@ -37,17 +37,13 @@ func newService(env Env, log *slog.Logger, maxTrials, maxQueue, pool, sessionPoo
 	if err != nil {
 		return nil, err
 	}
-	var ttl time.Duration
-	if v := env.Getenv("DRYEXEC_TRIAL_TTL"); v != "" {
-		if ttl, err = time.ParseDuration(v); err != nil || ttl <= 0 {
-			return nil, usageError{Err: fmt.Errorf("DRYEXEC_TRIAL_TTL=%q: want a positive duration like 24h", v)}
-		}
+	ttl, err := localrun.EnvDuration(env, "DRYEXEC_TRIAL_TTL", "24h")
+	if err != nil {
+		return nil, err
 	}
-	var parkTTL time.Duration
-	if v := env.Getenv("DRYEXEC_PARK_TTL"); v != "" {
-		if parkTTL, err = time.ParseDuration(v); err != nil || parkTTL <= 0 {
-			return nil, usageError{Err: fmt.Errorf("DRYEXEC_PARK_TTL=%q: want a positive duration like 168h", v)}
-		}
+	parkTTL, err := localrun.EnvDuration(env, "DRYEXEC_PARK_TTL", "168h")
+	if err != nil {
+		return nil, err
 	}
 	base := policy.Default()
 	if policyFile != "" {

@@ -21,11 +21,9 @@ func StartStore(env Env) (*store.Store, error) {
 	if err != nil {
 		return nil, err
 	}
-	var ttl time.Duration
-	if v := env.Getenv("DRYEXEC_TRIAL_TTL"); v != "" {
-		if ttl, err = time.ParseDuration(v); err != nil || ttl <= 0 {
-			return nil, UsageError{fmt.Errorf("DRYEXEC_TRIAL_TTL=%q: want a positive duration like 24h", v)}
-		}
+	ttl, err := EnvDuration(env, "DRYEXEC_TRIAL_TTL", "24h")
+	if err != nil {
+		return nil, err
 	}
 	s, err := store.Open(dir, ttl)
 	if err != nil {
@@ -55,6 +53,20 @@ func StartStore(env Env) (*store.Store, error) {
 		return nil, err
 	}
 	return s, nil
+}
+
+// EnvDuration reads the positive duration in the variable name (0 when it
+// is unset: the default); example is one to show in the usage error.
+func EnvDuration(env Env, name, example string) (time.Duration, error) {
+	v := env.Getenv(name)
+	if v == "" {
+		return 0, nil
+	}
+	d, err := time.ParseDuration(v)
+	if err != nil || d <= 0 {
+		return 0, UsageError{fmt.Errorf("%s=%q: want a positive duration like %s", name, v, example)}
+	}
+	return d, nil
 }
 
 // AutoGC cleans the store when that is due (store.SweepDue: at most once a
