@@ -14,8 +14,9 @@ import (
 )
 
 // TestFrontPicksBinary: the front execs the local engine beside it for a
-// run, and the engine for anything else — another command, a local engine
-// that is not there, an engine named by $DRYEXEC_ENGINE — with the
+// run, and the engine for anything else — another command, a daemon that
+// may answer, a local engine that is not there, an engine named by
+// $DRYEXEC_ENGINE — with the
 // arguments unchanged (the local engine hands the engine the runs it does
 // not take: TestLocalHandsOver, internal/cli). Both are stand-ins that
 // say who they are (no daemon answers, so the front handles nothing
@@ -60,6 +61,7 @@ func TestFrontPicksBinary(t *testing.T) {
 		{"--rung: the local engine's to hand over", fe, nil, []string{"run", "--rung", "host", "--", "true"}, "local"},
 		{"ls", fe, nil, []string{"ls"}, "engine"},
 		{"DRYEXEC_ENGINE", fe, []string{"DRYEXEC_ENGINE=" + named}, []string{"run", "--", "true"}, "named"},
+		{"a daemon may answer: the engine's", fe, []string{"DRYEXEC_SOCKET=/nonexistent.sock"}, []string{"run", "--rung", "host", "--", "true"}, "engine"},
 		{"no local engine beside it", filepath.Join(lone, "dryexec"), nil, []string{"run", "--", "true"}, "engine"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
