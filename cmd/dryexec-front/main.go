@@ -45,10 +45,10 @@ func main() {
 		os.Exit(code)
 	}
 	engine, err := front.Engine(os.Getenv, os.Executable)
-	if l := local(os.Args[1:], engine); err == nil && l != "" {
-		engine = l
-	}
 	if err == nil {
+		if l := local(os.Args[1:], engine); l != "" {
+			engine = l
+		}
 		// Replaces this process: the engine has its pid, signals and
 		// streams, as if it had been started directly.
 		err = syscall.Exec(engine, append([]string{os.Args[0]}, os.Args[1:]...), os.Environ())
