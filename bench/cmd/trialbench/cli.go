@@ -106,9 +106,12 @@ func cliGroup(e *env) ([]group, error) {
 			run: timed(func() error { return postTrial(hc, "/bin/sh", "-c", "/bin/true") })},
 		{name: `Python SDK: dry_exec.run("/bin/true") through the daemon (a running interpreter, timed in it)`, label: "sdk", prep: quiet,
 			run: sdk.run},
-		{name: "dryexec run -- /bin/true, no daemon (--via local: the small front, the Go front, then dryexec-local in-process)", label: "local",
+		// The no-daemon rows wait, unmeasured, for the daemon's pool to be
+		// ready and idle too: the row after a daemon row otherwise shares
+		// the CPUs with the used sandbox's teardown and the pool's refill.
+		{name: "dryexec run -- /bin/true, no daemon (--via local: the small front, the Go front, then dryexec-local in-process)", label: "local", prep: quiet,
 			run: timed(e.commandEnv(e.empty, vars, e.bin, "run", "--via", "local", "--", "/bin/true"))},
-		{name: "the same from the engine alone (dryexec-engine run --via local: the whole CLI in-process)", label: "local-engine",
+		{name: "the same from the engine alone (dryexec-engine run --via local: the whole CLI in-process)", label: "local-engine", prep: quiet,
 			run: timed(e.commandEnv(e.empty, vars, e.engine, "run", "--via", "local", "--", "/bin/true"))},
 		{name: "bwrap --ro-bind / / --unshare-all --dev /dev --proc /proc /bin/true", run: timed(e.command(e.empty, "bwrap", "--ro-bind", "/", "/", "--unshare-all", "--dev", "/dev", "--proc", "/proc", "/bin/true"))},
 		{name: "dryexec --help (the small front, the Go front, then the engine's process start)", run: timed(e.commandEnv(e.empty, vars, e.bin, "--help"))},
