@@ -36,7 +36,7 @@ func agentCmd(env Env, code *int) *cobra.Command {
 		Args:  usage(cobra.NoArgs),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if strings.TrimSpace(task) == "" {
-				return usageError{Err: errors.New("--task is required: say what the agent should do")}
+				return usageError{errors.New("--task is required: say what the agent should do")}
 			}
 			// What the caller could have got wrong is checked before the model
 			// is asked anything: the same checks `run` makes.
@@ -50,16 +50,16 @@ func agentCmd(env Env, code *int) *cobra.Command {
 					_, err = policy.Compile(pol)
 				}
 				if err != nil {
-					return usageError{Err: err}
+					return usageError{err}
 				}
 			}
 			mc, err := agent.ConfigFromEnv(env.Getenv)
 			if err != nil {
-				return usageError{Err: err}
+				return usageError{err}
 			}
 			m, err := agent.NewModel(mc)
 			if err != nil {
-				return usageError{Err: err}
+				return usageError{err}
 			}
 			live := env.Stdout
 			if asJSON {
@@ -80,7 +80,7 @@ func agentCmd(env Env, code *int) *cobra.Command {
 			res, err := agent.Run(cmd.Context(), cfg, m, ex)
 			if err != nil {
 				if errors.Is(err, agent.ErrBadConfig) {
-					return usageError{Err: err}
+					return usageError{err}
 				}
 				return err
 			}

@@ -51,7 +51,7 @@ func Run(ctx context.Context, args []string, env Env) int {
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{Err: err} })
+	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
 	root.SetArgs(args)
 	root.SetIn(env.Stdin)
 	root.SetOut(env.Stdout)
@@ -79,14 +79,18 @@ func Run(ctx context.Context, args []string, env Env) int {
 // commands update it as they go.
 type interruptNote = localrun.Note
 
-// usageError marks a mistake in how dryexec was called (exit 2).
-type usageError = localrun.UsageError
+// usageError marks a mistake in how dryexec was called (exit 2), as
+// localrun.UsageError does (localrun.Failed knows both by IsUsage).
+type usageError struct{ error }
+
+// IsUsage says the error is the caller's mistake.
+func (usageError) IsUsage() bool { return true }
 
 // usage wraps a cobra argument check so that its failures are usage errors.
 func usage(check cobra.PositionalArgs) cobra.PositionalArgs {
 	return func(cmd *cobra.Command, args []string) error {
 		if err := check(cmd, args); err != nil {
-			return usageError{Err: err}
+			return usageError{err}
 		}
 		return nil
 	}

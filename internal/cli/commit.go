@@ -54,7 +54,7 @@ directory DIR; nothing else of it is ever committable (docs/images.md).`,
 			}
 			if to != "" {
 				if to, err = filepath.Abs(to); err != nil {
-					return usageError{Err: err}
+					return usageError{err}
 				}
 			}
 			// A trial on an image names paths beneath --to.
@@ -62,7 +62,7 @@ directory DIR; nothing else of it is ever committable (docs/images.md).`,
 				return err
 			}
 			if err := server.CheckCommitPaths(d, paths); err != nil {
-				return usageError{Err: err}
+				return usageError{err}
 			}
 			// --force is a person's decision: over the policy's block as over
 			// the host's changes. --allow-blocked overrides only the block.

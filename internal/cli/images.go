@@ -45,7 +45,7 @@ Registry credentials come from the docker config ($DOCKER_CONFIG or
 			if platform != "" {
 				p, err := v1.ParsePlatform(platform)
 				if err != nil {
-					return usageError{Err: fmt.Errorf("--platform %q: %w", platform, err)}
+					return usageError{fmt.Errorf("--platform %q: %w", platform, err)}
 				}
 				opts.Platform = p
 			}
@@ -159,7 +159,7 @@ func openImages(env Env) (*image.Cache, error) {
 func imageErr(env Env, code *int, err error) error {
 	switch {
 	case errors.Is(err, image.ErrBadReference):
-		return usageError{Err: err}
+		return usageError{err}
 	case errors.Is(err, image.ErrNotFound), errors.Is(err, image.ErrUnauthorized), errors.Is(err, image.ErrPlatformNotFound),
 		errors.Is(err, image.ErrBadDigest), errors.Is(err, image.ErrUnsupportedMediaType), errors.Is(err, image.ErrUnsafeLayer),
 		errors.Is(err, image.ErrUnsupportedHost):

@@ -53,7 +53,7 @@ func policyCmd(env Env, code *int) *cobra.Command {
 			}
 			var d dryexec.StateDelta
 			if err := json.Unmarshal(doc, &d); err != nil {
-				return usageError{Err: fmt.Errorf("%s is not a StateDelta: %w", args[0], err)}
+				return usageError{fmt.Errorf("%s is not a StateDelta: %w", args[0], err)}
 			}
 			d.Receipt = dryexec.Receipt{} // a new decision voids the old signature
 			engine.Apply(cmd.Context(), &d)
@@ -84,12 +84,12 @@ func loadPolicy(files []string) (policy.Policy, *policy.Engine, error) {
 	if len(files) > 0 {
 		var err error
 		if p, err = policy.Load(files[0]); err != nil {
-			return p, nil, usageError{Err: err}
+			return p, nil, usageError{err}
 		}
 	}
 	e, err := policy.Compile(p)
 	if err != nil {
-		return p, nil, usageError{Err: err}
+		return p, nil, usageError{err}
 	}
 	return p, e, nil
 }

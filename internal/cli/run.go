@@ -56,7 +56,7 @@ func runCmd(env Env, code *int, note *interruptNote) *cobra.Command {
 			if len(args) == 0 {
 				// Nothing to run: how to use it says more than an error.
 				fmt.Fprint(env.Stderr, cmd.UsageString())
-				return usageError{Err: errors.New("no command: give it after --, as in dryexec run -- make test")}
+				return usageError{errors.New("no command: give it after --, as in dryexec run -- make test")}
 			}
 			return nil
 		},
@@ -78,10 +78,10 @@ func runCmd(env Env, code *int, note *interruptNote) *cobra.Command {
 			pol, engine := policy.Default(), (*policy.Engine)(nil)
 			if policyFile != "" {
 				if pol, err = policy.Load(policyFile); err != nil {
-					return usageError{Err: err}
+					return usageError{err}
 				}
 				if engine, err = policy.Compile(pol); err != nil {
-					return usageError{Err: err}
+					return usageError{err}
 				}
 			}
 			// Everything the caller could have got wrong is checked before
@@ -104,10 +104,10 @@ func runCmd(env Env, code *int, note *interruptNote) *cobra.Command {
 				return err
 			}
 			if noStore && (doCommitFlag || interactive) {
-				return usageError{Err: fmt.Errorf("--commit and -i need the trial stored; drop --no-store")}
+				return usageError{fmt.Errorf("--commit and -i need the trial stored; drop --no-store")}
 			}
 			if force && !doCommitFlag && !interactive {
-				return usageError{Err: fmt.Errorf("--force only says what --commit or -i may commit; add one, or drop --force")}
+				return usageError{fmt.Errorf("--force only says what --commit or -i may commit; add one, or drop --force")}
 			}
 			home, err := dryexec.DefaultHome(env.Getenv)
 			if err != nil {
@@ -116,7 +116,7 @@ func runCmd(env Env, code *int, note *interruptNote) *cobra.Command {
 			var cc int64
 			if contentCap != "" {
 				if cc, err = localrun.ParseBytes(contentCap); err != nil {
-					return usageError{Err: fmt.Errorf("--content-cap: %w", err)}
+					return usageError{fmt.Errorf("--content-cap: %w", err)}
 				}
 			}
 			spec, err := localrun.NewSpec(env, args, cwd, lf.Timeout, lf.Env, lf.PassEnv, imageRef != "")
@@ -127,13 +127,13 @@ func runCmd(env Env, code *int, note *interruptNote) *cobra.Command {
 			spec.Limits = dryexec.Limits{Pids: pids, CPUs: cpus}
 			spec.Masks, spec.NoDefaultMasks = masks, noDefaultMasks
 			if spec.Limits.MemoryBytes, err = localrun.ParseBytes(memory); err != nil {
-				return usageError{Err: fmt.Errorf("--memory: %w", err)}
+				return usageError{fmt.Errorf("--memory: %w", err)}
 			}
 			if err := spec.Limits.Check(); err != nil {
-				return usageError{Err: err}
+				return usageError{err}
 			}
 			if _, err := dryexec.MaskPaths([]string{"/"}, masks, true); err != nil {
-				return usageError{Err: err}
+				return usageError{err}
 			}
 			if withStdin {
 				spec.Stdin = env.Stdin
@@ -246,7 +246,7 @@ func exitCode(d *dryexec.StateDelta) int { return localrun.Status(runflags.ExitD
 // absolute. Every failure is a usage error that says what to do.
 func checkRunArgs(rungName string, argv []string, cwd string, timeout time.Duration, outputCap int, upperSize int64) (string, error) {
 	if rungName != "best" && !slices.Contains(rung.Names(), rungName) {
-		return "", usageError{Err: fmt.Errorf("--rung %q: unknown; choose one of %s, or best", rungName, strings.Join(rung.Names(), ", "))}
+		return "", usageError{fmt.Errorf("--rung %q: unknown; choose one of %s, or best", rungName, strings.Join(rung.Names(), ", "))}
 	}
 	return localrun.CheckArgs(argv, cwd, timeout, outputCap, upperSize)
 }
@@ -262,7 +262,7 @@ func checkNetSpecs(ctx context.Context, specs []string, env Env) ([]string, erro
 		if f, ok := strings.CutPrefix(spec, "mock:"); ok && f != "" {
 			abs, err := filepath.Abs(f)
 			if err != nil {
-				return nil, usageError{Err: fmt.Errorf("--net %s: %v", spec, err)}
+				return nil, usageError{fmt.Errorf("--net %s: %v", spec, err)}
 			}
 			fh, err := os.Open(abs)
 			if err == nil {
@@ -273,21 +273,21 @@ func checkNetSpecs(ctx context.Context, specs []string, env Env) ([]string, erro
 				fh.Close()
 			}
 			if err != nil {
-				return nil, usageError{Err: fmt.Errorf("--net %s: the mock file cannot be read (%v); give a readable YAML or JSON file (docs/network.md)", spec, err)}
+				return nil, usageError{fmt.Errorf("--net %s: the mock file cannot be read (%v); give a readable YAML or JSON file (docs/network.md)", spec, err)}
 			}
 			spec = "mock:" + abs
 		}
 		if err := nc.AddSpec(spec); err != nil {
-			return nil, usageError{Err: fmt.Errorf("--net: %w", err)}
+			return nil, usageError{fmt.Errorf("--net: %w", err)}
 		}
 		out[i] = spec
 	}
 	rules, err := nc.Rules()
 	if err != nil {
-		return nil, usageError{Err: fmt.Errorf("--net: %w", err)}
+		return nil, usageError{fmt.Errorf("--net: %w", err)}
 	}
 	if err := checkDaemonReach(ctx, rules, env); err != nil {
-		return nil, usageError{Err: err}
+		return nil, usageError{err}
 	}
 	return out, nil
 }

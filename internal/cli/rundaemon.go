@@ -46,7 +46,7 @@ func daemonRequest(spec dryexec.TrialSpec, rungName string, pol *policy.Policy, 
 		if rest, ok := strings.CutPrefix(m, "~/"); ok {
 			h := homeDir()
 			if h == "" {
-				return req, usageError{Err: fmt.Errorf("--mask %s: no home directory known", m)}
+				return req, usageError{fmt.Errorf("--mask %s: no home directory known", m)}
 			}
 			m = h + "/" + rest
 		}
@@ -65,7 +65,7 @@ func daemonRequest(spec dryexec.TrialSpec, rungName string, pol *policy.Policy, 
 			return req, err
 		}
 		if len(b) > maxDaemonStdin {
-			return req, usageError{Err: fmt.Errorf("--stdin: more than %d MiB, which the daemon does not take; use --via local", maxDaemonStdin>>20)}
+			return req, usageError{fmt.Errorf("--stdin: more than %d MiB, which the daemon does not take; use --via local", maxDaemonStdin>>20)}
 		}
 		if !utf8.Valid(b) {
 			// As notText: JSON would carry other bytes than were read.
@@ -147,7 +147,7 @@ func (r daemonRun) run(ctx context.Context, spec dryexec.TrialSpec) (*dryexec.St
 		if auto {
 			return nil, nil
 		}
-		return nil, usageError{Err: errors.New("--policy names an external scorer, which a daemon does not take from a request (set it with serve --policy); use --via local")}
+		return nil, usageError{errors.New("--policy names an external scorer, which a daemon does not take from a request (set it with serve --policy); use --via local")}
 	}
 	if what := notText(spec); what != "" {
 		// The API is JSON, which carries text: encoding/json would replace
@@ -170,7 +170,7 @@ func (r daemonRun) run(ctx context.Context, spec dryexec.TrialSpec) (*dryexec.St
 		// DRYEXEC_TRIAL_CONTENT_CAP is this process's setting for its own
 		// trials: it travels with the trial (the daemon's applies otherwise).
 		if cc, err = localrun.ParseBytes(r.env.Getenv("DRYEXEC_TRIAL_CONTENT_CAP")); err != nil {
-			return nil, usageError{Err: fmt.Errorf("DRYEXEC_TRIAL_CONTENT_CAP: %w", err)}
+			return nil, usageError{fmt.Errorf("DRYEXEC_TRIAL_CONTENT_CAP: %w", err)}
 		}
 	}
 	req, err := daemonRequest(spec, r.rungName, r.pol, r.noStore, cc)

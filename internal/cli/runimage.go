@@ -40,7 +40,7 @@ func useImage(ctx context.Context, env Env, ref string, spec dryexec.TrialSpec) 
 // against).
 func checkImageCwd(cwd string) error {
 	if cwd != "" && (!path.IsAbs(cwd) || strings.ContainsRune(cwd, 0)) {
-		return usageError{Err: fmt.Errorf("-C %s: with --image, give an absolute directory in the image", cwd)}
+		return usageError{fmt.Errorf("-C %s: with --image, give an absolute directory in the image", cwd)}
 	}
 	return nil
 }

@@ -48,7 +48,7 @@ func newService(env Env, log *slog.Logger, maxTrials, maxQueue, pool, sessionPoo
 	base := policy.Default()
 	if policyFile != "" {
 		if base, err = policy.Load(policyFile); err != nil {
-			return nil, usageError{Err: err}
+			return nil, usageError{err}
 		}
 	}
 	lim, err := localrun.StoreLimits(env)
@@ -92,7 +92,7 @@ func serveCmd(env Env) *cobra.Command {
 		Args: usage(cobra.NoArgs),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if socket != "" && listen != "" {
-				return usageError{Err: fmt.Errorf("--socket and --listen: choose one")}
+				return usageError{fmt.Errorf("--socket and --listen: choose one")}
 			}
 			level := slog.LevelInfo
 			if verbose {

@@ -103,11 +103,11 @@ func readDelta(env Env, arg string) ([]byte, string, error) {
 	default:
 		f, err := os.Open(arg)
 		if err != nil {
-			return nil, "", usageError{Err: err}
+			return nil, "", usageError{err}
 		}
 		defer f.Close()
 		if fi, err := f.Stat(); err == nil && fi.IsDir() {
-			return nil, "", usageError{Err: fmt.Errorf("%s is a directory: give a trial id, a delta file or - (standard input)", arg)}
+			return nil, "", usageError{fmt.Errorf("%s is a directory: give a trial id, a delta file or - (standard input)", arg)}
 		}
 		r = f
 	}

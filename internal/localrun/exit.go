@@ -34,10 +34,18 @@ const (
 	ExitTerminated  = 143 // SIGTERM
 )
 
-// UsageError marks a mistake in how dryexec was called (exit 2).
+// UsageError marks a mistake in how dryexec was called (exit 2). Failed
+// knows it, and any error of another package that marks the same, by its
+// IsUsage method.
 type UsageError struct{ Err error }
 
 func (e UsageError) Error() string { return e.Err.Error() }
+
+// IsUsage says the error is the caller's mistake.
+func (UsageError) IsUsage() bool { return true }
+
+// usage is what marks a usage error.
+type usage interface{ IsUsage() bool }
 
 // Note says what an interrupt at this point did to the trial; commands
 // update it as they go.
@@ -63,9 +71,9 @@ func Interrupted(ctx context.Context, env Env, note *Note) int {
 // Failed reports err, the failure of a command, and returns its exit code.
 func Failed(env Env, err error) int {
 	fmt.Fprintln(env.Stderr, "dryexec:", err)
-	var ue UsageError
+	var ue usage
 	switch {
-	case errors.As(err, &ue) || strings.HasPrefix(err.Error(), "unknown command"),
+	case (errors.As(err, &ue) && ue.IsUsage()) || strings.HasPrefix(err.Error(), "unknown command"),
 		errors.Is(err, dryexec.ErrBadAction), errors.Is(err, netsim.ErrBadConfig), errors.Is(err, policy.ErrInvalid):
 		// The caller's mistake, however deep it was found.
 		return ExitUsage
