@@ -23,8 +23,8 @@ const Rung = "ns"
 //
 // It does what the engine's run does for the same flags, step by step with
 // the same functions of this package, so that its output, exit code and
-// stored trial are the engine's (internal/localrun's tests compare the two
-// binaries).
+// stored trial are the engine's (internal/cli's TestLocalSameAsEngine
+// compares the two binaries).
 func Main(ctx context.Context, args []string, env Env, open Opener) (code int, taken bool) {
 	f, argv, ok := runflags.Parse(args)
 	if !ok {
