@@ -57,7 +57,10 @@ all: build
 # dryexec-engine beside it (cmd/dryexec, the whole CLI) for the rest, so
 # that a trial through the daemon pays neither for the engine's package
 # initialisation nor for a Go runtime's start (docs/architecture.md, "The
-# front and the engine"). dryexec-guest beside the engine is the guest it
+# front and the engine"). For a `run` without a daemon the Go front execs
+# dryexec-local instead (cmd/dryexec-local: the ns rung and the store alone,
+# and the policy without CEL, which the built-in policy does not use: the
+# dryexec_nocel tag). dryexec-guest beside the engine is the guest it
 # starts in every sandbox: a binary with the guest alone starts several times
 # faster than the engine (guestexe.Executable). Without it, the engine runs
 # itself as the guest. dryexec-netsim is, the same way, the confined process
@@ -70,6 +73,7 @@ build:
 	if [ "$$($(GO) env GOOS)/$$($(GO) env GOARCH)" = linux/amd64 ]; then \
 		$(GO) run ./cmd/dryexec-smallfront bin/dryexec; else cp bin/dryexec-front bin/dryexec; fi
 	$(GO) build -o bin/dryexec-engine ./cmd/dryexec
+	$(GO) build -tags dryexec_nocel -o bin/dryexec-local ./cmd/dryexec-local
 	$(GO) build -o bin/dryexec-guest ./cmd/dryexec-guest
 	$(GO) build -o bin/dryexec-netsim ./cmd/dryexec-netsim
 	$(GO) build -o bin/dryexec-netsim-openapi ./cmd/dryexec-netsim-openapi

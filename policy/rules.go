@@ -1,3 +1,5 @@
+//go:build !dryexec_nocel
+
 package policy
 
 import (

@@ -7,7 +7,11 @@
 // and the engine links CEL, netsim's network stack and OpenAPI mocks, the
 // MCP SDK and the image registry client: tens of milliseconds a trial
 // through the daemon has no use for. docs/architecture.md, "The front and
-// the engine".
+// the engine". A run it leaves while no daemon could answer goes to
+// dryexec-local beside the engine instead, when it is there: the same trial
+// without a daemon, from a binary that links only what it needs
+// (cmd/dryexec-local), which itself hands the engine what it does not
+// take (another flag, --via daemon).
 //
 // The two go:debug settings spare the runtime what the front has no use
 // for in a process of a few milliseconds: sizing GOMAXPROCS by the cgroup's
@@ -25,8 +29,11 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"syscall"
 
+	"github.com/dryexec/dryexec"
+	"github.com/dryexec/dryexec/internal/apiclient"
 	"github.com/dryexec/dryexec/internal/front"
 )
 
@@ -39,6 +46,9 @@ func main() {
 	}
 	engine, err := front.Engine(os.Getenv, os.Executable)
 	if err == nil {
+		if l := local(os.Args[1:], engine); l != "" {
+			engine = l
+		}
 		// Replaces this process: the engine has its pid, signals and
 		// streams, as if it had been started directly.
 		err = syscall.Exec(engine, append([]string{os.Args[0]}, os.Args[1:]...), os.Environ())
@@ -46,4 +56,35 @@ func main() {
 	}
 	fmt.Fprintln(os.Stderr, "dryexec:", err)
 	os.Exit(125)
+}
+
+// localName is the local engine's file name (runflags.LocalName, which the
+// front does not import: TestFrontLinksLittle keeps pflag out of it).
+const localName = "dryexec-local"
+
+// local is the local engine beside engine (make build puts the front, the
+// engine and it side by side) when args are a run, no daemon of this
+// install could answer and no engine was named ($DRYEXEC_ENGINE: then
+// every invocation the front leaves goes to that one); else "". The local
+// engine reads the flags itself and hands what it does not take to the
+// engine (cmd/dryexec-local): the front has no flag parser but its own.
+// Where a daemon may answer (apiclient.Dial finds its address: the local
+// engine's own test, localrun.Main), the run is the engine's whatever its
+// flags, so it goes there without the local engine's start.
+func local(args []string, engine string) string {
+	if len(args) == 0 || args[0] != "run" || os.Getenv("DRYEXEC_ENGINE") != "" {
+		return ""
+	}
+	home, err := dryexec.DefaultHome(os.Getenv)
+	if err != nil {
+		return ""
+	}
+	if _, err := apiclient.Dial(os.Getenv, home, nil); err == nil {
+		return ""
+	}
+	p := filepath.Join(filepath.Dir(engine), localName)
+	if st, err := os.Stat(p); err != nil || !st.Mode().IsRegular() || st.Mode()&0o111 == 0 {
+		return ""
+	}
+	return p
 }

@@ -6,96 +6,45 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"os"
 	"strings"
-	"sync"
 	"text/tabwriter"
 	"time"
 
-	"github.com/mattn/go-isatty"
 	"github.com/spf13/cobra"
 
 	"github.com/dryexec/dryexec"
-	"github.com/dryexec/dryexec/internal/apiclient"
-	"github.com/dryexec/dryexec/internal/front"
-	"github.com/dryexec/dryexec/netsim"
-	"github.com/dryexec/dryexec/policy"
-	"github.com/dryexec/dryexec/receipt"
+	"github.com/dryexec/dryexec/internal/localrun"
 	"github.com/dryexec/dryexec/render"
-	"github.com/dryexec/dryexec/runner"
 	"github.com/dryexec/dryexec/server"
 	"github.com/dryexec/dryexec/store"
 )
 
-// Exit codes (docs/decision.md). `run` exits with its decision: 0 auto_commit,
-// ExitReview, ExitBlock, or ExitCommandFailed when the decision is review and
-// the command itself failed (its own code is in the delta). The command's own
-// code is never passed through, so that none of these can be faked by it.
+// Exit codes (docs/decision.md; package localrun owns them, with the
+// mapping of errors to them).
 const (
-	ExitRefused       = 1   // commit/discard/show/verify refused: unknown trial, conflict, a receipt that does not verify, a blocked trial, paths commit cannot write
-	ExitUsage         = 2   // bad flags, arguments or policy file
-	ExitReview        = 3   // run: a person should look before this is committed
-	ExitBlock         = 4   // run: the policy forbids committing this
-	ExitCommandFailed = 5   // run: the command failed (exit ≠ 0, signal, timeout); review
-	ExitInternal      = 125 // dryexec failed (not the command): like docker and podman
+	ExitRefused       = localrun.ExitRefused
+	ExitUsage         = localrun.ExitUsage
+	ExitReview        = localrun.ExitReview
+	ExitBlock         = localrun.ExitBlock
+	ExitCommandFailed = localrun.ExitCommandFailed
+	ExitInternal      = localrun.ExitInternal
+	ExitInterrupted   = localrun.ExitInterrupted
+	ExitTerminated    = localrun.ExitTerminated
 )
 
 // Env is what a CLI invocation may touch of its process.
-type Env struct {
-	Stdin          io.Reader
-	Stdout, Stderr io.Writer
-	Getenv         func(string) string
-
-	// sweep is the invocation's sweep of dead sandboxes' cgroups (Run
-	// sets it).
-	sweep *sandboxSweep
-}
-
-// sandboxSweep runs runner.RecoverSandboxes once, beside the command instead
-// of before it: the sweep walks every cgroup hierarchy of the host (a few ms
-// here, more on a host with many groups) and the command needs nothing of
-// it. Run waits for it before returning, so every command that uses the
-// store still cleans what a killed dryexec left, as before.
-type sandboxSweep struct {
-	once sync.Once
-	done chan struct{}
-}
-
-// start starts the sweep, once; without a sandboxSweep (Env made outside
-// Run) it sweeps before returning.
-func (s *sandboxSweep) start() {
-	if s == nil {
-		runner.RecoverSandboxes()
-		return
-	}
-	s.once.Do(func() {
-		s.done = make(chan struct{})
-		go func() {
-			defer close(s.done)
-			runner.RecoverSandboxes()
-		}()
-	})
-}
-
-// wait returns once a started sweep has finished; a sweep not started by
-// then never starts.
-func (s *sandboxSweep) wait() {
-	s.once.Do(func() {})
-	if s.done != nil {
-		<-s.done
-	}
-}
+type Env = localrun.Env
 
 // Run executes the CLI with args (without the program name) and returns the exit
 // code.
 func Run(ctx context.Context, args []string, env Env) int {
-	env.sweep = &sandboxSweep{}
-	defer env.sweep.wait()
+	env.Sweep = &localrun.Sweep{}
+	defer env.Sweep.Wait()
 	code := 0
-	note := &interruptNote{s: "nothing was changed"}
+	note := localrun.NewNote("nothing was changed")
 	root := &cobra.Command{
 		Use:           "dryexec",
 		Short:         "Run a command in an ephemeral trial and see what it would change",
@@ -118,56 +67,24 @@ func Run(ctx context.Context, args []string, env Env) int {
 		// of the trial, and exit as a shell reports a death by that signal.
 		// (A daemon's SIGTERM is its ordinary stop: it drains and exits 0;
 		// agent reports its own trials.)
-		sig, c := interruptedBy(ctx)
-		fmt.Fprintf(env.Stderr, "dryexec: interrupted (%s): %s\n", sig, note.s)
-		return c
+		return localrun.Interrupted(ctx, env, note)
 	}
 	if err != nil {
-		fmt.Fprintln(env.Stderr, "dryexec:", err)
-		var ue usageError
-		switch {
-		case errors.As(err, &ue) || strings.HasPrefix(err.Error(), "unknown command"),
-			errors.Is(err, dryexec.ErrBadAction), errors.Is(err, netsim.ErrBadConfig), errors.Is(err, policy.ErrInvalid):
-			// The caller's mistake, however deep it was found.
-			return ExitUsage
-		case errors.Is(err, apiclient.ErrNoDaemon):
-			// --via daemon and no daemon of this install: refused, as a
-			// rung that cannot run here (nothing ran).
-			return ExitRefused
-		case errors.Is(err, dryexec.ErrIsolationUnavailable):
-			// The host cannot give the isolation asked for: dryexec refuses
-			// rather than run with less (dryexec doctor says what is missing).
-			fmt.Fprintln(env.Stderr, "dryexec: see dryexec doctor for what this host provides")
-			return ExitRefused
-		case errors.Is(err, dryexec.ErrTrialNotFound), errors.Is(err, dryexec.ErrAlreadyCommitted),
-			errors.Is(err, dryexec.ErrDiscarded), errors.Is(err, dryexec.ErrCommitConflict),
-			errors.Is(err, dryexec.ErrUnsafePath), errors.Is(err, receipt.ErrVerify), errors.Is(err, receipt.ErrMalformed),
-			errors.Is(err, dryexec.ErrCommitRefused), errors.Is(err, dryexec.ErrTooManyLayers):
-			return ExitRefused
-		}
-		return ExitInternal
+		return localrun.Failed(env, err)
 	}
 	return code
 }
 
 // interruptNote says what an interrupt at this point did to the trial;
 // commands update it as they go.
-type interruptNote struct{ s string }
+type interruptNote = localrun.Note
 
-func (n *interruptNote) set(format string, a ...any) { n.s = fmt.Sprintf(format, a...) }
-
-// Exit codes after an interrupt: 128 + the signal's number, as shells report.
-const (
-	ExitInterrupted = 130 // SIGINT
-	ExitTerminated  = 143 // SIGTERM
-)
-
-// interruptedBy names what ended ctx and the exit code for it (the front's
-// rule: both say the same).
-func interruptedBy(ctx context.Context) (string, int) { return front.InterruptedBy(ctx) }
-
-// usageError marks a mistake in how dryexec was called (exit 2).
+// usageError marks a mistake in how dryexec was called (exit 2), as
+// localrun.UsageError does (localrun.Failed knows both by IsUsage).
 type usageError struct{ error }
+
+// IsUsage says the error is the caller's mistake.
+func (usageError) IsUsage() bool { return true }
 
 // usage wraps a cobra argument check so that its failures are usage errors.
 func usage(check cobra.PositionalArgs) cobra.PositionalArgs {
@@ -177,86 +94,6 @@ func usage(check cobra.PositionalArgs) cobra.PositionalArgs {
 		}
 		return nil
 	}
-}
-
-// startStore is the start-up of every command that uses the store: it opens
-// the store and then recovers what a killed dryexec left (runner.Recover's
-// two parts: the store's before it returns, so that every such command
-// starts from a clean store; the dead sandboxes' cgroups beside the command,
-// finished before Run returns).
-func startStore(env Env) (*store.Store, error) {
-	dir, err := dryexec.DefaultHome(env.Getenv)
-	if err != nil {
-		return nil, err
-	}
-	var ttl time.Duration
-	if v := env.Getenv("DRYEXEC_TRIAL_TTL"); v != "" {
-		if ttl, err = time.ParseDuration(v); err != nil || ttl <= 0 {
-			return nil, usageError{fmt.Errorf("DRYEXEC_TRIAL_TTL=%q: want a positive duration like 24h", v)}
-		}
-	}
-	s, err := store.Open(dir, ttl)
-	if err != nil {
-		return nil, err
-	}
-	lim, err := storeLimits(env)
-	if err != nil {
-		return nil, err
-	}
-	s.SetLimits(lim)
-	// Start-up recovery, explicitly (opening a store has no side effects):
-	// what a killed dryexec left — its sandboxes' groups and what still runs
-	// in them, interrupted commits, half-recorded trials — is cleaned before
-	// the command uses the store. The rest of the store's cleaning (expired
-	// trials, content of finished ones) is autoGC's, after the command's
-	// output.
-	env.sweep.start()
-	rec, err := runner.RecoverStore(s)
-	for _, r := range rec.Commits {
-		if r.Committed {
-			fmt.Fprintf(env.Stderr, "dryexec: finished the interrupted commit of %s\n", r.Trial)
-		} else {
-			fmt.Fprintf(env.Stderr, "dryexec: rolled back the interrupted commit of %s; the host is as it was\n", r.Trial)
-		}
-	}
-	if err != nil {
-		return nil, err
-	}
-	return s, nil
-}
-
-// autoGC cleans the store when that is due (store.SweepDue: at most once a
-// minute), called once a command has given its answer, so that the user does
-// not wait for it. Its failure is not the command's.
-func autoGC(s *store.Store) {
-	if s != nil {
-		s.SweepDue()
-	}
-}
-
-// storeLimits reads what the store keeps on the host's disk from the
-// environment (docs/limits.md); unset variables take the store's defaults.
-func storeLimits(env Env) (store.Limits, error) {
-	var lim store.Limits
-	for _, v := range []struct {
-		name string
-		to   *int64
-	}{
-		{"DRYEXEC_TRIAL_CONTENT_CAP", &lim.TrialBytes},
-		{"DRYEXEC_STORE_QUOTA", &lim.TotalBytes},
-		{"DRYEXEC_STORE_MIN_FREE", &lim.MinFreeBytes},
-	} {
-		var err error
-		if *v.to, err = parseBytes(env.Getenv(v.name)); err != nil {
-			return lim, usageError{fmt.Errorf("%s: %w", v.name, err)}
-		}
-	}
-	return lim, nil
-}
-
-func isTerminal(w io.Writer, env Env) bool {
-	f, ok := w.(*os.File)
-	return ok && render.ColorWanted(f, env.Getenv)
 }
 
 // shownStatus is the "status" member `show --json` adds to the delta: the
@@ -303,13 +140,6 @@ func (h *holdBack) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
-// isTTY reports whether w is a terminal (whatever NO_COLOR says): live output
-// to it is escaped (render.LiveWriter).
-func isTTY(w io.Writer) bool {
-	f, ok := w.(*os.File)
-	return ok && (isatty.IsTerminal(f.Fd()) || isatty.IsCygwinTerminal(f.Fd()))
-}
-
 func printJSON(w io.Writer, v any) error {
 	if d, ok := v.(*dryexec.StateDelta); ok {
 		return d.WriteJSON(w) // the same bytes, one file at a time
@@ -331,7 +161,7 @@ func showCmd(env Env) *cobra.Command {
 		Short: "Print a stored trial",
 		Args:  usage(cobra.ExactArgs(1)),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			s, err := startStore(env)
+			s, err := localrun.StartStore(env)
 			if err != nil {
 				return err
 			}
@@ -351,7 +181,7 @@ func showCmd(env Env) *cobra.Command {
 					_, err := fmt.Fprintf(env.Stdout, "%s\n", recs)
 					return err
 				}
-				return render.Exchanges(env.Stdout, recs, render.Options{Color: isTerminal(env.Stdout, env)})
+				return render.Exchanges(env.Stdout, recs, render.Options{Color: localrun.Color(env.Stdout, env)})
 			}
 			if asJSON {
 				st, err := s.StateOf(args[0])
@@ -364,7 +194,7 @@ func showCmd(env Env) *cobra.Command {
 				}
 				return writeDeltaWithStatus(env.Stdout, d, shownStatus{State: st, Left: len(left)})
 			}
-			opt := render.Options{Color: isTerminal(env.Stdout, env)}
+			opt := render.Options{Color: localrun.Color(env.Stdout, env)}
 			if files {
 				opt.MaxFileLines = -1 // every change, with its diff
 			}
@@ -403,11 +233,11 @@ func lsCmd(env Env) *cobra.Command {
 		Short: "List stored trials, newest first",
 		Args:  usage(cobra.NoArgs),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			s, err := startStore(env)
+			s, err := localrun.StartStore(env)
 			if err != nil {
 				return err
 			}
-			defer autoGC(s)
+			defer localrun.AutoGC(s)
 			list, err := s.List()
 			if err != nil {
 				return err
@@ -455,7 +285,7 @@ itself at most once a minute, after its answer; gc is for now. gc also removes p
 and the temporary dirs of forks and uploads whose process is gone.`,
 		Args: usage(cobra.NoArgs),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			s, err := startStore(env)
+			s, err := localrun.StartStore(env)
 			if err != nil {
 				return err
 			}
@@ -509,11 +339,11 @@ func discardCmd(env Env) *cobra.Command {
 		Short: "Drop a stored trial without changing the host",
 		Args:  usage(cobra.ExactArgs(1)),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			s, err := startStore(env)
+			s, err := localrun.StartStore(env)
 			if err != nil {
 				return err
 			}
-			defer autoGC(s)
+			defer localrun.AutoGC(s)
 			if err := s.Discard(args[0]); err != nil {
 				return err
 			}

@@ -7,12 +7,15 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
 
 	"github.com/dryexec/dryexec"
 	"github.com/dryexec/dryexec/internal/acceptance"
+	"github.com/dryexec/dryexec/internal/guestexe"
+	"github.com/dryexec/dryexec/internal/runflags"
 	"github.com/dryexec/dryexec/internal/testreq"
 	"github.com/dryexec/dryexec/rung/linuxns"
 )
@@ -178,7 +181,9 @@ func TestDoctor(t *testing.T) {
 }
 
 // TestRootlessSameDelta runs the acceptance scenario as an unprivileged user
-// (nobody) with the real binary, and expects the same delta as root gets.
+// (nobody) with the real binary, and expects the same delta as root gets;
+// and with the local engine (cmd/dryexec-local, its guest beside it),
+// which gives the same delta as the engine.
 func TestRootlessSameDelta(t *testing.T) {
 	requireNS(t)
 	setpriv := testreq.NeedRootless(t)
@@ -194,6 +199,17 @@ func TestRootlessSameDelta(t *testing.T) {
 	build.Env = append(os.Environ(), "CGO_ENABLED=0")
 	if out, err := build.CombinedOutput(); err != nil {
 		t.Fatalf("building dryexec: %v\n%s", err, out)
+	}
+	localDir := filepath.Join(base, "local")
+	for out, args := range map[string][]string{
+		runflags.LocalName: {"-tags", "dryexec_nocel", "../../cmd/dryexec-local"},
+		guestexe.Name:      {"../../cmd/dryexec-guest"},
+	} {
+		build := exec.Command(goTool, append([]string{"build", "-o", filepath.Join(localDir, out)}, args...)...)
+		build.Env = append(os.Environ(), "CGO_ENABLED=0")
+		if b, err := build.CombinedOutput(); err != nil {
+			t.Fatalf("building %s: %v\n%s", out, err, b)
+		}
 	}
 	work, home := filepath.Join(base, "work"), filepath.Join(base, "home")
 	for _, d := range []string{work, home} {
@@ -224,6 +240,24 @@ func TestRootlessSameDelta(t *testing.T) {
 	}
 	if !strings.Contains(d.Process.Stdout, "") || d.Process.ExitCode != 0 {
 		t.Fatalf("process: %+v", d.Process)
+	}
+	cmd = exec.Command(setpriv, "--reuid=65534", "--regid=65534", "--clear-groups",
+		filepath.Join(localDir, runflags.LocalName), "run", "--json", "--", "sh", "-c", acceptance.Script)
+	cmd.Dir = work
+	cmd.Env = []string{"PATH=/usr/bin:/bin", "HOME=" + home, "DRYEXEC_HOME=" + home + "/state", "DRYEXEC_ENGINE=/nonexistent"}
+	stderr.Reset()
+	cmd.Stderr = &stderr
+	lout, err := cmd.Output()
+	if ee, ok := err.(*exec.ExitError); ok && ee.ExitCode() == ExitReview {
+		err = nil
+	}
+	if err != nil {
+		t.Fatalf("rootless run of the local engine: %v\n%s", err, stderr.String())
+	}
+	// Trial ids and the sandbox's pid (the script's $$, in a path) aside.
+	pid := regexp.MustCompile(`probe\.[0-9]+`)
+	if a, b := pid.ReplaceAllString(deltaShape(t, string(lout)), "probe.PID"), pid.ReplaceAllString(deltaShape(t, string(out)), "probe.PID"); a != b {
+		t.Errorf("the local engine's delta differs from the engine's:\nlocal: %s\nengine: %s", lout, out)
 	}
 	// The command ran as nobody, not as root of some namespace.
 	cmd = exec.Command(setpriv, "--reuid=65534", "--regid=65534", "--clear-groups", bin, "run", "--json", "--no-store", "--", "id", "-u")

@@ -12,6 +12,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/dryexec/dryexec"
+	"github.com/dryexec/dryexec/internal/localrun"
 	"github.com/dryexec/dryexec/server"
 	"github.com/dryexec/dryexec/store"
 )
@@ -34,11 +35,11 @@ changed beneath its workspace (its cwd in the image) is applied beneath the host
 directory DIR; nothing else of it is ever committable (docs/images.md).`,
 		Args: usage(cobra.MinimumNArgs(1)),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			s, err := startStore(env)
+			s, err := localrun.StartStore(env)
 			if err != nil {
 				return err
 			}
-			defer autoGC(s)
+			defer localrun.AutoGC(s)
 			paths, err := absPaths(args[1:])
 			if err != nil {
 				return err
@@ -83,12 +84,12 @@ directory DIR; nothing else of it is ever committable (docs/images.md).`,
 
 func doCommit(ctx context.Context, env Env, note *interruptNote, s *store.Store, id string, opt store.CommitOptions) error {
 	opt.Hook = crashHook(env)
-	note.set("the commit of %s was stopped: it is all or nothing, so either it completed or the host is as it was (dryexec show %s says which)", id, id)
+	note.Set("the commit of %s was stopped: it is all or nothing, so either it completed or the host is as it was (dryexec show %s says which)", id, id)
 	r, err := s.CommitWith(ctx, id, opt)
 	if err != nil {
 		return err
 	}
-	note.set("%s was committed", id)
+	note.Set("%s was committed", id)
 	if o := r.Override; o != nil {
 		fmt.Fprintf(env.Stderr, "dryexec: %s was decided %s; committed because you asked (recorded: dryexec show %s)\n", id, o.Decision, id)
 	}

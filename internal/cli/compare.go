@@ -9,6 +9,7 @@ import (
 
 	"github.com/dryexec/dryexec"
 	"github.com/dryexec/dryexec/compare"
+	"github.com/dryexec/dryexec/internal/localrun"
 )
 
 // compareCmd is `dryexec compare A B …`: stored trials from this install's
@@ -43,7 +44,7 @@ func compareCmd(env Env) *cobra.Command {
 					return err
 				}
 			} else {
-				s, err := startStore(env)
+				s, err := localrun.StartStore(env)
 				if err != nil {
 					return err
 				}

@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -33,6 +34,23 @@ func frontWith(t *testing.T, home string, vars map[string]string, args ...string
 	code, handled = front.Run(context.Background(), args, front.Env{Stdout: &out, Stderr: &errb,
 		Getenv: func(k string) string { return env[k] }, Environ: environ})
 	return code, handled, out.String(), errb.String()
+}
+
+// sameOutput fails t unless two runs of args, a's and b's, printed the
+// same: the delta (--json) or the summary on stdout, and stderr, but for
+// what differs between any two trials.
+func sameOutput(t *testing.T, args []string, a, aOut, aErr, b, bOut, bErr string) {
+	t.Helper()
+	if slices.Contains(args, "--json") {
+		if x, y := shape(t, aOut), shape(t, bOut); !reflect.DeepEqual(x, y) {
+			t.Errorf("the deltas differ:\n%s: %s\n%s: %s", a, aOut, b, bOut)
+		}
+	} else if summaryShape(aOut) != summaryShape(bOut) {
+		t.Errorf("stdout differs:\n%s:\n%s\n%s:\n%s", a, aOut, b, bOut)
+	}
+	if summaryShape(aErr) != summaryShape(bErr) {
+		t.Errorf("stderr differs:\n%s:\n%s\n%s:\n%s", a, aErr, b, bErr)
+	}
 }
 
 // TestFrontSameAsEngine: a `run` the front handles goes to the daemon (its
@@ -73,16 +91,7 @@ func TestFrontSameAsEngine(t *testing.T) {
 			if ecode != code {
 				t.Errorf("the engine exits %d, the front %d (%s)", ecode, code, eerrs)
 			}
-			if strings.Contains(strings.Join(args, " "), "--json") {
-				if a, b := shape(t, out), shape(t, eout); !reflect.DeepEqual(a, b) {
-					t.Errorf("the deltas differ:\nfront: %s\nengine: %s", out, eout)
-				}
-			} else if summaryShape(out) != summaryShape(eout) {
-				t.Errorf("the summaries differ:\nfront:\n%s\nengine:\n%s", out, eout)
-			}
-			if summaryShape(errs) != summaryShape(eerrs) {
-				t.Errorf("stderr differs:\nfront:\n%s\nengine:\n%s", errs, eerrs)
-			}
+			sameOutput(t, args, "front", out, errs, "engine", eout, eerrs)
 		})
 	}
 }

@@ -15,6 +15,7 @@ import (
 
 	"github.com/dryexec/dryexec"
 	"github.com/dryexec/dryexec/image"
+	"github.com/dryexec/dryexec/internal/localrun"
 )
 
 // imagesCmd is `dryexec images pull|ls|rm|prune`: the image cache under
@@ -49,7 +50,7 @@ Registry credentials come from the docker config ($DOCKER_CONFIG or
 				opts.Platform = p
 			}
 			var bar *progressBar
-			if isTTY(env.Stderr) {
+			if localrun.IsTTY(env.Stderr) {
 				bar = &progressBar{w: env.Stderr}
 				opts.Progress = bar.update
 			}

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
@@ -14,19 +15,28 @@ import (
 
 // TestInterrupt: Ctrl-C (SIGINT) or SIGTERM during a trial stops it, says
 // what became of it (not kept, host unchanged) and exits 130 or 143, as a
-// shell reports a command killed by that signal. The signal is sent once
-// the command's own output ("ready", shown live) says it is running.
+// shell reports a command killed by that signal; in the engine and in the
+// local engine (cmd/dryexec-local). The signal is sent once the command's
+// own output ("ready", shown live) says it is running.
 func TestInterrupt(t *testing.T) {
 	requireNS(t)
+	local := buildLocal(t)
 	for _, tt := range []struct {
 		sig  syscall.Signal
 		name string
 		code int
-	}{{syscall.SIGINT, "SIGINT", ExitInterrupted}, {syscall.SIGTERM, "SIGTERM", ExitTerminated}} {
-		t.Run(tt.name, func(t *testing.T) {
+		bin  string
+		vars []string
+	}{
+		{syscall.SIGINT, "SIGINT", ExitInterrupted, os.Args[0], []string{"DRYEXEC_TEST_AS_CLI=1"}},
+		{syscall.SIGTERM, "SIGTERM", ExitTerminated, os.Args[0], []string{"DRYEXEC_TEST_AS_CLI=1"}},
+		{syscall.SIGINT, "SIGINT", ExitInterrupted, local, []string{"DRYEXEC_ENGINE=/nonexistent"}},
+		{syscall.SIGTERM, "SIGTERM", ExitTerminated, local, []string{"DRYEXEC_ENGINE=/nonexistent"}},
+	} {
+		t.Run(tt.name+"/"+filepath.Base(tt.bin), func(t *testing.T) {
 			home, dir := t.TempDir(), t.TempDir()
-			cmd := exec.Command(os.Args[0], "run", "-C", dir, "--", "sh", "-c", "echo ready; echo x > x; sleep 60")
-			cmd.Env = append(os.Environ(), "DRYEXEC_TEST_AS_CLI=1", "DRYEXEC_HOME="+home)
+			cmd := exec.Command(tt.bin, "run", "-C", dir, "--", "sh", "-c", "echo ready; echo x > x; sleep 60")
+			cmd.Env = append(append(os.Environ(), "DRYEXEC_HOME="+home), tt.vars...)
 			var stderr bytes.Buffer
 			cmd.Stderr = &stderr
 			out, err := cmd.StdoutPipe()

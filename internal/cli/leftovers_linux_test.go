@@ -11,15 +11,17 @@ import (
 	"testing"
 
 	"github.com/dryexec/dryexec/cgroup"
+	"github.com/dryexec/dryexec/internal/guestexe"
 )
 
 // TestLocalRunsLeaveNothing: `dryexec run --via local` as a process of its
 // own, N times, each trial leaving a process behind in the sandbox and
-// netsim's role started beside its guest. Once each dryexec has exited
-// (the marker: its exit status), nothing of its trial is left on the host:
-// no cgroup named after it, no process of this binary (guest, netsim role)
-// but this test, no process the command started, and the host's mounts as
-// they were.
+// netsim's role started beside its guest; run by the engine and by the
+// local engine (cmd/dryexec-local, its guest beside it). Once each dryexec
+// has exited (the marker: its exit status), nothing of its trial is left
+// on the host: no cgroup named after it, no process of its binaries
+// (guest, netsim role) but this test, no process the command started, and
+// the host's mounts as they were.
 func TestLocalRunsLeaveNothing(t *testing.T) {
 	requireNS(t)
 	self, err := os.Executable()
@@ -27,27 +29,40 @@ func TestLocalRunsLeaveNothing(t *testing.T) {
 		t.Fatal(err)
 	}
 	self, _ = filepath.EvalSymlinks(self)
+	local := buildLocal(t)
 	const marker = "987.125" // the background sleep's argument: what to look for
 	mountsBefore := mountLines(t)
 	home, dir := t.TempDir(), t.TempDir()
-	for i := range 4 {
-		cmd := exec.Command(os.Args[0], "run", "--via", "local", "-q", "-C", dir, "--", "sh", "-c", "sleep "+marker+" & echo x > f")
-		cmd.Env = []string{"DRYEXEC_TEST_AS_CLI=1", "DRYEXEC_HOME=" + home, "PATH=/usr/bin:/bin"}
-		var stderr bytes.Buffer
-		cmd.Stderr = &stderr
-		err := cmd.Run()
-		var ee *exec.ExitError
-		if err != nil && !(errors.As(err, &ee) && (ee.ExitCode() == ExitReview || ee.ExitCode() == ExitCommandFailed)) {
-			t.Fatalf("run %d: %v\n%s", i, err, stderr.String())
-		}
-		tag := "." + strconv.Itoa(cmd.Process.Pid) + "-"
-		for _, g := range cgroup.Leftovers() {
-			if strings.Contains(filepath.Base(g), tag) {
-				t.Errorf("run %d: its sandbox's cgroup is left: %s", i, g)
+	for _, b := range []struct {
+		name string
+		bin  string
+		vars []string
+		exes []string // the binaries its trials run
+	}{
+		{"engine", os.Args[0], []string{"DRYEXEC_TEST_AS_CLI=1"}, []string{self}},
+		{"local", local, nil, []string{local, filepath.Join(filepath.Dir(local), guestexe.Name)}},
+	} {
+		for i := range 4 {
+			cmd := exec.Command(b.bin, "run", "--via", "local", "-q", "-C", dir, "--", "sh", "-c", "sleep "+marker+" & echo x > f")
+			cmd.Env = append([]string{"DRYEXEC_HOME=" + home, "PATH=/usr/bin:/bin"}, b.vars...)
+			var stderr bytes.Buffer
+			cmd.Stderr = &stderr
+			err := cmd.Run()
+			var ee *exec.ExitError
+			if err != nil && !(errors.As(err, &ee) && (ee.ExitCode() == ExitReview || ee.ExitCode() == ExitCommandFailed)) {
+				t.Fatalf("%s, run %d: %v\n%s", b.name, i, err, stderr.String())
 			}
-		}
-		for pid, what := range liveProcs(t, self, marker) {
-			t.Errorf("run %d: a process is left: %d %s", i, pid, what)
+			tag := "." + strconv.Itoa(cmd.Process.Pid) + "-"
+			for _, g := range cgroup.Leftovers() {
+				if strings.Contains(filepath.Base(g), tag) {
+					t.Errorf("%s, run %d: its sandbox's cgroup is left: %s", b.name, i, g)
+				}
+			}
+			for _, exe := range b.exes {
+				for pid, what := range liveProcs(t, exe, marker) {
+					t.Errorf("%s, run %d: a process is left: %d %s", b.name, i, pid, what)
+				}
+			}
 		}
 	}
 	if after := mountLines(t); after != mountsBefore {

@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"github.com/dryexec/dryexec/internal/localrun"
 	"os"
 	"path/filepath"
 	"strings"
@@ -18,9 +19,9 @@ func TestParseBytes(t *testing.T) {
 		{"0", 0, true}, {"-5", 0, true}, {"12X", 0, true}, {"M", 0, true}, {"9999999999G", 0, true},
 	}
 	for _, tt := range tests {
-		got, err := parseBytes(tt.in)
+		got, err := localrun.ParseBytes(tt.in)
 		if (err != nil) != tt.bad || got != tt.want {
-			t.Errorf("parseBytes(%q) = %d, %v", tt.in, got, err)
+			t.Errorf("localrun.ParseBytes(%q) = %d, %v", tt.in, got, err)
 		}
 	}
 }

@@ -1,7 +1,6 @@
 package cli
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"fmt"
@@ -9,7 +8,6 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
-	"runtime/debug"
 	"slices"
 	"strconv"
 	"strings"
@@ -18,9 +16,10 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/dryexec/dryexec"
+	"github.com/dryexec/dryexec/internal/localrun"
+	"github.com/dryexec/dryexec/internal/runflags"
 	"github.com/dryexec/dryexec/netsim"
 	"github.com/dryexec/dryexec/policy"
-	"github.com/dryexec/dryexec/render"
 	"github.com/dryexec/dryexec/rung"
 	"github.com/dryexec/dryexec/server"
 	"github.com/dryexec/dryexec/store"
@@ -28,18 +27,14 @@ import (
 
 func runCmd(env Env, code *int, note *interruptNote) *cobra.Command {
 	var (
+		// the flags the local engine takes too (runflags)
+		lf        runflags.Local
 		rungName  string
-		asJSON    bool
-		timeout   time.Duration
-		setEnv    []string
-		passEnv   []string
 		withStdin bool
 		outputCap int
 		upperSize int64
 		// content the store keeps of this trial (docs/limits.md)
 		contentCap string
-		noStore    bool
-		cwd        string
 		// --commit, -i and --force
 		doCommitFlag, interactive, force bool
 		policyFile                       string
@@ -51,12 +46,6 @@ func runCmd(env Env, code *int, note *interruptNote) *cobra.Command {
 		noDefaultMasks bool
 		// network (docs/network.md)
 		netSpecs []string
-		// live output
-		quiet bool
-		// what run's own status says (exitstatus.go)
-		exitStatus string
-		// where the trial runs (via.go)
-		viaFlag string
 		// an image's root filesystem instead of the host's (runimage.go)
 		imageRef string
 	)
@@ -72,20 +61,14 @@ func runCmd(env Env, code *int, note *interruptNote) *cobra.Command {
 			return nil
 		},
 		RunE: func(cmd *cobra.Command, args []string) error {
-			// A soft limit on this process's heap, unless GOMEMLIMIT sets
-			// one: Go's default lets the heap grow to twice what is live
-			// before it collects, and a trial of a million files has
-			// hundreds of MB live. Under the limit the collector runs more
-			// often instead (at most half a CPU, by the runtime's own
-			// guard, when more than the limit is live). A small trial never
-			// gets near it. docs/limits.md, "Big deltas: memory".
-			if env.Getenv("GOMEMLIMIT") == "" {
-				debug.SetMemoryLimit(runMemoryLimit)
-			}
-			if err := checkExitStatus(exitStatus); err != nil {
+			// The steps the local engine takes too are package localrun's
+			// (its Main runs them in this order, for its flags alone).
+			asJSON, noStore, cwd := lf.JSON, lf.NoStore, lf.Cwd
+			localrun.LimitMemory(env)
+			if err := localrun.CheckExitStatus(lf.ExitStatus); err != nil {
 				return err
 			}
-			via, err := viaMode(viaFlag, env)
+			via, err := localrun.Via(lf.Via, env)
 			if err != nil {
 				return err
 			}
@@ -105,7 +88,7 @@ func runCmd(env Env, code *int, note *interruptNote) *cobra.Command {
 			// anything runs or is stored: a mistake is exit 2 with what to do,
 			// never 125 ("dryexec itself failed").
 			if imageRef == "" {
-				if cwd, err = checkRunArgs(rungName, args, cwd, timeout, outputCap, upperSize); err != nil {
+				if cwd, err = checkRunArgs(rungName, args, cwd, lf.Timeout, outputCap, upperSize); err != nil {
 					return err
 				}
 			} else {
@@ -113,7 +96,7 @@ func runCmd(env Env, code *int, note *interruptNote) *cobra.Command {
 				if err := checkImageCwd(cwd); err != nil {
 					return err
 				}
-				if _, err = checkRunArgs(rungName, args, "/", timeout, outputCap, upperSize); err != nil {
+				if _, err = checkRunArgs(rungName, args, "/", lf.Timeout, outputCap, upperSize); err != nil {
 					return err
 				}
 			}
@@ -132,32 +115,18 @@ func runCmd(env Env, code *int, note *interruptNote) *cobra.Command {
 			}
 			var cc int64
 			if contentCap != "" {
-				if cc, err = parseBytes(contentCap); err != nil {
+				if cc, err = localrun.ParseBytes(contentCap); err != nil {
 					return usageError{fmt.Errorf("--content-cap: %w", err)}
 				}
 			}
-			// The environment is an allowlist (dryexec.SandboxEnv): --env NAME
-			// passes a variable through, --env NAME=VALUE sets one.
-			pass, set := passEnv, []string(nil)
-			for _, kv := range setEnv {
-				if strings.Contains(kv, "=") {
-					set = append(set, kv)
-				} else {
-					pass = append(pass, kv)
-				}
+			spec, err := localrun.NewSpec(env, args, cwd, lf.Timeout, lf.Env, lf.PassEnv, imageRef != "")
+			if err != nil {
+				return err
 			}
-			a := dryexec.Action{Argv: args, Cwd: cwd, TimeoutMS: timeout.Milliseconds()}
-			sandboxEnv := dryexec.SandboxEnv
-			if imageRef != "" {
-				sandboxEnv = dryexec.ImageCallerEnv
-			}
-			if a.Env, err = sandboxEnv(env.Getenv, callerEnviron(env), pass, set); err != nil {
-				return usageError{err}
-			}
-			a.Env["PWD"] = cwd
-			spec := dryexec.TrialSpec{TrialID: dryexec.NewTrialID(), Action: a, OutputCap: outputCap, UpperSizeBytes: upperSize,
-				Limits: dryexec.Limits{Pids: pids, CPUs: cpus}, Masks: masks, NoDefaultMasks: noDefaultMasks}
-			if spec.Limits.MemoryBytes, err = parseBytes(memory); err != nil {
+			spec.OutputCap, spec.UpperSizeBytes = outputCap, upperSize
+			spec.Limits = dryexec.Limits{Pids: pids, CPUs: cpus}
+			spec.Masks, spec.NoDefaultMasks = masks, noDefaultMasks
+			if spec.Limits.MemoryBytes, err = localrun.ParseBytes(memory); err != nil {
 				return usageError{fmt.Errorf("--memory: %w", err)}
 			}
 			if err := spec.Limits.Check(); err != nil {
@@ -169,26 +138,15 @@ func runCmd(env Env, code *int, note *interruptNote) *cobra.Command {
 			if withStdin {
 				spec.Stdin = env.Stdin
 			}
-			// Live output: the command's stdout and stderr as it runs (the
-			// delta still holds their tails, within --output-cap). With
-			// --json, stdout holds only the delta, so both go to stderr.
-			var live []*render.LiveWriter
-			if !quiet {
-				outW := env.Stdout
-				if asJSON {
-					outW = env.Stderr
-				}
-				lo, le := render.NewLiveWriterPair(outW, isTTY(outW), env.Stderr, isTTY(env.Stderr))
-				spec.Stdout, spec.Stderr, live = lo, le, []*render.LiveWriter{lo, le}
-			}
+			live := localrun.Live(env, &spec, lf.Quiet, asJSON)
 			spec.Net = netSpecs
 			var d *dryexec.StateDelta
 			var st *store.Store
-			if via != viaLocal {
+			if via != localrun.ViaLocal {
 				// On an image, the daemon pulls it into its store's cache
 				// (this install's: $DRYEXEC_HOME/images, findDaemon checks).
 				dr := daemonRun{env: env, home: home, via: via, rungName: rungName, noStore: noStore, contentCap: cc,
-					live: live, note: note, quiet: quiet, image: imageRef}
+					live: live, note: note, quiet: lf.Quiet, image: imageRef}
 				if policyFile != "" {
 					dr.pol = &pol
 				}
@@ -204,31 +162,17 @@ func runCmd(env Env, code *int, note *interruptNote) *cobra.Command {
 				defer release()
 			}
 			if d == nil {
-				if d, st, err = runLocal(cmd.Context(), env, home, rungName, pol, engine, spec, noStore, contentCap != "", cc, live, note); err != nil {
+				t := localrun.Trial{Home: home, Open: rung.Select, Rung: rungName, Policy: pol, Engine: engine,
+					NoStore: noStore, CapSet: contentCap != "", Cap: cc, Live: live, Note: note}
+				if d, st, err = t.Local(cmd.Context(), env, spec); err != nil {
 					return err
 				}
 				if !noStore {
-					defer autoGC(st)
+					defer localrun.AutoGC(st)
 				}
 			}
-			if !noStore {
-				note.set("trial %s ran and is stored, pending (dryexec show %s | dryexec commit %s | dryexec discard %s); the host is unchanged", d.TrialID, d.TrialID, d.TrialID, d.TrialID)
-			} else {
-				note.set("trial %s ran; it was not stored (--no-store) and the host is unchanged", d.TrialID)
-			}
-			if asJSON {
-				err = printJSON(env.Stdout, d)
-			} else {
-				// Buffered: the summary is a line per file, and a line per
-				// write(2) made a million-file summary take minutes.
-				bw := bufio.NewWriterSize(env.Stdout, 64<<10)
-				// Not stored, the trial has no commit or discard to offer.
-				err = render.Summary(bw, d, render.Options{Color: isTerminal(env.Stdout, env), OutputShown: live != nil, NoCommands: noStore})
-				if ferr := bw.Flush(); err == nil {
-					err = ferr
-				}
-			}
-			*code = runStatus(exitStatus, d)
+			err = localrun.Report(env, d, note, asJSON, live != nil, noStore)
+			*code = localrun.Status(lf.ExitStatus, d)
 			if err != nil || (!doCommitFlag && !interactive) {
 				return err
 			}
@@ -236,10 +180,10 @@ func runCmd(env Env, code *int, note *interruptNote) *cobra.Command {
 				// The daemon recorded the trial in this install's store
 				// (findDaemon checked): commit it from there, as after a
 				// trial that ran here.
-				if st, err = startStore(env); err != nil {
+				if st, err = localrun.StartStore(env); err != nil {
 					return err
 				}
-				defer autoGC(st)
+				defer localrun.AutoGC(st)
 			}
 			if interactive {
 				// A block is not offered: commit refuses it unless --force
@@ -273,135 +217,38 @@ func runCmd(env Env, code *int, note *interruptNote) *cobra.Command {
 		},
 	}
 	f := c.Flags()
-	f.StringVar(&viaFlag, "via", "", "where the trial runs: auto (the daemon of this install if one answers, else in this process), daemon or local (default $DRYEXEC_VIA, else auto; docs/api.md)")
+	lf.Define(f)
 	f.StringVar(&rungName, "rung", "ns", "isolation rung: "+strings.Join(rung.Names(), ", ")+" or best")
-	f.BoolVar(&asJSON, "json", false, "print the StateDelta as JSON")
-	f.DurationVar(&timeout, "timeout", 0, "kill the command and everything it started after this long (0: none)")
-	f.StringArrayVar(&setEnv, "env", nil, "NAME=VALUE sets a variable in the command's environment, NAME (or NAME*) passes the caller's through (repeatable); by default only "+strings.Join(dryexec.EnvAllowlist, ", ")+" are")
-	f.StringArrayVar(&passEnv, "pass-env", nil, "pass the caller's variable NAME (or NAME*) through (repeatable), like --env NAME")
 	f.StringVar(&memory, "memory", "", "memory limit of the whole sandbox, in bytes or with K, M, G (default: half the host's RAM; -1: none)")
 	f.Int64Var(&pids, "pids", 0, fmt.Sprintf("processes and threads the sandbox may have (default %d; -1: no limit)", dryexec.DefaultPids))
 	f.Float64Var(&cpus, "cpus", 0, "CPU quota in CPUs, e.g. 1.5 (default: none)")
 	f.StringArrayVar(&masks, "mask", nil, "a host path the sandbox sees empty, absolute or ~/… (repeatable; added to the default credential paths)")
 	f.BoolVar(&noDefaultMasks, "no-default-masks", false, "do not mask the default credential paths (~/.ssh, ~/.aws, …; docs/limits.md)")
 	f.StringArrayVar(&netSpecs, "net", nil, "what the network reaches: none (default), mock:FILE, allow:HOST[:PORT][/PREFIX][,…]; repeat to combine (mocks, then allow rules, else blocked; docs/network.md)")
-	f.BoolVarP(&quiet, "quiet", "q", false, "do not show the command's output as it runs (the summary shows its tail after)")
 	f.BoolVar(&withStdin, "stdin", false, "pass dryexec's standard input to the command (default: /dev/null)")
 	f.IntVar(&outputCap, "output-cap", dryexec.DefaultOutputCap, "bytes of stdout and of stderr kept (the tail)")
 	f.Int64Var(&upperSize, "upper-size", dryexec.DefaultUpperSizeBytes, "bytes the trial may write in all")
 	f.StringVar(&contentCap, "content-cap", "", fmt.Sprintf("bytes of file content the store keeps of this trial, K, M or G (default $DRYEXEC_TRIAL_CONTENT_CAP, else %d GiB; -1: no cap); a file past it is listed without its content", store.DefaultTrialBytes>>30))
-	f.BoolVar(&noStore, "no-store", false, "do not keep the trial for a later commit")
-	f.StringVarP(&cwd, "cwd", "C", "", "run in this directory (default: the current one; with --image, an absolute directory in the image, default its WorkingDir, else /)")
 	f.StringVar(&imageRef, "image", "", "run on this OCI image's root filesystem instead of the host's (pulled into $DRYEXEC_HOME/images on first use; ns rung; the image's Env under --env's; commit needs --to DIR: docs/images.md)")
 	f.StringVar(&policyFile, "policy", "", "decide with this policy file (YAML or JSON; default: the built-in policy, docs/decision.md)")
 	f.BoolVar(&doCommitFlag, "commit", false, "commit the changes right after the run, if the decision is auto_commit")
 	f.BoolVarP(&interactive, "interactive", "i", false, "show the summary, then ask what to commit")
-	f.StringVar(&exitStatus, "exit-status", exitDecision, "what dryexec run exits with: decision (0 auto_commit, 3 review, 4 block, 5 the command failed) or command (the command's own status: 124 timed out, 128+N killed by signal N; the decision stays in the summary and --json)")
 	f.BoolVar(&force, "force", false, "with --commit or -i: commit whatever the decision, block included (recorded with the trial)")
 	return c
 }
 
-// runMemoryLimit is `dryexec run`'s soft heap limit (debug.SetMemoryLimit)
-// when GOMEMLIMIT does not set one.
-const runMemoryLimit = 128 << 20
-
 // exitCode is `dryexec run`'s status for a trial that ran (docs/decision.md):
 // the decision, with a failed command told apart from other reviews.
-func exitCode(d *dryexec.StateDelta) int { return runStatus(exitDecision, d) }
+func exitCode(d *dryexec.StateDelta) int { return localrun.Status(runflags.ExitDecision, d) }
 
-// callerEnviron lists the caller's variables that env.Getenv agrees with, for
-// --env NAME* patterns.
-func callerEnviron(env Env) []string {
-	var out []string
-	for _, kv := range os.Environ() {
-		if k, v, ok := strings.Cut(kv, "="); ok && env.Getenv(k) == v {
-			out = append(out, kv)
-		}
-	}
-	return out
-}
-
-// parseBytes reads a size: bytes, or a number with K, M, G (powers of 1024,
-// an optional "i" and "B" after it); "" is 0 (the default), -1 no limit.
-func parseBytes(s string) (int64, error) {
-	if s == "" || s == "-1" {
-		return map[string]int64{"": 0, "-1": -1}[s], nil
-	}
-	t := strings.TrimSuffix(strings.TrimSuffix(strings.ToUpper(s), "B"), "I")
-	mult := int64(1)
-	if n := len(t); n > 0 {
-		switch t[n-1] {
-		case 'K':
-			mult, t = 1<<10, t[:n-1]
-		case 'M':
-			mult, t = 1<<20, t[:n-1]
-		case 'G':
-			mult, t = 1<<30, t[:n-1]
-		}
-	}
-	v, err := strconv.ParseInt(t, 10, 64)
-	if err != nil || v <= 0 || v > (1<<62)/mult {
-		return 0, fmt.Errorf("%q is not a size (want bytes, or a number with K, M or G)", s)
-	}
-	return v * mult, nil
-}
-
-// checkRunArgs checks `run`'s arguments that need no trial and returns the
-// working directory, absolute. Every failure is a usage error that says what
-// to do.
+// checkRunArgs checks `run`'s arguments that need no trial (the rung's
+// name, then localrun.CheckArgs) and returns the working directory,
+// absolute. Every failure is a usage error that says what to do.
 func checkRunArgs(rungName string, argv []string, cwd string, timeout time.Duration, outputCap int, upperSize int64) (string, error) {
 	if rungName != "best" && !slices.Contains(rung.Names(), rungName) {
 		return "", usageError{fmt.Errorf("--rung %q: unknown; choose one of %s, or best", rungName, strings.Join(rung.Names(), ", "))}
 	}
-	if len(argv) == 0 || argv[0] == "" {
-		return "", usageError{errors.New("no command: give it after --, as in dryexec run -- make test")}
-	}
-	for _, a := range argv {
-		if strings.ContainsRune(a, 0) {
-			return "", usageError{errors.New("an argument of the command contains a NUL byte, which no program can receive")}
-		}
-	}
-	if timeout < 0 {
-		return "", usageError{fmt.Errorf("--timeout %s: must not be negative (0: no timeout)", timeout)}
-	}
-	if outputCap < 0 {
-		return "", usageError{fmt.Errorf("--output-cap %d: must not be negative", outputCap)}
-	}
-	if upperSize < 0 {
-		return "", usageError{fmt.Errorf("--upper-size %d: must not be negative (0: the default, %d)", upperSize, dryexec.DefaultUpperSizeBytes)}
-	}
-	if cwd == "" {
-		wd, err := os.Getwd()
-		if err != nil {
-			return "", usageError{fmt.Errorf("the current directory cannot be read (%v): give one with -C DIR", err)}
-		}
-		cwd = wd
-	}
-	if strings.ContainsRune(cwd, 0) {
-		return "", usageError{errors.New("-C: the directory name contains a NUL byte")}
-	}
-	abs, err := filepath.Abs(cwd)
-	if err != nil {
-		return "", usageError{fmt.Errorf("-C %s: %v", cwd, err)}
-	}
-	if fi, err := os.Stat(abs); err != nil || !fi.IsDir() {
-		return "", usageError{fmt.Errorf("-C %s: not a directory on the host (%s); give an existing directory", cwd, statReason(err))}
-	}
-	return abs, nil
-}
-
-// statReason words a failed or successful stat of something that had to be a
-// directory.
-func statReason(err error) string {
-	switch {
-	case err == nil:
-		return "it is not a directory"
-	case errors.Is(err, os.ErrNotExist):
-		return "it does not exist"
-	case errors.Is(err, os.ErrPermission):
-		return "permission denied"
-	}
-	return err.Error()
+	return localrun.CheckArgs(argv, cwd, timeout, outputCap, upperSize)
 }
 
 // checkNetSpecs parses the --net values as the rung will (netsim.AddSpec), so

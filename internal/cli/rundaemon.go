@@ -13,6 +13,7 @@ import (
 
 	"github.com/dryexec/dryexec"
 	"github.com/dryexec/dryexec/internal/apiclient"
+	"github.com/dryexec/dryexec/internal/localrun"
 	"github.com/dryexec/dryexec/policy"
 	"github.com/dryexec/dryexec/render"
 	"github.com/dryexec/dryexec/server"
@@ -134,7 +135,7 @@ type daemonRun struct {
 // this process gives (a live stdin, a policy with an external scorer). With
 // --via daemon those are errors (apiclient.ErrNoDaemon, a usage error, server.ErrBusy).
 func (r daemonRun) run(ctx context.Context, spec dryexec.TrialSpec) (*dryexec.StateDelta, error) {
-	auto := r.via == viaAuto
+	auto := r.via == localrun.ViaAuto
 	switch {
 	case spec.Stdin != nil && auto:
 		// The API takes stdin whole, in the request: an interactive or
@@ -168,7 +169,7 @@ func (r daemonRun) run(ctx context.Context, spec dryexec.TrialSpec) (*dryexec.St
 	if cc == 0 {
 		// DRYEXEC_TRIAL_CONTENT_CAP is this process's setting for its own
 		// trials: it travels with the trial (the daemon's applies otherwise).
-		if cc, err = parseBytes(r.env.Getenv("DRYEXEC_TRIAL_CONTENT_CAP")); err != nil {
+		if cc, err = localrun.ParseBytes(r.env.Getenv("DRYEXEC_TRIAL_CONTENT_CAP")); err != nil {
 			return nil, usageError{fmt.Errorf("DRYEXEC_TRIAL_CONTENT_CAP: %w", err)}
 		}
 	}
@@ -184,7 +185,7 @@ func (r daemonRun) run(ctx context.Context, spec dryexec.TrialSpec) (*dryexec.St
 			}
 		},
 		Started: func(id string) {
-			r.note.set("trial %s was stopped before it finished; nothing of it was kept (a trial never changes the host)", id)
+			r.note.Set("trial %s was stopped before it finished; nothing of it was kept (a trial never changes the host)", id)
 		},
 		Stdout: spec.Stdout, Stderr: spec.Stderr,
 	})

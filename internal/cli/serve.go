@@ -10,6 +10,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/dryexec/dryexec"
+	"github.com/dryexec/dryexec/internal/localrun"
 	"github.com/dryexec/dryexec/mcpserver"
 	"github.com/dryexec/dryexec/policy"
 	"github.com/dryexec/dryexec/server"
@@ -36,17 +37,13 @@ func newService(env Env, log *slog.Logger, maxTrials, maxQueue, pool, sessionPoo
 	if err != nil {
 		return nil, err
 	}
-	var ttl time.Duration
-	if v := env.Getenv("DRYEXEC_TRIAL_TTL"); v != "" {
-		if ttl, err = time.ParseDuration(v); err != nil || ttl <= 0 {
-			return nil, usageError{fmt.Errorf("DRYEXEC_TRIAL_TTL=%q: want a positive duration like 24h", v)}
-		}
+	ttl, err := localrun.EnvDuration(env, "DRYEXEC_TRIAL_TTL", "24h")
+	if err != nil {
+		return nil, err
 	}
-	var parkTTL time.Duration
-	if v := env.Getenv("DRYEXEC_PARK_TTL"); v != "" {
-		if parkTTL, err = time.ParseDuration(v); err != nil || parkTTL <= 0 {
-			return nil, usageError{fmt.Errorf("DRYEXEC_PARK_TTL=%q: want a positive duration like 168h", v)}
-		}
+	parkTTL, err := localrun.EnvDuration(env, "DRYEXEC_PARK_TTL", "168h")
+	if err != nil {
+		return nil, err
 	}
 	base := policy.Default()
 	if policyFile != "" {
@@ -54,14 +51,14 @@ func newService(env Env, log *slog.Logger, maxTrials, maxQueue, pool, sessionPoo
 			return nil, usageError{err}
 		}
 	}
-	lim, err := storeLimits(env)
+	lim, err := localrun.StoreLimits(env)
 	if err != nil {
 		return nil, err
 	}
 	svc, err := server.NewService(server.Config{
 		StoreDir: dir, Socket: socket, TTL: ttl, ParkTTL: parkTTL, StoreLimits: lim, MaxTrials: maxTrials, MaxQueue: maxQueue, Pool: pool, SessionPool: sessionPool, PoolIdle: poolIdle,
 		VMPool: vm.trials, VMSessionPool: vm.sessions,
-		Getenv: env.Getenv, Environ: callerEnviron(env), Version: buildVersion(), Log: log,
+		Getenv: env.Getenv, Environ: localrun.CallerEnviron(env), Version: buildVersion(), Log: log,
 		Policy: &base,
 	})
 	if err != nil {

@@ -12,6 +12,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/dryexec/dryexec"
+	"github.com/dryexec/dryexec/internal/localrun"
 	"github.com/dryexec/dryexec/receipt"
 	"github.com/dryexec/dryexec/store"
 )
@@ -85,7 +86,7 @@ func readDelta(env Env, arg string) ([]byte, string, error) {
 	case arg == "-":
 		r, name = env.Stdin, "standard input"
 	case store.ValidID(arg):
-		s, err := startStore(env)
+		s, err := localrun.StartStore(env)
 		if err != nil {
 			return nil, "", err
 		}

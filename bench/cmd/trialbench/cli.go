@@ -29,7 +29,8 @@ import (
 // process each time: through a running daemon (`dryexec serve`, its warm
 // pool) from the front (bin/dryexec of `make build`) and from the engine
 // alone (cmd/dryexec, what `go run` builds), and without a daemon
-// (in-process, cold), against bwrap's cold sandbox in the same run; the same
+// (in-process, cold: the local engine, and the engine alone), against
+// bwrap's cold sandbox in the same run; the same
 // trial as one API request from this process (the daemon's own time), the
 // same for `/bin/sh -c /bin/true` (what the SDK runs for the str
 // "/bin/true": its row's match), and through the Python SDK in a running
@@ -128,8 +129,13 @@ func cliGroup(e *env) ([]group, error) {
 			run: timed(func() error { return postTrial(hc, "/bin/sh", "-c", "/bin/true") })},
 		{name: `Python SDK: dry_exec.run("/bin/true") through the daemon (a running interpreter, timed in it)`, label: "sdk", prep: quiet,
 			run: sdk.run},
-		{name: "dryexec run -- /bin/true, no daemon (--via local: the small front, the Go front, then the engine in-process)", label: "local",
+		// The no-daemon rows wait, unmeasured, for the daemon's pool to be
+		// ready and idle too: the row after a daemon row otherwise shares
+		// the CPUs with the used sandbox's teardown and the pool's refill.
+		{name: "dryexec run -- /bin/true, no daemon (--via local: the small front, the Go front, then dryexec-local in-process)", label: "local", prep: quiet,
 			run: timed(e.commandEnv(e.empty, vars, e.bin, "run", "--via", "local", "--", "/bin/true"))},
+		{name: "the same from the engine alone (dryexec-engine run --via local: the whole CLI in-process)", label: "local-engine", prep: quiet,
+			run: timed(e.commandEnv(e.empty, vars, e.engine, "run", "--via", "local", "--", "/bin/true"))},
 		{name: "bwrap --ro-bind / / --unshare-all --dev /dev --proc /proc /bin/true", run: timed(e.command(e.empty, "bwrap", "--ro-bind", "/", "/", "--unshare-all", "--dev", "/dev", "--proc", "/proc", "/bin/true"))},
 		{name: "dryexec --help (the small front, the Go front, then the engine's process start)", run: timed(e.commandEnv(e.empty, vars, e.bin, "--help"))},
 		{name: "fork+exec /bin/true", run: timed(e.command(e.empty, "/bin/true"))},

@@ -33,6 +33,7 @@ import (
 	"github.com/dryexec/dryexec"
 	"github.com/dryexec/dryexec/guest"
 	"github.com/dryexec/dryexec/internal/guestexe"
+	"github.com/dryexec/dryexec/internal/runflags"
 	"github.com/dryexec/dryexec/internal/smallfront"
 	"github.com/dryexec/dryexec/netsim/netproc"
 )
@@ -170,14 +171,15 @@ func run(ctx context.Context, cfg config) (err error) {
 		}
 		os.RemoveAll(work)
 	}()
-	// The layout of `make build`: the front, the engine, the guest and the
-	// netsim roles side by side.
+	// The layout of `make build`: the front, the engine, the local engine,
+	// the guest and the netsim roles side by side.
 	e.bin, e.goFront, e.engine = filepath.Join(work, "dryexec"), filepath.Join(work, smallfront.GoFrontName), filepath.Join(work, "dryexec-engine")
 	guestBin := filepath.Join(work, guestexe.Name)
 	netsimBin, openAPIBin := filepath.Join(work, netproc.ExeName), filepath.Join(work, netproc.OpenAPIExeName)
 	for out, pkg := range map[string]string{e.goFront: "./cmd/dryexec-front", e.engine: "./cmd/dryexec", guestBin: "./cmd/dryexec-guest",
-		netsimBin: "./cmd/dryexec-netsim", openAPIBin: "./cmd/dryexec-netsim-openapi"} {
-		build := exec.Command("go", "build", "-o", out, pkg)
+		netsimBin: "./cmd/dryexec-netsim", openAPIBin: "./cmd/dryexec-netsim-openapi",
+		filepath.Join(work, runflags.LocalName): "-tags=dryexec_nocel ./cmd/dryexec-local"} {
+		build := exec.Command("go", append([]string{"build", "-o", out}, strings.Fields(pkg)...)...)
 		build.Env = append(os.Environ(), "CGO_ENABLED=0")
 		if b, err := build.CombinedOutput(); err != nil {
 			return fmt.Errorf("building %s: %v\n%s", pkg, err, b)
