@@ -8,11 +8,13 @@
  * to the daemon (POST /v1/front, upgraded to a framed stream), where the
  * Go front's own code (internal/front.Serve) reads them exactly as the Go
  * front would, and it copies back what that code writes and the exit code.
- * Whatever the daemon does not take — no daemon, another command, a flag
- * the Go front leaves to the engine, an old daemon — it hands, before
- * anything was written, to the Go front beside it (dryexec-front), with the
- * same arguments, environment and signal mask, which then does exactly
- * what bin/dryexec always did.
+ * Whatever the daemon does not take — another command, a flag the Go front
+ * leaves to the engine, an old daemon — it hands, before anything was
+ * written, to the Go front beside it (dryexec-front), with the same
+ * arguments, environment and signal mask, which then does exactly what
+ * bin/dryexec always did; a `run` that no daemon listens for, or with --via
+ * local, goes to the local engine beside it (dryexec-local) as the Go front
+ * would send it there.
  *
  * Written without libc, as the command stub is (guest/cmdstub/stub.c), so
  * that it is a static binary of a few kilobytes with nothing to set up.
@@ -129,29 +131,55 @@ static u64 oldmask;
 static int masked;
 
 /*
- * handover execs the Go front beside this program (its real path, as
- * /proc/self/exe has it) with the arguments, environment and signal mask
- * this program was given.
+ * besides execs the program name in this program's directory (its real
+ * path, as /proc/self/exe has it) with the arguments, environment and
+ * signal mask this program was given; it returns the exec's error (-errno).
  */
+static long besides(const char *name)
+{
+	if (masked) {
+		sys4(SYS_rt_sigprocmask, 2 /* SIG_SETMASK */, (long)&oldmask, 0, 8);
+		masked = 0;
+	}
+	u64 nl = len(name) + 1;
+	long n = sys3(SYS_readlink, (long)"/proc/self/exe", (long)path, PATHMAX - nl - 1);
+	if (n <= 0) {
+		path[0] = 0;
+		return -2;
+	}
+	while (n > 0 && path[n - 1] != '/')
+		n--;
+	for (u64 i = 0; i < nl; i++)
+		path[n + i] = name[i];
+	return sys3(SYS_execve, (long)path, (long)argv0, (long)envp);
+}
+
+/* handover execs the Go front beside this program, or says why it cannot. */
 static __attribute__((noreturn)) void handover(void)
 {
-	static const char name[] = "dryexec-front";
-	if (masked)
-		sys4(SYS_rt_sigprocmask, 2 /* SIG_SETMASK */, (long)&oldmask, 0, 8);
-	long n = sys3(SYS_readlink, (long)"/proc/self/exe", (long)path, PATHMAX - sizeof name - 1);
-	if (n > 0) {
-		while (n > 0 && path[n - 1] != '/')
-			n--;
-		for (u64 i = 0; i < sizeof name; i++)
-			path[n + i] = name[i];
-		long r = sys3(SYS_execve, (long)path, (long)argv0, (long)envp);
-		say("dryexec: starting ");
-		say(path);
-		say(r == -2 ? ": no such file (`make build` installs it beside this front)\n" : ": exec failed\n");
-	} else {
+	long r = besides("dryexec-front");
+	if (!path[0]) {
 		say("dryexec: this program's own path is unknown (/proc/self/exe)\n");
+		quit(125);
 	}
+	say("dryexec: starting ");
+	say(path);
+	say(r == -2 ? ": no such file (`make build` installs it beside this front)\n" : ": exec failed\n");
 	quit(125);
+}
+
+/*
+ * local is handover for a `run` no daemon takes (none listens, or --via
+ * local): the local engine beside this program (dryexec-local, which hands
+ * what it does not run itself to the engine), as the Go front would choose
+ * it (cmd/dryexec-front: not when $DRYEXEC_ENGINE names the engine), one
+ * process start sooner; the Go front where there is none.
+ */
+static __attribute__((noreturn)) void local(void)
+{
+	if (!set("DRYEXEC_ENGINE"))
+		besides("dryexec-local");
+	handover();
 }
 
 static char *at;  /* the end of the request in buf */
@@ -223,10 +251,10 @@ __attribute__((used)) void front_main(long *sp)
 		handover();
 	/* --via local never goes to a daemon: spare it the connection. */
 	if (get("DRYEXEC_VIA") && eq(get("DRYEXEC_VIA"), "local"))
-		handover();
+		local();
 	for (int i = 2; i < argc && !eq(argv[i], "--"); i++)
 		if (eq(argv[i], "--via=local") || (eq(argv[i], "--via") && i + 1 < argc && eq(argv[i + 1], "local")))
-			handover();
+			local();
 	if (!socketPath())
 		handover();
 
@@ -270,8 +298,10 @@ __attribute__((used)) void front_main(long *sp)
 	u64 pl = len(path);
 	for (u64 i = 0; i <= pl; i++)
 		addr.path[i] = path[i];
-	if (sys3(SYS_connect, s, (long)&addr, 2 + pl + 1) < 0)
-		handover();
+	if (sys3(SYS_connect, s, (long)&addr, 2 + pl + 1) < 0) {
+		sys3(SYS_close, s, 0, 0);
+		local(); /* no daemon listens there */
+	}
 
 	/* Ctrl-C and SIGTERM from here on are the daemon's to act on. */
 	u64 sigs = (1UL << (SIGINT - 1)) | (1UL << (SIGTERM - 1));
