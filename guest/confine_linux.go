@@ -96,6 +96,10 @@ type confinement struct {
 	// listener, no supervisor, nothing reported) and no blocked signals: a
 	// gvisor session's launcher (filterLauncher).
 	filterOnly bool
+	// prepare, when not nil, runs on the launcher thread before the
+	// filter applies (a gvisor session's pid namespace, which the filter
+	// would refuse: commandPIDNS).
+	prepare func() error
 }
 
 // newConfinement compiles the filter and builds the Landlock ruleset; it must
@@ -146,12 +150,12 @@ func (c *confinement) close() {
 // (no trampoline needed); the profile's refusals of signals to PID 1 are
 // what keeps an exec from ending the session's guest: gVisor delivers
 // SIGKILL to its init from inside (TestSignalsToGuestGVisor).
-func filterLauncher(p *seccomp.Profile) (*launcher, error) {
+func filterLauncher(p *seccomp.Profile, prepare func() error) (*launcher, error) {
 	prog, err := p.Program(false)
 	if err != nil {
 		return nil, err
 	}
-	return startLauncher(&confinement{prog: prog, profile: p, landlock: -1, nested: -1, filterOnly: true})
+	return startLauncher(&confinement{prog: prog, profile: p, landlock: -1, nested: -1, filterOnly: true, prepare: prepare})
 }
 
 // startLauncher starts a launcher thread confined by c.
@@ -177,6 +181,9 @@ func startLauncher(c *confinement) (*launcher, error) {
 		var err error
 		if !c.filterOnly {
 			err = blockAllSignals()
+		}
+		if err == nil && c.prepare != nil {
+			err = c.prepare()
 		}
 		fd := -1
 		if err == nil {

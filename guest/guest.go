@@ -62,6 +62,8 @@ func Main(args []string) int {
 		return runGVisorView()
 	case wire.RoleGVisorTrial:
 		return runGVisorTrial()
+	case wire.RolePIDInit:
+		return runPIDInit()
 	case wire.RoleVMInit:
 		return runVMInit(args[1:])
 	case wire.RoleVMTrial:

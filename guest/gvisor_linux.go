@@ -8,6 +8,7 @@ import (
 	"os/signal"
 	"path"
 	"runtime"
+	"slices"
 	"strconv"
 
 	"golang.org/x/sys/unix"
@@ -230,10 +231,14 @@ func runInnerTrial(conn *wire.Conn, cfgp *wire.TrialStart, prof *seccomp.Profile
 		srv = &seccomp.Server{Profile: prof, Handle: fifos.handle}
 		answers = fifos.answer
 	}
-	stub, err := startGVisorStub(&cfg, prof, srv)
+	// gVisor delivers SIGKILL and SIGSTOP to this guest from inside:
+	// there the command gets a pid namespace of its own (commandPIDNS).
+	// The VM's kernel is Linux, which drops them.
+	stub, pidns, err := startGVisorStub(&cfg, prof, srv, fifos == nil && oom == nil)
 	if err != nil {
 		return fail("setup", err)
 	}
+	defer pidns.close()
 	if oom != nil {
 		// After the stub's fork: the command keeps the score it had.
 		oom.protect()
@@ -308,14 +313,26 @@ var guestIgnored = []os.Signal{unix.SIGHUP, unix.SIGINT, unix.SIGQUIT, unix.SIGI
 // to the runtime: it ends with its goroutine. With srv, the filter has a
 // listener that srv serves (its refusals are then answered by srv, with the
 // same errnos, unreported).
-func startGVisorStub(cfg *wire.TrialStart, prof *seccomp.Profile, srv *seccomp.Server) (*cmdStub, error) {
+//
+// With ownPIDNS, the thread first makes a pid namespace for the stub
+// (commandPIDNS), before the filter, which refuses that.
+func startGVisorStub(cfg *wire.TrialStart, prof *seccomp.Profile, srv *seccomp.Server, ownPIDNS bool) (*cmdStub, *commandPIDNS, error) {
 	type started struct {
-		stub *cmdStub
-		err  error
+		stub  *cmdStub
+		pidns *commandPIDNS
+		err   error
 	}
 	ch := make(chan started, 1)
 	go func() {
 		runtime.LockOSThread()
+		var pidns *commandPIDNS
+		if ownPIDNS {
+			var err error
+			if pidns, err = newCommandPIDNS(); err != nil {
+				ch <- started{err: err}
+				return
+			}
+		}
 		prog, err := prof.Program(srv != nil)
 		listener := -1
 		if err == nil {
@@ -325,14 +342,22 @@ func startGVisorStub(cfg *wire.TrialStart, prof *seccomp.Profile, srv *seccomp.S
 			go srv.Serve(context.Background(), listener)
 		}
 		if err != nil {
+			pidns.close()
 			ch <- started{err: fmt.Errorf("confining the command: %w", err)}
 			return
 		}
-		s, err := startTrialStub(cfg, nil, -1)
-		ch <- started{s, err}
+		root := ""
+		if pidns != nil {
+			root = pidns.chroot()
+		}
+		s, err := startTrialStub(cfg, nil, -1, root)
+		if err != nil {
+			pidns.close()
+		}
+		ch <- started{s, pidns, err}
 	}()
 	s := <-ch
-	return s.stub, s.err
+	return s.stub, s.pidns, s.err
 }
 
 // innerProfile is the seccomp profile of a command inside a kernel of the
@@ -356,9 +381,9 @@ func innerProfile() *seccomp.Profile {
 	// SIGIO aimed at the guest (F_SETOWN, F_SETOWN_EX at any of its
 	// threads) carries the signal F_SETSIG names: the guest handles every
 	// signal but the two it cannot, which gVisor (unlike Linux) delivers
-	// to its init from inside. Not covered: kill and rt_sigqueueinfo of
-	// one of the guest's thread ids other than 1, and pidfd_send_signal
-	// through a /proc/1 directory fd (docs/containment.md).
+	// to its init from inside. The guest's other thread ids are out of the
+	// command's reach on gvisor by its own pid namespace (commandPIDNS),
+	// and /proc's directories by gvisorProfile.
 	for _, sig := range []unix.Signal{unix.SIGKILL, unix.SIGSTOP} {
 		p.Rules = append(p.Rules, seccomp.Rule{Name: "fcntl", Errno: unix.EINVAL, Why: "an I/O signal that cannot be handled (" + why + " could be its owner)",
 			Conds: []seccomp.Cond{{Arg: 1, Op: seccomp.OpEq, Value: unix.F_SETSIG}, {Arg: 2, Op: seccomp.OpEq, Value: uint32(sig)}}})
@@ -376,6 +401,22 @@ func gvisorProfile() *seccomp.Profile {
 	// a FIFO does, and commit makes none anyway (only bind(2) makes a
 	// usable one): EPERM, what Linux answers for a filesystem that does
 	// not support the node type, rather than a node the delta lacks.
+	// A pidfd made from a /proc directory names a process the command's
+	// pid namespace (commandPIDNS) hides: /proc is the sandbox's, and
+	// /proc/1 is this guest, whose SIGKILL gVisor delivers. ENOSYS, as a
+	// kernel without pidfds answers: Go, systemd and the like fall back to
+	// kill(2) then.
+	// chroot is let through: a command's process chroots to its pid
+	// namespace's root before its exec (commandPIDNS), under this filter.
+	// A breakout from that root (chroot to a subdir, ".." upwards) ends in
+	// gVisor's empty, read-only root beneath the container's, with no
+	// /proc at all (test/escape's chroot attempts), and no_new_privs keeps
+	// a set-user-ID program in a root of the command's own making from
+	// gaining anything. The price: gVisor (as Linux) refuses a user
+	// namespace to a chrooted process, which the command now is.
+	p.Rules = slices.DeleteFunc(p.Rules, func(r seccomp.Rule) bool { return r.Name == "chroot" })
+	p.Rules = append(p.Rules, seccomp.Rule{Name: "pidfd_send_signal", Errno: unix.ENOSYS,
+		Why: "a pidfd of a /proc directory reaches past the command's pid namespace (the guest supervisor at /proc/1)"})
 	const noNode = "a socket node inside gVisor exists in its memory only, where the delta cannot see it"
 	for _, c := range []struct {
 		name string

@@ -34,7 +34,9 @@ import (
 // starts (≈ 0.4 ms and 400 allocations of each cold trial's start-up).
 type straceParsers struct {
 	// exit matches a successful exit line of runsc's strace: the call's
-	// name and its arguments as strace printed them.
+	// name and its arguments as strace printed them. A task outside the
+	// sandbox's root pid namespace (the command's, commandPIDNS) is
+	// prefixed "[ROOTPID(PID):ROOTTID(TID)]", else "[PID:TID]".
 	exit *regexp.Regexp
 	// How strace prints the arguments (gVisor's pkg/sentry/strace): a dir
 	// FD as "AT_FDCWD <cwd>" or "<fd> <path>", a path as "<address>
@@ -45,7 +47,7 @@ type straceParsers struct {
 
 func newStraceParsers() *straceParsers {
 	return &straceParsers{
-		exit:     regexp.MustCompile(`\] \[ *\d+: *\d+\] .* X (mknodat|mknod|renameat2|renameat|rename)\((.*)\) = 0 \(0x0\) \([^()]*\)$`),
+		exit:     regexp.MustCompile(`\] \[ *\d+(?:\( *\d+\))?: *\d+(?:\( *\d+\))?\] .* X (mknodat|mknod|renameat2|renameat|rename)\((.*)\) = 0 \(0x0\) \([^()]*\)$`),
 		mknodat:  regexp.MustCompile(`^(?:AT_FDCWD|0x[0-9a-f]+) (.*), 0x[0-9a-f]+ (.*), S_IFIFO\|0o[0-7]+, 0x[0-9a-f]+$`),
 		mknod:    regexp.MustCompile(`^0x[0-9a-f]+ (.*), S_IFIFO\|0o[0-7]+, 0x[0-9a-f]+$`),
 		rename:   regexp.MustCompile(`^0x[0-9a-f]+ (.*), 0x[0-9a-f]+ (.*)$`),

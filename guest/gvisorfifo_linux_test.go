@@ -31,6 +31,11 @@ func TestFollowFIFOs(t *testing.T) {
 				pre + "mkfifo E mknodat(AT_FDCWD /w, 0x7ea7 e, S_IFIFO|0o600, 0x0)",
 			},
 			want: [][]string{{"/w/a b"}, {"/w/d/q"}, {"/abs/f"}, {"/w/c"}}},
+		{name: "a task in a child pid namespace (the command's)",
+			lines: []string{
+				"I1204 20:48:24.450899       1 strace.go:610] [  12(   3):  12(   3)] mkfifo X mknodat(AT_FDCWD /w, 0x7ea7 n, S_IFIFO|0o600, 0x0) = 0 (0x0) (5µs)",
+			},
+			want: [][]string{{"/w/n"}}},
 		{name: "renameat2 in the cwd, and of its directory; renameat with another dir fd is unplaced",
 			lines: []string{
 				x("mkfifo", "mknodat(AT_FDCWD /w, 0x1 r, S_IFIFO|0o600, 0x0)"),

@@ -70,15 +70,6 @@ func (s *session) startGVisor() error {
 	if err := unix.Unmount(layers, unix.MNT_DETACH); err != nil {
 		return fmt.Errorf("detaching the workspace's tmpfs: %w", err)
 	}
-	// fd stays open for the session's life: the baseline's only way in.
-	st, err := newScanStaging(s.ws, "/proc/self/fd/"+strconv.Itoa(fd)+"/base")
-	if err != nil {
-		return err
-	}
-	if err := st.reindex(); err != nil {
-		return err
-	}
-	s.st = st
 	// The guest is PID 1 of the sandbox, and its commands run as uid 0
 	// (in user namespaces of their own), which may signal it. PID 1 gets
 	// from its own namespace only the signals it handles: handled here,
@@ -91,17 +82,57 @@ func (s *session) startGVisor() error {
 		for range sigs {
 		}
 	}()
-	// Every exec starts from a thread under the gvisor trial command's
-	// seccomp profile (no signal to PID 1 by any call, which handling
-	// cannot stop for SIGKILL and SIGSTOP: gVisor delivers them to its
-	// init from inside) and no_new_privs. Before this, an exec ran
-	// unfiltered and `kill -9 1` lost the session.
-	l, err := filterLauncher(gvisorProfile())
+	s.platform = &sessionPlatform{}
+	if err := s.gvisorLauncher(); err != nil {
+		return err
+	}
+	// fd stays open for the session's life: the baseline's only way in.
+	st, err := newScanStaging(s.ws, "/proc/self/fd/"+strconv.Itoa(fd)+"/base")
 	if err != nil {
+		return err
+	}
+	if err := st.reindex(); err != nil {
+		return err
+	}
+	s.st = st
+	return nil
+}
+
+// gvisorLauncher starts the launcher every exec starts from: a thread under
+// the gvisor trial command's seccomp profile (no signal to PID 1 by any
+// call, which handling cannot stop for SIGKILL and SIGSTOP: gVisor delivers
+// them to its init from inside) and no_new_privs; before, an exec ran
+// unfiltered and `kill -9 1` lost the session. And every exec runs in one
+// pid namespace of the session's (commandPIDNS), joined on that thread
+// before its filter: a later exec sees what an earlier one left running,
+// and no exec can name the guest's threads. It lives as long as the
+// session, or until a command ends its init (gvisorRenew).
+func (s *session) gvisorLauncher() error {
+	var pidns *commandPIDNS
+	l, err := filterLauncher(gvisorProfile(), func() error {
+		var err error
+		pidns, err = newCommandPIDNS()
+		return err
+	})
+	if err != nil {
+		pidns.close()
 		return fmt.Errorf("confining the sandbox: %w", err)
 	}
-	s.platform = &sessionPlatform{launcher: l}
+	s.platform.launcher, s.platform.pidns = l, pidns
 	return nil
+}
+
+// gvisorRenew makes a new pid namespace for the execs when a command ended
+// the last one's init (which is as killable as any init inside gVisor):
+// what ran in it is gone with it, the session goes on.
+func (s *session) gvisorRenew() error {
+	if s.platform == nil || s.platform.pidns == nil || !s.platform.pidns.gone() {
+		return nil
+	}
+	s.platform.launcher.stop(0)
+	s.platform.pidns.close()
+	s.platform.launcher, s.platform.pidns = nil, nil
+	return s.gvisorLauncher()
 }
 
 // startGVisorExec starts an exec's process inside gVisor. With a pids limit
@@ -111,6 +142,22 @@ func (s *session) startGVisor() error {
 // ns rung's rlimit fallback: the sandbox's processes are gVisor's, which
 // the host's cgroup cannot count.
 func (s *session) startGVisorExec(cmd *exec.Cmd) error {
+	if s.platform != nil && s.platform.pidns != nil {
+		if err := s.gvisorRenew(); err != nil {
+			return err
+		}
+		// Go's child checks for Pdeathsig that its parent is the one that
+		// forked it by getppid, which in the execs' pid namespace is 0
+		// (the guest is outside it): the child would kill itself. Not
+		// needed: the guest's end closes the hold pipe, its init exits, and
+		// the namespace dies with everything in it.
+		if cmd.SysProcAttr == nil {
+			cmd.SysProcAttr = &syscall.SysProcAttr{}
+		}
+		cmd.SysProcAttr.Pdeathsig = 0
+		// The namespace's /proc (commandPIDNS).
+		cmd.SysProcAttr.Chroot = s.platform.pidns.chroot()
+	}
 	if s.platform != nil && s.platform.launcher != nil {
 		// gvisor: from the confined launcher (startGVisor), which is then
 		// the tracer too.

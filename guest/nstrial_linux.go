@@ -78,7 +78,7 @@ func serveTrial(conn *wire.Conn, cfg *wire.TrialStart, l *confinedLauncher, scra
 	if !cfg.NoMemoryTrace {
 		mt = &memTracer{}
 	}
-	stub, err := startTrialStub(cfg, mt, l.conf.nested)
+	stub, err := startTrialStub(cfg, mt, l.conf.nested, "")
 	if err != nil {
 		return fail("setup", err)
 	}
@@ -499,17 +499,20 @@ func startConfined(rootless bool) (*confinedLauncher, error) {
 
 // startTrialStub starts the trial's command stub, with the host's request
 // pipe (wire.StubFD), traced by mt (when not nil), entering the Landlock
-// ruleset nested (when not -1) before the command; it runs on the launcher
-// thread. The guest's copies of the trial's pipes are closed then: only the
-// command holds them, so the host sees EOF as soon as the last sandbox
-// process is gone.
-func startTrialStub(cfg *wire.TrialStart, mt *memTracer, nested int) (*cmdStub, error) {
+// ruleset nested (when not -1) before the command, with root (when not "")
+// as its root directory (a gvisor command's pid namespace's: commandPIDNS);
+// it runs on the launcher thread. The guest's copies of the trial's pipes
+// are closed then: only the command holds them, so the host sees EOF as
+// soon as the last sandbox process is gone.
+func startTrialStub(cfg *wire.TrialStart, mt *memTracer, nested int, root string) (*cmdStub, error) {
 	stdin := ^uintptr(0) // none: the stub closes its fd 5
 	if _, err := unix.FcntlInt(wire.StdinFD, unix.F_GETFD, 0); err == nil {
 		stdin = wire.StdinFD
 	}
 	start := func(exe *stubExe) (*cmdStub, error) {
-		return startStub(exe, commandAttr(cfg), cfg.CommandNPROC, wire.StdoutFD, wire.StderrFD, wire.StubFD, stdin, uintptr(nested), mt)
+		attr := commandAttr(cfg)
+		attr.Chroot = root
+		return startStub(exe, attr, cfg.CommandNPROC, wire.StdoutFD, wire.StderrFD, wire.StubFD, stdin, uintptr(nested), mt)
 	}
 	exe := newStubExe()
 	stub, err := start(exe)

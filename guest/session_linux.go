@@ -30,6 +30,8 @@ type sessionPlatform struct {
 	launcher *launcher
 	// trampoline is what every exec's process starts as (execTrampoline).
 	trampoline *stubExe
+	// pidns is the pid namespace of a gvisor session's execs.
+	pidns *commandPIDNS
 }
 
 // start prepares the sandbox and the workspace.
@@ -115,6 +117,9 @@ func (s *session) close() {
 	if s.platform != nil && s.platform.launcher != nil {
 		s.platform.launcher.stop(0)
 		s.platform.launcher = nil
+	}
+	if s.platform != nil {
+		s.platform.pidns.close()
 	}
 }
 

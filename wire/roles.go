@@ -23,6 +23,10 @@ const (
 	// RoleGVisorTrial: the gvisor rung's supervisor inside gVisor: it runs
 	// the command and reports how it ended; the host walks the upper dirs.
 	RoleGVisorTrial = "gvisor-trial"
+	// RolePIDInit: PID 1 of the pid namespace the gvisor rung's command (or
+	// a session's execs) runs in inside gVisor: it reaps orphans until the
+	// guest closes its fd 3 (guest/gvisorpidns_linux.go).
+	RolePIDInit = "pid-init"
 	// RoleVMInit: the vm rung's init, PID 1 of a microVM booted from the
 	// initramfs dryexec builds: it loads the virtio modules, opens the
 	// wire ports and starts RoleVMTrial on them (guest/vminit_linux.go,

@@ -27,6 +27,7 @@ func table() map[string]int {
 		"rt_sigqueueinfo":   unix.SYS_RT_SIGQUEUEINFO,
 		"rt_tgsigqueueinfo": unix.SYS_RT_TGSIGQUEUEINFO,
 		"pidfd_open":        unix.SYS_PIDFD_OPEN,
+		"pidfd_send_signal": unix.SYS_PIDFD_SEND_SIGNAL,
 		"fcntl":             unix.SYS_FCNTL, // F_SETSIG of an unhandleable signal
 		"umount2":           unix.SYS_UMOUNT2,
 		"pivot_root":        unix.SYS_PIVOT_ROOT,

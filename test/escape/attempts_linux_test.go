@@ -100,6 +100,9 @@ if r[0] == 0:
     sys.stdout.flush()
     os._exit(0)
 if r[0] > 0: os.waitpid(r[0], 0)
+# Refused outright (gVisor refuses a user namespace to a chrooted process,
+# which a gvisor command is: it chroots to its pid namespace's root).
+if r[0] < 0: print("refused clone", errno.errorcode.get(r[1], r[1]))
 print("child done")`,
 		accept: []record{syscallViolation("unshare")}},
 	{name: "setns_pid1", amd64: true, py: `

@@ -210,6 +210,20 @@ func TestSignalsToGuestSession(t *testing.T) {
 	signalsToGuestSession(t, "ns", signalAttack)
 }
 
+// sessionAlive fails t unless s still runs a shell exec and a Python exec
+// (when: after what).
+func sessionAlive(ctx context.Context, t *testing.T, s *session.Session, when string) {
+	t.Helper()
+	r, err := s.Shell(ctx, "echo alive", 30*time.Second)
+	if err != nil || r.ExitCode != 0 || r.Stdout != "alive\n" {
+		t.Fatalf("%s: the session's next shell exec: %+v, %v", when, r, err)
+	}
+	p, err := s.Python(ctx, "print('py-alive')", nil, 30*time.Second)
+	if err != nil || !strings.Contains(p.Transcript, "py-alive") {
+		t.Fatalf("%s: the session's next Python exec: %+v, %v", when, p, err)
+	}
+}
+
 // signalsToGuestSession is TestSignalsToGuestSession on the rung named rung
 // with attack.
 func signalsToGuestSession(t *testing.T, rung, attack string) {
@@ -220,17 +234,7 @@ func signalsToGuestSession(t *testing.T, rung, attack string) {
 		t.Fatal(err)
 	}
 	defer s.Close()
-	alive := func(when string) {
-		t.Helper()
-		r, err := s.Shell(ctx, "echo alive", 30*time.Second)
-		if err != nil || r.ExitCode != 0 || r.Stdout != "alive\n" {
-			t.Fatalf("%s: the session's next shell exec: %+v, %v", when, r, err)
-		}
-		p, err := s.Python(ctx, "print('py-alive')", nil, 30*time.Second)
-		if err != nil || !strings.Contains(p.Transcript, "py-alive") {
-			t.Fatalf("%s: the session's next Python exec: %+v, %v", when, p, err)
-		}
-	}
+	alive := func(when string) { t.Helper(); sessionAlive(ctx, t, s, when) }
 	r, err := s.Shell(ctx, "TAG=shell /usr/bin/python3 - <<'EOF'\n"+attack+"\nEOF", 2*time.Minute)
 	if err != nil {
 		t.Fatalf("the attacking exec: %v", err)

@@ -1,0 +1,203 @@
+package guest
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"strconv"
+	"syscall"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/dryexec/dryexec/internal/guestexe"
+	"github.com/dryexec/dryexec/wire"
+)
+
+// A commandPIDNS is the pid namespace a gvisor trial's command, or every
+// exec of a gvisor session, runs in: a child of the guest's. The guest is
+// PID 1 of the sandbox, and gVisor (unlike Linux) delivers SIGKILL and
+// SIGSTOP to its init from inside its own namespace: a filter can refuse
+// pid 1 by number but not the guest's other thread ids, which name the whole
+// guest too (kill(TID, SIGKILL)), nor a pidfd made from a /proc/1 directory.
+// In a namespace of its own the command can name none of the guest's
+// threads: kill, rt_sigqueueinfo and pidfd_open resolve numbers in the
+// caller's namespace. And /proc agrees: gVisor's procfs lists the pid
+// namespace of whoever mounted it, so the init, in a mount namespace of its
+// own, mounts one over the sandbox's /proc, and the command's root is the
+// init's (root: the stub's Chroot, through a descriptor the guest holds).
+// The guest itself keeps the sandbox's /proc in its own mount namespace: Go's
+// setup of a command's user namespace writes /proc/PID/uid_map by the
+// guest's numbers. A command that leaves its chroot (it is root of its own
+// user namespace) finds the sandbox's /proc again, where a pidfd made from
+// the /proc/1 directory would name the guest: gvisorProfile refuses
+// pidfd_send_signal.
+//
+// Its init is the guest binary as wire.RolePIDInit (runPIDInit): it reaps
+// the orphans of the command, so the command itself is never an init. The guest starts the init in a new pid namespace
+// (clone(CLONE_NEWPID)) and joins that namespace for its children on a
+// locked thread (setns of a pid namespace applies to the calling thread's
+// later children; gVisor refuses unshare(CLONE_NEWPID) to a process of
+// several threads): every process the thread starts afterwards (the trial's
+// stub, a session's execs) is the guest's child inside the namespace, which
+// the guest waits for, times out and kills as before (it sees the
+// namespace's processes, by their numbers in its own namespace).
+//
+// The init is as killable as any init inside gVisor (kill of one of its
+// thread ids): that ends the command's namespace and everything in it, the
+// command's own doing, never the guest; a session then makes a new one.
+type commandPIDNS struct {
+	init  int      // the init's pid, in the guest's namespace
+	hold  *os.File // the init exits at EOF on its end: close to end the namespace
+	alive *os.File // hangs up when the init is gone
+	// root is the init's root (O_PATH), in its mount namespace, whose /proc
+	// is the namespace's: the commands' root (chroot). Held, not named
+	// by /proc/INIT/root, whose number a command may have made another
+	// process's once the init is gone.
+	root *os.File
+}
+
+// chroot is the path a child of the guest chroots to (SysProcAttr.Chroot)
+// to have the namespace's /proc: the init's root, through the guest's
+// descriptor, which the child has until its exec.
+func (n *commandPIDNS) chroot() string {
+	return "/proc/self/fd/" + strconv.Itoa(int(n.root.Fd()))
+}
+
+// newCommandPIDNS starts the init of a new pid namespace, waits for it to
+// run, and makes the calling thread's later children start in the
+// namespace. The thread must be locked, never given back to the
+// runtime (the Go runtime then starts its threads elsewhere: a thread
+// cannot be made in another pid namespace), and not yet under the command's
+// seccomp filter, which refuses setns and a new pid namespace.
+func newCommandPIDNS() (*commandPIDNS, error) {
+	var p [2]int
+	if err := unix.Pipe2(p[:], unix.O_CLOEXEC); err != nil {
+		return nil, err
+	}
+	holdR, holdW := os.NewFile(uintptr(p[0]), "pidns-hold"), os.NewFile(uintptr(p[1]), "pidns-hold")
+	defer holdR.Close()
+	if err := unix.Pipe2(p[:], unix.O_CLOEXEC); err != nil {
+		holdW.Close()
+		return nil, err
+	}
+	aliveR, aliveW := os.NewFile(uintptr(p[0]), "pidns-alive"), os.NewFile(uintptr(p[1]), "pidns-alive")
+	defer aliveW.Close()
+	n := &commandPIDNS{hold: holdW, alive: aliveR}
+	devnull, err := os.OpenFile("/dev/null", os.O_RDWR, 0)
+	if err != nil {
+		n.close()
+		return nil, err
+	}
+	defer devnull.Close()
+	files := []uintptr{devnull.Fd(), devnull.Fd(), devnull.Fd(), holdR.Fd(), aliveW.Fd()}
+	n.init, err = syscall.ForkExec(guestexe.Self(), []string{"dryexec", "guest", wire.RolePIDInit}, &syscall.ProcAttr{
+		Env:   []string{},
+		Files: files,
+		Sys:   &syscall.SysProcAttr{Cloneflags: unix.CLONE_NEWPID | unix.CLONE_NEWNS},
+	})
+	if err != nil {
+		n.close()
+		return nil, fmt.Errorf("starting the command's pid namespace init: %w", err)
+	}
+	aliveW.Close()
+	// A zero byte once it runs as the namespace's init, else why not.
+	var b [256]byte
+	k, _ := io.ReadAtLeast(aliveR, b[:], 1)
+	if k != 1 || b[0] != 0 {
+		n.close()
+		return nil, fmt.Errorf("the command's pid namespace init: %s", b[:k])
+	}
+	// The init is this process's child, not yet reaped: its pid names it.
+	proc := "/proc/" + strconv.Itoa(n.init)
+	if n.root, err = os.OpenFile(proc+"/root", unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0); err != nil {
+		n.close()
+		return nil, fmt.Errorf("the command's pid namespace init's root: %w", err)
+	}
+	fd, err := unix.Open(proc+"/ns/pid", unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	if err == nil {
+		err = unix.Setns(fd, unix.CLONE_NEWPID)
+		unix.Close(fd)
+	}
+	if err != nil {
+		n.close()
+		return nil, fmt.Errorf("entering the command's pid namespace: %w", err)
+	}
+	return n, nil
+}
+
+// gone says whether the init has exited (its namespace with it).
+func (n *commandPIDNS) gone() bool {
+	fds := []unix.PollFd{{Fd: int32(n.alive.Fd()), Events: unix.POLLIN}}
+	k, err := unix.Poll(fds, 0)
+	return err == nil && k > 0 && fds[0].Revents&(unix.POLLHUP|unix.POLLERR) != 0
+}
+
+// close ends the namespace: its init exits, and the kernel kills every
+// process left in it.
+func (n *commandPIDNS) close() {
+	if n == nil {
+		return
+	}
+	if n.hold != nil {
+		n.hold.Close()
+		n.hold = nil
+	}
+	if n.alive != nil {
+		n.alive.Close()
+		n.alive = nil
+	}
+	if n.root != nil {
+		n.root.Close()
+		n.root = nil
+	}
+}
+
+// runPIDInit is wire.RolePIDInit, PID 1 of a commandPIDNS, in a mount
+// namespace of its own: it mounts the namespace's /proc there (private: the
+// guest's /proc stays the sandbox's), says it runs
+// on fd 4 (a zero byte; an error's text otherwise) and holds fd 4 for its
+// life (the guest sees it hang up when the init is gone), then reaps whatever is
+// reparented to it until the guest closes fd 3, then exits, which ends every
+// process of the namespace. It ignores every signal it can (PID 1 gets from
+// its namespace only those it handles, and the Go runtime would handle them
+// all); SIGCHLD only wakes it.
+func runPIDInit() int {
+	signal.Ignore(guestIgnored...)
+	chld := make(chan os.Signal, 1)
+	signal.Notify(chld, unix.SIGCHLD)
+	alive := os.NewFile(4, "pidns-alive")
+	if os.Getpid() != 1 {
+		alive.WriteString("not the init of a pid namespace")
+		return 1
+	}
+	if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
+		alive.WriteString("making its mounts private: " + err.Error())
+		return 1
+	}
+	if err := unix.Mount("proc", "/proc", "proc", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, ""); err != nil {
+		alive.WriteString("mounting its /proc: " + err.Error())
+		return 1
+	}
+	if _, err := alive.Write([]byte{0}); err != nil {
+		return 1
+	}
+	go func() {
+		io.Copy(io.Discard, os.NewFile(3, "pidns-hold"))
+		os.Exit(0)
+	}()
+	for {
+		// A SIGCHLD during the loop stays in chld: no exit is missed.
+		for {
+			pid, err := unix.Wait4(-1, nil, unix.WNOHANG|unix.WALL, nil)
+			if errors.Is(err, unix.EINTR) {
+				continue
+			}
+			if pid <= 0 || err != nil {
+				break
+			}
+		}
+		<-chld
+	}
+}
