@@ -665,6 +665,9 @@ func (t *trial) converse() error {
 		return err
 	}
 	t.r.trace("hello")
+	if err := t.oomOrder(); err != nil {
+		return err
+	}
 	// The pids limit inside gVisor: the sandbox's processes are gVisor's,
 	// not the host's, so the host's pids limit (the cgroup's) cannot count
 	// them; gVisor enforces RLIMIT_NPROC, which the stub puts on the

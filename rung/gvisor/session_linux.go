@@ -127,9 +127,10 @@ func (s *sessionSandbox) Configure(start *wire.SessionStart) {
 	start.Env = append(start.Env, s.trustEnv...)
 }
 
-// Ready does nothing: the masks were pinned when the view was built,
+// Ready puts the processes inside gVisor before runsc's own for the host
+// OOM killer, now that the guest runs (oomOrder); the masks were pinned when the view was built,
 // before runsc started.
-func (s *sessionSandbox) Ready() error { return nil }
+func (s *sessionSandbox) Ready() error { return s.oomOrder() }
 
 func (s *sessionSandbox) Violations() []dryexec.Violation {
 	var v []dryexec.Violation
