@@ -17,13 +17,7 @@ import (
 // as a limit hit named by the limit asked for; the session goes on.
 func TestSessionMemoryLimit(t *testing.T) {
 	ctx := context.Background()
-	testreq.NeedRoot(t)
-	testreq.Need(t, testreq.GVisor, (&gvisor.Rung{}).Available(ctx))
-	s, err := session.Open(ctx, session.Options{Rung: gvisor.Name, Limits: dryexec.Limits{MemoryBytes: 256 << 20}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
+	s := openLimitedSession(ctx, t)
 	bomb := `python3 -c 'x = []
 while True: x.append(b"\1" * (16 << 20))'; echo after $?`
 	if _, err := s.Shell(ctx, bomb, time.Minute); err != nil {
@@ -62,13 +56,7 @@ while True: x.append(b"\1" * (16 << 20))'; echo after $?`
 func TestSessionMemoryLimitSentryCopies(t *testing.T) {
 	t.Skip("known open: the host OOM killer picks the guest's stub, then the sentry (docs/containment.md)")
 	ctx := context.Background()
-	testreq.NeedRoot(t)
-	testreq.Need(t, testreq.GVisor, (&gvisor.Rung{}).Available(ctx))
-	s, err := session.Open(ctx, session.Options{Rung: gvisor.Name, Limits: dryexec.Limits{MemoryBytes: 256 << 20}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
+	s := openLimitedSession(ctx, t)
 	bomb := `python3 -c 'f = open("/dev/zero", "rb", buffering=0)
 x = []
 while True: x.append(f.read(16 << 20))'; echo after $?`
@@ -82,4 +70,18 @@ while True: x.append(f.read(16 << 20))'; echo after $?`
 	if r, err := s.Shell(ctx, "echo alive", time.Minute); err != nil || r.Stdout != "alive\n" {
 		t.Fatalf("after the bomb: %+v, %v", r, err)
 	}
+}
+
+// openLimitedSession opens a gvisor session with a 256 MiB memory limit,
+// closed when t ends.
+func openLimitedSession(ctx context.Context, t *testing.T) *session.Session {
+	t.Helper()
+	testreq.NeedRoot(t)
+	testreq.Need(t, testreq.GVisor, (&gvisor.Rung{}).Available(ctx))
+	s, err := session.Open(ctx, session.Options{Rung: gvisor.Name, Limits: dryexec.Limits{MemoryBytes: 256 << 20}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return s
 }
