@@ -1,6 +1,7 @@
 package gvisor
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"slices"
@@ -16,8 +17,8 @@ import (
 // which dryexec does not assume).
 const oomFirst = "1000"
 
-// oomOrder has the host OOM killer pick a process inside gVisor, never
-// runsc's own (runsc, its gofer, its sandbox process: the sentry), when the
+// oomOrder has the host OOM killer pick a process inside gVisor before
+// runsc's own (runsc, its gofer, its sandbox process: the sentry) when the
 // sandbox outgrows its memory limit.
 //
 // The limit is the host cgroup's, and its OOM killer kills the process with
@@ -31,7 +32,10 @@ const oomFirst = "1000"
 // TestSessionMemoryLimit, with -race, whose guest is bigger). With the
 // stubs first, the largest stub is chosen (the resident sets still rank
 // them among themselves) and gVisor ends the process that ran in it with a
-// SIGKILL, as Linux's OOM killer would, and nothing else.
+// SIGKILL, as Linux's OOM killer would, and nothing else. Not covered:
+// memory the sentry writes for a process (read(2) into its buffers, files
+// on gVisor's tmpfs) is in no stub, and the sentry's resident set, then
+// the whole sandbox's, outweighs any score (docs/containment.md).
 //
 // It runs once the guest runs: every stub is cloned from one the sentry
 // forked as it booted and inherits that one's score, so the stubs there
@@ -53,4 +57,4 @@ func (b *box) oomOrder() error {
 	return nil
 }
 
-var errOOMOrder = fmt.Errorf("putting gVisor's processes first for the host OOM killer")
+var errOOMOrder = errors.New("putting gVisor's processes first for the host OOM killer")

@@ -128,8 +128,9 @@ func (s *sessionSandbox) Configure(start *wire.SessionStart) {
 }
 
 // Ready puts the processes inside gVisor before runsc's own for the host
-// OOM killer, now that the guest runs (oomOrder); the masks were pinned when the view was built,
-// before runsc started.
+// OOM killer, now that the guest runs (oomOrder); the masks were pinned
+// when the view was built, before runsc started. A session restored from a
+// checkpoint (Resume) is not called here and keeps the kernel's order.
 func (s *sessionSandbox) Ready() error { return s.oomOrder() }
 
 func (s *sessionSandbox) Violations() []dryexec.Violation {
