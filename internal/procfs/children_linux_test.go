@@ -29,3 +29,19 @@ func TestChildren(t *testing.T) {
 		t.Errorf("children of sleep: %v", got)
 	}
 }
+
+// TestTaskChildren: a child this process started is listed, whichever of
+// its threads started it; a process without children has none.
+func TestTaskChildren(t *testing.T) {
+	cmd := exec.Command("sleep", "30")
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { cmd.Process.Kill(); cmd.Wait() }()
+	if got := TaskChildren(os.Getpid()); !slices.Contains(got, cmd.Process.Pid) {
+		t.Errorf("TaskChildren found %v, want %d among them", got, cmd.Process.Pid)
+	}
+	if got := TaskChildren(cmd.Process.Pid); len(got) != 0 {
+		t.Errorf("children of sleep: %v", got)
+	}
+}

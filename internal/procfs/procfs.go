@@ -104,3 +104,24 @@ func Children(parent int, keep func(comm string, argv []string) bool) []int {
 	}
 	return out
 }
+
+// TaskChildren lists the children of process pid as its threads' children
+// files have them (Linux's CONFIG_PROC_CHILDREN): a few reads where
+// Children reads every process's stat, for a caller on a trial's path.
+// Nothing when pid is gone.
+func TaskChildren(pid int) []int {
+	files, _ := filepath.Glob("/proc/" + strconv.Itoa(pid) + "/task/*/children")
+	var out []int
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			continue
+		}
+		for _, s := range strings.Fields(string(b)) {
+			if c, err := strconv.Atoi(s); err == nil {
+				out = append(out, c)
+			}
+		}
+	}
+	return out
+}

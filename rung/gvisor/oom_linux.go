@@ -6,6 +6,7 @@ import (
 	"os"
 	"slices"
 	"strconv"
+	"strings"
 
 	"github.com/dryexec/dryexec/internal/procfs"
 )
@@ -44,11 +45,17 @@ func (b *box) oomOrder() error {
 	if b.limits.MemoryBytes <= 0 || b.Cmd == nil || b.Cmd.Process == nil {
 		return nil
 	}
-	sentries := procfs.Children(b.Cmd.Process.Pid, func(_ string, argv []string) bool { return slices.Contains(argv, "boot") })
+	var sentries []int
+	for _, pid := range procfs.TaskChildren(b.Cmd.Process.Pid) {
+		cmd, _ := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/cmdline")
+		if slices.Contains(strings.Split(string(cmd), "\x00"), "boot") {
+			sentries = append(sentries, pid)
+		}
+	}
 	if len(sentries) != 1 {
 		return fmt.Errorf("%w: %d runsc boot processes under runsc, want 1", errOOMOrder, len(sentries))
 	}
-	for _, pid := range procfs.Children(sentries[0], func(string, []string) bool { return true }) {
+	for _, pid := range procfs.TaskChildren(sentries[0]) {
 		err := os.WriteFile("/proc/"+strconv.Itoa(pid)+"/oom_score_adj", []byte(oomFirst), 0)
 		if err != nil && !os.IsNotExist(err) {
 			return fmt.Errorf("%w: stub %d: %w", errOOMOrder, pid, err)
