@@ -132,7 +132,7 @@ func cliGroup(e *env) ([]group, error) {
 		// The no-daemon rows wait, unmeasured, for the daemon's pool to be
 		// ready and idle too: the row after a daemon row otherwise shares
 		// the CPUs with the used sandbox's teardown and the pool's refill.
-		{name: "dryexec run -- /bin/true, no daemon (--via local: the small front, the Go front, then dryexec-local in-process)", label: "local", prep: quiet,
+		{name: "dryexec run -- /bin/true, no daemon (--via local: the small front, then dryexec-local in-process)", label: "local", prep: quiet,
 			run: timed(e.commandEnv(e.empty, vars, e.bin, "run", "--via", "local", "--", "/bin/true"))},
 		{name: "the same from the engine alone (dryexec-engine run --via local: the whole CLI in-process)", label: "local-engine", prep: quiet,
 			run: timed(e.commandEnv(e.empty, vars, e.engine, "run", "--via", "local", "--", "/bin/true"))},
