@@ -103,6 +103,9 @@ lint: deps
 	$(GOBIN)/staticcheck ./...
 	$(GOBIN)/staticcheck -tags $(TEST_TAGS) ./...
 	GOOS=darwin $(GOBIN)/staticcheck ./...
+	# The local engine is built without CEL (make build): its packages, as built.
+	$(GO) vet -tags dryexec_nocel ./cmd/dryexec-local ./internal/localrun ./internal/runflags
+	$(GOBIN)/staticcheck -tags dryexec_nocel ./cmd/dryexec-local ./internal/localrun ./internal/runflags
 	$(MAKE) openapi-lint
 
 # Zero errors and zero warnings from two real linters: Spectral's oas ruleset
