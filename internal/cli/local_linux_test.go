@@ -23,19 +23,26 @@ import (
 // beside it, and returns its path.
 func buildLocal(t *testing.T) string {
 	t.Helper()
-	goTool := testreq.NeedTool(t, "go")
 	dir := t.TempDir()
-	for out, args := range map[string][]string{
+	goBuild(t, dir, map[string][]string{
 		runflags.LocalName: {"-tags", "dryexec_nocel", "../../cmd/dryexec-local"},
 		guestexe.Name:      {"../../cmd/dryexec-guest"},
-	} {
+	})
+	return filepath.Join(dir, runflags.LocalName)
+}
+
+// goBuild builds each program of bins (its file name → the go build
+// arguments after -o) into dir, statically, as `make build` does.
+func goBuild(t *testing.T, dir string, bins map[string][]string) {
+	t.Helper()
+	goTool := testreq.NeedTool(t, "go")
+	for out, args := range bins {
 		build := exec.Command(goTool, append([]string{"build", "-o", filepath.Join(dir, out)}, args...)...)
 		build.Env = append(os.Environ(), "CGO_ENABLED=0")
 		if b, err := build.CombinedOutput(); err != nil {
 			t.Fatalf("building %s: %v\n%s", out, err, b)
 		}
 	}
-	return filepath.Join(dir, runflags.LocalName)
 }
 
 // engineProc is the engine as a process of its own: this test binary as

@@ -18,7 +18,6 @@ import (
 	"github.com/dryexec/dryexec/internal/front"
 	"github.com/dryexec/dryexec/internal/runflags"
 	"github.com/dryexec/dryexec/internal/smallfront"
-	"github.com/dryexec/dryexec/internal/testreq"
 )
 
 // smallFrontLayout installs what `make build` installs on linux/amd64 in a
@@ -26,16 +25,9 @@ import (
 // the local engine beside it. It returns the small front's path.
 func smallFrontLayout(t *testing.T) string {
 	t.Helper()
-	goTool := testreq.NeedTool(t, "go")
 	dir := t.TempDir()
-	for out, pkg := range map[string][]string{smallfront.GoFrontName: {"../../cmd/dryexec-front"}, front.EngineName: {"../../cmd/dryexec"},
-		runflags.LocalName: {"-tags", "dryexec_nocel", "../../cmd/dryexec-local"}} {
-		build := exec.Command(goTool, append([]string{"build", "-o", filepath.Join(dir, out)}, pkg...)...)
-		build.Env = append(os.Environ(), "CGO_ENABLED=0")
-		if b, err := build.CombinedOutput(); err != nil {
-			t.Fatalf("building %s: %v\n%s", pkg, err, b)
-		}
-	}
+	goBuild(t, dir, map[string][]string{smallfront.GoFrontName: {"../../cmd/dryexec-front"}, front.EngineName: {"../../cmd/dryexec"},
+		runflags.LocalName: {"-tags", "dryexec_nocel", "../../cmd/dryexec-local"}})
 	bin := filepath.Join(dir, "dryexec")
 	if err := smallfront.Install(bin); err != nil {
 		t.Fatal(err)
