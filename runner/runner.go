@@ -72,11 +72,18 @@ type Options struct {
 // prepares sandboxes ahead (the daemon's warm pool) protects its template
 // the same way, so that a trial's spec and the pool's compare equal.
 func (r *Runner) Protect(spec dryexec.TrialSpec) dryexec.TrialSpec {
-	home := r.store.Dir()
+	return ProtectFor(r.store.Dir(), r.signer.KeyPath(), spec)
+}
+
+// ProtectFor is Protect for the install whose home (the store's
+// directory) and receipt key are named, before either is open: a caller
+// that starts a trial's sandbox while its store and key are still being
+// opened (the local engine) protects the spec as Run will.
+func ProtectFor(home, keyPath string, spec dryexec.TrialSpec) dryexec.TrialSpec {
 	if spec.NetCADir == "" {
 		spec.NetCADir = filepath.Join(home, "netsim-ca")
 	}
-	spec.Masks = appendNew(slices.Clone(spec.Masks), r.signer.KeyPath(), spec.NetCADir)
+	spec.Masks = appendNew(slices.Clone(spec.Masks), keyPath, spec.NetCADir)
 	if abs, err := filepath.Abs(home); err == nil {
 		home = abs
 	}

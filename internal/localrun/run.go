@@ -207,6 +207,12 @@ func Color(w io.Writer, env Env) bool {
 // engine, which has them all).
 type Opener func(ctx context.Context, name string) (dryexec.Rung, error)
 
+// prestarter is a rung that prepares one trial's sandbox ahead
+// (linuxns.Rung.Prestart): a pool of one, which never refills.
+type prestarter interface {
+	Prestart(ctx context.Context, spec dryexec.TrialSpec) dryexec.Pool
+}
+
 // Trial is a run's trial in this process: what Local needs besides the
 // spec.
 type Trial struct {
@@ -247,6 +253,17 @@ func (t Trial) Local(ctx context.Context, env Env, spec dryexec.TrialSpec) (*dry
 	r, err := t.Open(ctx, t.Rung)
 	if err != nil {
 		return nil, nil, err
+	}
+	// A rung that can prepare the trial's sandbox ahead (ns) starts it
+	// now, for the spec as the runner will protect it: its guest starts
+	// and builds the view while the receipt key, the store and the policy
+	// get ready below, rather than after them. The trial runs in it, or
+	// cold if what it needs changed meanwhile (a mask that appeared); the
+	// delta is the same either way.
+	if p, ok := r.(prestarter); ok {
+		pre := p.Prestart(ctx, runner.ProtectFor(t.Home, filepath.Join(t.Home, receipt.KeyFile), spec))
+		defer pre.Close()
+		r = pre
 	}
 	// The install's receipt key is loaded before the trial (a bad key
 	// costs no trial); the runner masks it inside the sandbox.
