@@ -32,7 +32,10 @@ type Prestarted struct {
 	missed int  // trials that ran cold
 }
 
-var _ dryexec.Pool = (*Prestarted)(nil)
+var (
+	_ dryexec.Pool      = (*Prestarted)(nil)
+	_ dryexec.ImageRung = (*Prestarted)(nil)
+)
 
 // Prestart starts preparing a sandbox for spec (its TrialID set: see
 // Prestarted) and returns at once. A spec the rung refuses gives a
@@ -58,6 +61,9 @@ func (p *Prestarted) Name() string { return Name }
 
 // Available implements dryexec.Rung.
 func (p *Prestarted) Available(ctx context.Context) error { return p.r.Available(ctx) }
+
+// SupportsImages implements dryexec.ImageRung, as the rung does.
+func (p *Prestarted) SupportsImages() bool { return p.r.SupportsImages() }
 
 // take returns the prepared sandbox the first time it is called (once its
 // preparation has ended; nil if it failed), nil afterwards.
