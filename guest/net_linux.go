@@ -1,7 +1,9 @@
 package guest
 
 import (
+	"errors"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"sync"
@@ -129,6 +131,55 @@ func (t *lazyTUN) hand() error {
 	return nil
 }
 
+// writeNetFile writes data to path, read-only, after the content of the
+// host file system when that is set: the host's trust roots, which the
+// guest reads itself before it enters the view (wire.TrialStart.TrustSystem)
+// and copies within the kernel; a missing one is none, and a newline goes
+// between them if the roots do not end with one, as netsim's CA.Bundle
+// does.
+func writeNetFile(path, system string, data []byte) error {
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o444)
+	if err != nil {
+		return err
+	}
+	if system != "" {
+		if err := appendFile(f, system); err != nil {
+			f.Close()
+			return fmt.Errorf("copying the host's trust roots %s: %w", system, err)
+		}
+	}
+	_, err = f.Write(data)
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	return err
+}
+
+// appendFile copies the file at src (none if it does not exist) to the end
+// of f, and a newline if it does not end with one.
+func appendFile(f *os.File, src string) error {
+	s, err := os.Open(src)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	defer s.Close()
+	n, err := io.Copy(f, s) // copy_file_range or sendfile: no buffer here
+	if err != nil || n == 0 {
+		return err
+	}
+	var last [1]byte
+	if _, err := s.ReadAt(last[:], n-1); err != nil {
+		return err
+	}
+	if last[0] != '\n' {
+		_, err = f.Write([]byte{'\n'})
+	}
+	return err
+}
+
 // bindNetFiles binds netsim's resolv.conf and trust bundle, read-only, over the
 // view's own (root is the view, not yet pivoted into; scratch holds the
 // files). Paths are resolved inside the view, so a symlinked /etc/resolv.conf
@@ -141,15 +192,19 @@ func bindNetFiles(cfg *wire.TrialStart, scratch, root string) error {
 	if err := os.Mkdir(scratch+"/net", 0o755); err != nil {
 		return err
 	}
-	files := []struct {
+	type netFile struct {
 		path string
 		data []byte
-	}{{"/etc/resolv.conf", tun.ResolvConf()}}
-	if cfg.TrustPath != "" && len(cfg.TrustBundle) > 0 {
-		files = append(files, struct {
-			path string
-			data []byte
-		}{cfg.TrustPath, cfg.TrustBundle})
+		// system, when set, is the host file whose content goes before
+		// data (trustBundle).
+		system string
+	}
+	files := []netFile{{path: "/etc/resolv.conf", data: tun.ResolvConf()}}
+	switch {
+	case cfg.TrustPath != "" && cfg.TrustSystem != "" && len(cfg.TrustCA) > 0:
+		files = append(files, netFile{cfg.TrustPath, cfg.TrustCA, cfg.TrustSystem})
+	case cfg.TrustPath != "" && len(cfg.TrustBundle) > 0:
+		files = append(files, netFile{path: cfg.TrustPath, data: cfg.TrustBundle})
 	}
 	rootFD, err := unix.Open(root, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
 	if err != nil {
@@ -159,7 +214,7 @@ func bindNetFiles(cfg *wire.TrialStart, scratch, root string) error {
 	how := &unix.OpenHow{Flags: unix.O_PATH | unix.O_CLOEXEC, Resolve: unix.RESOLVE_IN_ROOT | unix.RESOLVE_NO_MAGICLINKS}
 	for i, f := range files {
 		src := fmt.Sprintf("%s/net/%d", scratch, i)
-		if err := os.WriteFile(src, f.data, 0o444); err != nil {
+		if err := writeNetFile(src, f.system, f.data); err != nil {
 			return err
 		}
 		dst, err := unix.Openat2(rootFD, f.path[1:], how)

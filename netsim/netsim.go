@@ -318,10 +318,19 @@ func (s *Sim) Trust() Trust { return TrustOf(s.ca) }
 // TrustOf is the trust setup for a sandbox whose netsim signs with c (what
 // Sim.Trust returns, for a caller whose Sim runs in another process).
 func TrustOf(c *ca.CA) Trust {
+	t := CATrustOf(c)
 	system, _ := os.ReadFile(tun.SystemBundle)
+	t.Bundle = c.Bundle(system)
+	return t
+}
+
+// CATrustOf is TrustOf without Bundle, for a sandbox whose guest makes the
+// bundle itself from the host's file at BundlePath and CAPEM
+// (wire.TrialStart.TrustSystem): the host then does not read the system's
+// roots, a few hundred KiB, for every sandbox.
+func CATrustOf(c *ca.CA) Trust {
 	return Trust{
 		CAPEM:      c.CertPEM(),
-		Bundle:     c.Bundle(system),
 		BundlePath: tun.SystemBundle,
 		Env:        TrustEnv(tun.SystemBundle),
 	}

@@ -26,7 +26,7 @@ import (
 // refuses a guest of another version (a stale dryexec-guest beside a newer
 // dryexec). 2: the command stub (trial.joined, StubFD). 3: fs.hole. 4: an
 // ns trial.exit may carry EndMonoNS instead of DurationNS.
-const Version = 4
+const Version = 5
 
 // Limits. A header is small metadata; attachments carry bulk bytes in bounded
 // chunks so that neither side ever buffers a whole large file.

@@ -206,15 +206,19 @@ func (p *Proc) Ready(ctx context.Context) error {
 	}
 }
 
-// TrustOf is what a role started with cfg would give the sandbox to trust
-// (Proc.Trust), without starting one: for a network whose role starts
-// only if the sandbox sends anything.
-func TrustOf(cfg netsim.Config) (netsim.Trust, error) {
-	_, c, err := prepare(cfg)
+// CATrustOf is what a role started with cfg would give the sandbox to
+// trust (Proc.Trust), without starting one, and without the bundle
+// (netsim.CATrustOf): for a network whose role starts only if the sandbox
+// sends anything, in a sandbox whose guest makes the bundle.
+func CATrustOf(cfg netsim.Config) (netsim.Trust, error) {
+	if cfg.CADir == "" {
+		return netsim.Trust{}, fmt.Errorf("%w: CADir is required", netsim.ErrBadConfig)
+	}
+	c, err := ca.LoadOrCreate(cfg.CADir)
 	if err != nil {
 		return netsim.Trust{}, err
 	}
-	return netsim.TrustOf(c), nil
+	return netsim.CATrustOf(c), nil
 }
 
 // prepare reads what the role needs and may not read itself.

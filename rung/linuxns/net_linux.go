@@ -92,10 +92,10 @@ func startTrialNet(spec dryexec.TrialSpec) (*trialNet, error) {
 // lazyNet is a trial network whose role starts when the guest hands the
 // TUN device over (lazyWatch), or not at all. The trust bundle and
 // variables are netsim's all the same, so the sandbox is the same either
-// way. The bundle (the CA read and parsed, the system's bundle read: ≈ 2.5
-// ms of a cold trial here) is built in the background, as the role's start
-// is for another network: the guest's start does not wait for it, only
-// trial.start does (join); a failure is the trial's, at started.
+// way. The CA (read, or made the first time) is loaded in the background,
+// as the role's start is for another network: the guest's start does not
+// wait for it, only trial.start does (join); a failure is the trial's, at
+// started. The guest makes the bundle (startNS).
 func lazyNet(cfg *netsim.Config, fds [2]int) (*trialNet, error) {
 	// Non-blocking, so that the runtime's poller waits on our end for the
 	// watcher and its Close wakes the watcher.
@@ -104,7 +104,7 @@ func lazyNet(cfg *netsim.Config, fds [2]int) (*trialNet, error) {
 		watched: make(chan struct{}), starting: make(chan struct{})}
 	go func() {
 		defer close(n.starting)
-		n.trust, n.startErr = netproc.TrustOf(*cfg)
+		n.trust, n.startErr = netproc.CATrustOf(*cfg)
 	}()
 	go n.lazyWatch()
 	return n, nil
@@ -308,6 +308,16 @@ func (n *trialNet) start(start *wire.TrialStart, netFD int) {
 	}
 	start.Net, start.NetFD, start.NetLazy = true, netFD, n.lazy
 	start.TrustBundle, start.TrustPath = n.trust.Bundle, n.trust.BundlePath
+}
+
+// startNS is start for an ns trial's guest, which reads the host's roots
+// itself (wire.TrialStart.TrustSystem): only netsim's CA goes with the
+// request.
+func (n *trialNet) startNS(start *wire.TrialStart, netFD int) {
+	n.start(start, netFD)
+	if start.Net {
+		start.TrustSystem, start.TrustCA, start.TrustBundle = start.TrustPath, n.trust.CAPEM, nil
+	}
 }
 
 // trustEnv adds the trust variables to a command's environment (not to the

@@ -1,7 +1,10 @@
 package linuxns
 
 import (
+	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"os"
 	"path/filepath"
 	"strings"
@@ -10,7 +13,9 @@ import (
 
 	"github.com/dryexec/dryexec"
 	"github.com/dryexec/dryexec/cgroup"
+	"github.com/dryexec/dryexec/netsim/ca"
 	"github.com/dryexec/dryexec/netsim/netproc"
+	"github.com/dryexec/dryexec/netsim/tun"
 )
 
 // TestNetsimStartFailsAfterGuest: the netsim role's start runs beside the
@@ -54,4 +59,36 @@ func children(t *testing.T) []string {
 		out = append(out, strings.Fields(string(b))...)
 	}
 	return out
+}
+
+// TestTrustBundleInSandbox: the bundle a trial's sandbox trusts (its guest
+// makes it from the host's roots and netsim's CA, wire.TrialStart's
+// TrustSystem) is byte for byte the host's roots followed by netsim's CA,
+// as netsim.TrustOf makes it, whether netsim's role starts (an allow rule)
+// or not (none); and the sandbox cannot change it.
+func TestTrustBundleInSandbox(t *testing.T) {
+	requireNS(t)
+	system, err := os.ReadFile(tun.SystemBundle)
+	if err != nil {
+		t.Skipf("no system bundle at %s on this host: %v", tun.SystemBundle, err)
+	}
+	caDir := t.TempDir()
+	c, err := ca.LoadOrCreate(caDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := sha256.Sum256(c.Bundle(system))
+	if !bytes.HasSuffix(c.Bundle(system), c.CertPEM()) {
+		t.Fatal("netsim's bundle does not end with its CA")
+	}
+	for _, net := range [][]string{nil, {"allow:example.com:443"}} {
+		spec := dryexec.TrialSpec{Net: net, NetCADir: caDir}
+		d := runTrial(t, t.TempDir(), spec, "sh", "-c",
+			"sha256sum "+tun.SystemBundle+"; echo x >> "+tun.SystemBundle+" 2>/dev/null && echo WRITABLE; echo \"$SSL_CERT_FILE\"")
+		got := strings.Fields(d.Process.Stdout)
+		if len(got) != 3 || got[0] != hex.EncodeToString(want[:]) || got[2] != tun.SystemBundle {
+			t.Errorf("--net %v: the sandbox's bundle: %q (stderr %q), want sha256 %x, not writable, SSL_CERT_FILE %s",
+				net, d.Process.Stdout, d.Process.Stderr, want, tun.SystemBundle)
+		}
+	}
 }

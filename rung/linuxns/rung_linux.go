@@ -531,7 +531,7 @@ func (t *trial) ready() error {
 		Rootless: os.Getuid() != 0, CommandUserNS: true, CommandUID: os.Getuid(), CommandGID: os.Getgid(),
 		Masks: t.sb.Masks, Hidden: t.sb.Hidden, CommandNPROC: t.lim.CommandNPROC(),
 	}
-	t.net.start(&start, t.netFD)
+	t.net.startNS(&start, t.netFD)
 	sendErr := t.conn.Send(wire.KindReq, wire.VerbTrialStart, 1, &start, wire.Attachments(start.TrustBundle)...)
 	f, err := t.conn.Read()
 	if err != nil {
