@@ -36,13 +36,20 @@ type patternSet struct {
 
 func newPatternSet(field string, src []string) (patternSet, error) {
 	ps := patternSet{field: field, src: src}
-	// Syntax is checked now, with a stand-in cwd, so that a bad pattern is a
-	// policy error rather than a surprise at decision time.
-	if _, err := compileGlobs(field, src, "/cwd"); err != nil {
+	// Syntax is checked now, so that a bad pattern is a policy error rather
+	// than a surprise at decision time: by the one compilation a set of
+	// absolute patterns needs, else with a stand-in cwd (the set is
+	// compiled for each action's own).
+	base := "/cwd"
+	if !relative(src) {
+		base = ""
+	}
+	c, err := compileGlobs(field, src, base)
+	if err != nil {
 		return ps, fmt.Errorf("%w: %v", ErrInvalid, err)
 	}
-	if !relative(src) {
-		ps.compiled, _ = compileGlobs(field, src, "")
+	if base == "" {
+		ps.compiled = c
 	}
 	return ps, nil
 }

@@ -225,7 +225,7 @@ func (f *keyFilter) may(s string) bool {
 }
 
 func compileGlobs(field string, patterns []string, base string) (*globSet, error) {
-	set := &globSet{byFirst: map[string][]int{}, byLast: map[string][]int{}, byAny: map[string][]int{}}
+	set := &globSet{gs: make([]glob, 0, len(patterns)), byFirst: map[string][]int{}, byLast: map[string][]int{}, byAny: map[string][]int{}}
 	for _, p := range patterns {
 		g, err := compileGlob(p, base)
 		if err != nil {
