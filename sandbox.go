@@ -68,7 +68,9 @@ type Sandbox[Start any] interface {
 	Configure(start *Start)
 	// Ready is called once the guest has answered session.start: the view
 	// is built and nothing of the session's has run yet (the ns rung pins
-	// its masks here).
+	// its masks here); and for a sandbox restored from a checkpoint (a
+	// parked session resumed, a fork's branch) once its guest has answered
+	// session.unpark.
 	Ready() error
 	Containment
 	// GuestPID is the guest supervisor's host process id.

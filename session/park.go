@@ -143,6 +143,12 @@ func resume(ctx context.Context, opt Options, dir string, branch bool, cache *Ca
 		s.Close()
 		return nil, err
 	}
+	// Restored, the sandbox gets what a new one gets once its guest runs
+	// (gvisor: its processes before runsc's for the host OOM killer).
+	if err := sb.Ready(); err != nil {
+		s.Close()
+		return nil, err
+	}
 	return s, nil
 }
 

@@ -128,9 +128,10 @@ func (s *sessionSandbox) Configure(start *wire.SessionStart) {
 }
 
 // Ready puts the processes inside gVisor before runsc's own for the host
-// OOM killer, now that the guest runs (oomOrder); the masks were pinned
-// when the view was built, before runsc started. A session restored from a
-// checkpoint (Resume) is not called here and keeps the kernel's order.
+// OOM killer, now that the guest runs (oomOrder), in a new sandbox and in
+// one restored from a checkpoint (Resume: its stubs are new host
+// processes, at the kernel's default score); the masks were pinned when
+// the view was built, before runsc started.
 func (s *sessionSandbox) Ready() error { return s.oomOrder() }
 
 func (s *sessionSandbox) Violations() []dryexec.Violation {
