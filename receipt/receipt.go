@@ -183,10 +183,16 @@ func Verify(doc []byte, pub ed25519.PublicKey) (dryexec.Receipt, error) {
 	return r, nil
 }
 
+// KeyPath is where the install whose home is dir keeps its private key:
+// what Signer.KeyPath says once LoadOrCreate(dir) has loaded it, for a
+// caller that masks it before (the local engine's prestarted sandbox, the
+// daemon's warm pool).
+func KeyPath(dir string) string { return filepath.Join(dir, KeyFile) }
+
 // LoadOrCreate returns the signer whose key is in dir, creating the key on
 // first use. The private key file must be readable by its owner only.
 func LoadOrCreate(dir string) (*Signer, error) {
-	path := filepath.Join(dir, KeyFile)
+	path := KeyPath(dir)
 	priv, err := loadPrivate(path)
 	if errors.Is(err, os.ErrNotExist) {
 		priv, err = create(dir, path)

@@ -354,7 +354,7 @@ func checkMasks(masks []string) error {
 
 // keyMask is the install's receipt key, masked in every sandbox: a command
 // that could read it could forge receipts (as `dryexec run` does).
-func (s *Service) keyMask() string { return filepath.Join(s.cfg.StoreDir, receipt.KeyFile) }
+func (s *Service) keyMask() string { return receipt.KeyPath(s.cfg.StoreDir) }
 
 // netCADir holds netsim's per-install CA, where `dryexec run` keeps it; masked
 // in every sandbox like the receipt key (its key could forge any certificate).

@@ -261,7 +261,7 @@ func (t Trial) Local(ctx context.Context, env Env, spec dryexec.TrialSpec) (*dry
 	// cold if what it needs changed meanwhile (a mask that appeared); the
 	// delta is the same either way.
 	if p, ok := r.(prestarter); ok {
-		pre := p.Prestart(ctx, runner.ProtectFor(t.Home, filepath.Join(t.Home, receipt.KeyFile), spec))
+		pre := p.Prestart(ctx, runner.ProtectFor(t.Home, receipt.KeyPath(t.Home), spec))
 		defer pre.Close()
 		r = pre
 	}
