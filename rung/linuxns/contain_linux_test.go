@@ -19,6 +19,7 @@ import (
 	"github.com/dryexec/dryexec/cgroup"
 	"github.com/dryexec/dryexec/cgroup/cgrouptest"
 	"github.com/dryexec/dryexec/internal/testreq"
+	"github.com/dryexec/dryexec/internal/testwait"
 	"github.com/dryexec/dryexec/runner"
 	"github.com/dryexec/dryexec/store"
 )
@@ -351,4 +352,76 @@ func TestCommandInTrialGroup(t *testing.T) {
 		}
 		t.Fatalf("no trial took a pooled sandbox: %+v", p.Stats())
 	})
+}
+
+// TestShelterKeepsOnlyTheLauncher: once a sandbox is ready (here a
+// prestarted one, waiting for its command), the guest's launcher thread,
+// the one that starts the command, is the only thread of the guest left
+// under the v1 pids limit, which is down to the limit asked for: every
+// other thread of the guest is in the shelter, and the command's forks
+// count against the limit from its first one.
+func TestShelterKeepsOnlyTheLauncher(t *testing.T) {
+	requireNS(t)
+	r := boundRung(t)
+	spec := dryexec.TrialSpec{TrialID: dryexec.NewTrialID(), Limits: dryexec.Limits{Pids: 64},
+		Action: dryexec.Action{Argv: []string{"true"}, Cwd: t.TempDir(), Env: testPath}}
+	p := r.Prestart(context.Background(), spec).(*Prestarted)
+	t.Cleanup(func() { p.Close() })
+	testwait.For(t, time.Minute, "the prestarted sandbox ready", func() bool { return p.Stats().Ready == 1 })
+	p.mu.Lock()
+	tr := p.t
+	p.mu.Unlock()
+	if tr == nil || tr.lim.group == nil {
+		t.Fatal("the sandbox was prepared without a cgroup")
+	}
+	// Each thread's group in the v1 pids hierarchy, and which one is
+	// confined (the launcher: the guest confines that thread alone).
+	pid := strconv.Itoa(tr.cmd.Process.Pid)
+	ents, err := os.ReadDir("/proc/" + pid + "/task")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var launchers, others []string
+	for _, e := range ents {
+		task := "/proc/" + pid + "/task/" + e.Name()
+		status, err1 := os.ReadFile(task + "/status")
+		groups, err2 := os.ReadFile(task + "/cgroup")
+		if err1 != nil || err2 != nil {
+			continue // a thread that ended meanwhile
+		}
+		for _, l := range strings.Split(string(groups), "\n") {
+			f := strings.SplitN(l, ":", 3)
+			if len(f) != 3 || !slices.Contains(strings.Split(f[1], ","), "pids") {
+				continue
+			}
+			if strings.Contains(string(status), "\nSeccomp:\t2\n") {
+				launchers = append(launchers, f[2])
+			} else {
+				others = append(others, f[2])
+			}
+		}
+	}
+	if len(launchers)+len(others) == 0 {
+		testreq.Needf(t, testreq.Kernel, "cgroup v1 pids", errors.New("no v1 pids hierarchy: nothing is sheltered"))
+	}
+	if len(launchers) != 1 || len(others) == 0 {
+		t.Fatalf("launcher threads in %q, the guest's other threads in %q: want one launcher and some others", launchers, others)
+	}
+	pidsDir := ""
+	for _, d := range tr.lim.group.Paths() {
+		if _, err := os.Stat(filepath.Join(d, "pids.max")); err == nil && filepath.Base(launchers[0]) == "run" && strings.HasSuffix(d, filepath.Dir(launchers[0])) {
+			pidsDir = d
+		}
+	}
+	if pidsDir == "" {
+		t.Fatalf("the launcher thread is in pids group %q, not in the trial's run group (%q)", launchers[0], tr.lim.group.Paths())
+	}
+	if b, _ := os.ReadFile(filepath.Join(pidsDir, "pids.max")); strings.TrimSpace(string(b)) != "64" {
+		t.Errorf("pids.max %q once the sandbox is ready, want the 64 asked for", b)
+	}
+	for _, g := range others {
+		if strings.HasSuffix(pidsDir, filepath.Dir(g)) || !strings.Contains(filepath.Base(g), "-guest") {
+			t.Errorf("a guest thread is in pids group %q, want the shelter", g)
+		}
+	}
 }
