@@ -503,9 +503,11 @@ func (g *Group) Attach(pid int) error {
 // all but thread keep (0: none), out of the group's v1 pids limit into a
 // sibling group without one, and lowers the limit to the one asked for. Call
 // it once pid has started the sandbox's command inside the group, or — keep
-// being the one thread that starts commands — before. A fork bomb then fills
-// the limit without leaving the supervisor unable to start a thread (the Go
-// runtime aborts when it cannot). Only v1 places the threads of a process
+// being the one thread that starts commands — before; keep must start
+// nothing while it runs (it leaves with the whole process and is moved
+// back: what it forked meanwhile would start outside the limit). A fork
+// bomb then fills the limit without leaving the supervisor unable to start
+// a thread (the Go runtime aborts when it cannot). Only v1 places the threads of a process
 // apart (keep ends up where the group's processes run); on v2 (no
 // per-thread placement for domain controllers) it does nothing.
 func (g *Group) ShelterThreads(pid, keep int) error {

@@ -70,7 +70,7 @@ func NewPool(ctx context.Context, r *Rung, opts PoolOptions) (*Pool, error) {
 			if err != nil {
 				return nil, err
 			}
-			return p.r.prepare(ctx, sb, dryexec.NewTrialID())
+			return p.r.prepare(ctx, sb, dryexec.NewTrialID(), nil)
 		},
 		Destroy: (*trial).cleanup,
 		Same:    func(a, b *trial) bool { return a.sb.equal(b.sb) },
@@ -90,7 +90,7 @@ func (p *Pool) Trial(ctx context.Context, spec dryexec.TrialSpec) (*dryexec.Stat
 		return nil, err
 	}
 	if !ok {
-		if t, err = p.r.prepare(ctx, sb, spec.TrialID); err != nil {
+		if t, err = p.r.prepare(ctx, sb, spec.TrialID, nil); err != nil {
 			p.w.Done()
 			return nil, err
 		}

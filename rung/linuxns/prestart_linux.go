@@ -42,7 +42,7 @@ var (
 // Prestarted whose Trial runs cold, and so reports the refusal itself.
 func (r *Rung) Prestart(ctx context.Context, spec dryexec.TrialSpec) dryexec.Pool {
 	p := &Prestarted{r: r, ready: make(chan struct{})}
-	spec, sb, err := checkSpec(spec, nil)
+	spec, sb, err := checkBase(spec)
 	if err != nil || spec.TrialID == "" {
 		close(p.ready)
 		return p
@@ -51,7 +51,7 @@ func (r *Rung) Prestart(ctx context.Context, spec dryexec.TrialSpec) dryexec.Poo
 		defer close(p.ready)
 		// A failed preparation leaves nothing (prepare cleans up) and the
 		// trial runs cold, to fail there with the same error or not at all.
-		p.t, _ = r.prepare(ctx, sb, spec.TrialID)
+		p.t, _ = r.prepare(ctx, sb, spec.TrialID, viewOf(spec, nil))
 	}()
 	return p
 }

@@ -2,6 +2,7 @@ package linuxns
 
 import (
 	"context"
+	"errors"
 	"os"
 	"strings"
 	"testing"
@@ -166,4 +167,22 @@ func TestPrestartClose(t *testing.T) {
 		}
 		leavesNothing(t, spec.TrialID)
 	}
+}
+
+// TestPrepareViewFailureLeavesNothing: the view of the host is resolved
+// once the guest has started (Rung.prepare's view); when that fails, the
+// started guest, its cgroup and its pipes go, and the error is the view's.
+func TestPrepareViewFailureLeavesNothing(t *testing.T) {
+	requireNS(t)
+	spec := dryexec.TrialSpec{TrialID: dryexec.NewTrialID(), Action: dryexec.Action{Argv: []string{"true"}, Cwd: t.TempDir(), Env: testPath}}
+	spec, sb, err := checkBase(spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	errView := errors.New("the mount table cannot be read")
+	tr, err := (&Rung{}).prepare(context.Background(), sb, spec.TrialID, func(*sandbox) error { return errView })
+	if !errors.Is(err, errView) || tr != nil {
+		t.Fatalf("prepare = %v, %v; want the view's error", tr, err)
+	}
+	leavesNothing(t, spec.TrialID)
 }

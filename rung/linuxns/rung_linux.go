@@ -134,11 +134,11 @@ func kernelAtLeast(release string, major, minor int) bool {
 // Trial implements dryexec.Rung: a cold trial prepares a sandbox for spec and
 // runs spec's command in it at once (a Pool prepares them ahead).
 func (r *Rung) Trial(ctx context.Context, spec dryexec.TrialSpec) (*dryexec.StateDelta, error) {
-	spec, sb, err := checkSpec(spec, nil)
+	spec, sb, err := checkBase(spec)
 	if err != nil {
 		return nil, err
 	}
-	t, err := r.prepare(ctx, sb, spec.TrialID)
+	t, err := r.prepare(ctx, sb, spec.TrialID, viewOf(spec, nil))
 	if err != nil {
 		return nil, err
 	}
@@ -147,8 +147,18 @@ func (r *Rung) Trial(ctx context.Context, spec dryexec.TrialSpec) (*dryexec.Stat
 }
 
 // checkSpec fills spec's defaults and id, checks its action, and says what
-// sandbox it needs (with the host's mounts from mt).
+// sandbox it needs (with the host's mounts and masks from hc).
 func checkSpec(spec dryexec.TrialSpec, hc *hostCache) (dryexec.TrialSpec, sandbox, error) {
+	spec, sb, err := checkBase(spec)
+	if err == nil {
+		err = viewOf(spec, hc)(&sb)
+	}
+	return spec, sb, err
+}
+
+// checkBase is checkSpec without the sandbox's view of the host (its
+// mounts and masks, which viewOf adds): what the guest's start needs.
+func checkBase(spec dryexec.TrialSpec) (dryexec.TrialSpec, sandbox, error) {
 	spec = spec.WithDefaults()
 	if err := checkAction(spec.Action, spec.Image != nil); err != nil {
 		return spec, sandbox{}, err
@@ -156,7 +166,7 @@ func checkSpec(spec dryexec.TrialSpec, hc *hostCache) (dryexec.TrialSpec, sandbo
 	if spec.TrialID == "" {
 		spec.TrialID = dryexec.NewTrialID()
 	}
-	sb, err := sandboxFor(spec, hc)
+	sb, err := sandboxBase(spec)
 	return spec, sb, err
 }
 
@@ -193,20 +203,20 @@ type sandbox struct {
 }
 
 func sandboxFor(spec dryexec.TrialSpec, hc *hostCache) (sandbox, error) {
+	sb, err := sandboxBase(spec)
+	if err == nil {
+		err = viewOf(spec, hc)(&sb)
+	}
+	return sb, err
+}
+
+// sandboxBase is the part of spec's sandbox that starting its guest needs:
+// the limits, the network, an image's layers (an image's sandbox is whole
+// here). The view of the host (viewOf) is resolved meanwhile, while the
+// guest's runtime starts (Rung.prepare).
+func sandboxBase(spec dryexec.TrialSpec) (sandbox, error) {
 	if spec.Image != nil {
 		return imageSandbox(spec)
-	}
-	var mt *mountTable
-	var mc *maskCache
-	if hc != nil {
-		mt, mc = hc.mounts, hc.masks
-	}
-	mounts, gen, err := mt.get()
-	if err != nil {
-		return sandbox{}, err
-	}
-	if uid := os.Getuid(); uid != 0 {
-		mounts = ownedRoots(mounts, uid, spec.Action.Cwd)
 	}
 	// netsim's CA key signs what the sandbox trusts: it is masked whoever
 	// asked for the trial, and made first, so that the mask exists (a path
@@ -216,16 +226,42 @@ func sandboxFor(spec dryexec.TrialSpec, hc *hostCache) (sandbox, error) {
 	if err != nil {
 		return sandbox{}, err
 	}
-	cover, err := mc.resolve(append(slices.Clone(spec.Masks), caDir), spec.NoDefaultMasks, spec.OwnPaths, gen)
-	if err != nil {
-		return sandbox{}, err
-	}
 	nets := spec.Net
 	if len(nets) == 0 {
 		nets = []string{"none"}
 	}
-	return sandbox{Mounts: mounts, Masks: cover.Masks, Hidden: cover.Hidden, Limits: spec.Limits, UpperSize: spec.UpperSizeBytes,
-		Net: nets, NetCADir: caDir}, nil
+	return sandbox{Limits: spec.Limits, UpperSize: spec.UpperSizeBytes, Net: nets, NetCADir: caDir}, nil
+}
+
+// viewOf returns what adds the view of the host to spec's sandbox made by
+// sandboxBase: the mounts the overlays cover and the masks (with the
+// host's mounts and masks from hc; nil looks afresh). The resolution reads
+// the mount table and looks for every default mask (≈ 2 ms of a cold
+// trial here), so a cold trial does it once its guest is starting.
+func viewOf(spec dryexec.TrialSpec, hc *hostCache) func(*sandbox) error {
+	return func(sb *sandbox) error {
+		if spec.Image != nil {
+			return nil // an image's view is its layers (sandboxBase)
+		}
+		var mt *mountTable
+		var mc *maskCache
+		if hc != nil {
+			mt, mc = hc.mounts, hc.masks
+		}
+		mounts, gen, err := mt.get()
+		if err != nil {
+			return err
+		}
+		if uid := os.Getuid(); uid != 0 {
+			mounts = ownedRoots(mounts, uid, spec.Action.Cwd)
+		}
+		cover, err := mc.resolve(append(slices.Clone(spec.Masks), sb.NetCADir), spec.NoDefaultMasks, spec.OwnPaths, gen)
+		if err != nil {
+			return err
+		}
+		sb.Mounts, sb.Masks, sb.Hidden = mounts, cover.Masks, cover.Hidden
+		return nil
+	}
 }
 
 func (a sandbox) equal(b sandbox) bool {
@@ -413,7 +449,11 @@ type trial struct {
 // prepare starts a guest for sb and waits until its sandbox is built and
 // confined, ready for a command, its netsim serving. id names the trial's
 // cgroup and seeds its mocks.
-func (r *Rung) prepare(ctx context.Context, sb sandbox, id string) (*trial, error) {
+//
+// view, when not nil, completes sb (sandboxBase's) with the view of the
+// host once the guest has been started: the guest's runtime starts
+// meanwhile, and needs the view only in trial.start.
+func (r *Rung) prepare(ctx context.Context, sb sandbox, id string, view func(*sandbox) error) (*trial, error) {
 	// netsim's role starts beside the guest (startTrialNet): both are
 	// process starts, and the guest's is the one the trial waits for.
 	nt, err := startTrialNet(dryexec.TrialSpec{TrialID: id, Net: sb.Net, NetCADir: sb.NetCADir})
@@ -424,6 +464,12 @@ func (r *Rung) prepare(ctx context.Context, sb sandbox, id string) (*trial, erro
 	if err != nil {
 		nt.close()
 		return nil, err
+	}
+	if view != nil {
+		if err := view(&t.sb); err != nil {
+			t.cleanup()
+			return nil, err
+		}
 	}
 	if err := nt.started(); err != nil {
 		t.cleanup()
