@@ -22,6 +22,7 @@ import (
 	"github.com/dryexec/dryexec"
 	"github.com/dryexec/dryexec/netsim"
 	"github.com/dryexec/dryexec/netsim/ca"
+	"github.com/dryexec/dryexec/netsim/mockfile"
 )
 
 // Role is the first argument that makes MaybeMain run the role.
@@ -127,7 +128,7 @@ func start(cfg netsim.Config, link *os.File, exe, kind string) (*Proc, error) {
 	}
 	if exe == "" {
 		exe = Executable()
-		if openAPI, err := cfg.MocksOpenAPI(); err != nil {
+		if openAPI, err := mockfile.MocksOpenAPI(&cfg); err != nil {
 			return nil, err
 		} else if openAPI {
 			exe = OpenAPIExecutable()
@@ -246,7 +247,7 @@ func prepare(cfg netsim.Config) (*Setup, *ca.CA, error) {
 	// The rules (the mock file's too) name the credentials to inject: read
 	// them here, with the caller's environment and permissions. A missing
 	// one is left out; the role's netsim.New then reports it as it would.
-	rules, err := cfg.Rules()
+	rules, err := mockfile.Rules(&cfg)
 	if err != nil {
 		return nil, nil, err
 	}
