@@ -19,8 +19,7 @@
 // CEL out.
 //
 // It does not link netsim's role (package netsim/netrole, and with it
-// gVisor's netstack and the mock files' YAML reader), whose initialisation
-// would be paid at every start: the role of its trials' networks is
+// gVisor's netstack), whose initialisation would be paid at every start: the role of its trials' networks is
 // dryexec-netsim, beside it as `make build` installs it. Without one (no
 // $DRYEXEC_NETSIM, no dryexec-netsim beside it), the rung would re-execute
 // this binary as the role; instead it takes no trial (opener) and hands

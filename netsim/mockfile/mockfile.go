@@ -1,7 +1,8 @@
 // Package mockfile owns reading a netsim file: the mocks and allow rules of
-// --net mock:FILE (YAML or JSON; docs/network.md). It is apart from package
-// netconf because it links the YAML decoder, which a program that never
-// reads a mock file (the local engine) does without.
+// --net mock:FILE (YAML or JSON; docs/network.md), for netsim itself and for
+// the parent of its role process, which reads the credentials the file's
+// allow rules inject (package netsim/netproc). It is apart from package
+// netconf so that netconf links no YAML decoder.
 package mockfile
 
 import (

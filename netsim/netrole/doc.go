@@ -3,9 +3,8 @@
 // start it as the role; the role's reading of its Setup, its confinement
 // (the uid drop, the seccomp allow list) and its serving of the sandbox's
 // link with netsim. It is apart from netproc, the parent's side, because it
-// links netsim's netstack (gVisor) and the mock files' YAML reader: a
-// program that only starts the role (the local engine, cmd/dryexec-local)
-// then links neither and does not pay for their initialisation at each
-// start. See netproc's doc for the protocol and docs/containment.md for the
+// links netsim's netstack (gVisor): a program that only starts the role
+// (the local engine, cmd/dryexec-local) then does not link it, nor pay for
+// its initialisation at each start. See netproc's doc for the protocol and docs/containment.md for the
 // confinement.
 package netrole
