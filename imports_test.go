@@ -38,7 +38,8 @@ func TestImportBoundaries(t *testing.T) {
 			"github.com/modelcontextprotocol/", "github.com/google/go-containerregistry/", "github.com/dryexec/dryexec/internal/cli",
 			"github.com/dryexec/dryexec/server", "github.com/dryexec/dryexec/mcpserver", "github.com/dryexec/dryexec/agent",
 			"github.com/dryexec/dryexec/image", "github.com/dryexec/dryexec/rung/gvisor", "github.com/dryexec/dryexec/rung/vm",
-			"github.com/dryexec/dryexec/rung/host", "github.com/dryexec/dryexec/netsim/mock/openapi"},
+			"github.com/dryexec/dryexec/rung/host", "github.com/dryexec/dryexec/netsim/mock/openapi",
+			"github.com/dryexec/dryexec/netsim", "github.com/dryexec/dryexec/netsim/netrole", "gvisor.dev/"},
 			"a trial without a daemon starts it, as make build builds it: what it links initialises before main (docs/architecture.md, \"The front and the engine\")"},
 	}
 	for _, c := range cases {

@@ -21,7 +21,7 @@ import (
 	"github.com/dryexec/dryexec/guest"
 	"github.com/dryexec/dryexec/internal/guestexe"
 	"github.com/dryexec/dryexec/internal/testreq"
-	"github.com/dryexec/dryexec/netsim/netproc"
+	"github.com/dryexec/dryexec/netsim/netrole"
 	"github.com/dryexec/dryexec/rung"
 	"github.com/dryexec/dryexec/session"
 	"github.com/dryexec/dryexec/wire"
@@ -38,7 +38,7 @@ const vmEnv = "DRYEXEC_TEST_VM"
 // `dryexec guest session`.
 func TestMain(m *testing.M) {
 	guest.MaybeMain(os.Args)
-	netproc.MaybeMain(os.Args)
+	netrole.MaybeMain(os.Args)
 	// Modes of new files are part of what a diff reports: make them the same
 	// for every run (the guest and the commands inherit this).
 	syscall.Umask(0o022)

@@ -3,7 +3,6 @@ package netsim
 import (
 	"context"
 	"crypto/tls"
-	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -17,8 +16,8 @@ import (
 
 	"github.com/dryexec/dryexec/netsim/ca"
 	"github.com/dryexec/dryexec/netsim/mock"
-	"github.com/dryexec/dryexec/netsim/tun"
-	"go.yaml.in/yaml/v3"
+	"github.com/dryexec/dryexec/netsim/mockfile"
+	"github.com/dryexec/dryexec/netsim/netconf"
 )
 
 // Defaults of the bounds in Config.
@@ -43,10 +42,7 @@ const (
 )
 
 // File is a netsim file: mocks plus allow rules (YAML or JSON).
-type File struct {
-	mock.Spec `yaml:",inline"`
-	Allow     []Rule `yaml:"allow" json:"allow"`
-}
+type File = mockfile.File
 
 // Sim is one sandbox's network: a userspace TCP/IP stack that terminates
 // every connection, datagram and DNS query, and the log of what happened.
@@ -173,7 +169,7 @@ func New(ctx context.Context, cfg Config) (*Sim, error) {
 	}
 	s.rules = append(s.rules, cfg.Allow...)
 	if cfg.MockFile != "" {
-		f, err := loadFile(cfg.MockFile)
+		f, err := mockfile.Load(cfg.MockFile)
 		if err != nil {
 			return nil, err
 		}
@@ -198,7 +194,7 @@ func New(ctx context.Context, cfg Config) (*Sim, error) {
 	}
 	for i := range s.rules {
 		r := &s.rules[i]
-		if err := checkRule(*r); err != nil {
+		if err := netconf.CheckRule(*r); err != nil {
 			return nil, fmt.Errorf("%w: allow rule %q: %v", ErrBadConfig, r.Host, err)
 		}
 		if len(r.Inject) == 0 {
@@ -244,20 +240,6 @@ func New(ctx context.Context, cfg Config) (*Sim, error) {
 	return s, nil
 }
 
-func loadFile(path string) (*File, error) {
-	data, err := os.ReadFile(path)
-	if err != nil {
-		return nil, fmt.Errorf("%w: reading mock file: %w", ErrBadConfig, err)
-	}
-	var f File
-	dec := yaml.NewDecoder(strings.NewReader(string(data)))
-	dec.KnownFields(true)
-	if err := dec.Decode(&f); err != nil && !errors.Is(err, io.EOF) {
-		return nil, fmt.Errorf("%w: %s: %v", ErrBadConfig, path, err)
-	}
-	return &f, nil
-}
-
 func readSecret(sec Secret, lookupEnv func(string) (string, bool), readFile func(string) ([]byte, error)) (string, error) {
 	if sec.Env != "" {
 		v, ok := lookupEnv(sec.Env)
@@ -298,52 +280,5 @@ func (s *Sim) certificate(hello *tls.ClientHelloInfo) (*tls.Certificate, error) 
 	return s.ca.Leaf(name)
 }
 
-// Trust is what the sandbox needs to trust netsim's CA.
-type Trust struct {
-	// CAPEM is the CA certificate alone.
-	CAPEM []byte
-	// Bundle is the host's system trust store plus the CA: bind it (read
-	// only) over BundlePath inside the sandbox.
-	Bundle     []byte
-	BundlePath string
-	// Env points the common tools at BundlePath: SSL_CERT_FILE,
-	// REQUESTS_CA_BUNDLE, CURL_CA_BUNDLE, NODE_EXTRA_CA_CERTS,
-	// GIT_SSL_CAINFO, PIP_CERT.
-	Env map[string]string
-}
-
 // Trust returns the CA and the trust setup for the sandbox.
 func (s *Sim) Trust() Trust { return TrustOf(s.ca) }
-
-// TrustOf is the trust setup for a sandbox whose netsim signs with c (what
-// Sim.Trust returns, for a caller whose Sim runs in another process).
-func TrustOf(c *ca.CA) Trust {
-	t := CATrustOf(c)
-	system, _ := os.ReadFile(tun.SystemBundle)
-	t.Bundle = c.Bundle(system)
-	return t
-}
-
-// CATrustOf is TrustOf without Bundle, for a sandbox whose guest makes the
-// bundle itself from the host's file at BundlePath and CAPEM
-// (wire.TrialStart.TrustSystem): the host then does not read the system's
-// roots, a few hundred KiB, for every sandbox.
-func CATrustOf(c *ca.CA) Trust {
-	return Trust{
-		CAPEM:      c.CertPEM(),
-		BundlePath: tun.SystemBundle,
-		Env:        TrustEnv(tun.SystemBundle),
-	}
-}
-
-// TrustEnv is the environment that points common tools at bundle.
-func TrustEnv(bundle string) map[string]string {
-	return map[string]string{
-		"SSL_CERT_FILE":       bundle,
-		"REQUESTS_CA_BUNDLE":  bundle,
-		"CURL_CA_BUNDLE":      bundle,
-		"NODE_EXTRA_CA_CERTS": bundle,
-		"GIT_SSL_CAINFO":      bundle,
-		"PIP_CERT":            bundle,
-	}
-}

@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/dryexec/dryexec/netsim/mock"
+	"github.com/dryexec/dryexec/netsim/netconf"
 )
 
 // flow is where one connection or datagram was going, as netsim knows it:
@@ -72,7 +73,7 @@ func ruleAddr(r *Rule) (netip.Addr, bool) {
 // fits reports whether r's port, method and path conditions hold. method ""
 // means raw (non-HTTP) traffic, which only a rule without HTTP conditions
 // allows.
-func (r *Rule) fits(f flow, method, path string) bool {
+func fits(r *Rule, f flow, method, path string) bool {
 	if r.Port != 0 && r.Port != f.port {
 		return false
 	}
@@ -112,7 +113,7 @@ type decision struct {
 func (s *Sim) candidates(f flow, method, path string) bool {
 	for i := range s.rules {
 		r := &s.rules[i]
-		if !r.fits(f, method, path) {
+		if !fits(r, f, method, path) {
 			continue
 		}
 		if _, isAddr := ruleAddr(r); isAddr {
@@ -147,8 +148,8 @@ func (s *Sim) decide(ctx context.Context, f flow, method, path string) decision 
 		// An explicit address rule wins and may name anything.
 		for i := range s.rules {
 			r := &s.rules[i]
-			if ra, isAddr := ruleAddr(r); isAddr && ra == a && r.fits(f, method, path) {
-				return decision{allowed: true, rule: r, dial: a, reason: "allowed by rule " + ruleString(r)}
+			if ra, isAddr := ruleAddr(r); isAddr && ra == a && fits(r, f, method, path) {
+				return decision{allowed: true, rule: r, dial: a, reason: "allowed by rule " + netconf.RuleString(r)}
 			}
 		}
 		if f.name == "" {
@@ -156,14 +157,14 @@ func (s *Sim) decide(ctx context.Context, f flow, method, path string) decision 
 		}
 		for i := range s.rules {
 			r := &s.rules[i]
-			if _, isAddr := ruleAddr(r); isAddr || !mock.MatchHost(r.Host, f.name) || !r.fits(f, method, path) {
+			if _, isAddr := ruleAddr(r); isAddr || !mock.MatchHost(r.Host, f.name) || !fits(r, f, method, path) {
 				continue
 			}
 			if class := special(a); class != "" {
 				refused = append(refused, fmt.Sprintf("%s resolves to %s (%s): name the address in a rule to allow it", f.name, a, class))
 				continue
 			}
-			return decision{allowed: true, rule: r, dial: a, reason: "allowed by rule " + ruleString(r)}
+			return decision{allowed: true, rule: r, dial: a, reason: "allowed by rule " + netconf.RuleString(r)}
 		}
 	}
 	if len(refused) > 0 {
@@ -185,24 +186,4 @@ func describe(f flow, method, path string) string {
 		return f.proto + " " + hp
 	}
 	return method + " " + hp + path
-}
-
-func ruleString(r *Rule) string {
-	var b strings.Builder
-	if len(r.Methods) > 0 {
-		b.WriteString(strings.Join(r.Methods, "|") + " ")
-	}
-	if strings.Contains(r.Host, ":") {
-		b.WriteString("[" + r.Host + "]")
-	} else {
-		b.WriteString(r.Host)
-	}
-	if r.Port != 0 {
-		fmt.Fprintf(&b, ":%d", r.Port)
-	}
-	b.WriteString(r.PathPrefix)
-	if r.UDP {
-		b.WriteString(" (udp)")
-	}
-	return b.String()
 }

@@ -7,6 +7,7 @@ import (
 	"encoding/base64"
 	"errors"
 	"fmt"
+	"github.com/dryexec/dryexec/netsim/netconf"
 	"log/slog"
 	"net"
 	"net/http"
@@ -207,7 +208,7 @@ func proxyFlow(authority string, defPort int) (flow, error) {
 		}
 		return flow{addr: a.Unmap(), port: port, proto: "tcp"}, nil
 	}
-	if !validName(host) {
+	if !netconf.ValidName(host) {
 		return flow{}, fmt.Errorf("%q: not a host name", authority)
 	}
 	return flow{name: canonical(host), port: port, proto: "tcp"}, nil

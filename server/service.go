@@ -21,6 +21,7 @@ import (
 	"github.com/dryexec/dryexec"
 	"github.com/dryexec/dryexec/internal/apiclient"
 	"github.com/dryexec/dryexec/netsim"
+	"github.com/dryexec/dryexec/netsim/mockfile"
 	"github.com/dryexec/dryexec/policy"
 	"github.com/dryexec/dryexec/receipt"
 	"github.com/dryexec/dryexec/rung"
@@ -499,7 +500,7 @@ func (s *Service) checkNetRules(ctx context.Context, specs []string) error {
 			return badRequest("net: %v", err)
 		}
 	}
-	rules, err := nc.Rules()
+	rules, err := mockfile.Rules(&nc)
 	if err != nil {
 		return badRequest("net: %v", err)
 	}

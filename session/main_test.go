@@ -5,13 +5,13 @@ import (
 	"testing"
 
 	"github.com/dryexec/dryexec/guest"
-	"github.com/dryexec/dryexec/netsim/netproc"
+	"github.com/dryexec/dryexec/netsim/netrole"
 	"go.uber.org/goleak"
 )
 
 func TestMain(m *testing.M) {
 	guest.MaybeMain(os.Args)
-	netproc.MaybeMain(os.Args)
+	netrole.MaybeMain(os.Args)
 	// Every goroutine a test started must be gone when the tests end.
 	goleak.VerifyTestMain(m)
 }

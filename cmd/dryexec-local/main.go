@@ -18,6 +18,16 @@
 // the built-in policy has no CEL rules, and package policy then leaves
 // CEL out.
 //
+// It does not link netsim's role (package netsim/netrole, and with it
+// gVisor's netstack), whose initialisation would be paid at every start: the role of its trials' networks is
+// dryexec-netsim, beside it as `make build` installs it. Without one (no
+// $DRYEXEC_NETSIM, no dryexec-netsim beside it), the rung would re-execute
+// this binary as the role; instead it takes no trial (opener) and hands
+// the run to the engine, which plays the role itself, so the run behaves
+// as it always did, only without the fast start. Started as the role all
+// the same (that binary went away during a run), it refuses, saying why:
+// the trial's network then ends as a crashed role's does.
+//
 // The go:debug settings are the front's, for the same reason.
 //
 //go:debug containermaxprocs=0
@@ -38,10 +48,13 @@ import (
 )
 
 func main() {
-	// First thing: without dryexec-guest or dryexec-netsim beside it, the
-	// rung re-executes this binary as the guest, or netsim's role.
+	// First thing: without dryexec-guest beside it, the rung re-executes
+	// this binary as the guest.
 	guest.MaybeMain(os.Args)
-	netproc.MaybeMain(os.Args)
+	if netproc.IsRole(os.Args) {
+		fmt.Fprintf(os.Stderr, "dryexec-local does not play netsim's role: install %s beside it (make build) or name one in $%s\n", netproc.ExeName, netproc.ExeEnv)
+		os.Exit(2)
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	code, taken := 0, false
 	if open := opener(); open != nil {

@@ -5,11 +5,20 @@ import (
 
 	"github.com/dryexec/dryexec"
 	"github.com/dryexec/dryexec/internal/localrun"
+	"github.com/dryexec/dryexec/netsim/netproc"
 	"github.com/dryexec/dryexec/rung/linuxns"
 )
 
-// opener is openNS: this binary runs its trials here.
-func opener() localrun.Opener { return openNS }
+// opener is openNS: this binary runs its trials here, when a role binary
+// for their networks is installed (netproc.Installed). Without one it is
+// nil, and every invocation goes to the engine: this binary does not link
+// the role the rung would otherwise re-execute it as (main's comment).
+func opener() localrun.Opener {
+	if _, ok := netproc.Installed(); !ok {
+		return nil
+	}
+	return openNS
+}
 
 // openNS opens the ns rung as the registry's rung.Open does (its "ns" line in
 // build_linux.go, then Available), without linking the registry's other

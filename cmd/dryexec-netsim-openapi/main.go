@@ -12,11 +12,11 @@ import (
 	"os"
 
 	"github.com/dryexec/dryexec/netsim/mock/openapi"
-	"github.com/dryexec/dryexec/netsim/netproc"
+	"github.com/dryexec/dryexec/netsim/netrole"
 )
 
 func main() {
-	netproc.MaybeMainOpenAPI(os.Args, openapi.Load)
+	netrole.MaybeMainOpenAPI(os.Args, openapi.Load)
 	fmt.Fprintln(os.Stderr, "dryexec-netsim-openapi: internal role binary, started by dryexec")
 	os.Exit(2)
 }

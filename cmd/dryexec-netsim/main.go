@@ -12,11 +12,11 @@ import (
 	"fmt"
 	"os"
 
-	"github.com/dryexec/dryexec/netsim/netproc"
+	"github.com/dryexec/dryexec/netsim/netrole"
 )
 
 func main() {
-	netproc.MaybeMain(os.Args)
+	netrole.MaybeMain(os.Args)
 	fmt.Fprintln(os.Stderr, "dryexec-netsim: internal role binary, started by dryexec")
 	os.Exit(2)
 }

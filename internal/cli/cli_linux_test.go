@@ -17,6 +17,7 @@ import (
 	"github.com/dryexec/dryexec/internal/guestexe"
 	"github.com/dryexec/dryexec/internal/runflags"
 	"github.com/dryexec/dryexec/internal/testreq"
+	"github.com/dryexec/dryexec/netsim/netproc"
 	"github.com/dryexec/dryexec/rung/linuxns"
 )
 
@@ -182,7 +183,8 @@ func TestDoctor(t *testing.T) {
 
 // TestRootlessSameDelta runs the acceptance scenario as an unprivileged user
 // (nobody) with the real binary, and expects the same delta as root gets;
-// and with the local engine (cmd/dryexec-local, its guest beside it),
+// and with the local engine (cmd/dryexec-local, its guest and netsim's
+// role beside it),
 // which gives the same delta as the engine.
 func TestRootlessSameDelta(t *testing.T) {
 	requireNS(t)
@@ -204,6 +206,7 @@ func TestRootlessSameDelta(t *testing.T) {
 	for out, args := range map[string][]string{
 		runflags.LocalName: {"-tags", "dryexec_nocel", "../../cmd/dryexec-local"},
 		guestexe.Name:      {"../../cmd/dryexec-guest"},
+		netproc.ExeName:    {"../../cmd/dryexec-netsim"},
 	} {
 		build := exec.Command(goTool, append([]string{"build", "-o", filepath.Join(localDir, out)}, args...)...)
 		build.Env = append(os.Environ(), "CGO_ENABLED=0")

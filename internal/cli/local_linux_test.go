@@ -16,17 +16,19 @@ import (
 	"github.com/dryexec/dryexec/internal/guestexe"
 	"github.com/dryexec/dryexec/internal/runflags"
 	"github.com/dryexec/dryexec/internal/testreq"
+	"github.com/dryexec/dryexec/netsim/netproc"
 )
 
 // buildLocal builds the local engine as `make build` does (the
 // dryexec_nocel tag: no CEL) into a directory of its own, with the guest
-// beside it, and returns its path.
+// and netsim's role beside it, and returns its path.
 func buildLocal(t *testing.T) string {
 	t.Helper()
 	dir := t.TempDir()
 	goBuild(t, dir, map[string][]string{
 		runflags.LocalName: {"-tags", "dryexec_nocel", "../../cmd/dryexec-local"},
 		guestexe.Name:      {"../../cmd/dryexec-guest"},
+		netproc.ExeName:    {"../../cmd/dryexec-netsim"},
 	})
 	return filepath.Join(dir, runflags.LocalName)
 }
@@ -157,6 +159,44 @@ func TestLocalSameAsEngine(t *testing.T) {
 				t.Errorf("the local engine's receipt does not verify: exit %d\n%s%s", code, out, errs)
 			}
 		})
+	}
+}
+
+// TestLocalWithoutNetsim: the local engine does not link netsim's role
+// (package netsim/netrole), so without a role binary (dryexec-netsim
+// beside it, or $DRYEXEC_NETSIM) it takes no run: it hands even a run it
+// would take to the engine, which plays the role itself, having written and
+// stored nothing. With one named, it runs the trial itself. Started as the
+// role all the same, it refuses, naming what to install.
+func TestLocalWithoutNetsim(t *testing.T) {
+	requireNS(t)
+	dir := t.TempDir()
+	goBuild(t, dir, map[string][]string{
+		runflags.LocalName: {"-tags", "dryexec_nocel", "../../cmd/dryexec-local"},
+		guestexe.Name:      {"../../cmd/dryexec-guest"},
+	})
+	local := filepath.Join(dir, runflags.LocalName)
+	base := []string{"PATH=/usr/bin:/bin", "NO_COLOR=1", "XDG_RUNTIME_DIR=" + t.TempDir(), "DRYEXEC_ENGINE=/nonexistent/dryexec-engine"}
+	args := []string{"run", "--", "sh", "-c", "echo hi > x.txt"}
+
+	home := t.TempDir()
+	code, out, errs := runProc(t, local, t.TempDir(), append(base, "DRYEXEC_HOME="+home), args...)
+	if code != ExitInternal || out != "" || !strings.HasPrefix(errs, "dryexec: starting the engine /nonexistent/dryexec-engine") {
+		t.Fatalf("no role binary: exit %d, stdout %q, stderr %q; want the hand-over to the engine", code, out, errs)
+	}
+	if ents, err := os.ReadDir(home); err != nil || len(ents) != 0 {
+		t.Errorf("no role binary: the store was touched: %v %v", ents, err)
+	}
+
+	// The trial sends no packet, so the role binary named is never started.
+	code, out, errs = runProc(t, local, t.TempDir(), append(base, "DRYEXEC_HOME="+t.TempDir(), netproc.ExeEnv+"=/nonexistent/dryexec-netsim"), args...)
+	if code != 0 || !strings.Contains(out+errs, "x.txt") {
+		t.Fatalf("a role binary named: exit %d, stdout %q, stderr %q; want the trial run here", code, out, errs)
+	}
+
+	code, out, errs = runProc(t, local, t.TempDir(), base, netproc.Role)
+	if code != 2 || out != "" || !strings.Contains(errs, "does not play netsim's role") || !strings.Contains(errs, netproc.ExeName) {
+		t.Fatalf("started as the role: exit %d, stdout %q, stderr %q; want a refusal naming %s", code, out, errs, netproc.ExeName)
 	}
 }
 

@@ -9,7 +9,7 @@ import (
 
 	"github.com/dryexec/dryexec/cgroup/cgrouptest"
 	"github.com/dryexec/dryexec/guest"
-	"github.com/dryexec/dryexec/netsim/netproc"
+	"github.com/dryexec/dryexec/netsim/netrole"
 )
 
 // TestMain lets the test binary be the guest (the ns rung re-executes it) and,
@@ -18,7 +18,7 @@ import (
 func TestMain(m *testing.M) {
 	cgrouptest.MaybeOrphanMain()
 	guest.MaybeMain(os.Args)
-	netproc.MaybeMain(os.Args)
+	netrole.MaybeMain(os.Args)
 	if os.Getenv("DRYEXEC_TEST_AS_CLI") == "1" {
 		// As cmd/dryexec's main: Ctrl-C and SIGTERM cancel the context.
 		ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)

@@ -19,6 +19,7 @@ import (
 	"github.com/dryexec/dryexec/internal/localrun"
 	"github.com/dryexec/dryexec/internal/runflags"
 	"github.com/dryexec/dryexec/netsim"
+	"github.com/dryexec/dryexec/netsim/mockfile"
 	"github.com/dryexec/dryexec/policy"
 	"github.com/dryexec/dryexec/rung"
 	"github.com/dryexec/dryexec/server"
@@ -282,7 +283,7 @@ func checkNetSpecs(ctx context.Context, specs []string, env Env) ([]string, erro
 		}
 		out[i] = spec
 	}
-	rules, err := nc.Rules()
+	rules, err := mockfile.Rules(&nc)
 	if err != nil {
 		return nil, usageError{fmt.Errorf("--net: %w", err)}
 	}

@@ -18,16 +18,18 @@ import (
 	"github.com/dryexec/dryexec/internal/front"
 	"github.com/dryexec/dryexec/internal/runflags"
 	"github.com/dryexec/dryexec/internal/smallfront"
+	"github.com/dryexec/dryexec/netsim/netproc"
 )
 
 // smallFrontLayout installs what `make build` installs on linux/amd64 in a
-// new directory: the small front as dryexec, the Go front, the engine and
-// the local engine beside it. It returns the small front's path.
+// new directory: the small front as dryexec, the Go front, the engine, the
+// local engine and netsim's role beside it. It returns the small front's
+// path.
 func smallFrontLayout(t *testing.T) string {
 	t.Helper()
 	dir := t.TempDir()
 	goBuild(t, dir, map[string][]string{smallfront.GoFrontName: {"../../cmd/dryexec-front"}, front.EngineName: {"../../cmd/dryexec"},
-		runflags.LocalName: {"-tags", "dryexec_nocel", "../../cmd/dryexec-local"}})
+		runflags.LocalName: {"-tags", "dryexec_nocel", "../../cmd/dryexec-local"}, netproc.ExeName: {"../../cmd/dryexec-netsim"}})
 	bin := filepath.Join(dir, "dryexec")
 	if err := smallfront.Install(bin); err != nil {
 		t.Fatal(err)

@@ -9,7 +9,7 @@ import (
 	"github.com/dryexec/dryexec"
 	"github.com/dryexec/dryexec/internal/apiclient"
 	"github.com/dryexec/dryexec/internal/front"
-	"github.com/dryexec/dryexec/netsim"
+	"github.com/dryexec/dryexec/netsim/netconf"
 	"github.com/dryexec/dryexec/policy"
 	"github.com/dryexec/dryexec/receipt"
 )
@@ -74,7 +74,7 @@ func Failed(env Env, err error) int {
 	var ue usage
 	switch {
 	case (errors.As(err, &ue) && ue.IsUsage()) || strings.HasPrefix(err.Error(), "unknown command"),
-		errors.Is(err, dryexec.ErrBadAction), errors.Is(err, netsim.ErrBadConfig), errors.Is(err, policy.ErrInvalid):
+		errors.Is(err, dryexec.ErrBadAction), errors.Is(err, netconf.ErrBadConfig), errors.Is(err, policy.ErrInvalid):
 		// The caller's mistake, however deep it was found.
 		return ExitUsage
 	case errors.Is(err, apiclient.ErrNoDaemon):

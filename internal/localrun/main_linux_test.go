@@ -6,7 +6,7 @@ import (
 
 	"github.com/dryexec/dryexec/guest"
 	"github.com/dryexec/dryexec/internal/testreq"
-	"github.com/dryexec/dryexec/netsim/netproc"
+	"github.com/dryexec/dryexec/netsim/netrole"
 )
 
 // TestMain lets this test binary serve as the guest and netsim's role: the
@@ -14,7 +14,7 @@ import (
 // beside it.
 func TestMain(m *testing.M) {
 	guest.MaybeMain(os.Args)
-	netproc.MaybeMain(os.Args)
+	netrole.MaybeMain(os.Args)
 	testreq.OwnMountNamespace()
 	os.Exit(m.Run())
 }

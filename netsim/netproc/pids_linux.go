@@ -8,5 +8,5 @@ import (
 // is parent, from /proc: what a test kills to show that a role's death
 // ends one sandbox's network and nothing else.
 func Children(parent int) []int {
-	return procfs.Children(parent, func(_ string, argv []string) bool { return len(argv) > 1 && argv[1] == Role })
+	return procfs.Children(parent, func(_ string, argv []string) bool { return IsRole(argv) })
 }

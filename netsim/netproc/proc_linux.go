@@ -20,38 +20,27 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/dryexec/dryexec"
-	"github.com/dryexec/dryexec/netsim"
 	"github.com/dryexec/dryexec/netsim/ca"
+	"github.com/dryexec/dryexec/netsim/mockfile"
+	"github.com/dryexec/dryexec/netsim/netconf"
 )
-
-// Role is the first argument that makes MaybeMain run the role.
-const Role = "netsim-role"
-
-// ExeEnv names the binary to start in the role instead of the default.
-const ExeEnv = "DRYEXEC_NETSIM"
-
-// ExeName is the role-only binary (cmd/dryexec-netsim) `make build` puts
-// beside dryexec.
-const ExeName = "dryexec-netsim"
 
 // Executable is the binary Start runs: $DRYEXEC_NETSIM, else dryexec-netsim
 // beside the running executable, else the running executable itself (which
-// must then call MaybeMain first thing). Why a binary of its own: the role
-// starts on every trial, and the CLI's binary pays for the decision engine,
-// the daemon and the MCP server before main runs.
+// must then call netrole.MaybeMain first thing). Why a binary of its own:
+// the role starts on every trial, and the CLI's binary pays for the
+// decision engine, the daemon and the MCP server before main runs.
 func Executable() string { return guestexe.Beside(ExeEnv, ExeName) }
 
-// OpenAPIExeName is the role binary (cmd/dryexec-netsim-openapi) `make
-// build` puts beside dryexec for sandboxes whose mock file names OpenAPI
-// documents: it alone links the OpenAPI mocks (netsim/mock/openapi), whose
-// libraries' initialisation (kin-openapi, and a JSON Schema compiler that
-// compiles its meta-schemas in init) took 11 ms of a 24 ms start here, so
-// the role of every other trial does not pay for it.
-const OpenAPIExeName = "dryexec-netsim-openapi"
-
-// OpenAPIExeEnv names the binary to start in the role, instead of the
-// default, for a mock file naming OpenAPI documents.
-const OpenAPIExeEnv = "DRYEXEC_NETSIM_OPENAPI"
+// Installed is Executable when that is not the running binary: ok is false
+// when Start would run the running binary itself as the role. A program
+// that does not link the role (package netrole: the local engine) asks
+// before it takes a trial, and leaves the trial to one that does when no
+// role binary is there.
+func Installed() (exe string, ok bool) {
+	exe = Executable()
+	return exe, exe != guestexe.Self()
+}
 
 // OpenAPIExecutable is the binary Start runs for a mock file naming OpenAPI
 // documents: $DRYEXEC_NETSIM_OPENAPI, else dryexec-netsim-openapi beside the
@@ -68,13 +57,13 @@ func OpenAPIExecutable() string {
 type Proc struct {
 	cmd    *exec.Cmd
 	ctrl   *net.UnixConn
-	trust  netsim.Trust
+	trust  netconf.Trust
 	conf   Confinement
 	stderr *tailBuf
 
 	// mu guards records, dropped and err.
 	mu      sync.Mutex
-	records []netsim.Record
+	records []netconf.Record
 	dropped int
 	err     error
 
@@ -104,7 +93,7 @@ type Proc struct {
 // fields must be nil (they cannot cross a process boundary). It returns once
 // the role runs, without waiting for it to be ready, so that its start-up
 // overlaps the sandbox's: see Ready. Stop ends the network.
-func Start(cfg netsim.Config, link *os.File, exe string) (*Proc, error) {
+func Start(cfg netconf.Config, link *os.File, exe string) (*Proc, error) {
 	return start(cfg, link, exe, LinkTUN)
 }
 
@@ -112,11 +101,11 @@ func Start(cfg netsim.Config, link *os.File, exe string) (*Proc, error) {
 // is a datagram socket (AF_UNIX, SOCK_DGRAM) carrying one Ethernet frame per
 // datagram, whose peer the VMM holds (QEMU's -netdev dgram with local.type=fd).
 // The role serves it as it is: no device is handed over.
-func StartEthernet(cfg netsim.Config, frames *os.File, exe string) (*Proc, error) {
+func StartEthernet(cfg netconf.Config, frames *os.File, exe string) (*Proc, error) {
 	return start(cfg, frames, exe, LinkEthernet)
 }
 
-func start(cfg netsim.Config, link *os.File, exe, kind string) (*Proc, error) {
+func start(cfg netconf.Config, link *os.File, exe, kind string) (*Proc, error) {
 	defer link.Close()
 	if cfg.LookupHost != nil || cfg.UpstreamRoots != nil || cfg.LookupEnv != nil || cfg.OnRecord != nil || cfg.ReadSecretFile != nil || cfg.OpenAPI != nil {
 		return nil, errors.New("netproc: Config's functions and pools cannot be passed to another process")
@@ -127,7 +116,7 @@ func start(cfg netsim.Config, link *os.File, exe, kind string) (*Proc, error) {
 	}
 	if exe == "" {
 		exe = Executable()
-		if openAPI, err := cfg.MocksOpenAPI(); err != nil {
+		if openAPI, err := mockfile.MocksOpenAPI(&cfg); err != nil {
 			return nil, err
 		} else if openAPI {
 			exe = OpenAPIExecutable()
@@ -164,7 +153,7 @@ func start(cfg netsim.Config, link *os.File, exe, kind string) (*Proc, error) {
 		ctrl.Close()
 		return nil, err
 	}
-	p := &Proc{ctrl: ctrl, trust: netsim.TrustOf(c), stderr: &tailBuf{max: 4096},
+	p := &Proc{ctrl: ctrl, trust: netconf.TrustOf(c), stderr: &tailBuf{max: 4096},
 		quiet: make(chan struct{}), done: make(chan struct{}), ready: make(chan struct{}), syncNote: make(chan struct{})}
 	// Every file the child gets is open before the fork: the thread that
 	// forks runs in the role's Landlock domain and may open nothing.
@@ -193,7 +182,7 @@ func start(cfg netsim.Config, link *os.File, exe, kind string) (*Proc, error) {
 }
 
 // Ready waits until the role has made its Sim and confined itself, and
-// returns why it could not: a netsim.ErrBadConfig for a bad configuration
+// returns why it could not: a netconf.ErrBadConfig for a bad configuration
 // (a mock file that does not compile, a credential that is not there), an
 // ErrCrashed if it died. On ctx's end it kills the role.
 func (p *Proc) Ready(ctx context.Context) error {
@@ -208,23 +197,23 @@ func (p *Proc) Ready(ctx context.Context) error {
 
 // CATrustOf is what a role started with cfg would give the sandbox to
 // trust (Proc.Trust), without starting one, and without the bundle
-// (netsim.CATrustOf): for a network whose role starts only if the sandbox
+// (netconf.CATrustOf): for a network whose role starts only if the sandbox
 // sends anything, in a sandbox whose guest makes the bundle.
-func CATrustOf(cfg netsim.Config) (netsim.Trust, error) {
+func CATrustOf(cfg netconf.Config) (netconf.Trust, error) {
 	if cfg.CADir == "" {
-		return netsim.Trust{}, fmt.Errorf("%w: CADir is required", netsim.ErrBadConfig)
+		return netconf.Trust{}, fmt.Errorf("%w: CADir is required", netconf.ErrBadConfig)
 	}
 	c, err := ca.LoadOrCreate(cfg.CADir)
 	if err != nil {
-		return netsim.Trust{}, err
+		return netconf.Trust{}, err
 	}
-	return netsim.CATrustOf(c), nil
+	return netconf.CATrustOf(c), nil
 }
 
 // prepare reads what the role needs and may not read itself.
-func prepare(cfg netsim.Config) (*Setup, *ca.CA, error) {
+func prepare(cfg netconf.Config) (*Setup, *ca.CA, error) {
 	if cfg.CADir == "" {
-		return nil, nil, fmt.Errorf("%w: CADir is required", netsim.ErrBadConfig)
+		return nil, nil, fmt.Errorf("%w: CADir is required", netconf.ErrBadConfig)
 	}
 	c, err := ca.LoadOrCreate(cfg.CADir)
 	if err != nil {
@@ -246,7 +235,7 @@ func prepare(cfg netsim.Config) (*Setup, *ca.CA, error) {
 	// The rules (the mock file's too) name the credentials to inject: read
 	// them here, with the caller's environment and permissions. A missing
 	// one is left out; the role's netsim.New then reports it as it would.
-	rules, err := cfg.Rules()
+	rules, err := mockfile.Rules(&cfg)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -356,7 +345,7 @@ func (p *Proc) read(dec *json.Decoder) {
 			if m.Err != "" {
 				end = errors.New(m.Err)
 				if m.BadConfig {
-					end = fmt.Errorf("%w: %s", netsim.ErrBadConfig, strings.TrimPrefix(m.Err, netsim.ErrBadConfig.Error()+": "))
+					end = fmt.Errorf("%w: %s", netconf.ErrBadConfig, strings.TrimPrefix(m.Err, netconf.ErrBadConfig.Error()+": "))
 				}
 			}
 		}
@@ -406,7 +395,7 @@ func (p *Proc) kill() {
 }
 
 // Trust is what the sandbox needs to trust the role's CA.
-func (p *Proc) Trust() netsim.Trust { return p.trust }
+func (p *Proc) Trust() netconf.Trust { return p.trust }
 
 // Confinement is what the role applied to itself.
 func (p *Proc) Confinement() Confinement { return p.conf }
@@ -426,10 +415,10 @@ func (p *Proc) Log() []dryexec.NetworkEvent {
 }
 
 // Records are the events with their bounded, redacted bodies.
-func (p *Proc) Records() []netsim.Record {
+func (p *Proc) Records() []netconf.Record {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	return append([]netsim.Record(nil), p.records...)
+	return append([]netconf.Record(nil), p.records...)
 }
 
 // Dropped counts the events beyond the log's bound.

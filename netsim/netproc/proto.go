@@ -4,7 +4,7 @@ import (
 	"errors"
 	"time"
 
-	"github.com/dryexec/dryexec/netsim"
+	"github.com/dryexec/dryexec/netsim/netconf"
 )
 
 // The protocol between the parent and the role, over one socketpair (the
@@ -18,13 +18,13 @@ import (
 
 // Setup is everything the role needs, read once before it confines itself.
 type Setup struct {
-	// MockFile, Allow, Seed, MaxBodyBytes and MaxEvents are netsim.Config's.
-	MockFile     string        `json:"mock_file,omitempty"`
-	Allow        []netsim.Rule `json:"allow,omitempty"`
-	Seed         uint64        `json:"seed"`
-	MaxBodyBytes int           `json:"max_body_bytes,omitempty"`
-	MaxEvents    int           `json:"max_events,omitempty"`
-	// SniffTimeout is netsim.Config's.
+	// MockFile, Allow, Seed, MaxBodyBytes and MaxEvents are netconf.Config's.
+	MockFile     string         `json:"mock_file,omitempty"`
+	Allow        []netconf.Rule `json:"allow,omitempty"`
+	Seed         uint64         `json:"seed"`
+	MaxBodyBytes int            `json:"max_body_bytes,omitempty"`
+	MaxEvents    int            `json:"max_events,omitempty"`
+	// SniffTimeout is netconf.Config's.
 	SniffTimeout time.Duration `json:"sniff_timeout,omitempty"`
 	// CA is the content of the CA's file (ca.FileName).
 	CA []byte `json:"ca"`
@@ -79,10 +79,10 @@ type Control struct {
 
 // Msg is one message from the role.
 type Msg struct {
-	Kind   string         `json:"kind"`
-	Record *netsim.Record `json:"record,omitempty"`
-	Kept   bool           `json:"kept,omitempty"`
-	// Err and BadConfig (Err is a netsim.ErrBadConfig) end the stream.
+	Kind   string          `json:"kind"`
+	Record *netconf.Record `json:"record,omitempty"`
+	Kept   bool            `json:"kept,omitempty"`
+	// Err and BadConfig (Err is a netconf.ErrBadConfig) end the stream.
 	Err       string `json:"err,omitempty"`
 	BadConfig bool   `json:"bad_config,omitempty"`
 	// Confinement is what the role applied to itself (MsgReady).

@@ -11,7 +11,7 @@ import (
 	"github.com/dryexec/dryexec"
 	"github.com/dryexec/dryexec/guest"
 	"github.com/dryexec/dryexec/internal/testreq"
-	"github.com/dryexec/dryexec/netsim/netproc"
+	"github.com/dryexec/dryexec/netsim/netrole"
 	"github.com/dryexec/dryexec/schema"
 )
 
@@ -20,7 +20,7 @@ import (
 // inside gVisor as `dryexec guest gvisor-trial`.
 func TestMain(m *testing.M) {
 	guest.MaybeMain(os.Args)
-	netproc.MaybeMain(os.Args)
+	netrole.MaybeMain(os.Args)
 	testreq.OwnMountNamespace()
 	os.Exit(m.Run())
 }

@@ -4,7 +4,7 @@ import (
 	"time"
 
 	"github.com/dryexec/dryexec"
-	"github.com/dryexec/dryexec/netsim"
+	"github.com/dryexec/dryexec/netsim/netconf"
 )
 
 // What other rungs (rung/gvisor) share with ns rather than copy: the checks
@@ -22,7 +22,7 @@ func (r *Rung) CollectDeadline(a dryexec.Action, start, end time.Time) time.Time
 
 // Records are the network exchanges netsim kept (headers and bodies,
 // bounded and redacted) for TrialSpec.Exchanges; nil without a netsim.
-func (n *Net) Records() []netsim.Record {
+func (n *Net) Records() []netconf.Record {
 	if n.n.sim == nil {
 		return nil
 	}

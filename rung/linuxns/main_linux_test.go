@@ -6,7 +6,7 @@ import (
 
 	"github.com/dryexec/dryexec/guest"
 	"github.com/dryexec/dryexec/internal/testreq"
-	"github.com/dryexec/dryexec/netsim/netproc"
+	"github.com/dryexec/dryexec/netsim/netrole"
 	"github.com/dryexec/dryexec/wire"
 	"go.uber.org/goleak"
 )
@@ -21,7 +21,7 @@ func TestMain(m *testing.M) {
 		os.Exit(hostileGuest(script))
 	}
 	guest.MaybeMain(os.Args)
-	netproc.MaybeMain(os.Args)
+	netrole.MaybeMain(os.Args)
 	testreq.OwnMountNamespace()
 	// Every goroutine a test started must be gone when the tests end.
 	goleak.VerifyTestMain(m)

@@ -14,8 +14,8 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/dryexec/dryexec"
-	"github.com/dryexec/dryexec/netsim"
 	"github.com/dryexec/dryexec/netsim/ca"
+	"github.com/dryexec/dryexec/netsim/netconf"
 	"github.com/dryexec/dryexec/netsim/netproc"
 	"github.com/dryexec/dryexec/netsim/tun"
 	"github.com/dryexec/dryexec/wire"
@@ -30,7 +30,7 @@ import (
 // allow rules fails, because silently cutting it off would give a false delta.
 type trialNet struct {
 	sim     *netproc.Proc
-	trust   netsim.Trust
+	trust   netconf.Trust
 	guest   *os.File // the guest's end of the hand-over socket, passed as an extra fd
 	served  bool     // serve was called
 	warning string
@@ -46,7 +46,7 @@ type trialNet struct {
 	// watched is closed once the watcher (lazyWatch) is done. mu guards
 	// sim, host and stopped, which the watcher sets.
 	lazy    bool
-	cfg     *netsim.Config
+	cfg     *netconf.Config
 	host    *os.File
 	watched chan struct{}
 	mu      sync.Mutex
@@ -96,7 +96,7 @@ func startTrialNet(spec dryexec.TrialSpec) (*trialNet, error) {
 // as the role's start is for another network: the guest's start does not
 // wait for it, only trial.start does (join); a failure is the trial's, at
 // started. The guest makes the bundle (startNS).
-func lazyNet(cfg *netsim.Config, fds [2]int) (*trialNet, error) {
+func lazyNet(cfg *netconf.Config, fds [2]int) (*trialNet, error) {
 	// Non-blocking, so that the runtime's poller waits on our end for the
 	// watcher and its Close wakes the watcher.
 	unix.SetNonblock(fds[0], true)
@@ -222,7 +222,7 @@ func (n *trialNet) ready(ctx context.Context) error {
 }
 
 func badConfig(err error) error {
-	if errors.Is(err, netsim.ErrBadConfig) {
+	if errors.Is(err, netconf.ErrBadConfig) {
 		return fmt.Errorf("%w: %w", dryexec.ErrBadAction, err)
 	}
 	return err
@@ -232,12 +232,12 @@ func badConfig(err error) error {
 // /dev/net/tun (when needTUN) it returns none: with a warning when loopback
 // only is an honest answer (nothing but "none" was asked), else with an
 // error.
-func netConfig(spec dryexec.TrialSpec, needTUN bool) (*netsim.Config, string, error) {
+func netConfig(spec dryexec.TrialSpec, needTUN bool) (*netconf.Config, string, error) {
 	specs := spec.Net
 	if len(specs) == 0 {
 		specs = []string{"none"}
 	}
-	cfg := netsim.Config{CADir: spec.NetCADir, Seed: seedOf(spec.TrialID)}
+	cfg := netconf.Config{CADir: spec.NetCADir, Seed: seedOf(spec.TrialID)}
 	for _, s := range specs {
 		if err := cfg.AddSpec(s); err != nil {
 			return nil, "", fmt.Errorf("%w: --net %s: %w", dryexec.ErrBadAction, s, err)
@@ -286,7 +286,7 @@ func caDirOf(dir string) (string, error) {
 }
 
 // seedOf makes mocks repeatable per trial: the same trial id, the same bytes.
-func seedOf(id string) uint64 { return netsim.SeedOf(id) }
+func seedOf(id string) uint64 { return netconf.SeedOf(id) }
 
 // serve lets netsim serve the device the guest will send. Call it once the
 // guest runs (it has its end of the socket): our copy is closed, so that

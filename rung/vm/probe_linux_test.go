@@ -10,7 +10,7 @@ import (
 
 	"github.com/dryexec/dryexec/guest"
 	"github.com/dryexec/dryexec/internal/testhooks"
-	"github.com/dryexec/dryexec/netsim/netproc"
+	"github.com/dryexec/dryexec/netsim/netrole"
 	"github.com/dryexec/dryexec/rung/vm/firecracker/fctest"
 )
 
@@ -25,7 +25,7 @@ func TestMain(m *testing.M) {
 		os.Exit(fctest.MainBacked(os.Args[1:], qemuBackedFirecracker))
 	}
 	guest.MaybeMain(os.Args)
-	netproc.MaybeMain(os.Args)
+	netrole.MaybeMain(os.Args)
 	code := m.Run()
 	if guestPath != "" {
 		os.RemoveAll(filepath.Dir(guestPath))

@@ -19,7 +19,7 @@ import (
 	"github.com/dryexec/dryexec/guest"
 	"github.com/dryexec/dryexec/internal/rootless"
 	"github.com/dryexec/dryexec/internal/testreq"
-	"github.com/dryexec/dryexec/netsim/netproc"
+	"github.com/dryexec/dryexec/netsim/netrole"
 	"github.com/dryexec/dryexec/rung/linuxns"
 	"github.com/dryexec/dryexec/rung/vm"
 	"github.com/dryexec/dryexec/schema"
@@ -29,7 +29,7 @@ import (
 // /proc/self/exe as `dryexec guest ns-trial`.
 func TestMain(m *testing.M) {
 	guest.MaybeMain(os.Args)
-	netproc.MaybeMain(os.Args)
+	netrole.MaybeMain(os.Args)
 	testreq.OwnMountNamespace()
 	os.Exit(m.Run())
 }

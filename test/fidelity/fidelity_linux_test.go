@@ -26,7 +26,7 @@ import (
 	"github.com/dryexec/dryexec/internal/guestexe"
 	"github.com/dryexec/dryexec/internal/rootless"
 	"github.com/dryexec/dryexec/internal/testreq"
-	"github.com/dryexec/dryexec/netsim/netproc"
+	"github.com/dryexec/dryexec/netsim/netrole"
 	gvisorrung "github.com/dryexec/dryexec/rung/gvisor"
 	"github.com/dryexec/dryexec/rung/linuxns"
 	vmrung "github.com/dryexec/dryexec/rung/vm"
@@ -56,7 +56,7 @@ const (
 // start a trial in-process (rootless.Rerun probes the rung).
 func TestMain(m *testing.M) {
 	guest.MaybeMain(os.Args)
-	netproc.MaybeMain(os.Args)
+	netrole.MaybeMain(os.Args)
 	os.Exit(m.Run())
 }
 

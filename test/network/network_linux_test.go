@@ -20,7 +20,7 @@ import (
 	"github.com/dryexec/dryexec/guest"
 	"github.com/dryexec/dryexec/internal/testreq"
 	"github.com/dryexec/dryexec/internal/testwait"
-	"github.com/dryexec/dryexec/netsim/netproc"
+	"github.com/dryexec/dryexec/netsim/netrole"
 	"github.com/dryexec/dryexec/rung/linuxns"
 	"github.com/dryexec/dryexec/schema"
 
@@ -42,7 +42,7 @@ const inNetNS = "DRYEXEC_TEST_OWN_NETNS"
 // user namespace would make the ns rung think it is root); others skip.
 func TestMain(m *testing.M) {
 	guest.MaybeMain(os.Args)
-	netproc.MaybeMain(os.Args)
+	netrole.MaybeMain(os.Args)
 	if os.Getenv(inNetNS) != "" {
 		if err := linkUp("lo"); err != nil {
 			fmt.Fprintln(os.Stderr, "lo up:", err)

@@ -36,6 +36,7 @@ import (
 	"github.com/dryexec/dryexec/internal/runflags"
 	"github.com/dryexec/dryexec/internal/smallfront"
 	"github.com/dryexec/dryexec/netsim/netproc"
+	"github.com/dryexec/dryexec/netsim/netrole"
 )
 
 // inNetNS marks the re-executed benchmark running in a network namespace of
@@ -47,7 +48,7 @@ var groupKeys = []string{"trial", "cli", "rungs", "warm", "throughput", "diff", 
 
 func main() {
 	guest.MaybeMain(os.Args)
-	netproc.MaybeMain(os.Args)
+	netrole.MaybeMain(os.Args)
 	if len(os.Args) > 1 && os.Args[1] == httpsClientArg {
 		os.Exit(httpsClient(os.Args[2:]))
 	}

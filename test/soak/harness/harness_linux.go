@@ -27,7 +27,7 @@ import (
 	"github.com/dryexec/dryexec/internal/cli"
 	"github.com/dryexec/dryexec/internal/procfs"
 	"github.com/dryexec/dryexec/internal/testreq"
-	"github.com/dryexec/dryexec/netsim/netproc"
+	"github.com/dryexec/dryexec/netsim/netrole"
 	"github.com/dryexec/dryexec/server"
 )
 
@@ -43,7 +43,7 @@ const MarkEnv = "DRYEXEC_LEAK_MARK"
 // rung re-executes it) and, re-executed by Start, as the CLI.
 func Main(m *testing.M) {
 	guest.MaybeMain(os.Args)
-	netproc.MaybeMain(os.Args)
+	netrole.MaybeMain(os.Args)
 	if os.Getenv(asCLI) == "1" {
 		ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 		code := cli.Run(ctx, os.Args[1:], cli.Env{Stdin: os.Stdin, Stdout: os.Stdout, Stderr: os.Stderr, Getenv: os.Getenv})

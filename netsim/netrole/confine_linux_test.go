@@ -1,4 +1,4 @@
-package netproc
+package netrole
 
 import (
 	"context"
@@ -17,6 +17,7 @@ import (
 
 	"github.com/dryexec/dryexec"
 	"github.com/dryexec/dryexec/netsim"
+	"github.com/dryexec/dryexec/netsim/netproc"
 )
 
 // attempts runs in the confined role (TestEscape): each tries something the
@@ -70,13 +71,13 @@ func attempts(out *sender, _ *json.Decoder) int {
 		nsErr <- unix.Unshare(unix.CLONE_NEWNET)
 	}()
 	try("new-namespace", <-nsErr)
-	out.send(Msg{Kind: MsgDone, Err: strings.Join(res, ";")})
+	out.send(netproc.Msg{Kind: netproc.MsgDone, Err: strings.Join(res, ";")})
 	return 0
 }
 
 // startRole starts exe in the role with the default configuration and a
 // hand-over socket nobody sends on.
-func startRole(t *testing.T, exe string) *Proc {
+func startRole(t *testing.T, exe string) *netproc.Proc {
 	t.Helper()
 	p, err := startRoleWith(t, netsim.Config{CADir: filepath.Join(t.TempDir(), "ca")}, exe)
 	if err != nil {
@@ -87,7 +88,7 @@ func startRole(t *testing.T, exe string) *Proc {
 
 // startRoleWith starts exe in the role with cfg and returns what Ready
 // returned.
-func startRoleWith(t *testing.T, cfg netsim.Config, exe string) (*Proc, error) {
+func startRoleWith(t *testing.T, cfg netsim.Config, exe string) (*netproc.Proc, error) {
 	t.Helper()
 	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
 	if err != nil {
@@ -95,7 +96,7 @@ func startRoleWith(t *testing.T, cfg netsim.Config, exe string) (*Proc, error) {
 	}
 	guest := os.NewFile(uintptr(fds[1]), "guest")
 	t.Cleanup(func() { guest.Close() })
-	p, err := Start(cfg, os.NewFile(uintptr(fds[0]), "host"), exe)
+	p, err := netproc.Start(cfg, os.NewFile(uintptr(fds[0]), "host"), exe)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -133,8 +134,8 @@ func TestOpenAPIOnlyWhereLinked(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := startRoleWith(t, cfg, self); !errors.Is(err, netsim.ErrBadConfig) || !strings.Contains(err.Error(), OpenAPIExeName) {
-		t.Errorf("a role without the OpenAPI mocks: Ready() = %v, want ErrBadConfig naming %s", err, OpenAPIExeName)
+	if _, err := startRoleWith(t, cfg, self); !errors.Is(err, netsim.ErrBadConfig) || !strings.Contains(err.Error(), netproc.OpenAPIExeName) {
+		t.Errorf("a role without the OpenAPI mocks: Ready() = %v, want ErrBadConfig naming %s", err, netproc.OpenAPIExeName)
 	}
 	exe := filepath.Join(t.TempDir(), openAPIExe)
 	if err := os.Symlink(self, exe); err != nil {
@@ -143,8 +144,8 @@ func TestOpenAPIOnlyWhereLinked(t *testing.T) {
 	if err := os.Chmod(filepath.Dir(exe), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	t.Setenv(OpenAPIExeEnv, exe)
-	if got := OpenAPIExecutable(); got != exe {
+	t.Setenv(netproc.OpenAPIExeEnv, exe)
+	if got := netproc.OpenAPIExecutable(); got != exe {
 		t.Fatalf("OpenAPIExecutable() = %s, want %s", got, exe)
 	}
 	if _, err := startRoleWith(t, cfg, ""); err != nil {
@@ -152,7 +153,7 @@ func TestOpenAPIOnlyWhereLinked(t *testing.T) {
 	}
 	// A mock file without OpenAPI documents never starts the OpenAPI role
 	// (here it would fail: it is made to).
-	t.Setenv(OpenAPIExeEnv, filepath.Join(dir, "no-such-binary"))
+	t.Setenv(netproc.OpenAPIExeEnv, filepath.Join(dir, "no-such-binary"))
 	cfg.MockFile = routes
 	if _, err := startRoleWith(t, cfg, ""); err != nil {
 		t.Errorf("a mock file without OpenAPI documents: Ready() = %v", err)
@@ -202,7 +203,7 @@ func TestEscape(t *testing.T) {
 	p := startRole(t, exe)
 	<-p.Done()
 	err = p.Err()
-	if err == nil || errors.Is(err, ErrCrashed) {
+	if err == nil || errors.Is(err, netproc.ErrCrashed) {
 		t.Fatalf("the role's attempts ended with %v", err)
 	}
 	got := map[string]string{}
@@ -235,7 +236,7 @@ func TestKilled(t *testing.T) {
 	// that finds Done open knows the role did not die first): a role that
 	// died is quiet too, or this waits until the test's deadline.
 	<-p.Quiet()
-	if err := p.Err(); !errors.Is(err, ErrCrashed) || !strings.Contains(err.Error(), "killed") {
+	if err := p.Err(); !errors.Is(err, netproc.ErrCrashed) || !strings.Contains(err.Error(), "killed") {
 		t.Errorf("Err() = %v, want ErrCrashed saying it was killed", err)
 	}
 }
@@ -250,7 +251,7 @@ func BenchmarkStartStop(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		p, err := Start(netsim.Config{CADir: caDir}, os.NewFile(uintptr(fds[0]), "host"), "")
+		p, err := netproc.Start(netsim.Config{CADir: caDir}, os.NewFile(uintptr(fds[0]), "host"), "")
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -271,10 +272,10 @@ const lateRecordCount = 2000
 // role does, until the parent stops it.
 func lateRecords(out *sender, dec *json.Decoder) int {
 	for i := range lateRecordCount {
-		out.send(Msg{Kind: MsgRecord, Kept: true, Record: &netsim.Record{NetworkEvent: dryexec.NetworkEvent{Proto: "tcp", Host: "10.0.0.1", Port: i, Action: "blocked"}}})
+		out.send(netproc.Msg{Kind: netproc.MsgRecord, Kept: true, Record: &netsim.Record{NetworkEvent: dryexec.NetworkEvent{Proto: "tcp", Host: "10.0.0.1", Port: i, Action: "blocked"}}})
 	}
 	control(dec, out)
-	out.send(Msg{Kind: MsgDone})
+	out.send(netproc.Msg{Kind: netproc.MsgDone})
 	return 0
 }
 

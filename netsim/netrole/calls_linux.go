@@ -1,4 +1,4 @@
-package netproc
+package netrole
 
 import (
 	"golang.org/x/sys/unix"

@@ -1,6 +1,6 @@
 //go:build linux
 
-package netproc
+package netrole
 
 import "golang.org/x/sys/unix"
 

@@ -1,6 +1,6 @@
 //go:build !linux
 
-package netproc
+package netrole
 
 import "github.com/dryexec/dryexec/netsim/mock"
 

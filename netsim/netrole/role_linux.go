@@ -1,4 +1,4 @@
-package netproc
+package netrole
 
 import (
 	"bufio"
@@ -18,6 +18,7 @@ import (
 	"github.com/dryexec/dryexec/netsim"
 	"github.com/dryexec/dryexec/netsim/ca"
 	"github.com/dryexec/dryexec/netsim/mock"
+	"github.com/dryexec/dryexec/netsim/netproc"
 	"github.com/dryexec/dryexec/netsim/tun"
 )
 
@@ -37,7 +38,7 @@ func MaybeMain(args []string) { MaybeMainOpenAPI(args, nil) }
 // dryexec-netsim do not, so as not to pay for kin-openapi's initialisation at
 // every start.
 func MaybeMainOpenAPI(args []string, load mock.LoadAPI) {
-	if len(args) < 2 || args[1] != Role {
+	if !netproc.IsRole(args) {
 		return
 	}
 	os.Exit(role(load, nil))
@@ -60,7 +61,7 @@ func role(openAPI mock.LoadAPI, attempt func(out *sender, dec *json.Decoder) int
 	defer out.close()
 
 	dec := json.NewDecoder(bufio.NewReader(ctrl))
-	var setup Setup
+	var setup netproc.Setup
 	if err := dec.Decode(&setup); err != nil {
 		linkF.Close()
 		fmt.Fprintln(os.Stderr, "netsim role: reading the setup:", err)
@@ -70,7 +71,7 @@ func role(openAPI mock.LoadAPI, attempt func(out *sender, dec *json.Decoder) int
 	// itself; an Ethernet link stays a file until ServeEthernet takes it.
 	var link *net.UnixConn
 	switch setup.Link {
-	case LinkTUN:
+	case netproc.LinkTUN:
 		lc, err := net.FileConn(linkF)
 		linkF.Close()
 		if err != nil {
@@ -78,7 +79,7 @@ func role(openAPI mock.LoadAPI, attempt func(out *sender, dec *json.Decoder) int
 			return 2
 		}
 		link = lc.(*net.UnixConn)
-	case LinkEthernet:
+	case netproc.LinkEthernet:
 	default:
 		linkF.Close()
 		fmt.Fprintf(os.Stderr, "netsim role: unknown link %q\n", setup.Link)
@@ -89,16 +90,16 @@ func role(openAPI mock.LoadAPI, attempt func(out *sender, dec *json.Decoder) int
 	sim, err := newSim(ctx, &setup, openAPI, out)
 	if err != nil {
 		linkF.Close()
-		out.send(Msg{Kind: MsgDone, Err: err.Error(), BadConfig: errors.Is(err, netsim.ErrBadConfig)})
+		out.send(netproc.Msg{Kind: netproc.MsgDone, Err: err.Error(), BadConfig: errors.Is(err, netsim.ErrBadConfig)})
 		return 0
 	}
 	conf, err := confine()
 	if err != nil {
 		linkF.Close()
-		out.send(Msg{Kind: MsgDone, Err: "confining the netsim process: " + err.Error()})
+		out.send(netproc.Msg{Kind: netproc.MsgDone, Err: "confining the netsim process: " + err.Error()})
 		return 0
 	}
-	out.send(Msg{Kind: MsgReady, Confinement: conf})
+	out.send(netproc.Msg{Kind: netproc.MsgReady, Confinement: conf})
 	if attempt != nil {
 		return attempt(out, dec)
 	}
@@ -115,7 +116,7 @@ func role(openAPI mock.LoadAPI, attempt func(out *sender, dec *json.Decoder) int
 	}()
 	go func() {
 		<-sim.Quiet()
-		out.send(Msg{Kind: MsgQuiet})
+		out.send(netproc.Msg{Kind: netproc.MsgQuiet})
 	}()
 	if link == nil {
 		err = sim.ServeEthernet(ctx, linkF)
@@ -130,7 +131,7 @@ func role(openAPI mock.LoadAPI, attempt func(out *sender, dec *json.Decoder) int
 			err = fmt.Errorf("receiving the TUN device: %w", err)
 		}
 	}
-	m := Msg{Kind: MsgDone}
+	m := netproc.Msg{Kind: netproc.MsgDone}
 	if err != nil {
 		m.Err = err.Error()
 	}
@@ -139,7 +140,7 @@ func role(openAPI mock.LoadAPI, attempt func(out *sender, dec *json.Decoder) int
 }
 
 // newSim makes the Sim setup describes, with what the parent read for it.
-func newSim(ctx context.Context, setup *Setup, openAPI mock.LoadAPI, out *sender) (*netsim.Sim, error) {
+func newSim(ctx context.Context, setup *netproc.Setup, openAPI mock.LoadAPI, out *sender) (*netsim.Sim, error) {
 	c, err := ca.Parse(setup.CA)
 	if err != nil {
 		return nil, fmt.Errorf("netsim CA: %w", err)
@@ -156,7 +157,7 @@ func newSim(ctx context.Context, setup *Setup, openAPI mock.LoadAPI, out *sender
 			return nil, &os.PathError{Op: "open", Path: p, Err: os.ErrNotExist}
 		},
 		OnRecord: func(r netsim.Record, kept bool) {
-			out.send(Msg{Kind: MsgRecord, Record: &r, Kept: kept})
+			out.send(netproc.Msg{Kind: netproc.MsgRecord, Record: &r, Kept: kept})
 		},
 	}
 	if len(setup.Roots) > 0 {
@@ -166,14 +167,14 @@ func newSim(ctx context.Context, setup *Setup, openAPI mock.LoadAPI, out *sender
 	}
 	sim, err := netsim.New(ctx, cfg)
 	if errors.Is(err, mock.ErrNoOpenAPI) {
-		err = fmt.Errorf("%w (%s serves them: make build installs it beside dryexec; %s names another)", err, OpenAPIExeName, OpenAPIExeEnv)
+		err = fmt.Errorf("%w (%s serves them: make build installs it beside dryexec; %s names another)", err, netproc.OpenAPIExeName, netproc.OpenAPIExeEnv)
 	}
 	return sim, err
 }
 
 // confine drops what the role does not need; the Landlock domain and
 // no_new_privs it inherited from the parent's starting thread already hold.
-func confine() (*Confinement, error) {
+func confine() (*netproc.Confinement, error) {
 	if os.Geteuid() == 0 {
 		// Go applies these to every thread. Leaving uid 0 clears the
 		// permitted, effective and ambient capability sets.
@@ -188,7 +189,7 @@ func confine() (*Confinement, error) {
 		}
 	}
 	// Measured before the filter, which refuses capget and prctl.
-	c := &Confinement{UID: os.Getuid(), GID: os.Getgid(), CapEff: capEff()}
+	c := &netproc.Confinement{UID: os.Getuid(), GID: os.Getgid(), CapEff: capEff()}
 	abi, _, e := unix.Syscall(unix.SYS_LANDLOCK_CREATE_RULESET, 0, 0, unix.LANDLOCK_CREATE_RULESET_VERSION)
 	if e == 0 && inDomain() {
 		c.Landlock = int(abi)
@@ -228,7 +229,7 @@ func capEff() uint64 {
 type sender struct {
 	mu     sync.Mutex
 	cond   *sync.Cond
-	queue  []Msg
+	queue  []netproc.Msg
 	closed bool
 	done   chan struct{}
 }
@@ -238,12 +239,12 @@ type sender struct {
 // parent reads it, its log holds them.
 func control(dec *json.Decoder, out *sender) {
 	for {
-		var c Control
+		var c netproc.Control
 		if err := dec.Decode(&c); err != nil {
 			return
 		}
-		if c.Kind == CtrlSync {
-			out.send(Msg{Kind: MsgSynced, Seq: c.Seq})
+		if c.Kind == netproc.CtrlSync {
+			out.send(netproc.Msg{Kind: netproc.MsgSynced, Seq: c.Seq})
 		}
 	}
 }
@@ -277,7 +278,7 @@ func newSender(c *net.UnixConn) *sender {
 	return s
 }
 
-func (s *sender) send(m Msg) {
+func (s *sender) send(m netproc.Msg) {
 	s.mu.Lock()
 	s.queue = append(s.queue, m)
 	s.mu.Unlock()

@@ -1,4 +1,4 @@
-package netproc
+package netrole
 
 import (
 	"os"
@@ -8,6 +8,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/dryexec/dryexec/netsim/mock/openapi"
+	"github.com/dryexec/dryexec/netsim/netproc"
 )
 
 // escapeExe is the name under which the test binary, started in the role,
@@ -25,10 +26,10 @@ const openAPIExe = "netproc-openapi"
 
 // TestMain lets this test binary serve as the role (Start re-executes it).
 func TestMain(m *testing.M) {
-	if len(os.Args) > 1 && os.Args[1] == Role && filepath.Base(os.Args[0]) == escapeExe {
+	if len(os.Args) > 1 && os.Args[1] == netproc.Role && filepath.Base(os.Args[0]) == escapeExe {
 		os.Exit(role(nil, attempts))
 	}
-	if len(os.Args) > 1 && os.Args[1] == Role && filepath.Base(os.Args[0]) == syncExe {
+	if len(os.Args) > 1 && os.Args[1] == netproc.Role && filepath.Base(os.Args[0]) == syncExe {
 		os.Exit(role(nil, lateRecords))
 	}
 	if filepath.Base(os.Args[0]) == openAPIExe {
