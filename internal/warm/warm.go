@@ -58,7 +58,8 @@ type Stats struct {
 	// Failed counts failed preparations; LastError is the latest reason.
 	Failed    int
 	LastError string
-	// Died counts ready things found dead (Funcs.Alive) and replaced.
+	// Died counts ready things found dead (Funcs.Alive) or marked stale
+	// (Stale) and replaced.
 	Died int
 }
 
@@ -125,6 +126,30 @@ func (p *Pool[T]) Take(fits func(T) bool) (t T, ok bool, err error) {
 	}
 	p.stats.Misses++
 	return t, false, nil
+}
+
+// Stale passes the ready things for which stale says so to the refiller,
+// which destroys and replaces them at once, as it does dead ones; it returns
+// how many. A full pool prepares nothing by itself, so a thing made for a
+// world that has since changed (what Funcs.Same compares) would stay ready,
+// and never fit, until the pool went idle: a caller whose request missed
+// for that reason says so here.
+func (p *Pool[T]) Stale(stale func(T) bool) int {
+	p.mu.Lock()
+	n := len(p.dead)
+	p.ready = slices.DeleteFunc(p.ready, func(r T) bool {
+		if !stale(r) {
+			return false
+		}
+		p.dead = append(p.dead, r)
+		return true
+	})
+	n = len(p.dead) - n
+	p.mu.Unlock()
+	if n > 0 {
+		p.poke()
+	}
+	return n
 }
 
 // takeDeadLocked moves the ready things that Alive says are dead to

@@ -219,3 +219,38 @@ func TestCloseMidPrepare(t *testing.T) {
 		t.Errorf("logged on Close: %s", logged.String())
 	}
 }
+
+// TestStaleReplaced: things a caller marks stale (made for a world that has
+// changed) leave the pool at once and are replaced by fresh ones, which the
+// next Take gets; a full pool would otherwise never make one.
+func TestStaleReplaced(t *testing.T) {
+	m := &maker{destroyed: map[int]int{}}
+	p := New(context.Background(), Options{Size: 2, IdleTimeout: -1}, m.funcs())
+	defer p.Close()
+	waitFor(t, "two ready", func() bool { return p.Stats().Ready == 2 })
+	m.mu.Lock()
+	m.gen = 1 // the world changed: what is made now is generation 1
+	m.mu.Unlock()
+	fits := func(x thing) bool { return x.gen == 1 }
+	if _, ok, err := p.Take(fits); ok || err != nil {
+		t.Fatalf("Take of a generation 1 thing before any was made: ok %v, err %v", ok, err)
+	}
+	if n := p.Stale(func(x thing) bool { return x.gen != 1 }); n != 2 {
+		t.Fatalf("Stale took %d things, want the 2 of generation 0", n)
+	}
+	p.Done()
+	waitFor(t, "two fresh ones ready", func() bool {
+		m.mu.Lock()
+		d := m.destroyed[1] + m.destroyed[2]
+		m.mu.Unlock()
+		return d == 2 && p.Stats().Ready == 2
+	})
+	got, ok, err := p.Take(fits)
+	if err != nil || !ok || got.gen != 1 {
+		t.Fatalf("Take after Stale: %+v %v %v, want a generation 1 thing", got, ok, err)
+	}
+	p.Done()
+	if n := p.Stale(func(x thing) bool { return x.gen != 1 }); n != 0 {
+		t.Errorf("Stale took %d fresh things", n)
+	}
+}

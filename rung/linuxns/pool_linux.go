@@ -90,6 +90,15 @@ func (p *Pool) Trial(ctx context.Context, spec dryexec.TrialSpec) (*dryexec.Stat
 		return nil, err
 	}
 	if !ok {
+		// A request shaped as the pool's template that no ready sandbox
+		// fits means the host changed since they were made (a mask or a
+		// mount that appeared, a daemon's socket made after its first
+		// sandboxes): they would never fit again, and a full pool makes no
+		// new one by itself. They are replaced now, so that this request
+		// is the only one to run cold.
+		if tsb, err := sandboxFor(p.opts.Spec, p.host); err == nil && tsb.equal(sb) {
+			p.w.Stale(func(t *trial) bool { return !t.sb.equal(sb) })
+		}
 		if t, err = p.r.prepare(ctx, sb, spec.TrialID, nil); err != nil {
 			p.w.Done()
 			return nil, err

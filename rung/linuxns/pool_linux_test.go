@@ -199,6 +199,34 @@ func TestPoolNewSecretNotExposed(t *testing.T) {
 	}
 }
 
+// TestPoolStaleReplaced: once the host has changed under a full pool (here
+// a credential that appeared, which every trial now masks), the first trial
+// misses and runs cold, and the pool replaces its stale sandboxes at once:
+// the next trial gets a ready one. Without that, a full pool kept sandboxes
+// no trial could use until it went idle (a daemon whose first sandboxes were
+// made before its own socket existed ran every trial cold).
+func TestPoolStaleReplaced(t *testing.T) {
+	home := t.TempDir()
+	t.Setenv("HOME", home)
+	dir := t.TempDir()
+	p := newTestPool(t, dir, PoolOptions{Size: 1}, 1)
+	if err := os.MkdirAll(home+"/.aws", 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(home+"/.aws/credentials", []byte("aws_secret_access_key = SECRET"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	poolTrial(t, p, dir, "true")
+	if s := p.Stats(); s.Hits != 0 || s.Misses != 1 {
+		t.Fatalf("stats %+v after the host changed: want the first trial cold", s)
+	}
+	waitReady(t, p, 1)
+	poolTrial(t, p, dir, "true")
+	if s := p.Stats(); s.Hits != 1 || s.Misses != 1 {
+		t.Fatalf("stats %+v: the second trial did not get a sandbox made for the changed host", s)
+	}
+}
+
 // TestPoolNewMountSeen: a mount made after a sandbox was prepared makes it
 // stale (the pool's cached mount plan must notice), and the trial both sees
 // the new mount's files and has its writes to it captured, not applied.
