@@ -105,6 +105,13 @@ func (p *Pool) take(ctx context.Context, opt Options) (*Session, error) {
 	if ok {
 		return ps.s, nil
 	}
+	if fits {
+		// The template's own shape, and no ready session fits: they were
+		// opened before the host changed (a mask, a mount) and would never
+		// fit again, while a full pool opens no new one by itself. They
+		// are replaced now (linuxns.Pool does the same for trials).
+		p.w.Stale(func(ps pooled) bool { return ps.key != key })
+	}
 	return open(ctx, opt)
 }
 

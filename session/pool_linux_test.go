@@ -108,4 +108,15 @@ func TestSessionPoolNewSecretNotExposed(t *testing.T) {
 	if err != nil || strings.Contains(r.Stdout, "SECRET") {
 		t.Fatalf("the new credential was readable: %q %v", r.Stdout, err)
 	}
+	// The stale session is replaced at once, not kept until the pool goes
+	// idle: the next Open gets one opened for the changed host.
+	waitPool(t, p, func(n int) bool { return n == 1 })
+	s2, err := p.Open(testCtx(t), Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s2.Close()
+	if st := p.Stats(); st.Hits != 1 || st.Misses != 1 {
+		t.Fatalf("stats %+v: the next Open did not get a session opened for the changed host", st)
+	}
 }
