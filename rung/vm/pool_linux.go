@@ -197,6 +197,13 @@ func (p *Pool) Trial(ctx context.Context, spec dryexec.TrialSpec) (*dryexec.Stat
 		return nil, err
 	}
 	if !ok {
+		// The template's own sandbox, and no ready VM fits: they were
+		// booted before the host changed (a mask, a mount) and would never
+		// fit again, while a full pool boots no new one by itself. They
+		// are replaced now (linuxns.Pool does the same).
+		if tsb, err := sandboxFor(p.opts.Spec); err == nil && tsb.equal(sb) {
+			p.w.Stale(func(t *trial) bool { return !t.sb.equal(sb) })
+		}
 		defer p.w.Done()
 		return p.r.Trial(ctx, spec)
 	}

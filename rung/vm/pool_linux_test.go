@@ -249,3 +249,37 @@ func TestPoolOwnerChild(t *testing.T) {
 	fmt.Printf("POOL READY %s\n", strings.Join(pids, " "))
 	select {}
 }
+
+// TestPoolStaleReplaced: once the host has changed under a full pool (a
+// credential that appeared, which every trial now masks), the first trial
+// misses and runs cold, and the pool boots a VM for the changed host at
+// once: the next trial takes it. A full pool used to keep the stale VM
+// until it went idle, and every trial meanwhile booted cold.
+func TestPoolStaleReplaced(t *testing.T) {
+	r := poolRung(t)
+	home := t.TempDir()
+	t.Setenv("HOME", home)
+	tmpl := dryexec.TrialSpec{Action: dryexec.Action{Cwd: "/", Env: map[string]string{"PATH": "/bin"}}}
+	p, err := vm.NewPool(context.Background(), r, dryexec.PoolOptions{Size: 1, IdleTimeout: -1, Spec: tmpl})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	waitReady(t, p)
+	if err := os.MkdirAll(home+"/.aws", 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(home+"/.aws/credentials", []byte("SECRET"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	spec := dryexec.TrialSpec{Action: dryexec.Action{Cwd: "/", Env: map[string]string{"PATH": "/bin"}, Argv: []string{"true"}}}
+	poolTrial(t, p, spec)
+	if s := p.Stats(); s.Hits != 0 || s.Misses != 1 {
+		t.Fatalf("stats %+v after the host changed: want the first trial cold", s)
+	}
+	waitReady(t, p)
+	poolTrial(t, p, spec)
+	if s := p.Stats(); s.Hits != 1 {
+		t.Fatalf("stats %+v: the second trial did not take a VM booted for the changed host", s)
+	}
+}
