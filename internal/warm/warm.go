@@ -136,20 +136,26 @@ func (p *Pool[T]) Take(fits func(T) bool) (t T, ok bool, err error) {
 // for that reason says so here.
 func (p *Pool[T]) Stale(stale func(T) bool) int {
 	p.mu.Lock()
-	n := len(p.dead)
-	p.ready = slices.DeleteFunc(p.ready, func(r T) bool {
-		if !stale(r) {
-			return false
-		}
-		p.dead = append(p.dead, r)
-		return true
-	})
-	n = len(p.dead) - n
+	n := p.retireLocked(stale)
 	p.mu.Unlock()
 	if n > 0 {
 		p.poke()
 	}
 	return n
+}
+
+// retireLocked moves the ready things gone says so of to p.dead, for the
+// refiller to destroy and replace, and returns how many.
+func (p *Pool[T]) retireLocked(gone func(T) bool) int {
+	n := len(p.dead)
+	p.ready = slices.DeleteFunc(p.ready, func(r T) bool {
+		if !gone(r) {
+			return false
+		}
+		p.dead = append(p.dead, r)
+		return true
+	})
+	return len(p.dead) - n
 }
 
 // takeDeadLocked moves the ready things that Alive says are dead to
@@ -158,15 +164,7 @@ func (p *Pool[T]) takeDeadLocked() bool {
 	if p.fn.Alive == nil {
 		return false
 	}
-	n := len(p.dead)
-	p.ready = slices.DeleteFunc(p.ready, func(r T) bool {
-		if p.fn.Alive(r) {
-			return false
-		}
-		p.dead = append(p.dead, r)
-		return true
-	})
-	return len(p.dead) > n
+	return p.retireLocked(func(r T) bool { return !p.fn.Alive(r) }) > 0
 }
 
 // dropDead destroys the dead things Take or a tick found.
