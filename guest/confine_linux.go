@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"runtime"
+	"slices"
 	"sync"
 	"time"
 	"unsafe"
@@ -111,8 +112,20 @@ type confinement struct {
 // renamer moves the host's dirs the overlay refuses to; link and linkat go
 // to it too, so that a host file and its new link report one identity
 // (link_linux.go).
-func newConfinement(renames bool) (*confinement, error) {
+//
+// With execChroot (a session's launcher) chroot is let through: every exec
+// chroots to its pid namespace's root before its exec (commandPIDNS), under
+// this filter. A breakout from that root (chroot to a subdir, ".."
+// upwards) ends at the root of the same view, the init's copy of the
+// sandbox's mounts, and no_new_privs keeps a set-user-ID program in a root
+// of the command's own making from gaining anything. The price, as on
+// gvisor: Linux refuses a new user namespace to a chrooted process, and the
+// filter refuses every other namespace already.
+func newConfinement(renames, execChroot bool) (*confinement, error) {
 	p := seccomp.Default()
+	if execChroot {
+		p.Rules = slices.DeleteFunc(p.Rules, func(r seccomp.Rule) bool { return r.Name == "chroot" })
+	}
 	if renames {
 		p.Handle("a rootless overlay refuses to rename a host dir (EXDEV): the supervisor does it with the caller's rights", renameCalls...)
 		p.Handle("a rootless overlay gives a host file linked to two identities: the supervisor links it with the caller's rights", linkCalls...)

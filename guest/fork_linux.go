@@ -93,7 +93,7 @@ func (st *overlayStaging) newBase() error {
 // process still inside the old view (a cwd there) gets EROFS. The old view
 // is then detached and the new one mounted in its place.
 func (st *overlayStaging) freezeUpper() error {
-	if err := unix.Mount("", st.ws, "", unix.MS_REMOUNT|unix.MS_BIND|unix.MS_RDONLY|unix.MS_NODEV, ""); err != nil {
+	if err := st.makeReadOnly(); err != nil {
 		if errors.Is(err, unix.EBUSY) {
 			return errWriters
 		}

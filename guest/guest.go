@@ -63,7 +63,7 @@ func Main(args []string) int {
 	case wire.RoleGVisorTrial:
 		return runGVisorTrial()
 	case wire.RolePIDInit:
-		return runPIDInit()
+		return runPIDInit(args[1:])
 	case wire.RoleVMInit:
 		return runVMInit(args[1:])
 	case wire.RoleVMTrial:

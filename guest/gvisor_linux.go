@@ -328,7 +328,7 @@ func startGVisorStub(cfg *wire.TrialStart, prof *seccomp.Profile, srv *seccomp.S
 		var pidns *commandPIDNS
 		if ownPIDNS {
 			var err error
-			if pidns, err = newCommandPIDNS(); err != nil {
+			if pidns, err = newCommandPIDNS(false); err != nil {
 				ch <- started{err: err}
 				return
 			}

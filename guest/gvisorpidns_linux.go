@@ -16,23 +16,36 @@ import (
 )
 
 // A commandPIDNS is the pid namespace a gvisor trial's command, or every
-// exec of a gvisor session, runs in: a child of the guest's. The guest is
-// PID 1 of the sandbox, and gVisor (unlike Linux) delivers SIGKILL and
-// SIGSTOP to its init from inside its own namespace: a filter can refuse
-// pid 1 by number but not the guest's other thread ids, which name the whole
-// guest too (kill(TID, SIGKILL)), nor a pidfd made from a /proc/1 directory.
-// In a namespace of its own the command can name none of the guest's
-// threads: kill, rt_sigqueueinfo and pidfd_open resolve numbers in the
-// caller's namespace. And /proc agrees: gVisor's procfs lists the pid
-// namespace of whoever mounted it, so the init, in a mount namespace of its
-// own, mounts one over the sandbox's /proc, and the command's root is the
-// init's (root: the stub's Chroot, through a descriptor the guest holds).
-// The guest itself keeps the sandbox's /proc in its own mount namespace: Go's
-// setup of a command's user namespace writes /proc/PID/uid_map by the
-// guest's numbers. A command that leaves its chroot (it is root of its own
-// user namespace) finds the sandbox's /proc again, where a pidfd made from
-// the /proc/1 directory would name the guest: gvisorProfile refuses
-// pidfd_send_signal.
+// exec of a session on the ns, gvisor and vm rungs, runs in: a child of the
+// guest's. The guest is PID 1 of the sandbox. A filter can refuse pid 1 by
+// number, and Landlock's signal scope refuses the guest's threads outside
+// the sandbox's domain, but neither stops a thread id that names the whole
+// guest: kill(TID) and rt_sigqueueinfo(TID) of one guest thread the sandbox
+// may signal (an ns session's launcher thread, in the execs' own domain; on
+// gVisor, any: it delivers SIGKILL and SIGSTOP to its init from inside),
+// F_SETOWN of that TID, or pidfd_send_signal of a /proc/TID directory, each
+// sends a signal to the whole guest, which the Go runtime would handle on
+// another thread and die of (a SIGTERM ends a Go PID 1 with exit status 2,
+// a queued SIGSEGV panics it). In a namespace of its own the command can
+// name none of the guest's threads: kill, rt_sigqueueinfo, pidfd_open and
+// F_SETOWN resolve numbers in the caller's namespace, and pidfd_send_signal
+// refuses a process outside it. And /proc agrees: the init, in a mount
+// namespace of its own, mounts the namespace's procfs over the sandbox's
+// /proc, and the command's root is the init's (root: Chroot, through a
+// descriptor the guest holds). The guest itself keeps the sandbox's /proc in
+// its own mount namespace: Go's setup of a command's user namespace writes
+// /proc/PID/uid_map by the guest's numbers. On gVisor a command that leaves
+// its chroot (it is root of its own user namespace) finds the sandbox's
+// /proc again, where a pidfd made from the /proc/1 directory would name the
+// guest: gvisorProfile refuses pidfd_send_signal (on Linux the kernel
+// refuses it for a process outside the caller's namespace).
+//
+// On the ns rung the init's mount namespace follows the guest's workspace:
+// the guest binds the workspace's mount point over itself, shared, before
+// the init copies its mounts, and the init makes its copies slaves (not
+// private), so the overlay the guest mounts there later (and mounts again at
+// every reset, rebase and fork) appears in the commands' namespace too. It
+// also protects its /proc as the view's (lockProc).
 //
 // Its init is the guest binary as wire.RolePIDInit (runPIDInit): it reaps
 // the orphans of the command, so the command itself is never an init. The guest starts the init in a new pid namespace
@@ -44,9 +57,11 @@ import (
 // the guest waits for, times out and kills as before (it sees the
 // namespace's processes, by their numbers in its own namespace).
 //
-// The init is as killable as any init inside gVisor (kill of one of its
+// Inside gVisor the init is as killable as any init (kill of one of its
 // thread ids): that ends the command's namespace and everything in it, the
-// command's own doing, never the guest; a session then makes a new one.
+// command's own doing, never the guest; a session then makes a new one. On
+// the ns rung the init is outside the sandbox's Landlock domain (started
+// before the launcher confines itself), which no command may signal.
 type commandPIDNS struct {
 	init  int      // the init's pid, in the guest's namespace
 	hold  *os.File // the init exits at EOF on its end: close to end the namespace
@@ -67,11 +82,13 @@ func (n *commandPIDNS) chroot() string {
 
 // newCommandPIDNS starts the init of a new pid namespace, waits for it to
 // run, and makes the calling thread's later children start in the
-// namespace. The thread must be locked, never given back to the
+// namespace. follow makes the init's mounts slaves of the guest's (the ns
+// rung's session, whose workspace is mounted again and again) and protects
+// its /proc (lockProc). The thread must be locked, never given back to the
 // runtime (the Go runtime then starts its threads elsewhere: a thread
 // cannot be made in another pid namespace), and not yet under the command's
 // seccomp filter, which refuses setns and a new pid namespace.
-func newCommandPIDNS() (*commandPIDNS, error) {
+func newCommandPIDNS(follow bool) (*commandPIDNS, error) {
 	var p [2]int
 	if err := unix.Pipe2(p[:], unix.O_CLOEXEC); err != nil {
 		return nil, err
@@ -92,7 +109,11 @@ func newCommandPIDNS() (*commandPIDNS, error) {
 	}
 	defer devnull.Close()
 	files := []uintptr{devnull.Fd(), devnull.Fd(), devnull.Fd(), holdR.Fd(), aliveW.Fd()}
-	n.init, err = syscall.ForkExec(guestexe.Self(), []string{"dryexec", "guest", wire.RolePIDInit}, &syscall.ProcAttr{
+	args := []string{"dryexec", "guest", wire.RolePIDInit}
+	if follow {
+		args = append(args, pidInitFollow)
+	}
+	n.init, err = syscall.ForkExec(guestexe.Self(), args, &syscall.ProcAttr{
 		Env:   []string{},
 		Files: files,
 		Sys:   &syscall.SysProcAttr{Cloneflags: unix.CLONE_NEWPID | unix.CLONE_NEWNS},
@@ -154,16 +175,21 @@ func (n *commandPIDNS) close() {
 	}
 }
 
+// pidInitFollow is runPIDInit's argument for newCommandPIDNS's follow.
+const pidInitFollow = "follow"
+
 // runPIDInit is wire.RolePIDInit, PID 1 of a commandPIDNS, in a mount
-// namespace of its own: it mounts the namespace's /proc there (private: the
-// guest's /proc stays the sandbox's), says it runs
+// namespace of its own: it mounts the namespace's /proc there (private, or
+// with args [pidInitFollow] a slave of the guest's shared mounts, and then
+// protected as the view's: the guest's /proc stays the sandbox's), says it runs
 // on fd 4 (a zero byte; an error's text otherwise) and holds fd 4 for its
 // life (the guest sees it hang up when the init is gone), then reaps whatever is
 // reparented to it until the guest closes fd 3, then exits, which ends every
 // process of the namespace. It ignores every signal it can (PID 1 gets from
 // its namespace only those it handles, and the Go runtime would handle them
 // all); SIGCHLD only wakes it.
-func runPIDInit() int {
+func runPIDInit(args []string) int {
+	follow := len(args) == 1 && args[0] == pidInitFollow
 	signal.Ignore(guestIgnored...)
 	chld := make(chan os.Signal, 1)
 	signal.Notify(chld, unix.SIGCHLD)
@@ -172,13 +198,23 @@ func runPIDInit() int {
 		alive.WriteString("not the init of a pid namespace")
 		return 1
 	}
-	if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
+	prop := uintptr(unix.MS_PRIVATE)
+	if follow {
+		prop = unix.MS_SLAVE
+	}
+	if err := unix.Mount("", "/", "", unix.MS_REC|prop, ""); err != nil {
 		alive.WriteString("making its mounts private: " + err.Error())
 		return 1
 	}
 	if err := unix.Mount("proc", "/proc", "proc", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, ""); err != nil {
 		alive.WriteString("mounting its /proc: " + err.Error())
 		return 1
+	}
+	if follow {
+		if err := lockProc("", "/dev/null"); err != nil {
+			alive.WriteString(err.Error())
+			return 1
+		}
 	}
 	if _, err := alive.Write([]byte{0}); err != nil {
 		return 1

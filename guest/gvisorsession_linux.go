@@ -106,12 +106,12 @@ func (s *session) startGVisor() error {
 // pid namespace of the session's (commandPIDNS), joined on that thread
 // before its filter: a later exec sees what an earlier one left running,
 // and no exec can name the guest's threads. It lives as long as the
-// session, or until a command ends its init (gvisorRenew).
+// session, or until a command ends its init (renewLauncher).
 func (s *session) gvisorLauncher() error {
 	var pidns *commandPIDNS
 	l, err := filterLauncher(gvisorProfile(), func() error {
 		var err error
-		pidns, err = newCommandPIDNS()
+		pidns, err = newCommandPIDNS(false)
 		return err
 	})
 	if err != nil {
@@ -122,16 +122,21 @@ func (s *session) gvisorLauncher() error {
 	return nil
 }
 
-// gvisorRenew makes a new pid namespace for the execs when a command ended
-// the last one's init (which is as killable as any init inside gVisor):
-// what ran in it is gone with it, the session goes on.
-func (s *session) gvisorRenew() error {
+// renewLauncher makes a new pid namespace for the execs (and a new launcher
+// for it) when the last one's init is gone: inside gVisor a command may end
+// it (it is as killable as any init there); on the ns rung nothing of the
+// sandbox can, but the kernel's OOM killer could. What ran in it is gone
+// with it, the session goes on.
+func (s *session) renewLauncher() error {
 	if s.platform == nil || s.platform.pidns == nil || !s.platform.pidns.gone() {
 		return nil
 	}
 	s.platform.launcher.stop(0)
 	s.platform.pidns.close()
 	s.platform.launcher, s.platform.pidns = nil, nil
+	if s.cfg.Rung == "ns" {
+		return s.nsLauncher()
+	}
 	return s.gvisorLauncher()
 }
 
@@ -143,7 +148,7 @@ func (s *session) gvisorRenew() error {
 // the host's cgroup cannot count.
 func (s *session) startGVisorExec(cmd *exec.Cmd) error {
 	if s.platform != nil && s.platform.pidns != nil {
-		if err := s.gvisorRenew(); err != nil {
+		if err := s.renewLauncher(); err != nil {
 			return err
 		}
 		// Go's child checks for Pdeathsig that its parent is the one that

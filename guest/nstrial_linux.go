@@ -485,7 +485,7 @@ type confinedLauncher struct {
 }
 
 func startConfined(rootless bool) (*confinedLauncher, error) {
-	conf, err := newConfinement(rootless)
+	conf, err := newConfinement(rootless, false)
 	if err != nil {
 		return nil, err
 	}

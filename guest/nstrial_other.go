@@ -29,7 +29,7 @@ func runGVisorView() int {
 
 func runGVisorTrial() int { return runGVisorView() }
 
-func runPIDInit() int { return runGVisorView() }
+func runPIDInit([]string) int { return runGVisorView() }
 
 func runVMInit([]string) int {
 	fmt.Fprintln(os.Stderr, "dryexec guest: the vm rung needs Linux")

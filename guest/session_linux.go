@@ -30,7 +30,8 @@ type sessionPlatform struct {
 	launcher *launcher
 	// trampoline is what every exec's process starts as (execTrampoline).
 	trampoline *stubExe
-	// pidns is the pid namespace of a gvisor session's execs.
+	// pidns is the pid namespace of the session's execs (commandPIDNS),
+	// joined by the launcher thread.
 	pidns *commandPIDNS
 }
 
@@ -73,16 +74,18 @@ func (s *session) start() error {
 		if err := os.MkdirAll(s.ws, 0o755); err != nil {
 			return fmt.Errorf("creating the workspace mount point: %w", err)
 		}
-		conf, err := newConfinement(s.cfg.Rootless)
-		if err != nil {
-			return fmt.Errorf("confining the sandbox: %w", err)
+		// The execs' mount namespace (commandPIDNS) follows what the
+		// guest mounts here: a shared mount, which the init's copy of the
+		// mounts receives as a slave.
+		if err := unix.Mount(s.ws, s.ws, "", unix.MS_BIND, ""); err != nil {
+			return fmt.Errorf("binding the workspace mount point: %w", err)
 		}
-		l, err := startLauncher(conf)
-		conf.close()
-		if err != nil {
-			return fmt.Errorf("confining the sandbox: %w", err)
+		if err := unix.Mount("", s.ws, "", unix.MS_SHARED, ""); err != nil {
+			return fmt.Errorf("sharing the workspace mount point: %w", err)
 		}
-		s.platform.launcher = l
+		if err := s.nsLauncher(); err != nil {
+			return err
+		}
 		s.platform.trampoline = newStubExe()
 		if err := st.mount(); err != nil {
 			return err
@@ -113,6 +116,35 @@ func (s *session) start() error {
 	return nil
 }
 
+// nsLauncher starts the launcher every exec of an ns session starts from:
+// a thread under the sandbox's seccomp filter and Landlock domain, every
+// signal blocked (startLauncher). Before it confines itself it starts the
+// pid namespace every exec runs in (commandPIDNS): the execs share the
+// launcher's domain, a later exec may signal a daemon an earlier one left,
+// and so may signal the launcher thread too; kill of its thread id would be
+// a signal to the whole guest (TestSessionSignalsGuestThreads). In the
+// namespace no exec can name any thread of the guest.
+func (s *session) nsLauncher() error {
+	conf, err := newConfinement(s.cfg.Rootless, true)
+	if err != nil {
+		return fmt.Errorf("confining the sandbox: %w", err)
+	}
+	var pidns *commandPIDNS
+	conf.prepare = func() error {
+		var err error
+		pidns, err = newCommandPIDNS(true)
+		return err
+	}
+	l, err := startLauncher(conf)
+	conf.close()
+	if err != nil {
+		pidns.close()
+		return fmt.Errorf("confining the sandbox: %w", err)
+	}
+	s.platform.launcher, s.platform.pidns = l, pidns
+	return nil
+}
+
 func (s *session) close() {
 	if s.platform != nil && s.platform.launcher != nil {
 		s.platform.launcher.stop(0)
@@ -140,11 +172,21 @@ func (s *session) startExec(cmd *exec.Cmd) error {
 	if s.platform == nil || s.platform.launcher == nil {
 		return cmd.Start()
 	}
+	if err := s.renewLauncher(); err != nil {
+		return err
+	}
+	if cmd.SysProcAttr == nil {
+		cmd.SysProcAttr = &syscall.SysProcAttr{}
+	}
+	// In the execs' pid namespace the child's parent is 0 (the guest is
+	// outside it), and Go's child, which checks that its parent is the one
+	// that forked it, would kill itself: Pdeathsig is not needed there,
+	// the namespace dies with the guest (commandPIDNS). Its /proc is the
+	// init's root's.
+	cmd.SysProcAttr.Pdeathsig = 0
+	cmd.SysProcAttr.Chroot = s.platform.pidns.chroot()
 	nproc := s.cfg.CommandNPROC
 	if nproc > 0 {
-		if cmd.SysProcAttr == nil {
-			cmd.SysProcAttr = &syscall.SysProcAttr{}
-		}
 		cmd.SysProcAttr.Ptrace = true
 	}
 	execTrampoline(cmd, s.platform.trampoline)
@@ -246,6 +288,16 @@ func (st *overlayStaging) mount() error {
 	return nil
 }
 
+// makeReadOnly makes the workspace's overlay read-only, or fails with EBUSY
+// while a process holds a file of it open for writing. The overlay's
+// superblock, not the mount: the execs reach the workspace through the
+// copy of the mount in their own mount namespace (commandPIDNS), whose
+// writers a remount of the guest's mount alone would neither see nor stop.
+// The overlay is detached and mounted anew right after (remount).
+func (st *overlayStaging) makeReadOnly() error {
+	return unix.Mount("", st.ws, "", unix.MS_REMOUNT|unix.MS_RDONLY|unix.MS_NODEV, "")
+}
+
 // remount detaches the workspace (processes still inside keep the old view),
 // runs change on the layers, and mounts it again.
 func (st *overlayStaging) remount(change func() error) error {
@@ -336,7 +388,7 @@ func (st *overlayStaging) rebase() error {
 	// in it. Busy, the fold copies files instead, so the held inodes leave
 	// with the upper and what they are written with reaches no view.
 	busy := false
-	if err := unix.Mount("", st.ws, "", unix.MS_REMOUNT|unix.MS_BIND|unix.MS_RDONLY|unix.MS_NODEV, ""); err != nil {
+	if err := st.makeReadOnly(); err != nil {
 		if !errors.Is(err, unix.EBUSY) {
 			return fmt.Errorf("making the workspace read-only: %w", err)
 		}

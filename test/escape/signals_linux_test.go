@@ -17,7 +17,9 @@ import (
 
 // signalAttack aims every signal, by every system call that sends one, at
 // the guest supervisor: pid 1 and each of its threads (found in
-// /proc/1/task), then at every process group it can see and at -1. It also
+// /proc/1/task), each thread id also as the name of its whole process (kill,
+// rt_sigqueueinfo, a /proc/TID pidfd, F_SETOWN), then at every process group
+// it can see and at -1. It also
 // sets the guest's resource limits (a hard RLIMIT_CPU is a SIGKILL the
 // kernel forces, RLIMIT_NOFILE 0 ends the walk). Around that it writes
 // before-TAG.txt and after-TAG.txt in its cwd, and checks that it can still
@@ -74,7 +76,10 @@ def sigio(kind, who, sig):
     try:
         rc = 0
         try:
-            fcntl.fcntl(r, F_SETOWN_EX, struct.pack("ii", kind, who))
+            if kind is None:
+                fcntl.fcntl(r, fcntl.F_SETOWN, who)
+            else:
+                fcntl.fcntl(r, F_SETOWN_EX, struct.pack("ii", kind, who))
             fcntl.fcntl(r, F_SETSIG, sig)
             fcntl.fcntl(r, fcntl.F_SETFL, fcntl.fcntl(r, fcntl.F_GETFL) | os.O_ASYNC)
             os.write(w, b"x")
@@ -106,18 +111,27 @@ for sig in sigs:
         tally("tgkill", sc("tgkill", 1, tid, sig))
         tally("tkill", sc("tkill", tid, sig))
         tally("rt_tgsigqueueinfo", sc("rt_tgsigqueueinfo", 1, tid, sig, info(sig, SI_QUEUE)))
+        # A thread id names its whole process to the calls that signal a
+        # process: allowed against one thread, they signal every thread.
+        tally("kill(tid)", sc("kill", tid, sig))
+        tally("rt_sigqueueinfo(tid)", sc("rt_sigqueueinfo", tid, sig, info(sig, SI_QUEUE)))
         fd = sc("pidfd_open", tid, PIDFD_THREAD)
         if fd >= 0:
             tally("pidfd_send_signal(thread pidfd)", sc("pidfd_send_signal", fd, sig, None, PIDFD_SIGNAL_THREAD))
             tally("pidfd_send_signal(thread pidfd,info)", sc("pidfd_send_signal", fd, sig, info(sig, SI_QUEUE), PIDFD_SIGNAL_THREAD))
+            tally("pidfd_send_signal(thread pidfd,group)", sc("pidfd_send_signal", fd, sig, info(sig, SI_QUEUE), PIDFD_SIGNAL_THREAD_GROUP))
             os.close(fd)
         try:
             fd = os.open("/proc/%d" % tid, os.O_DIRECTORY | os.O_RDONLY)
             tally("pidfd_send_signal(/proc/tid)", sc("pidfd_send_signal", fd, sig, None, PIDFD_SIGNAL_THREAD))
+            tally("pidfd_send_signal(/proc/tid,0)", sc("pidfd_send_signal", fd, sig, None, 0))
+            tally("pidfd_send_signal(/proc/tid,group)", sc("pidfd_send_signal", fd, sig, info(sig, SI_QUEUE), PIDFD_SIGNAL_THREAD_GROUP))
             os.close(fd)
         except OSError:
             pass
         sigio(F_OWNER_TID, tid, sig)
+        sigio(F_OWNER_PID, tid, sig)
+        sigio(None, tid, sig)
 with open("after-%s.txt" % TAG, "w") as f:
     f.write("after\n")
 print("attack-done", json.dumps(sent, sort_keys=True), flush=True)
