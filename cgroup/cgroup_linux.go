@@ -500,21 +500,30 @@ func (g *Group) Attach(pid int) error {
 }
 
 // ShelterThreads moves the threads of process pid (the guest supervisor),
-// all but thread keep (0: none), out of the group's v1 pids limit into a
-// sibling group without one, and lowers the limit to the one asked for. Call
+// all but thread keep (0: none), out of the group's v1 pids and memory
+// hierarchies into a sibling group without limits, and lowers the pids
+// limit to the one asked for. Call
 // it once pid has started the sandbox's command inside the group, or — keep
 // being the one thread that starts commands — before; keep must start
 // nothing while it runs (it leaves with the whole process and is moved
 // back: what it forked meanwhile would start outside the limit). A fork
 // bomb then fills the limit without leaving the supervisor unable to start
-// a thread (the Go runtime aborts when it cannot). Only v1 places the threads of a process
-// apart (keep ends up where the group's processes run); on v2 (no
-// per-thread placement for domain controllers) it does nothing.
+// a thread (the Go runtime aborts when it cannot). And the supervisor is out of
+// the reach of the group's OOM killer, which picks among the processes whose
+// leading thread is in the group: a command may raise the supervisor's
+// /proc/1/oom_score_adj (the file is its uid's) and then fill the memory
+// limit, which killed the supervisor instead of the command. Memory the
+// supervisor allocates is charged to its leading thread's group, the
+// shelter; keep's children are born, and charged, in the group. Only v1
+// places the threads of a process apart (keep ends up where the group's
+// processes run); on v2 (no per-thread placement for domain controllers) it
+// does nothing.
 func (g *Group) ShelterThreads(pid, keep int) error {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	for i, h := range g.m.hier {
-		if h.v2 || !slices.Contains(h.ctrls, "pids") || len(g.dirs) <= i {
+		pids := slices.Contains(h.ctrls, "pids")
+		if h.v2 || !(pids || slices.Contains(h.ctrls, "memory")) || len(g.dirs) <= i {
 			continue
 		}
 		// Named like a group of ours ("<name>-guest.<pid>-<start>"), so that
@@ -538,7 +547,7 @@ func (g *Group) ShelterThreads(pid, keep int) error {
 				return fmt.Errorf("keeping thread %d of pid %d in %s: %w", keep, pid, g.runs[i], err)
 			}
 		}
-		if g.limits.Pids > 0 {
+		if pids && g.limits.Pids > 0 {
 			if err := os.WriteFile(filepath.Join(g.dirs[i], "pids.max"), []byte(strconv.FormatInt(g.limits.Pids, 10)), 0); err != nil {
 				return err
 			}

@@ -95,3 +95,33 @@ while True: x.append(b"\1" * (1<<20))' 2>/dev/null; echo rc=$?`, "rc=137\n", "me
 		t.Errorf("the host's key is now %q", b)
 	}
 }
+
+// TestNSSessionOOMTargetsNoGuest: an exec makes /proc/1 (its pid
+// namespace's init) the OOM killer's first choice and fills the session's
+// memory limit. Whatever the kernel kills, it is the sandbox's own: the
+// session's guest lives on, and the next exec runs (in a new pid
+// namespace if the init went: renewLauncher).
+func TestNSSessionOOMTargetsNoGuest(t *testing.T) {
+	bound := cgrouptest.Bound(t, 512<<20, 1024)
+	s, err := Open(testCtx(t), Options{Rung: "ns", Cgroups: bound, Limits: dryexec.Limits{MemoryBytes: 128 << 20}})
+	if err != nil {
+		testreq.Need(t, testreq.NS, err)
+	}
+	defer s.Close()
+	r, err := s.Shell(testCtx(t), `for t in /proc/1/task/*; do echo 1000 > $t/oom_score_adj; done; cat /proc/1/oom_score_adj
+/usr/bin/python3 -c 'x=[]
+while True: x.append(b"\1" * (1<<20))' 2>/dev/null; echo rc=$?`, 60*time.Second)
+	if err != nil {
+		t.Fatalf("the attacking exec: %v", err)
+	}
+	t.Logf("the attack: exit %d, stdout %q", r.ExitCode, r.Stdout)
+	if !strings.HasPrefix(r.Stdout, "1000\n") {
+		t.Fatalf("the attack did not raise /proc/1's oom_score_adj: %q (stderr %q)", r.Stdout, r.Stderr)
+	}
+	for i := range 2 {
+		r, err = s.Shell(testCtx(t), "echo alive", 30*time.Second)
+		if err != nil || r.Stdout != "alive\n" {
+			t.Fatalf("exec %d after the attack: %+v, %v", i+1, r, err)
+		}
+	}
+}

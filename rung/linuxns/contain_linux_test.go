@@ -425,3 +425,55 @@ func TestShelterKeepsOnlyTheLauncher(t *testing.T) {
 		}
 	}
 }
+
+// TestGuestOutOfOOMReach: a command makes the guest the OOM killer's first
+// choice (oom_score_adj 1000 through /proc/1, which is its uid's file) and
+// then fills the trial's memory limit. The kernel must kill the command's
+// process, not the guest: the delta is complete (the shell went on after
+// the kill), and the limit is reported. Before, the guest died and the
+// trial was blocked as incomplete.
+func TestGuestOutOfOOMReach(t *testing.T) {
+	requireNS(t)
+	if !v1Memory(t) {
+		testreq.Needf(t, testreq.Kernel, "cgroup v1 memory", errors.New("no v1 memory hierarchy: the guest cannot leave the trial's memory group (docs/limits.md)"))
+	}
+	r := boundRung(t)
+	dir := t.TempDir()
+	d := runBounded(t, r, dir, dryexec.TrialSpec{Limits: dryexec.Limits{MemoryBytes: 128 << 20}, Action: dryexec.Action{TimeoutMS: 60000}},
+		`for t in /proc/1/task/*; do echo 1000 > $t/oom_score_adj || exit 9; done
+echo adj=$(cat /proc/1/oom_score_adj)
+echo before > before.txt
+/usr/bin/python3 -c 'x=[]
+while True: x.append(b"\1" * (1<<20))'; echo rc=$?
+echo after > after.txt`)
+	if !strings.Contains(d.Process.Stdout, "adj=1000") {
+		t.Fatalf("the attack did not set the guest's oom_score_adj: exit %d, stdout %q, stderr %q", d.Process.ExitCode, d.Process.Stdout, d.Process.Stderr)
+	}
+	if d.Process.ExitCode != 0 || !strings.Contains(d.Process.Stdout, "rc=137") {
+		t.Errorf("exit %d, stdout %q: want the shell to go on after its python was killed (warnings %v)", d.Process.ExitCode, d.Process.Stdout, d.Warnings)
+	}
+	if len(limitViolations(d, "memory limit 134217728 bytes (128 MiB) reached")) != 1 {
+		t.Errorf("violations %+v, want the memory limit's", d.Violations)
+	}
+	for _, f := range []string{"before.txt", "after.txt"} {
+		p := filepath.Join(dir, f)
+		if !slices.ContainsFunc(d.Files, func(c dryexec.FileChange) bool { return c.Path == p }) {
+			t.Errorf("the delta lacks %s", p)
+		}
+	}
+}
+
+// v1Memory says whether this host has a cgroup v1 memory hierarchy.
+func v1Memory(t *testing.T) bool {
+	t.Helper()
+	b, err := os.ReadFile("/proc/self/cgroup")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, l := range strings.Split(string(b), "\n") {
+		if f := strings.SplitN(l, ":", 3); len(f) == 3 && slices.Contains(strings.Split(f[1], ","), "memory") {
+			return true
+		}
+	}
+	return false
+}
