@@ -148,20 +148,9 @@ func (s *session) renewLauncher() error {
 // the host's cgroup cannot count.
 func (s *session) startGVisorExec(cmd *exec.Cmd) error {
 	if s.platform != nil && s.platform.pidns != nil {
-		if err := s.renewLauncher(); err != nil {
+		if err := s.enterPIDNS(cmd); err != nil {
 			return err
 		}
-		// Go's child checks for Pdeathsig that its parent is the one that
-		// forked it by getppid, which in the execs' pid namespace is 0
-		// (the guest is outside it): the child would kill itself. Not
-		// needed: the guest's end closes the hold pipe, its init exits, and
-		// the namespace dies with everything in it.
-		if cmd.SysProcAttr == nil {
-			cmd.SysProcAttr = &syscall.SysProcAttr{}
-		}
-		cmd.SysProcAttr.Pdeathsig = 0
-		// The namespace's /proc (commandPIDNS).
-		cmd.SysProcAttr.Chroot = s.platform.pidns.chroot()
 	}
 	if s.platform != nil && s.platform.launcher != nil {
 		// gvisor: from the confined launcher (startGVisor), which is then

@@ -172,19 +172,9 @@ func (s *session) startExec(cmd *exec.Cmd) error {
 	if s.platform == nil || s.platform.launcher == nil {
 		return cmd.Start()
 	}
-	if err := s.renewLauncher(); err != nil {
+	if err := s.enterPIDNS(cmd); err != nil {
 		return err
 	}
-	if cmd.SysProcAttr == nil {
-		cmd.SysProcAttr = &syscall.SysProcAttr{}
-	}
-	// In the execs' pid namespace the child's parent is 0 (the guest is
-	// outside it), and Go's child, which checks that its parent is the one
-	// that forked it, would kill itself: Pdeathsig is not needed there,
-	// the namespace dies with the guest (commandPIDNS). Its /proc is the
-	// init's root's.
-	cmd.SysProcAttr.Pdeathsig = 0
-	cmd.SysProcAttr.Chroot = s.platform.pidns.chroot()
 	nproc := s.cfg.CommandNPROC
 	if nproc > 0 {
 		cmd.SysProcAttr.Ptrace = true
@@ -206,6 +196,26 @@ func (s *session) startExec(cmd *exec.Cmd) error {
 		return derr
 	}
 	return err
+}
+
+// enterPIDNS makes cmd start in the pid namespace of the session's execs
+// (commandPIDNS), a new one if the last one's init is gone.
+func (s *session) enterPIDNS(cmd *exec.Cmd) error {
+	if err := s.renewLauncher(); err != nil {
+		return err
+	}
+	if cmd.SysProcAttr == nil {
+		cmd.SysProcAttr = &syscall.SysProcAttr{}
+	}
+	// Go's child checks for Pdeathsig that its parent is the one that
+	// forked it by getppid, which in the namespace is 0 (the guest is
+	// outside it): the child would kill itself. Not needed: the guest's
+	// end closes the hold pipe, the init exits, and the namespace dies with
+	// everything in it.
+	cmd.SysProcAttr.Pdeathsig = 0
+	// The namespace's /proc: the init's root.
+	cmd.SysProcAttr.Chroot = s.platform.pidns.chroot()
+	return nil
 }
 
 // execTrampoline makes cmd start as the command stub in trampoline mode
