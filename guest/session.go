@@ -131,6 +131,12 @@ func (s *session) handle(ctx context.Context, f *wire.Frame) (any, [][]byte, err
 			s.pyUsed = true
 		}
 		s.prestartPython()
+		// Started before the answer, not beside it: on the answer the
+		// host moves this process's threads out of the session's cgroup
+		// but the launcher (cgroup.Group.ShelterThreads), and a process
+		// the launcher forked in that moment would be born outside the
+		// limits, with everything it starts (TestWarmRunnerInSessionGroup).
+		s.awaitPrestart()
 		return s.ping(), nil, nil
 	case wire.VerbPing:
 		return s.ping(), nil, nil

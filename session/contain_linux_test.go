@@ -1,6 +1,7 @@
 package session
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -124,4 +125,59 @@ while True: x.append(b"\1" * (1<<20))' 2>/dev/null; echo rc=$?`, 60*time.Second)
 			t.Fatalf("exec %d after the attack: %+v, %v", i+1, r, err)
 		}
 	}
+}
+
+// TestWarmRunnerInSessionGroup: a session opened with a warm Python runner
+// has that runner running, in the session's cgroup (pids and memory), when
+// Open returns. The host moves the guest's threads but its launcher out of
+// the group once the session is up; a runner the launcher forked while
+// they were out would have been born outside the limits, with everything
+// its Python execs start.
+func TestWarmRunnerInSessionGroup(t *testing.T) {
+	bound := cgrouptest.Bound(t, 512<<20, 1024)
+	for i := range 5 {
+		s, err := Open(testCtx(t), Options{Rung: "ns", Cgroups: bound, PythonWarm: true,
+			Limits: dryexec.Limits{Pids: 64, MemoryBytes: 256 << 20}})
+		if err != nil {
+			testreq.Need(t, testreq.NS, err)
+		}
+		guest := s.GuestPID()
+		var runners int
+		for _, child := range childPIDs(t, guest) {
+			cmdline, _ := os.ReadFile("/proc/" + child + "/cmdline")
+			if !strings.Contains(string(cmdline), "python3") {
+				continue
+			}
+			runners++
+			groups, err := os.ReadFile("/proc/" + child + "/cgroup")
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, l := range strings.Split(strings.TrimSpace(string(groups)), "\n") {
+				f := strings.SplitN(l, ":", 3)
+				if len(f) == 3 && (f[1] == "pids" || f[1] == "memory") && !strings.HasSuffix(f[2], "/run") {
+					t.Errorf("open %d: the warm runner (pid %s) is in %s group %q, not the session's", i, child, f[1], f[2])
+				}
+			}
+		}
+		if runners != 1 {
+			t.Errorf("open %d: %d warm runners among the guest's children when Open returned, want 1", i, runners)
+		}
+		s.Close()
+	}
+}
+
+// childPIDs lists the host pids of pid's children (every thread's).
+func childPIDs(t *testing.T, pid int) []string {
+	t.Helper()
+	tasks, err := os.ReadDir(fmt.Sprintf("/proc/%d/task", pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, task := range tasks {
+		b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/task/%s/children", pid, task.Name()))
+		out = append(out, strings.Fields(string(b))...)
+	}
+	return out
 }
