@@ -235,6 +235,30 @@ func runStub(args []string) int {
 	if err := unix.PthreadSigmask(unix.SIG_SETMASK, &none, nil); err != nil {
 		return 127
 	}
+	if len(args) >= 4 && args[0] == "-w" {
+		// Released by EOF (cmdstub/stub.c, trampoline mode).
+		fd, err := strconv.Atoi(args[1])
+		if err == nil {
+			_, err = io.Copy(io.Discard, os.NewFile(uintptr(fd), "stub-release"))
+			unix.Close(fd)
+		}
+		if err == nil {
+			err = unix.Prctl(unix.PR_CAP_AMBIENT, unix.PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0)
+		}
+		if err == nil {
+			hdr := unix.CapUserHeader{Version: unix.LINUX_CAPABILITY_VERSION_3}
+			var data [2]unix.CapUserData
+			if err = unix.Capget(&hdr, &data[0]); err == nil {
+				data[0].Inheritable, data[1].Inheritable = 0, 0
+				err = unix.Capset(&hdr, &data[0])
+			}
+		}
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "dryexec: the session's process was not released: %v\n", err)
+			return 127
+		}
+		args = args[2:]
+	}
 	if len(args) >= 2 {
 		err := unix.Exec(args[0], args[1:], os.Environ())
 		fmt.Fprintf(os.Stderr, "dryexec: cannot execute %s: %v\n", args[0], err)

@@ -38,7 +38,7 @@ func BenchmarkStartTrue(b *testing.B) {
 			}
 			b.Run(name, func(b *testing.B) {
 				for b.Loop() {
-					conf, err := newConfinement(false, false)
+					conf, err := newConfinement(false)
 					if err != nil {
 						b.Fatal(err)
 					}

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"runtime"
-	"slices"
 	"sync"
 	"time"
 	"unsafe"
@@ -98,9 +97,13 @@ type confinement struct {
 	// gvisor session's launcher (filterLauncher).
 	filterOnly bool
 	// prepare, when not nil, runs on the launcher thread before the
-	// filter applies (a gvisor session's pid namespace, which the filter
-	// would refuse: commandPIDNS).
+	// filter applies (a session's pid namespace, which the filter would
+	// refuse: commandPIDNS).
 	prepare func() error
+	// mntNS, when not nil, names (as /proc/PID/ns/mnt does) the mount
+	// namespace prepare moved the launcher thread to, where the commands
+	// then run (joinMounts): the renamer stands in only for callers there.
+	mntNS func() string
 }
 
 // newConfinement compiles the filter and builds the Landlock ruleset; it must
@@ -112,20 +115,8 @@ type confinement struct {
 // renamer moves the host's dirs the overlay refuses to; link and linkat go
 // to it too, so that a host file and its new link report one identity
 // (link_linux.go).
-//
-// With execChroot (a session's launcher) chroot is let through: every exec
-// chroots to its pid namespace's root before its exec (commandPIDNS), under
-// this filter. A breakout from that root (chroot to a subdir, ".."
-// upwards) ends at the root of the same view, the init's copy of the
-// sandbox's mounts, and no_new_privs keeps a set-user-ID program in a root
-// of the command's own making from gaining anything. The price, as on
-// gvisor: Linux refuses a new user namespace to a chrooted process, and the
-// filter refuses every other namespace already.
-func newConfinement(renames, execChroot bool) (*confinement, error) {
+func newConfinement(renames bool) (*confinement, error) {
 	p := seccomp.Default()
-	if execChroot {
-		p.Rules = slices.DeleteFunc(p.Rules, func(r seccomp.Rule) bool { return r.Name == "chroot" })
-	}
 	if renames {
 		p.Handle("a rootless overlay refuses to rename a host dir (EXDEV): the supervisor does it with the caller's rights", renameCalls...)
 		p.Handle("a rootless overlay gives a host file linked to two identities: the supervisor links it with the caller's rights", linkCalls...)
@@ -223,6 +214,11 @@ func startLauncher(c *confinement) (*launcher, error) {
 			rn.close()
 		}
 		return nil, r.err
+	}
+	if rn != nil && c.mntNS != nil {
+		if ns := c.mntNS(); ns != "" {
+			rn.mntNS = ns
+		}
 	}
 	if r.fd < 0 {
 		// No listener: nothing to serve.

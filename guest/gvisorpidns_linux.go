@@ -71,6 +71,11 @@ type commandPIDNS struct {
 	// by /proc/INIT/root, whose number a command may have made another
 	// process's once the init is gone.
 	root *os.File
+	// joined: the thread that starts the commands is in the init's mount
+	// namespace, root and all (joinMounts), and its children need no
+	// chroot; mntNS names that namespace as /proc/PID/ns/mnt does.
+	joined bool
+	mntNS  string
 }
 
 // chroot is the path a child of the guest chroots to (SysProcAttr.Chroot)
@@ -83,8 +88,9 @@ func (n *commandPIDNS) chroot() string {
 // newCommandPIDNS starts the init of a new pid namespace, waits for it to
 // run, and makes the calling thread's later children start in the
 // namespace. follow makes the init's mounts slaves of the guest's (the ns
-// rung's session, whose workspace is mounted again and again) and protects
-// its /proc (lockProc). The thread must be locked, never given back to the
+// rung's session, whose workspace is mounted again and again), protects its
+// /proc (lockProc), and puts the calling thread in the init's mount
+// namespace (joinMounts). The thread must be locked, never given back to the
 // runtime (the Go runtime then starts its threads elsewhere: a thread
 // cannot be made in another pid namespace), and not yet under the command's
 // seccomp filter, which refuses setns and a new pid namespace.
@@ -145,7 +151,44 @@ func newCommandPIDNS(follow bool) (*commandPIDNS, error) {
 		n.close()
 		return nil, fmt.Errorf("entering the command's pid namespace: %w", err)
 	}
+	if follow {
+		if n.mntNS, err = os.Readlink(proc + "/ns/mnt"); err == nil {
+			err = joinMounts(proc + "/ns/mnt")
+		}
+		if err != nil {
+			n.close()
+			return nil, fmt.Errorf("entering the command's mount namespace: %w", err)
+		}
+		n.joined = true
+	}
 	return n, nil
+}
+
+// joinMounts puts the calling thread in the mount namespace at nsPath (the
+// init's), root and all, so that every child it forks starts there: a
+// process's mount table (/proc/self/mountinfo, what df, findmnt and mount
+// read) lists the mounts of its own mount namespace that its root reaches,
+// and a child of the guest's namespace chrooted into the init's root (as a
+// gvisor command is) would see none. Nothing the thread does may then open
+// a path of the guest's /proc, which it no longer has: Go's fork writes a
+// new user namespace's maps to /proc/PID/uid_map by the guest's pid
+// numbers, so the ns session's execs start unmapped and the guest maps
+// them from another thread (mapLater). The thread must be locked and never
+// given back to the runtime (its filesystem context is its own after
+// unshare(CLONE_FS)).
+func joinMounts(nsPath string) error {
+	ns, err := unix.Open(nsPath, unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return err
+	}
+	defer unix.Close(ns)
+	if err := unix.Unshare(unix.CLONE_FS); err != nil {
+		return fmt.Errorf("unshare(CLONE_FS): %w", err)
+	}
+	if err := unix.Setns(ns, unix.CLONE_NEWNS); err != nil {
+		return fmt.Errorf("setns: %w", err)
+	}
+	return nil
 }
 
 // gone says whether the init has exited (its namespace with it).

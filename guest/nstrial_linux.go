@@ -485,7 +485,7 @@ type confinedLauncher struct {
 }
 
 func startConfined(rootless bool) (*confinedLauncher, error) {
-	conf, err := newConfinement(rootless, false)
+	conf, err := newConfinement(rootless)
 	if err != nil {
 		return nil, err
 	}

@@ -125,7 +125,7 @@ func (s *session) start() error {
 // a signal to the whole guest (TestSessionSignalsGuestThreads). In the
 // namespace no exec can name any thread of the guest.
 func (s *session) nsLauncher() error {
-	conf, err := newConfinement(s.cfg.Rootless, true)
+	conf, err := newConfinement(s.cfg.Rootless)
 	if err != nil {
 		return fmt.Errorf("confining the sandbox: %w", err)
 	}
@@ -135,6 +135,7 @@ func (s *session) nsLauncher() error {
 		pidns, err = newCommandPIDNS(true)
 		return err
 	}
+	conf.mntNS = func() string { return pidns.mntNS }
 	l, err := startLauncher(conf)
 	conf.close()
 	if err != nil {
@@ -179,8 +180,20 @@ func (s *session) startExec(cmd *exec.Cmd) error {
 	if nproc > 0 {
 		cmd.SysProcAttr.Ptrace = true
 	}
-	execTrampoline(cmd, s.platform.trampoline)
-	var err error
+	maps, release, err := mapLater(cmd)
+	if err != nil {
+		return err
+	}
+	if release != nil {
+		execTrampoline(cmd, s.platform.trampoline, "-w", strconv.Itoa(2+len(cmd.ExtraFiles)))
+	} else {
+		execTrampoline(cmd, s.platform.trampoline)
+	}
+	if release != nil {
+		defer release.Close()
+		// Only the child has the read end.
+		defer cmd.ExtraFiles[len(cmd.ExtraFiles)-1].Close()
+	}
 	derr := s.platform.launcher.do(func() {
 		if err = cmd.Start(); err != nil || nproc == 0 {
 			return
@@ -194,6 +207,13 @@ func (s *session) startExec(cmd *exec.Cmd) error {
 	})
 	if derr != nil {
 		return derr
+	}
+	if err == nil && maps != nil {
+		if err = maps.write(cmd.Process.Pid); err != nil {
+			err = fmt.Errorf("mapping the exec's user namespace: %w", err)
+			cmd.Process.Kill()
+			cmd.Wait()
+		}
 	}
 	return err
 }
@@ -213,8 +233,90 @@ func (s *session) enterPIDNS(cmd *exec.Cmd) error {
 	// end closes the hold pipe, the init exits, and the namespace dies with
 	// everything in it.
 	cmd.SysProcAttr.Pdeathsig = 0
-	// The namespace's /proc: the init's root.
-	cmd.SysProcAttr.Chroot = s.platform.pidns.chroot()
+	if !s.platform.pidns.joined {
+		// The namespace's /proc: the init's root.
+		cmd.SysProcAttr.Chroot = s.platform.pidns.chroot()
+	}
+	return nil
+}
+
+// idMaps is the user namespace maps a process gets after its start
+// (mapLater).
+type idMaps struct {
+	uid, gid  []syscall.SysProcIDMap
+	setgroups bool
+}
+
+// mapLater takes cmd's user namespace maps out of its attributes: the
+// launcher thread of an ns session has the commands' mount namespace and
+// /proc (joinMounts), where Go's fork would write them to the wrong pid's
+// files. It gives cmd the read end of a pipe as its last extra file: cmd
+// must start as the trampoline in its wait mode on it (cmdstub/stub.c),
+// and the caller writes the maps from another thread (write) and closes
+// the write end, which lets the trampoline exec the command: mapped by
+// then, so that the command's exec gives it root's capabilities in its
+// namespace. With no maps to write it returns nils.
+func mapLater(cmd *exec.Cmd) (*idMaps, *os.File, error) {
+	a := cmd.SysProcAttr
+	if a == nil || a.Cloneflags&syscall.CLONE_NEWUSER == 0 || (a.UidMappings == nil && a.GidMappings == nil) {
+		return nil, nil, nil
+	}
+	r, w, err := os.Pipe()
+	if err != nil {
+		return nil, nil, err
+	}
+	m := &idMaps{uid: a.UidMappings, gid: a.GidMappings, setgroups: a.GidMappingsEnableSetgroups}
+	a.UidMappings, a.GidMappings, a.GidMappingsEnableSetgroups = nil, nil, false
+	// Unmapped, the trampoline's exec would take every capability the new
+	// namespace gave the child, and no_new_privs would keep the command's
+	// exec from giving them back: they cross it as ambient ones, which the
+	// trampoline clears before it execs the command.
+	a.AmbientCaps = allCaps()
+	cmd.ExtraFiles = append(cmd.ExtraFiles, r)
+	return m, w, nil
+}
+
+// allCaps lists every capability this kernel has.
+func allCaps() []uintptr {
+	last := uintptr(unix.CAP_LAST_CAP)
+	if b, err := os.ReadFile("/proc/sys/kernel/cap_last_cap"); err == nil {
+		if n, err := strconv.Atoi(strings.TrimSpace(string(b))); err == nil && n > 0 {
+			last = uintptr(n)
+		}
+	}
+	caps := make([]uintptr, 0, last+1)
+	for c := uintptr(0); c <= last; c++ {
+		caps = append(caps, c)
+	}
+	return caps
+}
+
+// write writes m for process pid (a number of the guest's /proc), as Go's
+// fork would have: setgroups first when it is to be denied.
+func (m *idMaps) write(pid int) error {
+	proc := "/proc/" + strconv.Itoa(pid) + "/"
+	line := func(ms []syscall.SysProcIDMap) []byte {
+		var b []byte
+		for _, x := range ms {
+			b = fmt.Appendf(b, "%d %d %d\n", x.ContainerID, x.HostID, x.Size)
+		}
+		return b
+	}
+	if m.gid != nil && !m.setgroups {
+		if err := os.WriteFile(proc+"setgroups", []byte("deny"), 0); err != nil {
+			return err
+		}
+	}
+	if m.uid != nil {
+		if err := os.WriteFile(proc+"uid_map", line(m.uid), 0); err != nil {
+			return err
+		}
+	}
+	if m.gid != nil {
+		if err := os.WriteFile(proc+"gid_map", line(m.gid), 0); err != nil {
+			return err
+		}
+	}
 	return nil
 }
 
@@ -223,9 +325,10 @@ func (s *session) enterPIDNS(cmd *exec.Cmd) error {
 // cmd's arguments. The launcher thread blocks every signal for its life
 // (blockAllSignals) and a forked child inherits the mask; Go has no hook
 // between fork and exec to clear it, so a tiny program in front does. It
-// costs one exec of a program of a few hundred bytes.
-func execTrampoline(cmd *exec.Cmd, exe *stubExe) {
-	args := append([]string(nil), exe.argv...)
+// costs one exec of a program of a few hundred bytes. opts go before the
+// program (its wait mode: mapLater).
+func execTrampoline(cmd *exec.Cmd, exe *stubExe, opts ...string) {
+	args := append(append([]string(nil), exe.argv...), opts...)
 	cmd.Args = append(append(args, cmd.Path), cmd.Args...)
 	cmd.Path = exe.path
 }

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -11,6 +12,7 @@ import (
 	"github.com/dryexec/dryexec"
 	"github.com/dryexec/dryexec/cgroup/cgrouptest"
 	"github.com/dryexec/dryexec/internal/testreq"
+	"github.com/dryexec/dryexec/wire"
 )
 
 // TestNSSessionContainment: an ns session runs in a cgroup with its limits
@@ -144,8 +146,10 @@ func TestWarmRunnerInSessionGroup(t *testing.T) {
 		guest := s.GuestPID()
 		var runners int
 		for _, child := range childPIDs(t, guest) {
+			// Every child but the pid namespace's init: the runner may be
+			// the trampoline still, or amid its exec of python3.
 			cmdline, _ := os.ReadFile("/proc/" + child + "/cmdline")
-			if !strings.Contains(string(cmdline), "python3") {
+			if strings.Contains(string(cmdline), wire.RolePIDInit) {
 				continue
 			}
 			runners++
@@ -180,4 +184,44 @@ func childPIDs(t *testing.T, pid int) []string {
 		out = append(out, strings.Fields(string(b))...)
 	}
 	return out
+}
+
+// TestNSSessionExecIsNative: an ns session's exec, which starts in the
+// session's pid namespace and the mount namespace of its init, sees its own
+// mount table (df, findmnt and mount read /proc/self/mountinfo, empty for a
+// process chrooted out of its mount namespace) and, as root, has root's
+// capabilities in its user namespace and no ambient or inheritable ones
+// (its user namespace is mapped after its start: mapLater), as a process
+// started mapped would.
+func TestNSSessionExecIsNative(t *testing.T) {
+	s, err := Open(testCtx(t), Options{Rung: "ns"})
+	if err != nil {
+		testreq.Need(t, testreq.NS, err)
+	}
+	defer s.Close()
+	r, err := s.Shell(testCtx(t), `df -P . >/dev/null && echo df-ok; grep -c " /workspace " /proc/self/mountinfo; grep -E "^Cap(Inh|Eff|Amb)" /proc/self/status`, 30*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(strings.TrimSpace(r.Stdout), "\n")
+	if len(lines) != 5 || lines[0] != "df-ok" || lines[1] == "0" {
+		t.Fatalf("the exec's mount table: %q (stderr %q)", r.Stdout, r.Stderr)
+	}
+	if os.Getuid() != 0 {
+		return
+	}
+	caps := map[string]string{}
+	for _, l := range lines[2:] {
+		k, v, _ := strings.Cut(l, ":")
+		caps[k] = strings.TrimSpace(v)
+	}
+	last, err := os.ReadFile("/proc/sys/kernel/cap_last_cap")
+	if err != nil {
+		t.Fatal(err)
+	}
+	n, _ := strconv.Atoi(strings.TrimSpace(string(last)))
+	full := strconv.FormatUint(1<<(n+1)-1, 16)
+	if strings.TrimLeft(caps["CapEff"], "0") != full || strings.Trim(caps["CapInh"], "0") != "" || strings.Trim(caps["CapAmb"], "0") != "" {
+		t.Errorf("the exec's capabilities %v, want every one effective (%s) and none inheritable or ambient", caps, full)
+	}
 }

@@ -23,7 +23,15 @@
  *
  * Trampoline mode, when it has arguments (argv: stub, PATH, ARGV0, ARGS...):
  * unblock every signal and execve(PATH, ARGV0..., environ); on failure say
- * so on fd 2 and exit 127. A session's execs start through it.
+ * so on fd 2 and exit 127. A session's execs start through it. With
+ * argv: stub, -w, FD, PATH, ARGV0, ARGS... it first reads FD to its EOF
+ * and closes it: an ns session's exec starts in a user namespace whose id
+ * maps the guest writes once the process exists (guest.mapLater), and the
+ * command must start mapped (its capabilities are computed at its exec).
+ * The stub itself started unmapped, holding its capabilities as ambient ones
+ * (no_new_privs would not let an exec regain them); it clears those, and the
+ * inheritable set raising them took, before the exec, which then gives the
+ * command what its uid gives it, as a process started mapped gets.
  *
  * Build: `make stub` (gcc, x86-64), which regenerates guest/cmdstub_amd64.go.
  */
@@ -32,7 +40,8 @@ typedef unsigned long u64;
 typedef unsigned int u32;
 
 enum { SYS_read = 0, SYS_write = 1, SYS_close = 3, SYS_mmap = 9, SYS_rt_sigprocmask = 14, SYS_dup2 = 33,
-       SYS_execve = 59, SYS_fcntl = 72, SYS_chdir = 80, SYS_exit_group = 231,
+       SYS_execve = 59, SYS_fcntl = 72, SYS_chdir = 80, SYS_capget = 125, SYS_capset = 126, SYS_prctl = 157,
+       SYS_exit_group = 231,
        SYS_landlock_restrict_self = 446 };
 enum { ENOENT = 2, EINTR = 4, EBADF = 9, EIO = 5, EACCES = 13, ENOTDIR = 20, EINVAL = 22, ELOOP = 40,
        ENAMETOOLONG = 36 };
@@ -150,6 +159,48 @@ static __attribute__((noreturn)) void trampoline(char **argv, char **env)
 		sys3(SYS_exit_group, 127, 0, 0);
 }
 
+/* awaitfd reads fd (decimal in s) to its EOF and closes it; on a bad
+ * number or a read error it says so and exits 127. */
+static void awaitfd(const char *s)
+{
+	static const char msg[] = "dryexec: the session's process was not released\n";
+	long fd = 0, r;
+	char c;
+	u32 hdr[2], data[6];
+
+	if (!*s)
+		goto bad;
+	for (; *s; s++) {
+		if (*s < '0' || *s > '9' || fd > 100000)
+			goto bad;
+		fd = fd * 10 + (*s - '0');
+	}
+	for (;;) {
+		r = sys3(SYS_read, fd, (long)&c, 1);
+		if (r == 0)
+			break;
+		if (r < 0 && r != -EINTR)
+			goto bad;
+	}
+	sys3(SYS_close, fd, 0, 0);
+	/* PR_CAP_AMBIENT (47), PR_CAP_AMBIENT_CLEAR_ALL (4) */
+	if (sys6(SYS_prctl, 47, 4, 0, 0, 0, 0) < 0)
+		goto bad;
+	/* _LINUX_CAPABILITY_VERSION_3: two {effective, permitted, inheritable}. */
+	hdr[0] = 0x20080522;
+	hdr[1] = 0;
+	if (sys3(SYS_capget, (long)hdr, (long)data, 0) < 0)
+		goto bad;
+	data[2] = data[5] = 0;
+	if (sys3(SYS_capset, (long)hdr, (long)data, 0) < 0)
+		goto bad;
+	return;
+bad:
+	sys3(SYS_write, 2, (long)msg, sizeof msg - 1);
+	for (;;)
+		sys3(SYS_exit_group, 127, 0, 0);
+}
+
 __attribute__((noreturn, used)) void stub_main(long *sp)
 {
 	struct req h;
@@ -163,6 +214,10 @@ __attribute__((noreturn, used)) void stub_main(long *sp)
 
 	/* SIG_SETMASK to the empty set: the command starts with nothing blocked. */
 	sys6(SYS_rt_sigprocmask, 2, (long)&none, 0, sizeof none, 0, 0);
+	if (argc >= 5 && argv[1][0] == '-' && argv[1][1] == 'w' && !argv[1][2]) {
+		awaitfd(argv[2]);
+		trampoline(argv + 2, argv + argc + 1);
+	}
 	if (argc >= 3)
 		trampoline(argv, argv + argc + 1);
 	if (sys3(SYS_fcntl, 4, 2 /* F_SETFD */, 1 /* FD_CLOEXEC */) < 0)
