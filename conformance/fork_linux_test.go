@@ -398,8 +398,10 @@ except OSError:
 		}
 		seed(t, s, tree{"sub/a": file("a\n"), "gone": file("g\n")})
 		marker := uniqueSleep()
-		// A reader started before the merge, its cwd in the workspace.
-		run(t, s, "cd sub && setsid "+marker+" >/dev/null 2>&1 &")
+		// A reader started before the merge, its cwd in the workspace. The
+		// exec waits until it has its own session: what is still in the
+		// exec's process group when the shell ends goes with it.
+		run(t, s, "rm -f /tmp/reader.up; cd sub && setsid sh -c ': > /tmp/reader.up; exec "+marker+"' >/dev/null 2>&1 & until [ -e /tmp/reader.up ]; do :; done")
 		pid := waitRunning(t, marker, 1)[0]
 		var early *session.Session
 		for i := range 12 {

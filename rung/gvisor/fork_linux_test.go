@@ -41,7 +41,9 @@ func TestForkCarriesViewAndProcesses(t *testing.T) {
 			t.Fatalf("%s: %q (exit %d, %q), want %q", cmd, r.Stdout, r.ExitCode, r.Stderr, want)
 		}
 	}
-	sh(s, "echo parent > "+name+".a; setsid sleep 100000 >/dev/null 2>&1 & echo $! > bg.pid", "")
+	// The exec waits for the daemon to have its own session: what is
+	// still in the exec's process group when the shell ends goes with it.
+	sh(s, "echo parent > "+name+".a; setsid sh -c 'echo $$ > bg.pid; exec sleep 100000' >/dev/null 2>&1 & until [ -s bg.pid ]; do :; done", "")
 	bs, err := s.Fork(ctx, 1)
 	if err != nil {
 		t.Fatal(err)

@@ -298,7 +298,9 @@ func TestSessionSignalsEarlierDaemon(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer s.Close()
-	r, err := s.Shell(ctx, "setsid sleep 1000 </dev/null >/dev/null 2>&1 & echo $! > daemon.pid", 30*time.Second)
+	// The exec waits for the daemon to have its own session: what is
+	// still in the exec's process group when the shell ends goes with it.
+	r, err := s.Shell(ctx, "setsid sh -c 'echo $$ > daemon.pid; exec sleep 1000' </dev/null >/dev/null 2>&1 & until [ -s daemon.pid ]; do :; done", 30*time.Second)
 	if err != nil || r.ExitCode != 0 {
 		t.Fatalf("starting the daemon: %+v, %v", r, err)
 	}
