@@ -209,7 +209,7 @@ func (s *session) startExec(cmd *exec.Cmd) error {
 		return derr
 	}
 	if err == nil && maps != nil {
-		if err = maps.write(cmd.Process.Pid); err != nil {
+		if err = maps.write(cmd.Process); err != nil {
 			err = fmt.Errorf("mapping the exec's user namespace: %w", err)
 			cmd.Process.Kill()
 			cmd.Wait()
@@ -291,10 +291,32 @@ func allCaps() []uintptr {
 	return caps
 }
 
-// write writes m for process pid (a number of the guest's /proc), as Go's
-// fork would have: setgroups first when it is to be denied.
-func (m *idMaps) write(pid int) error {
-	proc := "/proc/" + strconv.Itoa(pid) + "/"
+// write writes m for process p (its number in the guest's /proc), as Go's
+// fork would have: setgroups first when it is to be denied. The files are
+// opened through p's /proc directory, taken while p is known to be alive:
+// a number the sandbox's processes freed by killing p and took again (with
+// a user namespace of their own) would otherwise get the maps.
+func (m *idMaps) write(p *os.Process) error {
+	dir, err := unix.Open("/proc/"+strconv.Itoa(p.Pid), unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return err
+	}
+	defer unix.Close(dir)
+	// Through its pidfd: p itself, not whoever has its number.
+	if err := p.Signal(syscall.Signal(0)); err != nil {
+		return err
+	}
+	put := func(name string, b []byte) error {
+		fd, err := unix.Openat(dir, name, unix.O_WRONLY|unix.O_CLOEXEC, 0)
+		if err != nil {
+			return err
+		}
+		defer unix.Close(fd)
+		if _, err := unix.Write(fd, b); err != nil {
+			return fmt.Errorf("writing %s: %w", name, err)
+		}
+		return nil
+	}
 	line := func(ms []syscall.SysProcIDMap) []byte {
 		var b []byte
 		for _, x := range ms {
@@ -303,19 +325,17 @@ func (m *idMaps) write(pid int) error {
 		return b
 	}
 	if m.gid != nil && !m.setgroups {
-		if err := os.WriteFile(proc+"setgroups", []byte("deny"), 0); err != nil {
+		if err := put("setgroups", []byte("deny")); err != nil {
 			return err
 		}
 	}
 	if m.uid != nil {
-		if err := os.WriteFile(proc+"uid_map", line(m.uid), 0); err != nil {
+		if err := put("uid_map", line(m.uid)); err != nil {
 			return err
 		}
 	}
 	if m.gid != nil {
-		if err := os.WriteFile(proc+"gid_map", line(m.gid), 0); err != nil {
-			return err
-		}
+		return put("gid_map", line(m.gid))
 	}
 	return nil
 }
