@@ -31,10 +31,13 @@ import (
 // F_SETOWN resolve numbers in the caller's namespace, and pidfd_send_signal
 // refuses a process outside it. And /proc agrees: the init, in a mount
 // namespace of its own, mounts the namespace's procfs over the sandbox's
-// /proc, and the command's root is the init's (root: Chroot, through a
-// descriptor the guest holds). The guest itself keeps the sandbox's /proc in
-// its own mount namespace: Go's setup of a command's user namespace writes
-// /proc/PID/uid_map by the guest's numbers. On gVisor a command that leaves
+// /proc, and the command's root is the init's: on gvisor by Chroot,
+// through a descriptor the guest holds; on ns the thread that starts the
+// commands joins the init's mount namespace (joinMounts), so that a
+// command's mount table is its own. The guest itself keeps the sandbox's
+// /proc in its own mount namespace: Go's setup of a command's user
+// namespace writes /proc/PID/uid_map by the guest's numbers (on ns the
+// guest writes them itself: mapLater). On gVisor a command that leaves
 // its chroot (it is root of its own user namespace) finds the sandbox's
 // /proc again, where a pidfd made from the /proc/1 directory would name the
 // guest: gvisorProfile refuses pidfd_send_signal (on Linux the kernel

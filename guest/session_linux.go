@@ -122,7 +122,7 @@ func (s *session) start() error {
 // pid namespace every exec runs in (commandPIDNS): the execs share the
 // launcher's domain, a later exec may signal a daemon an earlier one left,
 // and so may signal the launcher thread too; kill of its thread id would be
-// a signal to the whole guest (TestSessionSignalsGuestThreads). In the
+// a signal to the whole guest (TestSignalsToGuestSession). In the
 // namespace no exec can name any thread of the guest.
 func (s *session) nsLauncher() error {
 	conf, err := newConfinement(s.cfg.Rootless)
@@ -184,12 +184,10 @@ func (s *session) startExec(cmd *exec.Cmd) error {
 	if err != nil {
 		return err
 	}
-	if release != nil {
-		execTrampoline(cmd, s.platform.trampoline, "-w", strconv.Itoa(2+len(cmd.ExtraFiles)))
-	} else {
+	if release == nil {
 		execTrampoline(cmd, s.platform.trampoline)
-	}
-	if release != nil {
+	} else {
+		execTrampoline(cmd, s.platform.trampoline, "-w", strconv.Itoa(2+len(cmd.ExtraFiles)))
 		defer release.Close()
 		// Only the child has the read end.
 		defer cmd.ExtraFiles[len(cmd.ExtraFiles)-1].Close()
