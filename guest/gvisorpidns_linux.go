@@ -74,12 +74,14 @@ type commandPIDNS struct {
 	// by /proc/INIT/root, whose number a command may have made another
 	// process's once the init is gone.
 	root *os.File
-	// joined: the thread that starts the commands is in the init's mount
-	// namespace, root and all (joinMounts), and its children need no
-	// chroot; mntNS names that namespace as /proc/PID/ns/mnt does.
-	joined bool
-	mntNS  string
+	// mntNS, when set, names the init's mount namespace (as
+	// /proc/PID/ns/mnt does), which the thread that starts the commands
+	// joined, root and all (joinMounts): its children need no chroot.
+	mntNS string
 }
+
+// joined says whether the commands start in the init's mount namespace.
+func (n *commandPIDNS) joined() bool { return n.mntNS != "" }
 
 // chroot is the path a child of the guest chroots to (SysProcAttr.Chroot)
 // to have the namespace's /proc: the init's root, through the guest's
@@ -155,14 +157,15 @@ func newCommandPIDNS(follow bool) (*commandPIDNS, error) {
 		return nil, fmt.Errorf("entering the command's pid namespace: %w", err)
 	}
 	if follow {
-		if n.mntNS, err = os.Readlink(proc + "/ns/mnt"); err == nil {
+		ns, err := os.Readlink(proc + "/ns/mnt")
+		if err == nil {
 			err = joinMounts(proc + "/ns/mnt")
 		}
 		if err != nil {
 			n.close()
 			return nil, fmt.Errorf("entering the command's mount namespace: %w", err)
 		}
-		n.joined = true
+		n.mntNS = ns
 	}
 	return n, nil
 }

@@ -33,6 +33,8 @@ type sessionPlatform struct {
 	// pidns is the pid namespace of the session's execs (commandPIDNS),
 	// joined by the launcher thread.
 	pidns *commandPIDNS
+	// caps lists this kernel's capabilities, read once (mapLater).
+	caps []uintptr
 }
 
 // start prepares the sandbox and the workspace.
@@ -143,6 +145,9 @@ func (s *session) nsLauncher() error {
 		return fmt.Errorf("confining the sandbox: %w", err)
 	}
 	s.platform.launcher, s.platform.pidns = l, pidns
+	if s.platform.caps == nil {
+		s.platform.caps = allCaps()
+	}
 	return nil
 }
 
@@ -180,7 +185,7 @@ func (s *session) startExec(cmd *exec.Cmd) error {
 	if nproc > 0 {
 		cmd.SysProcAttr.Ptrace = true
 	}
-	maps, release, err := mapLater(cmd)
+	maps, release, err := mapLater(cmd, s.platform.caps)
 	if err != nil {
 		return err
 	}
@@ -231,7 +236,7 @@ func (s *session) enterPIDNS(cmd *exec.Cmd) error {
 	// end closes the hold pipe, the init exits, and the namespace dies with
 	// everything in it.
 	cmd.SysProcAttr.Pdeathsig = 0
-	if !s.platform.pidns.joined {
+	if !s.platform.pidns.joined() {
 		// The namespace's /proc: the init's root.
 		cmd.SysProcAttr.Chroot = s.platform.pidns.chroot()
 	}
@@ -254,7 +259,7 @@ type idMaps struct {
 // the write end, which lets the trampoline exec the command: mapped by
 // then, so that the command's exec gives it root's capabilities in its
 // namespace. With no maps to write it returns nils.
-func mapLater(cmd *exec.Cmd) (*idMaps, *os.File, error) {
+func mapLater(cmd *exec.Cmd, caps []uintptr) (*idMaps, *os.File, error) {
 	a := cmd.SysProcAttr
 	if a == nil || a.Cloneflags&syscall.CLONE_NEWUSER == 0 || (a.UidMappings == nil && a.GidMappings == nil) {
 		return nil, nil, nil
@@ -269,7 +274,7 @@ func mapLater(cmd *exec.Cmd) (*idMaps, *os.File, error) {
 	// namespace gave the child, and no_new_privs would keep the command's
 	// exec from giving them back: they cross it as ambient ones, which the
 	// trampoline clears before it execs the command.
-	a.AmbientCaps = allCaps()
+	a.AmbientCaps = caps
 	cmd.ExtraFiles = append(cmd.ExtraFiles, r)
 	return m, w, nil
 }
