@@ -110,3 +110,49 @@ func TestBeginWritesNothing(t *testing.T) {
 		t.Fatalf("the .partial dir survived Save: %v", err)
 	}
 }
+
+func TestValidID(t *testing.T) {
+	for _, tc := range []struct {
+		id   string
+		want bool
+	}{
+		{dryexec.NewTrialID(), true},
+		{"tr_abcdefghijklmnopqrst", true},
+		{"tr_234567234567234567zz", true},
+		{"tr_abcdefghijklmnopqrs", false},   // 19 after the prefix
+		{"tr_abcdefghijklmnopqrstu", false}, // 21
+		{"tr_abcdefghijklmnopqrs1", false},  // 1 is not base32
+		{"tr_abcdefghijklmnopqrs8", false},
+		{"tr_Abcdefghijklmnopqrst", false},
+		{"tx_abcdefghijklmnopqrst", false},
+		{"tr_abcdefghij/lmnopqrst", false},
+		{"tr_abcdefghij.lmnopqrst", false},
+		{"../abcdefghijklmnopqrst", false},
+		{"", false},
+		{"tr_", false},
+	} {
+		if got := ValidID(tc.id); got != tc.want {
+			t.Errorf("ValidID(%q) = %v, want %v", tc.id, got, tc.want)
+		}
+	}
+}
+
+// BenchmarkSweepLeftovers is what every command pays for the store's
+// leftover sweep, with a few thousand trials kept.
+func BenchmarkSweepLeftovers(b *testing.B) {
+	s, err := Open(b.TempDir(), time.Hour)
+	if err != nil {
+		b.Fatal(err)
+	}
+	for range 2000 {
+		if err := os.Mkdir(s.trialDir(dryexec.NewTrialID()), 0o700); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ResetTimer()
+	for b.Loop() {
+		if n, err := s.SweepLeftovers(); err != nil || n != 0 {
+			b.Fatal(n, err)
+		}
+	}
+}
