@@ -237,19 +237,14 @@ type Trial struct {
 func (t Trial) Local(ctx context.Context, env Env, spec dryexec.TrialSpec) (*dryexec.StateDelta, *store.Store, error) {
 	var err error
 	engine := t.Engine
-	// The built-in policy is compiled (a few ms of CPU) beside the rung's
-	// probe, the receipt key and the store's start-up, which wait on the
-	// file system more than they compute; it is a program's own, so it
-	// does not fail on anything the caller gave.
 	var compileErr error
 	compiled := make(chan struct{})
-	go func() {
+	compile := func() {
 		defer close(compiled)
 		if engine == nil {
 			engine, compileErr = policy.Compile(t.Policy)
 		}
-	}()
-	defer func() { <-compiled }() // never left running past a failure below
+	}
 	r, err := t.Open(ctx, t.Rung)
 	if err != nil {
 		return nil, nil, err
@@ -265,6 +260,15 @@ func (t Trial) Local(ctx context.Context, env Env, spec dryexec.TrialSpec) (*dry
 		defer pre.Close()
 		r = pre
 	}
+	// The built-in policy is compiled (a few ms of CPU) beside the
+	// receipt key and the store's start-up, which wait on the file system
+	// more than they compute; it is a program's own, so it does not fail
+	// on anything the caller gave. It starts after the sandbox's start
+	// above, which is the trial's path: with two CPUs, a compile started
+	// first held one of them while the sandbox's goroutine waited for the
+	// other (3 ms here).
+	go compile()
+	defer func() { <-compiled }() // never left running past a failure below
 	// The install's receipt key is loaded before the trial (a bad key
 	// costs no trial); the runner masks it inside the sandbox.
 	signer, err := receipt.LoadOrCreate(t.Home)
