@@ -257,7 +257,7 @@ func (t Trial) Local(ctx context.Context, env Env, spec dryexec.TrialSpec) (*dry
 	// delta is the same either way.
 	if p, ok := r.(prestarter); ok {
 		pre := p.Prestart(ctx, runner.ProtectFor(t.Home, receipt.KeyPath(t.Home), spec))
-		defer pre.Close()
+		defer env.Later.Go(func() { pre.Close() })
 		r = pre
 	}
 	// The built-in policy is compiled (a few ms of CPU) beside the

@@ -43,7 +43,7 @@ func leavesNothing(t *testing.T, ids ...string) {
 }
 
 // TestPrestartHit: the trial the sandbox was prestarted for runs in it and
-// gives the core scenario's delta; the sandbox is gone when Trial returns.
+// gives the core scenario's delta; the sandbox is gone when Close returns.
 func TestPrestartHit(t *testing.T) {
 	dir := t.TempDir()
 	if err := acceptance.MakeDir(dir); err != nil {
@@ -62,6 +62,7 @@ func TestPrestartHit(t *testing.T) {
 	if s := p.Stats(); s.Hits != 1 || s.Misses != 0 || s.Ready != 0 {
 		t.Fatalf("stats %+v, want one hit and nothing ready", s)
 	}
+	p.Close()
 	leavesNothing(t, spec.TrialID)
 }
 
