@@ -465,19 +465,19 @@ func readNames(dir string) ([]string, error) {
 	return f.Readdirnames(-1)
 }
 
-// SweepDue is GC (unmeasured) when it was last done a while ago (a minute,
-// or a tenth of the TTL when that is shorter; a stamp file in the store
-// records it), else only what crashes left that is found by name. Why: GC
-// stats every stored trial, and the CLI, which starts once per trial, ran a
-// full sweep each time — with a few hundred trials kept, milliseconds of a
-// trial that takes twenty. The CLI calls it after a command's output (a
-// cheap moment: the user has the answer), the daemon at its start.
-func (s *Store) SweepDue() (int, error) {
+// GCDue is GC (unmeasured) when it was last done a while ago (a minute, or
+// a tenth of the TTL when that is shorter; a stamp file in the store
+// records it), else nothing. Why: GC stats every stored trial, and the CLI,
+// which starts once per trial, ran a full sweep each time — with a few
+// hundred trials kept, milliseconds of a trial that takes twenty. The CLI
+// calls it after a command's output, having swept what crashes left when it
+// opened the store (SweepLeftovers), which a second time would only repeat.
+func (s *Store) GCDue() (int, error) {
 	every := min(time.Minute, s.ttl/10)
 	stamp := filepath.Join(s.dir, "swept")
 	if st, err := os.Stat(stamp); err == nil {
 		if age := time.Since(st.ModTime()); age >= 0 && age < every {
-			return s.sweep(false)
+			return 0, nil
 		}
 	}
 	r, err := s.gc(false)

@@ -31,9 +31,10 @@ func age(t *testing.T, s *Store, id string, by time.Duration) {
 	}
 }
 
-// TestExpiryWithoutSweep: SweepDue skips sweeps that come too soon after the
+// TestExpiryWithoutSweep: GCDue skips sweeps that come too soon after the
 // last one, so an expired trial may still be on disk; Load must treat it as
 // gone all the same (and remove it), and the next due sweep removes the rest.
+// What a crash leaves is SweepLeftovers', at every command, due or not.
 func TestExpiryWithoutSweep(t *testing.T) {
 	s, err := Open(t.TempDir(), time.Hour)
 	if err != nil {
@@ -41,8 +42,8 @@ func TestExpiryWithoutSweep(t *testing.T) {
 	}
 	first := saveTrial(t, s)
 	age(t, s, first, 2*time.Hour)
-	if n, err := s.SweepDue(); err != nil || n != 1 {
-		t.Fatalf("first SweepDue removed %d (%v), want the expired trial", n, err)
+	if n, err := s.GCDue(); err != nil || n != 1 {
+		t.Fatalf("first GCDue removed %d (%v), want the expired trial", n, err)
 	}
 	a, b := saveTrial(t, s), saveTrial(t, s)
 	age(t, s, a, 2*time.Hour)
@@ -56,8 +57,11 @@ func TestExpiryWithoutSweep(t *testing.T) {
 		t.Fatal(err)
 	}
 	dead.lock.Close() // as its killed owner would have
-	if n, err := s.SweepDue(); err != nil || n != 1 {
-		t.Fatalf("a SweepDue right after one removed %d (%v), want only the half-recorded trial (expiry not due)", n, err)
+	if n, err := s.GCDue(); err != nil || n != 0 {
+		t.Fatalf("a GCDue right after one removed %d (%v), want nothing (expiry not due)", n, err)
+	}
+	if n, err := s.SweepLeftovers(); err != nil || n != 1 {
+		t.Fatalf("SweepLeftovers removed %d (%v), want only the half-recorded trial", n, err)
 	}
 	if _, err := os.Stat(dead.dir); !errors.Is(err, os.ErrNotExist) {
 		t.Fatalf("the half-recorded trial is still there: %v", err)
@@ -78,8 +82,8 @@ func TestExpiryWithoutSweep(t *testing.T) {
 	if err := os.Chtimes(filepath.Join(s.dir, "swept"), old, old); err != nil {
 		t.Fatal(err)
 	}
-	if n, err := s.SweepDue(); err != nil || n != 1 {
-		t.Fatalf("a due SweepDue removed %d (%v), want the other expired trial", n, err)
+	if n, err := s.GCDue(); err != nil || n != 1 {
+		t.Fatalf("a due GCDue removed %d (%v), want the other expired trial", n, err)
 	}
 	if _, err := s.Load(fresh); err != nil {
 		t.Fatalf("the sweep took a fresh trial: %v", err)
