@@ -37,7 +37,7 @@ func (s *Store) gc(measure bool) (GCResult, error) {
 	if err != nil {
 		return r, err
 	}
-	ents, err := os.ReadDir(filepath.Join(s.dir, "trials"))
+	names, err := readNames(filepath.Join(s.dir, "trials"))
 	if err != nil {
 		return r, err
 	}
@@ -47,18 +47,21 @@ func (s *Store) gc(measure bool) (GCResult, error) {
 	if err != nil {
 		return r, err
 	}
-	for _, e := range ents {
-		id := e.Name()
+	for _, id := range names {
 		if !ValidID(id) {
+			continue
+		}
+		// Content first: most trials keep none (they wrote no file, or
+		// their commit or discard dropped it), and a stat is cheaper than
+		// reading a state (thousands of trials, once a minute).
+		blobs := filepath.Join(s.trialDir(id), "blobs")
+		if _, err := os.Lstat(blobs); err != nil {
 			continue
 		}
 		switch s.readState(id).Status {
 		case StatusCommitted, StatusDiscarded:
-			blobs := filepath.Join(s.trialDir(id), "blobs")
-			if _, err := os.Lstat(blobs); err == nil {
-				os.RemoveAll(blobs)
-				r.Dropped++
-			}
+			os.RemoveAll(blobs)
+			r.Dropped++
 		}
 	}
 	l.Close()

@@ -160,3 +160,30 @@ func BenchmarkSweepLeftovers(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkGCDue is the due GC a CLI command runs at most once a minute,
+// with a few thousand trials kept (none of them with content).
+func BenchmarkGCDue(b *testing.B) {
+	s, err := Open(b.TempDir(), time.Hour)
+	if err != nil {
+		b.Fatal(err)
+	}
+	for range 2000 {
+		tr, err := s.Begin(dryexec.NewTrialID())
+		if err != nil {
+			b.Fatal(err)
+		}
+		if err := tr.Save(&dryexec.StateDelta{TrialID: tr.id, Rung: "ns"}); err != nil {
+			b.Fatal(err)
+		}
+	}
+	stamp := filepath.Join(s.dir, "swept")
+	b.ResetTimer()
+	for b.Loop() {
+		old := time.Now().Add(-time.Hour)
+		os.Chtimes(stamp, old, old)
+		if _, err := s.GCDue(); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
