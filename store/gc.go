@@ -53,7 +53,7 @@ func (s *Store) gc(measure bool) (GCResult, error) {
 		}
 		// Content first: most trials keep none (they wrote no file, or
 		// their commit or discard dropped it), and a stat is cheaper than
-		// reading a state (thousands of trials, once a minute).
+		// reading a state (thousands of trials, at every due GC).
 		blobs := filepath.Join(s.trialDir(id), "blobs")
 		if _, err := os.Lstat(blobs); err != nil {
 			continue

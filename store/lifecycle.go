@@ -455,6 +455,9 @@ func (s *Store) sweep(expired bool) (int, error) {
 	return n, nil
 }
 
+// gcEvery is how often GCDue runs GC at most.
+const gcEvery = 10 * time.Minute
+
 // readNames returns the names in dir, in the directory's order.
 func readNames(dir string) ([]string, error) {
 	f, err := os.Open(dir)
@@ -465,15 +468,19 @@ func readNames(dir string) ([]string, error) {
 	return f.Readdirnames(-1)
 }
 
-// GCDue is GC (unmeasured) when it was last done a while ago (a minute, or
-// a tenth of the TTL when that is shorter; a stamp file in the store
-// records it), else nothing. Why: GC stats every stored trial, and the CLI,
-// which starts once per trial, ran a full sweep each time — with a few
-// hundred trials kept, milliseconds of a trial that takes twenty. The CLI
-// calls it after a command's output, having swept what crashes left when it
-// opened the store (SweepLeftovers), which a second time would only repeat.
+// GCDue is GC (unmeasured) when it was last done a while ago (ten
+// minutes, or a tenth of the TTL when that is shorter; a stamp file in the
+// store records it), else nothing. Why: GC stats every stored trial, and
+// the CLI, which starts once per trial, ran a full sweep each time — with a
+// few hundred trials kept, milliseconds of a trial that takes twenty; with
+// the thousands a day of agent runs keeps, tens to hundreds of
+// milliseconds (BenchmarkGCDue), so not more often than that. An expired
+// trial it has not removed yet is gone all the same: Load refuses it. The
+// CLI calls it after a command's output, having swept what crashes left
+// when it opened the store (SweepLeftovers), which a second time would
+// only repeat.
 func (s *Store) GCDue() (int, error) {
-	every := min(time.Minute, s.ttl/10)
+	every := min(gcEvery, s.ttl/10)
 	stamp := filepath.Join(s.dir, "swept")
 	if st, err := os.Stat(stamp); err == nil {
 		if age := time.Since(st.ModTime()); age >= 0 && age < every {

@@ -76,9 +76,16 @@ func TestExpiryWithoutSweep(t *testing.T) {
 	if _, err := s.Load(fresh); err != nil {
 		t.Fatalf("Load of a fresh trial: %v", err)
 	}
-	// Due again once the stamp is older than the interval (a tenth of the
-	// TTL, at most a minute).
-	old := time.Now().Add(-2 * time.Minute)
+	// Not due while the stamp is younger than the interval (a tenth of
+	// the TTL, here 6 minutes, at most gcEvery), due again once older.
+	old := time.Now().Add(-5 * time.Minute)
+	if err := os.Chtimes(filepath.Join(s.dir, "swept"), old, old); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := s.GCDue(); err != nil || n != 0 {
+		t.Fatalf("a GCDue 5 minutes after one removed %d (%v), want nothing (due after 6)", n, err)
+	}
+	old = time.Now().Add(-7 * time.Minute)
 	if err := os.Chtimes(filepath.Join(s.dir, "swept"), old, old); err != nil {
 		t.Fatal(err)
 	}
@@ -161,7 +168,7 @@ func BenchmarkSweepLeftovers(b *testing.B) {
 	}
 }
 
-// BenchmarkGCDue is the due GC a CLI command runs at most once a minute,
+// BenchmarkGCDue is the due GC a CLI command runs at most every gcEvery,
 // with a few thousand trials kept (none of them with content).
 func BenchmarkGCDue(b *testing.B) {
 	s, err := Open(b.TempDir(), time.Hour)

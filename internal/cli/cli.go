@@ -281,7 +281,7 @@ func gcCmd(env Env) *cobra.Command {
 		Long: `Prune the trial store now: trials older than the TTL (DRYEXEC_TRIAL_TTL, default 24h),
 trials a killed run left half-recorded, and the content of committed or discarded trials that a
 crash left behind (a commit or discard drops it at once). Every dryexec command does this by
-itself at most once a minute, after its answer; gc is for now. gc also removes parked sessions
+itself at most every ten minutes, after its answer; gc is for now. gc also removes parked sessions
 (dryexec park) past their expiry (DRYEXEC_PARK_TTL of the daemon that parked them, default
 168h), damaged ones, and what a park or resume interrupted by a crash left, and names each,
 and the temporary dirs of forks and uploads whose process is gone.`,
