@@ -43,8 +43,6 @@ type Env = localrun.Env
 func Run(ctx context.Context, args []string, env Env) int {
 	env.Sweep = &localrun.Sweep{}
 	defer env.Sweep.Wait()
-	env.Later = &localrun.Later{}
-	defer env.Later.Wait()
 	code := 0
 	note := localrun.NewNote("nothing was changed")
 	root := &cobra.Command{

@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 
 	"github.com/dryexec/dryexec/cgroup"
@@ -42,22 +43,37 @@ func TestLocalRunsLeaveNothing(t *testing.T) {
 		{"engine", os.Args[0], []string{"DRYEXEC_TEST_AS_CLI=1"}, []string{self}},
 		{"local", local, nil, []string{local, filepath.Join(filepath.Dir(local), guestexe.Name)}},
 	} {
-		// The last run fails in the store's start-up (a bad setting), which
+		// Run 4 fails in the store's start-up (a bad setting), which
 		// runs beside its sandbox's start: whatever of that sandbox was
 		// made must go too. (localrun's TestPrestartGoesOnFailure fails
-		// there only once the sandbox is ready, for certain.)
-		for i := range 5 {
-			failing := i == 4
+		// there only once the sandbox is ready, for certain.) Run 5's
+		// summary cannot be written (its stdout a pipe nobody reads, as
+		// `| head` leaves it): the write's SIGPIPE ends it right after the
+		// trial, and the trial's sandbox must be gone by then.
+		for i := range 6 {
+			failing, unread := i == 4, i == 5
 			cmd := exec.Command(b.bin, "run", "--via", "local", "-q", "-C", dir, "--", "sh", "-c", "sleep "+marker+" & echo x > f")
 			cmd.Env = append([]string{"DRYEXEC_HOME=" + home, "PATH=/usr/bin:/bin"}, b.vars...)
 			if failing {
 				cmd.Env = append(cmd.Env, "DRYEXEC_TRIAL_TTL=soon")
+			}
+			if unread {
+				r, w, err := os.Pipe()
+				if err != nil {
+					t.Fatal(err)
+				}
+				r.Close()
+				cmd.Stdout = w
+				defer w.Close()
 			}
 			var stderr bytes.Buffer
 			cmd.Stderr = &stderr
 			err := cmd.Run()
 			var ee *exec.ExitError
 			switch {
+			case unread && (!errors.As(err, &ee) || ee.Sys().(syscall.WaitStatus).Signal() != syscall.SIGPIPE):
+				t.Fatalf("%s, run with its stdout unread: %v, want killed by SIGPIPE\n%s", b.name, err, stderr.String())
+			case unread:
 			case failing && (!errors.As(err, &ee) || ee.ExitCode() != ExitUsage || !strings.Contains(stderr.String(), "DRYEXEC_TRIAL_TTL")):
 				t.Fatalf("%s, run with a bad DRYEXEC_TRIAL_TTL: %v, want exit %d naming it\n%s", b.name, err, ExitUsage, stderr.String())
 			case !failing && err != nil && !(errors.As(err, &ee) && (ee.ExitCode() == ExitReview || ee.ExitCode() == ExitCommandFailed)):

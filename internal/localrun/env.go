@@ -24,33 +24,6 @@ type Env struct {
 	// Sweep is the invocation's sweep of dead sandboxes' cgroups; nil
 	// sweeps in place (Sweep.Start).
 	Sweep *Sweep
-	// Later runs what the invocation does after the trial has given its
-	// delta (the used sandbox's teardown), beside the summary; nil runs
-	// it in place.
-	Later *Later
-}
-
-// Later runs work beside an invocation's answer that must still be done
-// before the invocation returns: the trial's sandbox torn down (the guest
-// reaped, its cgroups removed) while the delta is judged, signed, stored
-// and printed, rather than before. The invocation waits for it (Wait), so
-// that nothing of the trial outlives the command.
-type Later struct{ wg sync.WaitGroup }
-
-// Go runs f beside the caller; on a nil Later, before returning.
-func (l *Later) Go(f func()) {
-	if l == nil {
-		f()
-		return
-	}
-	l.wg.Go(f)
-}
-
-// Wait returns once everything Go started has returned.
-func (l *Later) Wait() {
-	if l != nil {
-		l.wg.Wait()
-	}
 }
 
 // Sweep runs runner.RecoverSandboxes once, beside the command instead of

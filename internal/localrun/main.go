@@ -46,8 +46,6 @@ func Main(ctx context.Context, args []string, env Env, open Opener) (code int, t
 	}
 	env.Sweep = &Sweep{}
 	defer env.Sweep.Wait()
-	env.Later = &Later{}
-	defer env.Later.Wait()
 	note := NewNote("nothing was changed")
 	code, err := run(ctx, env, f, argv, open, note)
 	if ctx.Err() != nil {

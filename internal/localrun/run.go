@@ -257,7 +257,11 @@ func (t Trial) Local(ctx context.Context, env Env, spec dryexec.TrialSpec) (*dry
 	// delta is the same either way.
 	if p, ok := r.(prestarter); ok {
 		pre := p.Prestart(ctx, runner.ProtectFor(t.Home, receipt.KeyPath(t.Home), spec))
-		defer env.Later.Go(func() { pre.Close() })
+		// The sandbox is torn down while the runner judges, signs and
+		// records the delta (Prestarted.Trial returns first); Close waits
+		// for it before the summary is printed, so that a command killed
+		// while printing (SIGPIPE of `| head`) leaves nothing behind.
+		defer pre.Close()
 		r = pre
 	}
 	// The built-in policy is compiled (a few ms of CPU) beside the
