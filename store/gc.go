@@ -1,6 +1,7 @@
 package store
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -32,15 +33,13 @@ func (s *Store) gc(measure bool) (GCResult, error) {
 		before = s.usage()
 	}
 	var r GCResult
-	n, err := s.sweep(true)
-	r.Removed = n
-	if err != nil {
-		return r, err
-	}
+	// One listing serves both passes: a trial the sweep removed has no
+	// content left for the second to find.
 	names, err := readNames(filepath.Join(s.dir, "trials"))
 	if err != nil {
-		return r, err
+		return r, fmt.Errorf("store: %w", err)
 	}
+	r.Removed = s.sweepNames(names, true)
 	// Under the store's lock, so that no commit is between its state and its
 	// drop of the content.
 	l, err := s.lock()

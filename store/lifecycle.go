@@ -419,6 +419,11 @@ func (s *Store) sweep(expired bool) (int, error) {
 	if err != nil {
 		return 0, fmt.Errorf("store: %w", err)
 	}
+	return s.sweepNames(names, expired), nil
+}
+
+// sweepNames is sweep over names, the trials directory as listed.
+func (s *Store) sweepNames(names []string, expired bool) int {
 	n := 0
 	now := time.Now()
 	for _, name := range names {
@@ -452,7 +457,7 @@ func (s *Store) sweep(expired bool) (int, error) {
 			}
 		}
 	}
-	return n, nil
+	return n
 }
 
 // gcEvery is how often GCDue runs GC at most.

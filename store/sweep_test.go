@@ -138,6 +138,7 @@ func TestValidID(t *testing.T) {
 		{"tx_abcdefghijklmnopqrst", false},
 		{"tr_abcdefghij/lmnopqrst", false},
 		{"tr_abcdefghij.lmnopqrst", false},
+		{"tr_abcdefghijklmnopqr\xc3\xa9", false}, // the right length in bytes, not base32
 		{"../abcdefghijklmnopqrst", false},
 		{"", false},
 		{"tr_", false},
@@ -188,7 +189,9 @@ func BenchmarkGCDue(b *testing.B) {
 	b.ResetTimer()
 	for b.Loop() {
 		old := time.Now().Add(-time.Hour)
-		os.Chtimes(stamp, old, old)
+		if err := os.Chtimes(stamp, old, old); err != nil && !errors.Is(err, os.ErrNotExist) {
+			b.Fatal(err)
+		}
 		if _, err := s.GCDue(); err != nil {
 			b.Fatal(err)
 		}

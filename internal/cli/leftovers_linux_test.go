@@ -57,18 +57,21 @@ func TestLocalRunsLeaveNothing(t *testing.T) {
 			if failing {
 				cmd.Env = append(cmd.Env, "DRYEXEC_TRIAL_TTL=soon")
 			}
+			var unreadW *os.File
 			if unread {
 				r, w, err := os.Pipe()
 				if err != nil {
 					t.Fatal(err)
 				}
 				r.Close()
-				cmd.Stdout = w
-				defer w.Close()
+				cmd.Stdout, unreadW = w, w
 			}
 			var stderr bytes.Buffer
 			cmd.Stderr = &stderr
 			err := cmd.Run()
+			if unreadW != nil {
+				unreadW.Close()
+			}
 			var ee *exec.ExitError
 			switch {
 			case unread && (!errors.As(err, &ee) || ee.Sys().(syscall.WaitStatus).Signal() != syscall.SIGPIPE):

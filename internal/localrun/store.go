@@ -69,8 +69,8 @@ func EnvDuration(env Env, name, example string) (time.Duration, error) {
 	return d, nil
 }
 
-// AutoGC cleans the store when that is due (store.GCDue: at most once a
-// minute), called once a command has given its answer, so that the user
+// AutoGC cleans the store when that is due (store.GCDue: at most every ten
+// minutes), called once a command has given its answer, so that the user
 // does not wait for it. What crashes left went when the command opened
 // the store (StartStore). Its failure is not the command's.
 func AutoGC(s *store.Store) {
