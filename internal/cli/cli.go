@@ -33,6 +33,7 @@ const (
 	ExitInternal      = localrun.ExitInternal
 	ExitInterrupted   = localrun.ExitInterrupted
 	ExitTerminated    = localrun.ExitTerminated
+	ExitBrokenPipe    = localrun.ExitBrokenPipe
 )
 
 // Env is what a CLI invocation may touch of its process.
@@ -43,6 +44,8 @@ type Env = localrun.Env
 func Run(ctx context.Context, args []string, env Env) int {
 	env.Sweep = &localrun.Sweep{}
 	defer env.Sweep.Wait()
+	ctx, env.Interrupt = context.WithCancelCause(ctx)
+	defer env.Interrupt(nil)
 	code := 0
 	note := localrun.NewNote("nothing was changed")
 	root := &cobra.Command{
@@ -63,8 +66,9 @@ func Run(ctx context.Context, args []string, env Env) int {
 	root.AddCommand(compareCmd(env), parkCmd(env), parkedCmd(env), resumeCmd(env))
 	ran, err := root.ExecuteContextC(ctx)
 	if ctx.Err() != nil && ran != nil && ran.Name() != "serve" && ran.Name() != "mcp" && ran.Name() != "agent" {
-		// Ctrl-C or SIGTERM (main's signal.NotifyContext): say what became
-		// of the trial, and exit as a shell reports a death by that signal.
+		// Ctrl-C or SIGTERM (main's signal.NotifyContext), or run's live
+		// output with nowhere to go (env.Interrupt): say what became of
+		// the trial, and exit as a shell reports a death by that signal.
 		// (A daemon's SIGTERM is its ordinary stop: it drains and exits 0;
 		// agent reports its own trials.)
 		return localrun.Interrupted(ctx, env, note)

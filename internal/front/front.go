@@ -20,6 +20,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"time"
 	"unicode/utf8"
 
@@ -72,6 +73,7 @@ const (
 	exitInternal      = 125
 	exitInterrupted   = 130
 	exitTerminated    = 143
+	exitBrokenPipe    = 141
 )
 
 // runArgs is a `run` invocation the front handles: only flags whose effect
@@ -383,6 +385,9 @@ func InterruptedBy(ctx context.Context) (string, int) {
 	}
 	if cause != nil && strings.HasPrefix(cause.Error(), "interrupt") {
 		return "SIGINT", exitInterrupted
+	}
+	if cause != nil && strings.HasPrefix(cause.Error(), syscall.SIGPIPE.String()) {
+		return "SIGPIPE: the output's reader is gone", exitBrokenPipe
 	}
 	return "cancelled", exitInterrupted
 }

@@ -9,6 +9,7 @@
 package localrun
 
 import (
+	"context"
 	"io"
 	"sync"
 
@@ -24,6 +25,13 @@ type Env struct {
 	// Sweep is the invocation's sweep of dead sandboxes' cgroups; nil
 	// sweeps in place (Sweep.Start).
 	Sweep *Sweep
+
+	// Interrupt, when set, ends the invocation's context as a signal
+	// would, with the signal's cause (front.Interrupt): a run whose live
+	// output finds its reader gone (`dryexec run -- cmd | head`) ends
+	// as if killed by SIGPIPE, but with its trial stopped and torn down
+	// first (Live, CatchBrokenPipe).
+	Interrupt context.CancelCauseFunc
 }
 
 // Sweep runs runner.RecoverSandboxes once, beside the command instead of

@@ -32,6 +32,7 @@ const (
 const (
 	ExitInterrupted = 130 // SIGINT
 	ExitTerminated  = 143 // SIGTERM
+	ExitBrokenPipe  = 141 // SIGPIPE: the live output's reader went away mid-trial (Live)
 )
 
 // UsageError marks a mistake in how dryexec was called (exit 2). Failed
@@ -60,7 +61,7 @@ func (n *Note) Set(format string, a ...any) { n.s = fmt.Sprintf(format, a...) }
 func (n *Note) String() string { return n.s }
 
 // Interrupted says what the interrupt that ended ctx (Ctrl-C or SIGTERM:
-// main's signal.NotifyContext) did to the trial, and returns the exit code
+// main's signal.NotifyContext; a broken pipe: Env.Interrupt) did to the trial, and returns the exit code
 // a shell reports for a death by that signal.
 func Interrupted(ctx context.Context, env Env, note *Note) int {
 	sig, c := front.InterruptedBy(ctx)

@@ -46,6 +46,8 @@ func Main(ctx context.Context, args []string, env Env, open Opener) (code int, t
 	}
 	env.Sweep = &Sweep{}
 	defer env.Sweep.Wait()
+	ctx, env.Interrupt = context.WithCancelCause(ctx)
+	defer env.Interrupt(nil)
 	note := NewNote("nothing was changed")
 	code, err := run(ctx, env, f, argv, open, note)
 	if ctx.Err() != nil {

@@ -7,9 +7,11 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"os/signal"
 	"path/filepath"
 	"runtime/debug"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/mattn/go-isatty"
@@ -185,9 +187,43 @@ func Live(env Env, spec *dryexec.TrialSpec, quiet, asJSON bool) []*render.LiveWr
 	if asJSON {
 		outW = env.Stderr
 	}
-	lo, le := render.NewLiveWriterPair(outW, IsTTY(outW), env.Stderr, IsTTY(env.Stderr))
+	lo, le := render.NewLiveWriterPair(brokenPipe{outW, env.Interrupt}, IsTTY(outW), brokenPipe{env.Stderr, env.Interrupt}, IsTTY(env.Stderr))
 	spec.Stdout, spec.Stderr = lo, le
 	return []*render.LiveWriter{lo, le}
+}
+
+// brokenPipe passes writes to w, and ends the run (interrupt) when one
+// finds w's reader gone: the command's output has nowhere to go, as for
+// a native `cmd | head` whose cmd then dies of SIGPIPE. Without it, the
+// live writer would drop the rest and the trial run on to its end (`yes`
+// until its timeout). The write fails with EPIPE, rather than kill the
+// process as the Go runtime does for fds 1 and 2, only while
+// CatchBrokenPipe holds.
+type brokenPipe struct {
+	w         io.Writer
+	interrupt context.CancelCauseFunc
+}
+
+func (b brokenPipe) Write(p []byte) (int, error) {
+	n, err := b.w.Write(p)
+	if err != nil && b.interrupt != nil && errors.Is(err, syscall.EPIPE) {
+		b.interrupt(front.Interrupt(syscall.SIGPIPE))
+	}
+	return n, err
+}
+
+// CatchBrokenPipe has a write to a stdout or stderr whose reader is gone
+// fail with EPIPE instead of killing the process (the Go runtime's
+// default for fds 1 and 2), until the returned release is called: while
+// a trial runs here, so that the live output's brokenPipe ends it as an
+// interrupt, its sandbox torn down, rather than the process dying with the
+// sandbox's cgroups left for the next command to sweep. It is released
+// before the summary: a summary that cannot be written then ends the
+// process as before, its trial already recorded and its sandbox gone.
+func CatchBrokenPipe() (release func()) {
+	c := make(chan os.Signal, 1) // never read: the signal itself is not needed
+	signal.Notify(c, syscall.SIGPIPE)
+	return func() { signal.Stop(c) }
 }
 
 // IsTTY reports whether w is a terminal (whatever NO_COLOR says): live
@@ -244,6 +280,10 @@ func (t Trial) Local(ctx context.Context, env Env, spec dryexec.TrialSpec) (*dry
 		if engine == nil {
 			engine, compileErr = policy.Compile(t.Policy)
 		}
+	}
+	if len(t.Live) > 0 {
+		// Released last, once the sandbox is gone (pre.Close below).
+		defer CatchBrokenPipe()()
 	}
 	r, err := t.Open(ctx, t.Rung)
 	if err != nil {
