@@ -154,6 +154,11 @@ type Pool interface {
 type PoolStats struct {
 	Size  int // sandboxes kept ready when in use
 	Ready int // ready now
+	// Settled counts the ready sandboxes with nothing left to start: on
+	// the ns rung, those whose command stub has started and waits (a trial
+	// that takes a ready sandbox before that waits for the stub's start, a
+	// few milliseconds). Rungs without such a step count every ready one.
+	Settled int
 	// Busy counts trials in flight and a sandbox being prepared.
 	Busy   int
 	Hits   int

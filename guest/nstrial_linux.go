@@ -116,6 +116,12 @@ func serveTrial(conn *wire.Conn, cfg *wire.TrialStart, l *confinedLauncher, scra
 		walkErr = walkUppers(conn, scratch, len(uppers), cfg.Rootless)
 		return walkErr
 	}
+	// The stub waits for its command: the host may count the sandbox
+	// settled (wire.VerbTrialReady).
+	if err := conn.Send(wire.KindEvent, wire.VerbTrialReady, 0, nil); err != nil {
+		stub.kill()
+		return 1
+	}
 	done, err := runCommand(cfg, stub, mt, ran, timedOut, settled, true)
 	if walkErr != nil {
 		return fail("walk", walkErr)

@@ -30,7 +30,7 @@ func poolStats(p dryexec.Pool) any {
 		return nil
 	}
 	st := p.Stats()
-	return map[string]any{"size": st.Size, "ready": st.Ready, "busy": st.Busy, "hits": st.Hits, "misses": st.Misses,
+	return map[string]any{"size": st.Size, "ready": st.Ready, "settled": st.Settled, "busy": st.Busy, "hits": st.Hits, "misses": st.Misses,
 		"failed": st.Failed, "last_error": st.LastError, "idle_pss_bytes": st.IdlePSSBytes}
 }
 

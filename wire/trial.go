@@ -7,7 +7,10 @@ import "golang.org/x/sys/unix"
 // answers VerbTrialMounts. The host sends VerbTrialJoined once the guest is in
 // the trial's cgroups (on a cgroup v1 host that join finishes in the
 // background): only then does the guest start the command's process (the
-// command stub), which waits on StubFD for the command. To run a trial the
+// command stub), which waits on StubFD for the command; the guest says so
+// with VerbTrialReady, the first frame after trial.joined (a pool counts a
+// sandbox settled from then on: a trial taken then waits for nothing in
+// it; one taken before waits for the stub's start). To run a trial the
 // host writes the command to StubFD itself (StubRequest) and sends
 // VerbTrialRun (the command's timeout, and its argv and directory for the
 // guest's messages). A warm pool sends trial.start and trial.joined ahead
@@ -21,6 +24,7 @@ const (
 	VerbTrialStart  = "trial.start"
 	VerbTrialMounts = "trial.mounts" // body: TrialMounts, before the command starts
 	VerbTrialJoined = "trial.joined" // no body
+	VerbTrialReady  = "trial.ready"  // no body: the command stub is started and waiting
 	VerbTrialRun    = "trial.run"    // body: TrialRun
 	VerbTrialExit   = "trial.exit"
 	VerbFSEntry     = "fs.entry" // body: FSEntry; a file's content follows as fs.data frames

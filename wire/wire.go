@@ -25,8 +25,8 @@ import (
 // Version is the protocol version carried in the guest's hello. A host
 // refuses a guest of another version (a stale dryexec-guest beside a newer
 // dryexec). 2: the command stub (trial.joined, StubFD). 3: fs.hole. 4: an
-// ns trial.exit may carry EndMonoNS instead of DurationNS.
-const Version = 5
+// ns trial.exit may carry EndMonoNS instead of DurationNS. 6: trial.ready.
+const Version = 6
 
 // Limits. A header is small metadata; attachments carry bulk bytes in bounded
 // chunks so that neither side ever buffers a whole large file.

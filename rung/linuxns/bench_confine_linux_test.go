@@ -27,8 +27,8 @@ func BenchmarkColdTrialTrue(b *testing.B) {
 
 // BenchmarkWarmTrialTrue is a pooled trial of /bin/true with the full delta,
 // against fork+exec of /bin/true in the same run. Each trial waits (outside
-// the timer) until the pool is full and quiet (the last trial's teardown and
-// the refill done): this is a trial's latency when trials come no faster than
+// the timer) until the pool is full, settled and quiet (the last trial's
+// teardown and the refill done, the new sandbox's command stub started): this is a trial's latency when trials come no faster than
 // the pool refills, one sandbox per cold-start time, as in an agent's loop
 // where each action follows a model call.
 func BenchmarkWarmTrialTrue(b *testing.B) {
@@ -43,7 +43,10 @@ func BenchmarkWarmTrialTrue(b *testing.B) {
 		spec := dryexec.TrialSpec{Action: dryexec.Action{Argv: []string{"/bin/true"}, Cwd: dir, Env: testPath}}
 		for b.Loop() {
 			b.StopTimer()
-			for s := p.Stats(); s.Ready < 1 || s.Busy > 0; s = p.Stats() {
+			for s := p.Stats(); s.Ready < 1 || s.Settled < s.Ready || s.Busy > 0; s = p.Stats() {
+				if s.Failed > 0 {
+					b.Fatal(s.LastError)
+				}
 				time.Sleep(time.Millisecond)
 			}
 			b.StartTimer()

@@ -44,10 +44,15 @@ func hostileGuest(script string) int {
 	}
 	conn.Send(wire.KindEvent, wire.VerbTrialMounts, 0, &wire.TrialMounts{Paths: uppers, ScratchFD: scratch})
 	conn.Read() // trial.joined
+	if script != "exit before ready" {
+		conn.Send(wire.KindEvent, wire.VerbTrialReady, 0, nil)
+	}
 	conn.Read() // trial.run
 	exit := &wire.TrialExit{}
 	escaping := &wire.FSEntry{Mount: 0, Path: "../etc/shadow", Kind: wire.EntryDir, Mode: 0o755}
 	switch script {
+	case "exit before ready":
+		conn.Send(wire.KindEvent, wire.VerbTrialExit, 0, exit)
 	case "exit twice":
 		conn.Send(wire.KindEvent, wire.VerbTrialExit, 0, exit)
 		conn.Send(wire.KindEvent, wire.VerbTrialExit, 0, exit)
@@ -130,6 +135,7 @@ func TestHostileGuest(t *testing.T) {
 		script, want string
 		ran          bool // the command was sent: an incomplete delta, else ErrGuest
 	}{
+		{"exit before ready", `event "trial.exit" before trial.ready`, true},
 		{"exit twice", "trial.exit twice", true},
 		{"entry before exit", "fs.entry before trial.exit", true},
 		{"done before exit", "trial.done before trial.exit", true},

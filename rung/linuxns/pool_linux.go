@@ -70,7 +70,11 @@ func NewPool(ctx context.Context, r *Rung, opts PoolOptions) (*Pool, error) {
 			if err != nil {
 				return nil, err
 			}
-			return p.r.prepare(ctx, sb, dryexec.NewTrialID(), nil)
+			t, err := p.r.prepare(ctx, sb, dryexec.NewTrialID(), nil)
+			if err == nil {
+				t.awaitStub()
+			}
+			return t, err
 		},
 		Destroy: (*trial).cleanup,
 		Same:    func(a, b *trial) bool { return a.sb.equal(b.sb) },
@@ -121,7 +125,12 @@ func (p *Pool) Stats() PoolStats {
 	w := p.w.Stats()
 	s := PoolStats{Size: w.Size, Ready: w.Ready, Busy: w.Busy, Hits: w.Hits, Misses: w.Misses, Failed: w.Failed, LastError: w.LastError}
 	var pids []int
-	p.w.Each(func(t *trial) { pids = append(pids, t.cmd.Process.Pid) })
+	p.w.Each(func(t *trial) {
+		pids = append(pids, t.cmd.Process.Pid)
+		if t.settled() {
+			s.Settled++
+		}
+	})
 	for _, pid := range pids {
 		_, pss := procfs.Rollup(pid)
 		s.IdlePSSBytes += pss

@@ -68,6 +68,32 @@ func TestPoolAcceptance(t *testing.T) {
 	}
 }
 
+// TestPoolSettles: a ready sandbox becomes settled once the guest says its
+// command stub is started and waiting (trial.ready), never counted settled
+// before it is ready; a settled sandbox runs its trial as a hit, and so does
+// one taken as soon as it is ready, whose trial waits for the stub.
+func TestPoolSettles(t *testing.T) {
+	dir := t.TempDir()
+	p := newTestPool(t, dir, PoolOptions{Size: 1}, 1)
+	testwait.For(t, time.Minute, "the ready sandbox settled", func() bool {
+		s := p.Stats()
+		if s.Settled > s.Ready {
+			t.Fatalf("stats %+v: more settled than ready", s)
+		}
+		return s.Settled == 1
+	})
+	if d := poolTrial(t, p, dir, "sh", "-c", "echo settled"); d.Process.Stdout != "settled\n" {
+		t.Fatalf("stdout %q", d.Process.Stdout)
+	}
+	waitReady(t, p, 1)
+	if d := poolTrial(t, p, dir, "sh", "-c", "echo taken"); d.Process.Stdout != "taken\n" {
+		t.Fatalf("stdout %q", d.Process.Stdout)
+	}
+	if s := p.Stats(); s.Hits != 2 || s.Misses != 0 {
+		t.Fatalf("stats %+v, want two hits", s)
+	}
+}
+
 // TestPoolNothingCarriesOver: what one pooled trial leaves behind (files in
 // the workspace and /tmp, a background process, a cgroup's counters, a
 // network attempt) is not visible to the next trial from the same pool.

@@ -132,7 +132,7 @@ func (p *Prestarted) Stats() PoolStats {
 		select {
 		case <-p.ready:
 			if p.t != nil {
-				s.Ready = 1
+				s.Ready = 1 // not Settled: the trial itself reads trial.ready
 			}
 		default:
 			s.Busy = 1

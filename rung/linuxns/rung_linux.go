@@ -444,6 +444,12 @@ type trial struct {
 	// before the group goes (a ready that failed early never waited).
 	attached  <-chan error
 	attachErr error
+	// stubReady is closed once the guest's trial.ready has been read (its
+	// command stub started and waiting), stubErr saying instead what came;
+	// nil unless a pool reads it ahead (awaitStub): converse reads it
+	// first otherwise.
+	stubReady chan struct{}
+	stubErr   error
 }
 
 // prepare starts a guest for sb and waits until its sandbox is built and
@@ -690,6 +696,55 @@ func (t *trial) copy(dst io.Writer, src *os.File) {
 	io.Copy(dst, src)
 }
 
+// readStubReady reads the guest's first frame after trial.joined, which
+// must be trial.ready.
+func (t *trial) readStubReady() error {
+	f, err := t.conn.Read()
+	if err != nil {
+		t.streamEnded = true
+		return t.guestErr("reading trial.ready", err)
+	}
+	if f.Kind == wire.KindErr {
+		var re wire.RemoteError
+		f.Decode(&re)
+		return fmt.Errorf("%w: %w", dryexec.ErrGuest, &re)
+	}
+	if f.Verb != wire.VerbTrialReady {
+		return fmt.Errorf("%w: %s %q before trial.ready", dryexec.ErrGuest, f.Kind, f.Verb)
+	}
+	return nil
+}
+
+// awaitStub reads trial.ready in the background, for a pooled sandbox: its
+// stub starts while the sandbox waits in the pool, and the pool counts it
+// settled once the guest has said so (settled). converse takes the outcome.
+func (t *trial) awaitStub() {
+	t.stubReady = make(chan struct{})
+	go func() {
+		defer close(t.stubReady)
+		t.stubErr = t.readStubReady()
+	}()
+}
+
+// settled says a pooled sandbox's command stub is started and waiting.
+func (t *trial) settled() bool {
+	select {
+	case <-t.stubReady:
+		return t.stubErr == nil
+	default:
+		return false
+	}
+}
+
+// stubStarted waits for trial.ready, read ahead (awaitStub) or now.
+func (t *trial) stubStarted() error {
+	if t.stubReady == nil {
+		return t.readStubReady()
+	}
+	<-t.stubReady
+	return t.stubErr
+}
+
 // joined waits for the guest's join of the trial's group and returns its
 // outcome; it may be called any number of times.
 func (t *trial) joined() error {
@@ -706,6 +761,9 @@ func (t *trial) cleanup() {
 	t.ctrl.Close()
 	t.cmd.Process.Kill()
 	t.cmd.Wait()
+	if t.stubReady != nil {
+		<-t.stubReady // its read ended with the guest
+	}
 	t.r.trace("reaped")
 	for _, f := range []*os.File{t.outR, t.errR, t.stdinW, t.stubW} {
 		if f != nil {
@@ -823,6 +881,9 @@ func (t *trial) converse() (*dryexec.StateDelta, error) {
 		differ.SetOwner(os.Getuid(), os.Getgid())
 	}
 	d := &dryexec.StateDelta{TrialID: t.spec.TrialID, Rung: Name, Action: a}
+	if err := t.stubStarted(); err != nil {
+		return nil, err
+	}
 	// What the containment saw is read at trial.exit, while the guest walks
 	// (both are fractions of a millisecond, in different processes: what the
 	// guest sends meanwhile waits in the socket), and merged at the end.

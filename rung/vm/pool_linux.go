@@ -234,7 +234,7 @@ func (p *Pool) Trial(ctx context.Context, spec dryexec.TrialSpec) (*dryexec.Stat
 // (which the view guest became) and netsim processes together.
 func (p *Pool) Stats() dryexec.PoolStats {
 	w := p.w.Stats()
-	s := dryexec.PoolStats{Size: w.Size, Ready: w.Ready, Busy: w.Busy, Hits: w.Hits, Misses: w.Misses, Failed: w.Failed, LastError: w.LastError}
+	s := dryexec.PoolStats{Size: w.Size, Ready: w.Ready, Settled: w.Ready, Busy: w.Busy, Hits: w.Hits, Misses: w.Misses, Failed: w.Failed, LastError: w.LastError}
 	for _, pid := range p.readyPids() {
 		_, pss := procfs.Rollup(pid)
 		s.IdlePSSBytes += pss

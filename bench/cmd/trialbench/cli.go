@@ -58,7 +58,7 @@ func cliGroup(e *env) ([]group, error) {
 		var d net.Dialer
 		return d.DialContext(ctx, "unix", sock)
 	}}}
-	type poolStats struct{ Ready, Busy, Hits, Misses, Failed int }
+	type poolStats struct{ Ready, Settled, Busy, Hits, Misses, Failed int }
 	health := func() (poolStats, error) {
 		var h struct {
 			Pool poolStats `json:"pool"`
@@ -84,14 +84,17 @@ func cliGroup(e *env) ([]group, error) {
 		serve.Process.Signal(syscall.SIGTERM)
 		serve.Wait()
 	}
-	// quiet waits until both pools have a sandbox ready and nothing in
-	// flight (a teardown, a refill), so that no candidate shares the CPUs
-	// with the other pool's background work.
+	// quiet waits until both pools have a sandbox ready, every ready one
+	// settled (its command stub started: a trial taken sooner waits for
+	// that), and nothing in flight (a teardown, a refill), so that no
+	// candidate shares the CPUs with the other pool's background work and
+	// each row is a trial as a user gets it between two commands.
 	quiet := func() error {
 		deadline := time.Now().Add(30 * time.Second)
 		for {
 			st, err := health()
-			if own := pool.Stats(); err == nil && st.Ready > 0 && st.Busy == 0 && own.Ready > 0 && own.Busy == 0 {
+			if own := pool.Stats(); err == nil && st.Ready > 0 && st.Settled == st.Ready && st.Busy == 0 &&
+				own.Ready > 0 && own.Settled == own.Ready && own.Busy == 0 {
 				return nil
 			}
 			if time.Now().After(deadline) {

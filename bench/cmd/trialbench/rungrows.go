@@ -125,7 +125,7 @@ func warmRows(e *env, rs map[string]dryexec.Rung, names []string) (group, []stri
 		ready := func() error {
 			// A vm pool boots its VMs under TCG here: tens of seconds each.
 			deadline := time.Now().Add(10 * time.Minute)
-			for st := pool.Stats(); st.Ready == 0 || st.Busy > 0; st = pool.Stats() {
+			for st := pool.Stats(); st.Ready == 0 || st.Settled < st.Ready || st.Busy > 0; st = pool.Stats() {
 				if time.Now().After(deadline) {
 					return fmt.Errorf("the pool not ready and quiet after 10 minutes: %+v", pool.Stats())
 				}

@@ -25,7 +25,7 @@ func warmGroup(e *env) ([]group, error) {
 	}
 	ready := func() error {
 		deadline := time.Now().Add(10 * time.Second)
-		for st := pool.Stats(); st.Ready == 0 || st.Busy > 0; st = pool.Stats() {
+		for st := pool.Stats(); st.Ready == 0 || st.Settled < st.Ready || st.Busy > 0; st = pool.Stats() {
 			if time.Now().After(deadline) {
 				return fmt.Errorf("the pool not ready and quiet after 10s: %+v", pool.Stats())
 			}
