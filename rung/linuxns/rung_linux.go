@@ -601,16 +601,8 @@ func (t *trial) ready() error {
 	if sendErr != nil {
 		return t.guestErr("sending trial.start", sendErr)
 	}
-	if f, err = t.conn.Read(); err != nil {
-		return t.guestErr("reading trial.mounts", err)
-	}
-	if f.Kind == wire.KindErr {
-		var re wire.RemoteError
-		f.Decode(&re)
-		return fmt.Errorf("%w: %w", dryexec.ErrGuest, &re)
-	}
-	if f.Verb != wire.VerbTrialMounts {
-		return fmt.Errorf("%w: unexpected %s %q before trial.mounts", dryexec.ErrGuest, f.Kind, f.Verb)
+	if f, err = t.expect(wire.VerbTrialMounts); err != nil {
+		return err
 	}
 	var tm wire.TrialMounts
 	if err := f.Decode(&tm); err != nil {
@@ -696,23 +688,31 @@ func (t *trial) copy(dst io.Writer, src *os.File) {
 	io.Copy(dst, src)
 }
 
-// readStubReady reads the guest's first frame after trial.joined, which
-// must be trial.ready.
-func (t *trial) readStubReady() error {
+// expect reads the guest's next frame, which must be verb (else a guest
+// error: its own KindErr, or the protocol broken). A stream that breaks
+// sets streamEnded (salvage waits for such a guest's exit).
+func (t *trial) expect(verb string) (*wire.Frame, error) {
 	f, err := t.conn.Read()
 	if err != nil {
 		t.streamEnded = true
-		return t.guestErr("reading trial.ready", err)
+		return nil, t.guestErr("reading "+verb, err)
 	}
 	if f.Kind == wire.KindErr {
 		var re wire.RemoteError
 		f.Decode(&re)
-		return fmt.Errorf("%w: %w", dryexec.ErrGuest, &re)
+		return nil, fmt.Errorf("%w: %w", dryexec.ErrGuest, &re)
 	}
-	if f.Verb != wire.VerbTrialReady {
-		return fmt.Errorf("%w: %s %q before trial.ready", dryexec.ErrGuest, f.Kind, f.Verb)
+	if f.Verb != verb {
+		return nil, fmt.Errorf("%w: unexpected %s %q before %s", dryexec.ErrGuest, f.Kind, f.Verb, verb)
 	}
-	return nil
+	return f, nil
+}
+
+// readStubReady reads the guest's first frame after trial.joined, which
+// must be trial.ready.
+func (t *trial) readStubReady() error {
+	_, err := t.expect(wire.VerbTrialReady)
+	return err
 }
 
 // awaitStub reads trial.ready in the background, for a pooled sandbox: its
