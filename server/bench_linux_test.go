@@ -139,7 +139,7 @@ func benchTrialOverhead(b *testing.B, pool int) {
 }
 
 type trialPoolHealth struct {
-	Size, Ready, Busy, Hits, Misses int
+	Size, Ready, Settled, Busy, Hits, Misses int
 }
 
 func trialPoolStats(b *testing.B, d *daemon) trialPoolHealth {
@@ -154,14 +154,15 @@ func trialPoolStats(b *testing.B, d *daemon) trialPoolHealth {
 	return *h.Pool
 }
 
-// waitPoolQuiet waits (bounded) until the trial pool is full and nothing is
-// being prepared or torn down.
+// waitPoolQuiet waits (bounded) until the trial pool is full, every ready
+// sandbox settled (its command stub started), and nothing is being
+// prepared or torn down.
 func waitPoolQuiet(b *testing.B, d *daemon) {
 	b.Helper()
 	deadline := time.Now().Add(time.Minute)
 	for {
 		st := trialPoolStats(b, d)
-		if st.Ready == st.Size && st.Busy == 0 {
+		if st.Ready == st.Size && st.Settled == st.Ready && st.Busy == 0 {
 			return
 		}
 		if time.Now().After(deadline) {

@@ -102,7 +102,8 @@ def main():
         deadline = time.monotonic() + 60
         while True:
             p = c.health().get("pool")
-            if not p or (p["ready"] == p["size"] and p["busy"] == 0):
+            # Ready and settled (each ready sandbox's command stub started).
+            if not p or (p["ready"] == p["size"] and p.get("settled", p["ready"]) == p["ready"] and p["busy"] == 0):
                 return
             if time.monotonic() > deadline:
                 sys.exit("the trial pool did not settle: %r" % p)
