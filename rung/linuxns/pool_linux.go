@@ -73,10 +73,12 @@ func NewPool(ctx context.Context, r *Rung, opts PoolOptions) (*Pool, error) {
 			t, err := p.r.prepare(ctx, sb, dryexec.NewTrialID(), nil)
 			if err == nil {
 				t.awaitStub()
+				t.watchGuest()
 			}
 			return t, err
 		},
 		Destroy: (*trial).cleanup,
+		Alive:   (*trial).alive,
 		Same:    func(a, b *trial) bool { return a.sb.equal(b.sb) },
 	})
 	return p, nil

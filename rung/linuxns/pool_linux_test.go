@@ -94,6 +94,41 @@ func TestPoolSettles(t *testing.T) {
 	}
 }
 
+// TestPoolDeadGuestReplaced: a pooled sandbox whose guest died while it
+// waited (killed here; the OOM killer elsewhere) is never handed to a trial
+// (which then failed: "sending the command: broken pipe"): the trial runs
+// cold, complete, and the dead sandbox is counted and replaced.
+func TestPoolDeadGuestReplaced(t *testing.T) {
+	dir := t.TempDir()
+	p := newTestPool(t, dir, PoolOptions{Size: 1}, 1)
+	testwait.For(t, time.Minute, "the ready sandbox settled", func() bool { return p.Stats().Settled == 1 })
+	var pid int
+	p.w.Each(func(tr *trial) { pid = tr.cmd.Process.Pid })
+	fd, err := unix.PidfdOpen(pid, 0)
+	if err != nil {
+		testreq.Needf(t, testreq.Kernel, "pidfd_open", err)
+	}
+	defer unix.Close(fd)
+	if err := unix.Kill(pid, unix.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	// The marker: the guest's pidfd turns readable once it has died.
+	if n, err := unix.Poll([]unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}, 60_000); n != 1 || err != nil {
+		t.Fatalf("the killed guest did not die: %d, %v", n, err)
+	}
+	d := poolTrial(t, p, dir, "sh", "-c", "echo ran")
+	if d.Incomplete || d.Process.Stdout != "ran\n" {
+		t.Fatalf("incomplete %v (%q), stdout %q", d.Incomplete, d.IncompleteReason, d.Process.Stdout)
+	}
+	if s := p.Stats(); s.Hits != 0 || s.Misses != 1 {
+		t.Fatalf("stats %+v: want the trial to run cold, the dead sandbox passed over", s)
+	}
+	waitReady(t, p, 1)
+	if d := poolTrial(t, p, dir, "sh", "-c", "echo again"); d.Process.Stdout != "again\n" {
+		t.Fatalf("stdout %q from the replacement", d.Process.Stdout)
+	}
+}
+
 // TestPoolNothingCarriesOver: what one pooled trial leaves behind (files in
 // the workspace and /tmp, a background process, a cgroup's counters, a
 // network attempt) is not visible to the next trial from the same pool.

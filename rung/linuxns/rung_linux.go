@@ -450,6 +450,9 @@ type trial struct {
 	// first otherwise.
 	stubReady chan struct{}
 	stubErr   error
+	// guestFD is a pidfd of a pooled sandbox's guest (watchGuest), -1 for
+	// none: alive polls it.
+	guestFD int
 }
 
 // prepare starts a guest for sb and waits until its sandbox is built and
@@ -495,7 +498,7 @@ func (r *Rung) prepare(ctx context.Context, sb sandbox, id string, view func(*sa
 }
 
 func (r *Rung) start(sb sandbox, id string, nt *trialNet) (*trial, error) {
-	t := &trial{r: r, sb: sb, id: id, net: nt}
+	t := &trial{r: r, sb: sb, id: id, net: nt, guestFD: -1}
 	if sb.Image != nil {
 		v, err := imageView(sb.Image)
 		if err != nil {
@@ -736,6 +739,39 @@ func (t *trial) settled() bool {
 	}
 }
 
+// watchGuest opens a pidfd of a pooled sandbox's guest, which becomes
+// readable when the guest dies (alive). Without one (a kernel before 5.3)
+// only a guest that dies before its stub is settled is seen.
+func (t *trial) watchGuest() {
+	if fd, err := unix.PidfdOpen(t.cmd.Process.Pid, unix.PIDFD_NONBLOCK); err == nil {
+		t.guestFD = fd
+	}
+}
+
+// alive says a pooled sandbox can still serve a trial: its guest has not
+// died while it waited (killed, the OOM killer) nor said anything but
+// trial.ready. The pool passes over a dead one and replaces it: handed
+// out, it failed the trial it was given ("sending the command: broken
+// pipe").
+func (t *trial) alive() bool {
+	if t.stubReady != nil {
+		select {
+		case <-t.stubReady:
+			if t.stubErr != nil {
+				return false
+			}
+		default:
+		}
+	}
+	if t.guestFD >= 0 {
+		fds := []unix.PollFd{{Fd: int32(t.guestFD), Events: unix.POLLIN}}
+		if n, _ := unix.Poll(fds, 0); n > 0 {
+			return false
+		}
+	}
+	return true
+}
+
 // stubStarted waits for trial.ready, read ahead (awaitStub) or now.
 func (t *trial) stubStarted() error {
 	if t.stubReady == nil {
@@ -763,6 +799,10 @@ func (t *trial) cleanup() {
 	t.cmd.Wait()
 	if t.stubReady != nil {
 		<-t.stubReady // its read ended with the guest
+	}
+	if t.guestFD >= 0 {
+		unix.Close(t.guestFD)
+		t.guestFD = -1
 	}
 	t.r.trace("reaped")
 	for _, f := range []*os.File{t.outR, t.errR, t.stdinW, t.stubW} {
