@@ -59,6 +59,9 @@ func NewPool(ctx context.Context, opts PoolOptions) *Pool {
 		},
 		Destroy: func(ps pooled) { ps.s.Close() },
 		Same:    func(a, b pooled) bool { return a.key == b.key },
+		// A session whose guest died while it waited (killed, the OOM
+		// killer) is passed over and replaced: handed out, its Open failed.
+		Alive: func(ps pooled) bool { return !ps.s.gone.Load() },
 	})
 	return p
 }

@@ -5,6 +5,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -77,6 +78,36 @@ func TestSessionPool(t *testing.T) {
 	if _, err := p.Open(testCtx(t), Options{}); err == nil {
 		t.Fatal("Open after Close")
 	}
+}
+
+// TestSessionPoolDeadGuestReplaced: a pooled session whose guest died while
+// it waited is never handed out (its Open failed): Open opens one of its
+// own, and the dead one is counted and replaced.
+func TestSessionPoolDeadGuestReplaced(t *testing.T) {
+	testreq.Need(t, testreq.NS, (&linuxns.Rung{}).Available(context.Background()))
+	p := NewPool(context.Background(), PoolOptions{Size: 1, Template: Options{Rung: "ns"}})
+	defer p.Close()
+	waitPool(t, p, func(n int) bool { return n == 1 })
+	var dead *Session
+	p.w.Each(func(ps pooled) { dead = ps.s })
+	if err := syscall.Kill(dead.guestPID(), syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	// The marker: the session has seen its guest's stream end.
+	testwait.For(t, time.Minute, "the killed guest's stream to end", dead.gone.Load)
+	s, err := p.Open(testCtx(t), Options{})
+	if err != nil {
+		t.Fatalf("Open after the pooled guest died: %v", err)
+	}
+	defer s.Close()
+	if r, err := s.Shell(testCtx(t), `echo alive`, 30*time.Second); err != nil || r.Stdout != "alive\n" {
+		t.Fatalf("shell: %+v %v", r, err)
+	}
+	if st := p.Stats(); st.Hits != 0 || st.Misses != 1 {
+		t.Fatalf("stats %+v: want the dead session passed over and a session of its own (a miss)", st)
+	}
+	// The refiller destroys the dead one (and counts it) after the take.
+	testwait.For(t, time.Minute, "the dead session counted", func() bool { return p.Stats().Died == 1 })
 }
 
 // TestSessionPoolNewSecretNotExposed: a credential that appears after a
