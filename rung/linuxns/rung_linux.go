@@ -743,7 +743,7 @@ func (t *trial) settled() bool {
 // readable when the guest dies (alive). Without one (a kernel before 5.3)
 // only a guest that dies before its stub is settled is seen.
 func (t *trial) watchGuest() {
-	if fd, err := unix.PidfdOpen(t.cmd.Process.Pid, unix.PIDFD_NONBLOCK); err == nil {
+	if fd, err := unix.PidfdOpen(t.cmd.Process.Pid, 0); err == nil {
 		t.guestFD = fd
 	}
 }
