@@ -7,13 +7,11 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
 
-	"github.com/dryexec/dryexec/cgroup"
 	"github.com/dryexec/dryexec/internal/guestexe"
 )
 
@@ -134,17 +132,7 @@ func TestBrokenPipe(t *testing.T) {
 			if s := stderr.String(); !strings.Contains(s, "dryexec: interrupted (SIGPIPE") || !strings.Contains(s, "was stopped before it finished; nothing of it was kept") {
 				t.Errorf("stderr does not say what became of the trial:\n%s", s)
 			}
-			tag := "." + strconv.Itoa(cmd.Process.Pid) + "-"
-			for _, g := range cgroup.Leftovers() {
-				if strings.Contains(filepath.Base(g), tag) {
-					t.Errorf("its sandbox's cgroup is left: %s", g)
-				}
-			}
-			for _, exe := range tt.exes {
-				for pid, what := range liveProcs(t, exe, marker) {
-					t.Errorf("a process is left: %d %s", pid, what)
-				}
-			}
+			checkNothingLeft(t, tt.name, cmd.Process.Pid, tt.exes, marker)
 			if _, err := os.Stat(dir + "/x"); err == nil {
 				t.Error("the stopped trial reached the host")
 			}

@@ -3,6 +3,7 @@ package cli
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -82,17 +83,7 @@ func TestLocalRunsLeaveNothing(t *testing.T) {
 			case !failing && err != nil && !(errors.As(err, &ee) && (ee.ExitCode() == ExitReview || ee.ExitCode() == ExitCommandFailed)):
 				t.Fatalf("%s, run %d: %v\n%s", b.name, i, err, stderr.String())
 			}
-			tag := "." + strconv.Itoa(cmd.Process.Pid) + "-"
-			for _, g := range cgroup.Leftovers() {
-				if strings.Contains(filepath.Base(g), tag) {
-					t.Errorf("%s, run %d: its sandbox's cgroup is left: %s", b.name, i, g)
-				}
-			}
-			for _, exe := range b.exes {
-				for pid, what := range liveProcs(t, exe, marker) {
-					t.Errorf("%s, run %d: a process is left: %d %s", b.name, i, pid, what)
-				}
-			}
+			checkNothingLeft(t, fmt.Sprintf("%s, run %d", b.name, i), cmd.Process.Pid, b.exes, marker)
 		}
 	}
 	if after := mountLines(t); after != mountsBefore {
@@ -100,6 +91,24 @@ func TestLocalRunsLeaveNothing(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join(dir, "f")); err == nil {
 		t.Error("a trial wrote to the host")
+	}
+}
+
+// checkNothingLeft fails t (saying what) if a cgroup named after the dryexec
+// process pid, or a process of exes or with marker in its command line, is
+// left on the host.
+func checkNothingLeft(t *testing.T, what string, pid int, exes []string, marker string) {
+	t.Helper()
+	tag := "." + strconv.Itoa(pid) + "-"
+	for _, g := range cgroup.Leftovers() {
+		if strings.Contains(filepath.Base(g), tag) {
+			t.Errorf("%s: its sandbox's cgroup is left: %s", what, g)
+		}
+	}
+	for _, exe := range exes {
+		for p, cmdline := range liveProcs(t, exe, marker) {
+			t.Errorf("%s: a process is left: %d %s", what, p, cmdline)
+		}
 	}
 }
 

@@ -711,13 +711,6 @@ func (t *trial) expect(verb string) (*wire.Frame, error) {
 	return f, nil
 }
 
-// readStubReady reads the guest's first frame after trial.joined, which
-// must be trial.ready.
-func (t *trial) readStubReady() error {
-	_, err := t.expect(wire.VerbTrialReady)
-	return err
-}
-
 // awaitStub reads trial.ready in the background, for a pooled sandbox: its
 // stub starts while the sandbox waits in the pool, and the pool counts it
 // settled once the guest has said so (settled). converse takes the outcome.
@@ -725,7 +718,7 @@ func (t *trial) awaitStub() {
 	t.stubReady = make(chan struct{})
 	go func() {
 		defer close(t.stubReady)
-		t.stubErr = t.readStubReady()
+		_, t.stubErr = t.expect(wire.VerbTrialReady)
 	}()
 }
 
@@ -775,7 +768,8 @@ func (t *trial) alive() bool {
 // stubStarted waits for trial.ready, read ahead (awaitStub) or now.
 func (t *trial) stubStarted() error {
 	if t.stubReady == nil {
-		return t.readStubReady()
+		_, err := t.expect(wire.VerbTrialReady) // the first frame after trial.joined
+		return err
 	}
 	<-t.stubReady
 	return t.stubErr
