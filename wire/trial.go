@@ -195,6 +195,12 @@ type TrialStart struct {
 	// counts every process and thread of the user, and a fork bomb that took
 	// them all would leave the guest unable to start a thread.
 	CommandNPROC int64 `json:"command_nproc,omitempty"`
+	// Pooled: the sandbox is made ahead and waits in a warm pool for its
+	// trial, so the guest may spend CPU before trial.ready to make the
+	// trial's own path cheaper (a collection: the trial's allocations then
+	// reuse memory already faulted in). A cold trial's command is sent at
+	// once, and such work would only delay it.
+	Pooled bool `json:"pooled,omitempty"`
 }
 
 // Attachments lists b as a frame's attachments: none when it is empty.

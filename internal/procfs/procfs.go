@@ -81,15 +81,8 @@ func Children(parent int, keep func(comm string, argv []string) bool) []int {
 		if err != nil {
 			continue
 		}
-		// pid (comm) state ppid …: comm may hold spaces and parentheses,
-		// so cut at the last ')'.
-		s := string(b)
-		open, end := strings.IndexByte(s, '('), strings.LastIndexByte(s, ')')
-		if open < 0 || end < open {
-			continue
-		}
-		f := strings.Fields(s[end+1:])
-		if len(f) < 2 || f[1] != want {
+		comm, f, ok := splitStat(b)
+		if !ok || len(f) < 2 || f[1] != want {
 			continue
 		}
 		pid, _ := strconv.Atoi(filepath.Base(filepath.Dir(st)))
@@ -98,11 +91,39 @@ func Children(parent int, keep func(comm string, argv []string) bool) []int {
 		if len(cmd) > 0 {
 			argv = strings.Split(strings.TrimSuffix(string(cmd), "\x00"), "\x00")
 		}
-		if keep(s[open+1:end], argv) {
+		if keep(comm, argv) {
 			out = append(out, pid)
 		}
 	}
 	return out
+}
+
+// splitStat splits a /proc/PID/stat into the command name and the fields
+// after it (state, ppid, …: field 3 of proc(5) is f[0]). The name may hold
+// spaces and parentheses, so it ends at the last ')'.
+func splitStat(b []byte) (comm string, f []string, ok bool) {
+	s := string(b)
+	open, end := strings.IndexByte(s, '('), strings.LastIndexByte(s, ')')
+	if open < 0 || end < open {
+		return "", nil, false
+	}
+	return s[open+1 : end], strings.Fields(s[end+1:]), true
+}
+
+// MinorFaults returns the minor page faults process pid has taken so far
+// (proc(5)'s minflt); false when it cannot be read (the process is gone).
+// For benchmarks that count what a path costs in first touches of memory.
+func MinorFaults(pid int) (int64, bool) {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return 0, false
+	}
+	_, f, ok := splitStat(b)
+	if !ok || len(f) < 8 {
+		return 0, false
+	}
+	n, err := strconv.ParseInt(f[7], 10, 64)
+	return n, err == nil
 }
 
 // TaskChildren lists the children of process pid as its threads' children

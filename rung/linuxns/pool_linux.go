@@ -70,7 +70,7 @@ func NewPool(ctx context.Context, r *Rung, opts PoolOptions) (*Pool, error) {
 			if err != nil {
 				return nil, err
 			}
-			t, err := p.r.prepare(ctx, sb, dryexec.NewTrialID(), nil)
+			t, err := p.r.prepare(ctx, sb, dryexec.NewTrialID(), nil, true)
 			if err == nil {
 				t.awaitStub()
 				t.watchGuest()
@@ -105,7 +105,7 @@ func (p *Pool) Trial(ctx context.Context, spec dryexec.TrialSpec) (*dryexec.Stat
 		if tsb, err := sandboxFor(p.opts.Spec, p.host); err == nil && tsb.equal(sb) {
 			p.w.Stale(func(t *trial) bool { return !t.sb.equal(sb) })
 		}
-		if t, err = p.r.prepare(ctx, sb, spec.TrialID, nil); err != nil {
+		if t, err = p.r.prepare(ctx, sb, spec.TrialID, nil, false); err != nil {
 			p.w.Done()
 			return nil, err
 		}

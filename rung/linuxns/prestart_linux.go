@@ -54,7 +54,7 @@ func (r *Rung) Prestart(ctx context.Context, spec dryexec.TrialSpec) dryexec.Poo
 		defer close(p.ready)
 		// A failed preparation leaves nothing (prepare cleans up) and the
 		// trial runs cold, to fail there with the same error or not at all.
-		p.t, _ = r.prepare(ctx, sb, spec.TrialID, viewOf(spec, nil))
+		p.t, _ = r.prepare(ctx, sb, spec.TrialID, viewOf(spec, nil), false)
 	}()
 	return p
 }

@@ -181,7 +181,7 @@ func TestPrepareViewFailureLeavesNothing(t *testing.T) {
 		t.Fatal(err)
 	}
 	errView := errors.New("the mount table cannot be read")
-	tr, err := (&Rung{}).prepare(context.Background(), sb, spec.TrialID, func(*sandbox) error { return errView })
+	tr, err := (&Rung{}).prepare(context.Background(), sb, spec.TrialID, func(*sandbox) error { return errView }, false)
 	if !errors.Is(err, errView) || tr != nil {
 		t.Fatalf("prepare = %v, %v; want the view's error", tr, err)
 	}

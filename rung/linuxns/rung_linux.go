@@ -138,7 +138,7 @@ func (r *Rung) Trial(ctx context.Context, spec dryexec.TrialSpec) (*dryexec.Stat
 	if err != nil {
 		return nil, err
 	}
-	t, err := r.prepare(ctx, sb, spec.TrialID, viewOf(spec, nil))
+	t, err := r.prepare(ctx, sb, spec.TrialID, viewOf(spec, nil), false)
 	if err != nil {
 		return nil, err
 	}
@@ -453,6 +453,7 @@ type trial struct {
 	// guestFD is a pidfd of a pooled sandbox's guest (watchGuest), -1 for
 	// none: alive polls it.
 	guestFD int
+	pooled  bool // made ahead, for a pool (wire.TrialStart.Pooled)
 }
 
 // prepare starts a guest for sb and waits until its sandbox is built and
@@ -461,8 +462,9 @@ type trial struct {
 //
 // view, when not nil, completes sb (sandboxBase's) with the view of the
 // host once the guest has been started: the guest's runtime starts
-// meanwhile, and needs the view only in trial.start.
-func (r *Rung) prepare(ctx context.Context, sb sandbox, id string, view func(*sandbox) error) (*trial, error) {
+// meanwhile, and needs the view only in trial.start. pooled says the
+// sandbox will wait in a pool for its trial (wire.TrialStart.Pooled).
+func (r *Rung) prepare(ctx context.Context, sb sandbox, id string, view func(*sandbox) error, pooled bool) (*trial, error) {
 	// netsim's role starts beside the guest (startTrialNet): both are
 	// process starts, and the guest's is the one the trial waits for.
 	nt, err := startTrialNet(dryexec.TrialSpec{TrialID: id, Net: sb.Net, NetCADir: sb.NetCADir})
@@ -474,6 +476,7 @@ func (r *Rung) prepare(ctx context.Context, sb sandbox, id string, view func(*sa
 		nt.close()
 		return nil, err
 	}
+	t.pooled = pooled
 	if view != nil {
 		if err := view(&t.sb); err != nil {
 			t.cleanup()
@@ -584,7 +587,7 @@ func (t *trial) ready() error {
 	start := wire.TrialStart{
 		Mounts: t.sb.Mounts, Image: t.sb.Image, Hostname: host, UpperSize: t.sb.UpperSize,
 		Rootless: os.Getuid() != 0, CommandUserNS: true, CommandUID: os.Getuid(), CommandGID: os.Getgid(),
-		Masks: t.sb.Masks, Hidden: t.sb.Hidden, CommandNPROC: t.lim.CommandNPROC(),
+		Masks: t.sb.Masks, Hidden: t.sb.Hidden, CommandNPROC: t.lim.CommandNPROC(), Pooled: t.pooled,
 	}
 	t.net.startNS(&start, t.netFD)
 	sendErr := t.conn.Send(wire.KindReq, wire.VerbTrialStart, 1, &start, wire.Attachments(start.TrustBundle)...)

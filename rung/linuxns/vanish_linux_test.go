@@ -33,7 +33,7 @@ func TestVanishedMountIsSkipped(t *testing.T) {
 	sb.Mounts = mounts
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	tr, err := r.prepare(ctx, sb, spec.TrialID, nil)
+	tr, err := r.prepare(ctx, sb, spec.TrialID, nil, false)
 	if err != nil {
 		t.Fatal(err)
 	}
