@@ -108,9 +108,12 @@ type Process struct {
 	StdoutTruncated bool   `json:"stdout_truncated"`
 	StderrTruncated bool   `json:"stderr_truncated"`
 	DurationNS      int64  `json:"duration_ns"`
-	CPUUserNS       int64  `json:"cpu_user_ns"`
-	CPUSysNS        int64  `json:"cpu_sys_ns"`
-	PeakRSSBytes    int64  `json:"peak_rss_bytes"`
+	// CPUUserNS and CPUSysNS are the CPU time of the command, from its
+	// exec on (the sandbox's start of its process is not counted), and of
+	// every process it started.
+	CPUUserNS    int64 `json:"cpu_user_ns"`
+	CPUSysNS     int64 `json:"cpu_sys_ns"`
+	PeakRSSBytes int64 `json:"peak_rss_bytes"`
 }
 
 // Op is what happened to one path.

@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
+	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -36,7 +37,9 @@ import (
 //	3        the request pipe (wire.StubRequest); a program without a slash
 //	         is searched for in the request's PATH
 //	4        status pipe: closed by the exec (the stub marks it close-on-exec);
-//	         a failure writes a stage and an errno (two uint32) first
+//	         before its first exec of the command the stub writes its own CPU
+//	         time (stubStageCPU, 0, then user and system microseconds as two
+//	         uint64), a failure writes a stage and an errno (two uint32)
 //	5        the command's stdin when the request asks for it
 //	6        the gate: the stub reads nothing of fd 3 before EOF here. The
 //	         guest closes it once the stub is traced and limited: the host
@@ -58,6 +61,13 @@ import (
 type cmdStub struct {
 	pid    int
 	status *os.File // the status pipe's read end
+	// ownUser and ownSys are the stub's own CPU time before it exec'd the
+	// command, as it reported it (startError reads it): the kernel counts
+	// it as the process's, which the command then is, and most of it is
+	// not the command's at all (the exec into the stub tears down the copy
+	// of the guest's address space the clone made). runCommand takes it
+	// off the command's.
+	ownUser, ownSys time.Duration
 }
 
 // Stages a stub reports a failure at.
@@ -69,7 +79,13 @@ const (
 	stubStageStdin
 	stubStageExec
 	stubStageConfine // entering the nested Landlock domain
+	// stubStageCPU tags the stub's report of its own CPU time, not a
+	// failure (cmdstub/stub.c: STAGE_CPU).
+	stubStageCPU = 0x100
 )
+
+// stubCPURecord is the size of a stubStageCPU report on the status pipe.
+const stubCPURecord = 24
 
 // stubExe is the program a cmdStub runs: the native stub from a sealed memfd,
 // or the guest itself. The memfd is created once per guest.
@@ -192,14 +208,25 @@ func (s *cmdStub) kill() {
 
 // startError is how the stub failed to exec the command, once it is dead:
 // nil when it exec'd.
+// It also reads the stub's report of its own CPU time (ownUser, ownSys).
+// One read takes both reports: the stub writes them (atomically: each is
+// less than PIPE_BUF) before it execs or exits, so they are in the pipe
+// by the time the command has ended, and a read does not wait for the
+// pipe's EOF, which a command stopped at its exit has not closed yet.
 func (s *cmdStub) startError() error {
 	defer s.status.Close()
-	var m [8]byte
+	var m [stubCPURecord + 8]byte
 	n, _ := s.status.Read(m[:])
-	if n < len(m) {
+	b := m[:max(n, 0)]
+	if len(b) >= stubCPURecord && binary.NativeEndian.Uint32(b) == stubStageCPU {
+		s.ownUser = time.Duration(binary.NativeEndian.Uint64(b[8:])) * time.Microsecond
+		s.ownSys = time.Duration(binary.NativeEndian.Uint64(b[16:])) * time.Microsecond
+		b = b[stubCPURecord:]
+	}
+	if len(b) < 8 {
 		return nil
 	}
-	return &stubError{Stage: binary.NativeEndian.Uint32(m[:4]), Errno: unix.Errno(binary.NativeEndian.Uint32(m[4:]))}
+	return &stubError{Stage: binary.NativeEndian.Uint32(b[:4]), Errno: unix.Errno(binary.NativeEndian.Uint32(b[4:]))}
 }
 
 // A stubError is a stub's failure to start the command.
@@ -317,7 +344,22 @@ func runStub(args []string) int {
 	}
 	unix.Close(3)
 	unix.Close(5)
+	reportStubCPU()
 	return fail(stubStageExec, execSearch(strs[0], strs[2:2+h.Argc], strs[2+h.Argc:]))
+}
+
+// reportStubCPU writes the stub's CPU time so far to the status pipe (see
+// cmdStub): what the command's time must not include.
+func reportStubCPU() {
+	var ru unix.Rusage
+	if unix.Getrusage(unix.RUSAGE_SELF, &ru) != nil {
+		return
+	}
+	var m [stubCPURecord]byte
+	binary.NativeEndian.PutUint32(m[:4], stubStageCPU)
+	binary.NativeEndian.PutUint64(m[8:], uint64(ru.Utime.Nano()/1000))
+	binary.NativeEndian.PutUint64(m[16:], uint64(ru.Stime.Nano()/1000))
+	unix.Write(4, m[:])
 }
 
 // execSearch execs prog as a shell would, and returns only on failure: prog

@@ -39,6 +39,9 @@ type stubRun struct {
 	ws             unix.WaitStatus
 	startErr       error
 	mem            *wire.MemoryUse
+	// own is the stub's report of its CPU time before the command; total
+	// the process's whole (the stub's and then the command's) when reaped.
+	own, total time.Duration
 }
 
 // runThroughStub starts a stub, seizes it when trace is set, hands it r as
@@ -145,9 +148,13 @@ func runStubOpts(t testing.TB, exe *stubExe, r *wire.TrialRun, o stubOpts) stubR
 		send()
 	}
 	for {
-		wpid, err := unix.Wait4(-1, &run.ws, unix.WALL, nil)
+		var ru unix.Rusage
+		wpid, err := unix.Wait4(-1, &run.ws, unix.WALL, &ru)
 		if err != nil {
 			t.Fatalf("wait: %v", err)
+		}
+		if wpid == stub.pid && !run.ws.Stopped() {
+			run.total = time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 		}
 		if run.ws.Stopped() {
 			if mt == nil {
@@ -180,6 +187,7 @@ func runStubOpts(t testing.TB, exe *stubExe, r *wire.TrialRun, o stubOpts) stubR
 		}
 	}
 	run.startErr = stub.startError()
+	run.own = stub.ownUser + stub.ownSys
 	run.stdout, run.stderr = <-stdout, <-stderr
 	if mt != nil {
 		run.mem = mt.result()
@@ -423,5 +431,50 @@ func TestTrampoline(t *testing.T) {
 				t.Errorf("a missing program: exit %d, stdout %q, stderr %q", code, out, errs)
 			}
 		})
+	}
+}
+
+// TestStubReportsOwnCPU: the stub reports its own CPU time before its
+// first exec of the command, so that the command's time can leave it out;
+// the report is read beside a failure after it (an exec that fails) and is
+// absent for one before it (a cwd that does not exist). Both stubs: the
+// native one and the guest playing it.
+func TestStubReportsOwnCPU(t *testing.T) {
+	tests := []struct {
+		name    string
+		run     wire.TrialRun
+		wantErr bool // a start error
+		report  bool // the stub's report of its time
+	}{
+		{"exec", wire.TrialRun{Argv: []string{"/bin/true"}, Cwd: "/"}, false, true},
+		{"exec fails", wire.TrialRun{Argv: []string{"/nonexistent/cmd"}, Cwd: "/"}, true, true},
+		{"chdir fails", wire.TrialRun{Argv: []string{"/bin/true"}, Cwd: "/nonexistent"}, true, false},
+	}
+	for _, exe := range []struct {
+		name string
+		exe  *stubExe
+	}{{"native", newStubExe()}, {"guest", guestStubExe()}} {
+		if exe.name == "native" && !exe.exe.native() {
+			continue
+		}
+		for _, tt := range tests {
+			t.Run(exe.name+"/"+tt.name, func(t *testing.T) {
+				r := runThroughStub(t, exe.exe, &tt.run, "", true)
+				if (r.startErr != nil) != tt.wantErr {
+					t.Fatalf("start error %v, want one: %v", r.startErr, tt.wantErr)
+				}
+				if !tt.report {
+					if r.own != 0 {
+						t.Errorf("a stub that failed before its report: own time %v", r.own)
+					}
+					return
+				}
+				// Its own start (an exec) took some CPU, and the process as
+				// a whole (the stub, then the command) took more.
+				if r.own <= 0 || r.own > r.total {
+					t.Errorf("the stub reported %v of its own, the process took %v in all", r.own, r.total)
+				}
+			})
+		}
 	}
 }

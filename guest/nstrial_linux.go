@@ -686,8 +686,10 @@ func runCommand(cfg *wire.TrialStart, stub *cmdStub, mt *memTracer, ran <-chan r
 	done := &wire.TrialDone{}
 	var ru unix.Rusage
 	if unix.Getrusage(unix.RUSAGE_CHILDREN, &ru) == nil {
-		done.CPUUserNS = ru.Utime.Nano()
-		done.CPUSysNS = ru.Stime.Nano()
+		// The stub's own time before the command (exited read its report)
+		// is not the command's.
+		done.CPUUserNS = max(ru.Utime.Nano()-stub.ownUser.Nanoseconds(), 0)
+		done.CPUSysNS = max(ru.Stime.Nano()-stub.ownSys.Nanoseconds(), 0)
 		done.MaxRSS = ru.Maxrss * 1024
 	}
 	return done, nil

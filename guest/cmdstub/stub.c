@@ -9,8 +9,12 @@
  * Protocol (wire.StubRequest): fd 3 carries a request (struct req, then
  * `size` bytes of NUL-terminated strings: program, directory, argv...,
  * env...); a program without a slash is searched for in the request's PATH,
- * as guest.execSearch does; fd 4 is closed by a successful exec, and a
- * failure writes {stage, errno} (two uint32) to it first; fd 5 becomes stdin
+ * as guest.execSearch does; fd 4 is closed by a successful exec; before
+ * the first exec the stub writes its own CPU time to it ({STAGE_CPU, 0}
+ * and two uint64: user and system microseconds, getrusage's), which the
+ * guest takes off the command's (the stub's start, an exec that tears down
+ * a copy of the guest's address space, is not the command's), and a failure
+ * writes {stage, errno} (two uint32) to it; fd 5 becomes stdin
  * when flag 1 is set; fd 6 is the gate: nothing of fd 3 is read before EOF
  * there (the guest opens it once the stub is traced and limited). EOF on
  * fd 3 before a request: exit 0. fd 7, when open, is a Landlock ruleset:
@@ -40,13 +44,15 @@ typedef unsigned long u64;
 typedef unsigned int u32;
 
 enum { SYS_read = 0, SYS_write = 1, SYS_close = 3, SYS_mmap = 9, SYS_rt_sigprocmask = 14, SYS_dup2 = 33,
-       SYS_execve = 59, SYS_fcntl = 72, SYS_chdir = 80, SYS_capget = 125, SYS_capset = 126, SYS_prctl = 157,
+       SYS_execve = 59, SYS_fcntl = 72, SYS_chdir = 80, SYS_getrusage = 98, SYS_capget = 125, SYS_capset = 126,
+       SYS_prctl = 157,
        SYS_exit_group = 231,
        SYS_landlock_restrict_self = 446 };
 enum { ENOENT = 2, EINTR = 4, EBADF = 9, EIO = 5, EACCES = 13, ENOTDIR = 20, EINVAL = 22, ELOOP = 40,
        ENAMETOOLONG = 36 };
 enum { PATHBUF = 4096 };
 enum { STAGE_REQUEST = 1, STAGE_MEMORY, STAGE_READ, STAGE_CHDIR, STAGE_STDIN, STAGE_EXEC, STAGE_CONFINE };
+enum { STAGE_CPU = 0x100 };
 
 static long sys3(long n, long a, long b, long c)
 {
@@ -79,6 +85,20 @@ static __attribute__((noreturn)) void fail(u32 stage, long err)
 	sys3(SYS_write, 4, (long)m, sizeof m);
 	for (;;)
 		sys3(SYS_exit_group, 127, 0, 0);
+}
+
+/* cpu writes the stub's CPU time so far to fd 4 (see the protocol above). */
+static void cpu(void)
+{
+	long ru[18]; /* struct rusage: ru_utime, ru_stime (timevals), 14 longs */
+	u64 m[3];
+
+	if (sys3(SYS_getrusage, 0 /* RUSAGE_SELF */, (long)ru, 0) < 0)
+		return;
+	m[0] = STAGE_CPU;
+	m[1] = (u64)(ru[0] * 1000000 + ru[1]);
+	m[2] = (u64)(ru[2] * 1000000 + ru[3]);
+	sys3(SYS_write, 4, (long)m, sizeof m);
 }
 
 /* readfull reads exactly n bytes from fd 3: 0, or 1 at EOF before any byte,
@@ -286,6 +306,7 @@ __attribute__((noreturn, used)) void stub_main(long *sp)
 		fail(STAGE_STDIN, r);
 	sys3(SYS_close, 3, 0, 0);
 	sys3(SYS_close, 5, 0, 0);
+	cpu();
 	r = search(path, v, v + h.argc + 1, end);
 	fail(STAGE_EXEC, r);
 }
