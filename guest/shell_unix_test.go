@@ -156,3 +156,47 @@ func TestShellProbe(t *testing.T) {
 		t.Errorf("fast state = %q %q %v %v; env -0 state %q %q", cwd2, got, envOK, ok, cwd, want)
 	}
 }
+
+// TestShellWrapperDropsLargeVariables runs the full wrapper in each shell
+// here (bash finds the large variables its own way): the variables the
+// command exported too large for execve are named and left out, and
+// everything else — a value with newlines and an IFS the command set among
+// them — is kept exactly.
+func TestShellWrapperDropsLargeVariables(t *testing.T) {
+	for _, sh := range []string{"/bin/sh", "bash", "dash"} {
+		path, err := exec.LookPath(sh)
+		if err != nil {
+			continue
+		}
+		t.Run(sh, func(t *testing.T) {
+			r, w, err := os.Pipe()
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer r.Close()
+			cmd := `H=x; while [ ${#H} -lt 140000 ]; do H=$H$H; done; export HUGE=$H HUGE2=$H ML="$(printf 'a\nb')" IFS=,; unset H; export KEEP=1`
+			c := exec.Command(path, "-c", shellWrapper, "sh", "/", "/", cmd, "")
+			c.Env = []string{"PATH=/usr/bin:/bin", "OTHER=o"}
+			c.ExtraFiles = []*os.File{w}
+			if err := c.Start(); err != nil {
+				t.Fatal(err)
+			}
+			w.Close()
+			b, _ := io.ReadAll(r)
+			c.Wait()
+			dropped, _, env, envOK, ok := parseState(b)
+			if !ok || !envOK {
+				t.Fatalf("state not read (%v, %v): %.300q", ok, envOK, b)
+			}
+			slices.Sort(dropped)
+			if !slices.Equal(dropped, []string{"HUGE", "HUGE2"}) {
+				t.Errorf("dropped %q, want HUGE and HUGE2", dropped)
+			}
+			for _, kv := range []string{"OTHER=o", "KEEP=1", "ML=a\nb", "IFS=,"} {
+				if !slices.Contains(env, kv) {
+					t.Errorf("%q not kept: %q", kv, env)
+				}
+			}
+		})
+	}
+}
