@@ -124,21 +124,7 @@ func TestExportPState(t *testing.T) {
 func TestShellProbe(t *testing.T) {
 	env := []string{"PATH=/usr/bin:/bin", "Q=a'b\"c\\d\n" + envEnd + "\nexport X='y'\n'\\''", "BIN=\x01\xff\xc3\x28=", "E="}
 	run := func(wrapper, cmd, probe string) []byte {
-		r, w, err := os.Pipe()
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer r.Close()
-		c := exec.Command("/bin/sh", "-c", wrapper, "sh", "/", "/", cmd, probe)
-		c.Env = env
-		c.ExtraFiles = []*os.File{w}
-		if err := c.Start(); err != nil {
-			t.Fatal(err)
-		}
-		w.Close()
-		b, _ := io.ReadAll(r)
-		c.Wait()
-		return b
+		return runWrapper(t, "/bin/sh", wrapper, env, cmd, probe)
 	}
 	cmd := `export N="$(printf 'x\ny')" M=1; unset E; cd /tmp`
 	_, cwd, want, envOK, ok, fast, decided := probeState(run(shellWrapper, cmd, envProbe))
@@ -169,21 +155,8 @@ func TestShellWrapperDropsLargeVariables(t *testing.T) {
 			continue
 		}
 		t.Run(sh, func(t *testing.T) {
-			r, w, err := os.Pipe()
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer r.Close()
 			cmd := `H=x; while [ ${#H} -lt 140000 ]; do H=$H$H; done; export HUGE=$H HUGE2=$H ML="$(printf 'a\nb')" IFS=,; unset H; export KEEP=1`
-			c := exec.Command(path, "-c", shellWrapper, "sh", "/", "/", cmd, "")
-			c.Env = []string{"PATH=/usr/bin:/bin", "OTHER=o"}
-			c.ExtraFiles = []*os.File{w}
-			if err := c.Start(); err != nil {
-				t.Fatal(err)
-			}
-			w.Close()
-			b, _ := io.ReadAll(r)
-			c.Wait()
+			b := runWrapper(t, path, shellWrapper, []string{"PATH=/usr/bin:/bin", "OTHER=o"}, cmd, "")
 			dropped, _, env, envOK, ok := parseState(b)
 			if !ok || !envOK {
 				t.Fatalf("state not read (%v, %v): %.300q", ok, envOK, b)
@@ -199,4 +172,26 @@ func TestShellWrapperDropsLargeVariables(t *testing.T) {
 			}
 		})
 	}
+}
+
+// runWrapper runs wrapper in shell as an exec_shell does (cwd and workspace
+// "/", the command, the probe value) with env, and returns what it wrote to
+// its fd 3.
+func runWrapper(t *testing.T, shell, wrapper string, env []string, cmd, probe string) []byte {
+	t.Helper()
+	r, w, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	c := exec.Command(shell, "-c", wrapper, "sh", "/", "/", cmd, probe)
+	c.Env = env
+	c.ExtraFiles = []*os.File{w}
+	if err := c.Start(); err != nil {
+		t.Fatal(err)
+	}
+	w.Close()
+	b, _ := io.ReadAll(r)
+	c.Wait()
+	return b
 }
