@@ -197,6 +197,19 @@ var shellCases = []conformanceCase{
 			t.Fatalf("ML a second time %q", r.Stdout)
 		}
 	}},
+	// A command that leaves `set -eu` on (and a variable exported without
+	// a value, as bash's own OLDPWD is) keeps its cwd and exports, and so
+	// does one that fails under set -e after them.
+	{"set_eu_keeps_state", func(t *testing.T, open opener) {
+		s := openDefault(t, open)
+		run(t, s, "mkdir -p d1 d2 && set -eu && export NOVALUE A=1 && cd d1")
+		if r := sh(t, s, "set -e; export B=2; cd ../d2; false; echo not reached"); r.ExitCode != 1 || r.Stdout != "" {
+			t.Fatalf("exit %d, stdout %q\n%s", r.ExitCode, r.Stdout, r.Transcript)
+		}
+		if out := run(t, s, `echo "${PWD##*/} $A $B"`); out != "d2 1 2\n" {
+			t.Errorf("after set -eu: %q, want \"d2 1 2\"", out)
+		}
+	}},
 	// An exported variable too large for execve is dropped alone, with a
 	// warning naming it; the rest of the environment survives.
 	{"oversized_exported_env_dropped_alone", func(t *testing.T, open opener) {

@@ -58,9 +58,14 @@ const (
 // environment, NUL-separated, closed by an end mark. Only builtins run before
 // `env -0`; when it cannot run (the pids limit is reached by the command's own
 // background processes) the end mark is missing and the previous environment
-// stands rather than an empty one. bash (4.4 on) finds the large variables
-// without starting anything: every variable's name ("${!A@}" … "${!_@}") and
-// its attributes (${NAME@a}, x for exported), instead of reading `export -p`
+// stands rather than an empty one. It first turns off `set -e` and `set -u`,
+// which the command may have left on (options are not part of what is saved):
+// under them the save stopped at its first false test or unset name, and the
+// exec's cwd and environment were lost. bash (4.4 on) finds the large variables
+// without starting anything: every variable's name ("${!A@}" … "${!_@}") and,
+// if it is set, its attributes (x for exported), each read through ${!name…}
+// so that a command's `set -u` does not stop the save at a variable exported
+// without a value (bash's own OLDPWD), instead of reading `export -p`
 // line by line, for which its `read` takes a pipe one byte per system call:
 // that loop was ≈ 16 ms of a 38 ms `exec_shell("true")` on a nested VM, and
 // listing `compgen -e` in a command substitution (two forks) ≈ 2 ms more than
@@ -71,8 +76,8 @@ const (
 // mark writes whether the shell is bash or zsh, and its `export -p` closed by
 // the end mark and a newline: probeState decides from that whether the later
 // execs may use shellWrapperFast.
-const shellWrapper = `__dx_save() { __dx_rc=$?
-if [ -n "${BASH_VERSION-}" ] && eval '[ "${BASH_VERSINFO[0]}${BASH_VERSINFO[1]}" -ge 44 ]' 2>/dev/null; then __dx_big=; eval 'for __dx_n in "${!A@}" "${!B@}" "${!C@}" "${!D@}" "${!E@}" "${!F@}" "${!G@}" "${!H@}" "${!I@}" "${!J@}" "${!K@}" "${!L@}" "${!M@}" "${!N@}" "${!O@}" "${!P@}" "${!Q@}" "${!R@}" "${!S@}" "${!T@}" "${!U@}" "${!V@}" "${!W@}" "${!X@}" "${!Y@}" "${!Z@}" "${!a@}" "${!b@}" "${!c@}" "${!d@}" "${!e@}" "${!f@}" "${!g@}" "${!h@}" "${!i@}" "${!j@}" "${!k@}" "${!l@}" "${!m@}" "${!n@}" "${!o@}" "${!p@}" "${!q@}" "${!r@}" "${!s@}" "${!t@}" "${!u@}" "${!v@}" "${!w@}" "${!x@}" "${!y@}" "${!z@}" "${!_@}"; do __dx_a=; eval "__dx_a=\${$__dx_n@a}"; case $__dx_a in *x*) eval "__dx_v=\${$__dx_n-}"; if [ ${#__dx_v} -gt 131000 ]; then __dx_big="$__dx_big$__dx_n "; fi;; esac; done'
+const shellWrapper = `__dx_save() { __dx_rc=$?; set +eu
+if [ -n "${BASH_VERSION-}" ] && eval '[ "${BASH_VERSINFO[0]}${BASH_VERSINFO[1]}" -ge 44 ]' 2>/dev/null; then __dx_big=; eval 'for __dx_n in "${!A@}" "${!B@}" "${!C@}" "${!D@}" "${!E@}" "${!F@}" "${!G@}" "${!H@}" "${!I@}" "${!J@}" "${!K@}" "${!L@}" "${!M@}" "${!N@}" "${!O@}" "${!P@}" "${!Q@}" "${!R@}" "${!S@}" "${!T@}" "${!U@}" "${!V@}" "${!W@}" "${!X@}" "${!Y@}" "${!Z@}" "${!a@}" "${!b@}" "${!c@}" "${!d@}" "${!e@}" "${!f@}" "${!g@}" "${!h@}" "${!i@}" "${!j@}" "${!k@}" "${!l@}" "${!m@}" "${!n@}" "${!o@}" "${!p@}" "${!q@}" "${!r@}" "${!s@}" "${!t@}" "${!u@}" "${!v@}" "${!w@}" "${!x@}" "${!y@}" "${!z@}" "${!_@}"; do case ${!__dx_n+x} in x) case ${!__dx_n@a} in *x*) __dx_v=${!__dx_n}; if [ ${#__dx_v} -gt 131000 ]; then __dx_big="$__dx_big$__dx_n "; fi;; esac;; esac; done'
 else __dx_big=$(export -p | while IFS= read -r __dx_l; do case $__dx_l in "export "*=*|"declare -x "*=*) __dx_n=${__dx_l#export }; __dx_n=${__dx_n#declare -x }; __dx_n=${__dx_n%%=*}; eval "__dx_v=\${$__dx_n-}"; [ ${#__dx_v} -gt 131000 ] && printf '%s ' "$__dx_n";; esac; done); fi
 __dx_r=$__dx_big; while [ -n "$__dx_r" ]; do unset "${__dx_r%% *}"; __dx_r=${__dx_r#* }; done
 [ -n "$__dx_p" ] && { __dx_probe=$__dx_p; export __dx_probe; }
@@ -92,7 +97,7 @@ eval "$__dx_cmd"`
 // pipeline that found the large variables (two forks) and `env -0` (a fork and
 // an exec) cost about 1 ms of each exec on a nested VM. Since nothing is
 // started, the pids limit cannot keep the environment from being read.
-const shellWrapperFast = `__dx_save() { __dx_rc=$?
+const shellWrapperFast = `__dx_save() { __dx_rc=$?; set +eu
 { pwd -P 2>/dev/null || printf '%s\n' "$__dx_ws"; printf '\0'; export -p; printf '=dryexec-env-end\n'; } >&3 2>/dev/null
 exit $__dx_rc; }
 trap __dx_save EXIT

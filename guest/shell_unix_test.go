@@ -147,8 +147,26 @@ func TestShellProbe(t *testing.T) {
 // here (bash finds the large variables its own way): the variables the
 // command exported too large for execve are named and left out, and
 // everything else — a value with newlines and an IFS the command set among
-// them — is kept exactly.
+// them — is kept exactly; a command that left `set -eu` on, with a variable
+// exported without a value, still has its state saved.
 func TestShellWrapperDropsLargeVariables(t *testing.T) {
+	t.Run("set -eu", func(t *testing.T) {
+		for _, sh := range []string{"/bin/sh", "bash", "dash"} {
+			path, err := exec.LookPath(sh)
+			if err != nil {
+				continue
+			}
+			b := runWrapper(t, path, shellWrapper, []string{"PATH=/usr/bin:/bin", "OTHER=o"}, `set -eu; export NOVALUE KEEP=1; cd /tmp`, "")
+			dropped, cwd, env, envOK, ok := parseState(b)
+			if !ok || !envOK || cwd != "/tmp" || len(dropped) != 0 || !slices.Contains(env, "KEEP=1") || !slices.Contains(env, "OTHER=o") {
+				t.Errorf("%s: state %q %q %q %v %v from %.300q", sh, dropped, cwd, env, envOK, ok, b)
+			}
+		}
+		b := runWrapper(t, "/bin/sh", shellWrapperFast, []string{"PATH=/usr/bin:/bin", "OTHER=o"}, `set -eu; export NOVALUE KEEP=1; cd /tmp; false`, "")
+		if _, cwd, env, envOK, ok := exportPState(b); ok && envOK && (cwd != "/tmp" || !slices.Contains(env, "KEEP=1")) {
+			t.Errorf("fast wrapper: state %q %q from %.300q", cwd, env, b)
+		}
+	})
 	for _, sh := range []string{"/bin/sh", "bash", "dash"} {
 		path, err := exec.LookPath(sh)
 		if err != nil {
