@@ -207,9 +207,8 @@ func (s *cmdStub) kill() {
 }
 
 // startError is how the stub failed to exec the command, once it is dead:
-// nil when it exec'd.
-// It also reads the stub's report of its own CPU time (ownUser, ownSys).
-// One read takes both reports: the stub writes them (atomically: each is
+// nil when it exec'd. It also reads the stub's report of its own CPU time
+// (ownUser, ownSys). One read takes both reports: the stub writes them (atomically: each is
 // less than PIPE_BUF) before it execs or exits, so they are in the pipe
 // by the time the command has ended, and a read does not wait for the
 // pipe's EOF, which a command stopped at its exit has not closed yet.
