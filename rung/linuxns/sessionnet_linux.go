@@ -42,6 +42,18 @@ func NewNet(ctx context.Context, specs []string, caDir, id string) (*Net, error)
 	return &Net{n: n}, nil
 }
 
+// StartNet is NewNet without the wait: netsim's process is started, and
+// the caller starts its guest (with GuestFile) while netsim makes itself
+// ready; Ready waits for it then, and a configuration netsim refuses is its
+// error.
+func StartNet(specs []string, caDir, id string) (*Net, error) {
+	n, err := newTrialNet(dryexec.TrialSpec{TrialID: id, Net: specs, NetCADir: caDir})
+	if err != nil {
+		return nil, err
+	}
+	return &Net{n: n}, nil
+}
+
 // StartEthernetNet is NewNet for a sandbox whose network is a VM's NIC:
 // GuestFile is then a datagram socket (AF_UNIX, SOCK_DGRAM) carrying one
 // Ethernet frame per datagram, for the VMM's socket backend (QEMU's -netdev
