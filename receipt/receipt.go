@@ -71,7 +71,7 @@ func KeyID(pub ed25519.PublicKey) string {
 
 // Signer signs deltas with the install's key.
 type Signer struct {
-	priv ed25519.PrivateKey
+	key  *keySigner
 	id   string
 	path string // the private key's file
 }
@@ -81,7 +81,9 @@ type Signer struct {
 func (s *Signer) KeyPath() string { return s.path }
 
 // PublicKey returns the key verifiers need.
-func (s *Signer) PublicKey() ed25519.PublicKey { return s.priv.Public().(ed25519.PublicKey) }
+func (s *Signer) PublicKey() ed25519.PublicKey {
+	return append(ed25519.PublicKey(nil), s.key.key.pub...)
+}
 
 // KeyID is the id written into receipts.
 func (s *Signer) KeyID() string { return s.id }
@@ -94,7 +96,7 @@ func (s *Signer) Sign(d *dryexec.StateDelta) error {
 	if err != nil {
 		return fmt.Errorf("receipt: %w", err)
 	}
-	sig := ed25519.Sign(s.priv, message(sum))
+	sig := s.key.sign(message(sum))
 	d.Receipt = dryexec.Receipt{DeltaSHA256: sum, Signature: base64.StdEncoding.EncodeToString(sig), KeyID: s.id}
 	return nil
 }
@@ -193,14 +195,18 @@ func KeyPath(dir string) string { return filepath.Join(dir, KeyFile) }
 // first use. The private key file must be readable by its owner only.
 func LoadOrCreate(dir string) (*Signer, error) {
 	path := KeyPath(dir)
-	priv, err := loadPrivate(path)
+	seed, err := loadSeed(path)
 	if errors.Is(err, os.ErrNotExist) {
-		priv, err = create(dir, path)
+		seed, err = create(dir, path)
 	}
 	if err != nil {
 		return nil, err
 	}
-	pub := priv.Public().(ed25519.PublicKey)
+	key, err := newSeedKey(seed)
+	if err != nil {
+		return nil, fmt.Errorf("receipt: %s: %w", path, err)
+	}
+	pub := ed25519.PublicKey(key.pub)
 	// A process killed between publishing the key and writing its public half
 	// leaves no public file: write it now (verifiers elsewhere need it).
 	if _, err := os.Stat(filepath.Join(dir, PublicKeyFile)); errors.Is(err, os.ErrNotExist) {
@@ -208,10 +214,11 @@ func LoadOrCreate(dir string) (*Signer, error) {
 			return nil, err
 		}
 	}
-	return &Signer{priv: priv, id: KeyID(pub), path: path}, nil
+	return &Signer{key: &keySigner{key: key, priv: key.private()}, id: KeyID(pub), path: path}, nil
 }
 
-func loadPrivate(path string) (ed25519.PrivateKey, error) {
+// loadSeed reads the private key's seed from path.
+func loadSeed(path string) ([]byte, error) {
 	f, err := os.Open(path)
 	if err != nil {
 		return nil, err
@@ -233,21 +240,20 @@ func loadPrivate(path string) (ed25519.PrivateKey, error) {
 	if blk == nil || blk.Type != "PRIVATE KEY" {
 		return nil, fmt.Errorf("receipt: %s is not a PEM private key", path)
 	}
-	k, err := x509.ParsePKCS8PrivateKey(blk.Bytes)
+	seed, err := parseSeed(blk.Bytes)
+	if errors.Is(err, errNotEd25519) {
+		return nil, fmt.Errorf("receipt: %s is not an ed25519 key", path)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("receipt: %s: %w", path, err)
 	}
-	priv, ok := k.(ed25519.PrivateKey)
-	if !ok {
-		return nil, fmt.Errorf("receipt: %s is not an ed25519 key", path)
-	}
-	return priv, nil
+	return seed, nil
 }
 
 // create generates a key and publishes it with link(2), which fails if another
 // process published one first: then that one is used, so that concurrent first
 // runs agree on one key.
-func create(dir, path string) (ed25519.PrivateKey, error) {
+func create(dir, path string) ([]byte, error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("receipt: %w", err)
 	}
@@ -280,14 +286,14 @@ func create(dir, path string) (ed25519.PrivateKey, error) {
 	}
 	if err := os.Link(tmp.Name(), path); err != nil {
 		if errors.Is(err, os.ErrExist) {
-			return loadPrivate(path)
+			return loadSeed(path)
 		}
 		return nil, fmt.Errorf("receipt: publishing the key: %w", err)
 	}
 	if err := writePublic(filepath.Join(dir, PublicKeyFile), pub); err != nil {
 		return nil, err
 	}
-	return priv, nil
+	return priv.Seed(), nil
 }
 
 func writePublic(path string, pub ed25519.PublicKey) error {
@@ -337,11 +343,11 @@ func LoadPublicKey(path string) (ed25519.PublicKey, error) {
 			return pub, nil
 		}
 	case "PRIVATE KEY":
-		priv, err := loadPrivate(path)
+		seed, err := loadSeed(path)
 		if err != nil {
 			return nil, err
 		}
-		return priv.Public().(ed25519.PublicKey), nil
+		return ed25519.NewKeyFromSeed(seed).Public().(ed25519.PublicKey), nil
 	}
 	return nil, fmt.Errorf("receipt: %s is not an ed25519 key", path)
 }
