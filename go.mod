@@ -4,6 +4,7 @@ go 1.26.8
 
 require (
 	cel.dev/cel-go v0.33.3
+	filippo.io/edwards25519 v1.2.0
 	github.com/aymanbagabas/go-udiff v0.4.2
 	github.com/fatih/color v1.19.0
 	github.com/getkin/kin-openapi v0.153.0
@@ -26,7 +27,6 @@ require (
 
 require (
 	cel.dev/expr v0.25.1 // indirect
-	filippo.io/edwards25519 v1.2.0 // indirect
 	github.com/antlr4-go/antlr/v4 v4.13.1 // indirect
 	github.com/docker/cli v29.7.2+incompatible // indirect
 	github.com/docker/docker-credential-helpers v0.9.3 // indirect
