@@ -221,8 +221,9 @@ func startTime(pid int) uint64 {
 
 // orphan reports whether a group is ours (named "….<pid>-<start>") and the
 // process that made it is gone. A name that does not parse is not ours to
-// remove.
-func orphan(name string) bool {
+// remove. starts holds the start times already read (one process owns a
+// group in every hierarchy, and a daemon many): each /proc read is ≈ 20 µs.
+func orphan(name string, starts map[int]uint64) bool {
 	i := strings.LastIndexByte(name, '.')
 	if i < 0 {
 		return false
@@ -233,7 +234,11 @@ func orphan(name string) bool {
 	if !ok || err1 != nil || err2 != nil || pid <= 0 {
 		return false
 	}
-	st := startTime(pid)
+	st, seen := starts[pid]
+	if !seen {
+		st = startTime(pid)
+		starts[pid] = st
+	}
 	return st == 0 || st != start
 }
 
@@ -647,6 +652,7 @@ func Sweep() (int, error) {
 	}
 	removed := 0
 	var first error
+	starts := map[int]uint64{}
 	for _, h := range hier {
 		visited := 0
 		var walk func(dir string, depth int)
@@ -669,7 +675,7 @@ func Sweep() (int, error) {
 				}
 				groups, _ := os.ReadDir(p)
 				for _, gd := range groups {
-					if !gd.IsDir() || !orphan(gd.Name()) {
+					if !gd.IsDir() || !orphan(gd.Name(), starts) {
 						continue
 					}
 					if err := removeDir(filepath.Join(p, gd.Name()), h.v2); err != nil {
