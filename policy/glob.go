@@ -101,7 +101,7 @@ func compileGlob(pattern, base string) (glob, error) {
 	// Clean resolves "." and ".." textually, so "./build/**" and "../x" work as
 	// a reader expects; it never crosses a "**" wrongly because ".." after "**"
 	// is refused below.
-	for _, s := range strings.Split(p, "/") {
+	for s := range strings.SplitSeq(p, "/") {
 		if s == "**" {
 			continue
 		}
@@ -117,20 +117,26 @@ func compileGlob(pattern, base string) (glob, error) {
 		g.segs = []seg{}
 		return g, nil
 	}
-	prefix := true
-	var lit []string
-	for _, s := range strings.Split(p[1:], "/") {
+	// The needles and the literal prefix are slices of p, which is clean:
+	// "/"+s for a segment s starting at i is p[i-1:i+len(s)]. A default
+	// policy compiles hundreds of patterns in every `dryexec run`, so this
+	// allocates only the two slices.
+	n := strings.Count(p, "/")
+	g.segs = make([]seg, 0, n)
+	prefix, i := true, 1
+	for s := range strings.SplitSeq(p[1:], "/") {
 		m := compileSeg(s)
 		g.segs = append(g.segs, m)
 		if m.kind == segLit {
-			g.needles = append(g.needles, "/"+s)
+			if g.needles == nil {
+				g.needles = make([]string, 0, n)
+			}
+			g.needles = append(g.needles, p[i-1:i+len(s)])
 		}
 		if prefix = prefix && m.kind == segLit; prefix {
-			lit = append(lit, s)
+			g.lit = p[:i+len(s)]
 		}
-	}
-	if len(lit) > 0 {
-		g.lit = "/" + strings.Join(lit, "/")
+		i += len(s) + 1
 	}
 	if l := &g.segs[len(g.segs)-1]; l.kind != segAny {
 		g.last = l
