@@ -283,14 +283,10 @@ func ownPathDefaults(homes []string) []string {
 // credentials as well as dryexec's own state (a mask on ~/.ssh alone left
 // ALIAS/.ssh showing the key: test/escape TestMaskedSecretViaBindAlias). An
 // alias counts only if it is the same inode (a mount over it shadows nothing
-// of ours). Cost: one read of the mount
-// table per resolution (cached with the masks by a Pool).
-func mountAliases(paths []string) []string {
-	if len(paths) == 0 {
-		return paths
-	}
-	infos, err := mountinfo.GetMounts(nil)
-	if err != nil {
+// of ours). infos is the mount table (nil: unreadable, no aliases), read
+// once per resolution by resolveCover (cached with the masks by a Pool).
+func mountAliases(infos []*mountinfo.Info, paths []string) []string {
+	if len(paths) == 0 || infos == nil {
 		return paths
 	}
 	out := slices.Clone(paths)
@@ -328,7 +324,13 @@ func mountAliases(paths []string) []string {
 // resolveCover resolves both lists (resolveMaskPaths) and drops what another
 // hidden path already covers.
 func resolveCover(masks, hidden []string) Cover {
-	h := mountAliases(resolveMaskPaths(hidden))
+	// One read of the mount table for both lists; unreadable, the paths
+	// go without their aliases.
+	infos, err := mountinfo.GetMounts(nil)
+	if err != nil {
+		infos = nil
+	}
+	h := mountAliases(infos, resolveMaskPaths(hidden))
 	slices.Sort(h) // a parent sorts before what is beneath it
 	var c Cover
 	beneath := func(p string) bool {
@@ -344,7 +346,7 @@ func resolveCover(masks, hidden []string) Cover {
 			c.Hidden = append(c.Hidden, p)
 		}
 	}
-	for _, p := range mountAliases(resolveMaskPaths(masks)) {
+	for _, p := range mountAliases(infos, resolveMaskPaths(masks)) {
 		if !beneath(p) {
 			c.Masks = append(c.Masks, p)
 		}
