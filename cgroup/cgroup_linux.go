@@ -594,8 +594,15 @@ func (g *Group) Remove() error {
 
 // removeDir kills every process in the group dir (and its children: the
 // sandbox may not create any, but a sweep must not depend on that), then
-// removes it.
+// removes it. It first just tries: the kernel removes only a group with no
+// process and no child group, and that is what a trial's teardown leaves
+// (its guest reaped, its pid namespace with it), so most groups go in one
+// rmdir, without a listing of the directory or of its processes (a dozen
+// system calls per group, on the teardown a run waits for).
 func removeDir(dir string, v2 bool) error {
+	if err := unix.Rmdir(dir); err == nil || errors.Is(err, unix.ENOENT) {
+		return nil
+	}
 	deadline := time.Now().Add(removeGrace)
 	ents, _ := os.ReadDir(dir)
 	for _, e := range ents {
