@@ -18,7 +18,9 @@ import (
 // of CPU, while the local engine (`dryexec run` without a daemon) loads the
 // key and signs one receipt per process; a variable-base multiplication costs
 // ≈ 45 µs. A long-lived signer (the daemon's) switches to crypto/ed25519
-// after fastSigns signatures, where the table has paid for itself.
+// after fastSigns signatures, where the table has paid for itself. Both
+// multiplications by a secret scalar (s·B and r·B) are edwards25519's
+// ScalarMult, which runs in constant time, as crypto/ed25519's does.
 type seedKey struct {
 	seed   []byte
 	s      *edwards25519.Scalar // the secret scalar, from the clamped lower half of SHA-512(seed)
