@@ -93,12 +93,21 @@ func commitGroup(e *env) ([]group, error) {
 	if err := rec.Save(d); err != nil {
 		return nil, err
 	}
+	// A committed trial's content leaves the store (docs/limits.md): every
+	// round after the first would find none. The blobs are kept aside, as
+	// links, once; commit.Apply reads them there and each store.CommitWith
+	// round gets them back, unmeasured, in its prep.
+	blobs := filepath.Join(st.Dir(), "trials", id, "blobs")
+	kept := filepath.Join(e.work, "commit-blobs")
+	if err := linkFiles(blobs, kept); err != nil {
+		return nil, fmt.Errorf("keeping the trial's content aside: %w", err)
+	}
 	out := filepath.Join(trialDir, "out")
 	opt := commit.Options{JournalDir: st.JournalDir(), OpenBlob: func(sha string) (io.ReadCloser, error) {
 		if len(sha) != 64 || strings.ContainsAny(sha, "/.") {
 			return nil, fmt.Errorf("bad content hash %q", sha)
 		}
-		return os.Open(st.BlobPath(id, sha))
+		return os.Open(filepath.Join(kept, sha))
 	}}
 	perSec := func(f func() error) func() (float64, error) {
 		return func() (float64, error) {
@@ -123,6 +132,12 @@ func commitGroup(e *env) ([]group, error) {
 				if err := os.Remove(filepath.Join(st.Dir(), "trials", id, "state.json")); err != nil && !os.IsNotExist(err) {
 					return err
 				}
+				if err := os.RemoveAll(blobs); err != nil {
+					return err
+				}
+				if err := linkFiles(kept, blobs); err != nil {
+					return err
+				}
 				return os.RemoveAll(out)
 			},
 			run: perSec(func() error {
@@ -137,4 +152,21 @@ func commitGroup(e *env) ([]group, error) {
 			run: perSec(e.command(dst, "sh", "-c", "cp -a "+filepath.Join(src, "out")+" out && sync -f out"))},
 	}
 	return []group{g}, nil
+}
+
+// linkFiles hard-links every file of directory src into dst, which it makes.
+func linkFiles(src, dst string) error {
+	ents, err := os.ReadDir(src)
+	if err != nil {
+		return err
+	}
+	if err := os.Mkdir(dst, 0o700); err != nil {
+		return err
+	}
+	for _, e := range ents {
+		if err := os.Link(filepath.Join(src, e.Name()), filepath.Join(dst, e.Name())); err != nil {
+			return err
+		}
+	}
+	return nil
 }
