@@ -167,7 +167,9 @@ test-vm: deps
 
 # The whole benchmark suite (docs/benchmarks.md): a Markdown table and a PNG
 # chart in bench/results/ (latest.md, latest.png and dated copies). BENCH_ROUNDS
-# interleaved rounds per candidate keep it under ~8 minutes on 2 CPUs.
+# interleaved rounds per candidate: about 8 minutes on 2 CPUs for every group
+# but fork, whose rounds (a 100,000-file tree copied and checkpointed) run 5
+# times whatever BENCH_ROUNDS says and take longer; -only GROUP runs one.
 BENCH_ROUNDS  ?= 20
 bench: deps
 	$(GO) run ./bench/cmd/trialbench -n $(BENCH_ROUNDS) -out bench/results

@@ -147,6 +147,11 @@ func forkGroup(e *env) ([]group, error) {
 	}...)
 	g := group{key: "fork", title: fmt.Sprintf("Fork a live session (workspace of %d files, 100 of them written since the push)", forkTree),
 		unit: unitMS, bases: []int{0, 1}, cands: cands, close: func() { dropBranches() },
+		// A round copies the 100,000-file tree (cp -a, the host fork) and
+		// checkpoints a gvisor sandbox holding it: at -n 20 this group alone
+		// ran past 40 minutes on the 2-CPU VM, where the rest of make bench
+		// takes about 8.
+		rounds: 5,
 		note: "A fork on ns freezes the session's upper as a read-only layer shared by the parent and the branch: its cost does not grow with the tree. " +
 			"The branch is a session its fork family opened ahead (its own namespaces, cgroup, netsim, guest), handed the frozen layers: the total is the freeze, the hand-over and the branch's remount; " +
 			"a family's first fork starts its branch cold (that row), and the family keeps as many opened ahead as its largest fork since. The pause is what the parent waits. " +
