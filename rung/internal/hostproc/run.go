@@ -91,7 +91,12 @@ func Run(ctx context.Context, spec dryexec.TrialSpec, argv, env []string, dir st
 	}
 	var timedOut bool
 	stop := make(chan struct{})
+	// watched closes when the watcher is done with timedOut, which is
+	// read only after it (the kill that ends Wait orders nothing for the
+	// memory model: the race detector saw the write and the read race).
+	watched := make(chan struct{})
 	go func() {
+		defer close(watched)
 		var timeout <-chan time.Time
 		if a.TimeoutMS > 0 {
 			t := time.NewTimer(a.Timeout())
@@ -110,6 +115,7 @@ func Run(ctx context.Context, spec dryexec.TrialSpec, argv, env []string, dir st
 	werr := cmd.Wait()
 	p.DurationNS = int64(time.Since(start))
 	close(stop)
+	<-watched
 	KillSession(cmd.Process.Pid)
 	copies.Wait()
 	st := cmd.ProcessState
