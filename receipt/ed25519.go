@@ -22,7 +22,6 @@ import (
 // multiplications by a secret scalar (s·B and r·B) are edwards25519's
 // ScalarMult, which runs in constant time, as crypto/ed25519's does.
 type seedKey struct {
-	seed   []byte
 	s      *edwards25519.Scalar // the secret scalar, from the clamped lower half of SHA-512(seed)
 	prefix []byte               // the upper half, which makes the nonce
 	pub    []byte               // A = s·B, the public key's 32 bytes
@@ -44,13 +43,7 @@ func newSeedKey(seed []byte) (*seedKey, error) {
 		return nil, err
 	}
 	a := new(edwards25519.Point).ScalarMult(s, edwards25519.NewGeneratorPoint())
-	return &seedKey{seed: append([]byte(nil), seed...), s: s, prefix: h[32:], pub: a.Bytes()}, nil
-}
-
-// private is the key as crypto/ed25519 holds it (seed, then public key),
-// built without its table.
-func (k *seedKey) private() ed25519.PrivateKey {
-	return ed25519.PrivateKey(append(append(make([]byte, 0, ed25519.PrivateKeySize), k.seed...), k.pub...))
+	return &seedKey{s: s, prefix: h[32:], pub: a.Bytes()}, nil
 }
 
 // sign is RFC 8032's Ed25519 signature of msg: r = H(prefix‖msg),
@@ -80,8 +73,17 @@ func (k *seedKey) sign(msg []byte) []byte {
 // crypto/ed25519.
 type keySigner struct {
 	key  *seedKey
-	priv ed25519.PrivateKey
+	priv ed25519.PrivateKey // as crypto/ed25519 holds it: the seed, then the public key
 	n    atomic.Int64
+}
+
+func newKeySigner(seed []byte) (*keySigner, error) {
+	k, err := newSeedKey(seed)
+	if err != nil {
+		return nil, err
+	}
+	priv := append(append(make([]byte, 0, ed25519.PrivateKeySize), seed...), k.pub...)
+	return &keySigner{key: k, priv: priv}, nil
 }
 
 func (k *keySigner) sign(msg []byte) []byte {

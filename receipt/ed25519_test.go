@@ -22,14 +22,15 @@ func TestSeedKeySignsAsCryptoEd25519(t *testing.T) {
 		msg := make([]byte, i*7%300)
 		rand.Read(msg)
 		want := ed25519.NewKeyFromSeed(seed)
-		k, err := newSeedKey(seed)
+		ks, err := newKeySigner(seed)
 		if err != nil {
 			t.Fatal(err)
 		}
+		k := ks.key
 		if !bytes.Equal(k.pub, want.Public().(ed25519.PublicKey)) {
 			t.Fatalf("seed %x: public key %x, crypto/ed25519 %x", seed, k.pub, want.Public())
 		}
-		if !bytes.Equal(k.private(), want) {
+		if !bytes.Equal(ks.priv, want) {
 			t.Fatalf("seed %x: private key differs from crypto/ed25519's", seed)
 		}
 		got, exp := k.sign(msg), ed25519.Sign(want, msg)
@@ -38,15 +39,17 @@ func TestSeedKeySignsAsCryptoEd25519(t *testing.T) {
 		}
 	}
 	seed := bytes.Repeat([]byte{7}, ed25519.SeedSize)
-	k, _ := newSeedKey(seed)
-	s := &keySigner{key: k, priv: k.private()}
+	s, err := newKeySigner(seed)
+	if err != nil {
+		t.Fatal(err)
+	}
 	for i := range fastSigns + 3 {
 		msg := fmt.Appendf(nil, "message %d", i)
 		if got, want := s.sign(msg), ed25519.Sign(ed25519.NewKeyFromSeed(seed), msg); !bytes.Equal(got, want) {
 			t.Fatalf("signature %d: %x, want %x", i+1, got, want)
 		}
 	}
-	if _, err := newSeedKey(seed[:31]); err == nil {
+	if _, err := newKeySigner(seed[:31]); err == nil {
 		t.Fatal("a 31-byte seed was taken")
 	}
 }

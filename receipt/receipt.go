@@ -202,11 +202,11 @@ func LoadOrCreate(dir string) (*Signer, error) {
 	if err != nil {
 		return nil, err
 	}
-	key, err := newSeedKey(seed)
+	key, err := newKeySigner(seed)
 	if err != nil {
 		return nil, fmt.Errorf("receipt: %s: %w", path, err)
 	}
-	pub := ed25519.PublicKey(key.pub)
+	pub := ed25519.PublicKey(key.key.pub)
 	// A process killed between publishing the key and writing its public half
 	// leaves no public file: write it now (verifiers elsewhere need it).
 	if _, err := os.Stat(filepath.Join(dir, PublicKeyFile)); errors.Is(err, os.ErrNotExist) {
@@ -214,7 +214,7 @@ func LoadOrCreate(dir string) (*Signer, error) {
 			return nil, err
 		}
 	}
-	return &Signer{key: &keySigner{key: key, priv: key.private()}, id: KeyID(pub), path: path}, nil
+	return &Signer{key: key, id: KeyID(pub), path: path}, nil
 }
 
 // loadSeed reads the private key's seed from path.
@@ -347,7 +347,11 @@ func LoadPublicKey(path string) (ed25519.PublicKey, error) {
 		if err != nil {
 			return nil, err
 		}
-		return ed25519.NewKeyFromSeed(seed).Public().(ed25519.PublicKey), nil
+		k, err := newSeedKey(seed)
+		if err != nil {
+			return nil, fmt.Errorf("receipt: %s: %w", path, err)
+		}
+		return ed25519.PublicKey(k.pub), nil
 	}
 	return nil, fmt.Errorf("receipt: %s is not an ed25519 key", path)
 }
