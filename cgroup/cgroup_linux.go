@@ -9,10 +9,12 @@ import (
 	"os"
 	"path"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/moby/sys/mountinfo"
@@ -178,9 +180,15 @@ func discover(v2Mount string) ([]hierarchy, error) {
 
 // ownGroups maps each v1 controller (and "" for v2) to this process's group.
 func ownGroups() (map[string]string, error) {
-	b, err := os.ReadFile("/proc/self/cgroup")
+	return parseGroups("/proc/self/cgroup")
+}
+
+// parseGroups reads a /proc/…/cgroup file into a map from each v1
+// controller (and "" for v2) to the group.
+func parseGroups(file string) (map[string]string, error) {
+	b, err := os.ReadFile(file)
 	if err != nil {
-		return nil, fmt.Errorf("reading /proc/self/cgroup: %w", err)
+		return nil, fmt.Errorf("reading %s: %w", file, err)
 	}
 	own := map[string]string{}
 	for _, line := range strings.Split(strings.TrimSpace(string(b)), "\n") {
@@ -531,13 +539,10 @@ func (g *Group) ShelterThreads(pid, keep int) error {
 		if h.v2 || !(pids || slices.Contains(h.ctrls, "memory")) || len(g.dirs) <= i {
 			continue
 		}
-		// Named like a group of ours ("<name>-guest.<pid>-<start>"), so that
-		// Sweep sees whose it is and leaves it alone while we live.
-		shelter := filepath.Join(filepath.Dir(g.dirs[i]), strings.TrimSuffix(g.name, g.m.owner)+"-guest"+g.m.owner)
-		if err := os.Mkdir(shelter, 0o755); err != nil && !errors.Is(err, fs.ErrExist) {
+		shelter, err := g.makeShelter(i)
+		if err != nil {
 			return err
 		}
-		g.sheltered = append(g.sheltered, shelter)
 		// The whole process moves in one write, then thread keep goes back
 		// to where the group's processes run. One migration of the thread
 		// group, under the kernel's lock that holds off new threads, where
@@ -560,6 +565,198 @@ func (g *Group) ShelterThreads(pid, keep int) error {
 		}
 	}
 	return nil
+}
+
+// makeShelter creates the shelter of hierarchy i (a sibling of the group
+// without limits, where the supervisor's own threads stay) and records it
+// for Remove; it returns its directory. Called with g.mu held.
+func (g *Group) makeShelter(i int) (string, error) {
+	// Named like a group of ours ("<name>-guest.<pid>-<start>"), so that
+	// Sweep sees whose it is and leaves it alone while we live.
+	shelter := filepath.Join(filepath.Dir(g.dirs[i]), strings.TrimSuffix(g.name, g.m.owner)+"-guest"+g.m.owner)
+	if err := os.Mkdir(shelter, 0o755); err != nil && !errors.Is(err, fs.ErrExist) {
+		return "", err
+	}
+	if !slices.Contains(g.sheltered, shelter) {
+		g.sheltered = append(g.sheltered, shelter)
+	}
+	return shelter, nil
+}
+
+// sheltersFrom says whether hierarchy h is one the supervisor's threads are
+// sheltered from (ShelterThreads, SpawnSheltered): a v1 tree with the pids
+// or memory controller.
+func sheltersFrom(h hierarchy) bool {
+	return !h.v2 && (slices.Contains(h.ctrls, "pids") || slices.Contains(h.ctrls, "memory"))
+}
+
+// ErrNoV1 says SpawnSheltered has nothing to do: the group has no v1
+// hierarchy (a v2 host places a child with CgroupFD).
+var ErrNoV1 = errors.New("the group has no cgroup v1 hierarchy")
+
+// SpawnSheltered calls spawn (which starts the supervisor process) on an OS
+// thread that stands, while spawn runs, where the group's supervisor
+// belongs on each v1 hierarchy: in the group's shelter on one with pids or
+// memory (see ShelterThreads), in the group on the others. The process it
+// starts is born there, and every thread it will start with it; its
+// launcher thread enters the group alone later, through LauncherTasks. The
+// thread goes back to its own groups after spawn and returns to the
+// runtime.
+//
+// Why: on v1, moving another process or thread (a pid written to
+// cgroup.procs or tasks, as Attach and ShelterThreads do) takes the
+// kernel's lock that holds off every fork in the system, and a writer of it
+// first waits for an RCU grace period: ≈ 6–13 ms on an idle machine here,
+// during which every other cgroup operation waits too. A thread that moves
+// itself ("0" written to tasks) needs neither. On a v2 host (ErrNoV1) the
+// child is placed with CgroupFD instead.
+//
+// Where the thread cannot move, nothing is left moved, spawn is not called
+// and the error is returned: the caller starts the process as before and
+// uses Attach. If it cannot move back, the thread ends with its goroutine
+// (a parent-death signal its child asked for then fires) and an error is
+// returned as well.
+func (g *Group) SpawnSheltered(spawn func() error) error {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	var places []string // where the thread goes, per hierarchy ("": stays)
+	v1 := false
+	for i, h := range g.m.hier {
+		if h.v2 || len(g.runs) <= i {
+			places = append(places, "")
+			continue
+		}
+		v1 = true
+		place := g.runs[i]
+		if sheltersFrom(h) {
+			shelter, err := g.makeShelter(i)
+			if err != nil {
+				return err
+			}
+			place = shelter
+		}
+		places = append(places, place)
+	}
+	if !v1 {
+		return ErrNoV1
+	}
+	type outcome struct{ err, back error }
+	done := make(chan outcome, 1)
+	go func() {
+		// Unlocked only once the thread is back where it was: a thread
+		// left in the group must not run anything else, so it ends with
+		// this goroutine instead.
+		runtime.LockOSThread()
+		own, err := threadGroups()
+		if err != nil {
+			runtime.UnlockOSThread()
+			done <- outcome{err: err}
+			return
+		}
+		homes := make([]string, len(places))
+		for i, place := range places {
+			if place == "" {
+				continue
+			}
+			home, ok := own[g.m.hier[i].ctrls[0]]
+			if !ok {
+				runtime.UnlockOSThread()
+				done <- outcome{err: fmt.Errorf("this thread's group on %s is unknown", g.m.hier[i].mount)}
+				return
+			}
+			homes[i] = filepath.Join(g.m.hier[i].mount, home)
+		}
+		var moved []int
+		moveBack := func() error {
+			var first error
+			for _, i := range moved {
+				if err := enterSelf(homes[i]); err != nil && first == nil {
+					first = err
+				}
+			}
+			return first
+		}
+		for i, place := range places {
+			if place == "" {
+				continue
+			}
+			if err := enterSelf(place); err != nil {
+				back := moveBack()
+				if back == nil {
+					runtime.UnlockOSThread()
+				}
+				done <- outcome{err: err, back: back}
+				return
+			}
+			moved = append(moved, i)
+		}
+		err = spawn()
+		back := moveBack()
+		if back == nil {
+			runtime.UnlockOSThread()
+		}
+		done <- outcome{err: err, back: back}
+	}()
+	o := <-done
+	if o.back != nil {
+		return fmt.Errorf("%w (and the spawning thread could not go back to its own groups: %v)", errOr(o.err, errors.New("spawned")), o.back)
+	}
+	if o.err != nil {
+		return o.err
+	}
+	// The supervisor's threads never share the pids limit: no headroom.
+	for i, h := range g.m.hier {
+		if !h.v2 && slices.Contains(h.ctrls, "pids") && g.limits.Pids > 0 && len(g.dirs) > i {
+			if err := os.WriteFile(filepath.Join(g.dirs[i], "pids.max"), []byte(strconv.FormatInt(g.limits.Pids, 10)), 0); err != nil {
+				return err
+			}
+			g.headroom = 0
+		}
+	}
+	return nil
+}
+
+func errOr(err, other error) error {
+	if err != nil {
+		return err
+	}
+	return other
+}
+
+// enterSelf moves the calling thread alone into the v1 group dir.
+func enterSelf(dir string) error {
+	if err := os.WriteFile(filepath.Join(dir, "tasks"), []byte("0"), 0); err != nil {
+		return fmt.Errorf("moving a thread into %s: %w", dir, err)
+	}
+	return nil
+}
+
+// threadGroups maps each v1 controller to the calling thread's group.
+func threadGroups() (map[string]string, error) {
+	return parseGroups("/proc/thread-self/cgroup")
+}
+
+// LauncherTasks opens the tasks file of the group on each v1 hierarchy it
+// shelters its supervisor from (pids, memory): the supervisor's launcher
+// thread, born in the shelter (SpawnSheltered), writes "0" to each and so
+// enters the group alone, before it starts anything. The caller closes
+// them.
+func (g *Group) LauncherTasks() ([]*os.File, error) {
+	var out []*os.File
+	for i, h := range g.m.hier {
+		if !sheltersFrom(h) || len(g.runs) <= i {
+			continue
+		}
+		f, err := os.OpenFile(filepath.Join(g.runs[i], "tasks"), os.O_WRONLY|syscall.O_CLOEXEC, 0)
+		if err != nil {
+			for _, f := range out {
+				f.Close()
+			}
+			return nil, err
+		}
+		out = append(out, f)
+	}
+	return out, nil
 }
 
 // removeGrace bounds how long Remove waits for killed processes to be gone.

@@ -416,3 +416,97 @@ func BenchmarkStats(b *testing.B) {
 		g.Stats()
 	}
 }
+
+// TestSpawnSheltered: a process started under SpawnSheltered is born in the
+// group's shelter on the pids and memory hierarchies and in the group on the
+// others, without being moved; a thread that writes "0" to LauncherTasks'
+// files enters the group alone, and what it starts is born inside; the pids
+// limit has no headroom; and no thread of this process is left in any of
+// the groups.
+func TestSpawnSheltered(t *testing.T) {
+	opt := boundGroup(t)
+	m, err := NewManager(opt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	g, _, err := m.New("tr_born", dryexec.Limits{Pids: 16})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer g.Remove()
+	tasks, err := g.LauncherTasks()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(tasks) == 0 {
+		if err := g.SpawnSheltered(func() error { return nil }); !errors.Is(err, ErrNoV1) {
+			t.Fatalf("SpawnSheltered on a host without v1 pids or memory: %v, want ErrNoV1", err)
+		}
+		testreq.Needf(t, testreq.Kernel, "cgroup v1 pids or memory", errors.New("no v1 hierarchy to shelter from"))
+	}
+	// The child moves its own (only) thread in through fd 3, 4, … and then
+	// starts cat, which prints where it was born; it waits on stdin first
+	// so that the test can look at it from here.
+	script := `read x; for fd in $(seq 3 ` + strconv.Itoa(2+len(tasks)) + `); do echo 0 >&$fd || exit 9; done; cat /proc/self/cgroup`
+	cmd := exec.Command("sh", "-c", script)
+	cmd.ExtraFiles = tasks
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out strings.Builder
+	cmd.Stdout = &out
+	if err := g.SpawnSheltered(cmd.Start); err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range tasks {
+		f.Close()
+	}
+	born, err := parseGroups("/proc/" + strconv.Itoa(cmd.Process.Pid) + "/cgroup")
+	if err != nil {
+		t.Fatal(err)
+	}
+	stdin.Close()
+	if err := cmd.Wait(); err != nil {
+		t.Fatalf("the child could not enter the group: %v", err)
+	}
+	inside := map[string]string{}
+	for _, line := range strings.Split(strings.TrimSpace(out.String()), "\n") {
+		f := strings.SplitN(line, ":", 3)
+		if len(f) == 3 {
+			for _, c := range strings.Split(f[1], ",") {
+				inside[c] = f[2]
+			}
+		}
+	}
+	for i, h := range m.hier {
+		if h.v2 {
+			continue
+		}
+		c := h.ctrls[0]
+		run := strings.TrimPrefix(g.runs[i], h.mount)
+		if sheltersFrom(h) {
+			if !strings.HasSuffix(born[c], "tr_born-guest"+m.owner) {
+				t.Errorf("%s: born in %q, want the shelter", c, born[c])
+			}
+			if inside[c] != run {
+				t.Errorf("%s: what the launcher started is in %q, want %q", c, inside[c], run)
+			}
+		} else if born[c] != run {
+			t.Errorf("%s: born in %q, want %q", c, born[c], run)
+		}
+	}
+	if g.PidsHeadroom() != 0 {
+		t.Errorf("pids headroom %d after SpawnSheltered, want 0", g.PidsHeadroom())
+	}
+	ents, err := os.ReadDir("/proc/self/task")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range ents {
+		b, _ := os.ReadFile("/proc/self/task/" + e.Name() + "/cgroup")
+		if strings.Contains(string(b), "tr_born") {
+			t.Errorf("thread %s of this process is still in a group of the trial's:\n%s", e.Name(), b)
+		}
+	}
+}

@@ -147,6 +147,12 @@ type TrialStart struct {
 	// It is the sandbox's, not the command's: the command's process is
 	// traced from before the command is sent.
 	NoMemoryTrace bool `json:"no_memory_trace,omitempty"`
+	// LauncherCgroups are fds (the guest's) of the trial's v1 cgroup tasks
+	// files: the guest was born outside the limits its commands run under,
+	// and its launcher thread enters them alone, by writing "0" to each,
+	// before it starts anything (guest.enterCgroups). Empty: the host put
+	// the guest in its groups itself.
+	LauncherCgroups []int `json:"launcher_cgroups,omitempty"`
 	// Masks are host paths (absolute, symlinks resolved by the host) the
 	// sandbox sees empty: a directory as an empty-file mirror of its names, a
 	// file as an empty file (guest/mask_linux.go).

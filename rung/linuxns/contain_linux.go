@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"os/exec"
 	"os/user"
 	"path"
 	"path/filepath"
@@ -75,6 +76,51 @@ func (l *Limiter) prepare(attr *unix.SysProcAttr) {
 		attr.UseCgroupFD = true
 		attr.CgroupFD = l.group.CgroupFD()
 	}
+}
+
+// spawnBorn starts cmd with the guest born where it belongs on a cgroup v1
+// host (cgroup.Group.SpawnSheltered): its threads in the shelter, and the
+// files its launcher thread enters the group through passed after cmd's
+// own; it sets *fds to their numbers in the guest. started says whether
+// cmd was started (then err is what went wrong after, and the caller kills
+// it). Not started, err is cmd.Start's failure, or nil where the limiter
+// cannot do it (no group, a v2 host, a thread that could not move): then
+// nothing was tried and the caller starts cmd itself.
+func (l *Limiter) spawnBorn(cmd *exec.Cmd, fds *[]int) (started bool, err error) {
+	if l == nil || l.group == nil {
+		return false, nil
+	}
+	tasks, err := l.group.LauncherTasks()
+	if err != nil || len(tasks) == 0 {
+		return false, nil
+	}
+	defer func() {
+		for _, f := range tasks {
+			f.Close()
+		}
+	}()
+	files := cmd.ExtraFiles
+	cmd.ExtraFiles = append(slices.Clip(files), tasks...)
+	var nums []int
+	for i := range tasks {
+		nums = append(nums, 3+len(files)+i)
+	}
+	var startErr error
+	called := false
+	err = l.group.SpawnSheltered(func() error {
+		called = true
+		startErr = cmd.Start()
+		return startErr
+	})
+	if cmd.Process == nil {
+		cmd.ExtraFiles = files
+		if called {
+			return false, startErr
+		}
+		return false, nil
+	}
+	*fds = nums
+	return true, err
 }
 
 // attach puts a started guest under the limits before it is told to run

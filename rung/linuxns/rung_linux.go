@@ -311,7 +311,7 @@ func (r *Rung) StartGuest(role string, files []*os.File) (*exec.Cmd, error) {
 // StartGuestLimited is StartGuest with the guest (and so everything it
 // starts) under lim, in place before it can run anything.
 func (r *Rung) StartGuestLimited(role string, files []*os.File, lim *Limiter) (*exec.Cmd, error) {
-	cmd, attached, err := r.startGuest(role, files, lim)
+	cmd, attached, err := r.startGuest(role, files, lim, nil)
 	if err != nil {
 		return nil, err
 	}
@@ -328,7 +328,12 @@ func (r *Rung) StartGuestLimited(role string, files []*os.File, lim *Limiter) (*
 // runs anything of the sandbox's. Why: on a cgroup v1 host the attach waits
 // for an RCU grace period (≈ 10 ms in a nested VM), and the guest can start
 // its runtime and build the view meanwhile.
-func (r *Rung) startGuest(role string, files []*os.File, lim *Limiter) (*exec.Cmd, <-chan error, error) {
+//
+// born, when not nil, asks for the guest to be born in place instead
+// (Limiter.spawnBorn), where the host can: no attach then, and *born holds
+// the guest's fds of the files its launcher enters its groups through
+// (wire.TrialStart.LauncherCgroups); nil where it could not.
+func (r *Rung) startGuest(role string, files []*os.File, lim *Limiter, born *[]int) (*exec.Cmd, <-chan error, error) {
 	exe := r.GuestExe
 	if exe == "" {
 		exe = guestexe.Executable()
@@ -365,13 +370,28 @@ func (r *Rung) startGuest(role string, files []*os.File, lim *Limiter) (*exec.Cm
 		ExtraFiles:  files,
 		SysProcAttr: attr,
 	}
-	if err := cmd.Start(); err != nil {
-		if errors.Is(err, syscall.EPERM) || errors.Is(err, syscall.EINVAL) || errors.Is(err, syscall.ENOSPC) {
-			return nil, nil, &dryexec.IsolationUnavailableError{Rung: Name, Missing: "cannot create namespaces: " + err.Error()}
-		}
-		return nil, nil, fmt.Errorf("starting guest: %w", err)
-	}
 	attached := make(chan error, 1)
+	if born != nil {
+		started, err := lim.spawnBorn(cmd, born)
+		switch {
+		case started && err != nil:
+			cmd.Process.Kill()
+			cmd.Wait()
+			return nil, nil, err
+		case started:
+			attached <- nil
+			return cmd, attached, nil
+		case err != nil:
+			return nil, nil, startError(err)
+		}
+		// The guest cannot be born in place (a v2 host, a thread that
+		// could not move): it is started and attached as below, and its
+		// launcher gets nothing to enter.
+		*born = nil
+	}
+	if err := cmd.Start(); err != nil {
+		return nil, nil, startError(err)
+	}
 	if lim == nil {
 		attached <- nil
 	} else {
@@ -381,6 +401,14 @@ func (r *Rung) startGuest(role string, files []*os.File, lim *Limiter) (*exec.Cm
 		}()
 	}
 	return cmd, attached, nil
+}
+
+// startError words a guest that could not be started.
+func startError(err error) error {
+	if errors.Is(err, syscall.EPERM) || errors.Is(err, syscall.EINVAL) || errors.Is(err, syscall.ENOSPC) {
+		return &dryexec.IsolationUnavailableError{Rung: Name, Missing: "cannot create namespaces: " + err.Error()}
+	}
+	return fmt.Errorf("starting guest: %w", err)
 }
 
 // Mounts plans the host mounts a guest must overlay.
@@ -454,6 +482,9 @@ type trial struct {
 	// none: alive polls it.
 	guestFD int
 	pooled  bool // made ahead, for a pool (wire.TrialStart.Pooled)
+	// born holds the guest's fds of its launcher's cgroup files when the
+	// guest was born in place (startGuest); *born is nil otherwise.
+	born *[]int
 }
 
 // prepare starts a guest for sb and waits until its sandbox is built and
@@ -553,7 +584,8 @@ func (r *Rung) start(sb sandbox, id string, nt *trialNet) (*trial, error) {
 			extra = append(extra, nt.guest)
 		}
 		if t.lim, err = r.NewLimiter(id, sb.Limits); err == nil {
-			t.cmd, t.attached, err = r.startGuest(wire.RoleNSTrial, extra, t.lim)
+			t.born = new([]int)
+			t.cmd, t.attached, err = r.startGuest(wire.RoleNSTrial, extra, t.lim, t.born)
 		}
 	}
 	if err != nil {
@@ -588,6 +620,9 @@ func (t *trial) ready() error {
 		Mounts: t.sb.Mounts, Image: t.sb.Image, Hostname: host, UpperSize: t.sb.UpperSize,
 		Rootless: os.Getuid() != 0, CommandUserNS: true, CommandUID: os.Getuid(), CommandGID: os.Getgid(),
 		Masks: t.sb.Masks, Hidden: t.sb.Hidden, CommandNPROC: t.lim.CommandNPROC(), Pooled: t.pooled,
+	}
+	if t.born != nil {
+		start.LauncherCgroups = *t.born
 	}
 	t.net.startNS(&start, t.netFD)
 	sendErr := t.conn.Send(wire.KindReq, wire.VerbTrialStart, 1, &start, wire.Attachments(start.TrustBundle)...)
@@ -627,8 +662,12 @@ func (t *trial) ready() error {
 	if err := t.joined(); err != nil {
 		return err
 	}
-	if err := t.lim.ShelterSupervisor(t.cmd.Process.Pid); err != nil {
-		return err
+	// A guest born in place has its threads sheltered already, and its
+	// launcher enters the limits itself.
+	if t.born == nil || *t.born == nil {
+		if err := t.lim.ShelterSupervisor(t.cmd.Process.Pid); err != nil {
+			return err
+		}
 	}
 	// Joined, the guest may start the command's process (guest.cmdStub):
 	// in a pool that is done ahead of the trial.
