@@ -15,6 +15,7 @@ import (
 
 	"github.com/dryexec/dryexec"
 	"github.com/dryexec/dryexec/internal/testreq"
+	"github.com/dryexec/dryexec/internal/testwait"
 )
 
 // boundGroup makes a v1/v2 group of the test's own, holding the dryexec parent,
@@ -499,14 +500,17 @@ func TestSpawnSheltered(t *testing.T) {
 	if g.PidsHeadroom() != 0 {
 		t.Errorf("pids headroom %d after SpawnSheltered, want 0", g.PidsHeadroom())
 	}
-	ents, err := os.ReadDir("/proc/self/task")
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, e := range ents {
-		b, _ := os.ReadFile("/proc/self/task/" + e.Name() + "/cgroup")
-		if strings.Contains(string(b), "tr_born") {
-			t.Errorf("thread %s of this process is still in a group of the trial's:\n%s", e.Name(), b)
+	// The spawning thread goes back after SpawnSheltered returned.
+	testwait.For(t, 10*time.Second, "every thread of this process out of the trial's groups", func() bool {
+		ents, err := os.ReadDir("/proc/self/task")
+		if err != nil {
+			t.Fatal(err)
 		}
-	}
+		for _, e := range ents {
+			if b, _ := os.ReadFile("/proc/self/task/" + e.Name() + "/cgroup"); strings.Contains(string(b), "tr_born") {
+				return false
+			}
+		}
+		return true
+	})
 }

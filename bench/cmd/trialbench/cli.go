@@ -143,6 +143,24 @@ func cliGroup(e *env) ([]group, error) {
 		{name: "dryexec --help (the small front, the Go front, then the engine's process start)", run: timed(e.commandEnv(e.empty, vars, e.bin, "--help"))},
 		{name: "fork+exec /bin/true", run: timed(e.command(e.empty, "/bin/true"))},
 	}
+	// Every round, bwrap's too, starts after the machine has been idle a
+	// moment, as a command typed at a prompt does: back to back (or right
+	// after quiet's polling) the CPUs never idle and the kernel's RCU state
+	// stays warm, which hid ≈ 7 ms of a run without a daemon (a cgroup v1
+	// move waiting for a grace period: docs/benchmarks.md, "Idle between
+	// runs").
+	for i := range g.cands {
+		prep := g.cands[i].prep
+		g.cands[i].prep = func() error {
+			if prep != nil {
+				if err := prep(); err != nil {
+					return err
+				}
+			}
+			time.Sleep(cliIdle)
+			return nil
+		}
+	}
 	// The baseline is bwrap's row, wherever it is in the list.
 	g.bases = []int{slices.IndexFunc(g.cands, func(c candidate) bool { return strings.HasPrefix(c.name, "bwrap ") })}
 	g.extra = func() string {
@@ -151,6 +169,9 @@ func cliGroup(e *env) ([]group, error) {
 	}
 	return []group{g}, nil
 }
+
+// cliIdle is how long the machine idles before each round of the cli group.
+const cliIdle = 30 * time.Millisecond
 
 // commandEnv runs argv in dir (outside any sandbox) with exactly the
 // variables vars, output discarded; a non-zero exit fails the row.
