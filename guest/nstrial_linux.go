@@ -509,7 +509,11 @@ func startConfined(rootless bool, cgroups []int) (*confinedLauncher, error) {
 		return nil, err
 	}
 	if len(cgroups) > 0 {
-		conf.prepare = func() error { return enterCgroups(cgroups) }
+		// A trial's launcher is started once: the files go with it.
+		conf.prepare = func() error {
+			defer closeFDs(cgroups)
+			return enterCgroups(cgroups)
+		}
 	}
 	l, err := startLauncher(conf)
 	if err != nil {
@@ -770,9 +774,9 @@ func greet(conn *wire.Conn, role string) (cfg wire.TrialStart, code int, ok bool
 // launcher then takes a cgroup namespace of its own rooted where it now
 // is, so that a command sees "/" as its group on every hierarchy, as it
 // would on a cgroup v2 host, rather than a path through the shelter. It runs
-// before the launcher's filter, which refuses namespaces.
+// before the launcher's filter, which refuses namespaces. The files stay
+// open: a session renews its launcher (renewLauncher), which enters again.
 func enterCgroups(fds []int) error {
-	defer closeFDs(fds)
 	for _, fd := range fds {
 		if _, err := unix.Write(fd, []byte("0")); err != nil {
 			return fmt.Errorf("entering the trial's cgroup (fd %d): %w", fd, err)

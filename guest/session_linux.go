@@ -133,6 +133,13 @@ func (s *session) nsLauncher() error {
 	}
 	var pidns *commandPIDNS
 	conf.prepare = func() error {
+		// Into the session's cgroups first (a guest born beside them):
+		// the pid namespace's init is forked from here.
+		if len(s.cfg.LauncherCgroups) > 0 {
+			if err := enterCgroups(s.cfg.LauncherCgroups); err != nil {
+				return err
+			}
+		}
 		var err error
 		pidns, err = newCommandPIDNS(true)
 		return err

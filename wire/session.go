@@ -331,6 +331,9 @@ type SessionStart struct {
 	// carry) before fork.adopt: a session opened ahead of a fork (a warm
 	// branch) is started before the layers it will adopt exist. 0: none.
 	ForkFD int `json:"fork_fd,omitempty"`
+	// LauncherCgroups (ns): as TrialStart.LauncherCgroups, for the launcher
+	// every exec starts from.
+	LauncherCgroups []int `json:"launcher_cgroups,omitempty"`
 }
 
 // ReadFile asks for a chunk of a workspace file (pull_diff contents).

@@ -91,11 +91,21 @@ func (r *Rung) openSandbox(ctx context.Context, spec dryexec.SandboxSpec) (*sess
 		netFD = wire.CtrlFD + len(files)
 		files = append(files, f)
 	}
-	// Each exec is a fresh fork of the guest's launcher thread: once the
-	// session is up, the guest's other threads leave the pids limit
-	// (Limiter.ShelterSupervisor, in Ready); until then, and where that
-	// cannot be done, the limit keeps cgroup.ShelterHeadroom of room.
-	cmd, err := r.StartGuestLimited(wire.RoleSession, files, lim)
+	// Each exec is a fresh fork of the guest's launcher thread. On cgroup
+	// v1 the guest is born beside the session's groups and its launcher
+	// enters them alone (startGuest's born), rather than the guest moved
+	// into them, which waits for an RCU grace period; where that cannot be
+	// done the guest is moved, its other threads leave the pids limit once
+	// the session is up (Limiter.ShelterSupervisor, in Ready), and until
+	// then the limit keeps cgroup.ShelterHeadroom of room.
+	var born []int
+	cmd, attached, err := r.startGuest(wire.RoleSession, files, lim, &born)
+	if err == nil {
+		if err = <-attached; err != nil {
+			cmd.Process.Kill()
+			cmd.Wait()
+		}
+	}
 	if err != nil {
 		ctrl.Close()
 		forkSock.Close()
@@ -124,7 +134,7 @@ func (r *Rung) openSandbox(ctx context.Context, spec dryexec.SandboxSpec) (*sess
 		layers = spec.Image.Layers
 	}
 	return &sessionSandbox{r: r, ctrl: ctrl, cmd: cmd, ws: ws, mounts: mounts, image: layers, cover: cover,
-		lim: lim, watch: NewMaskWatch(), net: nw, netFD: netFD, forkSock: forkSock, forkFD: forkFD}, nil
+		lim: lim, watch: NewMaskWatch(), net: nw, netFD: netFD, forkSock: forkSock, forkFD: forkFD, born: born}, nil
 }
 
 // SandboxKey says what of the host a session sandbox opened now for spec
@@ -164,7 +174,11 @@ type sessionSandbox struct {
 	// over (AdoptFork); forkFD the guest's.
 	forkSock *os.File
 	forkFD   int
-	close    sync.Once
+	// born are the guest's fds of its launcher's cgroup files when it was
+	// born beside its groups (wire.SessionStart.LauncherCgroups); nil when
+	// it was moved into them.
+	born  []int
+	close sync.Once
 }
 
 func (s *sessionSandbox) Conn() io.ReadWriteCloser { return s.ctrl }
@@ -183,14 +197,17 @@ func (s *sessionSandbox) Configure(start *wire.SessionStart) {
 	start.CommandNPROC = s.lim.CommandNPROC()
 	s.net.SetupSession(start, s.netFD)
 	start.ForkFD = s.forkFD
+	start.LauncherCgroups = s.born
 }
 
 // Ready shelters the guest's own threads from the pids limit and pins the
 // masks, now that the view is built.
 func (s *sessionSandbox) Ready() error {
 	pid := s.cmd.Process.Pid
-	if err := s.lim.ShelterSupervisor(pid); err != nil {
-		return err
+	if s.born == nil {
+		if err := s.lim.ShelterSupervisor(pid); err != nil {
+			return err
+		}
 	}
 	return s.watch.Pin(pid, s.cover.Masks)
 }
