@@ -643,11 +643,26 @@ func (g *Group) SpawnSheltered(spawn func() error) error {
 	}
 	type outcome struct{ err, back error }
 	done := make(chan outcome, 1)
-	go func() {
+	offLeader := make(chan struct{}, 1)
+	var move func()
+	move = func() {
 		// Unlocked only once the thread is back where it was: a thread
 		// left in the group must not run anything else, so it ends with
 		// this goroutine instead.
 		runtime.LockOSThread()
+		if unix.Gettid() == unix.Getpid() {
+			// The leader thread never moves: /proc/self/cgroup shows its
+			// groups, and NewManager places every new group beneath them
+			// (a trial's group made while the leader stood in another's
+			// was made inside it, and that one's teardown killed its
+			// guest). Held here, it cannot run the goroutine started
+			// now, which moves instead.
+			go move()
+			<-offLeader
+			runtime.UnlockOSThread()
+			return
+		}
+		offLeader <- struct{}{}
 		own, err := threadGroups()
 		if err != nil {
 			runtime.UnlockOSThread()
@@ -698,7 +713,8 @@ func (g *Group) SpawnSheltered(spawn func() error) error {
 		if moveBack() == nil {
 			runtime.UnlockOSThread()
 		}
-	}()
+	}
+	go move()
 	o := <-done
 	if o.back != nil {
 		return fmt.Errorf("%w (and the spawning thread could not go back to its own groups: %v)", o.err, o.back)

@@ -3,15 +3,20 @@ package cgroup
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/dryexec/dryexec"
 	"github.com/dryexec/dryexec/internal/testreq"
@@ -513,4 +518,58 @@ func TestSpawnSheltered(t *testing.T) {
 		}
 		return true
 	})
+}
+
+// TestSpawnShelteredNeverMovesTheLeader: the thread that moves is never the
+// process's leader, whose groups /proc/self/cgroup shows and NewManager
+// places new groups beneath: a group made while the leader stood in
+// another trial's was made inside it, and that trial's teardown killed the
+// other's sandbox (server.TestConcurrentTrials). Many spawns from a few
+// goroutines at once, so that the leader is among the threads that run them.
+func TestSpawnShelteredNeverMovesTheLeader(t *testing.T) {
+	opt := boundGroup(t)
+	m, err := NewManager(opt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	g, _, err := m.New("tr_leader", dryexec.Limits{Pids: 16})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer g.Remove()
+	if tasks, err := g.LauncherTasks(); err != nil || len(tasks) == 0 {
+		testreq.Needf(t, testreq.Kernel, "cgroup v1 pids or memory", fmt.Errorf("no v1 hierarchy to shelter from (%v)", err))
+	} else {
+		for _, f := range tasks {
+			f.Close()
+		}
+	}
+	var leaderMoved, shown atomic.Int64
+	var wg sync.WaitGroup
+	for range 4 {
+		wg.Go(func() {
+			for range 100 {
+				err := g.SpawnSheltered(func() error {
+					if unix.Gettid() == unix.Getpid() {
+						leaderMoved.Add(1)
+					}
+					if b, _ := os.ReadFile("/proc/self/cgroup"); strings.Contains(string(b), "tr_leader") {
+						shown.Add(1)
+					}
+					return nil
+				})
+				if err != nil {
+					t.Error(err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if n := leaderMoved.Load(); n > 0 {
+		t.Errorf("the leader thread moved into the group in %d of 400 spawns", n)
+	}
+	if n := shown.Load(); n > 0 {
+		t.Errorf("/proc/self/cgroup showed the group in %d of 400 spawns", n)
+	}
 }
