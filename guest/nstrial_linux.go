@@ -764,11 +764,12 @@ func greet(conn *wire.Conn, role string) (cfg wire.TrialStart, code int, ok bool
 	return cfg, 0, true
 }
 
-// enterCgroups moves the calling thread, the launcher, into the trial's
+// enterCgroups moves the calling thread, the launcher, into the sandbox's
 // limited cgroups alone: fds are the groups' v1 tasks files, which the host
-// opened (wire.TrialStart.LauncherCgroups). The rest of the guest was born
-// outside those limits (cgroup.Group.SpawnSheltered), and everything the
-// launcher starts from now on is born inside them. A thread that moves
+// opened (wire.TrialStart's and wire.SessionStart's LauncherCgroups). The
+// rest of the guest was born outside those limits
+// (cgroup.Group.SpawnSheltered), and everything the launcher starts from
+// now on is born inside them. A thread that moves
 // itself does not wait for the kernel's RCU grace period, which moving the
 // guest from the host does (≈ 6–13 ms on an idle cgroup v1 host). The
 // launcher then takes a cgroup namespace of its own rooted where it now
@@ -779,7 +780,7 @@ func greet(conn *wire.Conn, role string) (cfg wire.TrialStart, code int, ok bool
 func enterCgroups(fds []int) error {
 	for _, fd := range fds {
 		if _, err := unix.Write(fd, []byte("0")); err != nil {
-			return fmt.Errorf("entering the trial's cgroup (fd %d): %w", fd, err)
+			return fmt.Errorf("entering the sandbox's cgroup (fd %d): %w", fd, err)
 		}
 	}
 	if err := unix.Unshare(unix.CLONE_NEWCGROUP); err != nil {
