@@ -663,7 +663,7 @@ func (g *Group) SpawnSheltered(spawn func() error) error {
 			return
 		}
 		offLeader <- struct{}{}
-		own, err := threadGroups()
+		own, err := parseGroups("/proc/thread-self/cgroup") // this thread's groups
 		if err != nil {
 			runtime.UnlockOSThread()
 			done <- outcome{err: err}
@@ -740,11 +740,6 @@ func enterSelf(dir string) error {
 		return fmt.Errorf("moving a thread into %s: %w", dir, err)
 	}
 	return nil
-}
-
-// threadGroups maps each v1 controller to the calling thread's group.
-func threadGroups() (map[string]string, error) {
-	return parseGroups("/proc/thread-self/cgroup")
 }
 
 // LauncherTasks opens the tasks file of the group on each v1 hierarchy it

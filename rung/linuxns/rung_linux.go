@@ -483,8 +483,8 @@ type trial struct {
 	guestFD int
 	pooled  bool // made ahead, for a pool (wire.TrialStart.Pooled)
 	// born holds the guest's fds of its launcher's cgroup files when the
-	// guest was born in place (startGuest); *born is nil otherwise.
-	born *[]int
+	// guest was born in place (startGuest); nil otherwise.
+	born []int
 }
 
 // prepare starts a guest for sb and waits until its sandbox is built and
@@ -584,8 +584,7 @@ func (r *Rung) start(sb sandbox, id string, nt *trialNet) (*trial, error) {
 			extra = append(extra, nt.guest)
 		}
 		if t.lim, err = r.NewLimiter(id, sb.Limits); err == nil {
-			t.born = new([]int)
-			t.cmd, t.attached, err = r.startGuest(wire.RoleNSTrial, extra, t.lim, t.born)
+			t.cmd, t.attached, err = r.startGuest(wire.RoleNSTrial, extra, t.lim, &t.born)
 		}
 	}
 	if err != nil {
@@ -621,9 +620,7 @@ func (t *trial) ready() error {
 		Rootless: os.Getuid() != 0, CommandUserNS: true, CommandUID: os.Getuid(), CommandGID: os.Getgid(),
 		Masks: t.sb.Masks, Hidden: t.sb.Hidden, CommandNPROC: t.lim.CommandNPROC(), Pooled: t.pooled,
 	}
-	if t.born != nil {
-		start.LauncherCgroups = *t.born
-	}
+	start.LauncherCgroups = t.born
 	t.net.startNS(&start, t.netFD)
 	sendErr := t.conn.Send(wire.KindReq, wire.VerbTrialStart, 1, &start, wire.Attachments(start.TrustBundle)...)
 	f, err := t.conn.Read()
@@ -664,7 +661,7 @@ func (t *trial) ready() error {
 	}
 	// A guest born in place has its threads sheltered already, and its
 	// launcher enters the limits itself.
-	if t.born == nil || *t.born == nil {
+	if t.born == nil {
 		if err := t.lim.ShelterSupervisor(t.cmd.Process.Pid); err != nil {
 			return err
 		}
