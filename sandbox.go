@@ -138,6 +138,11 @@ type PoolOptions struct {
 	// asks for another sandbox runs cold, as the rung's Trial would run it.
 	// Its command does not matter: each trial brings its own.
 	Spec TrialSpec
+	// Background, when set, is called as each sandbox's preparation starts
+	// and the function it returns as it ends: a daemon that sizes itself
+	// by what runs beside its requests counts them (dryexec serve's
+	// GOMAXPROCS).
+	Background func() (done func())
 }
 
 // Pool is a warm pool: a Rung whose Trial takes a ready sandbox when one

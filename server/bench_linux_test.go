@@ -142,7 +142,7 @@ type trialPoolHealth struct {
 	Size, Ready, Settled, Busy, Hits, Misses int
 }
 
-func trialPoolStats(b *testing.B, d *daemon) trialPoolHealth {
+func trialPoolStats(b testing.TB, d *daemon) trialPoolHealth {
 	b.Helper()
 	var h struct {
 		Pool *trialPoolHealth `json:"pool"`
@@ -157,7 +157,7 @@ func trialPoolStats(b *testing.B, d *daemon) trialPoolHealth {
 // waitPoolQuiet waits (bounded) until the trial pool is full, every ready
 // sandbox settled (its command stub started), and nothing is being
 // prepared or torn down.
-func waitPoolQuiet(b *testing.B, d *daemon) {
+func waitPoolQuiet(b testing.TB, d *daemon) {
 	b.Helper()
 	deadline := time.Now().Add(time.Minute)
 	for {

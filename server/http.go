@@ -143,7 +143,23 @@ func Handler(svc *Service, opt HandlerOptions) http.Handler {
 		mux.Handle("/mcp", opt.MCP)
 		mux.Handle("/mcp/", opt.MCP)
 	}
-	return a.auth(mux)
+	return a.auth(a.busy(mux))
+}
+
+// busy tells Config.Busy of each request that may run something while it
+// is served: every method but GET, which only reads (and whose streams,
+// events and MCP's notifications, stay open for as long as a client
+// listens).
+func (a *api) busy(next http.Handler) http.Handler {
+	if a.svc.cfg.Busy == nil {
+		return next
+	}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method != http.MethodGet {
+			defer a.svc.cfg.Busy(false)()
+		}
+		next.ServeHTTP(w, r)
+	})
 }
 
 // auth refuses, before anything runs, a request without the bearer token.

@@ -19,7 +19,10 @@ func (s *Service) imageFor(ctx context.Context, ref string) (*dryexec.ImageRoot,
 	if err != nil {
 		return nil, nil, err
 	}
+	// A pull decompresses and hashes in two goroutines at once.
+	done := s.cfg.background()
 	img, release, pulled, err := c.Ensure(ctx, ref, image.PullOptions{})
+	done()
 	if err != nil {
 		return nil, nil, err
 	}

@@ -21,7 +21,15 @@ func newPool(ctx context.Context, cfg Config, name string, size int, template dr
 	if !ok {
 		return nil, &dryexec.IsolationUnavailableError{Rung: r.Name(), Missing: "a warm pool (this rung keeps none)"}
 	}
-	return p.NewPool(ctx, dryexec.PoolOptions{Size: size, IdleTimeout: cfg.PoolIdle, Spec: template})
+	return p.NewPool(ctx, dryexec.PoolOptions{Size: size, IdleTimeout: cfg.PoolIdle, Spec: template, Background: cfg.background})
+}
+
+// background is Busy for work beside the requests (a pool's preparations).
+func (c Config) background() (done func()) {
+	if c.Busy == nil {
+		return func() {}
+	}
+	return c.Busy(true)
 }
 
 // poolStats reports the warm pool's figures for /v1/health (nil: no pool).

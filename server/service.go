@@ -91,6 +91,13 @@ type Config struct {
 	// policy.Default, and signed with the install's key, as `dryexec run`
 	// does. Nil: policy.Default(). There is no way to run a trial undecided.
 	Policy *policy.Policy
+	// Busy, when set, is told of the work the service does, for a process
+	// that sizes itself by it (dryexec serve's GOMAXPROCS, package
+	// internal/maxprocs): each request that may run something (every
+	// method but GET) while it is served, with background false, and each
+	// sandbox or session its pools prepare and each image it makes ready,
+	// with background true. The function it returns ends that work.
+	Busy func(background bool) (done func())
 	// Version is reported by /v1/version.
 	Version string
 	// Log receives the daemon's records; nil logs nothing.
@@ -1155,7 +1162,7 @@ func (s *Service) sessionOptions(req SessionRequest) session.Options {
 func (s *Service) startPool() {
 	if s.cfg.SessionPool > 0 && nsAvailable(s.ctx) == nil {
 		s.sessionPool = session.NewPool(s.ctx, session.PoolOptions{Size: s.cfg.SessionPool, IdleTimeout: s.cfg.PoolIdle,
-			Template: s.sessionOptions(SessionRequest{})})
+			Template: s.sessionOptions(SessionRequest{}), Background: s.cfg.background})
 	}
 	if s.cfg.Pool <= 0 {
 		return
@@ -1183,7 +1190,8 @@ func (s *Service) startVMPools() {
 	}
 	if s.cfg.VMSessionPool > 0 {
 		tmpl := s.sessionOptions(SessionRequest{Rung: "vm"})
-		s.vmSessionPool = session.NewPool(s.ctx, session.PoolOptions{Size: s.cfg.VMSessionPool, IdleTimeout: s.cfg.PoolIdle, Template: tmpl})
+		s.vmSessionPool = session.NewPool(s.ctx, session.PoolOptions{Size: s.cfg.VMSessionPool, IdleTimeout: s.cfg.PoolIdle, Template: tmpl,
+			Background: s.cfg.background})
 	}
 	if s.cfg.VMPool > 0 {
 		template := s.runner.Protect(dryexec.TrialSpec{OwnPaths: s.ownPaths()})

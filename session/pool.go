@@ -22,6 +22,9 @@ type PoolOptions struct {
 	// options differ from it in anything but HostObjects, Allow, OnEmit and
 	// Log gets a session of its own, opened then.
 	Template Options
+	// Background, when set, is called as each session's opening starts and
+	// the function it returns as it ends (dryexec.PoolOptions.Background).
+	Background func() (done func())
 }
 
 // Pool keeps sessions open ahead of their use (guest started, view built,
@@ -43,7 +46,7 @@ type pooled struct {
 func NewPool(ctx context.Context, opts PoolOptions) *Pool {
 	opts.Template = opts.Template.withDefaults()
 	p := &Pool{opts: opts}
-	p.w = warm.New(ctx, warm.Options{Size: opts.Size, IdleTimeout: opts.IdleTimeout, Log: opts.Template.Log}, warm.Funcs[pooled]{
+	p.w = warm.New(ctx, warm.Options{Size: opts.Size, IdleTimeout: opts.IdleTimeout, Log: opts.Template.Log, Background: opts.Background}, warm.Funcs[pooled]{
 		Prepare: func(ctx context.Context) (pooled, error) {
 			s, err := open(ctx, p.opts.Template)
 			if err != nil {

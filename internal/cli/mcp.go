@@ -17,7 +17,7 @@ func mcpCmd(env Env) *cobra.Command {
 		RunE: func(cmd *cobra.Command, args []string) error {
 			// stdout carries the protocol: logs go to stderr only.
 			log := slog.New(slog.NewTextHandler(env.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
-			svc, err := newService(env, log, 0, 0, 2, 1, vmPools{}, 0, "", "")
+			svc, err := newService(env, log, 0, 0, 2, 1, vmPools{}, 0, "", "", nil)
 			if err != nil {
 				return err
 			}

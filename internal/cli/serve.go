@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"runtime"
 	"runtime/debug"
 	"time"
 
@@ -11,6 +12,7 @@ import (
 
 	"github.com/dryexec/dryexec"
 	"github.com/dryexec/dryexec/internal/localrun"
+	"github.com/dryexec/dryexec/internal/maxprocs"
 	"github.com/dryexec/dryexec/mcpserver"
 	"github.com/dryexec/dryexec/policy"
 	"github.com/dryexec/dryexec/server"
@@ -32,7 +34,8 @@ type vmPools struct{ trials, sessions int }
 // newService builds the daemon's core the way every front end (serve, mcp)
 // shares: the CLI's store, the env allowlist over this process's environment,
 // and the decision engine of `dryexec run`; then recovers (Service.Recover).
-func newService(env Env, log *slog.Logger, maxTrials, maxQueue, pool, sessionPool int, vm vmPools, poolIdle time.Duration, policyFile, socket string) (*server.Service, error) {
+// busy, when not nil, is told of the service's work (server.Config.Busy).
+func newService(env Env, log *slog.Logger, maxTrials, maxQueue, pool, sessionPool int, vm vmPools, poolIdle time.Duration, policyFile, socket string, busy func(bool) func()) (*server.Service, error) {
 	dir, err := dryexec.DefaultHome(env.Getenv)
 	if err != nil {
 		return nil, err
@@ -59,7 +62,7 @@ func newService(env Env, log *slog.Logger, maxTrials, maxQueue, pool, sessionPoo
 		StoreDir: dir, Socket: socket, TTL: ttl, ParkTTL: parkTTL, StoreLimits: lim, MaxTrials: maxTrials, MaxQueue: maxQueue, Pool: pool, SessionPool: sessionPool, PoolIdle: poolIdle,
 		VMPool: vm.trials, VMSessionPool: vm.sessions,
 		Getenv: env.Getenv, Environ: localrun.CallerEnviron(env), Version: buildVersion(), Log: log,
-		Policy: &base,
+		Policy: &base, Busy: busy,
 	})
 	if err != nil {
 		return nil, err
@@ -71,6 +74,22 @@ func newService(env Env, log *slog.Logger, maxTrials, maxQueue, pool, sessionPoo
 		return nil, err
 	}
 	return svc, nil
+}
+
+// daemonProcs returns what sets the daemon's GOMAXPROCS from its work
+// (internal/maxprocs: one P for a single request with nothing beside it,
+// every CPU otherwise), or nil when $GOMAXPROCS sets it, which then holds.
+func daemonProcs(env Env) func(background bool) (done func()) {
+	if env.Getenv("GOMAXPROCS") != "" {
+		return nil
+	}
+	g := maxprocs.New(runtime.GOMAXPROCS(0), runtime.GOMAXPROCS)
+	return func(background bool) func() {
+		if background {
+			return g.Begin(maxprocs.Background)
+		}
+		return g.Begin(maxprocs.Request)
+	}
 }
 
 func serveCmd(env Env) *cobra.Command {
@@ -99,7 +118,7 @@ func serveCmd(env Env) *cobra.Command {
 				level = slog.LevelDebug
 			}
 			log := slog.New(slog.NewTextHandler(env.Stderr, &slog.HandlerOptions{Level: level}))
-			svc, err := newService(env, log, maxTrials, maxQueue, pool, sessionPool, vm, poolIdle, pol, socket)
+			svc, err := newService(env, log, maxTrials, maxQueue, pool, sessionPool, vm, poolIdle, pol, socket, daemonProcs(env))
 			if err != nil {
 				return err
 			}

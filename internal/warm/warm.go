@@ -27,6 +27,9 @@ type Options struct {
 	IdleTimeout time.Duration
 	// Log receives a record for each failed preparation; nil logs nothing.
 	Log *slog.Logger
+	// Background, when set, is called as each preparation starts and the
+	// function it returns as it ends (dryexec.PoolOptions.Background).
+	Background func() (done func())
 }
 
 // Funcs are what the pool does with its things.
@@ -198,6 +201,14 @@ func (p *Pool[T]) poke() {
 	}
 }
 
+// prepare makes one thing, told to Options.Background.
+func (p *Pool[T]) prepare() (T, error) {
+	if p.opts.Background != nil {
+		defer p.opts.Background()()
+	}
+	return p.fn.Prepare(p.ctx)
+}
+
 // refill keeps Size things ready while the pool is in use, one at a time
 // (preparing several at once only competes for the same CPUs), and destroys
 // them once it has been idle for IdleTimeout.
@@ -220,7 +231,7 @@ func (p *Pool[T]) refill() {
 		p.mu.Lock()
 		p.busy++
 		p.mu.Unlock()
-		t, err := p.fn.Prepare(p.ctx)
+		t, err := p.prepare()
 		p.mu.Lock()
 		p.busy--
 		if err != nil && p.ctx.Err() != nil {

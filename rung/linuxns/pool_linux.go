@@ -62,7 +62,7 @@ func NewPool(ctx context.Context, r *Rung, opts PoolOptions) (*Pool, error) {
 		return nil, err
 	}
 	p := &Pool{r: r, opts: opts, host: newHostCache()}
-	p.w = warm.New(ctx, warm.Options{Size: opts.Size, IdleTimeout: opts.IdleTimeout, Log: r.Log}, warm.Funcs[*trial]{
+	p.w = warm.New(ctx, warm.Options{Size: opts.Size, IdleTimeout: opts.IdleTimeout, Log: r.Log, Background: opts.Background}, warm.Funcs[*trial]{
 		Prepare: func(ctx context.Context) (*trial, error) {
 			// Each refill recomputes the template's sandbox: the host's
 			// mounts come and go, and older sandboxes are then stale.

@@ -103,7 +103,7 @@ func NewPool(ctx context.Context, r *Rung, opts dryexec.PoolOptions) (*Pool, err
 		return nil, err
 	}
 	p := &Pool{r: r, opts: opts}
-	p.w = warm.New(ctx, warm.Options{Size: opts.Size, IdleTimeout: opts.IdleTimeout, Log: r.Log}, warm.Funcs[*trial]{
+	p.w = warm.New(ctx, warm.Options{Size: opts.Size, IdleTimeout: opts.IdleTimeout, Log: r.Log, Background: opts.Background}, warm.Funcs[*trial]{
 		Prepare: p.boot,
 		Destroy: (*trial).destroy,
 		// Each boot resolves the template's sandbox again: host mounts
