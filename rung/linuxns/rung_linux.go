@@ -919,6 +919,21 @@ func (t *trial) converse() (*dryexec.StateDelta, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", dryexec.ErrBadAction, err)
 	}
+	// What the report is read into is made before the command is sent:
+	// the stub, woken on this CPU, runs once this thread blocks on the
+	// guest's report, and every step between the two delays the command.
+	differ := fsdelta.NewDiffer(t.uppers, t.spec.Blobs, t.spec.DiffMaxBytes)
+	defer differ.Close()
+	if t.spec.SpillDir != "" {
+		differ.SpillTo(t.spec.SpillDir, 0)
+	}
+	differ.SetHidden(t.hiddenHostPaths())
+	if os.Getuid() != 0 {
+		// The guest sees the ids of its own user namespace (what the
+		// command made shows as 0 there): the caller owns what it wrote.
+		differ.SetOwner(os.Getuid(), os.Getgid())
+	}
+	d := &dryexec.StateDelta{TrialID: t.spec.TrialID, Rung: Name, Action: a}
 	run.StartMonoNS = wire.MonoNow()
 	started := time.Now()
 	var deadline time.Time // for collecting the content, set at trial.exit
@@ -942,18 +957,6 @@ func (t *trial) converse() (*dryexec.StateDelta, error) {
 			return nil, err
 		}
 	}
-	differ := fsdelta.NewDiffer(t.uppers, t.spec.Blobs, t.spec.DiffMaxBytes)
-	defer differ.Close()
-	if t.spec.SpillDir != "" {
-		differ.SpillTo(t.spec.SpillDir, 0)
-	}
-	differ.SetHidden(t.hiddenHostPaths())
-	if os.Getuid() != 0 {
-		// The guest sees the ids of its own user namespace (what the
-		// command made shows as 0 there): the caller owns what it wrote.
-		differ.SetOwner(os.Getuid(), os.Getgid())
-	}
-	d := &dryexec.StateDelta{TrialID: t.spec.TrialID, Rung: Name, Action: a}
 	if err := t.stubStarted(); err != nil {
 		return nil, err
 	}
