@@ -10,6 +10,7 @@ import (
 
 	"github.com/dryexec/dryexec"
 	"github.com/dryexec/dryexec/netsim"
+	"github.com/dryexec/dryexec/netsim/ca"
 	"github.com/dryexec/dryexec/netsim/mock/openapi"
 )
 
@@ -157,12 +158,24 @@ func TestMockedClients(t *testing.T) {
 // handshake (it is never answered in clear), and the attempt is logged.
 func TestUntrustedCA(t *testing.T) {
 	sim := newSim(t, netsim.Config{}, map[string]string{"mocks.yaml": mockFile})
-	res := runSandbox(t, sim, sandboxOpts{env: []string{"CURL_CA_BUNDLE=/dev/null"}}, "curl", "-sS", "https://secure.example.com/v1/x")
+	// curl trusts another CA only: it loads it, connects and refuses the
+	// netsim CA's certificate. (With an empty bundle, /dev/null, curl
+	// sometimes gave up before connecting, exit 77, and netsim saw no
+	// handshake at all.)
+	other, err := ca.LoadOrCreate(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	bundle := filepath.Join(t.TempDir(), "other-ca.pem")
+	if err := os.WriteFile(bundle, other.CertPEM(), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	res := runSandbox(t, sim, sandboxOpts{env: []string{"CURL_CA_BUNDLE=" + bundle}}, "curl", "-sS", "https://secure.example.com/v1/x")
 	if res.code == 0 || strings.Contains(res.stdout, "secure-ok") {
 		t.Fatalf("exit %d stdout %q", res.code, res.stdout)
 	}
 	ev, ok := findEvent(sim.Log(), dryexec.NetworkEvent{Proto: "https", Host: "secure.example.com", Action: netsim.ActionBlocked})
 	if !ok || !strings.Contains(ev.Reason, "TLS handshake failed") {
-		t.Fatalf("event %+v in %s", ev, dumpLog(t, sim.Log()))
+		t.Fatalf("event %+v in %s (curl exit %d, stderr %q)", ev, dumpLog(t, sim.Log()), res.code, res.stderr)
 	}
 }
