@@ -24,7 +24,8 @@ func newPool(ctx context.Context, cfg Config, name string, size int, template dr
 	return p.NewPool(ctx, dryexec.PoolOptions{Size: size, IdleTimeout: cfg.PoolIdle, Spec: template, Background: cfg.background})
 }
 
-// background is Busy for work beside the requests (a pool's preparations).
+// background is Busy for work beside the requests: a pool's preparation,
+// an image made ready.
 func (c Config) background() (done func()) {
 	if c.Busy == nil {
 		return func() {}
