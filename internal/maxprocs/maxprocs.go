@@ -71,13 +71,6 @@ func (g *Governor) Begin(w int) (end func()) {
 	}
 }
 
-// Current is the setting the Governor last made.
-func (g *Governor) Current() int {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	return g.cur
-}
-
 // apply sets GOMAXPROCS for g.load; g.mu is held, so that two crossings
 // cannot apply out of order.
 func (g *Governor) apply() {
